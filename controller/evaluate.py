@@ -1,0 +1,184 @@
+"""Evaluation in virtual time: a policy (or the oracle, or a static threshold) on a profile.
+
+The oracle speculates, at each batch size, iff that mode has the higher expected
+tokens/s there (the upper envelope of the two curves, at the current acceptance).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from policies import make_policy
+from policies.types import Sample
+
+from .guard import GuardConfig
+from .loop import ControlLoop
+from .sim.core import SimCore
+from .sim.profile import Profile, Segment
+
+DEFAULT_TICK_S = 0.5
+
+
+@dataclass
+class SegmentResult:
+    segment: str
+    concurrency: int
+    accept_length: float
+    seconds: float
+    tokens: int = 0
+    batches: int = 0
+    spec_batches: int = 0
+    final_threshold: int | None = None
+    reconverge_s: float | None = None
+
+    @property
+    def throughput(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+class Runner:
+    """Decides the mode of each batch; subclasses: threshold, oracle, control loop."""
+
+    threshold: int | None = None
+
+    def speculate(self, batch_size: int) -> bool:
+        raise NotImplementedError
+
+    def after_batch(self, sample: Sample) -> None:
+        pass
+
+    def tick(self, now: float) -> None:
+        pass
+
+    def exploit_speculates(self, batch_size: int) -> bool | None:
+        return None
+
+
+class StaticRunner(Runner):
+    def __init__(self, threshold: int):
+        self.threshold = threshold
+
+    def speculate(self, batch_size: int) -> bool:
+        return batch_size <= self.threshold
+
+
+class OracleRunner(Runner):
+    def __init__(self, profile: Profile, core: SimCore):
+        self.profile, self.core = profile, core
+
+    def speculate(self, batch_size: int) -> bool:
+        return self.profile.better_mode(batch_size, self.core.accept_length)
+
+
+class LoopRunner(Runner):
+    def __init__(self, loop: ControlLoop):
+        self.loop = loop
+
+    @property
+    def threshold(self) -> int:
+        return self.loop.threshold
+
+    def speculate(self, batch_size: int) -> bool:
+        return batch_size <= self.loop.threshold
+
+    def after_batch(self, sample: Sample) -> None:
+        self.loop.observe(sample)
+
+    def tick(self, now: float) -> None:
+        self.loop.tick(now)
+
+    def exploit_speculates(self, batch_size: int) -> bool:
+        return batch_size <= self.loop.guard.exploit
+
+
+def run_segments(profile: Profile, segments: Sequence[Segment], make_runner: Callable[[SimCore], Runner],
+                 seed: int = 0, tick_s: float = DEFAULT_TICK_S) -> list[SegmentResult]:
+    """One continuous virtual-time run through the segments (the load changes, the runner stays)."""
+    core = SimCore(profile, seed)
+    runner = make_runner(core)
+    results = []
+    next_tick = tick_s
+    for i, seg in enumerate(segments):
+        core.set_load(seg.concurrency, seg.mean_accept_length)
+        start, end = core.t, core.t + seg.seconds
+        res = SegmentResult(seg.label or str(i), core.concurrency, core.accept_length, seg.seconds)
+        want = profile.better_mode(core.concurrency, core.accept_length)
+        last_wrong = None          # time of the last tick whose exploit mode was wrong
+        while core.t < end:
+            sample = core.step(runner.speculate(core.concurrency))
+            res.batches += 1
+            res.tokens += sample.tokens
+            res.spec_batches += sample.steps > 0
+            runner.after_batch(sample)
+            while next_tick <= core.t:
+                runner.tick(next_tick)
+                ok = runner.exploit_speculates(core.concurrency)
+                if ok is not None and ok != want:
+                    last_wrong = next_tick
+                next_tick += tick_s
+        res.seconds = core.t - start
+        res.final_threshold = runner.threshold
+        if isinstance(runner, LoopRunner):
+            res.reconverge_s = 0.0 if last_wrong is None else last_wrong + tick_s - start
+            if last_wrong is not None and last_wrong + tick_s >= core.t:
+                res.reconverge_s = None           # still wrong at the segment's end
+        results.append(res)
+    return results
+
+
+def sweep_segments(levels: Sequence[int], seconds: float) -> list[Segment]:
+    return [Segment(seconds, c, None, f"C={c}") for c in levels]
+
+
+def policy_runner(name: str, params: Mapping[str, Any] | None, profile: Profile, seed: int,
+                  guard: GuardConfig | None = None, initial_threshold: int = 0) -> Callable[[SimCore], Runner]:
+    policy = make_policy(name, params, seed=seed, max_batch_size=profile.max_batch_size)   # validates now
+    return lambda core: LoopRunner(ControlLoop(policy, guard, initial_threshold))
+
+
+def evaluate(profile: Profile, segments: Sequence[Segment], policy: str, params: Mapping[str, Any] | None = None,
+             seed: int = 0, tick_s: float = DEFAULT_TICK_S, guard: GuardConfig | None = None,
+             with_static: bool = False) -> dict:
+    """Policy vs oracle per segment (and, for traces, vs the best static threshold in hindsight)."""
+    mine = run_segments(profile, segments, policy_runner(policy, params, profile, seed, guard), seed, tick_s)
+    oracle = run_segments(profile, segments, lambda core: OracleRunner(profile, core), seed, tick_s)
+    rows = []
+    for m, o in zip(mine, oracle):
+        rows.append({
+            "segment": m.segment, "concurrency": m.concurrency, "accept_length": round(m.accept_length, 3),
+            "seconds": round(m.seconds, 2),
+            "throughput_tok_s": round(m.throughput, 2), "oracle_tok_s": round(o.throughput, 2),
+            "ratio": round(m.throughput / o.throughput, 4) if o.throughput else None,
+            "spec_share": round(m.spec_batches / m.batches, 4) if m.batches else 0.0,
+            "oracle_spec": o.spec_batches > o.batches / 2,
+            "final_threshold": m.final_threshold, "reconverge_s": m.reconverge_s,
+        })
+    total = sum(r.tokens for r in mine) / sum(r.seconds for r in mine)
+    total_oracle = sum(r.tokens for r in oracle) / sum(r.seconds for r in oracle)
+    out = {
+        "profile": profile.name, "policy": policy, "params": dict(params or {}), "seed": seed, "tick_s": tick_s,
+        "rows": rows,
+        "overall": {"throughput_tok_s": round(total, 2), "oracle_tok_s": round(total_oracle, 2),
+                    "ratio": round(total / total_oracle, 4), "min_ratio": min(r["ratio"] for r in rows)},
+    }
+    if with_static:
+        out["best_static"] = best_static(profile, segments, seed, tick_s)
+        out["best_static"]["ratio"] = round(out["best_static"]["throughput_tok_s"] / total_oracle, 4)
+    return out
+
+
+def best_static(profile: Profile, segments: Sequence[Segment], seed: int = 0, tick_s: float = DEFAULT_TICK_S) -> dict:
+    """The best fixed threshold in hindsight. Batch size equals the (capped) concurrency in
+    the simulator, so only thresholds at 0 and at each segment's concurrency differ."""
+    candidates = sorted({0} | {min(s.concurrency, profile.max_batch_size) for s in segments})
+    best = None
+    for t in candidates:
+        res = run_segments(profile, segments, lambda core, t=t: StaticRunner(t), seed, tick_s)
+        tput = sum(r.tokens for r in res) / sum(r.seconds for r in res)
+        if best is None or tput > best["throughput_tok_s"]:
+            best = {"threshold": t, "throughput_tok_s": round(tput, 2)}
+    return best
+
+
+def as_dicts(results: Sequence[SegmentResult]) -> list[dict]:
+    return [asdict(r) | {"throughput_tok_s": r.throughput} for r in results]

@@ -1,0 +1,62 @@
+"""The control loop shared by the daemon (real time) and the simulator (virtual time)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies import Decision, Policy, Sample, Snapshot
+
+from .guard import Guard, GuardConfig
+
+
+@dataclass(frozen=True)
+class Tick:
+    now: float
+    threshold: int
+    previous: int
+    reason: str
+    exploratory: bool
+
+    @property
+    def changed(self) -> bool:
+        return self.threshold != self.previous
+
+
+class ControlLoop:
+    """Feeds samples to the policy; on each tick asks it, guards it, and returns the threshold.
+
+    Not thread-safe by itself: the daemon serialises observe() and tick().
+    """
+
+    def __init__(self, policy: Policy, guard: GuardConfig | None = None, initial_threshold: int = 0):
+        self.policy = policy
+        self.guard_config = guard or GuardConfig()
+        self.guard = Guard(self.guard_config, policy.buckets, initial_threshold)
+        self.threshold = self.guard.clamp(initial_threshold)
+        self.pinned: int | None = None
+        self.last_sample_t: float | None = None
+        self._since_tick = 0
+        self._exploring = False
+
+    def observe(self, sample: Sample) -> None:
+        self.policy.observe(sample)
+        self.last_sample_t = sample.t
+        self._since_tick += 1
+
+    def set_policy(self, policy: Policy) -> None:
+        self.policy = policy
+        self.guard = Guard(self.guard_config, policy.buckets, self.guard.exploit)
+
+    def pin(self, threshold: int | None) -> None:
+        self.pinned = threshold
+
+    def tick(self, now: float) -> Tick:
+        self.guard.account(now, self._since_tick, self._exploring)
+        self._since_tick = 0
+        previous = self.threshold
+        if self.pinned is not None:
+            self.threshold, reason, self._exploring = self.pinned, f"pinned at {self.pinned}", False
+            return Tick(now, self.threshold, previous, reason, False)
+        # The policy breaks ties toward the exploit threshold, never toward an exploratory one.
+        decision: Decision = self.policy.decide(Snapshot(now, self.guard.exploit, self.policy.max_batch_size))
+        self.threshold, reason, self._exploring = self.guard.apply(now, decision, self.last_sample_t)
+        return Tick(now, self.threshold, previous, reason, self._exploring)

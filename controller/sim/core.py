@@ -1,0 +1,99 @@
+"""The simulated engine's step: one decode batch of a closed loop of C clients.
+
+Each call to step() advances virtual time by one decode step (plus the prefill
+of any requests admitted) and returns the Sample the SGLang plugin would emit.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from policies.types import Sample
+
+from .profile import Profile
+
+
+@lru_cache(maxsize=256)
+def chain_probability(accept_length: float, steps: int) -> float:
+    """Per-token acceptance p with 1 + p + ... + p^steps == accept_length (bisection)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        p = (lo + hi) / 2
+        if sum(p ** k for k in range(steps + 1)) < accept_length:
+            lo = p
+        else:
+            hi = p
+    return (lo + hi) / 2
+
+
+class SimCore:
+    """Closed loop: C clients, each with one request in flight; a finished request is
+    replaced at once by a new one, whose prefill lengthens the next interval
+    (that sample is then not decode-only, as on the real engine)."""
+
+    def __init__(self, profile: Profile, seed: int = 0):
+        self.profile = profile
+        # Separate streams (common random numbers): the same requests arrive with the same
+        # lengths whatever the modes chosen, so two runs differ only by their decisions.
+        lengths, noise, accept = np.random.SeedSequence(seed).spawn(3)
+        self._rng_len = np.random.default_rng(lengths)
+        self._rng_noise = np.random.default_rng(noise)
+        self._rng_accept = np.random.default_rng(accept)
+        self.t = 0.0
+        self.concurrency = 0
+        self.accept_length = profile.mean_accept_length
+        self._remaining = np.zeros(0, dtype=np.int64)
+        self._pending_prefill = 0
+        self._p = chain_probability(self.accept_length, profile.spec_steps)
+
+    def set_load(self, concurrency: int, accept_length: float | None = None) -> None:
+        """Change the number of clients (new ones arrive with a prefill) and the acceptance."""
+        c = min(int(concurrency), self.profile.max_batch_size)
+        if c > len(self._remaining):
+            new = self._output_lengths(c - len(self._remaining))
+            self._remaining = np.concatenate([self._remaining, new])
+            self._pending_prefill += len(new)
+        else:
+            self._remaining = self._remaining[:c]
+        self.concurrency = c
+        if accept_length is not None:
+            self.accept_length = min(accept_length, self.profile.spec_steps + 1.0)
+            self._p = chain_probability(self.accept_length, self.profile.spec_steps)
+
+    def _output_lengths(self, n: int) -> np.ndarray:
+        p = self.profile
+        return np.maximum(1, self._rng_len.normal(p.output_len_mean, p.output_len_sd, n).round()).astype(np.int64)
+
+    def _accepted(self, bs: int) -> np.ndarray:
+        """Accept length per request: 1 + the run of accepted draft tokens (chain, topk 1)."""
+        k = self.profile.spec_steps
+        p = self._p
+        if self.profile.accept_spread:
+            p = np.clip(p + self.profile.accept_spread * self._rng_accept.standard_normal(bs), 0.0, 1.0)[:, None]
+        hits = self._rng_accept.random((bs, k)) < p
+        return 1 + np.cumprod(hits, axis=1).sum(axis=1)
+
+    def step(self, speculate: bool) -> Sample:
+        prof = self.profile
+        bs = len(self._remaining)
+        if bs == 0:
+            raise RuntimeError("step() with no load: call set_load() first")
+        step_s = prof.step_seconds(bs, speculate)
+        if prof.noise:
+            step_s *= float(np.exp(prof.noise * self._rng_noise.standard_normal() - prof.noise ** 2 / 2))
+        decode_only = self._pending_prefill == 0
+        if not decode_only:
+            step_s += prof.prefill_s + prof.prefill_s_per_request * self._pending_prefill
+            self._pending_prefill = 0
+        per_req = self._accepted(bs) if speculate else 1
+        delivered = np.minimum(per_req, self._remaining)
+        tokens = int(delivered.sum()) if speculate else bs
+        self._remaining -= delivered
+        done = self._remaining <= 0
+        n_done = int(done.sum())
+        if n_done:
+            self._remaining[done] = self._output_lengths(n_done)
+            self._pending_prefill += n_done
+        self.t += step_s
+        return Sample(self.t, bs, prof.spec_steps if speculate else 0, tokens, step_s, decode_only)

@@ -1,0 +1,227 @@
+"""Simulator profiles and traces: TOML/JSON files, schema-checked, loaded by name or path.
+
+Format: docs/profiles.md. Built-in files live in controller/profiles/.
+"""
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "profiles"
+TRACE_DIR = BUILTIN_DIR / "traces"
+
+
+class ProfileError(ValueError):
+    """A profile or trace that cannot be used; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    max_batch_size: int
+    spec_steps: int
+    batch_sizes: tuple[int, ...]
+    step_off: tuple[float, ...]
+    step_spec: tuple[float, ...]
+    mean_accept_length: float
+    accept_spread: float
+    noise: float
+    prefill_s: float
+    prefill_s_per_request: float
+    output_len_mean: float
+    output_len_sd: float
+    concurrency: tuple[int, ...]
+    source: str = ""
+
+    def step_seconds(self, batch_size: float, speculative: bool) -> float:
+        """Step time at a batch size: piecewise linear in the table, extrapolated linearly past it."""
+        ys = self.step_spec if speculative else self.step_off
+        xs = self.batch_sizes
+        if batch_size <= xs[-1] or len(xs) == 1:
+            return float(np.interp(batch_size, xs, ys))
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        return ys[-1] + slope * (batch_size - xs[-1])
+
+    def tok_per_s(self, batch_size: int, speculative: bool, accept_length: float | None = None) -> float:
+        """Expected decode tokens/s of one batch (no prefill)."""
+        accept = self.mean_accept_length if accept_length is None else accept_length
+        tokens = batch_size * (accept if speculative else 1.0)
+        return tokens / self.step_seconds(batch_size, speculative)
+
+    def better_mode(self, batch_size: int, accept_length: float | None = None) -> bool:
+        """The oracle's choice at a batch size: True = speculate."""
+        return self.tok_per_s(batch_size, True, accept_length) > self.tok_per_s(batch_size, False, accept_length)
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "description": self.description, "source": self.source,
+            "max_batch_size": self.max_batch_size, "spec_steps": self.spec_steps, "noise": self.noise,
+            "prefill_s": self.prefill_s, "prefill_s_per_request": self.prefill_s_per_request,
+            "step_time": {"batch_size": list(self.batch_sizes), "off": list(self.step_off), "spec": list(self.step_spec)},
+            "acceptance": {"mean_accept_length": self.mean_accept_length, "spread": self.accept_spread},
+            "load": {"concurrency": list(self.concurrency), "output_len_mean": self.output_len_mean,
+                     "output_len_sd": self.output_len_sd},
+        }
+
+
+@dataclass(frozen=True)
+class Segment:
+    seconds: float
+    concurrency: int
+    mean_accept_length: float | None = None
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Trace:
+    name: str
+    description: str
+    profile: str | None
+    segments: tuple[Segment, ...]
+
+
+# --- reading -----------------------------------------------------------------
+def _read(path: Path, what: str) -> dict:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ProfileError(f"{what} {path}: cannot read ({e.strerror})") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ProfileError(f"{what} {path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'} ({e})") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"{what} {path}: top level must be a table")
+    return data
+
+
+def _locate(name_or_path: str, directory: Path, what: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".toml", ".json") or "/" in name_or_path:
+        if not p.exists():
+            raise ProfileError(f"{what} file {name_or_path} does not exist")
+        return p
+    for suffix in (".toml", ".json"):
+        cand = directory / f"{name_or_path}{suffix}"
+        if cand.exists():
+            return cand
+    known = ", ".join(builtin_names(directory)) or "none"
+    raise ProfileError(f"unknown {what} {name_or_path!r} (built-in: {known}; or give a .toml/.json path)")
+
+
+def builtin_names(directory: Path = BUILTIN_DIR) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*") if p.suffix in (".toml", ".json"))
+
+
+class _Checker:
+    """Pulls typed values out of a dict, raising ProfileError naming the key."""
+
+    def __init__(self, where: str, data: dict):
+        self.where, self.data = where, data
+
+    def section(self, key: str, required: bool = True) -> "_Checker":
+        value = self.data.get(key, None if required else {})
+        if not isinstance(value, dict):
+            raise ProfileError(f"{self.where}: [{key}] must be a table")
+        return _Checker(f"{self.where} [{key}]", value)
+
+    def unknown(self, allowed: set[str]) -> None:
+        extra = sorted(set(self.data) - allowed)
+        if extra:
+            raise ProfileError(f"{self.where}: unknown key {extra[0]!r} (allowed: {', '.join(sorted(allowed))})")
+
+    def number(self, key: str, lo: float, hi: float, default: float | None = None, integer: bool = False) -> float:
+        value = self.data.get(key, default)
+        if value is None:
+            raise ProfileError(f"{self.where}: missing {key}")
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if integer:
+            ok = ok and float(value).is_integer()
+        if not ok or not lo <= value <= hi:
+            kind = "an integer" if integer else "a number"
+            raise ProfileError(f"{self.where}: {key}={value!r} must be {kind} in {lo:g} .. {hi:g}")
+        return int(value) if integer else float(value)
+
+    def numbers(self, key: str, lo: float, hi: float, integer: bool = False, length: int | None = None) -> tuple:
+        values = self.data.get(key)
+        if not isinstance(values, list) or not values or (length is not None and len(values) != length):
+            size = f"{length} " if length is not None else ""
+            raise ProfileError(f"{self.where}: {key} must be a list of {size}numbers")
+        sub = _Checker(self.where, {f"{key}[{i}]": v for i, v in enumerate(values)})
+        return tuple(sub.number(f"{key}[{i}]", lo, hi, integer=integer) for i in range(len(values)))
+
+    def text(self, key: str, default: str = "") -> str:
+        value = self.data.get(key, default)
+        if not isinstance(value, str):
+            raise ProfileError(f"{self.where}: {key} must be a string")
+        return value
+
+
+def parse_profile(data: dict, where: str, source: str = "") -> Profile:
+    c = _Checker(where, data)
+    c.unknown({"name", "description", "source", "max_batch_size", "spec_steps", "noise", "prefill_s",
+               "prefill_s_per_request", "step_time", "acceptance", "load"})
+    spec_steps = c.number("spec_steps", 1, 16, integer=True)
+    st = c.section("step_time")
+    st.unknown({"batch_size", "off", "spec"})
+    bs = st.numbers("batch_size", 1, 65536, integer=True)
+    if any(b >= a for a, b in zip(bs[1:], bs)):
+        raise ProfileError(f"{where} [step_time]: batch_size must be strictly increasing")
+    off = st.numbers("off", 1e-6, 60.0, length=len(bs))
+    spec = st.numbers("spec", 1e-6, 60.0, length=len(bs))
+    acc = c.section("acceptance")
+    acc.unknown({"mean_accept_length", "spread"})
+    load = c.section("load", required=False)
+    load.unknown({"concurrency", "output_len_mean", "output_len_sd"})
+    concurrency = load.numbers("concurrency", 1, 65536, integer=True) if "concurrency" in load.data \
+        else (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    return Profile(
+        name=c.text("name", Path(source).stem if source else "profile"),
+        description=c.text("description"),
+        source=c.text("source"),
+        max_batch_size=c.number("max_batch_size", 1, 65536, default=256, integer=True),
+        spec_steps=spec_steps,
+        batch_sizes=bs, step_off=off, step_spec=spec,
+        mean_accept_length=acc.number("mean_accept_length", 1.0, spec_steps + 1.0),
+        accept_spread=acc.number("spread", 0.0, 1.0, default=0.1),
+        noise=c.number("noise", 0.0, 1.0, default=0.03),
+        prefill_s=c.number("prefill_s", 0.0, 10.0, default=0.005),
+        prefill_s_per_request=c.number("prefill_s_per_request", 0.0, 10.0, default=0.001),
+        output_len_mean=load.number("output_len_mean", 1, 1e6, default=256),
+        output_len_sd=load.number("output_len_sd", 0, 1e6, default=64),
+        concurrency=concurrency,
+    )
+
+
+def load_profile(name_or_path: str) -> Profile:
+    path = _locate(name_or_path, BUILTIN_DIR, "profile")
+    return parse_profile(_read(path, "profile"), f"profile {path.name}", str(path))
+
+
+def load_trace(name_or_path: str, max_accept_length: float = 17.0) -> Trace:
+    path = _locate(name_or_path, TRACE_DIR, "trace")
+    c = _Checker(f"trace {path.name}", _read(path, "trace"))
+    c.unknown({"name", "description", "profile", "segment"})
+    raw = c.data.get("segment")
+    if not isinstance(raw, list) or not raw:
+        raise ProfileError(f"trace {path.name}: needs at least one [[segment]]")
+    segments = []
+    for i, seg in enumerate(raw):
+        if not isinstance(seg, dict):
+            raise ProfileError(f"trace {path.name}: segment {i} must be a table")
+        s = _Checker(f"trace {path.name} segment {i}", seg)
+        s.unknown({"seconds", "concurrency", "mean_accept_length", "label"})
+        accept = s.number("mean_accept_length", 1.0, max_accept_length) if "mean_accept_length" in seg else None
+        segments.append(Segment(s.number("seconds", 0.1, 1e6), s.number("concurrency", 1, 65536, integer=True),
+                                accept, s.text("label")))
+    profile = c.data.get("profile")
+    if profile is not None and not isinstance(profile, str):
+        raise ProfileError(f"trace {path.name}: profile must be a string")
+    return Trace(c.text("name", path.stem), c.text("description"), profile, tuple(segments))

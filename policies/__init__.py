@@ -1,0 +1,54 @@
+"""Pure decision logic for spec-controller: which batch sizes profit from speculation."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .base import Policy
+from .fixed import AlwaysPolicy, FixedPolicy, NeverPolicy
+from .model import ModelPolicy
+from .params import ParamSpec, parse_kv
+from .sglang_ema import SGLangEMAPolicy
+from .thompson import ThompsonPolicy
+from .types import Decision, PolicyError, Sample, Snapshot
+from .ucb import UCBPolicy
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls
+    for cls in (FixedPolicy, AlwaysPolicy, NeverPolicy, UCBPolicy, ThompsonPolicy, ModelPolicy, SGLangEMAPolicy)
+}
+
+# `bandit` is what operators type; it names the policy that won the evaluation
+# (bench/results/compare.md; README "Which policy is bandit").
+ALIASES: dict[str, str] = {"bandit": "thompson"}
+
+
+def resolve_name(name: str) -> str:
+    """The registered policy a name (or alias) stands for; PolicyError if none."""
+    real = ALIASES.get(name, name)
+    if real not in POLICIES:
+        known = ", ".join(sorted([*POLICIES, *ALIASES]))
+        raise PolicyError(f"unknown policy {name!r} (known: {known})")
+    return real
+
+
+def make_policy(name: str, params: Mapping[str, Any] | None = None, *, seed: int = 0,
+                max_batch_size: int = 256) -> Policy:
+    """Build a policy by name or alias, validating every parameter."""
+    return POLICIES[resolve_name(name)](params, seed=seed, max_batch_size=max_batch_size)
+
+
+def list_policies() -> list[dict]:
+    rows = []
+    for name, cls in POLICIES.items():
+        rows.append({
+            "name": name,
+            "summary": cls.summary,
+            "aliases": sorted(a for a, r in ALIASES.items() if r == name),
+            "params": [{"name": p.name, "type": p.kind.__name__, "default": p.default,
+                        "min": p.lo, "max": p.hi, "help": p.help} for p in cls.PARAMS],
+        })
+    return rows
+
+
+__all__ = ["POLICIES", "ALIASES", "Policy", "ParamSpec", "Decision", "PolicyError", "Sample",
+           "Snapshot", "make_policy", "resolve_name", "list_policies", "parse_kv"]

@@ -1,0 +1,185 @@
+"""The policy interface and the per-bucket learner the bandit policies share."""
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, Iterable, Mapping
+
+from .buckets import Buckets
+from .params import ParamSpec, resolve_params
+from .stats import Discounted
+from .summary import flip_threshold, monotone_threshold
+from .types import Decision, PolicyError, Sample, Snapshot
+
+OFF, SPEC = 0, 1
+
+
+class Policy:
+    """Pure decision logic: samples in, a Decision out; state is JSON it can load back.
+
+    No I/O, no clock reads (time arrives in samples and snapshots), and any
+    randomness comes from the seed given at construction.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    PARAMS: ClassVar[tuple[ParamSpec, ...]] = ()
+
+    def __init__(self, params: Mapping[str, Any] | None = None, *, seed: int = 0, max_batch_size: int = 256):
+        if not 1 <= int(max_batch_size) <= 65536:
+            raise PolicyError(f"max_batch_size={max_batch_size!r} out of range (allowed 1 .. 65536)")
+        self.params = resolve_params(self.name, self.PARAMS, params)
+        self.seed = int(seed)
+        self.max_batch_size = int(max_batch_size)
+        self.buckets = Buckets(self.max_batch_size)
+
+    def observe(self, sample: Sample) -> None:
+        """Take one decode batch into account (cheap: called for every batch)."""
+
+    def observe_many(self, samples: Iterable[Sample]) -> None:
+        for s in samples:
+            self.observe(s)
+
+    def decide(self, snap: Snapshot) -> Decision:
+        raise NotImplementedError
+
+    def state(self) -> dict:
+        return {}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what state() returned; raises PolicyError on a mismatched state."""
+
+    def describe(self) -> dict:
+        return {"name": self.name, "params": dict(self.params), "seed": self.seed}
+
+
+def _check_state(policy: str, state: Mapping[str, Any], n_buckets: int) -> None:
+    for key in ("q_off", "q_spec"):
+        rows = state.get(key)
+        if not isinstance(rows, list) or len(rows) != n_buckets or any(len(r) != 4 for r in rows):
+            raise PolicyError(f"policy {policy}: saved state does not match {n_buckets} buckets ({key})")
+    if not isinstance(state.get("accept"), list) or len(state["accept"]) != 4:
+        raise PolicyError(f"policy {policy}: saved state has no acceptance record")
+
+
+class BucketLearner(Policy):
+    """Learns, per batch-size bucket, the tokens/s of each mode *at that batch size*.
+
+    Spec throughput is factored as (requests per second of a spec step in this
+    bucket) x (current accept length): step time depends on the batch size,
+    acceptance on the traffic, so an acceptance shift seen in any bucket moves
+    every bucket's estimate at once. Subclasses choose the arm for the live bucket.
+    """
+
+    BASE_PARAMS: ClassVar[tuple[ParamSpec, ...]] = (
+        ParamSpec("half_life_s", float, 20.0, 0.5, 3600.0, "forgetting of step-time statistics"),
+        ParamSpec("accept_half_life_s", float, 4.0, 0.1, 3600.0, "forgetting of the accept-length estimate"),
+        ParamSpec("min_samples", float, 0.01, 0.0, 1000.0, "an arm with less weight than this is tried"),
+        ParamSpec("dominance", float, 0.1, 0.0, 10.0,
+                  "skip trying spec above (off below) a bucket where it lost (won) by this relative margin"),
+    )
+
+    def __init__(self, params=None, *, seed: int = 0, max_batch_size: int = 256):
+        super().__init__(params, seed=seed, max_batch_size=max_batch_size)
+        n = len(self.buckets)
+        hl = self.params["half_life_s"]
+        self.q = ([Discounted(hl) for _ in range(n)], [Discounted(hl) for _ in range(n)])
+        self.accept = Discounted(self.params["accept_half_life_s"])
+        self.live = 0
+
+    def observe(self, sample: Sample) -> None:
+        if not sample.decode_only or sample.step_s <= 0 or sample.batch_size <= 0:
+            return
+        b = self.buckets.of(sample.batch_size)
+        self.live = b
+        rate = sample.batch_size / sample.step_s
+        if sample.steps > 0:
+            self.q[SPEC][b].add(sample.t, rate)
+            self.accept.add(sample.t, sample.tokens / sample.batch_size)
+        else:
+            self.q[OFF][b].add(sample.t, rate)
+
+    # --- estimates -------------------------------------------------------
+    def mean(self, arm: int, b: int) -> float:
+        q = self.q[arm][b].mean
+        return q * self.accept.mean if arm == SPEC else q
+
+    def weight(self, arm: int, b: int, now: float) -> float:
+        w = self.q[arm][b].weight(now)
+        return min(w, self.accept.weight(now)) if arm == SPEC else w
+
+    def rel_noise(self, arm: int, b: int) -> float:
+        """Relative sd of one observation of the arm's reward, floored so a bonus never vanishes."""
+        rsd = self.q[arm][b].rel_sd
+        if arm == SPEC:
+            rsd = math.hypot(rsd, self.accept.rel_sd)
+        return max(rsd, 0.02)
+
+    def known(self, arm: int, b: int, now: float) -> bool:
+        return self.weight(arm, b, now) >= max(self.params["min_samples"], 1e-9)
+
+    def gains(self, now: float) -> list[float]:
+        """Traffic-weighted relative gain of speculating, per bucket (0 where unknown)."""
+        out = []
+        for b in range(len(self.buckets)):
+            if not (self.q[OFF][b].w and self.q[SPEC][b].w and self.accept.w):
+                out.append(0.0)
+                continue
+            off = self.mean(OFF, b)
+            traffic = self.q[OFF][b].weight(now) + self.q[SPEC][b].weight(now)
+            out.append(traffic * (self.mean(SPEC, b) - off) / off if off > 0 else 0.0)
+        return out
+
+    def dominated(self, arm: int, b: int, now: float) -> bool:
+        """True when a neighbouring bucket already settles an untried arm: the gain of
+        speculating falls as batches grow, so a clear loss below (a clear win above)
+        carries over without paying for the trial."""
+        margin = self.params["dominance"]
+        if self.accept.weight(now) < 1.0:
+            margin = max(margin, 0.5)   # gains use the accept length: stale, only a clear loss counts
+        others = range(b) if arm == SPEC else range(b + 1, len(self.buckets))
+        for o in others:
+            if self.q[OFF][o].weight(now) < 0.1 or self.q[SPEC][o].weight(now) < 0.1:
+                continue
+            off = self.mean(OFF, o)
+            gain = (self.mean(SPEC, o) - off) / off if off > 0 else 0.0
+            if (arm == SPEC and gain < -margin) or (arm == OFF and gain > margin):
+                return True
+        return False
+
+    # --- decision --------------------------------------------------------
+    def choose_arm(self, b: int, now: float) -> int:
+        raise NotImplementedError
+
+    def decide(self, snap: Snapshot) -> Decision:
+        exploit = monotone_threshold(self.gains(snap.now), self.buckets, snap.threshold)
+        b = self.live
+        untried = [a for a in (OFF, SPEC) if not self.known(a, b, snap.now)]
+        if len(untried) == 1 and self.dominated(untried[0], b, snap.now):
+            want, why = 1 - untried[0], "dominated"
+        elif untried:
+            want, why = untried[0], "untried"
+        else:
+            want, why = self.choose_arm(b, snap.now), "index"
+        in_spec = self.buckets.high(b) <= exploit
+        if (want == SPEC) == in_spec:
+            return Decision(exploit, exploit, f"exploit: bucket {self.buckets.low(b)}-{self.buckets.high(b)} "
+                            f"{'spec' if in_spec else 'off'}")
+        explore = flip_threshold(exploit, self.buckets, b, want == SPEC)
+        return Decision(explore, exploit, f"explore {'spec' if want == SPEC else 'off'} at batch "
+                        f"{self.buckets.low(b)}-{self.buckets.high(b)} ({why})")
+
+    def state(self) -> dict:
+        return {
+            "q_off": [d.to_list() for d in self.q[OFF]],
+            "q_spec": [d.to_list() for d in self.q[SPEC]],
+            "accept": self.accept.to_list(),
+            "live": self.live,
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        _check_state(self.name, state, len(self.buckets))
+        for arm, key in ((OFF, "q_off"), (SPEC, "q_spec")):
+            for d, row in zip(self.q[arm], state[key]):
+                d.load(row)
+        self.accept.load(state["accept"])
+        self.live = int(state.get("live", 0)) % len(self.buckets)

@@ -1,0 +1,34 @@
+"""A static threshold: the operator's guess, and the always/never baselines."""
+from __future__ import annotations
+
+from .base import Policy
+from .params import ParamSpec
+from .types import Decision, Snapshot
+
+
+class FixedPolicy(Policy):
+    name = "fixed"
+    summary = "a static threshold (0 = never speculate, >= max batch size = always)"
+    PARAMS = (ParamSpec("threshold", int, 5, 0, 65536, "speculate iff batch size <= threshold"),)
+
+    def decide(self, snap: Snapshot) -> Decision:
+        t = int(self.params["threshold"])
+        return Decision(t, t, f"fixed threshold {t}")
+
+
+class AlwaysPolicy(FixedPolicy):
+    name = "always"
+    summary = "always speculate (threshold = max batch size)"
+    PARAMS = ()
+
+    def decide(self, snap: Snapshot) -> Decision:
+        return Decision(self.max_batch_size, self.max_batch_size, "always speculate")
+
+
+class NeverPolicy(FixedPolicy):
+    name = "never"
+    summary = "never speculate (threshold 0)"
+    PARAMS = ()
+
+    def decide(self, snap: Snapshot) -> Decision:
+        return Decision(0, 0, "never speculate")

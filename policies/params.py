@@ -1,0 +1,60 @@
+"""Declared, validated policy parameters: every policy lists its ParamSpecs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .types import PolicyError
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    name: str
+    kind: type            # int or float
+    default: float
+    lo: float
+    hi: float
+    help: str
+
+    def coerce(self, policy: str, raw: Any) -> float | int:
+        try:
+            if isinstance(raw, bool):
+                raise ValueError
+            number = float(raw)
+            if self.kind is int and number != int(number):
+                raise ValueError
+            value = int(number) if self.kind is int else number
+        except (TypeError, ValueError, OverflowError):
+            raise PolicyError(
+                f"policy {policy}: parameter {self.name}={raw!r} is not a valid {self.kind.__name__} "
+                f"(allowed {self.lo:g} .. {self.hi:g})") from None
+        if not (self.lo <= value <= self.hi):
+            raise PolicyError(
+                f"policy {policy}: parameter {self.name}={raw!r} out of range "
+                f"(allowed {self.lo:g} .. {self.hi:g})")
+        return value
+
+
+def resolve_params(policy: str, specs: tuple[ParamSpec, ...], given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Defaults overlaid with the given values; unknown names and bad values raise PolicyError."""
+    by_name = {s.name: s for s in specs}
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(by_name))
+    if unknown:
+        allowed = ", ".join(sorted(by_name)) or "none"
+        raise PolicyError(f"policy {policy}: unknown parameter {unknown[0]!r} (allowed: {allowed})")
+    out = {s.name: s.kind(s.default) for s in specs}
+    for name, raw in given.items():
+        out[name] = by_name[name].coerce(policy, raw)
+    return out
+
+
+def parse_kv(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """'k=v' strings from the command line into a dict (values stay strings)."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise PolicyError(f"bad parameter {pair!r}: expected NAME=VALUE")
+        out[key.strip()] = value.strip()
+    return out

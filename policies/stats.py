@@ -1,0 +1,51 @@
+"""Time-discounted running statistics (exponential forgetting by half-life in seconds)."""
+from __future__ import annotations
+
+import math
+
+
+class Discounted:
+    """Weighted mean and variance whose weights halve every half_life_s seconds."""
+
+    __slots__ = ("w", "s", "s2", "t", "half_life_s")
+
+    def __init__(self, half_life_s: float):
+        self.half_life_s = half_life_s
+        self.w = self.s = self.s2 = 0.0
+        self.t = 0.0
+
+    def add(self, t: float, x: float) -> None:
+        if self.w and t > self.t:
+            f = 0.5 ** ((t - self.t) / self.half_life_s)
+            self.w *= f
+            self.s *= f
+            self.s2 *= f
+        if t > self.t:
+            self.t = t
+        self.w += 1.0
+        self.s += x
+        self.s2 += x * x
+
+    def weight(self, now: float) -> float:
+        if not self.w or now <= self.t:
+            return self.w
+        return self.w * 0.5 ** ((now - self.t) / self.half_life_s)
+
+    @property
+    def mean(self) -> float:
+        return self.s / self.w if self.w else 0.0
+
+    @property
+    def rel_sd(self) -> float:
+        """Relative standard deviation of one observation (0 when unknown)."""
+        if self.w < 2.0 or self.s <= 0.0:
+            return 0.0
+        m = self.s / self.w
+        var = max(self.s2 / self.w - m * m, 0.0)
+        return math.sqrt(var) / m
+
+    def to_list(self) -> list[float]:
+        return [self.w, self.s, self.s2, self.t]
+
+    def load(self, values: list[float]) -> None:
+        self.w, self.s, self.s2, self.t = (float(v) for v in values)

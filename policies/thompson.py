@@ -1,0 +1,44 @@
+"""Gaussian Thompson sampling with forgetting, per batch-size bucket."""
+from __future__ import annotations
+
+import random
+from typing import Any, Mapping
+
+from .base import OFF, SPEC, BucketLearner
+from .params import ParamSpec
+from .types import PolicyError
+
+
+class ThompsonPolicy(BucketLearner):
+    name = "thompson"
+    summary = "Gaussian Thompson sampling with forgetting on tokens/s per mode"
+    PARAMS = BucketLearner.BASE_PARAMS + (
+        ParamSpec("scale", float, 1.0, 0.0, 100.0, "posterior width multiplier"),
+    )
+
+    def __init__(self, params=None, *, seed: int = 0, max_batch_size: int = 256):
+        super().__init__(params, seed=seed, max_batch_size=max_batch_size)
+        self.rng = random.Random(self.seed)
+
+    def draw(self, arm: int, b: int, now: float) -> float:
+        mean = self.mean(arm, b)
+        sd = self.params["scale"] * mean * self.rel_noise(arm, b) / self.weight(arm, b, now) ** 0.5
+        return self.rng.gauss(mean, sd)
+
+    def choose_arm(self, b: int, now: float) -> int:
+        return SPEC if self.draw(SPEC, b, now) > self.draw(OFF, b, now) else OFF
+
+    def state(self) -> dict:
+        out = super().state()
+        version, internal, gauss_next = self.rng.getstate()
+        out["rng"] = [version, list(internal), gauss_next]
+        return out
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        super().load_state(state)
+        if "rng" in state:
+            try:
+                version, internal, gauss_next = state["rng"]
+                self.rng.setstate((version, tuple(internal), gauss_next))
+            except (TypeError, ValueError) as e:
+                raise PolicyError(f"policy {self.name}: saved random state is unreadable ({e})") from None

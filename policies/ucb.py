@@ -1,0 +1,24 @@
+"""Discounted UCB per batch-size bucket (Garivier & Moulines' D-UCB, relative bonus)."""
+from __future__ import annotations
+
+import math
+
+from .base import OFF, SPEC, BucketLearner
+from .params import ParamSpec
+
+
+class UCBPolicy(BucketLearner):
+    name = "ucb"
+    summary = "discounted UCB on tokens/s of each mode at the live batch size"
+    PARAMS = BucketLearner.BASE_PARAMS + (
+        ParamSpec("c", float, 1.0, 0.0, 100.0, "width of the confidence bonus"),
+    )
+
+    def index(self, arm: int, b: int, now: float, total: float) -> float:
+        w = self.weight(arm, b, now)
+        bonus = self.params["c"] * self.rel_noise(arm, b) * math.sqrt(2.0 * math.log(max(total, math.e)) / w)
+        return self.mean(arm, b) * (1.0 + bonus)
+
+    def choose_arm(self, b: int, now: float) -> int:
+        total = self.weight(OFF, b, now) + self.weight(SPEC, b, now)
+        return SPEC if self.index(SPEC, b, now, total) > self.index(OFF, b, now, total) else OFF
