@@ -1,0 +1,157 @@
+"""The control API: HTTP + JSON on a unix socket (mode 0660), no TCP listener."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import socketserver
+import threading
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Callable
+from urllib.parse import parse_qs, urlparse
+
+from policies import PolicyError, list_policies
+from state import queries
+
+log = logging.getLogger("spec_controller.api")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ApiError(400, f"{name} must be an integer")
+    try:
+        return int(value)
+    except ValueError:
+        raise ApiError(400, f"{name} must be an integer, got {value!r}") from None
+
+
+def make_routes(service) -> dict[tuple[str, str], Callable[[dict, dict], dict | list]]:
+    def history(query, body):
+        limit = _int(query.get("limit", ["20"])[0], "limit")
+        if not 1 <= limit <= 10000:
+            raise ApiError(400, f"limit {limit} out of range (1 .. 10000)")
+        service.writer.flush(5)
+        return queries.recent_decisions(service.db, limit)
+
+    def set_policy(query, body):
+        if not isinstance(body.get("name"), str):
+            raise ApiError(400, "body needs a policy name")
+        params = body.get("params") or {}
+        if not isinstance(params, dict):
+            raise ApiError(400, "params must be an object")
+        return service.set_policy(body["name"], params)
+
+    def pin(query, body):
+        return service.pin(_int(body.get("threshold"), "threshold"))
+
+    return {
+        ("GET", "/status"): lambda q, b: service.status(),
+        ("GET", "/health"): lambda q, b: {"ok": bool(service.engine.health().get("ok"))},
+        ("GET", "/policy"): lambda q, b: service.policy_info(),
+        ("GET", "/policies"): lambda q, b: list_policies(),
+        ("POST", "/policy"): set_policy,
+        ("POST", "/threshold/pin"): pin,
+        ("POST", "/threshold/unpin"): lambda q, b: service.pin(None),
+        ("GET", "/history"): history,
+    }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    routes: dict = {}
+    protocol_version = "HTTP/1.1"
+
+    def address_string(self) -> str:
+        return "unix"
+
+    def log_message(self, fmt, *args) -> None:
+        log.debug("api: " + fmt, *args)
+
+    def _reply(self, status: int, payload) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _handle(self, method: str) -> None:
+        url = urlparse(self.path)
+        route = self.routes.get((method, url.path))
+        try:
+            if route is None:
+                raise ApiError(404, f"no such endpoint: {method} {url.path}")
+            body = {}
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                try:
+                    body = json.loads(self.rfile.read(length))
+                except json.JSONDecodeError:
+                    raise ApiError(400, "body is not valid JSON") from None
+                if not isinstance(body, dict):
+                    raise ApiError(400, "body must be a JSON object")
+            self._reply(200, route(parse_qs(url.query), body))
+        except ApiError as e:
+            self._reply(e.status, {"error": str(e)})
+        except (PolicyError, ValueError) as e:
+            self._reply(400, {"error": str(e)})
+        except Exception as e:                   # the daemon keeps running; the caller gets one line
+            log.exception("api: %s %s failed", method, url.path)
+            self._reply(500, {"error": f"internal error: {type(e).__name__}: {e}"})
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+
+class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+def _clear_stale(path: Path) -> None:
+    if not path.exists() and not path.is_symlink():
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        path.unlink()                                 # nobody listening: a leftover of a crash
+        return
+    finally:
+        probe.close()
+    raise RuntimeError(f"control socket {path} is in use by another daemon")
+
+
+class ControlServer:
+    def __init__(self, path: str | os.PathLike, service):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _clear_stale(self.path)
+        handler = type("Handler", (_Handler,), {"routes": make_routes(service)})
+        old = os.umask(0o117)                          # socket created 0660, never world-accessible
+        try:
+            self.server = _UnixHTTPServer(str(self.path), handler)
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o660)
+        self._thread = threading.Thread(target=self.server.serve_forever, name="control-api", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,99 @@
+"""The daemon's configuration: a TOML file, then command-line flags on top; strictly checked."""
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any, Mapping
+
+from .guard import GuardConfig, GuardConfigError
+from .paths import DEFAULT_CONFIG
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "engine": {"kind": "sim"},
+    "sim": {"profile": "crossover-b", "trace": "load-steps", "concurrency": 0, "speed": 1.0, "seed": 0},
+    "sglang": {},                 # SGLang ServerArgs, passed through (see docs/sglang.md)
+    "policy": {"name": "bandit", "seed": 0, "tick_s": 0.5, "initial_threshold": 0, "params": {}},
+    "guard": {},                  # GuardConfig fields
+    "storage": {"db": "", "retention_samples_s": 3600.0, "retention_max_rows": 2_000_000,
+                "retention_aggregates_s": 7 * 86400.0, "rollup_s": 10.0, "checkpoint_s": 30.0},
+    "control": {"socket": "", "metrics_port": 0, "metrics_addr": "127.0.0.1", "ingest_queue": 65536,
+                "log_level": "INFO"},
+}
+FREE_FORM = {("sglang",), ("policy", "params"), ("guard",)}
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message is one line."""
+
+
+def _check(section: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+    for key, value in given.items():
+        if key not in defaults:
+            raise ConfigError(f"config: unknown key {key!r} in [{section}] (known: {', '.join(defaults)})")
+        default = defaults[key]
+        if isinstance(default, dict):
+            if not isinstance(value, dict):
+                raise ConfigError(f"config: [{section}] {key} must be a table")
+            continue
+        want = float if isinstance(default, float) else type(default)
+        ok = isinstance(value, want) or (want is float and isinstance(value, int))
+        if isinstance(value, bool) and want is not bool:
+            ok = False
+        if not ok:
+            raise ConfigError(f"config: [{section}] {key}={value!r} must be a {want.__name__}")
+
+
+def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> dict:
+    """Defaults < file < overrides. A missing *default* file means built-in defaults."""
+    cfg = copy.deepcopy(DEFAULTS)
+    file_data: dict = {}
+    if path is None:
+        path = DEFAULT_CONFIG
+        explicit = False
+    else:
+        explicit = True
+    path = Path(path)
+    if path.exists() or explicit:
+        try:
+            file_data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except OSError as e:
+            raise ConfigError(f"config file {path}: cannot read ({e.strerror})") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {path}: not valid TOML ({e})") from None
+    for source in (file_data, overrides or {}):
+        for section, values in source.items():
+            if section not in DEFAULTS:
+                raise ConfigError(f"config: unknown section [{section}] (known: {', '.join(DEFAULTS)})")
+            if not isinstance(values, dict):
+                raise ConfigError(f"config: [{section}] must be a table")
+            if (section,) not in FREE_FORM:
+                _check(section, values, DEFAULTS[section])
+            for key, value in values.items():
+                if isinstance(cfg[section].get(key), dict):
+                    cfg[section][key].update(value)
+                else:
+                    cfg[section][key] = value
+    validate(cfg)
+    cfg["_path"] = str(path) if (path.exists() or explicit) else ""
+    return cfg
+
+
+def validate(cfg: dict) -> None:
+    if cfg["engine"]["kind"] not in ("sim", "sglang"):
+        raise ConfigError(f"config: [engine] kind={cfg['engine']['kind']!r} must be 'sim' or 'sglang'")
+    ranges = [("sim", "speed", 0.01, 10000), ("sim", "concurrency", 0, 65536), ("policy", "tick_s", 0.05, 3600),
+              ("policy", "initial_threshold", 0, 65536), ("storage", "retention_samples_s", 1, 1e9),
+              ("storage", "retention_max_rows", 1000, 1e10), ("storage", "rollup_s", 1, 86400),
+              ("storage", "checkpoint_s", 1, 86400), ("control", "metrics_port", 0, 65535),
+              ("control", "ingest_queue", 16, 10_000_000)]
+    for section, key, lo, hi in ranges:
+        value = cfg[section][key]
+        if not lo <= value <= hi:
+            raise ConfigError(f"config: [{section}] {key}={value!r} out of range ({lo:g} .. {hi:g})")
+    try:
+        GuardConfig.from_mapping(cfg["guard"])
+    except GuardConfigError as e:
+        raise ConfigError(f"config: [guard] {e}") from None

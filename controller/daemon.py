@@ -1,0 +1,194 @@
+"""`spec-controller run`: the service systemd starts (Type=notify)."""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+from policies import PolicyError
+from state.db import DaemonLock, StoreError, open_store
+from state.writer import Writer
+
+from .config import ConfigError, load_config
+from .engines.base import Engine, EngineError
+from .notify import sd_notify
+from .paths import default_db, default_socket
+from .sim.profile import ProfileError
+
+log = logging.getLogger("spec_controller")
+
+
+class Fatal(Exception):
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def build_engine(cfg: dict) -> Engine:
+    kind = cfg["engine"]["kind"]
+    if kind == "sim":
+        from .engines.sim import SimEngine
+        from .sim.profile import load_profile, load_trace
+        sim = cfg["sim"]
+        profile = load_profile(sim["profile"])
+        trace = None if sim["concurrency"] else load_trace(sim["trace"], profile.spec_steps + 1)
+        return SimEngine(profile, trace, sim["concurrency"], sim["speed"], sim["seed"])
+    from .engines.sglang import SGLangEngine
+    return SGLangEngine(cfg["sglang"])
+
+
+class Daemon:
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+        self.stop_flag = threading.Event()
+        self.reload_flag = threading.Event()
+        self.exit_code = 0
+
+    def _signals(self) -> None:
+        # Handlers only set flags; the main loop acts on them.
+        signal.signal(signal.SIGTERM, lambda *_: self.stop_flag.set())
+        signal.signal(signal.SIGINT, lambda *_: self.stop_flag.set())
+        signal.signal(signal.SIGHUP, lambda *_: self.reload_flag.set())
+
+    def run(self) -> int:
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        from .api import ControlServer
+        from .service import Service
+
+        cfg = self.cfg
+        st, ctl = cfg["storage"], cfg["control"]
+        st["db"] = st["db"] or str(default_db())
+        ctl["socket"] = ctl["socket"] or str(default_socket())
+        self._signals()
+        lock = DaemonLock(st["db"])
+        lock.acquire()
+        db = open_store(st["db"])
+        try:
+            engine = build_engine(cfg)
+        except (ProfileError, EngineError) as e:
+            raise Fatal(str(e), 2 if isinstance(e, ProfileError) else 1) from None
+        writer = Writer(db).start()
+        try:
+            service = Service(cfg, engine, db, writer)
+        except PolicyError as e:
+            writer.stop()
+            raise Fatal(f"policy: {e}", 2) from None
+        writer.event("start", f"engine={cfg['engine']['kind']} policy={service.policy_name} "
+                              f"threshold={service.loop.threshold} pinned={service.loop.pinned}")
+        engine.start(service.on_sample)
+        if not engine.wait_ready(timeout=float(cfg["sglang"].get("ready_timeout_s", 900))):
+            engine.stop()
+            writer.event("error", "engine did not become ready")
+            writer.stop()
+            raise Fatal("engine did not become ready")
+        service.apply_initial()
+        ingest = threading.Thread(target=service.ingest_forever, name="ingest", daemon=True)
+        ingest.start()
+        server = ControlServer(ctl["socket"], service)
+        server.start()
+        if ctl["metrics_port"]:
+            from .metrics import start_metrics
+            start_metrics(service, ctl["metrics_port"], ctl["metrics_addr"])
+        speed = cfg["sim"]["speed"] if cfg["engine"]["kind"] == "sim" else 1.0
+        sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 5})
+        sched.add_job(service.retune, "interval", seconds=max(cfg["policy"]["tick_s"] / speed, 0.02), id="retune")
+        sched.add_job(service.rollup, "interval", seconds=max(st["rollup_s"] / speed, 0.5), id="rollup")
+        sched.add_job(service.retention, "interval", seconds=60, id="retention")
+        sched.add_job(service.checkpoint, "interval", seconds=max(st["checkpoint_s"] / speed, 1.0), id="checkpoint")
+        sched.start()
+        log.info("spec-controller ready: engine %s, policy %s, threshold %s, socket %s, db %s",
+                 cfg["engine"]["kind"], service.policy_name, service.loop.threshold, ctl["socket"], st["db"])
+        sd_notify("READY=1")
+        try:
+            while not self.stop_flag.wait(0.5):
+                if self.reload_flag.is_set():
+                    self.reload_flag.clear()
+                    self._reload(service)
+                health = engine.health()
+                if not health.get("ok"):
+                    log.error("engine is gone: %s", health.get("detail"))
+                    writer.event("error", f"engine gone: {health.get('detail')}")
+                    self.exit_code = 1          # systemd restarts us (Restart=on-failure)
+                    break
+        finally:
+            sd_notify("STOPPING=1")
+            sched.shutdown(wait=True)
+            engine.stop()
+            service.stop_ingest()
+            ingest.join(30)
+            service.checkpoint()
+            writer.event("stop", f"exit {self.exit_code}")
+            writer.stop()
+            server.stop()
+            lock.release()
+        return self.exit_code
+
+    def _reload(self, service) -> None:
+        from .guard import GuardConfig
+        try:
+            fresh = load_config(self.cfg.get("_path") or None, self.cfg.get("_overrides"))
+        except ConfigError as e:
+            log.error("reload refused, keeping the running config: %s", e)
+            service.writer.event("reload", f"refused: {e}")
+            return
+        with service.lock:
+            service.loop.guard_config = GuardConfig.from_mapping(fresh["guard"])
+            service.loop.guard.cfg = service.loop.guard_config
+            for key in ("retention_samples_s", "retention_max_rows", "retention_aggregates_s"):
+                self.cfg["storage"][key] = fresh["storage"][key]
+        logging.getLogger().setLevel(fresh["control"]["log_level"])
+        service.writer.event("reload", "guard, retention and log level re-read")
+        log.info("configuration reloaded")
+
+
+@click.group()
+def main() -> None:
+    """spec-controller: the daemon that retunes SGLang's speculation threshold."""
+
+
+@main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="TOML config (default /etc/spec-controller/config.toml; missing = built-in defaults)")
+@click.option("--engine", type=click.Choice(["sim", "sglang"]), help="engine to embed")
+@click.option("--profile", help="simulator profile: name or .toml/.json path")
+@click.option("--trace", help="simulator load trace (looped): name or path")
+@click.option("--concurrency", type=int, help="simulator: fixed number of clients instead of a trace")
+@click.option("--speed", type=float, help="simulator clock rate (virtual seconds per real second)")
+@click.option("--policy", help="policy at first start (later: specctl policy set)")
+@click.option("--db", help="SQLite database path")
+@click.option("--socket", "socket_path", help="control socket path")
+@click.option("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
+def run(config_path, engine, profile, trace, concurrency, speed, policy, db, socket_path, metrics_port, log_level):
+    """Run the daemon in the foreground (systemd's ExecStart)."""
+    overrides: dict[str, dict] = {}
+    for section, key, value in [("engine", "kind", engine), ("sim", "profile", profile), ("sim", "trace", trace),
+                                ("sim", "concurrency", concurrency), ("sim", "speed", speed),
+                                ("policy", "name", policy), ("storage", "db", db), ("control", "socket", socket_path),
+                                ("control", "metrics_port", metrics_port), ("control", "log_level", log_level)]:
+        if value is not None:
+            overrides.setdefault(section, {})[key] = value
+    try:
+        cfg = load_config(config_path, overrides)
+    except ConfigError as e:
+        click.echo(f"spec-controller: {e}", err=True)
+        sys.exit(2)
+    cfg["_overrides"] = overrides
+    logging.basicConfig(level=cfg["control"]["log_level"], stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)   # it logs every job run at INFO
+    try:
+        code = Daemon(cfg).run()
+    except (StoreError, Fatal, RuntimeError) as e:
+        click.echo(f"spec-controller: {e}", err=True)
+        sys.exit(getattr(e, "code", 1))
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

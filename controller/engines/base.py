@@ -1,0 +1,42 @@
+"""What the daemon needs from an engine: samples out, a threshold in, health, and a clock."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Callable
+
+from policies.types import Sample
+
+SampleSink = Callable[[Sample], None]
+
+
+class EngineError(RuntimeError):
+    """The engine refused or failed; one line for the operator."""
+
+
+class Engine(ABC):
+    name: str = ""
+    max_batch_size: int = 256
+
+    @abstractmethod
+    def start(self, on_sample: SampleSink) -> None:
+        """Start serving; on_sample is called (from any thread, must not block) per decode batch."""
+
+    @abstractmethod
+    def wait_ready(self, timeout: float) -> bool:
+        """True once the engine is warm and serving."""
+
+    @abstractmethod
+    def set_threshold(self, threshold: int) -> None:
+        """Apply a new threshold; raises EngineError if it could not be applied."""
+
+    @abstractmethod
+    def now(self) -> float:
+        """The clock of the samples' t field (virtual for the simulator)."""
+
+    @abstractmethod
+    def health(self) -> dict:
+        """{'ok': bool, 'detail': str, ...}; ok False means the engine is gone."""
+
+    @abstractmethod
+    def stop(self, timeout: float = 30.0) -> None:
+        """Drain and stop."""

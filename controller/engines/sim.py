@@ -1,0 +1,95 @@
+"""The simulated engine in real time (scaled by `speed`), for the live daemon without a GPU."""
+from __future__ import annotations
+
+import threading
+import time
+
+from ..sim.core import SimCore
+from ..sim.profile import Profile, Trace
+from .base import Engine, EngineError, SampleSink
+
+
+class SimEngine(Engine):
+    """Runs SimCore on its own thread, sleeping each step's duration / speed.
+
+    Load: a fixed concurrency, or a trace replayed in a loop (the default demo).
+    """
+
+    name = "sim"
+
+    def __init__(self, profile: Profile, trace: Trace | None = None, concurrency: int = 0,
+                 speed: float = 1.0, seed: int = 0):
+        if trace is None and concurrency <= 0:
+            raise EngineError("sim engine: give a trace or a concurrency > 0")
+        self.profile = profile
+        self.trace = trace
+        self.concurrency = concurrency
+        self.speed = speed
+        self.max_batch_size = profile.max_batch_size
+        self.core = SimCore(profile, seed)
+        self._threshold = 0
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0_real = 0.0
+        self._error: str | None = None
+        self.segment = ""
+
+    def start(self, on_sample: SampleSink) -> None:
+        self._thread = threading.Thread(target=self._run, args=(on_sample,), name="sim-engine", daemon=True)
+        self._t0_real = time.monotonic()
+        self._thread.start()
+
+    def _load_at(self, t: float) -> tuple[int, float | None, str]:
+        if self.trace is None:
+            return self.concurrency, None, f"C={self.concurrency}"
+        period = sum(s.seconds for s in self.trace.segments)
+        x = t % period
+        for seg in self.trace.segments:
+            if x < seg.seconds:
+                return seg.concurrency, seg.mean_accept_length, seg.label or f"C={seg.concurrency}"
+            x -= seg.seconds
+        seg = self.trace.segments[-1]
+        return seg.concurrency, seg.mean_accept_length, seg.label
+
+    def _run(self, on_sample: SampleSink) -> None:
+        try:
+            self._ready.set()
+            while not self._stop.is_set():
+                c, accept, self.segment = self._load_at(self.core.t)
+                if c != self.core.concurrency or (accept is not None and accept != self.core.accept_length):
+                    self.core.set_load(c, accept)
+                sample = self.core.step(self.core.concurrency <= self._threshold)
+                # Pace virtual time against the real clock so the sample arrives when its step ends.
+                lag = sample.t / self.speed - (time.monotonic() - self._t0_real)
+                if lag > 0 and self._stop.wait(lag):
+                    break
+                on_sample(sample)
+        except Exception as e:        # a crash here is the engine dying: health reports it
+            self._error = f"{type(e).__name__}: {e}"
+
+    def wait_ready(self, timeout: float) -> bool:
+        return self._ready.wait(timeout)
+
+    def set_threshold(self, threshold: int) -> None:
+        if self._error or self._thread is None or not self._thread.is_alive():
+            raise EngineError(f"sim engine is not running ({self._error or 'stopped'})")
+        self._threshold = int(threshold)
+
+    @property
+    def threshold(self) -> int:
+        return self._threshold
+
+    def now(self) -> float:
+        return self.core.t
+
+    def health(self) -> dict:
+        alive = self._thread is not None and self._thread.is_alive()
+        return {"ok": alive and self._error is None, "engine": "sim", "profile": self.profile.name,
+                "load": self.segment, "speed": self.speed,
+                "detail": self._error or ("running" if alive else "stopped")}
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)

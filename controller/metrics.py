@@ -1,0 +1,43 @@
+"""Prometheus metrics (opt-in port), read from the service's status at scrape time."""
+from __future__ import annotations
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+
+class ServiceCollector(Collector):
+    def __init__(self, service):
+        self.service = service
+
+    def collect(self):
+        st = self.service.status()
+        gauges = [
+            ("specctl_threshold_batch_size", "Applied speculation threshold (batch size)", st["threshold"]),
+            ("specctl_pinned", "1 if the threshold is pinned by the operator", int(st["pinned"])),
+            ("specctl_accept_length_tokens", "Mean accept length of speculative batches (tokens/verify)",
+             st["mean_accept_length"]),
+            ("specctl_throughput_tokens_per_second", "Decode tokens per second over the live window",
+             st["tok_per_s"]),
+            ("specctl_spec_share_ratio", "Share of decode batches run with speculation", st["spec_share"]),
+            ("specctl_engine_up", "1 while the engine is healthy", int(st["daemon"]["healthy"])),
+        ]
+        for name, doc, value in gauges:
+            g = GaugeMetricFamily(name, doc)
+            g.add_metric([], float("nan") if value is None else float(value))
+            yield g
+        counters = [
+            ("specctl_decisions", "Threshold changes applied", st["decisions"]),
+            ("specctl_samples", "Decode-batch samples received", st["samples"]["total"]),
+            ("specctl_samples_dropped", "Samples dropped because ingest was full", st["samples"]["dropped"]),
+        ]
+        for name, doc, value in counters:
+            c = CounterMetricFamily(name, doc)
+            c.add_metric([], float(value))
+            yield c
+
+
+def start_metrics(service, port: int, addr: str = "127.0.0.1"):
+    from prometheus_client import start_http_server
+    registry = CollectorRegistry()
+    registry.register(ServiceCollector(service))
+    return start_http_server(port, addr=addr, registry=registry)

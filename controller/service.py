@@ -1,0 +1,193 @@
+"""The daemon's moving parts: ingest, control loop, actuation, persistence, status."""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from typing import Any, Mapping
+
+from policies import Policy, PolicyError, Sample, make_policy, resolve_name
+from state import queries
+from state.writer import Writer
+
+from .engines.base import Engine, EngineError
+from .guard import GuardConfig
+from .livestats import LiveStats
+from .loop import ControlLoop
+from .notify import sd_notify
+
+log = logging.getLogger("spec_controller")
+VERSION = "0.1.0"
+
+
+class Service:
+    """Owns the control loop. observe() runs on the ingest thread, retune() on the
+    scheduler's; one lock serialises them and the API's commands."""
+
+    def __init__(self, cfg: dict, engine: Engine, db, writer: Writer):
+        self.cfg = cfg
+        self.engine = engine
+        self.db = db
+        self.writer = writer
+        self.lock = threading.RLock()
+        self.started_wall = time.time()
+        self.stats = LiveStats()
+        self.ingest_q: queue.Queue = queue.Queue(maxsize=cfg["control"]["ingest_queue"])
+        self.dropped = 0
+        self.engine_errors = 0
+        self.decisions = 0
+        self.last_decision: dict | None = None
+        self._stop = threading.Event()
+        saved = queries.settings(db)
+        pol = saved.get("policy") or {"name": cfg["policy"]["name"], "params": cfg["policy"]["params"]}
+        policy = self._build_policy(pol["name"], pol.get("params") or {}, restore=True)
+        initial = saved.get("threshold", cfg["policy"]["initial_threshold"])
+        self.loop = ControlLoop(policy, GuardConfig.from_mapping(cfg["guard"]), int(initial))
+        self.loop.pin(saved.get("pinned"))
+        self.policy_name = pol["name"]
+        self.restored = {"policy": pol["name"], "threshold": self.loop.threshold, "pinned": self.loop.pinned}
+
+    # --- policy -------------------------------------------------------------
+    def _build_policy(self, name: str, params: Mapping[str, Any], restore: bool) -> Policy:
+        policy = make_policy(name, params, seed=self.cfg["policy"]["seed"], max_batch_size=self.engine.max_batch_size)
+        if restore:
+            saved = queries.latest_policy_state(self.db, resolve_name(name))
+            if saved:
+                try:
+                    policy.load_state(saved["state"])
+                except PolicyError as e:
+                    log.warning("saved state of %s not restored: %s", name, e)
+        return policy
+
+    def set_policy(self, name: str, params: Mapping[str, Any]) -> dict:
+        """Validate and switch; raises PolicyError (nothing changed) on bad input."""
+        policy = self._build_policy(name, params, restore=True)
+        with self.lock:
+            self.checkpoint()
+            self.loop.set_policy(policy)
+            self.policy_name = name
+            self.writer.setting("policy", {"name": name, "params": dict(params)})
+            self.writer.event("policy", f"{name} {dict(params)}")
+        return self.policy_info()
+
+    def policy_info(self) -> dict:
+        p = self.loop.policy
+        return {"name": self.policy_name, "policy": p.name, "params": dict(p.params), "seed": p.seed,
+                "state_keys": sorted(p.state())}
+
+    # --- threshold ----------------------------------------------------------
+    def pin(self, threshold: int | None) -> dict:
+        if threshold is not None and not 0 <= threshold <= self.engine.max_batch_size:
+            raise ValueError(f"threshold {threshold} out of range (allowed 0 .. {self.engine.max_batch_size})")
+        with self.lock:
+            self.loop.pin(threshold)
+            self.writer.setting("pinned", threshold)
+            self.writer.event("pin" if threshold is not None else "unpin", str(threshold))
+        self.retune()
+        return {"threshold": self.loop.threshold, "pinned": self.loop.pinned is not None}
+
+    def apply_initial(self) -> None:
+        """Re-apply the restored threshold before the first retune."""
+        self._actuate(self.loop.threshold, self.loop.threshold, "restored", False, self.engine.now())
+
+    def _actuate(self, new: int, old: int, reason: str, exploratory: bool, now: float) -> None:
+        try:
+            self.engine.set_threshold(new)
+        except EngineError as e:
+            self.engine_errors += 1
+            self.writer.event("error", f"set_threshold({new}) failed: {e}")
+            log.error("could not apply threshold %d: %s", new, e)
+            return
+        self.decisions += 1
+        self.last_decision = {"t": now, "old": old, "new": new, "reason": reason, "exploratory": exploratory}
+        self.writer.decision(now, old, new, self.policy_name, reason, exploratory)
+        self.writer.setting("threshold", new)
+
+    def retune(self) -> None:
+        with self.lock:
+            now = self.engine.now()
+            tick = self.loop.tick(now)
+            if tick.changed:
+                self._actuate(tick.threshold, tick.previous, tick.reason, tick.exploratory, now)
+        snap = self.stats.snapshot()
+        sd_notify(f"STATUS=threshold {self.loop.threshold}{' (pinned)' if self.loop.pinned is not None else ''}, "
+                  f"policy {self.policy_name}, accept {snap['mean_accept_length']}, tok/s {snap['tok_per_s']}")
+        sd_notify("WATCHDOG=1")
+
+    # --- ingest -------------------------------------------------------------
+    def on_sample(self, sample: Sample) -> None:
+        """Called on the engine's thread: never blocks, drops and counts when full."""
+        try:
+            self.ingest_q.put_nowait(sample)
+        except queue.Full:
+            self.dropped += 1
+
+    def ingest_forever(self) -> None:
+        while not self._stop.is_set() or not self.ingest_q.empty():
+            try:
+                first = self.ingest_q.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            batch = [first]
+            while len(batch) < 1024:
+                try:
+                    batch.append(self.ingest_q.get_nowait())
+                except queue.Empty:
+                    break
+            with self.lock:
+                for s in batch:
+                    self.loop.observe(s)
+                    self.stats.add(s)
+            self.writer.samples([s.as_tuple() for s in batch])
+
+    def stop_ingest(self) -> None:
+        self._stop.set()
+
+    # --- persistence jobs ---------------------------------------------------
+    def checkpoint(self) -> None:
+        with self.lock:
+            p = self.loop.policy
+            self.writer.policy_state(p.name, dict(p.params), p.state())
+
+    def rollup(self) -> None:
+        window = self.cfg["storage"]["rollup_s"]
+        end = self.engine.now() // window * window
+        edges = self.loop.policy.buckets.edges
+        self.writer.call(lambda db: queries.rollup(db, end - window, window, edges))
+
+    def retention(self) -> None:
+        st = self.cfg["storage"]
+        now = self.engine.now()
+        self.writer.call(lambda db: queries.apply_retention(db, now, st["retention_samples_s"],
+                                                            st["retention_max_rows"], st["retention_aggregates_s"]))
+
+    # --- status ---------------------------------------------------------------
+    def status(self) -> dict:
+        with self.lock:
+            snap = self.stats.snapshot()
+            health = self.engine.health()
+            return {
+                "daemon": {"running": True, "pid": os.getpid(), "version": VERSION,
+                           "uptime_s": round(time.time() - self.started_wall, 1),
+                           "db": self.cfg["storage"]["db"], "socket": self.cfg["control"]["socket"],
+                           "healthy": bool(health.get("ok"))},
+                "engine": health,
+                "threshold": self.loop.threshold,
+                "pinned": self.loop.pinned is not None,
+                "exploit_threshold": self.loop.guard.exploit,
+                "policy": {"name": self.policy_name, "policy": self.loop.policy.name,
+                           "params": dict(self.loop.policy.params)},
+                "mean_accept_length": snap["mean_accept_length"],
+                "acceptance_rate": snap["acceptance_rate"],
+                "tok_per_s": snap["tok_per_s"],
+                "spec_share": snap["spec_share"],
+                "samples": {"total": self.stats.total, "per_s": snap["batches_per_s"], "dropped": self.dropped,
+                            "written": self.writer.written_samples, "write_dropped": self.writer.dropped,
+                            "window_s": snap["window_s"]},
+                "exploration_share": round(self.loop.guard.explore_used, 4),
+                "last_decision": self.last_decision,
+                "engine_errors": self.engine_errors,
+                "decisions": self.decisions,
+            }

@@ -1,0 +1,73 @@
+"""Reads and maintenance jobs over the store (reads work on a read-only connection)."""
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+import sqlite_utils
+
+
+def settings(db: sqlite_utils.Database) -> dict[str, Any]:
+    return {row["key"]: json.loads(row["value"]) for row in db["settings"].rows}
+
+
+def latest_policy_state(db: sqlite_utils.Database, policy: str) -> dict | None:
+    rows = list(db.query("SELECT params, state, wall FROM policy_state WHERE policy = ? ORDER BY id DESC LIMIT 1",
+                         [policy]))
+    if not rows:
+        return None
+    return {"params": json.loads(rows[0]["params"]), "state": json.loads(rows[0]["state"]), "wall": rows[0]["wall"]}
+
+
+def recent_decisions(db: sqlite_utils.Database, limit: int = 20) -> list[dict]:
+    return list(db.query("SELECT id, t, wall, old, new, policy, reason, exploratory FROM decisions "
+                         "ORDER BY id DESC LIMIT ?", [limit]))
+
+
+def recent_events(db: sqlite_utils.Database, limit: int = 20) -> list[dict]:
+    return list(db.query("SELECT id, wall, kind, detail FROM events ORDER BY id DESC LIMIT ?", [limit]))
+
+
+def sample_summary(db: sqlite_utils.Database, since_t: float | None = None) -> dict:
+    """Acceptance, throughput and spec share over the raw samples since since_t (default: the last 60 s)."""
+    if since_t is None:
+        last = db.execute("SELECT max(t) FROM samples").fetchone()[0]
+        if last is None:
+            return {"samples": 0}
+        since_t = last - 60.0
+    row = db.execute(
+        "SELECT count(*), sum(tokens), sum(step_s), sum(steps > 0), "
+        "sum(CASE WHEN steps > 0 THEN tokens END), sum(CASE WHEN steps > 0 THEN batch_size END), "
+        "max(steps) FROM samples WHERE t >= ?", [since_t]).fetchone()
+    n, tokens, busy, spec, spec_tokens, spec_reqs, k = row
+    out = {"samples": n or 0}
+    if n:
+        out["tok_per_s"] = tokens / busy if busy else None
+        out["spec_share"] = spec / n
+        if spec_reqs:
+            out["mean_accept_length"] = spec_tokens / spec_reqs
+            out["acceptance_rate"] = (out["mean_accept_length"] - 1) / k if k else None
+    return out
+
+
+def rollup(db: sqlite_utils.Database, window_start: float, window_s: float, edges: Sequence[int]) -> int:
+    """Aggregate the raw samples of one window per (batch-size bucket, mode)."""
+    case = " ".join(f"WHEN batch_size <= {e} THEN {e}" for e in edges)
+    sql = (
+        "INSERT OR REPLACE INTO aggregates (window_start, window_s, bucket, mode, batches, tokens, busy_s, "
+        "mean_batch_size) "
+        f"SELECT ?, ?, CASE {case} ELSE {edges[-1]} END AS bucket, "
+        "CASE WHEN steps > 0 THEN 'spec' ELSE 'off' END AS mode, count(*), sum(tokens), sum(step_s), "
+        "avg(batch_size) FROM samples WHERE t >= ? AND t < ? AND decode_only = 1 GROUP BY bucket, mode")
+    cur = db.execute(sql, [window_start, window_s, window_start, window_start + window_s])
+    return cur.rowcount
+
+
+def apply_retention(db: sqlite_utils.Database, now_t: float, keep_samples_s: float, keep_max_rows: int,
+                    keep_aggregates_s: float) -> int:
+    """Drop raw samples older than keep_samples_s (and beyond keep_max_rows), old aggregates too."""
+    n = db.execute("DELETE FROM samples WHERE t < ?", [now_t - keep_samples_s]).rowcount
+    n += db.execute("DELETE FROM samples WHERE rowid <= (SELECT max(rowid) FROM samples) - ?",
+                    [keep_max_rows]).rowcount
+    db.execute("DELETE FROM aggregates WHERE window_start < ?", [now_t - keep_aggregates_s])
+    return n

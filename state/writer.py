@@ -1,0 +1,123 @@
+"""The one writer thread: everything that changes the database goes through its queue."""
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import sqlite_utils
+
+log = logging.getLogger("spec_controller.state")
+
+_STOP = object()
+
+
+class Writer:
+    """Batches queued writes into one transaction per drain; never blocks its callers.
+
+    A full queue drops the write and counts it (samples are telemetry, best effort);
+    settings, decisions and events are small and rare, so the queue is sized to hold them.
+    """
+
+    def __init__(self, db: sqlite_utils.Database, maxsize: int = 10000, batch: int = 512):
+        self.db = db
+        self.q: queue.Queue = queue.Queue(maxsize=maxsize)
+        self.batch = batch
+        self.dropped = 0
+        self.written_samples = 0
+        self.errors = 0
+        self._thread = threading.Thread(target=self._run, name="state-writer", daemon=True)
+
+    def start(self) -> "Writer":
+        self._thread.start()
+        return self
+
+    # --- producers (any thread) -------------------------------------------
+    def _put(self, item: tuple) -> bool:
+        try:
+            self.q.put_nowait(item)
+            return True
+        except queue.Full:
+            self.dropped += 1
+            return False
+
+    def samples(self, rows: Sequence[tuple]) -> bool:
+        return self._put(("samples", rows))
+
+    def decision(self, t: float, old: int, new: int, policy: str, reason: str, exploratory: bool) -> bool:
+        return self._put(("decisions", {"t": t, "wall": time.time(), "old": old, "new": new, "policy": policy,
+                                         "reason": reason, "exploratory": int(exploratory)}))
+
+    def setting(self, key: str, value: Any) -> bool:
+        return self._put(("settings", {"key": key, "value": json.dumps(value), "wall": time.time()}))
+
+    def policy_state(self, policy: str, params: dict, state: dict) -> bool:
+        return self._put(("policy_state", {"wall": time.time(), "policy": policy, "params": json.dumps(params),
+                                            "state": json.dumps(state)}))
+
+    def event(self, kind: str, detail: str = "") -> bool:
+        return self._put(("events", {"wall": time.time(), "kind": kind, "detail": detail}))
+
+    def call(self, fn: Callable[[sqlite_utils.Database], None]) -> bool:
+        """Run fn(db) on the writer thread (rollups, retention)."""
+        return self._put(("call", fn))
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Block until everything queued before this call is written."""
+        done = threading.Event()
+        try:
+            self.q.put(("call", lambda db: done.set()), timeout=timeout)
+        except queue.Full:
+            return False
+        return done.wait(timeout)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        try:
+            self.q.put(_STOP, timeout=timeout)
+        except queue.Full:
+            pass
+        self._thread.join(timeout)
+
+    # --- the thread -------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            first = self.q.get()
+            items = [first]
+            while len(items) < self.batch:
+                try:
+                    items.append(self.q.get_nowait())
+                except queue.Empty:
+                    break
+            stop = any(i is _STOP for i in items)
+            self._write([i for i in items if i is not _STOP])
+            if stop:
+                return
+
+    def _write(self, items: list) -> None:
+        if not items:
+            return
+        conn = self.db.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for kind, payload in items:
+                if kind == "samples":
+                    conn.executemany("INSERT INTO samples (t, batch_size, steps, tokens, step_s, decode_only) "
+                                     "VALUES (?, ?, ?, ?, ?, ?)", payload)
+                    self.written_samples += len(payload)
+                elif kind == "settings":
+                    self.db["settings"].upsert(payload, pk="key")
+                elif kind == "call":
+                    payload(self.db)
+                else:
+                    self.db[kind].insert(payload)
+            conn.execute("COMMIT")
+        except Exception:
+            self.errors += 1
+            log.exception("state writer: a batch of %d writes failed and was rolled back", len(items))
+            try:
+                conn.execute("ROLLBACK")
+            except Exception:
+                pass
