@@ -1,0 +1,63 @@
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from controller.cli import cli
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_simulate_json_rows_have_the_documented_keys():
+    res = run("simulate", "--profile", "crossover-a", "--policy", "bandit", "--concurrency", "1,32",
+              "--seconds", "20", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert [r["concurrency"] for r in out["rows"]] == [1, 32]
+    for r in out["rows"]:
+        assert {"throughput_tok_s", "oracle_tok_s", "ratio", "spec_share", "final_threshold"} <= set(r)
+        assert r["ratio"] == pytest.approx(r["throughput_tok_s"] / r["oracle_tok_s"], abs=1e-3)
+
+
+def test_oracle_beats_or_ties_static_extremes():
+    rows = {}
+    for pol in ("always", "never"):
+        res = run("simulate", "--profile", "crossover-a", "--policy", pol, "--concurrency", "1,64",
+                  "--seconds", "20", "--json")
+        rows[pol] = json.loads(res.output)["rows"]
+    for a, n in zip(rows["always"], rows["never"]):
+        assert a["oracle_tok_s"] >= 0.99 * max(a["throughput_tok_s"], n["throughput_tok_s"])
+    assert rows["always"][0]["ratio"] > rows["never"][0]["ratio"]      # C=1: spec wins
+    assert rows["always"][1]["ratio"] < rows["never"][1]["ratio"]      # C=64: spec loses
+
+
+def test_simulate_trace_reports_segments_and_best_static():
+    res = run("simulate", "--trace", "coding-to-chat", "--json")
+    out = json.loads(res.output)
+    assert res.exit_code == 0 and out["trace"] == "coding-to-chat" and out["profile"] == "crossover-a"
+    assert [r["segment"] for r in out["rows"]][:2] == ["coding C=8", "chat C=8"]
+    assert "threshold" in out["best_static"]
+
+
+def test_simulate_table_and_plot(tmp_path):
+    png = tmp_path / "p.png"
+    res = run("simulate", "--profile", "seed", "--concurrency", "1,4", "--seconds", "10", "--plot", str(png))
+    assert res.exit_code == 0
+    assert "oracle tok/s" in res.output and png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--profile", "nope"], "unknown profile 'nope'"),
+    (["--policy", "nope"], "unknown policy 'nope'"),
+    (["--param", "c=-3", "--policy", "ucb"], "parameter c='-3' out of range"),
+    (["--param", "novalue"], "expected NAME=VALUE"),
+    (["--concurrency", "1,x"], "--concurrency"),
+    (["--trace", "nope"], "unknown trace 'nope'"),
+])
+def test_simulate_bad_input_one_line_exit_2(args, needle):
+    res = run("simulate", "--seconds", "5", *args)
+    assert res.exit_code == 2
+    lines = [l for l in res.output.splitlines() if l.strip()]
+    assert len(lines) == 1 and needle in lines[0], res.output

@@ -1,0 +1,64 @@
+import os
+import socket
+
+import pytest
+
+from controller.config import ConfigError, load_config
+from controller.notify import sd_notify
+
+
+def test_missing_default_config_means_defaults(monkeypatch, tmp_path):
+    import controller.config as c
+    monkeypatch.setattr(c, "DEFAULT_CONFIG", tmp_path / "absent.toml")
+    cfg = load_config(None)
+    assert cfg["engine"]["kind"] == "sim" and cfg["policy"]["name"] == "bandit"
+
+
+def test_file_then_flags(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('[policy]\nname = "ucb"\n[policy.params]\nc = 2.0\n[sim]\nspeed = 4.0\n[guard]\nexplore_share = 0.02\n')
+    cfg = load_config(f, {"sim": {"speed": 8.0}})
+    assert cfg["policy"]["name"] == "ucb" and cfg["policy"]["params"] == {"c": 2.0}
+    assert cfg["sim"]["speed"] == 8.0 and cfg["guard"]["explore_share"] == 0.02
+
+
+@pytest.mark.parametrize("text,match", [
+    ("[engine\n", "not valid TOML"),
+    ("[nope]\nx = 1\n", r"unknown section \[nope\]"),
+    ("[sim]\nsped = 2\n", r"unknown key 'sped' in \[sim\]"),
+    ("[sim]\nspeed = 'fast'\n", r"\[sim\] speed='fast' must be a float"),
+    ("[engine]\nkind = 'gpu'\n", "must be 'sim' or 'sglang'"),
+    ("[policy]\ntick_s = 0\n", r"tick_s=0 out of range"),
+    ("[guard]\nexplore_share = 5\n", "explore_share=5.0 out of range"),
+])
+def test_bad_config_one_line(tmp_path, text, match):
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=match) as err:
+        load_config(f)
+    assert "\n" not in str(err.value)
+
+
+def test_explicit_missing_config_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_sd_notify_over_a_real_datagram_socket(short_tmp, monkeypatch):
+    path = str(short_tmp / "notify")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    srv.bind(path)
+    srv.settimeout(2)
+    monkeypatch.setenv("NOTIFY_SOCKET", path)
+    assert sd_notify("READY=1")
+    assert srv.recv(100) == b"READY=1"
+    assert sd_notify("STATUS=threshold 4")
+    assert srv.recv(100) == b"STATUS=threshold 4"
+    srv.close()
+
+
+def test_sd_notify_without_socket_is_a_no_op(monkeypatch, short_tmp):
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    assert sd_notify("READY=1") is False
+    monkeypatch.setenv("NOTIFY_SOCKET", str(short_tmp / "gone"))
+    assert sd_notify("READY=1") is False          # never raises

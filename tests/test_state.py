@@ -1,0 +1,98 @@
+import sqlite3
+import threading
+
+import pytest
+
+from state import queries
+from state.db import DaemonLock, StoreError, open_store
+from state.migrations import MIGRATIONS
+from state.writer import Writer
+
+
+def test_migrations_set_version_and_are_idempotent(tmp_path):
+    db = open_store(tmp_path / "a.db")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+    assert {"samples", "aggregates", "decisions", "policy_state", "settings", "events"} <= set(db.table_names())
+    db.conn.close()
+    db = open_store(tmp_path / "a.db")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_writer_batches_everything_and_flushes(tmp_path):
+    db = open_store(tmp_path / "w.db")
+    w = Writer(db).start()
+    w.samples([(i * 0.01, 4, 2 if i % 2 else 0, 8 if i % 2 else 4, 0.1, 1) for i in range(1000)])
+    w.decision(1.0, 0, 4, "ucb", "exploit", False)
+    w.setting("pinned", 7)
+    w.policy_state("ucb", {"c": 1}, {"x": [1, 2]})
+    w.event("start", "test")
+    assert w.flush(10)
+    assert db["samples"].count == 1000
+    assert queries.settings(db) == {"pinned": 7}
+    assert queries.latest_policy_state(db, "ucb")["state"] == {"x": [1, 2]}
+    assert queries.recent_decisions(db, 5)[0]["new"] == 4
+    s = queries.sample_summary(db)
+    assert s["spec_share"] == pytest.approx(0.5) and s["mean_accept_length"] == pytest.approx(2.0)
+    w.stop()
+
+
+def test_writer_drops_and_counts_when_full(tmp_path):
+    db = open_store(tmp_path / "f.db")
+    w = Writer(db, maxsize=2)           # not started: nothing drains
+    assert w.samples([(0, 1, 0, 1, 0.1, 1)]) and w.samples([(0, 1, 0, 1, 0.1, 1)])
+    assert not w.samples([(0, 1, 0, 1, 0.1, 1)])
+    assert w.dropped == 1
+
+
+def test_rollup_and_retention(tmp_path):
+    db = open_store(tmp_path / "r.db")
+    rows = [(t * 0.5, bs, 2 if bs <= 4 else 0, bs * 2 if bs <= 4 else bs, 0.05, 1)
+            for t in range(40) for bs in (2, 20)]
+    db.conn.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)", rows)
+    assert queries.rollup(db, 0.0, 10.0, (1, 2, 4, 8, 16, 32)) == 2
+    agg = {(r["bucket"], r["mode"]): r for r in db["aggregates"].rows}
+    assert agg[(2, "spec")]["batches"] == 20 and agg[(32, "off")]["tokens"] == 400
+    queries.apply_retention(db, now_t=20.0, keep_samples_s=5.0, keep_max_rows=10**6, keep_aggregates_s=1e9)
+    assert db.execute("SELECT min(t) FROM samples").fetchone()[0] >= 15.0
+
+
+def test_corrupt_database_is_refused_with_one_line(tmp_path):
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"this is not sqlite at all" * 100)
+    with pytest.raises(StoreError, match="corrupt") as err:
+        open_store(bad)
+    assert "\n" not in str(err.value)
+    assert bad.read_bytes().startswith(b"this is not sqlite")        # nothing changed
+
+
+def test_locked_database_is_reported(tmp_path):
+    path = tmp_path / "l.db"
+    open_store(path).conn.close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=DELETE")
+    holder.execute("BEGIN EXCLUSIVE")
+    import state.db as sdb
+    old = sdb.BUSY_TIMEOUT_MS
+    sdb.BUSY_TIMEOUT_MS = 200
+    try:
+        with pytest.raises(StoreError, match="locked"):
+            open_store(path)
+    finally:
+        sdb.BUSY_TIMEOUT_MS = old
+        holder.execute("ROLLBACK")
+
+
+def test_readonly_open_of_missing_db(tmp_path):
+    with pytest.raises(StoreError, match="does not exist"):
+        open_store(tmp_path / "none.db", readonly=True)
+
+
+def test_one_daemon_per_database(tmp_path):
+    a, b = DaemonLock(tmp_path / "x.db"), DaemonLock(tmp_path / "x.db")
+    a.acquire()
+    assert b.held_by_other()
+    with pytest.raises(StoreError, match="another spec-controller"):
+        b.acquire()
+    a.release()
+    b.acquire()
+    b.release()
