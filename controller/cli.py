@@ -122,7 +122,7 @@ def offline_status(ctx: Ctx) -> dict:
     return {
         "daemon": {"running": False, "db": str(ctx.db), "socket": str(ctx.socket), "healthy": False},
         "engine": None,
-        "threshold": saved.get("pinned", saved.get("threshold")),
+        "threshold": saved["pinned"] if saved.get("pinned") is not None else saved.get("threshold"),
         "pinned": saved.get("pinned") is not None,
         "policy": {"name": pol.get("name"), "params": pol.get("params", {})},
         "mean_accept_length": summary.get("mean_accept_length"),

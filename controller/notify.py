@@ -14,8 +14,9 @@ def sd_notify(message: str) -> bool:
         addr = "\0" + addr[1:]          # abstract namespace
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
+            s.setblocking(False)          # a reader that stalls must never stall the control loop
             s.connect(addr)
-            s.sendall(message.encode())
+            s.send(message.encode())
         return True
     except OSError:
         return False

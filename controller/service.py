@@ -40,6 +40,7 @@ class Service:
         self.decisions = 0
         self.last_decision: dict | None = None
         self._stop = threading.Event()
+        self._last_status = self._last_watchdog = 0.0
         saved = queries.settings(db)
         pol = saved.get("policy") or {"name": cfg["policy"]["name"], "params": cfg["policy"]["params"]}
         policy = self._build_policy(pol["name"], pol.get("params") or {}, restore=True)
@@ -111,10 +112,16 @@ class Service:
             tick = self.loop.tick(now)
             if tick.changed:
                 self._actuate(tick.threshold, tick.previous, tick.reason, tick.exploratory, now)
-        snap = self.stats.snapshot()
-        sd_notify(f"STATUS=threshold {self.loop.threshold}{' (pinned)' if self.loop.pinned is not None else ''}, "
-                  f"policy {self.policy_name}, accept {snap['mean_accept_length']}, tok/s {snap['tok_per_s']}")
-        sd_notify("WATCHDOG=1")
+            changed = tick.changed
+        wall = time.monotonic()
+        if changed or wall - self._last_status >= 10.0:
+            self._last_status = wall
+            snap = self.stats.snapshot()
+            sd_notify(f"STATUS=threshold {self.loop.threshold}{' (pinned)' if self.loop.pinned is not None else ''}"
+                      f", policy {self.policy_name}, accept {snap['mean_accept_length']}, tok/s {snap['tok_per_s']}")
+        if wall - self._last_watchdog >= 1.0:
+            self._last_watchdog = wall
+            sd_notify("WATCHDOG=1")
 
     # --- ingest -------------------------------------------------------------
     def on_sample(self, sample: Sample) -> None:

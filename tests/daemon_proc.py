@@ -1,0 +1,90 @@
+"""Start the real daemon as a subprocess (simulated engine, fast clock) for end-to-end tests."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from controller.client import DaemonError, DaemonUnreachable, request
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class DaemonProc:
+    def __init__(self, workdir: Path, *extra: str, notify: str | None = None, speed: float = 20.0,
+                 config_text: str = ""):
+        self.dir = workdir
+        self.db = workdir / "state.db"
+        self.socket = workdir / "ctl.sock"
+        config = workdir / "config.toml"
+        config.write_text(config_text)
+        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        if notify:
+            env["NOTIFY_SOCKET"] = notify
+        self.log = open(workdir / "daemon.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "controller.daemon", "run", "--config", str(config), "--db", str(self.db),
+             "--socket", str(self.socket), "--speed", str(speed), *extra],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT))
+
+    def call(self, method: str, path: str, body: dict | None = None):
+        return request(self.socket, method, path, body)
+
+    def wait_socket(self, timeout: float = 30.0) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited {self.proc.returncode}: {self.log_text()}")
+            try:
+                self.call("GET", "/health")
+                return
+            except (DaemonUnreachable, DaemonError):
+                time.sleep(0.1)
+        raise TimeoutError(f"daemon socket did not come up: {self.log_text()}")
+
+    def wait_for(self, predicate, timeout: float = 30.0, what: str = "condition"):
+        end = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < end:
+            last = self.call("GET", "/status")
+            if predicate(last):
+                return last
+            time.sleep(0.1)
+        raise TimeoutError(f"{what} not reached; last status {last}")
+
+    def log_text(self) -> str:
+        self.log.flush()
+        return (self.dir / "daemon.log").read_text(errors="replace")[-3000:]
+
+    def stop(self, sig=None, timeout: float = 30.0) -> int:
+        import signal
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig or signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.log.close()
+
+
+def notify_listener(path: str) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(path)
+    s.settimeout(0.5)
+    return s
+
+
+def wait_notify(sock: socket.socket, prefix: bytes, timeout: float = 30.0) -> list[bytes]:
+    seen = []
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            msg = sock.recv(4096)
+        except socket.timeout:
+            continue
+        seen.append(msg)
+        if msg.startswith(prefix):
+            return seen
+    raise TimeoutError(f"no {prefix!r} among {seen[-5:]}")

@@ -1,0 +1,102 @@
+"""Every specctl command through click's CliRunner, against a real daemon on a real socket."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from controller.cli import cli
+from tests.daemon_proc import DaemonProc
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    import shutil
+    import tempfile
+    from pathlib import Path
+    d = Path(tempfile.mkdtemp(prefix="sc-cli-", dir="/tmp"))
+    proc = DaemonProc(d, "--concurrency", "4", "--profile", "crossover-b")
+    proc.wait_socket()
+    proc.wait_for(lambda st: st["samples"]["total"] > 50 and st["mean_accept_length"], what="spec samples")
+    yield proc
+    assert proc.stop() == 0
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def specctl(daemon, *args):
+    return CliRunner().invoke(cli, ["--socket", str(daemon.socket), "--db", str(daemon.db), *args])
+
+
+def test_status_text_and_json(daemon):
+    res = specctl(daemon, "status")
+    assert res.exit_code == 0 and "threshold:" in res.output and "running" in res.output
+    st = json.loads(specctl(daemon, "status", "--json").stdout)
+    assert st["daemon"]["running"] and st["engine"]["engine"] == "sim"
+    assert {"threshold", "pinned", "policy", "mean_accept_length", "acceptance_rate", "tok_per_s",
+            "spec_share", "samples"} <= set(st)
+    assert st["mean_accept_length"] > 1.0 and st["tok_per_s"] > 0
+
+
+def test_policy_list_show_set(daemon):
+    rows = json.loads(specctl(daemon, "policy", "list", "--json").stdout)
+    assert "ucb" in {r["name"] for r in rows}
+    res = specctl(daemon, "policy", "set", "ucb", "--param", "c=1.5")
+    assert res.exit_code == 0, res.output
+    shown = json.loads(specctl(daemon, "policy", "show", "--json").stdout)
+    assert shown["name"] == "ucb" and shown["params"]["c"] == 1.5
+    assert "ucb" in specctl(daemon, "policy", "show").output
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    (["policy", "set", "nope"], 2, "unknown policy 'nope'"),
+    (["policy", "set", "ucb", "--param", "c=-1"], 2, "out of range"),
+    (["threshold", "pin", "--", "-3"], 2, "is not in the range"),
+    (["threshold", "pin", "300"], 1, "out of range (allowed 0 .. 256)"),
+    (["history", "--limit", "0"], 2, "--limit"),
+])
+def test_bad_input_changes_nothing(daemon, args, code, needle):
+    before = json.loads(specctl(daemon, "policy", "show", "--json").stdout)
+    res = specctl(daemon, *args)
+    assert res.exit_code == code, res.output
+    lines = [l for l in res.output.splitlines() if l.strip()]
+    assert len(lines) == 1 and needle in lines[0]
+    assert json.loads(specctl(daemon, "policy", "show", "--json").stdout) == before
+
+
+def test_pin_unpin_and_history(daemon):
+    assert specctl(daemon, "threshold", "pin", "2").exit_code == 0
+    st = json.loads(specctl(daemon, "status", "--json").stdout)
+    assert st["threshold"] == 2 and st["pinned"] is True
+    res = specctl(daemon, "threshold", "unpin")
+    assert res.exit_code == 0 and "unpinned" in res.output
+    assert json.loads(specctl(daemon, "status", "--json").stdout)["pinned"] is False
+    hist = json.loads(specctl(daemon, "history", "--limit", "50", "--json").stdout)
+    assert any(r["new"] == 2 and "pinned" in r["reason"] for r in hist)
+    assert "->" in specctl(daemon, "history").output
+
+
+def test_socket_missing_falls_back_to_database(daemon, tmp_path):
+    res = CliRunner().invoke(cli, ["--socket", str(tmp_path / "no.sock"), "--db", str(daemon.db), "status", "--json"])
+    assert res.exit_code == 0
+    st = json.loads(res.stdout)
+    assert st["daemon"]["running"] is False and st["threshold"] is not None
+
+
+def test_offline_write_refused_while_a_daemon_holds_the_db(daemon, tmp_path):
+    res = CliRunner().invoke(cli, ["--socket", str(tmp_path / "no.sock"), "--db", str(daemon.db),
+                                   "threshold", "pin", "3"])
+    assert res.exit_code == 1 and "holds" in res.output
+
+
+def test_socket_permission_denied(daemon):
+    import os
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another user")
+    # The daemon's directory is 0700: another user cannot reach the 0660 socket inside it.
+    os.seteuid(65534)
+    try:
+        res = specctl(daemon, "status")
+    finally:
+        os.seteuid(0)
+    assert res.exit_code == 1
+    assert res.output.strip().splitlines() == [f"specctl: permission denied on {daemon.socket} "
+                                               "(run as root or a member of its group)"]

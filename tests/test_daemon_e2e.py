@@ -1,0 +1,124 @@
+"""The daemon as a real subprocess: READY=1 on a real NOTIFY_SOCKET, a moving threshold,
+policy and pin commands, SIGKILL mid-run, restart with everything restored."""
+import json
+import signal
+import sqlite3
+import time
+
+import pytest
+
+from controller.client import DaemonError
+from tests.daemon_proc import DaemonProc, notify_listener, wait_notify
+
+
+def test_full_lifecycle_survives_sigkill(short_tmp):
+    listener = notify_listener(str(short_tmp / "notify"))
+    d = DaemonProc(short_tmp, "--trace", "load-steps", "--profile", "crossover-b",
+                   notify=str(short_tmp / "notify"), speed=40)
+    try:
+        wait_notify(listener, b"READY=1")
+        seen = wait_notify(listener, b"STATUS=threshold")
+        assert any(m.startswith(b"STATUS=") for m in seen)
+        first = d.call("GET", "/status")["threshold"]
+        # the load trace crosses the crossover: the threshold must move by itself
+        d.wait_for(lambda st: st["threshold"] != first and st["decisions"] >= 2, timeout=60,
+                   what="threshold moved")
+        wait_notify(listener, b"WATCHDOG=1")
+        d.call("POST", "/policy", {"name": "ucb", "params": {"c": 1.2}})
+        d.wait_for(lambda st: st["policy"]["name"] == "ucb", what="policy switched")
+        d.call("POST", "/threshold/pin", {"threshold": 9})
+        assert d.call("GET", "/status")["threshold"] == 9
+        d.call("POST", "/threshold/unpin", {})
+        d.call("POST", "/threshold/pin", {"threshold": 7})
+        time.sleep(1.5)                      # let a checkpoint and some samples land
+        d.call("POST", "/policy", {"name": "ucb", "params": {"c": 1.2}})   # forces a state checkpoint
+        time.sleep(0.5)
+        samples_before = d.call("GET", "/status")["samples"]["written"]
+        assert d.stop(signal.SIGKILL) == -signal.SIGKILL
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+
+    conn = sqlite3.connect(d.db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    states = conn.execute("SELECT count(*) FROM policy_state WHERE policy = 'ucb'").fetchone()[0]
+    assert states >= 1
+    assert conn.execute("SELECT count(*) FROM samples").fetchone()[0] > 0
+    conn.close()
+
+    d2 = DaemonProc(short_tmp, "--trace", "load-steps", "--profile", "crossover-b",
+                    notify=str(short_tmp / "notify"), speed=40)
+    try:
+        wait_notify(listener, b"READY=1")
+        st = d2.call("GET", "/status")
+        assert st["policy"]["name"] == "ucb" and st["policy"]["params"]["c"] == 1.2
+        assert st["threshold"] == 7 and st["pinned"] is True
+        hist = d2.call("GET", "/history?limit=5")
+        assert hist[0]["new"] == 7 and hist[0]["reason"] == "restored"
+        d2.call("POST", "/threshold/unpin", {})
+        assert d2.stop() == 0                    # SIGTERM: graceful, exit 0
+    finally:
+        if d2.proc.poll() is None:
+            d2.proc.kill()
+    conn = sqlite3.connect(d2.db)
+    kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
+    assert kinds.count("start") == 2 and kinds[-1] == "stop"
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    listener.close()
+
+
+def run_daemon_once(tmp, *args, timeout=60):
+    """Run `spec-controller run` to completion (for start-up refusals)."""
+    import os
+    import subprocess
+    import sys
+    from tests.daemon_proc import ROOT
+    (tmp / "c.toml").write_text("")
+    return subprocess.run([sys.executable, "-m", "controller.daemon", "run", "--config", str(tmp / "c.toml"), *args],
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=timeout)
+
+
+def test_second_daemon_on_same_database_is_refused(short_tmp):
+    d = DaemonProc(short_tmp, "--concurrency", "2")
+    try:
+        d.wait_socket()
+        res = run_daemon_once(short_tmp, "--db", str(d.db), "--socket", str(short_tmp / "b.sock"))
+        assert res.returncode == 1
+        assert res.stderr.strip().splitlines() == [
+            f"spec-controller: another spec-controller (pid {d.proc.pid}) is running on {d.db}"]
+    finally:
+        assert d.stop() == 0
+
+
+@pytest.mark.parametrize("args,needle,code", [
+    (["--policy", "nope"], "unknown policy 'nope'", 2),
+    (["--profile", "nope"], "unknown profile 'nope'", 2),
+    (["--speed", "0"], "speed=0.0 out of range", 2),
+])
+def test_daemon_bad_input_one_line(short_tmp, args, needle, code):
+    res = run_daemon_once(short_tmp, "--db", str(short_tmp / "x.db"), "--socket", str(short_tmp / "s"), *args)
+    assert res.returncode == code
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], res.stderr
+
+
+def test_corrupt_database_refused_and_untouched(short_tmp):
+    db = short_tmp / "bad.db"
+    db.write_bytes(b"garbage" * 1000)
+    res = run_daemon_once(short_tmp, "--db", str(db), "--socket", str(short_tmp / "s"))
+    assert res.returncode == 1 and "corrupt" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert db.read_bytes() == b"garbage" * 1000
+
+
+def test_sighup_reloads_config(short_tmp):
+    d = DaemonProc(short_tmp, "--concurrency", "2", config_text="[guard]\nexplore_share = 0.05\n")
+    try:
+        d.wait_socket()
+        (short_tmp / "config.toml").write_text("[guard]\nexplore_share = 0.01\n")
+        d.proc.send_signal(signal.SIGHUP)
+        time.sleep(1.5)
+        assert d.proc.poll() is None
+    finally:
+        assert d.stop() == 0
+    conn = sqlite3.connect(d.db)
+    assert conn.execute("SELECT count(*) FROM events WHERE kind = 'reload'").fetchone()[0] == 1
