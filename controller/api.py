@@ -39,7 +39,11 @@ def make_routes(service) -> dict[tuple[str, str], Callable[[dict, dict], dict | 
         if not 1 <= limit <= 10000:
             raise ApiError(400, f"limit {limit} out of range (1 .. 10000)")
         service.writer.flush(5)
-        return queries.recent_decisions(service.db, limit)
+        db = service.reader()
+        try:
+            return queries.recent_decisions(db, limit)
+        finally:
+            db.conn.close()
 
     def set_policy(query, body):
         if not isinstance(body.get("name"), str):

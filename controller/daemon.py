@@ -74,7 +74,7 @@ class Daemon:
             raise Fatal(str(e), 2 if isinstance(e, ProfileError) else 1) from None
         writer = Writer(db).start()
         try:
-            service = Service(cfg, engine, db, writer)
+            service = Service(cfg, engine, writer)
         except PolicyError as e:
             writer.stop()
             raise Fatal(f"policy: {e}", 2) from None

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from policies import Policy, PolicyError, Sample, make_policy, resolve_name
 from state import queries
+from state.db import open_store
 from state.writer import Writer
 
 from .engines.base import Engine, EngineError
@@ -26,10 +27,9 @@ class Service:
     """Owns the control loop. observe() runs on the ingest thread, retune() on the
     scheduler's; one lock serialises them and the API's commands."""
 
-    def __init__(self, cfg: dict, engine: Engine, db, writer: Writer):
+    def __init__(self, cfg: dict, engine: Engine, writer: Writer):
         self.cfg = cfg
         self.engine = engine
-        self.db = db
         self.writer = writer
         self.lock = threading.RLock()
         self.started_wall = time.time()
@@ -41,7 +41,11 @@ class Service:
         self.last_decision: dict | None = None
         self._stop = threading.Event()
         self._last_status = self._last_watchdog = 0.0
-        saved = queries.settings(db)
+        db = self.reader()
+        try:
+            saved = queries.settings(db)
+        finally:
+            db.conn.close()
         pol = saved.get("policy") or {"name": cfg["policy"]["name"], "params": cfg["policy"]["params"]}
         policy = self._build_policy(pol["name"], pol.get("params") or {}, restore=True)
         initial = saved.get("threshold", cfg["policy"]["initial_threshold"])
@@ -51,10 +55,18 @@ class Service:
         self.restored = {"policy": pol["name"], "threshold": self.loop.threshold, "pinned": self.loop.pinned}
 
     # --- policy -------------------------------------------------------------
+    def reader(self):
+        """A fresh read-only connection: the writer thread owns self.db's connection."""
+        return open_store(self.cfg["storage"]["db"], readonly=True, check=False)
+
     def _build_policy(self, name: str, params: Mapping[str, Any], restore: bool) -> Policy:
         policy = make_policy(name, params, seed=self.cfg["policy"]["seed"], max_batch_size=self.engine.max_batch_size)
         if restore:
-            saved = queries.latest_policy_state(self.db, resolve_name(name))
+            db = self.reader()
+            try:
+                saved = queries.latest_policy_state(db, resolve_name(name))
+            finally:
+                db.conn.close()
             if saved:
                 try:
                     policy.load_state(saved["state"])
