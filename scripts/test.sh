@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The README's test command: a fresh virtualenv, the package with its test extras, the whole suite.
+# GPU tests are marked `gpu` and skipped here; "no tests collected" counts as a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+.venv/bin/pip install -q --upgrade pip
+.venv/bin/pip install -q -e '.[test]'
+set +e
+.venv/bin/python -m pytest -m "not gpu" "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "no tests were collected: failing" >&2
+  exit 1
+fi
+exit "$rc"
