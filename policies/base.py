@@ -83,8 +83,11 @@ class BucketLearner(Policy):
         n = len(self.buckets)
         hl = self.params["half_life_s"]
         self.q = ([Discounted(hl) for _ in range(n)], [Discounted(hl) for _ in range(n)])
-        self.accept = Discounted(self.params["accept_half_life_s"])
+        # Acceptance moves with the traffic: weighted by requests, its estimate never
+        # outweighs the last ~256 requests' accept lengths.
+        self.accept = Discounted(self.params["accept_half_life_s"], max_weight=256.0)
         self.live = 0
+        self.max_steps = 1          # K, learned from the samples
 
     def observe(self, sample: Sample) -> None:
         if not sample.decode_only or sample.step_s <= 0 or sample.batch_size <= 0:
@@ -94,7 +97,9 @@ class BucketLearner(Policy):
         rate = sample.batch_size / sample.step_s
         if sample.steps > 0:
             self.q[SPEC][b].add(sample.t, rate)
-            self.accept.add(sample.t, sample.tokens / sample.batch_size)
+            self.accept.add(sample.t, sample.tokens / sample.batch_size, sample.batch_size)
+            if sample.steps > self.max_steps:
+                self.max_steps = sample.steps
         else:
             self.q[OFF][b].add(sample.t, rate)
 
@@ -103,19 +108,17 @@ class BucketLearner(Policy):
         q = self.q[arm][b].mean
         return q * self.accept.mean if arm == SPEC else q
 
-    def weight(self, arm: int, b: int, now: float) -> float:
-        w = self.q[arm][b].weight(now)
-        return min(w, self.accept.weight(now)) if arm == SPEC else w
-
-    def rel_noise(self, arm: int, b: int) -> float:
-        """Relative sd of one observation of the arm's reward, floored so a bonus never vanishes."""
-        rsd = self.q[arm][b].rel_sd
+    def rel_uncertainty(self, arm: int, b: int, now: float) -> float:
+        """Relative sd of the arm's mean estimate. For spec it adds the accept-length
+        estimate's own uncertainty, which grows as that estimate goes stale."""
+        q = self.q[arm][b]
+        var = max(q.rel_sd, 0.02) ** 2 / max(q.weight(now), 1e-9)
         if arm == SPEC:
-            rsd = math.hypot(rsd, self.accept.rel_sd)
-        return max(rsd, 0.02)
+            var += max(self.accept.rel_sd, 0.02) ** 2 / max(self.accept.weight(now), 1e-9)
+        return math.sqrt(var)
 
     def known(self, arm: int, b: int, now: float) -> bool:
-        return self.weight(arm, b, now) >= max(self.params["min_samples"], 1e-9)
+        return self.q[arm][b].weight(now) >= max(self.params["min_samples"], 1e-9)
 
     def gains(self, now: float) -> list[float]:
         """Traffic-weighted relative gain of speculating, per bucket (0 where unknown)."""
@@ -134,15 +137,19 @@ class BucketLearner(Policy):
         speculating falls as batches grow, so a clear loss below (a clear win above)
         carries over without paying for the trial."""
         margin = self.params["dominance"]
-        if self.accept.weight(now) < 1.0:
-            margin = max(margin, 0.5)   # gains use the accept length: stale, only a clear loss counts
+        # A stale accept length may have risen since: then only a loss that would hold even
+        # at the longest possible accept length (K + 1) settles it.
+        stale = now - self.accept.t > self.params["accept_half_life_s"]
+        accept = self.accept.mean
+        if stale and arm == SPEC:
+            accept = self.max_steps + 1.0
         others = range(b) if arm == SPEC else range(b + 1, len(self.buckets))
         for o in others:
-            if self.q[OFF][o].weight(now) < 0.1 or self.q[SPEC][o].weight(now) < 0.1:
+            if self.q[OFF][o].weight(now) < 1e-3 or self.q[SPEC][o].weight(now) < 1e-3:
                 continue
             off = self.mean(OFF, o)
-            gain = (self.mean(SPEC, o) - off) / off if off > 0 else 0.0
-            if (arm == SPEC and gain < -margin) or (arm == OFF and gain > margin):
+            gain = (self.q[SPEC][o].mean * accept - off) / off if off > 0 else 0.0
+            if (arm == SPEC and gain < -margin) or (arm == OFF and gain > margin and not stale):
                 return True
         return False
 
@@ -174,6 +181,7 @@ class BucketLearner(Policy):
             "q_spec": [d.to_list() for d in self.q[SPEC]],
             "accept": self.accept.to_list(),
             "live": self.live,
+            "max_steps": self.max_steps,
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
@@ -183,3 +191,4 @@ class BucketLearner(Policy):
                 d.load(row)
         self.accept.load(state["accept"])
         self.live = int(state.get("live", 0)) % len(self.buckets)
+        self.max_steps = int(state.get("max_steps", 1))

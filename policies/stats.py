@@ -7,14 +7,15 @@ import math
 class Discounted:
     """Weighted mean and variance whose weights halve every half_life_s seconds."""
 
-    __slots__ = ("w", "s", "s2", "t", "half_life_s")
+    __slots__ = ("w", "s", "s2", "t", "half_life_s", "max_weight")
 
-    def __init__(self, half_life_s: float):
+    def __init__(self, half_life_s: float, max_weight: float = float("inf")):
         self.half_life_s = half_life_s
+        self.max_weight = max_weight
         self.w = self.s = self.s2 = 0.0
         self.t = 0.0
 
-    def add(self, t: float, x: float) -> None:
+    def add(self, t: float, x: float, weight: float = 1.0) -> None:
         if self.w and t > self.t:
             f = 0.5 ** ((t - self.t) / self.half_life_s)
             self.w *= f
@@ -22,9 +23,14 @@ class Discounted:
             self.s2 *= f
         if t > self.t:
             self.t = t
-        self.w += 1.0
-        self.s += x
-        self.s2 += x * x
+        if self.w + weight > self.max_weight:   # cap the effective sample size: an EMA floor
+            f = max(self.max_weight - weight, 0.0) / self.w
+            self.w *= f
+            self.s *= f
+            self.s2 *= f
+        self.w += weight
+        self.s += weight * x
+        self.s2 += weight * x * x
 
     def weight(self, now: float) -> float:
         if not self.w or now <= self.t:
@@ -37,7 +43,7 @@ class Discounted:
 
     @property
     def rel_sd(self) -> float:
-        """Relative standard deviation of one observation (0 when unknown)."""
+        """Relative standard deviation of one unit of weight (0 when unknown)."""
         if self.w < 2.0 or self.s <= 0.0:
             return 0.0
         m = self.s / self.w

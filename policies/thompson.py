@@ -22,7 +22,7 @@ class ThompsonPolicy(BucketLearner):
 
     def draw(self, arm: int, b: int, now: float) -> float:
         mean = self.mean(arm, b)
-        sd = self.params["scale"] * mean * self.rel_noise(arm, b) / self.weight(arm, b, now) ** 0.5
+        sd = self.params["scale"] * mean * self.rel_uncertainty(arm, b, now)
         return self.rng.gauss(mean, sd)
 
     def choose_arm(self, b: int, now: float) -> int:

@@ -15,10 +15,9 @@ class UCBPolicy(BucketLearner):
     )
 
     def index(self, arm: int, b: int, now: float, total: float) -> float:
-        w = self.weight(arm, b, now)
-        bonus = self.params["c"] * self.rel_noise(arm, b) * math.sqrt(2.0 * math.log(max(total, math.e)) / w)
+        bonus = self.params["c"] * math.sqrt(2.0 * math.log(max(total, math.e))) * self.rel_uncertainty(arm, b, now)
         return self.mean(arm, b) * (1.0 + bonus)
 
     def choose_arm(self, b: int, now: float) -> int:
-        total = self.weight(OFF, b, now) + self.weight(SPEC, b, now)
+        total = self.q[OFF][b].weight(now) + self.q[SPEC][b].weight(now)
         return SPEC if self.index(SPEC, b, now, total) > self.index(OFF, b, now, total) else OFF
