@@ -38,7 +38,7 @@ def build_engine(cfg: dict) -> Engine:
         trace = None if sim["concurrency"] else load_trace(sim["trace"], profile.spec_steps + 1)
         return SimEngine(profile, trace, sim["concurrency"], sim["speed"], sim["seed"])
     from .engines.sglang import SGLangEngine
-    return SGLangEngine(cfg["sglang"])
+    return SGLangEngine(cfg["sglang"], cfg["policy"]["initial_threshold"])
 
 
 class Daemon:

@@ -1,0 +1,169 @@
+"""The real engine: SGLang's OpenAI-compatible server as a supervised child process.
+
+A child (not in-process) because SGLang installs its own SIGTERM/SIGQUIT handlers in the
+process that runs its server, and because the daemon must outlive an engine crash to
+record it and exit non-zero (systemd then restarts both). The plugin inside SGLang's
+scheduler processes sends telemetry over zmq; thresholds go through SGLang's
+/set_internal_state, i.e. the scheduler's request path, the same order on every TP rank.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from ..paths import state_dir
+from ..plugin import THRESHOLD_KEY, unsupported_reason
+from ..telemetry import ENV_ADDRESS, ENV_INITIAL_THRESHOLD, decode
+from .base import Engine, EngineError, SampleSink
+
+log = logging.getLogger("spec_controller.sglang")
+
+# Keys of [sglang] that the daemon itself uses and does not pass as server flags.
+OWN_KEYS = {"ready_timeout_s", "python", "extra_args", "env"}
+
+
+def server_flags(args: dict) -> list[str]:
+    """ServerArgs as `launch_server` flags: key_name=value -> --key-name value; True -> --key-name."""
+    flags: list[str] = []
+    for key, value in args.items():
+        if key in OWN_KEYS or value is None or value is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            flags.append(flag)
+        elif isinstance(value, (list, tuple)):
+            flags += [flag, *map(str, value)]
+        else:
+            flags += [flag, str(value)]
+    return flags + [str(x) for x in args.get("extra_args", [])]
+
+
+class SGLangEngine(Engine):
+    name = "sglang"
+
+    def __init__(self, args: dict, initial_threshold: int = 0):
+        self.args = dict(args)
+        if "model_path" not in self.args:
+            raise EngineError("sglang engine: [sglang] model_path is required")
+        reason = unsupported_reason({**self.args, "speculative_adaptive": True})
+        if reason:
+            raise EngineError(f"sglang engine: {reason}")
+        self.k = int(self.args.get("speculative_num_steps") or 3)
+        self.args.setdefault("speculative_num_steps", self.k)
+        self.args.setdefault("speculative_num_draft_tokens", self.k + 1)   # start at the largest candidate
+        self.args.setdefault("speculative_eagle_topk", 1)
+        self.host = str(self.args.setdefault("host", "127.0.0.1"))
+        self.port = int(self.args.setdefault("port", 30000))
+        self.max_batch_size = int(self.args.get("max_running_requests") or 256)
+        self.initial_threshold = initial_threshold
+        self.proc: subprocess.Popen | None = None
+        self._stop = threading.Event()
+        self._rx: threading.Thread | None = None
+        self.plugin_stats: dict = {}
+        self.bad_messages = 0
+        run = Path(os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or state_dir())
+        self.ipc_path = run / "telemetry.ipc"
+        self.adaptive_config = state_dir() / "adaptive.json"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        return [self.args.get("python", sys.executable), "-m", "sglang.launch_server",
+                *server_flags(self.args), "--speculative-adaptive",
+                "--speculative-adaptive-config", str(self.adaptive_config)]
+
+    def start(self, on_sample: SampleSink) -> None:
+        import zmq
+        self.ipc_path.parent.mkdir(parents=True, exist_ok=True)
+        self.adaptive_config.parent.mkdir(parents=True, exist_ok=True)
+        # One slot, candidate steps {0, K}: the plugin picks between them per batch.
+        self.adaptive_config.write_text(json.dumps({"1": {"candidate_steps": [0, self.k]}}))
+        ctx = zmq.Context.instance()
+        pull = ctx.socket(zmq.PULL)
+        pull.setsockopt(zmq.RCVHWM, 100000)
+        pull.bind(f"ipc://{self.ipc_path}")
+        self._rx = threading.Thread(target=self._receive, args=(pull, on_sample), name="telemetry", daemon=True)
+        self._rx.start()
+        env = dict(os.environ, **{ENV_ADDRESS: f"ipc://{self.ipc_path}",
+                                  ENV_INITIAL_THRESHOLD: str(self.initial_threshold)},
+                   **{k: str(v) for k, v in self.args.get("env", {}).items()})
+        log.info("starting SGLang: %s", " ".join(self.command()))
+        self.proc = subprocess.Popen(self.command(), env=env)
+
+    def _receive(self, pull, on_sample: SampleSink) -> None:
+        import zmq
+        while not self._stop.is_set():
+            if not pull.poll(200):
+                continue
+            try:
+                msg = decode(pull.recv(zmq.NOBLOCK))
+            except (ValueError, zmq.Again):
+                self.bad_messages += 1
+                continue
+            if isinstance(msg, dict):
+                self.plugin_stats = msg
+            else:
+                on_sample(msg)
+        pull.close(linger=0)
+
+    def _get(self, path: str, timeout: float = 5.0):
+        with urllib.request.urlopen(self.base_url + path, timeout=timeout) as resp:
+            return resp.status, resp.read()
+
+    def wait_ready(self, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc is None or self.proc.poll() is not None:
+                return False
+            try:
+                if self._get("/health", 2.0)[0] == 200:
+                    return True
+            except (OSError, urllib.error.URLError):
+                pass
+            time.sleep(1.0)
+        return False
+
+    def set_threshold(self, threshold: int) -> None:
+        body = json.dumps({"server_args": {THRESHOLD_KEY: int(threshold)}}).encode()
+        req = urllib.request.Request(self.base_url + "/set_internal_state", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                answer = json.loads(resp.read() or b"null")
+        except (OSError, urllib.error.URLError, json.JSONDecodeError) as e:
+            raise EngineError(f"set_internal_state failed: {e}") from None
+        updated = answer if isinstance(answer, list) else [answer.get("updated") if isinstance(answer, dict) else answer]
+        if not updated or not all(updated):
+            raise EngineError(f"SGLang refused threshold {threshold} (plugin inactive or invalid; see its log)")
+
+    def now(self) -> float:
+        return time.time()
+
+    def health(self) -> dict:
+        alive = self.proc is not None and self.proc.poll() is None
+        detail = "running" if alive else f"exited with {self.proc.returncode if self.proc else '?'}"
+        return {"ok": alive, "engine": "sglang", "url": self.base_url, "detail": detail, "k": self.k,
+                "plugin": self.plugin_stats, "bad_telemetry": self.bad_messages}
+
+    def stop(self, timeout: float = 60.0) -> None:
+        self._stop.set()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._rx is not None:
+            self._rx.join(5)

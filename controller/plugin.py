@@ -1,0 +1,274 @@
+"""The SGLang general plugin (entry point `sglang.srt.plugins`): runs in every scheduler process.
+
+It owns the speculation decision of SGLang's adaptive EAGLE worker: before each decode
+batch, K draft steps iff batch size <= threshold, else 0 (SGLang's EMA is switched off).
+The threshold changes only through Scheduler.set_internal_state, which every TP rank
+receives in the same order, so all ranks switch on the same batch. TP rank 0 sends one
+sample per decode batch to the daemon, non-blocking. No SGLang file is edited.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Callable
+
+log = logging.getLogger("spec_controller.plugin")
+
+THRESHOLD_KEY = "speculative_disable_batch_threshold"
+MAX_THRESHOLD = 1 << 20
+SUPPORTED = ((0, 5, 14), (0, 5, 23))
+
+_EAGLE = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2"
+_RESULTS = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
+# target -> the parameters the hook expects (checked against released wheels by the contract tests)
+HOOK_TARGETS: dict[str, tuple[str, ...]] = {
+    f"{_EAGLE}.activate_step_by_batch": ("self", "batch_size"),
+    f"{_EAGLE}.on_verify_complete_cpu": ("self", "num_correct_drafts_per_req", "batch_size"),
+    f"{_RESULTS}._resolve_spec_v2_tokens": ("self", "result", "batch"),
+    f"{_RESULTS}.process_batch_result_prefill": ("self", "batch", "result"),
+    "sglang.srt.managers.scheduler.Scheduler.set_internal_state": ("self", "recv_req"),
+}
+# called, not hooked
+USED_CALLABLES: dict[str, tuple[str, ...]] = {
+    "sglang.srt.speculative.adaptive_runtime_state.AdaptiveController._activate": ("self", "speculative_num_steps"),
+}
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            return None
+        parts.append(int(digits))
+    return tuple(parts) if len(parts) == 3 else None
+
+
+def version_unsupported_reason(version: str) -> str | None:
+    parsed = parse_version(version)
+    lo, hi = SUPPORTED
+    if parsed is None or not lo <= parsed <= hi:
+        return (f"sglang {version} is outside the supported range "
+                f"{'.'.join(map(str, lo))} .. {'.'.join(map(str, hi))}")
+    return None
+
+
+def unsupported_reason(server_args: Any, version: str | None = None) -> str | None:
+    """Why the plugin must stay out of this engine, or None. Takes ServerArgs or a dict."""
+    get = (lambda k, d=None: server_args.get(k, d)) if isinstance(server_args, dict) \
+        else (lambda k, d=None: getattr(server_args, k, d))
+    if version is not None and (reason := version_unsupported_reason(version)):
+        return reason
+    algo = get("speculative_algorithm")
+    if algo not in ("EAGLE", "EAGLE3"):
+        return f"speculative_algorithm={algo} (only EAGLE/EAGLE3 are supported)"
+    if get("speculative_eagle_topk") not in (None, 1):
+        return f"speculative_eagle_topk={get('speculative_eagle_topk')} (only topk=1 is supported)"
+    for flag, why in (("enable_dp_attention", "DP attention"), ("enable_two_batch_overlap", "two-batch overlap"),
+                      ("enable_pdmux", "pdmux"), ("enable_multi_layer_eagle", "multi-layer EAGLE")):
+        if get(flag):
+            return f"{flag}=True: SGLang's adaptive speculation does not support {why}"
+    if not get("speculative_adaptive"):
+        return "speculative_adaptive is off: the engine must start with it (the daemon does this)"
+    return None
+
+
+def validate_threshold(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        return f"{THRESHOLD_KEY} must be an integer, got {value!r}"
+    if not 0 <= value <= MAX_THRESHOLD:
+        return f"{THRESHOLD_KEY}={int(value)} out of range (0 .. {MAX_THRESHOLD})"
+    return None
+
+
+class PluginState:
+    """Per scheduler process. Routing state is identical on every rank; telemetry is rank 0's."""
+
+    def __init__(self):
+        raw = os.environ.get("SPEC_CONTROLLER_INITIAL_THRESHOLD", "0")
+        self.threshold = int(raw) if raw.isdigit() else 0
+        self.k: int | None = None
+        self.inert_reason: str | None = None      # set once: the plugin then passes everything through
+        self.checked = False
+        self.decisions = 0
+        self.decision_ns = 0
+        self.sender = None                         # telemetry, rank 0 only; False = not this rank
+        self.sent = 0
+        self.dropped = 0
+        self.last_result: float | None = None
+        self.prefill_since = False
+        self.failed: set[str] = set()
+
+    def fail_once(self, where: str, exc: BaseException) -> None:
+        if where not in self.failed:
+            self.failed.add(where)
+            log.exception("spec-controller plugin: %s failed (%s); SGLang keeps running", where, exc)
+
+
+STATE = PluginState()
+
+
+# --- hooks -------------------------------------------------------------------
+def _check(worker) -> bool:
+    """First decode batch: decide once whether this engine is ours."""
+    if not STATE.checked:
+        STATE.checked = True
+        try:
+            import sglang
+            version = getattr(sglang, "__version__", "0")
+        except Exception:
+            version = "0"
+        reason = unsupported_reason(worker.server_args, version)
+        if reason is None and getattr(worker, "adaptive_controller", None) is None:
+            reason = "the worker has no adaptive controller"
+        if reason is None:
+            STATE.k = max(worker.adaptive_controller.candidate_steps)
+            log.info("spec-controller plugin active: K=%d, threshold %d", STATE.k, STATE.threshold)
+        else:
+            log.warning("spec-controller plugin inactive: %s", reason)
+        STATE.inert_reason = reason
+    return STATE.inert_reason is None
+
+
+def activate_step_by_batch(original: Callable, worker, batch_size: int):
+    if not _check(worker):
+        return original(worker, batch_size)
+    t0 = time.perf_counter_ns()
+    target = STATE.k if batch_size <= STATE.threshold else 0
+    if target != worker.speculative_num_steps:
+        worker.adaptive_controller._activate(target)
+    STATE.decisions += 1
+    STATE.decision_ns += time.perf_counter_ns() - t0
+    return None
+
+
+def on_verify_complete_cpu(original: Callable, worker, *args, **kwargs):
+    if STATE.checked and STATE.inert_reason is None:
+        return None                    # the threshold routes; SGLang's EMA must not switch states
+    return original(worker, *args, **kwargs)
+
+
+def state_output(output_cls, updated: bool):
+    """SetInternalStateReqOutput across versions (0.5.14 also requires server_args)."""
+    try:
+        return output_cls(updated=updated)
+    except TypeError:
+        return output_cls(updated=updated, server_args={})
+
+
+def set_internal_state(original: Callable, scheduler, recv_req):
+    args = getattr(recv_req, "server_args", None)
+    if not isinstance(args, dict) or THRESHOLD_KEY not in args:
+        return original(scheduler, recv_req)
+    from sglang.srt.managers.io_struct import SetInternalStateReqOutput
+    value = args[THRESHOLD_KEY]
+    problem = validate_threshold(value)
+    if problem is None and STATE.checked and STATE.inert_reason is not None:
+        problem = f"spec-controller plugin inactive: {STATE.inert_reason}"
+    if problem is not None:
+        log.warning("set_internal_state refused: %s", problem)
+        return state_output(SetInternalStateReqOutput, False)
+    rest = {k: v for k, v in args.items() if k != THRESHOLD_KEY}
+    if rest:
+        recv_req.server_args = rest
+        out = original(scheduler, recv_req)
+        if not out.updated:
+            return out
+    STATE.threshold = int(value)
+    return state_output(SetInternalStateReqOutput, True)
+
+
+def before_prefill_result(*args, **kwargs):
+    STATE.prefill_since = True
+    return None
+
+
+def after_spec_result(result_tokens, processor, *args, **kwargs):
+    """Rank 0: one sample per decode batch, stamped when its result reaches the CPU."""
+    try:
+        result = kwargs["result"] if "result" in kwargs else args[0]
+        batch = kwargs["batch"] if "batch" in kwargs else args[1]
+        _emit(result, batch)
+    except Exception as e:                      # never raise into the scheduler
+        STATE.fail_once("telemetry", e)
+    return None
+
+
+def _sender():
+    if STATE.sender is None:
+        STATE.sender = False
+        rank = 0
+        try:
+            import torch.distributed as dist
+            if dist.is_available() and dist.is_initialized():
+                rank = dist.get_rank()
+        except Exception:
+            rank = 0
+        address = os.environ.get("SPEC_CONTROLLER_TELEMETRY")
+        if rank == 0 and address:
+            import zmq
+            sock = zmq.Context.instance().socket(zmq.PUSH)
+            sock.setsockopt(zmq.SNDHWM, 10000)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(address)
+            STATE.sender = sock
+    return STATE.sender
+
+
+def _emit(result, batch) -> None:
+    sock = _sender()
+    if not sock:
+        return
+    import zmq
+
+    from policies.types import Sample
+
+    from .telemetry import encode_sample, encode_stats
+    now = time.perf_counter()
+    bs = len(batch.reqs)
+    draft_tokens = getattr(result, "speculative_num_draft_tokens", None)
+    steps = int(draft_tokens) - 1 if draft_tokens else 0
+    tokens = int(getattr(result, "num_correct_drafts", 0)) + bs
+    last, STATE.last_result = STATE.last_result, now
+    decode_only, STATE.prefill_since = not STATE.prefill_since, False
+    if last is None or bs == 0:
+        return
+    sample = Sample(time.time(), bs, steps, tokens, now - last, decode_only and now - last < 5.0)
+    try:
+        sock.send(encode_sample(sample), zmq.NOBLOCK)
+        STATE.sent += 1
+        if STATE.sent % 256 == 0:
+            sock.send(encode_stats(STATE.decisions, STATE.decision_ns, STATE.sent, STATE.dropped), zmq.NOBLOCK)
+    except zmq.Again:
+        STATE.dropped += 1
+
+
+# --- entry point ---------------------------------------------------------------
+_LOADED = False
+
+
+def load() -> None:
+    """Entry point: register the hooks (idempotent; a refusal leaves SGLang untouched)."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    if os.environ.get("SPEC_CONTROLLER_PLUGIN", "1") == "0":
+        return
+    try:
+        import sglang
+        reason = version_unsupported_reason(getattr(sglang, "__version__", "0"))
+        if reason:
+            log.warning("spec-controller plugin not loaded: %s", reason)
+            return
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    except Exception as e:
+        log.warning("spec-controller plugin not loaded: %s", e)
+        return
+    register = HookRegistry.register
+    register(f"{_EAGLE}.activate_step_by_batch", activate_step_by_batch, HookType.AROUND)
+    register(f"{_EAGLE}.on_verify_complete_cpu", on_verify_complete_cpu, HookType.AROUND)
+    register("sglang.srt.managers.scheduler.Scheduler.set_internal_state", set_internal_state, HookType.AROUND)
+    register(f"{_RESULTS}.process_batch_result_prefill", before_prefill_result, HookType.BEFORE)
+    register(f"{_RESULTS}._resolve_spec_v2_tokens", after_spec_result, HookType.AFTER)

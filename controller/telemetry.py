@@ -1,0 +1,32 @@
+"""The wire format between the SGLang plugin (rank 0) and the daemon: tiny fixed structs over zmq."""
+from __future__ import annotations
+
+import struct
+
+from policies.types import Sample
+
+ENV_ADDRESS = "SPEC_CONTROLLER_TELEMETRY"          # e.g. ipc:///run/spec-controller/telemetry.ipc
+ENV_INITIAL_THRESHOLD = "SPEC_CONTROLLER_INITIAL_THRESHOLD"
+
+SAMPLE = struct.Struct("<BdIHIdB")       # kind=1, t, batch size, steps, tokens, step s, decode-only
+STATS = struct.Struct("<BQQQQ")          # kind=2, decisions, decision ns total, samples sent, dropped
+KIND_SAMPLE, KIND_STATS = 1, 2
+
+
+def encode_sample(s: Sample) -> bytes:
+    return SAMPLE.pack(KIND_SAMPLE, s.t, s.batch_size, s.steps, s.tokens, s.step_s, int(s.decode_only))
+
+
+def encode_stats(decisions: int, decision_ns: int, sent: int, dropped: int) -> bytes:
+    return STATS.pack(KIND_STATS, decisions, decision_ns, sent, dropped)
+
+
+def decode(msg: bytes) -> Sample | dict:
+    """A Sample, or a dict of plugin counters; ValueError on anything else."""
+    if len(msg) == SAMPLE.size and msg[0] == KIND_SAMPLE:
+        _, t, bs, steps, tokens, step_s, decode_only = SAMPLE.unpack(msg)
+        return Sample(t, bs, steps, tokens, step_s, bool(decode_only))
+    if len(msg) == STATS.size and msg[0] == KIND_STATS:
+        _, decisions, ns, sent, dropped = STATS.unpack(msg)
+        return {"decisions": decisions, "decision_ns": ns, "sent": sent, "dropped": dropped}
+    raise ValueError(f"unknown telemetry message ({len(msg)} bytes)")

@@ -1,0 +1,100 @@
+"""Contract with released SGLang wheels, on CPU: every hook target the plugin names exists
+with the parameters it expects, in 0.5.14, 0.5.17 and 0.5.23 (parsed with ast, not imported)."""
+import ast
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from controller.plugin import HOOK_TARGETS, USED_CALLABLES
+
+VERSIONS = ["0.5.14", "0.5.17", "0.5.23"]
+CACHE = Path(os.environ.get("SGLANG_WHEEL_CACHE", Path(__file__).resolve().parent.parent / ".cache" / "sglang-wheels"))
+
+
+def wheel(version: str) -> Path:
+    found = sorted(CACHE.glob(f"sglang-{version}-*.whl"))
+    if not found:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        res = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}",
+                              "-d", str(CACHE)], capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, f"pip download sglang=={version} failed: {res.stderr[-500:]}"
+        found = sorted(CACHE.glob(f"sglang-{version}-*.whl"))
+    return found[0]
+
+
+class Source:
+    def __init__(self, path: Path):
+        self.zip = zipfile.ZipFile(path)
+        self.names = set(self.zip.namelist())
+        self._trees: dict[str, ast.Module] = {}
+
+    def locate(self, dotted: str) -> tuple[ast.Module, list[str]]:
+        parts = dotted.split(".")
+        for i in range(len(parts), 0, -1):
+            base = "/".join(parts[:i])
+            name = base + ".py" if base + ".py" in self.names else base + "/__init__.py"
+            if name in self.names:
+                if name not in self._trees:
+                    self._trees[name] = ast.parse(self.zip.read(name))
+                return self._trees[name], parts[i:]
+        raise AssertionError(f"no module for {dotted}")
+
+    def function(self, dotted: str) -> ast.FunctionDef:
+        tree, rest = self.locate(dotted)
+        node: ast.AST = tree
+        for name in rest:
+            body = getattr(node, "body", [])
+            match = [n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                     and n.name == name]
+            assert match, f"{dotted}: {name} not found"
+            node = match[-1]
+        assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)), f"{dotted} is not a function"
+        return node
+
+
+@pytest.fixture(scope="module", params=VERSIONS)
+def source(request):
+    return request.param, Source(wheel(request.param))
+
+
+@pytest.mark.parametrize("target,params", sorted({**HOOK_TARGETS, **USED_CALLABLES}.items()))
+def test_hook_targets_exist_with_expected_parameters(source, target, params):
+    version, src = source
+    fn = src.function(target)
+    names = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+    assert names[:len(params)] == list(params), f"sglang {version}: {target}{tuple(names)}"
+
+
+def test_result_fields_the_telemetry_reads(source):
+    version, src = source
+    fn = src.function(HOOK_TARGETS_RESOLVE)
+    text = ast.unparse(fn)
+    assert "result.num_correct_drafts =" in text, version          # set before our AFTER hook runs
+    assert "speculative_num_draft_tokens" in ast.unparse(src.locate(
+        "sglang.srt.managers.scheduler_components.batch_result_processor")[0]), version
+
+
+def test_set_internal_state_answers_with_updated_flag(source):
+    version, src = source
+    tree, _ = src.locate("sglang.srt.managers.io_struct")
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    fields = [n.target.id for n in classes["SetInternalStateReqOutput"].body if isinstance(n, ast.AnnAssign)]
+    assert fields[0] == "updated" and set(fields) <= {"updated", "server_args"}, version   # plugin.state_output
+    req = [n.target.id for n in classes["SetInternalStateReq"].body if isinstance(n, ast.AnnAssign)]
+    assert "server_args" in req
+
+
+def test_plugin_group_and_hook_registry(source):
+    version, src = source
+    tree, _ = src.locate("sglang.srt.plugins")
+    text = ast.unparse(tree)
+    assert 'GENERAL_PLUGINS_GROUP = "sglang.srt.plugins"' in text.replace("'", '"'), version
+    reg = src.function("sglang.srt.plugins.hook_registry.HookRegistry.register")
+    assert [a.arg for a in reg.args.args][:4] == ["cls", "target", "hook", "hook_type"]
+
+
+HOOK_TARGETS_RESOLVE = next(t for t in HOOK_TARGETS if t.endswith("_resolve_spec_v2_tokens"))
