@@ -1,0 +1,59 @@
+"""Time from `specctl threshold pin N` to the first decode batch that uses it (under load).
+
+    python3 bench/gpu/pin_latency.py --db DB --socket SOCK --port 30000 --tokenizer DIR [--toggles 20]
+Runs a background bench_serving load at concurrency 16, flips the pin between 0 and 256,
+then finds in the daemon's sample table the first batch after each command in the new mode.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--tokenizer", required=True)
+    ap.add_argument("--toggles", type=int, default=20)
+    args = ap.parse_args()
+    load = subprocess.Popen([sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host",
+                             "127.0.0.1", "--port", str(args.port), "--dataset-name", "random-ids",
+                             "--random-input-len", "64", "--random-output-len", "512", "--random-range-ratio", "1.0",
+                             "--num-prompts", "400", "--max-concurrency", "16", "--tokenizer", args.tokenizer,
+                             "--model", args.tokenizer, "--disable-tqdm"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    time.sleep(12)
+    marks = []
+    for i in range(args.toggles):
+        value = 256 if i % 2 == 0 else 0
+        t = time.time()
+        rc = subprocess.run([sys.executable, "-m", "controller.cli", "--socket", args.socket, "threshold", "pin",
+                             str(value)], capture_output=True).returncode
+        marks.append((t, value, time.time() - t, rc))
+        time.sleep(1.0)
+    load.terminate()
+    time.sleep(1.5)
+    db = sqlite3.connect(args.db)
+    lat = []
+    for t, value, cmd_s, rc in marks:
+        row = db.execute("SELECT t FROM samples WHERE t > ? AND (steps > 0) = ? ORDER BY t LIMIT 1",
+                         [t, value > 0]).fetchone()
+        if row and rc == 0:
+            lat.append(row[0] - t)
+    out = {"toggles": len(marks), "measured": len(lat), "command_s_median": statistics.median(m[2] for m in marks)}
+    if lat:
+        out.update({"pin_to_first_batch_ms_median": round(1e3 * statistics.median(lat), 1),
+                    "p90_ms": round(1e3 * sorted(lat)[int(0.9 * (len(lat) - 1))], 1),
+                    "max_ms": round(1e3 * max(lat), 1)})
+    print("PINLAT " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+#!/bin/bash
+# One GPU experiment per call (device tool), from the repo root, with .whl (and .jitcache) carried:
+#   bash bench/gpu/run_h200.sh PHASE...      PHASE: daemon | nospec | ema
+#   daemon: spec-controller with the sglang engine + plugin; sweeps bandit, never, always, static 5; pin latency
+#   nospec: SGLang started without speculation (the baseline an "off" batch must match)
+#   ema:    SGLang's own adaptive EMA ({0,K} at slots 1/8/32/64), plugin disabled
+# Env: ACC_LEN (SGLANG_SIMULATE_ACC_LEN, default 2.5), LEVELS (default 1,4,16,64,128), DEADLINE_S (default 560).
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+T0=$(date +%s); DEADLINE=${DEADLINE_S:-560}
+left() { echo $((DEADLINE - ($(date +%s) - T0))); }
+LEVELS=${LEVELS:-1,4,16,64,128}; ACC=${ACC_LEN:-2.5}
+M=/tmp/m; SC=/tmp/sc; mkdir -p $SC
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export TVM_FFI_CACHE_DIR=/tmp/jitcache TRITON_CACHE_DIR=/tmp/tritoncache
+SUM=$OUT/summary.txt; : >"$SUM"
+say() { echo "[t+$(($(date +%s) - T0))s] $*" | tee -a "$SUM"; }
+
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site . 2>&1 | tail -2
+  [ -f .jitcache/caches.tar.gz ] && tar xzf .jitcache/caches.tar.gz -C /tmp && echo "restored JIT caches"
+} >"$OUT/env.log" 2>&1
+export PYTHONPATH=/tmp/site
+if ! python3 -c "import deep_gemm" >>"$OUT/env.log" 2>&1; then
+  rm -rf /tmp/site/deep_gemm && mkdir -p /tmp/site/deep_gemm && : >/tmp/site/deep_gemm/__init__.py
+  export SGLANG_ENABLE_JIT_DEEPGEMM=0
+fi
+python3 -c "import importlib.metadata as m; print('sglang plugins:', [e.value for e in m.entry_points(group='sglang.srt.plugins')])" | tee -a "$SUM"
+python3 bench/gpu/mkmodel.py $M 2>&1 | tail -1 | tee -a "$SUM"
+TOK=$M/target
+
+COMMON=(--model-path $M/target --host 127.0.0.1 --attention-backend triton --mem-fraction-static 0.8
+  --cuda-graph-max-bs-decode 128 --cuda-graph-backend-prefill disabled --grammar-backend none
+  --sampling-backend pytorch --max-running-requests 128 --random-seed 0)
+SPEC=(--speculative-algorithm EAGLE3 --speculative-draft-model-path $M/eagle3 --speculative-num-steps 3
+  --speculative-eagle-topk 1 --speculative-num-draft-tokens 4)
+
+save_caches() {   # the JIT/Triton caches, for the next call (carry as .jitcache)
+  (cd /tmp && find jitcache -name '*.so' 2>/dev/null; find tritoncache -type f 2>/dev/null) >/tmp/cachelist.txt
+  tar czf "$OUT/caches.tar.gz" -C /tmp -T /tmp/cachelist.txt 2>/dev/null
+}
+
+wait_http() { # port pid
+  for _ in $(seq 1 400); do
+    curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 1
+  done; return 1
+}
+
+server_phase() { # label port env... -- extra flags
+  local label=$1 port=$2; shift 2
+  local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  say "start $label"
+  env "${envs[@]}" python3 -m sglang.launch_server "${COMMON[@]}" --port "$port" "$@" >"$OUT/$label.log" 2>&1 &
+  local pid=$!
+  if wait_http "$port" "$pid"; then
+    say "$label ready"
+    python3 bench/gpu/sweep.py --port "$port" --tokenizer $TOK --label "$label" --levels "$LEVELS" --out "$OUT/sweep.jsonl" >>"$OUT/$label.log" 2>&1
+    say "$label swept"
+  else
+    say "$label FAILED to start"; tail -20 "$OUT/$label.log" | tee -a "$SUM"
+  fi
+  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  pkill -f sglang.launch_server; sleep 3
+}
+
+daemon_phase() {
+  cat >$SC/config.toml <<TOML
+[engine]
+kind = "sglang"
+[sglang]
+model_path = "$M/target"
+speculative_algorithm = "EAGLE3"
+speculative_draft_model_path = "$M/eagle3"
+speculative_num_steps = 3
+speculative_eagle_topk = 1
+speculative_num_draft_tokens = 4
+host = "127.0.0.1"
+port = 30000
+attention_backend = "triton"
+mem_fraction_static = 0.8
+cuda_graph_max_bs_decode = 128
+cuda_graph_backend_prefill = "disabled"
+grammar_backend = "none"
+sampling_backend = "pytorch"
+max_running_requests = 128
+random_seed = 0
+ready_timeout_s = 420
+[sglang.env]
+SGLANG_SIMULATE_ACC_LEN = "$ACC"
+[storage]
+db = "$SC/state.db"
+[control]
+socket = "$SC/ctl.sock"
+TOML
+  say "start daemon (sglang engine + plugin, accept length $ACC)"
+  python3 -m controller.daemon run --config $SC/config.toml >"$OUT/daemon.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 420); do
+    python3 -m controller.cli --socket $SC/ctl.sock status >/dev/null 2>&1 && break
+    kill -0 $pid 2>/dev/null || break; sleep 1
+  done
+  specctl() { python3 -m controller.cli --socket $SC/ctl.sock "$@"; }
+  say "daemon up"; save_caches
+  specctl status 2>&1 | tee -a "$SUM"
+  for mode in bandit never always static5; do
+    [ "$(left)" -lt 60 ] && { say "skip $mode (time)"; continue; }
+    case $mode in
+      bandit) specctl threshold unpin; specctl policy set bandit ;;
+      never) specctl threshold pin 0 ;;
+      always) specctl threshold pin 128 ;;
+      static5) specctl threshold pin 5 ;;
+    esac
+    python3 bench/gpu/sweep.py --port 30000 --tokenizer $TOK --label "$mode" --levels "$LEVELS" --out "$OUT/sweep.jsonl" >>"$OUT/daemon.log" 2>&1
+    say "$mode swept"; specctl status --json >>"$OUT/status.jsonl" 2>&1
+  done
+  if [ "$(left)" -gt 70 ]; then
+    python3 bench/gpu/pin_latency.py --db $SC/state.db --socket $SC/ctl.sock --port 30000 --tokenizer $TOK 2>&1 | grep PINLAT | tee -a "$SUM"
+  fi
+  specctl threshold unpin; specctl status 2>&1 | tee -a "$SUM"
+  specctl history --limit 300 --json >"$OUT/history.json" 2>&1
+  kill -TERM $pid; wait $pid; say "daemon exit code $? after SIGTERM"
+  python3 - <<PY | tee -a "$SUM"
+import sqlite3; db = sqlite3.connect("$SC/state.db")
+print("db integrity:", db.execute("PRAGMA integrity_check").fetchone()[0])
+print("samples:", db.execute("SELECT count(*), sum(steps>0), avg(CASE WHEN steps>0 THEN 1.0*tokens/batch_size END), max(batch_size) FROM samples").fetchone())
+print("events:", db.execute("SELECT group_concat(kind) FROM events").fetchone()[0])
+PY
+  pkill -f sglang.launch_server; sleep 2
+}
+
+for phase in "$@"; do
+  [ "$(left)" -lt 90 ] && { say "skip phase $phase (time)"; continue; }
+  case $phase in
+    daemon) daemon_phase ;;
+    nospec) server_phase nospec 30001 X=1 -- ;;
+    ema) echo '{"1": {"candidate_steps": [0, 3]}, "8": {"candidate_steps": [0, 3]}, "32": {"candidate_steps": [0, 3]}, "64": {"candidate_steps": [0, 3]}}' >$SC/ema.json
+         server_phase sglang-ema 30002 SPEC_CONTROLLER_PLUGIN=0 SGLANG_SIMULATE_ACC_LEN=$ACC -- "${SPEC[@]}" --speculative-adaptive --speculative-adaptive-config $SC/ema.json ;;
+  esac
+done
+save_caches
+say "caches $(du -h "$OUT/caches.tar.gz" | cut -f1); total $(($(date +%s) - T0)) s"
