@@ -23,6 +23,9 @@ say() { echo "[t+$(($(date +%s) - T0))s] $*" | tee -a "$SUM"; }
   [ -f .jitcache/caches.tar.gz ] && tar xzf .jitcache/caches.tar.gz -C /tmp && echo "restored JIT caches"
 } >"$OUT/env.log" 2>&1
 export PYTHONPATH=/tmp/site
+# bench_serving imports HF `datasets` for datasets this run never uses: a stub keeps the wheel set small.
+python3 -c "import datasets" 2>/dev/null || { mkdir -p /tmp/site/datasets;
+  printf 'def load_dataset(*a, **k):\n    raise RuntimeError("datasets is not installed on this machine")\n' >/tmp/site/datasets/__init__.py; }
 if ! python3 -c "import deep_gemm" >>"$OUT/env.log" 2>&1; then
   rm -rf /tmp/site/deep_gemm && mkdir -p /tmp/site/deep_gemm && : >/tmp/site/deep_gemm/__init__.py
   export SGLANG_ENABLE_JIT_DEEPGEMM=0
@@ -99,11 +102,13 @@ TOML
   say "start daemon (sglang engine + plugin, accept length $ACC)"
   python3 -m controller.daemon run --config $SC/config.toml >"$OUT/daemon.log" 2>&1 &
   local pid=$!
+  local up=0
   for _ in $(seq 1 420); do
-    python3 -m controller.cli --socket $SC/ctl.sock status >/dev/null 2>&1 && break
+    python3 -m controller.cli --socket $SC/ctl.sock status >/dev/null 2>&1 && { up=1; break; }
     kill -0 $pid 2>/dev/null || break; sleep 1
   done
   specctl() { python3 -m controller.cli --socket $SC/ctl.sock "$@"; }
+  if [ $up = 0 ]; then say "daemon FAILED"; grep -E "Error|error" "$OUT/daemon.log" | tail -5 | tee -a "$SUM"; return; fi
   say "daemon up"; save_caches
   specctl status 2>&1 | tee -a "$SUM"
   for mode in bandit never always static5; do
