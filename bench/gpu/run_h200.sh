@@ -26,6 +26,30 @@ export PYTHONPATH=/tmp/site
 # bench_serving imports HF `datasets` for datasets this run never uses: a stub keeps the wheel set small.
 python3 -c "import datasets" 2>/dev/null || { mkdir -p /tmp/site/datasets;
   printf 'def load_dataset(*a, **k):\n    raise RuntimeError("datasets is not installed on this machine")\n' >/tmp/site/datasets/__init__.py; }
+# SGLang's HTTP server imports optional media/TLS/harmony libraries at module level that this
+# run never calls and the image lacks; permissive stubs (absent names resolve to inert placeholders).
+for mod in soundfile watchfiles zstandard openai_harmony; do
+  python3 -c "import $mod" 2>/dev/null && continue
+  mkdir -p /tmp/site/$mod
+  cat >/tmp/site/$mod/__init__.py <<'STUB'
+class _Meta(type):
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Missing
+class _Missing(metaclass=_Meta):
+    def __init__(self, *a, **k): pass
+    def __call__(self, *a, **k): return _Missing()
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Missing()
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return _Missing
+STUB
+done
 if ! python3 -c "import deep_gemm" >>"$OUT/env.log" 2>&1; then
   rm -rf /tmp/site/deep_gemm && mkdir -p /tmp/site/deep_gemm && : >/tmp/site/deep_gemm/__init__.py
   export SGLANG_ENABLE_JIT_DEEPGEMM=0
@@ -104,11 +128,11 @@ TOML
   local pid=$!
   local up=0
   for _ in $(seq 1 420); do
-    python3 -m controller.cli --socket $SC/ctl.sock status >/dev/null 2>&1 && { up=1; break; }
+    python3 -m controller.cli --socket $SC/ctl.sock status --json 2>/dev/null | grep -q '"running": true' && { up=1; break; }
     kill -0 $pid 2>/dev/null || break; sleep 1
   done
   specctl() { python3 -m controller.cli --socket $SC/ctl.sock "$@"; }
-  if [ $up = 0 ]; then say "daemon FAILED"; grep -E "Error|error" "$OUT/daemon.log" | tail -5 | tee -a "$SUM"; return; fi
+  if [ $up = 0 ]; then say "daemon FAILED"; grep -E "Error|error" "$OUT/daemon.log" | grep -v "^benchmark_args" | tail -8 | tee -a "$SUM"; return; fi
   say "daemon up"; save_caches
   specctl status 2>&1 | tee -a "$SUM"
   for mode in bandit never always static5; do
