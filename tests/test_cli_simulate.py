@@ -61,3 +61,8 @@ def test_simulate_bad_input_one_line_exit_2(args, needle):
     assert res.exit_code == 2
     lines = [l for l in res.output.splitlines() if l.strip()]
     assert len(lines) == 1 and needle in lines[0], res.output
+
+
+def test_shell_completion_script_is_generated():
+    res = CliRunner().invoke(cli, [], prog_name="specctl", env={"_SPECCTL_COMPLETE": "bash_source"})
+    assert res.exit_code == 0 and "_specctl_completion" in res.output and "complete " in res.output

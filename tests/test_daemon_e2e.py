@@ -122,3 +122,25 @@ def test_sighup_reloads_config(short_tmp):
         assert d.stop() == 0
     conn = sqlite3.connect(d.db)
     assert conn.execute("SELECT count(*) FROM events WHERE kind = 'reload'").fetchone()[0] == 1
+
+
+def test_prometheus_metrics_on_opt_in_port(short_tmp):
+    import socket
+    import urllib.request
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    d = DaemonProc(short_tmp, "--concurrency", "4", "--metrics-port", str(port))
+    try:
+        d.wait_socket()
+        d.wait_for(lambda st: st["samples"]["total"] > 20, what="samples")
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                  if line.startswith("specctl_") and " " in line}
+        assert values["specctl_samples_total"] > 20
+        assert 0 <= values["specctl_threshold_batch_size"] <= 256
+        assert {"specctl_engine_up", "specctl_decisions_total", "specctl_samples_dropped_total",
+                "specctl_throughput_tokens_per_second", "specctl_accept_length_tokens"} <= set(values)
+        assert values["specctl_engine_up"] == 1.0
+    finally:
+        assert d.stop() == 0
