@@ -31,20 +31,17 @@ def default_socket() -> Path:
     return state_dir() / "control.sock"
 
 
+def _first_existing(env: str, candidates: tuple[Path, ...], default: Path) -> Path:
+    if os.environ.get(env):
+        return Path(os.environ[env])
+    return next((c for c in candidates if c.exists()), default)
+
+
 def find_socket() -> Path:
     """For specctl: $SPECCTL_SOCKET, the service's socket if present, else the user daemon's."""
-    if os.environ.get("SPECCTL_SOCKET"):
-        return Path(os.environ["SPECCTL_SOCKET"])
-    for cand in (SYSTEM_RUNTIME / "control.sock", default_socket()):
-        if cand.exists():
-            return cand
-    return default_socket()
+    return _first_existing("SPECCTL_SOCKET", (SYSTEM_RUNTIME / "control.sock", default_socket()), default_socket())
 
 
 def find_db() -> Path:
-    if os.environ.get("SPECCTL_DB"):
-        return Path(os.environ["SPECCTL_DB"])
-    for cand in (SYSTEM_STATE / "spec-controller.db", default_db()):
-        if cand.exists():
-            return cand
-    return default_db()
+    """For specctl: $SPECCTL_DB, the service's database if present, else the user daemon's."""
+    return _first_existing("SPECCTL_DB", (SYSTEM_STATE / "spec-controller.db", default_db()), default_db())
