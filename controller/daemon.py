@@ -89,11 +89,16 @@ class Daemon:
         service.apply_initial()
         ingest = threading.Thread(target=service.ingest_forever, name="ingest", daemon=True)
         ingest.start()
+        if ctl["metrics_port"]:      # before the control socket: once that answers, everything is up
+            from .metrics import start_metrics
+            try:
+                start_metrics(service, ctl["metrics_port"], ctl["metrics_addr"])
+            except OSError as e:
+                engine.stop()
+                writer.stop()
+                raise Fatal(f"metrics port {ctl['metrics_port']}: {e.strerror}") from None
         server = ControlServer(ctl["socket"], service)
         server.start()
-        if ctl["metrics_port"]:
-            from .metrics import start_metrics
-            start_metrics(service, ctl["metrics_port"], ctl["metrics_addr"])
         speed = cfg["sim"]["speed"] if cfg["engine"]["kind"] == "sim" else 1.0
         sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 5})
         sched.add_job(service.retune, "interval", seconds=max(cfg["policy"]["tick_s"] / speed, 0.02), id="retune")

@@ -18,8 +18,8 @@ _STOP = object()
 class Writer:
     """Batches queued writes into one transaction per drain; never blocks its callers.
 
-    A full queue drops the write and counts it (samples are telemetry, best effort);
-    settings, decisions and events are small and rare, so the queue is sized to hold them.
+    A full queue drops samples and counts them (telemetry, best effort); settings,
+    decisions, policy state and events wait for room instead.
     """
 
     def __init__(self, db: sqlite_utils.Database, maxsize: int = 10000, batch: int = 512):
@@ -36,16 +36,24 @@ class Writer:
         return self
 
     # --- producers (any thread) -------------------------------------------
-    def _put(self, item: tuple) -> bool:
+    def _put(self, item: tuple, essential: bool = True) -> bool:
+        """Samples are dropped (and counted) when the queue is full; everything else waits
+        for room, since a decision or a setting must never be lost."""
         try:
-            self.q.put_nowait(item)
+            if essential:
+                self.q.put(item, timeout=30)
+            else:
+                self.q.put_nowait(item)
             return True
         except queue.Full:
             self.dropped += 1
+            if essential:
+                self.errors += 1
+                log.error("state writer: queue full for 30 s; a %s write was lost", item[0])
             return False
 
     def samples(self, rows: Sequence[tuple]) -> bool:
-        return self._put(("samples", rows))
+        return self._put(("samples", rows), essential=False)
 
     def decision(self, t: float, old: int, new: int, policy: str, reason: str, exploratory: bool) -> bool:
         return self._put(("decisions", {"t": t, "wall": time.time(), "old": old, "new": new, "policy": policy,

@@ -54,7 +54,7 @@ def test_full_lifecycle_survives_sigkill(short_tmp):
         assert st["policy"]["name"] == "ucb" and st["policy"]["params"]["c"] == 1.2
         assert st["threshold"] == 7 and st["pinned"] is True
         hist = d2.call("GET", "/history?limit=5")
-        assert hist[0]["new"] == 7 and hist[0]["reason"] == "restored"
+        assert hist[0]["new"] == 7 and hist[0]["reason"] == "restored", (hist, d2.log_text())
         d2.call("POST", "/threshold/unpin", {})
         assert d2.stop() == 0                    # SIGTERM: graceful, exit 0
     finally:
