@@ -115,10 +115,11 @@ class Guard:
         if last_sample_t is None or now - last_sample_t > self.cfg.fallback_after_s:
             quiet = "no samples yet" if last_sample_t is None else f"no samples for {now - last_sample_t:.1f}s"
             return self.clamp(self.cfg.fallback_threshold), f"fallback: {quiet}", False
-        target = self._rate_capped(self._stabilised(now, self.clamp(decision.exploit_threshold)))
-        self.exploit = self.clamp(target)
+        wanted = self.clamp(decision.exploit_threshold)
+        self.exploit = self.clamp(self._rate_capped(self._stabilised(now, wanted)))
         if decision.exploratory:
             if self.explore_used < self.cfg.explore_share:
                 return self.clamp(decision.threshold), decision.reason, True
             return self.exploit, f"exploit (exploration budget {self.cfg.explore_share:.0%} spent)", False
-        return self.exploit, decision.reason, False
+        held = f" (guard: on the way to {wanted})" if self.exploit != wanted else ""
+        return self.exploit, decision.reason + held, False

@@ -52,6 +52,8 @@ class Service:
         self.loop = ControlLoop(policy, GuardConfig.from_mapping(cfg["guard"]), int(initial))
         self.loop.pin(saved.get("pinned"))
         self.policy_name = pol["name"]
+        if "policy" not in saved:        # first start: record the configured policy as the active one
+            writer.setting("policy", {"name": pol["name"], "params": dict(pol.get("params") or {})})
         self.restored = {"policy": pol["name"], "threshold": self.loop.threshold, "pinned": self.loop.pinned}
 
     # --- policy -------------------------------------------------------------
