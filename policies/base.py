@@ -86,14 +86,15 @@ class BucketLearner(Policy):
         # Acceptance moves with the traffic: weighted by requests, its estimate never
         # outweighs the last ~256 requests' accept lengths.
         self.accept = Discounted(self.params["accept_half_life_s"], max_weight=256.0)
-        self.live = 0
+        self.live = 0               # the bucket most batches fell in since the last decision
+        self._recent: dict[int, int] = {}
         self.max_steps = 1          # K, learned from the samples
 
     def observe(self, sample: Sample) -> None:
         if not sample.decode_only or sample.step_s <= 0 or sample.batch_size <= 0:
             return
         b = self.buckets.of(sample.batch_size)
-        self.live = b
+        self._recent[b] = self._recent.get(b, 0) + 1
         rate = sample.batch_size / sample.step_s
         if sample.steps > 0:
             self.q[SPEC][b].add(sample.t, rate)
@@ -158,6 +159,9 @@ class BucketLearner(Policy):
         raise NotImplementedError
 
     def decide(self, snap: Snapshot) -> Decision:
+        if self._recent:
+            self.live = max(self._recent, key=self._recent.__getitem__)
+            self._recent.clear()
         exploit = monotone_threshold(self.gains(snap.now), self.buckets, snap.threshold)
         b = self.live
         untried = [a for a in (OFF, SPEC) if not self.known(a, b, snap.now)]

@@ -127,3 +127,12 @@ def test_buckets_are_exact_to_16_and_cover_max():
     assert b.edges[:16] == tuple(range(1, 17)) and b.edges[-1] == 256
     assert all(b.low(i) <= b.high(i) for i in range(len(b)))
     assert b.of(17) == b.of(18) != b.of(16) and b.of(10_000) == len(b) - 1
+
+
+def test_live_bucket_is_where_most_batches_fell_since_the_last_decision():
+    p = make_policy("ucb", max_batch_size=64)
+    for i in range(10):
+        p.observe(Sample(i * 0.01, 8, 0, 8, 0.01, True))
+    p.observe(Sample(0.2, 40, 0, 40, 0.02, True))          # the last batch is an outlier
+    p.decide(Snapshot(0.3, 0, 64))
+    assert p.live == p.buckets.of(8)

@@ -22,6 +22,7 @@ def main() -> None:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--toggles", type=int, default=20)
+    ap.add_argument("--high", type=int, default=128, help="the speculating pin (<= max running requests)")
     args = ap.parse_args()
     load = subprocess.Popen([sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host",
                              "127.0.0.1", "--port", str(args.port), "--dataset-name", "random-ids",
@@ -32,7 +33,7 @@ def main() -> None:
     time.sleep(12)
     marks = []
     for i in range(args.toggles):
-        value = 256 if i % 2 == 0 else 0
+        value = args.high if i % 2 == 0 else 0
         t = time.time()
         rc = subprocess.run([sys.executable, "-m", "controller.cli", "--socket", args.socket, "threshold", "pin",
                              str(value)], capture_output=True).returncode
