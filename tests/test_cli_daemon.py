@@ -101,3 +101,30 @@ def test_socket_permission_denied(daemon):
     assert res.exit_code == 1
     assert res.output.strip().splitlines() == [f"specctl: permission denied on {daemon.socket} "
                                                "(run as root or a member of its group)"]
+
+
+def test_control_socket_is_0660(daemon):
+    import os
+    import stat
+    assert stat.S_IMODE(os.stat(daemon.socket).st_mode) == 0o660
+
+
+def test_offline_policy_and_pin_are_saved_for_the_next_start(short_tmp):
+    from state.db import open_store
+    db, sock = short_tmp / "off.db", short_tmp / "none.sock"
+    open_store(db).conn.close()
+    base = ["--socket", str(sock), "--db", str(db)]
+    res = CliRunner().invoke(cli, [*base, "policy", "set", "ucb", "--param", "c=2"])
+    assert res.exit_code == 0 and "saved" in res.output and "next start" in res.output
+    res = CliRunner().invoke(cli, [*base, "threshold", "pin", "3"])
+    assert res.exit_code == 0 and "applied at next start" in res.output
+    # the flags given last win: the daemon starts on the prepared database and socket
+    d = DaemonProc(short_tmp, "--concurrency", "2", "--db", str(db), "--socket", str(sock))
+    d.db, d.socket = db, sock
+    try:
+        d.wait_socket()
+        st = d.call("GET", "/status")
+        assert st["policy"]["name"] == "ucb" and st["policy"]["params"]["c"] == 2.0
+        assert st["threshold"] == 3 and st["pinned"] is True
+    finally:
+        assert d.stop() == 0
