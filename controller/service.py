@@ -48,9 +48,10 @@ class Service:
             db.conn.close()
         pol = saved.get("policy") or {"name": cfg["policy"]["name"], "params": cfg["policy"]["params"]}
         policy = self._build_policy(pol["name"], pol.get("params") or {}, restore=True)
-        initial = saved.get("threshold", cfg["policy"]["initial_threshold"])
+        pinned = saved.get("pinned")
+        initial = pinned if pinned is not None else saved.get("threshold", cfg["policy"]["initial_threshold"])
         self.loop = ControlLoop(policy, GuardConfig.from_mapping(cfg["guard"]), int(initial))
-        self.loop.pin(saved.get("pinned"))
+        self.loop.pin(pinned)
         self.policy_name = pol["name"]
         if "policy" not in saved:        # first start: record the configured policy as the active one
             writer.setting("policy", {"name": pol["name"], "params": dict(pol.get("params") or {})})
