@@ -13,6 +13,8 @@ import os
 import time
 from typing import Any, Callable
 
+from .telemetry import KIND_SAMPLE, SAMPLE, encode_stats
+
 log = logging.getLogger("spec_controller.plugin")
 
 THRESHOLD_KEY = "speculative_disable_batch_threshold"
@@ -94,6 +96,8 @@ class PluginState:
         self.decisions = 0
         self.decision_ns = 0
         self.sender = None                         # telemetry, rank 0 only; False = not this rank
+        self.send_flags = 0
+        self.again: type[BaseException] = BlockingIOError
         self.sent = 0
         self.dropped = 0
         self.last_result: float | None = None
@@ -137,7 +141,10 @@ def activate_step_by_batch(original: Callable, worker, batch_size: int):
     t0 = time.perf_counter_ns()
     target = STATE.k if batch_size <= STATE.threshold else 0
     if target != worker.speculative_num_steps:
-        worker.adaptive_controller._activate(target)
+        try:
+            worker.adaptive_controller._activate(target)
+        except Exception as e:            # keep the current state (same on every rank), say so once
+            STATE.fail_once("activate", e)
     STATE.decisions += 1
     STATE.decision_ns += time.perf_counter_ns() - t0
     return None
@@ -196,6 +203,7 @@ def after_spec_result(result_tokens, processor, *args, **kwargs):
 
 
 def _sender():
+    """The rank-0 PUSH socket, made on first use (False on other ranks or without an address)."""
     if STATE.sender is None:
         STATE.sender = False
         rank = 0
@@ -213,18 +221,15 @@ def _sender():
             sock.setsockopt(zmq.LINGER, 0)
             sock.connect(address)
             STATE.sender = sock
+            STATE.send_flags = zmq.NOBLOCK
+            STATE.again = zmq.Again
     return STATE.sender
 
 
 def _emit(result, batch) -> None:
-    sock = _sender()
+    sock = STATE.sender if STATE.sender is not None else _sender()
     if not sock:
         return
-    import zmq
-
-    from policies.types import Sample
-
-    from .telemetry import encode_sample, encode_stats
     now = time.perf_counter()
     bs = len(batch.reqs)
     draft_tokens = getattr(result, "speculative_num_draft_tokens", None)
@@ -234,13 +239,14 @@ def _emit(result, batch) -> None:
     decode_only, STATE.prefill_since = not STATE.prefill_since, False
     if last is None or bs == 0:
         return
-    sample = Sample(time.time(), bs, steps, tokens, now - last, decode_only and now - last < 5.0)
+    step_s = now - last
+    msg = SAMPLE.pack(KIND_SAMPLE, time.time(), bs, steps, tokens, step_s, decode_only and step_s < 5.0)
     try:
-        sock.send(encode_sample(sample), zmq.NOBLOCK)
+        sock.send(msg, STATE.send_flags)
         STATE.sent += 1
         if STATE.sent % 256 == 0:
-            sock.send(encode_stats(STATE.decisions, STATE.decision_ns, STATE.sent, STATE.dropped), zmq.NOBLOCK)
-    except zmq.Again:
+            sock.send(encode_stats(STATE.decisions, STATE.decision_ns, STATE.sent, STATE.dropped), STATE.send_flags)
+    except STATE.again:
         STATE.dropped += 1
 
 

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import struct
 
-from policies.types import Sample
-
 ENV_ADDRESS = "SPEC_CONTROLLER_TELEMETRY"          # e.g. ipc:///run/spec-controller/telemetry.ipc
 ENV_INITIAL_THRESHOLD = "SPEC_CONTROLLER_INITIAL_THRESHOLD"
 
@@ -13,7 +11,7 @@ STATS = struct.Struct("<BQQQQ")          # kind=2, decisions, decision ns total,
 KIND_SAMPLE, KIND_STATS = 1, 2
 
 
-def encode_sample(s: Sample) -> bytes:
+def encode_sample(s) -> bytes:
     return SAMPLE.pack(KIND_SAMPLE, s.t, s.batch_size, s.steps, s.tokens, s.step_s, int(s.decode_only))
 
 
@@ -21,8 +19,11 @@ def encode_stats(decisions: int, decision_ns: int, sent: int, dropped: int) -> b
     return STATS.pack(KIND_STATS, decisions, decision_ns, sent, dropped)
 
 
-def decode(msg: bytes) -> Sample | dict:
-    """A Sample, or a dict of plugin counters; ValueError on anything else."""
+def decode(msg: bytes):
+    """A Sample, or a dict of plugin counters; ValueError on anything else.
+    (policies is imported here, not at the top: the plugin side imports this module
+    inside every SGLang process and must stay light.)"""
+    from policies.types import Sample
     if len(msg) == SAMPLE.size and msg[0] == KIND_SAMPLE:
         _, t, bs, steps, tokens, step_s, decode_only = SAMPLE.unpack(msg)
         return Sample(t, bs, steps, tokens, step_s, bool(decode_only))
