@@ -4,12 +4,15 @@
 #   daemon: spec-controller with the sglang engine + plugin; sweeps bandit, never, always, static 5; pin latency
 #   nospec: SGLang started without speculation (the baseline an "off" batch must match)
 #   ema:    SGLang's own adaptive EMA ({0,K} at slots 1/8/32/64), plugin disabled
-# Env: ACC_LEN (SGLANG_SIMULATE_ACC_LEN, default 2.5), LEVELS (default 1,4,16,64,128), DEADLINE_S (default 560).
+# Env: ACC_LEN (SGLANG_SIMULATE_ACC_LEN, default 2.5), LEVELS (default 1,4,16,64,128), DEADLINE_S (default 560),
+#      PPC prompts per client per level (default 3: 1-3 s of decoding, too short for the bandit to learn;
+#      use >= 20 for a bandit comparison), OUTLEN output tokens per request (default 128).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 T0=$(date +%s); DEADLINE=${DEADLINE_S:-560}
 left() { echo $((DEADLINE - ($(date +%s) - T0))); }
-LEVELS=${LEVELS:-1,4,16,64,128}; ACC=${ACC_LEN:-2.5}
+LEVELS=${LEVELS:-1,4,16,64,128}; ACC=${ACC_LEN:-2.5}; PPC=${PPC:-3}; OUTLEN=${OUTLEN:-128}
+SWEEP_ARGS=(--prompts-per-client "$PPC" --output-len "$OUTLEN")
 M=/tmp/m; SC=/tmp/sc; mkdir -p $SC
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export TVM_FFI_CACHE_DIR=/tmp/jitcache TRITON_CACHE_DIR=/tmp/tritoncache
@@ -85,7 +88,7 @@ server_phase() { # label port env... -- extra flags
   local pid=$!
   if wait_http "$port" "$pid"; then
     say "$label ready"
-    python3 bench/gpu/sweep.py --port "$port" --tokenizer $TOK --label "$label" --levels "$LEVELS" --out "$OUT/sweep.jsonl" >>"$OUT/$label.log" 2>&1
+    python3 bench/gpu/sweep.py --port "$port" --tokenizer $TOK --label "$label" --levels "$LEVELS" --out "$OUT/sweep.jsonl" "${SWEEP_ARGS[@]}" >>"$OUT/$label.log" 2>&1
     say "$label swept"
   else
     say "$label FAILED to start"; tail -20 "$OUT/$label.log" | tee -a "$SUM"
@@ -143,11 +146,11 @@ TOML
       always) specctl threshold pin 128 ;;
       static5) specctl threshold pin 5 ;;
     esac
-    python3 bench/gpu/sweep.py --port 30000 --tokenizer $TOK --label "$mode" --levels "$LEVELS" --out "$OUT/sweep.jsonl" >>"$OUT/daemon.log" 2>&1
+    python3 bench/gpu/sweep.py --port 30000 --tokenizer $TOK --label "$mode" --levels "$LEVELS" --out "$OUT/sweep.jsonl" "${SWEEP_ARGS[@]}" >>"$OUT/daemon.log" 2>&1
     say "$mode swept"; specctl status --json >>"$OUT/status.jsonl" 2>&1
   done
   if [ "$(left)" -gt 70 ]; then
-    python3 bench/gpu/pin_latency.py --db $SC/state.db --socket $SC/ctl.sock --port 30000 --tokenizer $TOK 2>&1 | grep PINLAT | tee -a "$SUM"
+    python3 bench/gpu/pin_latency.py --db $SC/state.db --socket $SC/ctl.sock --port 30000 --tokenizer $TOK --high 128 2>&1 | grep PINLAT | tee -a "$SUM"
   fi
   specctl threshold unpin; specctl status 2>&1 | tee -a "$SUM"
   specctl history --limit 300 --json >"$OUT/history.json" 2>&1
