@@ -84,6 +84,14 @@ def _fmt(value, spec: str = "", none: str = "-") -> str:
     return none if value is None else format(value, spec)
 
 
+def _acceptance(st: dict) -> str:
+    if st.get("mean_accept_length") is None and st.get("last_accept_length") is not None:
+        return (f"no speculative batch in the live window; last accept length "
+                f"{st['last_accept_length']:.2f}, {st.get('last_accept_age_s') or 0:.0f}s ago")
+    return (f"mean accept length {_fmt(st.get('mean_accept_length'), '.2f')}, "
+            f"rate {_fmt(st.get('acceptance_rate'), '.1%')}")
+
+
 def render_status(st: dict) -> str:
     d, eng = st["daemon"], st.get("engine") or {}
     if not d["running"]:
@@ -100,8 +108,7 @@ def render_status(st: dict) -> str:
         f"threshold:   {_fmt(st.get('threshold'))}{' (pinned)' if st.get('pinned') else ''}"
         f"   speculate iff batch size <= threshold",
         f"policy:      {pol.get('name', '-')}{alias}",
-        f"acceptance:  mean accept length {_fmt(st.get('mean_accept_length'), '.2f')}, "
-        f"rate {_fmt(st.get('acceptance_rate'), '.1%')}",
+        f"acceptance:  {_acceptance(st)}",
         f"throughput:  {_fmt(st.get('tok_per_s'), ',.0f')} tok/s, speculating {_fmt(st.get('spec_share'), '.0%')}"
         " of batches",
         f"samples:     {_fmt(samples.get('per_s'), '.1f')}/s, {samples.get('total', 0)} total, "

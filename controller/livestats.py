@@ -13,6 +13,7 @@ class LiveStats:
         self._sums = [0, 0, 0, 0.0, 0, 0]   # batches, tokens, spec batches, busy s, spec tokens, spec requests
         self.total = 0
         self.max_steps = 0
+        self.last_spec: tuple[float, float] | None = None   # (t, accept length) of the newest spec batch
 
     def add(self, s: Sample) -> None:
         spec = s.steps > 0
@@ -26,6 +27,7 @@ class LiveStats:
             sums[4] += s.tokens
             sums[5] += s.batch_size
             self.max_steps = max(self.max_steps, s.steps)
+            self.last_spec = (s.t, s.tokens / s.batch_size)
         self.total += 1
         self._trim(s.t)
 
@@ -41,7 +43,7 @@ class LiveStats:
                 sums[4] -= tokens
                 sums[5] -= bs
 
-    def snapshot(self) -> dict:
+    def snapshot(self, now: float | None = None) -> dict:
         batches, tokens, spec, busy, spec_tokens, spec_reqs = self._sums
         span = (self._rows[-1][0] - self._rows[0][0]) if len(self._rows) > 1 else 0.0
         accept = spec_tokens / spec_reqs if spec_reqs else None
@@ -53,4 +55,7 @@ class LiveStats:
             "mean_accept_length": round(accept, 4) if accept else None,
             "acceptance_rate": round((accept - 1) / self.max_steps, 4) if accept and self.max_steps else None,
             "batches_per_s": round(batches / span, 2) if span > 0 else None,
+            # when the window holds no speculative batch: the newest one seen, and how long ago
+            "last_accept_length": round(self.last_spec[1], 4) if self.last_spec else None,
+            "last_accept_age_s": round(now - self.last_spec[0], 1) if self.last_spec and now is not None else None,
         }

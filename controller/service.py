@@ -188,7 +188,7 @@ class Service:
     # --- status ---------------------------------------------------------------
     def status(self) -> dict:
         with self.lock:
-            snap = self.stats.snapshot()
+            snap = self.stats.snapshot(self.engine.now())
             health = self.engine.health()
             return {
                 "daemon": {"running": True, "pid": os.getpid(), "version": VERSION,
@@ -203,6 +203,8 @@ class Service:
                            "params": dict(self.loop.policy.params)},
                 "mean_accept_length": snap["mean_accept_length"],
                 "acceptance_rate": snap["acceptance_rate"],
+                "last_accept_length": snap["last_accept_length"],
+                "last_accept_age_s": snap["last_accept_age_s"],
                 "tok_per_s": snap["tok_per_s"],
                 "spec_share": snap["spec_share"],
                 "samples": {"total": self.stats.total, "per_s": snap["batches_per_s"], "dropped": self.dropped,
