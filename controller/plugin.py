@@ -202,19 +202,23 @@ def after_spec_result(result_tokens, processor, *args, **kwargs):
     return None
 
 
+def _rank() -> int:
+    """This process's global rank: with TP, every rank runs the hooks; only rank 0 reports."""
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+    except Exception:
+        pass
+    return 0
+
+
 def _sender():
     """The rank-0 PUSH socket, made on first use (False on other ranks or without an address)."""
     if STATE.sender is None:
         STATE.sender = False
-        rank = 0
-        try:
-            import torch.distributed as dist
-            if dist.is_available() and dist.is_initialized():
-                rank = dist.get_rank()
-        except Exception:
-            rank = 0
         address = os.environ.get("SPEC_CONTROLLER_TELEMETRY")
-        if rank == 0 and address:
+        if address and _rank() == 0:
             import zmq
             sock = zmq.Context.instance().socket(zmq.PUSH)
             sock.setsockopt(zmq.SNDHWM, 10000)

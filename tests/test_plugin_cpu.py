@@ -146,3 +146,18 @@ def test_entry_point_is_registered():
     if "spec_controller" not in eps:
         pytest.fail("package not installed (pip install -e .): the sglang plugin entry point is missing")
     assert eps["spec_controller"] == "controller.plugin:load"
+
+
+def test_only_rank_0_reports(state, monkeypatch, short_tmp):
+    addr = f"ipc://{short_tmp}/r.ipc"
+    pull = zmq.Context.instance().socket(zmq.PULL)
+    pull.bind(addr)
+    monkeypatch.setenv("SPEC_CONTROLLER_TELEMETRY", addr)
+    monkeypatch.setattr(plugin, "_rank", lambda: 1)
+    batch = SimpleNamespace(reqs=[object()] * 4)
+    result = SimpleNamespace(speculative_num_draft_tokens=4, num_correct_drafts=3)
+    for _ in range(5):
+        plugin.after_spec_result(None, None, result, batch)
+    assert state.sender is False and state.sent == 0
+    assert not pull.poll(200)
+    pull.close(linger=0)
