@@ -1,0 +1,31 @@
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+from controller.sim.profile import load_profile
+from state.db import open_store
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_measured_samples_become_a_valid_profile(tmp_path):
+    db = open_store(tmp_path / "s.db")
+    rng = random.Random(0)
+    rows = []
+    for bs in (1, 8, 32):
+        for spec in (False, True):
+            for i in range(20):
+                step = (0.01 + 0.001 * bs) * (2.0 if spec else 1.0) * (1 + 0.01 * rng.random())
+                rows.append((i * 0.1, bs, 3 if spec else 0, round(bs * 2.5) if spec else bs, step, 1))
+    rows.append((9.0, 64, 0, 64, 0.5, 1))                 # seen in one mode only: left out
+    db.conn.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)", rows)
+    out = tmp_path / "h.toml"
+    res = subprocess.run([sys.executable, str(ROOT / "bench/gpu/db_to_profile.py"), str(tmp_path / "s.db"),
+                          str(out), "--name", "h-test"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    prof = load_profile(str(out))
+    assert prof.batch_sizes == (1, 8, 32) and prof.spec_steps == 3
+    assert abs(prof.step_seconds(8, False) - 0.018) < 0.0005
+    assert abs(prof.step_seconds(8, True) - 0.036) < 0.001
+    assert abs(prof.mean_accept_length - 2.5) < 0.05
