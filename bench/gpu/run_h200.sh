@@ -24,8 +24,9 @@ say() { echo "[t+$(($(date +%s) - T0))s] $*" | tee -a "$SUM"; }
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site . 2>&1 | tail -2
   [ -f .jitcache/caches.tar.gz ] && tar xzf .jitcache/caches.tar.gz -C /tmp && echo "restored JIT caches"
-} >"$OUT/env.log" 2>&1
+} >/tmp/env.log 2>&1
 export PYTHONPATH=/tmp/site
+tail -3 /tmp/env.log >>"$SUM"      # $OUT brings back 8 files at most: the install log stays behind
 # bench_serving imports HF `datasets` for datasets this run never uses: a stub keeps the wheel set small.
 python3 -c "import datasets" 2>/dev/null || { mkdir -p /tmp/site/datasets;
   printf 'def load_dataset(*a, **k):\n    raise RuntimeError("datasets is not installed on this machine")\n' >/tmp/site/datasets/__init__.py; }
@@ -53,7 +54,7 @@ def __getattr__(name):
     return _Missing
 STUB
 done
-if ! python3 -c "import deep_gemm" >>"$OUT/env.log" 2>&1; then
+if ! python3 -c "import deep_gemm" >>/tmp/env.log 2>&1; then
   rm -rf /tmp/site/deep_gemm && mkdir -p /tmp/site/deep_gemm && : >/tmp/site/deep_gemm/__init__.py
   export SGLANG_ENABLE_JIT_DEEPGEMM=0
 fi
