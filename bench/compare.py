@@ -1,6 +1,6 @@
 """All policies x all shipped profiles and traces, against the oracle.
 
-    python bench/compare.py [--seconds 60] [--seed 0] [--out bench/results]
+    python bench/compare.py [--seconds 60] [--seed 0] [--seeds 0,1,2,3,4] [--out bench/results]
 
 Writes compare.md (tables + the command), compare.json and one PNG per profile.
 """
@@ -44,6 +44,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seeds", default="0,1,2,3,4", help="seeds for the bandit robustness table")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -80,10 +81,36 @@ def main() -> None:
             lines.append(f"| {label(j[2], j[3])} | " + " | ".join(f"{row['ratio']:.3f}" for row in r["rows"])
                          + f" | {r['overall']['ratio']:.3f} | {rc} |")
         lines.append("")
+    lines += seed_robustness(args)
     (out / "compare.md").write_text("\n".join(lines))
     (out / "compare.json").write_text(json.dumps([{"kind": j[0], "target": j[1], "policy": label(j[2], j[3]),
                                                    "result": r} for j, r in results], indent=1))
     print("\n".join(lines))
+
+
+def seed_robustness(args) -> list[str]:
+    """bandit across seeds: the lowest level ratio per profile, the whole-trace ratio per trace."""
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    jobs = [("profile", p, "bandit", {}, args.seconds, s) for s in seeds for p in PROFILES]
+    jobs += [("trace", t, "bandit", {}, args.seconds, s) for s in seeds for t in TRACES]
+    with ProcessPoolExecutor(args.workers) as pool:
+        results = list(pool.map(one, jobs))
+    cols = PROFILES + TRACES
+    lines = ["## bandit across seeds", "",
+             "Profiles: lowest per-level ratio; traces: whole-trace ratio (best static in brackets); "
+             "last column: slowest re-convergence on the traces.", "",
+             "| seed | " + " | ".join(cols) + " | re-converge max s |", "|---|" + "---|" * (len(cols) + 1)]
+    for s in seeds:
+        cells, worst = [], 0.0
+        for c in cols:
+            j, r = next((j, r) for j, r in results if j[1] == c and j[5] == s)
+            if j[0] == "profile":
+                cells.append(f"{r['overall']['min_ratio']:.3f}")
+            else:
+                cells.append(f"{r['overall']['ratio']:.3f} ({r['best_static']['ratio']:.3f})")
+                worst = max([worst] + [x["reconverge_s"] or 0.0 for x in r["rows"]])
+        lines.append(f"| {s} | " + " | ".join(cells) + f" | {worst:.1f} |")
+    return lines + [""]
 
 
 def plot_profile(name: str, rows, path: Path) -> None:

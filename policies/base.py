@@ -86,14 +86,20 @@ class BucketLearner(Policy):
         # Acceptance moves with the traffic: weighted by requests, its estimate never
         # outweighs the last ~256 requests' accept lengths.
         self.accept = Discounted(self.params["accept_half_life_s"], max_weight=256.0)
+        self.tried = ([-math.inf] * n, [-math.inf] * n)   # last time each arm ran in each bucket
         self.live = 0               # the bucket most batches fell in since the last decision
         self._recent: dict[int, int] = {}
         self.max_steps = 1          # K, learned from the samples
 
     def observe(self, sample: Sample) -> None:
-        if not sample.decode_only or sample.step_s <= 0 or sample.batch_size <= 0:
+        if sample.step_s <= 0 or sample.batch_size <= 0:
             return
         b = self.buckets.of(sample.batch_size)
+        # An interval that held a prefill is no reward (DESIGN §4), but it shows the arm was
+        # tried: at high load such intervals are the rule, and re-trying costs a whole batch.
+        self.tried[int(sample.steps > 0)][b] = sample.t
+        if not sample.decode_only:
+            return
         self._recent[b] = self._recent.get(b, 0) + 1
         rate = sample.batch_size / sample.step_s
         if sample.steps > 0:
@@ -119,7 +125,9 @@ class BucketLearner(Policy):
         return math.sqrt(var)
 
     def known(self, arm: int, b: int, now: float) -> bool:
-        return self.q[arm][b].weight(now) >= max(self.params["min_samples"], 1e-9)
+        """Has data, or was tried recently (its samples may all have held a prefill)."""
+        return (self.q[arm][b].weight(now) >= max(self.params["min_samples"], 1e-9)
+                or now - self.tried[arm][b] < self.params["half_life_s"])
 
     def gains(self, now: float) -> list[float]:
         """Traffic-weighted relative gain of speculating, per bucket (0 where unknown)."""
@@ -186,6 +194,7 @@ class BucketLearner(Policy):
             "accept": self.accept.to_list(),
             "live": self.live,
             "max_steps": self.max_steps,
+            "tried": [[None if t == -math.inf else t for t in arm] for arm in self.tried],
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
@@ -196,3 +205,6 @@ class BucketLearner(Policy):
         self.accept.load(state["accept"])
         self.live = int(state.get("live", 0)) % len(self.buckets)
         self.max_steps = int(state.get("max_steps", 1))
+        tried = state.get("tried")
+        if isinstance(tried, list) and len(tried) == 2 and all(len(a) == len(self.buckets) for a in tried):
+            self.tried = tuple([-math.inf if t is None else float(t) for t in arm] for arm in tried)
