@@ -80,7 +80,12 @@ class Daemon:
             raise Fatal(f"policy: {e}", 2) from None
         writer.event("start", f"engine={cfg['engine']['kind']} policy={service.policy_name} "
                               f"threshold={service.loop.threshold} pinned={service.loop.pinned}")
-        engine.start(service.on_sample)
+        try:
+            engine.start(service.on_sample)
+        except EngineError as e:
+            writer.event("error", str(e))
+            writer.stop()
+            raise Fatal(str(e)) from None
         if not engine.wait_ready(timeout=float(cfg["sglang"].get("ready_timeout_s", 900))):
             engine.stop()
             writer.event("error", "engine did not become ready")

@@ -144,3 +144,16 @@ def test_prometheus_metrics_on_opt_in_port(short_tmp):
         assert values["specctl_engine_up"] == 1.0
     finally:
         assert d.stop() == 0
+
+
+def test_sglang_engine_without_sglang_is_one_clear_line(short_tmp):
+    import importlib.util
+    if importlib.util.find_spec("sglang") is not None:
+        pytest.skip("sglang is installed here")
+    (short_tmp / "g.toml").write_text('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\n'
+                                      'speculative_algorithm = "EAGLE3"\n')
+    res = run_daemon_once(short_tmp, "--config", str(short_tmp / "g.toml"), "--db", str(short_tmp / "x.db"),
+                          "--socket", str(short_tmp / "s"))
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines() == [
+        "spec-controller: sglang is not installed: pip install 'spec-controller[sglang]'"]

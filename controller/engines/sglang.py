@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 from ..paths import state_dir
-from ..plugin import THRESHOLD_KEY, unsupported_reason
+from ..plugin import THRESHOLD_KEY, unsupported_reason, version_unsupported_reason
 from ..telemetry import ENV_ADDRESS, ENV_INITIAL_THRESHOLD, decode
 from .base import Engine, EngineError, SampleSink
 
@@ -83,7 +83,21 @@ class SGLangEngine(Engine):
                 *server_flags(self.args), "--speculative-adaptive",
                 "--speculative-adaptive-config", str(self.adaptive_config)]
 
+    def check_installed(self) -> None:
+        """Refuse before launching anything when SGLang is missing or outside the supported range."""
+        if self.args.get("python"):
+            return                      # another interpreter: its own SGLang, checked by the plugin
+        import importlib.metadata
+        try:
+            version = importlib.metadata.version("sglang")
+        except importlib.metadata.PackageNotFoundError:
+            raise EngineError("sglang is not installed: pip install 'spec-controller[sglang]'") from None
+        reason = version_unsupported_reason(version)
+        if reason:
+            raise EngineError(f"sglang engine: {reason}")
+
     def start(self, on_sample: SampleSink) -> None:
+        self.check_installed()
         import zmq
         self.ipc_path.parent.mkdir(parents=True, exist_ok=True)
         self.adaptive_config.parent.mkdir(parents=True, exist_ok=True)
