@@ -5,7 +5,7 @@ tokens/s there (the upper envelope of the two curves, at the current acceptance)
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from policies import make_policy
@@ -178,7 +178,3 @@ def best_static(profile: Profile, segments: Sequence[Segment], seed: int = 0, ti
         if best is None or tput > best["throughput_tok_s"]:
             best = {"threshold": t, "throughput_tok_s": round(tput, 2)}
     return best
-
-
-def as_dicts(results: Sequence[SegmentResult]) -> list[dict]:
-    return [asdict(r) | {"throughput_tok_s": r.throughput} for r in results]

@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any, Callable
 
-from .telemetry import KIND_SAMPLE, SAMPLE, encode_stats
+from .telemetry import encode_stats, pack_sample
 
 log = logging.getLogger("spec_controller.plugin")
 
@@ -244,7 +244,7 @@ def _emit(result, batch) -> None:
     if last is None or bs == 0:
         return
     step_s = now - last
-    msg = SAMPLE.pack(KIND_SAMPLE, time.time(), bs, steps, tokens, step_s, decode_only and step_s < 5.0)
+    msg = pack_sample(time.time(), bs, steps, tokens, step_s, decode_only and step_s < 5.0)
     try:
         sock.send(msg, STATE.send_flags)
         STATE.sent += 1

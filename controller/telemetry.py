@@ -11,8 +11,8 @@ STATS = struct.Struct("<BQQQQ")          # kind=2, decisions, decision ns total,
 KIND_SAMPLE, KIND_STATS = 1, 2
 
 
-def encode_sample(s) -> bytes:
-    return SAMPLE.pack(KIND_SAMPLE, s.t, s.batch_size, s.steps, s.tokens, s.step_s, int(s.decode_only))
+def pack_sample(t: float, batch_size: int, steps: int, tokens: int, step_s: float, decode_only: bool) -> bytes:
+    return SAMPLE.pack(KIND_SAMPLE, t, batch_size, steps, tokens, step_s, decode_only)
 
 
 def encode_stats(decisions: int, decision_ns: int, sent: int, dropped: int) -> bytes:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar, Mapping
 
 from .buckets import Buckets
 from .params import ParamSpec, resolve_params
@@ -34,10 +34,6 @@ class Policy:
 
     def observe(self, sample: Sample) -> None:
         """Take one decode batch into account (cheap: called for every batch)."""
-
-    def observe_many(self, samples: Iterable[Sample]) -> None:
-        for s in samples:
-            self.observe(s)
 
     def decide(self, snap: Snapshot) -> Decision:
         raise NotImplementedError

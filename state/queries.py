@@ -24,10 +24,6 @@ def recent_decisions(db: sqlite_utils.Database, limit: int = 20) -> list[dict]:
                          "ORDER BY id DESC LIMIT ?", [limit]))
 
 
-def recent_events(db: sqlite_utils.Database, limit: int = 20) -> list[dict]:
-    return list(db.query("SELECT id, wall, kind, detail FROM events ORDER BY id DESC LIMIT ?", [limit]))
-
-
 def sample_summary(db: sqlite_utils.Database, since_t: float | None = None) -> dict:
     """Acceptance, throughput and spec share over the raw samples since since_t (default: the last 60 s)."""
     if since_t is None:

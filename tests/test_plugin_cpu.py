@@ -161,3 +161,12 @@ def test_only_rank_0_reports(state, monkeypatch, short_tmp):
     assert state.sender is False and state.sent == 0
     assert not pull.poll(200)
     pull.close(linger=0)
+
+
+def test_telemetry_codec_round_trip_and_refusal():
+    from controller.telemetry import encode_stats, pack_sample
+    s = decode(pack_sample(12.5, 64, 3, 150, 0.021, True))
+    assert (s.t, s.batch_size, s.steps, s.tokens, s.step_s, s.decode_only) == (12.5, 64, 3, 150, 0.021, True)
+    assert decode(encode_stats(10, 2000, 9, 1)) == {"decisions": 10, "decision_ns": 2000, "sent": 9, "dropped": 1}
+    with pytest.raises(ValueError):
+        decode(b"\x07garbage")
