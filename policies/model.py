@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import lsq_linear
 
 from .base import OFF, SPEC, BucketLearner
 from .params import ParamSpec
@@ -28,6 +27,7 @@ class ModelPolicy(BucketLearner):
         self._fit: list[np.ndarray | None] = [None, None]
 
     def refit(self, now: float) -> None:
+        from scipy.optimize import lsq_linear    # here, not at import: specctl starts in a blink
         for arm in (OFF, SPEC):
             w = np.array([d.weight(now) for d in self.q[arm]])
             q = np.array([d.mean for d in self.q[arm]])
