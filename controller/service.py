@@ -40,7 +40,6 @@ class Service:
         self.decisions = 0
         self.last_decision: dict | None = None
         self._stop = threading.Event()
-        self._last_status = self._last_watchdog = 0.0
         db = self.reader()
         try:
             saved = queries.settings(db)
@@ -127,16 +126,11 @@ class Service:
             tick = self.loop.tick(now)
             if tick.changed:
                 self._actuate(tick.threshold, tick.previous, tick.reason, tick.exploratory, now)
-            changed = tick.changed
-        wall = time.monotonic()
-        if changed or wall - self._last_status >= 10.0:
-            self._last_status = wall
-            snap = self.stats.snapshot()
-            sd_notify(f"STATUS=threshold {self.loop.threshold}{' (pinned)' if self.loop.pinned is not None else ''}"
-                      f", policy {self.policy_name}, accept {snap['mean_accept_length']}, tok/s {snap['tok_per_s']}")
-        if wall - self._last_watchdog >= 1.0:
-            self._last_watchdog = wall
-            sd_notify("WATCHDOG=1")
+        # One status line and a watchdog ping per retune (non-blocking datagrams: cheap).
+        snap = self.stats.snapshot()
+        sd_notify(f"STATUS=threshold {self.loop.threshold}{' (pinned)' if self.loop.pinned is not None else ''}"
+                  f", policy {self.policy_name}, accept {snap['mean_accept_length']}, tok/s {snap['tok_per_s']}")
+        sd_notify("WATCHDOG=1")
 
     # --- ingest -------------------------------------------------------------
     def on_sample(self, sample: Sample) -> None:
