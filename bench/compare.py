@@ -54,7 +54,7 @@ def main() -> None:
     with ProcessPoolExecutor(args.workers) as pool:
         results = list(pool.map(one, jobs))
     cmd = "python bench/compare.py " + " ".join(sys.argv[1:])
-    lines = [f"# Policy comparison against the oracle", "",
+    lines = ["# Policy comparison against the oracle", "",
              f"Command: `{cmd.strip()}` (virtual time, seed {args.seed}, {args.seconds:g} s per level; "
              f"{time.time() - t0:.0f} s wall on 2 CPU cores).", "",
              "Ratio = policy throughput / oracle throughput (oracle: per batch size the better mode).", ""]

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import click
 
-from policies import PolicyError, list_policies, make_policy, parse_kv, resolve_name
+from policies import PolicyError, list_policies, make_policy, parse_kv
 from state import queries
 from state.db import DaemonLock, StoreError, open_store
 
@@ -205,9 +205,8 @@ def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
         info = call(ctx, "POST", "/policy", {"name": name, "params": kv})
         click.echo(f"policy {info['name']} active")
     except DaemonUnreachable:
-        db = offline_db(ctx, write=True)
-        db["settings"].upsert({"key": "policy", "value": json.dumps({"name": name, "params": kv}),
-                               "wall": time.time()}, pk="key")
+        offline_db(ctx, write=True)["settings"].upsert(queries.setting_row("policy", {"name": name, "params": kv}),
+                                                      pk="key")
         click.echo(f"daemon is not running: policy {name} saved to {ctx.db}, used at next start")
 
 
@@ -224,8 +223,7 @@ def _pin(ctx: Ctx, value: int | None) -> None:
         click.echo(f"threshold pinned at {res['threshold']}" if value is not None
                    else f"threshold unpinned (now {res['threshold']}, policy decides)")
     except DaemonUnreachable:
-        db = offline_db(ctx, write=True)
-        db["settings"].upsert({"key": "pinned", "value": json.dumps(value), "wall": time.time()}, pk="key")
+        offline_db(ctx, write=True)["settings"].upsert(queries.setting_row("pinned", value), pk="key")
         click.echo(f"daemon is not running: {'pin ' + str(value) if value is not None else 'unpin'} "
                    f"saved to {ctx.db}, applied at next start")
 

@@ -5,7 +5,6 @@ import logging
 import signal
 import sys
 import threading
-from pathlib import Path
 
 import click
 
@@ -147,8 +146,7 @@ class Daemon:
             service.writer.event("reload", f"refused: {e}")
             return
         with service.lock:
-            service.loop.guard_config = GuardConfig.from_mapping(fresh["guard"])
-            service.loop.guard.cfg = service.loop.guard_config
+            service.loop.set_guard_config(GuardConfig.from_mapping(fresh["guard"]))
             for key in ("retention_samples_s", "retention_max_rows", "retention_aggregates_s"):
                 self.cfg["storage"][key] = fresh["storage"][key]
         logging.getLogger().setLevel(fresh["control"]["log_level"])

@@ -46,6 +46,11 @@ class ControlLoop:
         self.policy = policy
         self.guard = Guard(self.guard_config, policy.buckets, self.guard.exploit)
 
+    def set_guard_config(self, config: GuardConfig) -> None:
+        """New bounds/limits (SIGHUP); the learned exploit threshold carries over."""
+        self.guard_config = config
+        self.guard = Guard(config, self.policy.buckets, self.guard.exploit)
+
     def pin(self, threshold: int | None) -> None:
         self.pinned = threshold
 

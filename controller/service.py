@@ -54,7 +54,6 @@ class Service:
         self.policy_name = pol["name"]
         if "policy" not in saved:        # first start: record the configured policy as the active one
             writer.setting("policy", {"name": pol["name"], "params": dict(pol.get("params") or {})})
-        self.restored = {"policy": pol["name"], "threshold": self.loop.threshold, "pinned": self.loop.pinned}
 
     # --- policy -------------------------------------------------------------
     def reader(self):

@@ -44,8 +44,6 @@ class Policy:
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Restore what state() returned; raises PolicyError on a mismatched state."""
 
-    def describe(self) -> dict:
-        return {"name": self.name, "params": dict(self.params), "seed": self.seed}
 
 
 def _check_state(policy: str, state: Mapping[str, Any], n_buckets: int) -> None:

@@ -2,9 +2,15 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Sequence
 
 import sqlite_utils
+
+
+def setting_row(key: str, value: Any) -> dict:
+    """A settings row (value as JSON): written by the daemon's writer and by specctl offline."""
+    return {"key": key, "value": json.dumps(value), "wall": time.time()}
 
 
 def settings(db: sqlite_utils.Database) -> dict[str, Any]:

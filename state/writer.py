@@ -10,6 +10,8 @@ from typing import Any, Callable, Sequence
 
 import sqlite_utils
 
+from .queries import setting_row
+
 log = logging.getLogger("spec_controller.state")
 
 _STOP = object()
@@ -60,7 +62,7 @@ class Writer:
                                          "reason": reason, "exploratory": int(exploratory)}))
 
     def setting(self, key: str, value: Any) -> bool:
-        return self._put(("settings", {"key": key, "value": json.dumps(value), "wall": time.time()}))
+        return self._put(("settings", setting_row(key, value)))
 
     def policy_state(self, policy: str, params: dict, state: dict) -> bool:
         return self._put(("policy_state", {"wall": time.time(), "policy": policy, "params": json.dumps(params),

@@ -1,13 +1,11 @@
 """The daemon as a real subprocess: READY=1 on a real NOTIFY_SOCKET, a moving threshold,
 policy and pin commands, SIGKILL mid-run, restart with everything restored."""
-import json
 import signal
 import sqlite3
 import time
 
 import pytest
 
-from controller.client import DaemonError
 from tests.daemon_proc import DaemonProc, notify_listener, wait_notify
 
 
@@ -33,7 +31,6 @@ def test_full_lifecycle_survives_sigkill(short_tmp):
         time.sleep(1.5)                      # let a checkpoint and some samples land
         d.call("POST", "/policy", {"name": "ucb", "params": {"c": 1.2}})   # forces a state checkpoint
         time.sleep(0.5)
-        samples_before = d.call("GET", "/status")["samples"]["written"]
         assert d.stop(signal.SIGKILL) == -signal.SIGKILL
     finally:
         if d.proc.poll() is None:

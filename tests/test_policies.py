@@ -2,8 +2,6 @@ import json
 
 import pytest
 
-from controller.guard import GuardConfig
-from controller.loop import ControlLoop
 from policies import POLICIES, Decision, PolicyError, Sample, Snapshot, list_policies, make_policy, resolve_name
 from policies.buckets import Buckets
 from policies.summary import flip_threshold, monotone_threshold

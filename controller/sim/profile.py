@@ -9,7 +9,6 @@ import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -58,17 +57,6 @@ class Profile:
     def better_mode(self, batch_size: int, accept_length: float | None = None) -> bool:
         """The oracle's choice at a batch size: True = speculate."""
         return self.tok_per_s(batch_size, True, accept_length) > self.tok_per_s(batch_size, False, accept_length)
-
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name, "description": self.description, "source": self.source,
-            "max_batch_size": self.max_batch_size, "spec_steps": self.spec_steps, "noise": self.noise,
-            "prefill_s": self.prefill_s, "prefill_s_per_request": self.prefill_s_per_request,
-            "step_time": {"batch_size": list(self.batch_sizes), "off": list(self.step_off), "spec": list(self.step_spec)},
-            "acceptance": {"mean_accept_length": self.mean_accept_length, "spread": self.accept_spread},
-            "load": {"concurrency": list(self.concurrency), "output_len_mean": self.output_len_mean,
-                     "output_len_sd": self.output_len_sd},
-        }
 
 
 @dataclass(frozen=True)
