@@ -13,11 +13,14 @@ import os
 import time
 from typing import Any, Callable
 
+from . import fastoff
 from .telemetry import encode_stats, pack_sample
 
 log = logging.getLogger("spec_controller.plugin")
 
 THRESHOLD_KEY = "speculative_disable_batch_threshold"
+FAST_OFF_KEY = "spec_controller_fast_off"               # run-time switch for the fast off path
+SIM_ACC_KEY = "spec_controller_simulate_acc_len"         # experiments only (SPEC_CONTROLLER_EXPERIMENTS=1)
 MAX_THRESHOLD = 1 << 20
 SUPPORTED = ((0, 5, 14), (0, 5, 23))
 
@@ -25,6 +28,8 @@ _EAGLE = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2"
 _RESULTS = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
 # target -> the parameters the hook expects (checked against released wheels by the contract tests)
 HOOK_TARGETS: dict[str, tuple[str, ...]] = {
+    f"{_EAGLE}.forward_batch_generation": ("self", "batch", "on_publish"),
+    f"{_EAGLE}.init_cuda_graphs": ("self",),
     f"{_EAGLE}.activate_step_by_batch": ("self", "batch_size"),
     f"{_EAGLE}.on_verify_complete_cpu": ("self", "num_correct_drafts_per_req", "batch_size"),
     f"{_RESULTS}._resolve_spec_v2_tokens": ("self", "result", "batch"),
@@ -103,6 +108,9 @@ class PluginState:
         self.last_result: float | None = None
         self.prefill_since = False
         self.failed: set[str] = set()
+        self.fast: fastoff.FastOff | None = None   # built after SGLang's graph capture, if supported
+        self.fast_enabled = os.environ.get("SPEC_CONTROLLER_FAST_OFF", "1") != "0"
+        self.off_fallbacks = 0                     # off batches that took SGLang's steps-0 path
 
     def fail_once(self, where: str, exc: BaseException) -> None:
         if where not in self.failed:
@@ -114,16 +122,19 @@ STATE = PluginState()
 
 
 # --- hooks -------------------------------------------------------------------
+def _sglang_version() -> str:
+    try:
+        import sglang
+        return getattr(sglang, "__version__", "0")
+    except Exception:
+        return "0"
+
+
 def _check(worker) -> bool:
     """First decode batch: decide once whether this engine is ours."""
     if not STATE.checked:
         STATE.checked = True
-        try:
-            import sglang
-            version = getattr(sglang, "__version__", "0")
-        except Exception:
-            version = "0"
-        reason = unsupported_reason(worker.server_args, version)
+        reason = unsupported_reason(worker.server_args, _sglang_version())
         if reason is None and getattr(worker, "adaptive_controller", None) is None:
             reason = "the worker has no adaptive controller"
         if reason is None:
@@ -150,6 +161,48 @@ def activate_step_by_batch(original: Callable, worker, batch_size: int):
     return None
 
 
+def after_init_cuda_graphs(result, worker, *args, **kwargs):
+    """Every rank, once: capture the target's decode graphs for the fast off path."""
+    if not STATE.fast_enabled or not _check(worker):
+        return None
+    version = _sglang_version()
+    if not fastoff.version_supported(parse_version(version)):
+        log.warning("spec-controller: fast off path not available on sglang %s; off batches use "
+                    "SGLang's steps-0 state", version)
+        return None
+    try:
+        STATE.fast = fastoff.build(worker)
+    except Exception as e:
+        STATE.fail_once("fast off capture", e)
+    return None
+
+
+def forward_batch_generation(original: Callable, worker, batch, *args, **kwargs):
+    """Off decode batches go through the fast off path; everything else through SGLang."""
+    fast = STATE.fast
+    if (fast is None or not STATE.fast_enabled or batch.forward_mode.is_extend()
+            or batch.is_extend_in_batch or batch.forward_mode.is_idle() or not _check(worker)):
+        return original(worker, batch, *args, **kwargs)
+    batch_size = batch.seq_lens.shape[0]
+    if batch_size <= STATE.threshold:
+        return original(worker, batch, *args, **kwargs)
+    if fastoff.batch_unsupported_reason(batch) is not None:
+        STATE.off_fallbacks += 1
+        return original(worker, batch, *args, **kwargs)
+    worker.activate_step_by_batch(batch_size)      # steps-0 state: allocation and stride as SGLang's off
+    on_publish = kwargs.get("on_publish", args[0] if args else None)
+    try:
+        result = fastoff.run(worker, fast, batch, on_publish)
+    except Exception as e:      # restored batch fields: SGLang's own path can still take this batch
+        STATE.fail_once("fast off", e)
+        STATE.fast = None
+        return original(worker, batch, *args, **kwargs)
+    if fast.batches % 20000 == 1:
+        log.info("spec-controller fast off: %d batches (%d on CUDA graphs), %d fell back to steps-0",
+                 fast.batches, fast.graph_batches, STATE.off_fallbacks)
+    return result
+
+
 def on_verify_complete_cpu(original: Callable, worker, *args, **kwargs):
     if STATE.checked and STATE.inert_reason is None:
         return None                    # the threshold routes; SGLang's EMA must not switch states
@@ -164,25 +217,54 @@ def state_output(output_cls, updated: bool):
         return output_cls(updated=updated, server_args={})
 
 
+def validate_own_keys(ours: dict) -> str | None:
+    """The plugin's set_internal_state keys: all valid, or the first problem (nothing applied)."""
+    if THRESHOLD_KEY in ours and (problem := validate_threshold(ours[THRESHOLD_KEY])):
+        return problem
+    if FAST_OFF_KEY in ours:
+        if not isinstance(ours[FAST_OFF_KEY], bool):
+            return f"{FAST_OFF_KEY} must be true or false, got {ours[FAST_OFF_KEY]!r}"
+        if ours[FAST_OFF_KEY] and STATE.checked and STATE.fast is None:
+            return f"{FAST_OFF_KEY}: the fast off path is not available in this engine (see its log)"
+    if SIM_ACC_KEY in ours:
+        if os.environ.get("SPEC_CONTROLLER_EXPERIMENTS") != "1":
+            return f"{SIM_ACC_KEY} is an experiment knob (start the engine with SPEC_CONTROLLER_EXPERIMENTS=1)"
+        value = ours[SIM_ACC_KEY]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value <= 0 or 1 <= value <= 64):
+            return f"{SIM_ACC_KEY} must be a mean accept length in 1 .. 64 (or <= 0: off), got {value!r}"
+    if STATE.checked and STATE.inert_reason is not None:
+        return f"spec-controller plugin inactive: {STATE.inert_reason}"
+    return None
+
+
+def apply_own_keys(ours: dict) -> None:
+    if THRESHOLD_KEY in ours:
+        STATE.threshold = int(ours[THRESHOLD_KEY])
+    if FAST_OFF_KEY in ours:
+        STATE.fast_enabled = ours[FAST_OFF_KEY]
+    if SIM_ACC_KEY in ours:   # SGLang's benchmark knob, read by every verify (spec_utils.SIMULATE_ACC_LEN)
+        from sglang.srt.speculative import spec_utils
+        spec_utils.SIMULATE_ACC_LEN = float(ours[SIM_ACC_KEY])
+
+
 def set_internal_state(original: Callable, scheduler, recv_req):
     args = getattr(recv_req, "server_args", None)
-    if not isinstance(args, dict) or THRESHOLD_KEY not in args:
+    ours = {k: v for k, v in args.items() if k in (THRESHOLD_KEY, FAST_OFF_KEY, SIM_ACC_KEY)} \
+        if isinstance(args, dict) else {}
+    if not ours:
         return original(scheduler, recv_req)
     from sglang.srt.managers.io_struct import SetInternalStateReqOutput
-    value = args[THRESHOLD_KEY]
-    problem = validate_threshold(value)
-    if problem is None and STATE.checked and STATE.inert_reason is not None:
-        problem = f"spec-controller plugin inactive: {STATE.inert_reason}"
+    problem = validate_own_keys(ours)
     if problem is not None:
         log.warning("set_internal_state refused: %s", problem)
         return state_output(SetInternalStateReqOutput, False)
-    rest = {k: v for k, v in args.items() if k != THRESHOLD_KEY}
+    rest = {k: v for k, v in args.items() if k not in ours}
     if rest:
         recv_req.server_args = rest
         out = original(scheduler, recv_req)
         if not out.updated:
             return out
-    STATE.threshold = int(value)
+    apply_own_keys(ours)
     return state_output(SetInternalStateReqOutput, True)
 
 
@@ -267,8 +349,7 @@ def load() -> None:
     if os.environ.get("SPEC_CONTROLLER_PLUGIN", "1") == "0":
         return
     try:
-        import sglang
-        reason = version_unsupported_reason(getattr(sglang, "__version__", "0"))
+        reason = version_unsupported_reason(_sglang_version())
         if reason:
             log.warning("spec-controller plugin not loaded: %s", reason)
             return
@@ -278,6 +359,8 @@ def load() -> None:
         return
     register = HookRegistry.register
     register(f"{_EAGLE}.activate_step_by_batch", activate_step_by_batch, HookType.AROUND)
+    register(f"{_EAGLE}.forward_batch_generation", forward_batch_generation, HookType.AROUND)
+    register(f"{_EAGLE}.init_cuda_graphs", after_init_cuda_graphs, HookType.AFTER)
     register(f"{_EAGLE}.on_verify_complete_cpu", on_verify_complete_cpu, HookType.AROUND)
     register("sglang.srt.managers.scheduler.Scheduler.set_internal_state", set_internal_state, HookType.AROUND)
     register(f"{_RESULTS}.process_batch_result_prefill", before_prefill_result, HookType.BEFORE)

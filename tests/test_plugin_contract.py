@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from controller.fastoff import FAST_OFF_CALLABLES, FAST_OFF_VERSIONS
 from controller.plugin import HOOK_TARGETS, USED_CALLABLES
 
 VERSIONS = ["0.5.14", "0.5.17", "0.5.23"]
@@ -67,6 +68,24 @@ def test_hook_targets_exist_with_expected_parameters(source, target, params):
     fn = src.function(target)
     names = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
     assert names[:len(params)] == list(params), f"sglang {version}: {target}{tuple(names)}"
+
+
+@pytest.mark.parametrize("target,params", sorted(FAST_OFF_CALLABLES.items()))
+def test_fast_off_callables_exist_where_it_is_enabled(target, params):
+    for version in sorted(FAST_OFF_VERSIONS):
+        fn = Source(wheel(".".join(map(str, version)))).function(target)
+        names = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+        assert [n for n in names if n in params] == list(params), f"sglang {version}: {target}{tuple(names)}"
+
+
+def test_fast_off_result_fields(source):
+    """The steps-0-shaped result the fast path builds: GenerationBatchResult's fields, all versions."""
+    version, src = source
+    tree, _ = src.locate("sglang.srt.managers.utils")
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GenerationBatchResult")
+    fields = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)}
+    assert {"logits_output", "next_token_ids", "can_run_cuda_graph", "speculative_num_draft_tokens",
+            "next_draft_input", "accept_lens", "new_seq_lens", "extra_keep_alive_refs"} <= fields, version
 
 
 def test_result_fields_the_telemetry_reads(source):

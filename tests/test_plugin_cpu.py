@@ -170,3 +170,121 @@ def test_telemetry_codec_round_trip_and_refusal():
     assert decode(encode_stats(10, 2000, 9, 1)) == {"decisions": 10, "decision_ns": 2000, "sent": 9, "dropped": 1}
     with pytest.raises(ValueError):
         decode(b"\x07garbage")
+
+
+class Mode:
+    def __init__(self, name):
+        self.name = name
+
+    def is_extend(self):
+        return self.name == "extend"
+
+    def is_idle(self):
+        return self.name == "idle"
+
+
+class Lens:
+    def __init__(self, n):
+        self.shape = (n,)
+
+
+def decode_batch(bs, **extra):
+    fields = dict(forward_mode=Mode("decode"), is_extend_in_batch=False, seq_lens=Lens(bs),
+                  spec_info=SimpleNamespace(bonus_tokens=[0] * bs), return_logprob=False, has_grammar=False,
+                  return_hidden_states=False)
+    return SimpleNamespace(**{**fields, **extra})
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def original(self, worker, batch, *args, **kwargs):
+        self.calls.append(("sglang", batch.seq_lens.shape[0]))
+        return "sglang-result"
+
+
+@pytest.fixture
+def fast_state(state, monkeypatch):
+    state.fast = plugin.fastoff.FastOff(attn_backend=None, graph_runner=None)
+    ran = []
+
+    def fake_run(worker, fast, batch, on_publish):
+        ran.append((batch.seq_lens.shape[0], on_publish))
+        fast.batches += 1
+        return "fast-result"
+
+    monkeypatch.setattr(plugin.fastoff, "run", fake_run)
+    return state, ran
+
+
+def routed_worker():
+    w = worker()
+    w.activate_step_by_batch = lambda bs: plugin.activate_step_by_batch(None, w, bs)
+    return w
+
+
+def test_off_batches_take_the_fast_path_and_on_batches_sglangs(fast_state):
+    state, ran = fast_state
+    rec, w = Recorder(), routed_worker()
+    assert plugin.forward_batch_generation(rec.original, w, decode_batch(8), "pub") == "sglang-result"
+    assert plugin.forward_batch_generation(rec.original, w, decode_batch(9), on_publish="pub") == "fast-result"
+    assert ran == [(9, "pub")] and rec.calls == [("sglang", 8)]
+    assert w.adaptive_controller.activated == [0]         # the off batch ran in SGLang's steps-0 state
+    for mode in ("extend", "idle"):                        # prefill and idle batches are never ours
+        plugin.forward_batch_generation(rec.original, w, decode_batch(50, forward_mode=Mode(mode)))
+    assert len(rec.calls) == 3 and len(ran) == 1
+
+
+@pytest.mark.parametrize("extra", [dict(return_logprob=True), dict(has_grammar=True),
+                                   dict(return_hidden_states=True), dict(spec_info=None)])
+def test_off_batches_needing_verify_extras_fall_back_to_steps_0(fast_state, extra):
+    state, ran = fast_state
+    rec = Recorder()
+    plugin.forward_batch_generation(rec.original, routed_worker(), decode_batch(20, **extra))
+    assert ran == [] and rec.calls == [("sglang", 20)] and state.off_fallbacks == 1
+
+
+def test_fast_path_failure_is_logged_once_and_sglang_takes_over(fast_state, monkeypatch):
+    state, _ = fast_state
+    monkeypatch.setattr(plugin.fastoff, "run", lambda *a: 1 / 0)
+    rec = Recorder()
+    assert plugin.forward_batch_generation(rec.original, routed_worker(), decode_batch(30)) == "sglang-result"
+    assert "fast off" in state.failed and state.fast is None
+    plugin.forward_batch_generation(rec.original, routed_worker(), decode_batch(30))
+    assert rec.calls == [("sglang", 30), ("sglang", 30)]
+
+
+def test_fast_path_can_be_switched_off_at_run_time(fast_state):
+    state, ran = fast_state
+    assert plugin.validate_own_keys({plugin.FAST_OFF_KEY: False}) is None
+    plugin.apply_own_keys({plugin.FAST_OFF_KEY: False, plugin.THRESHOLD_KEY: 2})
+    rec = Recorder()
+    plugin.forward_batch_generation(rec.original, routed_worker(), decode_batch(30))
+    assert ran == [] and rec.calls == [("sglang", 30)] and state.threshold == 2
+
+
+@pytest.mark.parametrize("ours,needle", [
+    ({plugin.THRESHOLD_KEY: -1}, "out of range"),
+    ({plugin.THRESHOLD_KEY: 4, plugin.FAST_OFF_KEY: "yes"}, "true or false"),
+    ({plugin.SIM_ACC_KEY: 2.5}, "experiment knob"),
+])
+def test_own_keys_are_validated_together(state, ours, needle):
+    assert needle in plugin.validate_own_keys(ours)
+
+
+def test_fast_path_cannot_be_enabled_where_it_was_not_built(state):
+    state.fast = None
+    assert "not available" in plugin.validate_own_keys({plugin.FAST_OFF_KEY: True})
+
+
+def test_simulated_acceptance_knob_needs_the_experiments_switch(state, monkeypatch):
+    monkeypatch.setenv("SPEC_CONTROLLER_EXPERIMENTS", "1")
+    assert plugin.validate_own_keys({plugin.SIM_ACC_KEY: 2.5}) is None
+    assert plugin.validate_own_keys({plugin.SIM_ACC_KEY: -1}) is None
+    assert "1 .. 64" in plugin.validate_own_keys({plugin.SIM_ACC_KEY: 0.5})
+
+
+def test_fast_off_only_on_the_version_it_was_written_for():
+    assert plugin.fastoff.version_supported(plugin.parse_version("0.5.17"))
+    assert not plugin.fastoff.version_supported(plugin.parse_version("0.5.14"))

@@ -1,0 +1,160 @@
+"""The plugin's fast off path: an off decode batch runs the target's plain decode.
+
+SGLang's own "steps = 0" state still runs each off batch as a 1-token TARGET_VERIFY forward
+(the extend-attention kernel with a custom mask) followed by the draft model's KV catch-up;
+on the H200 that ran at 52-73 % of an engine started without speculation. Here an off batch
+runs the target in DECODE mode, through decode CUDA graphs captured for it once at start-up,
+and its result is laid out exactly as a steps-0 verify result (one token per request, accept
+length 1, the new token as the next bonus token), so the scheduler cannot tell the difference.
+
+The draft is skipped, as with SGLang's SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND: its KV for the
+positions decoded while off is not written, so a request that lives through an off -> on
+switch drafts from partly stale state for the rest of its life. That costs acceptance, never
+correctness: the target verifies every drafted token.
+
+Written against SGLang 0.5.17 internals (the engine the project runs); on other versions the
+plugin keeps SGLang's steps-0 path (see FAST_OFF_VERSIONS).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+log = logging.getLogger("spec_controller.plugin")
+
+FAST_OFF_VERSIONS = {(0, 5, 17)}
+# SGLang callables the fast path calls or constructs (checked against the 0.5.17 wheel on CPU)
+FAST_OFF_CALLABLES: dict[str, tuple[str, ...]] = {
+    "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.__init__":
+        ("self", "model_runner", "attn_backend", "speculative_num_steps", "speculative_num_draft_tokens"),
+    "sglang.srt.model_executor.model_runner.ModelRunner._get_attention_backend": ("self", "init_new_workspace"),
+    "sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation":
+        ("self", "batch", "forward_batch", "pp_proxy_tensors", "is_verify", "skip_attn_backend_init",
+         "capture_hidden_mode"),
+    "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2._stub_skipped_draft_extend":
+        ("self", "batch", "batch_output"),
+}
+
+
+@dataclass
+class FastOff:
+    """The target's decode-mode attention backend and CUDA graphs, beside the speculative ones."""
+    attn_backend: Any
+    graph_runner: Any          # None: CUDA graphs are off, the decode runs eagerly
+    batches: int = 0
+    graph_batches: int = 0
+
+
+def version_supported(version: tuple[int, int, int] | None) -> bool:
+    return version in FAST_OFF_VERSIONS
+
+
+def batch_unsupported_reason(batch: Any) -> str | None:
+    """Why this off batch must take SGLang's steps-0 path instead (its result needs verify's extras)."""
+    if getattr(batch, "return_logprob", False):
+        return "logprobs requested"
+    if getattr(batch, "has_grammar", False):
+        return "grammar-constrained request"
+    if getattr(batch, "return_hidden_states", False):
+        return "hidden states requested"
+    spec = getattr(batch, "spec_info", None)
+    if spec is None or getattr(spec, "bonus_tokens", None) is None:
+        return "no bonus tokens from the previous step"
+    return None
+
+
+def build(worker: Any) -> FastOff:
+    """Capture the target's decode graphs (runs on every TP rank, after SGLang's own capture)."""
+    from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    runner = worker.target_worker.model_runner
+    keep_workspace = runner.init_new_workspace
+    try:
+        backend = runner._get_attention_backend(init_new_workspace=True)
+    finally:
+        runner.init_new_workspace = keep_workspace
+    graphs = None
+    if isinstance(runner.decode_cuda_graph_runner, DecodeCudaGraphRunner):
+        saved = runner.spec_algorithm, runner.attn_backend, runner.decode_cuda_graph_runner
+        # The runner captures TARGET_VERIFY graphs whenever the engine speculates; for the
+        # duration of the capture the target is told it does not, so it captures DECODE.
+        runner.spec_algorithm = SpeculativeAlgorithm.NONE
+        runner.attn_backend = backend
+        try:
+            graphs = DecodeCudaGraphRunner(runner, attn_backend=backend, speculative_num_steps=0,
+                                           speculative_num_draft_tokens=1)
+        finally:
+            runner.spec_algorithm, runner.attn_backend, runner.decode_cuda_graph_runner = saved
+    log.info("spec-controller fast off path ready (%s)",
+             f"decode CUDA graphs up to batch {graphs.max_bs}" if graphs else "eager decode")
+    return FastOff(backend, graphs)
+
+
+def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None) -> Any:
+    """One off decode batch as plain decode; returns a steps-0-shaped GenerationBatchResult.
+
+    Spec-v2 convention: batch.seq_lens is the length before this step, the previous step's
+    token (the bonus token) is not in the KV cache yet and sits at position seq_lens.
+    """
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.speculative import eagle_worker_v2 as ew
+
+    target = worker.target_worker
+    runner = target.model_runner
+    seq_lens = batch.seq_lens
+    bs = seq_lens.shape[0]
+    bonus = batch.spec_info.bonus_tokens
+    # the KV slot the scheduler reserved for this step's first token
+    loc = runner.req_to_token_pool.req_to_token[batch.req_pool_indices, seq_lens].to(torch.int64)
+    saved = (batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info, batch.forward_mode)
+    swapped = runner.attn_backend, runner.decode_cuda_graph_runner
+    batch.input_ids, batch.out_cache_loc = bonus, loc
+    batch.forward_mode = ForwardMode.DECODE
+    batch.seq_lens = seq_lens + 1                      # decode convention: length including this token
+    if saved[1] is not None:
+        batch.seq_lens_cpu = saved[1] + 1
+    if saved[2] is not None:
+        batch.seq_lens_sum = saved[2] + bs
+    batch.spec_info = None
+    runner.attn_backend, runner.decode_cuda_graph_runner = fast.attn_backend, fast.graph_runner
+    try:
+        out = target.forward_batch_generation(batch, capture_hidden_mode=CaptureHiddenMode.NULL)
+    finally:
+        runner.attn_backend, runner.decode_cuda_graph_runner = swapped
+        batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info, batch.forward_mode = saved
+    _hand_over_read_done_event(worker, runner)
+
+    tokens = out.next_token_ids.to(torch.int32)
+    new_seq_lens = seq_lens + 1
+    if on_publish is not None:
+        on_publish(new_seq_lens)
+    result = ew.GenerationBatchResult(
+        logits_output=out.logits_output,
+        next_token_ids=tokens,
+        can_run_cuda_graph=out.can_run_cuda_graph,
+        speculative_num_draft_tokens=1,
+        next_draft_input=ew.EagleDraftInput(bonus_tokens=tokens),
+        accept_lens=torch.ones(bs, dtype=torch.int32, device=tokens.device),
+        new_seq_lens=new_seq_lens,
+        extra_keep_alive_refs=[loc, bonus],
+    )
+    worker._stub_skipped_draft_extend(batch, result)   # zero draft extras the future map relays
+    fast.batches += 1
+    fast.graph_batches += bool(out.can_run_cuda_graph)
+    return result
+
+
+def _hand_over_read_done_event(worker: Any, target_runner: Any) -> None:
+    """The scheduler's write-after-read barrier waits on the event of the runner that reads
+    shared buffers last (the draft runner, in a speculative step). Here that is the target's
+    decode graph: hand its event over, or the scheduler falls back to a whole-stream wait."""
+    event = getattr(target_runner, "war_fastpath_read_done_event", None)
+    if event is None:
+        return
+    target_runner.war_fastpath_read_done_event = None
+    last = getattr(worker, "war_fastpath_runner", None)
+    if last is not None and hasattr(last, "war_fastpath_read_done_event"):
+        last.war_fastpath_read_done_event = event
