@@ -1,8 +1,16 @@
 """Make a synthetic Llama target (random bf16 weights, made on the GPU), an EAGLE3 draft head and a
 word-level tokenizer, so SGLang's server and sglang.bench_serving run with no download.
 
-    python3 bench/gpu/mkmodel.py OUT_DIR [--hidden 3072 --layers 24 --inter 8192]
+    python3 bench/gpu/mkmodel.py OUT_DIR [--hidden 3072 --layers 24 --inter 8192] [--crafted]
 Writes OUT_DIR/target (model + tokenizer) and OUT_DIR/eagle3.
+
+--crafted: the same shapes and compute, but predictions with wide margins, for greedy-equality
+tests (random weights give near-tied logits that flip with any numeric difference). Attention and
+MLP outputs are zeroed (o_proj, down_proj), so the residual stream stays the token's embedding,
+and the lm_head row of NEXT[u] is the embedding of u: the next token is NEXT[current] (written to
+OUT_DIR/target/next.json), winning by ~60 logits to ~5. The EAGLE3 head passes the first captured
+hidden state (the embedding of token t) through fc and predicts NEXT[NEXT[t]]: its first draft token
+is always right, the later ones wrong, so about one draft per verify is accepted.
 """
 from __future__ import annotations
 
@@ -27,6 +35,53 @@ def tokenizer(path: str) -> None:
     fast.save_pretrained(path)
 
 
+SCALE = 0.5     # logit of the right token ~ SCALE * hidden * std / std ~ 30
+
+
+def successor_table(vocab: int):
+    """NEXT[u]: a random bijection on the ordinary ids (3..vocab-1); specials map to 3, 4, 5."""
+    import torch
+    g = torch.Generator().manual_seed(7)
+    nxt = torch.empty(vocab, dtype=torch.long)
+    nxt[3:] = torch.randperm(vocab - 3, generator=g) + 3
+    nxt[:3] = torch.tensor([3, 4, 5])
+    return nxt
+
+
+def rows_for(successor, emb):
+    """lm_head whose row successor[u] is (the sum of) emb[u]: argmax(lm_head @ emb[t]) = successor[t]."""
+    import torch
+    head = torch.zeros_like(emb, dtype=torch.float32)
+    head.index_add_(0, successor.to(emb.device), emb.float())
+    return (head * SCALE).to(emb.dtype)
+
+
+def craft_target(model, layers: int):
+    import torch
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        nxt = successor_table(model.config.vocab_size)
+        model.lm_head.weight.copy_(rows_for(nxt, model.model.embed_tokens.weight))
+        crafted_target_embeddings[0] = model.model.embed_tokens.weight.detach().cpu()
+    return nxt
+
+
+crafted_target_embeddings = [None]
+
+
+def craft_head(t: dict, nxt, hidden: int) -> None:
+    import torch
+    emb = crafted_target_embeddings[0]
+    for name in ("midlayer.self_attn.o_proj.weight", "midlayer.mlp.down_proj.weight"):
+        t[name] = torch.zeros_like(t[name])
+    fc = torch.zeros(hidden, 3 * hidden, dtype=torch.bfloat16)
+    fc[:, :hidden] = torch.eye(hidden, dtype=torch.bfloat16)
+    t["fc.weight"] = fc
+    t["lm_head.weight"] = rows_for(nxt[nxt], emb)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -35,6 +90,7 @@ def main() -> None:
     ap.add_argument("--inter", type=int, default=8192)
     ap.add_argument("--heads", type=int, default=24)
     ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--crafted", action="store_true")
     args = ap.parse_args()
     import torch
     from safetensors.torch import save_file
@@ -51,7 +107,13 @@ def main() -> None:
     with torch.device("cuda"):
         model = LlamaForCausalLM(cfg).to(torch.bfloat16)
     model.config.dtype = "bfloat16"
+    nxt = None
+    if args.crafted:
+        nxt = craft_target(model, args.layers)
     model.save_pretrained(target, safe_serialization=True)
+    if nxt is not None:
+        with open(os.path.join(target, "next.json"), "w") as f:
+            json.dump(nxt.tolist(), f)
     n = sum(p.numel() for p in model.parameters())
     del model
     tokenizer(target)
@@ -75,6 +137,8 @@ def main() -> None:
         "midlayer.post_attention_layernorm.weight": ones(H),
         "fc.weight": w(H, 3 * H), "norm.weight": ones(H), "lm_head.weight": w(VOCAB, H),
     }
+    if nxt is not None:
+        craft_head(t, nxt, H)
     save_file(t, os.path.join(eagle, "model.safetensors"), metadata={"format": "pt"})
     layers = [1, args.layers // 2, args.layers - 4]
     with open(os.path.join(eagle, "config.json"), "w") as f:

@@ -7,96 +7,8 @@
 # Env: ACC_LEN (SGLANG_SIMULATE_ACC_LEN, default 2.5), LEVELS (default 1,4,16,64,128), DEADLINE_S (default 560),
 #      PPC prompts per client per level (default 3: 1-3 s of decoding, too short for the bandit to learn;
 #      use >= 20 for a bandit comparison), OUTLEN output tokens per request (default 128).
-set -u
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-T0=$(date +%s); DEADLINE=${DEADLINE_S:-560}
-left() { echo $((DEADLINE - ($(date +%s) - T0))); }
-LEVELS=${LEVELS:-1,4,16,64,128}; ACC=${ACC_LEN:-2.5}; PPC=${PPC:-3}; OUTLEN=${OUTLEN:-128}
-SWEEP_ARGS=(--prompts-per-client "$PPC" --output-len "$OUTLEN")
-M=/tmp/m; SC=/tmp/sc; mkdir -p $SC
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export TVM_FFI_CACHE_DIR=/tmp/jitcache TRITON_CACHE_DIR=/tmp/tritoncache
-SUM=$OUT/summary.txt; : >"$SUM"
-say() { echo "[t+$(($(date +%s) - T0))s] $*" | tee -a "$SUM"; }
-
-{
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site . 2>&1 | tail -2
-  [ -f .jitcache/caches.tar.gz ] && tar xzf .jitcache/caches.tar.gz -C /tmp && echo "restored JIT caches"
-} >/tmp/env.log 2>&1
-export PYTHONPATH=/tmp/site
-tail -3 /tmp/env.log >>"$SUM"      # $OUT brings back 8 files at most: the install log stays behind
-# bench_serving imports HF `datasets` for datasets this run never uses: a stub keeps the wheel set small.
-python3 -c "import datasets" 2>/dev/null || { mkdir -p /tmp/site/datasets;
-  printf 'def load_dataset(*a, **k):\n    raise RuntimeError("datasets is not installed on this machine")\n' >/tmp/site/datasets/__init__.py; }
-# SGLang's HTTP server imports optional media/TLS/harmony libraries at module level that this
-# run never calls and the image lacks; permissive stubs (absent names resolve to inert placeholders).
-for mod in soundfile watchfiles zstandard openai_harmony; do
-  python3 -c "import $mod" 2>/dev/null && continue
-  mkdir -p /tmp/site/$mod
-  cat >/tmp/site/$mod/__init__.py <<'STUB'
-class _Meta(type):
-    def __getattr__(cls, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Missing
-class _Missing(metaclass=_Meta):
-    def __init__(self, *a, **k): pass
-    def __call__(self, *a, **k): return _Missing()
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Missing()
-def __getattr__(name):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return _Missing
-STUB
-done
-if ! python3 -c "import deep_gemm" >>/tmp/env.log 2>&1; then
-  rm -rf /tmp/site/deep_gemm && mkdir -p /tmp/site/deep_gemm && : >/tmp/site/deep_gemm/__init__.py
-  export SGLANG_ENABLE_JIT_DEEPGEMM=0
-fi
-python3 -c "import importlib.metadata as m; print('sglang plugins:', [e.value for e in m.entry_points(group='sglang.srt.plugins')])" | tee -a "$SUM"
-python3 bench/gpu/mkmodel.py $M 2>&1 | tail -1 | tee -a "$SUM"
-TOK=$M/target
-
-COMMON=(--model-path $M/target --host 127.0.0.1 --attention-backend triton --mem-fraction-static 0.8
-  --cuda-graph-max-bs-decode 128 --cuda-graph-backend-prefill disabled --grammar-backend none
-  --sampling-backend pytorch --max-running-requests 128 --random-seed 0)
-SPEC=(--speculative-algorithm EAGLE3 --speculative-draft-model-path $M/eagle3 --speculative-num-steps 3
-  --speculative-eagle-topk 1 --speculative-num-draft-tokens 4)
-
-save_caches() {   # the JIT/Triton caches, for the next call (carry as .jitcache)
-  (cd /tmp && find jitcache -name '*.so' 2>/dev/null; find tritoncache -type f 2>/dev/null) >/tmp/cachelist.txt
-  tar czf "$OUT/caches.tar.gz" -C /tmp -T /tmp/cachelist.txt 2>/dev/null
-}
-
-wait_http() { # port pid
-  for _ in $(seq 1 400); do
-    curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 1
-  done; return 1
-}
-
-server_phase() { # label port env... -- extra flags
-  local label=$1 port=$2; shift 2
-  local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
-  say "start $label"
-  env "${envs[@]}" python3 -m sglang.launch_server "${COMMON[@]}" --port "$port" "$@" >"$OUT/$label.log" 2>&1 &
-  local pid=$!
-  if wait_http "$port" "$pid"; then
-    say "$label ready"
-    python3 bench/gpu/sweep.py --port "$port" --tokenizer $TOK --label "$label" --levels "$LEVELS" --out "$OUT/sweep.jsonl" "${SWEEP_ARGS[@]}" >>"$OUT/$label.log" 2>&1
-    say "$label swept"
-  else
-    say "$label FAILED to start"; tail -20 "$OUT/$label.log" | tee -a "$SUM"
-  fi
-  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-  pkill -f sglang.launch_server; sleep 3
-}
+source bench/gpu/common.sh
+make_model $M
 
 daemon_phase() {
   cat >$SC/config.toml <<TOML
@@ -147,8 +59,8 @@ TOML
       always) specctl threshold pin 128 ;;
       static5) specctl threshold pin 5 ;;
     esac
-    python3 bench/gpu/sweep.py --port 30000 --tokenizer $TOK --label "$mode" --levels "$LEVELS" --out "$OUT/sweep.jsonl" "${SWEEP_ARGS[@]}" >>"$OUT/daemon.log" 2>&1
-    say "$mode swept"; specctl status --json >>"$OUT/status.jsonl" 2>&1
+    sweep 30000 "$mode" "$OUT/daemon.log"
+    specctl status --json >>"$OUT/status.jsonl" 2>&1
   done
   if [ "$(left)" -gt 70 ]; then
     python3 bench/gpu/pin_latency.py --db $SC/state.db --socket $SC/ctl.sock --port 30000 --tokenizer $TOK --high 128 2>&1 | grep PINLAT | tee -a "$SUM"

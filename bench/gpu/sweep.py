@@ -15,9 +15,10 @@ import time
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--tokenizer", required=True)
-    ap.add_argument("--label", required=True)
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--tokenizer")
+    ap.add_argument("--label")
+    ap.add_argument("--show", metavar="LABEL", help="print LABEL's levels from --out (concurrency:tok/s) and exit")
     ap.add_argument("--levels", default="1,4,16,64,128")
     ap.add_argument("--out", required=True)
     ap.add_argument("--input-len", type=int, default=128)
@@ -25,6 +26,12 @@ def main() -> None:
     ap.add_argument("--min-prompts", type=int, default=8)
     ap.add_argument("--prompts-per-client", type=int, default=3)
     args = ap.parse_args()
+    if args.show:
+        rows = [json.loads(line) for line in open(args.out)]
+        print(" ".join(f"{r['concurrency']}:{r['output_tok_s'] or 0:.0f}" for r in rows if r["label"] == args.show))
+        return
+    if not (args.port and args.tokenizer and args.label):
+        ap.error("--port, --tokenizer and --label are required for a sweep")
     from sglang.benchmark.serving import cli_main
 
     for c in [int(x) for x in args.levels.split(",")]:
