@@ -222,7 +222,7 @@ def validate_own_keys(ours: dict) -> str | None:
     if THRESHOLD_KEY in ours and (problem := validate_threshold(ours[THRESHOLD_KEY])):
         return problem
     if FAST_OFF_KEY in ours:
-        if not isinstance(ours[FAST_OFF_KEY], bool):
+        if ours[FAST_OFF_KEY] not in (True, False):    # SGLang's request path turns JSON booleans into 0/1
             return f"{FAST_OFF_KEY} must be true or false, got {ours[FAST_OFF_KEY]!r}"
         if ours[FAST_OFF_KEY] and STATE.checked and STATE.fast is None:
             return f"{FAST_OFF_KEY}: the fast off path is not available in this engine (see its log)"
@@ -241,7 +241,7 @@ def apply_own_keys(ours: dict) -> None:
     if THRESHOLD_KEY in ours:
         STATE.threshold = int(ours[THRESHOLD_KEY])
     if FAST_OFF_KEY in ours:
-        STATE.fast_enabled = ours[FAST_OFF_KEY]
+        STATE.fast_enabled = bool(ours[FAST_OFF_KEY])
     if SIM_ACC_KEY in ours:   # SGLang's benchmark knob, read by every verify (spec_utils.SIMULATE_ACC_LEN)
         from sglang.srt.speculative import spec_utils
         spec_utils.SIMULATE_ACC_LEN = float(ours[SIM_ACC_KEY])

@@ -257,8 +257,8 @@ def test_fast_path_failure_is_logged_once_and_sglang_takes_over(fast_state, monk
 
 def test_fast_path_can_be_switched_off_at_run_time(fast_state):
     state, ran = fast_state
-    assert plugin.validate_own_keys({plugin.FAST_OFF_KEY: False}) is None
-    plugin.apply_own_keys({plugin.FAST_OFF_KEY: False, plugin.THRESHOLD_KEY: 2})
+    assert plugin.validate_own_keys({plugin.FAST_OFF_KEY: 0}) is None      # JSON false arrives as 0
+    plugin.apply_own_keys({plugin.FAST_OFF_KEY: 0, plugin.THRESHOLD_KEY: 2})
     rec = Recorder()
     plugin.forward_batch_generation(rec.original, routed_worker(), decode_batch(30))
     assert ran == [] and rec.calls == [("sglang", 30)] and state.threshold == 2
@@ -267,6 +267,7 @@ def test_fast_path_can_be_switched_off_at_run_time(fast_state):
 @pytest.mark.parametrize("ours,needle", [
     ({plugin.THRESHOLD_KEY: -1}, "out of range"),
     ({plugin.THRESHOLD_KEY: 4, plugin.FAST_OFF_KEY: "yes"}, "true or false"),
+    ({plugin.FAST_OFF_KEY: 2}, "true or false"),
     ({plugin.SIM_ACC_KEY: 2.5}, "experiment knob"),
 ])
 def test_own_keys_are_validated_together(state, ours, needle):

@@ -1,40 +1,55 @@
 #!/bin/bash
-# Is an off batch as fast as plain decoding, and token-identical to it? (device tool, carry .whl .jitcache)
-#   bash bench/gpu/run_offpath.sh
-# 1. SGLang without speculation: greedy reference outputs (one request at a time, so every step has the
-#    same batch and kernels) and the throughput sweep.
-# 2. SGLang with EAGLE3 + the plugin, one engine start, switched at run time through set_internal_state:
-#    threshold 0 with the fast off path (greedy must equal the reference bit for bit: same decode
-#    kernels, and the KV cache it reads was written by the fast path), threshold 0 on SGLang's steps-0
-#    state, always (acceptance 2.5 via the plugin's experiment knob) and static 5.
+# The off path and greedy equality on the H200 (device tool, carry .whl .jitcache):
+#   bash bench/gpu/run_offpath.sh [--random]
+# Model: the crafted clear-margin target + EAGLE3 head (mkmodel.py --crafted): every greedy output
+# must follow the model's successor table exactly; `--random` uses random weights instead (then
+# only the comparison with the no-speculation engine's outputs is meaningful, at one request at a time).
+# 1. SGLang without speculation: decode throughput at fixed batch sizes (steady.py) and the
+#    bench_serving sweep.
+# 2. SGLang with EAGLE3 + the plugin, one engine start, switched at run time (set_internal_state):
+#    greedy equality with speculation never (fast off path), always, switching every 5 ms, and never
+#    on SGLang's steps-0 state; then steady throughput for steps-0, fast off and always.
 source bench/gpu/common.sh
-make_model $M
+if [ "${1:-}" = "--random" ]; then make_model $M; CHECK=(--reference /tmp/nospec.json); EQN=48; EQC=1
+else make_model $M --crafted; CHECK=(--chain $M/target/next.json); EQN=200; EQC=32; fi
 R=$OUT/results.jsonl
-SPEC_ADAPTIVE=(--speculative-adaptive --speculative-adaptive-config $SC/adaptive.json)
 echo '{"1": {"candidate_steps": [0, 3]}}' >$SC/adaptive.json
-GREEDY=(--prompts 48 --concurrency 1 --input-len 64 --output-len 64 --out $R)
+EQ=(--prompts $EQN --concurrency $EQC --input-len 32 --output-len 64 --out $R)
+steady() { # port label
+  [ "$(left)" -lt 45 ] && { say "skip steady $2 (time)"; return; }
+  python3 bench/gpu/steady.py --port "$1" --label "$2" --levels "$LEVELS" --out $R >>$OUT/steady.log 2>&1
+  say "steady $2: $(cd bench/gpu && python3 steady.py --show "$2" --out $R)"
+}
+greedy() { # port label args...
+  local port=$1 label=$2; shift 2
+  python3 bench/gpu/greedy.py --port $port --label $label "${EQ[@]}" "$@" 2>&1 | grep GREEDY | cut -c1-330 | tee -a "$SUM"
+}
 
 if start_server nospec 30001 X=1 --; then
-  python3 bench/gpu/greedy.py --port 30001 --label nospec-greedy "${GREEDY[@]}" --save /tmp/nospec.json >>$OUT/nospec.log 2>&1
+  greedy 30001 nospec "${CHECK[@]/--reference/--save}"
+  steady 30001 nospec
   sweep 30001 nospec $OUT/nospec.log
   stop_server
 fi
 
-if start_server spec 30000 SPEC_CONTROLLER_INITIAL_THRESHOLD=0 SPEC_CONTROLLER_EXPERIMENTS=1 -- "${SPEC[@]}" "${SPEC_ADAPTIVE[@]}"; then
-  grep -E "spec-controller|Capture cuda graph|Traceback" $OUT/spec.log | head -8 | tee -a "$SUM"
-  python3 bench/gpu/greedy.py --port 30000 --label fastoff-greedy "${GREEDY[@]}" --reference /tmp/nospec.json >>$OUT/spec.log 2>&1
-  sweep 30000 fastoff $OUT/spec.log
-  say "fast off off: $(internal_state 30000 '{"spec_controller_fast_off": false}')"
-  python3 bench/gpu/greedy.py --port 30000 --label steps0-greedy "${GREEDY[@]}" --reference /tmp/nospec.json >>$OUT/spec.log 2>&1
-  sweep 30000 steps0 $OUT/spec.log
-  say "always, acc 2.5: $(internal_state 30000 '{"spec_controller_fast_off": true, "speculative_disable_batch_threshold": 1024, "spec_controller_simulate_acc_len": 2.5}')"
-  sweep 30000 always-acc2.5 $OUT/spec.log
-  say "static 5: $(internal_state 30000 '{"speculative_disable_batch_threshold": 5}')"
-  [ "$(left)" -gt 60 ] && sweep 30000 static5-acc2.5 $OUT/spec.log
+if start_server spec 30000 SPEC_CONTROLLER_INITIAL_THRESHOLD=0 SPEC_CONTROLLER_EXPERIMENTS=1 -- "${SPEC[@]}" \
+    --speculative-adaptive --speculative-adaptive-config $SC/adaptive.json; then
+  grep -E "spec-controller|Traceback" $OUT/spec.log | head -5 | tee -a "$SUM"
+  greedy 30000 never-fastoff "${CHECK[@]}"
+  say "always: $(internal_state 30000 '{"speculative_disable_batch_threshold": 1024}')"
+  greedy 30000 always "${CHECK[@]}"
+  greedy 30000 switching-5ms "${CHECK[@]}" --toggle 0,1024 --toggle-ms 5
+  say "steps-0: $(internal_state 30000 '{"speculative_disable_batch_threshold": 0, "spec_controller_fast_off": false}')"
+  greedy 30000 never-steps0 "${CHECK[@]}"
+  steady 30000 steps0
+  say "fast off: $(internal_state 30000 '{"spec_controller_fast_off": true}')"
+  steady 30000 fastoff
+  say "always: $(internal_state 30000 '{"speculative_disable_batch_threshold": 1024}')"
+  steady 30000 always
+  [ "$(left)" -gt 60 ] && { internal_state 30000 '{"speculative_disable_batch_threshold": 0}' >/dev/null; sweep 30000 fastoff $OUT/spec.log; }
   say "refused as it should: $(internal_state 30000 '{"speculative_disable_batch_threshold": -3}')"
-  grep -E "spec-controller|Traceback|Error" $OUT/spec.log | grep -v "^benchmark_args" | tail -8 | tee -a "$SUM"
+  grep -E "spec-controller|Traceback|Error" $OUT/spec.log | grep -v "^benchmark_args" | tail -6 | tee -a "$SUM"
   stop_server
 fi
-grep GREEDY $OUT/*.log | cut -c1-400 | tee -a "$SUM"
 save_caches
 say "total $(($(date +%s) - T0)) s"
