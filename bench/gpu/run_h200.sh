@@ -4,11 +4,13 @@
 #   daemon: spec-controller with the sglang engine + plugin; sweeps bandit, never, always, static 5; pin latency
 #   nospec: SGLang started without speculation (the baseline an "off" batch must match)
 #   ema:    SGLang's own adaptive EMA ({0,K} at slots 1/8/32/64), plugin disabled
-# Env: ACC_LEN (SGLANG_SIMULATE_ACC_LEN, default 2.5), LEVELS (default 1,4,16,64,128), DEADLINE_S (default 560),
+# Env: CRAFTED=1 (the clear-margin model, natural accept length ~2), ACC_LEN (SGLANG_SIMULATE_ACC_LEN,
+#      default 2.5; "natural": not set), LEVELS (default 1,4,16,64,128), DEADLINE_S (default 560),
 #      PPC prompts per client per level (default 3: 1-3 s of decoding, too short for the bandit to learn;
-#      use >= 20 for a bandit comparison), OUTLEN output tokens per request (default 128).
+#      use >= 20 for a bandit comparison; BANDIT_PPC sets it for the bandit alone), OUTLEN output tokens per request (default 128).
 source bench/gpu/common.sh
-make_model $M
+make_model $M ${CRAFTED:+--crafted}
+SIM_ENV=(); [ "$ACC" != natural ] && SIM_ENV=(SGLANG_SIMULATE_ACC_LEN=$ACC)
 
 daemon_phase() {
   cat >$SC/config.toml <<TOML
@@ -33,7 +35,7 @@ max_running_requests = 128
 random_seed = 0
 ready_timeout_s = 420
 [sglang.env]
-SGLANG_SIMULATE_ACC_LEN = "$ACC"
+$([ "$ACC" != natural ] && echo "SGLANG_SIMULATE_ACC_LEN = \"$ACC\"")
 [storage]
 db = "$SC/state.db"
 [control]
@@ -59,7 +61,10 @@ TOML
       always) specctl threshold pin 128 ;;
       static5) specctl threshold pin 5 ;;
     esac
+    if [ $mode = bandit ]; then   # the bandit learns online: its levels must last long enough
+      SWEEP_ARGS=(--prompts-per-client "${BANDIT_PPC:-$PPC}" --output-len "$OUTLEN"); fi
     sweep 30000 "$mode" "$OUT/daemon.log"
+    SWEEP_ARGS=(--prompts-per-client "$PPC" --output-len "$OUTLEN")
     specctl status --json >>"$OUT/status.jsonl" 2>&1
   done
   if [ "$(left)" -gt 70 ]; then
@@ -85,7 +90,7 @@ for phase in "$@"; do
     daemon) daemon_phase ;;
     nospec) server_phase nospec 30001 X=1 -- ;;
     ema) echo '{"1": {"candidate_steps": [0, 3]}, "8": {"candidate_steps": [0, 3]}, "32": {"candidate_steps": [0, 3]}, "64": {"candidate_steps": [0, 3]}}' >$SC/ema.json
-         server_phase sglang-ema 30002 SPEC_CONTROLLER_PLUGIN=0 SGLANG_SIMULATE_ACC_LEN=$ACC -- "${SPEC[@]}" --speculative-adaptive --speculative-adaptive-config $SC/ema.json ;;
+         server_phase sglang-ema 30002 SPEC_CONTROLLER_PLUGIN=0 "${SIM_ENV[@]}" -- "${SPEC[@]}" --speculative-adaptive --speculative-adaptive-config $SC/ema.json ;;
   esac
 done
 save_caches

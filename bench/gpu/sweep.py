@@ -28,7 +28,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.show:
         rows = [json.loads(line) for line in open(args.out)]
-        print(" ".join(f"{r['concurrency']}:{r['output_tok_s'] or 0:.0f}" for r in rows if r["label"] == args.show))
+        print(" ".join(f"{r['concurrency']}:{r['output_tok_s'] or 0:.0f}" for r in rows
+                       if r.get("label") == args.show and "concurrency" in r))
         return
     if not (args.port and args.tokenizer and args.label):
         ap.error("--port, --tokenizer and --label are required for a sweep")
