@@ -74,7 +74,7 @@ TOML
   specctl history --limit 300 --json >"$OUT/history.json" 2>&1
   kill -TERM $pid; wait $pid; say "daemon exit code $? after SIGTERM"
   python3 bench/gpu/db_to_profile.py $SC/state.db "$OUT/h200-measured.toml" --name h200-2b6-acc$ACC \
-    --source "H200, synthetic 2.6B Llama, EAGLE3 K=3, SGLANG_SIMULATE_ACC_LEN=$ACC, off = adaptive steps-0" 2>&1 | tee -a "$SUM"
+    --source "H200, synthetic 2.6B Llama, EAGLE3 K=3, accept length $ACC, off = the plugin's fast off path (plain decode)" 2>&1 | tee -a "$SUM"
   python3 - <<PY | tee -a "$SUM"
 import sqlite3; db = sqlite3.connect("$SC/state.db")
 print("db integrity:", db.execute("PRAGMA integrity_check").fetchone()[0])
