@@ -29,3 +29,23 @@ def test_measured_samples_become_a_valid_profile(tmp_path):
     assert abs(prof.step_seconds(8, False) - 0.018) < 0.0005
     assert abs(prof.step_seconds(8, True) - 0.036) < 0.001
     assert abs(prof.mean_accept_length - 2.5) < 0.05
+
+
+def test_tokens_check_matches_one_reporting_rank_and_catches_two(tmp_path):
+    import json
+    db = open_store(tmp_path / "s.db")
+    # 4 requests x 10 output tokens: 1 from prefill + 9 from decode, accept 2 per spec step
+    rows = [(100.0 + 0.01 * i, 4, 3, 8, 0.01, 1) for i in range(4)] + [(100.2, 4, 0, 4, 0.01, 1)]
+    db.conn.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)", rows)   # 36 decode tokens
+    db.conn.commit()
+    row = {"label": "switching", "prompts": 4, "output_tokens": 40, "t_start": 99.9, "t_end": 100.5}
+    res = tmp_path / "r.jsonl"
+    res.write_text(json.dumps(row) + "\n")
+    run = lambda: subprocess.run([sys.executable, str(ROOT / "bench/gpu/tokens_check.py"), str(tmp_path / "s.db"),
+                                  str(res), "switching"], capture_output=True, text=True)
+    first = run()
+    assert first.returncode == 0 and '"match": true' in first.stdout
+    db.conn.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)", rows)   # a second rank reporting too
+    db.conn.commit()
+    second = run()
+    assert second.returncode == 1 and '"daemon_tokens": 72' in second.stdout

@@ -108,3 +108,50 @@ server_phase() { # label port env... -- extra flags: start, sweep, stop
   sweep "$port" "$label" "$OUT/$label.log"
   stop_server
 }
+
+specctl() { python3 -m controller.cli --socket $SC/ctl.sock "$@"; }
+
+start_daemon() { # tp_size: spec-controller run with the sglang engine (+ plugin); sets DAEMON_PID
+  cat >$SC/config.toml <<TOML
+[engine]
+kind = "sglang"
+[sglang]
+model_path = "$M/target"
+speculative_algorithm = "EAGLE3"
+speculative_draft_model_path = "$M/eagle3"
+speculative_num_steps = 3
+speculative_eagle_topk = 1
+speculative_num_draft_tokens = 4
+host = "127.0.0.1"
+port = 30000
+attention_backend = "triton"
+mem_fraction_static = 0.8
+cuda_graph_max_bs_decode = 128
+cuda_graph_backend_prefill = "disabled"
+grammar_backend = "none"
+sampling_backend = "pytorch"
+max_running_requests = 128
+tp_size = $1
+random_seed = 0
+ready_timeout_s = 420
+[sglang.env]
+$([ "$ACC" != natural ] && echo "SGLANG_SIMULATE_ACC_LEN = \"$ACC\"")
+[storage]
+db = "$SC/state.db"
+[control]
+socket = "$SC/ctl.sock"
+TOML
+  say "start daemon (sglang engine + plugin, TP $1, accept length $ACC)"
+  python3 -m controller.daemon run --config $SC/config.toml >"$OUT/daemon.log" 2>&1 &
+  DAEMON_PID=$!
+  for _ in $(seq 1 480); do
+    specctl status --json 2>/dev/null | grep -q '"running": true' && { say "daemon up"; save_caches; return 0; }
+    kill -0 $DAEMON_PID 2>/dev/null || break; sleep 1
+  done
+  say "daemon FAILED"; grep -E "Error|error" "$OUT/daemon.log" | grep -v "^benchmark_args" | tail -8 | tee -a "$SUM"
+  kill $DAEMON_PID 2>/dev/null; pkill -f sglang.launch_server; return 1
+}
+
+stop_daemon() {
+  kill -TERM $DAEMON_PID; wait $DAEMON_PID; say "daemon exit code $? after SIGTERM"
+}

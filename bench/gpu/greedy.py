@@ -92,6 +92,7 @@ def main() -> None:
         thread = threading.Thread(target=toggler, args=([int(v) for v in args.toggle.split(",")],), daemon=True)
         thread.start()
     t0 = time.time()
+    wall_start = time.time()
     with ThreadPoolExecutor(args.concurrency) as pool:
         results = list(pool.map(lambda ids: generate(args.port, ids, args.output_len), batch))
     wall = time.time() - t0
@@ -119,7 +120,8 @@ def main() -> None:
            "compared_with": "chain" if args.chain else ("reference" if args.reference else None),
            "mismatching_prompts": len(bad), "first_mismatch": first, "wall_s": round(wall, 2),
            "accept_length": round(sum(accepts) / len(accepts), 3) if accepts else None,
-           "threshold_changes": toggles["sent"], "threshold_refused": toggles["refused"]}
+           "threshold_changes": toggles["sent"], "threshold_refused": toggles["refused"],
+           "t_start": wall_start, "t_end": time.time(), "output_tokens": sum(map(len, outputs))}
     print("GREEDY " + json.dumps(row), flush=True)
     with open(args.out, "a") as f:
         f.write(json.dumps(row) + "\n")

@@ -13,45 +13,7 @@ make_model $M ${CRAFTED:+--crafted}
 SIM_ENV=(); [ "$ACC" != natural ] && SIM_ENV=(SGLANG_SIMULATE_ACC_LEN=$ACC)
 
 daemon_phase() {
-  cat >$SC/config.toml <<TOML
-[engine]
-kind = "sglang"
-[sglang]
-model_path = "$M/target"
-speculative_algorithm = "EAGLE3"
-speculative_draft_model_path = "$M/eagle3"
-speculative_num_steps = 3
-speculative_eagle_topk = 1
-speculative_num_draft_tokens = 4
-host = "127.0.0.1"
-port = 30000
-attention_backend = "triton"
-mem_fraction_static = 0.8
-cuda_graph_max_bs_decode = 128
-cuda_graph_backend_prefill = "disabled"
-grammar_backend = "none"
-sampling_backend = "pytorch"
-max_running_requests = 128
-random_seed = 0
-ready_timeout_s = 420
-[sglang.env]
-$([ "$ACC" != natural ] && echo "SGLANG_SIMULATE_ACC_LEN = \"$ACC\"")
-[storage]
-db = "$SC/state.db"
-[control]
-socket = "$SC/ctl.sock"
-TOML
-  say "start daemon (sglang engine + plugin, accept length $ACC)"
-  python3 -m controller.daemon run --config $SC/config.toml >"$OUT/daemon.log" 2>&1 &
-  local pid=$!
-  local up=0
-  for _ in $(seq 1 420); do
-    python3 -m controller.cli --socket $SC/ctl.sock status --json 2>/dev/null | grep -q '"running": true' && { up=1; break; }
-    kill -0 $pid 2>/dev/null || break; sleep 1
-  done
-  specctl() { python3 -m controller.cli --socket $SC/ctl.sock "$@"; }
-  if [ $up = 0 ]; then say "daemon FAILED"; grep -E "Error|error" "$OUT/daemon.log" | grep -v "^benchmark_args" | tail -8 | tee -a "$SUM"; return; fi
-  say "daemon up"; save_caches
+  start_daemon 1 || return
   specctl status 2>&1 | tee -a "$SUM"
   for mode in bandit never always static5; do
     [ "$(left)" -lt 60 ] && { say "skip $mode (time)"; continue; }
@@ -72,7 +34,7 @@ TOML
   fi
   specctl threshold unpin; specctl status 2>&1 | tee -a "$SUM"
   specctl history --limit 300 --json >"$OUT/history.json" 2>&1
-  kill -TERM $pid; wait $pid; say "daemon exit code $? after SIGTERM"
+  stop_daemon
   python3 bench/gpu/db_to_profile.py $SC/state.db "$OUT/h200-measured.toml" --name h200-2b6-acc$ACC \
     --source "H200, synthetic 2.6B Llama, EAGLE3 K=3, accept length $ACC, off = the plugin's fast off path (plain decode)" 2>&1 | tee -a "$SUM"
   python3 - <<PY | tee -a "$SUM"
