@@ -20,7 +20,7 @@ from controller.sim.profile import load_profile, load_trace  # noqa: E402
 
 POLICIES = [("always", {}), ("never", {}), ("fixed", {"threshold": 5}), ("sglang-ema", {}), ("ucb", {}),
             ("thompson", {}), ("model", {})]
-PROFILES = ["seed", "crossover-a", "crossover-b"]
+PROFILES = ["seed", "crossover-a", "crossover-b", "h200-2b6"]
 TRACES = ["load-steps", "coding-to-chat", "mixed-shift"]
 
 

@@ -7,7 +7,8 @@
 # Env: CRAFTED=1 (the clear-margin model, natural accept length ~2), ACC_LEN (SGLANG_SIMULATE_ACC_LEN,
 #      default 2.5; "natural": not set), LEVELS (default 1,4,16,64,128), DEADLINE_S (default 560),
 #      PPC prompts per client per level (default 3: 1-3 s of decoding, too short for the bandit to learn;
-#      use >= 20 for a bandit comparison; BANDIT_PPC sets it for the bandit alone), OUTLEN output tokens per request (default 128).
+#      use >= 20 for a bandit comparison; BANDIT_PPC sets it for the bandit alone), INTERLEAVE=1 (modes
+#      interleaved inside each level, REPEATS times, order rotated: the fair ranking), OUTLEN output tokens per request (default 128).
 source bench/gpu/common.sh
 make_model $M ${CRAFTED:+--crafted}
 SIM_ENV=(); [ "$ACC" != natural ] && SIM_ENV=(SGLANG_SIMULATE_ACC_LEN=$ACC)
@@ -15,20 +16,28 @@ SIM_ENV=(); [ "$ACC" != natural ] && SIM_ENV=(SGLANG_SIMULATE_ACC_LEN=$ACC)
 daemon_phase() {
   start_daemon 1 || return
   specctl status 2>&1 | tee -a "$SUM"
-  for mode in bandit never always static5; do
-    [ "$(left)" -lt 60 ] && { say "skip $mode (time)"; continue; }
-    case $mode in
-      bandit) specctl threshold unpin; specctl policy set bandit ;;
-      never) specctl threshold pin 0 ;;
-      always) specctl threshold pin 128 ;;
-      static5) specctl threshold pin 5 ;;
-    esac
-    if [ $mode = bandit ]; then   # the bandit learns online: its levels must last long enough
-      SWEEP_ARGS=(--prompts-per-client "${BANDIT_PPC:-$PPC}" --output-len "$OUTLEN"); fi
-    sweep 30000 "$mode" "$OUT/daemon.log"
-    SWEEP_ARGS=(--prompts-per-client "$PPC" --output-len "$OUTLEN")
-    specctl status --json >>"$OUT/status.jsonl" 2>&1
-  done
+  if [ "${INTERLEAVE:-0}" = 1 ]; then   # modes interleaved inside each level, order rotated per repeat
+    specctl policy set bandit
+    python3 bench/gpu/sweep.py --port 30000 --tokenizer $TOK --modes never=0,always=128,static5=5,bandit=policy \
+      --socket $SC/ctl.sock --repeats "${REPEATS:-2}" --levels "$LEVELS" --out "$OUT/results.jsonl" \
+      "${SWEEP_ARGS[@]}" >>"$OUT/daemon.log" 2>&1
+    for mode in never always static5 bandit; do say "$mode: $(python3 bench/gpu/sweep.py --show $mode --out "$OUT/results.jsonl")"; done
+  else
+    for mode in bandit never always static5; do
+      [ "$(left)" -lt 60 ] && { say "skip $mode (time)"; continue; }
+      case $mode in
+        bandit) specctl threshold unpin; specctl policy set bandit ;;
+        never) specctl threshold pin 0 ;;
+        always) specctl threshold pin 128 ;;
+        static5) specctl threshold pin 5 ;;
+      esac
+      if [ $mode = bandit ]; then   # the bandit learns online: its levels must last long enough
+        SWEEP_ARGS=(--prompts-per-client "${BANDIT_PPC:-$PPC}" --output-len "$OUTLEN"); fi
+      sweep 30000 "$mode" "$OUT/daemon.log"
+      SWEEP_ARGS=(--prompts-per-client "$PPC" --output-len "$OUTLEN")
+      specctl status --json >>"$OUT/status.jsonl" 2>&1
+    done
+  fi
   if [ "$(left)" -gt 70 ]; then
     python3 bench/gpu/pin_latency.py --db $SC/state.db --socket $SC/ctl.sock --port 30000 --tokenizer $TOK --high 128 2>&1 | grep PINLAT | tee -a "$SUM"
   fi
