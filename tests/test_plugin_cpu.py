@@ -289,3 +289,12 @@ def test_simulated_acceptance_knob_needs_the_experiments_switch(state, monkeypat
 def test_fast_off_only_on_the_version_it_was_written_for():
     assert plugin.fastoff.version_supported(plugin.parse_version("0.5.17"))
     assert not plugin.fastoff.version_supported(plugin.parse_version("0.5.14"))
+
+
+def test_read_done_event_moves_to_the_runner_the_scheduler_waits_on():
+    target = SimpleNamespace(war_fastpath_read_done_event="ev")
+    draft = SimpleNamespace(war_fastpath_read_done_event=None)
+    plugin.fastoff._hand_over_read_done_event(SimpleNamespace(war_fastpath_runner=draft), target)
+    assert draft.war_fastpath_read_done_event == "ev" and target.war_fastpath_read_done_event is None
+    plugin.fastoff._hand_over_read_done_event(SimpleNamespace(war_fastpath_runner=draft), target)
+    assert draft.war_fastpath_read_done_event == "ev"     # nothing recorded this step: nothing to move
