@@ -136,6 +136,7 @@ random_seed = 0
 ready_timeout_s = 420
 [sglang.env]
 $([ "$ACC" != natural ] && echo "SGLANG_SIMULATE_ACC_LEN = \"$ACC\"")
+$([ -n "${ACC_LEVELS:-}" ] && echo 'SPEC_CONTROLLER_EXPERIMENTS = "1"')
 [storage]
 db = "$SC/state.db"
 [control]

@@ -8,7 +8,8 @@
 #      default 2.5; "natural": not set), LEVELS (default 1,4,16,64,128), DEADLINE_S (default 560),
 #      PPC prompts per client per level (default 3: 1-3 s of decoding, too short for the bandit to learn;
 #      use >= 20 for a bandit comparison; BANDIT_PPC sets it for the bandit alone), INTERLEAVE=1 (modes
-#      interleaved inside each level, REPEATS times, order rotated: the fair ranking), OUTLEN output tokens per request (default 128).
+#      interleaved inside each level, REPEATS times, order rotated: the fair ranking), ACC_LEVELS=1.5,3.0
+#      (after the sweeps: steady always-on throughput at these simulated accept lengths, same engine), OUTLEN output tokens per request (default 128).
 source bench/gpu/common.sh
 make_model $M ${CRAFTED:+--crafted}
 SIM_ENV=(); [ "$ACC" != natural ] && SIM_ENV=(SGLANG_SIMULATE_ACC_LEN=$ACC)
@@ -41,6 +42,15 @@ daemon_phase() {
   if [ "$(left)" -gt 70 ]; then
     python3 bench/gpu/pin_latency.py --db $SC/state.db --socket $SC/ctl.sock --port 30000 --tokenizer $TOK --high 128 2>&1 | grep PINLAT | tee -a "$SUM"
   fi
+  for acc in ${ACC_LEVELS//,/ }; do   # more acceptance levels in the same engine (the plugin's experiment knob)
+    [ "$(left)" -lt 60 ] && { say "skip accept length $acc (time)"; continue; }
+    say "accept length $acc: $(internal_state 30000 "{\"spec_controller_simulate_acc_len\": $acc}")"
+    specctl threshold pin 128
+    python3 bench/gpu/steady.py --port 30000 --label always-acc$acc --levels "$LEVELS" --output-len 256 --repeats 1 \
+      --out "$OUT/results.jsonl" >>"$OUT/daemon.log" 2>&1
+    say "always at accept length $acc: $(cd bench/gpu && python3 steady.py --show always-acc$acc --out "$OUT/results.jsonl")"
+  done
+  [ -n "${ACC_LEVELS:-}" ] && internal_state 30000 '{"spec_controller_simulate_acc_len": -1}' >/dev/null
   specctl threshold unpin; specctl status 2>&1 | tee -a "$SUM"
   specctl history --limit 300 --json >"$OUT/history.json" 2>&1
   stop_daemon
