@@ -42,6 +42,11 @@ daemon_phase() {
   if [ "$(left)" -gt 70 ]; then
     python3 bench/gpu/pin_latency.py --db $SC/state.db --socket $SC/ctl.sock --port 30000 --tokenizer $TOK --high 128 2>&1 | grep PINLAT | tee -a "$SUM"
   fi
+  if [ -n "${ACC_LEVELS:-}" ] && [ "$(left)" -gt 60 ]; then
+    specctl threshold pin 0
+    python3 bench/gpu/steady.py --port 30000 --label never-steady --levels "$LEVELS" --output-len 256 --repeats 1 \
+      --out "$OUT/results.jsonl" >>"$OUT/daemon.log" 2>&1
+  fi
   for acc in ${ACC_LEVELS//,/ }; do   # more acceptance levels in the same engine (the plugin's experiment knob)
     [ "$(left)" -lt 60 ] && { say "skip accept length $acc (time)"; continue; }
     say "accept length $acc: $(internal_state 30000 "{\"spec_controller_simulate_acc_len\": $acc}")"
