@@ -57,11 +57,15 @@ make_model() { # dir [--crafted]
 }
 TOK=$M/target
 
+BIGMODEL="--hidden 8192 --layers 48 --inter 22016 --heads 64 --kv-heads 8"   # ~34 B parameters
+TP=${TP:-1}; MAXBS=${MAXBS:-128}   # tensor-parallel size; max running requests = largest CUDA-graph batch
+DUMMY=${DUMMY:-}                    # 1: weights made in place by SGLang (--load-format dummy; mkmodel --config-only)
 COMMON=(--model-path $M/target --host 127.0.0.1 --attention-backend triton --mem-fraction-static 0.8
-  --cuda-graph-max-bs-decode 128 --cuda-graph-backend-prefill disabled --grammar-backend none
-  --sampling-backend pytorch --max-running-requests 128 --random-seed 0)
+  --cuda-graph-max-bs-decode $MAXBS --cuda-graph-backend-prefill disabled --grammar-backend none
+  --sampling-backend pytorch --max-running-requests $MAXBS --random-seed 0 --tp-size $TP
+  ${DUMMY:+--load-format dummy})
 SPEC=(--speculative-algorithm EAGLE3 --speculative-draft-model-path $M/eagle3 --speculative-num-steps 3
-  --speculative-eagle-topk 1 --speculative-num-draft-tokens 4)
+  --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 ${DUMMY:+--speculative-draft-load-format dummy})
 
 save_caches() {   # the JIT/Triton caches, for the next call (carry as .jitcache)
   (cd /tmp && find jitcache -name '*.so' 2>/dev/null; find tritoncache -type f 2>/dev/null) >/tmp/cachelist.txt
@@ -111,7 +115,7 @@ server_phase() { # label port env... -- extra flags: start, sweep, stop
 
 specctl() { python3 -m controller.cli --socket $SC/ctl.sock "$@"; }
 
-start_daemon() { # tp_size: spec-controller run with the sglang engine (+ plugin); sets DAEMON_PID
+start_daemon() { # spec-controller run (TP, MAXBS, DUMMY from the environment) with the sglang engine (+ plugin); sets DAEMON_PID
   cat >$SC/config.toml <<TOML
 [engine]
 kind = "sglang"
@@ -126,12 +130,13 @@ host = "127.0.0.1"
 port = 30000
 attention_backend = "triton"
 mem_fraction_static = 0.8
-cuda_graph_max_bs_decode = 128
+cuda_graph_max_bs_decode = $MAXBS
 cuda_graph_backend_prefill = "disabled"
 grammar_backend = "none"
 sampling_backend = "pytorch"
-max_running_requests = 128
-tp_size = $1
+max_running_requests = $MAXBS
+tp_size = $TP
+$([ -n "$DUMMY" ] && printf 'load_format = "dummy"\nspeculative_draft_load_format = "dummy"')
 random_seed = 0
 ready_timeout_s = 420
 [sglang.env]
@@ -142,7 +147,7 @@ db = "$SC/state.db"
 [control]
 socket = "$SC/ctl.sock"
 TOML
-  say "start daemon (sglang engine + plugin, TP $1, accept length $ACC)"
+  say "start daemon (sglang engine + plugin, TP $TP, accept length $ACC)"
   python3 -m controller.daemon run --config $SC/config.toml >"$OUT/daemon.log" 2>&1 &
   DAEMON_PID=$!
   for _ in $(seq 1 480); do
@@ -155,4 +160,11 @@ TOML
 
 stop_daemon() {
   kill -TERM $DAEMON_PID; wait $DAEMON_PID; say "daemon exit code $? after SIGTERM"
+}
+
+ema_phase() { # SGLang's own adaptive EMA ({0,3} at slots 1/8/32/64), the plugin disabled, then its sweep
+  echo '{"1": {"candidate_steps": [0, 3]}, "8": {"candidate_steps": [0, 3]}, "32": {"candidate_steps": [0, 3]}, "64": {"candidate_steps": [0, 3]}}' >$SC/ema.json
+  local sim=(); [ "$ACC" != natural ] && sim=(SGLANG_SIMULATE_ACC_LEN=$ACC)
+  server_phase sglang-ema 30002 SPEC_CONTROLLER_PLUGIN=0 "${sim[@]}" -- "${SPEC[@]}" --speculative-adaptive \
+    --speculative-adaptive-config $SC/ema.json
 }

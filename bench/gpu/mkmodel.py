@@ -1,7 +1,7 @@
 """Make a synthetic Llama target (random bf16 weights, made on the GPU), an EAGLE3 draft head and a
 word-level tokenizer, so SGLang's server and sglang.bench_serving run with no download.
 
-    python3 bench/gpu/mkmodel.py OUT_DIR [--hidden 3072 --layers 24 --inter 8192] [--crafted]
+    python3 bench/gpu/mkmodel.py OUT_DIR [--hidden 3072 --layers 24 --inter 8192] [--crafted | --config-only]
 Writes OUT_DIR/target (model + tokenizer) and OUT_DIR/eagle3.
 
 --crafted: the same shapes and compute, but predictions with wide margins, for greedy-equality
@@ -82,6 +82,20 @@ def craft_head(t: dict, nxt, hidden: int) -> None:
     t["lm_head.weight"] = rows_for(nxt[nxt], emb)
 
 
+def write_eagle_config(eagle: str, args) -> None:
+    H, I, D = args.hidden, args.inter, args.hidden // args.heads
+    os.makedirs(eagle, exist_ok=True)
+    layers = [1, args.layers // 2, args.layers - 4]
+    with open(os.path.join(eagle, "config.json"), "w") as f:
+        json.dump({"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H,
+                   "intermediate_size": I, "num_hidden_layers": 1, "num_attention_heads": args.heads,
+                   "num_key_value_heads": args.kv_heads, "head_dim": D, "vocab_size": VOCAB,
+                   "draft_vocab_size": VOCAB, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+                   "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False,
+                   "bos_token_id": 1, "eos_token_id": 2, "dtype": "bfloat16", "torch_dtype": "bfloat16",
+                   "eagle_config": {"eagle_aux_hidden_state_layer_ids": layers}}, f, indent=1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -91,6 +105,8 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=24)
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--crafted", action="store_true")
+    ap.add_argument("--config-only", action="store_true",
+                    help="configs and tokenizer only, for SGLang's --load-format dummy (random weights in place)")
     args = ap.parse_args()
     import torch
     from safetensors.torch import save_file
@@ -103,6 +119,15 @@ def main() -> None:
                       num_attention_heads=args.heads, num_key_value_heads=args.kv_heads, head_dim=head_dim,
                       vocab_size=VOCAB, max_position_embeddings=4096, rms_norm_eps=1e-5, initializer_range=0.02,
                       tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    if args.config_only:
+        cfg.dtype = "bfloat16"
+        cfg.save_pretrained(target)
+        tokenizer(target)
+        write_eagle_config(eagle, args)
+        per_layer = args.hidden * head_dim * (2 * args.heads + 2 * args.kv_heads) + 3 * args.hidden * args.inter
+        print(json.dumps({"target_params": args.layers * per_layer + 2 * VOCAB * args.hidden, "load_format": "dummy",
+                          "target": target, "eagle3": eagle}))
+        return
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = LlamaForCausalLM(cfg).to(torch.bfloat16)
@@ -140,15 +165,7 @@ def main() -> None:
     if nxt is not None:
         craft_head(t, nxt, H)
     save_file(t, os.path.join(eagle, "model.safetensors"), metadata={"format": "pt"})
-    layers = [1, args.layers // 2, args.layers - 4]
-    with open(os.path.join(eagle, "config.json"), "w") as f:
-        json.dump({"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H,
-                   "intermediate_size": I, "num_hidden_layers": 1, "num_attention_heads": args.heads,
-                   "num_key_value_heads": args.kv_heads, "head_dim": D, "vocab_size": VOCAB,
-                   "draft_vocab_size": VOCAB, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
-                   "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False,
-                   "bos_token_id": 1, "eos_token_id": 2, "dtype": "bfloat16", "torch_dtype": "bfloat16",
-                   "eagle_config": {"eagle_aux_hidden_state_layer_ids": layers}}, f, indent=1)
+    write_eagle_config(eagle, args)
     print(json.dumps({"target_params": n, "seconds": round(time.time() - t0, 1), "target": target, "eagle3": eagle}))
 
 

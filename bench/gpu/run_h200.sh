@@ -11,15 +11,14 @@
 #      interleaved inside each level, REPEATS times, order rotated: the fair ranking), ACC_LEVELS=1.5,3.0
 #      (after the sweeps: steady always-on throughput at these simulated accept lengths, same engine), OUTLEN output tokens per request (default 128).
 source bench/gpu/common.sh
-make_model $M ${CRAFTED:+--crafted}
-SIM_ENV=(); [ "$ACC" != natural ] && SIM_ENV=(SGLANG_SIMULATE_ACC_LEN=$ACC)
+make_model $M ${CRAFTED:+--crafted} ${DUMMY:+--config-only $BIGMODEL}
 
 daemon_phase() {
-  start_daemon 1 || return
+  start_daemon || return
   specctl status 2>&1 | tee -a "$SUM"
   if [ "${INTERLEAVE:-0}" = 1 ]; then   # modes interleaved inside each level, order rotated per repeat
     specctl policy set bandit
-    python3 bench/gpu/sweep.py --port 30000 --tokenizer $TOK --modes never=0,always=128,static5=5,bandit=policy \
+    python3 bench/gpu/sweep.py --port 30000 --tokenizer $TOK --modes never=0,always=$MAXBS,static5=5,bandit=policy \
       --socket $SC/ctl.sock --repeats "${REPEATS:-2}" --levels "$LEVELS" --out "$OUT/results.jsonl" \
       "${SWEEP_ARGS[@]}" >>"$OUT/daemon.log" 2>&1
     for mode in never always static5 bandit; do say "$mode: $(python3 bench/gpu/sweep.py --show $mode --out "$OUT/results.jsonl")"; done
@@ -29,7 +28,7 @@ daemon_phase() {
       case $mode in
         bandit) specctl threshold unpin; specctl policy set bandit ;;
         never) specctl threshold pin 0 ;;
-        always) specctl threshold pin 128 ;;
+        always) specctl threshold pin $MAXBS ;;
         static5) specctl threshold pin 5 ;;
       esac
       if [ $mode = bandit ]; then   # the bandit learns online: its levels must last long enough
@@ -40,7 +39,7 @@ daemon_phase() {
     done
   fi
   if [ "$(left)" -gt 70 ]; then
-    python3 bench/gpu/pin_latency.py --db $SC/state.db --socket $SC/ctl.sock --port 30000 --tokenizer $TOK --high 128 2>&1 | grep PINLAT | tee -a "$SUM"
+    python3 bench/gpu/pin_latency.py --db $SC/state.db --socket $SC/ctl.sock --port 30000 --tokenizer $TOK --high $MAXBS 2>&1 | grep PINLAT | tee -a "$SUM"
   fi
   if [ -n "${ACC_LEVELS:-}" ] && [ "$(left)" -gt 60 ]; then
     specctl threshold pin 0
@@ -50,7 +49,7 @@ daemon_phase() {
   for acc in ${ACC_LEVELS//,/ }; do   # more acceptance levels in the same engine (the plugin's experiment knob)
     [ "$(left)" -lt 60 ] && { say "skip accept length $acc (time)"; continue; }
     say "accept length $acc: $(internal_state 30000 "{\"spec_controller_simulate_acc_len\": $acc}")"
-    specctl threshold pin 128
+    specctl threshold pin $MAXBS
     python3 bench/gpu/steady.py --port 30000 --label always-acc$acc --levels "$LEVELS" --output-len 256 --repeats 1 \
       --out "$OUT/results.jsonl" >>"$OUT/daemon.log" 2>&1
     say "always at accept length $acc: $(cd bench/gpu && python3 steady.py --show always-acc$acc --out "$OUT/results.jsonl")"
@@ -75,8 +74,7 @@ for phase in "$@"; do
   case $phase in
     daemon) daemon_phase ;;
     nospec) server_phase nospec 30001 X=1 -- ;;
-    ema) echo '{"1": {"candidate_steps": [0, 3]}, "8": {"candidate_steps": [0, 3]}, "32": {"candidate_steps": [0, 3]}, "64": {"candidate_steps": [0, 3]}}' >$SC/ema.json
-         server_phase sglang-ema 30002 SPEC_CONTROLLER_PLUGIN=0 "${SIM_ENV[@]}" -- "${SPEC[@]}" --speculative-adaptive --speculative-adaptive-config $SC/ema.json ;;
+    ema) ema_phase ;;
   esac
 done
 save_caches
