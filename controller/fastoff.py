@@ -26,6 +26,7 @@ log = logging.getLogger("spec_controller.plugin")
 FAST_OFF_VERSIONS = {(0, 5, 17)}
 # SGLang callables the fast path calls or constructs (checked against the 0.5.17 wheel on CPU)
 FAST_OFF_CALLABLES: dict[str, tuple[str, ...]] = {
+    "sglang.srt.distributed.parallel_state.get_tp_group": (),
     "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.__init__":
         ("self", "model_runner", "attn_backend", "speculative_num_steps", "speculative_num_draft_tokens"),
     "sglang.srt.model_executor.model_runner.ModelRunner._get_attention_backend": ("self", "init_new_workspace"),
@@ -90,6 +91,25 @@ def build(worker: Any) -> FastOff:
     log.info("spec-controller fast off path ready (%s)",
              f"decode CUDA graphs up to batch {graphs.max_bs}" if graphs else "eager decode")
     return FastOff(backend, graphs)
+
+
+def all_ranks_agree(ok: bool, reduce_min: Callable[[int], int] | None = None) -> bool:
+    """True only if every TP rank built the fast path: a rank that decodes off batches one way while
+    another takes SGLang's steps-0 path would issue different collectives and hang the group."""
+    if reduce_min is None:
+        reduce_min = _tp_min
+    return bool(reduce_min(1 if ok else 0))
+
+
+def _tp_min(value: int) -> int:
+    import torch
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    from sglang.srt.distributed.parallel_state import get_tp_group
+    flag = torch.tensor([value], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=get_tp_group().cpu_group)   # gloo: no GPU work
+    return int(flag.item())
 
 
 def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None) -> Any:

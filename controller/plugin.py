@@ -170,10 +170,19 @@ def after_init_cuda_graphs(result, worker, *args, **kwargs):
         log.warning("spec-controller: fast off path not available on sglang %s; off batches use "
                     "SGLang's steps-0 state", version)
         return None
+    fast = None
     try:
-        STATE.fast = fastoff.build(worker)
+        fast = fastoff.build(worker)
     except Exception as e:
         STATE.fail_once("fast off capture", e)
+    try:
+        agreed = fastoff.all_ranks_agree(fast is not None)
+    except Exception as e:
+        STATE.fail_once("fast off agreement", e)
+        agreed = False
+    if fast is not None and not agreed:
+        log.warning("spec-controller: another TP rank could not build the fast off path; all ranks use steps-0")
+    STATE.fast = fast if agreed else None
     return None
 
 

@@ -298,3 +298,26 @@ def test_read_done_event_moves_to_the_runner_the_scheduler_waits_on():
     assert draft.war_fastpath_read_done_event == "ev" and target.war_fastpath_read_done_event is None
     plugin.fastoff._hand_over_read_done_event(SimpleNamespace(war_fastpath_runner=draft), target)
     assert draft.war_fastpath_read_done_event == "ev"     # nothing recorded this step: nothing to move
+
+
+def test_tp_ranks_use_the_fast_path_only_if_all_built_it():
+    ranks = [True, False]                       # rank 1 failed to capture its graphs
+    group_min = lambda v: min(1 if ok else 0 for ok in ranks)
+    assert [plugin.fastoff.all_ranks_agree(ok, group_min) for ok in ranks] == [False, False]
+    ranks = [True, True]
+    assert [plugin.fastoff.all_ranks_agree(ok, group_min) for ok in ranks] == [True, True]
+
+
+def test_capture_failure_leaves_steps_0_and_says_so(state, monkeypatch):
+    monkeypatch.setattr(plugin, "_sglang_version", lambda: "0.5.17")
+    monkeypatch.setattr(plugin.fastoff, "build", lambda w: 1 / 0)
+    monkeypatch.setattr(plugin.fastoff, "all_ranks_agree", lambda ok: ok)
+    plugin.after_init_cuda_graphs(None, worker())
+    assert state.fast is None and "fast off capture" in state.failed
+
+
+def test_fast_path_is_not_built_on_other_versions(state, monkeypatch):
+    monkeypatch.setattr(plugin, "_sglang_version", lambda: "0.5.23")
+    monkeypatch.setattr(plugin.fastoff, "build", lambda w: pytest.fail("must not capture"))
+    plugin.after_init_cuda_graphs(None, worker())
+    assert state.fast is None
