@@ -114,6 +114,10 @@ def render_status(st: dict) -> str:
         f"samples:     {_fmt(samples.get('per_s'), '.1f')}/s, {samples.get('total', 0)} total, "
         f"{samples.get('dropped', 0)} dropped",
     ]
+    plugin = eng.get("plugin") or {}
+    if "off_path" in plugin:
+        lines.append(f"off path:    {plugin['off_path']}, {plugin['fast_off_batches']} fast batches "
+                     f"({plugin['fast_off_graph_batches']} on CUDA graphs), {plugin['off_fallbacks']} on steps-0")
     last = st.get("last_decision")
     if last:
         lines.append(f"last change: {last['old']} -> {last['new']} ({last['reason']})")

@@ -321,6 +321,13 @@ def _sender():
     return STATE.sender
 
 
+def stats_message() -> bytes:
+    fast = STATE.fast
+    path = 0 if fast is None else (1 if STATE.fast_enabled else 2)
+    return encode_stats(STATE.decisions, STATE.decision_ns, STATE.sent, STATE.dropped,
+                        fast.batches if fast else 0, fast.graph_batches if fast else 0, STATE.off_fallbacks, path)
+
+
 def _emit(result, batch) -> None:
     sock = STATE.sender if STATE.sender is not None else _sender()
     if not sock:
@@ -340,7 +347,7 @@ def _emit(result, batch) -> None:
         sock.send(msg, STATE.send_flags)
         STATE.sent += 1
         if STATE.sent % 256 == 0:
-            sock.send(encode_stats(STATE.decisions, STATE.decision_ns, STATE.sent, STATE.dropped), STATE.send_flags)
+            sock.send(stats_message(), STATE.send_flags)
     except STATE.again:
         STATE.dropped += 1
 

@@ -167,7 +167,9 @@ def test_telemetry_codec_round_trip_and_refusal():
     from controller.telemetry import encode_stats, pack_sample
     s = decode(pack_sample(12.5, 64, 3, 150, 0.021, True))
     assert (s.t, s.batch_size, s.steps, s.tokens, s.step_s, s.decode_only) == (12.5, 64, 3, 150, 0.021, True)
-    assert decode(encode_stats(10, 2000, 9, 1)) == {"decisions": 10, "decision_ns": 2000, "sent": 9, "dropped": 1}
+    stats = decode(encode_stats(10, 2000, 9, 1, 7, 6, 1, 1))
+    assert stats == {"decisions": 10, "decision_ns": 2000, "sent": 9, "dropped": 1, "fast_off_batches": 7,
+                     "fast_off_graph_batches": 6, "off_fallbacks": 1, "off_path": "fast"}
     with pytest.raises(ValueError):
         decode(b"\x07garbage")
 
@@ -321,3 +323,17 @@ def test_fast_path_is_not_built_on_other_versions(state, monkeypatch):
     monkeypatch.setattr(plugin.fastoff, "build", lambda w: pytest.fail("must not capture"))
     plugin.after_init_cuda_graphs(None, worker())
     assert state.fast is None
+
+
+def test_stats_say_which_off_path_runs_and_status_shows_it(state):
+    from controller.cli import render_status
+    assert decode(plugin.stats_message())["off_path"] == "steps-0"            # never built
+    state.fast = plugin.fastoff.FastOff(None, None, batches=120, graph_batches=118)
+    state.off_fallbacks = 3
+    stats = decode(plugin.stats_message())
+    assert (stats["off_path"], stats["fast_off_batches"], stats["off_fallbacks"]) == ("fast", 120, 3)
+    plugin.apply_own_keys({plugin.FAST_OFF_KEY: 0})
+    assert decode(plugin.stats_message())["off_path"] == "steps-0 (fast path switched off)"
+    st = {"daemon": {"running": True, "pid": 1, "uptime_s": 3, "healthy": True},
+          "engine": {"engine": "sglang", "detail": "running", "plugin": stats}, "threshold": 8}
+    assert "off path:    fast, 120 fast batches (118 on CUDA graphs), 3 on steps-0" in render_status(st)
