@@ -45,6 +45,7 @@ class FastOff:
     graph_runner: Any          # None: CUDA graphs are off, the decode runs eagerly
     batches: int = 0
     graph_batches: int = 0
+    cpu_ns: int = 0
 
 
 def version_supported(version: tuple[int, int, int] | None) -> bool:

@@ -100,6 +100,8 @@ class PluginState:
         self.checked = False
         self.decisions = 0
         self.decision_ns = 0
+        self.telemetry_calls = 0
+        self.telemetry_ns = 0
         self.sender = None                         # telemetry, rank 0 only; False = not this rank
         self.send_flags = 0
         self.again: type[BaseException] = BlockingIOError
@@ -200,12 +202,14 @@ def forward_batch_generation(original: Callable, worker, batch, *args, **kwargs)
         return original(worker, batch, *args, **kwargs)
     worker.activate_step_by_batch(batch_size)      # steps-0 state: allocation and stride as SGLang's off
     on_publish = kwargs.get("on_publish", args[0] if args else None)
+    t0 = time.perf_counter_ns()
     try:
         result = fastoff.run(worker, fast, batch, on_publish)
     except Exception as e:      # restored batch fields: SGLang's own path can still take this batch
         STATE.fail_once("fast off", e)
         STATE.fast = None
         return original(worker, batch, *args, **kwargs)
+    fast.cpu_ns += time.perf_counter_ns() - t0        # CPU time to launch it (the GPU runs on, overlapped)
     if fast.batches % 20000 == 1:
         log.info("spec-controller fast off: %d batches (%d on CUDA graphs), %d fell back to steps-0",
                  fast.batches, fast.graph_batches, STATE.off_fallbacks)
@@ -284,12 +288,15 @@ def before_prefill_result(*args, **kwargs):
 
 def after_spec_result(result_tokens, processor, *args, **kwargs):
     """Rank 0: one sample per decode batch, stamped when its result reaches the CPU."""
+    t0 = time.perf_counter_ns()
     try:
         result = kwargs["result"] if "result" in kwargs else args[0]
         batch = kwargs["batch"] if "batch" in kwargs else args[1]
         _emit(result, batch)
     except Exception as e:                      # never raise into the scheduler
         STATE.fail_once("telemetry", e)
+    STATE.telemetry_calls += 1
+    STATE.telemetry_ns += time.perf_counter_ns() - t0
     return None
 
 
@@ -323,9 +330,12 @@ def _sender():
 
 def stats_message() -> bytes:
     fast = STATE.fast
-    path = 0 if fast is None else (1 if STATE.fast_enabled else 2)
-    return encode_stats(STATE.decisions, STATE.decision_ns, STATE.sent, STATE.dropped,
-                        fast.batches if fast else 0, fast.graph_batches if fast else 0, STATE.off_fallbacks, path)
+    counters = {k: getattr(STATE, k) for k in ("decisions", "decision_ns", "sent", "dropped", "telemetry_calls",
+                                               "telemetry_ns", "off_fallbacks")}
+    if fast is not None:
+        counters.update(fast_off_batches=fast.batches, fast_off_graph_batches=fast.graph_batches,
+                        fast_off_cpu_ns=fast.cpu_ns)
+    return encode_stats(counters, 0 if fast is None else (1 if STATE.fast_enabled else 2))
 
 
 def _emit(result, batch) -> None:

@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import struct
+from typing import Mapping
 
 ENV_ADDRESS = "SPEC_CONTROLLER_TELEMETRY"          # e.g. ipc:///run/spec-controller/telemetry.ipc
 ENV_INITIAL_THRESHOLD = "SPEC_CONTROLLER_INITIAL_THRESHOLD"
 
 SAMPLE = struct.Struct("<BdIHIdB")       # kind=1, t, batch size, steps, tokens, step s, decode-only
-STATS = struct.Struct("<BQQQQQQQB")      # kind=2, decisions, decision ns total, samples sent, dropped,
-#                                         fast-off batches, of those on CUDA graphs, off batches that fell
-#                                         back to SGLang's steps-0, off path (OFF_PATHS index)
+STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and their total time
+                "sent", "dropped",                       # samples sent / dropped at a full queue
+                "telemetry_calls", "telemetry_ns",       # time spent producing and sending samples
+                "fast_off_batches", "fast_off_graph_batches", "fast_off_cpu_ns",   # the fast off path
+                "off_fallbacks")                         # off batches that took SGLang's steps-0 path
+STATS = struct.Struct("<B" + "Q" * len(STATS_FIELDS) + "B")   # kind=2, the counters, the off path in use
 KIND_SAMPLE, KIND_STATS = 1, 2
 OFF_PATHS = ("steps-0", "fast", "steps-0 (fast path switched off)")
 
@@ -18,10 +22,9 @@ def pack_sample(t: float, batch_size: int, steps: int, tokens: int, step_s: floa
     return SAMPLE.pack(KIND_SAMPLE, t, batch_size, steps, tokens, step_s, decode_only)
 
 
-def encode_stats(decisions: int, decision_ns: int, sent: int, dropped: int,
-                 fast_batches: int = 0, fast_graph_batches: int = 0, off_fallbacks: int = 0, off_path: int = 0) -> bytes:
-    return STATS.pack(KIND_STATS, decisions, decision_ns, sent, dropped, fast_batches, fast_graph_batches,
-                      off_fallbacks, off_path)
+def encode_stats(counters: Mapping[str, int], off_path: int = 0) -> bytes:
+    """The plugin's counters (STATS_FIELDS; missing ones are 0) and OFF_PATHS[off_path]."""
+    return STATS.pack(KIND_STATS, *(int(counters.get(k, 0)) for k in STATS_FIELDS), off_path)
 
 
 def decode(msg: bytes):
@@ -33,8 +36,7 @@ def decode(msg: bytes):
         _, t, bs, steps, tokens, step_s, decode_only = SAMPLE.unpack(msg)
         return Sample(t, bs, steps, tokens, step_s, bool(decode_only))
     if len(msg) == STATS.size and msg[0] == KIND_STATS:
-        _, decisions, ns, sent, dropped, fast, graphs, fallbacks, path = STATS.unpack(msg)
-        return {"decisions": decisions, "decision_ns": ns, "sent": sent, "dropped": dropped,
-                "fast_off_batches": fast, "fast_off_graph_batches": graphs, "off_fallbacks": fallbacks,
-                "off_path": OFF_PATHS[path] if path < len(OFF_PATHS) else "?"}
+        values = STATS.unpack(msg)
+        path = values[-1]
+        return {**dict(zip(STATS_FIELDS, values[1:-1])), "off_path": OFF_PATHS[path] if path < len(OFF_PATHS) else "?"}
     raise ValueError(f"unknown telemetry message ({len(msg)} bytes)")

@@ -116,6 +116,7 @@ def test_telemetry_reaches_a_real_pull_socket(state, monkeypatch, short_tmp):
     a, b = decode(pull.recv()), decode(pull.recv())
     assert (a.batch_size, a.steps, a.tokens, a.decode_only) == (6, 3, 13, False)     # prefill in between
     assert (b.steps, b.tokens, b.decode_only) == (0, 6, True) and 0.005 < b.step_s < 1.0
+    assert state.telemetry_calls == 3 and state.telemetry_ns > 0
     pull.close(linger=0)
 
 
@@ -167,9 +168,11 @@ def test_telemetry_codec_round_trip_and_refusal():
     from controller.telemetry import encode_stats, pack_sample
     s = decode(pack_sample(12.5, 64, 3, 150, 0.021, True))
     assert (s.t, s.batch_size, s.steps, s.tokens, s.step_s, s.decode_only) == (12.5, 64, 3, 150, 0.021, True)
-    stats = decode(encode_stats(10, 2000, 9, 1, 7, 6, 1, 1))
+    stats = decode(encode_stats({"decisions": 10, "decision_ns": 2000, "sent": 9, "dropped": 1,
+                                 "fast_off_batches": 7, "fast_off_graph_batches": 6, "off_fallbacks": 1}, 1))
     assert stats == {"decisions": 10, "decision_ns": 2000, "sent": 9, "dropped": 1, "fast_off_batches": 7,
-                     "fast_off_graph_batches": 6, "off_fallbacks": 1, "off_path": "fast"}
+                     "fast_off_graph_batches": 6, "off_fallbacks": 1, "telemetry_calls": 0, "telemetry_ns": 0,
+                     "fast_off_cpu_ns": 0, "off_path": "fast"}
     with pytest.raises(ValueError):
         decode(b"\x07garbage")
 
@@ -231,7 +234,7 @@ def test_off_batches_take_the_fast_path_and_on_batches_sglangs(fast_state):
     rec, w = Recorder(), routed_worker()
     assert plugin.forward_batch_generation(rec.original, w, decode_batch(8), "pub") == "sglang-result"
     assert plugin.forward_batch_generation(rec.original, w, decode_batch(9), on_publish="pub") == "fast-result"
-    assert ran == [(9, "pub")] and rec.calls == [("sglang", 8)]
+    assert ran == [(9, "pub")] and rec.calls == [("sglang", 8)] and state.fast.cpu_ns > 0
     assert w.adaptive_controller.activated == [0]         # the off batch ran in SGLang's steps-0 state
     for mode in ("extend", "idle"):                        # prefill and idle batches are never ours
         plugin.forward_batch_generation(rec.original, w, decode_batch(50, forward_mode=Mode(mode)))
@@ -336,4 +339,6 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(state):
     assert decode(plugin.stats_message())["off_path"] == "steps-0 (fast path switched off)"
     st = {"daemon": {"running": True, "pid": 1, "uptime_s": 3, "healthy": True},
           "engine": {"engine": "sglang", "detail": "running", "plugin": stats}, "threshold": 8}
-    assert "off path:    fast, 120 fast batches (118 on CUDA graphs), 3 on steps-0" in render_status(st)
+    out = render_status(st)
+    assert "off path:    fast, 120 fast batches (118 on CUDA graphs), 3 on steps-0" in out
+    assert "plugin cost: decision - us, telemetry - us, fast off launch 0.0 us per batch" in out
