@@ -38,13 +38,13 @@ def test_tokens_check_matches_one_reporting_rank_and_catches_two(tmp_path):
     rows = [(100.0 + 0.01 * i, 4, 3, 8, 0.01, 1) for i in range(4)] + [(100.2, 4, 0, 4, 0.01, 1)]
     db.conn.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)", rows)   # 36 decode tokens
     db.conn.commit()
-    row = {"label": "switching", "prompts": 4, "output_tokens": 40, "t_start": 99.9, "t_end": 100.5}
+    row = {"label": "switching", "prompts": 4, "concurrency": 4, "output_tokens": 40, "t_start": 99.9, "t_end": 100.5}
     res = tmp_path / "r.jsonl"
     res.write_text(json.dumps(row) + "\n")
     run = lambda: subprocess.run([sys.executable, str(ROOT / "bench/gpu/tokens_check.py"), str(tmp_path / "s.db"),
                                   str(res), "switching"], capture_output=True, text=True)
     first = run()
-    assert first.returncode == 0 and '"match": true' in first.stdout
+    assert first.returncode == 0 and '"match": true' in first.stdout and '"largest_batch": 4' in first.stdout
     db.conn.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)", rows)   # a second rank reporting too
     db.conn.commit()
     second = run()

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the GPU scripts (sourced): environment, wheel install, import stubs, engine flags, helpers.
 # Needs .whl (and optionally .jitcache) carried; writes $OUT/summary.txt.
 set -u

@@ -116,7 +116,7 @@ def main() -> None:
         first = {"prompt": i, "position": pos, "got": outputs[i][pos:pos + 4], "expected": expected[i][pos:pos + 4]}
     if args.save:
         json.dump(outputs, open(args.save, "w"))
-    row = {"label": args.label, "prompts": len(batch), "output_len": args.output_len,
+    row = {"label": args.label, "prompts": len(batch), "concurrency": args.concurrency, "output_len": args.output_len,
            "compared_with": "chain" if args.chain else ("reference" if args.reference else None),
            "mismatching_prompts": len(bad), "first_mismatch": first, "wall_s": round(wall, 2),
            "accept_length": round(sum(accepts) / len(accepts), 3) if accepts else None,

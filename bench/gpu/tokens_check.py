@@ -4,8 +4,8 @@
 Takes greedy.py's row LABEL (its wall-clock window, requests and output tokens) and the daemon's
 samples in that window. Each request's first token comes from its prefill, the rest from decode
 batches, and a final verify may accept up to K tokens past max_new_tokens that the client never sees:
-    client decode tokens <= daemon tokens <= client decode tokens + K x requests.
-A second reporting rank would double the daemon's count. Prints one JSON line; exit 1 on a mismatch.
+    client decode tokens <= daemon tokens <= client decode tokens + K x requests,
+and no decode batch larger than the number of clients. A second reporting rank would double the count. Prints one JSON line; exit 1 on a mismatch.
 """
 from __future__ import annotations
 
@@ -17,14 +17,15 @@ import sys
 
 def check(db_path: str, row: dict, k: int, slack_s: float = 1.0) -> dict:
     db = sqlite3.connect(db_path)
-    n, tokens, batches = db.execute(
-        "SELECT count(*), coalesce(sum(tokens), 0), coalesce(sum(batch_size), 0) FROM samples WHERE t >= ? AND t <= ?",
-        [row["t_start"], row["t_end"] + slack_s]).fetchone()
+    n, tokens, batches, largest = db.execute(
+        "SELECT count(*), coalesce(sum(tokens), 0), coalesce(sum(batch_size), 0), coalesce(max(batch_size), 0) "
+        "FROM samples WHERE t >= ? AND t <= ?", [row["t_start"], row["t_end"] + slack_s]).fetchone()
     requests = row["prompts"]
     client_decode = row["output_tokens"] - requests
-    ok = client_decode <= tokens <= client_decode + k * requests
+    ok = client_decode <= tokens <= client_decode + k * requests and largest <= row.get("concurrency", largest)
     return {"label": row["label"], "samples": n, "daemon_tokens": tokens, "client_decode_tokens": client_decode,
-            "overshoot_allowed": k * requests, "request_steps": batches, "match": ok}
+            "overshoot_allowed": k * requests, "request_steps": batches, "largest_batch": largest,
+            "clients": row.get("concurrency"), "match": ok}
 
 
 def main() -> None:
