@@ -108,8 +108,11 @@ def _tp_min(value: int) -> int:
     if not (dist.is_available() and dist.is_initialized()):
         return value
     from sglang.srt.distributed.parallel_state import get_tp_group
+    group = get_tp_group()
+    if group.world_size == 1:
+        return value
     flag = torch.tensor([value], dtype=torch.int32)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=get_tp_group().cpu_group)   # gloo: no GPU work
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group.cpu_group)   # gloo: no GPU work
     return int(flag.item())
 
 
