@@ -66,10 +66,20 @@ def batch_unsupported_reason(batch: Any) -> str | None:
     return None
 
 
+# SGLang names run() uses on every off batch, bound once by build() (an import statement per batch
+# costs microseconds on the scheduler's hot path)
+_sg: dict[str, Any] = {}
+
+
 def build(worker: Any) -> FastOff:
     """Capture the target's decode graphs (runs on every TP rank, after SGLang's own capture)."""
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
     from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+    from sglang.srt.speculative import eagle_worker_v2
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    _sg.update(torch=torch, DECODE=ForwardMode.DECODE, NO_HIDDEN=CaptureHiddenMode.NULL,
+               Result=eagle_worker_v2.GenerationBatchResult, DraftInput=eagle_worker_v2.EagleDraftInput)
 
     runner = worker.target_worker.model_runner
     keep_workspace = runner.init_new_workspace
@@ -122,10 +132,7 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None) -> 
     Spec-v2 convention: batch.seq_lens is the length before this step, the previous step's
     token (the bonus token) is not in the KV cache yet and sits at position seq_lens.
     """
-    import torch
-    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
-    from sglang.srt.speculative import eagle_worker_v2 as ew
-
+    torch = _sg["torch"]
     target = worker.target_worker
     runner = target.model_runner
     seq_lens = batch.seq_lens
@@ -136,7 +143,7 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None) -> 
     saved = (batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info, batch.forward_mode)
     swapped = runner.attn_backend, runner.decode_cuda_graph_runner
     batch.input_ids, batch.out_cache_loc = bonus, loc
-    batch.forward_mode = ForwardMode.DECODE
+    batch.forward_mode = _sg["DECODE"]
     batch.seq_lens = seq_lens + 1                      # decode convention: length including this token
     if saved[1] is not None:
         batch.seq_lens_cpu = saved[1] + 1
@@ -145,7 +152,7 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None) -> 
     batch.spec_info = None
     runner.attn_backend, runner.decode_cuda_graph_runner = fast.attn_backend, fast.graph_runner
     try:
-        out = target.forward_batch_generation(batch, capture_hidden_mode=CaptureHiddenMode.NULL)
+        out = target.forward_batch_generation(batch, capture_hidden_mode=_sg["NO_HIDDEN"])
     finally:
         runner.attn_backend, runner.decode_cuda_graph_runner = swapped
         batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info, batch.forward_mode = saved
@@ -155,12 +162,12 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None) -> 
     new_seq_lens = seq_lens + 1
     if on_publish is not None:
         on_publish(new_seq_lens)
-    result = ew.GenerationBatchResult(
+    result = _sg["Result"](
         logits_output=out.logits_output,
         next_token_ids=tokens,
         can_run_cuda_graph=out.can_run_cuda_graph,
         speculative_num_draft_tokens=1,
-        next_draft_input=ew.EagleDraftInput(bonus_tokens=tokens),
+        next_draft_input=_sg["DraftInput"](bonus_tokens=tokens),
         accept_lens=torch.ones(bs, dtype=torch.int32, device=tokens.device),
         new_seq_lens=new_seq_lens,
         extra_keep_alive_refs=[loc, bonus],

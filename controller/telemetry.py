@@ -27,14 +27,20 @@ def encode_stats(counters: Mapping[str, int], off_path: int = 0) -> bytes:
     return STATS.pack(KIND_STATS, *(int(counters.get(k, 0)) for k in STATS_FIELDS), off_path)
 
 
+_sample_type = None     # policies.types.Sample, bound on the daemon's first decode
+
+
 def decode(msg: bytes):
     """A Sample, or a dict of plugin counters; ValueError on anything else.
-    (policies is imported here, not at the top: the plugin side imports this module
-    inside every SGLang process and must stay light.)"""
-    from policies.types import Sample
+    (policies is imported on first use, not at the top: the plugin side imports this module
+    inside every SGLang process and must stay light; and not on every call: this is the ingest path.)"""
+    global _sample_type
     if len(msg) == SAMPLE.size and msg[0] == KIND_SAMPLE:
+        if _sample_type is None:
+            from policies.types import Sample
+            _sample_type = Sample
         _, t, bs, steps, tokens, step_s, decode_only = SAMPLE.unpack(msg)
-        return Sample(t, bs, steps, tokens, step_s, bool(decode_only))
+        return _sample_type(t, bs, steps, tokens, step_s, bool(decode_only))
     if len(msg) == STATS.size and msg[0] == KIND_STATS:
         values = STATS.unpack(msg)
         path = values[-1]

@@ -65,27 +65,9 @@ def server(tmp_path_factory):
 def run_chain_check(port, nxt, toggle=None):
     import greedy
     prompts = greedy.prompts(64, 32, 32000, seed=5)
-    stop, changes = [False], [0]
-
-    def toggler():
-        i = 0
-        while not stop[0]:
-            changes[0] += greedy.set_threshold(port, toggle[i % 2])
-            i += 1
-            time.sleep(0.005)
-
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-    thread = threading.Thread(target=toggler, daemon=True) if toggle else None
-    if thread:
-        thread.start()
-    with ThreadPoolExecutor(16) as pool:
-        outs = list(pool.map(lambda ids: greedy.generate(port, ids, 48), prompts))
-    stop[0] = True
-    if thread:
-        thread.join()
-    bad = [i for i, (ids, (out, _)) in enumerate(zip(prompts, outs)) if out != greedy.chain(nxt, ids[-1], 48)]
-    return bad, [acc for _, acc in outs if acc], changes[0]
+    run = greedy.generate_all(port, prompts, 48, 16, list(toggle) if toggle else None, 5.0)
+    bad = [i for i, (ids, out) in enumerate(zip(prompts, run["outputs"])) if out != greedy.chain(nxt, ids[-1], 48)]
+    return bad, run["accepts"], run["sent"]
 
 
 def test_never_always_and_switching_give_the_same_tokens(server):

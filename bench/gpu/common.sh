@@ -11,6 +11,7 @@ M=/tmp/m; SC=/tmp/sc; mkdir -p $SC
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export TVM_FFI_CACHE_DIR=/tmp/jitcache TRITON_CACHE_DIR=/tmp/tritoncache
 SUM=$OUT/summary.txt; : >"$SUM"
+R=$OUT/results.jsonl                # every script's measurements, one JSON line each
 say() { echo "[t+$(($(date +%s) - T0))s] $*" | tee -a "$SUM"; }
 
 {
@@ -97,9 +98,21 @@ stop_server() {
 }
 
 sweep() { # port label logfile
-  python3 bench/gpu/sweep.py --port "$1" --tokenizer $TOK --label "$2" --levels "$LEVELS" --out "$OUT/results.jsonl" \
+  python3 bench/gpu/sweep.py --port "$1" --tokenizer $TOK --label "$2" --levels "$LEVELS" --out "$R" \
     "${SWEEP_ARGS[@]}" >>"$3" 2>&1
-  say "$2 swept: $(python3 bench/gpu/sweep.py --show "$2" --out "$OUT/results.jsonl")"
+  say "$2 swept: $(python3 bench/gpu/sweep.py --show "$2" --out "$R")"
+}
+
+greedy() { # port label greedy.py-args...: one line per run in the summary
+  local port=$1 label=$2; shift 2
+  python3 bench/gpu/greedy.py --port "$port" --label "$label" --out "$R" "$@" 2>&1 | grep GREEDY | cut -c1-330 | tee -a "$SUM"
+}
+
+steady() { # port label logfile steady.py-args...: decode throughput at fixed batch sizes
+  local port=$1 label=$2 logfile=$3; shift 3
+  [ "$(left)" -lt 45 ] && { say "skip steady $label (time)"; return; }
+  python3 bench/gpu/steady.py --port "$port" --label "$label" --levels "$LEVELS" --out "$R" "$@" >>"$logfile" 2>&1
+  say "steady $label: $(cd bench/gpu && python3 steady.py --show "$label" --out "$R")"
 }
 
 internal_state() { # port json: POST /set_internal_state, prints "updated True/False"
@@ -168,4 +181,11 @@ ema_phase() { # SGLang's own adaptive EMA ({0,3} at slots 1/8/32/64), the plugin
   local sim=(); [ "$ACC" != natural ] && sim=(SGLANG_SIMULATE_ACC_LEN=$ACC)
   server_phase sglang-ema 30002 SPEC_CONTROLLER_PLUGIN=0 "${sim[@]}" -- "${SPEC[@]}" --speculative-adaptive \
     --speculative-adaptive-config $SC/ema.json
+}
+
+ranked_sweep() { # repeats: the daemon's modes interleaved inside each level, order rotated per repeat
+  specctl policy set bandit
+  python3 bench/gpu/sweep.py --port 30000 --tokenizer $TOK --modes never=0,always=$MAXBS,static5=5,bandit=policy \
+    --socket $SC/ctl.sock --repeats "$1" --levels "$LEVELS" --out "$R" "${SWEEP_ARGS[@]}" >>"$OUT/daemon.log" 2>&1
+  for mode in never always static5 bandit; do say "TP $TP $mode: $(python3 bench/gpu/sweep.py --show $mode --out "$R")"; done
 }

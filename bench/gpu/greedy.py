@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import threading
 import time
 import urllib.request
@@ -49,6 +50,34 @@ def updated(answer) -> bool:
     return bool(flags) and all(flag is True for flag in flags)
 
 
+def generate_all(port: int, batch: list[list[int]], new_tokens: int, concurrency: int,
+                 toggle: list[int] | None = None, toggle_ms: float = 10.0) -> dict:
+    """Every prompt, greedily, from `concurrency` clients; with `toggle`, the threshold cycles through
+    those values every `toggle_ms` meanwhile. Outputs in prompt order, accept lengths, changes made."""
+    counts = {"sent": 0, "refused": 0}
+    stop = threading.Event()
+
+    def toggler() -> None:
+        i = 0
+        while not stop.is_set():
+            counts["sent" if set_threshold(port, toggle[i % len(toggle)]) else "refused"] += 1
+            i += 1
+            time.sleep(toggle_ms / 1000)
+
+    thread = threading.Thread(target=toggler, daemon=True) if toggle else None
+    if thread:
+        thread.start()
+    t_start = time.time()
+    with ThreadPoolExecutor(concurrency) as pool:
+        results = list(pool.map(lambda ids: generate(port, ids, new_tokens), batch))
+    t_end = time.time()
+    stop.set()
+    if thread:
+        thread.join()
+    return {"outputs": [r[0] for r in results], "accepts": [r[1] for r in results if r[1]],
+            "t_start": t_start, "t_end": t_end, **counts}
+
+
 def chain(nxt: list[int], last: int, n: int) -> list[int]:
     out = []
     for _ in range(n):
@@ -76,31 +105,9 @@ def main() -> None:
     args = ap.parse_args()
 
     batch = prompts(args.prompts, args.input_len, args.vocab, args.seed)
-    toggles = {"sent": 0, "refused": 0}
-    stop = threading.Event()
-
-    def toggler(values: list[int]) -> None:
-        i = 0
-        while not stop.is_set():
-            ok = set_threshold(args.port, values[i % len(values)])
-            toggles["sent" if ok else "refused"] += 1
-            i += 1
-            time.sleep(args.toggle_ms / 1000)
-
-    thread = None
-    if args.toggle:
-        thread = threading.Thread(target=toggler, args=([int(v) for v in args.toggle.split(",")],), daemon=True)
-        thread.start()
-    t0 = time.time()
-    wall_start = time.time()
-    with ThreadPoolExecutor(args.concurrency) as pool:
-        results = list(pool.map(lambda ids: generate(args.port, ids, args.output_len), batch))
-    wall = time.time() - t0
-    stop.set()
-    if thread:
-        thread.join()
-    outputs = [r[0] for r in results]
-    accepts = [r[1] for r in results if r[1]]
+    run = generate_all(args.port, batch, args.output_len, args.concurrency,
+                       [int(v) for v in args.toggle.split(",")] if args.toggle else None, args.toggle_ms)
+    outputs, accepts = run["outputs"], run["accepts"]
     expected = None
     if args.chain:
         nxt = json.load(open(args.chain))
@@ -118,17 +125,17 @@ def main() -> None:
         json.dump(outputs, open(args.save, "w"))
     row = {"label": args.label, "prompts": len(batch), "concurrency": args.concurrency, "output_len": args.output_len,
            "compared_with": "chain" if args.chain else ("reference" if args.reference else None),
-           "mismatching_prompts": len(bad), "first_mismatch": first, "wall_s": round(wall, 2),
+           "mismatching_prompts": len(bad), "first_mismatch": first, "wall_s": round(run["t_end"] - run["t_start"], 2),
            "accept_length": round(sum(accepts) / len(accepts), 3) if accepts else None,
-           "threshold_changes": toggles["sent"], "threshold_refused": toggles["refused"],
-           "t_start": wall_start, "t_end": time.time(), "output_tokens": sum(map(len, outputs))}
+           "threshold_changes": run["sent"], "threshold_refused": run["refused"],
+           "t_start": run["t_start"], "t_end": run["t_end"], "output_tokens": sum(map(len, outputs))}
     print("GREEDY " + json.dumps(row), flush=True)
     with open(args.out, "a") as f:
         f.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":
-    if len(__import__("sys").argv) == 3 and __import__("sys").argv[1] == "--updated":   # for shell scripts
-        print("updated", updated(json.loads(__import__("sys").argv[2])))
+    if len(sys.argv) == 3 and sys.argv[1] == "--updated":   # for shell scripts: SGLang's answer -> True/False
+        print("updated", updated(json.loads(sys.argv[2])))
         raise SystemExit(0)
     main()

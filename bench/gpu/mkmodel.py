@@ -56,7 +56,8 @@ def rows_for(successor, emb):
     return (head * SCALE).to(emb.dtype)
 
 
-def craft_target(model, layers: int):
+def craft_target(model):
+    """Zero attention and MLP outputs and align lm_head with the successor table; returns it."""
     import torch
     with torch.no_grad():
         for layer in model.model.layers:
@@ -64,16 +65,14 @@ def craft_target(model, layers: int):
             layer.mlp.down_proj.weight.zero_()
         nxt = successor_table(model.config.vocab_size)
         model.lm_head.weight.copy_(rows_for(nxt, model.model.embed_tokens.weight))
-        crafted_target_embeddings[0] = model.model.embed_tokens.weight.detach().cpu()
     return nxt
 
 
-crafted_target_embeddings = [None]
-
-
-def craft_head(t: dict, nxt, hidden: int) -> None:
+def craft_head(t: dict, nxt, emb) -> None:
+    """The EAGLE3 head's tensors (in place): fc passes the first captured hidden state through, the
+    layer adds nothing, lm_head predicts NEXT[NEXT[t]] from the embedding of t."""
     import torch
-    emb = crafted_target_embeddings[0]
+    hidden = emb.shape[1]
     for name in ("midlayer.self_attn.o_proj.weight", "midlayer.mlp.down_proj.weight"):
         t[name] = torch.zeros_like(t[name])
     fc = torch.zeros(hidden, 3 * hidden, dtype=torch.bfloat16)
@@ -134,7 +133,8 @@ def main() -> None:
     model.config.dtype = "bfloat16"
     nxt = None
     if args.crafted:
-        nxt = craft_target(model, args.layers)
+        nxt = craft_target(model)
+        embeddings = model.model.embed_tokens.weight.detach().cpu()
     model.save_pretrained(target, safe_serialization=True)
     if nxt is not None:
         with open(os.path.join(target, "next.json"), "w") as f:
@@ -163,7 +163,7 @@ def main() -> None:
         "fc.weight": w(H, 3 * H), "norm.weight": ones(H), "lm_head.weight": w(VOCAB, H),
     }
     if nxt is not None:
-        craft_head(t, nxt, H)
+        craft_head(t, nxt, embeddings)
     save_file(t, os.path.join(eagle, "model.safetensors"), metadata={"format": "pt"})
     write_eagle_config(eagle, args)
     print(json.dumps({"target_params": n, "seconds": round(time.time() - t0, 1), "target": target, "eagle3": eagle}))

@@ -17,11 +17,7 @@ daemon_phase() {
   start_daemon || return
   specctl status 2>&1 | tee -a "$SUM"
   if [ "${INTERLEAVE:-0}" = 1 ]; then   # modes interleaved inside each level, order rotated per repeat
-    specctl policy set bandit
-    python3 bench/gpu/sweep.py --port 30000 --tokenizer $TOK --modes never=0,always=$MAXBS,static5=5,bandit=policy \
-      --socket $SC/ctl.sock --repeats "${REPEATS:-2}" --levels "$LEVELS" --out "$OUT/results.jsonl" \
-      "${SWEEP_ARGS[@]}" >>"$OUT/daemon.log" 2>&1
-    for mode in never always static5 bandit; do say "$mode: $(python3 bench/gpu/sweep.py --show $mode --out "$OUT/results.jsonl")"; done
+    ranked_sweep "${REPEATS:-2}"
   else
     for mode in bandit never always static5; do
       [ "$(left)" -lt 60 ] && { say "skip $mode (time)"; continue; }
@@ -43,16 +39,13 @@ daemon_phase() {
   fi
   if [ -n "${ACC_LEVELS:-}" ] && [ "$(left)" -gt 60 ]; then
     specctl threshold pin 0
-    python3 bench/gpu/steady.py --port 30000 --label never-steady --levels "$LEVELS" --output-len 256 --repeats 1 \
-      --out "$OUT/results.jsonl" >>"$OUT/daemon.log" 2>&1
+    steady 30000 never-steady "$OUT/daemon.log" --output-len 256 --repeats 1
   fi
   for acc in ${ACC_LEVELS//,/ }; do   # more acceptance levels in the same engine (the plugin's experiment knob)
     [ "$(left)" -lt 60 ] && { say "skip accept length $acc (time)"; continue; }
     say "accept length $acc: $(internal_state 30000 "{\"spec_controller_simulate_acc_len\": $acc}")"
     specctl threshold pin $MAXBS
-    python3 bench/gpu/steady.py --port 30000 --label always-acc$acc --levels "$LEVELS" --output-len 256 --repeats 1 \
-      --out "$OUT/results.jsonl" >>"$OUT/daemon.log" 2>&1
-    say "always at accept length $acc: $(cd bench/gpu && python3 steady.py --show always-acc$acc --out "$OUT/results.jsonl")"
+    steady 30000 "always-acc$acc" "$OUT/daemon.log" --output-len 256 --repeats 1
   done
   [ -n "${ACC_LEVELS:-}" ] && internal_state 30000 '{"spec_controller_simulate_acc_len": -1}' >/dev/null
   specctl threshold unpin; specctl status 2>&1 | tee -a "$SUM"

@@ -12,22 +12,12 @@
 source bench/gpu/common.sh
 if [ "${1:-}" = "--random" ]; then make_model $M; CHECK=(--reference /tmp/nospec.json); EQN=48; EQC=1
 else make_model $M --crafted; CHECK=(--chain $M/target/next.json); EQN=200; EQC=32; fi
-R=$OUT/results.jsonl
 echo '{"1": {"candidate_steps": [0, 3]}}' >$SC/adaptive.json
-EQ=(--prompts $EQN --concurrency $EQC --input-len 32 --output-len 64 --out $R)
-steady() { # port label
-  [ "$(left)" -lt 45 ] && { say "skip steady $2 (time)"; return; }
-  python3 bench/gpu/steady.py --port "$1" --label "$2" --levels "$LEVELS" --out $R >>$OUT/steady.log 2>&1
-  say "steady $2: $(cd bench/gpu && python3 steady.py --show "$2" --out $R)"
-}
-greedy() { # port label args...
-  local port=$1 label=$2; shift 2
-  python3 bench/gpu/greedy.py --port $port --label $label "${EQ[@]}" "$@" 2>&1 | grep GREEDY | cut -c1-330 | tee -a "$SUM"
-}
+EQ=(--prompts $EQN --concurrency $EQC --input-len 32 --output-len 64)
 
 if start_server nospec 30001 X=1 --; then
-  greedy 30001 nospec "${CHECK[@]/--reference/--save}"
-  steady 30001 nospec
+  greedy 30001 nospec "${EQ[@]}" "${CHECK[@]/--reference/--save}"
+  steady 30001 nospec $OUT/steady.log
   sweep 30001 nospec $OUT/nospec.log
   stop_server
 fi
@@ -35,17 +25,17 @@ fi
 if start_server spec 30000 SPEC_CONTROLLER_INITIAL_THRESHOLD=0 SPEC_CONTROLLER_EXPERIMENTS=1 -- "${SPEC[@]}" \
     --speculative-adaptive --speculative-adaptive-config $SC/adaptive.json; then
   grep -E "spec-controller|Traceback" $OUT/spec.log | head -5 | tee -a "$SUM"
-  greedy 30000 never-fastoff "${CHECK[@]}"
+  greedy 30000 never-fastoff "${EQ[@]}" "${CHECK[@]}"
   say "always: $(internal_state 30000 '{"speculative_disable_batch_threshold": 1024}')"
-  greedy 30000 always "${CHECK[@]}"
-  greedy 30000 switching-5ms "${CHECK[@]}" --toggle 0,1024 --toggle-ms 5
+  greedy 30000 always "${EQ[@]}" "${CHECK[@]}"
+  greedy 30000 switching-5ms "${EQ[@]}" "${CHECK[@]}" --toggle 0,1024 --toggle-ms 5
   say "steps-0: $(internal_state 30000 '{"speculative_disable_batch_threshold": 0, "spec_controller_fast_off": false}')"
-  greedy 30000 never-steps0 "${CHECK[@]}"
-  steady 30000 steps0
+  greedy 30000 never-steps0 "${EQ[@]}" "${CHECK[@]}"
+  steady 30000 steps0 $OUT/steady.log
   say "fast off: $(internal_state 30000 '{"spec_controller_fast_off": true}')"
-  steady 30000 fastoff
+  steady 30000 fastoff $OUT/steady.log
   say "always: $(internal_state 30000 '{"speculative_disable_batch_threshold": 1024}')"
-  steady 30000 always
+  steady 30000 always $OUT/steady.log
   [ "$(left)" -gt 60 ] && { internal_state 30000 '{"speculative_disable_batch_threshold": 0}' >/dev/null; sweep 30000 fastoff $OUT/spec.log; }
   say "refused as it should: $(internal_state 30000 '{"speculative_disable_batch_threshold": -3}')"
   grep -E "spec-controller|Traceback|Error" $OUT/spec.log | grep -v "^benchmark_args" | tail -6 | tee -a "$SUM"

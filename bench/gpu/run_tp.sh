@@ -10,30 +10,19 @@
 # 64 around the live batch of ~48); the daemon's token count must match what the clients received (one
 # reporting rank); no error in any rank's log; pin latency; the modes interleaved inside each level.
 source bench/gpu/common.sh
-R=$OUT/results.jsonl
 if [ -n "$DUMMY" ]; then make_model $M --config-only $BIGMODEL; CHECK=(); DESC="~34B, dummy weights"
 else make_model $M --crafted; ACC=natural; CHECK=(--chain $M/target/next.json); DESC="2.6B, crafted"; fi
-greedy() { # label args...
-  local label=$1; shift
-  python3 bench/gpu/greedy.py --port 30000 --label $label --input-len 32 --out $R "${CHECK[@]}" "$@" 2>&1 \
-    | grep GREEDY | cut -c1-330 | tee -a "$SUM"
-}
 if start_daemon; then
   specctl status 2>&1 | tee -a "$SUM"
-  specctl threshold pin 0; greedy never --prompts 200 --concurrency 48 --output-len 64
-  specctl threshold pin $MAXBS; greedy always --prompts 200 --concurrency 48 --output-len 64
+  specctl threshold pin 0; greedy 30000 never --input-len 32 "${CHECK[@]}" --prompts 200 --concurrency 48 --output-len 64
+  specctl threshold pin $MAXBS; greedy 30000 always --input-len 32 "${CHECK[@]}" --prompts 200 --concurrency 48 --output-len 64
   specctl threshold pin 8          # the daemon holds still; the toggles below go straight to SGLang
-  greedy switching --prompts 1200 --concurrency 48 --output-len 96 --toggle 8,64 --toggle-ms 4
-  python3 bench/gpu/tokens_check.py $SC/state.db $R switching 2>&1 | tee -a "$SUM"
+  greedy 30000 switching --input-len 32 "${CHECK[@]}" --prompts 1200 --concurrency 48 --output-len 96 --toggle 8,64 --toggle-ms 4
+  python3 bench/gpu/tokens_check.py $SC/state.db "$R" switching 2>&1 | tee -a "$SUM"
   say "error lines in the engine's log (all ranks): $(grep -cE 'Traceback|Error|NCCL WARN|watchdog' $OUT/daemon.log)"
   [ "$(left)" -gt 150 ] && python3 bench/gpu/pin_latency.py --db $SC/state.db --socket $SC/ctl.sock --port 30000 \
     --tokenizer $TOK --high 64 2>&1 | grep PINLAT | tee -a "$SUM"
-  if [ "$(left)" -gt 90 ]; then
-    specctl policy set bandit
-    python3 bench/gpu/sweep.py --port 30000 --tokenizer $TOK --modes never=0,always=$MAXBS,static5=5,bandit=policy \
-      --socket $SC/ctl.sock --repeats "${REPEATS:-1}" --levels "$LEVELS" --out $R "${SWEEP_ARGS[@]}" >>$OUT/daemon.log 2>&1
-    for mode in never always static5 bandit; do say "tp$TP $mode: $(python3 bench/gpu/sweep.py --show $mode --out $R)"; done
-  fi
+  [ "$(left)" -gt 90 ] && ranked_sweep "${REPEATS:-1}"
   specctl status 2>&1 | tee -a "$SUM"
   specctl history --limit 200 --json >"$OUT/history.json" 2>&1
   stop_daemon

@@ -112,8 +112,9 @@ class SGLangEngine(Engine):
         env = dict(os.environ, **{ENV_ADDRESS: f"ipc://{self.ipc_path}",
                                   ENV_INITIAL_THRESHOLD: str(self.initial_threshold)},
                    **{k: str(v) for k, v in self.args.get("env", {}).items()})
-        log.info("starting SGLang: %s", " ".join(self.command()))
-        self.proc = subprocess.Popen(self.command(), env=env)
+        cmd = self.command()
+        log.info("starting SGLang: %s", " ".join(cmd))
+        self.proc = subprocess.Popen(cmd, env=env)
 
     def _receive(self, pull, on_sample: SampleSink) -> None:
         import zmq
