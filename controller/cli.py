@@ -120,7 +120,7 @@ def render_status(st: dict) -> str:
         lines.append(f"off path:    {plugin['off_path']}, {plugin['fast_off_batches']} fast batches "
                      f"({plugin['fast_off_graph_batches']} on CUDA graphs), {plugin['off_fallbacks']} on steps-0")
         lines.append(f"plugin cost: decision {per(plugin['decision_ns'], plugin['decisions'])} us, telemetry "
-                     f"{per(plugin['telemetry_ns'], plugin['telemetry_calls'])} us, fast off launch "
+                     f"{per(plugin['telemetry_ns'], plugin['telemetry_calls'])} us, off batch launch (SGLang's decode) "
                      f"{per(plugin['fast_off_cpu_ns'], plugin['fast_off_batches'])} us per batch")
     last = st.get("last_decision")
     if last:

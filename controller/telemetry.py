@@ -31,16 +31,19 @@ _sample_type = None     # policies.types.Sample, bound on the daemon's first dec
 
 
 def decode(msg: bytes):
-    """A Sample, or a dict of plugin counters; ValueError on anything else.
+    """A list of Samples (the plugin sends several per message), or a dict of plugin counters;
+    ValueError on anything else.
     (policies is imported on first use, not at the top: the plugin side imports this module
     inside every SGLang process and must stay light; and not on every call: this is the ingest path.)"""
     global _sample_type
-    if len(msg) == SAMPLE.size and msg[0] == KIND_SAMPLE:
+    if msg and msg[0] == KIND_SAMPLE and len(msg) % SAMPLE.size == 0:
         if _sample_type is None:
             from policies.types import Sample
             _sample_type = Sample
-        _, t, bs, steps, tokens, step_s, decode_only = SAMPLE.unpack(msg)
-        return _sample_type(t, bs, steps, tokens, step_s, bool(decode_only))
+        fields = list(SAMPLE.iter_unpack(msg))
+        if any(f[0] != KIND_SAMPLE for f in fields):
+            raise ValueError("corrupt telemetry message (a sample without its kind byte)")
+        return [_sample_type(t, bs, steps, tokens, step_s, bool(d)) for _, t, bs, steps, tokens, step_s, d in fields]
     if len(msg) == STATS.size and msg[0] == KIND_STATS:
         values = STATS.unpack(msg)
         path = values[-1]

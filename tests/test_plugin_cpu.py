@@ -1,6 +1,7 @@
 """The plugin's logic on CPU: routing, refusal reasons, validation, telemetry over real zmq."""
 import dataclasses
 import time
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -112,12 +113,48 @@ def test_telemetry_reaches_a_real_pull_socket(state, monkeypatch, short_tmp):
     plugin.after_spec_result(None, None, result=spec, batch=batch)
     time.sleep(0.01)
     plugin.after_spec_result(None, None, off, batch)
+    assert state.pending and state.sent == 0          # held back (fewer than a message's worth, < 50 ms)
+    plugin.flush_telemetry(object())                   # the scheduler went idle
     assert pull.poll(2000)
-    a, b = decode(pull.recv()), decode(pull.recv())
+    a, b = decode(pull.recv())
     assert (a.batch_size, a.steps, a.tokens, a.decode_only) == (6, 3, 13, False)     # prefill in between
     assert (b.steps, b.tokens, b.decode_only) == (0, 6, True) and 0.005 < b.step_s < 1.0
-    assert state.telemetry_calls == 3 and state.telemetry_ns > 0
+    assert state.telemetry_calls == 3 and state.telemetry_ns > 0 and state.sent == 2 and not state.pending
+    plugin.flush_telemetry(object())                   # nothing waiting: nothing sent
+    assert not pull.poll(100)
     pull.close(linger=0)
+
+
+def test_telemetry_sends_full_messages_and_counters_without_idle(state, monkeypatch, short_tmp):
+    addr = f"ipc://{short_tmp}/f.ipc"
+    pull = zmq.Context.instance().socket(zmq.PULL)
+    pull.bind(addr)
+    monkeypatch.setenv("SPEC_CONTROLLER_TELEMETRY", addr)
+    batch = SimpleNamespace(reqs=[object()] * 3)
+    result = SimpleNamespace(speculative_num_draft_tokens=4, num_correct_drafts=2)
+    for _ in range(1 + 256):                           # the first result only starts the clock
+        plugin.after_spec_result(None, None, result, batch)
+    got, counters = [], []
+    while pull.poll(500):
+        msg = decode(pull.recv())
+        (counters.append if isinstance(msg, dict) else got.extend)(msg)
+    assert len(got) == 256 == state.sent and not state.pending and state.dropped == 0
+    assert all((s.batch_size, s.tokens) == (3, 5) for s in got)
+    assert len(counters) == 1 and counters[0]["sent"] == 256       # every 256 samples
+    pull.close(linger=0)
+
+
+def test_telemetry_counts_a_full_queue_as_dropped(state, monkeypatch):
+    class Full:
+        def send(self, msg, flags):
+            raise BlockingIOError
+    state.sender, state.again = Full(), BlockingIOError
+    batch = SimpleNamespace(reqs=[object()] * 2)
+    result = SimpleNamespace(speculative_num_draft_tokens=1, num_correct_drafts=0)
+    for _ in range(1 + 20):
+        plugin.after_spec_result(None, None, result, batch)
+    plugin.flush_telemetry()
+    assert (state.sent, state.dropped, state.pending) == (0, 20, [])
 
 
 def test_telemetry_failure_never_raises(state, monkeypatch):
@@ -166,8 +203,10 @@ def test_only_rank_0_reports(state, monkeypatch, short_tmp):
 
 def test_telemetry_codec_round_trip_and_refusal():
     from controller.telemetry import encode_stats, pack_sample
-    s = decode(pack_sample(12.5, 64, 3, 150, 0.021, True))
+    [s] = decode(pack_sample(12.5, 64, 3, 150, 0.021, True))
     assert (s.t, s.batch_size, s.steps, s.tokens, s.step_s, s.decode_only) == (12.5, 64, 3, 150, 0.021, True)
+    two = decode(pack_sample(1.0, 4, 0, 4, 0.01, False) + pack_sample(2.0, 8, 3, 20, 0.02, True))
+    assert [(x.t, x.batch_size, x.tokens) for x in two] == [(1.0, 4, 4), (2.0, 8, 20)]
     stats = decode(encode_stats({"decisions": 10, "decision_ns": 2000, "sent": 9, "dropped": 1,
                                  "fast_off_batches": 7, "fast_off_graph_batches": 6, "off_fallbacks": 1}, 1))
     assert stats == {"decisions": 10, "decision_ns": 2000, "sent": 9, "dropped": 1, "fast_off_batches": 7,
@@ -175,6 +214,8 @@ def test_telemetry_codec_round_trip_and_refusal():
                      "fast_off_cpu_ns": 0, "off_path": "fast"}
     with pytest.raises(ValueError):
         decode(b"\x07garbage")
+    with pytest.raises(ValueError, match="corrupt"):                  # a second sample without its kind
+        decode(pack_sample(1.0, 4, 0, 4, 0.01, False) + b"\x09" + pack_sample(2.0, 8, 3, 20, 0.02, True)[1:])
 
 
 class Mode:
@@ -341,4 +382,29 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(state):
           "engine": {"engine": "sglang", "detail": "running", "plugin": stats}, "threshold": 8}
     out = render_status(st)
     assert "off path:    fast, 120 fast batches (118 on CUDA graphs), 3 on steps-0" in out
-    assert "plugin cost: decision - us, telemetry - us, fast off launch 0.0 us per batch" in out
+    assert "plugin cost: decision - us, telemetry - us, off batch launch (SGLang's decode) 0.0 us per batch" in out
+
+
+def test_engine_receiver_unpacks_messages_of_several_samples(short_tmp):
+    """The daemon side of the wire: samples in order, counters kept, garbage counted, never fatal."""
+    from controller.telemetry import encode_stats, pack_sample
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3"})
+    ctx = zmq.Context.instance()
+    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    pull.bind(f"ipc://{short_tmp}/e.ipc")
+    push.connect(f"ipc://{short_tmp}/e.ipc")
+    got = []
+    rx = threading.Thread(target=eng._receive, args=(pull, got.append), daemon=True)
+    rx.start()
+    push.send(pack_sample(1.0, 4, 0, 4, 0.01, True) + pack_sample(2.0, 8, 3, 20, 0.02, True))
+    push.send(b"\x07garbage")
+    push.send(encode_stats({"sent": 3}, 1))
+    push.send(pack_sample(3.0, 16, 3, 40, 0.03, False))
+    deadline = time.monotonic() + 5
+    while (len(got) < 3 or not eng.plugin_stats) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    eng._stop.set()
+    rx.join(5)
+    assert [s.t for s in got] == [1.0, 2.0, 3.0] and eng.bad_messages == 1
+    assert eng.plugin_stats["sent"] == 3 and eng.plugin_stats["off_path"] == "fast"
+    push.close(linger=0)

@@ -1,8 +1,9 @@
 """Time from `specctl threshold pin N` to the first decode batch that uses it (under load).
 
     python3 bench/gpu/pin_latency.py --db DB --socket SOCK --port 30000 --tokenizer DIR [--toggles 20]
-Runs a background bench_serving load at concurrency 16, flips the pin between 0 and --high,
-then finds in the daemon's sample table the first batch after each command in the new mode. Two
+Runs a background bench_serving load at concurrency 16 (more prompts than the toggles can use: it
+is stopped afterwards; a toggle made when no request runs has no "first batch"), flips the pin
+between 0 and --high, then finds in the daemon's sample table the first batch after each command in the new mode. Two
 figures: from the start of the `specctl` process (includes the CLI's own start-up), and from the
 daemon's recorded pin decision (the daemon -> set_internal_state -> scheduler -> batch path).
 """
@@ -29,7 +30,7 @@ def main() -> None:
     load = subprocess.Popen([sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host",
                              "127.0.0.1", "--port", str(args.port), "--dataset-name", "random-ids",
                              "--random-input-len", "64", "--random-output-len", "512", "--random-range-ratio", "1.0",
-                             "--num-prompts", "400", "--max-concurrency", "16", "--tokenizer", args.tokenizer,
+                             "--num-prompts", "20000", "--max-concurrency", "16", "--tokenizer", args.tokenizer,
                              "--model", args.tokenizer, "--disable-tqdm"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     time.sleep(12)
@@ -37,6 +38,8 @@ def main() -> None:
     for i in range(args.toggles):
         value = args.high if i % 2 == 0 else 0
         t = time.time()
+        if load.poll() is not None:
+            sys.exit(f"pin_latency: the background load ended before toggle {i}")
         rc = subprocess.run([sys.executable, "-m", "controller.cli", "--socket", args.socket, "threshold", "pin",
                              str(value)], capture_output=True).returncode
         marks.append((t, value, time.time() - t, rc))
@@ -56,7 +59,8 @@ def main() -> None:
             lat.append(row[0] - t)
             if pinned and row[0] >= pinned[0]:
                 from_daemon.append(row[0] - pinned[0])
-    out = {"toggles": len(marks), "measured": len(lat), "command_s_median": statistics.median(m[2] for m in marks)}
+    out = {"toggles": len(marks), "measured": len(lat), "command_s_median": statistics.median(m[2] for m in marks),
+           "daemon_to_first_batch_ms_each": [round(1e3 * v, 1) for v in from_daemon]}
     for name, values in (("command", lat), ("daemon", from_daemon)):
         if values:
             out[f"{name}_to_first_batch_ms"] = {"median": round(1e3 * statistics.median(values), 1),

@@ -129,7 +129,8 @@ class SGLangEngine(Engine):
             if isinstance(msg, dict):
                 self.plugin_stats = msg
             else:
-                on_sample(msg)
+                for sample in msg:
+                    on_sample(sample)
         pull.close(linger=0)
 
     def _get(self, path: str, timeout: float = 5.0):
