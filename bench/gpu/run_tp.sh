@@ -21,7 +21,7 @@ if start_daemon; then
   python3 bench/gpu/tokens_check.py $SC/state.db "$R" switching 2>&1 | tee -a "$SUM"
   say "error lines in the engine's log (all ranks): $(grep -cE 'Traceback|Error|NCCL WARN|watchdog' $OUT/daemon.log)"
   [ "$(left)" -gt 150 ] && python3 bench/gpu/pin_latency.py --db $SC/state.db --socket $SC/ctl.sock --port 30000 \
-    --tokenizer $TOK --high 64 2>&1 | grep PINLAT | tee -a "$SUM"
+    --tokenizer $TOK --high 64 2>&1 | grep -E "PINLAT|pin_latency" | tee -a "$SUM"
   [ "$(left)" -gt 90 ] && ranked_sweep "${REPEATS:-1}"
   specctl status 2>&1 | tee -a "$SUM"
   specctl history --limit 200 --json >"$OUT/history.json" 2>&1
