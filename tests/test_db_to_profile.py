@@ -49,3 +49,21 @@ def test_tokens_check_matches_one_reporting_rank_and_catches_two(tmp_path):
     db.conn.commit()
     second = run()
     assert second.returncode == 1 and '"daemon_tokens": 72' in second.stdout
+
+
+def test_sweep_reports_what_the_daemon_measured_in_each_level(tmp_path, monkeypatch):
+    sys.path.insert(0, str(ROOT / "bench/gpu"))
+    import sweep
+    monkeypatch.setattr(sweep.time, "sleep", lambda s: None)
+    db = open_store(tmp_path / "s.db")
+    rows = [(10.0 + 0.1 * i, 16, 0, 16, 0.01, 1) for i in range(5)]            # never: off batches only
+    rows += [(20.0 + 0.1 * i, 16, 3, 40 if i % 2 else 24, 0.02, 1) for i in range(4)]   # always: accept 2.5 / 1.5
+    db.conn.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)", rows)
+    db.conn.commit()
+    levels = [{"label": "never", "repeat": 0, "concurrency": 16, "t_start": 9.9, "t_end": 11.0},
+              {"label": "always", "repeat": 0, "concurrency": 16, "t_start": 19.9, "t_end": 21.0},
+              {"label": "bandit", "repeat": 0, "concurrency": 16, "t_start": 30.0, "t_end": 31.0}]
+    got = sweep.measured(str(tmp_path / "s.db"), levels)
+    assert [(g["label"], g["batches"], g["spec_share"], g["accept_measured"]) for g in got] == [
+        ("never", 5, 0.0, None), ("always", 4, 1.0, 2.0), ("bandit", 0, None, None)]
+    assert all("output_tok_s" not in g for g in got)          # never shown as a throughput level

@@ -129,6 +129,11 @@ server_phase() { # label port env... -- extra flags: start, sweep, stop
 
 specctl() { python3 -m controller.cli --socket $SC/ctl.sock "$@"; }
 
+pin_latency() { # high pin: time from a pin to the first batch that uses it, under load (one PINLAT line)
+  python3 bench/gpu/pin_latency.py --db $SC/state.db --socket $SC/ctl.sock --port 30000 --tokenizer $TOK \
+    --high "$1" 2>&1 | grep -E "PINLAT|pin_latency" | tee -a "$SUM"
+}
+
 start_daemon() { # spec-controller run (TP, MAXBS, DUMMY from the environment) with the sglang engine (+ plugin); sets DAEMON_PID
   cat >$SC/config.toml <<TOML
 [engine]
@@ -162,13 +167,13 @@ db = "$SC/state.db"
 socket = "$SC/ctl.sock"
 TOML
   say "start daemon (sglang engine + plugin, TP $TP, accept length $ACC)"
-  python3 -m controller.daemon run --config $SC/config.toml >"$OUT/daemon.log" 2>&1 &
+  python3 -m controller.daemon run --config $SC/config.toml >"${DAEMON_LOG:-$OUT/daemon.log}" 2>&1 &
   DAEMON_PID=$!
   for _ in $(seq 1 480); do
     specctl status --json 2>/dev/null | grep -q '"running": true' && { say "daemon up"; save_caches; return 0; }
     kill -0 $DAEMON_PID 2>/dev/null || break; sleep 1
   done
-  say "daemon FAILED"; grep -E "Error|error" "$OUT/daemon.log" | grep -v "^benchmark_args" | tail -8 | tee -a "$SUM"
+  say "daemon FAILED"; grep -E "Error|error" "${DAEMON_LOG:-$OUT/daemon.log}" | grep -v "^benchmark_args" | tail -8 | tee -a "$SUM"
   kill $DAEMON_PID 2>/dev/null; pkill -f sglang.launch_server; return 1
 }
 
@@ -183,9 +188,14 @@ ema_phase() { # SGLang's own adaptive EMA ({0,3} at slots 1/8/32/64), the plugin
     --speculative-adaptive-config $SC/ema.json
 }
 
-ranked_sweep() { # repeats: the daemon's modes interleaved inside each level, order rotated per repeat
+ranked_sweep() { # repeats [modes]: the daemon's modes interleaved inside each level, order rotated per repeat
+  local modes=${2:-never,always,static5,bandit}
   specctl policy set bandit
-  python3 bench/gpu/sweep.py --port 30000 --tokenizer $TOK --modes never=0,always=$MAXBS,static5=5,bandit=policy \
-    --socket $SC/ctl.sock --repeats "$1" --levels "$LEVELS" --out "$R" "${SWEEP_ARGS[@]}" >>"$OUT/daemon.log" 2>&1
-  for mode in never always static5 bandit; do say "TP $TP $mode: $(python3 bench/gpu/sweep.py --show $mode --out "$R")"; done
+  python3 bench/gpu/sweep.py --port 30000 --tokenizer $TOK \
+    --modes "$(echo "$modes" | sed "s/never/never=0/;s/always/always=$MAXBS/;s/static5/static5=5/;s/bandit/bandit=policy/")" \
+    --socket $SC/ctl.sock --db $SC/state.db --repeats "$1" --levels "$LEVELS" --out "$R" "${SWEEP_ARGS[@]}" \
+    >>"${DAEMON_LOG:-$OUT/daemon.log}" 2>&1
+  for mode in ${modes//,/ }; do say "TP $TP $mode: $(python3 bench/gpu/sweep.py --show $mode --out "$R")"; done
+  grep -h '"measured_concurrency"' "$R" | python3 -c "import sys, json
+for r in map(json.loads, sys.stdin): print(r['label'], r['measured_concurrency'], r['spec_share'], r['accept_measured'])" | tr '\n' ';' | sed 's/^/measured (mode c spec-share accept): /' | tee -a "$SUM"; echo | tee -a "$SUM"
 }

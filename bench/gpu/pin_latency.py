@@ -18,6 +18,22 @@ import sys
 import time
 
 
+def wait_for_load(db: sqlite3.Connection, load: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Until decode batches of >= 8 requests flow (bench_serving first builds its prompts: a fixed
+    sleep toggled before any request ran, which measured the load's start, not the pin)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if load.poll() is not None:
+            sys.exit("pin_latency: the background load ended before it started")
+        recent = db.execute("SELECT count(*) FROM samples WHERE t > ? AND batch_size >= 8",
+                            [time.time() - 2.0]).fetchone()[0]
+        if recent >= 20:
+            time.sleep(2.0)             # past the ramp-up
+            return
+        time.sleep(0.5)
+    sys.exit("pin_latency: no decode batches of >= 8 requests within %.0f s" % timeout)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--db", required=True)
@@ -30,10 +46,11 @@ def main() -> None:
     load = subprocess.Popen([sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host",
                              "127.0.0.1", "--port", str(args.port), "--dataset-name", "random-ids",
                              "--random-input-len", "64", "--random-output-len", "512", "--random-range-ratio", "1.0",
-                             "--num-prompts", "20000", "--max-concurrency", "16", "--tokenizer", args.tokenizer,
+                             "--num-prompts", "3000", "--max-concurrency", "16", "--tokenizer", args.tokenizer,
                              "--model", args.tokenizer, "--disable-tqdm"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    time.sleep(12)
+    db = sqlite3.connect(args.db)
+    wait_for_load(db, load)
     marks = []
     for i in range(args.toggles):
         value = args.high if i % 2 == 0 else 0
@@ -46,7 +63,6 @@ def main() -> None:
         time.sleep(1.0)
     load.terminate()
     time.sleep(1.5)
-    db = sqlite3.connect(args.db)
     lat, from_daemon = [], []
     for t, value, cmd_s, rc in marks:
         if rc != 0:

@@ -35,7 +35,7 @@ daemon_phase() {
     done
   fi
   if [ "$(left)" -gt 70 ]; then
-    python3 bench/gpu/pin_latency.py --db $SC/state.db --socket $SC/ctl.sock --port 30000 --tokenizer $TOK --high $MAXBS 2>&1 | grep -E "PINLAT|pin_latency" | tee -a "$SUM"
+    pin_latency $MAXBS
   fi
   if [ -n "${ACC_LEVELS:-}" ] && [ "$(left)" -gt 60 ]; then
     specctl threshold pin 0
