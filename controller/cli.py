@@ -119,7 +119,9 @@ def render_status(st: dict) -> str:
         per = lambda ns, n: f"{ns / n / 1e3:.1f}" if n else "-"
         lines.append(f"off path:    {plugin['off_path']}, {plugin['fast_off_batches']} fast batches "
                      f"({plugin['fast_off_graph_batches']} on CUDA graphs), {plugin['off_fallbacks']} on steps-0")
-        lines.append(f"plugin cost: decision {per(plugin['decision_ns'], plugin['decisions'])} us, telemetry "
+        switches, switch_ns = plugin.get("switches", 0), plugin.get("switch_ns", 0)
+        lines.append(f"plugin cost: decision {per(plugin['decision_ns'] - switch_ns, plugin['decisions'] - switches)}"
+                     f" us (+ {per(switch_ns, switches)} us for each of {switches} state switches), telemetry "
                      f"{per(plugin['telemetry_ns'], plugin['telemetry_calls'])} us, off batch launch (SGLang's decode) "
                      f"{per(plugin['fast_off_cpu_ns'], plugin['fast_off_batches'])} us per batch")
     last = st.get("last_decision")

@@ -106,6 +106,8 @@ class PluginState:
         self.checked = False
         self.decisions = 0
         self.decision_ns = 0
+        self.switches = 0                          # decisions that switched SGLang's adaptive state
+        self.switch_ns = 0
         self.telemetry_calls = 0
         self.telemetry_ns = 0
         self.sender = None                         # telemetry, rank 0 only; False = not this rank
@@ -166,6 +168,8 @@ def activate_step_by_batch(original: Callable, worker, batch_size: int):
             worker.adaptive_controller._activate(target)
         except Exception as e:            # keep the current state (same on every rank), say so once
             STATE.fail_once("activate", e)
+        STATE.switches += 1               # SGLang's state switch dominates these: counted apart
+        STATE.switch_ns += time.perf_counter_ns() - t0
     STATE.decisions += 1
     STATE.decision_ns += time.perf_counter_ns() - t0
     return None
@@ -338,8 +342,8 @@ def _sender():
 
 def stats_message() -> bytes:
     fast = STATE.fast
-    counters = {k: getattr(STATE, k) for k in ("decisions", "decision_ns", "sent", "dropped", "telemetry_calls",
-                                               "telemetry_ns", "off_fallbacks")}
+    counters = {k: getattr(STATE, k) for k in ("decisions", "decision_ns", "switches", "switch_ns", "sent",
+                                               "dropped", "telemetry_calls", "telemetry_ns", "off_fallbacks")}
     if fast is not None:
         counters.update(fast_off_batches=fast.batches, fast_off_graph_batches=fast.graph_batches,
                         fast_off_cpu_ns=fast.cpu_ns)

@@ -9,6 +9,7 @@ ENV_INITIAL_THRESHOLD = "SPEC_CONTROLLER_INITIAL_THRESHOLD"
 
 SAMPLE = struct.Struct("<BdIHIdB")       # kind=1, t, batch size, steps, tokens, step s, decode-only
 STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and their total time
+                "switches", "switch_ns",                 # those that switched SGLang's state, their time
                 "sent", "dropped",                       # samples sent / dropped at a full queue
                 "telemetry_calls", "telemetry_ns",       # time spent producing and sending samples
                 "fast_off_batches", "fast_off_graph_batches", "fast_off_cpu_ns",   # the fast off path

@@ -43,7 +43,7 @@ def test_routes_by_threshold_and_switches_only_on_change(state):
     for bs in (4, 8, 9, 12, 2):
         plugin.activate_step_by_batch(lambda *a: pytest.fail("original called"), w, bs)
     assert w.adaptive_controller.activated == [0, 3]      # 9 -> off, 2 -> back on; no redundant switches
-    assert state.decisions == 5 and state.decision_ns > 0
+    assert state.decisions == 5 and state.decision_ns >= state.switch_ns > 0 and state.switches == 2
 
 
 def test_inert_plugin_passes_through(state):
@@ -211,7 +211,7 @@ def test_telemetry_codec_round_trip_and_refusal():
                                  "fast_off_batches": 7, "fast_off_graph_batches": 6, "off_fallbacks": 1}, 1))
     assert stats == {"decisions": 10, "decision_ns": 2000, "sent": 9, "dropped": 1, "fast_off_batches": 7,
                      "fast_off_graph_batches": 6, "off_fallbacks": 1, "telemetry_calls": 0, "telemetry_ns": 0,
-                     "fast_off_cpu_ns": 0, "off_path": "fast"}
+                     "fast_off_cpu_ns": 0, "switches": 0, "switch_ns": 0, "off_path": "fast"}
     with pytest.raises(ValueError):
         decode(b"\x07garbage")
     with pytest.raises(ValueError, match="corrupt"):                  # a second sample without its kind
@@ -382,7 +382,10 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(state):
           "engine": {"engine": "sglang", "detail": "running", "plugin": stats}, "threshold": 8}
     out = render_status(st)
     assert "off path:    fast, 120 fast batches (118 on CUDA graphs), 3 on steps-0" in out
-    assert "plugin cost: decision - us, telemetry - us, off batch launch (SGLang's decode) 0.0 us per batch" in out
+    st["engine"]["plugin"] = {**stats, "decisions": 10, "decision_ns": 609_600, "switches": 2, "switch_ns": 600_000}
+    assert "plugin cost: decision 1.2 us (+ 300.0 us for each of 2 state switches)" in render_status(st)
+    st["engine"]["plugin"] = stats
+    assert "plugin cost: decision - us (+ - us for each of 0 state switches), telemetry - us, off batch launch (SGLang's decode) 0.0 us per batch" in out
 
 
 def test_engine_receiver_unpacks_messages_of_several_samples(short_tmp):

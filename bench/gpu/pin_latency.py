@@ -18,15 +18,16 @@ import sys
 import time
 
 
-def wait_for_load(db: sqlite3.Connection, load: subprocess.Popen, timeout: float = 120.0) -> None:
-    """Until decode batches of >= 8 requests flow (bench_serving first builds its prompts: a fixed
-    sleep toggled before any request ran, which measured the load's start, not the pin)."""
+def wait_for_load(db: sqlite3.Connection, load: subprocess.Popen, started: float, timeout: float = 120.0) -> None:
+    """Until this load's decode batches of >= 8 requests flow (bench_serving first builds its prompts:
+    a fixed sleep toggled before any request ran, which measured the load's start, not the pin; and
+    batches from before `started` are an earlier run's)."""
     end = time.time() + timeout
     while time.time() < end:
         if load.poll() is not None:
             sys.exit("pin_latency: the background load ended before it started")
         recent = db.execute("SELECT count(*) FROM samples WHERE t > ? AND batch_size >= 8",
-                            [time.time() - 2.0]).fetchone()[0]
+                            [max(started, time.time() - 2.0)]).fetchone()[0]
         if recent >= 20:
             time.sleep(2.0)             # past the ramp-up
             return
@@ -43,6 +44,7 @@ def main() -> None:
     ap.add_argument("--toggles", type=int, default=20)
     ap.add_argument("--high", type=int, default=128, help="the speculating pin (<= max running requests)")
     args = ap.parse_args()
+    started = time.time()
     load = subprocess.Popen([sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host",
                              "127.0.0.1", "--port", str(args.port), "--dataset-name", "random-ids",
                              "--random-input-len", "64", "--random-output-len", "512", "--random-range-ratio", "1.0",
@@ -50,7 +52,7 @@ def main() -> None:
                              "--model", args.tokenizer, "--disable-tqdm"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     db = sqlite3.connect(args.db)
-    wait_for_load(db, load)
+    wait_for_load(db, load, started)
     marks = []
     for i in range(args.toggles):
         value = args.high if i % 2 == 0 else 0

@@ -1,9 +1,10 @@
 #!/bin/bash
 # One GPU experiment per call (device tool), from the repo root, with .whl (and .jitcache) carried:
-#   bash bench/gpu/run_h200.sh PHASE...      PHASE: daemon | nospec | ema
+#   bash bench/gpu/run_h200.sh PHASE...      PHASE: daemon | nospec | ema | pin
 #   daemon: spec-controller with the sglang engine + plugin; sweeps bandit, never, always, static 5; pin latency
 #   nospec: SGLang started without speculation (the baseline an "off" batch must match)
 #   ema:    SGLang's own adaptive EMA ({0,K} at slots 1/8/32/64), plugin disabled
+#   pin:    spec-controller only for the pin latency and the plugin's cost counters
 # Env: CRAFTED=1 (the clear-margin model, natural accept length ~2), ACC_LEN (SGLANG_SIMULATE_ACC_LEN,
 #      default 2.5; "natural": not set), LEVELS (default 1,4,16,64,128), DEADLINE_S (default 560),
 #      PPC prompts per client per level (default 3: 1-3 s of decoding, too short for the bandit to learn;
@@ -62,12 +63,20 @@ PY
   pkill -f sglang.launch_server; sleep 2
 }
 
+pin_phase() {
+  start_daemon || return
+  pin_latency $MAXBS
+  specctl status 2>&1 | tee -a "$SUM"
+  stop_daemon; pkill -f sglang.launch_server; sleep 2
+}
+
 for phase in "$@"; do
   [ "$(left)" -lt 90 ] && { say "skip phase $phase (time)"; continue; }
   case $phase in
     daemon) daemon_phase ;;
     nospec) server_phase nospec 30001 X=1 -- ;;
     ema) ema_phase ;;
+    pin) pin_phase ;;
   esac
 done
 save_caches
