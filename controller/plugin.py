@@ -4,7 +4,7 @@ It owns the speculation decision of SGLang's adaptive EAGLE worker: before each 
 batch, K draft steps iff batch size <= threshold, else 0 (SGLang's EMA is switched off).
 The threshold changes only through Scheduler.set_internal_state, which every TP rank
 receives in the same order, so all ranks switch on the same batch. TP rank 0 sends one
-sample per decode batch to the daemon, non-blocking. No SGLang file is edited.
+sample per decode batch to the daemon (batched, non-blocking). No SGLang file is edited.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import time
 from typing import Any, Callable
 
 from . import fastoff
+from .support import EAGLE_WORKER, RESULT_PROCESSOR, parse_version, unsupported_reason, version_unsupported_reason
 from .telemetry import encode_stats, pack_sample
 
 log = logging.getLogger("spec_controller.plugin")
@@ -22,69 +23,11 @@ THRESHOLD_KEY = "speculative_disable_batch_threshold"
 FAST_OFF_KEY = "spec_controller_fast_off"               # run-time switch for the fast off path
 SIM_ACC_KEY = "spec_controller_simulate_acc_len"         # experiments only (SPEC_CONTROLLER_EXPERIMENTS=1)
 MAX_THRESHOLD = 1 << 20
-SUPPORTED = ((0, 5, 14), (0, 5, 23))
-
-_EAGLE = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2"
-_RESULTS = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
-# target -> the parameters the hook expects (checked against released wheels by the contract tests)
-HOOK_TARGETS: dict[str, tuple[str, ...]] = {
-    f"{_EAGLE}.forward_batch_generation": ("self", "batch", "on_publish"),
-    f"{_EAGLE}.init_cuda_graphs": ("self",),
-    f"{_EAGLE}.activate_step_by_batch": ("self", "batch_size"),
-    f"{_EAGLE}.on_verify_complete_cpu": ("self", "num_correct_drafts_per_req", "batch_size"),
-    f"{_RESULTS}._resolve_spec_v2_tokens": ("self", "result", "batch"),
-    f"{_RESULTS}.process_batch_result_prefill": ("self", "batch", "result"),
-    "sglang.srt.managers.scheduler.Scheduler.set_internal_state": ("self", "recv_req"),
-    "sglang.srt.managers.scheduler.Scheduler.on_idle": ("self",),
-}
 # Samples leave in messages of up to TELEMETRY_BATCH, or after TELEMETRY_FLUSH_S, or when the
 # scheduler goes idle: one zmq send (one GIL release, where a scheduler thread can lose the GIL
 # for a switch interval) per 16 decode batches instead of per batch.
 TELEMETRY_BATCH = 16
 TELEMETRY_FLUSH_S = 0.05
-# called, not hooked
-USED_CALLABLES: dict[str, tuple[str, ...]] = {
-    "sglang.srt.speculative.adaptive_runtime_state.AdaptiveController._activate": ("self", "speculative_num_steps"),
-}
-
-
-def parse_version(text: str) -> tuple[int, int, int] | None:
-    parts = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
-            return None
-        parts.append(int(digits))
-    return tuple(parts) if len(parts) == 3 else None
-
-
-def version_unsupported_reason(version: str) -> str | None:
-    parsed = parse_version(version)
-    lo, hi = SUPPORTED
-    if parsed is None or not lo <= parsed <= hi:
-        return (f"sglang {version} is outside the supported range "
-                f"{'.'.join(map(str, lo))} .. {'.'.join(map(str, hi))}")
-    return None
-
-
-def unsupported_reason(server_args: Any, version: str | None = None) -> str | None:
-    """Why the plugin must stay out of this engine, or None. Takes ServerArgs or a dict."""
-    get = (lambda k, d=None: server_args.get(k, d)) if isinstance(server_args, dict) \
-        else (lambda k, d=None: getattr(server_args, k, d))
-    if version is not None and (reason := version_unsupported_reason(version)):
-        return reason
-    algo = get("speculative_algorithm")
-    if algo not in ("EAGLE", "EAGLE3"):
-        return f"speculative_algorithm={algo} (only EAGLE/EAGLE3 are supported)"
-    if get("speculative_eagle_topk") not in (None, 1):
-        return f"speculative_eagle_topk={get('speculative_eagle_topk')} (only topk=1 is supported)"
-    for flag, why in (("enable_dp_attention", "DP attention"), ("enable_two_batch_overlap", "two-batch overlap"),
-                      ("enable_pdmux", "pdmux"), ("enable_multi_layer_eagle", "multi-layer EAGLE")):
-        if get(flag):
-            return f"{flag}=True: SGLang's adaptive speculation does not support {why}"
-    if not get("speculative_adaptive"):
-        return "speculative_adaptive is off: the engine must start with it (the daemon does this)"
-    return None
 
 
 def validate_threshold(value: Any) -> str | None:
@@ -418,11 +361,11 @@ def load() -> None:
         log.warning("spec-controller plugin not loaded: %s", e)
         return
     register = HookRegistry.register
-    register(f"{_EAGLE}.activate_step_by_batch", activate_step_by_batch, HookType.AROUND)
-    register(f"{_EAGLE}.forward_batch_generation", forward_batch_generation, HookType.AROUND)
-    register(f"{_EAGLE}.init_cuda_graphs", after_init_cuda_graphs, HookType.AFTER)
-    register(f"{_EAGLE}.on_verify_complete_cpu", on_verify_complete_cpu, HookType.AROUND)
+    register(f"{EAGLE_WORKER}.activate_step_by_batch", activate_step_by_batch, HookType.AROUND)
+    register(f"{EAGLE_WORKER}.forward_batch_generation", forward_batch_generation, HookType.AROUND)
+    register(f"{EAGLE_WORKER}.init_cuda_graphs", after_init_cuda_graphs, HookType.AFTER)
+    register(f"{EAGLE_WORKER}.on_verify_complete_cpu", on_verify_complete_cpu, HookType.AROUND)
     register("sglang.srt.managers.scheduler.Scheduler.set_internal_state", set_internal_state, HookType.AROUND)
-    register(f"{_RESULTS}.process_batch_result_prefill", before_prefill_result, HookType.BEFORE)
-    register(f"{_RESULTS}._resolve_spec_v2_tokens", after_spec_result, HookType.AFTER)
+    register(f"{RESULT_PROCESSOR}.process_batch_result_prefill", before_prefill_result, HookType.BEFORE)
+    register(f"{RESULT_PROCESSOR}._resolve_spec_v2_tokens", after_spec_result, HookType.AFTER)
     register("sglang.srt.managers.scheduler.Scheduler.on_idle", flush_telemetry, HookType.BEFORE)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from controller.fastoff import FAST_OFF_CALLABLES, FAST_OFF_VERSIONS
-from controller.plugin import HOOK_TARGETS, USED_CALLABLES
+from controller.support import HOOK_TARGETS, USED_CALLABLES
 
 VERSIONS = ["0.5.14", "0.5.17", "0.5.23"]
 CACHE = Path(os.environ.get("SGLANG_WHEEL_CACHE", Path(__file__).resolve().parent.parent / ".cache" / "sglang-wheels"))
