@@ -320,12 +320,20 @@ def _send_pending(sock) -> None:
     n = len(pending)
     try:
         sock.send(b"".join(pending), STATE.send_flags)
-        STATE.sent += n
-        if STATE.sent // 256 != (STATE.sent - n) // 256:      # the counters, every 256 samples
-            sock.send(stats_message(), STATE.send_flags)
-    except STATE.again:
+    except STATE.again:                  # the daemon is not draining: drop and count
         STATE.dropped += n
-    pending.clear()
+        return
+    except Exception:                    # a broken socket: counted, and nothing piles up behind it
+        STATE.dropped += n
+        raise
+    finally:
+        pending.clear()
+    STATE.sent += n
+    if STATE.sent // 256 != (STATE.sent - n) // 256:      # the counters, every 256 samples
+        try:
+            sock.send(stats_message(), STATE.send_flags)
+        except STATE.again:
+            pass                         # the next ones carry the same counters
 
 
 def flush_telemetry(*_args, **_kwargs) -> None:

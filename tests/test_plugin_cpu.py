@@ -157,6 +157,19 @@ def test_telemetry_counts_a_full_queue_as_dropped(state, monkeypatch):
     assert (state.sent, state.dropped, state.pending) == (0, 20, [])
 
 
+def test_a_broken_telemetry_socket_is_logged_once_and_nothing_piles_up(state):
+    class Broken:
+        def send(self, msg, flags):
+            raise OSError("socket closed")
+    state.sender = Broken()
+    batch = SimpleNamespace(reqs=[object()] * 2)
+    result = SimpleNamespace(speculative_num_draft_tokens=1, num_correct_drafts=0)
+    for _ in range(1 + 40):
+        assert plugin.after_spec_result(None, None, result, batch) is None     # never raises into SGLang
+    assert state.failed == {"telemetry"} and len(state.pending) < plugin.TELEMETRY_BATCH
+    assert state.dropped == 32 and state.sent == 0
+
+
 def test_telemetry_failure_never_raises(state, monkeypatch):
     monkeypatch.setattr(plugin, "_emit", lambda r, b: 1 / 0)
     assert plugin.after_spec_result(None, None, object(), object()) is None
