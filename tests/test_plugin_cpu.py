@@ -23,6 +23,17 @@ def state(monkeypatch):
     return st
 
 
+@pytest.fixture
+def daemon_pull(monkeypatch, short_tmp):
+    """A real PULL socket where the plugin's telemetry goes (SPEC_CONTROLLER_TELEMETRY)."""
+    addr = f"ipc://{short_tmp}/t.ipc"
+    pull = zmq.Context.instance().socket(zmq.PULL)
+    pull.bind(addr)
+    monkeypatch.setenv("SPEC_CONTROLLER_TELEMETRY", addr)
+    yield pull
+    pull.close(linger=0)
+
+
 class Controller:
     def __init__(self, worker):
         self.worker, self.activated = worker, []
@@ -99,11 +110,8 @@ def test_state_output_fits_both_generations():
     assert plugin.state_output(Old, False) == Old(False, {})
 
 
-def test_telemetry_reaches_a_real_pull_socket(state, monkeypatch, short_tmp):
-    addr = f"ipc://{short_tmp}/t.ipc"
-    pull = zmq.Context.instance().socket(zmq.PULL)
-    pull.bind(addr)
-    monkeypatch.setenv("SPEC_CONTROLLER_TELEMETRY", addr)
+def test_telemetry_reaches_a_real_pull_socket(state, daemon_pull):
+    pull = daemon_pull
     batch = SimpleNamespace(reqs=[object()] * 6)
     spec = SimpleNamespace(speculative_num_draft_tokens=4, num_correct_drafts=7)
     off = SimpleNamespace(speculative_num_draft_tokens=1, num_correct_drafts=0)
@@ -122,14 +130,10 @@ def test_telemetry_reaches_a_real_pull_socket(state, monkeypatch, short_tmp):
     assert state.telemetry_calls == 3 and state.telemetry_ns > 0 and state.sent == 2 and not state.pending
     plugin.flush_telemetry(object())                   # nothing waiting: nothing sent
     assert not pull.poll(100)
-    pull.close(linger=0)
 
 
-def test_telemetry_sends_full_messages_and_counters_without_idle(state, monkeypatch, short_tmp):
-    addr = f"ipc://{short_tmp}/f.ipc"
-    pull = zmq.Context.instance().socket(zmq.PULL)
-    pull.bind(addr)
-    monkeypatch.setenv("SPEC_CONTROLLER_TELEMETRY", addr)
+def test_telemetry_sends_full_messages_and_counters_without_idle(state, daemon_pull):
+    pull = daemon_pull
     batch = SimpleNamespace(reqs=[object()] * 3)
     result = SimpleNamespace(speculative_num_draft_tokens=4, num_correct_drafts=2)
     for _ in range(1 + 256):                           # the first result only starts the clock
@@ -141,7 +145,6 @@ def test_telemetry_sends_full_messages_and_counters_without_idle(state, monkeypa
     assert len(got) == 256 == state.sent and not state.pending and state.dropped == 0
     assert all((s.batch_size, s.tokens) == (3, 5) for s in got)
     assert len(counters) == 1 and counters[0]["sent"] == 256       # every 256 samples
-    pull.close(linger=0)
 
 
 def test_telemetry_counts_a_full_queue_as_dropped(state, monkeypatch):
@@ -199,11 +202,8 @@ def test_entry_point_is_registered():
     assert eps["spec_controller"] == "controller.plugin:load"
 
 
-def test_only_rank_0_reports(state, monkeypatch, short_tmp):
-    addr = f"ipc://{short_tmp}/r.ipc"
-    pull = zmq.Context.instance().socket(zmq.PULL)
-    pull.bind(addr)
-    monkeypatch.setenv("SPEC_CONTROLLER_TELEMETRY", addr)
+def test_only_rank_0_reports(state, monkeypatch, daemon_pull):
+    pull = daemon_pull
     monkeypatch.setattr(plugin, "_rank", lambda: 1)
     batch = SimpleNamespace(reqs=[object()] * 4)
     result = SimpleNamespace(speculative_num_draft_tokens=4, num_correct_drafts=3)
@@ -211,7 +211,6 @@ def test_only_rank_0_reports(state, monkeypatch, short_tmp):
         plugin.after_spec_result(None, None, result, batch)
     assert state.sender is False and state.sent == 0
     assert not pull.poll(200)
-    pull.close(linger=0)
 
 
 def test_telemetry_codec_round_trip_and_refusal():
