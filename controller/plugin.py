@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any, Callable
 
-from . import fastoff
+from . import fastoff, switches
 from .support import EAGLE_WORKER, RESULT_PROCESSOR, parse_version, unsupported_reason, version_unsupported_reason
 from .telemetry import encode_stats, pack_sample
 
@@ -51,6 +51,7 @@ class PluginState:
         self.decision_ns = 0
         self.switches = 0                          # decisions that switched SGLang's adaptive state
         self.switch_ns = 0
+        self.switch_log: switches.SwitchLogTrimmer | None = None
         self.telemetry_calls = 0
         self.telemetry_ns = 0
         self.sender = None                         # telemetry, rank 0 only; False = not this rank
@@ -94,6 +95,8 @@ def _check(worker) -> bool:
             reason = "the worker has no adaptive controller"
         if reason is None:
             STATE.k = max(worker.adaptive_controller.candidate_steps)
+            STATE.switch_log = switches.SwitchLogTrimmer.for_this_process()
+            switches.quiet_switch_lines()
             log.info("spec-controller plugin active: K=%d, threshold %d", STATE.k, STATE.threshold)
         else:
             log.warning("spec-controller plugin inactive: %s", reason)
@@ -111,6 +114,12 @@ def activate_step_by_batch(original: Callable, worker, batch_size: int):
             worker.adaptive_controller._activate(target)
         except Exception as e:            # keep the current state (same on every rank), say so once
             STATE.fail_once("activate", e)
+        if STATE.switch_log is not None:
+            try:
+                STATE.switch_log.after_switch()
+            except Exception as e:
+                STATE.switch_log = None
+                STATE.fail_once("switch log trim", e)
         STATE.switches += 1               # SGLang's state switch dominates these: counted apart
         STATE.switch_ns += time.perf_counter_ns() - t0
     STATE.decisions += 1

@@ -117,3 +117,22 @@ def test_plugin_group_and_hook_registry(source):
 
 
 HOOK_TARGETS_RESOLVE = next(t for t in HOOK_TARGETS if t.endswith("_resolve_spec_v2_tokens"))
+
+
+def test_switch_side_effects_the_plugin_contains(source):
+    """controller/switches.py: the per-switch log line it drops, and (0.5.17+) the override-log entry
+    it trims, as each released version writes them."""
+    from controller.support import EAGLE_WORKER
+    from controller.switches import ADAPTIVE_SOURCE, SWITCH_LINE
+    version, src = source
+    text = ast.unparse(src.function(f"{EAGLE_WORKER}.apply_runtime_state"))
+    assert f"log_info_on_rank0(logger, f'{SWITCH_LINE}" in text, version
+    worker_module = ast.unparse(src.locate("sglang.srt.speculative.eagle_worker_v2")[0])
+    assert "logger = logging.getLogger(__name__)" in worker_module, version
+    if version == "0.5.14":
+        assert ADAPTIVE_SOURCE not in text           # switches write server_args: nothing accumulates
+        return
+    assert f"get_context().override('{ADAPTIVE_SOURCE}'" in text, version
+    override = ast.unparse(src.function("sglang.srt.runtime_context.RuntimeContext.override"))
+    assert "self._overrides_log.append((source, dict(fields)))" in override, version
+    src.function("sglang.srt.runtime_context.get_context")
