@@ -121,9 +121,10 @@ def render_status(st: dict) -> str:
                      f"({plugin['fast_off_graph_batches']} on CUDA graphs), {plugin['off_fallbacks']} on steps-0")
         switches, switch_ns = plugin.get("switches", 0), plugin.get("switch_ns", 0)
         lines.append(f"plugin cost: decision {per(plugin['decision_ns'] - switch_ns, plugin['decisions'] - switches)}"
-                     f" us (+ {per(switch_ns, switches)} us for each of {switches} state switches), telemetry "
-                     f"{per(plugin['telemetry_ns'], plugin['telemetry_calls'])} us, off batch launch (SGLang's decode) "
-                     f"{per(plugin['fast_off_cpu_ns'], plugin['fast_off_batches'])} us per batch")
+                     f" us, telemetry {per(plugin['telemetry_ns'], plugin['telemetry_calls'])} us per batch; "
+                     f"{per(switch_ns, switches)} us per state switch ({switches} switches)")
+        lines.append(f"off launch:  {per(plugin['fast_off_cpu_ns'], plugin['fast_off_batches'])} us CPU per fast "
+                     "off batch (SGLang's own decode launch)")
     last = st.get("last_decision")
     if last:
         lines.append(f"last change: {last['old']} -> {last['new']} ({last['reason']})")

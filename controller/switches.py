@@ -7,7 +7,7 @@ containment (measured cost of a switch on an H200: ~0.4 ms CPU, bench/results/h2
   `get_internal_state`, which replays the whole list) and nothing trims it: one entry per switch
   for the life of the process. `SwitchLogTrimmer` keeps only the newest switch entry.
 - it logs an INFO line per switch on TP rank 0; the plugin counts switches instead
-  (`specctl status`: `plugin cost: ... state switches`), so `quiet_switch_lines` drops that line.
+  (`specctl status`: `plugin cost: ... per state switch`), so `quiet_switch_lines` drops that line.
 """
 from __future__ import annotations
 

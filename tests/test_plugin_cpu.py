@@ -395,9 +395,10 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(state):
     out = render_status(st)
     assert "off path:    fast, 120 fast batches (118 on CUDA graphs), 3 on steps-0" in out
     st["engine"]["plugin"] = {**stats, "decisions": 10, "decision_ns": 609_600, "switches": 2, "switch_ns": 600_000}
-    assert "plugin cost: decision 1.2 us (+ 300.0 us for each of 2 state switches)" in render_status(st)
-    st["engine"]["plugin"] = stats
-    assert "plugin cost: decision - us (+ - us for each of 0 state switches), telemetry - us, off batch launch (SGLang's decode) 0.0 us per batch" in out
+    assert "plugin cost: decision 1.2 us, telemetry - us per batch; 300.0 us per state switch (2 switches)" \
+        in render_status(st)
+    assert "plugin cost: decision - us, telemetry - us per batch; - us per state switch (0 switches)" in out
+    assert "off launch:  0.0 us CPU per fast off batch (SGLang's own decode launch)" in out
 
 
 def test_engine_receiver_unpacks_messages_of_several_samples(short_tmp):
