@@ -14,7 +14,8 @@ import time
 from typing import Any, Callable
 
 from . import fastoff, switches
-from .support import EAGLE_WORKER, RESULT_PROCESSOR, parse_version, unsupported_reason, version_unsupported_reason
+from .support import (EAGLE_WORKER, RESULT_PROCESSOR, SCHEDULER, parse_version, unsupported_reason,
+                      version_unsupported_reason)
 from .telemetry import encode_stats, pack_sample
 
 log = logging.getLogger("spec_controller.plugin")
@@ -350,8 +351,7 @@ def flush_telemetry(*_args, **_kwargs) -> None:
     if STATE.pending:
         try:
             _send_pending(STATE.sender)
-        except Exception as e:                  # never raise into the scheduler
-            STATE.pending.clear()
+        except Exception as e:                  # never raise into the scheduler (pending is cleared)
             STATE.fail_once("telemetry flush", e)
     return None
 
@@ -382,7 +382,7 @@ def load() -> None:
     register(f"{EAGLE_WORKER}.forward_batch_generation", forward_batch_generation, HookType.AROUND)
     register(f"{EAGLE_WORKER}.init_cuda_graphs", after_init_cuda_graphs, HookType.AFTER)
     register(f"{EAGLE_WORKER}.on_verify_complete_cpu", on_verify_complete_cpu, HookType.AROUND)
-    register("sglang.srt.managers.scheduler.Scheduler.set_internal_state", set_internal_state, HookType.AROUND)
+    register(f"{SCHEDULER}.set_internal_state", set_internal_state, HookType.AROUND)
     register(f"{RESULT_PROCESSOR}.process_batch_result_prefill", before_prefill_result, HookType.BEFORE)
     register(f"{RESULT_PROCESSOR}._resolve_spec_v2_tokens", after_spec_result, HookType.AFTER)
-    register("sglang.srt.managers.scheduler.Scheduler.on_idle", flush_telemetry, HookType.BEFORE)
+    register(f"{SCHEDULER}.on_idle", flush_telemetry, HookType.BEFORE)

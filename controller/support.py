@@ -7,6 +7,7 @@ from typing import Any
 SUPPORTED = ((0, 5, 14), (0, 5, 23))
 
 EAGLE_WORKER = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2"
+SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 RESULT_PROCESSOR = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
 # target -> the parameters the hook expects (checked against released wheels by the contract tests)
 HOOK_TARGETS: dict[str, tuple[str, ...]] = {
@@ -16,8 +17,8 @@ HOOK_TARGETS: dict[str, tuple[str, ...]] = {
     f"{EAGLE_WORKER}.on_verify_complete_cpu": ("self", "num_correct_drafts_per_req", "batch_size"),
     f"{RESULT_PROCESSOR}._resolve_spec_v2_tokens": ("self", "result", "batch"),
     f"{RESULT_PROCESSOR}.process_batch_result_prefill": ("self", "batch", "result"),
-    "sglang.srt.managers.scheduler.Scheduler.set_internal_state": ("self", "recv_req"),
-    "sglang.srt.managers.scheduler.Scheduler.on_idle": ("self",),
+    f"{SCHEDULER}.set_internal_state": ("self", "recv_req"),
+    f"{SCHEDULER}.on_idle": ("self",),
 }
 # called, not hooked
 USED_CALLABLES: dict[str, tuple[str, ...]] = {

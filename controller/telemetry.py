@@ -41,10 +41,12 @@ def decode(msg: bytes):
         if _sample_type is None:
             from policies.types import Sample
             _sample_type = Sample
-        fields = list(SAMPLE.iter_unpack(msg))
-        if any(f[0] != KIND_SAMPLE for f in fields):
-            raise ValueError("corrupt telemetry message (a sample without its kind byte)")
-        return [_sample_type(t, bs, steps, tokens, step_s, bool(d)) for _, t, bs, steps, tokens, step_s, d in fields]
+        samples = []
+        for kind, t, bs, steps, tokens, step_s, decode_only in SAMPLE.iter_unpack(msg):
+            if kind != KIND_SAMPLE:
+                raise ValueError("corrupt telemetry message (a sample without its kind byte)")
+            samples.append(_sample_type(t, bs, steps, tokens, step_s, bool(decode_only)))
+        return samples
     if len(msg) == STATS.size and msg[0] == KIND_STATS:
         values = STATS.unpack(msg)
         path = values[-1]
