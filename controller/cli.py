@@ -114,6 +114,9 @@ def render_status(st: dict) -> str:
         f"samples:     {_fmt(samples.get('per_s'), '.1f')}/s, {samples.get('total', 0)} total, "
         f"{samples.get('dropped', 0)} dropped",
     ]
+    if samples.get("write_errors") or samples.get("write_dropped"):
+        lines.append(f"database:    {samples.get('write_errors', 0)} failed writes, {samples.get('write_dropped', 0)} "
+                     "sample batches not written (queue full): see the daemon's log")
     plugin = eng.get("plugin") or {}
     if "off_path" in plugin:
         per = lambda ns, n: f"{ns / n / 1e3:.1f}" if n else "-"

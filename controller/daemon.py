@@ -9,6 +9,7 @@ import threading
 import click
 
 from policies import PolicyError
+from state import queries
 from state.db import DaemonLock, StoreError, open_store
 from state.writer import Writer
 
@@ -27,7 +28,8 @@ class Fatal(Exception):
         self.code = code
 
 
-def build_engine(cfg: dict) -> Engine:
+def build_engine(cfg: dict, last_t: float = 0.0) -> Engine:
+    """last_t: the newest engine time in the database (the simulator's clock resumes there)."""
     kind = cfg["engine"]["kind"]
     if kind == "sim":
         from .engines.sim import SimEngine
@@ -35,7 +37,7 @@ def build_engine(cfg: dict) -> Engine:
         sim = cfg["sim"]
         profile = load_profile(sim["profile"])
         trace = None if sim["concurrency"] else load_trace(sim["trace"], profile.spec_steps + 1)
-        return SimEngine(profile, trace, sim["concurrency"], sim["speed"], sim["seed"])
+        return SimEngine(profile, trace, sim["concurrency"], sim["speed"], sim["seed"], last_t)
     from .engines.sglang import SGLangEngine
     return SGLangEngine(cfg["sglang"], cfg["policy"]["initial_threshold"])
 
@@ -68,7 +70,7 @@ class Daemon:
         lock.acquire()
         db = open_store(st["db"])
         try:
-            engine = build_engine(cfg)
+            engine = build_engine(cfg, queries.last_engine_time(db))
         except (ProfileError, EngineError) as e:
             raise Fatal(str(e), 2 if isinstance(e, ProfileError) else 1) from None
         writer = Writer(db).start()

@@ -202,7 +202,7 @@ class Service:
                 "spec_share": snap["spec_share"],
                 "samples": {"total": self.stats.total, "per_s": snap["batches_per_s"], "dropped": self.dropped,
                             "written": self.writer.written_samples, "write_dropped": self.writer.dropped,
-                            "window_s": snap["window_s"]},
+                            "write_errors": self.writer.errors, "window_s": snap["window_s"]},
                 "exploration_share": round(self.loop.guard.explore_used, 4),
                 "last_decision": self.last_decision,
                 "engine_errors": self.engine_errors,

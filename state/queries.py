@@ -25,6 +25,13 @@ def latest_policy_state(db: sqlite_utils.Database, policy: str) -> dict | None:
     return {"params": json.loads(rows[0]["params"]), "state": json.loads(rows[0]["state"]), "wall": rows[0]["wall"]}
 
 
+def last_engine_time(db: sqlite_utils.Database) -> float:
+    """The newest engine-clock time recorded (samples or decisions); 0 for an empty store."""
+    row = db.execute("SELECT max(t) FROM (SELECT max(t) AS t FROM samples UNION ALL "
+                     "SELECT max(t) FROM decisions)").fetchone()
+    return float(row[0] or 0.0)
+
+
 def recent_decisions(db: sqlite_utils.Database, limit: int = 20) -> list[dict]:
     return list(db.query("SELECT id, t, wall, old, new, policy, reason, exploratory FROM decisions "
                          "ORDER BY id DESC LIMIT ?", [limit]))

@@ -76,10 +76,10 @@ class Writer:
         return self._put(("call", fn))
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Block until everything queued before this call is written."""
+        """Block until everything queued before this call is committed (visible to readers)."""
         done = threading.Event()
         try:
-            self.q.put(("call", lambda db: done.set()), timeout=timeout)
+            self.q.put(("barrier", done), timeout=timeout)
         except queue.Full:
             return False
         return done.wait(timeout)
@@ -107,8 +107,19 @@ class Writer:
                 return
 
     def _write(self, items: list) -> None:
-        if not items:
-            return
+        # Barriers are released after the commit: a flush() caller then reads committed rows.
+        barriers = [payload for kind, payload in items if kind == "barrier"]
+        work = [item for item in items if item[0] != "barrier"]
+        try:
+            if work and not self._commit(work, log_failure=False):
+                # One bad write must not take the rest of its batch with it: retry one by one.
+                for item in work:
+                    self._commit([item], log_failure=True)
+        finally:
+            for done in barriers:
+                done.set()
+
+    def _commit(self, items: list, log_failure: bool) -> bool:
         conn = self.db.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -116,7 +127,6 @@ class Writer:
                 if kind == "samples":
                     conn.executemany("INSERT INTO samples (t, batch_size, steps, tokens, step_s, decode_only) "
                                      "VALUES (?, ?, ?, ?, ?, ?)", payload)
-                    self.written_samples += len(payload)
                 elif kind == "settings":
                     self.db["settings"].upsert(payload, pk="key")
                 elif kind == "call":
@@ -125,9 +135,13 @@ class Writer:
                     self.db[kind].insert(payload)
             conn.execute("COMMIT")
         except Exception:
-            self.errors += 1
-            log.exception("state writer: a batch of %d writes failed and was rolled back", len(items))
             try:
                 conn.execute("ROLLBACK")
             except Exception:
                 pass
+            if log_failure:
+                self.errors += 1
+                log.exception("state writer: a %s write failed and was rolled back", items[0][0])
+            return False
+        self.written_samples += sum(len(p) for k, p in items if k == "samples")
+        return True

@@ -128,3 +128,12 @@ def test_offline_policy_and_pin_are_saved_for_the_next_start(short_tmp):
         assert st["threshold"] == 3 and st["pinned"] is True
     finally:
         assert d.stop() == 0
+
+
+def test_status_names_failed_database_writes_only_when_there_are_some():
+    from controller.cli import render_status
+    st = {"daemon": {"running": True, "pid": 1, "uptime_s": 3, "healthy": True}, "engine": {"engine": "sim"},
+          "threshold": 8, "samples": {"total": 5, "per_s": 1.0, "dropped": 0, "write_errors": 0, "write_dropped": 0}}
+    assert "database:" not in render_status(st)
+    st["samples"]["write_errors"] = 2
+    assert "database:    2 failed writes, 0 sample batches not written" in render_status(st)

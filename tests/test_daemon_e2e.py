@@ -52,6 +52,8 @@ def test_full_lifecycle_survives_sigkill(short_tmp):
         assert st["threshold"] == 7 and st["pinned"] is True
         hist = d2.call("GET", "/history?limit=5")
         assert hist[0]["new"] == 7 and hist[0]["reason"] == "restored", (hist, d2.log_text())
+        # the simulator's clock resumes where the first run left off: no window is rewritten
+        assert hist[0]["t"] >= hist[1]["t"], hist
         d2.call("POST", "/threshold/unpin", {})
         assert d2.stop() == 0                    # SIGTERM: graceful, exit 0
     finally:
@@ -60,6 +62,8 @@ def test_full_lifecycle_survives_sigkill(short_tmp):
     conn = sqlite3.connect(d2.db)
     kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
     assert kinds.count("start") == 2 and kinds[-1] == "stop"
+    ts = [r[0] for r in conn.execute("SELECT t FROM samples ORDER BY rowid")]
+    assert ts == sorted(ts)                     # one engine clock across both runs
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     listener.close()
 

@@ -95,3 +95,41 @@ def test_one_daemon_per_database(tmp_path):
     a.release()
     b.acquire()
     b.release()
+
+
+def test_flush_returns_only_after_commit(tmp_path):
+    """A flush() caller that reads on its own connection sees what was queued before it."""
+    import threading
+    import time
+
+    db = open_store(tmp_path / "c.db")
+    w = Writer(db)                          # not started: the queue fills in a known order
+    w.decision(1.0, 0, 7, "ucb", "restored", False)
+    flushed = threading.Event()
+    t = threading.Thread(target=lambda: w.flush(10) and flushed.set())
+    t.start()
+    while w.q.qsize() < 2:                  # the flush barrier is queued behind the decision
+        time.sleep(0.01)
+    w.call(lambda _db: time.sleep(0.5))     # same batch, after the barrier: keeps the transaction open
+    w.start()
+    t.join(15)
+    assert flushed.is_set()
+    reader = open_store(tmp_path / "c.db", readonly=True, check=False)
+    assert [r["reason"] for r in queries.recent_decisions(reader, 5)] == ["restored"]
+    w.stop()
+
+
+def test_one_bad_write_does_not_lose_its_batch(tmp_path):
+    db = open_store(tmp_path / "b.db")
+    w = Writer(db)
+    w.decision(1.0, 0, 4, "ucb", "exploit", False)
+    w.call(lambda d: d.execute("INSERT INTO no_such_table VALUES (1)"))
+    w.setting("pinned", 3)
+    w.samples([(0.5, 2, 2, 5, 0.01, 1)])
+    w.start()
+    assert w.flush(10)
+    assert [r["new"] for r in queries.recent_decisions(db, 5)] == [4]
+    assert queries.settings(db) == {"pinned": 3}
+    assert db["samples"].count == 1 and w.written_samples == 1
+    assert w.errors == 1
+    w.stop()

@@ -18,7 +18,7 @@ class SimEngine(Engine):
     name = "sim"
 
     def __init__(self, profile: Profile, trace: Trace | None = None, concurrency: int = 0,
-                 speed: float = 1.0, seed: int = 0):
+                 speed: float = 1.0, seed: int = 0, start_t: float = 0.0):
         if trace is None and concurrency <= 0:
             raise EngineError("sim engine: give a trace or a concurrency > 0")
         self.profile = profile
@@ -27,6 +27,9 @@ class SimEngine(Engine):
         self.speed = speed
         self.max_batch_size = profile.max_batch_size
         self.core = SimCore(profile, seed)
+        # A restarted daemon resumes virtual time where its database left off, so samples,
+        # decisions and rollup windows of the previous run are continued, never overwritten.
+        self.core.t = max(0.0, float(start_t))
         self._threshold = 0
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -37,7 +40,7 @@ class SimEngine(Engine):
 
     def start(self, on_sample: SampleSink) -> None:
         self._thread = threading.Thread(target=self._run, args=(on_sample,), name="sim-engine", daemon=True)
-        self._t0_real = time.monotonic()
+        self._t0_real = time.monotonic() - self.core.t / self.speed
         self._thread.start()
 
     def _load_at(self, t: float) -> tuple[int, float | None, str]:
