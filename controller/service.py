@@ -46,7 +46,7 @@ class Service:
         finally:
             db.conn.close()
         pol = saved.get("policy") or {"name": cfg["policy"]["name"], "params": cfg["policy"]["params"]}
-        policy = self._build_policy(pol["name"], pol.get("params") or {}, restore=True)
+        policy = self._restore(self._build_policy(pol["name"], pol.get("params") or {}), pol["name"])
         pinned = saved.get("pinned")
         initial = pinned if pinned is not None else saved.get("threshold", cfg["policy"]["initial_threshold"])
         self.loop = ControlLoop(policy, GuardConfig.from_mapping(cfg["guard"]), int(initial))
@@ -60,27 +60,34 @@ class Service:
         """A fresh read-only connection: the writer thread owns self.db's connection."""
         return open_store(self.cfg["storage"]["db"], readonly=True, check=False)
 
-    def _build_policy(self, name: str, params: Mapping[str, Any], restore: bool) -> Policy:
-        policy = make_policy(name, params, seed=self.cfg["policy"]["seed"], max_batch_size=self.engine.max_batch_size)
-        if restore:
-            db = self.reader()
+    def _build_policy(self, name: str, params: Mapping[str, Any]) -> Policy:
+        """Validates name and params: PolicyError, and nothing changed, on bad input."""
+        return make_policy(name, params, seed=self.cfg["policy"]["seed"], max_batch_size=self.engine.max_batch_size)
+
+    def _restore(self, policy: Policy, name: str) -> Policy:
+        """Load the newest committed state saved for this policy, if any."""
+        db = self.reader()
+        try:
+            saved = queries.latest_policy_state(db, resolve_name(name))
+        finally:
+            db.conn.close()
+        if saved:
             try:
-                saved = queries.latest_policy_state(db, resolve_name(name))
-            finally:
-                db.conn.close()
-            if saved:
-                try:
-                    policy.load_state(saved["state"])
-                except PolicyError as e:
-                    log.warning("saved state of %s not restored: %s", name, e)
+                policy.load_state(saved["state"])
+            except PolicyError as e:
+                log.warning("saved state of %s not restored: %s", name, e)
         return policy
 
     def set_policy(self, name: str, params: Mapping[str, Any]) -> dict:
         """Validate and switch; raises PolicyError (nothing changed) on bad input."""
-        policy = self._build_policy(name, params, restore=True)
+        policy = self._build_policy(name, params)
         with self.lock:
+            # The current policy's state is checkpointed and committed before the new one restores, so
+            # a switch back (or the same policy with new params) resumes from what was learned until now.
             self.checkpoint()
-            self.loop.set_policy(policy)
+            if not self.writer.flush(5):
+                log.warning("policy switch: the state writer is slow; %s may restore an older state", name)
+            self.loop.set_policy(self._restore(policy, name))
             self.policy_name = name
             self.writer.setting("policy", {"name": name, "params": dict(params)})
             self.writer.event("policy", f"{name} {dict(params)}")

@@ -1,0 +1,40 @@
+"""The daemon's Service on a real SQLite store and the real simulator engine (not started: the
+samples come from a synthetic stream, so what the policy has learned is known)."""
+from controller.config import load_config
+from controller.engines.sim import SimEngine
+from controller.service import Service
+from controller.sim.profile import load_profile
+from state.db import open_store
+from state.writer import Writer
+from tests.synthetic import Stream
+
+
+def make_service(tmp_path):
+    cfg = load_config(None, {"storage": {"db": str(tmp_path / "s.db")}, "policy": {"name": "ucb"}})
+    writer = Writer(open_store(cfg["storage"]["db"])).start()
+    engine = SimEngine(load_profile("crossover-b"), concurrency=4)
+    return Service(cfg, engine, writer), writer
+
+
+def test_switching_policy_params_keeps_what_the_policy_learned_since_the_last_checkpoint(tmp_path):
+    svc, writer = make_service(tmp_path)
+    stream = Stream(crossover=8)
+    for _ in range(300):                         # learned in memory, no checkpoint written yet
+        svc.loop.observe(stream.sample(svc.loop.threshold))
+    learned = svc.loop.policy.state()
+    svc.set_policy("ucb", {"c": 1.2})
+    assert svc.loop.policy.params["c"] == 1.2
+    assert svc.loop.policy.state() == learned
+    writer.stop()
+
+
+def test_switching_away_and_back_restores_the_newest_state(tmp_path):
+    svc, writer = make_service(tmp_path)
+    stream = Stream(crossover=8)
+    for _ in range(300):
+        svc.loop.observe(stream.sample(svc.loop.threshold))
+    learned = svc.loop.policy.state()
+    svc.set_policy("thompson", {})
+    svc.set_policy("ucb", {})                    # at once: the first switch's checkpoint must count
+    assert svc.loop.policy.state() == learned
+    writer.stop()
