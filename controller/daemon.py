@@ -111,6 +111,8 @@ class Daemon:
         sched.add_job(service.rollup, "interval", seconds=max(st["rollup_s"] / speed, 0.5), id="rollup")
         sched.add_job(service.retention, "interval", seconds=60, id="retention")
         sched.add_job(service.checkpoint, "interval", seconds=max(st["checkpoint_s"] / speed, 1.0), id="checkpoint")
+        if engine.probe_s > 0:
+            sched.add_job(engine.probe, "interval", seconds=engine.probe_s, id="engine-probe")
         sched.start()
         log.info("spec-controller ready: engine %s, policy %s, threshold %s, socket %s, db %s",
                  cfg["engine"]["kind"], service.policy_name, service.loop.threshold, ctl["socket"], st["db"])

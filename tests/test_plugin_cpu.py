@@ -424,3 +424,57 @@ def test_engine_receiver_unpacks_messages_of_several_samples(short_tmp):
     assert [s.t for s in got] == [1.0, 2.0, 3.0] and eng.bad_messages == 1
     assert eng.plugin_stats["sent"] == 3 and eng.plugin_stats["off_path"] == "fast"
     push.close(linger=0)
+
+
+def test_engine_that_stops_answering_is_reported_gone_after_hang_after_s():
+    """A live SGLang process whose scheduler no longer answers /health_generate (the symptom of ranks
+    out of step) must read as gone, so the daemon exits and systemd restarts it. One failed probe
+    never does; a success in between resets the count."""
+    import http.server
+    import subprocess
+    import sys
+    answer = {"code": 200}
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(answer["code"] if self.path == "/health_generate" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": server.server_address[1],
+                        "hang_after_s": 100})
+    eng.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])   # the live process
+    try:
+        assert eng.probe(now=0.0) and eng.health()["ok"]
+        answer["code"] = 503
+        assert not eng.probe(now=10.0)
+        h = eng.health()
+        assert h["ok"] and h["detail"].startswith("running: /health_generate unanswered for 0 s (last: HTTP 503")
+        assert not eng.probe(now=60.0) and eng.health()["ok"]
+        answer["code"] = 200
+        assert eng.probe(now=80.0) and eng.health()["ok"] and eng.health()["detail"] == "running"
+        answer["code"] = 503
+        eng.probe(now=90.0)
+        eng.probe(now=150.0)
+        assert eng.health()["ok"]                                  # 60 s < 100 s since the last success
+        eng.probe(now=190.0)
+        h = eng.health()
+        assert not h["ok"] and h["detail"].startswith("hung: /health_generate unanswered for 100 s")
+        server.shutdown()
+        server.server_close()
+        eng.probe(now=200.0)                                       # refused connections count as failures
+        assert not eng.health()["ok"] and "unanswered for 110 s" in eng.health()["detail"]
+    finally:
+        eng.proc.kill()
+        eng.proc.wait()
+    assert eng.health()["detail"].startswith("exited")
+
+
+@pytest.mark.parametrize("value", [-1, "soon", True])
+def test_engine_refuses_bad_probe_settings(value):
+    with pytest.raises(EngineError, match=r"\[sglang\] hang_after_s must be a number of seconds >= 0"):
+        SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "hang_after_s": value})

@@ -16,6 +16,10 @@ class EngineError(RuntimeError):
 class Engine(ABC):
     name: str = ""
     max_batch_size: int = 256
+    probe_s: float = 0.0          # > 0: the daemon calls probe() at this interval
+
+    def probe(self) -> None:
+        """A periodic liveness check whose verdict health() reports (engines that need one)."""
 
     @abstractmethod
     def start(self, on_sample: SampleSink) -> None:

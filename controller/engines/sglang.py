@@ -28,7 +28,7 @@ from .base import Engine, EngineError, SampleSink
 log = logging.getLogger("spec_controller.sglang")
 
 # Keys of [sglang] that the daemon itself uses and does not pass as server flags.
-OWN_KEYS = {"ready_timeout_s", "python", "extra_args", "env"}
+OWN_KEYS = {"ready_timeout_s", "python", "extra_args", "env", "probe_s", "hang_after_s"}
 
 
 def server_flags(args: dict) -> list[str]:
@@ -45,6 +45,13 @@ def server_flags(args: dict) -> list[str]:
         else:
             flags += [flag, str(value)]
     return flags + [str(x) for x in args.get("extra_args", [])]
+
+
+def _seconds(args: dict, key: str, default: float) -> float:
+    value = args.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise EngineError(f"sglang engine: [sglang] {key} must be a number of seconds >= 0, got {value!r}")
+    return float(value)
 
 
 class SGLangEngine(Engine):
@@ -70,6 +77,11 @@ class SGLangEngine(Engine):
         self._rx: threading.Thread | None = None
         self.plugin_stats: dict = {}
         self.bad_messages = 0
+        # A live process whose scheduler stopped answering (e.g. ranks out of step) is as good as gone.
+        self.probe_s = _seconds(self.args, "probe_s", 30.0)
+        self.hang_after_s = _seconds(self.args, "hang_after_s", 180.0)
+        self._failing_since: float | None = None
+        self._last_probe: tuple[float, str] = (0.0, "")       # (monotonic time, what the last probe got)
         run = Path(os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or state_dir())
         self.ipc_path = run / "telemetry.ipc"
         self.adaptive_config = state_dir() / "adaptive.json"
@@ -166,11 +178,39 @@ class SGLangEngine(Engine):
     def now(self) -> float:
         return time.time()
 
+    def probe(self, now: float | None = None) -> bool:
+        """GET /health_generate: SGLang answers 200 once its scheduler returns output (at once when busy,
+        after a 1-token request when idle) and 503 after ~20 s without it."""
+        now = time.monotonic() if now is None else now
+        try:
+            got = f"HTTP {self._get('/health_generate', timeout=60.0)[0]}"
+        except urllib.error.HTTPError as e:
+            got = f"HTTP {e.code}"
+        except (OSError, urllib.error.URLError) as e:
+            got = str(getattr(e, "reason", e))
+        ok = got == "HTTP 200"
+        if ok:
+            self._failing_since = None
+        elif self._failing_since is None:
+            self._failing_since = now
+        self._last_probe = (now, got)
+        return ok
+
+    def unanswered_s(self) -> float:
+        """How long the probes have failed without a success in between (0 when the last one passed)."""
+        return 0.0 if self._failing_since is None else self._last_probe[0] - self._failing_since
+
     def health(self) -> dict:
         alive = self.proc is not None and self.proc.poll() is None
         detail = "running" if alive else f"exited with {self.proc.returncode if self.proc else '?'}"
-        return {"ok": alive, "engine": "sglang", "url": self.base_url, "detail": detail, "k": self.k,
-                "plugin": self.plugin_stats, "bad_telemetry": self.bad_messages}
+        unanswered = self.unanswered_s()
+        hung = alive and self.hang_after_s > 0 and unanswered >= self.hang_after_s
+        if alive and self._failing_since is not None:
+            detail = (f"{'hung' if hung else 'running'}: /health_generate unanswered for {unanswered:.0f} s "
+                      f"(last: {self._last_probe[1]}; hang_after_s = {self.hang_after_s:.0f})")
+        return {"ok": alive and not hung, "engine": "sglang", "url": self.base_url, "detail": detail, "k": self.k,
+                "plugin": self.plugin_stats, "bad_telemetry": self.bad_messages,
+                "unanswered_s": round(unanswered, 1)}
 
     def stop(self, timeout: float = 60.0) -> None:
         self._stop.set()
