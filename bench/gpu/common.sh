@@ -158,6 +158,8 @@ tp_size = $TP
 $([ -n "$DUMMY" ] && printf 'load_format = "dummy"\nspeculative_draft_load_format = "dummy"')
 random_seed = 0
 ready_timeout_s = 420
+probe_s = ${PROBE_S:-30}
+hang_after_s = ${HANG_AFTER_S:-180}
 [sglang.env]
 $([ "$ACC" != natural ] && echo "SGLANG_SIMULATE_ACC_LEN = \"$ACC\"")
 $([ -n "${ACC_LEVELS:-}" ] && echo 'SPEC_CONTROLLER_EXPERIMENTS = "1"')

@@ -1,10 +1,12 @@
 #!/bin/bash
 # One GPU experiment per call (device tool), from the repo root, with .whl (and .jitcache) carried:
-#   bash bench/gpu/run_h200.sh PHASE...      PHASE: daemon | nospec | ema | pin
+#   bash bench/gpu/run_h200.sh PHASE...      PHASE: daemon | nospec | ema | pin | hang
 #   daemon: spec-controller with the sglang engine + plugin; sweeps bandit, never, always, static 5; pin latency
 #   nospec: SGLang started without speculation (the baseline an "off" batch must match)
 #   ema:    SGLang's own adaptive EMA ({0,K} at slots 1/8/32/64), plugin disabled
 #   pin:    spec-controller only for the pin latency and the plugin's cost counters
+#   hang:   pins under load (SGLang's per-switch override log trimmed, its INFO line dropped), then
+#           rank 0's scheduler stopped with SIGSTOP: the daemon must exit 1 after hang_after_s (20 s here)
 # Env: CRAFTED=1 (the clear-margin model, natural accept length ~2), ACC_LEN (SGLANG_SIMULATE_ACC_LEN,
 #      default 2.5; "natural": not set), LEVELS (default 1,4,16,64,128), DEADLINE_S (default 560),
 #      PPC prompts per client per level (default 3: 1-3 s of decoding, too short for the bandit to learn;
@@ -70,6 +72,23 @@ pin_phase() {
   stop_daemon; pkill -f sglang.launch_server; sleep 2
 }
 
+hang_phase() {
+  PROBE_S=2 HANG_AFTER_S=20 start_daemon || return
+  pin_latency $MAXBS            # toggles the threshold under load: the state switches each time
+  specctl status 2>&1 | tee -a "$SUM"
+  say "switch INFO lines in the engine log: $(grep -c 'Switch adaptive runtime state' "$OUT/daemon.log")"
+  say "trim notice: $(grep -c "trimming SGLang's override log" "$OUT/daemon.log")"
+  local sched; sched=$(pgrep -f 'sglang::scheduler' | head -1)
+  [ -z "$sched" ] && { say "no sglang::scheduler process"; stop_daemon; return; }
+  kill -STOP "$sched"; local t0; t0=$(date +%s.%N)
+  say "SIGSTOP scheduler pid $sched"
+  local rc=none
+  for _ in $(seq 1 120); do kill -0 $DAEMON_PID 2>/dev/null || { wait $DAEMON_PID; rc=$?; break; }; sleep 1; done
+  say "daemon exit code $rc, $(python3 -c "import time; print(round(time.time() - $t0, 1))") s after the SIGSTOP"
+  grep -E "engine is gone|hung" "$OUT/daemon.log" | tail -2 | tee -a "$SUM"
+  kill -CONT "$sched" 2>/dev/null; kill $DAEMON_PID 2>/dev/null; pkill -9 -f 'sglang' ; sleep 2
+}
+
 for phase in "$@"; do
   [ "$(left)" -lt 90 ] && { say "skip phase $phase (time)"; continue; }
   case $phase in
@@ -77,6 +96,7 @@ for phase in "$@"; do
     nospec) server_phase nospec 30001 X=1 -- ;;
     ema) ema_phase ;;
     pin) pin_phase ;;
+    hang) hang_phase ;;
   esac
 done
 save_caches
