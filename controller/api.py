@@ -121,7 +121,8 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
     daemon_threads = True
 
 
-def _clear_stale(path: Path) -> None:
+def check_socket_free(path: Path) -> None:
+    """Remove a crashed daemon's leftover socket; RuntimeError if a live daemon answers on it."""
     if not path.exists() and not path.is_symlink():
         return
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -139,7 +140,7 @@ class ControlServer:
     def __init__(self, path: str | os.PathLike, service):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        _clear_stale(self.path)
+        check_socket_free(self.path)
         handler = type("Handler", (_Handler,), {"routes": make_routes(service)})
         old = os.umask(0o117)                          # socket created 0660, never world-accessible
         try:

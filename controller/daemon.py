@@ -5,6 +5,7 @@ import logging
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import click
 
@@ -55,10 +56,52 @@ class Daemon:
         signal.signal(signal.SIGINT, lambda *_: self.stop_flag.set())
         signal.signal(signal.SIGHUP, lambda *_: self.reload_flag.set())
 
-    def run(self) -> int:
+    def _preflight(self, ctl: dict) -> None:
+        """What can clash with another process is checked before an engine takes minutes to start."""
+        from .api import check_socket_free
+        check_socket_free(Path(ctl["socket"]))
+        if ctl["metrics_port"]:
+            from .metrics import check_port_free
+            try:
+                check_port_free(ctl["metrics_port"], ctl["metrics_addr"])
+            except OSError as e:
+                raise Fatal(f"metrics port {ctl['metrics_port']}: {e.strerror}") from None
+
+    def _bring_up(self, engine: Engine, service):
+        """Engine ready -> ingest, metrics, control socket, jobs. Returns (server, scheduler, ingest
+        thread), or (None, None, None) when a stop was asked for while the engine was starting."""
         from apscheduler.schedulers.background import BackgroundScheduler
 
         from .api import ControlServer
+
+        cfg, st, ctl = self.cfg, self.cfg["storage"], self.cfg["control"]
+        if not engine.wait_ready(float(cfg["sglang"].get("ready_timeout_s", 900)), cancel=self.stop_flag):
+            if self.stop_flag.is_set():
+                return None, None, None
+            raise Fatal("engine did not become ready")
+        service.apply_initial()
+        ingest = threading.Thread(target=service.ingest_forever, name="ingest", daemon=True)
+        ingest.start()
+        if ctl["metrics_port"]:      # before the control socket: once that answers, everything is up
+            from .metrics import start_metrics
+            try:
+                start_metrics(service, ctl["metrics_port"], ctl["metrics_addr"])
+            except OSError as e:
+                raise Fatal(f"metrics port {ctl['metrics_port']}: {e.strerror}") from None
+        server = ControlServer(ctl["socket"], service)
+        server.start()
+        speed = cfg["sim"]["speed"] if cfg["engine"]["kind"] == "sim" else 1.0
+        sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 5})
+        sched.add_job(service.retune, "interval", seconds=max(cfg["policy"]["tick_s"] / speed, 0.02), id="retune")
+        sched.add_job(service.rollup, "interval", seconds=max(st["rollup_s"] / speed, 0.5), id="rollup")
+        sched.add_job(service.retention, "interval", seconds=60, id="retention")
+        sched.add_job(service.checkpoint, "interval", seconds=max(st["checkpoint_s"] / speed, 1.0), id="checkpoint")
+        if engine.probe_s > 0:
+            sched.add_job(engine.probe, "interval", seconds=engine.probe_s, id="engine-probe")
+        sched.start()
+        return server, sched, ingest
+
+    def run(self) -> int:
         from .service import Service
 
         cfg = self.cfg
@@ -69,6 +112,7 @@ class Daemon:
         lock = DaemonLock(st["db"])
         lock.acquire()
         db = open_store(st["db"])
+        self._preflight(ctl)
         try:
             engine = build_engine(cfg, queries.last_engine_time(db))
         except (ProfileError, EngineError) as e:
@@ -83,37 +127,21 @@ class Daemon:
                               f"threshold={service.loop.threshold} pinned={service.loop.pinned}")
         try:
             engine.start(service.on_sample)
-        except EngineError as e:
-            writer.event("error", str(e))
-            writer.stop()
-            raise Fatal(str(e)) from None
-        if not engine.wait_ready(timeout=float(cfg["sglang"].get("ready_timeout_s", 900))):
+            server, sched, ingest = self._bring_up(engine, service)
+        except BaseException as e:   # a started engine is never left behind (the SGLang child holds the GPUs)
             engine.stop()
-            writer.event("error", "engine did not become ready")
+            message = str(e) if isinstance(e, (Fatal, EngineError)) else f"start-up failed: {type(e).__name__}: {e}"
+            writer.event("error", message)
             writer.stop()
-            raise Fatal("engine did not become ready")
-        service.apply_initial()
-        ingest = threading.Thread(target=service.ingest_forever, name="ingest", daemon=True)
-        ingest.start()
-        if ctl["metrics_port"]:      # before the control socket: once that answers, everything is up
-            from .metrics import start_metrics
-            try:
-                start_metrics(service, ctl["metrics_port"], ctl["metrics_addr"])
-            except OSError as e:
-                engine.stop()
-                writer.stop()
-                raise Fatal(f"metrics port {ctl['metrics_port']}: {e.strerror}") from None
-        server = ControlServer(ctl["socket"], service)
-        server.start()
-        speed = cfg["sim"]["speed"] if cfg["engine"]["kind"] == "sim" else 1.0
-        sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 5})
-        sched.add_job(service.retune, "interval", seconds=max(cfg["policy"]["tick_s"] / speed, 0.02), id="retune")
-        sched.add_job(service.rollup, "interval", seconds=max(st["rollup_s"] / speed, 0.5), id="rollup")
-        sched.add_job(service.retention, "interval", seconds=60, id="retention")
-        sched.add_job(service.checkpoint, "interval", seconds=max(st["checkpoint_s"] / speed, 1.0), id="checkpoint")
-        if engine.probe_s > 0:
-            sched.add_job(engine.probe, "interval", seconds=engine.probe_s, id="engine-probe")
-        sched.start()
+            if isinstance(e, Fatal) or not isinstance(e, Exception):
+                raise
+            raise Fatal(message) from None
+        if server is None:                 # stopped (SIGTERM) while the engine was still starting
+            engine.stop()
+            writer.event("stop", "stopped before the engine was ready")
+            writer.stop()
+            lock.release()
+            return 0
         log.info("spec-controller ready: engine %s, policy %s, threshold %s, socket %s, db %s",
                  cfg["engine"]["kind"], service.policy_name, service.loop.threshold, ctl["socket"], st["db"])
         sd_notify("READY=1")

@@ -36,6 +36,14 @@ class ServiceCollector(Collector):
             yield c
 
 
+def check_port_free(port: int, addr: str = "127.0.0.1") -> None:
+    """OSError if the metrics port cannot be bound (checked before the engine starts)."""
+    import socket
+    with socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((addr, port))
+
+
 def start_metrics(service, port: int, addr: str = "127.0.0.1"):
     from prometheus_client import start_http_server
     registry = CollectorRegistry()

@@ -91,6 +91,42 @@ def test_second_daemon_on_same_database_is_refused(short_tmp):
         assert d.stop() == 0
 
 
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_clashes_are_refused_before_the_engine_starts(short_tmp):
+    """A busy control socket or metrics port is found before an engine (minutes, GPUs) is started."""
+    import socket
+    d = DaemonProc(short_tmp, "--concurrency", "2")
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    try:
+        d.wait_socket()
+        res = run_daemon_once(short_tmp, "--db", str(short_tmp / "b.db"), "--socket", str(d.socket))
+        assert res.returncode == 1
+        assert res.stderr.strip().splitlines() == [
+            f"spec-controller: control socket {d.socket} is in use by another daemon"]
+        port = busy.getsockname()[1]
+        res = run_daemon_once(short_tmp, "--db", str(short_tmp / "c.db"), "--socket", str(short_tmp / "c.sock"),
+                              "--metrics-port", str(port))
+        assert res.returncode == 1
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"spec-controller: metrics port {port}: "), res.stderr
+    finally:
+        busy.close()
+        assert d.stop() == 0
+    for name in ("b.db", "c.db"):             # neither started an engine, nor recorded a start
+        conn = sqlite3.connect(short_tmp / name)
+        assert conn.execute("SELECT count(*) FROM events WHERE kind = 'start'").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM samples").fetchone()[0] == 0
+        conn.close()
+
+
 @pytest.mark.parametrize("args,needle,code", [
     (["--policy", "nope"], "unknown policy 'nope'", 2),
     (["--profile", "nope"], "unknown profile 'nope'", 2),
@@ -126,11 +162,8 @@ def test_sighup_reloads_config(short_tmp):
 
 
 def test_prometheus_metrics_on_opt_in_port(short_tmp):
-    import socket
     import urllib.request
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port()
     d = DaemonProc(short_tmp, "--concurrency", "4", "--metrics-port", str(port))
     try:
         d.wait_socket()

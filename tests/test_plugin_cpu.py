@@ -426,10 +426,10 @@ def test_engine_receiver_unpacks_messages_of_several_samples(short_tmp):
     push.close(linger=0)
 
 
-def test_engine_that_stops_answering_is_reported_gone_after_hang_after_s():
-    """A live SGLang process whose scheduler no longer answers /health_generate (the symptom of ranks
-    out of step) must read as gone, so the daemon exits and systemd restarts it. One failed probe
-    never does; a success in between resets the count."""
+@pytest.fixture
+def sglang_http():
+    """A local HTTP server answering SGLang's /health and /health_generate with a settable status, and
+    a live process standing for the SGLang child: the engine adapter's supervision logic, without a GPU."""
     import http.server
     import subprocess
     import sys
@@ -437,7 +437,7 @@ def test_engine_that_stops_answering_is_reported_gone_after_hang_after_s():
 
     class Health(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            self.send_response(answer["code"] if self.path == "/health_generate" else 404)
+            self.send_response(answer["code"] if self.path in ("/health", "/health_generate") else 404)
             self.end_headers()
 
         def log_message(self, *args):
@@ -445,9 +445,31 @@ def test_engine_that_stops_answering_is_reported_gone_after_hang_after_s():
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield SimpleNamespace(server=server, answer=answer, proc=proc, port=server.server_address[1])
+    proc.kill()
+    proc.wait()
+    server.shutdown()
+    server.server_close()
+
+
+def test_waiting_for_the_engine_ends_when_the_daemon_is_asked_to_stop(sglang_http):
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": sglang_http.port})
+    eng.proc = sglang_http.proc
+    assert eng.wait_ready(30)
+    cancel = threading.Event()
+    cancel.set()                                   # SIGTERM during a long engine start
+    assert not eng.wait_ready(30, cancel=cancel)
+
+
+def test_engine_that_stops_answering_is_reported_gone_after_hang_after_s(sglang_http):
+    """A live SGLang process whose scheduler no longer answers /health_generate (the symptom of ranks
+    out of step) must read as gone, so the daemon exits and systemd restarts it. One failed probe
+    never does; a success in between resets the count."""
+    server, answer = sglang_http.server, sglang_http.answer
     eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": server.server_address[1],
                         "hang_after_s": 100})
-    eng.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])   # the live process
+    eng.proc = sglang_http.proc
     try:
         assert eng.probe(now=0.0) and eng.health()["ok"]
         answer["code"] = 503

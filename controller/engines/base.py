@@ -1,6 +1,7 @@
 """What the daemon needs from an engine: samples out, a threshold in, health, and a clock."""
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from typing import Callable
 
@@ -26,8 +27,8 @@ class Engine(ABC):
         """Start serving; on_sample is called (from any thread, must not block) per decode batch."""
 
     @abstractmethod
-    def wait_ready(self, timeout: float) -> bool:
-        """True once the engine is warm and serving."""
+    def wait_ready(self, timeout: float, cancel: threading.Event | None = None) -> bool:
+        """True once the engine is warm and serving; False on timeout, death, or once cancel is set."""
 
     @abstractmethod
     def set_threshold(self, threshold: int) -> None:

@@ -149,10 +149,10 @@ class SGLangEngine(Engine):
         with urllib.request.urlopen(self.base_url + path, timeout=timeout) as resp:
             return resp.status, resp.read()
 
-    def wait_ready(self, timeout: float) -> bool:
+    def wait_ready(self, timeout: float, cancel: threading.Event | None = None) -> bool:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            if self.proc is None or self.proc.poll() is not None:
+            if self.proc is None or self.proc.poll() is not None or (cancel is not None and cancel.is_set()):
                 return False
             try:
                 if self._get("/health", 2.0)[0] == 200:

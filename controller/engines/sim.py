@@ -71,8 +71,8 @@ class SimEngine(Engine):
         except Exception as e:        # a crash here is the engine dying: health reports it
             self._error = f"{type(e).__name__}: {e}"
 
-    def wait_ready(self, timeout: float) -> bool:
-        return self._ready.wait(timeout)
+    def wait_ready(self, timeout: float, cancel: threading.Event | None = None) -> bool:
+        return self._ready.wait(timeout)          # set as soon as the thread runs
 
     def set_threshold(self, threshold: int) -> None:
         if self._error or self._thread is None or not self._thread.is_alive():
