@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import sqlite3
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -15,6 +16,7 @@ from .queries import setting_row
 log = logging.getLogger("spec_controller.state")
 
 _STOP = object()
+LOCKED_RETRIES = 6          # x the connection's busy timeout (5 s): a lock held up to ~30 s loses nothing
 
 
 class Writer:
@@ -111,15 +113,35 @@ class Writer:
         barriers = [payload for kind, payload in items if kind == "barrier"]
         work = [item for item in items if item[0] != "barrier"]
         try:
-            if work and not self._commit(work, log_failure=False):
-                # One bad write must not take the rest of its batch with it: retry one by one.
-                for item in work:
-                    self._commit([item], log_failure=True)
+            if work:
+                self._write_batch(work)
         finally:
             for done in barriers:
                 done.set()
 
-    def _commit(self, items: list, log_failure: bool) -> bool:
+    def _write_batch(self, work: list) -> None:
+        for attempt in range(LOCKED_RETRIES):
+            error = self._commit(work)
+            if error is None:
+                return
+            if not _is_lock(error):
+                break
+            # Another process holds the write lock (each attempt waited the busy timeout): keep the batch.
+            if attempt == 0:
+                log.warning("state writer: database locked by another process, retrying: %s", error)
+        else:
+            self.errors += len(work)
+            log.error("state writer: database locked for %d attempts; %d writes lost", LOCKED_RETRIES, len(work))
+            return
+        # One bad write must not take the rest of its batch with it: retry one by one.
+        for item in work:
+            error = self._commit([item])
+            if error is not None:
+                self.errors += 1
+                log.error("state writer: a %s write failed and was rolled back: %s", item[0], error)
+
+    def _commit(self, items: list) -> Exception | None:
+        """One transaction; the error that rolled it back, or None."""
         conn = self.db.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -134,14 +156,15 @@ class Writer:
                 else:
                     self.db[kind].insert(payload)
             conn.execute("COMMIT")
-        except Exception:
+        except Exception as e:
             try:
                 conn.execute("ROLLBACK")
             except Exception:
                 pass
-            if log_failure:
-                self.errors += 1
-                log.exception("state writer: a %s write failed and was rolled back", items[0][0])
-            return False
+            return e
         self.written_samples += sum(len(p) for k, p in items if k == "samples")
-        return True
+        return None
+
+
+def _is_lock(error: Exception) -> bool:
+    return isinstance(error, sqlite3.OperationalError) and ("locked" in str(error) or "busy" in str(error))

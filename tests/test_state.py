@@ -133,3 +133,47 @@ def test_one_bad_write_does_not_lose_its_batch(tmp_path):
     assert db["samples"].count == 1 and w.written_samples == 1
     assert w.errors == 1
     w.stop()
+
+
+def _hold_write_lock(path, seconds):
+    """Another process's open write transaction (an operator's sqlite3 shell, a backup tool)."""
+    import threading
+    import time
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+
+    def release():
+        time.sleep(seconds)
+        other.execute("ROLLBACK")
+        other.close()
+    t = threading.Thread(target=release)
+    t.start()
+    return t
+
+
+def test_a_briefly_locked_database_loses_nothing(tmp_path):
+    db = open_store(tmp_path / "l.db")
+    db.execute("PRAGMA busy_timeout=50")              # the 5 s busy timeout, shortened for the test
+    holder = _hold_write_lock(tmp_path / "l.db", 0.15)
+    w = Writer(db).start()
+    w.decision(1.0, 0, 4, "ucb", "exploit", False)
+    w.samples([(0.5, 2, 2, 5, 0.01, 1)])
+    assert w.flush(10)
+    holder.join()
+    assert [r["new"] for r in queries.recent_decisions(db, 5)] == [4] and db["samples"].count == 1
+    assert w.errors == 0
+    w.stop()
+
+
+def test_a_database_locked_for_good_counts_what_it_lost(tmp_path):
+    db = open_store(tmp_path / "k.db")
+    db.execute("PRAGMA busy_timeout=10")
+    holder = _hold_write_lock(tmp_path / "k.db", 2.0)
+    w = Writer(db).start()
+    w.decision(1.0, 0, 4, "ucb", "exploit", False)
+    w.setting("pinned", 3)
+    assert w.flush(10)                                # answered, with the writes counted as lost
+    assert w.errors == 2
+    holder.join()
+    assert queries.recent_decisions(db, 5) == []
+    w.stop()
