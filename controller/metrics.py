@@ -29,6 +29,8 @@ class ServiceCollector(Collector):
             ("specctl_decisions", "Threshold changes applied", st["decisions"]),
             ("specctl_samples", "Decode-batch samples received", st["samples"]["total"]),
             ("specctl_samples_dropped", "Samples dropped because ingest was full", st["samples"]["dropped"]),
+            ("specctl_database_write_errors", "Writes to the SQLite store that failed and were lost",
+             st["samples"]["write_errors"]),
         ]
         for name, doc, value in counters:
             c = CounterMetricFamily(name, doc)
