@@ -147,18 +147,27 @@ def test_corrupt_database_refused_and_untouched(short_tmp):
     assert db.read_bytes() == b"garbage" * 1000
 
 
+def _count_events(db, kind: str) -> int:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT count(*) FROM events WHERE kind = ?", [kind]).fetchone()[0]
+    finally:
+        conn.close()
+
+
 def test_sighup_reloads_config(short_tmp):
     d = DaemonProc(short_tmp, "--concurrency", "2", config_text="[guard]\nexplore_share = 0.05\n")
     try:
         d.wait_socket()
         (short_tmp / "config.toml").write_text("[guard]\nexplore_share = 0.01\n")
         d.proc.send_signal(signal.SIGHUP)
-        time.sleep(1.5)
+        deadline = time.monotonic() + 30
+        while _count_events(d.db, "reload") == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert d.proc.poll() is None
     finally:
         assert d.stop() == 0
-    conn = sqlite3.connect(d.db)
-    assert conn.execute("SELECT count(*) FROM events WHERE kind = 'reload'").fetchone()[0] == 1
+    assert _count_events(d.db, "reload") == 1
 
 
 def test_prometheus_metrics_on_opt_in_port(short_tmp):

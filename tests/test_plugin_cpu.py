@@ -110,7 +110,8 @@ def test_state_output_fits_both_generations():
     assert plugin.state_output(Old, False) == Old(False, {})
 
 
-def test_telemetry_reaches_a_real_pull_socket(state, daemon_pull):
+def test_telemetry_reaches_a_real_pull_socket(state, daemon_pull, monkeypatch):
+    monkeypatch.setattr(plugin, "TELEMETRY_FLUSH_S", 60.0)    # a slow test machine must not flush early
     pull = daemon_pull
     batch = SimpleNamespace(reqs=[object()] * 6)
     spec = SimpleNamespace(speculative_num_draft_tokens=4, num_correct_drafts=7)
@@ -200,6 +201,17 @@ def test_entry_point_is_registered():
     if "spec_controller" not in eps:
         pytest.fail("package not installed (pip install -e .): the sglang plugin entry point is missing")
     assert eps["spec_controller"] == "controller.plugin:load"
+
+
+def test_telemetry_leaves_after_the_flush_interval_without_a_full_message(state, daemon_pull, monkeypatch):
+    monkeypatch.setattr(plugin, "TELEMETRY_FLUSH_S", 0.0)      # every sample is past the interval
+    batch = SimpleNamespace(reqs=[object()] * 2)
+    result = SimpleNamespace(speculative_num_draft_tokens=4, num_correct_drafts=1)
+    for _ in range(3):                                          # the first only starts the clock
+        plugin.after_spec_result(None, None, result, batch)
+    assert daemon_pull.poll(2000) and len(decode(daemon_pull.recv())) == 1
+    assert daemon_pull.poll(2000) and len(decode(daemon_pull.recv())) == 1
+    assert state.sent == 2 and not state.pending
 
 
 def test_only_rank_0_reports(state, monkeypatch, daemon_pull):
