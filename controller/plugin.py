@@ -357,6 +357,17 @@ def flush_telemetry(*_args, **_kwargs) -> None:
 
 
 # --- entry point ---------------------------------------------------------------
+# What load() registers; the contract tests check these targets (support.HOOK_TARGETS) in each wheel.
+HOOKS: dict[str, tuple[Callable, str]] = {
+    f"{EAGLE_WORKER}.activate_step_by_batch": (activate_step_by_batch, "AROUND"),
+    f"{EAGLE_WORKER}.forward_batch_generation": (forward_batch_generation, "AROUND"),
+    f"{EAGLE_WORKER}.init_cuda_graphs": (after_init_cuda_graphs, "AFTER"),
+    f"{EAGLE_WORKER}.on_verify_complete_cpu": (on_verify_complete_cpu, "AROUND"),
+    f"{SCHEDULER}.set_internal_state": (set_internal_state, "AROUND"),
+    f"{RESULT_PROCESSOR}.process_batch_result_prefill": (before_prefill_result, "BEFORE"),
+    f"{RESULT_PROCESSOR}._resolve_spec_v2_tokens": (after_spec_result, "AFTER"),
+    f"{SCHEDULER}.on_idle": (flush_telemetry, "BEFORE"),
+}
 _LOADED = False
 
 
@@ -377,12 +388,5 @@ def load() -> None:
     except Exception as e:
         log.warning("spec-controller plugin not loaded: %s", e)
         return
-    register = HookRegistry.register
-    register(f"{EAGLE_WORKER}.activate_step_by_batch", activate_step_by_batch, HookType.AROUND)
-    register(f"{EAGLE_WORKER}.forward_batch_generation", forward_batch_generation, HookType.AROUND)
-    register(f"{EAGLE_WORKER}.init_cuda_graphs", after_init_cuda_graphs, HookType.AFTER)
-    register(f"{EAGLE_WORKER}.on_verify_complete_cpu", on_verify_complete_cpu, HookType.AROUND)
-    register(f"{SCHEDULER}.set_internal_state", set_internal_state, HookType.AROUND)
-    register(f"{RESULT_PROCESSOR}.process_batch_result_prefill", before_prefill_result, HookType.BEFORE)
-    register(f"{RESULT_PROCESSOR}._resolve_spec_v2_tokens", after_spec_result, HookType.AFTER)
-    register(f"{SCHEDULER}.on_idle", flush_telemetry, HookType.BEFORE)
+    for target, (hook, kind) in HOOKS.items():
+        HookRegistry.register(target, hook, getattr(HookType, kind))

@@ -114,6 +114,16 @@ def test_plugin_group_and_hook_registry(source):
     assert 'GENERAL_PLUGINS_GROUP = "sglang.srt.plugins"' in text.replace("'", '"'), version
     reg = src.function("sglang.srt.plugins.hook_registry.HookRegistry.register")
     assert [a.arg for a in reg.args.args][:4] == ["cls", "target", "hook", "hook_type"]
+    tree, _ = src.locate("sglang.srt.plugins.hook_registry")
+    hook_type = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HookType")
+    members = {t.id for n in hook_type.body if isinstance(n, ast.Assign) for t in n.targets}
+    from controller.plugin import HOOKS
+    assert {kind for _, kind in HOOKS.values()} <= members, version
+
+
+def test_every_registered_hook_is_a_checked_target():
+    from controller.plugin import HOOKS
+    assert set(HOOKS) == set(HOOK_TARGETS)
 
 
 HOOK_TARGETS_RESOLVE = next(t for t in HOOK_TARGETS if t.endswith("_resolve_spec_v2_tokens"))
