@@ -95,7 +95,8 @@ def _acceptance(st: dict) -> str:
 def render_status(st: dict) -> str:
     d, eng = st["daemon"], st.get("engine") or {}
     if not d["running"]:
-        head = [f"daemon:      NOT RUNNING (read from {d['db']})"]
+        head = [f"daemon:      STARTING, pid {d['pid']}: control socket not open yet (read from {d['db']})"
+                if d.get("starting") else f"daemon:      NOT RUNNING (read from {d['db']})"]
     else:
         head = [f"daemon:      running, pid {d['pid']}, up {d['uptime_s']:.0f}s, "
                 f"{'healthy' if d['healthy'] else 'UNHEALTHY'}",
@@ -166,8 +167,13 @@ def status(ctx: Ctx, as_json: bool) -> None:
         if not ctx.db.exists():
             fail(f"daemon is not running ({e}) and there is no database at {ctx.db}")
         st = offline_status(ctx)
+        holder = DaemonLock(ctx.db).holder()
+        if holder:      # alive but not serving: the engine is still loading (or the daemon is wedged)
+            st["daemon"].update(starting=True, pid=holder)
         if not as_json:
-            click.echo(f"daemon is not running ({e}); last state from the database:", err=True)
+            why = (f"daemon pid {holder} holds the database but its control socket is not open yet (engine starting?)"
+                   if holder else f"daemon is not running ({e})")
+            click.echo(f"{why}; last state from the database:", err=True)
     emit(st, as_json, render_status)
 
 

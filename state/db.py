@@ -90,15 +90,19 @@ class DaemonLock:
 
     def held_by_other(self) -> bool:
         """True if a live daemon holds the lock (used by specctl for offline writes)."""
+        return self.holder() is not None
+
+    def holder(self) -> str | None:
+        """The pid written by the live daemon holding the lock ("?" if unreadable), or None if free."""
         if not self.path.exists():
-            return False
+            return None
         fd = os.open(self.path, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             fcntl.flock(fd, fcntl.LOCK_UN)
-            return False
+            return None
         except BlockingIOError:
-            return True
+            return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
         finally:
             os.close(fd)
 

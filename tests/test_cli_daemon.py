@@ -88,6 +88,18 @@ def test_offline_write_refused_while_a_daemon_holds_the_db(daemon, tmp_path):
     assert res.exit_code == 1 and "holds" in res.output
 
 
+def test_status_while_the_daemon_holds_the_db_but_does_not_serve_yet(daemon, tmp_path):
+    """E.g. SGLang still loading: the control socket opens only once the engine is ready."""
+    base = ["--socket", str(tmp_path / "not-yet.sock"), "--db", str(daemon.db)]
+    res = CliRunner().invoke(cli, [*base, "status"])
+    assert res.exit_code == 0
+    assert f"daemon pid {daemon.proc.pid} holds the database but its control socket is not open yet" in res.output
+    assert f"daemon:      STARTING, pid {daemon.proc.pid}: control socket not open yet" in res.output
+    st = json.loads(CliRunner().invoke(cli, [*base, "status", "--json"]).stdout)
+    assert st["daemon"]["running"] is False and st["daemon"]["starting"] is True
+    assert st["daemon"]["pid"] == str(daemon.proc.pid)
+
+
 def test_socket_permission_denied(daemon):
     import os
     if os.geteuid() != 0:
@@ -128,6 +140,10 @@ def test_offline_policy_and_pin_are_saved_for_the_next_start(short_tmp):
         assert st["threshold"] == 3 and st["pinned"] is True
     finally:
         assert d.stop() == 0
+    res = CliRunner().invoke(cli, [*base, "status"])                 # stopped: the database's last state
+    assert res.exit_code == 0 and "daemon is not running" in res.output
+    assert f"daemon:      NOT RUNNING (read from {db})" in res.stdout
+    assert "threshold:   3 (pinned)" in res.stdout and "policy:      ucb" in res.stdout
 
 
 def test_status_names_failed_database_writes_only_when_there_are_some():
