@@ -512,3 +512,37 @@ def test_engine_that_stops_answering_is_reported_gone_after_hang_after_s(sglang_
 def test_engine_refuses_bad_probe_settings(value):
     with pytest.raises(EngineError, match=r"\[sglang\] hang_after_s must be a number of seconds >= 0"):
         SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "hang_after_s": value})
+
+
+DRAINING_ENGINE = """
+import signal, sys, time, zmq
+from controller.telemetry import pack_sample
+push = zmq.Context.instance().socket(zmq.PUSH)
+push.connect(sys.argv[1])
+def drain(*_):
+    time.sleep(0.5)                                   # SGLang finishes its running requests...
+    push.send(pack_sample(9.0, 3, 0, 3, 0.01, True))  # ...and rank 0 reports those batches
+    push.close(linger=2000)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, drain)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_stopping_the_engine_keeps_the_telemetry_of_its_drain(short_tmp):
+    import subprocess
+    import sys
+    from tests.conftest import ROOT
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3"})
+    pull = zmq.Context.instance().socket(zmq.PULL)
+    pull.bind(f"ipc://{short_tmp}/d.ipc")
+    got = []
+    eng._rx = threading.Thread(target=eng._receive, args=(pull, got.append), daemon=True)
+    eng._rx.start()
+    eng.proc = subprocess.Popen([sys.executable, "-c", DRAINING_ENGINE, f"ipc://{short_tmp}/d.ipc"],
+                                stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert eng.proc.stdout.readline().strip() == "ready"
+    eng.stop(timeout=30)
+    assert eng.proc.returncode == 0 and not eng._rx.is_alive()
+    assert [s.t for s in got] == [9.0]

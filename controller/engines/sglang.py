@@ -130,8 +130,11 @@ class SGLangEngine(Engine):
 
     def _receive(self, pull, on_sample: SampleSink) -> None:
         import zmq
-        while not self._stop.is_set():
-            if not pull.poll(200):
+        while True:
+            stopping = self._stop.is_set()          # then read what is queued, and end
+            if not pull.poll(0 if stopping else 200):
+                if stopping:
+                    break
                 continue
             try:
                 msg = decode(pull.recv(zmq.NOBLOCK))
@@ -213,7 +216,6 @@ class SGLangEngine(Engine):
                 "unanswered_s": round(unanswered, 1)}
 
     def stop(self, timeout: float = 60.0) -> None:
-        self._stop.set()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -221,5 +223,7 @@ class SGLangEngine(Engine):
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        # Telemetry is received until SGLang is gone: its schedulers report the batches of its drain.
+        self._stop.set()
         if self._rx is not None:
             self._rx.join(5)
