@@ -16,7 +16,7 @@ from typing import Any, Callable
 from . import fastoff, switches
 from .support import (EAGLE_WORKER, RESULT_PROCESSOR, SCHEDULER, parse_version, unsupported_reason,
                       version_unsupported_reason)
-from .telemetry import encode_stats, pack_sample
+from .telemetry import ENV_ADDRESS, ENV_INITIAL_THRESHOLD, encode_stats, pack_sample
 
 log = logging.getLogger("spec_controller.plugin")
 
@@ -43,7 +43,7 @@ class PluginState:
     """Per scheduler process. Routing state is identical on every rank; telemetry is rank 0's."""
 
     def __init__(self):
-        raw = os.environ.get("SPEC_CONTROLLER_INITIAL_THRESHOLD", "0")
+        raw = os.environ.get(ENV_INITIAL_THRESHOLD, "0")
         self.threshold = int(raw) if raw.isdigit() else 0
         self.k: int | None = None
         self.inert_reason: str | None = None      # set once: the plugin then passes everything through
@@ -280,7 +280,7 @@ def _sender():
     """The rank-0 PUSH socket, made on first use (False on other ranks or without an address)."""
     if STATE.sender is None:
         STATE.sender = False
-        address = os.environ.get("SPEC_CONTROLLER_TELEMETRY")
+        address = os.environ.get(ENV_ADDRESS)
         if address and _rank() == 0:
             import zmq
             sock = zmq.Context.instance().socket(zmq.PUSH)

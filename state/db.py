@@ -68,6 +68,11 @@ def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = Tr
         raise StoreError(f"database {path}: {e}") from None
 
 
+def _pid_in(fd: int) -> str:
+    """The pid the lock holder wrote into the lock file ("?" if unreadable)."""
+    return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+
+
 class DaemonLock:
     """An exclusive flock beside the database: one daemon per database."""
 
@@ -81,7 +86,7 @@ class DaemonLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            holder = _pid_in(fd)
             os.close(fd)
             raise StoreError(f"another spec-controller (pid {holder}) is running on {self.path.with_suffix('')}") from None
         os.ftruncate(fd, 0)
@@ -102,7 +107,7 @@ class DaemonLock:
             fcntl.flock(fd, fcntl.LOCK_UN)
             return None
         except BlockingIOError:
-            return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            return _pid_in(fd)
         finally:
             os.close(fd)
 

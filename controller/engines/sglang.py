@@ -153,16 +153,17 @@ class SGLangEngine(Engine):
             return resp.status, resp.read()
 
     def wait_ready(self, timeout: float, cancel: threading.Event | None = None) -> bool:
+        cancel = cancel or threading.Event()
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            if self.proc is None or self.proc.poll() is not None or (cancel is not None and cancel.is_set()):
+            if self.proc is None or self.proc.poll() is not None or cancel.is_set():
                 return False
             try:
                 if self._get("/health", 2.0)[0] == 200:
                     return True
             except (OSError, urllib.error.URLError):
                 pass
-            time.sleep(1.0)
+            cancel.wait(1.0)
         return False
 
     def set_threshold(self, threshold: int) -> None:
