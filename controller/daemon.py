@@ -43,6 +43,10 @@ def build_engine(cfg: dict, last_t: float = 0.0) -> Engine:
     return SGLangEngine(cfg["sglang"], cfg["policy"]["initial_threshold"])
 
 
+def _port_taken(port: int, error: OSError) -> Fatal:
+    return Fatal(f"metrics port {port}: {error.strerror}")
+
+
 class Daemon:
     def __init__(self, cfg: dict):
         self.cfg = cfg
@@ -65,7 +69,7 @@ class Daemon:
             try:
                 check_port_free(ctl["metrics_port"], ctl["metrics_addr"])
             except OSError as e:
-                raise Fatal(f"metrics port {ctl['metrics_port']}: {e.strerror}") from None
+                raise _port_taken(ctl["metrics_port"], e) from None
 
     def _bring_up(self, engine: Engine, service):
         """Engine ready -> ingest, metrics, control socket, jobs. Returns (server, scheduler, ingest
@@ -87,7 +91,7 @@ class Daemon:
             try:
                 start_metrics(service, ctl["metrics_port"], ctl["metrics_addr"])
             except OSError as e:
-                raise Fatal(f"metrics port {ctl['metrics_port']}: {e.strerror}") from None
+                raise _port_taken(ctl["metrics_port"], e) from None
         server = ControlServer(ctl["socket"], service)
         server.start()
         speed = cfg["sim"]["speed"] if cfg["engine"]["kind"] == "sim" else 1.0
