@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from controller.evaluate import StaticRunner, run_segments, sweep_segments  # noqa: E402
+from controller.sim.evaluate import StaticRunner, run_segments, sweep_segments  # noqa: E402
 from controller.sim.profile import load_profile  # noqa: E402
 
 SEED = {(1, False): 92.7, (128, False): 773.0, (1, True): 80.9, (128, True): 354.0}

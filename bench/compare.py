@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from controller.evaluate import evaluate, sweep_segments  # noqa: E402
+from controller.sim.evaluate import evaluate, sweep_segments  # noqa: E402
 from controller.sim.profile import load_profile, load_trace  # noqa: E402
 
 POLICIES = [("always", {}), ("never", {}), ("fixed", {"threshold": 5}), ("sglang-ema", {}), ("ucb", {}),

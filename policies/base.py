@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, Mapping
 
+from controller.contract import speculates
+
 from .buckets import Buckets
 from .params import ParamSpec, resolve_params
 from .stats import Discounted
@@ -13,11 +15,20 @@ from .types import Decision, PolicyError, Sample, Snapshot
 OFF, SPEC = 0, 1
 
 
-class Policy:
-    """Pure decision logic: samples in, a Decision out; state is JSON it can load back.
+def relative_gain(spec: float, off: float) -> float:
+    """How much more the speculative mode delivers than the plain one, relative to plain."""
+    return (spec - off) / off if off > 0 else 0.0
 
-    No I/O, no clock reads (time arrives in samples and snapshots), and any
-    randomness comes from the seed given at construction.
+
+class Policy:
+    """Decision logic: samples in, a Decision out; its state is JSON it can load back.
+
+    No I/O, no clock reads (time arrives in samples and snapshots), and any randomness comes
+    from the seed given at construction. What a policy keeps, exactly: observe() folds each
+    sample into its learned statistics (state()); decide() reads them and the snapshot, and
+    changes nothing but a seeded random generator (Thompson) or a cache derived from the
+    statistics (the model policy's fit). The loop, not the policy, tracks which batch sizes
+    are live; the guard outside applies bounds, stabilisation and rate limits.
     """
 
     name: ClassVar[str] = ""
@@ -81,8 +92,6 @@ class BucketLearner(Policy):
         # outweighs the last ~256 requests' accept lengths.
         self.accept = Discounted(self.params["accept_half_life_s"], max_weight=256.0)
         self.tried = ([-math.inf] * n, [-math.inf] * n)   # last time each arm ran in each bucket
-        self.live = 0               # the bucket most batches fell in since the last decision
-        self._recent: dict[int, int] = {}
         self.max_steps = 1          # K, learned from the samples
 
     def observe(self, sample: Sample) -> None:
@@ -94,7 +103,6 @@ class BucketLearner(Policy):
         self.tried[int(sample.steps > 0)][b] = sample.t
         if not sample.decode_only:
             return
-        self._recent[b] = self._recent.get(b, 0) + 1
         rate = sample.batch_size / sample.step_s
         if sample.steps > 0:
             self.q[SPEC][b].add(sample.t, rate)
@@ -123,16 +131,19 @@ class BucketLearner(Policy):
         return (self.q[arm][b].weight(now) >= max(self.params["min_samples"], 1e-9)
                 or now - self.tried[arm][b] < self.params["half_life_s"])
 
+    def estimable(self, b: int) -> bool:
+        """Both modes have an estimate in bucket b."""
+        return bool(self.q[OFF][b].w and self.q[SPEC][b].w and self.accept.w)
+
     def gains(self, now: float) -> list[float]:
         """Traffic-weighted relative gain of speculating, per bucket (0 where unknown)."""
         out = []
         for b in range(len(self.buckets)):
-            if not (self.q[OFF][b].w and self.q[SPEC][b].w and self.accept.w):
+            if not self.estimable(b):
                 out.append(0.0)
                 continue
-            off = self.mean(OFF, b)
             traffic = self.q[OFF][b].weight(now) + self.q[SPEC][b].weight(now)
-            out.append(traffic * (self.mean(SPEC, b) - off) / off if off > 0 else 0.0)
+            out.append(traffic * relative_gain(self.mean(SPEC, b), self.mean(OFF, b)))
         return out
 
     def dominated(self, arm: int, b: int, now: float) -> bool:
@@ -150,8 +161,7 @@ class BucketLearner(Policy):
         for o in others:
             if self.q[OFF][o].weight(now) < 1e-3 or self.q[SPEC][o].weight(now) < 1e-3:
                 continue
-            off = self.mean(OFF, o)
-            gain = (self.q[SPEC][o].mean * accept - off) / off if off > 0 else 0.0
+            gain = relative_gain(self.q[SPEC][o].mean * accept, self.mean(OFF, o))
             if (arm == SPEC and gain < -margin) or (arm == OFF and gain > margin and not stale):
                 return True
         return False
@@ -161,11 +171,8 @@ class BucketLearner(Policy):
         raise NotImplementedError
 
     def decide(self, snap: Snapshot) -> Decision:
-        if self._recent:
-            self.live = max(self._recent, key=self._recent.__getitem__)
-            self._recent.clear()
-        exploit = monotone_threshold(self.gains(snap.now), self.buckets, snap.threshold)
-        b = self.live
+        exploit = monotone_threshold(self.gains(snap.now), self.buckets, snap.exploit_threshold)
+        b = self.buckets.of(snap.live_batch_size or 1)
         untried = [a for a in (OFF, SPEC) if not self.known(a, b, snap.now)]
         if len(untried) == 1 and self.dominated(untried[0], b, snap.now):
             want, why = 1 - untried[0], "dominated"
@@ -173,7 +180,7 @@ class BucketLearner(Policy):
             want, why = untried[0], "untried"
         else:
             want, why = self.choose_arm(b, snap.now), "index"
-        in_spec = self.buckets.high(b) <= exploit
+        in_spec = speculates(self.buckets.high(b), exploit)
         if (want == SPEC) == in_spec:
             return Decision(exploit, exploit, f"exploit: bucket {self.buckets.low(b)}-{self.buckets.high(b)} "
                             f"{'spec' if in_spec else 'off'}")
@@ -186,7 +193,6 @@ class BucketLearner(Policy):
             "q_off": [d.to_list() for d in self.q[OFF]],
             "q_spec": [d.to_list() for d in self.q[SPEC]],
             "accept": self.accept.to_list(),
-            "live": self.live,
             "max_steps": self.max_steps,
             "tried": [[None if t == -math.inf else t for t in arm] for arm in self.tried],
         }
@@ -197,7 +203,6 @@ class BucketLearner(Policy):
             for d, row in zip(self.q[arm], state[key]):
                 d.load(row)
         self.accept.load(state["accept"])
-        self.live = int(state.get("live", 0)) % len(self.buckets)
         self.max_steps = int(state.get("max_steps", 1))
         tried = state.get("tried")
         if isinstance(tried, list) and len(tried) == 2 and all(len(a) == len(self.buckets) for a in tried):

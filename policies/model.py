@@ -5,7 +5,7 @@ import numpy as np
 
 from .base import OFF, SPEC, BucketLearner
 from .params import ParamSpec
-from .types import Snapshot, Decision
+from .types import Decision, Snapshot
 
 
 class ModelPolicy(BucketLearner):
@@ -27,7 +27,9 @@ class ModelPolicy(BucketLearner):
         self._fit: list[np.ndarray | None] = [None, None]
 
     def refit(self, now: float) -> None:
-        from scipy.optimize import lsq_linear    # here, not at import: specctl starts in a blink
+        from scipy.optimize import (
+            lsq_linear,  # here, not at import: specctl starts in a blink
+        )
         for arm in (OFF, SPEC):
             w = np.array([d.weight(now) for d in self.q[arm]])
             q = np.array([d.mean for d in self.q[arm]])
@@ -49,15 +51,11 @@ class ModelPolicy(BucketLearner):
         rate = self._bs[b] / step_s if step_s > 0 else 0.0
         return rate * self.accept.mean if arm == SPEC else rate
 
-    def gains(self, now: float) -> list[float]:
-        if self._fit[OFF] is None or self._fit[SPEC] is None or not self.accept.w:
-            return super().gains(now)
-        out = []
-        for b in range(len(self.buckets)):
-            off = self.mean(OFF, b)
-            traffic = self.q[OFF][b].weight(now) + self.q[SPEC][b].weight(now)
-            out.append(traffic * (self.mean(SPEC, b) - off) / off if off > 0 else 0.0)
-        return out
+    def estimable(self, b: int) -> bool:
+        """With both fits, every bucket has an estimate (visited or not)."""
+        if self._fit[OFF] is not None and self._fit[SPEC] is not None and self.accept.w:
+            return True
+        return super().estimable(b)
 
     def choose_arm(self, b: int, now: float) -> int:
         return SPEC if self.mean(SPEC, b) > self.mean(OFF, b) else OFF

@@ -63,7 +63,7 @@ class SGLangEMAPolicy(Policy):
             i = self.slot_of(self.buckets.high(b))
             weight = 1000.0 if i == self.live else 1.0   # the live slot's state always holds
             gains.append(weight if self.slots[i][0] else -weight)
-        t = monotone_threshold(gains, self.buckets, snap.threshold)
+        t = monotone_threshold(gains, self.buckets, snap.exploit_threshold)
         on = [SLOT_KEYS[i] for i, s in enumerate(self.slots) if s[0]]
         return Decision(t, t, f"EMA slots speculating: {on or 'none'}")
 

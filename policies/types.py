@@ -3,43 +3,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One decode batch, as the SGLang plugin and the simulator both report it.
-
-    steps == 0 means speculation was off for this batch; tokens is the sum of
-    accept lengths (== batch_size when off); step_s is the interval between
-    consecutive decode results; decode_only is False when that interval also
-    held a prefill/extend batch (such samples are not used as rewards).
-    """
-
-    t: float
-    batch_size: int
-    steps: int
-    tokens: int
-    step_s: float
-    decode_only: bool = True
-
-    @property
-    def speculative(self) -> bool:
-        return self.steps > 0
-
-    @property
-    def tok_per_s(self) -> float:
-        return self.tokens / self.step_s if self.step_s > 0 else 0.0
-
-    def as_tuple(self) -> tuple:
-        return (self.t, self.batch_size, self.steps, self.tokens, self.step_s, int(self.decode_only))
+from controller.contract import Sample  # noqa: F401  (the record both processes share, re-exported)
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """What a policy is told at decision time (time is injected, never read)."""
+    """What a policy is told at decision time (time is injected, never read).
+
+    exploit_threshold: the threshold the guard holds as the best one so far (after its bounds,
+    stabilisation and rate cap; never an exploratory one): ties break toward it.
+    live_batch_size: a batch size in the bucket most decode batches fell in since the last
+    decision (the control loop counts them), or None before any was seen.
+    """
 
     now: float
-    threshold: int          # threshold currently applied by the engine
+    exploit_threshold: int
     max_batch_size: int
+    live_batch_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

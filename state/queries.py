@@ -32,30 +32,34 @@ def last_engine_time(db: sqlite_utils.Database) -> float:
     return float(row[0] or 0.0)
 
 
+def last_wall(db: sqlite_utils.Database) -> float | None:
+    """The wall-clock time of the daemon's newest write that carries one (checkpoint, decision, event)."""
+    row = db.execute("SELECT max(w) FROM (SELECT max(wall) AS w FROM policy_state UNION ALL "
+                     "SELECT max(wall) FROM decisions UNION ALL SELECT max(wall) FROM events)").fetchone()
+    return row[0]
+
+
 def recent_decisions(db: sqlite_utils.Database, limit: int = 20) -> list[dict]:
     return list(db.query("SELECT id, t, wall, old, new, policy, reason, exploratory FROM decisions "
                          "ORDER BY id DESC LIMIT ?", [limit]))
 
 
-def sample_summary(db: sqlite_utils.Database, since_t: float | None = None) -> dict:
-    """Acceptance, throughput and spec share over the raw samples since since_t (default: the last 60 s)."""
+def sample_sums(db: sqlite_utils.Database, since_t: float | None = None) -> dict:
+    """The sums (controller.status.SUM_KEYS) over the raw samples since since_t (default: the newest
+    60 s), the window's span and the newest sample's time; {"batches": 0} for an empty store."""
     if since_t is None:
         last = db.execute("SELECT max(t) FROM samples").fetchone()[0]
         if last is None:
-            return {"samples": 0}
+            return {"batches": 0}
         since_t = last - 60.0
     row = db.execute(
         "SELECT count(*), sum(tokens), sum(step_s), sum(steps > 0), "
         "sum(CASE WHEN steps > 0 THEN tokens END), sum(CASE WHEN steps > 0 THEN batch_size END), "
-        "max(steps) FROM samples WHERE t >= ?", [since_t]).fetchone()
-    n, tokens, busy, spec, spec_tokens, spec_reqs, k = row
-    out = {"samples": n or 0}
-    if n:
-        out["tok_per_s"] = tokens / busy if busy else None
-        out["spec_share"] = spec / n
-        if spec_reqs:
-            out["mean_accept_length"] = spec_tokens / spec_reqs
-            out["acceptance_rate"] = (out["mean_accept_length"] - 1) / k if k else None
+        "max(steps), min(t), max(t) FROM samples WHERE t >= ?", [since_t]).fetchone()
+    keys = ("batches", "tokens", "busy_s", "spec_batches", "spec_tokens", "spec_requests", "max_steps")
+    out = {k: v or 0 for k, v in zip(keys, row)}
+    out["span_s"] = (row[8] - row[7]) if row[0] else 0.0
+    out["newest_t"] = row[8]
     return out
 
 

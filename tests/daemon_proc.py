@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from controller.client import DaemonError, DaemonUnreachable, request
+from controller.cli.client import DaemonError, DaemonUnreachable, request
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import random
 
-from controller.guard import GuardConfig
-from controller.loop import ControlLoop
+from controller.control.guard import GuardConfig
+from controller.control.loop import ControlLoop
 from policies import Sample, make_policy
 
 

@@ -4,7 +4,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from controller.cli import cli
+from controller.cli.main import cli
 from tests.daemon_proc import DaemonProc
 
 
@@ -80,6 +80,16 @@ def test_socket_missing_falls_back_to_database(daemon, tmp_path):
     st = json.loads(res.stdout)
     assert st["daemon"]["running"] is False and st["threshold"] is not None
     assert st["policy"]["name"] in ("bandit", "ucb")          # recorded at first start, or set by a test
+    assert st["tok_per_s"] > 0 and st["spec_share"] is not None and st["figures_age_s"] >= 0
+
+
+def test_offline_status_has_the_live_schema(daemon, tmp_path):
+    live = json.loads(specctl(daemon, "status", "--json").stdout)
+    offline = json.loads(CliRunner().invoke(cli, ["--socket", str(tmp_path / "no.sock"), "--db", str(daemon.db),
+                                                  "status", "--json"]).stdout)
+    assert set(offline) == set(live)
+    for key in ("daemon", "policy", "samples"):
+        assert set(offline[key]) == set(live[key]), key
 
 
 def test_offline_write_refused_while_a_daemon_holds_the_db(daemon, tmp_path):
@@ -97,7 +107,7 @@ def test_status_while_the_daemon_holds_the_db_but_does_not_serve_yet(daemon, tmp
     assert f"daemon:      STARTING, pid {daemon.proc.pid}: control socket not open yet" in res.output
     st = json.loads(CliRunner().invoke(cli, [*base, "status", "--json"]).stdout)
     assert st["daemon"]["running"] is False and st["daemon"]["starting"] is True
-    assert st["daemon"]["pid"] == str(daemon.proc.pid)
+    assert st["daemon"]["pid"] == daemon.proc.pid
 
 
 def test_socket_permission_denied(daemon):
@@ -147,7 +157,7 @@ def test_offline_policy_and_pin_are_saved_for_the_next_start(short_tmp):
 
 
 def test_status_names_failed_database_writes_only_when_there_are_some():
-    from controller.cli import render_status
+    from controller.cli.status import render_status
     st = {"daemon": {"running": True, "pid": 1, "uptime_s": 3, "healthy": True}, "engine": {"engine": "sim"},
           "threshold": 8, "samples": {"total": 5, "per_s": 1.0, "dropped": 0, "write_errors": 0, "write_dropped": 0}}
     assert "database:" not in render_status(st)

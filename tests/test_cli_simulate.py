@@ -3,7 +3,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from controller.cli import cli
+from controller.cli.main import cli
 
 
 def run(*args):
@@ -69,7 +69,7 @@ def test_shell_completion_script_is_generated():
 
 
 def test_status_text_falls_back_to_last_known_acceptance():
-    from controller.cli import render_status
+    from controller.cli.status import render_status
     st = {"daemon": {"running": True, "pid": 1, "uptime_s": 5, "healthy": True}, "engine": {"engine": "sim"},
           "threshold": 0, "pinned": False, "policy": {"name": "bandit", "policy": "thompson"},
           "mean_accept_length": None, "acceptance_rate": None, "last_accept_length": 2.5, "last_accept_age_s": 42.0,

@@ -2,12 +2,12 @@ import socket
 
 import pytest
 
-from controller.config import ConfigError, load_config
-from controller.notify import sd_notify
+from controller.daemon.config import ConfigError, load_config
+from controller.daemon.notify import sd_notify
 
 
 def test_missing_default_config_means_defaults(monkeypatch, tmp_path):
-    import controller.config as c
+    import controller.daemon.config as c
     monkeypatch.setattr(c, "DEFAULT_CONFIG", tmp_path / "absent.toml")
     cfg = load_config(None)
     assert cfg["engine"]["kind"] == "sim" and cfg["policy"]["name"] == "bandit"

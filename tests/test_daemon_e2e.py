@@ -73,6 +73,7 @@ def run_daemon_once(tmp, *args, timeout=60):
     import os
     import subprocess
     import sys
+
     from tests.daemon_proc import ROOT
     (tmp / "c.toml").write_text("")
     return subprocess.run([sys.executable, "-m", "controller.daemon", "run", "--config", str(tmp / "c.toml"), *args],

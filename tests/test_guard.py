@@ -1,7 +1,7 @@
 import pytest
 
-from controller.guard import Guard, GuardConfig, GuardConfigError
-from controller.loop import ControlLoop
+from controller.control.guard import Guard, GuardConfig, GuardConfigError
+from controller.control.loop import ControlLoop
 from policies import Decision, make_policy
 from policies.buckets import Buckets
 

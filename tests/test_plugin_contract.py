@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from controller.fastoff import FAST_OFF_CALLABLES, FAST_OFF_VERSIONS
-from controller.support import HOOK_TARGETS, USED_CALLABLES
+from controller.plugin.fastoff import FAST_OFF_CALLABLES, FAST_OFF_VERSIONS
+from controller.plugin.instance import Plugin
+from controller.plugin.support import HOOK_TARGETS, USED_CALLABLES
+
+HOOKS = Plugin({}).hooks()
 
 VERSIONS = ["0.5.14", "0.5.17", "0.5.23"]
 CACHE = Path(os.environ.get("SGLANG_WHEEL_CACHE", Path(__file__).resolve().parent.parent / ".cache" / "sglang-wheels"))
@@ -117,12 +120,10 @@ def test_plugin_group_and_hook_registry(source):
     tree, _ = src.locate("sglang.srt.plugins.hook_registry")
     hook_type = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HookType")
     members = {t.id for n in hook_type.body if isinstance(n, ast.Assign) for t in n.targets}
-    from controller.plugin import HOOKS
     assert {kind for _, kind in HOOKS.values()} <= members, version
 
 
 def test_every_registered_hook_is_a_checked_target():
-    from controller.plugin import HOOKS
     assert set(HOOKS) == set(HOOK_TARGETS)
 
 
@@ -132,8 +133,8 @@ HOOK_TARGETS_RESOLVE = next(t for t in HOOK_TARGETS if t.endswith("_resolve_spec
 def test_switch_side_effects_the_plugin_contains(source):
     """controller/switches.py: the per-switch log line it drops, and (0.5.17+) the override-log entry
     it trims, as each released version writes them."""
-    from controller.support import EAGLE_WORKER
-    from controller.switches import ADAPTIVE_SOURCE, SWITCH_LINE
+    from controller.plugin.support import EAGLE_WORKER
+    from controller.plugin.switches import ADAPTIVE_SOURCE, SWITCH_LINE
     version, src = source
     text = ast.unparse(src.function(f"{EAGLE_WORKER}.apply_runtime_state"))
     assert f"log_info_on_rank0(logger, f'{SWITCH_LINE}" in text, version

@@ -2,7 +2,16 @@ import json
 
 import pytest
 
-from policies import POLICIES, Decision, PolicyError, Sample, Snapshot, list_policies, make_policy, resolve_name
+from policies import (
+    POLICIES,
+    Decision,
+    PolicyError,
+    Sample,
+    Snapshot,
+    list_policies,
+    make_policy,
+    resolve_name,
+)
 from policies.buckets import Buckets
 from policies.summary import flip_threshold, monotone_threshold
 from tests.synthetic import Stream, run
@@ -128,9 +137,13 @@ def test_buckets_are_exact_to_16_and_cover_max():
 
 
 def test_live_bucket_is_where_most_batches_fell_since_the_last_decision():
-    p = make_policy("ucb", max_batch_size=64)
+    from controller.control.loop import ControlLoop
+    loop = ControlLoop(make_policy("ucb", max_batch_size=64))
     for i in range(10):
-        p.observe(Sample(i * 0.01, 8, 0, 8, 0.01, True))
-    p.observe(Sample(0.2, 40, 0, 40, 0.02, True))          # the last batch is an outlier
-    p.decide(Snapshot(0.3, 0, 64))
-    assert p.live == p.buckets.of(8)
+        loop.observe(Sample(i * 0.01, 8, 0, 8, 0.01, True))
+    loop.observe(Sample(0.2, 40, 0, 40, 0.02, True))          # the last batch is an outlier
+    loop.observe(Sample(0.21, 40, 0, 40, 0.02, False))        # prefill intervals do not count
+    loop.tick(0.3)
+    assert loop.live_batch_size == 8
+    loop.tick(0.8)                                            # no batch since: the live bucket stays
+    assert loop.live_batch_size == 8

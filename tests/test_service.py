@@ -1,8 +1,8 @@
 """The daemon's Service on a real SQLite store and the real simulator engine (not started: the
 samples come from a synthetic stream, so what the policy has learned is known)."""
-from controller.config import load_config
-from controller.engines.sim import SimEngine
-from controller.service import Service
+from controller.daemon.config import load_config
+from controller.daemon.engines.sim import SimEngine
+from controller.daemon.service import Service
 from controller.sim.profile import load_profile
 from state.db import open_store
 from state.writer import Writer

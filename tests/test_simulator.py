@@ -3,9 +3,15 @@ import json
 import numpy as np
 import pytest
 
-from controller.evaluate import StaticRunner, run_segments, sweep_segments
 from controller.sim.core import SimCore, chain_probability
-from controller.sim.profile import ProfileError, builtin_names, load_profile, load_trace, parse_profile
+from controller.sim.evaluate import StaticRunner, run_segments, sweep_segments
+from controller.sim.profile import (
+    ProfileError,
+    builtin_names,
+    load_profile,
+    load_trace,
+    parse_profile,
+)
 
 GOOD = {"spec_steps": 2, "step_time": {"batch_size": [1, 64], "off": [0.01, 0.03], "spec": [0.015, 0.08]},
         "acceptance": {"mean_accept_length": 2.2}}

@@ -2,6 +2,7 @@ import sqlite3
 
 import pytest
 
+from controller.status import summarise
 from state import queries
 from state.db import DaemonLock, StoreError, open_store
 from state.migrations import MIGRATIONS
@@ -30,9 +31,28 @@ def test_writer_batches_everything_and_flushes(tmp_path):
     assert queries.settings(db) == {"pinned": 7}
     assert queries.latest_policy_state(db, "ucb")["state"] == {"x": [1, 2]}
     assert queries.recent_decisions(db, 5)[0]["new"] == 4
-    s = queries.sample_summary(db)
+    sums = queries.sample_sums(db, since_t=0.0)
+    s = summarise(sums, sums["span_s"])
     assert s["spec_share"] == pytest.approx(0.5) and s["mean_accept_length"] == pytest.approx(2.0)
     w.stop()
+
+
+def test_live_and_offline_figures_are_the_same_summary(tmp_path):
+    """specctl status reads the same figures from the database as the daemon keeps in memory."""
+    from controller.contract import Sample
+    from controller.daemon.livestats import LiveStats
+    rows = [(i * 0.01, 4 + i % 3, 3 if i % 4 else 0, (4 + i % 3) * (2 if i % 4 else 1), 0.01 + i * 1e-5, 1)
+            for i in range(500)]
+    db = open_store(tmp_path / "s.db")
+    db["samples"].insert_all([dict(zip(("t", "batch_size", "steps", "tokens", "step_s", "decode_only"), r))
+                              for r in rows])
+    live = LiveStats(window_s=60.0)
+    for r in rows:
+        live.add(Sample(*r[:5], bool(r[5])))
+    sums = queries.sample_sums(db)
+    offline, online = summarise(sums, sums["span_s"]), live.snapshot(5.0)
+    for key in ("tok_per_s", "spec_share", "mean_accept_length", "acceptance_rate", "batches_per_s", "batches"):
+        assert offline[key] == pytest.approx(online[key]) and offline[key], key
 
 
 def test_writer_drops_and_counts_when_full(tmp_path):

@@ -2,8 +2,16 @@
 import logging
 from types import SimpleNamespace
 
-from controller import plugin, switches
-from controller.switches import ADAPTIVE_SOURCE, SwitchLogTrimmer
+from controller.plugin import switches
+from controller.plugin.failures import Failures
+from controller.plugin.router import Router
+from controller.plugin.switches import ADAPTIVE_SOURCE, SwitchLogTrimmer
+
+
+def active_router(threshold: int = 8) -> Router:
+    r = Router(threshold, Failures())
+    r.checked, r.k = True, 3
+    return r
 
 
 class Context:
@@ -50,10 +58,8 @@ def test_a_newer_override_of_other_fields_is_never_dropped():
     assert ctx._overrides_log == []
 
 
-def test_plugin_trims_on_every_switch(monkeypatch):
-    st = plugin.PluginState()
-    st.checked, st.k, st.threshold = True, 3, 8
-    monkeypatch.setattr(plugin, "STATE", st)
+def test_plugin_trims_on_every_switch():
+    st = active_router()
     ctx = Context()
     st.switch_log = SwitchLogTrimmer(ctx)
     worker = SimpleNamespace(speculative_num_steps=3)
@@ -63,20 +69,18 @@ def test_plugin_trims_on_every_switch(monkeypatch):
         ctx.override(ADAPTIVE_SOURCE, speculative_num_steps=steps, speculative_num_draft_tokens=steps + 1)
     worker.adaptive_controller = SimpleNamespace(_activate=activate)
     for i in range(400):
-        plugin.activate_step_by_batch(lambda *a: None, worker, 7 if i % 2 else 9)   # crosses 8 every batch
+        st.activate_step_by_batch(lambda *a: None, worker, 7 if i % 2 else 9)   # crosses 8 every batch
     assert st.switches == 400 and len(ctx._overrides_log) == 1
     assert ctx._overrides_log[0][1]["speculative_num_steps"] == 3
 
 
-def test_a_failing_trim_is_reported_once_and_switched_off(monkeypatch):
-    st = plugin.PluginState()
-    st.checked, st.k, st.threshold = True, 3, 8
-    monkeypatch.setattr(plugin, "STATE", st)
+def test_a_failing_trim_is_reported_once_and_switched_off():
+    st = active_router()
     st.switch_log = SwitchLogTrimmer(object())                     # no _overrides_log: raises
     worker = SimpleNamespace(speculative_num_steps=3)
     worker.adaptive_controller = SimpleNamespace(_activate=lambda s: setattr(worker, "speculative_num_steps", s))
-    plugin.activate_step_by_batch(lambda *a: None, worker, 9)
-    assert st.switch_log is None and "switch log trim" in st.failed and worker.speculative_num_steps == 0
+    st.activate_step_by_batch(lambda *a: None, worker, 9)
+    assert st.switch_log is None and "switch log trim" in st.failures.places and worker.speculative_num_steps == 0
 
 
 def test_switch_lines_are_dropped_other_lines_kept(caplog):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.config import load_config
+from controller.daemon.config import load_config
 
 UNIT = Path(__file__).resolve().parent.parent / "systemd" / "spec-controller.service"
 EXAMPLE = UNIT.parent / "config.example.toml"

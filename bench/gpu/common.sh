@@ -86,15 +86,21 @@ start_server() { # label port env... -- flags ; sets SERVER_PID, returns non-zer
   local label=$1 port=$2; shift 2
   local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
   say "start $label"
-  env "${envs[@]}" python3 -m sglang.launch_server "${COMMON[@]}" --port "$port" "$@" >"$OUT/$label.log" 2>&1 &
+  # its own session: the server and every process it starts share the process group SERVER_PID
+  setsid env "${envs[@]}" python3 -m sglang.launch_server "${COMMON[@]}" --port "$port" "$@" >"$OUT/$label.log" 2>&1 &
   SERVER_PID=$!
   if wait_http "$port" "$SERVER_PID"; then say "$label ready"; return 0; fi
   say "$label FAILED to start"; tail -20 "$OUT/$label.log" | tee -a "$SUM"; stop_server; return 1
 }
 
-stop_server() {
-  kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null
-  pkill -f sglang.launch_server; sleep 3
+kill_group() { # pid: SIGTERM to the process group that pid leads (started with setsid), SIGKILL after 30 s
+  kill -TERM -- "-$1" 2>/dev/null
+  for _ in $(seq 1 30); do kill -0 -- "-$1" 2>/dev/null || return 0; sleep 1; done
+  kill -KILL -- "-$1" 2>/dev/null; sleep 1
+}
+
+stop_server() {   # by PID, never by name: only the server this script started
+  kill_group "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null; sleep 2
 }
 
 sweep() { # port label logfile
@@ -169,18 +175,20 @@ db = "$SC/state.db"
 socket = "$SC/ctl.sock"
 TOML
   say "start daemon (sglang engine + plugin, TP $TP, accept length $ACC)"
-  python3 -m controller.daemon run --config $SC/config.toml >"${DAEMON_LOG:-$OUT/daemon.log}" 2>&1 &
-  DAEMON_PID=$!
+  setsid python3 -m controller.daemon run --config $SC/config.toml >"${DAEMON_LOG:-$OUT/daemon.log}" 2>&1 &
+  DAEMON_PID=$!                      # leads the group of the daemon and its SGLang child
   for _ in $(seq 1 480); do
     specctl status --json 2>/dev/null | grep -q '"running": true' && { say "daemon up"; save_caches; return 0; }
     kill -0 $DAEMON_PID 2>/dev/null || break; sleep 1
   done
   say "daemon FAILED"; grep -E "Error|error" "${DAEMON_LOG:-$OUT/daemon.log}" | grep -v "^benchmark_args" | tail -8 | tee -a "$SUM"
-  kill $DAEMON_PID 2>/dev/null; pkill -f sglang.launch_server; return 1
+  kill_group $DAEMON_PID; return 1
 }
 
-stop_daemon() {
+stop_daemon() {   # SIGTERM to the daemon: it drains and stops its SGLang child; then nothing of the group may be left
   kill -TERM $DAEMON_PID; wait $DAEMON_PID; say "daemon exit code $? after SIGTERM"
+  kill -0 -- "-$DAEMON_PID" 2>/dev/null && { say "processes left in the daemon's group: stopping them"; kill_group $DAEMON_PID; }
+  return 0
 }
 
 ema_phase() { # SGLang's own adaptive EMA ({0,3} at slots 1/8/32/64), the plugin disabled, then its sweep

@@ -62,14 +62,13 @@ print("db integrity:", db.execute("PRAGMA integrity_check").fetchone()[0])
 print("samples:", db.execute("SELECT count(*), sum(steps>0), avg(CASE WHEN steps>0 THEN 1.0*tokens/batch_size END), max(batch_size) FROM samples").fetchone())
 print("events:", db.execute("SELECT group_concat(kind) FROM events").fetchone()[0])
 PY
-  pkill -f sglang.launch_server; sleep 2
 }
 
 pin_phase() {
   start_daemon || return
   pin_latency $MAXBS
   specctl status 2>&1 | tee -a "$SUM"
-  stop_daemon; pkill -f sglang.launch_server; sleep 2
+  stop_daemon
 }
 
 hang_phase() {
@@ -78,7 +77,7 @@ hang_phase() {
   specctl status 2>&1 | tee -a "$SUM"
   say "switch INFO lines in the engine log: $(grep -c 'Switch adaptive runtime state' "$OUT/daemon.log")"
   say "trim notice: $(grep -c "trimming SGLang's override log" "$OUT/daemon.log")"
-  local sched; sched=$(pgrep -f 'sglang::scheduler' | head -1)
+  local sched; sched=$(pgrep -g "$DAEMON_PID" -f 'sglang::scheduler' | head -1)   # in this daemon's group only
   [ -z "$sched" ] && { say "no sglang::scheduler process"; stop_daemon; return; }
   kill -STOP "$sched"; local t0; t0=$(date +%s.%N)
   say "SIGSTOP scheduler pid $sched"
@@ -86,7 +85,7 @@ hang_phase() {
   for _ in $(seq 1 120); do kill -0 $DAEMON_PID 2>/dev/null || { wait $DAEMON_PID; rc=$?; break; }; sleep 1; done
   say "daemon exit code $rc, $(python3 -c "import time; print(round(time.time() - $t0, 1))") s after the SIGSTOP"
   grep -E "engine is gone|hung" "$OUT/daemon.log" | tail -2 | tee -a "$SUM"
-  kill -CONT "$sched" 2>/dev/null; kill $DAEMON_PID 2>/dev/null; pkill -9 -f 'sglang' ; sleep 2
+  kill -CONT "$sched" 2>/dev/null; kill_group $DAEMON_PID
 }
 
 for phase in "$@"; do

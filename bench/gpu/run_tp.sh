@@ -35,7 +35,6 @@ fi
 for phase in "$@"; do
   [ "$phase" = ema ] && [ "$(left)" -gt 150 ] && ema_phase
   if [ "$phase" = pin1 ] && [ "$(left)" -gt 170 ]; then   # the same model at TP=1 (one of the GPUs): pin latency
-    pkill -f sglang.launch_server; sleep 2
     TP=1 SC=/tmp/sc1 DAEMON_LOG=$OUT/daemon-tp1.log; mkdir -p $SC
     if start_daemon; then pin_latency $MAXBS; specctl status 2>&1 | tail -3 | tee -a "$SUM"; stop_daemon; fi
   fi

@@ -9,8 +9,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from policies.types import Sample
-
+from ..contract import Sample
 from .profile import Profile
 
 

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from policies import make_policy
-from policies.types import Sample
 
-from .guard import GuardConfig
-from .loop import ControlLoop
-from .sim.core import SimCore
-from .sim.profile import Profile, Segment
+from ..contract import Sample, speculates
+from ..control.guard import GuardConfig
+from ..control.loop import ControlLoop
+from .core import SimCore
+from .profile import Profile, Segment
 
 DEFAULT_TICK_S = 0.5
 
@@ -59,7 +59,7 @@ class StaticRunner(Runner):
         self.threshold = threshold
 
     def speculate(self, batch_size: int) -> bool:
-        return batch_size <= self.threshold
+        return speculates(batch_size, self.threshold)
 
 
 class OracleRunner(Runner):
@@ -79,7 +79,7 @@ class LoopRunner(Runner):
         return self.loop.threshold
 
     def speculate(self, batch_size: int) -> bool:
-        return batch_size <= self.loop.threshold
+        return speculates(batch_size, self.loop.threshold)
 
     def after_batch(self, sample: Sample) -> None:
         self.loop.observe(sample)
@@ -88,7 +88,7 @@ class LoopRunner(Runner):
         self.loop.tick(now)
 
     def exploit_speculates(self, batch_size: int) -> bool:
-        return batch_size <= self.loop.guard.exploit
+        return speculates(batch_size, self.loop.guard.exploit)
 
 
 def run_segments(profile: Profile, segments: Sequence[Segment], make_runner: Callable[[SimCore], Runner],

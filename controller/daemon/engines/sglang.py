@@ -20,9 +20,15 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ..paths import state_dir
-from ..plugin import THRESHOLD_KEY, unsupported_reason, version_unsupported_reason
-from ..telemetry import ENV_ADDRESS, ENV_INITIAL_THRESHOLD, decode
+from ...contract import (
+    ENV_ADDRESS,
+    ENV_INITIAL_THRESHOLD,
+    THRESHOLD_KEY,
+    decode,
+    unsupported_reason,
+    version_unsupported_reason,
+)
+from ...paths import state_dir
 from .base import Engine, EngineError, SampleSink
 
 log = logging.getLogger("spec_controller.sglang")

@@ -4,8 +4,9 @@ from __future__ import annotations
 import threading
 import time
 
-from ..sim.core import SimCore
-from ..sim.profile import Profile, Trace
+from ...contract import speculates
+from ...sim.core import SimCore
+from ...sim.profile import Profile, Trace
 from .base import Engine, EngineError, SampleSink
 
 
@@ -62,7 +63,7 @@ class SimEngine(Engine):
                 c, accept, self.segment = self._load_at(self.core.t)
                 if c != self.core.concurrency or (accept is not None and accept != self.core.accept_length):
                     self.core.set_load(c, accept)
-                sample = self.core.step(self.core.concurrency <= self._threshold)
+                sample = self.core.step(speculates(self.core.concurrency, self._threshold))
                 # Pace virtual time against the real clock so the sample arrives when its step ends.
                 lag = sample.t / self.speed - (time.monotonic() - self._t0_real)
                 if lag > 0 and self._stop.wait(lag):

@@ -74,8 +74,13 @@ _sg: dict[str, Any] = {}
 def build(worker: Any) -> FastOff:
     """Capture the target's decode graphs (runs on every TP rank, after SGLang's own capture)."""
     import torch
-    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
-    from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+    from sglang.srt.model_executor.forward_batch_info import (
+        CaptureHiddenMode,
+        ForwardMode,
+    )
+    from sglang.srt.model_executor.runner.decode_cuda_graph_runner import (
+        DecodeCudaGraphRunner,
+    )
     from sglang.srt.speculative import eagle_worker_v2
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
     _sg.update(torch=torch, DECODE=ForwardMode.DECODE, NO_HIDDEN=CaptureHiddenMode.NULL,

@@ -1,24 +1,21 @@
-"""`spec-controller run`: the service systemd starts (Type=notify)."""
+"""The daemon's life: preflight, engine start, bring-up, serving, reload and orderly shutdown."""
 from __future__ import annotations
 
 import logging
 import signal
-import sys
 import threading
 from pathlib import Path
 
-import click
-
 from policies import PolicyError
 from state import queries
-from state.db import DaemonLock, StoreError, open_store
+from state.db import DaemonLock, open_store
 from state.writer import Writer
 
+from ..paths import default_db, default_socket
+from ..sim.profile import ProfileError
 from .config import ConfigError, load_config
 from .engines.base import Engine, EngineError
 from .notify import sd_notify
-from .paths import default_db, default_socket
-from .sim.profile import ProfileError
 
 log = logging.getLogger("spec_controller")
 
@@ -33,8 +30,8 @@ def build_engine(cfg: dict, last_t: float = 0.0) -> Engine:
     """last_t: the newest engine time in the database (the simulator's clock resumes there)."""
     kind = cfg["engine"]["kind"]
     if kind == "sim":
+        from ..sim.profile import load_profile, load_trace
         from .engines.sim import SimEngine
-        from .sim.profile import load_profile, load_trace
         sim = cfg["sim"]
         profile = load_profile(sim["profile"])
         trace = None if sim["concurrency"] else load_trace(sim["trace"], profile.spec_steps + 1)
@@ -108,8 +105,7 @@ class Daemon:
     def run(self) -> int:
         from .service import Service
 
-        cfg = self.cfg
-        st, ctl = cfg["storage"], cfg["control"]
+        st, ctl = self.cfg["storage"], self.cfg["control"]
         st["db"] = st["db"] or str(default_db())
         ctl["socket"] = ctl["socket"] or str(default_socket())
         self._signals()
@@ -118,28 +114,18 @@ class Daemon:
         db = open_store(st["db"])
         self._preflight(ctl)
         try:
-            engine = build_engine(cfg, queries.last_engine_time(db))
+            engine = build_engine(self.cfg, queries.last_engine_time(db))
         except (ProfileError, EngineError) as e:
             raise Fatal(str(e), 2 if isinstance(e, ProfileError) else 1) from None
         writer = Writer(db).start()
         try:
-            service = Service(cfg, engine, writer)
+            service = Service(self.cfg, engine, writer)
         except PolicyError as e:
             writer.stop()
             raise Fatal(f"policy: {e}", 2) from None
-        writer.event("start", f"engine={cfg['engine']['kind']} policy={service.policy_name} "
+        writer.event("start", f"engine={self.cfg['engine']['kind']} policy={service.policy_name} "
                               f"threshold={service.loop.threshold} pinned={service.loop.pinned}")
-        try:
-            engine.start(service.on_sample)
-            server, sched, ingest = self._bring_up(engine, service)
-        except BaseException as e:   # a started engine is never left behind (the SGLang child holds the GPUs)
-            engine.stop()
-            message = str(e) if isinstance(e, (Fatal, EngineError)) else f"start-up failed: {type(e).__name__}: {e}"
-            writer.event("error", message)
-            writer.stop()
-            if isinstance(e, Fatal) or not isinstance(e, Exception):
-                raise
-            raise Fatal(message) from None
+        server, sched, ingest = self._start(engine, service, writer)
         if server is None:                 # stopped (SIGTERM) while the engine was still starting
             engine.stop()
             writer.event("stop", "stopped before the engine was ready")
@@ -147,19 +133,10 @@ class Daemon:
             lock.release()
             return 0
         log.info("spec-controller ready: engine %s, policy %s, threshold %s, socket %s, db %s",
-                 cfg["engine"]["kind"], service.policy_name, service.loop.threshold, ctl["socket"], st["db"])
+                 self.cfg["engine"]["kind"], service.policy_name, service.loop.threshold, ctl["socket"], st["db"])
         sd_notify("READY=1")
         try:
-            while not self.stop_flag.wait(0.5):
-                if self.reload_flag.is_set():
-                    self.reload_flag.clear()
-                    self._reload(service)
-                health = engine.health()
-                if not health.get("ok"):
-                    log.error("engine is gone: %s", health.get("detail"))
-                    writer.event("error", f"engine gone: {health.get('detail')}")
-                    self.exit_code = 1          # systemd restarts us (Restart=on-failure)
-                    break
+            self._serve(engine, service, writer)
         finally:
             sd_notify("STOPPING=1")
             sched.shutdown(wait=True)
@@ -173,8 +150,36 @@ class Daemon:
             lock.release()
         return self.exit_code
 
+    def _start(self, engine: Engine, service, writer: Writer):
+        """Start the engine and bring the daemon up around it; a started engine is never left
+        behind on failure (the SGLang child holds the GPUs)."""
+        try:
+            engine.start(service.on_sample)
+            return self._bring_up(engine, service)
+        except BaseException as e:
+            engine.stop()
+            message = str(e) if isinstance(e, (Fatal, EngineError)) else f"start-up failed: {type(e).__name__}: {e}"
+            writer.event("error", message)
+            writer.stop()
+            if isinstance(e, Fatal) or not isinstance(e, Exception):
+                raise
+            raise Fatal(message) from None
+
+    def _serve(self, engine: Engine, service, writer: Writer) -> None:
+        """Until SIGTERM or the engine's end: SIGHUP reloads; an engine gone exits 1 (systemd restarts)."""
+        while not self.stop_flag.wait(0.5):
+            if self.reload_flag.is_set():
+                self.reload_flag.clear()
+                self._reload(service)
+            health = engine.health()
+            if not health.get("ok"):
+                log.error("engine is gone: %s", health.get("detail"))
+                writer.event("error", f"engine gone: {health.get('detail')}")
+                self.exit_code = 1
+                return
+
     def _reload(self, service) -> None:
-        from .guard import GuardConfig
+        from ..control.guard import GuardConfig
         try:
             fresh = load_config(self.cfg.get("_path") or None, self.cfg.get("_overrides"))
         except ConfigError as e:
@@ -188,51 +193,3 @@ class Daemon:
         logging.getLogger().setLevel(fresh["control"]["log_level"])
         service.writer.event("reload", "guard, retention and log level re-read")
         log.info("configuration reloaded")
-
-
-@click.group()
-def main() -> None:
-    """spec-controller: the daemon that retunes SGLang's speculation threshold."""
-
-
-@main.command()
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="TOML config (default /etc/spec-controller/config.toml; missing = built-in defaults)")
-@click.option("--engine", type=click.Choice(["sim", "sglang"]), help="engine to embed")
-@click.option("--profile", help="simulator profile: name or .toml/.json path")
-@click.option("--trace", help="simulator load trace (looped): name or path")
-@click.option("--concurrency", type=int, help="simulator: fixed number of clients instead of a trace")
-@click.option("--speed", type=float, help="simulator clock rate (virtual seconds per real second)")
-@click.option("--policy", help="policy at first start (later: specctl policy set)")
-@click.option("--db", help="SQLite database path")
-@click.option("--socket", "socket_path", help="control socket path")
-@click.option("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
-@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
-def run(config_path, engine, profile, trace, concurrency, speed, policy, db, socket_path, metrics_port, log_level):
-    """Run the daemon in the foreground (systemd's ExecStart)."""
-    overrides: dict[str, dict] = {}
-    for section, key, value in [("engine", "kind", engine), ("sim", "profile", profile), ("sim", "trace", trace),
-                                ("sim", "concurrency", concurrency), ("sim", "speed", speed),
-                                ("policy", "name", policy), ("storage", "db", db), ("control", "socket", socket_path),
-                                ("control", "metrics_port", metrics_port), ("control", "log_level", log_level)]:
-        if value is not None:
-            overrides.setdefault(section, {})[key] = value
-    try:
-        cfg = load_config(config_path, overrides)
-    except ConfigError as e:
-        click.echo(f"spec-controller: {e}", err=True)
-        sys.exit(2)
-    cfg["_overrides"] = overrides
-    logging.basicConfig(level=cfg["control"]["log_level"], stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)   # it logs every job run at INFO
-    try:
-        code = Daemon(cfg).run()
-    except (StoreError, Fatal, RuntimeError) as e:
-        click.echo(f"spec-controller: {e}", err=True)
-        sys.exit(getattr(e, "code", 1))
-    sys.exit(code)
-
-
-if __name__ == "__main__":
-    main()

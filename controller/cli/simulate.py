@@ -7,8 +7,8 @@ import click
 
 from policies import PolicyError, parse_kv
 
-from .evaluate import DEFAULT_TICK_S, evaluate, sweep_segments
-from .sim.profile import ProfileError, load_profile, load_trace
+from ..sim.evaluate import DEFAULT_TICK_S, evaluate, sweep_segments
+from ..sim.profile import ProfileError, load_profile, load_trace
 
 
 def _levels(text: str | None, default: tuple[int, ...]) -> list[int]:

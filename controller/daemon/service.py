@@ -13,14 +13,14 @@ from state import queries
 from state.db import open_store
 from state.writer import Writer
 
+from ..control.guard import GuardConfig
+from ..control.loop import ControlLoop
+from ..status import build_status
 from .engines.base import Engine, EngineError
-from .guard import GuardConfig
 from .livestats import LiveStats
-from .loop import ControlLoop
 from .notify import sd_notify
 
 log = logging.getLogger("spec_controller")
-VERSION = "0.1.0"
 
 
 class Service:
@@ -188,30 +188,19 @@ class Service:
     # --- status ---------------------------------------------------------------
     def status(self) -> dict:
         with self.lock:
-            snap = self.stats.snapshot(self.engine.now())
+            window = self.stats.snapshot(self.engine.now())
             health = self.engine.health()
-            return {
-                "daemon": {"running": True, "pid": os.getpid(), "version": VERSION,
-                           "uptime_s": round(time.time() - self.started_wall, 1),
-                           "db": self.cfg["storage"]["db"], "socket": self.cfg["control"]["socket"],
-                           "healthy": bool(health.get("ok"))},
-                "engine": health,
-                "threshold": self.loop.threshold,
-                "pinned": self.loop.pinned is not None,
-                "exploit_threshold": self.loop.guard.exploit,
-                "policy": {"name": self.policy_name, "policy": self.loop.policy.name,
-                           "params": dict(self.loop.policy.params)},
-                "mean_accept_length": snap["mean_accept_length"],
-                "acceptance_rate": snap["acceptance_rate"],
-                "last_accept_length": snap["last_accept_length"],
-                "last_accept_age_s": snap["last_accept_age_s"],
-                "tok_per_s": snap["tok_per_s"],
-                "spec_share": snap["spec_share"],
-                "samples": {"total": self.stats.total, "per_s": snap["batches_per_s"], "dropped": self.dropped,
-                            "written": self.writer.written_samples, "write_dropped": self.writer.dropped,
-                            "write_errors": self.writer.errors, "window_s": snap["window_s"]},
-                "exploration_share": round(self.loop.guard.explore_used, 4),
-                "last_decision": self.last_decision,
-                "engine_errors": self.engine_errors,
-                "decisions": self.decisions,
-            }
+            daemon = {"running": True, "pid": os.getpid(), "uptime_s": round(time.time() - self.started_wall, 1),
+                      "db": self.cfg["storage"]["db"], "socket": self.cfg["control"]["socket"],
+                      "healthy": bool(health.get("ok"))}
+            control = {"threshold": self.loop.threshold, "pinned": self.loop.pinned is not None,
+                       "exploit_threshold": self.loop.guard.exploit,
+                       "policy": {"name": self.policy_name, "policy": self.loop.policy.name,
+                                  "params": self.loop.policy.params},
+                       "exploration_share": round(self.loop.guard.explore_used, 4),
+                       "last_decision": self.last_decision, "engine_errors": self.engine_errors,
+                       "decisions": self.decisions}
+            samples = {"total": self.stats.total, "per_s": window["batches_per_s"], "dropped": self.dropped,
+                       "written": self.writer.written_samples, "write_dropped": self.writer.dropped,
+                       "write_errors": self.writer.errors}
+            return build_status(daemon, health, control, window, samples)

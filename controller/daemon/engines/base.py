@@ -5,7 +5,7 @@ import threading
 from abc import ABC, abstractmethod
 from typing import Callable
 
-from policies.types import Sample
+from ...contract import Sample
 
 SampleSink = Callable[[Sample], None]
 

@@ -6,8 +6,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
-from .guard import GuardConfig, GuardConfigError
-from .paths import DEFAULT_CONFIG
+from ..control.guard import GuardConfig, GuardConfigError
+from ..paths import DEFAULT_CONFIG
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "engine": {"kind": "sim"},

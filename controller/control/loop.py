@@ -36,11 +36,22 @@ class ControlLoop:
         self.last_sample_t: float | None = None
         self._since_tick = 0
         self._exploring = False
+        self._live: dict[int, int] = {}          # bucket -> decode-only batches since the last tick
+        self.live_batch_size: int | None = None  # the bucket most of them fell in (its upper edge)
 
     def observe(self, sample: Sample) -> None:
         self.policy.observe(sample)
         self.last_sample_t = sample.t
         self._since_tick += 1
+        if sample.decode_only and sample.batch_size > 0:
+            b = self.policy.buckets.of(sample.batch_size)
+            self._live[b] = self._live.get(b, 0) + 1
+
+    def _take_live(self) -> int | None:
+        if self._live:
+            self.live_batch_size = self.policy.buckets.high(max(self._live, key=self._live.__getitem__))
+            self._live.clear()
+        return self.live_batch_size
 
     def set_policy(self, policy: Policy) -> None:
         self.policy = policy
@@ -62,6 +73,7 @@ class ControlLoop:
             self.threshold, reason, self._exploring = self.pinned, f"pinned at {self.pinned}", False
             return Tick(now, self.threshold, previous, reason, False)
         # The policy breaks ties toward the exploit threshold, never toward an exploratory one.
-        decision: Decision = self.policy.decide(Snapshot(now, self.guard.exploit, self.policy.max_batch_size))
+        snap = Snapshot(now, self.guard.exploit, self.policy.max_batch_size, self._take_live())
+        decision: Decision = self.policy.decide(snap)
         self.threshold, reason, self._exploring = self.guard.apply(now, decision, self.last_sample_t)
         return Tick(now, self.threshold, previous, reason, self._exploring)

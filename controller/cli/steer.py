@@ -1,0 +1,119 @@
+"""Commands that steer the daemon: policy list/show/set, threshold pin/unpin, and the decision
+history. With the daemon down, reads come from the database and changes are saved there."""
+from __future__ import annotations
+
+import time
+
+import click
+
+from .client import DaemonUnreachable
+from .common import Ctx, call, emit, fail, json_option, offline_db, save_offline
+
+
+# --- policy -------------------------------------------------------------------
+@click.group()
+def policy() -> None:
+    """List, show and switch the policy."""
+
+
+@policy.command("list")
+@json_option
+def policy_list(as_json: bool) -> None:
+    """The available policies and their parameters."""
+    from policies import list_policies
+    def render(rows):
+        out = []
+        for r in rows:
+            alias = f" (alias: {', '.join(r['aliases'])})" if r["aliases"] else ""
+            out.append(f"{r['name']}{alias}: {r['summary']}")
+            out += [f"    {p['name']}={p['default']:g}  [{p['min']:g} .. {p['max']:g}] {p['help']}" for p in r["params"]]
+        return "\n".join(out)
+    emit(list_policies(), as_json, render)
+
+
+@policy.command("show")
+@json_option
+@click.pass_obj
+def policy_show(ctx: Ctx, as_json: bool) -> None:
+    """The active policy and its parameters."""
+    try:
+        info = call(ctx, "GET", "/policy")
+    except DaemonUnreachable:
+        from state import queries
+        saved = queries.settings(offline_db(ctx)).get("policy") or {}
+        info = {"name": saved.get("name"), "params": saved.get("params", {}), "daemon_running": False}
+    emit(info, as_json, lambda i: f"{i['name']}" + "".join(f"\n    {k}={v}" for k, v in i["params"].items()))
+
+
+@policy.command("set")
+@click.argument("name")
+@click.option("--param", "params", multiple=True, metavar="K=V", help="policy parameter (repeatable)")
+@click.pass_obj
+def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
+    """Switch to policy NAME (validated; persisted; survives restarts)."""
+    from policies import PolicyError, make_policy, parse_kv
+    try:
+        kv = parse_kv(params)
+        make_policy(name, kv)             # validate here first: a bad one never reaches the daemon
+    except PolicyError as e:
+        fail(str(e), 2)
+    try:
+        info = call(ctx, "POST", "/policy", {"name": name, "params": kv})
+        click.echo(f"policy {info['name']} active")
+    except DaemonUnreachable:
+        save_offline(ctx, "policy", {"name": name, "params": kv})
+        click.echo(f"daemon is not running: policy {name} saved to {ctx.db}, used at next start")
+
+
+# --- threshold ----------------------------------------------------------------
+@click.group()
+def threshold() -> None:
+    """Pin the threshold by hand, or unpin it."""
+
+
+def _pin(ctx: Ctx, value: int | None) -> None:
+    path = "/threshold/pin" if value is not None else "/threshold/unpin"
+    try:
+        res = call(ctx, "POST", path, {"threshold": value} if value is not None else {})
+        click.echo(f"threshold pinned at {res['threshold']}" if value is not None
+                   else f"threshold unpinned (now {res['threshold']}, policy decides)")
+    except DaemonUnreachable:
+        save_offline(ctx, "pinned", value)
+        click.echo(f"daemon is not running: {'pin ' + str(value) if value is not None else 'unpin'} "
+                   f"saved to {ctx.db}, applied at next start")
+
+
+@threshold.command("pin")
+@click.argument("value", type=click.IntRange(0, 65536))
+@click.pass_obj
+def threshold_pin(ctx: Ctx, value: int) -> None:
+    """Hold the threshold at VALUE (0 = never speculate) until unpinned."""
+    _pin(ctx, value)
+
+
+@threshold.command("unpin")
+@click.pass_obj
+def threshold_unpin(ctx: Ctx) -> None:
+    """Hand the threshold back to the policy."""
+    _pin(ctx, None)
+
+
+# --- history ------------------------------------------------------------------
+@click.command()
+@click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
+@json_option
+@click.pass_obj
+def history(ctx: Ctx, limit: int, as_json: bool) -> None:
+    """Recent threshold decisions, newest first."""
+    try:
+        rows = call(ctx, "GET", f"/history?limit={limit}")
+    except DaemonUnreachable:
+        from state import queries
+        rows = queries.recent_decisions(offline_db(ctx), limit)
+
+    def render(rows):
+        if not rows:
+            return "no decisions yet"
+        return "\n".join(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r['wall']))}  "
+                         f"{r['old']:>5} -> {r['new']:<5} {r['policy']}: {r['reason']}" for r in rows)
+    emit(rows, as_json, render)

@@ -1,0 +1,151 @@
+"""The contract between the two processes: the SGLang plugin (inside every scheduler process) and
+the daemon. Both import this module and nothing of each other's; it imports only the standard
+library, because SGLang loads it in every scheduler process.
+
+- the routing predicate (which batches speculate),
+- the per-batch sample and its wire codec (plugin rank 0 -> daemon, over zmq),
+- the set_internal_state keys the daemon sends and the plugin accepts,
+- the SGLang versions and engine configurations the plugin supports (the daemon refuses the
+  same ones before it starts an engine).
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+
+# --- routing ----------------------------------------------------------------------------------
+def speculates(batch_size: int, threshold: int) -> bool:
+    """The one routing rule: a decode batch speculates iff its size is at most the threshold."""
+    return batch_size <= threshold
+
+
+# --- the sample -------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One decode batch, as the SGLang plugin and the simulator both report it.
+
+    steps == 0 means speculation was off for this batch; tokens is the sum of accept lengths
+    (== batch_size when off); step_s is the interval between consecutive decode results;
+    decode_only is False when that interval also held a prefill/extend batch.
+    """
+
+    t: float
+    batch_size: int
+    steps: int
+    tokens: int
+    step_s: float
+    decode_only: bool = True
+
+    @property
+    def speculative(self) -> bool:
+        return self.steps > 0
+
+    @property
+    def tok_per_s(self) -> float:
+        return self.tokens / self.step_s if self.step_s > 0 else 0.0
+
+    def as_tuple(self) -> tuple:
+        return (self.t, self.batch_size, self.steps, self.tokens, self.step_s, int(self.decode_only))
+
+
+# --- the wire: tiny fixed structs over zmq ----------------------------------------------------
+ENV_ADDRESS = "SPEC_CONTROLLER_TELEMETRY"          # e.g. ipc:///run/spec-controller/telemetry.ipc
+ENV_INITIAL_THRESHOLD = "SPEC_CONTROLLER_INITIAL_THRESHOLD"
+
+SAMPLE = struct.Struct("<BdIHIdB")       # kind=1, t, batch size, steps, tokens, step s, decode-only
+STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and their total time
+                "switches", "switch_ns",                 # those that switched SGLang's state, their time
+                "sent", "dropped",                       # samples sent / dropped at a full queue
+                "telemetry_calls", "telemetry_ns",       # time spent producing and sending samples
+                "fast_off_batches", "fast_off_graph_batches", "fast_off_cpu_ns",   # the fast off path
+                "off_fallbacks")                         # off batches that took SGLang's steps-0 path
+STATS = struct.Struct("<B" + "Q" * len(STATS_FIELDS) + "B")   # kind=2, the counters, the off path in use
+KIND_SAMPLE, KIND_STATS = 1, 2
+OFF_PATHS = ("steps-0", "fast", "steps-0 (fast path switched off)")
+
+
+def pack_sample(t: float, batch_size: int, steps: int, tokens: int, step_s: float, decode_only: bool) -> bytes:
+    return SAMPLE.pack(KIND_SAMPLE, t, batch_size, steps, tokens, step_s, decode_only)
+
+
+def encode_stats(counters: Mapping[str, int], off_path: int = 0) -> bytes:
+    """The plugin's counters (STATS_FIELDS; missing ones are 0) and OFF_PATHS[off_path]."""
+    return STATS.pack(KIND_STATS, *(int(counters.get(k, 0)) for k in STATS_FIELDS), off_path)
+
+
+def decode(msg: bytes) -> list[Sample] | dict:
+    """A list of Samples (the plugin sends several per message), or a dict of plugin counters;
+    ValueError on anything else."""
+    if msg and msg[0] == KIND_SAMPLE and len(msg) % SAMPLE.size == 0:
+        samples = []
+        for kind, t, bs, steps, tokens, step_s, decode_only in SAMPLE.iter_unpack(msg):
+            if kind != KIND_SAMPLE:
+                raise ValueError("corrupt telemetry message (a sample without its kind byte)")
+            samples.append(Sample(t, bs, steps, tokens, step_s, bool(decode_only)))
+        return samples
+    if len(msg) == STATS.size and msg[0] == KIND_STATS:
+        values = STATS.unpack(msg)
+        path = values[-1]
+        return {**dict(zip(STATS_FIELDS, values[1:-1])), "off_path": OFF_PATHS[path] if path < len(OFF_PATHS) else "?"}
+    raise ValueError(f"unknown telemetry message ({len(msg)} bytes)")
+
+
+# --- set_internal_state keys ------------------------------------------------------------------
+THRESHOLD_KEY = "speculative_disable_batch_threshold"
+FAST_OFF_KEY = "spec_controller_fast_off"               # run-time switch for the fast off path
+SIM_ACC_KEY = "spec_controller_simulate_acc_len"         # experiments only (SPEC_CONTROLLER_EXPERIMENTS=1)
+OWN_KEYS = (THRESHOLD_KEY, FAST_OFF_KEY, SIM_ACC_KEY)
+MAX_THRESHOLD = 1 << 20
+
+
+def validate_threshold(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        return f"{THRESHOLD_KEY} must be an integer, got {value!r}"
+    if not 0 <= value <= MAX_THRESHOLD:
+        return f"{THRESHOLD_KEY}={int(value)} out of range (0 .. {MAX_THRESHOLD})"
+    return None
+
+
+# --- what the plugin supports -----------------------------------------------------------------
+SUPPORTED = ((0, 5, 14), (0, 5, 23))
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            return None
+        parts.append(int(digits))
+    return tuple(parts) if len(parts) == 3 else None
+
+
+def version_unsupported_reason(version: str) -> str | None:
+    parsed = parse_version(version)
+    lo, hi = SUPPORTED
+    if parsed is None or not lo <= parsed <= hi:
+        return (f"sglang {version} is outside the supported range "
+                f"{'.'.join(map(str, lo))} .. {'.'.join(map(str, hi))}")
+    return None
+
+
+def unsupported_reason(server_args: Any, version: str | None = None) -> str | None:
+    """Why the plugin must stay out of this engine, or None. Takes ServerArgs or a dict."""
+    get = (lambda k, d=None: server_args.get(k, d)) if isinstance(server_args, dict) \
+        else (lambda k, d=None: getattr(server_args, k, d))
+    if version is not None and (reason := version_unsupported_reason(version)):
+        return reason
+    algo = get("speculative_algorithm")
+    if algo not in ("EAGLE", "EAGLE3"):
+        return f"speculative_algorithm={algo} (only EAGLE/EAGLE3 are supported)"
+    if get("speculative_eagle_topk") not in (None, 1):
+        return f"speculative_eagle_topk={get('speculative_eagle_topk')} (only topk=1 is supported)"
+    for flag, why in (("enable_dp_attention", "DP attention"), ("enable_two_batch_overlap", "two-batch overlap"),
+                      ("enable_pdmux", "pdmux"), ("enable_multi_layer_eagle", "multi-layer EAGLE")):
+        if get(flag):
+            return f"{flag}=True: SGLang's adaptive speculation does not support {why}"
+    if not get("speculative_adaptive"):
+        return "speculative_adaptive is off: the engine must start with it (the daemon does this)"
+    return None

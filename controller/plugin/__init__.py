@@ -1,0 +1,39 @@
+"""The SGLang general plugin (entry point `sglang.srt.plugins`): what runs inside every SGLang
+scheduler process. It imports only controller.contract from the rest of the project, and stays
+light at import: SGLang loads it in every process it starts.
+
+`load()` builds the process's one Plugin and registers its hooks (idempotent); a refusal
+leaves SGLang untouched. No SGLang file is edited.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger("spec_controller.plugin")
+_loaded: list = []            # the process's Plugin once load() ran (a list: no rebinding of a global)
+
+
+def load() -> None:
+    """Entry point: register the hooks once per process."""
+    if _loaded:
+        return
+    _loaded.append(None)
+    if os.environ.get("SPEC_CONTROLLER_PLUGIN", "1") == "0":
+        return
+    from ..contract import version_unsupported_reason
+    from .support import sglang_version
+    try:
+        reason = version_unsupported_reason(sglang_version())
+        if reason:
+            log.warning("spec-controller plugin not loaded: %s", reason)
+            return
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    except Exception as e:
+        log.warning("spec-controller plugin not loaded: %s", e)
+        return
+    from .instance import Plugin
+    plugin = Plugin()
+    _loaded[0] = plugin
+    for target, (hook, kind) in plugin.hooks().items():
+        HookRegistry.register(target, hook, getattr(HookType, kind))

@@ -1,0 +1,109 @@
+"""One plugin per SGLang scheduler process: the router, the off path and the telemetry sender,
+the set_internal_state keys that steer them, and the table of hooks bound to their methods."""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Mapping
+
+from ..contract import (
+    ENV_ADDRESS,
+    ENV_INITIAL_THRESHOLD,
+    FAST_OFF_KEY,
+    OWN_KEYS,
+    SIM_ACC_KEY,
+    THRESHOLD_KEY,
+    validate_threshold,
+)
+from .failures import Failures
+from .offpath import OffPath
+from .router import Router
+from .support import EAGLE_WORKER, RESULT_PROCESSOR, SCHEDULER
+from .telemetry import TelemetrySender
+
+log = logging.getLogger("spec_controller.plugin")
+
+
+def state_output(output_cls: type, updated: bool) -> Any:
+    """SetInternalStateReqOutput across versions (0.5.14 also requires server_args)."""
+    try:
+        return output_cls(updated=updated)
+    except TypeError:
+        return output_cls(updated=updated, server_args={})
+
+
+class Plugin:
+    def __init__(self, env: Mapping[str, str] = os.environ, **telemetry_options: Any):
+        raw = env.get(ENV_INITIAL_THRESHOLD, "0")
+        self.env = env
+        self.failures = Failures()
+        self.router = Router(int(raw) if raw.isdigit() else 0, self.failures)
+        self.off_path = OffPath(self.router, self.failures, env.get("SPEC_CONTROLLER_FAST_OFF", "1") != "0")
+        self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
+
+    def stats(self) -> tuple[dict[str, int], int]:
+        return {**self.router.counters(), **self.off_path.counters()}, self.off_path.path_index()
+
+    def hooks(self) -> dict[str, tuple[Callable, str]]:
+        """target -> (bound hook, HookType name); the targets are support.HOOK_TARGETS."""
+        r, off, tel = self.router, self.off_path, self.telemetry
+        return {
+            f"{EAGLE_WORKER}.activate_step_by_batch": (r.activate_step_by_batch, "AROUND"),
+            f"{EAGLE_WORKER}.forward_batch_generation": (off.forward_batch_generation, "AROUND"),
+            f"{EAGLE_WORKER}.init_cuda_graphs": (off.after_init_cuda_graphs, "AFTER"),
+            f"{EAGLE_WORKER}.on_verify_complete_cpu": (r.on_verify_complete_cpu, "AROUND"),
+            f"{SCHEDULER}.set_internal_state": (self.set_internal_state, "AROUND"),
+            f"{RESULT_PROCESSOR}.process_batch_result_prefill": (tel.before_prefill_result, "BEFORE"),
+            f"{RESULT_PROCESSOR}._resolve_spec_v2_tokens": (tel.after_spec_result, "AFTER"),
+            f"{SCHEDULER}.on_idle": (tel.flush, "BEFORE"),
+        }
+
+    # --- set_internal_state --------------------------------------------------------------------
+    def validate_own_keys(self, ours: Mapping[str, Any]) -> str | None:
+        """The plugin's set_internal_state keys: all valid, or the first problem (nothing applied)."""
+        if THRESHOLD_KEY in ours and (problem := validate_threshold(ours[THRESHOLD_KEY])):
+            return problem
+        if FAST_OFF_KEY in ours:
+            if ours[FAST_OFF_KEY] not in (True, False):    # SGLang's request path turns JSON booleans into 0/1
+                return f"{FAST_OFF_KEY} must be true or false, got {ours[FAST_OFF_KEY]!r}"
+            if ours[FAST_OFF_KEY] and self.router.checked and self.off_path.fast is None:
+                return f"{FAST_OFF_KEY}: the fast off path is not available in this engine (see its log)"
+        if SIM_ACC_KEY in ours:
+            if self.env.get("SPEC_CONTROLLER_EXPERIMENTS") != "1":
+                return f"{SIM_ACC_KEY} is an experiment knob (start the engine with SPEC_CONTROLLER_EXPERIMENTS=1)"
+            value = ours[SIM_ACC_KEY]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value <= 0 or 1 <= value <= 64):
+                return f"{SIM_ACC_KEY} must be a mean accept length in 1 .. 64 (or <= 0: off), got {value!r}"
+        if self.router.checked and self.router.inert_reason is not None:
+            return f"spec-controller plugin inactive: {self.router.inert_reason}"
+        return None
+
+    def apply_own_keys(self, ours: Mapping[str, Any]) -> None:
+        if THRESHOLD_KEY in ours:
+            self.router.threshold = int(ours[THRESHOLD_KEY])
+        if FAST_OFF_KEY in ours:
+            self.off_path.enabled = bool(ours[FAST_OFF_KEY])
+        if SIM_ACC_KEY in ours:   # SGLang's benchmark knob, read by every verify (spec_utils.SIMULATE_ACC_LEN)
+            from sglang.srt.speculative import spec_utils
+            spec_utils.SIMULATE_ACC_LEN = float(ours[SIM_ACC_KEY])
+
+    def set_internal_state(self, original: Callable, scheduler: Any, recv_req: Any) -> Any:
+        """AROUND Scheduler.set_internal_state: the plugin's keys are validated together and applied
+        only if SGLang accepted the rest of the request."""
+        args = getattr(recv_req, "server_args", None)
+        ours = {k: v for k, v in args.items() if k in OWN_KEYS} if isinstance(args, dict) else {}
+        if not ours:
+            return original(scheduler, recv_req)
+        from sglang.srt.managers.io_struct import SetInternalStateReqOutput
+        problem = self.validate_own_keys(ours)
+        if problem is not None:
+            log.warning("set_internal_state refused: %s", problem)
+            return state_output(SetInternalStateReqOutput, False)
+        rest = {k: v for k, v in args.items() if k not in ours}
+        if rest:
+            recv_req.server_args = rest
+            out = original(scheduler, recv_req)
+            if not out.updated:
+                return out
+        self.apply_own_keys(ours)
+        return state_output(SetInternalStateReqOutput, True)

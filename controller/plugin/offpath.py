@@ -1,0 +1,90 @@
+"""Which path an off decode batch takes: the fast off path (the target's plain decode through
+its own CUDA graphs, controller.plugin.fastoff) where it was built on every TP rank, else
+SGLang's steps-0 state. Batches that need verify's extras always take steps-0."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+from ..contract import parse_version
+from . import fastoff
+from .failures import Failures
+from .router import Router
+
+log = logging.getLogger("spec_controller.plugin")
+LOG_EVERY = 20000          # a progress line every this many fast off batches
+
+
+class OffPath:
+    def __init__(self, router: Router, failures: Failures, enabled: bool = True):
+        self.router = router
+        self.failures = failures
+        self.enabled = enabled                     # the operator's run-time switch
+        self.fast: fastoff.FastOff | None = None   # built after SGLang's graph capture, if supported
+        self.fallbacks = 0                         # off batches that took SGLang's steps-0 path
+
+    def after_init_cuda_graphs(self, result: Any, worker: Any, *args, **kwargs) -> None:
+        """AFTER EAGLEWorkerV2.init_cuda_graphs, every rank, once: capture the target's decode graphs."""
+        if not self.enabled or not self.router.check(worker):
+            return None
+        version = self.router.version()
+        if not fastoff.version_supported(parse_version(version)):
+            log.warning("spec-controller: fast off path not available on sglang %s; off batches use "
+                        "SGLang's steps-0 state", version)
+            return None
+        fast = None
+        try:
+            fast = fastoff.build(worker)
+        except Exception as e:
+            self.failures.record("fast off capture", e)
+        try:
+            agreed = fastoff.all_ranks_agree(fast is not None)
+        except Exception as e:
+            self.failures.record("fast off agreement", e)
+            agreed = False
+        if fast is not None and not agreed:
+            log.warning("spec-controller: another TP rank could not build the fast off path; all ranks use steps-0")
+        self.fast = fast if agreed else None
+        return None
+
+    def _ours(self, worker: Any, batch: Any) -> bool:
+        """An off decode batch the fast path may take."""
+        if (self.fast is None or not self.enabled or batch.forward_mode.is_extend()
+                or batch.is_extend_in_batch or batch.forward_mode.is_idle() or not self.router.check(worker)):
+            return False
+        return not self.router.speculates(batch.seq_lens.shape[0])
+
+    def forward_batch_generation(self, original: Callable, worker: Any, batch: Any, *args, **kwargs) -> Any:
+        """AROUND EAGLEWorkerV2.forward_batch_generation."""
+        if not self._ours(worker, batch):
+            return original(worker, batch, *args, **kwargs)
+        if fastoff.batch_unsupported_reason(batch) is not None:
+            self.fallbacks += 1
+            return original(worker, batch, *args, **kwargs)
+        fast = self.fast
+        worker.activate_step_by_batch(batch.seq_lens.shape[0])   # steps-0 state: allocation and stride as SGLang's off
+        on_publish = kwargs.get("on_publish", args[0] if args else None)
+        t0 = time.perf_counter_ns()
+        try:
+            result = fastoff.run(worker, fast, batch, on_publish)
+        except Exception as e:      # restored batch fields: SGLang's own path can still take this batch
+            self.failures.record("fast off", e)
+            self.fast = None
+            return original(worker, batch, *args, **kwargs)
+        fast.cpu_ns += time.perf_counter_ns() - t0        # CPU time to launch it (the GPU runs on, overlapped)
+        if fast.batches % LOG_EVERY == 1:
+            log.info("spec-controller fast off: %d batches (%d on CUDA graphs), %d fell back to steps-0",
+                     fast.batches, fast.graph_batches, self.fallbacks)
+        return result
+
+    def path_index(self) -> int:
+        """Index into contract.OFF_PATHS: steps-0, fast, or fast built but switched off."""
+        return 0 if self.fast is None else (1 if self.enabled else 2)
+
+    def counters(self) -> dict[str, int]:
+        out = {"off_fallbacks": self.fallbacks}
+        if self.fast is not None:
+            out.update(fast_off_batches=self.fast.batches, fast_off_graph_batches=self.fast.graph_batches,
+                       fast_off_cpu_ns=self.fast.cpu_ns)
+        return out

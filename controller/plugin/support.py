@@ -1,0 +1,32 @@
+"""The SGLang internals the plugin names: the hook targets it registers and the callables it calls,
+each with the parameters it expects (checked against every released wheel by the contract tests).
+The supported versions and refused configurations are shared with the daemon: controller.contract."""
+from __future__ import annotations
+
+EAGLE_WORKER = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2"
+SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+RESULT_PROCESSOR = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
+# target -> the parameters the hook expects
+HOOK_TARGETS: dict[str, tuple[str, ...]] = {
+    f"{EAGLE_WORKER}.forward_batch_generation": ("self", "batch", "on_publish"),
+    f"{EAGLE_WORKER}.init_cuda_graphs": ("self",),
+    f"{EAGLE_WORKER}.activate_step_by_batch": ("self", "batch_size"),
+    f"{EAGLE_WORKER}.on_verify_complete_cpu": ("self", "num_correct_drafts_per_req", "batch_size"),
+    f"{RESULT_PROCESSOR}._resolve_spec_v2_tokens": ("self", "result", "batch"),
+    f"{RESULT_PROCESSOR}.process_batch_result_prefill": ("self", "batch", "result"),
+    f"{SCHEDULER}.set_internal_state": ("self", "recv_req"),
+    f"{SCHEDULER}.on_idle": ("self",),
+}
+# called, not hooked
+USED_CALLABLES: dict[str, tuple[str, ...]] = {
+    "sglang.srt.speculative.adaptive_runtime_state.AdaptiveController._activate": ("self", "speculative_num_steps"),
+}
+
+
+def sglang_version() -> str:
+    """The running SGLang's version ("0" when it cannot be read)."""
+    try:
+        import sglang
+        return getattr(sglang, "__version__", "0")
+    except Exception:
+        return "0"

@@ -1,0 +1,162 @@
+"""The daemon's SGLang engine adapter on CPU: start-time refusals, server flags, the telemetry
+receiver on a real PULL socket, liveness probing against a local HTTP server, and the drain."""
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+import zmq
+
+from controller.daemon.engines.base import EngineError
+from controller.daemon.engines.sglang import SGLangEngine, server_flags
+
+
+def test_engine_refuses_unsupported_config_and_builds_flags():
+    with pytest.raises(EngineError, match="only topk=1"):
+        SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "speculative_eagle_topk": 4})
+    with pytest.raises(EngineError, match="model_path is required"):
+        SGLangEngine({"speculative_algorithm": "EAGLE3"})
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
+                        "tp_size": 2, "enable_metrics": True, "ready_timeout_s": 5})
+    cmd = eng.command()
+    assert cmd[1:3] == ["-m", "sglang.launch_server"]
+    assert ["--tp-size", "2"] == cmd[cmd.index("--tp-size"):cmd.index("--tp-size") + 2]
+    assert "--enable-metrics" in cmd and "--speculative-adaptive" in cmd and "--ready-timeout-s" not in cmd
+    assert "--speculative-num-draft-tokens" in cmd      # starts at the largest candidate (K + 1)
+    assert server_flags({"a_b": [1, 2], "off": False}) == ["--a-b", "1", "2"]
+
+
+def test_engine_receiver_unpacks_messages_of_several_samples(short_tmp):
+    """The daemon side of the wire: samples in order, counters kept, garbage counted, never fatal."""
+    from controller.contract import encode_stats, pack_sample
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3"})
+    ctx = zmq.Context.instance()
+    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    pull.bind(f"ipc://{short_tmp}/e.ipc")
+    push.connect(f"ipc://{short_tmp}/e.ipc")
+    got = []
+    rx = threading.Thread(target=eng._receive, args=(pull, got.append), daemon=True)
+    rx.start()
+    push.send(pack_sample(1.0, 4, 0, 4, 0.01, True) + pack_sample(2.0, 8, 3, 20, 0.02, True))
+    push.send(b"\x07garbage")
+    push.send(encode_stats({"sent": 3}, 1))
+    push.send(pack_sample(3.0, 16, 3, 40, 0.03, False))
+    deadline = time.monotonic() + 5
+    while (len(got) < 3 or not eng.plugin_stats) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    eng._stop.set()
+    rx.join(5)
+    assert [s.t for s in got] == [1.0, 2.0, 3.0] and eng.bad_messages == 1
+    assert eng.plugin_stats["sent"] == 3 and eng.plugin_stats["off_path"] == "fast"
+    push.close(linger=0)
+
+
+@pytest.fixture
+def sglang_http():
+    """A local HTTP server answering SGLang's /health and /health_generate with a settable status, and
+    a live process standing for the SGLang child: the engine adapter's supervision logic, without a GPU."""
+    import http.server
+    import subprocess
+    import sys
+    answer = {"code": 200}
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(answer["code"] if self.path in ("/health", "/health_generate") else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield SimpleNamespace(server=server, answer=answer, proc=proc, port=server.server_address[1])
+    proc.kill()
+    proc.wait()
+    server.shutdown()
+    server.server_close()
+
+
+def test_waiting_for_the_engine_ends_when_the_daemon_is_asked_to_stop(sglang_http):
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": sglang_http.port})
+    eng.proc = sglang_http.proc
+    assert eng.wait_ready(30)
+    cancel = threading.Event()
+    cancel.set()                                   # SIGTERM during a long engine start
+    assert not eng.wait_ready(30, cancel=cancel)
+
+
+def test_engine_that_stops_answering_is_reported_gone_after_hang_after_s(sglang_http):
+    """A live SGLang process whose scheduler no longer answers /health_generate (the symptom of ranks
+    out of step) must read as gone, so the daemon exits and systemd restarts it. One failed probe
+    never does; a success in between resets the count."""
+    server, answer = sglang_http.server, sglang_http.answer
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": server.server_address[1],
+                        "hang_after_s": 100})
+    eng.proc = sglang_http.proc
+    try:
+        assert eng.probe(now=0.0) and eng.health()["ok"]
+        answer["code"] = 503
+        assert not eng.probe(now=10.0)
+        h = eng.health()
+        assert h["ok"] and h["detail"].startswith("running: /health_generate unanswered for 0 s (last: HTTP 503")
+        assert not eng.probe(now=60.0) and eng.health()["ok"]
+        answer["code"] = 200
+        assert eng.probe(now=80.0) and eng.health()["ok"] and eng.health()["detail"] == "running"
+        answer["code"] = 503
+        eng.probe(now=90.0)
+        eng.probe(now=150.0)
+        assert eng.health()["ok"]                                  # 60 s < 100 s since the last success
+        eng.probe(now=190.0)
+        h = eng.health()
+        assert not h["ok"] and h["detail"].startswith("hung: /health_generate unanswered for 100 s")
+        server.shutdown()
+        server.server_close()
+        eng.probe(now=200.0)                                       # refused connections count as failures
+        assert not eng.health()["ok"] and "unanswered for 110 s" in eng.health()["detail"]
+    finally:
+        eng.proc.kill()
+        eng.proc.wait()
+    assert eng.health()["detail"].startswith("exited")
+
+
+@pytest.mark.parametrize("value", [-1, "soon", True])
+def test_engine_refuses_bad_probe_settings(value):
+    with pytest.raises(EngineError, match=r"\[sglang\] hang_after_s must be a number of seconds >= 0"):
+        SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "hang_after_s": value})
+
+
+DRAINING_ENGINE = """
+import signal, sys, time, zmq
+from controller.contract import pack_sample
+push = zmq.Context.instance().socket(zmq.PUSH)
+push.connect(sys.argv[1])
+def drain(*_):
+    time.sleep(0.5)                                   # SGLang finishes its running requests...
+    push.send(pack_sample(9.0, 3, 0, 3, 0.01, True))  # ...and rank 0 reports those batches
+    push.close(linger=2000)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, drain)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_stopping_the_engine_keeps_the_telemetry_of_its_drain(short_tmp):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3"})
+    pull = zmq.Context.instance().socket(zmq.PULL)
+    pull.bind(f"ipc://{short_tmp}/d.ipc")
+    got = []
+    eng._rx = threading.Thread(target=eng._receive, args=(pull, got.append), daemon=True)
+    eng._rx.start()
+    eng.proc = subprocess.Popen([sys.executable, "-c", DRAINING_ENGINE, f"ipc://{short_tmp}/d.ipc"],
+                                stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert eng.proc.stdout.readline().strip() == "ready"
+    eng.stop(timeout=30)
+    assert eng.proc.returncode == 0 and not eng._rx.is_alive()
+    assert [s.t for s in got] == [9.0]
