@@ -96,7 +96,9 @@ def decode(msg: bytes) -> list[Sample] | dict:
 THRESHOLD_KEY = "speculative_disable_batch_threshold"
 FAST_OFF_KEY = "spec_controller_fast_off"               # run-time switch for the fast off path
 SIM_ACC_KEY = "spec_controller_simulate_acc_len"         # experiments only (SPEC_CONTROLLER_EXPERIMENTS=1)
-OWN_KEYS = (THRESHOLD_KEY, FAST_OFF_KEY, SIM_ACC_KEY)
+SKIP_DRAFT_PREFILL_KEY = "spec_controller_skip_draft_prefill"   # experiments only: no draft prefill while all off
+OWN_KEYS = (THRESHOLD_KEY, FAST_OFF_KEY, SIM_ACC_KEY, SKIP_DRAFT_PREFILL_KEY)
+EXPERIMENT_KEYS = (SIM_ACC_KEY, SKIP_DRAFT_PREFILL_KEY)
 MAX_THRESHOLD = 1 << 20
 
 

@@ -65,7 +65,7 @@ def server(tmp_path_factory):
 def run_chain_check(port, nxt, toggle=None):
     import greedy
     prompts = greedy.prompts(64, 32, 32000, seed=5)
-    run = greedy.generate_all(port, prompts, 48, 16, list(toggle) if toggle else None, 5.0)
+    run = greedy.generate_all(port, prompts, [48] * len(prompts), 16, list(toggle) if toggle else None, 5.0)
     bad = [i for i, (ids, out) in enumerate(zip(prompts, run["outputs"])) if out != greedy.chain(nxt, ids[-1], 48)]
     return bad, run["accepts"], run["sent"]
 

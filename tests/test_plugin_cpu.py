@@ -438,3 +438,18 @@ def test_load_refuses_an_unsupported_version_and_registers_nothing(monkeypatch):
     registered = fake_sglang(monkeypatch, "0.5.99")
     entry.load()
     assert registered == [] and entry._loaded == [None]
+
+
+def test_the_draft_prefill_is_skipped_only_by_the_experiment_and_only_while_nothing_speculates(monkeypatch):
+    plug = active(Plugin({"SPEC_CONTROLLER_EXPERIMENTS": "1"}), threshold=0)
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda worker, ids: ("stub", ids))
+    original = lambda worker, batch, hidden, ids: ("draft forward", ids)
+    off = plug.off_path
+    assert off.draft_extend_for_prefill(original, None, None, None, [7]) == ("draft forward", [7])   # knob off
+    assert plug.validate_own_keys({contract.SKIP_DRAFT_PREFILL_KEY: True}) is None
+    plug.apply_own_keys({contract.SKIP_DRAFT_PREFILL_KEY: True})
+    assert off.draft_extend_for_prefill(original, None, None, None, [7]) == ("stub", [7])
+    plug.router.threshold = 1                           # some batch sizes speculate: their draft must be ready
+    assert off.draft_extend_for_prefill(original, None, None, None, [7]) == ("draft forward", [7])
+    assert off.skipped_prefills == 1
+    assert "experiment knob" in Plugin({}).validate_own_keys({contract.SKIP_DRAFT_PREFILL_KEY: True})

@@ -60,6 +60,7 @@ make_model() { # dir [--crafted]
 TOK=$M/target
 
 BIGMODEL="--hidden 8192 --layers 48 --inter 22016 --heads 64 --kv-heads 8"   # ~34 B parameters
+MODEL7B="--hidden 4096 --layers 32 --inter 14336 --heads 32 --kv-heads 8"     # ~7.2 B (Llama-3-8B shapes, vocab 32k)
 TP=${TP:-1}; MAXBS=${MAXBS:-128}   # tensor-parallel size; max running requests = largest CUDA-graph batch
 DUMMY=${DUMMY:-}                    # 1: weights made in place by SGLang (--load-format dummy; mkmodel --config-only)
 COMMON=(--model-path $M/target --host 127.0.0.1 --attention-backend triton --mem-fraction-static 0.8
@@ -121,6 +122,17 @@ steady() { # port label logfile steady.py-args...: decode throughput at fixed ba
   say "steady $label: $(cd bench/gpu && python3 steady.py --show "$label" --out "$R")"
 }
 
+profile() { # port label steps: SGLang's torch profiler for N forward steps under the running load; summary line
+  local dir=/tmp/prof/$2; rm -rf "$dir"; mkdir -p "$dir"
+  curl -s -X POST "http://127.0.0.1:$1/start_profile" -H 'Content-Type: application/json' \
+    -d "{\"output_dir\": \"$dir\", \"num_steps\": $3, \"activities\": [\"CPU\", \"GPU\"], \"with_stack\": false}" >/dev/null
+  for _ in $(seq 1 60); do ls "$dir"/*.trace.json* >/dev/null 2>&1 && break; sleep 1; done
+  sleep 2
+  python3 bench/gpu/trace_summary.py "$dir" --label "$2" --json "$R" 2>&1 | tail -1 | cut -c1-1500 | tee -a "$SUM"
+}
+
+log_offset() { stat -c %s "$1" 2>/dev/null || echo 0; }
+
 internal_state() { # port json: POST /set_internal_state, prints "updated True/False"
   python3 bench/gpu/greedy.py --updated "$(curl -s -X POST "http://127.0.0.1:$1/set_internal_state" \
     -H 'Content-Type: application/json' -d "{\"server_args\": $2}")"
@@ -168,7 +180,7 @@ probe_s = ${PROBE_S:-30}
 hang_after_s = ${HANG_AFTER_S:-180}
 [sglang.env]
 $([ "$ACC" != natural ] && echo "SGLANG_SIMULATE_ACC_LEN = \"$ACC\"")
-$([ -n "${ACC_LEVELS:-}" ] && echo 'SPEC_CONTROLLER_EXPERIMENTS = "1"')
+$([ -n "${ACC_LEVELS:-}${EXPERIMENTS:-}" ] && echo 'SPEC_CONTROLLER_EXPERIMENTS = "1"')
 [storage]
 db = "$SC/state.db"
 [control]

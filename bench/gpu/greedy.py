@@ -50,7 +50,7 @@ def updated(answer) -> bool:
     return bool(flags) and all(flag is True for flag in flags)
 
 
-def generate_all(port: int, batch: list[list[int]], new_tokens: int, concurrency: int,
+def generate_all(port: int, batch: list[list[int]], new_tokens: list[int], concurrency: int,
                  toggle: list[int] | None = None, toggle_ms: float = 10.0) -> dict:
     """Every prompt, greedily, from `concurrency` clients; with `toggle`, the threshold cycles through
     those values every `toggle_ms` meanwhile. Outputs in prompt order, accept lengths, changes made."""
@@ -69,7 +69,7 @@ def generate_all(port: int, batch: list[list[int]], new_tokens: int, concurrency
         thread.start()
     t_start = time.time()
     with ThreadPoolExecutor(concurrency) as pool:
-        results = list(pool.map(lambda ids: generate(port, ids, new_tokens), batch))
+        results = list(pool.map(lambda job: generate(port, *job), zip(batch, new_tokens)))
     t_end = time.time()
     stop.set()
     if thread:
@@ -93,6 +93,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=200)
     ap.add_argument("--input-len", type=int, default=32)
     ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--output-len-min", type=int, default=None,
+                    help="outputs uniform in [this, --output-len] (seeded): requests end and arrive continuously")
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--seed", type=int, default=3)
@@ -105,13 +107,16 @@ def main() -> None:
     args = ap.parse_args()
 
     batch = prompts(args.prompts, args.input_len, args.vocab, args.seed)
-    run = generate_all(args.port, batch, args.output_len, args.concurrency,
+    rnd = random.Random(args.seed + 1)
+    lengths = [rnd.randint(args.output_len_min, args.output_len) if args.output_len_min else args.output_len
+               for _ in batch]
+    run = generate_all(args.port, batch, lengths, args.concurrency,
                        [int(v) for v in args.toggle.split(",")] if args.toggle else None, args.toggle_ms)
     outputs, accepts = run["outputs"], run["accepts"]
     expected = None
     if args.chain:
         nxt = json.load(open(args.chain))
-        expected = [chain(nxt, ids[-1], args.output_len) for ids in batch]
+        expected = [chain(nxt, ids[-1], n) for ids, n in zip(batch, lengths)]
     elif args.reference:
         expected = json.load(open(args.reference))
     bad = [i for i, out in enumerate(outputs) if expected is not None and out != expected[i]]
@@ -124,6 +129,7 @@ def main() -> None:
     if args.save:
         json.dump(outputs, open(args.save, "w"))
     row = {"label": args.label, "prompts": len(batch), "concurrency": args.concurrency, "output_len": args.output_len,
+           "output_len_min": args.output_len_min,
            "compared_with": "chain" if args.chain else ("reference" if args.reference else None),
            "mismatching_prompts": len(bad), "first_mismatch": first, "wall_s": round(run["t_end"] - run["t_start"], 2),
            "accept_length": round(sum(accepts) / len(accepts), 3) if accepts else None,

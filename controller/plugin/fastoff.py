@@ -35,6 +35,7 @@ FAST_OFF_CALLABLES: dict[str, tuple[str, ...]] = {
          "capture_hidden_mode"),
     "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2._stub_skipped_draft_extend":
         ("self", "batch", "batch_output"),
+    "sglang.srt.speculative.eagle_utils.get_draft_recurrent_hidden_state_spec": ("model_runner",),
 }
 
 
@@ -181,6 +182,20 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None) -> 
     fast.batches += 1
     fast.graph_batches += bool(out.can_run_cuda_graph)
     return result
+
+
+def stub_draft_input(draft_worker: Any, next_token_ids: Any) -> Any:
+    """A shape-valid EagleDraftInput for requests whose draft forward was skipped (zeroed extras,
+    as SGLang's _stub_skipped_draft_extend writes them); the bonus tokens are the real ones."""
+    import torch
+    from sglang.srt.speculative import eagle_worker_v2 as w
+    bs, device = next_token_ids.shape[0], next_token_ids.device
+    hidden_size, hidden_dtype = w.get_draft_recurrent_hidden_state_spec(draft_worker.draft_runner)
+    return w.EagleDraftInput(
+        topk_p=torch.zeros((bs, draft_worker.topk), dtype=torch.float32, device=device),
+        topk_index=torch.zeros((bs, draft_worker.topk), dtype=torch.int64, device=device),
+        hidden_states=None if hidden_size is None else torch.zeros((bs, hidden_size), dtype=hidden_dtype, device=device),
+        bonus_tokens=next_token_ids, num_tokens_per_req=1, num_tokens_for_logprob_per_req=1)
 
 
 def _hand_over_read_done_event(worker: Any, target_runner: Any) -> None:

@@ -6,19 +6,12 @@ import logging
 import os
 from typing import Any, Callable, Mapping
 
-from ..contract import (
-    ENV_ADDRESS,
-    ENV_INITIAL_THRESHOLD,
-    FAST_OFF_KEY,
-    OWN_KEYS,
-    SIM_ACC_KEY,
-    THRESHOLD_KEY,
-    validate_threshold,
-)
+from ..contract import (ENV_ADDRESS, ENV_INITIAL_THRESHOLD, EXPERIMENT_KEYS, FAST_OFF_KEY, OWN_KEYS, SIM_ACC_KEY,
+                        SKIP_DRAFT_PREFILL_KEY, THRESHOLD_KEY, validate_threshold)
 from .failures import Failures
 from .offpath import OffPath
 from .router import Router
-from .support import EAGLE_WORKER, RESULT_PROCESSOR, SCHEDULER
+from .support import DRAFT_WORKER, EAGLE_WORKER, RESULT_PROCESSOR, SCHEDULER
 from .telemetry import TelemetrySender
 
 log = logging.getLogger("spec_controller.plugin")
@@ -51,6 +44,7 @@ class Plugin:
             f"{EAGLE_WORKER}.activate_step_by_batch": (r.activate_step_by_batch, "AROUND"),
             f"{EAGLE_WORKER}.forward_batch_generation": (off.forward_batch_generation, "AROUND"),
             f"{EAGLE_WORKER}.init_cuda_graphs": (off.after_init_cuda_graphs, "AFTER"),
+            f"{DRAFT_WORKER}._draft_extend_for_prefill": (off.draft_extend_for_prefill, "AROUND"),
             f"{EAGLE_WORKER}.on_verify_complete_cpu": (r.on_verify_complete_cpu, "AROUND"),
             f"{SCHEDULER}.set_internal_state": (self.set_internal_state, "AROUND"),
             f"{RESULT_PROCESSOR}.process_batch_result_prefill": (tel.before_prefill_result, "BEFORE"),
@@ -68,9 +62,12 @@ class Plugin:
                 return f"{FAST_OFF_KEY} must be true or false, got {ours[FAST_OFF_KEY]!r}"
             if ours[FAST_OFF_KEY] and self.router.checked and self.off_path.fast is None:
                 return f"{FAST_OFF_KEY}: the fast off path is not available in this engine (see its log)"
+        for key in EXPERIMENT_KEYS:
+            if key in ours and self.env.get("SPEC_CONTROLLER_EXPERIMENTS") != "1":
+                return f"{key} is an experiment knob (start the engine with SPEC_CONTROLLER_EXPERIMENTS=1)"
+        if SKIP_DRAFT_PREFILL_KEY in ours and ours[SKIP_DRAFT_PREFILL_KEY] not in (True, False):
+            return f"{SKIP_DRAFT_PREFILL_KEY} must be true or false, got {ours[SKIP_DRAFT_PREFILL_KEY]!r}"
         if SIM_ACC_KEY in ours:
-            if self.env.get("SPEC_CONTROLLER_EXPERIMENTS") != "1":
-                return f"{SIM_ACC_KEY} is an experiment knob (start the engine with SPEC_CONTROLLER_EXPERIMENTS=1)"
             value = ours[SIM_ACC_KEY]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value <= 0 or 1 <= value <= 64):
                 return f"{SIM_ACC_KEY} must be a mean accept length in 1 .. 64 (or <= 0: off), got {value!r}"
@@ -83,6 +80,8 @@ class Plugin:
             self.router.threshold = int(ours[THRESHOLD_KEY])
         if FAST_OFF_KEY in ours:
             self.off_path.enabled = bool(ours[FAST_OFF_KEY])
+        if SKIP_DRAFT_PREFILL_KEY in ours:
+            self.off_path.skip_draft_prefill = bool(ours[SKIP_DRAFT_PREFILL_KEY])
         if SIM_ACC_KEY in ours:   # SGLang's benchmark knob, read by every verify (spec_utils.SIMULATE_ACC_LEN)
             from sglang.srt.speculative import spec_utils
             spec_utils.SIMULATE_ACC_LEN = float(ours[SIM_ACC_KEY])

@@ -23,6 +23,8 @@ class OffPath:
         self.enabled = enabled                     # the operator's run-time switch
         self.fast: fastoff.FastOff | None = None   # built after SGLang's graph capture, if supported
         self.fallbacks = 0                         # off batches that took SGLang's steps-0 path
+        self.skip_draft_prefill = False            # experiment: prefills write no draft KV while all is off
+        self.skipped_prefills = 0
 
     def after_init_cuda_graphs(self, result: Any, worker: Any, *args, **kwargs) -> None:
         """AFTER EAGLEWorkerV2.init_cuda_graphs, every rank, once: capture the target's decode graphs."""
@@ -77,6 +79,15 @@ class OffPath:
             log.info("spec-controller fast off: %d batches (%d on CUDA graphs), %d fell back to steps-0",
                      fast.batches, fast.graph_batches, self.fallbacks)
         return result
+
+    def draft_extend_for_prefill(self, original: Callable, draft_worker: Any, batch: Any, target_hidden_states: Any,
+                                 next_token_ids: Any, *args, **kwargs) -> Any:
+        """AROUND EagleDraftWorker._draft_extend_for_prefill. Experiment: while no batch size speculates,
+        a prefill skips the draft's forward over the prompt (its draft KV stays unwritten)."""
+        if not (self.skip_draft_prefill and self.router.active and self.router.threshold == 0):
+            return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
+        self.skipped_prefills += 1
+        return fastoff.stub_draft_input(draft_worker, next_token_ids)
 
     def path_index(self) -> int:
         """Index into contract.OFF_PATHS: steps-0, fast, or fast built but switched off."""

@@ -4,6 +4,7 @@ The supported versions and refused configurations are shared with the daemon: co
 from __future__ import annotations
 
 EAGLE_WORKER = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2"
+DRAFT_WORKER = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker"
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 RESULT_PROCESSOR = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
 # target -> the parameters the hook expects
@@ -12,6 +13,7 @@ HOOK_TARGETS: dict[str, tuple[str, ...]] = {
     f"{EAGLE_WORKER}.init_cuda_graphs": ("self",),
     f"{EAGLE_WORKER}.activate_step_by_batch": ("self", "batch_size"),
     f"{EAGLE_WORKER}.on_verify_complete_cpu": ("self", "num_correct_drafts_per_req", "batch_size"),
+    f"{DRAFT_WORKER}._draft_extend_for_prefill": ("self", "batch", "target_hidden_states", "next_token_ids"),
     f"{RESULT_PROCESSOR}._resolve_spec_v2_tokens": ("self", "result", "batch"),
     f"{RESULT_PROCESSOR}.process_batch_result_prefill": ("self", "batch", "result"),
     f"{SCHEDULER}.set_internal_state": ("self", "recv_req"),

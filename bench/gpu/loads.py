@@ -1,0 +1,145 @@
+"""The project's three load shapes against a running SGLang server (one JSON line per measurement).
+
+    python3 bench/gpu/loads.py --port 30000 --label off --shape steady --levels 1,16,48,128 --out r.jsonl
+    python3 bench/gpu/loads.py --port 30000 --label off --shape closed --levels 16,48,128 --seconds 12 --out r.jsonl
+    python3 bench/gpu/loads.py --port 30000 --label off --shape open --rates 4,12,24 --seconds 15 \
+        --tokenizer DIR --out r.jsonl
+    python3 bench/gpu/loads.py --show r.jsonl              # the table (median of repeats, spread)
+
+steady: C requests start together (prompt 16, output --steady-len tokens): decode at batch size C.
+closed: C clients, each re-issuing at once, prompt 32-256 and output 64-512 tokens (uniform, seeded);
+  throughput = output tokens generated inside [warm-up, warm-up + seconds], each request's tokens spread
+  evenly over its life (non-streaming requests: the window edges are estimated, the same for every engine).
+open: `sglang.bench_serving --request-rate R` (Poisson), prompts ~100-512 and outputs ~77-384 tokens
+  (random-ids, range ratio 0.2), --seconds x R requests; output throughput, median TPOT, median E2E.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from greedy import post
+
+
+def body(ids: list[int], n: int) -> dict:
+    return {"input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": n, "ignore_eos": True}}
+
+
+def steady(port: int, c: int, output_len: int, seed: int) -> dict:
+    rnd = random.Random(seed)
+    prompts = [[rnd.randrange(3, 32000) for _ in range(16)] for _ in range(c)]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(c) as pool:
+        outs = list(pool.map(lambda ids: post(port, "/generate", body(ids, output_len)), prompts))
+    wall = time.perf_counter() - t0
+    return {"tok_s": round(sum(len(o["output_ids"]) for o in outs) / wall, 1)}
+
+
+def closed(port: int, c: int, seconds: float, warmup: float, seed: int) -> dict:
+    """C clients re-issuing at once; tokens inside the window, spread over each request's life."""
+    stop = time.perf_counter() + warmup + seconds
+    w0, w1 = stop - seconds, stop
+    done: list[tuple[float, float, int]] = []
+    lock = threading.Lock()
+
+    def client(i: int) -> None:
+        rnd = random.Random(seed * 1000 + i)
+        while time.perf_counter() < stop:
+            ids = [rnd.randrange(3, 32000) for _ in range(rnd.randint(32, 256))]
+            n = rnd.randint(64, 512)
+            t0 = time.perf_counter()
+            out = post(port, "/generate", body(ids, n))
+            with lock:
+                done.append((t0, time.perf_counter(), len(out["output_ids"])))
+
+    with ThreadPoolExecutor(c) as pool:
+        list(pool.map(client, range(c)))
+    inside = sum(n * max(0.0, min(e, w1) - max(s, w0)) / (e - s) for s, e, n in done if e > s)
+    return {"tok_s": round(inside / seconds, 1), "requests": len(done)}
+
+
+def open_loop(port: int, rate: float, seconds: float, tokenizer: str, seed: int) -> dict:
+    from sglang.benchmark.serving import cli_main
+    with tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False) as tmp:
+        path = tmp.name
+    sys.argv = ["bench_serving", "--backend", "sglang", "--host", "127.0.0.1", "--port", str(port),
+                "--dataset-name", "random-ids", "--random-input-len", "512", "--random-output-len", "384",
+                "--random-range-ratio", "0.2", "--num-prompts", str(max(8, int(rate * seconds))),
+                "--request-rate", str(rate), "--tokenizer", tokenizer, "--model", tokenizer,
+                "--output-file", path, "--disable-tqdm", "--seed", str(seed)]
+    try:
+        cli_main()
+        with open(path) as f:
+            res = json.loads(f.read().strip().splitlines()[-1])
+    finally:
+        os.unlink(path)
+    return {"tok_s": round(res["output_throughput"], 1), "tpot_ms": round(res["median_tpot_ms"], 2),
+            "e2e_ms": round(res["median_e2e_latency_ms"], 1), "completed": res.get("completed")}
+
+
+def show(path: str) -> None:
+    rows = [json.loads(line) for line in open(path) if line.startswith("{")]
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if "tok_s" in r:
+            groups.setdefault((r["shape"], r["level"], r["label"]), []).append(r)
+    print("| shape | level | label | tok/s (median) | spread | repeats | TPOT ms | E2E ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (shape, level, label), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], float(kv[0][1]), kv[0][2])):
+        t = [r["tok_s"] for r in rs]
+        tp = [r["tpot_ms"] for r in rs if r.get("tpot_ms") is not None]
+        e2e = [r["e2e_ms"] for r in rs if r.get("e2e_ms") is not None]
+        print(f"| {shape} | {level} | {label} | {statistics.median(t):,.0f} | {min(t):,.0f}-{max(t):,.0f} | {len(t)} "
+              f"| {statistics.median(tp) if tp else '-'} | {statistics.median(e2e) if e2e else '-'} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--label")
+    ap.add_argument("--shape", choices=["steady", "closed", "open"])
+    ap.add_argument("--levels", default="1,16,48,128")
+    ap.add_argument("--rates", default="4,12,24")
+    ap.add_argument("--seconds", type=float, default=12.0)
+    ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument("--steady-len", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeat-index", type=int, default=0, help="seed offset when repeats run in separate calls")
+    ap.add_argument("--tokenizer")
+    ap.add_argument("--out")
+    ap.add_argument("--show", metavar="FILE")
+    args = ap.parse_args()
+    if args.show:
+        return show(args.show)
+    levels = [float(x) for x in (args.rates if args.shape == "open" else args.levels).split(",")]
+    for rep in range(args.repeats):
+        for level in levels:
+            seed = 100 * (rep + args.repeat_index) + int(level)
+            t0 = time.time()
+            try:
+                if args.shape == "steady":
+                    res = steady(args.port, int(level), args.steady_len, seed)
+                elif args.shape == "closed":
+                    res = closed(args.port, int(level), args.seconds, args.warmup, seed)
+                else:
+                    res = open_loop(args.port, level, args.seconds, args.tokenizer, seed)
+            except Exception as e:          # one failed level must not lose the others
+                res = {"error": f"{type(e).__name__}: {e}"}
+            row = {"label": args.label, "shape": args.shape, "level": level if args.shape == "open" else int(level),
+                   "repeat": rep + args.repeat_index, "t_start": t0, "t_end": time.time(), **res}
+            print("LOAD " + json.dumps(row), flush=True)
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
