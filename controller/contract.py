@@ -60,10 +60,12 @@ STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and t
                 "sent", "dropped",                       # samples sent / dropped at a full queue
                 "telemetry_calls", "telemetry_ns",       # time spent producing and sending samples
                 "fast_off_batches", "fast_off_graph_batches", "fast_off_cpu_ns",   # the fast off path
-                "off_fallbacks")                         # off batches that took SGLang's steps-0 path
+                "off_fallbacks",                         # off batches that took SGLang's steps-0 path
+                "lean_prefills")                         # prefills that skipped the draft (nothing speculated)
 STATS = struct.Struct("<B" + "Q" * len(STATS_FIELDS) + "B")   # kind=2, the counters, the off path in use
 KIND_SAMPLE, KIND_STATS = 1, 2
-OFF_PATHS = ("steps-0", "fast", "steps-0 (fast path switched off)")
+OFF_PATHS = ("steps-0", "fast (draft not written while off)", "steps-0 (fast path switched off)",
+             "fast, draft synced")
 
 
 def pack_sample(t: float, batch_size: int, steps: int, tokens: int, step_s: float, decode_only: bool) -> bytes:
@@ -96,9 +98,15 @@ def decode(msg: bytes) -> list[Sample] | dict:
 THRESHOLD_KEY = "speculative_disable_batch_threshold"
 FAST_OFF_KEY = "spec_controller_fast_off"               # run-time switch for the fast off path
 SIM_ACC_KEY = "spec_controller_simulate_acc_len"         # experiments only (SPEC_CONTROLLER_EXPERIMENTS=1)
-SKIP_DRAFT_PREFILL_KEY = "spec_controller_skip_draft_prefill"   # experiments only: no draft prefill while all off
-OWN_KEYS = (THRESHOLD_KEY, FAST_OFF_KEY, SIM_ACC_KEY, SKIP_DRAFT_PREFILL_KEY)
-EXPERIMENT_KEYS = (SIM_ACC_KEY, SKIP_DRAFT_PREFILL_KEY)
+LEAN_PREFILL_KEY = "spec_controller_lean_prefill"      # no draft prefill while no batch size speculates
+SYNC_DRAFT_KEY = "spec_controller_sync_draft"          # off batches also run the draft's extend
+OWN_KEYS = (THRESHOLD_KEY, FAST_OFF_KEY, SIM_ACC_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY)
+EXPERIMENT_KEYS = (SIM_ACC_KEY,)
+BOOL_KEYS = (FAST_OFF_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY)
+# The engine's start-up choices (environment of the SGLang process; the daemon's [plugin] settings)
+ENV_FAST_OFF = "SPEC_CONTROLLER_FAST_OFF"              # "0": off batches take SGLang's steps-0 path
+ENV_SYNC_DRAFT = "SPEC_CONTROLLER_SYNC_DRAFT"          # "1": keep the draft in step while off
+ENV_LEAN_PREFILL = "SPEC_CONTROLLER_LEAN_PREFILL"      # "1": skip the draft's prefill while nothing speculates
 MAX_THRESHOLD = 1 << 20
 
 

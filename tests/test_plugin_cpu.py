@@ -226,7 +226,8 @@ def test_telemetry_codec_round_trip_and_refusal():
                                  "fast_off_batches": 7, "fast_off_graph_batches": 6, "off_fallbacks": 1}, 1))
     assert stats == {"decisions": 10, "decision_ns": 2000, "sent": 9, "dropped": 1, "fast_off_batches": 7,
                      "fast_off_graph_batches": 6, "off_fallbacks": 1, "telemetry_calls": 0, "telemetry_ns": 0,
-                     "fast_off_cpu_ns": 0, "switches": 0, "switch_ns": 0, "off_path": "fast"}
+                     "fast_off_cpu_ns": 0, "switches": 0, "switch_ns": 0, "lean_prefills": 0,
+                     "off_path": "fast (draft not written while off)"}
     with pytest.raises(ValueError):
         decode(b"\x07garbage")
     with pytest.raises(ValueError, match="corrupt"):                  # a second sample without its kind
@@ -271,7 +272,7 @@ def fast(plug, monkeypatch):
     plug.off_path.fast = fastoff.FastOff(attn_backend=None, graph_runner=None)
     ran = []
 
-    def fake_run(worker, fast, batch, on_publish):
+    def fake_run(worker, fast, batch, on_publish, sync_draft=False):
         ran.append((batch.seq_lens.shape[0], on_publish))
         fast.batches += 1
         return "fast-result"
@@ -392,13 +393,15 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(plug):
     plug.off_path.fast = fastoff.FastOff(None, None, batches=120, graph_batches=118)
     plug.off_path.fallbacks = 3
     stats = decode(tel.stats_message())
-    assert (stats["off_path"], stats["fast_off_batches"], stats["off_fallbacks"]) == ("fast", 120, 3)
+    assert (stats["off_path"], stats["fast_off_batches"], stats["off_fallbacks"]) == \
+        ("fast (draft not written while off)", 120, 3)
     plug.apply_own_keys({FAST_OFF_KEY: 0})
     assert decode(tel.stats_message())["off_path"] == "steps-0 (fast path switched off)"
     st = {"daemon": {"running": True, "pid": 1, "uptime_s": 3, "healthy": True},
           "engine": {"engine": "sglang", "detail": "running", "plugin": stats}, "threshold": 8}
     out = render_status(st)
-    assert "off path:    fast, 120 fast batches (118 on CUDA graphs), 3 on steps-0" in out
+    assert "off path:    fast (draft not written while off), 120 fast batches (118 on CUDA graphs), 3 on steps-0" \
+        in out
     st["engine"]["plugin"] = {**stats, "decisions": 10, "decision_ns": 609_600, "switches": 2, "switch_ns": 600_000}
     assert "plugin cost: decision 1.2 us, telemetry - us per batch; 300.0 us per state switch (2 switches)" \
         in render_status(st)
@@ -440,16 +443,39 @@ def test_load_refuses_an_unsupported_version_and_registers_nothing(monkeypatch):
     assert registered == [] and entry._loaded == [None]
 
 
-def test_the_draft_prefill_is_skipped_only_by_the_experiment_and_only_while_nothing_speculates(monkeypatch):
-    plug = active(Plugin({"SPEC_CONTROLLER_EXPERIMENTS": "1"}), threshold=0)
+def test_lean_prefill_skips_the_draft_only_while_nothing_speculates(monkeypatch):
+    plug = active(Plugin({}), threshold=0)
     monkeypatch.setattr(fastoff, "stub_draft_input", lambda worker, ids: ("stub", ids))
     original = lambda worker, batch, hidden, ids: ("draft forward", ids)
     off = plug.off_path
-    assert off.draft_extend_for_prefill(original, None, None, None, [7]) == ("draft forward", [7])   # knob off
-    assert plug.validate_own_keys({contract.SKIP_DRAFT_PREFILL_KEY: True}) is None
-    plug.apply_own_keys({contract.SKIP_DRAFT_PREFILL_KEY: True})
+    assert off.draft_extend_for_prefill(original, None, None, None, [7]) == ("draft forward", [7])   # not lean
+    assert plug.validate_own_keys({contract.LEAN_PREFILL_KEY: True}) is None
+    plug.apply_own_keys({contract.LEAN_PREFILL_KEY: True})
     assert off.draft_extend_for_prefill(original, None, None, None, [7]) == ("stub", [7])
     plug.router.threshold = 1                           # some batch sizes speculate: their draft must be ready
     assert off.draft_extend_for_prefill(original, None, None, None, [7]) == ("draft forward", [7])
-    assert off.skipped_prefills == 1
-    assert "experiment knob" in Plugin({}).validate_own_keys({contract.SKIP_DRAFT_PREFILL_KEY: True})
+    assert off.lean_prefills == 1
+    assert "true or false" in plug.validate_own_keys({contract.LEAN_PREFILL_KEY: 1.5})
+    assert active(Plugin({contract.ENV_LEAN_PREFILL: "1"})).off_path.lean_prefill
+
+
+def test_a_synced_draft_needs_graphs_that_return_hidden_states(fast):
+    plug, ran = fast
+    assert "cannot run the draft" in plug.validate_own_keys({contract.SYNC_DRAFT_KEY: True})   # built without
+    plug.off_path.fast.with_hidden = True
+    assert plug.validate_own_keys({contract.SYNC_DRAFT_KEY: True}) is None
+    plug.apply_own_keys({contract.SYNC_DRAFT_KEY: True})
+    assert decode(plug.telemetry.stats_message())["off_path"] == "fast, draft synced"
+    synced = Plugin({contract.ENV_SYNC_DRAFT: "1"}).off_path
+    assert synced.sync_draft and synced.capture_hidden and synced.can_sync()
+
+
+def test_the_synced_draft_reaches_the_fast_path(fast, monkeypatch):
+    plug, _ = fast
+    calls = []
+    monkeypatch.setattr(fastoff, "run", lambda worker, f, batch, pub, sync=False: calls.append(sync) or "fast")
+    plug.off_path.fast.with_hidden, plug.off_path.sync_draft = True, True
+    plug.off_path.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30))
+    plug.off_path.fast.with_hidden = False           # graphs without hidden states: never asked to sync
+    plug.off_path.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30))
+    assert calls == [True, False]

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 import zmq
 
+from controller import contract
 from controller.daemon.engines.base import EngineError
 from controller.daemon.engines.sglang import SGLangEngine, server_flags
 
@@ -47,7 +48,7 @@ def test_engine_receiver_unpacks_messages_of_several_samples(short_tmp):
     eng._stop.set()
     rx.join(5)
     assert [s.t for s in got] == [1.0, 2.0, 3.0] and eng.bad_messages == 1
-    assert eng.plugin_stats["sent"] == 3 and eng.plugin_stats["off_path"] == "fast"
+    assert eng.plugin_stats["sent"] == 3 and eng.plugin_stats["off_path"] == contract.OFF_PATHS[1]
     push.close(linger=0)
 
 
@@ -160,3 +161,16 @@ def test_stopping_the_engine_keeps_the_telemetry_of_its_drain(short_tmp):
     eng.stop(timeout=30)
     assert eng.proc.returncode == 0 and not eng._rx.is_alive()
     assert [s.t for s in got] == [9.0]
+
+
+def test_the_off_path_choice_reaches_the_plugins_environment():
+    base = {"model_path": "/m", "speculative_algorithm": "EAGLE3"}
+    assert SGLangEngine(base).plugin_env == {contract.ENV_SYNC_DRAFT: "1", contract.ENV_LEAN_PREFILL: "0"}
+    fast = SGLangEngine({**base, "off_path": "fast", "lean_prefill": True}).plugin_env
+    assert fast == {contract.ENV_SYNC_DRAFT: "0", contract.ENV_LEAN_PREFILL: "1"}
+    assert SGLangEngine({**base, "off_path": "steps0"}).plugin_env[contract.ENV_FAST_OFF] == "0"
+    assert "--off-path" not in SGLangEngine({**base, "off_path": "fast"}).command()
+    with pytest.raises(EngineError, match=r"off_path='quick' must be one of synced, fast, steps0"):
+        SGLangEngine({**base, "off_path": "quick"})
+    with pytest.raises(EngineError, match="lean_prefill='yes' must be true or false"):
+        SGLangEngine({**base, "lean_prefill": "yes"})

@@ -18,7 +18,7 @@ say() { echo "[t+$(($(date +%s) - T0))s] $*" | tee -a "$SUM"; }
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site . 2>&1 | tail -2
-  [ -f .jitcache/caches.tar.gz ] && tar xzf .jitcache/caches.tar.gz -C /tmp && echo "restored JIT caches"
+  for c in .jitcache/caches.tar.*; do [ -f "$c" ] && tar xf "$c" -C /tmp && echo "restored JIT caches"; done
 } >/tmp/env.log 2>&1
 export PYTHONPATH=/tmp/site
 tail -3 /tmp/env.log >>"$SUM"      # $OUT brings back 8 files at most: the install log stays behind
@@ -72,7 +72,7 @@ SPEC=(--speculative-algorithm EAGLE3 --speculative-draft-model-path $M/eagle3 --
 
 save_caches() {   # the JIT/Triton caches, for the next call (carry as .jitcache)
   (cd /tmp && find jitcache -name '*.so' 2>/dev/null; find tritoncache -type f 2>/dev/null) >/tmp/cachelist.txt
-  tar czf "$OUT/caches.tar.gz" -C /tmp -T /tmp/cachelist.txt 2>/dev/null
+  tar cf - -C /tmp -T /tmp/cachelist.txt 2>/dev/null | xz -6 >"$OUT/caches.tar.xz"   # carry back as .jitcache/
 }
 
 wait_http() { # port pid

@@ -4,7 +4,13 @@
     python3 bench/gpu/loads.py --port 30000 --label off --shape closed --levels 16,48,128 --seconds 12 --out r.jsonl
     python3 bench/gpu/loads.py --port 30000 --label off --shape open --rates 4,12,24 --seconds 15 \
         --tokenizer DIR --out r.jsonl
+    python3 bench/gpu/loads.py --port 30000 --shape closed --configs 'synced={"spec_controller_sync_draft": true};
+        lean={"spec_controller_sync_draft": false, "spec_controller_lean_prefill": true}' --out r.jsonl
     python3 bench/gpu/loads.py --show r.jsonl              # the table (median of repeats, spread)
+
+--configs: several set_internal_state bodies measured in one engine, interleaved inside each level (order
+rotated per repeat, so drift between runs does not decide a ranking); --flush empties the radix cache
+before each measurement (the seeded prompts repeat across configs and repeats).
 
 steady: C requests start together (prompt 16, output --steady-len tokens): decode at batch size C.
 closed: C clients, each re-issuing at once, prompt 32-256 and output 64-512 tokens (uniform, seeded);
@@ -85,6 +91,32 @@ def open_loop(port: int, rate: float, seconds: float, tokenizer: str, seed: int)
             "e2e_ms": round(res["median_e2e_latency_ms"], 1), "completed": res.get("completed")}
 
 
+def apply(port: int, state: dict) -> None:
+    answer = post(port, "/set_internal_state", {"server_args": state}, 30)
+    items = answer if isinstance(answer, list) else [answer]
+    if not all(isinstance(i, dict) and i.get("updated") for i in items):
+        raise SystemExit(f"set_internal_state {state} refused: {answer}")
+
+
+def flush(port: int) -> None:
+    for _ in range(20):           # refused while requests still run
+        try:
+            post(port, "/flush_cache", {}, 30)
+            return
+        except Exception:
+            time.sleep(0.5)
+
+
+def parse_configs(text: str | None, label: str | None) -> list[tuple[str, dict | None]]:
+    if not text:
+        return [(label, None)]
+    out = []
+    for part in text.split(";"):
+        name, _, body = part.strip().partition("=")
+        out.append((name.strip(), json.loads(body)))
+    return out
+
+
 def show(path: str) -> None:
     rows = [json.loads(line) for line in open(path) if line.startswith("{")]
     groups: dict[tuple, list[dict]] = {}
@@ -114,31 +146,44 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--repeat-index", type=int, default=0, help="seed offset when repeats run in separate calls")
     ap.add_argument("--tokenizer")
+    ap.add_argument("--configs", help="label=JSON;label=JSON: set_internal_state bodies interleaved per level")
+    ap.add_argument("--flush", action="store_true", help="POST /flush_cache before each measurement")
     ap.add_argument("--out")
     ap.add_argument("--show", metavar="FILE")
     args = ap.parse_args()
     if args.show:
         return show(args.show)
     levels = [float(x) for x in (args.rates if args.shape == "open" else args.levels).split(",")]
+    configs = parse_configs(args.configs, args.label)
     for rep in range(args.repeats):
         for level in levels:
-            seed = 100 * (rep + args.repeat_index) + int(level)
-            t0 = time.time()
-            try:
-                if args.shape == "steady":
-                    res = steady(args.port, int(level), args.steady_len, seed)
-                elif args.shape == "closed":
-                    res = closed(args.port, int(level), args.seconds, args.warmup, seed)
-                else:
-                    res = open_loop(args.port, level, args.seconds, args.tokenizer, seed)
-            except Exception as e:          # one failed level must not lose the others
-                res = {"error": f"{type(e).__name__}: {e}"}
-            row = {"label": args.label, "shape": args.shape, "level": level if args.shape == "open" else int(level),
-                   "repeat": rep + args.repeat_index, "t_start": t0, "t_end": time.time(), **res}
-            print("LOAD " + json.dumps(row), flush=True)
-            if args.out:
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+            k = (rep + args.repeat_index) % len(configs)
+            for label, state in configs[k:] + configs[:k]:
+                if state is not None:
+                    apply(args.port, state)
+                if args.flush:
+                    flush(args.port)
+                measure(args, label, level, rep)
+
+
+def measure(args: argparse.Namespace, label: str, level: float, rep: int) -> None:
+    seed = 100 * (rep + args.repeat_index) + int(level)
+    t0 = time.time()
+    try:
+        if args.shape == "steady":
+            res = steady(args.port, int(level), args.steady_len, seed)
+        elif args.shape == "closed":
+            res = closed(args.port, int(level), args.seconds, args.warmup, seed)
+        else:
+            res = open_loop(args.port, level, args.seconds, args.tokenizer, seed)
+    except Exception as e:          # one failed level must not lose the others
+        res = {"error": f"{type(e).__name__}: {e}"}
+    row = {"label": label, "shape": args.shape, "level": level if args.shape == "open" else int(level),
+           "repeat": rep + args.repeat_index, "t_start": t0, "t_end": time.time(), **res}
+    print("LOAD " + json.dumps(row), flush=True)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":

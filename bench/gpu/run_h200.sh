@@ -99,4 +99,4 @@ for phase in "$@"; do
   esac
 done
 save_caches
-say "caches $(du -h "$OUT/caches.tar.gz" | cut -f1); total $(($(date +%s) - T0)) s"
+say "caches $(du -h "$OUT"/caches.tar.* | cut -f1); total $(($(date +%s) - T0)) s"

@@ -36,6 +36,8 @@ FAST_OFF_CALLABLES: dict[str, tuple[str, ...]] = {
     "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2._stub_skipped_draft_extend":
         ("self", "batch", "batch_output"),
     "sglang.srt.speculative.eagle_utils.get_draft_recurrent_hidden_state_spec": ("model_runner",),
+    "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._draft_extend_for_decode": ("self", "batch", "batch_result"),
+    "sglang.srt.model_executor.forward_batch_info.get_server_return_hidden_states_mode": ("server_args",),
 }
 
 
@@ -44,6 +46,7 @@ class FastOff:
     """The target's decode-mode attention backend and CUDA graphs, beside the speculative ones."""
     attn_backend: Any
     graph_runner: Any          # None: CUDA graphs are off, the decode runs eagerly
+    with_hidden: bool = False  # the graphs also return the target's hidden states (needed to sync the draft)
     batches: int = 0
     graph_batches: int = 0
     cpu_ns: int = 0
@@ -72,8 +75,10 @@ def batch_unsupported_reason(batch: Any) -> str | None:
 _sg: dict[str, Any] = {}
 
 
-def build(worker: Any) -> FastOff:
-    """Capture the target's decode graphs (runs on every TP rank, after SGLang's own capture)."""
+def build(worker: Any, with_hidden: bool = False) -> FastOff:
+    """Capture the target's decode graphs (runs on every TP rank, after SGLang's own capture).
+    with_hidden: capture them returning the target's hidden states (FULL), so that an off batch can
+    also run the draft's extend and keep its KV in step with the target (draft "synced")."""
     import torch
     from sglang.srt.model_executor.forward_batch_info import (
         CaptureHiddenMode,
@@ -84,7 +89,9 @@ def build(worker: Any) -> FastOff:
     )
     from sglang.srt.speculative import eagle_worker_v2
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang.srt.model_executor.runner import base_runner
     _sg.update(torch=torch, DECODE=ForwardMode.DECODE, NO_HIDDEN=CaptureHiddenMode.NULL,
+               FULL_HIDDEN=CaptureHiddenMode.FULL, worker_module=eagle_worker_v2,
                Result=eagle_worker_v2.GenerationBatchResult, DraftInput=eagle_worker_v2.EagleDraftInput)
 
     runner = worker.target_worker.model_runner
@@ -100,14 +107,19 @@ def build(worker: Any) -> FastOff:
         # duration of the capture the target is told it does not, so it captures DECODE.
         runner.spec_algorithm = SpeculativeAlgorithm.NONE
         runner.attn_backend = backend
+        hidden_mode = base_runner.get_server_return_hidden_states_mode
+        if with_hidden:            # the runner sizes its hidden-state capture from the server's setting
+            base_runner.get_server_return_hidden_states_mode = lambda server_args: CaptureHiddenMode.FULL
         try:
             graphs = DecodeCudaGraphRunner(runner, attn_backend=backend, speculative_num_steps=0,
                                            speculative_num_draft_tokens=1)
         finally:
+            base_runner.get_server_return_hidden_states_mode = hidden_mode
             runner.spec_algorithm, runner.attn_backend, runner.decode_cuda_graph_runner = saved
-    log.info("spec-controller fast off path ready (%s)",
-             f"decode CUDA graphs up to batch {graphs.max_bs}" if graphs else "eager decode")
-    return FastOff(backend, graphs)
+    log.info("spec-controller fast off path ready (%s%s)",
+             f"decode CUDA graphs up to batch {graphs.max_bs}" if graphs else "eager decode",
+             ", with hidden states for the draft" if with_hidden else "")
+    return FastOff(backend, graphs, with_hidden)
 
 
 def all_ranks_agree(ok: bool, reduce_min: Callable[[int], int] | None = None) -> bool:
@@ -132,8 +144,10 @@ def _tp_min(value: int) -> int:
     return int(flag.item())
 
 
-def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None) -> Any:
+def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, sync_draft: bool = False) -> Any:
     """One off decode batch as plain decode; returns a steps-0-shaped GenerationBatchResult.
+    sync_draft (needs fast.with_hidden): the draft's extend runs on the new token too, as in SGLang's
+    steps-0 state, so its KV holds every position when speculation resumes.
 
     Spec-v2 convention: batch.seq_lens is the length before this step, the previous step's
     token (the bonus token) is not in the KV cache yet and sits at position seq_lens.
@@ -158,11 +172,14 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None) -> 
     batch.spec_info = None
     runner.attn_backend, runner.decode_cuda_graph_runner = fast.attn_backend, fast.graph_runner
     try:
-        out = target.forward_batch_generation(batch, capture_hidden_mode=_sg["NO_HIDDEN"])
+        out = target.forward_batch_generation(batch, capture_hidden_mode=_sg["FULL_HIDDEN" if sync_draft else "NO_HIDDEN"])
     finally:
         runner.attn_backend, runner.decode_cuda_graph_runner = swapped
         batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info, batch.forward_mode = saved
-    _hand_over_read_done_event(worker, runner)
+    if not sync_draft:
+        _hand_over_read_done_event(worker, runner)
+    else:            # the draft's extend graph publishes the event the scheduler waits on
+        runner.war_fastpath_read_done_event = None
 
     tokens = out.next_token_ids.to(torch.int32)
     new_seq_lens = seq_lens + 1
@@ -178,10 +195,22 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None) -> 
         new_seq_lens=new_seq_lens,
         extra_keep_alive_refs=[loc, bonus],
     )
-    worker._stub_skipped_draft_extend(batch, result)   # zero draft extras the future map relays
+    if sync_draft:
+        _draft_extend(worker, batch, result)
+    else:
+        worker._stub_skipped_draft_extend(batch, result)   # zero draft extras the future map relays
     fast.batches += 1
     fast.graph_batches += bool(out.can_run_cuda_graph)
     return result
+
+
+def _draft_extend(worker: Any, batch: Any, result: Any) -> None:
+    """SGLang's own draft extend of the steps-0 state (1 token per request, its CUDA graph), in the
+    contexts EAGLEWorkerV2.forward_batch_generation gives it."""
+    w, draft = _sg["worker_module"], worker.draft_worker
+    with draft.draft_tp_context(draft.draft_runner.tp_group), w.speculative_moe_backend_context(), \
+            w.speculative_moe_a2a_backend_context():
+        draft._draft_extend_for_decode(batch, result)
 
 
 def stub_draft_input(draft_worker: Any, next_token_ids: Any) -> Any:

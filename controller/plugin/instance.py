@@ -6,8 +6,9 @@ import logging
 import os
 from typing import Any, Callable, Mapping
 
-from ..contract import (ENV_ADDRESS, ENV_INITIAL_THRESHOLD, EXPERIMENT_KEYS, FAST_OFF_KEY, OWN_KEYS, SIM_ACC_KEY,
-                        SKIP_DRAFT_PREFILL_KEY, THRESHOLD_KEY, validate_threshold)
+from ..contract import (BOOL_KEYS, ENV_ADDRESS, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, ENV_SYNC_DRAFT,
+                        EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_PREFILL_KEY, OWN_KEYS, SIM_ACC_KEY, SYNC_DRAFT_KEY,
+                        THRESHOLD_KEY, validate_threshold)
 from .failures import Failures
 from .offpath import OffPath
 from .router import Router
@@ -31,7 +32,10 @@ class Plugin:
         self.env = env
         self.failures = Failures()
         self.router = Router(int(raw) if raw.isdigit() else 0, self.failures)
-        self.off_path = OffPath(self.router, self.failures, env.get("SPEC_CONTROLLER_FAST_OFF", "1") != "0")
+        self.off_path = OffPath(self.router, self.failures, enabled=env.get(ENV_FAST_OFF, "1") != "0",
+                                sync_draft=env.get(ENV_SYNC_DRAFT) == "1", lean_prefill=env.get(ENV_LEAN_PREFILL) == "1",
+                                capture_hidden=env.get(ENV_SYNC_DRAFT) == "1"
+                                or env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
 
     def stats(self) -> tuple[dict[str, int], int]:
@@ -57,16 +61,18 @@ class Plugin:
         """The plugin's set_internal_state keys: all valid, or the first problem (nothing applied)."""
         if THRESHOLD_KEY in ours and (problem := validate_threshold(ours[THRESHOLD_KEY])):
             return problem
-        if FAST_OFF_KEY in ours:
-            if ours[FAST_OFF_KEY] not in (True, False):    # SGLang's request path turns JSON booleans into 0/1
-                return f"{FAST_OFF_KEY} must be true or false, got {ours[FAST_OFF_KEY]!r}"
-            if ours[FAST_OFF_KEY] and self.router.checked and self.off_path.fast is None:
-                return f"{FAST_OFF_KEY}: the fast off path is not available in this engine (see its log)"
+        for key in BOOL_KEYS:                      # SGLang's request path turns JSON booleans into 0/1
+            if key in ours and ours[key] not in (True, False):
+                return f"{key} must be true or false, got {ours[key]!r}"
+        built = not self.router.checked or self.off_path.fast is not None
+        if ours.get(FAST_OFF_KEY) and not built:
+            return f"{FAST_OFF_KEY}: the fast off path is not available in this engine (see its log)"
+        if ours.get(SYNC_DRAFT_KEY) and not (built and self.off_path.can_sync()):
+            return (f"{SYNC_DRAFT_KEY}: this engine's off path cannot run the draft (start it with "
+                    f"{ENV_SYNC_DRAFT}=1)")
         for key in EXPERIMENT_KEYS:
             if key in ours and self.env.get("SPEC_CONTROLLER_EXPERIMENTS") != "1":
                 return f"{key} is an experiment knob (start the engine with SPEC_CONTROLLER_EXPERIMENTS=1)"
-        if SKIP_DRAFT_PREFILL_KEY in ours and ours[SKIP_DRAFT_PREFILL_KEY] not in (True, False):
-            return f"{SKIP_DRAFT_PREFILL_KEY} must be true or false, got {ours[SKIP_DRAFT_PREFILL_KEY]!r}"
         if SIM_ACC_KEY in ours:
             value = ours[SIM_ACC_KEY]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value <= 0 or 1 <= value <= 64):
@@ -80,8 +86,10 @@ class Plugin:
             self.router.threshold = int(ours[THRESHOLD_KEY])
         if FAST_OFF_KEY in ours:
             self.off_path.enabled = bool(ours[FAST_OFF_KEY])
-        if SKIP_DRAFT_PREFILL_KEY in ours:
-            self.off_path.skip_draft_prefill = bool(ours[SKIP_DRAFT_PREFILL_KEY])
+        if LEAN_PREFILL_KEY in ours:
+            self.off_path.lean_prefill = bool(ours[LEAN_PREFILL_KEY])
+        if SYNC_DRAFT_KEY in ours:
+            self.off_path.sync_draft = bool(ours[SYNC_DRAFT_KEY])
         if SIM_ACC_KEY in ours:   # SGLang's benchmark knob, read by every verify (spec_utils.SIMULATE_ACC_LEN)
             from sglang.srt.speculative import spec_utils
             spec_utils.SIMULATE_ACC_LEN = float(ours[SIM_ACC_KEY])

@@ -17,14 +17,26 @@ LOG_EVERY = 20000          # a progress line every this many fast off batches
 
 
 class OffPath:
-    def __init__(self, router: Router, failures: Failures, enabled: bool = True):
+    """enabled: the fast path at all (else SGLang's steps-0 state, which keeps the draft in step).
+    sync_draft: off batches also run the draft's 1-token extend (its KV is ready when speculation
+    resumes; costs the draft's share of a step). lean_prefill: while no batch size speculates,
+    prefills skip the draft's forward over the prompt (cheaper; that request's draft is stale if
+    it later speculates)."""
+
+    def __init__(self, router: Router, failures: Failures, enabled: bool = True, sync_draft: bool = False,
+                 lean_prefill: bool = False, capture_hidden: bool = False):
         self.router = router
         self.failures = failures
-        self.enabled = enabled                     # the operator's run-time switch
+        self.enabled = enabled
+        self.sync_draft = sync_draft
+        self.lean_prefill = lean_prefill
+        self.capture_hidden = capture_hidden or sync_draft   # graphs that can feed the draft
         self.fast: fastoff.FastOff | None = None   # built after SGLang's graph capture, if supported
         self.fallbacks = 0                         # off batches that took SGLang's steps-0 path
-        self.skip_draft_prefill = False            # experiment: prefills write no draft KV while all is off
-        self.skipped_prefills = 0
+        self.lean_prefills = 0
+
+    def can_sync(self) -> bool:
+        return self.fast.with_hidden if self.fast is not None else self.capture_hidden
 
     def after_init_cuda_graphs(self, result: Any, worker: Any, *args, **kwargs) -> None:
         """AFTER EAGLEWorkerV2.init_cuda_graphs, every rank, once: capture the target's decode graphs."""
@@ -37,7 +49,7 @@ class OffPath:
             return None
         fast = None
         try:
-            fast = fastoff.build(worker)
+            fast = fastoff.build(worker, with_hidden=self.capture_hidden)
         except Exception as e:
             self.failures.record("fast off capture", e)
         try:
@@ -69,7 +81,7 @@ class OffPath:
         on_publish = kwargs.get("on_publish", args[0] if args else None)
         t0 = time.perf_counter_ns()
         try:
-            result = fastoff.run(worker, fast, batch, on_publish)
+            result = fastoff.run(worker, fast, batch, on_publish, self.sync_draft and fast.with_hidden)
         except Exception as e:      # restored batch fields: SGLang's own path can still take this batch
             self.failures.record("fast off", e)
             self.fast = None
@@ -82,19 +94,23 @@ class OffPath:
 
     def draft_extend_for_prefill(self, original: Callable, draft_worker: Any, batch: Any, target_hidden_states: Any,
                                  next_token_ids: Any, *args, **kwargs) -> Any:
-        """AROUND EagleDraftWorker._draft_extend_for_prefill. Experiment: while no batch size speculates,
+        """AROUND EagleDraftWorker._draft_extend_for_prefill. lean_prefill: while no batch size speculates,
         a prefill skips the draft's forward over the prompt (its draft KV stays unwritten)."""
-        if not (self.skip_draft_prefill and self.router.active and self.router.threshold == 0):
+        if not (self.lean_prefill and self.router.active and self.router.threshold == 0):
             return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
-        self.skipped_prefills += 1
+        self.lean_prefills += 1
         return fastoff.stub_draft_input(draft_worker, next_token_ids)
 
     def path_index(self) -> int:
-        """Index into contract.OFF_PATHS: steps-0, fast, or fast built but switched off."""
-        return 0 if self.fast is None else (1 if self.enabled else 2)
+        """Index into contract.OFF_PATHS: steps-0, fast, fast built but switched off, fast + draft synced."""
+        if self.fast is None:
+            return 0
+        if not self.enabled:
+            return 2
+        return 3 if self.sync_draft and self.fast.with_hidden else 1
 
     def counters(self) -> dict[str, int]:
-        out = {"off_fallbacks": self.fallbacks}
+        out = {"off_fallbacks": self.fallbacks, "lean_prefills": self.lean_prefills}
         if self.fast is not None:
             out.update(fast_off_batches=self.fast.batches, fast_off_graph_batches=self.fast.graph_batches,
                        fast_off_cpu_ns=self.fast.cpu_ns)

@@ -20,21 +20,29 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ...contract import (
-    ENV_ADDRESS,
-    ENV_INITIAL_THRESHOLD,
-    THRESHOLD_KEY,
-    decode,
-    unsupported_reason,
-    version_unsupported_reason,
-)
+from ...contract import (ENV_ADDRESS, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, ENV_SYNC_DRAFT,
+                         THRESHOLD_KEY, decode, unsupported_reason, version_unsupported_reason)
 from ...paths import state_dir
 from .base import Engine, EngineError, SampleSink
 
 log = logging.getLogger("spec_controller.sglang")
 
 # Keys of [sglang] that the daemon itself uses and does not pass as server flags.
-OWN_KEYS = {"ready_timeout_s", "python", "extra_args", "env", "probe_s", "hang_after_s"}
+OWN_KEYS = {"ready_timeout_s", "python", "extra_args", "env", "probe_s", "hang_after_s", "off_path", "lean_prefill"}
+# [sglang] off_path: how off batches run (docs/sglang.md#the-off-path) -> the plugin's environment
+OFF_PATH_ENV = {"synced": {ENV_SYNC_DRAFT: "1"}, "fast": {ENV_SYNC_DRAFT: "0"}, "steps0": {ENV_FAST_OFF: "0"}}
+DEFAULT_OFF_PATH = "synced"
+
+
+def plugin_env(args: dict) -> dict[str, str]:
+    """The plugin's start-up choices from [sglang] off_path / lean_prefill; EngineError on a bad value."""
+    off_path = args.get("off_path", DEFAULT_OFF_PATH)
+    if off_path not in OFF_PATH_ENV:
+        raise EngineError(f"sglang engine: [sglang] off_path={off_path!r} must be one of {', '.join(OFF_PATH_ENV)}")
+    lean = args.get("lean_prefill", False)
+    if not isinstance(lean, bool):
+        raise EngineError(f"sglang engine: [sglang] lean_prefill={lean!r} must be true or false")
+    return {**OFF_PATH_ENV[off_path], ENV_LEAN_PREFILL: "1" if lean else "0"}
 
 
 def server_flags(args: dict) -> list[str]:
@@ -84,6 +92,7 @@ class SGLangEngine(Engine):
         self.plugin_stats: dict = {}
         self.bad_messages = 0
         # A live process whose scheduler stopped answering (e.g. ranks out of step) is as good as gone.
+        self.plugin_env = plugin_env(self.args)
         self.probe_s = _seconds(self.args, "probe_s", 30.0)
         self.hang_after_s = _seconds(self.args, "hang_after_s", 180.0)
         self._failing_since: float | None = None
@@ -127,8 +136,8 @@ class SGLangEngine(Engine):
         pull.bind(f"ipc://{self.ipc_path}")
         self._rx = threading.Thread(target=self._receive, args=(pull, on_sample), name="telemetry", daemon=True)
         self._rx.start()
-        env = dict(os.environ, **{ENV_ADDRESS: f"ipc://{self.ipc_path}",
-                                  ENV_INITIAL_THRESHOLD: str(self.initial_threshold)},
+        env = dict(os.environ, **self.plugin_env, **{ENV_ADDRESS: f"ipc://{self.ipc_path}",
+                                                     ENV_INITIAL_THRESHOLD: str(self.initial_threshold)},
                    **{k: str(v) for k, v in self.args.get("env", {}).items()})
         cmd = self.command()
         log.info("starting SGLang: %s", " ".join(cmd))
