@@ -8,9 +8,10 @@
         lean={"spec_controller_sync_draft": false, "spec_controller_lean_prefill": true}' --out r.jsonl
     python3 bench/gpu/loads.py --show r.jsonl              # the table (median of repeats, spread)
 
---configs: several set_internal_state bodies measured in one engine, interleaved inside each level (order
-rotated per repeat, so drift between runs does not decide a ranking); --flush empties the radix cache
-before each measurement (the seeded prompts repeat across configs and repeats).
+--configs: several set_internal_state bodies (or '@threshold pin N' / '@threshold unpin': specctl commands to
+the daemon at --socket) measured in one engine, interleaved inside each level (order rotated per repeat, so
+drift between runs does not decide a ranking); --flush empties the radix cache before each measurement (the
+seeded prompts repeat across configs and repeats).
 
 steady: C requests start together (prompt 16, output --steady-len tokens): decode at batch size C.
 closed: C clients, each re-issuing at once, prompt 32-256 and output 64-512 tokens (uniform, seeded);
@@ -32,7 +33,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from greedy import post
+from greedy import post, updated
 
 
 def body(ids: list[int], n: int) -> dict:
@@ -91,20 +92,30 @@ def open_loop(port: int, rate: float, seconds: float, tokenizer: str, seed: int)
             "e2e_ms": round(res["median_e2e_latency_ms"], 1), "completed": res.get("completed")}
 
 
-def apply(port: int, state: dict) -> None:
-    answer = post(port, "/set_internal_state", {"server_args": state}, 30)
-    items = answer if isinstance(answer, list) else [answer]
-    if not all(isinstance(i, dict) and i.get("updated") for i in items):
+def apply(args: argparse.Namespace, state: dict | str) -> None:
+    """A set_internal_state body, or a specctl command line ("threshold pin 0") for the daemon."""
+    if isinstance(state, str):
+        import subprocess
+        subprocess.run([sys.executable, "-m", "controller.cli", "--socket", args.socket, *state.split()],
+                       check=True, capture_output=True)
+        return
+    answer = post(args.port, "/set_internal_state", {"server_args": state}, 30)
+    if not updated(answer):
         raise SystemExit(f"set_internal_state {state} refused: {answer}")
 
 
-def flush(port: int) -> None:
-    for _ in range(20):           # refused while requests still run
+def flush(port: int) -> bool:
+    """Empty the radix cache (SGLang answers in plain text; it refuses while requests still run)."""
+    import urllib.request
+    for _ in range(10):
         try:
-            post(port, "/flush_cache", {}, 30)
-            return
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/flush_cache", timeout=10) as resp:
+                if resp.status == 200:
+                    return True
         except Exception:
-            time.sleep(0.5)
+            pass
+        time.sleep(0.3)
+    return False
 
 
 def parse_configs(text: str | None, label: str | None) -> list[tuple[str, dict | None]]:
@@ -113,7 +124,8 @@ def parse_configs(text: str | None, label: str | None) -> list[tuple[str, dict |
     out = []
     for part in text.split(";"):
         name, _, body = part.strip().partition("=")
-        out.append((name.strip(), json.loads(body)))
+        body = body.strip()
+        out.append((name.strip(), body[1:].strip() if body.startswith("@") else json.loads(body)))
     return out
 
 
@@ -147,7 +159,8 @@ def main() -> None:
     ap.add_argument("--repeat-index", type=int, default=0, help="seed offset when repeats run in separate calls")
     ap.add_argument("--tokenizer")
     ap.add_argument("--configs", help="label=JSON;label=JSON: set_internal_state bodies interleaved per level")
-    ap.add_argument("--flush", action="store_true", help="POST /flush_cache before each measurement")
+    ap.add_argument("--flush", action="store_true", help="GET /flush_cache before each measurement")
+    ap.add_argument("--socket", help="the daemon's control socket, for configs written '@threshold pin N'")
     ap.add_argument("--out")
     ap.add_argument("--show", metavar="FILE")
     args = ap.parse_args()
@@ -155,14 +168,14 @@ def main() -> None:
         return show(args.show)
     levels = [float(x) for x in (args.rates if args.shape == "open" else args.levels).split(",")]
     configs = parse_configs(args.configs, args.label)
-    for rep in range(args.repeats):
-        for level in levels:
+    for level in levels:                  # a level's repeats and configs complete before the next level
+        for rep in range(args.repeats):
             k = (rep + args.repeat_index) % len(configs)
             for label, state in configs[k:] + configs[:k]:
                 if state is not None:
-                    apply(args.port, state)
-                if args.flush:
-                    flush(args.port)
+                    apply(args, state)
+                if args.flush and not flush(args.port):
+                    print("LOAD flush refused", flush=True)
                 measure(args, label, level, rep)
 
 
