@@ -106,7 +106,7 @@ BOOL_KEYS = (FAST_OFF_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY)
 # The engine's start-up choices (environment of the SGLang process; the daemon's [plugin] settings)
 ENV_FAST_OFF = "SPEC_CONTROLLER_FAST_OFF"              # "0": off batches take SGLang's steps-0 path
 ENV_SYNC_DRAFT = "SPEC_CONTROLLER_SYNC_DRAFT"          # "1": keep the draft in step while off
-ENV_LEAN_PREFILL = "SPEC_CONTROLLER_LEAN_PREFILL"      # "1": skip the draft's prefill while nothing speculates
+ENV_LEAN_PREFILL = "SPEC_CONTROLLER_LEAN_PREFILL"      # "0": prefills run the draft even while nothing speculates
 MAX_THRESHOLD = 1 << 20
 
 

@@ -444,7 +444,7 @@ def test_load_refuses_an_unsupported_version_and_registers_nothing(monkeypatch):
 
 
 def test_lean_prefill_skips_the_draft_only_while_nothing_speculates(monkeypatch):
-    plug = active(Plugin({}), threshold=0)
+    plug = active(Plugin({contract.ENV_LEAN_PREFILL: "0"}), threshold=0)
     monkeypatch.setattr(fastoff, "stub_draft_input", lambda worker, ids: ("stub", ids))
     original = lambda worker, batch, hidden, ids: ("draft forward", ids)
     off = plug.off_path
@@ -456,7 +456,7 @@ def test_lean_prefill_skips_the_draft_only_while_nothing_speculates(monkeypatch)
     assert off.draft_extend_for_prefill(original, None, None, None, [7]) == ("draft forward", [7])
     assert off.lean_prefills == 1
     assert "true or false" in plug.validate_own_keys({contract.LEAN_PREFILL_KEY: 1.5})
-    assert active(Plugin({contract.ENV_LEAN_PREFILL: "1"})).off_path.lean_prefill
+    assert Plugin({}).off_path.lean_prefill and not Plugin({}).off_path.sync_draft     # the measured defaults
 
 
 def test_a_synced_draft_needs_graphs_that_return_hidden_states(fast):

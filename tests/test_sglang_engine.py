@@ -165,11 +165,12 @@ def test_stopping_the_engine_keeps_the_telemetry_of_its_drain(short_tmp):
 
 def test_the_off_path_choice_reaches_the_plugins_environment():
     base = {"model_path": "/m", "speculative_algorithm": "EAGLE3"}
-    assert SGLangEngine(base).plugin_env == {contract.ENV_SYNC_DRAFT: "1", contract.ENV_LEAN_PREFILL: "0"}
-    fast = SGLangEngine({**base, "off_path": "fast", "lean_prefill": True}).plugin_env
-    assert fast == {contract.ENV_SYNC_DRAFT: "0", contract.ENV_LEAN_PREFILL: "1"}
+    assert SGLangEngine(base).plugin_env == {contract.ENV_SYNC_DRAFT: "0", contract.ENV_LEAN_PREFILL: "1"}
+    synced = SGLangEngine({**base, "off_path": "synced", "lean_prefill": False}).plugin_env
+    assert synced == {contract.ENV_SYNC_DRAFT: "1", contract.ENV_LEAN_PREFILL: "0"}
     assert SGLangEngine({**base, "off_path": "steps0"}).plugin_env[contract.ENV_FAST_OFF] == "0"
     assert "--off-path" not in SGLangEngine({**base, "off_path": "fast"}).command()
+    assert "--lean-prefill" not in SGLangEngine({**base, "lean_prefill": False}).command()
     with pytest.raises(EngineError, match=r"off_path='quick' must be one of synced, fast, steps0"):
         SGLangEngine({**base, "off_path": "quick"})
     with pytest.raises(EngineError, match="lean_prefill='yes' must be true or false"):

@@ -53,7 +53,9 @@ def render_status(st: dict) -> str:
     if "off_path" in plugin:
         per = lambda ns, n: f"{ns / n / 1e3:.1f}" if n else "-"
         lines.append(f"off path:    {plugin['off_path']}, {plugin['fast_off_batches']} fast batches "
-                     f"({plugin['fast_off_graph_batches']} on CUDA graphs), {plugin['off_fallbacks']} on steps-0")
+                     f"({plugin['fast_off_graph_batches']} on CUDA graphs), {plugin['off_fallbacks']} on steps-0"
+                     + (f"; {plugin['lean_prefills']} prefills skipped the draft (nothing speculated)"
+                        if plugin.get("lean_prefills") else ""))
         switches, switch_ns = plugin.get("switches", 0), plugin.get("switch_ns", 0)
         lines.append(f"plugin cost: decision {per(plugin['decision_ns'] - switch_ns, plugin['decisions'] - switches)}"
                      f" us, telemetry {per(plugin['telemetry_ns'], plugin['telemetry_calls'])} us per batch; "

@@ -33,7 +33,7 @@ class Plugin:
         self.failures = Failures()
         self.router = Router(int(raw) if raw.isdigit() else 0, self.failures)
         self.off_path = OffPath(self.router, self.failures, enabled=env.get(ENV_FAST_OFF, "1") != "0",
-                                sync_draft=env.get(ENV_SYNC_DRAFT) == "1", lean_prefill=env.get(ENV_LEAN_PREFILL) == "1",
+                                sync_draft=env.get(ENV_SYNC_DRAFT) == "1", lean_prefill=env.get(ENV_LEAN_PREFILL, "1") != "0",
                                 capture_hidden=env.get(ENV_SYNC_DRAFT) == "1"
                                 or env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)

@@ -1,0 +1,84 @@
+"""Issue 12/13 records from loads.py's JSON lines: the off modes against the no-spec engine of the same
+call (bench/results/offpath-traffic.json) and the open-loop rows per mode (bench/results/open-loop.json).
+
+    python3 bench/gpu/traffic_table.py RESULTS.jsonl [MORE.jsonl ...] --command "..." [--model "..."]
+Each input file is one device call (ratios only pair rows of the same call). Prints the markdown tables.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+OFF_MODES = ("synced", "lean", "fast", "off", "off-nodraftprefill")
+
+
+def rows_of(path: str) -> list[dict]:
+    return [json.loads(line) for line in open(path) if line.startswith("{") and "tok_s" in line]
+
+
+def grouped(rows: list[dict]) -> dict[tuple, list[dict]]:
+    out: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if "shape" in r and r.get("tok_s") is not None:
+            out.setdefault((r["shape"], r["level"], r["label"]), []).append(r)
+    return out
+
+
+def med(rs: list[dict], key: str) -> float | None:
+    values = [r[key] for r in rs if r.get(key) is not None]
+    return round(statistics.median(values), 2) if values else None
+
+
+def offpath_rows(groups: dict[tuple, list[dict]], call: str) -> list[dict]:
+    out = []
+    for (shape, level, label), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], float(kv[0][1]), kv[0][2])):
+        base = groups.get((shape, level, "nospec"))
+        if label not in OFF_MODES or not base:
+            continue
+        off, nospec = med(rs, "tok_s"), med(base, "tok_s")
+        out.append({"shape": shape, "level": level, "mode": label, "off_tok_s": off, "nospec_tok_s": nospec,
+                    "ratio": round(off / nospec, 3), "repeats": len(rs), "nospec_repeats": len(base),
+                    "off_spread": [min(r["tok_s"] for r in rs), max(r["tok_s"] for r in rs)],
+                    "nospec_spread": [min(r["tok_s"] for r in base), max(r["tok_s"] for r in base)], "call": call})
+    return out
+
+
+def open_rows(groups: dict[tuple, list[dict]], call: str) -> list[dict]:
+    return [{"where": "h200", "rate": level, "mode": label, "tok_s": med(rs, "tok_s"), "tpot_ms": med(rs, "tpot_ms"),
+             "e2e_ms": med(rs, "e2e_ms"), "repeats": len(rs), "call": call}
+            for (shape, level, label), rs in sorted(groups.items()) if shape == "open"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--command", required=True)
+    ap.add_argument("--model", default="synthetic 7.2B Llama (hidden 4096, 32 layers, crafted clear-margin weights) "
+                                        "+ EAGLE3 head, K=3, one H200")
+    args = ap.parse_args()
+    off, opened = [], []
+    for f in args.files:
+        g = grouped(rows_of(f))
+        off += offpath_rows(g, Path(f).name)
+        opened += open_rows(g, Path(f).name)
+    (RESULTS / "offpath-traffic.json").write_text(json.dumps(
+        {"rows": off, "sglang": "0.5.17", "model": args.model, "command": args.command}, indent=1) + "\n")
+    existing = RESULTS / "open-loop.json"
+    keep = [r for r in json.loads(existing.read_text())["rows"] if r.get("where") != "h200"] if existing.exists() else []
+    existing.write_text(json.dumps({"rows": keep + opened, "command": args.command}, indent=1) + "\n")
+    print("| shape | level | off mode | off tok/s (spread) | no-spec tok/s (spread) | ratio | repeats | call |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in off:
+        print(f"| {r['shape']} | {r['level']} | {r['mode']} | {r['off_tok_s']:,.0f} ({r['off_spread'][0]:,.0f}-"
+              f"{r['off_spread'][1]:,.0f}) | {r['nospec_tok_s']:,.0f} ({r['nospec_spread'][0]:,.0f}-"
+              f"{r['nospec_spread'][1]:,.0f}) | {r['ratio']:.3f} | {r['repeats']} | {r['call']} |")
+    print("\n| rate req/s | mode | output tok/s | median TPOT ms | median E2E ms | repeats |\n|---|---|---|---|---|---|")
+    for r in opened:
+        print(f"| {r['rate']:g} | {r['mode']} | {r['tok_s']:,.0f} | {r['tpot_ms']} | {r['e2e_ms']:,.0f} | {r['repeats']} |")
+
+
+if __name__ == "__main__":
+    main()
