@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 
 # --- routing ----------------------------------------------------------------------------------
@@ -62,19 +62,59 @@ STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and t
                 "fast_off_batches", "fast_off_graph_batches", "fast_off_cpu_ns",   # the fast off path
                 "off_fallbacks",                         # off batches that took SGLang's steps-0 path
                 "lean_prefills")                         # prefills that skipped the draft (nothing speculated)
-STATS = struct.Struct("<B" + "Q" * len(STATS_FIELDS) + "B")   # kind=2, the counters, the off path in use
+# kind=2, the counters, then: the off path in use (OFF_PATHS), why (OFF_REASONS), SGLang's version
+STATS = struct.Struct("<B" + "Q" * len(STATS_FIELDS) + "BB3H")
 KIND_SAMPLE, KIND_STATS = 1, 2
 OFF_PATHS = ("steps-0", "fast (draft not written while off)", "steps-0 (fast path switched off)",
              "fast, draft synced")
+FAST_PATHS = (1, 3)                     # the OFF_PATHS entries that are the fast off path
+# Why the off path is what it is (index sent by the plugin; "" = nothing to explain)
+OFF_REASONS = (
+    "",
+    "off_path = steps0 in the config",
+    "SGLang before 0.5.16: TpModelWorker.forward_batch_generation takes no capture_hidden_mode",
+    "SGLang 0.5.16: no get_server_return_hidden_states_mode, decode graphs re-captured at replay for a higher "
+    "hidden-state mode (the fast path is written from 0.5.17)",
+    "an SGLang internal it needs is missing or changed (the engine log names it)",
+    "its CUDA-graph capture failed (see the engine log)",
+    "another TP rank could not build it",
+    "it failed on a batch (see the engine log); SGLang's steps-0 took over",
+    "the plugin is inactive in this engine (see the engine log)",
+)
+(REASON_NONE, REASON_CONFIG, REASON_NO_CAPTURE_MODE, REASON_0_5_16, REASON_MISSING_INTERNAL, REASON_CAPTURE_FAILED,
+ REASON_OTHER_RANK, REASON_RUN_FAILED, REASON_INACTIVE) = range(len(OFF_REASONS))
+# Where the fast off path was measured on a GPU (H200, bench/results/); elsewhere contract-checked only
+GPU_MEASURED = ((0, 5, 17),)
 
 
 def pack_sample(t: float, batch_size: int, steps: int, tokens: int, step_s: float, decode_only: bool) -> bytes:
     return SAMPLE.pack(KIND_SAMPLE, t, batch_size, steps, tokens, step_s, decode_only)
 
 
-def encode_stats(counters: Mapping[str, int], off_path: int = 0) -> bytes:
-    """The plugin's counters (STATS_FIELDS; missing ones are 0) and OFF_PATHS[off_path]."""
-    return STATS.pack(KIND_STATS, *(int(counters.get(k, 0)) for k in STATS_FIELDS), off_path)
+def encode_stats(counters: Mapping[str, int], off_path: int = 0, off_reason: int = 0,
+                 sglang: tuple[int, int, int] | None = None) -> bytes:
+    """The plugin's counters (STATS_FIELDS; missing ones are 0), OFF_PATHS[off_path],
+    OFF_REASONS[off_reason] and the running SGLang's version ((0, 0, 0): unknown)."""
+    return STATS.pack(KIND_STATS, *(int(counters.get(k, 0)) for k in STATS_FIELDS), off_path, off_reason,
+                      *(sglang or (0, 0, 0)))
+
+
+def off_path_evidence(path: int, sglang: tuple[int, int, int]) -> str:
+    """What backs a fast off path on this version: a GPU measurement, or the wheel contract alone."""
+    if path not in FAST_PATHS:
+        return ""
+    if sglang in GPU_MEASURED:
+        return "measured on a GPU"
+    return f"contract-checked against the {'.'.join(map(str, sglang))} wheel, not measured on a GPU"
+
+
+def _decode_stats(values: tuple) -> dict:
+    counters = dict(zip(STATS_FIELDS, values[1:len(STATS_FIELDS) + 1]))
+    path, reason, *version = values[len(STATS_FIELDS) + 1:]
+    label = lambda names, i: names[i] if i < len(names) else "?"
+    return {**counters, "off_path": label(OFF_PATHS, path), "off_reason": label(OFF_REASONS, reason),
+            "sglang": ".".join(map(str, version)) if any(version) else "?",
+            "off_path_evidence": off_path_evidence(path, tuple(version))}
 
 
 def decode(msg: bytes) -> list[Sample] | dict:
@@ -88,9 +128,7 @@ def decode(msg: bytes) -> list[Sample] | dict:
             samples.append(Sample(t, bs, steps, tokens, step_s, bool(decode_only)))
         return samples
     if len(msg) == STATS.size and msg[0] == KIND_STATS:
-        values = STATS.unpack(msg)
-        path = values[-1]
-        return {**dict(zip(STATS_FIELDS, values[1:-1])), "off_path": OFF_PATHS[path] if path < len(OFF_PATHS) else "?"}
+        return _decode_stats(STATS.unpack(msg))
     raise ValueError(f"unknown telemetry message ({len(msg)} bytes)")
 
 
@@ -142,7 +180,9 @@ def version_unsupported_reason(version: str) -> str | None:
 
 
 def unsupported_reason(server_args: Any, version: str | None = None) -> str | None:
-    """Why the plugin must stay out of this engine, or None. Takes ServerArgs or a dict."""
+    """Why the plugin must stay out of this engine, or None. Takes ServerArgs or a dict. Mirrors what
+    SGLang's adaptive_unsupported_reason turns adaptive off for (0.5.14 ... 0.5.23; SGLang itself only
+    warns and falls back to static speculation), plus the plugin's own limits."""
     get = (lambda k, d=None: server_args.get(k, d)) if isinstance(server_args, dict) \
         else (lambda k, d=None: getattr(server_args, k, d))
     if version is not None and (reason := version_unsupported_reason(version)):
@@ -156,6 +196,40 @@ def unsupported_reason(server_args: Any, version: str | None = None) -> str | No
                       ("enable_pdmux", "pdmux"), ("enable_multi_layer_eagle", "multi-layer EAGLE")):
         if get(flag):
             return f"{flag}=True: SGLang's adaptive speculation does not support {why}"
+    for key, limit in (("attn_dp_size", ATTN_DP_REFUSAL), ("pp_size", PP_REFUSAL)):
+        if _count(get(key)) > 1:
+            return f"{key}={get(key)}: {limit}"
+    if get("ep_join_mode") == "scale":
+        return "ep_join_mode=scale: SGLang (0.5.22+) counts a scale-up joiner as attention DP, " + ATTN_DP_REFUSAL
     if not get("speculative_adaptive"):
         return "speculative_adaptive is off: the engine must start with it (the daemon does this)"
+    return None
+
+
+ATTN_DP_REFUSAL = "SGLang's adaptive speculation does not support attention DP"
+PP_REFUSAL = "the plugin does not support pipeline parallelism (stages that host no draft have no adaptive state)"
+PLATFORM_PLUGINS_GROUP = "sglang.srt.platforms"       # SGLang's entry-point group for out-of-tree platforms
+PLATFORM_WORKER_FROM = (0, 5, 23)                      # from here such a platform may bring its own EAGLE worker
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(value or 1)
+    except (TypeError, ValueError):
+        return 1
+
+
+def installed_platform_plugins() -> list[str]:
+    """Out-of-tree SGLang platforms installed in this interpreter (entry points, nothing imported)."""
+    from importlib.metadata import entry_points
+    return sorted(ep.name for ep in entry_points(group=PLATFORM_PLUGINS_GROUP))
+
+
+def platform_unsupported_reason(version: str, plugins: Sequence[str]) -> str | None:
+    """0.5.23 turns adaptive off when the platform serves EAGLE with its own worker, which the plugin
+    never hooks: refuse at start wherever such a platform is installed."""
+    parsed = parse_version(version)
+    if plugins and parsed is not None and parsed >= PLATFORM_WORKER_FROM:
+        return (f"out-of-tree SGLang platform installed ({', '.join(plugins)}): SGLang {version} may serve EAGLE "
+                "with the platform's own worker, where adaptive speculation (and this plugin) do not run")
     return None

@@ -23,6 +23,16 @@ def _acceptance(st: dict) -> str:
             f"rate {_fmt(st.get('acceptance_rate'), '.1%')}")
 
 
+def _sglang_line(plugin: dict) -> str:
+    """The engine's SGLang and what backs its off path: fast (measured / contract-checked) or steps-0, why."""
+    path = plugin["off_path"]
+    if plugin.get("off_path_evidence"):
+        what = f"off path fast, {plugin['off_path_evidence']}"
+    else:
+        what = f"off path {path}" + (f": {plugin['off_reason']}" if plugin.get("off_reason") else "")
+    return f"sglang:      {plugin.get('sglang', '?')}; {what}"
+
+
 def render_status(st: dict) -> str:
     d, eng = st["daemon"], st.get("engine") or {}
     if not d["running"]:
@@ -51,6 +61,7 @@ def render_status(st: dict) -> str:
                      "sample batches not written (queue full): see the daemon's log")
     plugin = eng.get("plugin") or {}
     if "off_path" in plugin:
+        lines.append(_sglang_line(plugin))
         per = lambda ns, n: f"{ns / n / 1e3:.1f}" if n else "-"
         lines.append(f"off path:    {plugin['off_path']}, {plugin['fast_off_batches']} fast batches "
                      f"({plugin['fast_off_graph_batches']} on CUDA graphs), {plugin['off_fallbacks']} on steps-0"

@@ -12,8 +12,9 @@ positions decoded while off is not written, so a request that lives through an o
 switch drafts from partly stale state for the rest of its life. That costs acceptance, never
 correctness: the target verifies every drafted token.
 
-Written against SGLang 0.5.17 internals (the engine the project runs); on other versions the
-plugin keeps SGLang's steps-0 path (see FAST_OFF_VERSIONS).
+Written against SGLang 0.5.17 (measured there on an H200) and carried to 0.5.18 ... 0.5.23 from the
+wheels: the SGLang names it relies on are the release's table in internals.py, checked against the
+running engine at build time and against every wheel by the contract tests.
 """
 from __future__ import annotations
 
@@ -21,25 +22,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .internals import FastOffInternals, check_live, hidden_mode_full
+
 log = logging.getLogger("spec_controller.plugin")
-
-FAST_OFF_VERSIONS = {(0, 5, 17)}
-# SGLang callables the fast path calls or constructs (checked against the 0.5.17 wheel on CPU)
-FAST_OFF_CALLABLES: dict[str, tuple[str, ...]] = {
-    "sglang.srt.distributed.parallel_state.get_tp_group": (),
-    "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.__init__":
-        ("self", "model_runner", "attn_backend", "speculative_num_steps", "speculative_num_draft_tokens"),
-    "sglang.srt.model_executor.model_runner.ModelRunner._get_attention_backend": ("self", "init_new_workspace"),
-    "sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation":
-        ("self", "batch", "forward_batch", "pp_proxy_tensors", "is_verify", "skip_attn_backend_init",
-         "capture_hidden_mode"),
-    "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2._stub_skipped_draft_extend":
-        ("self", "batch", "batch_output"),
-    "sglang.srt.speculative.eagle_utils.get_draft_recurrent_hidden_state_spec": ("model_runner",),
-    "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._draft_extend_for_decode": ("self", "batch", "batch_result"),
-    "sglang.srt.model_executor.forward_batch_info.get_server_return_hidden_states_mode": ("server_args",),
-}
-
 
 @dataclass
 class FastOff:
@@ -47,13 +32,10 @@ class FastOff:
     attn_backend: Any
     graph_runner: Any          # None: CUDA graphs are off, the decode runs eagerly
     with_hidden: bool = False  # the graphs also return the target's hidden states (needed to sync the draft)
+    names: FastOffInternals | None = None    # the release's table (None only in tests that never run it)
     batches: int = 0
     graph_batches: int = 0
     cpu_ns: int = 0
-
-
-def version_supported(version: tuple[int, int, int] | None) -> bool:
-    return version in FAST_OFF_VERSIONS
 
 
 def batch_unsupported_reason(batch: Any) -> str | None:
@@ -75,10 +57,13 @@ def batch_unsupported_reason(batch: Any) -> str | None:
 _sg: dict[str, Any] = {}
 
 
-def build(worker: Any, with_hidden: bool = False) -> FastOff:
+def build(worker: Any, names: FastOffInternals, with_hidden: bool = False) -> FastOff:
     """Capture the target's decode graphs (runs on every TP rank, after SGLang's own capture).
-    with_hidden: capture them returning the target's hidden states (FULL), so that an off batch can
-    also run the draft's extend and keep its KV in step with the target (draft "synced")."""
+    names: the release's table (internals.MissingInternal, before anything is captured, if the engine
+    lacks one of its names). with_hidden: capture them returning the target's hidden states (FULL), so
+    that an off batch can also run the draft's extend and keep its KV in step with the target
+    (draft "synced")."""
+    check_live(names, worker)
     import torch
     from sglang.srt.model_executor.forward_batch_info import (
         CaptureHiddenMode,
@@ -109,7 +94,7 @@ def build(worker: Any, with_hidden: bool = False) -> FastOff:
         runner.attn_backend = backend
         hidden_mode = base_runner.get_server_return_hidden_states_mode
         if with_hidden:            # the runner sizes its hidden-state capture from the server's setting
-            base_runner.get_server_return_hidden_states_mode = lambda server_args: CaptureHiddenMode.FULL
+            base_runner.get_server_return_hidden_states_mode = hidden_mode_full(names, CaptureHiddenMode.FULL)
         try:
             graphs = DecodeCudaGraphRunner(runner, attn_backend=backend, speculative_num_steps=0,
                                            speculative_num_draft_tokens=1)
@@ -119,7 +104,7 @@ def build(worker: Any, with_hidden: bool = False) -> FastOff:
     log.info("spec-controller fast off path ready (%s%s)",
              f"decode CUDA graphs up to batch {graphs.max_bs}" if graphs else "eager decode",
              ", with hidden states for the draft" if with_hidden else "")
-    return FastOff(backend, graphs, with_hidden)
+    return FastOff(backend, graphs, with_hidden, names)
 
 
 def all_ranks_agree(ok: bool, reduce_min: Callable[[int], int] | None = None) -> bool:
@@ -147,39 +132,18 @@ def _tp_min(value: int) -> int:
 def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, sync_draft: bool = False) -> Any:
     """One off decode batch as plain decode; returns a steps-0-shaped GenerationBatchResult.
     sync_draft (needs fast.with_hidden): the draft's extend runs on the new token too, as in SGLang's
-    steps-0 state, so its KV holds every position when speculation resumes.
-
-    Spec-v2 convention: batch.seq_lens is the length before this step, the previous step's
-    token (the bonus token) is not in the KV cache yet and sits at position seq_lens.
-    """
+    steps-0 state, so its KV holds every position when speculation resumes."""
     torch = _sg["torch"]
-    target = worker.target_worker
-    runner = target.model_runner
-    seq_lens = batch.seq_lens
-    bs = seq_lens.shape[0]
-    bonus = batch.spec_info.bonus_tokens
-    # the KV slot the scheduler reserved for this step's first token
-    loc = runner.req_to_token_pool.req_to_token[batch.req_pool_indices, seq_lens].to(torch.int64)
-    saved = (batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info, batch.forward_mode)
-    swapped = runner.attn_backend, runner.decode_cuda_graph_runner
-    batch.input_ids, batch.out_cache_loc = bonus, loc
-    batch.forward_mode = _sg["DECODE"]
-    batch.seq_lens = seq_lens + 1                      # decode convention: length including this token
-    if saved[1] is not None:
-        batch.seq_lens_cpu = saved[1] + 1
-    if saved[2] is not None:
-        batch.seq_lens_sum = saved[2] + bs
-    batch.spec_info = None
-    runner.attn_backend, runner.decode_cuda_graph_runner = fast.attn_backend, fast.graph_runner
-    try:
-        out = target.forward_batch_generation(batch, capture_hidden_mode=_sg["FULL_HIDDEN" if sync_draft else "NO_HIDDEN"])
-    finally:
-        runner.attn_backend, runner.decode_cuda_graph_runner = swapped
-        batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info, batch.forward_mode = saved
-    if not sync_draft:
-        _hand_over_read_done_event(worker, runner)
-    else:            # the draft's extend graph publishes the event the scheduler waits on
-        runner.war_fastpath_read_done_event = None
+    runner = worker.target_worker.model_runner
+    seq_lens, bonus, event = batch.seq_lens, batch.spec_info.bonus_tokens, fast.names.read_done_event
+    # From 0.5.18 every verify graph replay leaves an event here that the scheduler never clears (it
+    # reads the draft runner's): drop it, so that only one this forward publishes is handed over.
+    setattr(runner, event, None)
+    out, loc = _plain_decode(worker.target_worker, fast, batch, sync_draft)
+    if sync_draft:            # the draft's extend graph publishes the event the scheduler waits on
+        setattr(runner, event, None)
+    else:
+        _hand_over_read_done_event(worker, runner, fast.names)
 
     tokens = out.next_token_ids.to(torch.int32)
     new_seq_lens = seq_lens + 1
@@ -191,12 +155,12 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
         can_run_cuda_graph=out.can_run_cuda_graph,
         speculative_num_draft_tokens=1,
         next_draft_input=_sg["DraftInput"](bonus_tokens=tokens),
-        accept_lens=torch.ones(bs, dtype=torch.int32, device=tokens.device),
+        accept_lens=torch.ones(seq_lens.shape[0], dtype=torch.int32, device=tokens.device),
         new_seq_lens=new_seq_lens,
         extra_keep_alive_refs=[loc, bonus],
     )
     if sync_draft:
-        _draft_extend(worker, batch, result)
+        _draft_extend(worker, batch, result, fast)
     else:
         worker._stub_skipped_draft_extend(batch, result)   # zero draft extras the future map relays
     fast.batches += 1
@@ -204,13 +168,43 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
     return result
 
 
-def _draft_extend(worker: Any, batch: Any, result: Any) -> None:
+def _plain_decode(target: Any, fast: FastOff, batch: Any, with_hidden: bool) -> tuple[Any, Any]:
+    """The target's DECODE forward of the bonus tokens through the fast path's backend and graphs;
+    the batch and the runner are restored after it. Returns (its output, the KV slots it wrote).
+
+    Spec-v2 convention: batch.seq_lens is the length before this step, the previous step's
+    token (the bonus token) is not in the KV cache yet and sits at position seq_lens. Given no
+    kv_loc_plan (0.5.22+), the forward plans its own write window from out_cache_loc."""
+    torch, runner = _sg["torch"], target.model_runner
+    seq_lens = batch.seq_lens
+    # the KV slot the scheduler reserved for this step's first token
+    loc = runner.req_to_token_pool.req_to_token[batch.req_pool_indices, seq_lens].to(torch.int64)
+    saved = (batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info, batch.forward_mode)
+    swapped = runner.attn_backend, runner.decode_cuda_graph_runner
+    batch.input_ids, batch.out_cache_loc = batch.spec_info.bonus_tokens, loc
+    batch.forward_mode = _sg["DECODE"]
+    batch.seq_lens = seq_lens + 1                      # decode convention: length including this token
+    if saved[1] is not None:
+        batch.seq_lens_cpu = saved[1] + 1
+    if saved[2] is not None:
+        batch.seq_lens_sum = saved[2] + seq_lens.shape[0]
+    batch.spec_info = None
+    runner.attn_backend, runner.decode_cuda_graph_runner = fast.attn_backend, fast.graph_runner
+    try:
+        out = target.forward_batch_generation(batch, capture_hidden_mode=_sg["FULL_HIDDEN" if with_hidden else "NO_HIDDEN"])
+    finally:
+        runner.attn_backend, runner.decode_cuda_graph_runner = swapped
+        batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info, batch.forward_mode = saved
+    return out, loc
+
+
+def _draft_extend(worker: Any, batch: Any, result: Any, fast: FastOff) -> None:
     """SGLang's own draft extend of the steps-0 state (1 token per request, its CUDA graph), in the
-    contexts EAGLEWorkerV2.forward_batch_generation gives it."""
+    contexts EAGLEWorkerV2.forward_batch_generation gives it (the draft's TP context: the release's)."""
     w, draft = _sg["worker_module"], worker.draft_worker
-    with draft.draft_tp_context(draft.draft_runner.tp_group), w.speculative_moe_backend_context(), \
+    with fast.names.draft_context.enter(draft), w.speculative_moe_backend_context(), \
             w.speculative_moe_a2a_backend_context():
-        draft._draft_extend_for_decode(batch, result)
+        draft._draft_extend_for_decode(batch, result)   # no kv_loc_plan (0.5.22+): as steps-0 passes
 
 
 def stub_draft_input(draft_worker: Any, next_token_ids: Any) -> Any:
@@ -227,14 +221,13 @@ def stub_draft_input(draft_worker: Any, next_token_ids: Any) -> Any:
         bonus_tokens=next_token_ids, num_tokens_per_req=1, num_tokens_for_logprob_per_req=1)
 
 
-def _hand_over_read_done_event(worker: Any, target_runner: Any) -> None:
+def _hand_over_read_done_event(worker: Any, target_runner: Any, names: FastOffInternals) -> None:
     """The scheduler's write-after-read barrier waits on the event of the runner that reads
     shared buffers last (the draft runner, in a speculative step). Here that is the target's
-    decode graph: hand its event over, or the scheduler falls back to a whole-stream wait."""
-    event = getattr(target_runner, "war_fastpath_read_done_event", None)
-    if event is None:
+    decode graph: hand its event over, or the scheduler falls back to a whole-stream wait.
+    The attribute names are the release's (checked at build time)."""
+    event = getattr(target_runner, names.read_done_event)
+    if event is None:             # an eager forward publishes none: the scheduler waits for the stream
         return
-    target_runner.war_fastpath_read_done_event = None
-    last = getattr(worker, "war_fastpath_runner", None)
-    if last is not None and hasattr(last, "war_fastpath_read_done_event"):
-        last.war_fastpath_read_done_event = event
+    setattr(target_runner, names.read_done_event, None)
+    setattr(getattr(worker, names.last_reader), names.read_done_event, event)

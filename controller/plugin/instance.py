@@ -7,8 +7,8 @@ import os
 from typing import Any, Callable, Mapping
 
 from ..contract import (BOOL_KEYS, ENV_ADDRESS, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, ENV_SYNC_DRAFT,
-                        EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_PREFILL_KEY, OWN_KEYS, SIM_ACC_KEY, SYNC_DRAFT_KEY,
-                        THRESHOLD_KEY, validate_threshold)
+                        EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_PREFILL_KEY, OWN_KEYS, REASON_INACTIVE, SIM_ACC_KEY,
+                        SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version, validate_threshold)
 from .failures import Failures
 from .offpath import OffPath
 from .router import Router
@@ -38,8 +38,14 @@ class Plugin:
                                 or env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
 
-    def stats(self) -> tuple[dict[str, int], int]:
-        return {**self.router.counters(), **self.off_path.counters()}, self.off_path.path_index()
+    def stats(self) -> tuple[dict[str, int], dict[str, Any]]:
+        """(counters, what the stats message says about the off path: contract.encode_stats's keywords)."""
+        reason = self.off_path.reason
+        if self.router.checked and self.router.inert_reason is not None:
+            reason = REASON_INACTIVE
+        return ({**self.router.counters(), **self.off_path.counters()},
+                {"off_path": self.off_path.path_index(), "off_reason": reason,
+                 "sglang": parse_version(self.router.version()) or (0, 0, 0)})
 
     def hooks(self) -> dict[str, tuple[Callable, str]]:
         """target -> (bound hook, HookType name); the targets are support.HOOK_TARGETS."""

@@ -7,8 +7,9 @@ import logging
 import time
 from typing import Any, Callable
 
-from ..contract import parse_version
-from . import fastoff
+from ..contract import (REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_MISSING_INTERNAL, REASON_NONE,
+                        REASON_OTHER_RANK, REASON_RUN_FAILED, parse_version)
+from . import fastoff, internals
 from .failures import Failures
 from .router import Router
 
@@ -32,6 +33,7 @@ class OffPath:
         self.lean_prefill = lean_prefill
         self.capture_hidden = capture_hidden or sync_draft   # graphs that can feed the draft
         self.fast: fastoff.FastOff | None = None   # built after SGLang's graph capture, if supported
+        self.reason = REASON_CONFIG if not enabled else REASON_NONE   # contract.OFF_REASONS: why not fast
         self.fallbacks = 0                         # off batches that took SGLang's steps-0 path
         self.lean_prefills = 0
 
@@ -40,18 +42,19 @@ class OffPath:
 
     def after_init_cuda_graphs(self, result: Any, worker: Any, *args, **kwargs) -> None:
         """AFTER EAGLEWorkerV2.init_cuda_graphs, every rank, once: capture the target's decode graphs."""
-        if not self.enabled or not self.router.check(worker):
+        if not self.enabled:
+            return None
+        if not self.router.check(worker):
+            self.reason = REASON_INACTIVE
             return None
         version = self.router.version()
-        if not fastoff.version_supported(parse_version(version)):
-            log.warning("spec-controller: fast off path not available on sglang %s; off batches use "
-                        "SGLang's steps-0 state", version)
+        names = internals.for_version(parse_version(version))
+        if names is None:
+            self.reason = internals.no_table_reason(parse_version(version))
+            log.warning("spec-controller: no fast off path for sglang %s; off batches use SGLang's steps-0 "
+                        "state", version)
             return None
-        fast = None
-        try:
-            fast = fastoff.build(worker, with_hidden=self.capture_hidden)
-        except Exception as e:
-            self.failures.record("fast off capture", e)
+        fast = self._build(worker, names)
         try:
             agreed = fastoff.all_ranks_agree(fast is not None)
         except Exception as e:
@@ -59,7 +62,21 @@ class OffPath:
             agreed = False
         if fast is not None and not agreed:
             log.warning("spec-controller: another TP rank could not build the fast off path; all ranks use steps-0")
+            self.reason = REASON_OTHER_RANK
         self.fast = fast if agreed else None
+        return None
+
+    def _build(self, worker: Any, names: internals.FastOffInternals) -> fastoff.FastOff | None:
+        """The fast path on this rank, or None with the reason set (and logged once)."""
+        try:
+            return fastoff.build(worker, names, with_hidden=self.capture_hidden)
+        except internals.MissingInternal as e:
+            log.warning("spec-controller: fast off path not built, sglang %s lacks %s (its table: %s .. %s); "
+                        "off batches use SGLang's steps-0 state", self.router.version(), e, *names.versions)
+            self.reason = REASON_MISSING_INTERNAL
+        except Exception as e:
+            self.failures.record("fast off capture", e)
+            self.reason = REASON_CAPTURE_FAILED
         return None
 
     def _ours(self, worker: Any, batch: Any) -> bool:
@@ -84,7 +101,7 @@ class OffPath:
             result = fastoff.run(worker, fast, batch, on_publish, self.sync_draft and fast.with_hidden)
         except Exception as e:      # restored batch fields: SGLang's own path can still take this batch
             self.failures.record("fast off", e)
-            self.fast = None
+            self.fast, self.reason = None, REASON_RUN_FAILED
             return original(worker, batch, *args, **kwargs)
         fast.cpu_ns += time.perf_counter_ns() - t0        # CPU time to launch it (the GPU runs on, overlapped)
         if fast.batches % LOG_EVERY == 1:

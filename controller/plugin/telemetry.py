@@ -39,11 +39,11 @@ def connect_push(address: str) -> tuple[Any, int, type[BaseException]]:
 
 
 class TelemetrySender:
-    def __init__(self, address: str | None, failures: Failures, stats: Callable[[], tuple[dict, int]],
+    def __init__(self, address: str | None, failures: Failures, stats: Callable[[], tuple[dict, dict]],
                  rank: Callable[[], int] = current_rank, flush_s: float = FLUSH_S):
         self.address = address
         self.failures = failures
-        self.stats = stats                     # () -> (counters, off path index), for the stats message
+        self.stats = stats                     # () -> (counters, off path state), for the stats message
         self.rank = rank
         self.flush_s = flush_s
         self.sock: Any = None                  # made on first use; False: not this rank / no address
@@ -132,4 +132,4 @@ class TelemetrySender:
     def stats_message(self) -> bytes:
         counters, off_path = self.stats()
         return encode_stats({**counters, "sent": self.sent, "dropped": self.dropped,
-                             "telemetry_calls": self.calls, "telemetry_ns": self.ns}, off_path)
+                             "telemetry_calls": self.calls, "telemetry_ns": self.ns}, **off_path)

@@ -21,7 +21,8 @@ import urllib.request
 from pathlib import Path
 
 from ...contract import (ENV_ADDRESS, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, ENV_SYNC_DRAFT,
-                         THRESHOLD_KEY, decode, unsupported_reason, version_unsupported_reason)
+                         THRESHOLD_KEY, decode, installed_platform_plugins, platform_unsupported_reason,
+                         unsupported_reason, version_unsupported_reason)
 from ...paths import state_dir
 from .base import Engine, EngineError, SampleSink
 
@@ -111,7 +112,8 @@ class SGLangEngine(Engine):
                 "--speculative-adaptive-config", str(self.adaptive_config)]
 
     def check_installed(self) -> None:
-        """Refuse before launching anything when SGLang is missing or outside the supported range."""
+        """Refuse before launching anything when SGLang is missing, outside the supported range, or
+        (0.5.23+) beside an out-of-tree platform that may bring its own EAGLE worker."""
         if self.args.get("python"):
             return                      # another interpreter: its own SGLang, checked by the plugin
         import importlib.metadata
@@ -119,7 +121,7 @@ class SGLangEngine(Engine):
             version = importlib.metadata.version("sglang")
         except importlib.metadata.PackageNotFoundError:
             raise EngineError("sglang is not installed: pip install 'spec-controller[sglang]'") from None
-        reason = version_unsupported_reason(version)
+        reason = version_unsupported_reason(version) or platform_unsupported_reason(version, installed_platform_plugins())
         if reason:
             raise EngineError(f"sglang engine: {reason}")
 

@@ -1,0 +1,112 @@
+"""The released SGLang wheels the contract tests read (parsed with ast, never imported).
+
+RELEASES is the one list of versions they cover: every release of the supported range
+(controller.contract.SUPPORTED). SPEC_CONTROLLER_SGLANG_VERSIONS=0.5.17,0.5.23 narrows a run.
+Wheels are downloaded once (`pip download --no-deps`, 12-40 MB each) into .cache/sglang-wheels
+(ignored by git; SGLANG_WHEEL_CACHE elsewhere)."""
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+RELEASES = ("0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21",
+            "0.5.22", "0.5.23")
+ENV_VERSIONS = "SPEC_CONTROLLER_SGLANG_VERSIONS"
+VERSIONS = [v.strip() for v in os.environ.get(ENV_VERSIONS, ",".join(RELEASES)).split(",") if v.strip()]
+CACHE = Path(os.environ.get("SGLANG_WHEEL_CACHE", Path(__file__).resolve().parent.parent / ".cache" / "sglang-wheels"))
+
+Def = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def wheel(version: str) -> Path:
+    found = sorted(CACHE.glob(f"sglang-{version}-*.whl"))
+    if not found:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        res = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}",
+                              "-d", str(CACHE)], capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, f"pip download sglang=={version} failed: {res.stderr[-500:]}"
+        found = sorted(CACHE.glob(f"sglang-{version}-*.whl"))
+    return found[0]
+
+
+def params(fn: ast.FunctionDef) -> list[str]:
+    return [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+
+
+class Source:
+    """The sglang package of one wheel, module by module (each parsed once)."""
+
+    def __init__(self, path: Path):
+        self.zip = zipfile.ZipFile(path)
+        self.names = set(self.zip.namelist())
+        self._trees: dict[str, ast.Module] = {}
+
+    def locate(self, dotted: str) -> tuple[ast.Module, list[str]]:
+        parts = dotted.split(".")
+        for i in range(len(parts), 0, -1):
+            base = "/".join(parts[:i])
+            name = base + ".py" if base + ".py" in self.names else base + "/__init__.py"
+            if name in self.names:
+                if name not in self._trees:
+                    self._trees[name] = ast.parse(self.zip.read(name))
+                return self._trees[name], parts[i:]
+        raise AssertionError(f"no module for {dotted}")
+
+    def node(self, dotted: str) -> ast.AST:
+        tree, rest = self.locate(dotted)
+        node: ast.AST = tree
+        for name in rest:
+            match = [n for n in getattr(node, "body", []) if isinstance(n, Def) and n.name == name]
+            assert match, f"{dotted}: {name} not found"
+            node = match[-1]
+        return node
+
+    def function(self, dotted: str) -> ast.FunctionDef:
+        node = self.node(dotted)
+        assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)), f"{dotted} is not a function"
+        return node
+
+    def text(self, dotted: str) -> str:
+        return ast.unparse(self.node(dotted)).replace('"', "'")
+
+    def class_attributes(self, dotted: str) -> set[str]:
+        """Attributes a class sets on self in any of its methods, and its methods and properties."""
+        cls = self.node(dotted)
+        assert isinstance(cls, ast.ClassDef), f"{dotted} is not a class"
+        out = {n.name for n in cls.body if isinstance(n, Def)}
+        for node in ast.walk(cls):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, ast.AnnAssign) else []
+            out |= {t.attr for t in targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                    and t.value.id == "self"}
+        return out
+
+    def module_names(self, dotted: str) -> set[str]:
+        """Names a module defines or imports at its top level (inside top-level if/try blocks too)."""
+        tree, rest = self.locate(dotted)
+        assert not rest, f"{dotted} is not a module"
+        out: set[str] = set()
+        pending = list(tree.body)
+        while pending:
+            node = pending.pop()
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                out |= {(a.asname or a.name).split(".")[0] for a in node.names}
+            elif isinstance(node, Def):
+                out.add(node.name)
+            elif isinstance(node, ast.Assign):
+                out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+            elif isinstance(node, (ast.If, ast.Try)):
+                pending += node.body + node.orelse + getattr(node, "finalbody", []) + \
+                    [n for h in getattr(node, "handlers", []) for n in h.body]
+        return out
+
+
+@functools.lru_cache(maxsize=2)
+def source(version: str) -> Source:
+    """One wheel at a time in memory (tests are grouped by version)."""
+    return Source(wheel(version))
