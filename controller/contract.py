@@ -105,6 +105,8 @@ def off_path_evidence(path: int, sglang: tuple[int, int, int]) -> str:
         return ""
     if sglang in GPU_MEASURED:
         return "measured on a GPU"
+    if not any(sglang):
+        return "not measured on a GPU (SGLang version unknown)"
     return f"contract-checked against the {'.'.join(map(str, sglang))} wheel, not measured on a GPU"
 
 

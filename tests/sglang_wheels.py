@@ -106,7 +106,7 @@ class Source:
         return out
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=None)
 def source(version: str) -> Source:
-    """One wheel at a time in memory (tests are grouped by version)."""
+    """Each wheel opened once per test session (its parsed modules kept)."""
     return Source(wheel(version))

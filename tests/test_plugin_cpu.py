@@ -84,10 +84,28 @@ def test_active_plugin_switches_sglang_ema_off(plug):
     ({**GOOD, "enable_two_batch_overlap": True}, "two-batch overlap"),
     ({**GOOD, "enable_pdmux": True}, "pdmux"),
     ({**GOOD, "speculative_adaptive": False}, "speculative_adaptive is off"),
+    ({**GOOD, "attn_dp_size": 2}, "attn_dp_size=2: SGLang's adaptive speculation does not support attention DP"),
+    ({**GOOD, "ep_join_mode": "scale"}, "counts a scale-up joiner as attention DP"),
+    ({**GOOD, "pp_size": 2}, "pp_size=2: the plugin does not support pipeline parallelism"),
+    ({**GOOD, "enable_multi_layer_eagle": True}, "multi-layer EAGLE"),
 ])
 def test_unsupported_reasons(args, needle):
     assert needle in contract.unsupported_reason(args)
     assert needle in contract.unsupported_reason(SimpleNamespace(**args))
+
+
+def test_single_rank_values_are_not_refused():
+    assert contract.unsupported_reason({**GOOD, "attn_dp_size": 1, "pp_size": None, "ep_join_mode": "recover"}) is None
+
+
+def test_an_out_of_tree_platform_is_refused_from_0_5_23(monkeypatch):
+    assert "out-of-tree SGLang platform installed (npu_ext)" in contract.platform_unsupported_reason("0.5.23", ["npu_ext"])
+    assert contract.platform_unsupported_reason("0.5.22", ["npu_ext"]) is None     # no platform worker before
+    assert contract.platform_unsupported_reason("0.5.23", []) is None
+    from importlib import metadata
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [SimpleNamespace(name="b"), SimpleNamespace(name="a")]
+                        if group == contract.PLATFORM_PLUGINS_GROUP else [])
+    assert contract.installed_platform_plugins() == ["a", "b"]
 
 
 def test_supported_engine_and_version_range():
@@ -223,11 +241,17 @@ def test_telemetry_codec_round_trip_and_refusal():
     two = decode(pack_sample(1.0, 4, 0, 4, 0.01, False) + pack_sample(2.0, 8, 3, 20, 0.02, True))
     assert [(x.t, x.batch_size, x.tokens) for x in two] == [(1.0, 4, 4), (2.0, 8, 20)]
     stats = decode(encode_stats({"decisions": 10, "decision_ns": 2000, "sent": 9, "dropped": 1,
-                                 "fast_off_batches": 7, "fast_off_graph_batches": 6, "off_fallbacks": 1}, 1))
+                                 "fast_off_batches": 7, "fast_off_graph_batches": 6, "off_fallbacks": 1}, 1, 0, (0, 5, 22)))
     assert stats == {"decisions": 10, "decision_ns": 2000, "sent": 9, "dropped": 1, "fast_off_batches": 7,
                      "fast_off_graph_batches": 6, "off_fallbacks": 1, "telemetry_calls": 0, "telemetry_ns": 0,
                      "fast_off_cpu_ns": 0, "switches": 0, "switch_ns": 0, "lean_prefills": 0,
-                     "off_path": "fast (draft not written while off)"}
+                     "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
+                     "off_path_evidence": "contract-checked against the 0.5.22 wheel, not measured on a GPU"}
+    measured = decode(encode_stats({}, 3, 0, (0, 5, 17)))
+    assert (measured["off_path"], measured["off_path_evidence"]) == ("fast, draft synced", "measured on a GPU")
+    old = decode(encode_stats({}, 0, contract.REASON_NO_CAPTURE_MODE, (0, 5, 14)))
+    assert (old["sglang"], old["off_path_evidence"]) == ("0.5.14", "") and "capture_hidden_mode" in old["off_reason"]
+    assert decode(encode_stats({}, 9, 99))["off_path"] == decode(encode_stats({}, 9, 99))["off_reason"] == "?"
     with pytest.raises(ValueError):
         decode(b"\x07garbage")
     with pytest.raises(ValueError, match="corrupt"):                  # a second sample without its kind
@@ -349,46 +373,10 @@ def test_simulated_acceptance_knob_needs_the_experiments_switch():
     assert "1 .. 64" in plug.validate_own_keys({SIM_ACC_KEY: 0.5})
 
 
-def test_fast_off_only_on_the_version_it_was_written_for():
-    assert fastoff.version_supported(contract.parse_version("0.5.17"))
-    assert not fastoff.version_supported(contract.parse_version("0.5.14"))
-
-
-def test_read_done_event_moves_to_the_runner_the_scheduler_waits_on():
-    target = SimpleNamespace(war_fastpath_read_done_event="ev")
-    draft = SimpleNamespace(war_fastpath_read_done_event=None)
-    fastoff._hand_over_read_done_event(SimpleNamespace(war_fastpath_runner=draft), target)
-    assert draft.war_fastpath_read_done_event == "ev" and target.war_fastpath_read_done_event is None
-    fastoff._hand_over_read_done_event(SimpleNamespace(war_fastpath_runner=draft), target)
-    assert draft.war_fastpath_read_done_event == "ev"     # nothing recorded this step: nothing to move
-
-
-def test_tp_ranks_use_the_fast_path_only_if_all_built_it():
-    ranks = [True, False]                       # rank 1 failed to capture its graphs
-    group_min = lambda v: min(1 if ok else 0 for ok in ranks)
-    assert [fastoff.all_ranks_agree(ok, group_min) for ok in ranks] == [False, False]
-    ranks = [True, True]
-    assert [fastoff.all_ranks_agree(ok, group_min) for ok in ranks] == [True, True]
-
-
-def test_capture_failure_leaves_steps_0_and_says_so(plug, monkeypatch):
-    plug.router.version = lambda: "0.5.17"
-    monkeypatch.setattr(fastoff, "build", lambda w: 1 / 0)
-    monkeypatch.setattr(fastoff, "all_ranks_agree", lambda ok: ok)
-    plug.off_path.after_init_cuda_graphs(None, worker())
-    assert plug.off_path.fast is None and "fast off capture" in plug.failures.places
-
-
-def test_fast_path_is_not_built_on_other_versions(plug, monkeypatch):
-    plug.router.version = lambda: "0.5.23"
-    monkeypatch.setattr(fastoff, "build", lambda w: pytest.fail("must not capture"))
-    plug.off_path.after_init_cuda_graphs(None, worker())
-    assert plug.off_path.fast is None
-
-
 def test_stats_say_which_off_path_runs_and_status_shows_it(plug):
     from controller.cli.status import render_status
     tel = plug.telemetry
+    plug.router.version = lambda: "0.5.20"
     assert decode(tel.stats_message())["off_path"] == "steps-0"            # never built
     plug.off_path.fast = fastoff.FastOff(None, None, batches=120, graph_batches=118)
     plug.off_path.fallbacks = 3
@@ -402,6 +390,11 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(plug):
     out = render_status(st)
     assert "off path:    fast (draft not written while off), 120 fast batches (118 on CUDA graphs), 3 on steps-0" \
         in out
+    assert "sglang:      0.5.20; off path fast, contract-checked against the 0.5.20 wheel, not measured on a GPU" in out
+    steps0 = {**stats, "off_path": "steps-0", "off_reason": contract.OFF_REASONS[contract.REASON_0_5_16],
+              "sglang": "0.5.16", "off_path_evidence": ""}
+    assert ("sglang:      0.5.16; off path steps-0: SGLang 0.5.16: no get_server_return_hidden_states_mode"
+            in render_status({**st, "engine": {**st["engine"], "plugin": steps0}}))
     st["engine"]["plugin"] = {**stats, "decisions": 10, "decision_ns": 609_600, "switches": 2, "switch_ns": 600_000}
     assert "plugin cost: decision 1.2 us, telemetry - us per batch; 300.0 us per state switch (2 switches)" \
         in render_status(st)
@@ -433,6 +426,15 @@ def test_load_registers_every_hook_once_per_process(monkeypatch):
     entry.load()                                           # SGLang may call it again: idempotent
     assert sorted(t for t, _ in registered) == sorted(HOOK_TARGETS)
     assert isinstance(entry._loaded[0], Plugin)
+
+
+def test_load_refuses_beside_an_out_of_tree_platform_and_registers_nothing(monkeypatch):
+    import controller.plugin as entry
+    monkeypatch.setattr(entry, "_loaded", [])
+    monkeypatch.setattr(contract, "installed_platform_plugins", lambda: ["oot"])
+    registered = fake_sglang(monkeypatch, "0.5.23")
+    entry.load()
+    assert registered == [] and entry._loaded == [None]
 
 
 def test_load_refuses_an_unsupported_version_and_registers_nothing(monkeypatch):

@@ -27,6 +27,29 @@ def test_engine_refuses_unsupported_config_and_builds_flags():
     assert server_flags({"a_b": [1, 2], "off": False}) == ["--a-b", "1", "2"]
 
 
+@pytest.mark.parametrize("extra,needle", [({"attn_dp_size": 2}, "attention DP"), ({"pp_size": 2}, "pipeline"),
+                                          ({"ep_join_mode": "scale"}, "scale-up joiner")])
+def test_engine_refuses_what_adaptive_speculation_turns_off_before_launching(extra, needle):
+    with pytest.raises(EngineError, match=needle):
+        SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", **extra})
+
+
+def test_engine_checks_the_installed_sglang_and_its_platforms_before_launching(monkeypatch):
+    import importlib.metadata
+
+    from controller.daemon.engines import sglang as adapter
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3"})
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.5.23")
+    monkeypatch.setattr(adapter, "installed_platform_plugins", lambda: [])
+    eng.check_installed()
+    monkeypatch.setattr(adapter, "installed_platform_plugins", lambda: ["oot_npu"])
+    with pytest.raises(EngineError, match="out-of-tree SGLang platform installed"):
+        eng.check_installed()
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.5.24")
+    with pytest.raises(EngineError, match="outside the supported range"):
+        eng.check_installed()
+
+
 def test_engine_receiver_unpacks_messages_of_several_samples(short_tmp):
     """The daemon side of the wire: samples in order, counters kept, garbage counted, never fatal."""
     from controller.contract import encode_stats, pack_sample
