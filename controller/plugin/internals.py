@@ -6,6 +6,10 @@ them). tests/test_fastoff_contract.py checks every entry against each released w
 checks the live engine against the same table and, if a name is missing or changed, does not
 build the fast path (the reason is logged once and shown by `specctl status`).
 
+No table for 0.5.14 ... 0.5.16: before 0.5.16 TpModelWorker.forward_batch_generation takes no
+capture_hidden_mode; 0.5.16 takes it but sizes its decode graphs' hidden-state capture its own way (no
+get_server_return_hidden_states_mode; graphs re-captured at replay). Those keep SGLang's steps-0.
+
 What differs between the versions (read from the wheels):
 - 0.5.18: the scheduler's write-after-read barrier hand-off was renamed (`war_fastpath_runner` ->
   `last_shared_read_runner`, `war_fastpath_read_done_event` -> `shared_read_done_event`), and

@@ -1,5 +1,6 @@
 """The SGLang internals the plugin names: the hook targets it registers and the callables it calls,
-each with the parameters it expects (checked against every released wheel by the contract tests).
+each with the parameters it expects (checked against every released wheel by the contract tests); the
+fast off path's own internals, per version, are in internals.py.
 The supported versions and refused configurations are shared with the daemon: controller.contract."""
 from __future__ import annotations
 
