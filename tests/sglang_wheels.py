@@ -75,10 +75,11 @@ class Source:
         return ast.unparse(self.node(dotted)).replace('"', "'")
 
     def class_attributes(self, dotted: str) -> set[str]:
-        """Attributes a class sets on self in any of its methods, and its methods and properties."""
+        """Attributes a class sets on self in any of its methods, its fields, methods and properties."""
         cls = self.node(dotted)
         assert isinstance(cls, ast.ClassDef), f"{dotted} is not a class"
         out = {n.name for n in cls.body if isinstance(n, Def)}
+        out |= {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
         for node in ast.walk(cls):
             targets = node.targets if isinstance(node, ast.Assign) else \
                 [node.target] if isinstance(node, ast.AnnAssign) else []

@@ -94,7 +94,8 @@ def test_steps_0_result_fields_the_fast_path_fills(version):
             "next_draft_input", "accept_lens", "new_seq_lens", "extra_keep_alive_refs"} <= fields, version
     draft = {n.target.id for n in src.node("sglang.srt.speculative.eagle_info.EagleDraftInput").body
              if isinstance(n, ast.AnnAssign)}
-    assert {"bonus_tokens", "topk_p", "topk_index", "hidden_states", "num_tokens_per_req"} <= draft, version
+    assert {"bonus_tokens", "topk_p", "topk_index", "hidden_states", "num_tokens_per_req",
+            "num_tokens_for_logprob_per_req"} <= draft, version
 
 
 @pytest.mark.parametrize("version", [v for v in VERSIONS if parse_version(v) >= (0, 5, 20)])

@@ -173,11 +173,13 @@ def fake_modules(table: internals.FastOffInternals, monkeypatch) -> dict[str, Mo
     for name, names in table.module_names.items():
         for attr in names:
             setattr(module(name), attr, object())
+    batch_module, _, batch_cls = internals.SCHEDULE_BATCH.rpartition(".")
+    setattr(module(batch_module), batch_cls, type(batch_cls, (), dict.fromkeys(table.attributes[internals.SCHEDULE_BATCH])))
     return modules
 
 
 def live_worker(table: internals.FastOffInternals) -> SimpleNamespace:
-    runner = SimpleNamespace(init_new_workspace=False, **{table.read_done_event: None})
+    runner = SimpleNamespace(**dict.fromkeys(table.attributes[internals.RUNNER]))
     draft = SimpleNamespace(draft_runner=SimpleNamespace(tp_group="tp"), draft_tp_context=None,
                             draft_owns_attention=True, parallel_layout="layout")
     cls = type("Worker", (), {table.last_reader: property(lambda self: None)})
@@ -194,7 +196,11 @@ def test_the_live_check_passes_on_the_tables_names_and_fails_loudly_without_one(
     delattr(broken.target_worker.model_runner, table.read_done_event)
     with pytest.raises(internals.MissingInternal, match=table.read_done_event):
         internals.check_live(table, broken)
-    worker_module = modules[internals.EAGLE_V2]
+    delattr(modules[internals.SCHEDULE_BATCH.rpartition(".")[0]].ScheduleBatch, "return_logprob")
+    with pytest.raises(internals.MissingInternal, match="ScheduleBatch.return_logprob"):
+        internals.check_live(table, live_worker(table))
+    fake_modules(table, monkeypatch)
+    worker_module = sys.modules[internals.EAGLE_V2]
     delattr(worker_module, "EagleDraftInput")
     with pytest.raises(internals.MissingInternal, match="EagleDraftInput"):
         internals.check_live(table, live_worker(table))

@@ -26,6 +26,7 @@ from .internals import FastOffInternals, check_live, hidden_mode_full
 
 log = logging.getLogger("spec_controller.plugin")
 
+
 @dataclass
 class FastOff:
     """The target's decode-mode attention backend and CUDA graphs, beside the speculative ones."""

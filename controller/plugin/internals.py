@@ -118,10 +118,20 @@ _CALLABLES = {
     "sglang.srt.speculative.eagle_utils.get_draft_recurrent_hidden_state_spec": ("model_runner",),
     f"{EAGLE_V2}.EagleDraftWorker._draft_extend_for_decode": ("self", "batch", "batch_result"),
 }
+SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch.ScheduleBatch"
+# what run() reads and swaps on a decode batch, and what decides that an off batch needs verify's extras
+_BATCH_FIELDS = ("seq_lens", "seq_lens_cpu", "seq_lens_sum", "spec_info", "forward_mode", "input_ids",
+                 "out_cache_loc", "req_pool_indices", "is_extend_in_batch", "return_logprob", "has_grammar",
+                 "return_hidden_states")
+# what build() swaps on the target's model runner (and restores), and what run() reads
+_RUNNER_ATTRIBUTES = ("init_new_workspace", "spec_algorithm", "attn_backend", "decode_cuda_graph_runner",
+                      "req_to_token_pool")
 _MODULE_NAMES = {
     EAGLE_V2: ("GenerationBatchResult", "EagleDraftInput", "get_draft_recurrent_hidden_state_spec",
                "speculative_moe_backend_context", "speculative_moe_a2a_backend_context"),
     "sglang.srt.model_executor.runner.base_runner": ("get_server_return_hidden_states_mode",),
+    "sglang.srt.model_executor.forward_batch_info": ("CaptureHiddenMode", "ForwardMode"),
+    "sglang.srt.speculative.spec_info": ("SpeculativeAlgorithm",),
 }
 # Facts every fast version keeps (the {event}/{reader}/{context} fields come from the table)
 _COMMON_FACTS = (
@@ -149,7 +159,9 @@ FAST_OFF_INTERNALS = FastOffInternals(
     hidden_mode_params=("server_args",),
     draft_context=DraftContext("draft_tp_context", True, ("draft_runner.tp_group",)),
     callables=_CALLABLES,
-    attributes={RUNNER: ("init_new_workspace", "war_fastpath_read_done_event"),
+    attributes={RUNNER: _RUNNER_ATTRIBUTES + ("war_fastpath_read_done_event",),
+                "sglang.srt.speculative.base_spec_worker.BaseSpecWorker": ("target_worker", "draft_worker"),
+                SCHEDULE_BATCH: _BATCH_FIELDS,
                 f"{EAGLE_V2}.EAGLEWorkerV2": ("war_fastpath_runner",),
                 f"{EAGLE_V2}.EagleDraftWorker": ("draft_runner", "topk", "draft_tp_context")},
     module_names=_MODULE_NAMES,
@@ -164,7 +176,7 @@ def _renamed_barrier(base: FastOffInternals) -> FastOffInternals:
     return dataclasses.replace(
         base, read_done_event="shared_read_done_event", last_reader="last_shared_read_runner",
         hidden_mode_params=(),
-        attributes={**base.attributes, RUNNER: ("init_new_workspace", "shared_read_done_event"),
+        attributes={**base.attributes, RUNNER: _RUNNER_ATTRIBUTES + ("shared_read_done_event",),
                     f"{EAGLE_V2}.EAGLEWorkerV2": ("last_shared_read_runner",)},
         facts=_COMMON_FACTS + (
             (f"{DECODE_RUNNER}._publish_read_done", "self.model_runner.shared_read_done_event = read_done",
@@ -236,44 +248,40 @@ def quoted_facts(table: FastOffInternals) -> list[tuple[str, str, str]]:
 
 def check_live(table: FastOffInternals, worker: Any) -> None:
     """MissingInternal unless the running engine has every name of the table (build time, once)."""
-    for dotted, params in table.callables.items():
-        _check_params(dotted, params)
-    _check_params(HIDDEN_MODE, table.hidden_mode_params, exact=True)
+    for dotted, params in {**table.callables, HIDDEN_MODE: table.hidden_mode_params}.items():
+        names = list(inspect.signature(_resolve(dotted)).parameters)
+        if (names if dotted == HIDDEN_MODE else [n for n in names if n in params]) != list(params):
+            raise MissingInternal(f"{dotted}{tuple(names)}, expected {params}")
     for module, names in table.module_names.items():
-        loaded = importlib.import_module(module)
         for name in names:
-            if not hasattr(loaded, name):
-                raise MissingInternal(f"{module}.{name}")
+            _resolve(f"{module}.{name}")
+    batch_cls = _resolve(SCHEDULE_BATCH)
+    for name in table.attributes[SCHEDULE_BATCH]:      # dataclass fields, or properties
+        if name not in getattr(batch_cls, "__dataclass_fields__", {}) and not hasattr(batch_cls, name):
+            raise MissingInternal(f"ScheduleBatch.{name}")
     runner = worker.target_worker.model_runner
-    draft = [(worker.draft_worker, name) for name in table.draft_context.attribute_paths()]
-    for owner, name in [(runner, table.read_done_event), (runner, "init_new_workspace"),
-                        (type(worker), table.last_reader), *draft]:
-        try:
-            _attr(owner, name)
-        except AttributeError:
-            raise MissingInternal(f"{type(owner).__name__}.{name}") from None
+    for owner, names in ((runner, table.attributes[RUNNER]), (type(worker), (table.last_reader,)),
+                         (worker.draft_worker, table.draft_context.attribute_paths())):
+        for name in names:
+            try:
+                _attr(owner, name)
+            except AttributeError:
+                raise MissingInternal(f"{type(owner).__name__}.{name}") from None
 
 
-def _check_params(dotted: str, params: tuple[str, ...], exact: bool = False) -> None:
-    module, _, rest = dotted.partition(".srt.")
-    parts = rest.split(".")
-    obj: Any = None
-    for i in range(len(parts), 0, -1):         # the longest importable prefix is the module
+def _resolve(dotted: str) -> Any:
+    """The object a dotted path names: its longest importable prefix, then attributes."""
+    parts = dotted.split(".")
+    for i in range(len(parts) - 1, 0, -1):
         try:
-            obj = importlib.import_module(f"{module}.srt." + ".".join(parts[:i]))
+            obj = importlib.import_module(".".join(parts[:i]))
         except ImportError:
             continue
         try:
-            for name in parts[i:]:
-                obj = getattr(obj, name)
+            return _attr(obj, ".".join(parts[i:]))
         except AttributeError:
-            raise MissingInternal(dotted) from None
-        break
-    if obj is None:
-        raise MissingInternal(dotted)
-    names = list(inspect.signature(obj).parameters)
-    if (names if exact else [n for n in names if n in params]) != list(params):
-        raise MissingInternal(f"{dotted}{tuple(names)}, expected {params}")
+            break
+    raise MissingInternal(dotted)
 
 
 def hidden_mode_full(table: FastOffInternals, full: Any) -> Callable[..., Any]:
