@@ -49,9 +49,12 @@ def test_policy_list_show_set(daemon):
 @pytest.mark.parametrize("args,code,needle", [
     (["policy", "set", "nope"], 2, "unknown policy 'nope'"),
     (["policy", "set", "ucb", "--param", "c=-1"], 2, "out of range"),
-    (["threshold", "pin", "--", "-3"], 2, "is not in the range"),
+    (["threshold", "pin", "--", "-3"], 2, "threshold -3 out of range (allowed 0 .. 65536)"),
+    (["threshold", "pin", "-1"], 2, "threshold -1 out of range (allowed 0 .. 65536)"),
+    (["threshold", "pin", "abc"], 2, "threshold 'abc' is not an integer"),
     (["threshold", "pin", "300"], 1, "out of range (allowed 0 .. 256)"),
-    (["history", "--limit", "0"], 2, "--limit"),
+    (["history", "--limit", "0"], 2, "limit 0 out of range (allowed 1 .. 10000)"),
+    (["history", "--limit", "-5"], 2, "limit -5 out of range"),
 ])
 def test_bad_input_changes_nothing(daemon, args, code, needle):
     before = json.loads(specctl(daemon, "policy", "show", "--json").stdout)

@@ -4,7 +4,6 @@ only by the commands that need them: `specctl status` must start in a blink."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
@@ -12,6 +11,7 @@ import click
 
 from ..paths import find_db, find_socket
 from .client import DaemonError, request
+from .options import EXIT_ERROR, fail_as
 
 
 class Ctx:
@@ -20,9 +20,8 @@ class Ctx:
         self.db = Path(db) if db else find_db()
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"specctl: {message}", err=True)
-    sys.exit(code)
+def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    fail_as("specctl", message, code)
 
 
 def json_option(fn: Callable) -> Callable:

@@ -96,7 +96,7 @@ class Service:
     def policy_info(self) -> dict:
         p = self.loop.policy
         return {"name": self.policy_name, "policy": p.name, "params": dict(p.params), "seed": p.seed,
-                "state_keys": sorted(p.state())}
+                "state_keys": sorted(p.state()), "pinned": self.loop.pinned}
 
     # --- threshold ----------------------------------------------------------
     def pin(self, threshold: int | None) -> dict:
