@@ -24,6 +24,18 @@ def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
     fail_as("specctl", message, code)
 
 
+def ago(seconds: float) -> str:
+    """A duration for people: 42 s, 7 min, 3.5 h, 2 d."""
+    seconds = max(0.0, float(seconds))
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.0f} d"
+
+
 def json_option(fn: Callable) -> Callable:
     return click.option("--json", "as_json", is_flag=True, help="print JSON (stable schema)")(fn)
 
