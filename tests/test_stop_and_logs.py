@@ -31,7 +31,8 @@ def test_specctl_stop_drains_and_waits_for_the_exit(short_tmp):
     d = DaemonProc(short_tmp, "--concurrency", "4", speed=40)
     try:
         d.wait_socket()
-        d.wait_for(lambda st: st["samples"]["total"] > 200, what="samples")
+        live = d.wait_for(lambda st: st["samples"]["total"] > 200, what="samples")
+        assert live["samples"]["per_s"] > 0
         res = specctl(d, "stop")
         assert res.exit_code == 0, res.output
         assert res.output.strip() == f"daemon pid {d.proc.pid} stopped"
@@ -46,6 +47,11 @@ def test_specctl_stop_drains_and_waits_for_the_exit(short_tmp):
     assert log.count("spec-controller stopped (specctl stop)") == 1
     assert "maximum number of running instances" not in log
     assert _events(d.db)[-1] == ("stop", "specctl stop: exit 0")
+    # the stopped daemon's database: status says so (exit 3) with the live schema, and plots
+    offline = specctl(d, "status")
+    assert offline.exit_code == 3 and "NOT RUNNING" in offline.stdout and "None" not in offline.stdout
+    res = specctl(d, "plot", str(short_tmp / "live.png"))
+    assert res.exit_code == 0 and (short_tmp / "live.png").read_bytes()[:4] == b"\x89PNG", res.output
 
 
 def test_sigterm_and_sighup_are_logged_once_each(short_tmp):
