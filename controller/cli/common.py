@@ -65,6 +65,19 @@ def offline_db(ctx: Ctx, write: bool = False):
         fail(str(e))
 
 
+UNREADABLE = "unreadable"
+
+
+def lock_holder(db: Path) -> str | None:
+    """The pid of the daemon holding db's lock, None when none does, UNREADABLE when this user
+    may not read the lock file (then who holds it cannot be told)."""
+    from state.db import DaemonLock
+    try:
+        return DaemonLock(db).holder()
+    except OSError:
+        return UNREADABLE
+
+
 def save_offline(ctx: Ctx, key: str, value: Any) -> None:
     """A setting written straight into the database, used at the daemon's next start."""
     from state import queries

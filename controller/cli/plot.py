@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..paths import present
 from .common import Ctx, fail, offline_db
 from .figures import PlotError, check_path, draw_threshold, pyplot, save
 from .options import Bounded
@@ -56,7 +57,7 @@ def plot(ctx: Ctx, path: str, last_s: float, bin_s: float | None) -> None:
         check_path(path)
     except PlotError as e:
         fail(str(e))
-    if not ctx.db.exists():
+    if not present(ctx.db):
         fail(f"no database at {ctx.db}")
     db = offline_db(ctx)
     t_end = timeline.newest_t(db)

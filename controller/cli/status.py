@@ -6,9 +6,10 @@ import time
 
 import click
 
+from ..paths import present
 from ..status import build_status, summarise
 from .client import DaemonUnreachable
-from .common import Ctx, ago, call, emit, fail, json_option, offline_db
+from .common import UNREADABLE, Ctx, ago, call, emit, fail, json_option, lock_holder, offline_db
 from .options import EXIT_NOT_RUNNING, EXIT_STARTING
 
 
@@ -130,11 +131,11 @@ def status(ctx: Ctx, as_json: bool) -> None:
     try:
         st = call(ctx, "GET", "/status")
     except DaemonUnreachable as e:
-        if not ctx.db.exists():
+        if not present(ctx.db):
             fail(f"daemon is not running ({e}) and there is no database at {ctx.db}", EXIT_NOT_RUNNING)
         st = offline_status(ctx)
-        from state.db import DaemonLock
-        holder = DaemonLock(ctx.db).holder()
+        holder = lock_holder(ctx.db)
+        holder = None if holder == UNREADABLE else holder
         if holder:      # alive but not serving: the engine is still loading (or the daemon is wedged)
             st["daemon"].update(starting=True, pid=int(holder) if holder.isdigit() else holder)
         if not as_json:

@@ -4,34 +4,30 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import click
 
+from ..paths import present
 from .client import DaemonUnreachable
-from .common import Ctx, call, fail
+from .common import UNREADABLE, Ctx, call, fail, lock_holder
 from .options import EXIT_NOT_RUNNING, EXIT_STARTING, Bounded
 
 
-def lock_holder(db: str | os.PathLike) -> str | None:
-    """The pid holding the daemon's lock on db, or None when no daemon does."""
-    from state.db import DaemonLock
-    return DaemonLock(db).holder()
+def _gone(db: Path, pid: int) -> bool:
+    holder = lock_holder(db)
+    if holder != UNREADABLE:
+        return holder is None
+    try:                         # the lock file is not readable to this user: ask the kernel
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
 
 
-def _gone(db: str, pid: int) -> bool:
-    try:
-        return lock_holder(db) is None
-    except OSError:            # the lock file is not readable to this user: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            pass
-        return False
-
-
-def wait_gone(db: str, pid: int, timeout: float, poll_s: float = 0.1) -> bool:
+def wait_gone(db: Path, pid: int, timeout: float, poll_s: float = 0.1) -> bool:
     end = time.monotonic() + timeout
     while not _gone(db, pid):
         if time.monotonic() > end:
@@ -50,8 +46,8 @@ def stop(ctx: Ctx, timeout: float, no_wait: bool) -> None:
     try:
         res = call(ctx, "POST", "/stop")
     except DaemonUnreachable as e:
-        holder = lock_holder(ctx.db) if ctx.db.exists() else None
-        if holder:
+        holder = lock_holder(ctx.db) if present(ctx.db) else None
+        if holder and holder != UNREADABLE:
             fail(f"daemon pid {holder} holds {ctx.db} but its control socket is not open yet (engine starting?); "
                  f"stop it with: kill -TERM {holder}", EXIT_STARTING)
         fail(f"daemon is not running ({e})", EXIT_NOT_RUNNING)
@@ -59,6 +55,6 @@ def stop(ctx: Ctx, timeout: float, no_wait: bool) -> None:
     if no_wait:
         click.echo(f"daemon pid {pid} is draining")
         return
-    if not wait_gone(res["db"], pid, timeout):
+    if not wait_gone(Path(res["db"]), pid, timeout):
         fail(f"daemon pid {pid} is still draining after {timeout:g} s")
     click.echo(f"daemon pid {pid} stopped")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from policies import PolicyError
 from state import queries
-from state.db import DaemonLock, open_store
+from state.db import DaemonLock, leave_wal, open_store
 from state.writer import Writer
 
 from ..paths import default_db, default_socket
@@ -161,6 +161,7 @@ class Daemon:
             service.checkpoint()
             writer.event("stop", f"{self.stop_reason or 'error'}: exit {self.exit_code}")
             writer.stop()
+            leave_wal(db)
             server.stop()
             lock.release()
             log.info("spec-controller stopped (%s): drained and flushed in %.1f s; exit %d",
