@@ -76,3 +76,4 @@ def test_samples_per_real_second_count_arrivals_not_engine_time():
     assert stats.arrival_rate(real_now=1.0) == 1000.0
     assert stats.snapshot(110.0)["batches_per_s"] < 20      # the engine clock's rate, 100x slower
     assert math.isclose(stats.snapshot(150.0)["figures_age_s"], 150.0 - 109.9, abs_tol=0.1)
+    assert math.isclose(stats.snapshot(150.0, speed=10)["figures_age_s"], (150.0 - 109.9) / 10, abs_tol=0.1)

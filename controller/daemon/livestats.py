@@ -62,15 +62,18 @@ class LiveStats:
         span = real_now - rows[0][0]
         return round(sum(n for _, n in list(rows)[1:]) / span, 2) if span > 0 else None
 
-    def snapshot(self, now: float | None = None) -> dict:
+    def snapshot(self, now: float | None = None, speed: float = 1.0) -> dict:
+        """The window's figures; ages in real seconds (engine seconds / speed, the sim's clock rate)."""
         span = (self._rows[-1][0] - self._rows[0][0]) if len(self._rows) > 1 else 0.0
         out = summarise({**self._sums, "max_steps": self.max_steps}, span)
         out.update(
             window_s=self.window_s,
             # when the window holds no speculative batch: the newest one seen, and how long ago
             last_accept_length=round(self.last_spec[1], 4) if self.last_spec else None,
-            last_accept_age_s=round(now - self.last_spec[0], 1) if self.last_spec and now is not None else None,
+            last_accept_age_s=round((now - self.last_spec[0]) / speed, 1) if self.last_spec and now is not None
+            else None,
             # how old the newest sample is (an idle engine sends none: the figures are that old)
-            figures_age_s=round(max(0.0, now - self._rows[-1][0]), 1) if now is not None and self._rows else 0.0,
+            figures_age_s=round(max(0.0, now - self._rows[-1][0]) / speed, 1) if now is not None and self._rows
+            else 0.0,
         )
         return out

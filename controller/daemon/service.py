@@ -190,7 +190,7 @@ class Service:
     # --- status ---------------------------------------------------------------
     def status(self) -> dict:
         with self.lock:
-            window = self.stats.snapshot(self.engine.now())
+            window = self.stats.snapshot(self.engine.now(), getattr(self.engine, "speed", 1.0))
             health = self.engine.health()
             daemon = {"running": True, "pid": os.getpid(), "uptime_s": round(time.time() - self.started_wall, 1),
                       "db": self.cfg["storage"]["db"], "socket": self.cfg["control"]["socket"],
