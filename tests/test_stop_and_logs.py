@@ -33,6 +33,13 @@ def test_specctl_stop_drains_and_waits_for_the_exit(short_tmp):
         d.wait_socket()
         live = d.wait_for(lambda st: st["samples"]["total"] > 200, what="samples")
         assert live["samples"]["per_s"] > 0
+        assert specctl(d, "threshold", "pin", "5").exit_code == 0
+        res = specctl(d, "policy", "set", "ucb")
+        assert res.exit_code == 0 and res.stdout.strip() == "policy ucb active"
+        assert res.stderr.strip() == ("specctl: note: the threshold is pinned at 5; ucb learns from every batch "
+                                      "but decides nothing until `specctl threshold unpin`")
+        assert specctl(d, "threshold", "unpin").exit_code == 0
+        assert specctl(d, "policy", "set", "bandit").stderr == ""
         res = specctl(d, "stop")
         assert res.exit_code == 0, res.output
         assert res.output.strip() == f"daemon pid {d.proc.pid} stopped"
@@ -90,6 +97,21 @@ def test_stop_while_the_engine_is_starting_names_the_pid_and_exit_4(short_tmp):
     assert res.output.strip().splitlines() == [
         f"specctl: daemon pid {os.getpid()} holds {db} but its control socket is not open yet "
         f"(engine starting?); stop it with: kill -TERM {os.getpid()}"]
+
+
+def test_nothing_in_the_repository_kills_by_process_name():
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    names = ("p" + "kill", "kill" + "all")           # spelled apart: this file does not count itself
+    offenders = []
+    for path in root.rglob("*"):
+        rel = path.relative_to(root)
+        if not path.is_file() or rel.parts[0] in (".git", ".venv") or "egg-info" in str(rel) or \
+                path.suffix in (".png", ".pyc", ".db"):
+            continue
+        text = path.read_text(errors="replace")
+        offenders += [f"{rel}: {n}" for n in names if n in text]
+    assert not offenders
 
 
 def _record(msg: str, *args, level: int = logging.ERROR) -> logging.LogRecord:

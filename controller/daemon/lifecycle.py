@@ -151,22 +151,28 @@ class Daemon:
         try:
             self._serve(engine, service, writer)
         finally:
-            sd_notify("STOPPING=1")
-            began = time.monotonic()
-            retune.stop()
-            sched.shutdown(wait=True)
-            engine.stop()
-            service.stop_ingest()
-            ingest.join(30)
-            service.checkpoint()
-            writer.event("stop", f"{self.stop_reason or 'error'}: exit {self.exit_code}")
-            writer.stop()
-            leave_wal(db)
-            server.stop()
-            lock.release()
-            log.info("spec-controller stopped (%s): drained and flushed in %.1f s; exit %d",
-                     self.stop_reason or "error", time.monotonic() - began, self.exit_code)
+            self._drain(engine, service, (server, sched, ingest, retune), db, lock)
         return self.exit_code
+
+    def _drain(self, engine: Engine, service, parts: tuple, db, lock: DaemonLock) -> None:
+        """Stop deciding, drain the engine, fold in what it still sent, checkpoint, flush, let go
+        of the socket and the lock; one log line."""
+        server, sched, ingest, retune = parts
+        sd_notify("STOPPING=1")
+        began = time.monotonic()
+        retune.stop()
+        sched.shutdown(wait=True)
+        engine.stop()
+        service.stop_ingest()
+        ingest.join(30)
+        service.checkpoint()
+        service.writer.event("stop", f"{self.stop_reason or 'error'}: exit {self.exit_code}")
+        service.writer.stop()
+        leave_wal(db)
+        server.stop()
+        lock.release()
+        log.info("spec-controller stopped (%s): drained and flushed in %.1f s; exit %d",
+                 self.stop_reason or "error", time.monotonic() - began, self.exit_code)
 
     def _start(self, engine: Engine, service, writer: Writer):
         """Start the engine and bring the daemon up around it; a started engine is never left
