@@ -37,8 +37,8 @@ class LazyGroup(OneLineGroup):
 
 @click.group(cls=LazyGroup)
 @version_option("specctl")
-@click.option("--socket", envvar="SPECCTL_SOCKET", help="daemon control socket [env SPECCTL_SOCKET]")
-@click.option("--db", envvar="SPECCTL_DB", help="database for offline reads [env SPECCTL_DB]")
+@click.option("--socket", metavar="PATH", envvar="SPECCTL_SOCKET", help="daemon control socket [env SPECCTL_SOCKET]")
+@click.option("--db", metavar="PATH", envvar="SPECCTL_DB", help="database for offline reads [env SPECCTL_DB]")
 @click.pass_context
 def cli(click_ctx: click.Context, socket: str | None, db: str | None) -> None:
     """Steer spec-controller: status, stop, policy, threshold pins, history, plots, simulation."""

@@ -2,6 +2,8 @@
 the live batch size, the share of batches speculated, the accept length and the throughput."""
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ..paths import present
@@ -22,7 +24,7 @@ def _series(rows: list[dict], t_end: float) -> dict[str, list]:
     return out
 
 
-def draw(rows: list[dict], steps: list[dict], t_end: float, title: str):
+def draw(rows: list[dict], steps: list[dict], t_end: float, title: str) -> Any:
     """The figure (four panels, one time axis)."""
     plt = pyplot()
     s = _series(rows, t_end)
