@@ -31,10 +31,19 @@ def default_socket() -> Path:
     return state_dir() / "control.sock"
 
 
+def present(path: Path) -> bool:
+    """Exists, as far as this user can tell: a path in a directory it may not enter (the service's,
+    for someone outside its group) counts as present, so the error names the permission."""
+    try:
+        return path.exists()
+    except PermissionError:
+        return True
+
+
 def _first_existing(env: str, candidates: tuple[Path, ...], default: Path) -> Path:
     if os.environ.get(env):
         return Path(os.environ[env])
-    return next((c for c in candidates if c.exists()), default)
+    return next((c for c in candidates if present(c)), default)
 
 
 def find_socket() -> Path:

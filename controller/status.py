@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-VERSION = "0.1.0"
+from . import __version__ as VERSION
 DAEMON_KEYS = ("running", "starting", "pid", "version", "uptime_s", "db", "socket", "healthy")
 WINDOW_KEYS = ("mean_accept_length", "acceptance_rate", "last_accept_length", "last_accept_age_s", "tok_per_s",
                "spec_share", "window_s", "figures_age_s")

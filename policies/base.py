@@ -6,6 +6,7 @@ from typing import Any, ClassVar, Mapping
 
 from controller.contract import speculates
 
+from . import reasons
 from .buckets import Buckets
 from .params import ParamSpec, resolve_params
 from .stats import Discounted
@@ -13,6 +14,7 @@ from .summary import flip_threshold, monotone_threshold
 from .types import Decision, PolicyError, Sample, Snapshot
 
 OFF, SPEC = 0, 1
+HOLD_Z = 1.0           # see BucketLearner._best_threshold
 
 
 def relative_gain(spec: float, off: float) -> float:
@@ -170,23 +172,56 @@ class BucketLearner(Policy):
     def choose_arm(self, b: int, now: float) -> int:
         raise NotImplementedError
 
+    def relative(self, b: int) -> float | None:
+        """Measured relative gain of speculating in bucket b (None without both estimates)."""
+        return relative_gain(self.mean(SPEC, b), self.mean(OFF, b)) if self.estimable(b) else None
+
+    def span(self, b: int) -> str:
+        return reasons.batches(self.buckets.low(b), self.buckets.high(b))
+
+    def _exploit_reason(self, exploit: int, before: int, b: int) -> str:
+        # the bucket at the edge that moved: the highest now speculated, or the lowest no longer
+        edge = self.buckets.index_of_threshold(max(exploit, before)) - 1 if exploit > before else \
+            self.buckets.index_of_threshold(exploit)
+        edge = min(max(edge, 0), len(self.buckets) - 1)
+        return reasons.exploit(exploit, before, self.span(edge), self.relative(edge), self.span(b), self.relative(b))
+
+    def _best_threshold(self, now: float, current: int, b: int) -> int:
+        """The monotone summary of the gains, held at `current` when the move would not change the
+        live bucket b's mode and no bucket it crosses tells the modes apart (|relative gain| under
+        HOLD_Z standard deviations of its estimate): near a tie in a bucket without live traffic,
+        estimation noise otherwise flips the threshold back and forth (94 <-> 105 every few
+        seconds in the demo) without changing the mode of any batch that runs."""
+        best = monotone_threshold(self.gains(now), self.buckets, current)
+        live = self.buckets.high(b)
+        if best == current or speculates(live, best) != speculates(live, current):
+            return best
+        lo, hi = sorted((self.buckets.index_of_threshold(best), self.buckets.index_of_threshold(current)))
+        for k in range(lo, hi):
+            gain = self.relative(k)
+            sd = math.hypot(self.rel_uncertainty(SPEC, k, now), self.rel_uncertainty(OFF, k, now))
+            if gain is not None and abs(gain) >= HOLD_Z * sd:
+                return best
+        return current
+
     def decide(self, snap: Snapshot) -> Decision:
-        exploit = monotone_threshold(self.gains(snap.now), self.buckets, snap.exploit_threshold)
         b = self.buckets.of(snap.live_batch_size or 1)
+        exploit = self._best_threshold(snap.now, snap.exploit_threshold, b)
         untried = [a for a in (OFF, SPEC) if not self.known(a, b, snap.now)]
         if len(untried) == 1 and self.dominated(untried[0], b, snap.now):
-            want, why = 1 - untried[0], "dominated"
+            want = 1 - untried[0]
+            why = reasons.settled(want == SPEC)
         elif untried:
-            want, why = untried[0], "untried"
+            want = untried[0]
+            why = reasons.unmeasured(self.tried[want][b], snap.now)
         else:
-            want, why = self.choose_arm(b, snap.now), "index"
+            want = self.choose_arm(b, snap.now)
+            why = reasons.uncertain(self.relative(b))
         in_spec = speculates(self.buckets.high(b), exploit)
         if (want == SPEC) == in_spec:
-            return Decision(exploit, exploit, f"exploit: bucket {self.buckets.low(b)}-{self.buckets.high(b)} "
-                            f"{'spec' if in_spec else 'off'}")
+            return Decision(exploit, exploit, self._exploit_reason(exploit, snap.exploit_threshold, b))
         explore = flip_threshold(exploit, self.buckets, b, want == SPEC)
-        return Decision(explore, exploit, f"explore {'spec' if want == SPEC else 'off'} at batch "
-                        f"{self.buckets.low(b)}-{self.buckets.high(b)} ({why})")
+        return Decision(explore, exploit, reasons.trial(want == SPEC, self.span(b), why))
 
     def state(self) -> dict:
         return {

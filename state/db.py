@@ -68,6 +68,17 @@ def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = Tr
         raise StoreError(f"database {path}: {e}") from None
 
 
+def leave_wal(db: sqlite_utils.Database) -> None:
+    """At a clean stop: back to a rollback journal, so that a reader who may not write the
+    directory (an operator in the service's group) can open the database read-only; WAL needs
+    a -shm file there. The next start switches to WAL again. Best effort: a reader holding the
+    database keeps it in WAL, whose files then stay (group-readable)."""
+    try:
+        db.execute("PRAGMA journal_mode=DELETE")
+    except sqlite3.Error:
+        pass
+
+
 def _pid_in(fd: int) -> str:
     """The pid the lock holder wrote into the lock file ("?" if unreadable)."""
     return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"

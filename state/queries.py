@@ -25,6 +25,12 @@ def latest_policy_state(db: sqlite_utils.Database, policy: str) -> dict | None:
     return {"params": json.loads(rows[0]["params"]), "state": json.loads(rows[0]["state"]), "wall": rows[0]["wall"]}
 
 
+def latest_policy(db: sqlite_utils.Database) -> str | None:
+    """The registered policy of the newest checkpoint (the active one's, after an alias)."""
+    row = db.execute("SELECT policy FROM policy_state ORDER BY id DESC LIMIT 1").fetchone()
+    return row[0] if row else None
+
+
 def last_engine_time(db: sqlite_utils.Database) -> float:
     """The newest engine-clock time recorded (samples or decisions); 0 for an empty store."""
     row = db.execute("SELECT max(t) FROM (SELECT max(t) AS t FROM samples UNION ALL "

@@ -55,9 +55,10 @@ class DaemonProc:
             time.sleep(0.1)
         raise TimeoutError(f"{what} not reached; last status {last}")
 
-    def log_text(self) -> str:
-        self.log.flush()
-        return (self.dir / "daemon.log").read_text(errors="replace")[-3000:]
+    def log_text(self, tail: int = 3000) -> str:
+        if not self.log.closed:
+            self.log.flush()
+        return (self.dir / "daemon.log").read_text(errors="replace")[-tail:]
 
     def stop(self, sig=None, timeout: float = 30.0) -> int:
         import signal

@@ -34,6 +34,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from greedy import post, updated
+from jsonl import emit
 
 
 def body(ids: list[int], n: int) -> dict:
@@ -193,10 +194,7 @@ def measure(args: argparse.Namespace, label: str, level: float, rep: int) -> Non
         res = {"error": f"{type(e).__name__}: {e}"}
     row = {"label": label, "shape": args.shape, "level": level if args.shape == "open" else int(level),
            "repeat": rep + args.repeat_index, "t_start": t0, "t_end": time.time(), **res}
-    print("LOAD " + json.dumps(row), flush=True)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(json.dumps(row) + "\n")
+    emit("LOAD", row, args.out)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+from jsonl import emit
+
 
 def bench_level(args, c: int) -> dict:
     from sglang.benchmark.serving import cli_main
@@ -69,9 +71,7 @@ def apply_mode(socket: str, setting: str) -> None:
 
 
 def record(out: str, row: dict) -> None:
-    print("SWEEP " + json.dumps(row), flush=True)
-    with open(out, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    emit("SWEEP", row, out)
 
 
 def main() -> None:

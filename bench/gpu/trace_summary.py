@@ -13,6 +13,8 @@ import json
 import os
 from collections import defaultdict
 
+from jsonl import emit
+
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 
 
@@ -86,10 +88,7 @@ def main() -> None:
     ap.add_argument("--json")
     args = ap.parse_args()
     out = {"label": args.label, **summarise(load(args.trace), args.top)}
-    print("TRACE " + json.dumps(out), flush=True)
-    if args.json:
-        with open(args.json, "a") as f:
-            f.write(json.dumps(out) + "\n")
+    emit("TRACE", out, args.json)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ only by the commands that need them: `specctl status` must start in a blink."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
@@ -12,6 +11,7 @@ import click
 
 from ..paths import find_db, find_socket
 from .client import DaemonError, request
+from .options import EXIT_ERROR, fail_as
 
 
 class Ctx:
@@ -20,9 +20,20 @@ class Ctx:
         self.db = Path(db) if db else find_db()
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"specctl: {message}", err=True)
-    sys.exit(code)
+def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    fail_as("specctl", message, code)
+
+
+def ago(seconds: float) -> str:
+    """A duration for people: 42 s, 7 min, 3.5 h, 2 d."""
+    seconds = max(0.0, float(seconds))
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.0f} d"
 
 
 def json_option(fn: Callable) -> Callable:
@@ -52,6 +63,19 @@ def offline_db(ctx: Ctx, write: bool = False):
         return open_store(ctx.db, readonly=True)
     except StoreError as e:
         fail(str(e))
+
+
+UNREADABLE = "unreadable"
+
+
+def lock_holder(db: Path) -> str | None:
+    """The pid of the daemon holding db's lock, None when none does, UNREADABLE when this user
+    may not read the lock file (then who holds it cannot be told)."""
+    from state.db import DaemonLock
+    try:
+        return DaemonLock(db).holder()
+    except OSError:
+        return UNREADABLE
 
 
 def save_offline(ctx: Ctx, key: str, value: Any) -> None:

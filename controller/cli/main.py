@@ -8,10 +8,13 @@ import importlib
 
 import click
 
-from .common import Ctx, fail
+from .common import Ctx
+from .options import OneLineGroup, version_option
 
 COMMANDS = {
     "status": "controller.cli.status:status",
+    "stop": "controller.cli.stop:stop",
+    "plot": "controller.cli.plot:plot",
     "policy": "controller.cli.steer:policy",
     "threshold": "controller.cli.steer:threshold",
     "history": "controller.cli.steer:history",
@@ -19,7 +22,7 @@ COMMANDS = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(OneLineGroup):
     """Subcommands imported on use; usage errors as one line ('specctl: ...') and exit code 2."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -31,24 +34,14 @@ class LazyGroup(click.Group):
         module, attr = COMMANDS[name].split(":")
         return getattr(importlib.import_module(module), attr)
 
-    def main(self, *args, **kwargs):
-        kwargs.pop("standalone_mode", None)
-        try:
-            return super().main(*args, standalone_mode=False, **kwargs)
-        except click.UsageError as e:
-            fail(e.format_message().replace("\n", " "), 2)
-        except click.ClickException as e:
-            fail(e.format_message(), e.exit_code)
-        except click.exceptions.Abort:
-            fail("aborted", 1)
-
 
 @click.group(cls=LazyGroup)
-@click.option("--socket", envvar="SPECCTL_SOCKET", help="daemon control socket [env SPECCTL_SOCKET]")
-@click.option("--db", envvar="SPECCTL_DB", help="database for offline reads [env SPECCTL_DB]")
+@version_option("specctl")
+@click.option("--socket", metavar="PATH", envvar="SPECCTL_SOCKET", help="daemon control socket [env SPECCTL_SOCKET]")
+@click.option("--db", metavar="PATH", envvar="SPECCTL_DB", help="database for offline reads [env SPECCTL_DB]")
 @click.pass_context
 def cli(click_ctx: click.Context, socket: str | None, db: str | None) -> None:
-    """Steer spec-controller: status, policy, threshold pins, history, simulation."""
+    """Steer spec-controller: status, stop, policy, threshold pins, history, plots, simulation."""
     click_ctx.obj = Ctx(socket, db)
 
 

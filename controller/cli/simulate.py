@@ -1,14 +1,15 @@
 """`specctl simulate`: a policy against the oracle on a profile, over load levels or a trace."""
 from __future__ import annotations
 
-import sys
-
 import click
 
 from policies import PolicyError, parse_kv
 
 from ..sim.evaluate import DEFAULT_TICK_S, evaluate, sweep_segments
 from ..sim.profile import ProfileError, load_profile, load_trace
+from .common import fail
+from .figures import PlotError, save
+from .options import EXIT_USAGE, Bounded
 
 
 def _levels(text: str | None, default: tuple[int, ...]) -> list[int]:
@@ -26,13 +27,15 @@ def _levels(text: str | None, default: tuple[int, ...]) -> list[int]:
 def render_table(result: dict, trace: bool) -> str:
     head = (f"policy {result['policy']} on profile {result['profile']}"
             + (f", trace {result['trace']}" if trace else "") + f", seed {result['seed']}")
-    cols = ["segment" if trace else "concurrency", "policy tok/s", "oracle tok/s", "ratio", "spec share",
-            "threshold"] + (["reconverge s"] if trace else [])
+    cols = ["segment" if trace else "concurrency", "policy tok/s", "oracle tok/s", "ratio", "never", "always",
+            "spec share", "threshold"] + (["reconverge s"] if trace else [])
     rows = []
     for r in result["rows"]:
         rc = r.get("reconverge_s")
+        vs = [f"{r[k] / r['oracle_tok_s']:.3f}" if r.get(k) is not None and r["oracle_tok_s"] else "-"
+              for k in ("never_tok_s", "always_tok_s")]
         rows.append([r["segment"] if trace else str(r["concurrency"]), f"{r['throughput_tok_s']:,.1f}",
-                     f"{r['oracle_tok_s']:,.1f}", f"{r['ratio']:.3f}", f"{r['spec_share']:.0%}",
+                     f"{r['oracle_tok_s']:,.1f}", f"{r['ratio']:.3f}", *vs, f"{r['spec_share']:.0%}",
                      str(r["final_threshold"])] + ([("never" if rc is None else f"{rc:.1f}")] if trace else []))
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
@@ -40,6 +43,7 @@ def render_table(result: dict, trace: bool) -> str:
     o = result["overall"]
     lines.append(f"overall: {o['throughput_tok_s']:,.1f} vs oracle {o['oracle_tok_s']:,.1f} tok/s = "
                  f"{o['ratio']:.3f}; lowest ratio {o['min_ratio']:.3f}")
+    lines.append("(ratio, never, always: tok/s over the oracle's, of the policy and of never / always speculating)")
     if "best_static" in result:
         b = result["best_static"]
         lines.append(f"best static threshold in hindsight: {b['threshold']} at {b['throughput_tok_s']:,.1f} tok/s "
@@ -47,61 +51,48 @@ def render_table(result: dict, trace: bool) -> str:
     return "\n".join(lines)
 
 
-def plot(result: dict, path: str, trace: bool) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    rows = result["rows"]
-    x = list(range(len(rows))) if trace else [r["concurrency"] for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=90)
-    ax.plot(x, [r["oracle_tok_s"] for r in rows], "k--", marker="o", label="oracle (upper envelope)")
-    ax.plot(x, [r["throughput_tok_s"] for r in rows], marker="s", label=f"policy {result['policy']}")
-    if trace:
-        ax.set_xticks(x, [r["segment"] for r in rows], rotation=20, fontsize=7)
-        ax.set_xlabel("trace segment")
-    else:
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrency (clients)")
-    ax.set_ylabel("output tok/s")
-    ax.set_title(f"{result['policy']} on {result['profile']}")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
 @click.command()
-@click.option("--profile", "profile_name", default="seed", show_default=True, help="profile name or .toml/.json path")
+@click.option("--profile", "profile_name", help="profile name or .toml/.json path [default: the trace's, else seed]")
 @click.option("--policy", "policy_name", default="bandit", show_default=True)
 @click.option("--param", "params", multiple=True, metavar="K=V", help="policy parameter (repeatable)")
 @click.option("--concurrency", help="comma-separated levels (default: the profile's, 1,2,4..256)")
 @click.option("--trace", "trace_name", help="trace name or path (instead of --concurrency)")
-@click.option("--seconds", type=click.FloatRange(1, 1e6), default=60.0, show_default=True,
-              help="virtual seconds per concurrency level")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--tick", type=click.FloatRange(0.01, 3600), default=DEFAULT_TICK_S, show_default=True,
-              help="decision interval, virtual seconds")
+@click.option("--seconds", metavar="SECONDS", type=Bounded("--seconds", 1, 1e6, float), default=60.0,
+              show_default=True, help="virtual seconds per concurrency level")
+@click.option("--seed", metavar="N", type=Bounded("--seed", 0, 2**32 - 1), default=0, show_default=True)
+@click.option("--tick", metavar="SECONDS", type=Bounded("--tick", 0.01, 3600, float), default=DEFAULT_TICK_S,
+              show_default=True, help="decision interval, virtual seconds")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="write a PNG of throughput vs load")
-def simulate(profile_name, policy_name, params, concurrency, trace_name, seconds, seed, tick, as_json, plot_path):
-    """Run a policy on a simulated engine and compare it with the oracle."""
+@click.option("--plot", "plot_path", metavar="FILE.png",
+              help="also draw tok/s, the ratio to the oracle and the threshold over time")
+def simulate(profile_name: str | None, policy_name: str, params: tuple[str, ...], concurrency: str | None,
+             trace_name: str | None, seconds: float, seed: int, tick: float, as_json: bool,
+             plot_path: str | None) -> None:
+    """Run a policy on a simulated engine and compare it with the oracle (and never/always)."""
     import json
+    if trace_name and concurrency:
+        fail("give --trace or --concurrency, not both", EXIT_USAGE)
     try:
         kv = parse_kv(params)
         if trace_name:
             trace = load_trace(trace_name)
-            profile = load_profile(profile_name if profile_name != "seed" or not trace.profile else trace.profile)
+            profile = load_profile(profile_name or trace.profile or "seed")
+            trace = load_trace(trace_name, profile.spec_steps + 1)
             segments = list(trace.segments)
         else:
-            profile = load_profile(profile_name)
+            profile = load_profile(profile_name or "seed")
             segments = sweep_segments(_levels(concurrency, profile.concurrency), seconds)
-        result = evaluate(profile, segments, policy_name, kv, seed=seed, tick_s=tick, with_static=bool(trace_name))
+        result = evaluate(profile, segments, policy_name, kv, seed=seed, tick_s=tick, with_static=bool(trace_name),
+                          baselines=True)
     except (PolicyError, ProfileError) as e:
-        click.echo(f"specctl: {e}", err=True)
-        sys.exit(2)
+        fail(str(e), EXIT_USAGE)
     if trace_name:
         result["trace"] = trace.name
-    if plot_path:
-        plot(result, plot_path, bool(trace_name))
+    timeline = result.pop("timeline")
     click.echo(json.dumps(result, indent=2) if as_json else render_table(result, bool(trace_name)))
+    if plot_path:
+        from .simplot import draw
+        try:
+            save(draw(result, timeline, bool(trace_name)), plot_path)
+        except PlotError as e:
+            fail(str(e))

@@ -6,9 +6,11 @@ import time
 
 import click
 
+from ..paths import present
 from ..status import build_status, summarise
 from .client import DaemonUnreachable
-from .common import Ctx, call, emit, fail, json_option, offline_db
+from .common import UNREADABLE, Ctx, ago, call, emit, fail, json_option, lock_holder, offline_db
+from .options import EXIT_NOT_RUNNING, EXIT_STARTING
 
 
 def _fmt(value, spec: str = "", none: str = "-") -> str:
@@ -18,7 +20,7 @@ def _fmt(value, spec: str = "", none: str = "-") -> str:
 def _acceptance(st: dict) -> str:
     if st.get("mean_accept_length") is None and st.get("last_accept_length") is not None:
         return (f"no speculative batch in the live window; last accept length "
-                f"{st['last_accept_length']:.2f}, {st.get('last_accept_age_s') or 0:.0f}s ago")
+                f"{st['last_accept_length']:.2f}, {ago(st.get('last_accept_age_s') or 0)} ago")
     return (f"mean accept length {_fmt(st.get('mean_accept_length'), '.2f')}, "
             f"rate {_fmt(st.get('acceptance_rate'), '.1%')}")
 
@@ -33,50 +35,85 @@ def _sglang_line(plugin: dict) -> str:
     return f"sglang:      {plugin.get('sglang', '?')}; {what}"
 
 
-def render_status(st: dict) -> str:
+def _aged(st: dict) -> str:
+    """' (as of 3 min ago)' when the figures are not fresh (daemon down, engine idle)."""
+    age = st.get("figures_age_s")
+    return "" if age is None or age < 5 else f" (as of {ago(age)} ago)"
+
+
+def _head(st: dict) -> list[str]:
     d, eng = st["daemon"], st.get("engine") or {}
     if not d["running"]:
-        head = [f"daemon:      STARTING, pid {d['pid']}: control socket not open yet (read from {d['db']})"
-                if d.get("starting") else f"daemon:      NOT RUNNING (read from {d['db']})"]
-    else:
-        head = [f"daemon:      running, pid {d['pid']}, up {d['uptime_s']:.0f}s, "
-                f"{'healthy' if d['healthy'] else 'UNHEALTHY'}",
-                f"engine:      {eng.get('engine', '?')} - {eng.get('detail', '')}"
-                + (f" (profile {eng['profile']}, load {eng.get('load')})" if eng.get("profile") else "")]
+        if d.get("starting"):
+            return [f"daemon:      STARTING, pid {d['pid']}: control socket not open yet (read from {d['db']})",
+                    "engine:      - (loading)"]
+        return [f"daemon:      NOT RUNNING (read from {d['db']})", "engine:      - (daemon not running)"]
+    load = [f"profile {eng['profile']}", f"load {eng.get('load')}"] if eng.get("profile") else []
+    if eng.get("speed") not in (None, 1, 1.0):
+        load.append(f"clock x{eng['speed']:g}")
+    return [f"daemon:      running, pid {d['pid']}, up {ago(d['uptime_s'] or 0)}, "
+            f"{'healthy' if d['healthy'] else 'UNHEALTHY'}",
+            f"engine:      {eng.get('engine', '?')} - {eng.get('detail', '')}" + (f" ({', '.join(load)})" if load else "")]
+
+
+def _threshold(st: dict) -> str:
+    t, best = st.get("threshold"), st.get("exploit_threshold")
+    note = " (pinned)" if st.get("pinned") else (f" (trial; best known {best})" if best is not None and best != t else "")
+    return f"threshold:   {_fmt(t)}{note}   speculate iff batch size <= {_fmt(t)}"
+
+
+def _samples(st: dict) -> str:
+    samples = st.get("samples") or {}
+    if not st["daemon"]["running"]:
+        return f"samples:     {samples.get('total') or 0:,} stored"
+    return (f"samples:     {_fmt(samples.get('per_s'), ',.1f')}/s, {samples.get('total') or 0:,} total, "
+            f"{samples.get('dropped') or 0} dropped")
+
+
+def _last_change(st: dict) -> list[str]:
+    last = st.get("last_decision")
+    if not last:
+        return []
+    when = f"{ago(time.time() - last['wall'])} ago: " if last.get("wall") else ""
+    return [f"last change: {when}{last['old']} -> {last['new']}, {last['reason']}"]
+
+
+def render_status(st: dict) -> str:
+    eng = st.get("engine") or {}
     pol = st.get("policy") or {}
     alias = f" (= {pol['policy']})" if pol.get("policy") and pol.get("policy") != pol.get("name") else ""
+    per = " (simulated time)" if eng.get("speed") not in (None, 1, 1.0) else ""
     samples = st.get("samples") or {}
-    lines = head + [
-        f"threshold:   {_fmt(st.get('threshold'))}{' (pinned)' if st.get('pinned') else ''}"
-        f"   speculate iff batch size <= threshold",
-        f"policy:      {pol.get('name', '-')}{alias}",
-        f"acceptance:  {_acceptance(st)}",
-        f"throughput:  {_fmt(st.get('tok_per_s'), ',.0f')} tok/s, speculating {_fmt(st.get('spec_share'), '.0%')}"
-        " of batches",
-        f"samples:     {_fmt(samples.get('per_s'), '.1f')}/s, {samples.get('total', 0)} total, "
-        f"{samples.get('dropped', 0)} dropped",
+    lines = _head(st) + [
+        _threshold(st),
+        f"policy:      {pol.get('name') or '-'}{alias}",
+        f"acceptance:  {_acceptance(st)}{_aged(st)}",
+        f"throughput:  {_fmt(st.get('tok_per_s'), ',.0f')} tok/s{per}, speculating {_fmt(st.get('spec_share'), '.0%')}"
+        f" of batches{_aged(st)}",
+        _samples(st),
     ]
     if samples.get("write_errors") or samples.get("write_dropped"):
         lines.append(f"database:    {samples.get('write_errors', 0)} failed writes, {samples.get('write_dropped', 0)} "
                      "sample batches not written (queue full): see the daemon's log")
-    plugin = eng.get("plugin") or {}
-    if "off_path" in plugin:
-        lines.append(_sglang_line(plugin))
-        per = lambda ns, n: f"{ns / n / 1e3:.1f}" if n else "-"
-        lines.append(f"off path:    {plugin['off_path']}, {plugin['fast_off_batches']} fast batches "
-                     f"({plugin['fast_off_graph_batches']} on CUDA graphs), {plugin['off_fallbacks']} on steps-0"
-                     + (f"; {plugin['lean_prefills']} prefills skipped the draft (nothing speculated)"
-                        if plugin.get("lean_prefills") else ""))
-        switches, switch_ns = plugin.get("switches", 0), plugin.get("switch_ns", 0)
-        lines.append(f"plugin cost: decision {per(plugin['decision_ns'] - switch_ns, plugin['decisions'] - switches)}"
-                     f" us, telemetry {per(plugin['telemetry_ns'], plugin['telemetry_calls'])} us per batch; "
-                     f"{per(switch_ns, switches)} us per state switch ({switches} switches)")
-        lines.append(f"off launch:  {per(plugin['fast_off_cpu_ns'], plugin['fast_off_batches'])} us CPU per fast "
-                     "off batch (SGLang's own decode launch)")
-    last = st.get("last_decision")
-    if last:
-        lines.append(f"last change: {last['old']} -> {last['new']} ({last['reason']})")
+    lines += _plugin_lines(eng.get("plugin") or {}) + _last_change(st)
     return "\n".join(lines)
+
+
+def _plugin_lines(plugin: dict) -> list[str]:
+    if "off_path" not in plugin:
+        return []
+    per = lambda ns, n: f"{ns / n / 1e3:.1f}" if n else "-"
+    switches, switch_ns = plugin.get("switches", 0), plugin.get("switch_ns", 0)
+    return [_sglang_line(plugin),
+            f"off path:    {plugin['off_path']}, {plugin['fast_off_batches']} fast batches "
+            f"({plugin['fast_off_graph_batches']} on CUDA graphs), {plugin['off_fallbacks']} on steps-0"
+            + (f"; {plugin['lean_prefills']} prefills skipped the draft (nothing speculated)"
+               if plugin.get("lean_prefills") else ""),
+            f"plugin cost: decision {per(plugin['decision_ns'] - switch_ns, plugin['decisions'] - switches)}"
+            f" us, telemetry {per(plugin['telemetry_ns'], plugin['telemetry_calls'])} us per batch; "
+            f"{per(switch_ns, switches)} us per state switch ({switches} switches)",
+            f"off launch:  {per(plugin['fast_off_cpu_ns'], plugin['fast_off_batches'])} us CPU per fast "
+            "off batch (SGLang's own decode launch)"]
 
 
 def offline_status(ctx: Ctx) -> dict:
@@ -91,32 +128,35 @@ def offline_status(ctx: Ctx) -> dict:
     last_write = queries.last_wall(db)      # the daemon's last checkpoint, decision or event
     window.update(window_s=60.0, figures_age_s=round(time.time() - last_write, 1) if last_write else None)
     control = {"threshold": saved["pinned"] if saved.get("pinned") is not None else saved.get("threshold"),
-               "pinned": saved.get("pinned") is not None, "policy": {"name": pol.get("name"),
-                                                                     "params": pol.get("params", {})},
+               "pinned": saved.get("pinned") is not None,
+               "policy": {"name": pol.get("name"), "policy": queries.latest_policy(db),
+                          "params": pol.get("params", {})},
                "last_decision": last[0] if last else None}
     return build_status({"running": False, "db": str(ctx.db), "socket": str(ctx.socket)}, None, control, window,
-                        {"total": sums["batches"]})
+                        {"total": db["samples"].count})
 
 
 @click.command()
 @json_option
 @click.pass_obj
 def status(ctx: Ctx, as_json: bool) -> None:
-    """Current threshold, policy, acceptance, throughput and health."""
+    """Current threshold, policy, acceptance, throughput and health (exit 3: daemon not running)."""
     try:
         st = call(ctx, "GET", "/status")
     except DaemonUnreachable as e:
-        if not ctx.db.exists():
-            fail(f"daemon is not running ({e}) and there is no database at {ctx.db}")
+        if not present(ctx.db):
+            fail(f"daemon is not running ({e}) and there is no database at {ctx.db}", EXIT_NOT_RUNNING)
         st = offline_status(ctx)
-        from state.db import DaemonLock
-        holder = DaemonLock(ctx.db).holder()
+        holder = lock_holder(ctx.db)
+        holder = None if holder == UNREADABLE else holder
         if holder:      # alive but not serving: the engine is still loading (or the daemon is wedged)
             st["daemon"].update(starting=True, pid=int(holder) if holder.isdigit() else holder)
         if not as_json:
             why = (f"daemon pid {holder} holds the database but its control socket is not open yet (engine starting?)"
                    if holder else f"daemon is not running ({e})")
             click.echo(f"{why}; last state from the database:", err=True)
+        emit(st, as_json, render_status)
+        raise SystemExit(EXIT_STARTING if holder else EXIT_NOT_RUNNING)
     emit(st, as_json, render_status)
 
 

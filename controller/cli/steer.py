@@ -8,6 +8,7 @@ import click
 
 from .client import DaemonUnreachable
 from .common import Ctx, call, emit, fail, json_option, offline_db, save_offline
+from .options import EXIT_USAGE, NEGATIVE_ARGS, Bounded
 
 
 # --- policy -------------------------------------------------------------------
@@ -56,13 +57,19 @@ def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
         kv = parse_kv(params)
         make_policy(name, kv)             # validate here first: a bad one never reaches the daemon
     except PolicyError as e:
-        fail(str(e), 2)
+        fail(str(e), EXIT_USAGE)
     try:
         info = call(ctx, "POST", "/policy", {"name": name, "params": kv})
         click.echo(f"policy {info['name']} active")
+        pinned = info.get("pinned")
     except DaemonUnreachable:
+        from state import queries
         save_offline(ctx, "policy", {"name": name, "params": kv})
         click.echo(f"daemon is not running: policy {name} saved to {ctx.db}, used at next start")
+        pinned = queries.settings(offline_db(ctx)).get("pinned")
+    if pinned is not None:
+        click.echo(f"specctl: note: the threshold is pinned at {pinned}; {name} learns from every batch but "
+                   "decides nothing until `specctl threshold unpin`", err=True)
 
 
 # --- threshold ----------------------------------------------------------------
@@ -83,12 +90,12 @@ def _pin(ctx: Ctx, value: int | None) -> None:
                    f"saved to {ctx.db}, applied at next start")
 
 
-@threshold.command("pin")
-@click.argument("value", type=click.IntRange(0, 65536))
+@threshold.command("pin", context_settings=NEGATIVE_ARGS)
+@click.argument("n", metavar="N", type=Bounded("threshold", 0, 65536))
 @click.pass_obj
-def threshold_pin(ctx: Ctx, value: int) -> None:
-    """Hold the threshold at VALUE (0 = never speculate) until unpinned."""
-    _pin(ctx, value)
+def threshold_pin(ctx: Ctx, n: int) -> None:
+    """Hold the threshold at N (speculate iff batch size <= N; 0 = never) until unpinned."""
+    _pin(ctx, n)
 
 
 @threshold.command("unpin")
@@ -100,7 +107,8 @@ def threshold_unpin(ctx: Ctx) -> None:
 
 # --- history ------------------------------------------------------------------
 @click.command()
-@click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
+@click.option("--limit", metavar="N", type=Bounded("limit", 1, 10000), default=20, show_default=True,
+              help="at most N decisions")
 @json_option
 @click.pass_obj
 def history(ctx: Ctx, limit: int, as_json: bool) -> None:

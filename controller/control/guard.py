@@ -90,9 +90,16 @@ class Guard:
     def explore_used(self) -> float:
         return self._explored / self._batches if self._batches else 0.0
 
+    def forget_proposals(self) -> None:
+        """After a pin or unpin: proposals from before it back nothing."""
+        self._proposals.clear()
+
     def _stabilised(self, now: float, proposal: int) -> int:
         self._proposals.append((now, proposal))
-        while self._proposals and self._proposals[0][0] < now - self.cfg.stabilisation_s:
+        # Keep the newest proposal at or before the window's start: the window is then covered
+        # however late the ticks come (the daemon's are not exact; when the one older proposal
+        # was dropped, a lone new one moved the threshold at once, and it flapped tick by tick).
+        while len(self._proposals) > 1 and self._proposals[1][0] <= now - self.cfg.stabilisation_s:
             self._proposals.popleft()
         values = [p for _, p in self._proposals]
         if all(v > self.exploit for v in values):
@@ -113,13 +120,20 @@ class Guard:
     def apply(self, now: float, decision: Decision, last_sample_t: float | None) -> tuple[int, str, bool]:
         """(threshold to apply, reason, exploratory?) for this decision tick."""
         if last_sample_t is None or now - last_sample_t > self.cfg.fallback_after_s:
-            quiet = "no samples yet" if last_sample_t is None else f"no samples for {now - last_sample_t:.1f}s"
-            return self.clamp(self.cfg.fallback_threshold), f"fallback: {quiet}", False
+            quiet = "no samples yet" if last_sample_t is None else f"no samples for {now - last_sample_t:.1f} s"
+            return self.clamp(self.cfg.fallback_threshold), f"fallback to {self.cfg.fallback_threshold}: {quiet}", False
         wanted = self.clamp(decision.exploit_threshold)
-        self.exploit = self.clamp(self._rate_capped(self._stabilised(now, wanted)))
+        stable = self._stabilised(now, wanted)
+        self.exploit = self.clamp(self._rate_capped(stable))
         if decision.exploratory:
             if self.explore_used < self.cfg.explore_share:
                 return self.clamp(decision.threshold), decision.reason, True
-            return self.exploit, f"exploit (exploration budget {self.cfg.explore_share:.0%} spent)", False
-        held = f" (guard: on the way to {wanted})" if self.exploit != wanted else ""
-        return self.exploit, decision.reason + held, False
+            return self.exploit, (f"best threshold {self.exploit}; trial skipped: exploration budget "
+                                  f"({self.cfg.explore_share:.0%} of batches) spent"), False
+        if self.exploit == wanted:
+            return self.exploit, decision.reason, False
+        if stable != self.exploit:
+            held = f"guard: at most {self.cfg.max_step_buckets} buckets per decision, heading for {wanted}"
+        else:
+            held = f"guard: {wanted} not yet proposed for {self.cfg.stabilisation_s:g} s"
+        return self.exploit, f"{decision.reason}; {held}", False

@@ -64,16 +64,20 @@ class ControlLoop:
 
     def pin(self, threshold: int | None) -> None:
         self.pinned = threshold
+        self.guard.forget_proposals()
 
     def tick(self, now: float) -> Tick:
         self.guard.account(now, self._since_tick, self._exploring)
         self._since_tick = 0
         previous = self.threshold
         if self.pinned is not None:
-            self.threshold, reason, self._exploring = self.pinned, f"pinned at {self.pinned}", False
+            self.threshold, reason, self._exploring = self.pinned, f"pinned at {self.pinned} by an operator", False
             return Tick(now, self.threshold, previous, reason, False)
         # The policy breaks ties toward the exploit threshold, never toward an exploratory one.
         snap = Snapshot(now, self.guard.exploit, self.policy.max_batch_size, self._take_live())
         decision: Decision = self.policy.decide(snap)
+        was_trial = self._exploring
         self.threshold, reason, self._exploring = self.guard.apply(now, decision, self.last_sample_t)
+        if was_trial and not self._exploring:
+            reason = f"trial over; {reason}"
         return Tick(now, self.threshold, previous, reason, self._exploring)

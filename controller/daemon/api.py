@@ -33,7 +33,9 @@ def _int(value, name: str) -> int:
         raise ApiError(400, f"{name} must be an integer, got {value!r}") from None
 
 
-def make_routes(service) -> dict[tuple[str, str], Callable[[dict, dict], dict | list]]:
+def make_routes(service, on_stop: Callable[[], dict] | None = None
+                ) -> dict[tuple[str, str], Callable[[dict, dict], dict | list]]:
+    """on_stop: asks the daemon to drain and exit (POST /stop); the answer is sent before it does."""
     def history(query, body):
         limit = _int(query.get("limit", ["20"])[0], "limit")
         if not 1 <= limit <= 10000:
@@ -65,6 +67,7 @@ def make_routes(service) -> dict[tuple[str, str], Callable[[dict, dict], dict | 
         ("POST", "/threshold/pin"): pin,
         ("POST", "/threshold/unpin"): lambda q, b: service.pin(None),
         ("GET", "/history"): history,
+        **({("POST", "/stop"): lambda q, b: on_stop()} if on_stop else {}),
     }
 
 
@@ -137,11 +140,11 @@ def check_socket_free(path: Path) -> None:
 
 
 class ControlServer:
-    def __init__(self, path: str | os.PathLike, service):
+    def __init__(self, path: str | os.PathLike, service, on_stop: Callable[[], dict] | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         check_socket_free(self.path)
-        handler = type("Handler", (_Handler,), {"routes": make_routes(service)})
+        handler = type("Handler", (_Handler,), {"routes": make_routes(service, on_stop)})
         old = os.umask(0o117)                          # socket created 0660, never world-accessible
         try:
             self.server = _UnixHTTPServer(str(self.path), handler)

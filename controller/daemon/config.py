@@ -4,14 +4,16 @@ from __future__ import annotations
 import copy
 import tomllib
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..control.guard import GuardConfig, GuardConfigError
 from ..paths import DEFAULT_CONFIG
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "engine": {"kind": "sim"},
-    "sim": {"profile": "crossover-b", "trace": "load-steps", "concurrency": 0, "speed": 1.0, "seed": 0},
+    # profile "": the trace's own profile (crossover-b without one). The default trace shifts
+    # acceptance and load, so the right threshold moves (README quick start).
+    "sim": {"profile": "", "trace": "mixed-shift", "concurrency": 0, "speed": 1.0, "seed": 0},
     "sglang": {},                 # SGLang ServerArgs, passed through (see docs/sglang.md)
     "policy": {"name": "bandit", "seed": 0, "tick_s": 0.5, "initial_threshold": 0, "params": {}},
     "guard": {},                  # GuardConfig fields
@@ -21,6 +23,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                 "log_level": "INFO"},
 }
 FREE_FORM = {("sglang",), ("policy", "params"), ("guard",)}
+# `spec-controller run` flags with a name of their own (flag parameter -> section, key); every
+# other key is reached with --set SECTION.KEY=VALUE (systemd/config.example.toml says so).
+FLAGS: dict[str, tuple[str, str]] = {
+    "engine": ("engine", "kind"), "profile": ("sim", "profile"), "trace": ("sim", "trace"),
+    "concurrency": ("sim", "concurrency"), "speed": ("sim", "speed"), "policy": ("policy", "name"),
+    "db": ("storage", "db"), "socket_path": ("control", "socket"), "metrics_port": ("control", "metrics_port"),
+    "log_level": ("control", "log_level"),
+}
 
 
 class ConfigError(ValueError):
@@ -42,6 +52,26 @@ def _check(section: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) 
             ok = False
         if not ok:
             raise ConfigError(f"config: [{section}] {key}={value!r} must be a {want.__name__}")
+
+
+def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
+    """--set SECTION.KEY=VALUE (KEY may be dotted once more: policy.params.c=1.5) into overrides.
+    VALUE is read as TOML (1, 0.5, true, "x"); anything that is not TOML is taken as a string."""
+    out: dict[str, dict] = {}
+    for pair in pairs:
+        path, sep, raw = pair.partition("=")
+        keys = [k.strip() for k in path.split(".")]
+        if not sep or len(keys) not in (2, 3) or not all(keys):
+            raise ConfigError(f"--set {pair!r}: expected SECTION.KEY=VALUE (e.g. guard.explore_share=0.1)")
+        try:
+            value = tomllib.loads(f"v = {raw.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw.strip()
+        table = out.setdefault(keys[0], {})
+        if len(keys) == 3:
+            table = table.setdefault(keys[1], {})
+        table[keys[-1]] = value
+    return out
 
 
 def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> dict:

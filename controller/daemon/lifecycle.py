@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 from policies import PolicyError
 from state import queries
-from state.db import DaemonLock, open_store
+from state.db import DaemonLock, leave_wal, open_store
 from state.writer import Writer
 
 from ..paths import default_db, default_socket
@@ -16,6 +18,7 @@ from ..sim.profile import ProfileError
 from .config import ConfigError, load_config
 from .engines.base import Engine, EngineError
 from .notify import sd_notify
+from .ticker import Ticker
 
 log = logging.getLogger("spec_controller")
 
@@ -33,8 +36,10 @@ def build_engine(cfg: dict, last_t: float = 0.0) -> Engine:
         from ..sim.profile import load_profile, load_trace
         from .engines.sim import SimEngine
         sim = cfg["sim"]
-        profile = load_profile(sim["profile"])
-        trace = None if sim["concurrency"] else load_trace(sim["trace"], profile.spec_steps + 1)
+        trace = None if sim["concurrency"] else load_trace(sim["trace"])
+        profile = load_profile(sim["profile"] or (trace and trace.profile) or "crossover-b")
+        if trace is not None:          # its acceptance must fit the profile's chain
+            trace = load_trace(sim["trace"], profile.spec_steps + 1)
         return SimEngine(profile, trace, sim["concurrency"], sim["speed"], sim["seed"], last_t)
     from .engines.sglang import SGLangEngine
     return SGLangEngine(cfg["sglang"], cfg["policy"]["initial_threshold"])
@@ -50,11 +55,18 @@ class Daemon:
         self.stop_flag = threading.Event()
         self.reload_flag = threading.Event()
         self.exit_code = 0
+        self.stop_reason = ""
+
+    def request_stop(self, reason: str) -> dict:
+        """Ask the daemon to drain and exit 0 (SIGTERM, SIGINT, `specctl stop`); the first reason wins."""
+        self.stop_reason = self.stop_reason or reason
+        self.stop_flag.set()
+        return {"stopping": True, "pid": os.getpid(), "db": self.cfg["storage"]["db"]}
 
     def _signals(self) -> None:
         # Handlers only set flags; the main loop acts on them.
-        signal.signal(signal.SIGTERM, lambda *_: self.stop_flag.set())
-        signal.signal(signal.SIGINT, lambda *_: self.stop_flag.set())
+        signal.signal(signal.SIGTERM, lambda *_: self.request_stop("SIGTERM"))
+        signal.signal(signal.SIGINT, lambda *_: self.request_stop("SIGINT"))
         signal.signal(signal.SIGHUP, lambda *_: self.reload_flag.set())
 
     def _preflight(self, ctl: dict) -> None:
@@ -70,7 +82,7 @@ class Daemon:
 
     def _bring_up(self, engine: Engine, service):
         """Engine ready -> ingest, metrics, control socket, jobs. Returns (server, scheduler, ingest
-        thread), or (None, None, None) when a stop was asked for while the engine was starting."""
+        thread, retune ticker), or Nones when a stop was asked for while the engine was starting."""
         from apscheduler.schedulers.background import BackgroundScheduler
 
         from .api import ControlServer
@@ -78,7 +90,7 @@ class Daemon:
         cfg, st, ctl = self.cfg, self.cfg["storage"], self.cfg["control"]
         if not engine.wait_ready(float(cfg["sglang"].get("ready_timeout_s", 900)), cancel=self.stop_flag):
             if self.stop_flag.is_set():
-                return None, None, None
+                return None, None, None, None
             raise Fatal("engine did not become ready")
         service.apply_initial()
         ingest = threading.Thread(target=service.ingest_forever, name="ingest", daemon=True)
@@ -89,18 +101,18 @@ class Daemon:
                 start_metrics(service, ctl["metrics_port"], ctl["metrics_addr"])
             except OSError as e:
                 raise _port_taken(ctl["metrics_port"], e) from None
-        server = ControlServer(ctl["socket"], service)
+        server = ControlServer(ctl["socket"], service, on_stop=lambda: self.request_stop("specctl stop"))
         server.start()
         speed = cfg["sim"]["speed"] if cfg["engine"]["kind"] == "sim" else 1.0
+        retune = Ticker("retune", max(cfg["policy"]["tick_s"] / speed, 0.02), service.retune).start()
         sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 5})
-        sched.add_job(service.retune, "interval", seconds=max(cfg["policy"]["tick_s"] / speed, 0.02), id="retune")
         sched.add_job(service.rollup, "interval", seconds=max(st["rollup_s"] / speed, 0.5), id="rollup")
         sched.add_job(service.retention, "interval", seconds=60, id="retention")
         sched.add_job(service.checkpoint, "interval", seconds=max(st["checkpoint_s"] / speed, 1.0), id="checkpoint")
         if engine.probe_s > 0:
             sched.add_job(engine.probe, "interval", seconds=engine.probe_s, id="engine-probe")
         sched.start()
-        return server, sched, ingest
+        return server, sched, ingest, retune
 
     def run(self) -> int:
         from .service import Service
@@ -125,12 +137,13 @@ class Daemon:
             raise Fatal(f"policy: {e}", 2) from None
         writer.event("start", f"engine={self.cfg['engine']['kind']} policy={service.policy_name} "
                               f"threshold={service.loop.threshold} pinned={service.loop.pinned}")
-        server, sched, ingest = self._start(engine, service, writer)
+        server, sched, ingest, retune = self._start(engine, service, writer)
         if server is None:                 # stopped (SIGTERM) while the engine was still starting
             engine.stop()
-            writer.event("stop", "stopped before the engine was ready")
+            writer.event("stop", f"{self.stop_reason}: stopped before the engine was ready")
             writer.stop()
             lock.release()
+            log.info("spec-controller stopped (%s) before the engine was ready; exit 0", self.stop_reason)
             return 0
         log.info("spec-controller ready: engine %s, policy %s, threshold %s, socket %s, db %s",
                  self.cfg["engine"]["kind"], service.policy_name, service.loop.threshold, ctl["socket"], st["db"])
@@ -138,17 +151,28 @@ class Daemon:
         try:
             self._serve(engine, service, writer)
         finally:
-            sd_notify("STOPPING=1")
-            sched.shutdown(wait=True)
-            engine.stop()
-            service.stop_ingest()
-            ingest.join(30)
-            service.checkpoint()
-            writer.event("stop", f"exit {self.exit_code}")
-            writer.stop()
-            server.stop()
-            lock.release()
+            self._drain(engine, service, (server, sched, ingest, retune), db, lock)
         return self.exit_code
+
+    def _drain(self, engine: Engine, service, parts: tuple, db, lock: DaemonLock) -> None:
+        """Stop deciding, drain the engine, fold in what it still sent, checkpoint, flush, let go
+        of the socket and the lock; one log line."""
+        server, sched, ingest, retune = parts
+        sd_notify("STOPPING=1")
+        began = time.monotonic()
+        retune.stop()
+        sched.shutdown(wait=True)
+        engine.stop()
+        service.stop_ingest()
+        ingest.join(30)
+        service.checkpoint()
+        service.writer.event("stop", f"{self.stop_reason or 'error'}: exit {self.exit_code}")
+        service.writer.stop()
+        leave_wal(db)
+        server.stop()
+        lock.release()
+        log.info("spec-controller stopped (%s): drained and flushed in %.1f s; exit %d",
+                 self.stop_reason or "error", time.monotonic() - began, self.exit_code)
 
     def _start(self, engine: Engine, service, writer: Writer):
         """Start the engine and bring the daemon up around it; a started engine is never left
@@ -176,6 +200,7 @@ class Daemon:
                 log.error("engine is gone: %s", health.get("detail"))
                 writer.event("error", f"engine gone: {health.get('detail')}")
                 self.exit_code = 1
+                self.stop_reason = "engine gone"
                 return
 
     def _reload(self, service) -> None:
@@ -192,4 +217,5 @@ class Daemon:
                 self.cfg["storage"][key] = fresh["storage"][key]
         logging.getLogger().setLevel(fresh["control"]["log_level"])
         service.writer.event("reload", "guard, retention and log level re-read")
-        log.info("configuration reloaded")
+        log.info("configuration reloaded (SIGHUP): guard, retention and log level re-read from %s",
+                 self.cfg.get("_path") or "built-in defaults")

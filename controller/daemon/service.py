@@ -96,7 +96,7 @@ class Service:
     def policy_info(self) -> dict:
         p = self.loop.policy
         return {"name": self.policy_name, "policy": p.name, "params": dict(p.params), "seed": p.seed,
-                "state_keys": sorted(p.state())}
+                "state_keys": sorted(p.state()), "pinned": self.loop.pinned}
 
     # --- threshold ----------------------------------------------------------
     def pin(self, threshold: int | None) -> dict:
@@ -111,7 +111,7 @@ class Service:
 
     def apply_initial(self) -> None:
         """Re-apply the restored threshold before the first retune."""
-        self._actuate(self.loop.threshold, self.loop.threshold, "restored", False, self.engine.now())
+        self._actuate(self.loop.threshold, self.loop.threshold, "restored at start", False, self.engine.now())
 
     def _actuate(self, new: int, old: int, reason: str, exploratory: bool, now: float) -> None:
         try:
@@ -122,7 +122,8 @@ class Service:
             log.error("could not apply threshold %d: %s", new, e)
             return
         self.decisions += 1
-        self.last_decision = {"t": now, "old": old, "new": new, "reason": reason, "exploratory": exploratory}
+        self.last_decision = {"t": now, "wall": time.time(), "old": old, "new": new, "reason": reason,
+                              "exploratory": exploratory}
         self.writer.decision(now, old, new, self.policy_name, reason, exploratory)
         self.writer.setting("threshold", new)
 
@@ -162,6 +163,7 @@ class Service:
                 for s in batch:
                     self.loop.observe(s)
                     self.stats.add(s)
+                self.stats.arrived(len(batch), time.monotonic())
             self.writer.samples([s.as_tuple() for s in batch])
 
     def stop_ingest(self) -> None:
@@ -188,7 +190,7 @@ class Service:
     # --- status ---------------------------------------------------------------
     def status(self) -> dict:
         with self.lock:
-            window = self.stats.snapshot(self.engine.now())
+            window = self.stats.snapshot(self.engine.now(), getattr(self.engine, "speed", 1.0))
             health = self.engine.health()
             daemon = {"running": True, "pid": os.getpid(), "uptime_s": round(time.time() - self.started_wall, 1),
                       "db": self.cfg["storage"]["db"], "socket": self.cfg["control"]["socket"],
@@ -200,7 +202,8 @@ class Service:
                        "exploration_share": round(self.loop.guard.explore_used, 4),
                        "last_decision": self.last_decision, "engine_errors": self.engine_errors,
                        "decisions": self.decisions}
-            samples = {"total": self.stats.total, "per_s": window["batches_per_s"], "dropped": self.dropped,
+            samples = {"total": self.stats.total, "per_s": self.stats.arrival_rate(time.monotonic()),
+                       "dropped": self.dropped,
                        "written": self.writer.written_samples, "write_dropped": self.writer.dropped,
                        "write_errors": self.writer.errors}
             return build_status(daemon, health, control, window, samples)

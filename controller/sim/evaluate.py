@@ -73,6 +73,7 @@ class OracleRunner(Runner):
 class LoopRunner(Runner):
     def __init__(self, loop: ControlLoop):
         self.loop = loop
+        self.ticks: list[tuple[float, int, bool]] = []    # (t, threshold, trial) at every change
 
     @property
     def threshold(self) -> int:
@@ -85,17 +86,22 @@ class LoopRunner(Runner):
         self.loop.observe(sample)
 
     def tick(self, now: float) -> None:
-        self.loop.tick(now)
+        tick = self.loop.tick(now)
+        if tick.changed or not self.ticks:
+            self.ticks.append((now, tick.threshold, tick.exploratory))
 
     def exploit_speculates(self, batch_size: int) -> bool:
         return speculates(batch_size, self.loop.guard.exploit)
 
 
 def run_segments(profile: Profile, segments: Sequence[Segment], make_runner: Callable[[SimCore], Runner],
-                 seed: int = 0, tick_s: float = DEFAULT_TICK_S) -> list[SegmentResult]:
-    """One continuous virtual-time run through the segments (the load changes, the runner stays)."""
+                 seed: int = 0, tick_s: float = DEFAULT_TICK_S, keep: list | None = None) -> list[SegmentResult]:
+    """One continuous virtual-time run through the segments (the load changes, the runner stays).
+    keep: a list the runner is appended to (to read its record afterwards)."""
     core = SimCore(profile, seed)
     runner = make_runner(core)
+    if keep is not None:
+        keep.append(runner)
     results = []
     next_tick = tick_s
     for i, seg in enumerate(segments):
@@ -136,11 +142,21 @@ def policy_runner(name: str, params: Mapping[str, Any] | None, profile: Profile,
     return lambda core: LoopRunner(ControlLoop(policy, guard, initial_threshold))
 
 
+def static_throughputs(profile: Profile, segments: Sequence[Segment], threshold: int, seed: int = 0,
+                       tick_s: float = DEFAULT_TICK_S) -> list[float]:
+    """tok/s per segment of a fixed threshold (0: never speculate; max batch size: always)."""
+    res = run_segments(profile, segments, lambda core: StaticRunner(threshold), seed, tick_s)
+    return [r.throughput for r in res]
+
+
 def evaluate(profile: Profile, segments: Sequence[Segment], policy: str, params: Mapping[str, Any] | None = None,
              seed: int = 0, tick_s: float = DEFAULT_TICK_S, guard: GuardConfig | None = None,
-             with_static: bool = False) -> dict:
-    """Policy vs oracle per segment (and, for traces, vs the best static threshold in hindsight)."""
-    mine = run_segments(profile, segments, policy_runner(policy, params, profile, seed, guard), seed, tick_s)
+             with_static: bool = False, baselines: bool = False) -> dict:
+    """Policy vs oracle per segment (and, for traces, vs the best static threshold in hindsight).
+    baselines: also never/always speculating per segment (never_tok_s, always_tok_s) and the
+    policy's threshold at every change ("timeline": t, threshold, trial; segment starts)."""
+    kept: list = []
+    mine = run_segments(profile, segments, policy_runner(policy, params, profile, seed, guard), seed, tick_s, kept)
     oracle = run_segments(profile, segments, lambda core: OracleRunner(profile, core), seed, tick_s)
     rows = []
     for m, o in zip(mine, oracle):
@@ -161,10 +177,23 @@ def evaluate(profile: Profile, segments: Sequence[Segment], policy: str, params:
         "overall": {"throughput_tok_s": round(total, 2), "oracle_tok_s": round(total_oracle, 2),
                     "ratio": round(total / total_oracle, 4), "min_ratio": min(r["ratio"] for r in rows)},
     }
+    if baselines:
+        _add_baselines(out, profile, segments, seed, tick_s, kept[0].ticks)
     if with_static:
         out["best_static"] = best_static(profile, segments, seed, tick_s)
         out["best_static"]["ratio"] = round(out["best_static"]["throughput_tok_s"] / total_oracle, 4)
     return out
+
+
+def _add_baselines(out: dict, profile: Profile, segments: Sequence[Segment], seed: int, tick_s: float,
+                   ticks: list[tuple[float, int, bool]]) -> None:
+    for name, threshold in (("never", 0), ("always", profile.max_batch_size)):
+        for row, tput in zip(out["rows"], static_throughputs(profile, segments, threshold, seed, tick_s)):
+            row[f"{name}_tok_s"] = round(tput, 2)
+    starts = [0.0]
+    for row in out["rows"][:-1]:
+        starts.append(starts[-1] + row["seconds"])
+    out["timeline"] = {"ticks": [list(t) for t in ticks], "segment_starts": [round(s, 2) for s in starts]}
 
 
 def best_static(profile: Profile, segments: Sequence[Segment], seed: int = 0, tick_s: float = DEFAULT_TICK_S) -> dict:

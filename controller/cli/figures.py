@@ -1,0 +1,64 @@
+"""What specctl's two plots share (`specctl plot` from the database, `specctl simulate --plot`):
+matplotlib without a display, the threshold-over-time panel, and writing the file with a
+one-line error. matplotlib is imported here only, when a plot is asked for."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+THRESHOLD = "tab:blue"
+LIVE = "0.45"
+
+
+class PlotError(Exception):
+    """The figure could not be written; the message is one line."""
+
+
+def pyplot() -> Any:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def check_path(path: str | Path) -> Path:
+    """Refuse a path the figure cannot be written to, before any work is done."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise PlotError(f"cannot write plot {path}: directory {path.parent} does not exist")
+    if path.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise PlotError(f"cannot write plot {path}: give a .png, .svg or .pdf file name")
+    return path
+
+
+def save(fig: Any, path: str | Path) -> None:
+    path = Path(path)
+    try:
+        check_path(path)
+        fig.savefig(path)
+    except OSError as e:
+        raise PlotError(f"cannot write plot {path}: {e.strerror or e}") from None
+    finally:
+        pyplot().close(fig)
+
+
+def draw_threshold(ax: Any, steps: Sequence[tuple[float, int, bool]], end: float,
+                   live: tuple[Sequence[float], Sequence[float]] | None = None) -> None:
+    """The applied threshold as steps (trials thin, the best-known threshold thick) and, for
+    reference, the live batch size: a batch speculates iff it lies on or under the line."""
+    if live is not None:
+        ax.plot(live[0], live[1], color=LIVE, lw=1.2, label="batch size (mean)")
+    if steps:
+        ts = [t for t, _, _ in steps] + [end]
+        applied = [v for _, v, _ in steps]
+        ax.step(ts, applied + applied[-1:], where="post", color=THRESHOLD, lw=0.7, alpha=0.6,
+                label="threshold (with trials)")
+        best, held = [], None
+        for _, v, trial in steps:
+            held = held if trial and held is not None else v
+            best.append(held)
+        ax.step(ts, best + best[-1:], where="post", color=THRESHOLD, lw=2.2, label="threshold (best known)")
+    ax.set_ylabel("batch size")
+    ax.set_ylim(0, max(ax.get_ylim()[1], 1.0) * 1.3)     # room for the legend above the lines
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", ncol=3)

@@ -1,0 +1,69 @@
+"""What both command lines (`specctl` and the daemon's `spec-controller`) share: exit codes, errors
+as one line, integer and number arguments that parse negatives and name their range, --version.
+Standard library and click only: imported on every start of specctl."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, NoReturn
+
+import click
+
+from .. import __version__
+
+# Exit codes (README "specctl"): the same for every command.
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+EXIT_NOT_RUNNING = 3      # no daemon: the answer came from the database (or could not come at all)
+EXIT_STARTING = 4         # a daemon holds the database but does not serve yet (engine loading)
+
+
+def fail_as(prog: str, message: str, code: int = EXIT_ERROR) -> NoReturn:
+    click.echo(f"{prog}: {message}", err=True)
+    sys.exit(code)
+
+
+class OneLineGroup(click.Group):
+    """Usage errors as one line ('prog: ...', exit 2) instead of click's usage block."""
+
+    prog = "specctl"
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("standalone_mode", None)
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as e:
+            fail_as(self.prog, e.format_message().replace("\n", " "), EXIT_USAGE)
+        except click.ClickException as e:
+            fail_as(self.prog, e.format_message(), e.exit_code)
+        except click.exceptions.Abort:
+            fail_as(self.prog, "aborted", EXIT_ERROR)
+
+
+class Bounded(click.ParamType):
+    """An int (or float) in lo .. hi. The message names the value and the range in one line:
+    'threshold -1 out of range (allowed 0 .. 65536)'. Negative values parse as values where
+    the command accepts them (see NEGATIVE_ARGS)."""
+
+    def __init__(self, what: str, lo: float, hi: float, kind: type = int):
+        self.what, self.lo, self.hi, self.kind = what, lo, hi, kind
+        self.name = "integer" if kind is int else "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, self.kind) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = self.kind(str(value).strip())
+            except ValueError:
+                article = "an integer" if self.kind is int else "a number"
+                raise click.UsageError(f"{self.what} {value!r} is not {article}", ctx) from None
+        if not self.lo <= number <= self.hi:
+            raise click.UsageError(f"{self.what} {number:g} out of range (allowed {self.lo:g} .. {self.hi:g})", ctx)
+        return number
+
+
+# A command whose arguments may be negative numbers: '-1' is then a value, not an unknown option.
+NEGATIVE_ARGS = {"ignore_unknown_options": True}
+
+
+def version_option(prog: str) -> Callable:
+    return click.version_option(__version__, "--version", prog_name=prog, message="%(prog)s %(version)s")

@@ -1,0 +1,60 @@
+"""`specctl stop`: the daemon drains and exits (through the control API), and specctl waits until
+it has: until its lock on the database is free. Touches only the daemon behind the socket."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import click
+
+from ..paths import present
+from .client import DaemonUnreachable
+from .common import UNREADABLE, Ctx, call, fail, lock_holder
+from .options import EXIT_NOT_RUNNING, EXIT_STARTING, Bounded
+
+
+def _gone(db: Path, pid: int) -> bool:
+    holder = lock_holder(db)
+    if holder != UNREADABLE:
+        return holder is None
+    try:                         # the lock file is not readable to this user: ask the kernel
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
+
+
+def wait_gone(db: Path, pid: int, timeout: float, poll_s: float = 0.1) -> bool:
+    end = time.monotonic() + timeout
+    while not _gone(db, pid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
+@click.command()
+@click.option("--timeout", metavar="SECONDS", type=Bounded("timeout", 1, 3600, float), default=150.0,
+              show_default=True, help="how long to wait for the drain")
+@click.option("--no-wait", is_flag=True, help="ask, and return at once")
+@click.pass_obj
+def stop(ctx: Ctx, timeout: float, no_wait: bool) -> None:
+    """Ask the daemon to drain and exit, and wait until it has."""
+    try:
+        res = call(ctx, "POST", "/stop")
+    except DaemonUnreachable as e:
+        holder = lock_holder(ctx.db) if present(ctx.db) else None
+        if holder and holder != UNREADABLE:
+            fail(f"daemon pid {holder} holds {ctx.db} but its control socket is not open yet (engine starting?); "
+                 f"stop it with: kill -TERM {holder}", EXIT_STARTING)
+        fail(f"daemon is not running ({e})", EXIT_NOT_RUNNING)
+    pid = int(res["pid"])
+    if no_wait:
+        click.echo(f"daemon pid {pid} is draining")
+        return
+    if not wait_gone(Path(res["db"]), pid, timeout):
+        fail(f"daemon pid {pid} is still draining after {timeout:g} s")
+    click.echo(f"daemon pid {pid} stopped")

@@ -1,0 +1,43 @@
+"""Decision reasons in words, for the operator reading `specctl history`: what the threshold does
+and why, with the measured gain where there is one. Pure formatting: numbers in, text out."""
+from __future__ import annotations
+
+import math
+
+
+def batches(lo: int, hi: int) -> str:
+    return f"batch {lo}" if lo == hi else f"batch {lo}-{hi}"
+
+
+def gain_text(gain: float | None) -> str:
+    return "not measured" if gain is None else f"speculation {gain:+.0%} tok/s"
+
+
+def exploit(threshold: int, before: int, span: str, gain: float | None, live: str, live_gain: float | None) -> str:
+    """The best threshold, after the policy's estimates. span/gain: the bucket at the edge that
+    moved (the highest one now speculated on a rise, the lowest one no longer on a fall)."""
+    if threshold > before:
+        return f"speculate up to batch {threshold}: it pays at {span} ({gain_text(gain)})"
+    if threshold < before:
+        head = "stop speculating" if threshold == 0 else f"speculate only up to batch {threshold}"
+        return f"{head}: it no longer pays at {span} ({gain_text(gain)})"
+    mode = "speculating" if live_gain is not None and live_gain > 0 else "plain decoding"
+    return f"best threshold {threshold}: live {live} is {mode} ({gain_text(live_gain)})"
+
+
+def trial(speculate: bool, span: str, why: str) -> str:
+    return f"trial: {'speculate' if speculate else 'plain decode'} at {span} to measure it ({why})"
+
+
+def unmeasured(last_tried: float, now: float) -> str:
+    return "never measured" if last_tried == -math.inf else f"last measured {now - last_tried:.0f} s ago"
+
+
+def uncertain(gain: float | None) -> str:
+    return f"estimate uncertain: {gain_text(gain)}"
+
+
+def settled(speculate: bool) -> str:
+    """An untried mode skipped because a neighbouring bucket already settles it."""
+    return ("plain decoding lost at larger batches" if speculate
+            else "speculation lost at smaller batches")

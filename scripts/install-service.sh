@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Install spec-controller as a systemd service (README "Install as a service"). Run from the clone:
+#   sudo scripts/install-service.sh
+# Puts the package in a virtualenv at /opt/spec-controller (where the unit's ExecStart points), the
+# unit, an example config (never overwrites one), the spec-controller user and group, the README
+# the unit's Documentation= names, and specctl on PATH. Settings (environment):
+#   EXTRAS='[sglang]'  pip extras ('' for the simulator only)    PIP_FLAGS=''  extra pip arguments
+#   ROOT=/             install under another root (tests; no user, no systemctl there)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="${ROOT:-/}"; ROOT="${ROOT%/}"
+PREFIX=/opt/spec-controller
+EXTRAS="${EXTRAS-[sglang]}"
+# shellcheck disable=SC2086
+[ -x "$ROOT$PREFIX/bin/pip" ] || python3 -m venv "$ROOT$PREFIX"
+"$ROOT$PREFIX/bin/pip" install -q ${PIP_FLAGS:-} ".$EXTRAS"
+install -Dm644 systemd/spec-controller.service "$ROOT/etc/systemd/system/spec-controller.service"
+install -Dm644 systemd/spec-controller.sysusers "$ROOT/usr/lib/sysusers.d/spec-controller.conf"
+install -Dm644 README.md "$ROOT/usr/share/doc/spec-controller/README.md"
+install -d "$ROOT/usr/local/bin"
+ln -sf "$PREFIX/bin/specctl" "$ROOT/usr/local/bin/specctl"
+if [ -e "$ROOT/etc/spec-controller/config.toml" ]; then
+  echo "kept $ROOT/etc/spec-controller/config.toml"
+else
+  install -Dm644 systemd/config.example.toml "$ROOT/etc/spec-controller/config.toml"
+  echo "wrote $ROOT/etc/spec-controller/config.toml: edit the model paths"
+fi
+if [ -z "$ROOT" ]; then
+  if command -v systemd-sysusers >/dev/null; then
+    systemd-sysusers /usr/lib/sysusers.d/spec-controller.conf
+  elif ! getent passwd spec-controller >/dev/null; then
+    useradd --system --user-group --home-dir /var/lib/spec-controller --shell /usr/sbin/nologin spec-controller
+  fi
+  if [ -d /run/systemd/system ]; then
+    systemctl daemon-reload
+  fi
+  echo "next: sudo usermod -aG spec-controller \$USER (log in again), sudo systemctl enable --now spec-controller"
+fi

@@ -1,0 +1,114 @@
+"""Plots: `specctl plot` from a real SQLite store, `specctl simulate --plot`, and their errors
+(one line, exit 1, the simulate table still printed)."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from controller.cli.main import cli
+from state import timeline
+from state.db import open_store
+
+PNG = b"\x89PNG"
+TRACE = """name = "tiny"
+profile = "crossover-a"
+[[segment]]
+label = "coding C=8"
+seconds = 8
+concurrency = 8
+mean_accept_length = 2.6
+[[segment]]
+label = "chat C=2"
+seconds = 8
+concurrency = 2
+mean_accept_length = 1.7
+"""
+
+
+@pytest.fixture
+def tiny_trace(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TRACE)
+    return str(path)
+
+
+def _store(path, seconds: int = 120):
+    """Samples every 0.1 s: batch 8, speculating (accept 2.5) until t=60, then plain; one decision."""
+    db = open_store(path)
+    rows = [{"t": i / 10, "batch_size": 8, "steps": 2 if i < 600 else 0, "tokens": 20 if i < 600 else 8,
+             "step_s": 0.02 if i < 600 else 0.01, "decode_only": 1} for i in range(seconds * 10)]
+    db["samples"].insert_all(rows)
+    db["decisions"].insert_all([
+        {"t": 1.0, "wall": 0.0, "old": 0, "new": 16, "policy": "bandit", "reason": "x", "exploratory": 0},
+        {"t": 60.0, "wall": 0.0, "old": 16, "new": 4, "policy": "bandit", "reason": "y", "exploratory": 0}])
+    return db
+
+
+def test_timeline_bins_sum_what_ran(tmp_path):
+    db = _store(tmp_path / "s.db")
+    rows = timeline.bins(db, 0.0, 120.0, 30.0)
+    assert [r["t"] for r in rows] == [15.0, 45.0, 75.0, 105.0]
+    first, last = rows[0], rows[-1]
+    assert first["batches"] == 300 and first["spec_batches"] == 300 and last["spec_batches"] == 0
+    assert first["spec_tokens"] / first["spec_requests"] == 2.5
+    assert first["tokens"] / first["busy_s"] == pytest.approx(1000.0)
+    steps = timeline.threshold_steps(db, 30.0, 120.0)
+    assert [(s["t"], s["threshold"]) for s in steps] == [(30.0, 16), (60.0, 4)]
+
+
+def test_specctl_plot_writes_a_png_from_the_database(tmp_path):
+    _store(tmp_path / "s.db").conn.close()
+    out = tmp_path / "live.png"
+    res = CliRunner().invoke(cli, ["--db", str(tmp_path / "s.db"), "--socket", str(tmp_path / "no.sock"),
+                                   "plot", str(out), "--last", "120"])
+    assert res.exit_code == 0, res.output
+    assert out.read_bytes()[:4] == PNG and "2 threshold steps" in res.output
+
+
+@pytest.mark.parametrize("target,needle", [
+    ("no/such/dir/x.png", "directory"),
+    ("x.bmpx", "give a .png, .svg or .pdf"),
+])
+def test_specctl_plot_bad_path_is_one_line(tmp_path, target, needle):
+    _store(tmp_path / "s.db").conn.close()
+    res = CliRunner().invoke(cli, ["--db", str(tmp_path / "s.db"), "plot", str(tmp_path / target)])
+    assert res.exit_code == 1
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specctl: cannot write plot") and needle in lines[0]
+
+
+def test_specctl_plot_of_an_empty_store_says_so(tmp_path):
+    open_store(tmp_path / "e.db").conn.close()
+    res = CliRunner().invoke(cli, ["--db", str(tmp_path / "e.db"), "plot", str(tmp_path / "x.png")])
+    assert res.exit_code == 1 and res.output.strip() == f"specctl: nothing recorded in {tmp_path / 'e.db'} yet"
+
+
+def test_simulate_plot_to_a_missing_directory_prints_the_table_and_one_error_line(tmp_path):
+    res = CliRunner().invoke(cli, ["simulate", "--profile", "seed", "--concurrency", "1,4", "--seconds", "5",
+                                   "--plot", str(tmp_path / "nope" / "x.png")])
+    assert res.exit_code == 1
+    assert "oracle tok/s" in res.stdout and "overall:" in res.stdout
+    assert res.stderr.strip().splitlines() == [f"specctl: cannot write plot {tmp_path / 'nope' / 'x.png'}: "
+                                               f"directory {tmp_path / 'nope'} does not exist"]
+
+
+def test_simulate_trace_plot_and_baselines(tmp_path, tiny_trace):
+    png = tmp_path / "t.png"
+    res = CliRunner().invoke(cli, ["simulate", "--trace", tiny_trace, "--json", "--plot", str(png)])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert "timeline" not in out and png.read_bytes()[:4] == PNG
+    for r in out["rows"]:          # the oracle is at least as good as never and always, segment by segment
+        assert r["oracle_tok_s"] >= 0.99 * max(r["never_tok_s"], r["always_tok_s"])
+
+
+def test_simulate_profile_beside_trace_is_honoured(tiny_trace):
+    res = CliRunner().invoke(cli, ["simulate", "--trace", tiny_trace, "--profile", "seed", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["profile"] == "seed"
+    res = CliRunner().invoke(cli, ["simulate", "--trace", tiny_trace, "--json"])
+    assert json.loads(res.stdout)["profile"] == "crossover-a"            # the trace's own
+
+
+def test_simulate_trace_with_concurrency_is_refused():
+    res = CliRunner().invoke(cli, ["simulate", "--trace", "coding-to-chat", "--concurrency", "4"])
+    assert res.exit_code == 2 and res.output.strip() == "specctl: give --trace or --concurrency, not both"

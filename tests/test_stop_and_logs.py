@@ -1,0 +1,164 @@
+"""`specctl stop` through the control API against a real subprocess daemon, and the daemon's log:
+start, stop and reload each one line, no skipped retunes, repeated errors rate-limited."""
+import logging
+import signal
+import sqlite3
+import threading
+import time
+
+from click.testing import CliRunner
+
+from controller.cli.main import cli
+from controller.daemon.logs import RepeatFilter
+from controller.daemon.ticker import Ticker
+from state.db import DaemonLock
+from tests.daemon_proc import DaemonProc
+
+
+def specctl(d, *args):
+    return CliRunner().invoke(cli, ["--socket", str(d.socket), "--db", str(d.db), *args])
+
+
+def _events(db) -> list[tuple[str, str]]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT kind, detail FROM events ORDER BY id").fetchall()
+    finally:
+        conn.close()
+
+
+def test_specctl_stop_drains_and_waits_for_the_exit(short_tmp):
+    d = DaemonProc(short_tmp, "--concurrency", "4", speed=40)
+    try:
+        d.wait_socket()
+        live = d.wait_for(lambda st: st["samples"]["total"] > 200, what="samples")
+        assert live["samples"]["per_s"] > 0
+        assert specctl(d, "threshold", "pin", "5").exit_code == 0
+        res = specctl(d, "policy", "set", "ucb")
+        assert res.exit_code == 0 and res.stdout.strip() == "policy ucb active"
+        assert res.stderr.strip() == ("specctl: note: the threshold is pinned at 5; ucb learns from every batch "
+                                      "but decides nothing until `specctl threshold unpin`")
+        assert specctl(d, "threshold", "unpin").exit_code == 0
+        assert specctl(d, "policy", "set", "bandit").stderr == ""
+        res = specctl(d, "stop")
+        assert res.exit_code == 0, res.output
+        assert res.output.strip() == f"daemon pid {d.proc.pid} stopped"
+        # specctl returned once the lock was free: the process is gone or about to be
+        assert DaemonLock(d.db).holder() is None and not d.socket.exists()
+        assert d.proc.wait(10) == 0
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+    log = d.log_text(tail=10**6)
+    assert log.count("spec-controller ready") == 1
+    assert log.count("spec-controller stopped (specctl stop)") == 1
+    assert "maximum number of running instances" not in log
+    assert _events(d.db)[-1] == ("stop", "specctl stop: exit 0")
+    # the stopped daemon's database: status says so (exit 3) with the live schema, and plots
+    offline = specctl(d, "status")
+    assert offline.exit_code == 3 and "NOT RUNNING" in offline.stdout and "None" not in offline.stdout
+    res = specctl(d, "plot", str(short_tmp / "live.png"))
+    assert res.exit_code == 0 and (short_tmp / "live.png").read_bytes()[:4] == b"\x89PNG", res.output
+
+
+def test_sigterm_and_sighup_are_logged_once_each(short_tmp):
+    d = DaemonProc(short_tmp, "--concurrency", "2")
+    try:
+        d.wait_socket()
+        d.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while "configuration reloaded" not in d.log_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        assert d.stop() == 0
+    log = d.log_text(tail=10**6)
+    assert log.count("configuration reloaded (SIGHUP)") == 1
+    assert log.count("spec-controller stopped (SIGTERM)") == 1 and log.count("stopped") == 1
+
+
+def test_stop_without_a_daemon_is_one_line_and_exit_3(short_tmp):
+    res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "no.sock"), "--db", str(short_tmp / "no.db"), "stop"])
+    assert res.exit_code == 3
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specctl: daemon is not running"), res.output
+
+
+def test_stop_while_the_engine_is_starting_names_the_pid_and_exit_4(short_tmp):
+    db = short_tmp / "state.db"
+    lock = DaemonLock(db)          # what a daemon loading SGLang holds: the lock, no socket yet
+    lock.acquire()
+    db.write_bytes(b"")
+    try:
+        res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "no.sock"), "--db", str(db), "stop"])
+    finally:
+        lock.release()
+    import os
+    assert res.exit_code == 4
+    assert res.output.strip().splitlines() == [
+        f"specctl: daemon pid {os.getpid()} holds {db} but its control socket is not open yet "
+        f"(engine starting?); stop it with: kill -TERM {os.getpid()}"]
+
+
+def test_nothing_in_the_repository_kills_by_process_name():
+    import subprocess
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    names = ("p" + "kill", "kill" + "all")           # spelled apart: this file does not count itself
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=root,
+                            capture_output=True, text=True)
+    if listed.returncode == 0:        # the project's files (not caches, wheels or virtualenvs it ignores)
+        paths = [root / line for line in listed.stdout.splitlines()]
+    else:
+        paths = [p for p in root.rglob("*") if not any(part.startswith(".") for part in p.relative_to(root).parts)]
+    offenders = []
+    for path in paths:
+        if not path.is_file() or "egg-info" in str(path) or path.suffix in (".png", ".pyc", ".db", ".whl", ".xz"):
+            continue
+        text = path.read_text(errors="replace")
+        offenders += [f"{path.relative_to(root)}: {n}" for n in names if n in text]
+    assert not offenders
+
+
+def _record(msg: str, *args, level: int = logging.ERROR) -> logging.LogRecord:
+    return logging.LogRecord("spec_controller", level, __file__, 1, msg, args, None)
+
+
+def test_repeated_errors_pass_once_per_interval_and_say_how_many_were_held():
+    now = [0.0]
+    f = RepeatFilter(interval_s=60, clock=lambda: now[0])
+    assert f.filter(_record("could not apply threshold %d: %s", 5, "gone"))
+    passed = [f.filter(_record("could not apply threshold %d: %s", i, "gone")) for i in range(100)]
+    assert not any(passed)
+    assert f.filter(_record("another message"))                     # a different message is not held
+    assert f.filter(_record("info %s", "x", level=logging.INFO))     # nor anything below WARNING
+    now[0] = 61.0
+    rec = _record("could not apply threshold %d: %s", 7, "gone")
+    assert f.filter(rec)
+    assert rec.getMessage() == "could not apply threshold 7: gone (repeated 100 more times in the last 61 s)"
+
+
+def test_a_slow_job_delays_the_next_run_and_never_overlaps():
+    running, most, calls = [0], [0], [0]
+    first_started, release = threading.Event(), threading.Event()
+    lock = threading.Lock()
+
+    def job():
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            calls[0] += 1
+        if calls[0] == 1:
+            first_started.set()
+            release.wait(10)       # a retune stuck on the service lock, 100s of intervals long
+        with lock:
+            running[0] -= 1
+
+    ticker = Ticker("job", 0.001, job).start()
+    assert first_started.wait(10)
+    time.sleep(0.2)
+    stuck_calls = calls[0]
+    release.set()
+    while calls[0] < 5:
+        time.sleep(0.01)
+    ticker.stop()
+    assert stuck_calls == 1 and most[0] == 1
