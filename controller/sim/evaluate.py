@@ -5,7 +5,7 @@ tokens/s there (the upper envelope of the two curves, at the current acceptance)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from policies import make_policy
@@ -14,9 +14,11 @@ from ..contract import Sample, speculates
 from ..control.guard import GuardConfig
 from ..control.loop import ControlLoop
 from .core import SimCore
+from .openloop import Latency, OpenLoopCore, RateSchedule
 from .profile import Profile, Segment
 
 DEFAULT_TICK_S = 0.5
+OPEN_LOOP_TOLERANCE = 0.01     # re-convergence: exploit loss on the live batch sizes under 1 %
 
 
 @dataclass
@@ -30,10 +32,17 @@ class SegmentResult:
     spec_batches: int = 0
     final_threshold: int | None = None
     reconverge_s: float | None = None
+    rate: float | None = None
+    batch_size_sum: int = 0
+    latencies: list[Latency] = field(default_factory=list)    # open loop: requests finished here
 
     @property
     def throughput(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def mean_batch_size(self) -> float:
+        return self.batch_size_sum / self.batches if self.batches else 0.0
 
 
 class Runner:
@@ -91,33 +100,73 @@ class LoopRunner(Runner):
         return speculates(batch_size, self.loop.guard.exploit)
 
 
+def make_core(profile: Profile, segments: Sequence[Segment], seed: int) -> SimCore | OpenLoopCore:
+    """The closed loop for concurrency segments, the open loop for rate segments."""
+    if segments and segments[0].open_loop:
+        return OpenLoopCore(profile, seed, RateSchedule.of_segments(segments))
+    return SimCore(profile, seed)
+
+
+def exploit_loss(profile: Profile, accept: float, seen: Mapping[int, int], runner: Runner) -> float | None:
+    """Share of throughput the runner's exploit threshold loses against the oracle over the
+    batch sizes seen (counts); None for runners without a learned threshold."""
+    total = lost = 0.0
+    for bs, n in seen.items():
+        spec = runner.exploit_speculates(bs)
+        if spec is None:
+            return None
+        best = max(profile.tok_per_s(bs, True, accept), profile.tok_per_s(bs, False, accept))
+        lost += n * (best - profile.tok_per_s(bs, spec, accept)) / best
+        total += n
+    return lost / total if total else 0.0
+
+
 def run_segments(profile: Profile, segments: Sequence[Segment], make_runner: Callable[[SimCore], Runner],
                  seed: int = 0, tick_s: float = DEFAULT_TICK_S) -> list[SegmentResult]:
-    """One continuous virtual-time run through the segments (the load changes, the runner stays)."""
-    core = SimCore(profile, seed)
+    """One continuous virtual-time run through the segments (the load changes, the runner stays).
+
+    Re-convergence: the time from a segment's start to the end of the last tick whose exploit
+    threshold lost throughput against the oracle on the batch sizes run since the tick before
+    (closed loop: any loss; open loop, where batch sizes wander: more than 1 %)."""
+    core = make_core(profile, segments, seed)
     runner = make_runner(core)
+    tolerance = OPEN_LOOP_TOLERANCE if isinstance(core, OpenLoopCore) else 0.0
     results = []
     next_tick = tick_s
     for i, seg in enumerate(segments):
-        core.set_load(seg.concurrency, seg.mean_accept_length)
-        start, end = core.t, core.t + seg.seconds
-        res = SegmentResult(seg.label or str(i), core.concurrency, core.accept_length, seg.seconds)
-        want = profile.better_mode(core.concurrency, core.accept_length)
+        if isinstance(core, OpenLoopCore):
+            core.set_accept(seg.mean_accept_length)
+        else:
+            core.set_load(seg.concurrency, seg.mean_accept_length)
+        start, end, tokens0 = core.t, core.t + seg.seconds, core.output_tokens
+        res = SegmentResult(seg.label or str(i), core.concurrency if isinstance(core, SimCore) else 0,
+                            core.accept_length, seg.seconds, rate=seg.rate)
         last_wrong = None          # time of the last tick whose exploit mode was wrong
+        seen: dict[int, int] = {}
+        fresh = False              # a batch ran since the last tick
         while core.t < end:
-            sample = core.step(runner.speculate(core.concurrency))
+            bs = core.batch_size
+            sample = core.step(runner.speculate(bs))
             res.batches += 1
-            res.tokens += sample.tokens
+            res.batch_size_sum += bs
             res.spec_batches += sample.steps > 0
+            if not fresh:
+                seen.clear()
+                fresh = True
+            seen[bs] = seen.get(bs, 0) + 1
             runner.after_batch(sample)
             while next_tick <= core.t:
                 runner.tick(next_tick)
-                ok = runner.exploit_speculates(core.concurrency)
-                if ok is not None and ok != want:
+                loss = exploit_loss(profile, core.accept_length, seen, runner)
+                if loss is not None and loss > tolerance:
                     last_wrong = next_tick
+                fresh = False
                 next_tick += tick_s
         res.seconds = core.t - start
+        res.tokens = core.output_tokens - tokens0
         res.final_threshold = runner.threshold
+        if isinstance(core, OpenLoopCore):
+            res.latencies = core.take_finished()
         if isinstance(runner, LoopRunner):
             res.reconverge_s = 0.0 if last_wrong is None else last_wrong + tick_s - start
             if last_wrong is not None and last_wrong + tick_s >= core.t:
