@@ -13,6 +13,9 @@ from .summary import flip_threshold, monotone_threshold
 from .types import Decision, PolicyError, Sample, Snapshot
 
 OFF, SPEC = 0, 1
+DROP, MEASURED, CORRECTED = 0, 1, 2      # what an interval that held a prefill is worth (param `prefill`)
+ACCEPT_HIGH_HALF_LIVES = 10.0
+LONG = 4.0       # a prefill interval this many times the bucket's decode step held an idle gap: no reward
 
 
 def relative_gain(spec: float, off: float) -> float:
@@ -76,11 +79,15 @@ class BucketLearner(Policy):
     """
 
     BASE_PARAMS: ClassVar[tuple[ParamSpec, ...]] = (
-        ParamSpec("half_life_s", float, 20.0, 0.5, 3600.0, "forgetting of step-time statistics"),
+        ParamSpec("half_life_s", float, 60.0, 0.5, 3600.0, "forgetting of step-time statistics"),
         ParamSpec("accept_half_life_s", float, 4.0, 0.1, 3600.0, "forgetting of the accept-length estimate"),
         ParamSpec("min_samples", float, 0.01, 0.0, 1000.0, "an arm with less weight than this is tried"),
-        ParamSpec("dominance", float, 0.1, 0.0, 10.0,
+        ParamSpec("dominance", float, 0.03, 0.0, 10.0,
                   "skip trying spec above (off below) a bucket where it lost (won) by this relative margin"),
+        ParamSpec("indifference", float, 0.02, 0.0, 1.0,
+                  "probe the other mode of a bucket only if it looks better by this relative margin"),
+        ParamSpec("prefill", int, MEASURED, DROP, CORRECTED,
+                  "intervals holding a prefill: 0 dropped, 1 rewards as measured, 2 minus the learned prefill cost"),
     )
 
     def __init__(self, params=None, *, seed: int = 0, max_batch_size: int = 256):
@@ -93,24 +100,61 @@ class BucketLearner(Policy):
         self.accept = Discounted(self.params["accept_half_life_s"], max_weight=256.0)
         self.tried = ([-math.inf] * n, [-math.inf] * n)   # last time each arm ran in each bucket
         self.max_steps = 1          # K, learned from the samples
+        self.prefill_s = Discounted(hl)   # seconds a prefill adds to an interval (prefill=CORRECTED)
+        self.accept_hi = (0.0, 0.0)       # (highest accept length lately, when), see accept_high()
 
     def observe(self, sample: Sample) -> None:
         if sample.step_s <= 0 or sample.batch_size <= 0:
             return
         b = self.buckets.of(sample.batch_size)
-        # An interval that held a prefill is no reward (DESIGN §4), but it shows the arm was
-        # tried: at high load such intervals are the rule, and re-trying costs a whole batch.
-        self.tried[int(sample.steps > 0)][b] = sample.t
-        if not sample.decode_only:
+        arm = SPEC if sample.steps > 0 else OFF
+        # Even an interval that is no reward shows the arm was tried: re-trying costs a batch.
+        self.tried[arm][b] = sample.t
+        rate = self.reward(arm, b, sample)
+        if rate is None:
             return
-        rate = sample.batch_size / sample.step_s
+        # Weighted by the step's length (relative to the bucket's step), the mean of the rates
+        # is total requests over total time: a long interval does not count as one short one.
+        q = self.q[arm][b]
+        weight = min(max(q.mean / rate, 1.0 / LONG), LONG) if q.w else 1.0
+        q.add(sample.t, rate, weight)
         if sample.steps > 0:
-            self.q[SPEC][b].add(sample.t, rate)
             self.accept.add(sample.t, sample.tokens / sample.batch_size, sample.batch_size)
+            self.accept_hi = (max(self.accept_high(sample.t), self.accept.mean), sample.t)
             if sample.steps > self.max_steps:
                 self.max_steps = sample.steps
-        else:
-            self.q[OFF][b].add(sample.t, rate)
+
+    def reward(self, arm: int, b: int, sample: Sample) -> float | None:
+        """Requests per second of this batch's step, or None when the interval is no reward.
+
+        At high load almost every interval holds a prefill. Used as measured (the default),
+        a mode is charged with the prefills that join its batches: how often they come and
+        what they cost with it (a longer step gathers more arrivals into one extend batch)
+        is part of its throughput — the simulator's open loop shows the difference
+        (bench/results/open-loop-sim.md). Intervals far longer than the bucket's step held
+        an idle gap and are dropped."""
+        rate = sample.batch_size / sample.step_s
+        mode, q = self.params["prefill"], self.q[arm][b]
+        if sample.decode_only:
+            return rate
+        if mode == DROP or (q.w and rate * LONG < q.mean):
+            return None
+        if mode == MEASURED:
+            return rate
+        if not q.w:
+            return None
+        decode_s = sample.batch_size / q.mean
+        self.prefill_s.add(sample.t, sample.step_s - decode_s)
+        return sample.batch_size / max(sample.step_s - self.prefill_s.mean, decode_s / LONG)
+
+    def accept_high(self, now: float) -> float:
+        """The highest accept length estimated lately: it falls back to the current estimate
+        with half-life ACCEPT_HIGH_HALF_LIVES x half_life_s."""
+        high, t = self.accept_hi
+        if high <= self.accept.mean:
+            return self.accept.mean
+        h = ACCEPT_HIGH_HALF_LIVES * self.params["half_life_s"]
+        return self.accept.mean + (high - self.accept.mean) * 0.5 ** (max(0.0, now - t) / h)
 
     # --- estimates -------------------------------------------------------
     def mean(self, arm: int, b: int) -> float:
@@ -152,11 +196,11 @@ class BucketLearner(Policy):
         carries over without paying for the trial."""
         margin = self.params["dominance"]
         # A stale accept length may have risen since: then only a loss that would hold even
-        # at the longest possible accept length (K + 1) settles it.
+        # at the longest accept length seen lately (traffic mixes recur) settles it.
         stale = now - self.accept.t > self.params["accept_half_life_s"]
         accept = self.accept.mean
         if stale and arm == SPEC:
-            accept = self.max_steps + 1.0
+            accept = max(accept, self.accept_high(now))
         others = range(b) if arm == SPEC else range(b + 1, len(self.buckets))
         for o in others:
             if self.q[OFF][o].weight(now) < 1e-3 or self.q[SPEC][o].weight(now) < 1e-3:
@@ -167,11 +211,37 @@ class BucketLearner(Policy):
         return False
 
     # --- decision --------------------------------------------------------
-    def choose_arm(self, b: int, now: float) -> int:
+    def choose_arm(self, b: int, now: float, incumbent: int) -> int:
+        """The arm to run in bucket b; the other arm than `incumbent` (the exploit mode there)
+        must look better by the indifference margin."""
         raise NotImplementedError
+
+    def recent_traffic(self, b: int, now: float) -> float:
+        """The batches behind bucket b's estimates, faded by how long ago the bucket last ran
+        (half-life accept_half_life_s, the traffic's time scale): where the load is now."""
+        tau = self.params["accept_half_life_s"]
+        return sum(d.w * 0.5 ** (max(0.0, now - d.t) / tau) for d in (self.q[OFF][b], self.q[SPEC][b]))
+
+    def move_gain(self, now: float, current: int, new: int) -> float:
+        """Expected relative throughput gain of moving the threshold from current to new,
+        over the traffic where the load is now (> 0: the move pays)."""
+        a, z = self.buckets.index_of_threshold(current), self.buckets.index_of_threshold(new)
+        recent = [self.recent_traffic(b, now) for b in range(len(self.buckets))]
+        total = sum(recent)
+        if a == z or not total:
+            return 0.0
+        moved = sum(recent[b] * relative_gain(self.mean(SPEC, b), self.mean(OFF, b))
+                    for b in range(min(a, z), max(a, z)) if self.estimable(b))
+        return (moved if z > a else -moved) / total
 
     def decide(self, snap: Snapshot) -> Decision:
         exploit = monotone_threshold(self.gains(snap.now), self.buckets, snap.exploit_threshold)
+        threshold, reason, untried = self._arm(snap, exploit)
+        gain = self.move_gain(snap.now, snap.exploit_threshold, exploit)
+        return Decision(threshold, exploit, reason, gain, untried)
+
+    def _arm(self, snap: Snapshot, exploit: int) -> tuple[int, str, bool]:
+        """(threshold, reason, untried?): exploit, or flip the live bucket to the arm it wants."""
         b = self.buckets.of(snap.live_batch_size or 1)
         untried = [a for a in (OFF, SPEC) if not self.known(a, b, snap.now)]
         if len(untried) == 1 and self.dominated(untried[0], b, snap.now):
@@ -179,14 +249,14 @@ class BucketLearner(Policy):
         elif untried:
             want, why = untried[0], "untried"
         else:
-            want, why = self.choose_arm(b, snap.now), "index"
+            in_spec = speculates(self.buckets.high(b), exploit)
+            want, why = self.choose_arm(b, snap.now, SPEC if in_spec else OFF), "index"
         in_spec = speculates(self.buckets.high(b), exploit)
+        span = f"{self.buckets.low(b)}-{self.buckets.high(b)}"
         if (want == SPEC) == in_spec:
-            return Decision(exploit, exploit, f"exploit: bucket {self.buckets.low(b)}-{self.buckets.high(b)} "
-                            f"{'spec' if in_spec else 'off'}")
+            return exploit, f"exploit: bucket {span} {'spec' if in_spec else 'off'}", False
         explore = flip_threshold(exploit, self.buckets, b, want == SPEC)
-        return Decision(explore, exploit, f"explore {'spec' if want == SPEC else 'off'} at batch "
-                        f"{self.buckets.low(b)}-{self.buckets.high(b)} ({why})")
+        return explore, f"explore {'spec' if want == SPEC else 'off'} at batch {span} ({why})", why == "untried"
 
     def state(self) -> dict:
         return {
@@ -194,6 +264,7 @@ class BucketLearner(Policy):
             "q_spec": [d.to_list() for d in self.q[SPEC]],
             "accept": self.accept.to_list(),
             "max_steps": self.max_steps,
+            "prefill_s": self.prefill_s.to_list(),
             "tried": [[None if t == -math.inf else t for t in arm] for arm in self.tried],
         }
 
@@ -204,6 +275,8 @@ class BucketLearner(Policy):
                 d.load(row)
         self.accept.load(state["accept"])
         self.max_steps = int(state.get("max_steps", 1))
+        if isinstance(state.get("prefill_s"), list) and len(state["prefill_s"]) == 4:
+            self.prefill_s.load(state["prefill_s"])
         tried = state.get("tried")
         if isinstance(tried, list) and len(tried) == 2 and all(len(a) == len(self.buckets) for a in tried):
             self.tried = tuple([-math.inf if t is None else float(t) for t in arm] for arm in tried)

@@ -57,7 +57,7 @@ class ModelPolicy(BucketLearner):
             return True
         return super().estimable(b)
 
-    def choose_arm(self, b: int, now: float) -> int:
+    def choose_arm(self, b: int, now: float, incumbent: int) -> int:
         return SPEC if self.mean(SPEC, b) > self.mean(OFF, b) else OFF
 
     def decide(self, snap: Snapshot) -> Decision:

@@ -76,6 +76,8 @@ def plot(result: dict, path: str, trace: bool) -> None:
 @click.option("--policy", "policy_name", default="bandit", show_default=True)
 @click.option("--param", "params", multiple=True, metavar="K=V", help="policy parameter (repeatable)")
 @click.option("--concurrency", help="comma-separated levels (default: the profile's, 1,2,4..256)")
+@click.option("--arrival-rate", "arrival_rate", metavar="R[,R2...]",
+              help="open loop: Poisson arrivals at these requests/s instead of --concurrency ('default': the profile's)")
 @click.option("--trace", "trace_name", help="trace name or path (instead of --concurrency)")
 @click.option("--seconds", type=click.FloatRange(1, 1e6), default=60.0, show_default=True,
               help="virtual seconds per concurrency level")
@@ -84,11 +86,17 @@ def plot(result: dict, path: str, trace: bool) -> None:
               help="decision interval, virtual seconds")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="write a PNG of throughput vs load")
-def simulate(profile_name, policy_name, params, concurrency, trace_name, seconds, seed, tick, as_json, plot_path):
+def simulate(profile_name, policy_name, params, concurrency, arrival_rate, trace_name, seconds, seed, tick, as_json,
+             plot_path):
     """Run a policy on a simulated engine and compare it with the oracle."""
     import json
+    if arrival_rate and (concurrency or trace_name):
+        raise click.UsageError("--arrival-rate replaces --concurrency and --trace: give one of them")
     try:
         kv = parse_kv(params)
+        if arrival_rate or (trace_name and load_trace(trace_name).segments[0].open_loop):
+            return _simulate_open(profile_name, policy_name, kv, arrival_rate, trace_name, seconds, seed, tick,
+                                  as_json, plot_path)
         if trace_name:
             trace = load_trace(trace_name)
             profile = load_profile(profile_name if profile_name != "seed" or not trace.profile else trace.profile)
@@ -105,3 +113,23 @@ def simulate(profile_name, policy_name, params, concurrency, trace_name, seconds
     if plot_path:
         plot(result, plot_path, bool(trace_name))
     click.echo(json.dumps(result, indent=2) if as_json else render_table(result, bool(trace_name)))
+
+
+def _simulate_open(profile_name, policy_name, kv, arrival_rate, trace_name, seconds, seed, tick, as_json, plot_path):
+    import json
+
+    from ..sim.openeval import evaluate_open, rate_segments
+    from .openloop import parse_rates, plot_open, render_open_table, series_of
+    if trace_name:
+        trace = load_trace(trace_name)
+        profile = load_profile(profile_name if profile_name != "seed" or not trace.profile else trace.profile)
+        segments = list(trace.segments)
+    else:
+        profile = load_profile(profile_name)
+        segments = rate_segments(parse_rates(arrival_rate, profile.open_loop_rates()), seconds)
+    result = evaluate_open(profile, segments, policy_name, kv, seed=seed, tick_s=tick)
+    if trace_name:
+        result["trace"] = trace.name
+    if plot_path:
+        plot_open(series_of(result), plot_path, f"{result['policy']} on {result['profile']}, open loop")
+    click.echo(json.dumps(result, indent=2) if as_json else render_open_table(result))
