@@ -31,7 +31,7 @@ class GuardConfig:
     fallback_threshold: int = 0
     min_gain: float = 0.003             # an exploit move the policy expects to gain less is not made
     coalesce_window_s: float = 10.0     # a change that moves no batch size seen this long is not made (0: off)
-    changes_per_min: float = 2.0        # visible changes allowed on average (token bucket; 0: no limit) ...
+    changes_per_min: float = 1.0        # visible changes allowed on average (token bucket; 0: no limit) ...
     changes_burst: float = 6.0          # ... and at once
     urgent_gain: float = 0.05           # an exploit move expected to gain this much is never held back
     learning_s: float = 20.0            # ... nor any change this long after a probe of an untried arm

@@ -11,7 +11,8 @@ from ..paths import DEFAULT_CONFIG
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "engine": {"kind": "sim"},
-    "sim": {"profile": "crossover-b", "trace": "load-steps", "concurrency": 0, "speed": 1.0, "seed": 0},
+    "sim": {"profile": "crossover-b", "trace": "load-steps", "concurrency": 0, "arrival_rate": 0.0, "speed": 1.0,
+            "seed": 0},
     "sglang": {},                 # SGLang ServerArgs, passed through (see docs/sglang.md)
     "policy": {"name": "bandit", "seed": 0, "tick_s": 0.5, "initial_threshold": 0, "params": {}},
     "guard": {},                  # GuardConfig fields
@@ -84,7 +85,8 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
 def validate(cfg: dict) -> None:
     if cfg["engine"]["kind"] not in ("sim", "sglang"):
         raise ConfigError(f"config: [engine] kind={cfg['engine']['kind']!r} must be 'sim' or 'sglang'")
-    ranges = [("sim", "speed", 0.01, 10000), ("sim", "concurrency", 0, 65536), ("policy", "tick_s", 0.05, 3600),
+    ranges = [("sim", "speed", 0.01, 10000), ("sim", "concurrency", 0, 65536),
+              ("sim", "arrival_rate", 0, 1e6), ("policy", "tick_s", 0.05, 3600),
               ("policy", "initial_threshold", 0, 65536), ("storage", "retention_samples_s", 1, 1e9),
               ("storage", "retention_max_rows", 1000, 1e10), ("storage", "rollup_s", 1, 86400),
               ("storage", "checkpoint_s", 1, 86400), ("control", "metrics_port", 0, 65535),

@@ -34,8 +34,9 @@ def build_engine(cfg: dict, last_t: float = 0.0) -> Engine:
         from .engines.sim import SimEngine
         sim = cfg["sim"]
         profile = load_profile(sim["profile"])
-        trace = None if sim["concurrency"] else load_trace(sim["trace"], profile.spec_steps + 1)
-        return SimEngine(profile, trace, sim["concurrency"], sim["speed"], sim["seed"], last_t)
+        fixed = sim["concurrency"] or sim["arrival_rate"]
+        trace = None if fixed else load_trace(sim["trace"], profile.spec_steps + 1)
+        return SimEngine(profile, trace, sim["concurrency"], sim["speed"], sim["seed"], last_t, sim["arrival_rate"])
     from .engines.sglang import SGLangEngine
     return SGLangEngine(cfg["sglang"], cfg["policy"]["initial_threshold"])
 

@@ -24,17 +24,20 @@ def main() -> None:
 @click.option("--profile", help="simulator profile: name or .toml/.json path")
 @click.option("--trace", help="simulator load trace (looped): name or path")
 @click.option("--concurrency", type=int, help="simulator: fixed number of clients instead of a trace")
+@click.option("--arrival-rate", type=float, help="simulator: Poisson arrivals at this many requests/s instead of a trace")
 @click.option("--speed", type=float, help="simulator clock rate (virtual seconds per real second)")
 @click.option("--policy", help="policy at first start (later: specctl policy set)")
 @click.option("--db", help="SQLite database path")
 @click.option("--socket", "socket_path", help="control socket path")
 @click.option("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
-def run(config_path, engine, profile, trace, concurrency, speed, policy, db, socket_path, metrics_port, log_level):
+def run(config_path, engine, profile, trace, concurrency, arrival_rate, speed, policy, db, socket_path, metrics_port,
+        log_level):
     """Run the daemon in the foreground (systemd's ExecStart)."""
     overrides: dict[str, dict] = {}
     for section, key, value in [("engine", "kind", engine), ("sim", "profile", profile), ("sim", "trace", trace),
-                                ("sim", "concurrency", concurrency), ("sim", "speed", speed),
+                                ("sim", "concurrency", concurrency), ("sim", "arrival_rate", arrival_rate),
+                                ("sim", "speed", speed),
                                 ("policy", "name", policy), ("storage", "db", db), ("control", "socket", socket_path),
                                 ("control", "metrics_port", metrics_port), ("control", "log_level", log_level)]:
         if value is not None:

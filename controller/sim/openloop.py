@@ -72,11 +72,13 @@ class RateSchedule:
 
 @dataclass
 class Latency:
-    """One finished request: seconds from arrival to first and last token, and its length."""
+    """One finished request: seconds from arrival to first and last token, its length, and
+    when it arrived (virtual time)."""
 
     ttft_s: float
     e2e_s: float
     output_len: int
+    arrival_t: float = 0.0
 
     @property
     def tpot_s(self) -> float | None:
@@ -89,8 +91,9 @@ class OpenLoopCore(CoreBase):
 
     STREAMS = 5          # lengths, noise, acceptance (as the closed loop), arrivals, prompts
 
-    def __init__(self, profile: Profile, seed: int = 0, schedule: RateSchedule | None = None):
+    def __init__(self, profile: Profile, seed: int = 0, schedule: RateSchedule | None = None, start_t: float = 0.0):
         super().__init__(profile, seed)
+        self.t = float(start_t)
         self._rng_arrival = np.random.default_rng(self._extra_streams[0])
         self._rng_prompt = np.random.default_rng(self._extra_streams[1])
         self.schedule = schedule or RateSchedule([(0.0, 1.0)])
@@ -99,7 +102,7 @@ class OpenLoopCore(CoreBase):
         self._arrival = np.zeros(0)
         self._first = np.zeros(0)
         self._length = np.zeros(0, dtype=np.int64)
-        self._next_arrival = self.schedule.after(0.0, self._rng_arrival.exponential())
+        self._next_arrival = self.schedule.after(self.t, self._rng_arrival.exponential())
         self._pending_s = 0.0          # prefill seconds the next interval holds
         self._idle_s = 0.0             # idle seconds before it (already passed: t moved on)
         self._pending_n = 0
@@ -154,7 +157,7 @@ class OpenLoopCore(CoreBase):
         length = np.array([n for _, _, n in taken], dtype=np.int64)
         one = length <= 1
         for a in arrival[one]:
-            self.finished.append(Latency(first_t - a, first_t - a, 1))
+            self.finished.append(Latency(first_t - a, first_t - a, 1, float(a)))
         keep = ~one
         self._remaining = np.concatenate([self._remaining, length[keep] - 1])
         self._arrival = np.concatenate([self._arrival, arrival[keep]])
@@ -184,7 +187,7 @@ class OpenLoopCore(CoreBase):
         if not done.any():
             return
         for a, f, n in zip(self._arrival[done], self._first[done], self._length[done]):
-            self.finished.append(Latency(float(f - a), float(self.t - a), int(n)))
+            self.finished.append(Latency(float(f - a), float(self.t - a), int(n), float(a)))
         keep = ~done
         self._remaining, self._arrival = self._remaining[keep], self._arrival[keep]
         self._first, self._length = self._first[keep], self._length[keep]
