@@ -73,6 +73,21 @@ def table(rows: list[dict], profile: str) -> list[str]:
     return out + [""]
 
 
+def calibration(rows: list[dict], profile: str) -> list[str]:
+    """Simulated over measured, per rate and mode, where the H200 rows have the same rate and mode."""
+    h200 = {(r["rate"], r["mode"]): r for r in rows if r["where"] == "h200" and r.get("profile", profile) == profile}
+    sim = [r for r in rows if r["where"] == "sim" and r["profile"] == profile and (r["rate"], r["mode"]) in h200]
+    if not sim:
+        return []
+    out = [f"Simulator / H200 for `{profile}` (issue 13 asks for 0.90 .. 1.10):", "",
+           "| rate | mode | tok/s | median TPOT | median E2E |", "|---|---|---|---|---|"]
+    for r in sorted(sim, key=lambda r: (r["rate"], MODES.index(r["mode"]))):
+        m = h200[r["rate"], r["mode"]]
+        out.append(f"| {r['rate']:g} | {r['mode']} | {r['tok_s'] / m['tok_s']:.3f} | {r['tpot_ms'] / m['tpot_ms']:.3f} | "
+                   f"{r['e2e_ms'] / m['e2e_ms']:.3f} |")
+    return out + [""]
+
+
 def plot(rows: list[dict], profiles: list[str], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -130,7 +145,7 @@ def main() -> None:
     print(f"Command: `{command.strip()}`\n")
     print("Each cell: output tok/s, median TPOT, median E2E (simulator, virtual time).\n")
     for name in shown:
-        print("\n".join(table(rows, name)))
+        print("\n".join(table(rows, name) + calibration(rows, name)))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from controller.control.guard import GuardConfig  # noqa: E402
-from controller.sim.evaluate import StaticRunner, evaluate, policy_runner, run_segments  # noqa: E402
+from controller.sim.evaluate import (  # noqa: E402
+    StaticRunner,
+    changes_per_min,
+    evaluate,
+    policy_runner,
+    run_segments,
+)
 from controller.sim.openeval import rate_segments, summary  # noqa: E402
 from controller.sim.profile import Segment, load_profile, load_trace  # noqa: E402
 
@@ -63,26 +69,6 @@ def prefill(seeds: list[int]) -> list[str]:
     return lines
 
 
-def changes_per_min(name: str, seg: Segment, config: tuple[dict, GuardConfig], warm: float) -> float:
-    prof = load_profile(name)
-    make = policy_runner("bandit", config[0], prof, 0, config[1])
-    times: list[float] = []
-
-    def wrapped(core):
-        run = make(core)
-        tick = run.loop.tick
-
-        def counting(now):
-            t = tick(now)
-            if t.changed and now >= warm:
-                times.append(now)
-            return t
-        run.loop.tick = counting
-        return run
-    res = run_segments(prof, [seg], wrapped, 0)[0]
-    return len(times) / ((res.seconds - warm) / 60)
-
-
 def decisions(seconds: float, warm: float) -> list[str]:
     lines = ["| profile | load | before /min | after /min |", "|---|---|---|---|"]
     for name in PROFILES:
@@ -90,7 +76,7 @@ def decisions(seconds: float, warm: float) -> list[str]:
         loads = [(f"C={c}", Segment(seconds, c)) for c in (8, 24, 64)]
         loads += [(f"rate {r:g}/s", Segment(seconds, 0, None, "", r)) for r in prof.open_loop_rates()]
         for label, seg in loads:
-            b, a = (changes_per_min(name, seg, cfg, warm) for cfg in (BEFORE, AFTER))
+            b, a = (changes_per_min(prof, [seg], "bandit", cfg[0], 0, cfg[1], warm) for cfg in (BEFORE, AFTER))
             lines.append(f"| {name} | {label} | {b:.1f} | {a:.1f} |")
     lines += ["", "| trace | before: ratio, re-converge s (max over segments) | after |", "|---|---|---|"]
     for t in TRACES:

@@ -187,3 +187,36 @@ def test_daemon_sim_engine_runs_an_open_loop():
     sizes = {s.batch_size for s in got}
     assert got[0].t > 500 and len(sizes) > 5 and any(not s.decode_only for s in got)
     assert engine.health()["load"] == "rate=3/s"
+
+
+def test_db_to_profile_fits_the_prefill_cost_and_writes_the_load(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from state.db import open_store
+    db = open_store(tmp_path / "s.db")
+    rng = np.random.default_rng(0)
+    rows, t, prev = [], 0.0, 8
+    for i in range(600):
+        prefill = i % 3 == 0
+        bs = int(min(16, prev + rng.integers(1, 4))) if prefill else int(max(4, prev - rng.integers(0, 2)))
+        spec = (i // 6) % 2 == 0
+        step = (0.01 + 0.001 * bs) * (2.0 if spec else 1.0)
+        if prefill:
+            step += 0.004 + 0.001 * max(bs - prev, 1)
+        t += step
+        rows.append((t, bs, 3 if spec else 0, round(bs * 2.5) if spec else bs, step, int(not prefill)))
+        prev = bs
+    db.conn.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)", rows)
+    db.conn.commit()
+    out = tmp_path / "h.toml"
+    root = Path(__file__).resolve().parent.parent
+    res = subprocess.run([sys.executable, str(root / "bench/gpu/db_to_profile.py"), str(tmp_path / "s.db"), str(out),
+                          "--name", "h-test", "--prompt-len-range", "102,512", "--output-len-range", "77,384",
+                          "--arrival-rate", "2,12,24"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    prof = load_profile(str(out))
+    assert prof.prefill_s == pytest.approx(0.004, abs=5e-4)
+    assert prof.prefill_s_per_request == pytest.approx(0.001, abs=3e-4)
+    assert prof.output_len_range == (77, 384) and prof.arrival_rate == (2, 12, 24)

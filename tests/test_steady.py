@@ -8,7 +8,7 @@ import pytest
 from controller.control.changes import ChangeBudget
 from controller.control.guard import Guard, GuardConfig, moves_any
 from controller.control.loop import ControlLoop
-from controller.sim.evaluate import StaticRunner, evaluate, policy_runner, run_segments
+from controller.sim.evaluate import StaticRunner, changes_per_min, evaluate, policy_runner, run_segments
 from controller.sim.openeval import rate_segments, summary
 from controller.sim.profile import Segment, load_profile, load_trace
 from policies import Decision, Policy, Sample, make_policy
@@ -182,30 +182,6 @@ def test_bandit_within_3_percent_of_the_better_fixed_mode_at_the_middle_rate(nam
     assert got["bandit"]["tpot_ms_median"] <= 1.03 * best_tpot
 
 
-def changes_per_min(name: str, seg: Segment, warm: float = 120.0) -> float:
-    prof = load_profile(name)
-    runner = {}
-
-    def make(core):
-        runner["r"] = policy_runner("bandit", None, prof, 0)(core)
-        return runner["r"]
-    changes = []
-    res = run_segments(prof, [seg], lambda core: _counting(make(core), changes, warm), 0)[0]
-    return len(changes) / ((res.seconds - warm) / 60)
-
-
-def _counting(run, changes, warm):
-    tick = run.loop.tick
-
-    def counted(now):
-        t = tick(now)
-        if t.changed and now >= warm:
-            changes.append(now)
-        return t
-    run.loop.tick = counted
-    return run
-
-
 @pytest.mark.parametrize("name,seg", [
     ("h200-2b6", Segment(600, 24)),                      # the closed loop of 24 clients
     ("crossover-a", Segment(600, 24)),
@@ -213,7 +189,7 @@ def _counting(run, changes, warm):
     ("h200-2b6", Segment(600, 0, None, "", 40.0)),        # ... across ~16
 ])
 def test_decisions_are_rare_at_constant_load_once_converged(name, seg):
-    assert changes_per_min(name, seg) <= 2.0
+    assert changes_per_min(load_profile(name), [seg], "bandit", warm_s=120.0) <= 2.0
 
 
 @pytest.mark.parametrize("name", ["load-steps", "coding-to-chat", "mixed-shift"])

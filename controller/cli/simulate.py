@@ -97,13 +97,8 @@ def simulate(profile_name, policy_name, params, concurrency, arrival_rate, trace
         if arrival_rate or (trace_name and load_trace(trace_name).segments[0].open_loop):
             return _simulate_open(profile_name, policy_name, kv, arrival_rate, trace_name, seconds, seed, tick,
                                   as_json, plot_path)
-        if trace_name:
-            trace = load_trace(trace_name)
-            profile = load_profile(profile_name if profile_name != "seed" or not trace.profile else trace.profile)
-            segments = list(trace.segments)
-        else:
-            profile = load_profile(profile_name)
-            segments = sweep_segments(_levels(concurrency, profile.concurrency), seconds)
+        profile, segments, trace = _load(profile_name, trace_name,
+                                         lambda p: sweep_segments(_levels(concurrency, p.concurrency), seconds))
         result = evaluate(profile, segments, policy_name, kv, seed=seed, tick_s=tick, with_static=bool(trace_name))
     except (PolicyError, ProfileError) as e:
         click.echo(f"specctl: {e}", err=True)
@@ -115,18 +110,24 @@ def simulate(profile_name, policy_name, params, concurrency, arrival_rate, trace
     click.echo(json.dumps(result, indent=2) if as_json else render_table(result, bool(trace_name)))
 
 
+def _load(profile_name: str, trace_name: str | None, levels):
+    """(profile, segments, trace): a trace's segments on its profile (unless one is named), or
+    levels(profile) on the named profile."""
+    if trace_name:
+        trace = load_trace(trace_name)
+        profile = load_profile(profile_name if profile_name != "seed" or not trace.profile else trace.profile)
+        return profile, list(trace.segments), trace
+    profile = load_profile(profile_name)
+    return profile, levels(profile), None
+
+
 def _simulate_open(profile_name, policy_name, kv, arrival_rate, trace_name, seconds, seed, tick, as_json, plot_path):
     import json
 
     from ..sim.openeval import evaluate_open, rate_segments
     from .openloop import parse_rates, plot_open, render_open_table, series_of
-    if trace_name:
-        trace = load_trace(trace_name)
-        profile = load_profile(profile_name if profile_name != "seed" or not trace.profile else trace.profile)
-        segments = list(trace.segments)
-    else:
-        profile = load_profile(profile_name)
-        segments = rate_segments(parse_rates(arrival_rate, profile.open_loop_rates()), seconds)
+    profile, segments, trace = _load(profile_name, trace_name,
+                                     lambda p: rate_segments(parse_rates(arrival_rate, p.open_loop_rates()), seconds))
     result = evaluate_open(profile, segments, policy_name, kv, seed=seed, tick_s=tick)
     if trace_name:
         result["trace"] = trace.name

@@ -157,7 +157,7 @@ class Guard:
             self._learning_until = now + self.cfg.learning_s
         learning = now < self._learning_until
         if exploratory:
-            if self.changes.take(now, 2.0, force=learning):    # the probe and the way back
+            if self.changes.take(now, 2.0, force=decision.untried):    # the probe and the way back
                 return threshold, reason, True
             threshold, reason = self.exploit, "exploit (change budget spent: no probe)"
             if threshold == applied or not moves_any(applied, threshold, live or (threshold,)):

@@ -82,6 +82,7 @@ class OracleRunner(Runner):
 class LoopRunner(Runner):
     def __init__(self, loop: ControlLoop):
         self.loop = loop
+        self.changes: list[float] = []      # when the applied threshold changed (the decision history)
 
     @property
     def threshold(self) -> int:
@@ -94,7 +95,8 @@ class LoopRunner(Runner):
         self.loop.observe(sample)
 
     def tick(self, now: float) -> None:
-        self.loop.tick(now)
+        if self.loop.tick(now).changed:
+            self.changes.append(now)
 
     def exploit_speculates(self, batch_size: int) -> bool:
         return speculates(batch_size, self.loop.guard.exploit)
@@ -227,3 +229,17 @@ def best_static(profile: Profile, segments: Sequence[Segment], seed: int = 0, ti
         if best is None or tput > best["throughput_tok_s"]:
             best = {"threshold": t, "throughput_tok_s": round(tput, 2)}
     return best
+
+
+def changes_per_min(profile: Profile, segments: Sequence[Segment], policy: str, params: Mapping[str, Any] | None = None,
+                    seed: int = 0, guard: GuardConfig | None = None, warm_s: float = 0.0) -> float:
+    """Applied threshold changes (rows of the decision history) per minute after warm_s."""
+    make = policy_runner(policy, params, profile, seed, guard)
+    made: list[Runner] = []
+
+    def keep(core: SimCore) -> Runner:
+        made.append(make(core))
+        return made[-1]
+    res = run_segments(profile, segments, keep, seed)
+    changes = [t for t in made[0].changes if t >= warm_s]
+    return len(changes) / ((sum(r.seconds for r in res) - warm_s) / 60.0)
