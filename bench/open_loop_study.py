@@ -70,7 +70,7 @@ def prefill(seeds: list[int]) -> list[str]:
 
 
 def decisions(seconds: float, warm: float) -> list[str]:
-    lines = ["| profile | load | before /min | after /min |", "|---|---|---|---|"]
+    lines = ["| profile | load | mechanisms off /min | defaults /min |", "|---|---|---|---|"]
     for name in PROFILES:
         prof = load_profile(name)
         loads = [(f"C={c}", Segment(seconds, c)) for c in (8, 24, 64)]
@@ -78,7 +78,7 @@ def decisions(seconds: float, warm: float) -> list[str]:
         for label, seg in loads:
             b, a = (changes_per_min(prof, [seg], "bandit", cfg[0], 0, cfg[1], warm) for cfg in (BEFORE, AFTER))
             lines.append(f"| {name} | {label} | {b:.1f} | {a:.1f} |")
-    lines += ["", "| trace | before: ratio, re-converge s (max over segments) | after |", "|---|---|---|"]
+    lines += ["", "| trace | mechanisms off: ratio, re-converge s (max over segments) | defaults |", "|---|---|---|"]
     for t in TRACES:
         trace = load_trace(t)
         prof = load_profile(trace.profile)

@@ -123,6 +123,14 @@ def exploit_loss(profile: Profile, accept: float, seen: Mapping[int, int], runne
     return lost / total if total else 0.0
 
 
+def _start(core: SimCore | OpenLoopCore, seg: Segment) -> None:
+    """A segment's load: clients (closed loop) or its acceptance (the open loop's rate is scheduled)."""
+    if isinstance(core, OpenLoopCore):
+        core.set_accept(seg.mean_accept_length)
+    else:
+        core.set_load(seg.concurrency, seg.mean_accept_length)
+
+
 def run_segments(profile: Profile, segments: Sequence[Segment], make_runner: Callable[[SimCore], Runner],
                  seed: int = 0, tick_s: float = DEFAULT_TICK_S) -> list[SegmentResult]:
     """One continuous virtual-time run through the segments (the load changes, the runner stays).
@@ -136,10 +144,7 @@ def run_segments(profile: Profile, segments: Sequence[Segment], make_runner: Cal
     results = []
     next_tick = tick_s
     for i, seg in enumerate(segments):
-        if isinstance(core, OpenLoopCore):
-            core.set_accept(seg.mean_accept_length)
-        else:
-            core.set_load(seg.concurrency, seg.mean_accept_length)
+        _start(core, seg)
         start, end, tokens0 = core.t, core.t + seg.seconds, core.output_tokens
         res = SegmentResult(seg.label or str(i), core.concurrency if isinstance(core, SimCore) else 0,
                             core.accept_length, seg.seconds, rate=seg.rate)
