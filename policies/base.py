@@ -265,6 +265,7 @@ class BucketLearner(Policy):
             "accept": self.accept.to_list(),
             "max_steps": self.max_steps,
             "prefill_s": self.prefill_s.to_list(),
+            "accept_high": list(self.accept_hi),
             "tried": [[None if t == -math.inf else t for t in arm] for arm in self.tried],
         }
 
@@ -277,6 +278,8 @@ class BucketLearner(Policy):
         self.max_steps = int(state.get("max_steps", 1))
         if isinstance(state.get("prefill_s"), list) and len(state["prefill_s"]) == 4:
             self.prefill_s.load(state["prefill_s"])
+        if isinstance(state.get("accept_high"), list) and len(state["accept_high"]) == 2:
+            self.accept_hi = (float(state["accept_high"][0]), float(state["accept_high"][1]))
         tried = state.get("tried")
         if isinstance(tried, list) and len(tried) == 2 and all(len(a) == len(self.buckets) for a in tried):
             self.tried = tuple([-math.inf if t is None else float(t) for t in arm] for arm in tried)

@@ -220,3 +220,20 @@ def test_db_to_profile_fits_the_prefill_cost_and_writes_the_load(tmp_path):
     assert prof.prefill_s == pytest.approx(0.004, abs=5e-4)
     assert prof.prefill_s_per_request == pytest.approx(0.001, abs=3e-4)
     assert prof.output_len_range == (77, 384) and prof.arrival_rate == (2, 12, 24)
+
+
+def test_open_loop_reconvergence_judges_the_batch_sizes_of_the_last_seconds():
+    from controller.sim.evaluate import LiveSizes, evaluate
+    lately = LiveSizes(5.0)
+    for t, bs in ((1.0, 8), (2.0, 8), (6.5, 30)):
+        lately.add(t, bs)
+    assert lately.at_tick(7.0) == {8: 1, 30: 1}            # the batch at 1.0 s is older than 5 s
+    since_last = LiveSizes(None)
+    since_last.add(1.0, 8)
+    assert since_last.at_tick(1.5) == {8: 1} and since_last.at_tick(2.0) == {8: 1}   # nothing new: kept
+    since_last.add(2.1, 16)
+    assert since_last.at_tick(2.5) == {16: 1}
+    out = evaluate_open(load_profile("crossover-b"), list(load_trace("rate-steps").segments), "bandit")
+    assert all(r["reconverge_s"] is not None and r["reconverge_s"] <= 20 for r in out["rows"][2:])
+    with pytest.raises(ValueError, match="closed loop"):
+        evaluate(load_profile("crossover-b"), rate_segments([4.0], 10), "bandit")

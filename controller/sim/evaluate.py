@@ -5,6 +5,7 @@ tokens/s there (the upper envelope of the two curves, at the current acceptance)
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -18,7 +19,8 @@ from .openloop import Latency, OpenLoopCore, RateSchedule
 from .profile import Profile, Segment
 
 DEFAULT_TICK_S = 0.5
-OPEN_LOOP_TOLERANCE = 0.01     # re-convergence: exploit loss on the live batch sizes under 1 %
+OPEN_LOOP_TOLERANCE = 0.01     # re-convergence (open loop): exploit loss on the live batch sizes under 1 % ...
+OPEN_LOOP_WINDOW_S = 5.0       # ... over the batches of the last 5 s
 
 
 @dataclass
@@ -123,6 +125,34 @@ def exploit_loss(profile: Profile, accept: float, seen: Mapping[int, int], runne
     return lost / total if total else 0.0
 
 
+class LiveSizes:
+    """The batch sizes a tick judges the exploit threshold on: with no span, those run since the
+    tick before (or the tick before's, if none ran since); with a span, those of the last span s."""
+
+    def __init__(self, span_s: float | None):
+        self.span_s = span_s
+        self.batches: deque[tuple[float, int]] = deque()
+        self.counts: dict[int, int] = {}
+        self.fresh = False           # (no span) a batch ran since the last tick
+
+    def add(self, t: float, bs: int) -> None:
+        if self.span_s is None and not self.fresh:
+            self.batches.clear()
+            self.counts.clear()
+            self.fresh = True
+        self.batches.append((t, bs))
+        self.counts[bs] = self.counts.get(bs, 0) + 1
+
+    def at_tick(self, now: float) -> dict[int, int]:
+        self.fresh = False
+        while self.span_s is not None and self.batches and self.batches[0][0] < now - self.span_s:
+            _, bs = self.batches.popleft()
+            self.counts[bs] -= 1
+            if not self.counts[bs]:
+                del self.counts[bs]
+        return self.counts
+
+
 def _start(core: SimCore | OpenLoopCore, seg: Segment) -> None:
     """A segment's load: clients (closed loop) or its acceptance (the open loop's rate is scheduled)."""
     if isinstance(core, OpenLoopCore):
@@ -136,11 +166,13 @@ def run_segments(profile: Profile, segments: Sequence[Segment], make_runner: Cal
     """One continuous virtual-time run through the segments (the load changes, the runner stays).
 
     Re-convergence: the time from a segment's start to the end of the last tick whose exploit
-    threshold lost throughput against the oracle on the batch sizes run since the tick before
-    (closed loop: any loss; open loop, where batch sizes wander: more than 1 %)."""
+    threshold lost throughput against the oracle on the batch sizes run lately (closed loop: those
+    since the tick before, any loss; open loop, where batch sizes wander: those of the last 5 s,
+    more than 1 %)."""
     core = make_core(profile, segments, seed)
     runner = make_runner(core)
-    tolerance = OPEN_LOOP_TOLERANCE if isinstance(core, OpenLoopCore) else 0.0
+    is_open = isinstance(core, OpenLoopCore)
+    tolerance = OPEN_LOOP_TOLERANCE if is_open else 0.0
     results = []
     next_tick = tick_s
     for i, seg in enumerate(segments):
@@ -149,25 +181,20 @@ def run_segments(profile: Profile, segments: Sequence[Segment], make_runner: Cal
         res = SegmentResult(seg.label or str(i), core.concurrency if isinstance(core, SimCore) else 0,
                             core.accept_length, seg.seconds, rate=seg.rate)
         last_wrong = None          # time of the last tick whose exploit mode was wrong
-        seen: dict[int, int] = {}
-        fresh = False              # a batch ran since the last tick
+        lately = LiveSizes(OPEN_LOOP_WINDOW_S if is_open else None)
         while core.t < end:
             bs = core.batch_size
             sample = core.step(runner.speculate(bs))
             res.batches += 1
             res.batch_size_sum += bs
             res.spec_batches += sample.steps > 0
-            if not fresh:
-                seen.clear()
-                fresh = True
-            seen[bs] = seen.get(bs, 0) + 1
+            lately.add(sample.t, bs)
             runner.after_batch(sample)
             while next_tick <= core.t:
                 runner.tick(next_tick)
-                loss = exploit_loss(profile, core.accept_length, seen, runner)
+                loss = exploit_loss(profile, core.accept_length, lately.at_tick(next_tick), runner)
                 if loss is not None and loss > tolerance:
                     last_wrong = next_tick
-                fresh = False
                 next_tick += tick_s
         res.seconds = core.t - start
         res.tokens = core.output_tokens - tokens0
@@ -195,7 +222,10 @@ def policy_runner(name: str, params: Mapping[str, Any] | None, profile: Profile,
 def evaluate(profile: Profile, segments: Sequence[Segment], policy: str, params: Mapping[str, Any] | None = None,
              seed: int = 0, tick_s: float = DEFAULT_TICK_S, guard: GuardConfig | None = None,
              with_static: bool = False) -> dict:
-    """Policy vs oracle per segment (and, for traces, vs the best static threshold in hindsight)."""
+    """Policy vs oracle per segment (and, for traces, vs the best static threshold in hindsight).
+    Closed loop only: rate segments go to controller.sim.openeval.evaluate_open."""
+    if any(seg.open_loop for seg in segments):
+        raise ValueError("evaluate() is the closed loop: give rate segments to openeval.evaluate_open()")
     mine = run_segments(profile, segments, policy_runner(policy, params, profile, seed, guard), seed, tick_s)
     oracle = run_segments(profile, segments, lambda core: OracleRunner(profile, core), seed, tick_s)
     rows = []
