@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import OFF, SPEC, BucketLearner
+from .base import OFF, SPEC
+from .learner import BucketLearner
 from .params import ParamSpec
 from .types import Decision, Snapshot
 
@@ -57,7 +58,7 @@ class ModelPolicy(BucketLearner):
             return True
         return super().estimable(b)
 
-    def choose_arm(self, b: int, now: float) -> int:
+    def choose_arm(self, b: int, now: float, incumbent: int) -> int:
         return SPEC if self.mean(SPEC, b) > self.mean(OFF, b) else OFF
 
     def decide(self, snap: Snapshot) -> Decision:

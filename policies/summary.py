@@ -32,3 +32,4 @@ def flip_threshold(threshold: int, buckets: Buckets, bucket: int, speculate: boo
     if speculate:
         return max(threshold, buckets.high(bucket))
     return min(threshold, buckets.low(bucket) - 1)
+

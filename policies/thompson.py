@@ -4,7 +4,8 @@ from __future__ import annotations
 import random
 from typing import Any, Mapping
 
-from .base import OFF, SPEC, BucketLearner
+from .base import OFF, SPEC
+from .learner import BucketLearner
 from .params import ParamSpec
 from .types import PolicyError
 
@@ -25,8 +26,10 @@ class ThompsonPolicy(BucketLearner):
         sd = self.params["scale"] * mean * self.rel_uncertainty(arm, b, now)
         return self.rng.gauss(mean, sd)
 
-    def choose_arm(self, b: int, now: float) -> int:
-        return SPEC if self.draw(SPEC, b, now) > self.draw(OFF, b, now) else OFF
+    def choose_arm(self, b: int, now: float, incumbent: int) -> int:
+        draws = [self.draw(OFF, b, now), self.draw(SPEC, b, now)]
+        draws[incumbent] *= 1.0 + self.params["indifference"]
+        return SPEC if draws[SPEC] > draws[OFF] else OFF
 
     def state(self) -> dict:
         out = super().state()

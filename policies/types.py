@@ -28,11 +28,18 @@ class Decision:
 
     threshold != exploit_threshold marks an exploratory decision; the guard
     outside the policy may veto it when the exploration budget is spent.
+    gain: what moving from the snapshot's exploit threshold to exploit_threshold is expected
+    to add to throughput, relative and weighted by the recent traffic per batch size (None:
+    the policy does not estimate it); the guard holds moves that gain too little.
+    untried: an exploratory decision for an arm with no data at the live batch size (a cold
+    start, a new load): learning, which the guard's change budget does not hold back.
     """
 
     threshold: int
     exploit_threshold: int
     reason: str
+    gain: float | None = None
+    untried: bool = False
 
     @property
     def exploratory(self) -> bool:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import math
 
-from .base import OFF, SPEC, BucketLearner
+from .base import OFF, SPEC
+from .learner import BucketLearner
 from .params import ParamSpec
 
 
@@ -18,6 +19,8 @@ class UCBPolicy(BucketLearner):
         bonus = self.params["c"] * math.sqrt(2.0 * math.log(max(total, math.e))) * self.rel_uncertainty(arm, b, now)
         return self.mean(arm, b) * (1.0 + bonus)
 
-    def choose_arm(self, b: int, now: float) -> int:
+    def choose_arm(self, b: int, now: float, incumbent: int) -> int:
         total = self.q[OFF][b].weight(now) + self.q[SPEC][b].weight(now)
-        return SPEC if self.index(SPEC, b, now, total) > self.index(OFF, b, now, total) else OFF
+        index = [self.index(OFF, b, now, total), self.index(SPEC, b, now, total)]
+        index[incumbent] *= 1.0 + self.params["indifference"]
+        return SPEC if index[SPEC] > index[OFF] else OFF

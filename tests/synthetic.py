@@ -44,7 +44,10 @@ def run(policy_name: str, stream: Stream, seconds: float, loop: ControlLoop | No
         tick_s: float = 0.5, seed: int = 0) -> ControlLoop:
     if loop is None:
         policy = make_policy(policy_name, seed=seed, max_batch_size=stream.max_bs)
-        loop = ControlLoop(policy, GuardConfig(explore_share=0.25), initial_threshold=0)
+        # The policy's own answer: without the guard's hysteresis (min_gain) and change budget,
+        # which hold a move worth 0.1 % (one bucket off the crossover here) on purpose.
+        loop = ControlLoop(policy, GuardConfig(explore_share=0.25, min_gain=0.0, changes_per_min=0),
+                           initial_threshold=0)
     end = stream.t + seconds
     next_tick = stream.t + tick_s
     while stream.t < end:

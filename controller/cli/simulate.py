@@ -56,6 +56,8 @@ def render_table(result: dict, trace: bool) -> str:
 @click.option("--policy", "policy_name", default="bandit", show_default=True)
 @click.option("--param", "params", multiple=True, metavar="K=V", help="policy parameter (repeatable)")
 @click.option("--concurrency", help="comma-separated levels (default: the profile's, 1,2,4..256)")
+@click.option("--arrival-rate", "arrival_rate", metavar="R[,R2...]",
+              help="open loop: Poisson arrivals at these requests/s instead of --concurrency ('default': the profile's)")
 @click.option("--trace", "trace_name", help="trace name or path (instead of --concurrency)")
 @click.option("--seconds", metavar="SECONDS", type=Bounded("--seconds", 1, 1e6, float), default=60.0,
               show_default=True, help="virtual seconds per concurrency level")
@@ -66,22 +68,21 @@ def render_table(result: dict, trace: bool) -> str:
 @click.option("--plot", "plot_path", metavar="FILE.png",
               help="also draw tok/s, the ratio to the oracle and the threshold over time")
 def simulate(profile_name: str | None, policy_name: str, params: tuple[str, ...], concurrency: str | None,
-             trace_name: str | None, seconds: float, seed: int, tick: float, as_json: bool,
-             plot_path: str | None) -> None:
+             arrival_rate: str | None, trace_name: str | None, seconds: float, seed: int, tick: float,
+             as_json: bool, plot_path: str | None) -> None:
     """Run a policy on a simulated engine and compare it with the oracle (and never/always)."""
     import json
     if trace_name and concurrency:
         fail("give --trace or --concurrency, not both", EXIT_USAGE)
+    if arrival_rate and (concurrency or trace_name):
+        fail("--arrival-rate replaces --concurrency and --trace: give one of them", EXIT_USAGE)
     try:
         kv = parse_kv(params)
-        if trace_name:
-            trace = load_trace(trace_name)
-            profile = load_profile(profile_name or trace.profile or "seed")
-            trace = load_trace(trace_name, profile.spec_steps + 1)
-            segments = list(trace.segments)
-        else:
-            profile = load_profile(profile_name or "seed")
-            segments = sweep_segments(_levels(concurrency, profile.concurrency), seconds)
+        if arrival_rate or (trace_name and load_trace(trace_name).segments[0].open_loop):
+            return _simulate_open(profile_name, policy_name, kv, arrival_rate, trace_name, seconds, seed, tick,
+                                  as_json, plot_path)
+        profile, segments, trace = _load(profile_name, trace_name,
+                                         lambda p: sweep_segments(_levels(concurrency, p.concurrency), seconds))
         result = evaluate(profile, segments, policy_name, kv, seed=seed, tick_s=tick, with_static=bool(trace_name),
                           baselines=True)
     except (PolicyError, ProfileError) as e:
@@ -96,3 +97,33 @@ def simulate(profile_name: str | None, policy_name: str, params: tuple[str, ...]
             save(draw(result, timeline, bool(trace_name)), plot_path)
         except PlotError as e:
             fail(str(e))
+
+
+def _load(profile_name: str, trace_name: str | None, levels):
+    """(profile, segments, trace): a trace's segments on its profile (unless one is named), or
+    levels(profile) on the named profile."""
+    if trace_name:
+        trace = load_trace(trace_name)
+        profile = load_profile(profile_name or trace.profile or "seed")
+        trace = load_trace(trace_name, profile.spec_steps + 1)
+        return profile, list(trace.segments), trace
+    profile = load_profile(profile_name or "seed")
+    return profile, levels(profile), None
+
+
+def _simulate_open(profile_name, policy_name, kv, arrival_rate, trace_name, seconds, seed, tick, as_json, plot_path):
+    import json
+
+    from ..sim.openeval import evaluate_open, rate_segments
+    from .openloop import parse_rates, plot_open, render_open_table, series_of
+    profile, segments, trace = _load(profile_name, trace_name,
+                                     lambda p: rate_segments(parse_rates(arrival_rate, p.open_loop_rates()), seconds))
+    result = evaluate_open(profile, segments, policy_name, kv, seed=seed, tick_s=tick)
+    if trace_name:
+        result["trace"] = trace.name
+    click.echo(json.dumps(result, indent=2) if as_json else render_open_table(result))
+    if plot_path:
+        try:
+            plot_open(series_of(result), plot_path, f"{result['policy']} on {result['profile']}, open loop")
+        except (OSError, ValueError) as e:
+            fail(f"cannot write the plot {plot_path}: {e}")

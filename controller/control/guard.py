@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from policies.buckets import Buckets
 from policies.types import Decision
+
+from .changes import ChangeBudget
 
 
 class GuardConfigError(ValueError):
@@ -27,6 +29,12 @@ class GuardConfig:
     explore_window_s: float = 120.0     # ... measured over a window this long (half-life)
     fallback_after_s: float = 10.0      # no samples for this long -> fallback threshold
     fallback_threshold: int = 0
+    min_gain: float = 0.003             # an exploit move the policy expects to gain less is not made
+    coalesce_window_s: float = 10.0     # a change that moves no batch size seen this long is not made (0: off)
+    changes_per_min: float = 1.0        # visible changes allowed on average (token bucket; 0: no limit) ...
+    changes_burst: float = 6.0          # ... and at once
+    urgent_gain: float = 0.05           # an exploit move expected to gain this much is never held back
+    learning_s: float = 20.0            # ... nor any change this long after a probe of an untried arm
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> "GuardConfig":
@@ -53,10 +61,22 @@ class GuardConfig:
             ("explore_window_s", 1 <= self.explore_window_s <= 86400, "1 .. 86400"),
             ("fallback_after_s", 0.1 <= self.fallback_after_s <= 86400, "0.1 .. 86400"),
             ("fallback_threshold", self.fallback_threshold >= 0, ">= 0"),
+            ("coalesce_window_s", 0 <= self.coalesce_window_s <= 86400, "0 .. 86400"),
+            ("min_gain", 0 <= self.min_gain <= 1, "0 .. 1"),
+            ("changes_per_min", 0 <= self.changes_per_min <= 6000, "0 .. 6000"),
+            ("changes_burst", 2 <= self.changes_burst <= 1000, "2 .. 1000"),
+            ("urgent_gain", 0 <= self.urgent_gain <= 10, "0 .. 10"),
+            ("learning_s", 0 <= self.learning_s <= 3600, "0 .. 3600"),
         ]
         for name, ok, allowed in checks:
             if not ok:
                 raise GuardConfigError(f"guard setting {name}={getattr(self, name)!r} out of range (allowed {allowed})")
+
+
+def moves_any(a: int, b: int, batch_sizes: Collection[int]) -> bool:
+    """Do thresholds a and b route any of these batch sizes differently?"""
+    lo, hi = min(a, b), max(a, b)
+    return any(lo < bs <= hi for bs in batch_sizes)
 
 
 class Guard:
@@ -71,20 +91,23 @@ class Guard:
         self._batches = 0.0          # discounted batch counts, for the exploration budget
         self._explored = 0.0
         self._t = None
+        self.changes = ChangeBudget(config.changes_per_min, config.changes_burst)
+        self._learning_until = -1.0      # the policy probed an untried arm: changes are not held until then
 
     def clamp(self, t: int) -> int:
         return max(self.cfg.min_threshold, min(self.hi, int(t)))
 
-    def account(self, now: float, batches: int, exploratory: bool) -> None:
-        """Count the batches run since the last decision and whether they were exploratory."""
+    def account(self, now: float, batches: int, exploratory: bool = False, explored: int | None = None) -> None:
+        """Count the batches run since the last decision and how many of them were exploratory:
+        `explored` of them (those whose mode the exploit threshold would not have chosen), or
+        all of them when `exploratory` and no count is given."""
         if self._t is not None and now > self._t:
             f = 0.5 ** ((now - self._t) / self.cfg.explore_window_s)
             self._batches *= f
             self._explored *= f
         self._t = now
         self._batches += batches
-        if exploratory:
-            self._explored += batches
+        self._explored += (batches if exploratory else 0) if explored is None else explored
 
     @property
     def explore_used(self) -> float:
@@ -117,12 +140,45 @@ class Guard:
         k = cur_k + step if tgt_k > cur_k else cur_k - step
         return 0 if k <= 0 else self.buckets.high(k - 1)
 
-    def apply(self, now: float, decision: Decision, last_sample_t: float | None) -> tuple[int, str, bool]:
-        """(threshold to apply, reason, exploratory?) for this decision tick."""
+    def apply(self, now: float, decision: Decision, last_sample_t: float | None, applied: int | None = None,
+              live: Collection[int] = (), exploring: bool = False) -> tuple[int, str, bool]:
+        """(threshold to apply, reason, exploratory?) for this decision tick.
+
+        With `applied` (the threshold in force, `exploring` if it is exploratory) and `live`
+        (the batch sizes seen in the coalescing window), a change that would move none of
+        those batch sizes keeps `applied`: it would change nothing an operator or a request
+        could see (with no batch size in the window there is nothing to compare: the change
+        is made). A visible change then needs the change budget (token bucket), except the
+        end of an exploration, a probe of an untried arm and exploit moves worth `urgent_gain`."""
         if last_sample_t is None or now - last_sample_t > self.cfg.fallback_after_s:
             quiet = "no samples yet" if last_sample_t is None else f"no samples for {now - last_sample_t:.1f} s"
             return self.clamp(self.cfg.fallback_threshold), f"fallback to {self.cfg.fallback_threshold}: {quiet}", False
+        threshold, reason, exploratory = self._guarded(now, decision)
+        if applied is None or threshold == applied:
+            return threshold, reason, exploratory
+        if live and not moves_any(applied, threshold, live):
+            return applied, reason + f"; guard: kept {applied} (coalesced: {threshold} moves no live batch size)", exploratory
+        if self.cfg.changes_per_min == 0 or (exploring and not exploratory):
+            return threshold, reason, exploratory
+        if decision.untried:
+            self._learning_until = now + self.cfg.learning_s
+        learning = now < self._learning_until
+        if exploratory:
+            if self.changes.take(now, 2.0, force=decision.untried):    # the probe and the way back
+                return threshold, reason, True
+            threshold, reason = self.exploit, f"best threshold {self.exploit}; trial skipped: change budget spent"
+            if threshold == applied or not moves_any(applied, threshold, live or (threshold,)):
+                return applied, reason, False
+        urgent = learning or decision.gain is None or abs(decision.gain) >= self.cfg.urgent_gain
+        if self.changes.take(now, 1.0, force=urgent):
+            return threshold, reason, False
+        self.exploit = applied
+        return applied, reason + f"; guard: change budget spent, {threshold} waits", False
+
+    def _guarded(self, now: float, decision: Decision) -> tuple[int, str, bool]:
         wanted = self.clamp(decision.exploit_threshold)
+        if wanted != self.exploit and decision.gain is not None and decision.gain < self.cfg.min_gain:
+            wanted = self.exploit         # hysteresis: not worth a change
         stable = self._stabilised(now, wanted)
         self.exploit = self.clamp(self._rate_capped(stable))
         if decision.exploratory:

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 from policies import Decision, Policy, Sample, Snapshot
 
+from ..contract import speculates
+
 from .guard import Guard, GuardConfig
 
 
@@ -33,16 +35,22 @@ class ControlLoop:
         self.guard = Guard(self.guard_config, policy.buckets, initial_threshold)
         self.threshold = self.guard.clamp(initial_threshold)
         self.pinned: int | None = None
+        self._was_pinned = False
         self.last_sample_t: float | None = None
         self._since_tick = 0
+        self._explored = 0                       # batches since the last tick run in a non-exploit mode
         self._exploring = False
         self._live: dict[int, int] = {}          # bucket -> decode-only batches since the last tick
+        self._recent: dict[int, float] = {}      # batch size -> when it last ran (the coalescing window)
         self.live_batch_size: int | None = None  # the bucket most of them fell in (its upper edge)
 
     def observe(self, sample: Sample) -> None:
         self.policy.observe(sample)
         self.last_sample_t = sample.t
         self._since_tick += 1
+        if self.pinned is None and sample.speculative != speculates(sample.batch_size, self.guard.exploit):
+            self._explored += 1
+        self._recent[sample.batch_size] = sample.t
         if sample.decode_only and sample.batch_size > 0:
             b = self.policy.buckets.of(sample.batch_size)
             self._live[b] = self._live.get(b, 0) + 1
@@ -52,6 +60,15 @@ class ControlLoop:
             self.live_batch_size = self.policy.buckets.high(max(self._live, key=self._live.__getitem__))
             self._live.clear()
         return self.live_batch_size
+
+    def recent_batch_sizes(self, now: float) -> list[int]:
+        """Batch sizes run within the guard's coalescing window (all of them when it is 0: off)."""
+        window = self.guard_config.coalesce_window_s
+        if not window:
+            return list(range(1, self.guard.hi + 2))
+        for bs in [bs for bs, t in self._recent.items() if t < now - window]:
+            del self._recent[bs]
+        return list(self._recent)
 
     def set_policy(self, policy: Policy) -> None:
         self.policy = policy
@@ -67,17 +84,22 @@ class ControlLoop:
         self.guard.forget_proposals()
 
     def tick(self, now: float) -> Tick:
-        self.guard.account(now, self._since_tick, self._exploring)
-        self._since_tick = 0
+        self.guard.account(now, self._since_tick, explored=self._explored)
+        self._since_tick = self._explored = 0
         previous = self.threshold
         if self.pinned is not None:
             self.threshold, reason, self._exploring = self.pinned, f"pinned at {self.pinned} by an operator", False
+            self._was_pinned = True
             return Tick(now, self.threshold, previous, reason, False)
         # The policy breaks ties toward the exploit threshold, never toward an exploratory one.
         snap = Snapshot(now, self.guard.exploit, self.policy.max_batch_size, self._take_live())
         decision: Decision = self.policy.decide(snap)
+        # Right after an unpin the policy's threshold is applied as it is (nothing to coalesce with).
+        applied = None if self._was_pinned else self.threshold
+        self._was_pinned = False
         was_trial = self._exploring
-        self.threshold, reason, self._exploring = self.guard.apply(now, decision, self.last_sample_t)
+        self.threshold, reason, self._exploring = self.guard.apply(
+            now, decision, self.last_sample_t, applied, self.recent_batch_sizes(now), self._exploring)
         if was_trial and not self._exploring:
             reason = f"trial over; {reason}"
         return Tick(now, self.threshold, previous, reason, self._exploring)

@@ -13,7 +13,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "engine": {"kind": "sim"},
     # profile "": the trace's own profile (crossover-b without one). The default trace shifts
     # acceptance and load, so the right threshold moves (README quick start).
-    "sim": {"profile": "", "trace": "mixed-shift", "concurrency": 0, "speed": 1.0, "seed": 0},
+    "sim": {"profile": "", "trace": "mixed-shift", "concurrency": 0, "arrival_rate": 0.0, "speed": 1.0, "seed": 0},
     "sglang": {},                 # SGLang ServerArgs, passed through (see docs/sglang.md)
     "policy": {"name": "bandit", "seed": 0, "tick_s": 0.5, "initial_threshold": 0, "params": {}},
     "guard": {},                  # GuardConfig fields
@@ -27,7 +27,8 @@ FREE_FORM = {("sglang",), ("policy", "params"), ("guard",)}
 # other key is reached with --set SECTION.KEY=VALUE (systemd/config.example.toml says so).
 FLAGS: dict[str, tuple[str, str]] = {
     "engine": ("engine", "kind"), "profile": ("sim", "profile"), "trace": ("sim", "trace"),
-    "concurrency": ("sim", "concurrency"), "speed": ("sim", "speed"), "policy": ("policy", "name"),
+    "concurrency": ("sim", "concurrency"), "arrival_rate": ("sim", "arrival_rate"), "speed": ("sim", "speed"),
+    "policy": ("policy", "name"),
     "db": ("storage", "db"), "socket_path": ("control", "socket"), "metrics_port": ("control", "metrics_port"),
     "log_level": ("control", "log_level"),
 }
@@ -114,7 +115,8 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
 def validate(cfg: dict) -> None:
     if cfg["engine"]["kind"] not in ("sim", "sglang"):
         raise ConfigError(f"config: [engine] kind={cfg['engine']['kind']!r} must be 'sim' or 'sglang'")
-    ranges = [("sim", "speed", 0.01, 10000), ("sim", "concurrency", 0, 65536), ("policy", "tick_s", 0.05, 3600),
+    ranges = [("sim", "speed", 0.01, 10000), ("sim", "concurrency", 0, 65536),
+              ("sim", "arrival_rate", 0, 1e6), ("policy", "tick_s", 0.05, 3600),
               ("policy", "initial_threshold", 0, 65536), ("storage", "retention_samples_s", 1, 1e9),
               ("storage", "retention_max_rows", 1000, 1e10), ("storage", "rollup_s", 1, 86400),
               ("storage", "checkpoint_s", 1, 86400), ("control", "metrics_port", 0, 65535),

@@ -36,11 +36,12 @@ def build_engine(cfg: dict, last_t: float = 0.0) -> Engine:
         from ..sim.profile import load_profile, load_trace
         from .engines.sim import SimEngine
         sim = cfg["sim"]
-        trace = None if sim["concurrency"] else load_trace(sim["trace"])
+        fixed = sim["concurrency"] or sim["arrival_rate"]
+        trace = None if fixed else load_trace(sim["trace"])
         profile = load_profile(sim["profile"] or (trace and trace.profile) or "crossover-b")
         if trace is not None:          # its acceptance must fit the profile's chain
             trace = load_trace(sim["trace"], profile.spec_steps + 1)
-        return SimEngine(profile, trace, sim["concurrency"], sim["speed"], sim["seed"], last_t)
+        return SimEngine(profile, trace, sim["concurrency"], sim["speed"], sim["seed"], last_t, sim["arrival_rate"])
     from .engines.sglang import SGLangEngine
     return SGLangEngine(cfg["sglang"], cfg["policy"]["initial_threshold"])
 

@@ -28,6 +28,7 @@ def main() -> None:
 @click.option("--profile", help="simulator profile: name or .toml/.json path (default: the trace's own)")
 @click.option("--trace", help="simulator load trace (looped): name or path")
 @click.option("--concurrency", type=int, help="simulator: fixed number of clients instead of a trace")
+@click.option("--arrival-rate", type=float, help="simulator: Poisson arrivals at this many requests/s instead of a trace")
 @click.option("--speed", type=float, help="simulator clock rate (virtual seconds per real second)")
 @click.option("--policy", help="policy at first start (later: specctl policy set)")
 @click.option("--db", help="SQLite database path")

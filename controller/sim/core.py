@@ -1,7 +1,10 @@
-"""The simulated engine's step: one decode batch of a closed loop of C clients.
+"""The simulated engine's step: one decode batch.
 
-Each call to step() advances virtual time by one decode step (plus the prefill
-of any requests admitted) and returns the Sample the SGLang plugin would emit.
+`SimCore` is a closed loop of C clients (every running request is in every batch);
+`controller.sim.openloop.OpenLoopCore` is the open loop (Poisson arrivals, a queue,
+admission and prefill). Both advance virtual time by one decode step (plus the prefill
+of any requests admitted) per call to step() and return the Sample the SGLang plugin
+would emit.
 """
 from __future__ import annotations
 
@@ -26,42 +29,37 @@ def chain_probability(accept_length: float, steps: int) -> float:
     return (lo + hi) / 2
 
 
-class SimCore:
-    """Closed loop: C clients, each with one request in flight; a finished request is
-    replaced at once by a new one, whose prefill lengthens the next interval
-    (that sample is then not decode-only, as on the real engine)."""
+class CoreBase:
+    """What both load models share: random streams, acceptance, step noise, lengths.
+
+    Separate streams (common random numbers): the same requests arrive with the same
+    lengths whatever the modes chosen, so two runs differ only by their decisions.
+    """
+
+    STREAMS = 3
 
     def __init__(self, profile: Profile, seed: int = 0):
         self.profile = profile
-        # Separate streams (common random numbers): the same requests arrive with the same
-        # lengths whatever the modes chosen, so two runs differ only by their decisions.
-        lengths, noise, accept = np.random.SeedSequence(seed).spawn(3)
-        self._rng_len = np.random.default_rng(lengths)
-        self._rng_noise = np.random.default_rng(noise)
-        self._rng_accept = np.random.default_rng(accept)
+        streams = np.random.SeedSequence(seed).spawn(self.STREAMS)
+        self._rng_len = np.random.default_rng(streams[0])
+        self._rng_noise = np.random.default_rng(streams[1])
+        self._rng_accept = np.random.default_rng(streams[2])
+        self._extra_streams = streams[3:]
         self.t = 0.0
-        self.concurrency = 0
+        self.output_tokens = 0             # every output token so far (decode and first tokens)
         self.accept_length = profile.mean_accept_length
-        self._remaining = np.zeros(0, dtype=np.int64)
-        self._pending_prefill = 0
         self._p = chain_probability(self.accept_length, profile.spec_steps)
 
-    def set_load(self, concurrency: int, accept_length: float | None = None) -> None:
-        """Change the number of clients (new ones arrive with a prefill) and the acceptance."""
-        c = min(int(concurrency), self.profile.max_batch_size)
-        if c > len(self._remaining):
-            new = self._output_lengths(c - len(self._remaining))
-            self._remaining = np.concatenate([self._remaining, new])
-            self._pending_prefill += len(new)
-        else:
-            self._remaining = self._remaining[:c]
-        self.concurrency = c
+    def set_accept(self, accept_length: float | None) -> None:
         if accept_length is not None:
             self.accept_length = min(accept_length, self.profile.spec_steps + 1.0)
             self._p = chain_probability(self.accept_length, self.profile.spec_steps)
 
     def _output_lengths(self, n: int) -> np.ndarray:
         p = self.profile
+        if p.output_len_range:
+            lo, hi = p.output_len_range
+            return self._rng_len.integers(lo, hi + 1, n).astype(np.int64)
         return np.maximum(1, self._rng_len.normal(p.output_len_mean, p.output_len_sd, n).round()).astype(np.int64)
 
     def _accepted(self, bs: int) -> np.ndarray:
@@ -73,21 +71,59 @@ class SimCore:
         hits = self._rng_accept.random((bs, k)) < p
         return 1 + np.cumprod(hits, axis=1).sum(axis=1)
 
+    def _decode_seconds(self, bs: int, speculate: bool) -> float:
+        prof = self.profile
+        step_s = prof.step_seconds(bs, speculate)
+        if prof.noise:
+            step_s *= float(np.exp(prof.noise * self._rng_noise.standard_normal() - prof.noise ** 2 / 2))
+        return step_s
+
+    def _deliver(self, remaining: np.ndarray, speculate: bool) -> tuple[np.ndarray, int]:
+        """Tokens each running request gets from one decode step (capped at what it still needs)."""
+        per_req = self._accepted(len(remaining)) if speculate else 1
+        delivered = np.minimum(per_req, remaining)
+        return delivered, int(delivered.sum()) if speculate else len(remaining)
+
+
+class SimCore(CoreBase):
+    """Closed loop: C clients, each with one request in flight; a finished request is
+    replaced at once by a new one, whose prefill lengthens the next interval
+    (that sample is then not decode-only, as on the real engine)."""
+
+    def __init__(self, profile: Profile, seed: int = 0):
+        super().__init__(profile, seed)
+        self.concurrency = 0
+        self._remaining = np.zeros(0, dtype=np.int64)
+        self._pending_prefill = 0
+
+    @property
+    def batch_size(self) -> int:
+        """The size of the next decode batch."""
+        return len(self._remaining)
+
+    def set_load(self, concurrency: int, accept_length: float | None = None) -> None:
+        """Change the number of clients (new ones arrive with a prefill) and the acceptance."""
+        c = min(int(concurrency), self.profile.max_batch_size)
+        if c > len(self._remaining):
+            new = self._output_lengths(c - len(self._remaining))
+            self._remaining = np.concatenate([self._remaining, new])
+            self._pending_prefill += len(new)
+        else:
+            self._remaining = self._remaining[:c]
+        self.concurrency = c
+        self.set_accept(accept_length)
+
     def step(self, speculate: bool) -> Sample:
         prof = self.profile
         bs = len(self._remaining)
         if bs == 0:
             raise RuntimeError("step() with no load: call set_load() first")
-        step_s = prof.step_seconds(bs, speculate)
-        if prof.noise:
-            step_s *= float(np.exp(prof.noise * self._rng_noise.standard_normal() - prof.noise ** 2 / 2))
+        step_s = self._decode_seconds(bs, speculate)
         decode_only = self._pending_prefill == 0
         if not decode_only:
-            step_s += prof.prefill_s + prof.prefill_s_per_request * self._pending_prefill
+            step_s += prof.prefill_seconds(self._pending_prefill, self._pending_prefill * prof.prompt_len_mean)
             self._pending_prefill = 0
-        per_req = self._accepted(bs) if speculate else 1
-        delivered = np.minimum(per_req, self._remaining)
-        tokens = int(delivered.sum()) if speculate else bs
+        delivered, tokens = self._deliver(self._remaining, speculate)
         self._remaining -= delivered
         done = self._remaining <= 0
         n_done = int(done.sum())
@@ -95,4 +131,5 @@ class SimCore:
             self._remaining[done] = self._output_lengths(n_done)
             self._pending_prefill += n_done
         self.t += step_s
+        self.output_tokens += tokens
         return Sample(self.t, bs, prof.spec_steps if speculate else 0, tokens, step_s, decode_only)

@@ -5,7 +5,8 @@ tokens/s there (the upper envelope of the two curves, at the current acceptance)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from policies import make_policy
@@ -14,9 +15,12 @@ from ..contract import Sample, speculates
 from ..control.guard import GuardConfig
 from ..control.loop import ControlLoop
 from .core import SimCore
+from .openloop import Latency, OpenLoopCore, RateSchedule
 from .profile import Profile, Segment
 
 DEFAULT_TICK_S = 0.5
+OPEN_LOOP_TOLERANCE = 0.01     # re-convergence (open loop): exploit loss on the live batch sizes under 1 % ...
+OPEN_LOOP_WINDOW_S = 5.0       # ... over the batches of the last 5 s
 
 
 @dataclass
@@ -30,10 +34,17 @@ class SegmentResult:
     spec_batches: int = 0
     final_threshold: int | None = None
     reconverge_s: float | None = None
+    rate: float | None = None
+    batch_size_sum: int = 0
+    latencies: list[Latency] = field(default_factory=list)    # open loop: requests finished here
 
     @property
     def throughput(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def mean_batch_size(self) -> float:
+        return self.batch_size_sum / self.batches if self.batches else 0.0
 
 
 class Runner:
@@ -74,6 +85,7 @@ class LoopRunner(Runner):
     def __init__(self, loop: ControlLoop):
         self.loop = loop
         self.ticks: list[tuple[float, int, bool]] = []    # (t, threshold, trial) at every change
+        self.changes: list[float] = []      # when the applied threshold changed (the decision history)
 
     @property
     def threshold(self) -> int:
@@ -87,6 +99,8 @@ class LoopRunner(Runner):
 
     def tick(self, now: float) -> None:
         tick = self.loop.tick(now)
+        if tick.changed:
+            self.changes.append(now)
         if tick.changed or not self.ticks:
             self.ticks.append((now, tick.threshold, tick.exploratory))
 
@@ -94,36 +108,106 @@ class LoopRunner(Runner):
         return speculates(batch_size, self.loop.guard.exploit)
 
 
+def make_core(profile: Profile, segments: Sequence[Segment], seed: int) -> SimCore | OpenLoopCore:
+    """The closed loop for concurrency segments, the open loop for rate segments."""
+    if segments and segments[0].open_loop:
+        return OpenLoopCore(profile, seed, RateSchedule.of_segments(segments))
+    return SimCore(profile, seed)
+
+
+def exploit_loss(profile: Profile, accept: float, seen: Mapping[int, int], runner: Runner) -> float | None:
+    """Share of throughput the runner's exploit threshold loses against the oracle over the
+    batch sizes seen (counts); None for runners without a learned threshold."""
+    total = lost = 0.0
+    for bs, n in seen.items():
+        spec = runner.exploit_speculates(bs)
+        if spec is None:
+            return None
+        best = max(profile.tok_per_s(bs, True, accept), profile.tok_per_s(bs, False, accept))
+        lost += n * (best - profile.tok_per_s(bs, spec, accept)) / best
+        total += n
+    return lost / total if total else 0.0
+
+
+class LiveSizes:
+    """The batch sizes a tick judges the exploit threshold on: with no span, those run since the
+    tick before (or the tick before's, if none ran since); with a span, those of the last span s."""
+
+    def __init__(self, span_s: float | None):
+        self.span_s = span_s
+        self.batches: deque[tuple[float, int]] = deque()
+        self.counts: dict[int, int] = {}
+        self.fresh = False           # (no span) a batch ran since the last tick
+
+    def add(self, t: float, bs: int) -> None:
+        if self.span_s is None and not self.fresh:
+            self.batches.clear()
+            self.counts.clear()
+            self.fresh = True
+        self.batches.append((t, bs))
+        self.counts[bs] = self.counts.get(bs, 0) + 1
+
+    def at_tick(self, now: float) -> dict[int, int]:
+        self.fresh = False
+        while self.span_s is not None and self.batches and self.batches[0][0] < now - self.span_s:
+            _, bs = self.batches.popleft()
+            self.counts[bs] -= 1
+            if not self.counts[bs]:
+                del self.counts[bs]
+        return self.counts
+
+
+def _start(core: SimCore | OpenLoopCore, seg: Segment) -> None:
+    """A segment's load: clients (closed loop) or its acceptance (the open loop's rate is scheduled)."""
+    if isinstance(core, OpenLoopCore):
+        core.set_accept(seg.mean_accept_length)
+    else:
+        core.set_load(seg.concurrency, seg.mean_accept_length)
+
+
 def run_segments(profile: Profile, segments: Sequence[Segment], make_runner: Callable[[SimCore], Runner],
                  seed: int = 0, tick_s: float = DEFAULT_TICK_S, keep: list | None = None) -> list[SegmentResult]:
     """One continuous virtual-time run through the segments (the load changes, the runner stays).
-    keep: a list the runner is appended to (to read its record afterwards)."""
-    core = SimCore(profile, seed)
+    keep: a list the runner is appended to (to read its record afterwards).
+
+    Re-convergence: the time from a segment's start to the end of the last tick whose exploit
+    threshold lost throughput against the oracle on the batch sizes run lately (closed loop: those
+    since the tick before, any loss; open loop, where batch sizes wander: those of the last 5 s,
+    more than 1 %)."""
+    core = make_core(profile, segments, seed)
     runner = make_runner(core)
     if keep is not None:
         keep.append(runner)
+    is_open = isinstance(core, OpenLoopCore)
+    tolerance = OPEN_LOOP_TOLERANCE if is_open else 0.0
     results = []
     next_tick = tick_s
     for i, seg in enumerate(segments):
-        core.set_load(seg.concurrency, seg.mean_accept_length)
-        start, end = core.t, core.t + seg.seconds
-        res = SegmentResult(seg.label or str(i), core.concurrency, core.accept_length, seg.seconds)
-        want = profile.better_mode(core.concurrency, core.accept_length)
+        _start(core, seg)
+        start, end, tokens0 = core.t, core.t + seg.seconds, core.output_tokens
+        res = SegmentResult(seg.label or str(i), core.concurrency if isinstance(core, SimCore) else 0,
+                            core.accept_length, seg.seconds, rate=seg.rate)
         last_wrong = None          # time of the last tick whose exploit mode was wrong
+        lately = LiveSizes(OPEN_LOOP_WINDOW_S if is_open else None)
         while core.t < end:
-            sample = core.step(runner.speculate(core.concurrency))
+            bs = core.batch_size
+            sample = core.step(runner.speculate(bs))
             res.batches += 1
-            res.tokens += sample.tokens
+            res.batch_size_sum += bs
             res.spec_batches += sample.steps > 0
+            lately.add(sample.t, bs)
             runner.after_batch(sample)
             while next_tick <= core.t:
                 runner.tick(next_tick)
-                ok = runner.exploit_speculates(core.concurrency)
-                if ok is not None and ok != want:
+                loss = exploit_loss(profile, core.accept_length, lately.at_tick(next_tick), runner)
+                if loss is not None and loss > tolerance:
                     last_wrong = next_tick
                 next_tick += tick_s
         res.seconds = core.t - start
+        res.tokens = core.output_tokens - tokens0
         res.final_threshold = runner.threshold
+        if isinstance(core, OpenLoopCore):
+            res.latencies = core.take_finished()
         if isinstance(runner, LoopRunner):
             res.reconverge_s = 0.0 if last_wrong is None else last_wrong + tick_s - start
             if last_wrong is not None and last_wrong + tick_s >= core.t:
@@ -154,7 +238,10 @@ def evaluate(profile: Profile, segments: Sequence[Segment], policy: str, params:
              with_static: bool = False, baselines: bool = False) -> dict:
     """Policy vs oracle per segment (and, for traces, vs the best static threshold in hindsight).
     baselines: also never/always speculating per segment (never_tok_s, always_tok_s) and the
-    policy's threshold at every change ("timeline": t, threshold, trial; segment starts)."""
+    policy's threshold at every change ("timeline": t, threshold, trial; segment starts).
+    Closed loop only: rate segments go to controller.sim.openeval.evaluate_open."""
+    if any(seg.open_loop for seg in segments):
+        raise ValueError("evaluate() is the closed loop: give rate segments to openeval.evaluate_open()")
     kept: list = []
     mine = run_segments(profile, segments, policy_runner(policy, params, profile, seed, guard), seed, tick_s, kept)
     oracle = run_segments(profile, segments, lambda core: OracleRunner(profile, core), seed, tick_s)
@@ -207,3 +294,17 @@ def best_static(profile: Profile, segments: Sequence[Segment], seed: int = 0, ti
         if best is None or tput > best["throughput_tok_s"]:
             best = {"threshold": t, "throughput_tok_s": round(tput, 2)}
     return best
+
+
+def changes_per_min(profile: Profile, segments: Sequence[Segment], policy: str, params: Mapping[str, Any] | None = None,
+                    seed: int = 0, guard: GuardConfig | None = None, warm_s: float = 0.0) -> float:
+    """Applied threshold changes (rows of the decision history) per minute after warm_s."""
+    make = policy_runner(policy, params, profile, seed, guard)
+    made: list[Runner] = []
+
+    def keep(core: SimCore) -> Runner:
+        made.append(make(core))
+        return made[-1]
+    res = run_segments(profile, segments, keep, seed)
+    changes = [t for t in made[0].changes if t >= warm_s]
+    return len(changes) / ((sum(r.seconds for r in res) - warm_s) / 60.0)

@@ -38,6 +38,39 @@ class Profile:
     output_len_sd: float
     concurrency: tuple[int, ...]
     source: str = ""
+    prefill_s_per_token: float = 0.0
+    max_prefill_tokens: int = 16384
+    output_len_range: tuple[int, int] | None = None     # uniform lengths instead of the normal
+    prompt_len_range: tuple[int, int] = (128, 128)
+    arrival_rate: tuple[float, ...] = ()                # open-loop levels, requests/s
+
+    @property
+    def prompt_len_mean(self) -> float:
+        return sum(self.prompt_len_range) / 2.0
+
+    @property
+    def output_len_expected(self) -> float:
+        return sum(self.output_len_range) / 2.0 if self.output_len_range else max(1.0, self.output_len_mean)
+
+    def capacity_req_s(self) -> float:
+        """Rough saturation rate (requests/s): the better mode at max_batch_size, plus each
+        request's own prefill cost (the fixed cost per extend batch is left out)."""
+        bs = self.max_batch_size
+        tok_s = max(self.tok_per_s(bs, False), self.tok_per_s(bs, True))
+        per_request = (self.output_len_expected / tok_s + self.prefill_s_per_request
+                       + self.prefill_s_per_token * self.prompt_len_mean)
+        return 1.0 / per_request
+
+    def open_loop_rates(self) -> tuple[float, ...]:
+        """The profile's arrival rates, or 10 %, 50 % and 85 % of the rough capacity."""
+        if self.arrival_rate:
+            return self.arrival_rate
+        cap = self.capacity_req_s()
+        return tuple(float(f"{cap * f:.2g}") for f in (0.1, 0.5, 0.85))
+
+    def prefill_seconds(self, requests: int, tokens: float) -> float:
+        """What an extend batch of `requests` new requests with `tokens` prompt tokens adds to an interval."""
+        return self.prefill_s + self.prefill_s_per_request * requests + self.prefill_s_per_token * tokens
 
     def step_seconds(self, batch_size: float, speculative: bool) -> float:
         """Step time at a batch size: piecewise linear in the table, extrapolated linearly past it."""
@@ -61,10 +94,18 @@ class Profile:
 
 @dataclass(frozen=True)
 class Segment:
+    """A stretch of load: `concurrency` clients (closed loop) or, with `rate`, Poisson
+    arrivals at that many requests per second (open loop; concurrency is then 0)."""
+
     seconds: float
     concurrency: int
     mean_accept_length: float | None = None
     label: str = ""
+    rate: float | None = None
+
+    @property
+    def open_loop(self) -> bool:
+        return self.rate is not None
 
 
 @dataclass(frozen=True)
@@ -145,6 +186,12 @@ class _Checker:
         sub = _Checker(self.where, {f"{key}[{i}]": v for i, v in enumerate(values)})
         return tuple(sub.number(f"{key}[{i}]", lo, hi, integer=integer) for i in range(len(values)))
 
+    def length_range(self, key: str) -> tuple[int, int]:
+        lo, hi = self.numbers(key, 1, 1e7, integer=True, length=2)
+        if lo > hi:
+            raise ProfileError(f"{self.where}: {key} must be [low, high] with low <= high")
+        return lo, hi
+
     def text(self, key: str, default: str = "") -> str:
         value = self.data.get(key, default)
         if not isinstance(value, str):
@@ -155,7 +202,8 @@ class _Checker:
 def parse_profile(data: dict, where: str, source: str = "") -> Profile:
     c = _Checker(where, data)
     c.unknown({"name", "description", "source", "max_batch_size", "spec_steps", "noise", "prefill_s",
-               "prefill_s_per_request", "step_time", "acceptance", "load"})
+               "prefill_s_per_request", "prefill_s_per_token", "max_prefill_tokens", "step_time", "acceptance",
+               "load"})
     spec_steps = c.number("spec_steps", 1, 16, integer=True)
     st = c.section("step_time")
     st.unknown({"batch_size", "off", "spec"})
@@ -167,7 +215,8 @@ def parse_profile(data: dict, where: str, source: str = "") -> Profile:
     acc = c.section("acceptance")
     acc.unknown({"mean_accept_length", "spread"})
     load = c.section("load", required=False)
-    load.unknown({"concurrency", "output_len_mean", "output_len_sd"})
+    load.unknown({"concurrency", "output_len_mean", "output_len_sd", "output_len_range", "prompt_len_range",
+                  "arrival_rate"})
     concurrency = load.numbers("concurrency", 1, 65536, integer=True) if "concurrency" in load.data \
         else (1, 2, 4, 8, 16, 32, 64, 128, 256)
     return Profile(
@@ -182,8 +231,13 @@ def parse_profile(data: dict, where: str, source: str = "") -> Profile:
         noise=c.number("noise", 0.0, 1.0, default=0.03),
         prefill_s=c.number("prefill_s", 0.0, 10.0, default=0.005),
         prefill_s_per_request=c.number("prefill_s_per_request", 0.0, 10.0, default=0.001),
+        prefill_s_per_token=c.number("prefill_s_per_token", 0.0, 1.0, default=0.0),
+        max_prefill_tokens=c.number("max_prefill_tokens", 1, 1 << 24, default=16384, integer=True),
         output_len_mean=load.number("output_len_mean", 1, 1e6, default=256),
         output_len_sd=load.number("output_len_sd", 0, 1e6, default=64),
+        output_len_range=load.length_range("output_len_range") if "output_len_range" in load.data else None,
+        prompt_len_range=load.length_range("prompt_len_range") if "prompt_len_range" in load.data else (128, 128),
+        arrival_rate=load.numbers("arrival_rate", 0.001, 1e6) if "arrival_rate" in load.data else (),
         concurrency=concurrency,
     )
 
@@ -200,16 +254,26 @@ def load_trace(name_or_path: str, max_accept_length: float = 17.0) -> Trace:
     raw = c.data.get("segment")
     if not isinstance(raw, list) or not raw:
         raise ProfileError(f"trace {path.name}: needs at least one [[segment]]")
-    segments = []
-    for i, seg in enumerate(raw):
-        if not isinstance(seg, dict):
-            raise ProfileError(f"trace {path.name}: segment {i} must be a table")
-        s = _Checker(f"trace {path.name} segment {i}", seg)
-        s.unknown({"seconds", "concurrency", "mean_accept_length", "label"})
-        accept = s.number("mean_accept_length", 1.0, max_accept_length) if "mean_accept_length" in seg else None
-        segments.append(Segment(s.number("seconds", 0.1, 1e6), s.number("concurrency", 1, 65536, integer=True),
-                                accept, s.text("label")))
+    segments = [_segment(f"trace {path.name} segment {i}", seg, max_accept_length) for i, seg in enumerate(raw)]
+    if len({s.open_loop for s in segments}) > 1:
+        raise ProfileError(f"trace {path.name}: segments must all give concurrency or all give rate, not a mix")
     profile = c.data.get("profile")
     if profile is not None and not isinstance(profile, str):
         raise ProfileError(f"trace {path.name}: profile must be a string")
     return Trace(c.text("name", path.stem), c.text("description"), profile, tuple(segments))
+
+
+def _segment(where: str, seg: object, max_accept_length: float) -> Segment:
+    if not isinstance(seg, dict):
+        raise ProfileError(f"{where} must be a table")
+    s = _Checker(where, seg)
+    s.unknown({"seconds", "concurrency", "rate", "mean_accept_length", "label"})
+    if "concurrency" not in seg and "rate" not in seg:
+        raise ProfileError(f"{where}: missing concurrency (clients) or rate (requests/s)")
+    if "concurrency" in seg and "rate" in seg:
+        raise ProfileError(f"{where}: give concurrency or rate, not both")
+    accept = s.number("mean_accept_length", 1.0, max_accept_length) if "mean_accept_length" in seg else None
+    if "rate" in seg:
+        return Segment(s.number("seconds", 0.1, 1e6), 0, accept, s.text("label"), s.number("rate", 0.001, 1e6))
+    return Segment(s.number("seconds", 0.1, 1e6), s.number("concurrency", 1, 65536, integer=True),
+                   accept, s.text("label"))

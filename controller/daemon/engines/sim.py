@@ -6,31 +6,42 @@ import time
 
 from ...contract import speculates
 from ...sim.core import SimCore
-from ...sim.profile import Profile, Trace
+from ...sim.openloop import OpenLoopCore, RateSchedule
+from ...sim.profile import Profile, Segment, Trace
 from .base import Engine, EngineError, SampleSink
 
 
 class SimEngine(Engine):
     """Runs SimCore on its own thread, sleeping each step's duration / speed.
 
-    Load: a fixed concurrency, or a trace replayed in a loop (the default demo).
+    Load: a fixed concurrency, a fixed arrival rate (open loop: Poisson arrivals), or a
+    trace replayed in a loop (the default demo; its segments give clients or rates).
     """
 
     name = "sim"
 
     def __init__(self, profile: Profile, trace: Trace | None = None, concurrency: int = 0,
-                 speed: float = 1.0, seed: int = 0, start_t: float = 0.0):
-        if trace is None and concurrency <= 0:
-            raise EngineError("sim engine: give a trace or a concurrency > 0")
+                 speed: float = 1.0, seed: int = 0, start_t: float = 0.0, arrival_rate: float = 0.0):
+        if trace is None and concurrency <= 0 and arrival_rate <= 0:
+            raise EngineError("sim engine: give a trace, a concurrency > 0 or an arrival rate > 0")
         self.profile = profile
         self.trace = trace
         self.concurrency = concurrency
         self.speed = speed
         self.max_batch_size = profile.max_batch_size
-        self.core = SimCore(profile, seed)
+        self.arrival_rate = arrival_rate
         # A restarted daemon resumes virtual time where its database left off, so samples,
         # decisions and rollup windows of the previous run are continued, never overwritten.
-        self.core.t = max(0.0, float(start_t))
+        start_t = max(0.0, float(start_t))
+        if trace is None and concurrency <= 0:
+            self.trace = trace = Trace("rate", "", None, (Segment(3600.0, 0, None, f"rate={arrival_rate:g}/s",
+                                                                  arrival_rate),))
+        self.core: SimCore | OpenLoopCore
+        if trace is not None and concurrency <= 0 and trace.segments[0].open_loop:
+            self.core = OpenLoopCore(profile, seed, RateSchedule.of_segments(trace.segments, loop=True), start_t)
+        else:
+            self.core = SimCore(profile, seed)
+            self.core.t = start_t
         self._threshold = 0
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -45,25 +56,29 @@ class SimEngine(Engine):
         self._thread.start()
 
     def _load_at(self, t: float) -> tuple[int, float | None, str]:
-        if self.trace is None:
+        if self.trace is None or self.concurrency > 0:
             return self.concurrency, None, f"C={self.concurrency}"
         period = sum(s.seconds for s in self.trace.segments)
         x = t % period
-        for seg in self.trace.segments:
-            if x < seg.seconds:
-                return seg.concurrency, seg.mean_accept_length, seg.label or f"C={seg.concurrency}"
-            x -= seg.seconds
         seg = self.trace.segments[-1]
-        return seg.concurrency, seg.mean_accept_length, seg.label
+        for s in self.trace.segments:
+            if x < s.seconds:
+                seg = s
+                break
+            x -= s.seconds
+        label = seg.label or (f"rate={seg.rate:g}/s" if seg.open_loop else f"C={seg.concurrency}")
+        return seg.concurrency, seg.mean_accept_length, label
 
     def _run(self, on_sample: SampleSink) -> None:
         try:
             self._ready.set()
             while not self._stop.is_set():
                 c, accept, self.segment = self._load_at(self.core.t)
-                if c != self.core.concurrency or (accept is not None and accept != self.core.accept_length):
+                if isinstance(self.core, OpenLoopCore):
+                    self.core.set_accept(accept)        # the arrival rate follows the core's schedule
+                elif c != self.core.concurrency or (accept is not None and accept != self.core.accept_length):
                     self.core.set_load(c, accept)
-                sample = self.core.step(speculates(self.core.concurrency, self._threshold))
+                sample = self.core.step(speculates(self.core.batch_size, self._threshold))
                 # Pace virtual time against the real clock so the sample arrives when its step ends.
                 lag = sample.t / self.speed - (time.monotonic() - self._t0_real)
                 if lag > 0 and self._stop.wait(lag):

@@ -1,0 +1,278 @@
+"""The per-bucket learner the bandit policies share (ucb, thompson, model)."""
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, Mapping
+
+from controller.contract import speculates
+
+from . import reasons
+from .base import OFF, SPEC, Policy, relative_gain
+from .params import ParamSpec
+from .stats import Discounted
+from .summary import flip_threshold, monotone_threshold
+from .types import Decision, PolicyError, Sample, Snapshot
+
+HOLD_Z = 1.0           # see BucketLearner._best_threshold
+DROP, MEASURED, CORRECTED = 0, 1, 2      # what an interval that held a prefill is worth (param `prefill`)
+ACCEPT_HIGH_HALF_LIVES = 10.0
+LONG = 4.0       # a prefill interval this many times the bucket's decode step held an idle gap: no reward
+
+
+def _check_state(policy: str, state: Mapping[str, Any], n_buckets: int) -> None:
+    for key in ("q_off", "q_spec"):
+        rows = state.get(key)
+        if not isinstance(rows, list) or len(rows) != n_buckets or any(len(r) != 4 for r in rows):
+            raise PolicyError(f"policy {policy}: saved state does not match {n_buckets} buckets ({key})")
+    if not isinstance(state.get("accept"), list) or len(state["accept"]) != 4:
+        raise PolicyError(f"policy {policy}: saved state has no acceptance record")
+
+
+class BucketLearner(Policy):
+    """Learns, per batch-size bucket, the tokens/s of each mode *at that batch size*.
+
+    Spec throughput is factored as (requests per second of a spec step in this
+    bucket) x (current accept length): step time depends on the batch size,
+    acceptance on the traffic, so an acceptance shift seen in any bucket moves
+    every bucket's estimate at once. Subclasses choose the arm for the live bucket.
+    """
+
+    BASE_PARAMS: ClassVar[tuple[ParamSpec, ...]] = (
+        ParamSpec("half_life_s", float, 60.0, 0.5, 3600.0, "forgetting of step-time statistics"),
+        ParamSpec("accept_half_life_s", float, 4.0, 0.1, 3600.0, "forgetting of the accept-length estimate"),
+        ParamSpec("min_samples", float, 0.01, 0.0, 1000.0, "an arm with less weight than this is tried"),
+        ParamSpec("dominance", float, 0.03, 0.0, 10.0,
+                  "skip trying spec above (off below) a bucket where it lost (won) by this relative margin"),
+        ParamSpec("indifference", float, 0.02, 0.0, 1.0,
+                  "probe the other mode of a bucket only if it looks better by this relative margin"),
+        ParamSpec("prefill", int, MEASURED, DROP, CORRECTED,
+                  "intervals holding a prefill: 0 dropped, 1 rewards as measured, 2 minus the learned prefill cost"),
+    )
+
+    def __init__(self, params=None, *, seed: int = 0, max_batch_size: int = 256):
+        super().__init__(params, seed=seed, max_batch_size=max_batch_size)
+        n = len(self.buckets)
+        hl = self.params["half_life_s"]
+        self.q = ([Discounted(hl) for _ in range(n)], [Discounted(hl) for _ in range(n)])
+        # Acceptance moves with the traffic: weighted by requests, its estimate never
+        # outweighs the last ~256 requests' accept lengths.
+        self.accept = Discounted(self.params["accept_half_life_s"], max_weight=256.0)
+        self.tried = ([-math.inf] * n, [-math.inf] * n)   # last time each arm ran in each bucket
+        self.max_steps = 1          # K, learned from the samples
+        self.prefill_s = Discounted(hl)   # seconds a prefill adds to an interval (prefill=CORRECTED)
+        self.accept_hi = (0.0, 0.0)       # (highest accept length lately, when), see accept_high()
+
+    def observe(self, sample: Sample) -> None:
+        if sample.step_s <= 0 or sample.batch_size <= 0:
+            return
+        b = self.buckets.of(sample.batch_size)
+        arm = SPEC if sample.steps > 0 else OFF
+        # Even an interval that is no reward shows the arm was tried: re-trying costs a batch.
+        self.tried[arm][b] = sample.t
+        rate = self.reward(arm, b, sample)
+        if rate is None:
+            return
+        # Weighted by the step's length (relative to the bucket's step), the mean of the rates
+        # is total requests over total time: a long interval does not count as one short one.
+        q = self.q[arm][b]
+        weight = min(max(q.mean / rate, 1.0 / LONG), LONG) if q.w else 1.0
+        q.add(sample.t, rate, weight)
+        if sample.steps > 0:
+            self.accept.add(sample.t, sample.tokens / sample.batch_size, sample.batch_size)
+            self.accept_hi = (max(self.accept_high(sample.t), self.accept.mean), sample.t)
+            if sample.steps > self.max_steps:
+                self.max_steps = sample.steps
+
+    def reward(self, arm: int, b: int, sample: Sample) -> float | None:
+        """Requests per second of this batch's step, or None when the interval is no reward.
+
+        At high load almost every interval holds a prefill. Used as measured (the default),
+        a mode is charged with the prefills that join its batches: how often they come and
+        what they cost with it (a longer step gathers more arrivals into one extend batch)
+        is part of its throughput — the simulator's open loop shows the difference
+        (bench/results/open-loop-sim.md). Intervals far longer than the bucket's step held
+        an idle gap and are dropped."""
+        rate = sample.batch_size / sample.step_s
+        mode, q = self.params["prefill"], self.q[arm][b]
+        if sample.decode_only:
+            return rate
+        if mode == DROP or (q.w and rate * LONG < q.mean):
+            return None
+        if mode == MEASURED:
+            return rate
+        if not q.w:
+            return None
+        decode_s = sample.batch_size / q.mean
+        self.prefill_s.add(sample.t, sample.step_s - decode_s)
+        return sample.batch_size / max(sample.step_s - self.prefill_s.mean, decode_s / LONG)
+
+    def accept_high(self, now: float) -> float:
+        """The highest accept length estimated lately: it falls back to the current estimate
+        with half-life ACCEPT_HIGH_HALF_LIVES x half_life_s."""
+        high, t = self.accept_hi
+        if high <= self.accept.mean:
+            return self.accept.mean
+        h = ACCEPT_HIGH_HALF_LIVES * self.params["half_life_s"]
+        return self.accept.mean + (high - self.accept.mean) * 0.5 ** (max(0.0, now - t) / h)
+
+    # --- estimates -------------------------------------------------------
+    def mean(self, arm: int, b: int) -> float:
+        q = self.q[arm][b].mean
+        return q * self.accept.mean if arm == SPEC else q
+
+    def rel_uncertainty(self, arm: int, b: int, now: float) -> float:
+        """Relative sd of the arm's mean estimate. For spec it adds the accept-length
+        estimate's own uncertainty, which grows as that estimate goes stale."""
+        q = self.q[arm][b]
+        var = max(q.rel_sd, 0.02) ** 2 / max(q.weight(now), 1e-9)
+        if arm == SPEC:
+            var += max(self.accept.rel_sd, 0.02) ** 2 / max(self.accept.weight(now), 1e-9)
+        return math.sqrt(var)
+
+    def known(self, arm: int, b: int, now: float) -> bool:
+        """Has data, or was tried recently (its samples may all have held a prefill)."""
+        return (self.q[arm][b].weight(now) >= max(self.params["min_samples"], 1e-9)
+                or now - self.tried[arm][b] < self.params["half_life_s"])
+
+    def estimable(self, b: int) -> bool:
+        """Both modes have an estimate in bucket b."""
+        return bool(self.q[OFF][b].w and self.q[SPEC][b].w and self.accept.w)
+
+    def gains(self, now: float) -> list[float]:
+        """Traffic-weighted relative gain of speculating, per bucket (0 where unknown)."""
+        out = []
+        for b in range(len(self.buckets)):
+            if not self.estimable(b):
+                out.append(0.0)
+                continue
+            traffic = self.q[OFF][b].weight(now) + self.q[SPEC][b].weight(now)
+            out.append(traffic * relative_gain(self.mean(SPEC, b), self.mean(OFF, b)))
+        return out
+
+    def dominated(self, arm: int, b: int, now: float) -> bool:
+        """True when a neighbouring bucket already settles an untried arm: the gain of
+        speculating falls as batches grow, so a clear loss below (a clear win above)
+        carries over without paying for the trial."""
+        margin = self.params["dominance"]
+        # A stale accept length may have risen since: then only a loss that would hold even
+        # at the longest accept length seen lately (traffic mixes recur) settles it.
+        stale = now - self.accept.t > self.params["accept_half_life_s"]
+        accept = self.accept.mean
+        if stale and arm == SPEC:
+            accept = max(accept, self.accept_high(now))
+        others = range(b) if arm == SPEC else range(b + 1, len(self.buckets))
+        for o in others:
+            if self.q[OFF][o].weight(now) < 1e-3 or self.q[SPEC][o].weight(now) < 1e-3:
+                continue
+            gain = relative_gain(self.q[SPEC][o].mean * accept, self.mean(OFF, o))
+            if (arm == SPEC and gain < -margin) or (arm == OFF and gain > margin and not stale):
+                return True
+        return False
+
+    # --- decision --------------------------------------------------------
+    def choose_arm(self, b: int, now: float, incumbent: int) -> int:
+        """The arm to run in bucket b; the other arm than `incumbent` (the exploit mode there)
+        must look better by the indifference margin."""
+        raise NotImplementedError
+
+    def relative(self, b: int) -> float | None:
+        """Measured relative gain of speculating in bucket b (None without both estimates)."""
+        return relative_gain(self.mean(SPEC, b), self.mean(OFF, b)) if self.estimable(b) else None
+
+    def span(self, b: int) -> str:
+        return reasons.batches(self.buckets.low(b), self.buckets.high(b))
+
+    def _exploit_reason(self, exploit: int, before: int, b: int) -> str:
+        # the bucket at the edge that moved: the highest now speculated, or the lowest no longer
+        edge = self.buckets.index_of_threshold(max(exploit, before)) - 1 if exploit > before else \
+            self.buckets.index_of_threshold(exploit)
+        edge = min(max(edge, 0), len(self.buckets) - 1)
+        return reasons.exploit(exploit, before, self.span(edge), self.relative(edge), self.span(b), self.relative(b))
+
+    def _best_threshold(self, now: float, current: int, b: int) -> int:
+        """The monotone summary of the gains, held at `current` when the move would not change the
+        live bucket b's mode and no bucket it crosses tells the modes apart (|relative gain| under
+        HOLD_Z standard deviations of its estimate): near a tie in a bucket without live traffic,
+        estimation noise otherwise flips the threshold back and forth (94 <-> 105 every few
+        seconds in the demo) without changing the mode of any batch that runs."""
+        best = monotone_threshold(self.gains(now), self.buckets, current)
+        live = self.buckets.high(b)
+        if best == current or speculates(live, best) != speculates(live, current):
+            return best
+        lo, hi = sorted((self.buckets.index_of_threshold(best), self.buckets.index_of_threshold(current)))
+        for k in range(lo, hi):
+            gain = self.relative(k)
+            sd = math.hypot(self.rel_uncertainty(SPEC, k, now), self.rel_uncertainty(OFF, k, now))
+            if gain is not None and abs(gain) >= HOLD_Z * sd:
+                return best
+        return current
+
+    def recent_traffic(self, b: int, now: float) -> float:
+        """The batches behind bucket b's estimates, faded by how long ago the bucket last ran
+        (half-life accept_half_life_s, the traffic's time scale): where the load is now."""
+        tau = self.params["accept_half_life_s"]
+        return sum(d.w * 0.5 ** (max(0.0, now - d.t) / tau) for d in (self.q[OFF][b], self.q[SPEC][b]))
+
+    def move_gain(self, now: float, current: int, new: int) -> float:
+        """Expected relative throughput gain of moving the threshold from current to new,
+        over the traffic where the load is now (> 0: the move pays)."""
+        a, z = self.buckets.index_of_threshold(current), self.buckets.index_of_threshold(new)
+        recent = [self.recent_traffic(b, now) for b in range(len(self.buckets))]
+        total = sum(recent)
+        if a == z or not total:
+            return 0.0
+        moved = sum(recent[b] * relative_gain(self.mean(SPEC, b), self.mean(OFF, b))
+                    for b in range(min(a, z), max(a, z)) if self.estimable(b))
+        return (moved if z > a else -moved) / total
+
+    def decide(self, snap: Snapshot) -> Decision:
+        b = self.buckets.of(snap.live_batch_size or 1)
+        exploit = self._best_threshold(snap.now, snap.exploit_threshold, b)
+        threshold, reason, untried = self._arm(snap, exploit, b)
+        gain = self.move_gain(snap.now, snap.exploit_threshold, exploit)
+        return Decision(threshold, exploit, reason, gain, untried)
+
+    def _arm(self, snap: Snapshot, exploit: int, b: int) -> tuple[int, str, bool]:
+        """(threshold, reason, untried?): exploit, or flip the live bucket b to the arm it wants."""
+        in_spec = speculates(self.buckets.high(b), exploit)
+        untried = [a for a in (OFF, SPEC) if not self.known(a, b, snap.now)]
+        probe = False                          # a trial of an arm never measured in this bucket
+        if len(untried) == 1 and self.dominated(untried[0], b, snap.now):
+            want = 1 - untried[0]
+            why = reasons.settled(want == SPEC)
+        elif untried:
+            want, probe = untried[0], True
+            why = reasons.unmeasured(self.tried[want][b], snap.now)
+        else:
+            want = self.choose_arm(b, snap.now, SPEC if in_spec else OFF)
+            why = reasons.uncertain(self.relative(b))
+        if (want == SPEC) == in_spec:
+            return exploit, self._exploit_reason(exploit, snap.exploit_threshold, b), False
+        explore = flip_threshold(exploit, self.buckets, b, want == SPEC)
+        return explore, reasons.trial(want == SPEC, self.span(b), why), probe
+
+    def state(self) -> dict:
+        return {
+            "q_off": [d.to_list() for d in self.q[OFF]],
+            "q_spec": [d.to_list() for d in self.q[SPEC]],
+            "accept": self.accept.to_list(),
+            "max_steps": self.max_steps,
+            "prefill_s": self.prefill_s.to_list(),
+            "accept_high": list(self.accept_hi),
+            "tried": [[None if t == -math.inf else t for t in arm] for arm in self.tried],
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        _check_state(self.name, state, len(self.buckets))
+        for arm, key in ((OFF, "q_off"), (SPEC, "q_spec")):
+            for d, row in zip(self.q[arm], state[key]):
+                d.load(row)
+        self.accept.load(state["accept"])
+        self.max_steps = int(state.get("max_steps", 1))
+        if isinstance(state.get("prefill_s"), list) and len(state["prefill_s"]) == 4:
+            self.prefill_s.load(state["prefill_s"])
+        if isinstance(state.get("accept_high"), list) and len(state["accept_high"]) == 2:
+            self.accept_hi = (float(state["accept_high"][0]), float(state["accept_high"][1]))
+        tried = state.get("tried")
+        if isinstance(tried, list) and len(tried) == 2 and all(len(a) == len(self.buckets) for a in tried):
+            self.tried = tuple([-math.inf if t is None else float(t) for t in arm] for arm in tried)
