@@ -106,7 +106,7 @@ def live_cpu(rate: float, seconds: float) -> None:
         writer = Writer(open_store(cfg["storage"]["db"])).start()
         service = Service(cfg, engine, writer)
         daemon = Daemon(cfg)
-        engine.start(service.on_sample)
+        engine.start(service.ingest.on_sample)
         server, sched, ingest = daemon._bring_up(engine, service)
         time.sleep(2.0)                                   # warm: every job has run once
         start = {t: _cpu(t) for t in threading.enumerate()}
@@ -117,7 +117,7 @@ def live_cpu(rate: float, seconds: float) -> None:
         rows = [(t.name, _cpu(t) - start.get(t, 0.0)) for t in threading.enumerate() if t.is_alive()]
         sched.shutdown(wait=True)
         engine.stop()
-        service.stop_ingest()
+        service.ingest.stop()
         ingest.join(10)
         writer.stop()
         server.stop()

@@ -10,7 +10,7 @@ from .buckets import Buckets
 from .params import ParamSpec, resolve_params
 from .stats import Discounted
 from .summary import flip_threshold, monotone_threshold
-from .types import Decision, PolicyError, Sample, Snapshot
+from .types import Decision, PolicyError, Sample, Snapshot, check_finite
 
 OFF, SPEC = 0, 1
 
@@ -58,12 +58,19 @@ class Policy:
 
 
 def _check_state(policy: str, state: Mapping[str, Any], n_buckets: int) -> None:
+    check_finite(policy, state)
     for key in ("q_off", "q_spec"):
         rows = state.get(key)
-        if not isinstance(rows, list) or len(rows) != n_buckets or any(len(r) != 4 for r in rows):
+        if not isinstance(rows, list) or len(rows) != n_buckets or any(not _stat_row(r) for r in rows):
             raise PolicyError(f"policy {policy}: saved state does not match {n_buckets} buckets ({key})")
-    if not isinstance(state.get("accept"), list) or len(state["accept"]) != 4:
+    if not _stat_row(state.get("accept")):
         raise PolicyError(f"policy {policy}: saved state has no acceptance record")
+
+
+def _stat_row(row: Any) -> bool:
+    """A Discounted's [weight, sum, sum of squares, time]: numbers, the weight not negative."""
+    return (isinstance(row, list) and len(row) == 4 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                            for v in row) and row[0] >= 0)
 
 
 class BucketLearner(Policy):

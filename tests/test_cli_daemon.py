@@ -16,7 +16,9 @@ def daemon(tmp_path_factory):
     d = Path(tempfile.mkdtemp(prefix="sc-cli-", dir="/tmp"))
     proc = DaemonProc(d, "--concurrency", "4", "--profile", "crossover-b")
     proc.wait_socket()
-    proc.wait_for(lambda st: st["samples"]["total"] > 50 and st["mean_accept_length"], what="spec samples")
+    # samples reach the database in groups (every 0.5 s): the offline tests read them there
+    proc.wait_for(lambda st: st["samples"]["total"] > 50 and st["mean_accept_length"] and st["samples"]["written"] > 50,
+                  what="spec samples, written")
     yield proc
     assert proc.stop() == 0
     shutil.rmtree(d, ignore_errors=True)

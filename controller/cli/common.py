@@ -55,6 +55,17 @@ def offline_db(ctx: Ctx, write: bool = False):
 
 
 def save_offline(ctx: Ctx, key: str, value: Any) -> None:
-    """A setting written straight into the database, used at the daemon's next start."""
+    """A setting written straight into the database, used at the daemon's next start; one line
+    (and nothing changed) when the database is locked, read-only or full."""
+    import sqlite3
+
     from state import queries
-    offline_db(ctx, write=True)["settings"].upsert(queries.setting_row(key, value), pk="key")
+    from state.db import classify
+    from state.items import INSERTS
+    db = offline_db(ctx, write=True)
+    try:
+        db.conn.execute(INSERTS["settings"], queries.setting_row(key, value))
+    except sqlite3.Error as e:
+        fail(f"could not save to {ctx.db}: database {classify(e)} ({e}); nothing changed")
+    finally:
+        db.conn.close()

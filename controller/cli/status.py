@@ -96,8 +96,11 @@ def status(ctx: Ctx, as_json: bool) -> None:
         if not ctx.db.exists():
             fail(f"daemon is not running ({e}) and there is no database at {ctx.db}")
         st = offline_status(ctx)
-        from state.db import DaemonLock
-        holder = DaemonLock(ctx.db).holder()
+        from state.db import DaemonLock, StoreError
+        try:
+            holder = DaemonLock(ctx.db).holder()
+        except StoreError:
+            holder = None                    # an unreadable lock file says nothing about a daemon
         if holder:      # alive but not serving: the engine is still loading (or the daemon is wedged)
             st["daemon"].update(starting=True, pid=int(holder) if holder.isdigit() else holder)
         if not as_json:

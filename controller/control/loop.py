@@ -65,6 +65,11 @@ class ControlLoop:
     def pin(self, threshold: int | None) -> None:
         self.pinned = threshold
 
+    def revert(self, threshold: int) -> None:
+        """The engine did not take the last threshold and still runs this one: the next tick sees
+        its decision as a change again, and retries it."""
+        self.threshold = threshold
+
     def tick(self, now: float) -> Tick:
         self.guard.account(now, self._since_tick, self._exploring)
         self._since_tick = 0

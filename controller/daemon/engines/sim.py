@@ -27,6 +27,7 @@ class SimEngine(Engine):
         self.concurrency = concurrency
         self.speed = speed
         self.max_batch_size = profile.max_batch_size
+        self.spec_steps = profile.spec_steps
         self.core = SimCore(profile, seed)
         # A restarted daemon resumes virtual time where its database left off, so samples,
         # decisions and rollup windows of the previous run are continued, never overwritten.
