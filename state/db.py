@@ -99,8 +99,11 @@ def _check_schema(path: Path, conn: sqlite3.Connection, readonly: bool) -> None:
                          "refusing to add tables to it")
 
 
-def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = True) -> sqlite_utils.Database:
-    """Open (and for writers migrate) the store. Raises StoreError with one clear line."""
+def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = True,
+               busy_ms: int | None = None) -> sqlite_utils.Database:
+    """Open (and for writers migrate) the store. Raises StoreError with one clear line.
+    busy_ms: how long a statement waits for another process's lock (default BUSY_TIMEOUT_MS)."""
+    busy_ms = BUSY_TIMEOUT_MS if busy_ms is None else busy_ms
     path = Path(path)
     if not readonly:
         try:
@@ -111,13 +114,13 @@ def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = Tr
     conn = None
     try:
         if readonly:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000,
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_ms / 1000,
                                    check_same_thread=False)
         else:
-            conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False,
+            conn = sqlite3.connect(str(path), timeout=busy_ms / 1000, check_same_thread=False,
                                    isolation_level=None)
         _same_file(path, pinned)
-        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
         if check:
             row = conn.execute("PRAGMA quick_check").fetchone()
             if not row or row[0] != "ok":

@@ -14,6 +14,9 @@ from ..paths import find_db, find_socket
 from .client import DaemonError, request
 
 
+OFFLINE_BUSY_MS = 2000      # an offline write waits this long for another process's lock, then says so
+
+
 class Ctx:
     def __init__(self, socket: str | None, db: str | None):
         self.socket = Path(socket) if socket else find_socket()
@@ -48,7 +51,7 @@ def offline_db(ctx: Ctx, write: bool = False):
         if write:
             if DaemonLock(ctx.db).held_by_other():
                 fail(f"a daemon holds {ctx.db} but does not answer on {ctx.socket}; nothing changed")
-            return open_store(ctx.db)
+            return open_store(ctx.db, busy_ms=OFFLINE_BUSY_MS)
         return open_store(ctx.db, readonly=True)
     except StoreError as e:
         fail(str(e))

@@ -198,11 +198,11 @@ def check_socket_free(path: Path) -> None:
 
 
 class ControlServer:
-    def __init__(self, path: str | os.PathLike, service):
+    def __init__(self, path: str | os.PathLike, service, read_timeout_s: float = READ_TIMEOUT_S):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         check_socket_free(self.path)
-        handler = type("Handler", (_Handler,), {"routes": make_routes(service)})
+        handler = type("Handler", (_Handler,), {"routes": make_routes(service), "timeout": read_timeout_s})
         old = os.umask(0o117)                          # socket created 0660, never world-accessible
         try:
             self.server = _UnixHTTPServer(str(self.path), handler)
