@@ -68,7 +68,5 @@ def feed(service: Service, samples) -> None:
     """Through the daemon's boundary, then one ingest pass (as its thread does), then to disk."""
     for s in samples:
         service.ingest.on_sample(s)
-    service.ingest.stop()
-    service.ingest.run()                       # drains what is queued and returns (stop is set)
-    service.ingest._stop.clear()
+    service.ingest.step(final=True)
     assert service.writer.flush(10)

@@ -25,16 +25,18 @@ log = logging.getLogger("spec_controller")
 
 class Ingest:
     def __init__(self, lock: threading.RLock, loop: ControlLoop, stats: LiveStats, writer: Writer, gate: SampleGate,
-                 maxsize: int, interval_s: float = 0.05, group_s: float = 0.5, group_rows: int = 512):
+                 maxsize: int, interval_s: float = 0.05, group_s: float = 0.5, group_rows: int = 512,
+                 clock=time.monotonic):
         self.lock, self.loop, self.stats, self.writer, self.gate = lock, loop, stats, writer, gate
         self.maxsize = maxsize
         self.interval_s, self.group_s, self.group_rows = interval_s, group_s, group_rows
+        self.clock = clock
         self.dropped = 0              # sound samples dropped because ingest fell behind
         self.errors = 0               # samples whose processing raised (counted, skipped)
         self._last_error: tuple[float, str] | None = None
         self._q: collections.deque[Sample] = collections.deque()
         self._rows: list[tuple] = []
-        self._rows_since = 0.0
+        self._rows_since: float | None = None     # when the oldest row not yet handed over came
         self._stop = threading.Event()
         self._logs = RateLimitedLog(log)
 
@@ -54,12 +56,16 @@ class Ingest:
     def run(self) -> None:
         while True:
             stopping = self._stop.wait(self.interval_s)
-            batch = self._take()
-            if batch:
-                self._observe(batch)
-            self._hand_over(stopping)
+            self.step(stopping)
             if stopping and not self._q:
                 return
+
+    def step(self, final: bool = False) -> None:
+        """One pass: feed what arrived to the loop; hand the writer a group when one is due (or final)."""
+        batch = self._take()
+        if batch:
+            self._observe(batch)
+        self._hand_over(final)
 
     def _take(self) -> list[Sample]:
         q, batch = self._q, []
@@ -80,14 +86,14 @@ class Ingest:
                                      type(e).__name__, e, s)
                     continue
                 self._rows.append(s.as_tuple())
-        if self._rows and not self._rows_since:
-            self._rows_since = time.monotonic()
+        if self._rows and self._rows_since is None:
+            self._rows_since = self.clock()
 
     def _hand_over(self, now_anyway: bool) -> None:
         if not self._rows:
             return
-        if now_anyway or len(self._rows) >= self.group_rows or time.monotonic() - self._rows_since >= self.group_s:
-            rows, self._rows, self._rows_since = self._rows, [], 0.0
+        if now_anyway or len(self._rows) >= self.group_rows or self.clock() - self._rows_since >= self.group_s:
+            rows, self._rows, self._rows_since = self._rows, [], None
             self.writer.samples(rows)
 
     @property

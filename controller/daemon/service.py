@@ -55,6 +55,7 @@ class Service:
         self.job_errors: dict[str, int] = {}
         self.job_failing: dict[str, str] = {}     # job -> its error, while its newest run failed
         self.last_retune_ok = time.monotonic()
+        self.command_timeout_s = 5.0       # a command whose write has not started by then is refused
         self._logs = RateLimitedLog(log)
         saved = self._read(queries.settings)
         pol = saved.get("policy") or {"name": cfg["policy"]["name"], "params": cfg["policy"]["params"]}
@@ -115,7 +116,7 @@ class Service:
     # --- commands -------------------------------------------------------------
     def _durable(self, items: list[tuple]) -> None:
         try:
-            self.writer.transaction(items)
+            self.writer.transaction(items, timeout=self.command_timeout_s)
         except WriteFailed as e:
             raise CommandRefused(f"{e}; nothing changed") from None
 
