@@ -126,7 +126,7 @@ def test_ingest_hands_the_writer_groups_not_one_transaction_per_batch(short_tmp)
     svc.ingest.step(final=True)
     assert writer.flush(10)
     assert writer.written_samples == 1000
-    assert groups == [256, 256, 256, 232], groups   # ~2 s of batches: a group every 0.5 s
+    assert groups == [257, 257, 257, 229], groups   # ~2 s of batches: a group every 0.5 s
     writer.stop()
 
 
