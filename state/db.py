@@ -114,7 +114,10 @@ def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = Tr
     conn = None
     try:
         if readonly:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_ms / 1000,
+            # On a read-only file system nothing can change it, and SQLite could not create the WAL
+            # index a reader needs: it is opened as immutable.
+            frozen = "&immutable=1" if os.statvfs(path).f_flag & os.ST_RDONLY else ""
+            conn = sqlite3.connect(f"file:{path}?mode=ro{frozen}", uri=True, timeout=busy_ms / 1000,
                                    check_same_thread=False)
         else:
             conn = sqlite3.connect(str(path), timeout=busy_ms / 1000, check_same_thread=False,

@@ -181,6 +181,8 @@ def check_socket_free(path: Path) -> None:
         st = os.lstat(path)
     except FileNotFoundError:
         return
+    except OSError as e:
+        raise RuntimeError(f"control socket path {path}: {e.strerror}") from None
     if not stat.S_ISSOCK(st.st_mode):
         kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a socket"
         raise RuntimeError(f"control socket path {path} exists and is {kind}; refusing to remove it")
@@ -216,7 +218,8 @@ class ControlServer:
         self.thread.start()
 
     def stop(self) -> None:
-        self.server.shutdown()
+        if self.thread.is_alive():         # shutdown() waits for serve_forever, forever if it never ran
+            self.server.shutdown()
         self.server.server_close()
         try:
             st = os.lstat(self.path)

@@ -66,6 +66,10 @@ class Daemon:
         sock, db = Path(ctl["socket"]).absolute(), Path(self.cfg["storage"]["db"]).absolute()
         if sock in (db, Path(f"{db}.lock"), *(Path(f"{db}{s}") for s in ("-wal", "-shm", "-journal"))):
             raise Fatal(f"control socket {sock} is the database's own path; give another --socket", 2)
+        try:
+            sock.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        except OSError as e:
+            raise Fatal(f"cannot create the control socket's directory {sock.parent}: {e.strerror}") from None
         check_socket_free(Path(ctl["socket"]))
         if ctl["metrics_port"]:
             from .metrics import check_port_free

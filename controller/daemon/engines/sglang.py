@@ -54,7 +54,8 @@ def server_flags(args: dict) -> list[str]:
 
 
 def _count(args: dict, key: str, default: int, lo: int, hi: int) -> int:
-    value = args.get(key) or default
+    value = args.get(key)
+    value = default if value is None else value
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise EngineError(f"sglang engine: [sglang] {key} must be an integer in {lo} .. {hi}, got {value!r}")
     return value
