@@ -92,14 +92,24 @@ def test_a_stalled_client_is_dropped_after_the_read_timeout(short_tmp):
     server.stop()
 
 
-def test_clients_beyond_the_limit_get_a_clear_503(short_tmp, monkeypatch):
+def test_clients_beyond_the_limit_are_told_to_retry_and_specctl_does(short_tmp, monkeypatch):
     monkeypatch.setattr(api, "MAX_CLIENTS", 1)
-    server = _serve(short_tmp)
+    monkeypatch.setattr(client, "BUSY_RETRY_S", 0.3)
+    server = _serve(short_tmp, read_timeout_s=30)
     holder = _connect(short_tmp / "c.sock", blocking=True)         # holds the only slot
     holder.sendall(b"GET /status HTTP/1.1\r\n")
-    with pytest.raises(DaemonError, match="too many clients"):
+    with pytest.raises(DaemonError, match="busy .too many clients at once"):
         request(short_tmp / "c.sock", "GET", "/status")
-    holder.close()
+    retried = threading.Event()
+    monkeypatch.setattr(client, "BUSY_RETRY_S", 30)
+    monkeypatch.setattr(client.time, "sleep", lambda s: retried.set() or threading.Event().wait(s))
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("answer", request(short_tmp / "c.sock", "GET", "/status")))
+    t.start()
+    assert retried.wait(10)
+    holder.close()                                  # the slot frees: the retry gets in
+    t.join(30)
+    assert got["answer"] == {"daemon": {"running": True}}
     server.stop()
 
 

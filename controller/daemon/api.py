@@ -159,7 +159,7 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
         if not self._slots.acquire(blocking=False):
             try:
                 request.sendall(b'HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n'
-                                b'Connection: close\r\nContent-Length: 37\r\n\r\n'
+                                b'Retry-After: 1\r\nConnection: close\r\nContent-Length: 37\r\n\r\n'
                                 b'{"error": "too many clients at once"}')
             except OSError:
                 pass
