@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import Any, Callable, Sequence
 
 import sqlite_utils
@@ -20,7 +21,11 @@ SYSTEMIC = ("disk full", "read-only", "I/O error", "corrupt")   # every write wo
 
 
 class WriteFailed(RuntimeError):
-    """A durable write did not commit; the message is one line for the operator."""
+    """A durable write did not commit (or, with maybe_saved, its outcome is unknown); one line."""
+
+    def __init__(self, message: str, maybe_saved: bool = False):
+        super().__init__(message)
+        self.maybe_saved = maybe_saved
 
 
 class Writer:
@@ -43,6 +48,10 @@ class Writer:
         self.errors = 0               # writes that failed and were lost
         self.commits = 0
         self.problem: str | None = None   # why writes fail now (disk full, read-only, locked); None when fine
+        # A nearly full disk still takes small commits between failures: the problem is over only
+        # once no write has failed for recover_s (else health and the log would flap with it).
+        self.recover_s = 5.0
+        self._last_failure = 0.0
         self._logs = RateLimitedLog(log, log_interval_s)
         self._thread = threading.Thread(target=self._run, name="state-writer", daemon=True)
 
@@ -92,11 +101,11 @@ class Writer:
         ticket = Ticket(list(items))
         self.q.put(("txn", ticket))
         if not ticket.done.wait(timeout) and ticket.cancel():
-            raise WriteFailed(f"the database writer is busy ({self.problem or 'a slow write'}); nothing was saved")
+            raise WriteFailed(f"the database writer is busy ({self.problem or 'a slow write'})")
         if not ticket.done.wait(120.0):
-            raise WriteFailed("the database write did not finish in 120 s; it may yet be saved")
+            raise WriteFailed("the database write did not finish in 120 s; it may yet be saved", maybe_saved=True)
         if ticket.error:
-            raise WriteFailed(f"the database write failed: {ticket.error}; nothing was saved")
+            raise WriteFailed(f"the database write failed: {ticket.error}")
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Block until everything queued before this call is committed (visible to readers)."""
@@ -148,8 +157,8 @@ class Writer:
         if not ticket.begin():                # its caller gave up waiting and refused the command
             return
         error = self._commit(ticket.items)
-        if error is not None:
-            self._failed(error, len(ticket.items))
+        if error is not None and classify(error) in SYSTEMIC + ("locked",):
+            self._note_problem(error)          # refused to its caller, so not counted as lost
         ticket.finish(None if error is None else f"{classify(error)} ({error})")
 
     def _write_batch(self, work: list) -> None:
@@ -178,6 +187,7 @@ class Writer:
     def _note_problem(self, error: Exception) -> None:
         kind = classify(error)
         self.problem = f"database {kind}: {error}"
+        self._last_failure = time.monotonic()
         self._logs.error(kind, "state writer: %s (writes are retried; commands are refused meanwhile)", self.problem)
 
     def _failed(self, error: Exception, n: int, what: str = "") -> None:
@@ -208,8 +218,8 @@ class Writer:
             return e
         self.commits += 1
         self.written_samples += sum(len(p) for k, p in items if k == "samples")
-        if self.problem is not None:
-            log.warning("state writer: the database takes writes again (%d writes were lost)", self.errors)
+        if self.problem is not None and time.monotonic() - self._last_failure >= self.recover_s:
+            log.warning("state writer: the database takes writes again (%d writes lost so far)", self.errors)
             self.problem = None
             for kind in SYSTEMIC + ("locked",):
                 self._logs.reset(kind)

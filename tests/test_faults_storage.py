@@ -76,6 +76,7 @@ def test_disk_full_one_log_line_healthy_false_commands_refused_then_recovery(sho
     lines = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(lines) <= 2, [r.getMessage() for r in lines]     # the old code: one line per lost write
     writer.db.execute("PRAGMA max_page_count = 1073741823")        # space is back
+    writer.recover_s = 0.0                                          # (healthy after 5 s without a failure)
     assert svc.pin(3)["pinned"] is True
     assert svc.status()["daemon"]["healthy"] and writer.problem is None
     assert any("takes writes again" in r.getMessage() for r in caplog.records)
@@ -84,6 +85,7 @@ def test_disk_full_one_log_line_healthy_false_commands_refused_then_recovery(sho
 
 def test_a_database_locked_by_another_process_refuses_commands_clearly(short_tmp):
     svc, writer = make_service(short_tmp)
+    assert writer.flush(10)                        # the first start's own writes are in
     writer.db.execute("PRAGMA busy_timeout = 100")
     other = sqlite3.connect(short_tmp / "s.db", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
@@ -92,7 +94,9 @@ def test_a_database_locked_by_another_process_refuses_commands_clearly(short_tmp
     assert svc.loop.pinned is None and "locked" in " ".join(svc.status()["daemon"]["problems"])
     other.execute("ROLLBACK")
     other.close()
+    writer.recover_s = 0.0
     assert svc.pin(4)["pinned"] is True
+    assert svc.status()["daemon"]["healthy"] and writer.errors == 0     # a refused command is no lost write
     writer.stop()
 
 

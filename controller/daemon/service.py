@@ -118,7 +118,7 @@ class Service:
         try:
             self.writer.transaction(items, timeout=self.command_timeout_s)
         except WriteFailed as e:
-            raise CommandRefused(f"{e}; nothing changed") from None
+            raise CommandRefused(str(e) if e.maybe_saved else f"{e}; nothing changed") from None
 
     def set_policy(self, name: str, params: Mapping[str, Any]) -> dict:
         """Validate, save, switch; PolicyError or CommandRefused (nothing changed) on failure."""
