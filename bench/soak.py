@@ -71,6 +71,12 @@ def main() -> None:
     lines += ["", f"largest database in the first half {first / 1e6:.2f} MB, in the second half {second / 1e6:.2f} MB; "
               f"rollup windows: {span[0]} distinct over a span of {span[1] or 0:.0f} engine-seconds "
               f"({(span[1] or 0) / 10 + 1:.0f} possible windows of 10 s)."]
+    last = points[-1][1]
+    per_s = {t: last["rows"][t] / max(last["t"] - points[0][1]["t"] + args.every * args.speed, 1.0)
+             for t in ("aggregates", "decisions")}
+    lines.append(f"Aggregates and decisions are still younger than their retention (7 and 30 days of engine time): "
+                 f"at this rate they level off at ~{per_s['aggregates'] * 7 * 86400:,.0f} and "
+                 f"~{min(per_s['decisions'] * 30 * 86400, 200_000):,.0f} rows (the decisions' cap is 200,000).")
     out = ROOT / "bench" / "results" / "soak.md"
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -164,4 +164,9 @@ def test_status_names_failed_database_writes_only_when_there_are_some():
           "threshold": 8, "samples": {"total": 5, "per_s": 1.0, "dropped": 0, "write_errors": 0, "write_dropped": 0}}
     assert "database:" not in render_status(st)
     st["samples"]["write_errors"] = 2
-    assert "database:    2 failed writes, 0 sample batches not written" in render_status(st)
+    assert "database:    2 failed writes, 0 samples not written" in render_status(st)
+    st["daemon"].update(healthy=False, problems=["database disk full: database or disk is full"])
+    st["samples"]["rejected"] = {"step_s": 3, "time": 0, "batch_size": 1}
+    text = render_status(st)
+    assert "UNHEALTHY" in text and "problem:     database disk full: database or disk is full" in text
+    assert "4 rejected (step_s 3, batch_size 1)" in text

@@ -23,6 +23,13 @@ def _acceptance(st: dict) -> str:
             f"rate {_fmt(st.get('acceptance_rate'), '.1%')}")
 
 
+def _rejected(samples: dict) -> str:
+    kinds = {k: v for k, v in (samples.get("rejected") or {}).items() if v}
+    if not kinds:
+        return ""
+    return f", {sum(kinds.values())} rejected ({', '.join(f'{k} {v}' for k, v in kinds.items())})"
+
+
 def render_status(st: dict) -> str:
     d, eng = st["daemon"], st.get("engine") or {}
     if not d["running"]:
@@ -31,6 +38,7 @@ def render_status(st: dict) -> str:
     else:
         head = [f"daemon:      running, pid {d['pid']}, up {d['uptime_s']:.0f}s, "
                 f"{'healthy' if d['healthy'] else 'UNHEALTHY'}",
+                *[f"problem:     {p}" for p in d.get("problems") or []],
                 f"engine:      {eng.get('engine', '?')} - {eng.get('detail', '')}"
                 + (f" (profile {eng['profile']}, load {eng.get('load')})" if eng.get("profile") else "")]
     pol = st.get("policy") or {}
@@ -44,11 +52,11 @@ def render_status(st: dict) -> str:
         f"throughput:  {_fmt(st.get('tok_per_s'), ',.0f')} tok/s, speculating {_fmt(st.get('spec_share'), '.0%')}"
         " of batches",
         f"samples:     {_fmt(samples.get('per_s'), '.1f')}/s, {samples.get('total', 0)} total, "
-        f"{samples.get('dropped', 0)} dropped",
+        f"{samples.get('dropped', 0)} dropped{_rejected(samples)}",
     ]
     if samples.get("write_errors") or samples.get("write_dropped"):
         lines.append(f"database:    {samples.get('write_errors', 0)} failed writes, {samples.get('write_dropped', 0)} "
-                     "sample batches not written (queue full): see the daemon's log")
+                     "samples not written (queue full): see the daemon's log")
     plugin = eng.get("plugin") or {}
     if "off_path" in plugin:
         per = lambda ns, n: f"{ns / n / 1e3:.1f}" if n else "-"
