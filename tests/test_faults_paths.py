@@ -58,12 +58,17 @@ def test_a_symlink_planted_at_the_lock_file_is_refused(short_tmp):
     assert victim.read_text() == "root:x:0:0\n"
 
 
-def test_a_symlinked_database_is_refused_at_start_and_its_target_untouched(short_tmp):
-    other = short_tmp / "other-app.db"
-    conn = sqlite3.connect(other)
+def _other_application_db(path):
+    """Another application's SQLite file, with a table of its own."""
+    conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE accounts (id INTEGER)")
     conn.commit()
     conn.close()
+    return path
+
+
+def test_a_symlinked_database_is_refused_at_start_and_its_target_untouched(short_tmp):
+    other = _other_application_db(short_tmp / "other-app.db")
     before = other.read_bytes()
     (short_tmp / "a.db").symlink_to(other)
     res = run_daemon_once(short_tmp, "--db", str(short_tmp / "a.db"), "--socket", str(short_tmp / "s"))
@@ -82,11 +87,7 @@ def test_a_symlinked_database_is_refused_at_start_and_its_target_untouched(short
 
 
 def test_another_applications_database_gets_no_tables(short_tmp):
-    other = short_tmp / "other.db"
-    conn = sqlite3.connect(other)
-    conn.execute("CREATE TABLE accounts (id INTEGER)")
-    conn.commit()
-    conn.close()
+    other = _other_application_db(short_tmp / "other.db")
     with pytest.raises(StoreError, match="belongs to another application"):
         open_store(other)
     tables = [r[0] for r in sqlite3.connect(other).execute("SELECT name FROM sqlite_master WHERE type='table'")]

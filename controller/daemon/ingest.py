@@ -11,6 +11,7 @@ import collections
 import logging
 import threading
 import time
+from typing import Callable
 
 from state.logs import RateLimitedLog
 from state.writer import Writer
@@ -26,7 +27,7 @@ log = logging.getLogger("spec_controller")
 class Ingest:
     def __init__(self, lock: threading.RLock, loop: ControlLoop, stats: LiveStats, writer: Writer, gate: SampleGate,
                  maxsize: int, interval_s: float = 0.05, group_s: float = 0.5, group_rows: int = 512,
-                 clock=time.monotonic):
+                 clock: Callable[[], float] = time.monotonic):
         self.lock, self.loop, self.stats, self.writer, self.gate = lock, loop, stats, writer, gate
         self.maxsize = maxsize
         self.interval_s, self.group_s, self.group_rows = interval_s, group_s, group_rows

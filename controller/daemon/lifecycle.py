@@ -159,7 +159,7 @@ class Daemon:
             engine.stop()
             service.ingest.stop()
             ingest.join(30)
-            service.checkpoint()
+            service.guarded("checkpoint", service.checkpoint)()
             writer.event("stop", f"exit {self.exit_code}")
             writer.stop()
             server.stop()
