@@ -213,6 +213,9 @@ def main() -> None:
              f"({time.monotonic() - t0:.0f} s on a shared 2-core machine, {time.strftime('%Y-%m-%d')})", "",
              "| case | expected | observed | verdict |", "|---|---|---|---|"]
     lines += [f"| {c} | {e} | {o} | {'ok' if ok else '**FAILED**'} |" for c, e, o, ok in rows]
+    lines += ["", "Disk full is a real tmpfs mount (root; where mounting is refused the case says 'not run'). "
+              "The SGLang cases run bench/fake_sglang.py as the engine child: SGLang's HTTP answers and the "
+              "plugin's zmq telemetry, no GPU. Each case's daemon is the real `spec-controller run` process."]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -183,6 +183,7 @@ def test_prometheus_metrics_on_opt_in_port(short_tmp):
         assert {"specctl_engine_up", "specctl_decisions_total", "specctl_samples_dropped_total",
                 "specctl_throughput_tokens_per_second", "specctl_accept_length_tokens"} <= set(values)
         assert values["specctl_engine_up"] == 1.0 and values["specctl_database_write_errors_total"] == 0
+        assert values["specctl_healthy"] == 1.0 and values['specctl_samples_rejected_total{reason="step_s"}'] == 0
     finally:
         assert d.stop() == 0
 
