@@ -54,3 +54,13 @@ def find_socket() -> Path:
 def find_db() -> Path:
     """For specctl: $SPECCTL_DB, the service's database if present, else the user daemon's."""
     return _first_existing("SPECCTL_DB", (SYSTEM_STATE / "spec-controller.db", default_db()), default_db())
+
+
+def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write a file the daemon owns without following a symbolic link planted at its path (the
+    daemon runs as root); created with `mode`. OSError on failure (ELOOP for a link)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from . import __version__ as VERSION
-DAEMON_KEYS = ("running", "starting", "pid", "version", "uptime_s", "db", "socket", "healthy")
+DAEMON_KEYS = ("running", "starting", "pid", "version", "uptime_s", "db", "socket", "healthy", "problems")
 WINDOW_KEYS = ("mean_accept_length", "acceptance_rate", "last_accept_length", "last_accept_age_s", "tok_per_s",
                "spec_share", "window_s", "figures_age_s")
-SAMPLE_KEYS = ("total", "per_s", "dropped", "written", "write_dropped", "write_errors")
+SAMPLE_KEYS = ("total", "per_s", "dropped", "rejected", "ingest_errors", "written", "write_dropped", "write_errors")
 # The sums a window of samples is summarised from (LiveStats in memory, queries.sample_sums in SQL).
 SUM_KEYS = ("batches", "tokens", "spec_batches", "busy_s", "spec_tokens", "spec_requests", "max_steps")
 
@@ -34,13 +34,13 @@ def build_status(daemon: Mapping[str, Any], engine: Mapping[str, Any] | None, co
     """The document, every key present (None where a figure is unknown, e.g. with the daemon down).
 
     control: threshold, pinned, exploit_threshold, policy {name, policy, params}, exploration_share,
-    last_decision, engine_errors, decisions. window: WINDOW_KEYS. samples: SAMPLE_KEYS.
+    last_decision, engine_errors, decisions, job_errors. window: WINDOW_KEYS. samples: SAMPLE_KEYS.
     """
     policy = control.get("policy") or {}
     return {
         "daemon": {**{k: daemon.get(k) for k in DAEMON_KEYS}, "running": bool(daemon.get("running")),
                    "starting": bool(daemon.get("starting")), "healthy": bool(daemon.get("healthy")),
-                   "version": VERSION},
+                   "problems": list(daemon.get("problems") or []), "version": VERSION},
         "engine": dict(engine) if engine is not None else None,
         "threshold": control.get("threshold"),
         "pinned": bool(control.get("pinned")),
@@ -51,5 +51,6 @@ def build_status(daemon: Mapping[str, Any], engine: Mapping[str, Any] | None, co
         "exploration_share": control.get("exploration_share"),
         "last_decision": control.get("last_decision"),
         "engine_errors": control.get("engine_errors"),
+        "job_errors": control.get("job_errors"),
         "decisions": control.get("decisions"),
     }

@@ -11,7 +11,7 @@ from .base import OFF, SPEC, Policy, relative_gain
 from .params import ParamSpec
 from .stats import Discounted
 from .summary import flip_threshold, monotone_threshold
-from .types import Decision, PolicyError, Sample, Snapshot
+from .types import Decision, PolicyError, Sample, Snapshot, check_finite
 
 HOLD_Z = 1.0           # see BucketLearner._best_threshold
 DROP, MEASURED, CORRECTED = 0, 1, 2      # what an interval that held a prefill is worth (param `prefill`)
@@ -20,12 +20,19 @@ LONG = 4.0       # a prefill interval this many times the bucket's decode step h
 
 
 def _check_state(policy: str, state: Mapping[str, Any], n_buckets: int) -> None:
+    check_finite(policy, state)
     for key in ("q_off", "q_spec"):
         rows = state.get(key)
-        if not isinstance(rows, list) or len(rows) != n_buckets or any(len(r) != 4 for r in rows):
+        if not isinstance(rows, list) or len(rows) != n_buckets or any(not _stat_row(r) for r in rows):
             raise PolicyError(f"policy {policy}: saved state does not match {n_buckets} buckets ({key})")
-    if not isinstance(state.get("accept"), list) or len(state["accept"]) != 4:
+    if not _stat_row(state.get("accept")):
         raise PolicyError(f"policy {policy}: saved state has no acceptance record")
+
+
+def _stat_row(row: Any) -> bool:
+    """A Discounted's [weight, sum, sum of squares, time]: numbers, the weight not negative."""
+    return (isinstance(row, list) and len(row) == 4 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                            for v in row) and row[0] >= 0)
 
 
 class BucketLearner(Policy):

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from .base import Policy
 from .params import ParamSpec
 from .summary import monotone_threshold
-from .types import Decision, PolicyError, Sample, Snapshot
+from .types import Decision, PolicyError, Sample, Snapshot, check_finite
 
 SLOT_KEYS = (1, 8, 32, 64)   # SGLang's default slot boundaries
 
@@ -71,6 +71,7 @@ class SGLangEMAPolicy(Policy):
         return {"slots": [list(s) for s in self.slots], "live": self.live}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
+        check_finite(self.name, state)
         slots = state.get("slots")
         if not isinstance(slots, list) or len(slots) != len(SLOT_KEYS) or any(len(s) != 3 for s in slots):
             raise PolicyError(f"policy {self.name}: saved state has {len(slots or [])} slots, expected {len(SLOT_KEYS)}")

@@ -1,7 +1,9 @@
 """Records that flow into and out of a policy. Immutable, cheap, JSON-friendly."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 from controller.contract import Sample  # noqa: F401  (the record both processes share, re-exported)
 
@@ -48,3 +50,16 @@ class Decision:
 
 class PolicyError(ValueError):
     """A bad policy name, parameter or state; the message is one line for the operator."""
+
+
+def check_finite(policy: str, state: Any, where: str = "state") -> None:
+    """PolicyError if a saved state holds a NaN or an infinity anywhere: restoring one would poison
+    every later decision (and every later checkpoint)."""
+    if isinstance(state, float) and not math.isfinite(state):
+        raise PolicyError(f"policy {policy}: saved {where} holds a non-finite number ({state})")
+    if isinstance(state, dict):
+        for key, value in state.items():
+            check_finite(policy, value, f"{where}.{key}")
+    elif isinstance(state, (list, tuple)):
+        for i, value in enumerate(state):
+            check_finite(policy, value, f"{where}[{i}]")

@@ -1,9 +1,15 @@
-"""Opening the SQLite store: pragmas, integrity, migrations, the one-daemon lock."""
+"""Opening the SQLite store: pragmas, integrity, migrations, the one-daemon lock.
+
+The daemon runs as root: the database, its journal files and the lock file are never reached
+through a symbolic link (a link planted by another user would make root write into its target),
+and files are created readable by their owner only."""
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import sqlite3
+import stat
 from pathlib import Path
 
 import sqlite_utils
@@ -11,61 +17,135 @@ import sqlite_utils
 from .migrations import migrate
 
 BUSY_TIMEOUT_MS = 5000
+SIDECARS = ("-wal", "-shm", "-journal")
 
 
 class StoreError(RuntimeError):
     """The database cannot be used; the message is one line for the operator."""
 
 
-def _describe(path: Path, err: sqlite3.Error) -> str:
+def classify(err: Exception) -> str:
+    """What kind of fault a failed write met: locked, disk full, read-only, I/O error, corrupt, error."""
+    name = getattr(err, "sqlite_errorname", "") or ""
     text = str(err)
-    if "locked" in text or "busy" in text:
-        return f"database {path} is locked by another process ({text})"
-    if "not a database" in text or "malformed" in text or "corrupt" in text:
-        return f"database {path} is corrupt ({text}); move it aside to start afresh"
-    if "unable to open" in text or "readonly" in text:
-        return f"database {path} cannot be opened ({text})"
-    return f"database {path}: {text}"
+    for kind, names, words in (("locked", ("SQLITE_BUSY", "SQLITE_LOCKED"), ("locked", "busy")),
+                               ("disk full", ("SQLITE_FULL",), ("disk is full",)),
+                               ("read-only", ("SQLITE_READONLY", "SQLITE_CANTOPEN"), ("readonly", "unable to open")),
+                               ("I/O error", ("SQLITE_IOERR",), ("I/O error",)),
+                               ("corrupt", ("SQLITE_CORRUPT", "SQLITE_NOTADB"), ("malformed", "not a database"))):
+        if name.startswith(names) or any(w in text for w in words):
+            return kind
+    return "error"
 
 
-def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = True) -> sqlite_utils.Database:
-    """Open (and for writers migrate) the store. Raises StoreError with one clear line."""
-    path = Path(path)
+def _describe(path: Path, err: sqlite3.Error) -> str:
+    kind = classify(err)
+    if kind == "locked":
+        return f"database {path} is locked by another process ({err})"
+    if kind == "corrupt":
+        return f"database {path} is corrupt ({err}); move it aside to start afresh"
+    if kind == "read-only":
+        return f"database {path} cannot be opened for writing ({err})"
+    return f"database {path}: {err}"
+
+
+def open_nofollow(path: Path, flags: int, what: str, mode: int = 0o600) -> int:
+    """os.open without following a symbolic link at path; StoreError (one line) on any failure."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise StoreError(f"{what} {path} is a symbolic link; refusing to follow it (give the real path)") from None
+        if e.errno == errno.ENOENT:
+            raise StoreError(f"{what} {path} does not exist") from None
+        raise StoreError(f"{what} {path}: {e.strerror}") from None
+
+
+def _pin_file(path: Path, readonly: bool) -> os.stat_result:
+    """The database file itself, opened without following links (created 0600); its identity."""
+    fd = open_nofollow(path, os.O_RDONLY if readonly else os.O_RDWR | os.O_CREAT, "database")
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise StoreError(f"database {path} is not a regular file")
+    for suffix in SIDECARS:
+        side = Path(f"{path}{suffix}")
+        if side.is_symlink():
+            raise StoreError(f"database journal {side} is a symbolic link; refusing to follow it")
+    return st
+
+
+def _same_file(path: Path, before: os.stat_result) -> None:
+    """The file SQLite opened is the one checked: not swapped for a link in between."""
+    try:
+        now = os.lstat(path)
+    except OSError as e:
+        raise StoreError(f"database {path} vanished while opening ({e.strerror})") from None
+    if (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
+        raise StoreError(f"database {path} was replaced while opening; refusing it")
+
+
+def _check_schema(path: Path, conn: sqlite3.Connection, readonly: bool) -> None:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version:
+        return
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     if readonly:
-        if not path.exists():
-            raise StoreError(f"database {path} does not exist")
-        if not os.access(path, os.R_OK):
-            raise StoreError(f"database {path} is not readable (permission denied)")
-    else:
+        raise StoreError(f"database {path} holds no spec-controller data (an empty file, or another application's)")
+    if tables:
+        raise StoreError(f"database {path} belongs to another application (tables: {', '.join(tables[:5])}); "
+                         "refusing to add tables to it")
+
+
+def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = True,
+               busy_ms: int | None = None) -> sqlite_utils.Database:
+    """Open (and for writers migrate) the store. Raises StoreError with one clear line.
+    busy_ms: how long a statement waits for another process's lock (default BUSY_TIMEOUT_MS)."""
+    busy_ms = BUSY_TIMEOUT_MS if busy_ms is None else busy_ms
+    path = Path(path)
+    if not readonly:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         except OSError as e:
             raise StoreError(f"cannot create {path.parent}: {e.strerror}") from None
+    pinned = _pin_file(path, readonly)
+    conn = None
     try:
         if readonly:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000,
+            # On a read-only file system nothing can change it, and SQLite could not create the WAL
+            # index a reader needs: it is opened as immutable.
+            frozen = "&immutable=1" if os.statvfs(path).f_flag & os.ST_RDONLY else ""
+            conn = sqlite3.connect(f"file:{path}?mode=ro{frozen}", uri=True, timeout=busy_ms / 1000,
                                    check_same_thread=False)
         else:
-            conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False,
+            conn = sqlite3.connect(str(path), timeout=busy_ms / 1000, check_same_thread=False,
                                    isolation_level=None)
-        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        _same_file(path, pinned)
+        conn.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
         if check:
             row = conn.execute("PRAGMA quick_check").fetchone()
             if not row or row[0] != "ok":
-                conn.close()
                 raise StoreError(f"database {path} is corrupt (quick_check: {row[0] if row else 'no answer'}); "
                                  "move it aside to start afresh")
-        if not readonly:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            db = sqlite_utils.Database(conn)
-            migrate(db)
-            return db
-        return sqlite_utils.Database(conn)
-    except sqlite3.Error as e:
-        raise StoreError(_describe(path, e)) from None
-    except RuntimeError as e:          # a schema newer than this version knows
-        raise StoreError(f"database {path}: {e}") from None
+        _check_schema(path, conn, readonly)
+        if readonly:
+            return sqlite_utils.Database(conn)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA journal_size_limit=8388608")     # the WAL shrinks back after a checkpoint
+        db = sqlite_utils.Database(conn)
+        migrate(db)
+        return db
+    except (sqlite3.Error, StoreError, RuntimeError) as e:
+        if conn is not None:
+            conn.close()
+        if isinstance(e, StoreError):
+            raise
+        if isinstance(e, sqlite3.Error):
+            raise StoreError(_describe(path, e)) from None
+        raise StoreError(f"database {path}: {e}") from None     # a schema newer than this version knows
 
 
 def leave_wal(db: sqlite_utils.Database) -> None:
@@ -92,8 +172,11 @@ class DaemonLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o640)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        except OSError as e:
+            raise StoreError(f"cannot create {self.path.parent}: {e.strerror}") from None
+        fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT, "lock file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -109,10 +192,11 @@ class DaemonLock:
         return self.holder() is not None
 
     def holder(self) -> str | None:
-        """The pid written by the live daemon holding the lock ("?" if unreadable), or None if free."""
-        if not self.path.exists():
+        """The pid written by the live daemon holding the lock ("?" if unreadable), or None if free.
+        StoreError if the lock file cannot be read."""
+        if not self.path.exists() and not self.path.is_symlink():
             return None
-        fd = os.open(self.path, os.O_RDONLY)
+        fd = open_nofollow(self.path, os.O_RDONLY, "lock file")
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             fcntl.flock(fd, fcntl.LOCK_UN)

@@ -1,9 +1,9 @@
-"""Reads and maintenance jobs over the store (reads work on a read-only connection)."""
+"""Reads over the store (they work on a read-only connection); the maintenance jobs are in retention."""
 from __future__ import annotations
 
 import json
 import time
-from typing import Any, Sequence
+from typing import Any
 
 import sqlite_utils
 
@@ -67,26 +67,3 @@ def sample_sums(db: sqlite_utils.Database, since_t: float | None = None) -> dict
     out["span_s"] = (row[8] - row[7]) if row[0] else 0.0
     out["newest_t"] = row[8]
     return out
-
-
-def rollup(db: sqlite_utils.Database, window_start: float, window_s: float, edges: Sequence[int]) -> int:
-    """Aggregate the raw samples of one window per (batch-size bucket, mode)."""
-    case = " ".join(f"WHEN batch_size <= {e} THEN {e}" for e in edges)
-    sql = (
-        "INSERT OR REPLACE INTO aggregates (window_start, window_s, bucket, mode, batches, tokens, busy_s, "
-        "mean_batch_size) "
-        f"SELECT ?, ?, CASE {case} ELSE {edges[-1]} END AS bucket, "
-        "CASE WHEN steps > 0 THEN 'spec' ELSE 'off' END AS mode, count(*), sum(tokens), sum(step_s), "
-        "avg(batch_size) FROM samples WHERE t >= ? AND t < ? AND decode_only = 1 GROUP BY bucket, mode")
-    cur = db.execute(sql, [window_start, window_s, window_start, window_start + window_s])
-    return cur.rowcount
-
-
-def apply_retention(db: sqlite_utils.Database, now_t: float, keep_samples_s: float, keep_max_rows: int,
-                    keep_aggregates_s: float) -> int:
-    """Drop raw samples older than keep_samples_s (and beyond keep_max_rows), old aggregates too."""
-    n = db.execute("DELETE FROM samples WHERE t < ?", [now_t - keep_samples_s]).rowcount
-    n += db.execute("DELETE FROM samples WHERE rowid <= (SELECT max(rowid) FROM samples) - ?",
-                    [keep_max_rows]).rowcount
-    db.execute("DELETE FROM aggregates WHERE window_start < ?", [now_t - keep_aggregates_s])
-    return n

@@ -1,144 +1,201 @@
 """The one writer thread: everything that changes the database goes through its queue."""
 from __future__ import annotations
 
-import json
 import logging
 import queue
-import sqlite3
 import threading
 import time
 from typing import Any, Callable, Sequence
 
 import sqlite_utils
 
-from .queries import setting_row
+from .db import classify
+from .items import INSERTS, Ticket, decision_item, event_item, policy_state_item, setting_item
+from .logs import RateLimitedLog
 
 log = logging.getLogger("spec_controller.state")
 
 _STOP = object()
 LOCKED_RETRIES = 6          # x the connection's busy timeout (5 s): a lock held up to ~30 s loses nothing
+SYSTEMIC = ("disk full", "read-only", "I/O error", "corrupt")   # every write would fail alike
+
+
+class WriteFailed(RuntimeError):
+    """A durable write did not commit (or, with maybe_saved, its outcome is unknown); one line."""
+
+    def __init__(self, message: str, maybe_saved: bool = False):
+        super().__init__(message)
+        self.maybe_saved = maybe_saved
 
 
 class Writer:
     """Batches queued writes into one transaction per drain; never blocks its callers.
 
-    A full queue drops samples and counts them (telemetry, best effort); settings,
-    decisions, policy state and events wait for room instead.
+    Samples are capped at `maxsize` queued groups (beyond it they are dropped and counted:
+    telemetry, best effort); settings, decisions, policy state and events are always queued,
+    so that no caller ever waits here (the queue is bounded by their low rate). transaction()
+    is the one write a caller waits for: a command is acknowledged only once it is on disk.
     """
 
-    def __init__(self, db: sqlite_utils.Database, maxsize: int = 10000, batch: int = 512):
+    def __init__(self, db: sqlite_utils.Database, maxsize: int = 10000, batch: int = 512,
+                 log_interval_s: float = 60.0):
         self.db = db
-        self.q: queue.Queue = queue.Queue(maxsize=maxsize)
+        self.q: queue.Queue = queue.Queue()
+        self.maxsize = maxsize
         self.batch = batch
-        self.dropped = 0
+        self.dropped = 0              # sample rows not queued (queue full)
         self.written_samples = 0
-        self.errors = 0
+        self.errors = 0               # writes that failed and were lost
+        self.commits = 0
+        self.problem: str | None = None   # why writes fail now (disk full, read-only, locked); None when fine
+        # A nearly full disk still takes small commits between failures: the problem is over only
+        # once no write has failed for recover_s (else health and the log would flap with it).
+        self.recover_s = 5.0
+        self._last_failure = 0.0
+        self._logs = RateLimitedLog(log, log_interval_s)
         self._thread = threading.Thread(target=self._run, name="state-writer", daemon=True)
 
     def start(self) -> "Writer":
         self._thread.start()
         return self
 
-    # --- producers (any thread) -------------------------------------------
-    def _put(self, item: tuple, essential: bool = True) -> bool:
-        """Samples are dropped (and counted) when the queue is full; everything else waits
-        for room, since a decision or a setting must never be lost."""
-        try:
-            if essential:
-                self.q.put(item, timeout=30)
-            else:
-                self.q.put_nowait(item)
-            return True
-        except queue.Full:
-            self.dropped += 1
-            if essential:
-                self.errors += 1
-                log.error("state writer: queue full for 30 s; a %s write was lost", item[0])
-            return False
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
 
+    # --- producers (any thread) -------------------------------------------
     def samples(self, rows: Sequence[tuple]) -> bool:
-        return self._put(("samples", rows), essential=False)
+        if self.q.qsize() >= self.maxsize:
+            self.dropped += len(rows)
+            return False
+        self.q.put(("samples", rows))
+        return True
+
+    def _put(self, item: tuple) -> bool:
+        self.q.put(item)
+        return True
 
     def decision(self, t: float, old: int, new: int, policy: str, reason: str, exploratory: bool) -> bool:
-        return self._put(("decisions", {"t": t, "wall": time.time(), "old": old, "new": new, "policy": policy,
-                                         "reason": reason, "exploratory": int(exploratory)}))
+        return self._put(decision_item(t, old, new, policy, reason, exploratory))
 
     def setting(self, key: str, value: Any) -> bool:
-        return self._put(("settings", setting_row(key, value)))
+        return self._put(setting_item(key, value))
 
     def policy_state(self, policy: str, params: dict, state: dict) -> bool:
-        return self._put(("policy_state", {"wall": time.time(), "policy": policy, "params": json.dumps(params),
-                                            "state": json.dumps(state)}))
+        """ValueError (nothing queued) if the state holds a NaN or an infinity."""
+        return self._put(policy_state_item(policy, params, state))
 
     def event(self, kind: str, detail: str = "") -> bool:
-        return self._put(("events", {"wall": time.time(), "kind": kind, "detail": detail}))
+        return self._put(event_item(kind, detail))
 
     def call(self, fn: Callable[[sqlite_utils.Database], None]) -> bool:
-        """Run fn(db) on the writer thread (rollups, retention)."""
+        """Run fn(db) on the writer thread, in its batch's transaction (rollups, retention)."""
         return self._put(("call", fn))
+
+    def transaction(self, items: Sequence[tuple], timeout: float = 5.0) -> None:
+        """Commit items (setting_item, event_item, ...) in a transaction of their own and wait for it.
+
+        WriteFailed, with nothing written, when the commit fails or does not start within timeout
+        (a writer stuck behind a locked database); once it has started, its outcome is awaited.
+        """
+        ticket = Ticket(list(items))
+        self.q.put(("txn", ticket))
+        if not ticket.done.wait(timeout) and ticket.cancel():
+            raise WriteFailed(f"the database writer is busy ({self.problem or 'a slow write'})")
+        if not ticket.done.wait(120.0):
+            raise WriteFailed("the database write did not finish in 120 s; it may yet be saved", maybe_saved=True)
+        if ticket.error:
+            raise WriteFailed(f"the database write failed: {ticket.error}")
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Block until everything queued before this call is committed (visible to readers)."""
         done = threading.Event()
-        try:
-            self.q.put(("barrier", done), timeout=timeout)
-        except queue.Full:
-            return False
+        self.q.put(("barrier", done))
         return done.wait(timeout)
 
     def stop(self, timeout: float = 30.0) -> None:
-        try:
-            self.q.put(_STOP, timeout=timeout)
-        except queue.Full:
-            pass
+        self.q.put(_STOP)
         self._thread.join(timeout)
 
     # --- the thread -------------------------------------------------------
     def _run(self) -> None:
         while True:
-            first = self.q.get()
-            items = [first]
+            items = [self.q.get()]
             while len(items) < self.batch:
                 try:
                     items.append(self.q.get_nowait())
                 except queue.Empty:
                     break
             stop = any(i is _STOP for i in items)
-            self._write([i for i in items if i is not _STOP])
+            try:
+                self._write([i for i in items if i is not _STOP])
+            except Exception as e:            # a bug here must not end the only writer: count it, go on
+                self.errors += 1
+                self._logs.error("internal", "state writer: unexpected %s: %s", type(e).__name__, e)
             if stop:
                 return
 
     def _write(self, items: list) -> None:
-        # Barriers are released after the commit: a flush() caller then reads committed rows.
-        barriers = [payload for kind, payload in items if kind == "barrier"]
-        work = [item for item in items if item[0] != "barrier"]
+        # Barriers are released after the commits: a flush() caller then reads committed rows.
+        barriers, work = [], []
         try:
-            if work:
-                self._write_batch(work)
+            for kind, payload in items:
+                if kind == "barrier":
+                    barriers.append(payload)
+                elif kind == "txn":           # in queue order: what was queued before it commits first
+                    self._write_batch(work)
+                    work = []
+                    self._durable(payload)
+                else:
+                    work.append((kind, payload))
+            self._write_batch(work)
         finally:
             for done in barriers:
                 done.set()
 
+    def _durable(self, ticket: Ticket) -> None:
+        if not ticket.begin():                # its caller gave up waiting and refused the command
+            return
+        error = self._commit(ticket.items)
+        if error is not None and classify(error) in SYSTEMIC + ("locked",):
+            self._note_problem(error)          # refused to its caller, so not counted as lost
+        ticket.finish(None if error is None else f"{classify(error)} ({error})")
+
     def _write_batch(self, work: list) -> None:
+        if not work:
+            return
         for attempt in range(LOCKED_RETRIES):
             error = self._commit(work)
             if error is None:
                 return
-            if not _is_lock(error):
+            if classify(error) != "locked":
                 break
             # Another process holds the write lock (each attempt waited the busy timeout): keep the batch.
-            if attempt == 0:
-                log.warning("state writer: database locked by another process, retrying: %s", error)
+            self._note_problem(error)
         else:
-            self.errors += len(work)
-            log.error("state writer: database locked for %d attempts; %d writes lost", LOCKED_RETRIES, len(work))
+            self._failed(error, len(work))
+            return
+        if classify(error) in SYSTEMIC:
+            self._failed(error, len(work))
             return
         # One bad write must not take the rest of its batch with it: retry one by one.
         for item in work:
             error = self._commit([item])
             if error is not None:
-                self.errors += 1
-                log.error("state writer: a %s write failed and was rolled back: %s", item[0], error)
+                self._failed(error, 1, item[0])
+
+    def _note_problem(self, error: Exception) -> None:
+        kind = classify(error)
+        self.problem = f"database {kind}: {error}"
+        self._last_failure = time.monotonic()
+        self._logs.error(kind, "state writer: %s (writes are retried; commands are refused meanwhile)", self.problem)
+
+    def _failed(self, error: Exception, n: int, what: str = "") -> None:
+        self.errors += n
+        if classify(error) in SYSTEMIC or classify(error) == "locked":
+            self._note_problem(error)
+        else:
+            self._logs.error(f"write:{what}", "state writer: a %s write failed and was rolled back: %s", what, error)
 
     def _commit(self, items: list) -> Exception | None:
         """One transaction; the error that rolled it back, or None."""
@@ -147,24 +204,23 @@ class Writer:
             conn.execute("BEGIN IMMEDIATE")
             for kind, payload in items:
                 if kind == "samples":
-                    conn.executemany("INSERT INTO samples (t, batch_size, steps, tokens, step_s, decode_only) "
-                                     "VALUES (?, ?, ?, ?, ?, ?)", payload)
-                elif kind == "settings":
-                    self.db["settings"].upsert(payload, pk="key")
+                    conn.executemany(INSERTS[kind], payload)
                 elif kind == "call":
                     payload(self.db)
                 else:
-                    self.db[kind].insert(payload)
+                    conn.execute(INSERTS[kind], payload)
             conn.execute("COMMIT")
         except Exception as e:
             try:
                 conn.execute("ROLLBACK")
             except Exception:
-                pass
+                pass            # SQLite already rolled back (e.g. on a full disk)
             return e
+        self.commits += 1
         self.written_samples += sum(len(p) for k, p in items if k == "samples")
+        if self.problem is not None and time.monotonic() - self._last_failure >= self.recover_s:
+            log.warning("state writer: the database takes writes again (%d writes lost so far)", self.errors)
+            self.problem = None
+            for kind in SYSTEMIC + ("locked",):
+                self._logs.reset(kind)
         return None
-
-
-def _is_lock(error: Exception) -> bool:
-    return isinstance(error, sqlite3.OperationalError) and ("locked" in str(error) or "busy" in str(error))

@@ -16,7 +16,9 @@ def daemon(tmp_path_factory):
     d = Path(tempfile.mkdtemp(prefix="sc-cli-", dir="/tmp"))
     proc = DaemonProc(d, "--concurrency", "4", "--profile", "crossover-b")
     proc.wait_socket()
-    proc.wait_for(lambda st: st["samples"]["total"] > 50 and st["mean_accept_length"], what="spec samples")
+    # samples reach the database in groups (every 0.5 s): the offline tests read them there
+    proc.wait_for(lambda st: st["samples"]["total"] > 50 and st["mean_accept_length"] and st["samples"]["written"] > 50,
+                  what="spec samples, written")
     yield proc
     assert proc.stop() == 0
     shutil.rmtree(d, ignore_errors=True)
@@ -165,4 +167,9 @@ def test_status_names_failed_database_writes_only_when_there_are_some():
           "threshold": 8, "samples": {"total": 5, "per_s": 1.0, "dropped": 0, "write_errors": 0, "write_dropped": 0}}
     assert "database:" not in render_status(st)
     st["samples"]["write_errors"] = 2
-    assert "database:    2 failed writes, 0 sample batches not written" in render_status(st)
+    assert "database:    2 failed writes, 0 samples not written" in render_status(st)
+    st["daemon"].update(healthy=False, problems=["database disk full: database or disk is full"])
+    st["samples"]["rejected"] = {"step_s": 3, "time": 0, "batch_size": 1}
+    text = render_status(st)
+    assert "UNHEALTHY" in text and "problem:     database disk full: database or disk is full" in text
+    assert "4 rejected (step_s 3, batch_size 1)" in text

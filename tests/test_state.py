@@ -6,6 +6,7 @@ from controller.status import summarise
 from state import queries
 from state.db import DaemonLock, StoreError, open_store
 from state.migrations import MIGRATIONS
+from state.retention import Retention, apply_retention, rollup
 from state.writer import Writer
 
 
@@ -68,10 +69,10 @@ def test_rollup_and_retention(tmp_path):
     rows = [(t * 0.5, bs, 2 if bs <= 4 else 0, bs * 2 if bs <= 4 else bs, 0.05, 1)
             for t in range(40) for bs in (2, 20)]
     db.conn.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)", rows)
-    assert queries.rollup(db, 0.0, 10.0, (1, 2, 4, 8, 16, 32)) == 2
+    assert rollup(db, 0.0, 10.0, 10.0, (1, 2, 4, 8, 16, 32)) == 2
     agg = {(r["bucket"], r["mode"]): r for r in db["aggregates"].rows}
     assert agg[(2, "spec")]["batches"] == 20 and agg[(32, "off")]["tokens"] == 400
-    queries.apply_retention(db, now_t=20.0, keep_samples_s=5.0, keep_max_rows=10**6, keep_aggregates_s=1e9)
+    apply_retention(db, now_t=20.0, keep=Retention(samples_s=5.0, aggregates_s=1e9))
     assert db.execute("SELECT min(t) FROM samples").fetchone()[0] >= 15.0
 
 

@@ -1,15 +1,19 @@
 """specctl's side of the control API: HTTP/1.1 over the daemon's unix socket.
 
 One request per connection, written and read by hand: http.client alone (email parsing, ssl)
-cost ~20 ms of every `specctl status`, more than the rest of the call (bench/status_latency.py)."""
+cost ~20 ms of every `specctl status`, more than the rest of the call (bench/status_latency.py).
+A busy daemon (full listen queue, or its cap on clients served at once) is retried briefly
+before anything is said about it."""
 from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
 MAX_ANSWER = 64 * 1024 * 1024
+BUSY_RETRY_S = 3.0      # how long a full connection queue (EAGAIN) is retried before giving up
 
 
 class DaemonUnreachable(Exception):
@@ -20,28 +24,34 @@ class DaemonError(Exception):
     """The daemon answered with an error (the message is its one line)."""
 
 
+class _Busy(Exception):
+    """The daemon is alive but busy with other clients: a full listen queue (EAGAIN) or its cap on
+    connections served at once (503 with Retry-After). Retried before anything is said."""
+
+
 def _connect(path: str, timeout: float) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(path)
-    except FileNotFoundError:
+    except BaseException as e:
         sock.close()
-        raise DaemonUnreachable(f"no daemon socket at {path}") from None
-    except PermissionError:
-        sock.close()
-        raise DaemonError(f"permission denied on {path} (run as root or a member of its group)") from None
-    except ConnectionRefusedError:
-        sock.close()
-        raise DaemonUnreachable(f"nothing listens on {path}") from None
-    except OSError as e:
-        sock.close()
-        raise DaemonUnreachable(f"cannot reach {path}: {e.strerror or e}") from None
+        if isinstance(e, FileNotFoundError):
+            raise DaemonUnreachable(f"no daemon socket at {path}") from None
+        if isinstance(e, PermissionError):
+            raise DaemonError(f"permission denied on {path} (run as root or a member of its group)") from None
+        if isinstance(e, ConnectionRefusedError):
+            raise DaemonUnreachable(f"nothing listens on {path}") from None
+        if isinstance(e, BlockingIOError):
+            raise _Busy("its connection queue is full") from None
+        if isinstance(e, OSError):
+            raise DaemonUnreachable(f"cannot reach {path}: {e.strerror or e}") from None
+        raise
     return sock
 
 
-def _read_answer(sock: socket.socket) -> tuple[int, bytes]:
-    """(status, body) of one HTTP/1.1 answer with a Content-Length (the daemon always sends one)."""
+def _read_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of one HTTP/1.1 answer with a Content-Length (the daemon always sends one)."""
     buf = b""
     while b"\r\n\r\n" not in buf:
         chunk = sock.recv(65536)
@@ -51,11 +61,11 @@ def _read_answer(sock: socket.socket) -> tuple[int, bytes]:
     head, _, body = buf.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split()[1])
-    length = 0
+    headers = {}
     for line in lines[1:]:
         name, _, value = line.partition(":")
-        if name.strip().lower() == "content-length":
-            length = int(value.strip())
+        headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length") or 0)
     if length > MAX_ANSWER:
         raise ValueError(f"answer of {length} bytes")
     while len(body) < length:
@@ -63,25 +73,45 @@ def _read_answer(sock: socket.socket) -> tuple[int, bytes]:
         if not chunk:
             raise ValueError("connection closed inside the answer")
         body += chunk
-    return status, body[:length]
+    return status, headers, body[:length]
 
 
 def request(socket_path: str | Path, method: str, path: str, body: dict | None = None,
             timeout: float = 10.0) -> Any:
-    """The daemon's JSON answer; DaemonUnreachable when none listens, DaemonError on its error."""
-    sock = _connect(str(socket_path), timeout)
+    """The daemon's JSON answer. DaemonUnreachable when no daemon is there, DaemonError for its
+    one-line errors; a busy daemon is retried (with backoff) for BUSY_RETRY_S first."""
+    end, pause = time.monotonic() + BUSY_RETRY_S, 0.005
+    while True:
+        try:
+            return _request_once(str(socket_path), method, path, body, timeout)
+        except _Busy as e:
+            if time.monotonic() + pause > end:
+                raise DaemonError(f"the daemon on {socket_path} is busy ({e}) for {BUSY_RETRY_S:g} s; "
+                                  "try again") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+
+
+def _request_once(socket_path: str, method: str, path: str, body: dict | None, timeout: float) -> Any:
+    sock = _connect(socket_path, timeout)
     try:
         data = json.dumps(body).encode() if body is not None else b""
         head = (f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
                 f"Content-Length: {len(data)}\r\n" + ("Content-Type: application/json\r\n" if data else "") + "\r\n")
         try:
-            sock.sendall(head.encode() + data)
-            status, raw = _read_answer(sock)
+            try:
+                sock.sendall(head.encode() + data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass            # a daemon at its client cap answers and closes before reading: read that
+            status, headers, raw = _read_answer(sock)
             payload = json.loads(raw or b"null")
         except (OSError, ValueError, IndexError) as e:      # JSONDecodeError is a ValueError
             raise DaemonError(f"daemon at {socket_path} gave no usable answer ({e})") from None
+        error = payload.get("error") if isinstance(payload, dict) else f"HTTP {status}"
+        if status == 503 and headers.get("retry-after"):
+            raise _Busy(error)
         if status != 200:
-            raise DaemonError(payload.get("error") if isinstance(payload, dict) else f"HTTP {status}")
+            raise DaemonError(error)
         return payload
     finally:
         sock.close()

@@ -14,6 +14,9 @@ from .client import DaemonError, request
 from .options import EXIT_ERROR, fail_as
 
 
+OFFLINE_BUSY_MS = 2000      # an offline write waits this long for another process's lock, then says so
+
+
 class Ctx:
     def __init__(self, socket: str | None, db: str | None):
         self.socket = Path(socket) if socket else find_socket()
@@ -59,7 +62,7 @@ def offline_db(ctx: Ctx, write: bool = False):
         if write:
             if DaemonLock(ctx.db).held_by_other():
                 fail(f"a daemon holds {ctx.db} but does not answer on {ctx.socket}; nothing changed")
-            return open_store(ctx.db)
+            return open_store(ctx.db, busy_ms=OFFLINE_BUSY_MS)
         return open_store(ctx.db, readonly=True)
     except StoreError as e:
         fail(str(e))
@@ -71,14 +74,25 @@ UNREADABLE = "unreadable"
 def lock_holder(db: Path) -> str | None:
     """The pid of the daemon holding db's lock, None when none does, UNREADABLE when this user
     may not read the lock file (then who holds it cannot be told)."""
-    from state.db import DaemonLock
+    from state.db import DaemonLock, StoreError
     try:
         return DaemonLock(db).holder()
-    except OSError:
+    except (OSError, StoreError):        # StoreError: not readable, or not a plain file (a planted link)
         return UNREADABLE
 
 
 def save_offline(ctx: Ctx, key: str, value: Any) -> None:
-    """A setting written straight into the database, used at the daemon's next start."""
+    """A setting written straight into the database, used at the daemon's next start; one line
+    (and nothing changed) when the database is locked, read-only or full."""
+    import sqlite3
+
     from state import queries
-    offline_db(ctx, write=True)["settings"].upsert(queries.setting_row(key, value), pk="key")
+    from state.db import classify
+    from state.items import INSERTS
+    db = offline_db(ctx, write=True)
+    try:
+        db.conn.execute(INSERTS["settings"], queries.setting_row(key, value))
+    except sqlite3.Error as e:
+        fail(f"could not save to {ctx.db}: database {classify(e)} ({e}); nothing changed")
+    finally:
+        db.conn.close()

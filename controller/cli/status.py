@@ -25,6 +25,13 @@ def _acceptance(st: dict) -> str:
             f"rate {_fmt(st.get('acceptance_rate'), '.1%')}")
 
 
+def _rejected(samples: dict) -> str:
+    kinds = {k: v for k, v in (samples.get("rejected") or {}).items() if v}
+    if not kinds:
+        return ""
+    return f", {sum(kinds.values())} rejected ({', '.join(f'{k} {v}' for k, v in kinds.items())})"
+
+
 def _sglang_line(plugin: dict) -> str:
     """The engine's SGLang and what backs its off path: fast (measured / contract-checked) or steps-0, why."""
     path = plugin["off_path"]
@@ -53,6 +60,7 @@ def _head(st: dict) -> list[str]:
         load.append(f"clock x{eng['speed']:g}")
     return [f"daemon:      running, pid {d['pid']}, up {ago(d['uptime_s'] or 0)}, "
             f"{'healthy' if d['healthy'] else 'UNHEALTHY'}",
+            *[f"problem:     {p}" for p in d.get("problems") or []],
             f"engine:      {eng.get('engine', '?')} - {eng.get('detail', '')}" + (f" ({', '.join(load)})" if load else "")]
 
 
@@ -67,7 +75,7 @@ def _samples(st: dict) -> str:
     if not st["daemon"]["running"]:
         return f"samples:     {samples.get('total') or 0:,} stored"
     return (f"samples:     {_fmt(samples.get('per_s'), ',.1f')}/s, {samples.get('total') or 0:,} total, "
-            f"{samples.get('dropped') or 0} dropped")
+            f"{samples.get('dropped') or 0} dropped{_rejected(samples)}")
 
 
 def _last_change(st: dict) -> list[str]:
@@ -94,7 +102,7 @@ def render_status(st: dict) -> str:
     ]
     if samples.get("write_errors") or samples.get("write_dropped"):
         lines.append(f"database:    {samples.get('write_errors', 0)} failed writes, {samples.get('write_dropped', 0)} "
-                     "sample batches not written (queue full): see the daemon's log")
+                     "samples not written (queue full): see the daemon's log")
     lines += _plugin_lines(eng.get("plugin") or {}) + _last_change(st)
     return "\n".join(lines)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Collection, Mapping
 
 from policies.buckets import Buckets
-from policies.types import Decision
+from policies.types import Decision, PolicyError
 
 from .changes import ChangeBudget
 
@@ -83,6 +83,8 @@ class Guard:
     """Turns a policy's Decision into the threshold actually applied."""
 
     def __init__(self, config: GuardConfig, buckets: Buckets, initial: int):
+        if isinstance(initial, bool) or not isinstance(initial, int) or initial < 0:
+            raise PolicyError(f"guard: initial threshold {initial!r} is not a batch size")   # e.g. a NaN restored
         self.cfg = config
         self.buckets = buckets
         self.hi = min(config.max_threshold, buckets.edges[-1])

@@ -83,6 +83,11 @@ class ControlLoop:
         self.pinned = threshold
         self.guard.forget_proposals()
 
+    def revert(self, threshold: int) -> None:
+        """The engine did not take the last threshold and still runs this one: the next tick sees
+        its decision as a change again, and retries it."""
+        self.threshold = threshold
+
     def tick(self, now: float) -> Tick:
         self.guard.account(now, self._since_tick, explored=self._explored)
         self._since_tick = self._explored = 0

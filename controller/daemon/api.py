@@ -1,4 +1,8 @@
-"""The control API: HTTP + JSON on a unix socket (mode 0660), no TCP listener."""
+"""The control API: HTTP + JSON on a unix socket (mode 0660), no TCP listener.
+
+Sized for many operators and scripts at once (a listen backlog of 128, at most MAX_CLIENTS
+connections served together) and safe against a client that stalls or sends too much (a read
+timeout, a cap on the body)."""
 from __future__ import annotations
 
 import json
@@ -6,6 +10,7 @@ import logging
 import os
 import socket
 import socketserver
+import stat
 import threading
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -15,7 +20,14 @@ from urllib.parse import parse_qs, urlparse
 from policies import PolicyError, list_policies
 from state import queries
 
+from .service import CommandRefused
+
 log = logging.getLogger("spec_controller.api")
+
+BACKLOG = 128
+MAX_BODY = 64 * 1024          # a command is a few hundred bytes
+READ_TIMEOUT_S = 10.0         # a connection that sends nothing for this long is closed
+MAX_CLIENTS = 64              # connections served at once; beyond it a client gets 503 at once
 
 
 class ApiError(Exception):
@@ -71,9 +83,23 @@ def make_routes(service, on_stop: Callable[[], dict] | None = None
     }
 
 
+def _body_length(headers) -> int:
+    raw = headers.get("Content-Length") or "0"
+    try:
+        length = int(raw)
+    except ValueError:
+        raise ApiError(400, f"bad Content-Length {raw!r}") from None
+    if length < 0:
+        raise ApiError(400, f"bad Content-Length {raw!r}")
+    if length > MAX_BODY:
+        raise ApiError(413, f"request body of {length} bytes is over the limit of {MAX_BODY}")
+    return length
+
+
 class _Handler(BaseHTTPRequestHandler):
     routes: dict = {}
     protocol_version = "HTTP/1.1"
+    timeout = READ_TIMEOUT_S           # socketserver sets it on the connection: every read is bounded
 
     def address_string(self) -> str:
         return "unix"
@@ -96,7 +122,7 @@ class _Handler(BaseHTTPRequestHandler):
             if route is None:
                 raise ApiError(404, f"no such endpoint: {method} {url.path}")
             body = {}
-            length = int(self.headers.get("Content-Length") or 0)
+            length = _body_length(self.headers)
             if length:
                 try:
                     body = json.loads(self.rfile.read(length))
@@ -106,7 +132,11 @@ class _Handler(BaseHTTPRequestHandler):
                     raise ApiError(400, "body must be a JSON object")
             self._reply(200, route(parse_qs(url.query), body))
         except ApiError as e:
+            if e.status == 413:
+                self.close_connection = True       # the unread body must not be taken for a request
             self._reply(e.status, {"error": str(e)})
+        except CommandRefused as e:
+            self._reply(503, {"error": str(e)})
         except (PolicyError, ValueError) as e:
             self._reply(400, {"error": str(e)})
         except Exception as e:                   # the daemon keeps running; the caller gets one line
@@ -122,15 +152,48 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    request_queue_size = BACKLOG
+
+    def __init__(self, *args, **kwargs):
+        self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            try:
+                request.sendall(b'HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n'
+                                b'Retry-After: 1\r\nConnection: close\r\nContent-Length: 37\r\n\r\n'
+                                b'{"error": "too many clients at once"}')
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 def check_socket_free(path: Path) -> None:
-    """Remove a crashed daemon's leftover socket; RuntimeError if a live daemon answers on it."""
-    if not path.exists() and not path.is_symlink():
+    """Remove a crashed daemon's leftover socket; RuntimeError if a live daemon answers on it, or if
+    anything but a socket is at the path (a file given as --socket is never deleted)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
         return
+    except OSError as e:
+        raise RuntimeError(f"control socket path {path}: {e.strerror}") from None
+    if not stat.S_ISSOCK(st.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a socket"
+        raise RuntimeError(f"control socket path {path} exists and is {kind}; refusing to remove it")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(str(path))
+    except BlockingIOError:
+        pass                                          # its backlog is full: a live, busy daemon
     except OSError:
         path.unlink()                                 # nobody listening: a leftover of a crash
         return
@@ -140,26 +203,31 @@ def check_socket_free(path: Path) -> None:
 
 
 class ControlServer:
-    def __init__(self, path: str | os.PathLike, service, on_stop: Callable[[], dict] | None = None):
+    def __init__(self, path: str | os.PathLike, service, on_stop: Callable[[], dict] | None = None,
+                 read_timeout_s: float = READ_TIMEOUT_S):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         check_socket_free(self.path)
-        handler = type("Handler", (_Handler,), {"routes": make_routes(service, on_stop)})
+        handler = type("Handler", (_Handler,), {"routes": make_routes(service, on_stop), "timeout": read_timeout_s})
         old = os.umask(0o117)                          # socket created 0660, never world-accessible
         try:
             self.server = _UnixHTTPServer(str(self.path), handler)
         finally:
             os.umask(old)
-        os.chmod(self.path, 0o660)
-        self._thread = threading.Thread(target=self.server.serve_forever, name="control-api", daemon=True)
+        st = os.lstat(self.path)
+        self._inode = (st.st_dev, st.st_ino)           # stop() removes this socket and nothing else
+        self.thread = threading.Thread(target=self.server.serve_forever, name="control-api", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        self.thread.start()
 
     def stop(self) -> None:
-        self.server.shutdown()
+        if self.thread.is_alive():         # shutdown() waits for serve_forever, forever if it never ran
+            self.server.shutdown()
         self.server.server_close()
         try:
-            self.path.unlink()
+            st = os.lstat(self.path)
+            if (st.st_dev, st.st_ino) == self._inode:
+                self.path.unlink()
         except FileNotFoundError:
             pass

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import copy
+import ipaddress
 import tomllib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from policies import PolicyError, make_policy
 
 from ..control.guard import GuardConfig, GuardConfigError
 from ..paths import DEFAULT_CONFIG
@@ -17,8 +20,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "sglang": {},                 # SGLang ServerArgs, passed through (see docs/sglang.md)
     "policy": {"name": "bandit", "seed": 0, "tick_s": 0.5, "initial_threshold": 0, "params": {}},
     "guard": {},                  # GuardConfig fields
-    "storage": {"db": "", "retention_samples_s": 3600.0, "retention_max_rows": 2_000_000,
-                "retention_aggregates_s": 7 * 86400.0, "rollup_s": 10.0, "checkpoint_s": 30.0},
+    "storage": {"db": "", "retention_samples_s": 3600.0, "retention_max_samples": 2_000_000,
+                "retention_aggregates_s": 7 * 86400.0, "retention_decisions_s": 30 * 86400.0,
+                "retention_max_decisions": 200_000, "retention_events_s": 30 * 86400.0, "retention_max_events": 20_000,
+                "retention_states_keep": 48, "retention_states_hourly_s": 7 * 86400.0,
+                "rollup_s": 10.0, "checkpoint_s": 30.0},
     "control": {"socket": "", "metrics_port": 0, "metrics_addr": "127.0.0.1", "ingest_queue": 65536,
                 "log_level": "INFO"},
 }
@@ -32,6 +38,9 @@ FLAGS: dict[str, tuple[str, str]] = {
     "db": ("storage", "db"), "socket_path": ("control", "socket"), "metrics_port": ("control", "metrics_port"),
     "log_level": ("control", "log_level"),
 }
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# retention_max_rows was the samples' row cap before every table had one
+RENAMED = {("storage", "retention_max_rows"): "retention_max_samples"}
 
 
 class ConfigError(ValueError):
@@ -100,6 +109,7 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
                 raise ConfigError(f"config: unknown section [{section}] (known: {', '.join(DEFAULTS)})")
             if not isinstance(values, dict):
                 raise ConfigError(f"config: [{section}] must be a table")
+            values = {RENAMED.get((section, k), k): v for k, v in values.items()}
             if (section,) not in FREE_FORM:
                 _check(section, values, DEFAULTS[section])
             for key, value in values.items():
@@ -112,20 +122,42 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
     return cfg
 
 
+RANGES = [("sim", "speed", 0.01, 10000), ("sim", "concurrency", 0, 65536), ("sim", "arrival_rate", 0, 1e6),
+          ("sim", "seed", 0, 2**63),
+          ("policy", "tick_s", 0.05, 3600), ("policy", "initial_threshold", 0, 65536), ("policy", "seed", 0, 2**63),
+          ("storage", "retention_samples_s", 1, 1e9), ("storage", "retention_max_samples", 1000, 1e10),
+          ("storage", "retention_aggregates_s", 1, 1e10), ("storage", "retention_decisions_s", 1, 1e10),
+          ("storage", "retention_max_decisions", 100, 1e10), ("storage", "retention_events_s", 1, 1e10),
+          ("storage", "retention_max_events", 100, 1e10), ("storage", "retention_states_keep", 1, 1e6),
+          ("storage", "retention_states_hourly_s", 0, 1e10), ("storage", "rollup_s", 1, 86400),
+          ("storage", "checkpoint_s", 1, 86400), ("control", "metrics_port", 0, 65535),
+          ("control", "ingest_queue", 16, 10_000_000)]
+
+
 def validate(cfg: dict) -> None:
+    """Every value a running daemon would choke on is refused here, with one line."""
     if cfg["engine"]["kind"] not in ("sim", "sglang"):
         raise ConfigError(f"config: [engine] kind={cfg['engine']['kind']!r} must be 'sim' or 'sglang'")
-    ranges = [("sim", "speed", 0.01, 10000), ("sim", "concurrency", 0, 65536),
-              ("sim", "arrival_rate", 0, 1e6), ("policy", "tick_s", 0.05, 3600),
-              ("policy", "initial_threshold", 0, 65536), ("storage", "retention_samples_s", 1, 1e9),
-              ("storage", "retention_max_rows", 1000, 1e10), ("storage", "rollup_s", 1, 86400),
-              ("storage", "checkpoint_s", 1, 86400), ("control", "metrics_port", 0, 65535),
-              ("control", "ingest_queue", 16, 10_000_000)]
-    for section, key, lo, hi in ranges:
+    for section, key, lo, hi in RANGES:
         value = cfg[section][key]
-        if not lo <= value <= hi:
+        if not lo <= value <= hi:          # NaN fails too
             raise ConfigError(f"config: [{section}] {key}={value!r} out of range ({lo:g} .. {hi:g})")
+    ctl = cfg["control"]
+    if str(ctl["log_level"]).upper() not in LOG_LEVELS:
+        raise ConfigError(f"config: [control] log_level={ctl['log_level']!r} must be one of {', '.join(LOG_LEVELS)}")
+    ctl["log_level"] = ctl["log_level"].upper()
+    try:
+        ipaddress.ip_address(ctl["metrics_addr"])
+    except ValueError:
+        raise ConfigError(f"config: [control] metrics_addr={ctl['metrics_addr']!r} is not an IP address") from None
+    for key, value in (("storage", cfg["storage"]["db"]), ("control", ctl["socket"])):
+        if "\0" in value:
+            raise ConfigError(f"config: [{key}] path {value!r} holds a NUL byte")
     try:
         GuardConfig.from_mapping(cfg["guard"])
     except GuardConfigError as e:
         raise ConfigError(f"config: [guard] {e}") from None
+    try:
+        make_policy(cfg["policy"]["name"], cfg["policy"]["params"])
+    except PolicyError as e:
+        raise ConfigError(f"config: [policy] {e}") from None

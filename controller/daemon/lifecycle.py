@@ -57,6 +57,8 @@ class Daemon:
         self.reload_flag = threading.Event()
         self.exit_code = 0
         self.stop_reason = ""
+        self.watch: dict[str, threading.Thread] = {}     # worker threads whose death ends the daemon
+        self.stall_s = 60.0                               # no retune that worked for this long: exit
 
     def request_stop(self, reason: str) -> dict:
         """Ask the daemon to drain and exit 0 (SIGTERM, SIGINT, `specctl stop`); the first reason wins."""
@@ -73,6 +75,13 @@ class Daemon:
     def _preflight(self, ctl: dict) -> None:
         """What can clash with another process is checked before an engine takes minutes to start."""
         from .api import check_socket_free
+        sock, db = Path(ctl["socket"]).absolute(), Path(self.cfg["storage"]["db"]).absolute()
+        if sock in (db, Path(f"{db}.lock"), *(Path(f"{db}{s}") for s in ("-wal", "-shm", "-journal"))):
+            raise Fatal(f"control socket {sock} is the database's own path; give another --socket", 2)
+        try:
+            sock.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        except OSError as e:
+            raise Fatal(f"cannot create the control socket's directory {sock.parent}: {e.strerror}") from None
         check_socket_free(Path(ctl["socket"]))
         if ctl["metrics_port"]:
             from .metrics import check_port_free
@@ -94,7 +103,7 @@ class Daemon:
                 return None, None, None, None
             raise Fatal("engine did not become ready")
         service.apply_initial()
-        ingest = threading.Thread(target=service.ingest_forever, name="ingest", daemon=True)
+        ingest = threading.Thread(target=service.ingest.run, name="ingest", daemon=True)
         ingest.start()
         if ctl["metrics_port"]:      # before the control socket: once that answers, everything is up
             from .metrics import start_metrics
@@ -105,14 +114,20 @@ class Daemon:
         server = ControlServer(ctl["socket"], service, on_stop=lambda: self.request_stop("specctl stop"))
         server.start()
         speed = cfg["sim"]["speed"] if cfg["engine"]["kind"] == "sim" else 1.0
-        retune = Ticker("retune", max(cfg["policy"]["tick_s"] / speed, 0.02), service.retune).start()
+        tick = max(cfg["policy"]["tick_s"] / speed, 0.02)
+        retune = Ticker("retune", tick, service.retune).start()
         sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 5})
-        sched.add_job(service.rollup, "interval", seconds=max(st["rollup_s"] / speed, 0.5), id="rollup")
-        sched.add_job(service.retention, "interval", seconds=60, id="retention")
-        sched.add_job(service.checkpoint, "interval", seconds=max(st["checkpoint_s"] / speed, 1.0), id="checkpoint")
+        jobs = [("rollup", service.rollup, max(st["rollup_s"] / speed, 0.5)),
+                ("retention", service.retention, max(60.0 / speed, 5.0)),
+                ("checkpoint", service.checkpoint, max(st["checkpoint_s"] / speed, 1.0))]
         if engine.probe_s > 0:
-            sched.add_job(engine.probe, "interval", seconds=engine.probe_s, id="engine-probe")
+            jobs.append(("engine-probe", engine.probe, engine.probe_s))
+        for name, fn, seconds in jobs:
+            sched.add_job(service.guarded(name, fn), "interval", seconds=seconds, id=name)
         sched.start()
+        self.stall_s = max(60.0, 20 * tick)
+        self.watch = {"ingest": ingest, "state writer": service.writer.thread, "control API": server.thread,
+                      "retune": retune.thread, "scheduler": getattr(sched, "_thread", None) or ingest}
         return server, sched, ingest, retune
 
     def run(self) -> int:
@@ -122,10 +137,10 @@ class Daemon:
         st["db"] = st["db"] or str(default_db())
         ctl["socket"] = ctl["socket"] or str(default_socket())
         self._signals()
+        self._preflight(ctl)
         lock = DaemonLock(st["db"])
         lock.acquire()
         db = open_store(st["db"])
-        self._preflight(ctl)
         try:
             engine = build_engine(self.cfg, queries.last_engine_time(db))
         except (ProfileError, EngineError) as e:
@@ -164,9 +179,9 @@ class Daemon:
         retune.stop()
         sched.shutdown(wait=True)
         engine.stop()
-        service.stop_ingest()
+        service.ingest.stop()
         ingest.join(30)
-        service.checkpoint()
+        service.guarded("checkpoint", service.checkpoint)()
         service.writer.event("stop", f"{self.stop_reason or 'error'}: exit {self.exit_code}")
         service.writer.stop()
         leave_wal(db)
@@ -179,7 +194,7 @@ class Daemon:
         """Start the engine and bring the daemon up around it; a started engine is never left
         behind on failure (the SGLang child holds the GPUs)."""
         try:
-            engine.start(service.on_sample)
+            engine.start(service.ingest.on_sample)
             return self._bring_up(engine, service)
         except BaseException as e:
             engine.stop()
@@ -191,31 +206,46 @@ class Daemon:
             raise Fatal(message) from None
 
     def _serve(self, engine: Engine, service, writer: Writer) -> None:
-        """Until SIGTERM or the engine's end: SIGHUP reloads; an engine gone exits 1 (systemd restarts)."""
+        """Until SIGTERM, or until the daemon cannot go on: the engine gone, a worker thread dead, or
+        no retune that worked for stall_s. Then it exits 1 and systemd restarts it: never a live
+        process that has stopped deciding. SIGHUP reloads."""
         while not self.stop_flag.wait(0.5):
             if self.reload_flag.is_set():
                 self.reload_flag.clear()
                 self._reload(service)
-            health = engine.health()
-            if not health.get("ok"):
-                log.error("engine is gone: %s", health.get("detail"))
-                writer.event("error", f"engine gone: {health.get('detail')}")
+            why = self._fatal_condition(engine, service)
+            if why:
+                log.error("%s; exiting so that the service is restarted", why)
+                writer.event("error", why)
                 self.exit_code = 1
-                self.stop_reason = "engine gone"
+                self.stop_reason = why.split(":")[0]
                 return
 
+    def _fatal_condition(self, engine: Engine, service) -> str | None:
+        health = engine.health()
+        if not health.get("ok"):
+            return f"engine gone: {health.get('detail')}"
+        dead = [name for name, thread in self.watch.items() if not thread.is_alive()]
+        if dead:
+            return f"worker thread died: {', '.join(dead)}"
+        quiet = time.monotonic() - service.last_retune_ok
+        if quiet > self.stall_s:
+            return f"control loop stalled: no retune has worked for {quiet:.0f} s ({service.job_failing.get('retune')})"
+        return None
+
     def _reload(self, service) -> None:
+        """Re-read the guard, retention and log level; a bad config (or any failure) keeps the running one."""
         from ..control.guard import GuardConfig
         try:
             fresh = load_config(self.cfg.get("_path") or None, self.cfg.get("_overrides"))
-        except ConfigError as e:
+            guard = GuardConfig.from_mapping(fresh["guard"])
+        except (ConfigError, ValueError) as e:
             log.error("reload refused, keeping the running config: %s", e)
             service.writer.event("reload", f"refused: {e}")
             return
         with service.lock:
-            service.loop.set_guard_config(GuardConfig.from_mapping(fresh["guard"]))
-            for key in ("retention_samples_s", "retention_max_rows", "retention_aggregates_s"):
-                self.cfg["storage"][key] = fresh["storage"][key]
+            service.loop.set_guard_config(guard)
+            self.cfg["storage"].update({k: v for k, v in fresh["storage"].items() if k.startswith("retention_")})
         logging.getLogger().setLevel(fresh["control"]["log_level"])
         service.writer.event("reload", "guard, retention and log level re-read")
         log.info("configuration reloaded (SIGHUP): guard, retention and log level re-read from %s",

@@ -11,6 +11,7 @@ class ServiceCollector(Collector):
 
     def collect(self):
         st = self.service.status()
+        daemon, samples = st["daemon"], st["samples"]
         gauges = [
             ("specctl_threshold_batch_size", "Applied speculation threshold (batch size)", st["threshold"]),
             ("specctl_pinned", "1 if the threshold is pinned by the operator", int(st["pinned"])),
@@ -19,22 +20,37 @@ class ServiceCollector(Collector):
             ("specctl_throughput_tokens_per_second", "Decode tokens per second over the live window",
              st["tok_per_s"]),
             ("specctl_spec_share_ratio", "Share of decode batches run with speculation", st["spec_share"]),
-            ("specctl_engine_up", "1 while the engine is healthy", int(st["daemon"]["healthy"])),
+            ("specctl_engine_up", "1 while the engine is healthy", int(bool((st["engine"] or {}).get("ok")))),
+            ("specctl_healthy", "1 while nothing is wrong (the reasons are in specctl_problem)",
+             int(daemon["healthy"])),
         ]
         for name, doc, value in gauges:
             g = GaugeMetricFamily(name, doc)
             g.add_metric([], float("nan") if value is None else float(value))
             yield g
+        problem = GaugeMetricFamily("specctl_problem", "1 per reason the daemon is unhealthy", labels=["reason"])
+        for reason in daemon["problems"]:
+            problem.add_metric([reason[:200]], 1.0)
+        yield problem
         counters = [
             ("specctl_decisions", "Threshold changes applied", st["decisions"]),
-            ("specctl_samples", "Decode-batch samples received", st["samples"]["total"]),
-            ("specctl_samples_dropped", "Samples dropped because ingest was full", st["samples"]["dropped"]),
+            ("specctl_samples", "Decode-batch samples received", samples["total"]),
+            ("specctl_samples_dropped", "Samples dropped because ingest was full", samples["dropped"]),
+            ("specctl_samples_ingest_errors", "Samples whose processing failed", samples["ingest_errors"]),
             ("specctl_database_write_errors", "Writes to the SQLite store that failed and were lost",
-             st["samples"]["write_errors"]),
+             samples["write_errors"]),
         ]
         for name, doc, value in counters:
             c = CounterMetricFamily(name, doc)
             c.add_metric([], float(value))
+            yield c
+        labelled = [("specctl_samples_rejected", "Samples refused at the daemon's boundary, by reason", "reason",
+                     samples["rejected"]),
+                    ("specctl_job_errors", "Failed runs of the daemon's periodic jobs", "job", st["job_errors"])]
+        for name, doc, label, values in labelled:
+            c = CounterMetricFamily(name, doc, labels=[label])
+            for key, value in sorted((values or {}).items()):
+                c.add_metric([key], float(value))
             yield c
 
 

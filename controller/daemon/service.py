@@ -1,125 +1,186 @@
-"""The daemon's moving parts: ingest, control loop, actuation, persistence, status."""
+"""The daemon's moving parts: ingest, control loop, actuation, persistence jobs, status."""
 from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from policies import Policy, PolicyError, Sample, make_policy, resolve_name
+from policies import Policy, PolicyError, make_policy, resolve_name
 from state import queries
 from state.db import open_store
-from state.writer import Writer
+from state.items import event_item, policy_state_item, setting_item
+from state.logs import RateLimitedLog
+from state.retention import Retention, Rollups, apply_retention
+from state.writer import WriteFailed, Writer
 
 from ..control.guard import GuardConfig
 from ..control.loop import ControlLoop
 from ..status import build_status
 from .engines.base import Engine, EngineError
+from .ingest import Ingest
+from .intake import SampleGate
 from .livestats import LiveStats
 from .notify import sd_notify
 
 log = logging.getLogger("spec_controller")
 
 
+class CommandRefused(Exception):
+    """An operator command that could not be made durable: nothing changed (HTTP 503, one line)."""
+
+
 class Service:
-    """Owns the control loop. observe() runs on the ingest thread, retune() on the
-    scheduler's; one lock serialises them and the API's commands."""
+    """Owns the control loop. Ingest feeds it on its thread, retune() asks it on the scheduler's.
+
+    Locks: `lock` guards the loop's state and is held for microseconds, never across I/O, so that
+    status answers whatever SGLang or SQLite is doing; `_actuation` keeps retunes (and the HTTP
+    calls that apply them) in order; `_commands` runs one operator command at a time: its durable
+    write first, then its effect in memory.
+    """
 
     def __init__(self, cfg: dict, engine: Engine, writer: Writer):
         self.cfg = cfg
         self.engine = engine
         self.writer = writer
         self.lock = threading.RLock()
+        self._actuation = threading.Lock()
+        self._commands = threading.Lock()
         self.started_wall = time.time()
         self.stats = LiveStats()
-        self.ingest_q: queue.Queue = queue.Queue(maxsize=cfg["control"]["ingest_queue"])
-        self.dropped = 0
         self.engine_errors = 0
         self.decisions = 0
         self.last_decision: dict | None = None
-        self._stop = threading.Event()
-        db = self.reader()
-        try:
-            saved = queries.settings(db)
-        finally:
-            db.conn.close()
+        self.job_errors: dict[str, int] = {}
+        self.job_failing: dict[str, str] = {}     # job -> its error, while its newest run failed
+        self.last_retune_ok = time.monotonic()
+        self.command_timeout_s = 5.0       # a command whose write has not started by then is refused
+        self._logs = RateLimitedLog(log)
+        saved = self._read(queries.settings)
         pol = saved.get("policy") or {"name": cfg["policy"]["name"], "params": cfg["policy"]["params"]}
-        policy = self._restore(self._build_policy(pol["name"], pol.get("params") or {}), pol["name"])
-        pinned = saved.get("pinned")
-        initial = pinned if pinned is not None else saved.get("threshold", cfg["policy"]["initial_threshold"])
-        self.loop = ControlLoop(policy, GuardConfig.from_mapping(cfg["guard"]), int(initial))
-        self.loop.pin(pinned)
+        policy = self._restore(self._build_policy(pol["name"], pol.get("params") or {}), pol["name"],
+                               pol.get("params") or {})
+        self.loop = self._make_loop(policy, saved)
         self.policy_name = pol["name"]
+        gate = SampleGate(engine.max_batch_size, engine.spec_steps, engine.now)
+        self.ingest = Ingest(self.lock, self.loop, self.stats, writer, gate, cfg["control"]["ingest_queue"])
+        self._rollups = Rollups(cfg["storage"]["rollup_s"], policy.buckets.edges)
         if "policy" not in saved:        # first start: record the configured policy as the active one
             writer.setting("policy", {"name": pol["name"], "params": dict(pol.get("params") or {})})
 
-    # --- policy -------------------------------------------------------------
+    # --- restore ------------------------------------------------------------
     def reader(self):
         """A fresh read-only connection: the writer thread owns self.db's connection."""
         return open_store(self.cfg["storage"]["db"], readonly=True, check=False)
+
+    def _read(self, query: Callable, *args):
+        db = self.reader()
+        try:
+            return query(db, *args)
+        finally:
+            db.conn.close()
+
+    def _saved_batch_size(self, saved: Mapping[str, Any], key: str) -> int | None:
+        value = saved.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= self.engine.max_batch_size:
+            log.warning("saved %s=%r is not a batch size (0 .. %d); ignored", key, value, self.engine.max_batch_size)
+            return None
+        return value
+
+    def _make_loop(self, policy: Policy, saved: Mapping[str, Any]) -> ControlLoop:
+        pinned = self._saved_batch_size(saved, "pinned")
+        initial = pinned if pinned is not None else self._saved_batch_size(saved, "threshold")
+        initial = self.cfg["policy"]["initial_threshold"] if initial is None else initial
+        loop = ControlLoop(policy, GuardConfig.from_mapping(self.cfg["guard"]), initial)
+        loop.pin(pinned)
+        return loop
 
     def _build_policy(self, name: str, params: Mapping[str, Any]) -> Policy:
         """Validates name and params: PolicyError, and nothing changed, on bad input."""
         return make_policy(name, params, seed=self.cfg["policy"]["seed"], max_batch_size=self.engine.max_batch_size)
 
-    def _restore(self, policy: Policy, name: str) -> Policy:
-        """Load the newest committed state saved for this policy, if any."""
-        db = self.reader()
-        try:
-            saved = queries.latest_policy_state(db, resolve_name(name))
-        finally:
-            db.conn.close()
+    def _restore(self, policy: Policy, name: str, params: Mapping[str, Any]) -> Policy:
+        """The newest committed state saved for this policy, if any and sound; else the fresh policy."""
+        saved = self._read(queries.latest_policy_state, resolve_name(name))
         if saved:
             try:
                 policy.load_state(saved["state"])
-            except PolicyError as e:
+            except (PolicyError, TypeError, ValueError, AttributeError, KeyError) as e:
                 log.warning("saved state of %s not restored: %s", name, e)
+                return self._build_policy(name, params)     # a half-loaded state is no state
         return policy
 
+    # --- commands -------------------------------------------------------------
+    def _durable(self, items: list[tuple]) -> None:
+        try:
+            self.writer.transaction(items, timeout=self.command_timeout_s)
+        except WriteFailed as e:
+            raise CommandRefused(str(e) if e.maybe_saved else f"{e}; nothing changed") from None
+
     def set_policy(self, name: str, params: Mapping[str, Any]) -> dict:
-        """Validate and switch; raises PolicyError (nothing changed) on bad input."""
+        """Validate, save, switch; PolicyError or CommandRefused (nothing changed) on failure."""
         policy = self._build_policy(name, params)
-        with self.lock:
-            # The current policy's state is checkpointed and committed before the new one restores, so
-            # a switch back (or the same policy with new params) resumes from what was learned until now.
-            self.checkpoint()
-            if not self.writer.flush(5):
-                log.warning("policy switch: the state writer is slow; %s may restore an older state", name)
-            self.loop.set_policy(self._restore(policy, name))
-            self.policy_name = name
-            self.writer.setting("policy", {"name": name, "params": dict(params)})
-            self.writer.event("policy", f"{name} {dict(params)}")
+        with self._commands:
+            with self.lock:
+                old, old_state = self.loop.policy, self.loop.policy.state()
+            same = resolve_name(name) == old.name
+            if not same:
+                policy = self._restore(policy, name, params)
+            # The current policy's state is saved with the switch, so a switch back resumes from it.
+            items = [setting_item("policy", {"name": name, "params": dict(params)}), event_item("policy", f"{name} "
+                     f"{dict(params)}")]
+            try:
+                items.insert(0, policy_state_item(old.name, dict(old.params), old_state))
+            except ValueError:
+                log.error("policy %s: its state holds a non-finite number; not saved", old.name)
+            self._durable(items)
+            with self.lock:
+                if same:     # the same policy with new params keeps what it learned up to this instant
+                    try:
+                        policy.load_state(self.loop.policy.state())
+                    except PolicyError as e:
+                        log.warning("policy %s: learned state not carried over: %s", name, e)
+                self.loop.set_policy(policy)
+                self.policy_name = name
         return self.policy_info()
 
     def policy_info(self) -> dict:
-        p = self.loop.policy
-        return {"name": self.policy_name, "policy": p.name, "params": dict(p.params), "seed": p.seed,
-                "state_keys": sorted(p.state()), "pinned": self.loop.pinned}
+        with self.lock:
+            p = self.loop.policy
+            return {"name": self.policy_name, "policy": p.name, "params": dict(p.params), "seed": p.seed,
+                    "state_keys": sorted(p.state()), "pinned": self.loop.pinned}
 
-    # --- threshold ----------------------------------------------------------
     def pin(self, threshold: int | None) -> dict:
         if threshold is not None and not 0 <= threshold <= self.engine.max_batch_size:
             raise ValueError(f"threshold {threshold} out of range (allowed 0 .. {self.engine.max_batch_size})")
-        with self.lock:
-            self.loop.pin(threshold)
-            self.writer.setting("pinned", threshold)
-            self.writer.event("pin" if threshold is not None else "unpin", str(threshold))
+        with self._commands:
+            self._durable([setting_item("pinned", threshold),
+                           event_item("pin" if threshold is not None else "unpin", str(threshold))])
+            with self.lock:
+                self.loop.pin(threshold)
         self.retune()
-        return {"threshold": self.loop.threshold, "pinned": self.loop.pinned is not None}
+        with self.lock:
+            return {"threshold": self.loop.threshold, "pinned": self.loop.pinned is not None}
 
+    # --- actuation --------------------------------------------------------------
     def apply_initial(self) -> None:
         """Re-apply the restored threshold before the first retune."""
-        self._actuate(self.loop.threshold, self.loop.threshold, "restored at start", False, self.engine.now())
+        with self._actuation:
+            self._actuate(self.loop.threshold, self.loop.threshold, "restored at start", False, self.engine.now())
 
     def _actuate(self, new: int, old: int, reason: str, exploratory: bool, now: float) -> None:
+        """Apply a threshold (the caller holds _actuation, not lock: SGLang's answer can take seconds)."""
         try:
             self.engine.set_threshold(new)
         except EngineError as e:
             self.engine_errors += 1
-            self.writer.event("error", f"set_threshold({new}) failed: {e}")
-            log.error("could not apply threshold %d: %s", new, e)
+            with self.lock:
+                self.loop.revert(old)          # the engine still runs `old`: the next tick tries again
+            if self._logs.error("actuate", "could not apply threshold %d: %s", new, e):
+                self.writer.event("error", f"set_threshold({new}) failed: {e}")
             return
         self.decisions += 1
         self.last_decision = {"t": now, "wall": time.time(), "old": old, "new": new, "reason": reason,
@@ -127,83 +188,84 @@ class Service:
         self.writer.decision(now, old, new, self.policy_name, reason, exploratory)
         self.writer.setting("threshold", new)
 
-    def retune(self) -> None:
-        with self.lock:
-            now = self.engine.now()
-            tick = self.loop.tick(now)
+    def _retune(self) -> None:
+        with self._actuation:
+            with self.lock:
+                now = self.engine.now()
+                tick = self.loop.tick(now)
             if tick.changed:
                 self._actuate(tick.threshold, tick.previous, tick.reason, tick.exploratory, now)
-        # One status line and a watchdog ping per retune (non-blocking datagrams: cheap).
+
+    def retune(self) -> None:
+        """The scheduler's job. A failure is counted and logged (rate-limited), and the loop goes on;
+        the watchdog is pinged only after a retune that worked, so one that keeps failing is restarted."""
+        if not self.guarded("retune", self._retune)():
+            return
+        self.last_retune_ok = time.monotonic()
         snap = self.stats.snapshot()
         sd_notify(f"STATUS=threshold {self.loop.threshold}{' (pinned)' if self.loop.pinned is not None else ''}"
                   f", policy {self.policy_name}, accept {snap['mean_accept_length']}, tok/s {snap['tok_per_s']}")
         sd_notify("WATCHDOG=1")
 
-    # --- ingest -------------------------------------------------------------
-    def on_sample(self, sample: Sample) -> None:
-        """Called on the engine's thread: never blocks, drops and counts when full."""
-        try:
-            self.ingest_q.put_nowait(sample)
-        except queue.Full:
-            self.dropped += 1
-
-    def ingest_forever(self) -> None:
-        while not self._stop.is_set() or not self.ingest_q.empty():
+    # --- jobs -------------------------------------------------------------------
+    def guarded(self, name: str, fn: Callable[[], None]) -> Callable[[], bool]:
+        """fn as a job that never raises: a failure is counted, logged (rate-limited) and reported."""
+        def run() -> bool:
             try:
-                first = self.ingest_q.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            batch = [first]
-            while len(batch) < 1024:
-                try:
-                    batch.append(self.ingest_q.get_nowait())
-                except queue.Empty:
-                    break
-            with self.lock:
-                for s in batch:
-                    self.loop.observe(s)
-                    self.stats.add(s)
-                self.stats.arrived(len(batch), time.monotonic())
-            self.writer.samples([s.as_tuple() for s in batch])
+                fn()
+            except Exception as e:
+                self.job_errors[name] = self.job_errors.get(name, 0) + 1
+                self.job_failing[name] = f"{type(e).__name__}: {e}"
+                self._logs.error(f"job:{name}", "%s failed (%s: %s); carrying on", name, type(e).__name__, e)
+                return False
+            self.job_failing.pop(name, None)
+            return True
+        return run
 
-    def stop_ingest(self) -> None:
-        self._stop.set()
-
-    # --- persistence jobs ---------------------------------------------------
     def checkpoint(self) -> None:
         with self.lock:
             p = self.loop.policy
-            self.writer.policy_state(p.name, dict(p.params), p.state())
+            name, params, state = p.name, dict(p.params), p.state()
+        try:
+            self.writer.policy_state(name, params, state)
+        except ValueError:
+            raise PolicyError(f"policy {name}: its state holds a non-finite number; not checkpointed") from None
 
     def rollup(self) -> None:
-        window = self.cfg["storage"]["rollup_s"]
-        end = self.engine.now() // window * window
-        edges = self.loop.policy.buckets.edges
-        self.writer.call(lambda db: queries.rollup(db, end - window, window, edges))
+        self.writer.call(self._rollups)
 
     def retention(self) -> None:
-        st = self.cfg["storage"]
-        now = self.engine.now()
-        self.writer.call(lambda db: queries.apply_retention(db, now, st["retention_samples_s"],
-                                                            st["retention_max_rows"], st["retention_aggregates_s"]))
+        keep, now = Retention.from_storage(self.cfg["storage"]), self.engine.now()
+        self.writer.call(lambda db: apply_retention(db, now, keep))
 
-    # --- status ---------------------------------------------------------------
+    # --- status -------------------------------------------------------------------
+    def problems(self, health: Mapping[str, Any]) -> list[str]:
+        """Why the daemon is not healthy (empty when it is)."""
+        out = [] if health.get("ok") else [f"engine: {health.get('detail')}"]
+        if self.writer.problem:
+            out.append(self.writer.problem)
+        out += [f"{job}: {error}" for job, error in sorted(self.job_failing.items())]
+        if self.ingest.failing:
+            out.append(f"ingest: {self.ingest.failing}")
+        return out
+
     def status(self) -> dict:
         with self.lock:
             window = self.stats.snapshot(self.engine.now(), getattr(self.engine, "speed", 1.0))
-            health = self.engine.health()
-            daemon = {"running": True, "pid": os.getpid(), "uptime_s": round(time.time() - self.started_wall, 1),
-                      "db": self.cfg["storage"]["db"], "socket": self.cfg["control"]["socket"],
-                      "healthy": bool(health.get("ok"))}
-            control = {"threshold": self.loop.threshold, "pinned": self.loop.pinned is not None,
-                       "exploit_threshold": self.loop.guard.exploit,
-                       "policy": {"name": self.policy_name, "policy": self.loop.policy.name,
-                                  "params": self.loop.policy.params},
-                       "exploration_share": round(self.loop.guard.explore_used, 4),
-                       "last_decision": self.last_decision, "engine_errors": self.engine_errors,
-                       "decisions": self.decisions}
-            samples = {"total": self.stats.total, "per_s": self.stats.arrival_rate(time.monotonic()),
-                       "dropped": self.dropped,
-                       "written": self.writer.written_samples, "write_dropped": self.writer.dropped,
-                       "write_errors": self.writer.errors}
-            return build_status(daemon, health, control, window, samples)
+            loop, guard = self.loop, self.loop.guard
+            control = {"threshold": loop.threshold, "pinned": loop.pinned is not None, "exploit_threshold": guard.exploit,
+                       "policy": {"name": self.policy_name, "policy": loop.policy.name,
+                                  "params": dict(loop.policy.params)},
+                       "exploration_share": round(guard.explore_used, 4), "last_decision": self.last_decision,
+                       "engine_errors": self.engine_errors, "decisions": self.decisions,
+                       "job_errors": dict(self.job_errors)}
+        health = self.engine.health()
+        problems = self.problems(health)
+        daemon = {"running": True, "pid": os.getpid(), "uptime_s": round(time.time() - self.started_wall, 1),
+                  "db": self.cfg["storage"]["db"], "socket": self.cfg["control"]["socket"],
+                  "healthy": not problems, "problems": problems}
+        ing, w = self.ingest, self.writer
+        samples = {"total": self.stats.total, "per_s": self.stats.arrival_rate(time.monotonic()), "dropped": ing.dropped,
+                   "rejected": dict(ing.gate.rejected), "ingest_errors": ing.errors,
+                   "written": w.written_samples, "write_dropped": w.dropped, "write_errors": w.errors}
+        return build_status(daemon, health, control, window, samples)

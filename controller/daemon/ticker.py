@@ -25,6 +25,10 @@ class Ticker:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
     def start(self) -> "Ticker":
         self._thread.start()
         return self

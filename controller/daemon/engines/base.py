@@ -17,6 +17,7 @@ class EngineError(RuntimeError):
 class Engine(ABC):
     name: str = ""
     max_batch_size: int = 256
+    spec_steps: int = 3           # K: the most draft steps a speculative batch runs (samples are checked against it)
     probe_s: float = 0.0          # > 0: the daemon calls probe() at this interval
 
     def probe(self) -> None:

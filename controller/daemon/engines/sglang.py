@@ -23,7 +23,7 @@ from pathlib import Path
 from ...contract import (ENV_ADDRESS, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, ENV_SYNC_DRAFT,
                          THRESHOLD_KEY, decode, installed_platform_plugins, platform_unsupported_reason,
                          unsupported_reason, version_unsupported_reason)
-from ...paths import state_dir
+from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
 
 log = logging.getLogger("spec_controller.sglang")
@@ -62,6 +62,14 @@ def server_flags(args: dict) -> list[str]:
     return flags + [str(x) for x in args.get("extra_args", [])]
 
 
+def _count(args: dict, key: str, default: int, lo: int, hi: int) -> int:
+    value = args.get(key)
+    value = default if value is None else value
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise EngineError(f"sglang engine: [sglang] {key} must be an integer in {lo} .. {hi}, got {value!r}")
+    return value
+
+
 def _seconds(args: dict, key: str, default: float) -> float:
     value = args.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -79,13 +87,14 @@ class SGLangEngine(Engine):
         reason = unsupported_reason({**self.args, "speculative_adaptive": True})
         if reason:
             raise EngineError(f"sglang engine: {reason}")
-        self.k = int(self.args.get("speculative_num_steps") or 3)
+        self.k = _count(self.args, "speculative_num_steps", 3, 1, 64)
         self.args.setdefault("speculative_num_steps", self.k)
         self.args.setdefault("speculative_num_draft_tokens", self.k + 1)   # start at the largest candidate
         self.args.setdefault("speculative_eagle_topk", 1)
         self.host = str(self.args.setdefault("host", "127.0.0.1"))
-        self.port = int(self.args.setdefault("port", 30000))
-        self.max_batch_size = int(self.args.get("max_running_requests") or 256)
+        self.port = _count(self.args, "port", 30000, 1, 65535)
+        self.args["port"] = self.port
+        self.max_batch_size = _count(self.args, "max_running_requests", 256, 1, 65536)
         self.initial_threshold = initial_threshold
         self.proc: subprocess.Popen | None = None
         self._stop = threading.Event()
@@ -101,6 +110,10 @@ class SGLangEngine(Engine):
         run = Path(os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or state_dir())
         self.ipc_path = run / "telemetry.ipc"
         self.adaptive_config = state_dir() / "adaptive.json"
+
+    @property
+    def spec_steps(self) -> int:
+        return self.k
 
     @property
     def base_url(self) -> str:
@@ -130,8 +143,15 @@ class SGLangEngine(Engine):
         import zmq
         self.ipc_path.parent.mkdir(parents=True, exist_ok=True)
         self.adaptive_config.parent.mkdir(parents=True, exist_ok=True)
+        # zmq's ipc bind unlinks whatever is at the path: only ever a socket (a crashed run's).
+        if self.ipc_path.is_symlink() or (self.ipc_path.exists() and not self.ipc_path.is_socket()):
+            raise EngineError(f"telemetry socket path {self.ipc_path} exists and is not a socket; refusing to remove it")
         # One slot, candidate steps {0, K}: the plugin picks between them per batch.
-        self.adaptive_config.write_text(json.dumps({"1": {"candidate_steps": [0, self.k]}}))
+        try:
+            write_private(self.adaptive_config, json.dumps({"1": {"candidate_steps": [0, self.k]}}).encode())
+        except OSError as e:
+            raise EngineError(f"cannot write {self.adaptive_config}: {e.strerror} (a symbolic link there is refused)") \
+                from None
         ctx = zmq.Context.instance()
         pull = ctx.socket(zmq.PULL)
         pull.setsockopt(zmq.RCVHWM, 100000)
@@ -229,6 +249,8 @@ class SGLangEngine(Engine):
         if alive and self._failing_since is not None:
             detail = (f"{'hung' if hung else 'running'}: /health_generate unanswered for {unanswered:.0f} s "
                       f"(last: {self._last_probe[1]}; hang_after_s = {self.hang_after_s:.0f})")
+        if alive and self._rx is not None and not self._rx.is_alive():
+            hung, detail = True, "the telemetry receiver thread died"
         return {"ok": alive and not hung, "engine": "sglang", "url": self.base_url, "detail": detail, "k": self.k,
                 "plugin": self.plugin_stats, "bad_telemetry": self.bad_messages,
                 "unanswered_s": round(unanswered, 1)}

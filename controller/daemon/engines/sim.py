@@ -30,6 +30,7 @@ class SimEngine(Engine):
         self.speed = speed
         self.max_batch_size = profile.max_batch_size
         self.arrival_rate = arrival_rate
+        self.spec_steps = profile.spec_steps
         # A restarted daemon resumes virtual time where its database left off, so samples,
         # decisions and rollup windows of the previous run are continued, never overwritten.
         start_t = max(0.0, float(start_t))

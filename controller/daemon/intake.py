@@ -1,0 +1,73 @@
+"""The daemon's one check of every telemetry sample, at its boundary: a sample that fails it reaches
+neither a policy, nor the live figures, nor the database, nor a checkpoint. One NaN step time, a
+batch of size 0 or a timestamp far in the future used to stop the control loop for good."""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from ..contract import Sample
+
+# A decode step (the interval between two decode results) outside this band is not a measurement:
+# no GPU step takes 10 us, and intervals longer than an hour held an idle server.
+MIN_STEP_S = 1e-5
+MAX_STEP_S = 3600.0
+BACK_S = 1.0           # samples may arrive this much out of order (the plugin batches its sends)
+AHEAD_S = 5.0          # ... and this much ahead of the daemon's clock
+BEHIND_S = 600.0       # ... and this much behind it
+REJECT_KINDS = ("type", "time", "time_order", "batch_size", "steps", "tokens", "step_s")
+
+
+def _int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def validate_sample(s: Sample, max_batch_size: int, k: int, last_t: float | None, now: float) -> str | None:
+    """Why the sample is rejected (one of REJECT_KINDS), or None if it is sound.
+
+    k: the engine's speculative step count; last_t: the newest accepted sample's time; now: the
+    engine's clock (the samples' time base)."""
+    if not (_int(s.batch_size) and _int(s.steps) and _int(s.tokens) and isinstance(s.decode_only, bool)
+            and isinstance(s.t, (int, float)) and isinstance(s.step_s, (int, float))):
+        return "type"
+    if not (math.isfinite(s.t) and s.t >= 0 and now - BEHIND_S <= s.t <= now + AHEAD_S):
+        return "time"
+    if last_t is not None and s.t < last_t - BACK_S:
+        return "time_order"
+    if not 0 < s.batch_size <= max_batch_size:
+        return "batch_size"
+    if not 0 <= s.steps <= k:
+        return "steps"
+    if not s.batch_size <= s.tokens <= s.batch_size * (s.steps + 1):
+        return "tokens"
+    if not (math.isfinite(s.step_s) and MIN_STEP_S <= s.step_s <= MAX_STEP_S):
+        return "step_s"
+    return None
+
+
+class SampleGate:
+    """validate_sample with its memory (the newest accepted time) and the rejects counted by kind.
+    Called by one thread: the engine's, which hands samples over one at a time."""
+
+    def __init__(self, max_batch_size: int, k: int, clock: Callable[[], float]):
+        self.max_batch_size = max_batch_size
+        self.k = k
+        self.clock = clock
+        self.last_t: float | None = None
+        self.rejected = dict.fromkeys(REJECT_KINDS, 0)
+
+    def admit(self, s: Sample) -> str | None:
+        """None if the sample may pass; else the reject kind (counted)."""
+        now = self.clock()
+        if self.last_t is not None and now < self.last_t - BACK_S:
+            self.last_t = None                # the engine's clock itself went back (a wall-clock step)
+        why = validate_sample(s, self.max_batch_size, self.k, self.last_t, now)
+        if why is None:
+            self.last_t = s.t if self.last_t is None else max(self.last_t, s.t)
+        else:
+            self.rejected[why] += 1
+        return why
+
+    @property
+    def rejected_total(self) -> int:
+        return sum(self.rejected.values())

@@ -1,0 +1,97 @@
+"""specctl with the daemon down and its database in a bad way: one line and a non-zero exit, never a
+traceback, and nothing changed. Also the daemon on a read-only database refuses to start."""
+import os
+import sqlite3
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from controller.cli.main import cli
+from controller.cli.options import EXIT_NOT_RUNNING
+from state.db import open_store
+from tests.test_daemon_e2e import run_daemon_once
+
+
+def specctl(tmp, db, *args):
+    return CliRunner().invoke(cli, ["--socket", str(tmp / "none.sock"), "--db", str(db), *args])
+
+
+def _one_line(res, needle: str, code: int = 1) -> None:
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert res.exit_code == code and len(lines) == 1 and needle in lines[0], (res.output, res.exception)
+    assert not isinstance(res.exception, Exception) or isinstance(res.exception, SystemExit), res.exception
+
+
+def test_status_on_an_empty_sqlite_file(short_tmp):
+    (short_tmp / "empty.db").write_bytes(b"")
+    _one_line(specctl(short_tmp, short_tmp / "empty.db", "status"), "holds no spec-controller data")
+
+
+def test_an_offline_pin_on_a_locked_database(short_tmp):
+    db = short_tmp / "l.db"
+    open_store(db).conn.close()
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        _one_line(specctl(short_tmp, db, "threshold", "pin", "3"), "database locked")
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert sqlite3.connect(db).execute("SELECT count(*) FROM settings WHERE key = 'pinned'").fetchone()[0] == 0
+
+
+def test_an_unusable_lock_file_or_runtime_dir(short_tmp):
+    db = short_tmp / "u.db"
+    open_store(db).conn.close()
+    (short_tmp / "u.db.lock").symlink_to("/etc/hostname")
+    _one_line(specctl(short_tmp, db, "threshold", "pin", "3"), "symbolic link")
+    (short_tmp / "u.db.lock").unlink()
+    (short_tmp / "u.db.lock").mkdir()               # the daemon cannot open it for writing
+    res = run_daemon_once(short_tmp, "--db", str(db), "--socket", str(short_tmp / "s"))
+    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+        f"spec-controller: lock file {db}.lock: Is a directory"], res.stderr
+    (short_tmp / "file").write_text("")             # a runtime directory that cannot be created
+    res = run_daemon_once(short_tmp, "--db", str(short_tmp / "v.db"), "--socket", str(short_tmp / "file" / "s"))
+    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+        f"spec-controller: cannot create the control socket's directory {short_tmp / 'file'}: File exists"], res.stderr
+
+
+@pytest.fixture
+def readonly_db(short_tmp):
+    """A database on a read-only file system (a tmpfs remounted read-only): as root, file modes do not
+    stop writes, so a real read-only mount stands for a read-only disk."""
+    mnt = short_tmp / "ro"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        db = open_store(mnt / "r.db")
+        db.execute("INSERT INTO settings (key, value, wall) VALUES ('pinned', '5', 1)")
+        db.conn.close()
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        yield mnt / "r.db"
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_an_offline_pin_on_a_read_only_database(short_tmp, readonly_db):
+    _one_line(specctl(short_tmp, readonly_db, "threshold", "pin", "3"), "Read-only file system")
+    res = specctl(short_tmp, readonly_db, "status", "--json")
+    assert res.exit_code == EXIT_NOT_RUNNING and '"threshold": 5' in res.output       # reads still work
+
+
+def test_the_daemon_refuses_a_read_only_database(short_tmp, readonly_db):
+    res = run_daemon_once(short_tmp, "--db", str(readonly_db), "--socket", str(short_tmp / "s"))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and len(lines) == 1 and "Read-only file system" in lines[0], res.stderr
+
+
+def test_the_daemon_refuses_a_database_it_may_not_write(short_tmp):
+    if os.geteuid() == 0:
+        pytest.skip("root writes whatever the file mode (the read-only mount case covers it)")
+    db = short_tmp / "p.db"
+    open_store(db).conn.close()
+    db.chmod(0o444)
+    res = run_daemon_once(short_tmp, "--db", str(db), "--socket", str(short_tmp / "s"))
+    assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1, res.stderr

@@ -1,0 +1,145 @@
+"""Fault injection in the control loop: a failing retune or ingest step is counted and the loop goes
+on; a dead worker thread or a loop that stopped deciding ends the daemon with exit 1; a threshold the
+engine did not take is retried; status answers while SGLang or SQLite hold a command up."""
+import sqlite3
+import threading
+
+from tests.fakes import FakeEngine, feed, good, make_service
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def test_a_failing_retune_is_counted_reported_and_the_loop_goes_on(short_tmp):
+    svc, writer = make_service(short_tmp)
+    feed(svc, [good(100.0 + i * 0.001, bs=1 + i % 8) for i in range(50)])
+    real = svc.loop.policy.decide
+    svc.loop.policy.decide = lambda snap: (_ for _ in ()).throw(Boom("decide exploded"))
+    svc.retune()
+    svc.retune()
+    st = svc.status()
+    assert st["job_errors"] == {"retune": 2}
+    assert not st["daemon"]["healthy"] and any("decide exploded" in p for p in st["daemon"]["problems"])
+    svc.loop.policy.decide = real
+    svc.retune()
+    assert svc.status()["daemon"]["healthy"]
+    writer.stop()
+
+
+def test_a_sample_that_breaks_the_policy_is_counted_and_ingest_goes_on(short_tmp):
+    svc, writer = make_service(short_tmp)
+    observe = svc.loop.policy.observe
+
+    def fragile(sample):
+        if sample.batch_size == 7:
+            raise ZeroDivisionError("division by zero")
+        observe(sample)
+    svc.loop.policy.observe = fragile
+    feed(svc, [good(100.0 + i * 0.001, bs=1 + i % 8) for i in range(80)])
+    st = svc.status()
+    assert st["samples"]["ingest_errors"] == 10 and st["samples"]["total"] == 70
+    assert any(p.startswith("ingest:") for p in st["daemon"]["problems"])
+    feed(svc, [good(100.1 + i * 0.001, bs=3) for i in range(10)])       # the ingest pass still runs
+    assert svc.status()["samples"]["total"] == 80
+    writer.stop()
+
+
+def _serve_until_verdict(daemon, svc, timeout=30.0):
+    """Run the daemon's serving loop (main thread in the daemon) until it returns; a timer stops it
+    in case it never notices anything (the old code), which the exit code then shows."""
+    guard = threading.Timer(timeout, daemon.stop_flag.set)
+    guard.start()
+    try:
+        daemon._serve(svc.engine, svc, svc.writer)
+    finally:
+        guard.cancel()
+    return daemon.exit_code
+
+
+def test_a_dead_worker_thread_ends_the_daemon_with_exit_1(short_tmp):
+    from controller.daemon.lifecycle import Daemon
+    svc, writer = make_service(short_tmp)
+    dead = threading.Thread(target=lambda: None, name="ingest")
+    dead.start()
+    dead.join()
+    daemon = Daemon(svc.cfg)
+    daemon.watch = {"ingest": dead, "state writer": writer.thread}
+    assert _serve_until_verdict(daemon, svc) == 1
+    assert writer.flush(10)
+    events = sqlite3.connect(short_tmp / "s.db").execute("SELECT detail FROM events WHERE kind = 'error'").fetchall()
+    assert events == [("worker thread died: ingest",)]
+    writer.stop()
+
+
+def test_a_loop_that_stopped_deciding_ends_the_daemon_with_exit_1(short_tmp):
+    from controller.daemon.lifecycle import Daemon
+    svc, writer = make_service(short_tmp)
+    daemon = Daemon(svc.cfg)
+    daemon.stall_s = 60.0
+    svc.last_retune_ok -= 61.0                     # the newest retune that worked was over a minute ago
+    assert _serve_until_verdict(daemon, svc) == 1
+    writer.stop()
+
+
+def test_a_threshold_the_engine_did_not_take_is_retried(short_tmp):
+    engine = FakeEngine()
+    svc, writer = make_service(short_tmp, policy="fixed", engine=engine)     # wants threshold 5
+    feed(svc, [good(100.0 + i * 0.001) for i in range(5)])
+    engine.fail_next = 1
+    svc.retune()                                   # refused by the engine: counted, not forgotten
+    assert engine.applied == [] and svc.engine_errors == 1 and svc.loop.threshold == 0
+    svc.retune()
+    assert engine.applied == [5] and svc.loop.threshold == 5
+    writer.stop()
+
+
+def _in_thread(fn):
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("value", fn()), daemon=True)
+    t.start()
+    return t, out
+
+
+def test_status_answers_while_sglang_holds_an_actuation(short_tmp):
+    engine = FakeEngine()
+    svc, writer = make_service(short_tmp, engine=engine)
+    feed(svc, [good(100.0 + i * 0.001) for i in range(5)])
+    engine.stall()
+    pin, _ = _in_thread(lambda: svc.pin(5))        # durable, then applied: blocks inside set_threshold
+    assert engine.entered.wait(10)
+    status, got = _in_thread(svc.status)
+    status.join(5)                                 # the old code held the service lock over the HTTP call
+    alive = status.is_alive()
+    engine.hold.set()
+    pin.join(10)
+    assert not alive and got["value"]["pinned"] is True
+    assert engine.applied[-1] == 5
+    writer.stop()
+
+
+def test_status_answers_while_another_process_holds_the_database_lock(short_tmp):
+    svc, writer = make_service(short_tmp)
+    feed(svc, [good(100.0 + i * 0.001) for i in range(5)])
+    other = sqlite3.connect(short_tmp / "s.db", isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")               # an operator's sqlite3 shell in a write transaction
+    entered = threading.Event()
+    put = writer.q.put
+
+    def traced_put(item, *args, **kwargs):
+        put(item, *args, **kwargs)
+        if threading.current_thread().name == "command":
+            entered.set()
+    writer.q.put = traced_put
+    command = threading.Thread(target=lambda: svc.set_policy("ucb", {}), name="command", daemon=True)
+    command.start()
+    assert entered.wait(10)                        # the command's write is queued behind the lock
+    status, got = _in_thread(svc.status)
+    status.join(3)                                 # the old code flushed under the service lock (5 s)
+    alive = status.is_alive()
+    other.execute("ROLLBACK")
+    other.close()
+    command.join(30)
+    assert not alive and got["value"]["daemon"]["running"]
+    assert svc.policy_info()["name"] == "ucb"
+    writer.stop()

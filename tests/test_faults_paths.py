@@ -1,0 +1,148 @@
+"""Fault injection at the file system: the root daemon never deletes what is not its socket, never
+writes through a symbolic link planted at its lock file, database or engine files, never adds its
+tables to another application's database, and creates its files readable by their owner only."""
+import os
+import sqlite3
+import stat
+import sys
+
+import pytest
+
+from controller.daemon.api import ControlServer, check_socket_free
+from controller.daemon.engines.base import EngineError
+from state.db import DaemonLock, StoreError, open_store
+from tests.test_daemon_e2e import run_daemon_once
+
+
+def _one_line(res, needle: str) -> None:
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode != 0 and len(lines) == 1 and needle in lines[0], res.stderr
+
+
+def test_a_regular_file_given_as_socket_is_refused_and_kept(short_tmp):
+    precious = short_tmp / "notes.txt"
+    precious.write_text("do not delete")
+    res = run_daemon_once(short_tmp, "--db", str(short_tmp / "a.db"), "--socket", str(precious))
+    _one_line(res, "is not a socket; refusing to remove it")
+    assert precious.read_text() == "do not delete"
+
+
+def test_the_database_given_as_socket_is_refused_and_kept(short_tmp):
+    db = short_tmp / "a.db"
+    open_store(db).conn.close()
+    before = db.read_bytes()
+    res = run_daemon_once(short_tmp, "--db", str(db), "--socket", str(db))
+    _one_line(res, "the database's own path")
+    assert db.read_bytes() == before
+
+
+def test_check_socket_free_never_removes_a_link_or_a_directory(short_tmp):
+    target = short_tmp / "target"
+    target.write_text("x")
+    (short_tmp / "link").symlink_to(target)
+    (short_tmp / "dir").mkdir()
+    for name in ("link", "dir"):
+        with pytest.raises(RuntimeError, match="refusing to remove it"):
+            check_socket_free(short_tmp / name)
+    assert (short_tmp / "link").is_symlink() and target.read_text() == "x" and (short_tmp / "dir").is_dir()
+
+
+def test_a_symlink_planted_at_the_lock_file_is_refused(short_tmp):
+    victim = short_tmp / "passwd"
+    victim.write_text("root:x:0:0\n")
+    (short_tmp / "a.db.lock").symlink_to(victim)
+    with pytest.raises(StoreError, match="symbolic link; refusing to follow it"):
+        DaemonLock(short_tmp / "a.db").acquire()    # the old code truncated the target and wrote a pid
+    with pytest.raises(StoreError, match="symbolic link"):
+        DaemonLock(short_tmp / "a.db").holder()
+    assert victim.read_text() == "root:x:0:0\n"
+
+
+def _other_application_db(path):
+    """Another application's SQLite file, with a table of its own."""
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE accounts (id INTEGER)")
+    conn.commit()
+    conn.close()
+    return path
+
+
+def test_a_symlinked_database_is_refused_at_start_and_its_target_untouched(short_tmp):
+    other = _other_application_db(short_tmp / "other-app.db")
+    before = other.read_bytes()
+    (short_tmp / "a.db").symlink_to(other)
+    res = run_daemon_once(short_tmp, "--db", str(short_tmp / "a.db"), "--socket", str(short_tmp / "s"))
+    _one_line(res, "is a symbolic link; refusing to follow it")
+    assert other.read_bytes() == before
+    for suffix in ("-wal", "-shm"):
+        (short_tmp / "b.db").unlink(missing_ok=True)
+        open_store(short_tmp / "b.db").conn.close()
+        for leftover in ("-wal", "-shm"):
+            (short_tmp / f"b.db{leftover}").unlink(missing_ok=True)
+        (short_tmp / f"b.db{suffix}").symlink_to(other)
+        with pytest.raises(StoreError, match="journal .* symbolic link"):
+            open_store(short_tmp / "b.db")
+        (short_tmp / f"b.db{suffix}").unlink()
+    assert other.read_bytes() == before
+
+
+def test_another_applications_database_gets_no_tables(short_tmp):
+    other = _other_application_db(short_tmp / "other.db")
+    with pytest.raises(StoreError, match="belongs to another application"):
+        open_store(other)
+    tables = [r[0] for r in sqlite3.connect(other).execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    assert tables == ["accounts"]
+
+
+def test_files_are_created_readable_by_their_owner_only(short_tmp):
+    old = os.umask(0o022)                           # a permissive umask, as under many init systems
+    try:
+        lock = DaemonLock(short_tmp / "m.db")
+        lock.acquire()
+        db = open_store(short_tmp / "m.db")
+        db.execute("INSERT INTO events (wall, kind, detail) VALUES (1, 'x', '')")
+        for name in ("m.db", "m.db.lock", "m.db-wal"):
+            mode = stat.S_IMODE(os.stat(short_tmp / name).st_mode)
+            assert mode == 0o600, (name, oct(mode))
+        db.conn.close()
+        lock.release()
+    finally:
+        os.umask(old)
+
+
+def test_the_control_server_removes_only_its_own_socket(short_tmp):
+    server = ControlServer(short_tmp / "c.sock", service=None)
+    assert stat.S_IMODE(os.stat(short_tmp / "c.sock").st_mode) == 0o660
+    os.unlink(short_tmp / "c.sock")
+    (short_tmp / "c.sock").write_text("someone else's file now")
+    server.stop()
+    assert (short_tmp / "c.sock").read_text() == "someone else's file now"
+
+
+def _sglang_engine(short_tmp, monkeypatch):
+    from controller.daemon.engines.sglang import SGLangEngine
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(short_tmp / "run"))
+    monkeypatch.setenv("STATE_DIRECTORY", str(short_tmp / "state"))
+    (short_tmp / "run").mkdir()
+    (short_tmp / "state").mkdir()
+    # another interpreter: no installed-SGLang check, and nothing is launched before the refusals
+    return SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "python": sys.executable})
+
+
+def test_the_engine_never_removes_a_file_at_its_telemetry_socket_path(short_tmp, monkeypatch):
+    eng = _sglang_engine(short_tmp, monkeypatch)
+    (short_tmp / "run" / "telemetry.ipc").write_text("keep")
+    with pytest.raises(EngineError, match="not a socket; refusing"):
+        eng.start(lambda s: None)                   # zmq's bind unlinks whatever is there
+    assert (short_tmp / "run" / "telemetry.ipc").read_text() == "keep" and eng.proc is None
+
+
+def test_the_engine_never_writes_through_a_link_at_its_adaptive_config(short_tmp, monkeypatch):
+    eng = _sglang_engine(short_tmp, monkeypatch)
+    victim = short_tmp / "victim"
+    victim.write_text("keep")
+    (short_tmp / "state" / "adaptive.json").symlink_to(victim)
+    with pytest.raises(EngineError, match="symbolic link"):
+        eng.start(lambda s: None)
+    assert victim.read_text() == "keep" and eng.proc is None
+    eng.stop()
