@@ -80,9 +80,11 @@ OFF_REASONS = (
     "another TP rank could not build it",
     "it failed on a batch (see the engine log); SGLang's steps-0 took over",
     "the plugin is inactive in this engine (see the engine log)",
+    "speculative_use_rejection_sampling: the draft's probabilities must stay in step (a skipped draft would "
+    "skew sampled outputs after speculation resumes)",
 )
 (REASON_NONE, REASON_CONFIG, REASON_NO_CAPTURE_MODE, REASON_0_5_16, REASON_MISSING_INTERNAL, REASON_CAPTURE_FAILED,
- REASON_OTHER_RANK, REASON_RUN_FAILED, REASON_INACTIVE) = range(len(OFF_REASONS))
+ REASON_OTHER_RANK, REASON_RUN_FAILED, REASON_INACTIVE, REASON_REJECTION_SAMPLING) = range(len(OFF_REASONS))
 # Where the fast off path was measured on a GPU (H200, bench/results/); elsewhere contract-checked only
 GPU_MEASURED = ((0, 5, 17),)
 

@@ -129,3 +129,13 @@ def test_every_adaptive_refusal_of_the_wheel_is_refused_before_start(source):
         else:
             assert contract.unsupported_reason(example, version), f"{version}: {condition} not refused"
     assert contract.unsupported_reason(GOOD, version) is None
+
+
+def test_rejection_sampling_is_read_from_the_name_the_release_uses(source):
+    """offpath.rejection_sampling reads server_args.speculative_use_rejection_sampling (default False): the
+    name must be the release's, or an engine verifying by rejection sampling would get the fast path."""
+    version, src = source
+    files = [n for n in src.names if n.startswith("sglang/srt/") and n.endswith(".py")
+             and ("server_args" in n or "arg_groups/" in n)]
+    assert any(b"speculative_use_rejection_sampling:" in src.zip.read(n) or
+               b'"speculative_use_rejection_sampling"' in src.zip.read(n) for n in files), version

@@ -481,3 +481,17 @@ def test_the_synced_draft_reaches_the_fast_path(fast, monkeypatch):
     plug.off_path.fast.with_hidden = False           # graphs without hidden states: never asked to sync
     plug.off_path.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30))
     assert calls == [True, False]
+
+
+def test_rejection_sampling_keeps_the_draft_in_step(plug, monkeypatch):
+    """A verify by rejection sampling weighs drafts by the draft's probabilities: no fast path, no lean prefill."""
+    monkeypatch.setattr(fastoff, "build", lambda *a, **k: pytest.fail("must not capture"))
+    w = worker()
+    w.server_args = SimpleNamespace(speculative_use_rejection_sampling=True)
+    plug.router.threshold = 0
+    plug.off_path.after_init_cuda_graphs(None, w)
+    assert plug.off_path.fast is None and decode(plug.telemetry.stats_message())["off_reason"].startswith(
+        "speculative_use_rejection_sampling")
+    original = lambda worker, batch, hidden, ids: ("draft forward", ids)
+    assert plug.off_path.lean_prefill          # the default, but not with rejection sampling
+    assert plug.off_path.draft_extend_for_prefill(original, None, None, None, [7]) == ("draft forward", [7])

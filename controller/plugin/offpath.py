@@ -8,13 +8,18 @@ import time
 from typing import Any, Callable
 
 from ..contract import (REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_MISSING_INTERNAL, REASON_NONE,
-                        REASON_OTHER_RANK, REASON_RUN_FAILED, parse_version)
+                        REASON_OTHER_RANK, REASON_REJECTION_SAMPLING, REASON_RUN_FAILED, parse_version)
 from . import fastoff, internals
 from .failures import Failures
 from .router import Router
 
 log = logging.getLogger("spec_controller.plugin")
 LOG_EVERY = 20000          # a progress line every this many fast off batches
+
+
+def rejection_sampling(worker: Any) -> bool:
+    """Does this engine verify by rejection sampling (server_args.speculative_use_rejection_sampling)?"""
+    return bool(getattr(getattr(worker, "server_args", None), "speculative_use_rejection_sampling", False))
 
 
 class OffPath:
@@ -36,16 +41,24 @@ class OffPath:
         self.reason = REASON_CONFIG if not enabled else REASON_NONE   # contract.OFF_REASONS: why not fast
         self.fallbacks = 0                         # off batches that took SGLang's steps-0 path
         self.lean_prefills = 0
+        self.rejection = False                     # the engine verifies by rejection sampling: no skipped draft
 
     def can_sync(self) -> bool:
         return self.fast.with_hidden if self.fast is not None else self.capture_hidden
 
     def after_init_cuda_graphs(self, result: Any, worker: Any, *args, **kwargs) -> None:
         """AFTER EAGLEWorkerV2.init_cuda_graphs, every rank, once: capture the target's decode graphs."""
+        # With rejection sampling the verify weighs each draft token by the draft's probability: a draft
+        # skipped while off (fast path, lean prefill) leaves stale probabilities and sampled outputs drift.
+        self.rejection = rejection_sampling(worker)
         if not self.enabled:
             return None
         if not self.router.check(worker):
             self.reason = REASON_INACTIVE
+            return None
+        if self.rejection:
+            log.warning("spec-controller: rejection sampling is on: off batches use SGLang's steps-0 state")
+            self.reason = REASON_REJECTION_SAMPLING
             return None
         version = self.router.version()
         names = internals.for_version(parse_version(version))
@@ -113,7 +126,7 @@ class OffPath:
                                  next_token_ids: Any, *args, **kwargs) -> Any:
         """AROUND EagleDraftWorker._draft_extend_for_prefill. lean_prefill: while no batch size speculates,
         a prefill skips the draft's forward over the prompt (its draft KV stays unwritten)."""
-        if not (self.lean_prefill and self.router.active and self.router.threshold == 0):
+        if not (self.lean_prefill and not self.rejection and self.router.active and self.router.threshold == 0):
             return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
         self.lean_prefills += 1
         return fastoff.stub_draft_input(draft_worker, next_token_ids)
