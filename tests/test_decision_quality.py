@@ -3,8 +3,6 @@ trace, the oracle never beaten by more than the simulator's noise allows, static
 their closed form (tests/expected.py), and a policy that picks the worse arm failing the same bar."""
 from __future__ import annotations
 
-from functools import lru_cache
-
 import pytest
 
 import policies
@@ -29,16 +27,23 @@ def sweep(profile) -> list[Segment]:
     return sweep_segments(profile.concurrency, SECONDS)
 
 
-@lru_cache(maxsize=None)
-def on_profile(name: str, policy: str = "bandit") -> dict:
-    prof = load_profile(name)
-    return evaluate(prof, sweep(prof), policy, seed=0)
+@pytest.fixture(scope="session")
+def results():
+    """Evaluations shared by the tests of one pytest session (a fixture, not a module-level cache: a
+    mutation-testing child forked from a process that ran the suite must not inherit old results)."""
+    cache: dict[tuple, dict] = {}
 
-
-@lru_cache(maxsize=None)
-def on_trace(name: str, policy: str = "bandit") -> dict:
-    trace = load_trace(name)
-    return evaluate(load_profile(trace.profile), trace.segments, policy, seed=0)
+    def get(kind: str, name: str, policy: str = "bandit") -> dict:
+        if (kind, name, policy) not in cache:
+            if kind == "profile":
+                prof = load_profile(name)
+                segments = sweep(prof)
+            else:
+                trace = load_trace(name)
+                prof, segments = load_profile(trace.profile), trace.segments
+            cache[kind, name, policy] = evaluate(prof, segments, policy, seed=0)
+        return cache[kind, name, policy]
+    return get
 
 
 def lowest(result: dict) -> float:
@@ -56,27 +61,27 @@ def above_the_oracle(result: dict, profile, segments) -> list[str]:
 
 
 @pytest.mark.parametrize("name", PROFILES)
-def test_bandit_stays_within_2_percent_of_the_oracle_on_every_level(name):
-    assert lowest(on_profile(name)) >= PROFILE_BAR, on_profile(name)["rows"]
+def test_bandit_stays_within_2_percent_of_the_oracle_on_every_level(results, name):
+    assert lowest(results("profile", name)) >= PROFILE_BAR, results("profile", name)["rows"]
 
 
 @pytest.mark.parametrize("name", TRACES)
-def test_bandit_stays_within_5_percent_of_the_oracle_on_every_trace_segment(name):
-    assert lowest(on_trace(name)) >= TRACE_BAR, on_trace(name)["rows"]
+def test_bandit_stays_within_5_percent_of_the_oracle_on_every_trace_segment(results, name):
+    assert lowest(results("trace", name)) >= TRACE_BAR, results("trace", name)["rows"]
 
 
 @pytest.mark.parametrize("name", PROFILES)
-def test_no_level_beats_the_oracle_beyond_the_noise(name):
+def test_no_level_beats_the_oracle_beyond_the_noise(results, name):
     prof = load_profile(name)
-    assert above_the_oracle(on_profile(name), prof, sweep(prof)) == []
+    assert above_the_oracle(results("profile", name), prof, sweep(prof)) == []
 
 
 @pytest.mark.parametrize("policy", ["bandit", "always", "never"])
 @pytest.mark.parametrize("name", TRACES)
-def test_no_trace_segment_beats_the_oracle_beyond_the_noise(name, policy):
+def test_no_trace_segment_beats_the_oracle_beyond_the_noise(results, name, policy):
     """Acceptance shifts on the traces: an oracle that ignored the live accept length is beaten here."""
     trace = load_trace(name)
-    assert above_the_oracle(on_trace(name, policy), load_profile(trace.profile), trace.segments) == []
+    assert above_the_oracle(results("trace", name, policy), load_profile(trace.profile), trace.segments) == []
 
 
 # --- static thresholds against their closed form ------------------------------------------------

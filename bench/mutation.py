@@ -1,0 +1,156 @@
+"""Mutation testing (mutmut 3) of the decision code, within a 2-core machine's limits.
+
+    python bench/mutation.py [--groups policies,guard,contract,writer,oracle] [--workdir DIR] [--out FILE]
+
+Each group runs on its own scratch copy of the working tree (tracked and untracked, not ignored, files),
+one mutant at a time (--max-children 1), and runs only its focused test files; mutmut picks, per
+mutated function, the tests among them that call it (fastest first, stopping at the first failure).
+Not part of CI's test command: a full run takes about an hour. Results: a table of scores per file,
+and the diff of every surviving mutant, in --out (default: bench/results/mutation-run.md). Mutants
+listed in bench/mutation_equivalent.toml (name -> why) count as equivalent and leave the score.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MUTMUT = "mutmut==3.8.1"
+
+# group -> (files mutated, mutant-name patterns (None: all), focused test files)
+GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
+    "contract": (["controller/contract.py"], ["controller.contract.x_speculates*"],
+                 ["tests/test_boundaries.py", "tests/test_plugin_cpu.py"]),
+    "guard": (["controller/control/guard.py"], None,
+              ["tests/test_guard.py", "tests/test_boundaries.py", "tests/test_config_notify.py"]),
+    "writer": (["state/writer.py"], None, ["tests/test_state.py", "tests/test_actuation.py"]),
+    "policies": (["policies/*.py"], None,
+                 ["tests/test_policies.py", "tests/test_boundaries.py", "tests/test_guard.py",
+                  "tests/test_decision_quality.py"]),
+    "oracle": (["controller/sim/evaluate.py", "controller/sim/profile.py"], None,
+               ["tests/test_oracle.py", "tests/test_simulator.py", "tests/test_boundaries.py",
+                "tests/test_decision_quality.py", "tests/test_cli_simulate.py"]),
+}
+# Diagnostics only: mutating a log line changes no decision and no stored row.
+DO_NOT_MUTATE_PATTERNS = [r"^\s*log\.(debug|info|warning|error|exception)\("]
+
+
+def scratch_copy(dest: Path) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.splitlines()
+    for name in files:
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+
+
+def write_config(dest: Path, files: list[str], tests: list[str]) -> None:
+    def lines(values):
+        return "".join(f"\n    {v}" for v in values)
+    (dest / "setup.cfg").write_text(
+        "[mutmut]\n"
+        f"source_paths ={lines(['controller', 'policies', 'state'])}\n"
+        f"only_mutate ={lines(files)}\n"
+        f"pytest_add_cli_args_test_selection ={lines(tests)}\n"
+        f"pytest_add_cli_args ={lines(['-p', 'no:cacheprovider', '-m', 'not gpu'])}\n"
+        f"do_not_mutate_patterns ={lines(DO_NOT_MUTATE_PATTERNS)}\n"
+        "use_git_change_detection = false\n")
+
+
+def ensure_mutmut() -> None:
+    if subprocess.run([sys.executable, "-c", "import mutmut"], capture_output=True).returncode:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", MUTMUT], check=True)
+
+
+STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped",
+          36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout"}
+
+
+def collect(dest: Path, patterns: list[str] | None) -> dict[str, dict[str, str]]:
+    """{source file: {mutant name: status}} from mutmut's .meta files."""
+    import fnmatch
+    out: dict[str, dict[str, str]] = {}
+    for meta in sorted((dest / "mutants").rglob("*.py.meta")):
+        source = str(meta.relative_to(dest / "mutants"))[:-len(".meta")]
+        codes = json.loads(meta.read_text()).get("exit_code_by_key", {})
+        for name, code in codes.items():
+            if patterns and not any(fnmatch.fnmatch(name, p) for p in patterns):
+                continue
+            out.setdefault(source, {})[name] = "not checked" if code is None else STATUS.get(code, "suspicious")
+    return out
+
+
+def run_group(group: str, workdir: Path) -> dict:
+    files, patterns, tests = GROUPS[group]
+    dest = workdir / group
+    scratch_copy(dest)
+    write_config(dest, files, tests)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTHONPATH", None)
+    t0 = time.time()
+    with open(dest / "mutmut.log", "w") as log:
+        subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", "1", *(patterns or [])],
+                       cwd=dest, env=env, stdout=log, stderr=subprocess.STDOUT)
+    results = collect(dest, patterns)
+    diffs = {}
+    for by_name in results.values():
+        for name, status in by_name.items():
+            if status != "killed":
+                shown = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=dest, env=env,
+                                       capture_output=True, text=True)
+                diffs[name] = shown.stdout.strip()
+    summary = {"group": group, "seconds": round(time.time() - t0), "results": results, "diffs": diffs}
+    (dest / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def score_rows(summaries: list[dict], equivalent: dict[str, str]) -> list[str]:
+    rows = ["| group | file | mutants | killed | equivalent | survived | other | score |",
+            "|---|---|---|---|---|---|---|---|"]
+    for s in summaries:
+        for source, by_name in s["results"].items():
+            killed = sum(v == "killed" for v in by_name.values())
+            equiv = sum(v != "killed" and k in equivalent for k, v in by_name.items())
+            survived = sum(v == "survived" and k not in equivalent for k, v in by_name.items())
+            other = len(by_name) - killed - equiv - survived
+            live = len(by_name) - equiv
+            rows.append(f"| {s['group']} | {source} | {len(by_name)} | {killed} | {equiv} | {survived} | {other} | "
+                        f"{100 * killed / live:.1f} % |" if live else f"| {s['group']} | {source} | 0 | | | | | |")
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--groups", default=",".join(GROUPS))
+    ap.add_argument("--workdir", default="/tmp/spec-controller-mutation")
+    ap.add_argument("--out", default=str(ROOT / "bench/results/mutation-run.md"))
+    args = ap.parse_args()
+    ensure_mutmut()
+    equivalent = tomllib.loads((ROOT / "bench/mutation_equivalent.toml").read_text()).get("equivalent", {})
+    workdir = Path(args.workdir)
+    summaries = []
+    for group in args.groups.split(","):
+        summaries.append(run_group(group, workdir))
+        print(f"{group}: done in {summaries[-1]['seconds']} s", flush=True)
+    lines = [f"# Mutation run: `python bench/mutation.py --groups {args.groups}`", "",
+             *score_rows(summaries, equivalent), "", "## Not killed", ""]
+    for s in summaries:
+        for name, diff in sorted(s["diffs"].items()):
+            why = equivalent.get(name)
+            lines += [f"### {name}" + (f" (equivalent: {why})" if why else ""), "", "```diff", diff, "```", ""]
+    Path(args.out).write_text("\n".join(lines))
+    print("\n".join(score_rows(summaries, equivalent)))
+
+
+if __name__ == "__main__":
+    main()
