@@ -18,6 +18,7 @@ from controller.sim.profile import load_profile
 from policies import Decision, Sample, Snapshot, make_policy
 from policies.buckets import Buckets
 from policies.summary import monotone_threshold
+from tests.test_plugin_cpu import worker
 
 
 # --- a batch exactly at the threshold speculates, one above does not -----------------------------
@@ -27,22 +28,12 @@ def test_the_routing_predicate(bs, threshold, want):
     assert speculates(bs, threshold) is want
 
 
-class _Controller:
-    def __init__(self, worker):
-        self.worker, self.activated = worker, []
-
-    def _activate(self, steps):
-        self.activated.append(steps)
-        self.worker.speculative_num_steps = steps
-
-
 def test_plugin_router_drafts_at_the_threshold_and_not_above():
     plugin = Plugin({})
     router = plugin.router
     router.checked, router.k, router.threshold = True, 3, 8
-    w = type("Worker", (), {})()
+    w = worker()
     w.speculative_num_steps = 0                          # off before: a batch of 8 must switch it on
-    w.adaptive_controller = _Controller(w)
     for bs in (8, 9, 8):
         router.activate_step_by_batch(None, w, bs)
     assert w.adaptive_controller.activated == [3, 0, 3]
