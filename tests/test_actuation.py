@@ -104,3 +104,60 @@ def test_essential_writes_wait_for_room_in_a_full_queue(tmp_path, kind):
     counts = {t: w.db[t].count for t in ("decisions", "settings", "policy_state", "events", "samples")}
     assert counts["samples"] == 1 and sum(counts.values()) == 2, counts
     w.stop()
+
+
+def test_every_write_lands_in_its_columns(tmp_path):
+    w = Writer(open_store(tmp_path / "c.db"))
+    w.decision(1.5, 4, 9, "ucb", "exploit", True)
+    w.policy_state("ucb", {"c": 1.2}, {"k": [1, 2]})
+    w.event("start")
+    w.call(lambda db: db.execute("INSERT INTO events (wall, kind, detail) VALUES (1, 'rollup', 'by call')"))
+    w.start()
+    assert w.flush(10)
+    db = w.db
+    assert [(r["t"], r["old"], r["new"], r["policy"], r["reason"], r["exploratory"]) for r in db["decisions"].rows] \
+        == [(1.5, 4, 9, "ucb", "exploit", 1)]
+    assert [(r["policy"], json.loads(r["params"]), json.loads(r["state"])) for r in db["policy_state"].rows] \
+        == [("ucb", {"c": 1.2}, {"k": [1, 2]})]
+    assert [(r["kind"], r["detail"]) for r in db["events"].rows] == [("start", ""), ("rollup", "by call")]
+    assert all(r["wall"] > 0 for t in ("decisions", "policy_state", "events") for r in db[t].rows)
+    w.stop()
+
+
+def test_flush_gives_up_after_its_timeout_when_nothing_drains(tmp_path):
+    w = Writer(open_store(tmp_path / "f.db"), maxsize=1)            # not started
+    assert not w.flush(0.05)                                       # queued, never committed
+    assert not w.flush(0.05)                                       # the queue is full: not even queued
+
+
+def test_stop_gives_up_after_its_timeout_when_the_writer_is_stuck(tmp_path):
+    w = Writer(open_store(tmp_path / "s.db"), maxsize=1).start()
+    inside, release = threading.Event(), threading.Event()
+    w.call(lambda db: (inside.set(), release.wait(30)))
+    assert inside.wait(10)                                         # the writer thread is stuck in that call
+    w.samples([(0.5, 2, 2, 5, 0.01, 1)])                           # and the queue is full
+    w.stop(timeout=0.05)                                           # returns: neither the put nor the join waits on
+    assert w._thread.is_alive()
+    release.set()
+    w.stop()                                                       # unstuck: now it stops
+    assert not w._thread.is_alive()
+
+
+def test_stop_commits_what_was_queued_and_ends_the_thread_cleanly(tmp_path, monkeypatch):
+    crashed = []
+    monkeypatch.setattr(threading, "excepthook", crashed.append)
+    w = Writer(open_store(tmp_path / "e.db")).start()
+    w.event("stop")
+    w.stop()
+    assert not w._thread.is_alive() and crashed == []
+    assert [r["kind"] for r in w.db["events"].rows] == ["stop"]
+
+
+@pytest.mark.parametrize("message,lock", [("database is locked", True), ("database table is locked", True),
+                                          ("database is busy", True), ("no such table: x", False)])
+def test_lock_errors_are_told_from_other_errors(message, lock):
+    import sqlite3
+
+    from state.writer import _is_lock
+    assert _is_lock(sqlite3.OperationalError(message)) is lock
+    assert _is_lock(ValueError(message)) is False
