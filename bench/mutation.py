@@ -24,7 +24,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MUTMUT = "mutmut==3.8.1"
 
-# group -> (files mutated, mutant-name patterns (None: all), focused test files)
+# The cheap decision-quality checks (the full file takes ~25 s; these ~4 s): a mutant that survives pays
+# for every selected test, and a policy mutant's tests are run hundreds of times.
+DQ = "tests/test_decision_quality.py::"
+QUALITY = [DQ + "test_bandit_stays_within_2_percent_of_the_oracle_on_every_level[seed]",
+           DQ + "test_bandit_stays_within_2_percent_of_the_oracle_on_every_level[crossover-a]",
+           DQ + "test_bandit_stays_within_5_percent_of_the_oracle_on_every_trace_segment[coding-to-chat]",
+           DQ + "test_no_level_beats_the_oracle_beyond_the_noise[seed]",
+           DQ + "test_no_trace_segment_beats_the_oracle_beyond_the_noise[coding-to-chat-bandit]",
+           DQ + "test_no_trace_segment_beats_the_oracle_beyond_the_noise[coding-to-chat-always]",
+           DQ + "test_never_and_always_deliver_their_closed_form[never-seed]",
+           DQ + "test_never_and_always_deliver_their_closed_form[always-seed]",
+           DQ + "test_static_threshold_5_speculates_up_to_and_including_5[seed]",
+           DQ + "test_a_policy_that_picks_the_worse_arm_falls_below_the_bar[seed]"]
+
+# group -> (files mutated, mutant-name patterns (None: all), focused test files or node ids)
 GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
     "contract": (["controller/contract.py"], ["controller.contract.x_speculates*"],
                  ["tests/test_boundaries.py", "tests/test_plugin_cpu.py"]),
@@ -32,11 +46,11 @@ GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
               ["tests/test_guard.py", "tests/test_boundaries.py", "tests/test_config_notify.py"]),
     "writer": (["state/writer.py"], None, ["tests/test_state.py", "tests/test_actuation.py"]),
     "policies": (["policies/*.py"], None,
-                 ["tests/test_policies.py", "tests/test_boundaries.py", "tests/test_guard.py",
-                  "tests/test_decision_quality.py"]),
+                 ["tests/test_policies.py", "tests/test_policy_api.py", "tests/test_boundaries.py",
+                  "tests/test_guard.py", *QUALITY]),
     "oracle": (["controller/sim/evaluate.py", "controller/sim/profile.py"], None,
                ["tests/test_oracle.py", "tests/test_simulator.py", "tests/test_boundaries.py",
-                "tests/test_decision_quality.py", "tests/test_cli_simulate.py"]),
+                "tests/test_cli_simulate.py", *QUALITY]),
 }
 # Diagnostics only: mutating a log line changes no decision and no stored row.
 DO_NOT_MUTATE_PATTERNS = [r"^\s*log\.(debug|info|warning|error|exception)\("]
