@@ -1,6 +1,7 @@
 """Mutation testing (mutmut 3) of the decision code, within a 2-core machine's limits.
 
     python bench/mutation.py [--groups policies,guard,contract,writer,oracle] [--workdir DIR] [--out FILE]
+                             [--mode full|survivors|collect]
 
 Each group runs on its own scratch copy of the working tree (tracked and untracked, not ignored, files),
 one mutant at a time (--max-children 1), and runs only its focused test files; mutmut picks, per
@@ -104,17 +105,28 @@ def collect(dest: Path, patterns: list[str] | None) -> dict[str, dict[str, str]]
     return out
 
 
-def run_group(group: str, workdir: Path) -> dict:
+def run_group(group: str, workdir: Path, mode: str = "full") -> dict:
+    """mode: full (a fresh copy, every mutant), survivors (the last run's copy with today's tests, only
+    the mutants it did not kill), collect (report on the last run)."""
     files, patterns, tests = GROUPS[group]
     dest = workdir / group
-    scratch_copy(dest)
-    write_config(dest, files, tests)
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTHONPATH", None)
     t0 = time.time()
-    with open(dest / "mutmut.log", "w") as log:
-        subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", "1", *(patterns or [])],
-                       cwd=dest, env=env, stdout=log, stderr=subprocess.STDOUT)
+    names = patterns or []
+    if mode == "survivors":
+        names = [n for by_name in collect(dest, patterns).values() for n, v in by_name.items() if v != "killed"]
+        shutil.rmtree(dest / "tests")
+        shutil.copytree(ROOT / "tests", dest / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+        write_config(dest, files, tests)
+        (dest / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)    # re-map tests to functions
+    elif mode == "full":
+        scratch_copy(dest)
+        write_config(dest, files, tests)
+    if mode != "collect" and (mode == "full" or names):
+        with open(dest / "mutmut.log", "a" if mode == "survivors" else "w") as log:
+            subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", "1", *names],
+                           cwd=dest, env=env, stdout=log, stderr=subprocess.STDOUT)
     results = collect(dest, patterns)
     diffs = {}
     for by_name in results.values():
@@ -148,13 +160,16 @@ def main() -> None:
     ap.add_argument("--groups", default=",".join(GROUPS))
     ap.add_argument("--workdir", default="/tmp/spec-controller-mutation")
     ap.add_argument("--out", default=str(ROOT / "bench/results/mutation-run.md"))
+    ap.add_argument("--mode", choices=("full", "survivors", "collect"), default="full",
+                    help="full: every mutant on a fresh copy; survivors: re-run what the last run did not kill, "
+                         "with the current tests; collect: only report on the last runs in --workdir")
     args = ap.parse_args()
     ensure_mutmut()
     equivalent = tomllib.loads((ROOT / "bench/mutation_equivalent.toml").read_text()).get("equivalent", {})
     workdir = Path(args.workdir)
     summaries = []
     for group in args.groups.split(","):
-        summaries.append(run_group(group, workdir))
+        summaries.append(run_group(group, workdir, args.mode))
         print(f"{group}: done in {summaries[-1]['seconds']} s", flush=True)
     lines = [f"# Mutation run: `python bench/mutation.py --groups {args.groups}`", "",
              *score_rows(summaries, equivalent), "", "## Not killed", ""]
