@@ -94,3 +94,16 @@ def test_fixed_policies_decide_and_say_why():
 
 def test_decision_is_exploratory_iff_it_differs_from_the_exploit_threshold():
     assert Decision(5, 4, "x").exploratory and not Decision(4, 4, "x").exploratory
+
+
+def test_every_policy_class_takes_params_seed_and_max_batch_size_with_the_same_defaults():
+    from policies import POLICIES
+    for name, cls in POLICIES.items():
+        p = cls()
+        assert (p.seed, p.max_batch_size, p.buckets.edges[-1]) == (0, 256, 256), name
+        q = cls(None, seed=5, max_batch_size=32)
+        assert (q.seed, q.max_batch_size, q.buckets.edges[-1]) == (5, 32, 32), name
+        if cls.PARAMS:
+            spec = cls.PARAMS[-1]
+            value = spec.kind(spec.hi)
+            assert cls({spec.name: value}).params[spec.name] == value, name

@@ -220,23 +220,19 @@ def test_thompson_random_state_round_trips_and_is_checked():
     q.load_state({k: v for k, v in saved.items() if k != "rng"})  # a state without one keeps the generator
 
 
-def test_model_fits_step_time_lines_and_predicts_unvisited_buckets():
-    p = make_policy("model", max_batch_size=64)
-    for bs in (2, 16):
-        for _ in range(2):
-            p.observe(Sample(0.0, bs, 2, 2 * bs, 0.012 + 0.002 * bs, True))    # spec: 0.012 + 0.002 bs, accept 2
-            p.observe(Sample(0.0, bs, 0, bs, 0.01 + 0.0005 * bs, True))        # off: 0.01 + 0.0005 bs
-    p.refit(0.0)
-    assert p._fit[OFF] == pytest.approx([0.01, 0.0005], rel=1e-6)
-    assert p._fit[SPEC] == pytest.approx([0.012, 0.002], rel=1e-6)
-    b = p.buckets.of(12)                                         # never visited
-    assert p.estimable(b)
-    assert p.mean(OFF, b) == pytest.approx(12 / 0.016) and p.mean(SPEC, b) == pytest.approx(24 / 0.036)
-    assert p.choose_arm(b, 0.0) == OFF
-    assert p.choose_arm(p.buckets.of(1), 0.0) == SPEC           # 2 / 0.014 > 1 / 0.0105
-    one = make_policy("model", {"min_buckets": 3}, max_batch_size=64)
-    one.observe(Sample(0.0, 4, 0, 4, 0.01, True))
-    one.refit(0.0)
-    assert one._fit == [None, None] and not one.estimable(b)
-    assert one.mean(OFF, one.buckets.of(4)) == pytest.approx(400.0)  # without a fit: the bucket's own mean
+def test_on_a_tie_every_learner_keeps_speculation_off():
+    for name, params in (("ucb", {"c": 0.0}), ("thompson", {"scale": 0.0}), ("model", {"min_buckets": 64})):
+        p = make_policy(name, params, max_batch_size=64)
+        p.observe(Sample(0.0, 4, 1, 8, 0.02, True))            # 200 req/s x accept 2 = 400 tok/s
+        p.observe(Sample(0.0, 4, 0, 4, 0.01, True))            # 400 tok/s
+        b = p.buckets.of(4)
+        assert p.mean(SPEC, b) == p.mean(OFF, b) and p.choose_arm(b, 0.0) == OFF, name
 
+
+def test_ucb_ranks_arms_with_the_buckets_total_weight(monkeypatch):
+    p = seeded("ucb")
+    seen = []
+    real = p.index
+    monkeypatch.setattr(p, "index", lambda arm, b, now, total: seen.append(total) or real(arm, b, now, total))
+    p.choose_arm(p.buckets.of(4), 0.0)
+    assert seen == [6.0, 6.0]

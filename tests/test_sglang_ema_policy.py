@@ -14,6 +14,7 @@ def ema_feed(p, n: int, accepted: float, bs: int = 4, t0: float = 0.0) -> None:
 
 def test_sglang_ema_slots_and_their_schedule():
     p = make_policy("sglang-ema")
+    assert p.state() == {"slots": [[1, 1.0, 0]] * 4, "live": 0}          # every slot starts at K
     assert [p.slot_of(bs) for bs in (0, 1, 7, 8, 31, 32, 63, 64, 1000)] == [0, 0, 0, 1, 1, 2, 2, 3, 3]
     ema_feed(p, 14, accepted=0.0)                 # EMA 0.8^14 = 0.04, but no decision before batch 15
     assert p.slots[0] == [1, pytest.approx(0.8 ** 14), 14]
@@ -41,7 +42,7 @@ def test_sglang_ema_drops_only_below_its_hysteresis():
 
 def test_sglang_ema_threshold_follows_the_live_slot():
     p = make_policy("sglang-ema")
-    p.slots = [[1, 1.0, 0], [0, 0.0, 0], [1, 1.0, 0], [1, 1.0, 0]]
+    p.slots = [[1, 1.0, 0], [0, 0.3, 0], [1, 1.0, 0], [1, 1.0, 0]]
     p.live = 1                                    # the live slot (8 .. 31) is off: it wins over the others
     d = p.decide(Snapshot(0.0, 0, 256))
     assert (d.threshold, d.reason) == (7, "EMA slots speculating: [1, 32, 64]")
@@ -65,3 +66,19 @@ def test_sglang_ema_state_round_trips_and_is_checked():
         with pytest.raises(PolicyError) as err:
             q.load_state(bad)
         assert str(err.value) == f"policy sglang-ema: saved state has {n} slots, expected 4"
+
+
+def test_sglang_ema_feeds_only_speculative_batches_of_a_speculating_slot():
+    p = make_policy("sglang-ema")
+    p.observe(Sample(0.0, 1, 0, 1, 0.01, True))               # off batch: counted, not fed
+    assert p.slots[0] == [1, 1.0, 1]
+    p.observe(Sample(0.0, 1, 1, 2, 0.01, True))               # one draft step, accepted: fed
+    assert p.slots[0] == [1, pytest.approx(0.8 + 0.2 * 1.0), 2]
+
+
+def test_sglang_ema_first_update_comes_update_interval_after_warm_up():
+    p = make_policy("sglang-ema", {"warmup_batches": 3, "update_interval": 5})
+    ema_feed(p, 7, accepted=0.0)
+    assert p.slots[0][0] == 1
+    ema_feed(p, 1, accepted=0.0)                               # batch 8 = 3 + 5
+    assert p.slots[0][0] == 0
