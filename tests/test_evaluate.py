@@ -116,3 +116,14 @@ def test_policy_runner_validates_at_once_and_starts_at_the_initial_threshold():
     runner = make(None)
     assert runner.threshold == 4 and runner.loop.guard_config.min_threshold == 1
     assert runner.loop.policy.max_batch_size == PROF.max_batch_size
+
+
+def test_defaults_are_seed_0_and_the_default_tick():
+    segs = [Segment(2, 4)]
+    assert evaluate(PROF, segs, "never") == evaluate(PROF, segs, "never", seed=0, tick_s=0.5)
+    seed = load_profile("seed")                                  # speculation loses everywhere: threshold 0
+    two = [Segment(2, 2), Segment(2, 8)]
+    assert best_static(seed, two) == best_static(seed, two, seed=0, tick_s=0.5)
+    assert best_static(seed, two)["threshold"] == 0
+    capped = [Segment(2, 2), Segment(2, 500)]                    # a level past max_batch_size runs at 256
+    assert best_static(PROF, capped)["threshold"] == 2

@@ -198,3 +198,14 @@ def test_trace_refusals_are_one_exact_line(tmp_path, text, message):
     with pytest.raises(ProfileError) as err:
         load_trace(trace_file(tmp_path, text))
     assert str(err.value) == message
+
+
+def test_builtin_names_read_toml_and_json(tmp_path):
+    for name in ("a.toml", "b.json", "c.txt"):
+        (tmp_path / name).write_text("")
+    assert builtin_names(tmp_path) == ["a", "b"]
+
+
+def test_an_unreadable_trace_says_trace(tmp_path):
+    with pytest.raises(ProfileError, match=r"^trace .*t.toml: not valid TOML \("):
+        load_trace(trace_file(tmp_path, "segment = ["))
