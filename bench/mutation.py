@@ -47,11 +47,12 @@ GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
               ["tests/test_guard.py", "tests/test_boundaries.py", "tests/test_config_notify.py"]),
     "writer": (["state/writer.py"], None, ["tests/test_state.py", "tests/test_actuation.py"]),
     "policies": (["policies/*.py"], None,
-                 ["tests/test_policies.py", "tests/test_policy_api.py", "tests/test_boundaries.py",
+                 ["tests/test_policies.py", "tests/test_policy_api.py", "tests/test_policy_learning.py",
+                  "tests/test_model_policy.py", "tests/test_sglang_ema_policy.py", "tests/test_boundaries.py",
                   "tests/test_guard.py", *QUALITY]),
     "oracle": (["controller/sim/evaluate.py", "controller/sim/profile.py"], None,
-               ["tests/test_oracle.py", "tests/test_simulator.py", "tests/test_boundaries.py",
-                "tests/test_cli_simulate.py", *QUALITY]),
+               ["tests/test_oracle.py", "tests/test_profile_format.py", "tests/test_evaluate.py",
+                "tests/test_simulator.py", "tests/test_boundaries.py", "tests/test_cli_simulate.py", *QUALITY]),
 }
 # Diagnostics only: mutating a log line changes no decision and no stored row.
 DO_NOT_MUTATE_PATTERNS = [r"^\s*log\.(debug|info|warning|error|exception)\("]

@@ -28,7 +28,7 @@ def test_discounted_weight_cap_keeps_the_mean_of_the_newest():
     for x in (1.0, 1.0, 1.0):
         d.add(0.0, x)
     d.add(0.0, 10.0)                             # 3 + 1 > 3: the old weight shrinks to 2 first
-    assert d.w == pytest.approx(3.0) and d.mean == pytest.approx(4.0)
+    assert d.w == pytest.approx(3.0) and d.mean == pytest.approx(4.0) and d.s2 == pytest.approx(102.0)
     big = Discounted(100.0, max_weight=2.0)
     big.add(0.0, 5.0, weight=1.0)
     big.add(0.0, 7.0, weight=3.0)                # heavier than the cap: only the new sample remains
@@ -63,6 +63,7 @@ def test_discounted_round_trips_as_a_list():
 def test_relative_gain():
     assert relative_gain(12.0, 10.0) == pytest.approx(0.2)
     assert relative_gain(5.0, 0.0) == 0.0 and relative_gain(5.0, -1.0) == 0.0
+    assert relative_gain(0.6, 0.5) == pytest.approx(0.2)
 
 
 def test_what_one_sample_teaches():
@@ -81,6 +82,9 @@ def test_what_one_sample_teaches():
     for bad in (Sample(5.0, 8, 0, 8, 0.0, True), Sample(5.0, 0, 0, 0, 0.01, True)):
         p.observe(bad)                                        # no step time or no batch: ignored
     assert p.tried[OFF][b] == 3.0 and p.q[OFF][b].w == 1
+    assert p.tried[OFF][0] == -math.inf and p.q[OFF][0].w == 0                  # batch 0 went nowhere
+    p.observe(Sample(6.0, 2, 1, 3, 0.01, True))               # one draft step is speculation too
+    assert p.q[SPEC][p.buckets.of(2)].w == 1 and p.tried[SPEC][p.buckets.of(2)] == 6.0
 
 
 def test_uncertainty_floors_and_adds_the_accept_length_for_spec():
@@ -94,6 +98,10 @@ def test_uncertainty_floors_and_adds_the_accept_length_for_spec():
     w_acc = p.accept.weight(3.0)
     assert p.rel_uncertainty(SPEC, b, 3.0) == pytest.approx(math.sqrt(0.02 ** 2 / w_off + 0.02 ** 2 / w_acc))
     assert p.rel_uncertainty(OFF, p.buckets.of(40), 3.0) == pytest.approx(0.02 / math.sqrt(1e-9))
+    late = 60.0                                               # both weights have decayed below 1
+    w_off, w_acc = p.q[OFF][b].weight(late), p.accept.weight(late)
+    assert w_off < 1 and w_acc < 1
+    assert p.rel_uncertainty(SPEC, b, late) == pytest.approx(math.sqrt(0.02 ** 2 / w_off + 0.02 ** 2 / w_acc))
 
 
 def test_an_arm_is_known_by_its_weight_or_a_recent_try():
@@ -104,6 +112,13 @@ def test_an_arm_is_known_by_its_weight_or_a_recent_try():
     assert p.known(OFF, b, 10.9) and not p.known(OFF, b, 11.0)
     p.observe(Sample(20.0, 8, 0, 8, 0.01, True))              # weight 1, halving every 10 s: 0.2 at ~43.2
     assert p.known(OFF, b, 43.1) and not p.known(OFF, b, 43.3)
+    for min_samples, known in ((0.5, True), (0.6, False)):   # one half-life on: weight 0.5 exactly, try stale
+        q = make_policy("ucb", {"min_samples": min_samples, "half_life_s": 10.0}, max_batch_size=64)
+        q.observe(Sample(20.0, 8, 0, 8, 0.01, True))
+        assert q.known(OFF, b, 30.0) is known
+    d = make_policy("ucb", {"half_life_s": 10.0}, max_batch_size=64)   # default min_samples 0.01
+    d.observe(Sample(20.0, 8, 0, 8, 0.01, True))
+    assert d.known(OFF, b, 30.0)
 
 
 def test_gains_weigh_each_bucket_by_its_traffic():
@@ -114,14 +129,16 @@ def test_gains_weigh_each_bucket_by_its_traffic():
     gains = p.gains(0.0)
     assert gains[p.buckets.of(2)] == pytest.approx(6 * 0.5)
     assert gains[p.buckets.of(1)] == 0.0 and not p.estimable(p.buckets.of(1))
+    p.observe(Sample(0.0, 3, 0, 3, 0.01, True))               # off only at batch 3
+    assert not p.estimable(p.buckets.of(3)) and p.estimable(p.buckets.of(2))
 
 
-def seeded(policy: str = "ucb", **params):
-    """Bucket 4 known in both modes (spec loses by 50 %), accept length 2.0 fresh at t = 0, K = 3."""
+def seeded(policy: str = "ucb", t0: float = 0.0, **params):
+    """Bucket 4 known in both modes (spec loses by 50 %), accept length 2.0 fresh at t0, K = 3."""
     p = make_policy(policy, params, max_batch_size=64)
     for _ in range(3):
-        p.observe(Sample(0.0, 4, 3, 8, 0.04, True))           # K = 3; 100 req/s x 2.0 = 200 tok/s
-        p.observe(Sample(0.0, 4, 0, 4, 0.01, True))           # 400 tok/s
+        p.observe(Sample(t0, 4, 3, 8, 0.04, True))            # K = 3; 100 req/s x 2.0 = 200 tok/s
+        p.observe(Sample(t0, 4, 0, 4, 0.01, True))            # 400 tok/s
     return p
 
 
@@ -134,13 +151,13 @@ def test_a_clear_loss_below_settles_untried_spec_above_but_not_off():
 
 
 def test_a_stale_accept_length_settles_only_a_loss_at_the_longest_accept():
-    p = seeded(accept_half_life_s=4.0)
+    p = seeded(t0=10.0, accept_half_life_s=4.0)
     b = p.buckets.of(8)
-    assert p.dominated(SPEC, b, 4.0)                          # 4 s old: not stale yet
-    assert not p.dominated(SPEC, b, 4.5)                      # stale: at accept K + 1 = 4 spec would tie
-    q = seeded(accept_half_life_s=4.0)
-    q.observe(Sample(0.0, 4, 3, 8, 0.16, True))               # slower spec: loses even at accept 4
-    assert q.dominated(SPEC, b, 4.5)
+    assert p.dominated(SPEC, b, 14.0)                         # 4 s old: not stale yet
+    assert not p.dominated(SPEC, b, 14.5)                     # stale: at accept K + 1 = 4 spec would tie
+    q = seeded(t0=10.0, accept_half_life_s=4.0)
+    q.observe(Sample(10.0, 4, 3, 8, 0.16, True))              # slower spec: loses even at accept 4
+    assert q.dominated(SPEC, b, 14.5)
 
 
 def test_reasons_of_decide():
