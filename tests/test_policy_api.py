@@ -107,3 +107,19 @@ def test_every_policy_class_takes_params_seed_and_max_batch_size_with_the_same_d
             spec = cls.PARAMS[-1]
             value = spec.kind(spec.hi)
             assert cls({spec.name: value}).params[spec.name] == value, name
+
+
+def test_make_policy_defaults():
+    p = make_policy("ucb")
+    assert (p.seed, p.max_batch_size) == (0, 256)
+
+
+def test_bucket_edges_and_lookups():
+    from policies.buckets import Buckets
+    b = Buckets(24)
+    assert b.edges == (*range(1, 17), 18, 20, 23, 24)
+    assert [b.low(i) for i in range(3)] == [1, 2, 3] and [b.high(i) for i in range(3)] == [1, 2, 3]
+    assert (b.low(16), b.high(16), b.low(19), b.high(19)) == (17, 18, 24, 24)
+    assert [b.of(bs) for bs in (0, 1, 2, 16, 17, 18, 19, 24, 25, 1000)] == [0, 0, 1, 15, 16, 16, 17, 19, 19, 19]
+    assert [b.index_of_threshold(t) for t in (0, 1, 17, 18, 24, 99)] == [0, 1, 16, 17, 20, 20]
+    assert Buckets(5).edges == (1, 2, 3, 4, 5) and Buckets(1).edges == (1,)
