@@ -88,8 +88,16 @@ def ensure_mutmut() -> None:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", MUTMUT], check=True)
 
 
+# mutmut's exit codes; -9 is a child killed for its memory (a mutant stuck in a loop that allocates,
+# stopped by MEMORY_LIMIT): like a timeout, a mutant that ran away was detected.
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped",
-          36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout"}
+          36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout", -9: "timeout"}
+MEMORY_LIMIT = 6 << 30      # address space of mutmut and its children: a runaway mutant must not starve the machine
+
+
+def limit_memory() -> None:
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
 def collect(dest: Path, patterns: list[str] | None) -> dict[str, dict[str, str]]:
@@ -111,7 +119,7 @@ def run_group(group: str, workdir: Path, mode: str = "full") -> dict:
     the mutants it did not kill), collect (report on the last run)."""
     files, patterns, tests = GROUPS[group]
     dest = workdir / group
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     env.pop("PYTHONPATH", None)
     t0 = time.time()
     names = patterns or []
@@ -127,7 +135,7 @@ def run_group(group: str, workdir: Path, mode: str = "full") -> dict:
     if mode != "collect" and (mode == "full" or names):
         with open(dest / "mutmut.log", "a" if mode == "survivors" else "w") as log:
             subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", "1", *names],
-                           cwd=dest, env=env, stdout=log, stderr=subprocess.STDOUT)
+                           cwd=dest, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=limit_memory)
     results = collect(dest, patterns)
     known = json.loads((dest / "summary.json").read_text())["diffs"] if (dest / "summary.json").exists() else {}
     diffs = {}
@@ -175,7 +183,8 @@ def score_rows(summaries: list[dict], equivalent: dict[str, str]) -> list[str]:
 PREAMBLE = """Mutation testing with mutmut 3.8.1 (mutmut's own operators: comparison and arithmetic operators,
 numbers, strings, keywords, arguments removed or set to None). Each group runs on a scratch copy, one
 mutant at a time, against its focused tests (bench/mutation.py GROUPS); a mutant is killed when one of
-them fails or when it runs past mutmut's timeout. Lines that only log are not mutated. Equivalent
+them fails, when it runs past mutmut's timeout, or when it runs out of its 6 GiB of address space (a
+mutant looping and allocating). Lines that only log are not mutated. Equivalent
 mutants (no test can tell them from the original) are listed in bench/mutation_equivalent.toml with
 the reason, and leave the score. Regenerate: `python bench/mutation.py` (about an hour on 2 cores), or
 `--mode survivors` to re-check only what the last run did not kill."""
