@@ -69,3 +69,11 @@ def test_model_uses_fresh_buckets_only_and_fits_each_mode_apart():
     q.observe(Sample(0.0, 4, 0, 4, 0.01, True))
     q.refit(0.0)
     assert q._fit[OFF] is None and q._fit[SPEC] is not None
+
+
+def test_model_off_fit_needs_no_acceptance():
+    p = make_policy("model", max_batch_size=64)
+    for bs in (2, 16):
+        p.observe(Sample(0.0, bs, 0, bs, 0.01 + 0.0005 * bs, True))
+    p.refit(0.0)
+    assert p.accept.w == 0 and p.mean(OFF, p.buckets.of(12)) == pytest.approx(12 / 0.016)

@@ -51,6 +51,13 @@ def test_relative_sd():
     assert same.rel_sd == 0.0
 
 
+def test_discounted_starts_empty_at_time_zero():
+    d = Discounted(3.0)
+    assert (d.w, d.s, d.s2, d.t, d.half_life_s, d.max_weight) == (0.0, 0.0, 0.0, 0.0, 3.0, float("inf"))
+    d.add(0.5, 2.0)
+    assert d.t == 0.5
+
+
 def test_discounted_round_trips_as_a_list():
     d = Discounted(4.0)
     d.add(1.0, 2.0)
@@ -83,6 +90,11 @@ def test_what_one_sample_teaches():
         p.observe(bad)                                        # no step time or no batch: ignored
     assert p.tried[OFF][b] == 3.0 and p.q[OFF][b].w == 1
     assert p.tried[OFF][0] == -math.inf and p.q[OFF][0].w == 0                  # batch 0 went nowhere
+    fresh = make_policy("ucb", max_batch_size=64)
+    assert fresh.max_steps == 1 and fresh.state()["max_steps"] == 1
+    for _ in range(2):
+        fresh.observe(Sample(0.0, 200, 1, 400, 0.1, True))   # 400 requests: the accept estimate keeps 256
+    assert fresh.accept.w == pytest.approx(256.0)
     p.observe(Sample(6.0, 2, 1, 3, 0.01, True))               # one draft step is speculation too
     assert p.q[SPEC][p.buckets.of(2)].w == 1 and p.tried[SPEC][p.buckets.of(2)] == 6.0
 

@@ -30,7 +30,7 @@ def test_sglang_ema_slots_and_their_schedule():
 
 def test_sglang_ema_drops_only_below_its_hysteresis():
     p = make_policy("sglang-ema")
-    ema_feed(p, 40, accepted=0.4, bs=5)           # EMA tends to 0.4 > 0.5 - 0.25: stays on
+    ema_feed(p, 35, accepted=0.4, bs=5)           # EMA tends to 0.4 > 0.5 - 0.25: on at every update
     assert p.slots[0][0] == 1 and p.slots[0][1] == pytest.approx(0.4, abs=0.01)
     q = make_policy("sglang-ema", {"down_hysteresis": 0.0})
     ema_feed(q, 35, accepted=0.4, bs=5)           # 0.4 <= 0.5: off at batch 35 (on again at 40, to probe)
@@ -72,8 +72,8 @@ def test_sglang_ema_feeds_only_speculative_batches_of_a_speculating_slot():
     p = make_policy("sglang-ema")
     p.observe(Sample(0.0, 1, 0, 1, 0.01, True))               # off batch: counted, not fed
     assert p.slots[0] == [1, 1.0, 1]
-    p.observe(Sample(0.0, 1, 1, 2, 0.01, True))               # one draft step, accepted: fed
-    assert p.slots[0] == [1, pytest.approx(0.8 + 0.2 * 1.0), 2]
+    p.observe(Sample(0.0, 2, 1, 3, 0.01, True))               # one draft step, half accepted: fed
+    assert p.slots[0] == [1, pytest.approx(0.8 + 0.2 * 0.5), 2]
 
 
 def test_sglang_ema_first_update_comes_update_interval_after_warm_up():
