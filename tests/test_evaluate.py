@@ -127,3 +127,59 @@ def test_defaults_are_seed_0_and_the_default_tick():
     assert best_static(seed, two)["threshold"] == 0
     capped = [Segment(2, 2), Segment(2, 500)]                    # a level past max_batch_size runs at 256
     assert best_static(PROF, capped)["threshold"] == 2
+
+
+def test_the_seed_picks_the_random_streams_and_defaults_to_0():
+    one = [r.tokens for r in run_segments(PROF, [Segment(2, 8)], lambda core: StaticRunner(8), seed=1)]
+    two = [r.tokens for r in run_segments(PROF, [Segment(2, 8)], lambda core: StaticRunner(8), seed=2)]
+    zero = [r.tokens for r in run_segments(PROF, [Segment(2, 8)], lambda core: StaticRunner(8), seed=0)]
+    assert one != two and zero == [r.tokens for r in run_segments(PROF, [Segment(2, 8)],
+                                                                  lambda core: StaticRunner(8))]
+
+
+def test_reconvergence_judges_by_the_live_accept_length():
+    """At C=8 speculation wins at accept 2.6 and loses at 1.7: never is right only in the second segment."""
+    rows = evaluate(PROF, [Segment(2, 8, 2.6), Segment(2, 8, 1.7)], "never")["rows"]
+    assert [r["reconverge_s"] for r in rows] == [None, 0.0]
+
+
+class Late(Scripted):
+    """Exploit threshold 0 before t=3.2, then 64."""
+
+    def decide(self, snap):
+        t = 0 if snap.now < 3.2 else 64
+        return Decision(t, t, "late")
+
+
+def test_reconvergence_counts_from_the_segments_start(monkeypatch):
+    monkeypatch.setitem(policies.POLICIES, "scripted", Late)
+    free = GuardConfig(stabilisation_s=0, max_step_buckets=1000)
+    res = run_segments(PROF, [Segment(2, 2), Segment(4, 2)], policy_runner("scripted", None, PROF, 0, free))
+    start = res[0].seconds                                        # the second segment starts here
+    assert res[1].reconverge_s == pytest.approx(3.5 - start)     # last wrong tick at 3.0
+
+
+def test_one_draft_step_counts_as_speculation():
+    from controller.sim.profile import parse_profile
+    k1 = parse_profile({"spec_steps": 1, "step_time": {"batch_size": [1, 64], "off": [0.01, 0.03],
+                                                       "spec": [0.012, 0.05]},
+                        "acceptance": {"mean_accept_length": 1.8}}, "k1")
+    res = run_segments(k1, [Segment(1, 4)], lambda core: StaticRunner(64))[0]
+    assert res.spec_batches == res.batches > 0
+
+
+def test_policy_runner_passes_seed_and_max_batch_size():
+    h200 = load_profile("h200-2b6")                                # max batch size 128
+    runner = policy_runner("thompson", None, h200, 5)(None)
+    assert (runner.loop.policy.seed, runner.loop.policy.max_batch_size, runner.threshold) == (5, 128, 0)
+
+
+def test_a_trace_no_static_threshold_serves_reports_its_best_static_below_1():
+    segs = [Segment(3, 8, 2.6), Segment(3, 8, 1.7), Segment(2, 8, 2.123456)]
+    out = evaluate(PROF, segs, "never", seed=2, tick_s=0.25, with_static=True)
+    assert out["best_static"] == {**best_static(PROF, segs, seed=2), "ratio": out["best_static"]["ratio"]}
+    assert 0.5 < out["best_static"]["ratio"] < 0.999
+    ratio = out["best_static"]["ratio"]
+    assert ratio == pytest.approx(out["best_static"]["throughput_tok_s"] / out["overall"]["oracle_tok_s"], abs=2e-4)
+    assert round(ratio, 4) == ratio != round(ratio, 3)                # four decimals
+    assert out["rows"][2]["accept_length"] == 2.123

@@ -209,3 +209,44 @@ def test_builtin_names_read_toml_and_json(tmp_path):
 def test_an_unreadable_trace_says_trace(tmp_path):
     with pytest.raises(ProfileError, match=r"^trace .*t.toml: not valid TOML \("):
         load_trace(trace_file(tmp_path, "segment = ["))
+
+
+def test_a_name_with_a_suffix_or_a_slash_is_a_path(tmp_path):
+    from controller.sim.profile import _locate
+    for name in ("nope.toml", "nope.json", "dir/nope"):
+        with pytest.raises(ProfileError) as err:
+            load_profile(name)
+        assert str(err.value) == f"profile file {name} does not exist"
+    (tmp_path / "mine.json").write_text(json.dumps(GOOD))
+    assert _locate("mine", tmp_path, "profile") == tmp_path / "mine.json"
+    with pytest.raises(ProfileError) as err:
+        _locate("x", tmp_path / "empty", "profile")
+    assert str(err.value) == "unknown profile 'x' (built-in: none; or give a .toml/.json path)"
+
+
+def test_parse_errors_of_a_file_name_the_file(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**GOOD, "colour": 1}))
+    with pytest.raises(ProfileError, match=r"^profile p.json: unknown key 'colour'"):
+        load_profile(str(path))
+    assert parse_profile(copy.deepcopy(GOOD), "w").name == "profile"          # no source: a generic name
+
+
+def test_the_spec_row_must_match_the_batch_sizes():
+    data = copy.deepcopy(GOOD)
+    data["step_time"]["spec"] = [0.01, 0.02, 0.03]
+    assert refused(data) == "profile t.json [step_time]: spec must be a list of 2 numbers"
+
+
+def test_an_empty_segment_list_is_refused(tmp_path):
+    with pytest.raises(ProfileError) as err:
+        load_trace(trace_file(tmp_path, "segment = []\n"))
+    assert str(err.value) == "trace t.toml: needs at least one [[segment]]"
+
+
+def test_a_tie_between_the_modes_keeps_speculation_off():
+    tie = parse_profile({"spec_steps": 2, "step_time": {"batch_size": [1, 64], "off": [0.01, 0.01],
+                                                        "spec": [0.02, 0.02]},
+                         "acceptance": {"mean_accept_length": 2.0}}, "tie")
+    assert tie.tok_per_s(4, True) == tie.tok_per_s(4, False) and tie.better_mode(4) is False
+    assert tie.better_mode(4, 2.01) is True
