@@ -187,8 +187,10 @@ mutant at a time, against its focused tests (bench/mutation.py GROUPS); a mutant
 them fails, when it runs past mutmut's timeout, or when it runs out of its 6 GiB of address space (a
 mutant looping and allocating). Lines that only log are not mutated. Equivalent
 mutants (no test can tell them from the original) are listed in bench/mutation_equivalent.toml with
-the reason, and leave the score. Regenerate: `python bench/mutation.py` (about an hour on 2 cores), or
-`--mode survivors` to re-check only what the last run did not kill."""
+the reason, and leave the score. Regenerate: `python bench/mutation.py` (one to two hours of one core),
+or `--mode survivors` to re-check only what the last run did not kill. The numbers below come from one
+full run per group followed by `--mode survivors` runs as the tests that kill its survivors were added
+(`--mode collect` wrote this file)."""
 
 
 def main() -> None:
@@ -207,7 +209,7 @@ def main() -> None:
     for group in args.groups.split(","):
         summaries.append(run_group(group, workdir, args.mode))
         print(f"{group}: done in {summaries[-1]['seconds']} s", flush=True)
-    lines = [f"# Mutation testing: `python bench/mutation.py --groups {args.groups}`", "", PREAMBLE, "",
+    lines = ["# Mutation testing of the decision code", "", PREAMBLE, "",
              *score_rows(summaries, equivalent), ""]
     for title, pick in (("Not killed", lambda n: n not in equivalent), ("Equivalent", lambda n: n in equivalent)):
         names = [(n, d) for s in summaries for n, d in sorted(s["diffs"].items())
