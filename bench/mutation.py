@@ -1,6 +1,6 @@
 """Mutation testing (mutmut 3) of the decision code, within a 2-core machine's limits.
 
-    python bench/mutation.py [--groups policies,guard,contract,writer,oracle] [--workdir DIR] [--out FILE]
+    python bench/mutation.py [--groups speculates,guard,writer,policies,oracle] [--workdir DIR] [--out FILE]
                              [--mode full|survivors|collect]
 
 Each group runs on its own scratch copy of the working tree (tracked and untracked, not ignored, files),
@@ -41,7 +41,7 @@ QUALITY = [DQ + "test_bandit_stays_within_2_percent_of_the_oracle_on_every_level
 
 # group -> (files mutated, mutant-name patterns (None: all), focused test files or node ids)
 GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
-    "contract": (["controller/contract.py"], ["controller.contract.x_speculates*"],
+    "speculates": (["controller/contract.py"], ["controller.contract.x_speculates*"],
                  ["tests/test_boundaries.py", "tests/test_plugin_cpu.py"]),
     "guard": (["controller/control/guard.py"], None,
               ["tests/test_guard.py", "tests/test_boundaries.py", "tests/test_config_notify.py"]),
