@@ -60,21 +60,24 @@ def test_best_static_is_the_best_of_every_threshold():
 
 
 class Scripted(Policy):
-    """Exploit threshold 0 before t=2.2, then 64: wrong at C=2 until then."""
+    """Exploit threshold 0 before switch_at, then 64: wrong at C=2 until then."""
 
     name = "scripted"
+    switch_at = 2.2
 
     def decide(self, snap):
-        t = 0 if snap.now < 2.2 else 64
+        t = 0 if snap.now < self.switch_at else 64
         return Decision(t, t, "scripted")
+
+
+FREE = GuardConfig(stabilisation_s=0, max_step_buckets=1000)      # the guard follows at once
 
 
 def test_reconvergence_is_the_end_of_the_last_wrong_tick(monkeypatch):
     monkeypatch.setitem(policies.POLICIES, "scripted", Scripted)
-    free = GuardConfig(stabilisation_s=0, max_step_buckets=1000)
-    rows = evaluate(PROF, [Segment(4, 2), Segment(3, 2)], "scripted", seed=0, guard=free)["rows"]
+    rows = evaluate(PROF, [Segment(4, 2), Segment(3, 2)], "scripted", seed=0, guard=FREE)["rows"]
     assert [r["reconverge_s"] for r in rows] == [2.5, 0.0]      # last wrong tick at 2.0, ticks every 0.5 s
-    rows = evaluate(PROF, [Segment(2, 2)], "scripted", seed=0, guard=free)["rows"]
+    rows = evaluate(PROF, [Segment(2, 2)], "scripted", seed=0, guard=FREE)["rows"]
     assert rows[0]["reconverge_s"] is None                       # still wrong when the segment ends
     static = run_segments(PROF, [Segment(2, 2)], lambda core: StaticRunner(2))
     assert static[0].reconverge_s is None and static[0].final_threshold == 2
@@ -144,17 +147,12 @@ def test_reconvergence_judges_by_the_live_accept_length():
 
 
 class Late(Scripted):
-    """Exploit threshold 0 before t=3.2, then 64."""
-
-    def decide(self, snap):
-        t = 0 if snap.now < 3.2 else 64
-        return Decision(t, t, "late")
+    switch_at = 3.2
 
 
 def test_reconvergence_counts_from_the_segments_start(monkeypatch):
     monkeypatch.setitem(policies.POLICIES, "scripted", Late)
-    free = GuardConfig(stabilisation_s=0, max_step_buckets=1000)
-    res = run_segments(PROF, [Segment(2, 2), Segment(4, 2)], policy_runner("scripted", None, PROF, 0, free))
+    res = run_segments(PROF, [Segment(2, 2), Segment(4, 2)], policy_runner("scripted", None, PROF, 0, FREE))
     start = res[0].seconds                                        # the second segment starts here
     assert res[1].reconverge_s == pytest.approx(3.5 - start)     # last wrong tick at 3.0
 
