@@ -188,9 +188,7 @@ them fails, when it runs past mutmut's timeout, or when it runs out of its 6 GiB
 mutant looping and allocating). Lines that only log are not mutated. Equivalent
 mutants (no test can tell them from the original) are listed in bench/mutation_equivalent.toml with
 the reason, and leave the score. Regenerate: `python bench/mutation.py` (one to two hours of one core),
-or `--mode survivors` to re-check only what the last run did not kill. The numbers below come from one
-full run per group followed by `--mode survivors` runs as the tests that kill its survivors were added
-(`--mode collect` wrote this file)."""
+or `--mode survivors` to re-check only what the last run did not kill."""
 
 
 def main() -> None:
@@ -210,7 +208,9 @@ def main() -> None:
         summaries.append(run_group(group, workdir, args.mode))
         print(f"{group}: done in {summaries[-1]['seconds']} s", flush=True)
     lines = ["# Mutation testing of the decision code", "", PREAMBLE, "",
-             *score_rows(summaries, equivalent), ""]
+             *score_rows(summaries, equivalent), "",
+             f"Mode `{args.mode}`; wall time per group (2 cores shared with other work): "
+             + ", ".join(f"{s['group']} {s['seconds']} s" for s in summaries) + ".", ""]
     for title, pick in (("Not killed", lambda n: n not in equivalent), ("Equivalent", lambda n: n in equivalent)):
         names = [(n, d) for s in summaries for n, d in sorted(s["diffs"].items())
                  if pick(n) and s["results"].get(next((f for f in s["results"] if n in s["results"][f]), ""),
