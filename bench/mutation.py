@@ -148,7 +148,10 @@ def run_group(group: str, workdir: Path, mode: str = "full") -> dict:
                 shown = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=dest, env=env,
                                        capture_output=True, text=True)
                 diffs[name] = shown.stdout.strip()
-    summary = {"group": group, "seconds": round(time.time() - t0), "results": results, "diffs": diffs}
+    seconds = round(time.time() - t0)
+    if mode == "collect" and (dest / "summary.json").exists():
+        seconds = json.loads((dest / "summary.json").read_text())["seconds"]      # the run's, not this report's
+    summary = {"group": group, "seconds": seconds, "results": results, "diffs": diffs}
     (dest / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 
