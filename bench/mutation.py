@@ -212,7 +212,7 @@ def main() -> None:
         print(f"{group}: done in {summaries[-1]['seconds']} s", flush=True)
     lines = ["# Mutation testing of the decision code", "", PREAMBLE, "",
              *score_rows(summaries, equivalent), "",
-             f"Mode `{args.mode}`; wall time per group (2 cores shared with other work): "
+             "Wall time of each group's last run (2 cores, shared with other work): "
              + ", ".join(f"{s['group']} {s['seconds']} s" for s in summaries) + ".", ""]
     for title, pick in (("Not killed", lambda n: n not in equivalent), ("Equivalent", lambda n: n in equivalent)):
         names = [(n, d) for s in summaries for n, d in sorted(s["diffs"].items())
