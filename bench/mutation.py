@@ -6,7 +6,7 @@
 Each group runs on its own scratch copy of the working tree (tracked and untracked, not ignored, files),
 one mutant at a time (--max-children 1), and runs only its focused test files; mutmut picks, per
 mutated function, the tests among them that call it (fastest first, stopping at the first failure).
-Not part of CI's test command: a full run takes about an hour. Results: a table of scores per file,
+Not part of CI's test command: a full run takes about half an hour. Results: a table of scores per file,
 and the diff of every surviving mutant, in --out (default: bench/results/mutation-run.md). Mutants
 listed in bench/mutation_equivalent.toml (name -> why) count as equivalent and leave the score.
 """
@@ -190,7 +190,7 @@ mutant at a time, against its focused tests (bench/mutation.py GROUPS); a mutant
 them fails, when it runs past mutmut's timeout, or when it runs out of its 6 GiB of address space (a
 mutant looping and allocating). Lines that only log are not mutated. Equivalent
 mutants (no test can tell them from the original) are listed in bench/mutation_equivalent.toml with
-the reason, and leave the score. Regenerate: `python bench/mutation.py` (one to two hours of one core),
+the reason, and leave the score. Regenerate: `python bench/mutation.py` (about half an hour of one core),
 or `--mode survivors` to re-check only what the last run did not kill."""
 
 
