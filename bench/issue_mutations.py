@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # (what, file, original text, mutated text)
 MUTATIONS = [
     ("Thompson picks the worse arm (> -> < in choose_arm)", "policies/thompson.py",
-     "self.draw(SPEC, b, now) > self.draw(OFF, b, now)", "self.draw(SPEC, b, now) < self.draw(OFF, b, now)"),
+     "return SPEC if draws[SPEC] > draws[OFF] else OFF", "return SPEC if draws[SPEC] < draws[OFF] else OFF"),
     ("the plugin routes bs < threshold (a batch at the threshold goes off)", "controller/plugin/router.py",
      "return speculates(batch_size, self.threshold)", "return batch_size < self.threshold"),
     ("the guard's stabilisation window takes max instead of min", "controller/control/guard.py",
@@ -37,8 +37,12 @@ MUTATIONS = [
      "return self.tok_per_s(batch_size, True, accept_length) > 1.05 * self.tok_per_s(batch_size, False, accept_length)"),
     ("set_threshold ignores SGLang's updated: false", "controller/daemon/engines/sglang.py",
      "        if not updated or not all(updated):\n            raise", "        if False:\n            raise"),
-    ("the writer's essential writes use put_nowait", "state/writer.py",
-     "self.q.put(item, timeout=30)", "self.q.put_nowait(item)"),
+    # The writer's queue is unbounded since issue 16 (essential writes never wait), so put_nowait would be
+    # equivalent there: the mutation that may drop them now is the samples' cap applied to them as well.
+    ("the writer's essential writes are dropped like samples at a full queue", "state/writer.py",
+     "    def _put(self, item: tuple) -> bool:\n        self.q.put(item)",
+     "    def _put(self, item: tuple) -> bool:\n        if self.q.qsize() >= self.maxsize:\n            return False\n"
+     "        self.q.put(item)"),
 ]
 
 

@@ -1,6 +1,6 @@
 """What must not be lost or ignored: a threshold SGLang refuses (updated: false) is an error that the
-service counts and does not record as a decision; the writer's essential writes wait for room in a
-full queue instead of being dropped like samples."""
+service counts and does not record as a decision; the writer's essential writes are queued whatever
+the queue holds (never dropped like samples, never a wait for the caller)."""
 from __future__ import annotations
 
 import http.server
@@ -87,20 +87,18 @@ ESSENTIAL = {
 
 
 @pytest.mark.parametrize("kind", sorted(ESSENTIAL))
-def test_essential_writes_wait_for_room_in_a_full_queue(tmp_path, kind):
+def test_essential_writes_are_queued_past_a_full_sample_queue(tmp_path, kind):
     w = Writer(open_store(tmp_path / "w.db"), maxsize=1)     # not started: nothing drains yet
     assert w.samples([(0.5, 2, 2, 5, 0.01, 1)])               # the queue is full now
     assert not w.samples([(0.6, 2, 2, 5, 0.01, 1)]) and w.dropped == 1     # samples: dropped, counted
     result = []
     producer = threading.Thread(target=lambda: result.append(ESSENTIAL[kind](w)))
     producer.start()
-    with w.q.not_full:                                        # until the producer waits for room or returns
-        assert w.q.not_full.wait_for(lambda: result or w.q.not_full._waiters, timeout=10)
-    assert result == []                                       # it waits: neither written nor dropped
+    producer.join(10)                                         # it returns at once: no caller waits here
+    assert not producer.is_alive() and result == [True] and w.q.qsize() == 2
+    assert not w.samples([(0.7, 2, 2, 5, 0.01, 1)]) and w.dropped == 2      # still full for samples
     w.start()
-    producer.join(10)
-    assert result == [True] and w.dropped == 1 and w.errors == 0
-    assert w.flush(10)
+    assert w.flush(10) and w.dropped == 2 and w.errors == 0
     counts = {t: w.db[t].count for t in ("decisions", "settings", "policy_state", "events", "samples")}
     assert counts["samples"] == 1 and sum(counts.values()) == 2, counts
     w.stop()
@@ -153,11 +151,29 @@ def test_stop_commits_what_was_queued_and_ends_the_thread_cleanly(tmp_path, monk
     assert [r["kind"] for r in w.db["events"].rows] == ["stop"]
 
 
-@pytest.mark.parametrize("message,lock", [("database is locked", True), ("database table is locked", True),
-                                          ("database is busy", True), ("no such table: x", False)])
-def test_lock_errors_are_told_from_other_errors(message, lock):
+@pytest.mark.parametrize("message,kind", [
+    ("database is locked", "locked"), ("database table is locked", "locked"), ("database is busy", "locked"),
+    ("database or disk is full", "disk full"), ("attempt to write a readonly database", "read-only"),
+    ("unable to open database file", "read-only"), ("disk I/O error", "I/O error"),
+    ("database disk image is malformed", "corrupt"), ("file is not a database", "corrupt"),
+    ("no such table: x", "error")])
+def test_write_errors_are_classified_and_only_a_lock_is_retried(tmp_path, message, kind):
     import sqlite3
 
-    from state.writer import _is_lock
-    assert _is_lock(sqlite3.OperationalError(message)) is lock
-    assert _is_lock(ValueError(message)) is False
+    from state.db import classify
+    from state.writer import LOCKED_RETRIES
+    assert classify(sqlite3.OperationalError(message)) == kind
+    w = Writer(open_store(tmp_path / "e.db"))
+    calls = []
+    w._commit = lambda items: calls.append(len(items)) or sqlite3.OperationalError(message)
+    w.decision(1.0, 0, 4, "ucb", "x", False)
+    w.event("pin", "3")
+    w.start()
+    assert w.flush(10)
+    w.stop()
+    if kind == "locked":                          # the batch is kept and retried, then lost whole
+        assert calls == [2] * LOCKED_RETRIES == [2] * 6 and w.errors == 2 and w.problem.startswith("database locked")
+    elif kind == "error":                         # one bad write: the batch is retried one by one
+        assert calls == [2, 1, 1] and w.errors == 2 and w.problem is None
+    else:                                         # every write would fail alike: lost whole, no retry
+        assert calls == [2] and w.errors == 2 and w.problem == f"database {kind}: {message}"

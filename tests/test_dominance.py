@@ -1,4 +1,4 @@
-"""Dominance (policies/base.py BucketLearner.dominated): a clear loss of speculation below a bucket
+"""Dominance (policies/learner.py BucketLearner.dominated): a clear loss of speculation below a bucket
 settles an untried spec arm there, a clear win above settles an untried off arm, within a margin."""
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ def test_a_clear_win_above_settles_untried_off_and_nothing_else_does():
 
 def test_small_differences_settle_nothing():
     assert not policy({2: 0.05}).dominated(SPEC, 3, 0.1)    # spec wins by 5 % below: no loss to carry
-    assert not policy({2: -0.05}).dominated(SPEC, 3, 0.1)   # loses by 5 %, within the 10 % margin
-    assert not policy({5: 0.05}).dominated(OFF, 3, 0.1)
+    assert not policy({2: -0.02}).dominated(SPEC, 3, 0.1)   # loses by 2 %, within the 3 % margin
+    assert not policy({5: 0.02}).dominated(OFF, 3, 0.1)
+    assert policy({2: -0.05}).dominated(SPEC, 3, 0.1) and policy({5: 0.05}).dominated(OFF, 3, 0.1)   # 5 %: beyond it
 
 
 def test_a_difference_of_exactly_the_margin_settles_nothing():

@@ -77,6 +77,12 @@ LIMITS = [  # setting, lowest and highest allowed, one just under, one just over
     ("explore_share", 0, 1, -0.01, 1.01, "0 .. 1"),
     ("explore_window_s", 1, 86400, 0.5, 86400.5, "1 .. 86400"),
     ("fallback_after_s", 0.1, 86400, 0.05, 86400.5, "0.1 .. 86400"),
+    ("coalesce_window_s", 0, 86400, -0.5, 86400.5, "0 .. 86400"),
+    ("min_gain", 0, 1, -0.001, 1.001, "0 .. 1"),
+    ("changes_per_min", 0, 6000, -0.1, 6000.5, "0 .. 6000"),
+    ("changes_burst", 2, 1000, 1.9, 1000.5, "2 .. 1000"),
+    ("urgent_gain", 0, 10, -0.01, 10.01, "0 .. 10"),
+    ("learning_s", 0, 3600, -0.1, 3600.5, "0 .. 3600"),
 ]
 
 
@@ -108,7 +114,8 @@ def test_unknown_guard_setting_lists_the_known_ones():
     with pytest.raises(GuardConfigError) as err:
         GuardConfig.from_mapping({"bogus": 1})
     assert str(err.value) == ("unknown guard setting 'bogus' (known: min_threshold, max_threshold, stabilisation_s, "
-                              "max_step_buckets, explore_share, explore_window_s, fallback_after_s, fallback_threshold)")
+                              "max_step_buckets, explore_share, explore_window_s, fallback_after_s, fallback_threshold, "
+                              "min_gain, coalesce_window_s, changes_per_min, changes_burst, urgent_gain, learning_s)")
 
 
 def test_exploration_share_is_discounted_by_half_every_window():
@@ -127,8 +134,21 @@ def test_rate_cap_down_to_the_first_bucket():
 
 def test_reasons_say_why_the_applied_threshold_is_what_it_is():
     g = guard(stabilisation_s=0, max_step_buckets=2, fallback_after_s=5)
-    assert g.apply(1.0, Decision(50, 50, "x"), None) == (0, "fallback: no samples yet", False)
-    assert g.apply(20.0, Decision(50, 50, "x"), 10.0) == (0, "fallback: no samples for 10.0s", False)
-    assert g.apply(21.0, Decision(50, 50, "up"), 21.0) == (10, "up (guard: on the way to 50)", False)
+    assert g.apply(1.0, Decision(50, 50, "x"), None) == (0, "fallback to 0: no samples yet", False)
+    assert g.apply(20.0, Decision(50, 50, "x"), 10.0) == (0, "fallback to 0: no samples for 10.0 s", False)
+    assert g.apply(21.0, Decision(50, 50, "up"), 21.0) == (
+        10, "up; guard: at most 2 buckets per decision, heading for 50", False)
     assert g.apply(22.0, Decision(12, 12, "there"), 22.0) == (12, "there", False)
     assert g.apply(23.0, Decision(20, 12, "explore"), 23.0) == (20, "explore", True)
+    held = guard(stabilisation_s=1.0, max_step_buckets=100)
+    assert held.apply(0.0, Decision(12, 12, "a"), 0.0) == (12, "a", False)
+    assert held.apply(0.5, Decision(4, 4, "b"), 0.5) == (12, "b; guard: 4 not yet proposed for 1 s", False)
+    spent = guard(stabilisation_s=0, explore_share=0.0)
+    assert spent.apply(1.0, Decision(20, 8, "explore"), 1.0) == (
+        8, "best threshold 8; trial skipped: exploration budget (0% of batches) spent", False)
+
+
+def test_min_gain_is_the_smallest_move_made():
+    assert guard(stabilisation_s=0).apply(1.0, Decision(12, 12, "small", gain=0.0029), 1.0) == (8, "small", False)
+    assert guard(stabilisation_s=0).apply(1.0, Decision(12, 12, "enough", gain=0.003), 1.0) == (12, "enough", False)
+    assert guard(stabilisation_s=0).apply(1.0, Decision(12, 12, "unknown"), 1.0)[0] == 12     # no estimate: made

@@ -8,7 +8,6 @@ from policies import Sample, make_policy
 from policies.base import OFF, SPEC
 
 
-
 def test_model_fits_step_time_lines_and_predicts_unvisited_buckets():
     p = make_policy("model", max_batch_size=64)
     for bs in (2, 16):
@@ -21,8 +20,9 @@ def test_model_fits_step_time_lines_and_predicts_unvisited_buckets():
     b = p.buckets.of(12)                                         # never visited
     assert p.estimable(b)
     assert p.mean(OFF, b) == pytest.approx(12 / 0.016) and p.mean(SPEC, b) == pytest.approx(24 / 0.036)
-    assert p.choose_arm(b, 0.0) == OFF
-    assert p.choose_arm(p.buckets.of(1), 0.0) == SPEC           # 2 / 0.014 > 1 / 0.0105
+    for incumbent in (OFF, SPEC):                                # the model has no indifference margin
+        assert p.choose_arm(b, 0.0, incumbent) == OFF
+        assert p.choose_arm(p.buckets.of(1), 0.0, incumbent) == SPEC   # 2 / 0.014 > 1 / 0.0105
     one = make_policy("model", {"min_buckets": 3}, max_batch_size=64)
     one.observe(Sample(0.0, 4, 0, 4, 0.01, True))
     one.refit(0.0)
@@ -53,7 +53,7 @@ def test_model_fit_is_weighted_least_squares_with_non_negative_coefficients():
 
 
 def test_model_uses_fresh_buckets_only_and_fits_each_mode_apart():
-    p = make_policy("model", max_batch_size=64)
+    p = make_policy("model", {"half_life_s": 20.0}, max_batch_size=64)
     p.observe(Sample(0.0, 2, 0, 2, 4.0, True))               # slow: 0.5 req/s still counts
     p.observe(Sample(0.0, 16, 0, 16, 8.0, True))
     p.observe(Sample(0.0, 4, 1, 8, 0.02, True))              # spec: one bucket only

@@ -80,15 +80,19 @@ def test_what_one_sample_teaches():
     assert p.q[SPEC][b].mean == pytest.approx(400.0) and p.accept.mean == pytest.approx(2.5)
     assert p.accept.w == 8 and p.max_steps == 3 and p.tried[SPEC][b] == 1.0
     assert p.mean(SPEC, b) == pytest.approx(1000.0)
-    p.observe(Sample(2.0, 8, 0, 8, 0.01, False))              # off, with a prefill: tried, no reward
-    assert p.tried[OFF][b] == 2.0 and p.q[OFF][b].w == 0
-    p.observe(Sample(3.0, 8, 0, 8, 0.01, True))
+    p.observe(Sample(2.0, 8, 0, 8, 0.01, False))              # off, with a prefill: rewarded as measured
+    assert p.tried[OFF][b] == 2.0 and p.q[OFF][b].to_list() == [1.0, 800.0, 640000.0, 2.0]
     assert p.mean(OFF, b) == pytest.approx(800.0)
+    p.observe(Sample(3.0, 8, 0, 8, 0.05, False))              # with a prefill, 5x the step: an idle gap, dropped
+    assert p.tried[OFF][b] == 3.0 and p.q[OFF][b].to_list() == [1.0, 800.0, 640000.0, 2.0]
+    p.observe(Sample(3.0, 8, 0, 8, 0.04, False))              # exactly LONG (4x) the step: still a reward, weight 4
+    assert p.q[OFF][b].w == pytest.approx(0.5 ** (1 / 60) + 4.0) and p.q[OFF][b].t == 3.0
+    assert p.q[OFF][b].s == pytest.approx(800.0 * 0.5 ** (1 / 60) + 4 * 200.0)
     p.observe(Sample(4.0, 8, 2, 16, 0.02, True))              # fewer steps: K stays 3
     assert p.max_steps == 3
     for bad in (Sample(5.0, 8, 0, 8, 0.0, True), Sample(5.0, 0, 0, 0, 0.01, True)):
         p.observe(bad)                                        # no step time or no batch: ignored
-    assert p.tried[OFF][b] == 3.0 and p.q[OFF][b].w == 1
+    assert p.tried[OFF][b] == 3.0 and p.q[OFF][b].t == 3.0
     assert p.tried[OFF][0] == -math.inf and p.q[OFF][0].w == 0                  # batch 0 went nowhere
     fresh = make_policy("ucb", max_batch_size=64)
     assert fresh.max_steps == 1 and fresh.state()["max_steps"] == 1
@@ -100,7 +104,7 @@ def test_what_one_sample_teaches():
 
 
 def test_uncertainty_floors_and_adds_the_accept_length_for_spec():
-    p = make_policy("ucb", max_batch_size=64)
+    p = make_policy("ucb", {"half_life_s": 20.0}, max_batch_size=64)
     b = p.buckets.of(8)
     for t in range(4):
         p.observe(Sample(float(t), 8, 0, 8, 0.01, True))      # identical: rel sd 0, floored at 0.02
@@ -117,10 +121,11 @@ def test_uncertainty_floors_and_adds_the_accept_length_for_spec():
 
 
 def test_an_arm_is_known_by_its_weight_or_a_recent_try():
-    p = make_policy("ucb", {"min_samples": 0.2, "half_life_s": 10.0}, max_batch_size=64)
+    p = make_policy("ucb", {"min_samples": 0.2, "half_life_s": 10.0, "prefill": 0}, max_batch_size=64)
     b = p.buckets.of(8)
     assert not p.known(OFF, b, 0.0)
-    p.observe(Sample(1.0, 8, 0, 8, 0.01, False))              # tried at 1.0, no weight
+    p.observe(Sample(1.0, 8, 0, 8, 0.01, False))              # tried at 1.0, no weight (prefills dropped)
+    assert p.q[OFF][b].w == 0
     assert p.known(OFF, b, 10.9) and not p.known(OFF, b, 11.0)
     p.observe(Sample(20.0, 8, 0, 8, 0.01, True))              # weight 1, halving every 10 s: 0.2 at ~43.2
     assert p.known(OFF, b, 43.1) and not p.known(OFF, b, 43.3)
@@ -145,9 +150,12 @@ def test_gains_weigh_each_bucket_by_its_traffic():
     assert not p.estimable(p.buckets.of(3)) and p.estimable(p.buckets.of(2))
 
 
-def seeded(policy: str = "ucb", t0: float = 0.0, **params):
-    """Bucket 4 known in both modes (spec loses by 50 %), accept length 2.0 fresh at t0, K = 3."""
+def seeded(policy: str = "ucb", t0: float = 0.0, early_accept: float | None = None, **params):
+    """Bucket 4 known in both modes (spec loses by 50 %), accept length 2.0 fresh at t0, K = 3
+    (early_accept: one spec batch at time 0 with that accept length first, the same step time)."""
     p = make_policy(policy, params, max_batch_size=64)
+    if early_accept is not None:
+        p.observe(Sample(0.0, 4, 3, round(4 * early_accept), 0.04, True))
     for _ in range(3):
         p.observe(Sample(t0, 4, 3, 8, 0.04, True))            # K = 3; 100 req/s x 2.0 = 200 tok/s
         p.observe(Sample(t0, 4, 0, 4, 0.01, True))            # 400 tok/s
@@ -162,29 +170,35 @@ def test_a_clear_loss_below_settles_untried_spec_above_but_not_off():
     assert not seeded(dominance=1.0).dominated(SPEC, b, 1.0)  # a 50 % loss is within a margin of 100 %
 
 
-def test_a_stale_accept_length_settles_only_a_loss_at_the_longest_accept():
-    p = seeded(t0=10.0, accept_half_life_s=4.0)
+def test_a_stale_accept_length_settles_only_a_loss_at_the_longest_accept_seen_lately():
+    p = seeded(t0=10.0, early_accept=4.0, accept_half_life_s=4.0)
     b = p.buckets.of(8)
-    assert p.dominated(SPEC, b, 14.0)                         # 4 s old: not stale yet
-    assert not p.dominated(SPEC, b, 14.5)                     # stale: at accept K + 1 = 4 spec would tie
-    q = seeded(t0=10.0, accept_half_life_s=4.0)
-    q.observe(Sample(10.0, 4, 3, 8, 0.16, True))              # slower spec: loses even at accept 4
+    assert p.accept.mean == pytest.approx(2.1113, abs=1e-4) and p.accept_hi[1] == 10.0
+    assert p.accept_hi[0] == pytest.approx(3.9805, abs=1e-4)     # the highest estimate lately: after the early batch
+    assert p.dominated(SPEC, b, 14.0)                         # 4 s old: not stale yet, spec loses at accept 2.1
+    assert not p.dominated(SPEC, b, 14.5)                     # stale: at the accept seen lately (~3.97) it ties
+    assert seeded(t0=10.0, accept_half_life_s=4.0).dominated(SPEC, b, 14.5)   # never higher than 2.0: still a loss
+    q = seeded(t0=10.0, early_accept=4.0, accept_half_life_s=4.0)
+    q.observe(Sample(10.0, 4, 3, 8, 0.16, True))              # slower spec: loses even at accept ~4
     assert q.dominated(SPEC, b, 14.5)
 
 
 def test_reasons_of_decide():
     p = seeded()
-    d = p.decide(Snapshot(1.0, 0, 64, live_batch_size=8))
-    assert d == type(d)(0, 0, "exploit: bucket 8-8 off")      # spec untried at 8 but dominated by 4
+    d = p.decide(Snapshot(1.0, 0, 64, live_batch_size=8))     # spec untried at 8 but dominated by 4
+    assert d == type(d)(0, 0, "best threshold 0: live batch 8 is plain decoding (not measured)", 0.0, False)
     p.observe(Sample(0.0, 2, 0, 2, 0.01, True))               # off known at 2, spec not (nothing below)
     d = p.decide(Snapshot(1.0, 0, 64, live_batch_size=2))
-    assert (d.threshold, d.exploit_threshold, d.reason) == (2, 0, "explore spec at batch 2-2 (untried)")
+    assert d == type(d)(2, 0, "trial: speculate at batch 2 to measure it (never measured)", 0.0, True)
     fresh = make_policy("ucb", max_batch_size=64)
     d = fresh.decide(Snapshot(1.0, 30, 64, live_batch_size=20))
-    assert (d.threshold, d.reason) == (18, "explore off at batch 19-20 (untried)")
-    d = p.decide(Snapshot(1.0, 0, 64, live_batch_size=4))
-    assert (d.threshold, d.reason) == (0, "exploit: bucket 4-4 off")         # both known: the index says off
-    assert fresh.decide(Snapshot(1.0, 0, 64)).reason == "exploit: bucket 1-1 off"   # no live batch: bucket 1
+    assert (d.threshold, d.reason, d.untried) == (18, "trial: plain decode at batch 19-20 to measure it "
+                                                      "(never measured)", True)
+    d = p.decide(Snapshot(1.0, 0, 64, live_batch_size=4))     # both known: the index says off
+    assert (d.threshold, d.reason, d.untried) == (
+        0, "best threshold 0: live batch 4 is plain decoding (speculation -50% tok/s)", False)
+    assert fresh.decide(Snapshot(1.0, 0, 64)).reason == ("best threshold 0: live batch 1 is plain decoding "
+                                                         "(not measured)")   # no live batch: bucket 1
 
 
 def test_saved_state_is_checked_and_restored():
@@ -219,21 +233,22 @@ def test_ucb_index_is_the_mean_times_one_plus_its_bonus():
     bonus = 2.0 * math.sqrt(2.0 * math.log(6.0)) * (0.02 / math.sqrt(3.0))
     assert p.index(OFF, b, 0.0, 6.0) == pytest.approx(400.0 * (1.0 + bonus))
     assert p.index(OFF, b, 0.0, 1.0) == pytest.approx(400.0 * (1.0 + 2.0 * math.sqrt(2.0) * 0.02 / math.sqrt(3.0)))
-    assert p.choose_arm(b, 0.0) == OFF
+    assert p.choose_arm(b, 0.0, OFF) == OFF and p.choose_arm(b, 0.0, SPEC) == OFF
     q = make_policy("ucb", {"c": 0.0}, max_batch_size=64)
     for _ in range(3):
         q.observe(Sample(0.0, 4, 3, 12, 0.02, True))            # 200 req/s x 3 = 600 tok/s
         q.observe(Sample(0.0, 4, 0, 4, 0.01, True))             # 400 tok/s
-    assert q.choose_arm(b, 0.0) == SPEC and q.index(SPEC, b, 0.0, 6.0) == pytest.approx(600.0)
+    assert q.choose_arm(b, 0.0, OFF) == SPEC and q.index(SPEC, b, 0.0, 6.0) == pytest.approx(600.0)
 
 
 def test_thompson_without_width_draws_the_means():
     p = seeded("thompson", scale=0.0)
     b = p.buckets.of(4)
     assert p.draw(OFF, b, 0.0) == pytest.approx(400.0) and p.draw(SPEC, b, 0.0) == pytest.approx(200.0)
-    assert p.choose_arm(b, 0.0) == OFF
-    p.observe(Sample(0.0, 4, 3, 16, 0.01, True))                # a fast spec batch: spec now ahead
-    assert p.mean(SPEC, b) > p.mean(OFF, b) and p.choose_arm(b, 0.0) == SPEC
+    assert p.choose_arm(b, 0.0, OFF) == OFF and p.choose_arm(b, 0.0, SPEC) == OFF
+    for _ in range(2):
+        p.observe(Sample(0.0, 4, 3, 16, 0.01, True))            # fast spec batches: spec now ahead (412 tok/s)
+    assert p.mean(SPEC, b) == pytest.approx(411.68, abs=0.01) and p.choose_arm(b, 0.0, OFF) == SPEC
 
 
 def test_thompson_random_state_round_trips_and_is_checked():
@@ -250,12 +265,14 @@ def test_thompson_random_state_round_trips_and_is_checked():
 
 
 def test_on_a_tie_every_learner_keeps_speculation_off():
-    for name, params in (("ucb", {"c": 0.0}), ("thompson", {"scale": 0.0}), ("model", {"min_buckets": 64})):
+    for name, params in (("ucb", {"c": 0.0, "indifference": 0.0}), ("thompson", {"scale": 0.0, "indifference": 0.0}),
+                         ("model", {"min_buckets": 64})):
         p = make_policy(name, params, max_batch_size=64)
         p.observe(Sample(0.0, 4, 1, 8, 0.02, True))            # 200 req/s x accept 2 = 400 tok/s
         p.observe(Sample(0.0, 4, 0, 4, 0.01, True))            # 400 tok/s
         b = p.buckets.of(4)
-        assert p.mean(SPEC, b) == p.mean(OFF, b) and p.choose_arm(b, 0.0) == OFF, name
+        assert p.mean(SPEC, b) == p.mean(OFF, b), name
+        assert p.choose_arm(b, 0.0, OFF) == OFF and p.choose_arm(b, 0.0, SPEC) == OFF, name   # even for spec
 
 
 def test_ucb_ranks_arms_with_the_buckets_total_weight(monkeypatch):
@@ -263,5 +280,5 @@ def test_ucb_ranks_arms_with_the_buckets_total_weight(monkeypatch):
     seen = []
     real = p.index
     monkeypatch.setattr(p, "index", lambda arm, b, now, total: seen.append(total) or real(arm, b, now, total))
-    p.choose_arm(p.buckets.of(4), 0.0)
+    p.choose_arm(p.buckets.of(4), 0.0, OFF)
     assert seen == [6.0, 6.0]

@@ -113,11 +113,12 @@ def test_load_concurrency_levels_are_read_and_bounded():
     (lambda d: d["step_time"].update(colour=1),
      "profile t.json [step_time]: unknown key 'colour' (allowed: batch_size, off, spec)"),
     (lambda d: d.update(colour="red"), "profile t.json: unknown key 'colour' (allowed: acceptance, description, load, "
-     "max_batch_size, name, noise, prefill_s, prefill_s_per_request, source, spec_steps, step_time)"),
+     "max_batch_size, max_prefill_tokens, name, noise, prefill_s, prefill_s_per_request, prefill_s_per_token, "
+     "source, spec_steps, step_time)"),
     (lambda d: d["acceptance"].update(x=1), "profile t.json [acceptance]: unknown key 'x' (allowed: "
      "mean_accept_length, spread)"),
-    (lambda d: d.update(load={"x": 1}), "profile t.json [load]: unknown key 'x' (allowed: concurrency, "
-     "output_len_mean, output_len_sd)"),
+    (lambda d: d.update(load={"x": 1}), "profile t.json [load]: unknown key 'x' (allowed: arrival_rate, concurrency, "
+     "output_len_mean, output_len_range, output_len_sd, prompt_len_range)"),
     (lambda d: d.pop("acceptance"), "profile t.json: [acceptance] must be a table"),
     (lambda d: d.update(step_time=[1]), "profile t.json: [step_time] must be a table"),
     (lambda d: d.update(load=3), "profile t.json: [load] must be a table"),
@@ -154,7 +155,7 @@ def test_files_by_name_or_path(tmp_path):
 
 def test_builtin_names_are_the_shipped_files():
     assert builtin_names() == sorted(p.stem for p in BUILTIN_DIR.glob("*.toml"))
-    assert builtin_names(TRACE_DIR) == ["coding-to-chat", "load-steps", "mixed-shift"]
+    assert builtin_names(TRACE_DIR) == ["coding-to-chat", "load-steps", "mixed-shift", "rate-steps"]
 
 
 def trace_file(tmp_path, text: str) -> str:
@@ -177,11 +178,11 @@ def test_trace_is_read_with_its_defaults(tmp_path):
 
 @pytest.mark.parametrize("text,message", [
     ("name = 'x'\n", "trace t.toml: needs at least one [[segment]]"),
-    ("segment = [1]\n", "trace t.toml: segment 0 must be a table"),
+    ("segment = [1]\n", "trace t.toml segment 0 must be a table"),
     ("profile = 3\n[[segment]]\nseconds = 1\nconcurrency = 1\n", "trace t.toml: profile must be a string"),
     ("x = 1\n", "trace t.toml: unknown key 'x' (allowed: description, name, profile, segment)"),
     ("[[segment]]\nseconds = 1\nconcurrency = 1\nx = 1\n",
-     "trace t.toml segment 0: unknown key 'x' (allowed: concurrency, label, mean_accept_length, seconds)"),
+     "trace t.toml segment 0: unknown key 'x' (allowed: concurrency, label, mean_accept_length, rate, seconds)"),
     ("[[segment]]\nseconds = 0.05\nconcurrency = 1\n", "trace t.toml segment 0: seconds=0.05 must be a number in 0.1 .. 1e+06"),
     ("[[segment]]\nseconds = 1000000.5\nconcurrency = 1\n",
      "trace t.toml segment 0: seconds=1000000.5 must be a number in 0.1 .. 1e+06"),
@@ -192,7 +193,16 @@ def test_trace_is_read_with_its_defaults(tmp_path):
      "trace t.toml segment 0: mean_accept_length=17.5 must be a number in 1 .. 17"),
     ("[[segment]]\nseconds = 1\nconcurrency = 1\nmean_accept_length = 0.5\n",
      "trace t.toml segment 0: mean_accept_length=0.5 must be a number in 1 .. 17"),
-    ("[[segment]]\nseconds = 1\n", "trace t.toml segment 0: missing concurrency"),
+    ("[[segment]]\nseconds = 1\n", "trace t.toml segment 0: missing concurrency (clients) or rate (requests/s)"),
+    ("[[segment]]\nseconds = 1\nrate = 1\nconcurrency = 1\n", "trace t.toml segment 0: give concurrency or rate, not both"),
+    ("[[segment]]\nseconds = 1\nrate = 0.0009\n", "trace t.toml segment 0: rate=0.0009 must be a number in 0.001 .. 1e+06"),
+    ("[[segment]]\nseconds = 1\nrate = 1000000.5\n",
+     "trace t.toml segment 0: rate=1000000.5 must be a number in 0.001 .. 1e+06"),
+    ("[[segment]]\nseconds = 0.05\nrate = 1\n", "trace t.toml segment 0: seconds=0.05 must be a number in 0.1 .. 1e+06"),
+    ("[[segment]]\nseconds = 1\nrate = 1\nmean_accept_length = 0.5\n",
+     "trace t.toml segment 0: mean_accept_length=0.5 must be a number in 1 .. 17"),
+    ("[[segment]]\nseconds = 1\nrate = 1\n[[segment]]\nseconds = 1\nconcurrency = 1\n",
+     "trace t.toml: segments must all give concurrency or all give rate, not a mix"),
 ])
 def test_trace_refusals_are_one_exact_line(tmp_path, text, message):
     with pytest.raises(ProfileError) as err:
