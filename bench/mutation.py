@@ -37,23 +37,38 @@ QUALITY = [DQ + "test_bandit_stays_within_2_percent_of_the_oracle_on_every_level
            DQ + "test_never_and_always_deliver_their_closed_form[never-seed]",
            DQ + "test_never_and_always_deliver_their_closed_form[always-seed]",
            DQ + "test_static_threshold_5_speculates_up_to_and_including_5[seed]",
+           DQ + "test_bandit_stays_within_5_percent_of_the_oracle_on_every_trace_segment[rate-steps]",
            DQ + "test_a_policy_that_picks_the_worse_arm_falls_below_the_bar[seed]"]
+ST = "tests/test_steady.py::"
+STEADY_GUARD = [ST + t for t in ("test_a_change_that_moves_no_live_batch_size_is_not_made",
+                                 "test_unpin_applies_the_policy_threshold_at_once",
+                                 "test_exploit_moves_worth_less_than_min_gain_are_held",
+                                 "test_change_budget_meters_discretionary_changes_only",
+                                 "test_exploration_budget_counts_only_batches_run_in_the_other_mode")]
+STEADY_POLICY = [ST + t for t in ("test_prefill_intervals_dropped_measured_or_corrected",
+                                  "test_indifference_margin_keeps_the_incumbent_on_near_ties",
+                                  "test_stale_acceptance_is_bounded_by_the_highest_seen_lately",
+                                  "test_decision_gain_is_the_traffic_weighted_gain_of_the_move")]
+STEADY_SIM = [ST + "test_bandit_within_3_percent_of_the_better_fixed_mode_at_the_middle_rate[crossover-a]",
+              ST + "test_reconverges_within_20_s_after_each_shift[coding-to-chat]"]
 
 # group -> (files mutated, mutant-name patterns (None: all), focused test files or node ids)
 GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
     "speculates": (["controller/contract.py"], ["controller.contract.x_speculates*"],
                  ["tests/test_boundaries.py", "tests/test_plugin_cpu.py"]),
-    "guard": (["controller/control/guard.py"], None,
-              ["tests/test_guard.py", "tests/test_boundaries.py", "tests/test_config_notify.py"]),
-    "writer": (["state/writer.py"], None, ["tests/test_state.py", "tests/test_actuation.py", "tests/test_writer.py"]),
+    "guard": (["controller/control/guard.py", "controller/control/changes.py"], None,
+              ["tests/test_guard.py", "tests/test_boundaries.py", "tests/test_config_notify.py", *STEADY_GUARD]),
+    "writer": (["state/writer.py", "state/items.py"], None,
+               ["tests/test_state.py", "tests/test_actuation.py", "tests/test_writer.py"]),
     "policies": (["policies/*.py"], None,
                  ["tests/test_policies.py", "tests/test_policy_api.py", "tests/test_policy_learning.py",
                   "tests/test_model_policy.py", "tests/test_sglang_ema_policy.py", "tests/test_dominance.py",
                   "tests/test_decide_reasons.py", "tests/test_boundaries.py",
-                  "tests/test_guard.py", *QUALITY]),
-    "oracle": (["controller/sim/evaluate.py", "controller/sim/profile.py"], None,
+                  "tests/test_guard.py", *STEADY_POLICY, *QUALITY]),
+    "oracle": (["controller/sim/evaluate.py", "controller/sim/profile.py", "controller/sim/openeval.py"], None,
                ["tests/test_oracle.py", "tests/test_profile_format.py", "tests/test_evaluate.py",
-                "tests/test_simulator.py", "tests/test_boundaries.py", "tests/test_cli_simulate.py", *QUALITY]),
+                "tests/test_simulator.py", "tests/test_boundaries.py", "tests/test_cli_simulate.py",
+                "tests/test_openloop.py", *STEADY_SIM, *QUALITY]),
 }
 # Diagnostics only: mutating a log line changes no decision and no stored row.
 DO_NOT_MUTATE_PATTERNS = [r"^\s*log\.(debug|info|warning|error|exception)\("]
