@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 
+from controller.contract import speculates
 from controller.control.guard import GuardConfig
 from controller.control.loop import ControlLoop
 from policies import Sample, make_policy
@@ -14,7 +15,7 @@ def accept_length_for(crossover: int) -> float:
 
 
 class Stream:
-    """Batch sizes drawn uniformly from 1..max_bs; spec iff bs <= the loop's threshold.
+    """Batch sizes drawn uniformly from 1..max_bs; routed by the loop's threshold (contract.speculates).
 
     Off: step = 0.01 + 0.001*bs. Spec: step = off step * (1 + 0.1*bs), so spec's
     tokens/s over off's is L / (1 + 0.1*bs): the crossover moves with the accept
@@ -30,7 +31,7 @@ class Stream:
     def sample(self, threshold: int) -> Sample:
         bs = self.rng.randint(1, self.max_bs)
         step = (0.01 + 0.001 * bs) * (1.0 + 0.02 * self.rng.gauss(0, 1))
-        if bs <= threshold:
+        if speculates(bs, threshold):
             expected = bs * accept_length_for(self.crossover)
             tokens = int(expected) + (self.rng.random() < expected - int(expected))
             s = Sample(self.t + step * (1 + 0.1 * bs), bs, 2, tokens, step * (1 + 0.1 * bs), True)

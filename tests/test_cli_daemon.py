@@ -80,11 +80,13 @@ def test_pin_unpin_and_history(daemon):
 
 
 def test_socket_missing_falls_back_to_database(daemon, tmp_path):
+    assert specctl(daemon, "policy", "set", "thompson", "--param", "scale=1.3").exit_code == 0
+    assert specctl(daemon, "history").exit_code == 0           # the daemon commits its queued writes first
     res = CliRunner().invoke(cli, ["--socket", str(tmp_path / "no.sock"), "--db", str(daemon.db), "status", "--json"])
     assert res.exit_code == 4           # the daemon holds the database: starting, as far as specctl can tell
     st = json.loads(res.stdout)
     assert st["daemon"]["running"] is False and st["threshold"] is not None
-    assert st["policy"]["name"] in ("bandit", "ucb")          # recorded at first start, or set by a test
+    assert st["policy"]["name"] == "thompson" and float(st["policy"]["params"]["scale"]) == 1.3, st["policy"]
     assert st["tok_per_s"] > 0 and st["spec_share"] is not None and st["figures_age_s"] >= 0
 
 

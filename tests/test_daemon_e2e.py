@@ -1,5 +1,6 @@
 """The daemon as a real subprocess: READY=1 on a real NOTIFY_SOCKET, a moving threshold,
 policy and pin commands, SIGKILL mid-run, restart with everything restored."""
+import re
 import signal
 import sqlite3
 import time
@@ -15,8 +16,14 @@ def test_full_lifecycle_survives_sigkill(short_tmp):
                    notify=str(short_tmp / "notify"), speed=40)
     try:
         wait_notify(listener, b"READY=1")
-        seen = wait_notify(listener, b"STATUS=threshold")
-        assert any(m.startswith(b"STATUS=") for m in seen)
+        lines: list[str] = []            # a retune before the first figures says "tok/s None": wait for figures
+        while len(lines) < 50 and (not lines or lines[-1].endswith("tok/s None")):
+            lines += [m.decode() for m in wait_notify(listener, b"STATUS=threshold") if m.startswith(b"STATUS=")]
+        for line in lines:
+            assert re.fullmatch(r"STATUS=threshold \d+, policy bandit, accept (None|[\d.]+), tok/s (None|[\d.]+)",
+                                line), line
+        assert re.fullmatch(r"STATUS=threshold \d+, policy bandit, accept (None|[\d.]+), tok/s [\d.]+", lines[-1]), \
+            lines                         # accept stays None until a batch speculated
         first = d.call("GET", "/status")["threshold"]
         # the load trace crosses the crossover: the threshold must move by itself
         d.wait_for(lambda st: st["threshold"] != first and st["decisions"] >= 2, timeout=60,
@@ -28,9 +35,9 @@ def test_full_lifecycle_survives_sigkill(short_tmp):
         assert d.call("GET", "/status")["threshold"] == 9
         d.call("POST", "/threshold/unpin", {})
         d.call("POST", "/threshold/pin", {"threshold": 7})
-        time.sleep(1.5)                      # let a checkpoint and some samples land
-        d.call("POST", "/policy", {"name": "ucb", "params": {"c": 1.2}})   # forces a state checkpoint
-        time.sleep(0.5)
+        d.wait_for(lambda st: st["samples"]["written"] > 0, what="samples committed")
+        d.call("POST", "/policy", {"name": "ucb", "params": {"c": 1.2}})   # checkpoints ucb's state, commits it
+        d.call("GET", "/history?limit=1")    # commits everything queued before it (the pin, the policy setting)
         assert d.stop(signal.SIGKILL) == -signal.SIGKILL
     finally:
         if d.proc.poll() is None:

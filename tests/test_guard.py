@@ -69,3 +69,86 @@ def test_pin_overrides_policy_and_unpin_returns_it():
 def test_bad_guard_config(values, match):
     with pytest.raises(GuardConfigError, match=match):
         GuardConfig.from_mapping(values)
+
+
+LIMITS = [  # setting, lowest and highest allowed, one just under, one just over, the range as the error says
+    ("stabilisation_s", 0, 3600, -0.1, 3600.5, "0 .. 3600"),
+    ("max_step_buckets", 1, 1000, 0, 1001, "1 .. 1000"),
+    ("explore_share", 0, 1, -0.01, 1.01, "0 .. 1"),
+    ("explore_window_s", 1, 86400, 0.5, 86400.5, "1 .. 86400"),
+    ("fallback_after_s", 0.1, 86400, 0.05, 86400.5, "0.1 .. 86400"),
+    ("coalesce_window_s", 0, 86400, -0.5, 86400.5, "0 .. 86400"),
+    ("min_gain", 0, 1, -0.001, 1.001, "0 .. 1"),
+    ("changes_per_min", 0, 6000, -0.1, 6000.5, "0 .. 6000"),
+    ("changes_burst", 2, 1000, 1.9, 1000.5, "2 .. 1000"),
+    ("urgent_gain", 0, 10, -0.01, 10.01, "0 .. 10"),
+    ("learning_s", 0, 3600, -0.1, 3600.5, "0 .. 3600"),
+]
+
+
+@pytest.mark.parametrize("name,lo,hi,under,over,allowed", LIMITS)
+def test_guard_limits_are_inclusive_and_named_in_the_error(name, lo, hi, under, over, allowed):
+    for ok in (lo, hi):
+        assert getattr(GuardConfig.from_mapping({name: ok}), name) == ok
+    for bad in (under, over):
+        kind = int if name == "max_step_buckets" else float
+        with pytest.raises(GuardConfigError) as err:
+            GuardConfig.from_mapping({name: bad})
+        assert str(err.value) == f"guard setting {name}={kind(bad)!r} out of range (allowed {allowed})"
+
+
+def test_min_threshold_and_fallback_threshold_limits():
+    assert GuardConfig.from_mapping({"min_threshold": 0}).min_threshold == 0
+    assert GuardConfig.from_mapping({"min_threshold": 9, "max_threshold": 9}).min_threshold == 9
+    assert GuardConfig.from_mapping({"fallback_threshold": 0}).fallback_threshold == 0
+    for values, message in [({"min_threshold": -1}, "min_threshold=-1 out of range (allowed 0 .. max_threshold)"),
+                            ({"min_threshold": 10, "max_threshold": 9},
+                             "min_threshold=10 out of range (allowed 0 .. max_threshold)"),
+                            ({"fallback_threshold": -1}, "fallback_threshold=-1 out of range (allowed >= 0)")]:
+        with pytest.raises(GuardConfigError) as err:
+            GuardConfig.from_mapping(values)
+        assert str(err.value) == f"guard setting {message}"
+
+
+def test_unknown_guard_setting_lists_the_known_ones():
+    with pytest.raises(GuardConfigError) as err:
+        GuardConfig.from_mapping({"bogus": 1})
+    assert str(err.value) == ("unknown guard setting 'bogus' (known: min_threshold, max_threshold, stabilisation_s, "
+                              "max_step_buckets, explore_share, explore_window_s, fallback_after_s, fallback_threshold, "
+                              "min_gain, coalesce_window_s, changes_per_min, changes_burst, urgent_gain, learning_s)")
+
+
+def test_exploration_share_is_discounted_by_half_every_window():
+    g = guard(explore_window_s=10.0)
+    g.account(10.0, batches=100, exploratory=True)
+    g.account(30.0, batches=100, exploratory=True)        # two windows later: the first 100 weigh 25
+    g.account(30.0, batches=200, exploratory=False)       # same time: no decay
+    assert g.explore_used == pytest.approx(125 / 325)
+
+
+def test_rate_cap_down_to_the_first_bucket():
+    g = guard(stabilisation_s=0, max_step_buckets=2)
+    g.exploit = 3
+    assert g.apply(1.0, Decision(0, 0, "x"), 1.0)[0] == 1           # 3 buckets down, capped at 2: threshold 1
+
+
+def test_reasons_say_why_the_applied_threshold_is_what_it_is():
+    g = guard(stabilisation_s=0, max_step_buckets=2, fallback_after_s=5)
+    assert g.apply(1.0, Decision(50, 50, "x"), None) == (0, "fallback to 0: no samples yet", False)
+    assert g.apply(20.0, Decision(50, 50, "x"), 10.0) == (0, "fallback to 0: no samples for 10.0 s", False)
+    assert g.apply(21.0, Decision(50, 50, "up"), 21.0) == (
+        10, "up; guard: at most 2 buckets per decision, heading for 50", False)
+    assert g.apply(22.0, Decision(12, 12, "there"), 22.0) == (12, "there", False)
+    assert g.apply(23.0, Decision(20, 12, "explore"), 23.0) == (20, "explore", True)
+    held = guard(stabilisation_s=1.0, max_step_buckets=100)
+    assert held.apply(0.0, Decision(12, 12, "a"), 0.0) == (12, "a", False)
+    assert held.apply(0.5, Decision(4, 4, "b"), 0.5) == (12, "b; guard: 4 not yet proposed for 1 s", False)
+    spent = guard(stabilisation_s=0, explore_share=0.0)
+    assert spent.apply(1.0, Decision(20, 8, "explore"), 1.0) == (
+        8, "best threshold 8; trial skipped: exploration budget (0% of batches) spent", False)
+
+
+def test_min_gain_is_the_smallest_move_made():
+    assert guard(stabilisation_s=0).apply(1.0, Decision(12, 12, "small", gain=0.0029), 1.0) == (8, "small", False)
+    assert guard(stabilisation_s=0).apply(1.0, Decision(12, 12, "enough", gain=0.003), 1.0) == (12, "enough", False)
+    assert guard(stabilisation_s=0).apply(1.0, Decision(12, 12, "unknown"), 1.0)[0] == 12     # no estimate: made

@@ -136,25 +136,27 @@ def test_state_output_fits_both_generations():
     assert state_output(Old, False) == Old(False, {})
 
 
-def test_telemetry_reaches_a_real_pull_socket(pull_address):
+def test_telemetry_reaches_a_real_pull_socket(pull_address, monkeypatch):
     pull, addr = pull_address
-    plug = reporting(addr, flush_s=60.0)            # a slow test machine must not flush early
+    clock = iter([100.0, 100.02, 100.05])           # the intervals between decode results
+    monkeypatch.setattr(telemetry, "time", SimpleNamespace(perf_counter=lambda: next(clock),
+                                                           perf_counter_ns=time.perf_counter_ns, time=time.time))
+    plug = reporting(addr, flush_s=60.0)
     tel = plug.telemetry
     batch = SimpleNamespace(reqs=[object()] * 6)
     spec = SimpleNamespace(speculative_num_draft_tokens=4, num_correct_drafts=7)
     off = SimpleNamespace(speculative_num_draft_tokens=1, num_correct_drafts=0)
     tel.after_spec_result(None, None, spec, batch)          # first result: starts the clock only
-    time.sleep(0.01)
     tel.before_prefill_result(None, batch, None)
     tel.after_spec_result(None, None, result=spec, batch=batch)
-    time.sleep(0.01)
     tel.after_spec_result(None, None, off, batch)
     assert tel.pending and tel.sent == 0          # held back (fewer than a message's worth, < flush_s)
     tel.flush(object())                           # the scheduler went idle
     assert pull.poll(2000)
     a, b = decode(pull.recv())
     assert (a.batch_size, a.steps, a.tokens, a.decode_only) == (6, 3, 13, False)     # prefill in between
-    assert (b.steps, b.tokens, b.decode_only) == (0, 6, True) and 0.005 < b.step_s < 1.0
+    assert a.step_s == pytest.approx(0.02) and b.step_s == pytest.approx(0.03)
+    assert (b.steps, b.tokens, b.decode_only) == (0, 6, True)
     assert tel.calls == 3 and tel.ns > 0 and tel.sent == 2 and not tel.pending
     tel.flush(object())                           # nothing waiting: nothing sent
     assert not pull.poll(100)

@@ -1,0 +1,246 @@
+"""Mutation testing (mutmut 3) of the decision code, within a 2-core machine's limits.
+
+    python bench/mutation.py [--groups speculates,guard,writer,policies,oracle] [--workdir DIR] [--out FILE]
+                             [--mode full|survivors|collect]
+
+Each group runs on its own scratch copy of the working tree (tracked and untracked, not ignored, files),
+one mutant at a time (--max-children 1), and runs only its focused test files; mutmut picks, per
+mutated function, the tests among them that call it (fastest first, stopping at the first failure).
+Not part of CI's test command: a full run takes about half an hour. Results: a table of scores per file,
+and the diff of every surviving mutant, in --out (default: bench/results/mutation-run.md). Mutants
+listed in bench/mutation_equivalent.toml (name -> why) count as equivalent and leave the score.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MUTMUT = "mutmut==3.8.1"
+
+# The cheap decision-quality checks (the full file takes ~25 s; these ~4 s): a mutant that survives pays
+# for every selected test, and a policy mutant's tests are run hundreds of times.
+DQ = "tests/test_decision_quality.py::"
+QUALITY = [DQ + "test_bandit_stays_within_2_percent_of_the_oracle_on_every_level[seed]",
+           DQ + "test_bandit_stays_within_2_percent_of_the_oracle_on_every_level[crossover-a]",
+           DQ + "test_bandit_stays_within_5_percent_of_the_oracle_on_every_trace_segment[coding-to-chat]",
+           DQ + "test_no_level_beats_the_oracle_beyond_the_noise[seed]",
+           DQ + "test_no_trace_segment_beats_the_oracle_beyond_the_noise[coding-to-chat-bandit]",
+           DQ + "test_no_trace_segment_beats_the_oracle_beyond_the_noise[coding-to-chat-always]",
+           DQ + "test_never_and_always_deliver_their_closed_form[never-seed]",
+           DQ + "test_never_and_always_deliver_their_closed_form[always-seed]",
+           DQ + "test_static_threshold_5_speculates_up_to_and_including_5[seed]",
+           DQ + "test_bandit_stays_within_5_percent_of_the_oracle_on_every_trace_segment[rate-steps]",
+           DQ + "test_a_policy_that_picks_the_worse_arm_falls_below_the_bar[seed]"]
+ST = "tests/test_steady.py::"
+STEADY_GUARD = [ST + t for t in ("test_a_change_that_moves_no_live_batch_size_is_not_made",
+                                 "test_unpin_applies_the_policy_threshold_at_once",
+                                 "test_exploit_moves_worth_less_than_min_gain_are_held",
+                                 "test_change_budget_meters_discretionary_changes_only",
+                                 "test_exploration_budget_counts_only_batches_run_in_the_other_mode")]
+STEADY_POLICY = [ST + t for t in ("test_prefill_intervals_dropped_measured_or_corrected",
+                                  "test_indifference_margin_keeps_the_incumbent_on_near_ties",
+                                  "test_stale_acceptance_is_bounded_by_the_highest_seen_lately",
+                                  "test_decision_gain_is_the_traffic_weighted_gain_of_the_move")]
+STEADY_SIM = [ST + "test_bandit_within_3_percent_of_the_better_fixed_mode_at_the_middle_rate[crossover-a]",
+              ST + "test_reconverges_within_20_s_after_each_shift[coding-to-chat]"]
+
+# group -> (files mutated, mutant-name patterns (None: all), focused test files or node ids)
+GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
+    "speculates": (["controller/contract.py"], ["controller.contract.x_speculates*"],
+                 ["tests/test_boundaries.py", "tests/test_plugin_cpu.py"]),
+    "guard": (["controller/control/guard.py", "controller/control/changes.py"], None,
+              ["tests/test_guard.py", "tests/test_guard_budget.py", "tests/test_boundaries.py", "tests/test_config_notify.py",
+               *STEADY_GUARD]),
+    "writer": (["state/writer.py", "state/items.py"], None,
+               ["tests/test_state.py", "tests/test_actuation.py", "tests/test_writer.py"]),
+    "policies": (["policies/*.py"], None,
+                 ["tests/test_policies.py", "tests/test_policy_api.py", "tests/test_policy_learning.py",
+                  "tests/test_model_policy.py", "tests/test_sglang_ema_policy.py", "tests/test_dominance.py",
+                  "tests/test_decide_reasons.py", "tests/test_boundaries.py",
+                  "tests/test_guard.py", *STEADY_POLICY, *QUALITY]),
+    "oracle": (["controller/sim/evaluate.py", "controller/sim/profile.py", "controller/sim/openeval.py"], None,
+               ["tests/test_oracle.py", "tests/test_profile_format.py", "tests/test_evaluate.py",
+                "tests/test_simulator.py", "tests/test_boundaries.py", "tests/test_cli_simulate.py",
+                "tests/test_openloop.py", *STEADY_SIM, *QUALITY]),
+}
+# Diagnostics only: mutating a log line changes no decision and no stored row.
+DO_NOT_MUTATE_PATTERNS = [r"^\s*log\.(debug|info|warning|error|exception)\("]
+
+
+def scratch_copy(dest: Path) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.splitlines()
+    for name in files:
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+
+
+def write_config(dest: Path, files: list[str], tests: list[str]) -> None:
+    def lines(values):
+        return "".join(f"\n    {v}" for v in values)
+    (dest / "setup.cfg").write_text(
+        "[mutmut]\n"
+        f"source_paths ={lines(['controller', 'policies', 'state'])}\n"
+        f"only_mutate ={lines(files)}\n"
+        f"pytest_add_cli_args_test_selection ={lines(tests)}\n"
+        f"pytest_add_cli_args ={lines(['-p', 'no:cacheprovider', '-m', 'not gpu'])}\n"
+        f"do_not_mutate_patterns ={lines(DO_NOT_MUTATE_PATTERNS)}\n"
+        "use_git_change_detection = false\n")
+
+
+def ensure_mutmut() -> None:
+    if subprocess.run([sys.executable, "-c", "import mutmut"], capture_output=True).returncode:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", MUTMUT], check=True)
+
+
+# mutmut's exit codes; -9 is a child killed for its memory (a mutant stuck in a loop that allocates,
+# stopped by MEMORY_LIMIT): like a timeout, a mutant that ran away was detected.
+STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped",
+          36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout", -9: "timeout"}
+MEMORY_LIMIT = 6 << 30      # address space of mutmut and its children: a runaway mutant must not starve the machine
+
+
+def limit_memory() -> None:
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+def collect(dest: Path, patterns: list[str] | None) -> dict[str, dict[str, str]]:
+    """{source file: {mutant name: status}} from mutmut's .meta files."""
+    import fnmatch
+    out: dict[str, dict[str, str]] = {}
+    for meta in sorted((dest / "mutants").rglob("*.py.meta")):
+        source = str(meta.relative_to(dest / "mutants"))[:-len(".meta")]
+        codes = json.loads(meta.read_text()).get("exit_code_by_key", {})
+        for name, code in codes.items():
+            if patterns and not any(fnmatch.fnmatch(name, p) for p in patterns):
+                continue
+            out.setdefault(source, {})[name] = "not checked" if code is None else STATUS.get(code, "suspicious")
+    return out
+
+
+def run_group(group: str, workdir: Path, mode: str = "full") -> dict:
+    """mode: full (a fresh copy, every mutant), survivors (the last run's copy with today's tests, only
+    the mutants it did not kill), collect (report on the last run)."""
+    files, patterns, tests = GROUPS[group]
+    dest = workdir / group
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    env.pop("PYTHONPATH", None)
+    t0 = time.time()
+    names = patterns or []
+    if mode == "survivors":
+        names = [n for by_name in collect(dest, patterns).values() for n, v in by_name.items() if v != "killed"]
+        shutil.rmtree(dest / "tests")
+        shutil.copytree(ROOT / "tests", dest / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+        write_config(dest, files, tests)
+        (dest / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)    # re-map tests to functions
+    elif mode == "full":
+        scratch_copy(dest)
+        write_config(dest, files, tests)
+    if mode != "collect" and (mode == "full" or names):
+        with open(dest / "mutmut.log", "a" if mode == "survivors" else "w") as log:
+            subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", "1", *names],
+                           cwd=dest, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=limit_memory)
+    results = collect(dest, patterns)
+    known = json.loads((dest / "summary.json").read_text())["diffs"] if (dest / "summary.json").exists() else {}
+    diffs = {}
+    for by_name in results.values():
+        for name, status in by_name.items():
+            if status not in ("killed", "timeout") and name in known:
+                diffs[name] = known[name]
+            elif status not in ("killed", "timeout"):
+                shown = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=dest, env=env,
+                                       capture_output=True, text=True)
+                diffs[name] = shown.stdout.strip()
+    seconds = round(time.time() - t0)
+    if mode == "collect" and (dest / "summary.json").exists():
+        seconds = json.loads((dest / "summary.json").read_text())["seconds"]      # the run's, not this report's
+    summary = {"group": group, "seconds": seconds, "results": results, "diffs": diffs}
+    (dest / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def changed_lines(diff: str) -> str:
+    return " / ".join(line[1:].strip() for line in diff.splitlines()
+                      if line[:1] in "+-" and not line.startswith(("---", "+++")))
+
+
+def counts(by_name: dict[str, str], equivalent: dict[str, str]) -> tuple[int, int, int, int]:
+    """(mutants, killed, equivalent, not killed); a timeout counts as killed (the mutant was detected)."""
+    killed = sum(v in ("killed", "timeout") for v in by_name.values())
+    equiv = sum(v not in ("killed", "timeout") and k in equivalent for k, v in by_name.items())
+    return len(by_name), killed, equiv, len(by_name) - killed - equiv
+
+
+def score_rows(summaries: list[dict], equivalent: dict[str, str]) -> list[str]:
+    rows = ["| group | file | mutants | killed | equivalent | not killed | score (killed / non-equivalent) |",
+            "|---|---|---|---|---|---|---|"]
+    for s in summaries:
+        total = [0, 0, 0, 0]
+        for source, by_name in s["results"].items():
+            c = counts(by_name, equivalent)
+            total = [a + b for a, b in zip(total, c)]
+            rows.append(f"| {s['group']} | {source} | {c[0]} | {c[1]} | {c[2]} | {c[3]} | "
+                        f"{100 * c[1] / max(c[0] - c[2], 1):.1f} % |")
+        if len(s["results"]) > 1:
+            rows.append(f"| **{s['group']}** | all | {total[0]} | {total[1]} | {total[2]} | {total[3]} | "
+                        f"**{100 * total[1] / max(total[0] - total[2], 1):.1f} %** |")
+    return rows
+
+
+PREAMBLE = """Mutation testing with mutmut 3.8.1 (mutmut's own operators: comparison and arithmetic operators,
+numbers, strings, keywords, arguments removed or set to None). Each group runs on a scratch copy, one
+mutant at a time, against its focused tests (bench/mutation.py GROUPS); a mutant is killed when one of
+them fails, when it runs past mutmut's timeout, or when it runs out of its 6 GiB of address space (a
+mutant looping and allocating). Lines that only log are not mutated. Equivalent
+mutants (no test can tell them from the original) are listed in bench/mutation_equivalent.toml with
+the reason, and leave the score. Regenerate: `python bench/mutation.py` (about half an hour of one core),
+or `--mode survivors` to re-check only what the last run did not kill."""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--groups", default=",".join(GROUPS))
+    ap.add_argument("--workdir", default="/tmp/spec-controller-mutation")
+    ap.add_argument("--out", default=str(ROOT / "bench/results/mutation.md"))
+    ap.add_argument("--mode", choices=("full", "survivors", "collect"), default="full",
+                    help="full: every mutant on a fresh copy; survivors: re-run what the last run did not kill, "
+                         "with the current tests; collect: only report on the last runs in --workdir")
+    args = ap.parse_args()
+    ensure_mutmut()
+    equivalent = tomllib.loads((ROOT / "bench/mutation_equivalent.toml").read_text()).get("equivalent", {})
+    workdir = Path(args.workdir)
+    summaries = []
+    for group in args.groups.split(","):
+        summaries.append(run_group(group, workdir, args.mode))
+        print(f"{group}: done in {summaries[-1]['seconds']} s", flush=True)
+    lines = ["# Mutation testing of the decision code", "", PREAMBLE, "",
+             *score_rows(summaries, equivalent), "",
+             "Wall time of each group's last run (2 cores, shared with other work): "
+             + ", ".join(f"{s['group']} {s['seconds']} s" for s in summaries) + ".", ""]
+    for title, pick in (("Not killed", lambda n: n not in equivalent), ("Equivalent", lambda n: n in equivalent)):
+        names = [(n, d) for s in summaries for n, d in sorted(s["diffs"].items())
+                 if pick(n) and s["results"].get(next((f for f in s["results"] if n in s["results"][f]), ""),
+                                                  {}).get(n) not in ("killed", "timeout")]
+        lines += [f"## {title} ({len(names)})", ""]
+        for n, d in names:
+            lines.append(f"- `{n}`: `{changed_lines(d)}`" + (f" — {equivalent[n]}" if n in equivalent else ""))
+        lines.append("")
+    Path(args.out).write_text("\n".join(lines))
+    print("\n".join(score_rows(summaries, equivalent)))
+
+
+if __name__ == "__main__":
+    main()
