@@ -118,3 +118,40 @@ def test_the_prefill_cost_and_the_accept_high_are_saved_and_an_older_state_loads
     old.load_state(dict(saved, prefill_s=[1.0, 2.0], accept_high=[9.0]))          # odd lengths: ignored
     assert old.prefill_s.w == 0 and old.accept_hi == (0.0, 0.0)
     assert math.isfinite(old.accept_high(100.0))
+
+
+def test_a_fresh_learner_saves_no_accept_high():
+    assert make_policy("ucb", max_batch_size=64).state()["accept_high"] == [0.0, 0.0]
+
+
+def test_an_untried_off_arm_settled_by_a_win_above_is_not_tried():
+    p = make_policy("ucb", max_batch_size=64)
+    feed(p, OFF, 8, 0.010, 5)                                # batch 8: spec wins by 50 %
+    feed(p, SPEC, 8, 0.020, 5, accept=3.0)
+    feed(p, SPEC, 4, 0.020, 5, accept=3.0)                   # batch 4: spec known, off not
+    d = p.decide(Snapshot(0.1, 0, 64, live_batch_size=4))
+    assert (d.threshold, d.exploit_threshold, d.untried) == (8, 8, False)
+    assert d.reason == "speculate up to batch 8: it pays at batch 8 (speculation +50% tok/s)"
+
+
+def test_the_live_buckets_exploit_mode_is_the_incumbent_of_its_choice():
+    def decision(exploit: int):
+        p = make_policy("ucb", {"c": 0.0}, max_batch_size=64)
+        feed(p, OFF, 8, 0.010, 50)                           # off 800 tok/s
+        feed(p, SPEC, 8, 0.02475, 50, accept=2.5)            # spec 808 tok/s: +1 %, inside the 2 % margin
+        p._best_threshold = lambda now, current, b: current  # the summary keeps the snapshot's threshold
+        return p.decide(Snapshot(1.0, exploit, 64, live_batch_size=8))
+    assert decision(0).threshold == 0 and not decision(0).exploratory    # off holds at a near tie
+    assert decision(8).threshold == 8 and not decision(8).exploratory    # and so does spec
+
+
+@pytest.mark.parametrize("arm", [OFF, SPEC])
+def test_a_neighbour_settles_an_arm_from_a_weight_of_exactly_one_thousandth(arm):
+    def policy(weight: float):
+        p = make_policy("ucb", max_batch_size=64)
+        feed(p, OFF, 2, 0.010, 5)                            # batch 2: spec loses by 50 %
+        feed(p, SPEC, 2, 0.040, 5)
+        d = p.q[arm][p.buckets.of(2)]
+        d.s, d.w, d.t = d.mean * weight, weight, 1.0
+        return p
+    assert policy(1e-3).dominated(SPEC, 7, 1.0) and not policy(0.9e-3).dominated(SPEC, 7, 1.0)
