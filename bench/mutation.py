@@ -60,7 +60,7 @@ GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
               ["tests/test_guard.py", "tests/test_guard_budget.py", "tests/test_boundaries.py", "tests/test_config_notify.py",
                *STEADY_GUARD]),
     "writer": (["state/writer.py", "state/items.py"], None,
-               ["tests/test_state.py", "tests/test_actuation.py", "tests/test_writer.py"]),
+               ["tests/test_state.py", "tests/test_actuation.py", "tests/test_writer.py", "tests/test_writer_durable.py"]),
     "policies": (["policies/*.py"], None,
                  ["tests/test_policies.py", "tests/test_policy_api.py", "tests/test_policy_learning.py",
                   "tests/test_model_policy.py", "tests/test_sglang_ema_policy.py", "tests/test_dominance.py",
