@@ -155,3 +155,25 @@ def test_a_neighbour_settles_an_arm_from_a_weight_of_exactly_one_thousandth(arm)
         d.s, d.w, d.t = d.mean * weight, weight, 1.0
         return p
     assert policy(1e-3).dominated(SPEC, 7, 1.0) and not policy(0.9e-3).dominated(SPEC, 7, 1.0)
+
+
+def test_an_untried_off_arm_settled_above_is_tried_as_speculation_where_the_threshold_is_below():
+    p = make_policy("ucb", max_batch_size=64)
+    feed(p, OFF, 6, 0.010, 50)                               # batch 6: spec loses 50 %, much traffic
+    feed(p, SPEC, 6, 0.040, 50)
+    feed(p, OFF, 8, 0.010, 2)                                # batch 8: spec wins 50 %, little traffic
+    feed(p, SPEC, 8, 0.020, 2, accept=3.0)
+    feed(p, SPEC, 4, 0.020, 2, accept=3.0)                   # batch 4: spec known, off not
+    d = p.decide(Snapshot(0.1, 0, 64, live_batch_size=4))
+    assert (d.threshold, d.exploit_threshold, d.untried) == (4, 0, False)
+    assert d.reason == "trial: speculate at batch 4 to measure it (plain decoding lost at larger batches)"
+
+
+def test_an_arm_measured_long_ago_is_tried_again_and_says_when():
+    p = make_policy("ucb", max_batch_size=64)
+    feed(p, OFF, 4, 0.010, 1, t0=0.0)
+    feed(p, SPEC, 4, 0.020, 1, t0=0.0, accept=3.0)
+    feed(p, SPEC, 4, 0.020, 1, t0=999.0, accept=3.0)        # spec fresh, off last run 1000 s ago
+    d = p.decide(Snapshot(1000.0, 4, 64, live_batch_size=4))
+    assert (d.threshold, d.untried) == (3, True)
+    assert d.reason == "trial: plain decode at batch 4 to measure it (last measured 1000 s ago)"
