@@ -31,7 +31,8 @@ def test_specctl_stop_drains_and_waits_for_the_exit(short_tmp):
     d = DaemonProc(short_tmp, "--concurrency", "4", speed=40)
     try:
         d.wait_socket()
-        live = d.wait_for(lambda st: st["samples"]["total"] > 200, what="samples")
+        # per_s needs two ingested groups in its window: the first group alone may already hold 200 samples
+        live = d.wait_for(lambda st: st["samples"]["total"] > 200 and st["samples"]["per_s"], what="samples")
         assert live["samples"]["per_s"] > 0
         assert specctl(d, "threshold", "pin", "5").exit_code == 0
         res = specctl(d, "policy", "set", "ucb")
