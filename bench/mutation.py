@@ -84,6 +84,7 @@ GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
                   "tests/test_guard.py", *STEADY_POLICY, *QUALITY]),
     "oracle": (["controller/sim/evaluate.py", "controller/sim/profile.py", "controller/sim/openeval.py"], None,
                ["tests/test_oracle.py", "tests/test_profile_format.py", "tests/test_profile_load.py", "tests/test_evaluate.py",
+                "tests/test_evaluate_main.py",
                 "tests/test_simulator.py", "tests/test_boundaries.py", "tests/test_cli_simulate.py",
                 *OPENLOOP, *STEADY_SIM, *QUALITY]),
 }

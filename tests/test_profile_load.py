@@ -75,3 +75,11 @@ def test_a_one_row_table_is_flat():
     assert p.step_seconds(1, False) == 0.01 and p.step_seconds(100, True) == 0.02
     two = parse(copy.deepcopy(GOOD))
     assert two.step_seconds(64, False) == 0.03 and two.step_seconds(65, False) == pytest.approx(0.03 + 0.02 / 63)
+
+
+def test_the_rough_capacity_takes_the_better_mode_at_max_batch_size():
+    data = copy.deepcopy(GOOD)
+    data["step_time"] = {"batch_size": [1, 256], "off": [0.01, 0.1], "spec": [0.011, 0.11]}   # spec 2.2 x tokens
+    p = parse(data)
+    per_request = 256.0 / (256 * 2.2 / 0.11) + 0.001
+    assert p.capacity_req_s() == pytest.approx(1 / per_request)
