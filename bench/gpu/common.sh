@@ -7,7 +7,7 @@ T0=$(date +%s); DEADLINE=${DEADLINE_S:-560}
 left() { echo $((DEADLINE - ($(date +%s) - T0))); }
 LEVELS=${LEVELS:-1,4,16,64,128}; ACC=${ACC_LEN:-2.5}; PPC=${PPC:-3}; OUTLEN=${OUTLEN:-128}
 SWEEP_ARGS=(--prompts-per-client "$PPC" --output-len "$OUTLEN")
-M=/tmp/m; SC=/tmp/sc; mkdir -p $SC
+M=/tmp/m; SC=/tmp/sc; rm -rf $SC; mkdir -p $SC   # a warm machine keeps /tmp: every call starts from a fresh database
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export TVM_FFI_CACHE_DIR=/tmp/jitcache TRITON_CACHE_DIR=/tmp/tritoncache
 SUM=$OUT/summary.txt; : >"$SUM"
@@ -16,8 +16,10 @@ say() { echo "[t+$(($(date +%s) - T0))s] $*" | tee -a "$SUM"; }
 
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site . 2>&1 | tail -2
+  # a warm machine keeps /tmp: the wheel set is installed once per machine (the project itself every call)
+  [ -f /tmp/site/.wheels-installed ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --upgrade --target /tmp/site .whl/*.whl && touch /tmp/site/.wheels-installed; }
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target /tmp/site . 2>&1 | tail -2
   for c in .jitcache/caches.tar.*; do [ -f "$c" ] && tar xf "$c" -C /tmp && echo "restored JIT caches"; done
 } >/tmp/env.log 2>&1
 export PYTHONPATH=/tmp/site
@@ -54,8 +56,10 @@ if ! python3 -c "import deep_gemm" >>/tmp/env.log 2>&1; then
   export SGLANG_ENABLE_JIT_DEEPGEMM=0
 fi
 python3 -c "import importlib.metadata as m; print('sglang plugins:', [e.value for e in m.entry_points(group='sglang.srt.plugins')])" | tee -a "$SUM"
-make_model() { # dir [--crafted]
+make_model() { # dir [--crafted] ...: made once per machine for the same arguments (seeded: the same weights)
+  [ -f "$1/.made" ] && [ "$(cat "$1/.made")" = "$*" ] && { say "model $* already made"; return; }
   python3 bench/gpu/mkmodel.py "$@" 2>&1 | tail -1 | tee -a "$SUM"
+  echo "$*" >"$1/.made"
 }
 TOK=$M/target
 
@@ -166,7 +170,7 @@ speculative_num_draft_tokens = 4
 host = "127.0.0.1"
 port = 30000
 attention_backend = "triton"
-mem_fraction_static = 0.8
+mem_fraction_static = ${MEMFRAC:-0.8}
 cuda_graph_max_bs_decode = $MAXBS
 cuda_graph_backend_prefill = "disabled"
 grammar_backend = "none"

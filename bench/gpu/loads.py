@@ -8,8 +8,8 @@
         lean={"spec_controller_sync_draft": false, "spec_controller_lean_prefill": true}' --out r.jsonl
     python3 bench/gpu/loads.py --show r.jsonl              # the table (median of repeats, spread)
 
---configs: several set_internal_state bodies (or '@threshold pin N' / '@threshold unpin': specctl commands to
-the daemon at --socket) measured in one engine, interleaved inside each level (order rotated per repeat, so
+--configs: several set_internal_state bodies (or '@threshold pin N' / '@policy set bandit && threshold unpin':
+specctl commands to the daemon at --socket, run in order) measured in one engine, interleaved inside each level (order rotated per repeat, so
 drift between runs does not decide a ranking); --flush empties the radix cache before each measurement (the
 seeded prompts repeat across configs and repeats).
 
@@ -94,11 +94,12 @@ def open_loop(port: int, rate: float, seconds: float, tokenizer: str, seed: int)
 
 
 def apply(args: argparse.Namespace, state: dict | str) -> None:
-    """A set_internal_state body, or a specctl command line ("threshold pin 0") for the daemon."""
+    """A set_internal_state body, or specctl command lines for the daemon ("policy set fixed && threshold pin 0")."""
     if isinstance(state, str):
         import subprocess
-        subprocess.run([sys.executable, "-m", "controller.cli", "--socket", args.socket, *state.split()],
-                       check=True, capture_output=True)
+        for command in state.split("&&"):
+            subprocess.run([sys.executable, "-m", "controller.cli", "--socket", args.socket, *command.split()],
+                           check=True, capture_output=True)
         return
     answer = post(args.port, "/set_internal_state", {"server_args": state}, 30)
     if not updated(answer):

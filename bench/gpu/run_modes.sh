@@ -1,0 +1,44 @@
+#!/bin/bash
+# Issues 13 (item 5, and the data for item 2) and 12 (open-loop shape), one device call:
+#   DEADLINE_S=570 bash bench/gpu/run_modes.sh                 (carry .whl, .jitcache)
+# Open-loop Poisson arrivals (sglang.bench_serving --request-rate) at a light, a middle and a near-saturation
+# rate (RATES, default 2,12,24 req/s), 2 repeats, the radix cache flushed before each run:
+#  1. an engine started without speculation;
+#  2. the daemon (sglang engine + plugin, the default off path) with its modes interleaved per rate (order
+#     rotated per repeat): never (pin 0), always (pin MAXBS), static 5 (pin 5), SGLang's EMA (the daemon's
+#     sglang-ema policy, a port of SGLang's AdaptiveController) and bandit. The two learners learn only from
+#     their own runs (the pinned runs are made under the inert `fixed` policy) and carry what they learned
+#     from one run to the next, as they would on a server whose load moves.
+# Then the daemon's samples as a simulator profile (calibration, issue 13 item 2) and its history.
+# Model: the crafted 7.2B target + EAGLE3 head (accept length ~2 when speculating).
+source bench/gpu/common.sh
+MAXBS=128 ACC=natural
+RATES=${RATES:-2,12,24}; SECONDS_PER_RUN=${SECONDS_PER_RUN:-6}
+make_model $M --crafted $MODEL7B
+OP=(--shape open --rates "$RATES" --seconds "$SECONDS_PER_RUN" --repeats 2 --flush --tokenizer $TOK --out "$R")
+load() { python3 bench/gpu/loads.py "$@" 2>&1 | grep -E "LOAD|Error|refused|Traceback" | cut -c1-220 >>"$SUM"; }
+
+if start_server nospec 30001 X=1 --; then
+  load --port 30001 --label nospec "${OP[@]}"; say "nospec done"
+  stop_server
+fi
+tail -c 200000 "$OUT/nospec.log" >/tmp/nospec.log; rm -f "$OUT/nospec.log"     # 8 files come back at most
+if start_daemon; then
+  specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
+  PIN="@policy set fixed && threshold pin"
+  MODES="never=$PIN 0;always=$PIN $MAXBS;static5=$PIN 5"
+  MODES="$MODES;ema=@policy set sglang-ema && threshold unpin;bandit=@policy set bandit && threshold unpin"
+  load --port 30000 --socket $SC/ctl.sock --configs "$MODES" "${OP[@]}"
+  say "modes done"
+  specctl status 2>&1 | grep -E "off path|plugin cost|samples|threshold" | tee -a "$SUM"
+  specctl history --limit 1000 --json >"$OUT/history.json" 2>/dev/null
+  stop_daemon
+  python3 bench/gpu/db_to_profile.py $SC/state.db "$OUT/h200-7b-open.toml" --name h200-7b-open \
+    --source "H200, SGLang 0.5.17, crafted 7.2B + EAGLE3 K=3, bench/gpu/run_modes.sh" \
+    --prompt-len-range 102,512 --output-len-range 77,384 --arrival-rate "$RATES" 2>&1 | tail -2 | tee -a "$SUM"
+  rm -f /tmp/state-copy.db; python3 -c "import sqlite3; sqlite3.connect('$SC/state.db').execute(\"VACUUM INTO '/tmp/state-copy.db'\")"
+  xz -6 -c /tmp/state-copy.db >"$OUT/state.db.xz"; ls -la "$OUT/state.db.xz" | tee -a "$SUM"
+fi
+save_caches
+python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"
+say "total $(($(date +%s) - T0)) s"
