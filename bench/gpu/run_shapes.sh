@@ -41,16 +41,7 @@ if start_daemon; then
     python3 bench/gpu/loads.py --port 30000 --label "bandit-const-$CONST_C" --shape closed --levels $CONST_C \
       --seconds "$CONST_S" --warmup 2 --repeats 1 --out "$R" 2>&1 | grep LOAD | cut -c1-220 >>"$SUM"
     specctl history --limit 2000 --json >"$OUT/history.json" 2>/dev/null
-    python3 - "$OUT/history.json" "$T1" "$CONST_S" <<'PY' | tee -a "$SUM"
-import json, sys
-rows, t1, span = json.load(open(sys.argv[1])), float(sys.argv[2]), float(sys.argv[3])
-changes = [r for r in rows if r["wall"] >= t1 + 2]            # every history row is a threshold change
-half = [r for r in changes if r["wall"] >= t1 + 2 + span / 2]
-trials = sum(1 for r in changes if r.get("exploratory"))
-print(f"CONST threshold changes in {span:.0f} s at constant load: {len(changes)} ({len(changes) * 60 / span:.1f}/min, "
-      f"{trials} trials); second half: {len(half)} ({len(half) * 120 / span:.1f}/min): "
-      + " ".join(f"{r['old']}->{r['new']}" for r in sorted(changes, key=lambda r: r["wall"])))
-PY
+    python3 bench/gpu/changes_count.py "$OUT/history.json" "$T1" "$CONST_S" | tee -a "$SUM"
   fi
   stop_daemon
 fi

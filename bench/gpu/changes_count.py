@@ -1,0 +1,30 @@
+"""Threshold changes the daemon made in a window (its `specctl history --json`): one CONST line.
+
+    python3 bench/gpu/changes_count.py HISTORY.json T_START SECONDS [--skip 2]
+Every history row is a threshold change; `exploratory` ones are trials. The second half of the window
+is reported apart: decisions once converged.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("history")
+    ap.add_argument("t_start", type=float)
+    ap.add_argument("seconds", type=float)
+    ap.add_argument("--skip", type=float, default=2.0, help="seconds of warm-up at the start left out")
+    args = ap.parse_args()
+    t0, span = args.t_start + args.skip, args.seconds
+    rows = sorted((r for r in json.load(open(args.history)) if t0 <= r["wall"] <= t0 + span), key=lambda r: r["wall"])
+    half = [r for r in rows if r["wall"] >= t0 + span / 2]
+    trials = sum(1 for r in rows if r.get("exploratory"))
+    print(f"CONST threshold changes in {span:.0f} s at constant load: {len(rows)} ({len(rows) * 60 / span:.1f}/min, "
+          f"{trials} trials); second half: {len(half)} ({len(half) * 120 / span:.1f}/min): "
+          + " ".join(f"{r['old']}->{r['new']}{'*' if r.get('exploratory') else ''}" for r in rows))
+
+
+if __name__ == "__main__":
+    main()
