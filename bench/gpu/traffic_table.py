@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
-OFF_MODES = ("synced", "lean", "fast", "off", "off-nodraftprefill")
+OFF_MODES = ("synced", "lean", "fast", "off", "off-nodraftprefill", "never")   # never: the daemon pinned at 0
 
 
 def rows_of(path: str) -> list[dict]:
@@ -43,6 +43,9 @@ def offpath_rows(groups: dict[tuple, list[dict]], call: str) -> list[dict]:
                     "ratio": round(off / nospec, 3), "repeats": len(rs), "nospec_repeats": len(base),
                     "off_spread": [min(r["tok_s"] for r in rs), max(r["tok_s"] for r in rs)],
                     "nospec_spread": [min(r["tok_s"] for r in base), max(r["tok_s"] for r in base)], "call": call})
+        if shape == "open":      # bench_serving's latencies too: an off engine must not cost TPOT either
+            out[-1].update(off_tpot_ms=med(rs, "tpot_ms"), nospec_tpot_ms=med(base, "tpot_ms"),
+                           off_e2e_ms=med(rs, "e2e_ms"), nospec_e2e_ms=med(base, "e2e_ms"))
     return out
 
 
@@ -74,7 +77,8 @@ def main() -> None:
     for r in off:
         print(f"| {r['shape']} | {r['level']} | {r['mode']} | {r['off_tok_s']:,.0f} ({r['off_spread'][0]:,.0f}-"
               f"{r['off_spread'][1]:,.0f}) | {r['nospec_tok_s']:,.0f} ({r['nospec_spread'][0]:,.0f}-"
-              f"{r['nospec_spread'][1]:,.0f}) | {r['ratio']:.3f} | {r['repeats']} | {r['call']} |")
+              f"{r['nospec_spread'][1]:,.0f}) | {r['ratio']:.3f} | {r['repeats']} | {r['call']} |"
+              + (f" TPOT {r['off_tpot_ms']} vs {r['nospec_tpot_ms']} ms" if "off_tpot_ms" in r else ""))
     print("\n| rate req/s | mode | output tok/s | median TPOT ms | median E2E ms | repeats |\n|---|---|---|---|---|---|")
     for r in opened:
         print(f"| {r['rate']:g} | {r['mode']} | {r['tok_s']:,.0f} | {r['tpot_ms']} | {r['e2e_ms']:,.0f} | {r['repeats']} |")
