@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+MODE_NAMES = {"ema": "sglang-ema"}      # the simulator's name for the daemon's EMA policy
 OFF_MODES = ("synced", "lean", "fast", "off", "off-nodraftprefill", "never")   # never: the daemon pinned at 0
 
 
@@ -50,15 +51,38 @@ def offpath_rows(groups: dict[tuple, list[dict]], call: str) -> list[dict]:
 
 
 def open_rows(groups: dict[tuple, list[dict]], call: str) -> list[dict]:
-    return [{"where": "h200", "rate": level, "mode": label, "tok_s": med(rs, "tok_s"), "tpot_ms": med(rs, "tpot_ms"),
+    return [{"where": "h200", "rate": level, "mode": MODE_NAMES.get(label, label), "tok_s": med(rs, "tok_s"), "tpot_ms": med(rs, "tpot_ms"),
              "e2e_ms": med(rs, "e2e_ms"), "repeats": len(rs), "call": call}
             for (shape, level, label), rs in sorted(groups.items()) if shape == "open"]
+
+
+def plot(rows: list[dict], path: str) -> None:
+    """Output tok/s and median TPOT against the rate, per mode, for calls that ran more than one rate."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    calls = [c for c in dict.fromkeys(r["call"] for r in rows) if len({r["rate"] for r in rows if r["call"] == c}) > 1]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=80)
+    for call in calls:
+        for mode in dict.fromkeys(r["mode"] for r in rows if r["call"] == call):
+            pts = sorted((r["rate"], r["tok_s"], r["tpot_ms"]) for r in rows if r["call"] == call and r["mode"] == mode)
+            kw = dict(marker="o", ms=4, lw=2.2 if mode == "bandit" else 1.1, ls="--" if mode == "nospec" else "-",
+                      label=mode if len(calls) == 1 else f"{mode} ({call})")
+            a.plot([p[0] for p in pts], [p[1] for p in pts], **kw)
+            b.plot([p[0] for p in pts], [p[2] for p in pts], **kw)
+    a.set_ylabel("output tok/s"); b.set_ylabel("median TPOT, ms")
+    for ax in (a, b):
+        ax.set_xlabel("arrival rate, requests/s (Poisson)"); ax.grid(alpha=0.3)
+    b.legend(fontsize=7)
+    fig.suptitle("H200, sglang.bench_serving --request-rate R", fontsize=9)
+    fig.tight_layout(); fig.savefig(path); plt.close(fig)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="+")
     ap.add_argument("--command", required=True)
+    ap.add_argument("--plot", metavar="FILE.png", help="also draw the open-loop rows (tok/s, TPOT vs rate)")
     ap.add_argument("--model", default="synthetic 7.2B Llama (hidden 4096, 32 layers, crafted clear-margin weights) "
                                         "+ EAGLE3 head, K=3, one H200")
     args = ap.parse_args()
@@ -72,6 +96,8 @@ def main() -> None:
     existing = RESULTS / "open-loop.json"
     keep = [r for r in json.loads(existing.read_text())["rows"] if r.get("where") != "h200"] if existing.exists() else []
     existing.write_text(json.dumps({"rows": keep + opened, "command": args.command}, indent=1) + "\n")
+    if args.plot:
+        plot(opened, args.plot)
     print("| shape | level | off mode | off tok/s (spread) | no-spec tok/s (spread) | ratio | repeats | call |")
     print("|---|---|---|---|---|---|---|---|")
     for r in off:
