@@ -61,7 +61,8 @@ STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and t
                 "telemetry_calls", "telemetry_ns",       # time spent producing and sending samples
                 "fast_off_batches", "fast_off_graph_batches", "fast_off_cpu_ns",   # the fast off path
                 "off_fallbacks",                         # off batches that took SGLang's steps-0 path
-                "lean_prefills")                         # prefills that skipped the draft (nothing speculated)
+                "lean_prefills",                         # prefills that skipped the draft (nothing speculated)
+                "off_fallbacks_logprob", "off_fallbacks_grammar")   # of off_fallbacks: why (the rest: other)
 # kind=2, the counters, then: the off path in use (OFF_PATHS), why (OFF_REASONS), SGLang's version
 STATS = struct.Struct("<B" + "Q" * len(STATS_FIELDS) + "BB3H")
 KIND_SAMPLE, KIND_STATS = 1, 2

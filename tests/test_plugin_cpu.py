@@ -247,6 +247,7 @@ def test_telemetry_codec_round_trip_and_refusal():
     assert stats == {"decisions": 10, "decision_ns": 2000, "sent": 9, "dropped": 1, "fast_off_batches": 7,
                      "fast_off_graph_batches": 6, "off_fallbacks": 1, "telemetry_calls": 0, "telemetry_ns": 0,
                      "fast_off_cpu_ns": 0, "switches": 0, "switch_ns": 0, "lean_prefills": 0,
+                     "off_fallbacks_logprob": 0, "off_fallbacks_grammar": 0,
                      "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
                      "off_path_evidence": "contract-checked against the 0.5.22 wheel, not measured on a GPU"}
     measured = decode(encode_stats({}, 3, 0, (0, 5, 17)))
@@ -325,13 +326,30 @@ def test_off_batches_take_the_fast_path_and_on_batches_sglangs(fast):
     assert len(rec.calls) == 3 and len(ran) == 1
 
 
-@pytest.mark.parametrize("extra", [dict(return_logprob=True), dict(has_grammar=True),
-                                   dict(return_hidden_states=True), dict(spec_info=None)])
-def test_off_batches_needing_verify_extras_fall_back_to_steps_0(fast, extra):
+@pytest.mark.parametrize("extra,counted", [(dict(return_logprob=True), (1, 0)), (dict(has_grammar=True), (0, 1)),
+                                           (dict(return_logprob=True, has_grammar=True), (1, 0)),
+                                           (dict(return_hidden_states=True), (0, 0)), (dict(spec_info=None), (0, 0))])
+def test_off_batches_needing_verify_extras_fall_back_to_steps_0(fast, extra, counted):
     plug, ran = fast
     rec = Recorder()
     plug.off_path.forward_batch_generation(rec.original, routed_worker(plug), decode_batch(20, **extra))
     assert ran == [] and rec.calls == [("sglang", 20)] and plug.off_path.fallbacks == 1
+    c = plug.off_path.counters()          # why, for the share of grammar / logprob traffic in status
+    assert (c["off_fallbacks_logprob"], c["off_fallbacks_grammar"]) == counted
+    plug.off_path.forward_batch_generation(rec.original, routed_worker(plug), decode_batch(20))
+    assert len(ran) == 1 and plug.off_path.counters()["off_fallbacks"] == 1     # a plain off batch is fast
+
+
+def test_status_shows_why_off_batches_took_steps_0_and_their_share():
+    from controller.cli.status import _plugin_lines
+    plugin = {"off_path": "fast (draft not written while off)", "fast_off_batches": 300, "fast_off_graph_batches": 300,
+              "off_fallbacks": 100, "off_fallbacks_logprob": 60, "off_fallbacks_grammar": 30, "decisions": 0,
+              "decision_ns": 0, "telemetry_ns": 0, "telemetry_calls": 0, "fast_off_cpu_ns": 0, "sglang": "0.5.17",
+              "off_reason": "", "off_path_evidence": "measured on a GPU"}
+    line = next(x for x in _plugin_lines(plugin) if x.startswith("off path:"))
+    assert "100 on steps-0 (25% of off batches: 60 logprobs, 30 grammar, 10 other)" in line
+    quiet = next(x for x in _plugin_lines({**plugin, "off_fallbacks": 0}) if x.startswith("off path:"))
+    assert "on steps-0 (" not in quiet and "0 on steps-0" in quiet
 
 
 def test_fast_path_failure_is_logged_once_and_sglang_takes_over(fast, monkeypatch):

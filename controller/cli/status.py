@@ -115,6 +115,7 @@ def _plugin_lines(plugin: dict) -> list[str]:
     return [_sglang_line(plugin),
             f"off path:    {plugin['off_path']}, {plugin['fast_off_batches']} fast batches "
             f"({plugin['fast_off_graph_batches']} on CUDA graphs), {plugin['off_fallbacks']} on steps-0"
+            + _fallback_split(plugin)
             + (f"; {plugin['lean_prefills']} prefills skipped the draft (nothing speculated)"
                if plugin.get("lean_prefills") else ""),
             f"plugin cost: decision {per(plugin['decision_ns'] - switch_ns, plugin['decisions'] - switches)}"
@@ -122,6 +123,17 @@ def _plugin_lines(plugin: dict) -> list[str]:
             f"{per(switch_ns, switches)} us per state switch ({switches} switches)",
             f"off launch:  {per(plugin['fast_off_cpu_ns'], plugin['fast_off_batches'])} us CPU per fast "
             "off batch (SGLang's own decode launch)"]
+
+
+def _fallback_split(plugin: dict) -> str:
+    """Why off batches took steps-0, and their share of all off batches (grammar and logprob requests
+    need the verify's extras: the share says what the fast path misses on this server's traffic)."""
+    n = plugin.get("off_fallbacks", 0)
+    if not n:
+        return ""
+    logprob, grammar = plugin.get("off_fallbacks_logprob", 0), plugin.get("off_fallbacks_grammar", 0)
+    share = 100 * n / (n + plugin.get("fast_off_batches", 0))
+    return f" ({share:.0f}% of off batches: {logprob} logprobs, {grammar} grammar, {n - logprob - grammar} other)"
 
 
 def offline_status(ctx: Ctx) -> dict:

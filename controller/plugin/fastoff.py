@@ -39,12 +39,15 @@ class FastOff:
     cpu_ns: int = 0
 
 
+LOGPROB, GRAMMAR = "logprobs requested", "grammar-constrained request"   # counted apart (contract.STATS_FIELDS)
+
+
 def batch_unsupported_reason(batch: Any) -> str | None:
     """Why this off batch must take SGLang's steps-0 path instead (its result needs verify's extras)."""
     if getattr(batch, "return_logprob", False):
-        return "logprobs requested"
+        return LOGPROB
     if getattr(batch, "has_grammar", False):
-        return "grammar-constrained request"
+        return GRAMMAR
     if getattr(batch, "return_hidden_states", False):
         return "hidden states requested"
     spec = getattr(batch, "spec_info", None)

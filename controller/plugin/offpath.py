@@ -40,6 +40,7 @@ class OffPath:
         self.fast: fastoff.FastOff | None = None   # built after SGLang's graph capture, if supported
         self.reason = REASON_CONFIG if not enabled else REASON_NONE   # contract.OFF_REASONS: why not fast
         self.fallbacks = 0                         # off batches that took SGLang's steps-0 path
+        self.fallback_reasons: dict[str, int] = {}   # batch_unsupported_reason -> batches (the share in production)
         self.lean_prefills = 0
         self.rejection = False                     # the engine verifies by rejection sampling: no skipped draft
 
@@ -103,8 +104,10 @@ class OffPath:
         """AROUND EAGLEWorkerV2.forward_batch_generation."""
         if not self._ours(worker, batch):
             return original(worker, batch, *args, **kwargs)
-        if fastoff.batch_unsupported_reason(batch) is not None:
+        why = fastoff.batch_unsupported_reason(batch)
+        if why is not None:
             self.fallbacks += 1
+            self.fallback_reasons[why] = self.fallback_reasons.get(why, 0) + 1
             return original(worker, batch, *args, **kwargs)
         fast = self.fast
         worker.activate_step_by_batch(batch.seq_lens.shape[0])   # steps-0 state: allocation and stride as SGLang's off
@@ -140,7 +143,9 @@ class OffPath:
         return 3 if self.sync_draft and self.fast.with_hidden else 1
 
     def counters(self) -> dict[str, int]:
-        out = {"off_fallbacks": self.fallbacks, "lean_prefills": self.lean_prefills}
+        out = {"off_fallbacks": self.fallbacks, "lean_prefills": self.lean_prefills,
+               "off_fallbacks_logprob": self.fallback_reasons.get(fastoff.LOGPROB, 0),
+               "off_fallbacks_grammar": self.fallback_reasons.get(fastoff.GRAMMAR, 0)}
         if self.fast is not None:
             out.update(fast_off_batches=self.fast.batches, fast_off_graph_batches=self.fast.graph_batches,
                        fast_off_cpu_ns=self.fast.cpu_ns)
