@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import click
 
+from .common import fail
+from .options import EXIT_USAGE
+
 MODES = ("never", "always", "oracle")
 
 
@@ -73,3 +76,45 @@ def series_of(result: dict) -> dict[str, list[tuple[float, float, float]]]:
         for name, m in [(result["policy"], r)] + [(n, r[n]) for n in MODES]:
             out.setdefault(name, []).append((r["rate"], m["tok_s"], m["tpot_ms_median"] or 0.0))
     return out
+
+
+def simulate_finite(profile_name: str | None, policy_name: str, params: tuple[str, ...], arrival_rate: str | None,
+                    closed: str | None, finite: bool, seconds: float, seed: int, repeats: int, tick: float,
+                    as_json: bool, plot_path: str | None) -> None:
+    """`specctl simulate --finite`: bench_serving's finite runs per rate (controller.sim.finite)."""
+    import json
+
+    from policies import PolicyError, parse_kv
+
+    from ..sim.finite import evaluate_finite
+    from ..sim.profile import ProfileError, load_profile
+    if not finite:
+        fail("--repeats needs --finite", EXIT_USAGE)
+    if closed or not arrival_rate:
+        fail("--finite needs --arrival-rate (and no --concurrency or --trace)", EXIT_USAGE)
+    if plot_path:
+        fail("--plot is not drawn for --finite runs", EXIT_USAGE)
+    try:
+        profile = load_profile(profile_name or "seed")
+        rates = parse_rates(arrival_rate, profile.open_loop_rates())
+        if any(rate * seconds < 1 for rate in rates):
+            fail(f"--finite: rate x --seconds must give at least one request (rate {min(rates):g} x {seconds:g} s)",
+                 EXIT_USAGE)
+        result = evaluate_finite(profile, rates, seconds, policy_name, parse_kv(params),
+                                 seeds=range(seed, seed + repeats), tick_s=tick)
+    except (PolicyError, ProfileError) as e:
+        fail(str(e), EXIT_USAGE)
+    click.echo(json.dumps(result, indent=2) if as_json else render_finite_table(result))
+
+
+def render_finite_table(result: dict) -> str:
+    cols = ["rate", "requests", "mode", "tok/s", "TPOT median ms", "E2E median ms", "duration s"]
+    rows = [[f"{r['rate']:g}", str(r["requests"]), name if name != "policy" else result["policy"],
+             _cell(m["tok_s"], ",.1f"), _cell(m["tpot_ms_median"], ".2f"), _cell(m["e2e_ms_median"], ",.0f"),
+             _cell(m["duration_s"], ".2f")] for r in result["rows"] for name, m in r["modes"].items()]
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
+    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
+    head = (f"policy {result['policy']} on profile {result['profile']}, finite runs as sglang.bench_serving "
+            f"({result['seconds']:g} s of arrivals, drained), seeds {result['seeds'][0]}..{result['seeds'][-1]} "
+            "(medians over seeds)")
+    return "\n".join([head, fmt.format(*cols), fmt.format(*("-" * w for w in widths))] + [fmt.format(*r) for r in rows])

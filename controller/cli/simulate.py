@@ -64,14 +64,23 @@ def render_table(result: dict, trace: bool) -> str:
 @click.option("--seed", metavar="N", type=Bounded("--seed", 0, 2**32 - 1), default=0, show_default=True)
 @click.option("--tick", metavar="SECONDS", type=Bounded("--tick", 0.01, 3600, float), default=DEFAULT_TICK_S,
               show_default=True, help="decision interval, virtual seconds")
+@click.option("--finite", is_flag=True,
+              help="with --arrival-rate: sglang.bench_serving's protocol: rate x --seconds requests per rate, "
+                   "each rate a fresh run until drained; tok/s = output tokens / that duration")
+@click.option("--repeats", metavar="N", type=Bounded("--repeats", 1, 100), default=1, show_default=True,
+              help="with --finite: seeds seed .. seed+N-1, one run each; medians reported")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--plot", "plot_path", metavar="FILE.png",
               help="also draw tok/s, the ratio to the oracle and the threshold over time")
 def simulate(profile_name: str | None, policy_name: str, params: tuple[str, ...], concurrency: str | None,
              arrival_rate: str | None, trace_name: str | None, seconds: float, seed: int, tick: float,
-             as_json: bool, plot_path: str | None) -> None:
+             finite: bool, repeats: int, as_json: bool, plot_path: str | None) -> None:
     """Run a policy on a simulated engine and compare it with the oracle (and never/always)."""
     import json
+    if finite or repeats != 1:
+        from .openloop import simulate_finite
+        return simulate_finite(profile_name, policy_name, params, arrival_rate, concurrency or trace_name,
+                               finite, seconds, seed, repeats, tick, as_json, plot_path)
     if trace_name and concurrency:
         fail("give --trace or --concurrency, not both", EXIT_USAGE)
     if arrival_rate and (concurrency or trace_name):

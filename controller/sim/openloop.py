@@ -7,6 +7,8 @@ request), which produces their first token and lengthens the interval of the dec
 they join (that sample is not decode-only). Batch sizes therefore fluctuate with the load.
 A request finishes after its output length; its E2E latency runs from arrival to its last
 token and its TPOT is (E2E - TTFT) / (output tokens - 1), as sglang.bench_serving counts.
+With `requests` (a finite list, controller.sim.finite) the arrivals and lengths are those instead
+of Poisson draws, and the core drains once the last one has arrived and finished.
 """
 from __future__ import annotations
 
@@ -70,6 +72,15 @@ class RateSchedule:
             t = change
 
 
+@dataclass(frozen=True)
+class Request:
+    """One request of a finite run: when it arrives (virtual s), its prompt and output tokens."""
+
+    arrival: float
+    prompt: int
+    output: int
+
+
 @dataclass
 class Latency:
     """One finished request: seconds from arrival to first and last token, its length, and
@@ -91,7 +102,8 @@ class OpenLoopCore(CoreBase):
 
     STREAMS = 5          # lengths, noise, acceptance (as the closed loop), arrivals, prompts
 
-    def __init__(self, profile: Profile, seed: int = 0, schedule: RateSchedule | None = None, start_t: float = 0.0):
+    def __init__(self, profile: Profile, seed: int = 0, schedule: RateSchedule | None = None, start_t: float = 0.0,
+                 requests: Sequence[Request] | None = None):
         super().__init__(profile, seed)
         self.t = float(start_t)
         self._rng_arrival = np.random.default_rng(self._extra_streams[0])
@@ -102,7 +114,9 @@ class OpenLoopCore(CoreBase):
         self._arrival = np.zeros(0)
         self._first = np.zeros(0)
         self._length = np.zeros(0, dtype=np.int64)
-        self._next_arrival = self.schedule.after(self.t, self._rng_arrival.exponential())
+        self._fixed = None if requests is None else deque(sorted(requests, key=lambda r: r.arrival))
+        self._next_arrival = self._fixed_next() if self._fixed is not None else \
+            self.schedule.after(self.t, self._rng_arrival.exponential())
         self._pending_s = 0.0          # prefill seconds the next interval holds
         self._idle_s = 0.0             # idle seconds before it (already passed: t moved on)
         self._pending_n = 0
@@ -117,12 +131,24 @@ class OpenLoopCore(CoreBase):
     def queue_len(self) -> int:
         return len(self.waiting)
 
+    @property
+    def drained(self) -> bool:
+        """Nothing runs, waits or is still to arrive (a finite list of requests is done)."""
+        return not len(self._remaining) and not self.waiting and math.isinf(self._next_arrival)
+
+    def _fixed_next(self) -> float:
+        return self._fixed[0].arrival if self._fixed else math.inf
+
     def take_finished(self) -> list[Latency]:
         out, self.finished = self.finished, []
         return out
 
     def _arrive_until(self, t: float) -> None:
-        while self._next_arrival <= t:
+        while self._fixed is not None and self._next_arrival <= t:
+            r = self._fixed.popleft()
+            self.waiting.append((r.arrival, r.prompt, r.output))
+            self._next_arrival = self._fixed_next()
+        while self._fixed is None and self._next_arrival <= t:
             prompt = int(self._rng_prompt.integers(self.profile.prompt_len_range[0],
                                                    self.profile.prompt_len_range[1] + 1))
             self.waiting.append((self._next_arrival, prompt, int(self._output_lengths(1)[0])))
@@ -133,6 +159,8 @@ class OpenLoopCore(CoreBase):
         the requests that fit (SGLang: an extend batch before the next decode batch)."""
         self._arrive_until(self.t)
         if not len(self._remaining) and not self.waiting:
+            if math.isinf(self._next_arrival):
+                return                                             # drained: nothing more comes
             self._idle_s += self._next_arrival - self.t          # the plugin's interval holds the idle gap
             self.t = self._next_arrival
             self._arrive_until(self.t)
