@@ -47,6 +47,9 @@ def test_full_lifecycle_survives_sigkill(short_tmp):
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     states = conn.execute("SELECT count(*) FROM policy_state WHERE policy = 'ucb'").fetchone()[0]
     assert states >= 1
+    # a fresh database has nothing to restore, and the first history row says so
+    [first_reason] = conn.execute("SELECT reason FROM decisions ORDER BY id LIMIT 1").fetchone()
+    assert first_reason == "initial threshold ([policy] initial_threshold): nothing saved yet", first_reason
     assert conn.execute("SELECT count(*) FROM samples").fetchone()[0] > 0
     conn.close()
 

@@ -142,7 +142,7 @@ def test_reasons_say_why_the_applied_threshold_is_what_it_is():
     assert g.apply(23.0, Decision(20, 12, "explore"), 23.0) == (20, "explore", True)
     held = guard(stabilisation_s=1.0, max_step_buckets=100)
     assert held.apply(0.0, Decision(12, 12, "a"), 0.0) == (12, "a", False)
-    assert held.apply(0.5, Decision(4, 4, "b"), 0.5) == (12, "b; guard: 4 not yet proposed for 1 s", False)
+    assert held.apply(0.5, Decision(4, 4, "b"), 0.5) == (12, "guard: 12 held, 4 not yet proposed for 1 s; the policy: b", False)
     spent = guard(stabilisation_s=0, explore_share=0.0)
     assert spent.apply(1.0, Decision(20, 8, "explore"), 1.0) == (
         8, "best threshold 8; trial skipped: exploration budget (0% of batches) spent", False)

@@ -192,6 +192,7 @@ class Guard:
             return self.exploit, decision.reason, False
         if stable != self.exploit:
             held = f"guard: at most {self.cfg.max_step_buckets} buckets per decision, heading for {wanted}"
-        else:
-            held = f"guard: {wanted} not yet proposed for {self.cfg.stabilisation_s:g} s"
-        return self.exploit, f"{decision.reason}; {held}", False
+            return self.exploit, f"{decision.reason}; {held}", False
+        # The threshold stays (or goes back) where it was: say so first, the policy's wish second.
+        return self.exploit, (f"guard: {self.exploit} held, {wanted} not yet proposed for "
+                              f"{self.cfg.stabilisation_s:g} s; the policy: {decision.reason}"), False

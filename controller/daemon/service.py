@@ -93,7 +93,10 @@ class Service:
     def _make_loop(self, policy: Policy, saved: Mapping[str, Any]) -> ControlLoop:
         pinned = self._saved_batch_size(saved, "pinned")
         initial = pinned if pinned is not None else self._saved_batch_size(saved, "threshold")
-        initial = self.cfg["policy"]["initial_threshold"] if initial is None else initial
+        self.start_reason = "restored at start"
+        if initial is None:     # a fresh database: nothing was restored
+            initial = self.cfg["policy"]["initial_threshold"]
+            self.start_reason = "initial threshold ([policy] initial_threshold): nothing saved yet"
         loop = ControlLoop(policy, GuardConfig.from_mapping(self.cfg["guard"]), initial)
         loop.pin(pinned)
         return loop
@@ -169,7 +172,7 @@ class Service:
     def apply_initial(self) -> None:
         """Re-apply the restored threshold before the first retune."""
         with self._actuation:
-            self._actuate(self.loop.threshold, self.loop.threshold, "restored at start", False, self.engine.now())
+            self._actuate(self.loop.threshold, self.loop.threshold, self.start_reason, False, self.engine.now())
 
     def _actuate(self, new: int, old: int, reason: str, exploratory: bool, now: float) -> None:
         """Apply a threshold (the caller holds _actuation, not lock: SGLang's answer can take seconds)."""
