@@ -175,6 +175,8 @@ def run_group(group: str, workdir: Path, mode: str = "full") -> dict:
     diffs = {}
     for by_name in results.values():
         for name, status in by_name.items():
+            if status == "not checked":
+                continue
             if status not in ("killed", "timeout") and name in known:
                 diffs[name] = known[name]
             elif status not in ("killed", "timeout"):
@@ -194,26 +196,29 @@ def changed_lines(diff: str) -> str:
                       if line[:1] in "+-" and not line.startswith(("---", "+++")))
 
 
-def counts(by_name: dict[str, str], equivalent: dict[str, str]) -> tuple[int, int, int, int]:
-    """(mutants, killed, equivalent, not killed); a timeout counts as killed (the mutant was detected)."""
+def counts(by_name: dict[str, str], equivalent: dict[str, str]) -> tuple[int, int, int, int, int]:
+    """(mutants, killed, equivalent, not killed, not checked); a timeout counts as killed (the mutant was
+    detected); "not checked" are the mutants a run stopped before reaching (a partial run)."""
     killed = sum(v in ("killed", "timeout") for v in by_name.values())
-    equiv = sum(v not in ("killed", "timeout") and k in equivalent for k, v in by_name.items())
-    return len(by_name), killed, equiv, len(by_name) - killed - equiv
+    unchecked = sum(v == "not checked" for v in by_name.values())
+    equiv = sum(v not in ("killed", "timeout", "not checked") and k in equivalent for k, v in by_name.items())
+    return len(by_name), killed, equiv, len(by_name) - killed - equiv - unchecked, unchecked
 
 
 def score_rows(summaries: list[dict], equivalent: dict[str, str]) -> list[str]:
-    rows = ["| group | file | mutants | killed | equivalent | not killed | score (killed / non-equivalent) |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| group | file | mutants | killed | equivalent | not killed | not checked | "
+            "score (killed / checked non-equivalent) |",
+            "|---|---|---|---|---|---|---|---|"]
     for s in summaries:
-        total = [0, 0, 0, 0]
+        total = [0, 0, 0, 0, 0]
         for source, by_name in s["results"].items():
             c = counts(by_name, equivalent)
             total = [a + b for a, b in zip(total, c)]
-            rows.append(f"| {s['group']} | {source} | {c[0]} | {c[1]} | {c[2]} | {c[3]} | "
-                        f"{100 * c[1] / max(c[0] - c[2], 1):.1f} % |")
+            rows.append(f"| {s['group']} | {source} | {c[0]} | {c[1]} | {c[2]} | {c[3]} | {c[4]} | "
+                        f"{100 * c[1] / max(c[0] - c[2] - c[4], 1):.1f} % |")
         if len(s["results"]) > 1:
-            rows.append(f"| **{s['group']}** | all | {total[0]} | {total[1]} | {total[2]} | {total[3]} | "
-                        f"**{100 * total[1] / max(total[0] - total[2], 1):.1f} %** |")
+            rows.append(f"| **{s['group']}** | all | {total[0]} | {total[1]} | {total[2]} | {total[3]} | {total[4]} | "
+                        f"**{100 * total[1] / max(total[0] - total[2] - total[4], 1):.1f} %** |")
     return rows
 
 
@@ -250,7 +255,7 @@ def main() -> None:
     for title, pick in (("Not killed", lambda n: n not in equivalent), ("Equivalent", lambda n: n in equivalent)):
         names = [(n, d) for s in summaries for n, d in sorted(s["diffs"].items())
                  if pick(n) and s["results"].get(next((f for f in s["results"] if n in s["results"][f]), ""),
-                                                  {}).get(n) not in ("killed", "timeout")]
+                                                  {}).get(n) not in ("killed", "timeout", "not checked")]
         lines += [f"## {title} ({len(names)})", ""]
         for n, d in names:
             lines.append(f"- `{n}`: `{changed_lines(d)}`" + (f" — {equivalent[n]}" if n in equivalent else ""))

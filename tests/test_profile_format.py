@@ -174,6 +174,10 @@ def test_trace_is_read_with_its_defaults(tmp_path):
     tr = load_trace(trace_file(tmp_path, "name = 'n'\ndescription = 'd'\nprofile = 'seed'\n"
                                           "[[segment]]\nseconds = 1\nconcurrency = 1\n"))
     assert (tr.name, tr.description, tr.profile) == ("n", "d", "seed")
+    tr = load_trace(trace_file(tmp_path, "[[segment]]\nseconds = 0.1\nrate = 0.001\n"
+                                          "[[segment]]\nseconds = 1e6\nrate = 1e6\nmean_accept_length = 2.5\nlabel = 'r'\n"))
+    assert [(s.seconds, s.concurrency, s.mean_accept_length, s.label, s.rate) for s in tr.segments] == \
+        [(0.1, 0, None, "", 0.001), (1e6, 0, 2.5, "r", 1e6)]
 
 
 @pytest.mark.parametrize("text,message", [
@@ -199,6 +203,8 @@ def test_trace_is_read_with_its_defaults(tmp_path):
     ("[[segment]]\nseconds = 1\nrate = 1000000.5\n",
      "trace t.toml segment 0: rate=1000000.5 must be a number in 0.001 .. 1e+06"),
     ("[[segment]]\nseconds = 0.05\nrate = 1\n", "trace t.toml segment 0: seconds=0.05 must be a number in 0.1 .. 1e+06"),
+    ("[[segment]]\nseconds = 1000000.5\nrate = 1\n",
+     "trace t.toml segment 0: seconds=1000000.5 must be a number in 0.1 .. 1e+06"),
     ("[[segment]]\nseconds = 1\nrate = 1\nmean_accept_length = 0.5\n",
      "trace t.toml segment 0: mean_accept_length=0.5 must be a number in 1 .. 17"),
     ("[[segment]]\nseconds = 1\nrate = 1\n[[segment]]\nseconds = 1\nconcurrency = 1\n",

@@ -45,6 +45,8 @@ def test_arrival_rates():
     where = "profile t.json [load]"
     assert refused(with_value("load", "arrival_rate", [0.0009])) == \
         f"{where}: arrival_rate[0]=0.0009 must be a number in 0.001 .. 1e+06"
+    assert refused(with_value("load", "arrival_rate", [1, 1000000.5])) == \
+        f"{where}: arrival_rate[1]=1000000.5 must be a number in 0.001 .. 1e+06"
     assert refused(with_value("load", "arrival_rate", [])) == f"{where}: arrival_rate must be a list of numbers"
 
 

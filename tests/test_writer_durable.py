@@ -55,17 +55,23 @@ def test_a_failed_transaction_is_one_line_and_not_counted_as_lost(tmp_path, mess
 
 
 def test_a_transaction_under_way_for_too_long_may_yet_be_saved(tmp_path, monkeypatch):
+    waited = []
+
     class Stuck(Ticket):
         def __init__(self, items):
             super().__init__(items)
             self.begin()                                           # started at once, never finished
-            self.done = type("E", (), {"wait": lambda _, timeout: False})()
+            self.done = type("E", (), {"wait": lambda _, timeout: waited.append(timeout) and False})()
     monkeypatch.setattr("state.writer.Ticket", Stuck)
     w = Writer(open_store(tmp_path / "s.db"))
     with pytest.raises(WriteFailed) as err:
         w.transaction([setting_item("pinned", 7)], timeout=0.01)
     assert str(err.value) == "the database write did not finish in 120 s; it may yet be saved"
     assert err.value.maybe_saved is True
+    with pytest.raises(WriteFailed):
+        w.transaction([setting_item("pinned", 7)])
+    # it waits `timeout` (5 s by default) for the write to start, then 120 s for it to finish
+    assert waited == [0.01, 120.0, 5.0, 120.0]
 
 
 def test_a_ticket_is_begun_or_cancelled_once():
