@@ -65,6 +65,8 @@ STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and t
                 "off_fallbacks_logprob", "off_fallbacks_grammar")   # of off_fallbacks: why (the rest: other)
 # kind=2, the counters, then: the off path in use (OFF_PATHS), why (OFF_REASONS), SGLang's version
 STATS = struct.Struct("<B" + "Q" * len(STATS_FIELDS) + "BB3H")
+STATS_TAIL = 1 + 8                      # the kind byte, then after the counters: path, reason, version
+MAX_STATS_FIELDS = 64                   # a longer message is not a stats message
 KIND_SAMPLE, KIND_STATS = 1, 2
 OFF_PATHS = ("steps-0", "fast (draft not written while off)", "steps-0 (fast path switched off)",
              "fast, draft synced")
@@ -113,9 +115,9 @@ def off_path_evidence(path: int, sglang: tuple[int, int, int]) -> str:
     return f"contract-checked against the {'.'.join(map(str, sglang))} wheel, not measured on a GPU"
 
 
-def _decode_stats(values: tuple) -> dict:
-    counters = dict(zip(STATS_FIELDS, values[1:len(STATS_FIELDS) + 1]))
-    path, reason, *version = values[len(STATS_FIELDS) + 1:]
+def _decode_stats(values: tuple, n: int) -> dict:
+    counters = {k: 0 for k in STATS_FIELDS} | dict(zip(STATS_FIELDS, values[1:n + 1]))
+    path, reason, *version = values[n + 1:]
     label = lambda names, i: names[i] if i < len(names) else "?"
     return {**counters, "off_path": label(OFF_PATHS, path), "off_reason": label(OFF_REASONS, reason),
             "sglang": ".".join(map(str, version)) if any(version) else "?",
@@ -132,8 +134,11 @@ def decode(msg: bytes) -> list[Sample] | dict:
                 raise ValueError("corrupt telemetry message (a sample without its kind byte)")
             samples.append(Sample(t, bs, steps, tokens, step_s, bool(decode_only)))
         return samples
-    if len(msg) == STATS.size and msg[0] == KIND_STATS:
-        return _decode_stats(STATS.unpack(msg))
+    counters, rest = divmod(len(msg) - STATS_TAIL, 8)
+    if msg and msg[0] == KIND_STATS and rest == 0 and 1 <= counters <= MAX_STATS_FIELDS:
+        # Counters are only ever appended: a plugin of another release (`[sglang] python`) sends fewer
+        # or more of them; the ones both know are read, the missing ones count 0.
+        return _decode_stats(struct.unpack("<B" + "Q" * counters + "BB3H", msg), counters)
     raise ValueError(f"unknown telemetry message ({len(msg)} bytes)")
 
 

@@ -237,3 +237,18 @@ def test_open_loop_reconvergence_judges_the_batch_sizes_of_the_last_seconds():
     assert all(r["reconverge_s"] is not None and r["reconverge_s"] <= 20 for r in out["rows"][2:])
     with pytest.raises(ValueError, match="closed loop"):
         evaluate(load_profile("crossover-b"), rate_segments([4.0], 10), "bandit")
+
+
+def test_one_token_requests_finish_at_their_prefill_and_the_clock_moves_on():
+    from controller.sim.finite import Request, run_finite
+    prof = parse_profile({**GOOD, "noise": 0.0, "prefill_s": 0.004, "prefill_s_per_request": 0.001,
+                          "load": {"prompt_len_range": [100, 100], "output_len_range": [1, 3]}}, "t")
+    core = OpenLoopCore(prof, 5, RateSchedule([(0.0, 1.0)]))
+    samples = run_core(core, 300)                 # used to raise "step() with nothing running"
+    assert samples and all(s.batch_size >= 1 for s in samples)
+    assert any(lat.output_len == 1 for lat in core.take_finished())
+    # a run whose last request has one token: its prefill is part of the run's duration
+    run = run_finite(prof, [Request(0.0, 100, 3), Request(5.0, 100, 1)], lambda c: StaticRunner(0))
+    assert run.duration_s == pytest.approx(5.0 + 0.004 + 0.001)
+    assert run.output_tokens == 4 and len(run.latencies) == 2
+

@@ -252,6 +252,19 @@ def test_telemetry_codec_round_trip_and_refusal():
                      "off_path_evidence": "contract-checked against the 0.5.22 wheel, not measured on a GPU"}
     measured = decode(encode_stats({}, 3, 0, (0, 5, 17)))
     assert (measured["off_path"], measured["off_path_evidence"]) == ("fast, draft synced", "measured on a GPU")
+    # a plugin of another release sends fewer (older) or more (newer) counters: the shared ones are read
+    import struct
+    fewer = struct.pack("<B" + "Q" * 13 + "BB3H", contract.KIND_STATS, *range(1, 14), 1, 0, 0, 5, 17)
+    got = decode(fewer)
+    assert [got[k] for k in contract.STATS_FIELDS[:13]] == list(range(1, 14))
+    assert (got["off_fallbacks_logprob"], got["off_fallbacks_grammar"], got["sglang"]) == (0, 0, "0.5.17")
+    n = len(contract.STATS_FIELDS)
+    more = struct.pack("<B" + "Q" * (n + 2) + "BB3H", contract.KIND_STATS, *range(1, n + 3), 3, 0, 0, 5, 22)
+    got = decode(more)
+    assert [got[k] for k in contract.STATS_FIELDS] == list(range(1, n + 1)) and got["off_path"] == "fast, draft synced"
+    for bad in (fewer[:-1], bytes([contract.KIND_STATS]) + bytes(8), bytes([9]) + fewer[1:]):
+        with pytest.raises(ValueError):
+            decode(bad)
     old = decode(encode_stats({}, 0, contract.REASON_NO_CAPTURE_MODE, (0, 5, 14)))
     assert (old["sglang"], old["off_path_evidence"]) == ("0.5.14", "") and "capture_hidden_mode" in old["off_reason"]
     assert decode(encode_stats({}, 9, 99))["off_path"] == decode(encode_stats({}, 9, 99))["off_reason"] == "?"

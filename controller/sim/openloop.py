@@ -157,23 +157,31 @@ class OpenLoopCore(CoreBase):
     def _admit(self) -> None:
         """Queue what arrived; idle until the next arrival when nothing runs; then prefill
         the requests that fit (SGLang: an extend batch before the next decode batch)."""
-        self._arrive_until(self.t)
-        if not len(self._remaining) and not self.waiting:
-            if math.isinf(self._next_arrival):
-                return                                             # drained: nothing more comes
-            self._idle_s += self._next_arrival - self.t          # the plugin's interval holds the idle gap
-            self.t = self._next_arrival
+        while True:
             self._arrive_until(self.t)
-        room = self.profile.max_batch_size - len(self._remaining)
-        taken: list[tuple[float, int, int]] = []
-        tokens = 0
-        while self.waiting and len(taken) < room:
-            if taken and tokens + self.waiting[0][1] > self.profile.max_prefill_tokens:
-                break
-            taken.append(self.waiting.popleft())
-            tokens += taken[-1][1]
-        if taken:
-            self._prefill(taken, tokens)
+            if not len(self._remaining) and not self.waiting:
+                if math.isinf(self._next_arrival):
+                    return                                         # drained: nothing more comes
+                self._idle_s += self._next_arrival - self.t      # the plugin's interval holds the idle gap
+                self.t = self._next_arrival
+                self._arrive_until(self.t)
+            room = self.profile.max_batch_size - len(self._remaining)
+            taken: list[tuple[float, int, int]] = []
+            tokens = 0
+            while self.waiting and len(taken) < room:
+                if taken and tokens + self.waiting[0][1] > self.profile.max_prefill_tokens:
+                    break
+                taken.append(self.waiting.popleft())
+                tokens += taken[-1][1]
+            if taken:
+                self._prefill(taken, tokens)
+            if len(self._remaining) or not taken:
+                return
+            # Every request admitted finished at its prefill (one output token) and nothing decodes:
+            # the prefill's time passes before anything else runs (the next interval holds it).
+            self.t += self._pending_s
+            self._idle_s += self._pending_s
+            self._pending_s = 0.0
 
     def _prefill(self, taken: list[tuple[float, int, int]], tokens: int) -> None:
         cost = self.profile.prefill_seconds(len(taken), tokens)
