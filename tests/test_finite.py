@@ -71,6 +71,8 @@ def cli_run(*args):
     (["--repeats", "2", "--arrival-rate", "2"], "--repeats needs --finite"),
     (["--finite", "--arrival-rate", "2", "--repeats", "0"], "--repeats 0 out of range"),
     (["--finite", "--arrival-rate", "x"], "not a comma-separated list"),
+    (["--finite", "--arrival-rate", "1000000", "--seconds", "1000"], "at most 100,000"),
+    (["--finite", "--arrival-rate", "2", "--seed", "4294967295", "--repeats", "3"], "pass 2**32 - 1"),
 ])
 def test_finite_option_is_validated(args, message):
     res = cli_run(*args)

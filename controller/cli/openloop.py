@@ -78,6 +78,9 @@ def series_of(result: dict) -> dict[str, list[tuple[float, float, float]]]:
     return out
 
 
+MAX_FINITE_REQUESTS = 100_000            # one finite run's requests are drawn at once, as bench_serving does
+
+
 def simulate_finite(profile_name: str | None, policy_name: str, params: tuple[str, ...], arrival_rate: str | None,
                     closed: str | None, finite: bool, seconds: float, seed: int, repeats: int, tick: float,
                     as_json: bool, plot_path: str | None) -> None:
@@ -99,6 +102,12 @@ def simulate_finite(profile_name: str | None, policy_name: str, params: tuple[st
         rates = parse_rates(arrival_rate, profile.open_loop_rates())
         if any(rate * seconds < 1 for rate in rates):
             fail(f"--finite: rate x --seconds must give at least one request (rate {min(rates):g} x {seconds:g} s)",
+                 EXIT_USAGE)
+        if max(rates) * seconds > MAX_FINITE_REQUESTS:
+            fail(f"--finite: rate x --seconds asks for {max(rates) * seconds:,.0f} requests in one run (at most "
+                 f"{MAX_FINITE_REQUESTS:,})", EXIT_USAGE)
+        if seed + repeats - 1 > 2**32 - 1:
+            fail(f"--finite: seeds {seed} .. {seed + repeats - 1} pass 2**32 - 1 (bench_serving's seed range)",
                  EXIT_USAGE)
         result = evaluate_finite(profile, rates, seconds, policy_name, parse_kv(params),
                                  seeds=range(seed, seed + repeats), tick_s=tick)
