@@ -76,7 +76,8 @@ def main() -> None:
     repeats = max(len(v) for v in measured.values())
     thresholds = {"never": 0, "always": profile.max_batch_size, "static5": 5}
     result = evaluate_finite(profile, rates, args.seconds, seeds=range(repeats), thresholds=thresholds,
-                             seed_of=lambda rate, rep: 100 * rep + int(rate))     # bench/gpu/loads.py's seeds
+                             seed_of=lambda rate, rep: 100 * rep + int(rate),     # bench/gpu/loads.py's seeds
+                             at_least=8)                                          # and its --num-prompts floor
     lines, within = table(measured, result, list(thresholds))
     text = "\n".join([
         f"# Open-loop calibration: {Path(args.results).name} vs the simulator on profile {profile.name}", "",

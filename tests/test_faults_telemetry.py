@@ -116,6 +116,7 @@ def test_a_poisoned_checkpoint_is_not_restored_and_the_loop_decides(short_tmp):
     again, writer2 = make_service(short_tmp)
     assert all(math.isfinite(row[1]) for row in again.loop.policy.state()["q_spec"])
     assert again.loop.threshold == 0                  # the configured initial threshold, not int(NaN)
+    assert again.start_reason.endswith("the saved one is not a batch size")     # what history will say
     feed(again, [good(100.0 + i * 0.001, bs=1 + i % 8) for i in range(20)])
     again.retune()
     assert again.job_errors == {}

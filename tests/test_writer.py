@@ -156,7 +156,9 @@ def test_writes_queued_after_a_transaction_in_the_same_drain_land(tmp_path):
     done = []
     t = threading.Thread(target=lambda: done.append(w.transaction([setting_item("pinned", 5)], timeout=10)))
     t.start()
+    deadline = time.monotonic() + 10
     while w.q.qsize() < 1:                                  # the transaction is queued ...
+        assert t.is_alive() and time.monotonic() < deadline, "the transaction never reached the queue"
         time.sleep(0.001)
     w.decision(1.0, 0, 4, "ucb", "x", False)                # ... and a decision after it, one drain
     w.start()

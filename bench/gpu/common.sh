@@ -7,7 +7,16 @@ T0=$(date +%s); DEADLINE=${DEADLINE_S:-560}
 left() { echo $((DEADLINE - ($(date +%s) - T0))); }
 LEVELS=${LEVELS:-1,4,16,64,128}; ACC=${ACC_LEN:-2.5}; PPC=${PPC:-3}; OUTLEN=${OUTLEN:-128}
 SWEEP_ARGS=(--prompts-per-client "$PPC" --output-len "$OUTLEN")
-M=/tmp/m; SC=/tmp/sc; rm -rf $SC; mkdir -p $SC   # a warm machine keeps /tmp: every call starts from a fresh database
+M=/tmp/m; SC=/tmp/sc
+# A warm machine keeps /tmp and what a timed-out call left running (servers and daemons run in their own
+# sessions): stop those process groups first, by the ids recorded when they started, never by name.
+GROUPS_FILE=/tmp/bench-groups
+if [ -f $GROUPS_FILE ]; then
+  while read -r g; do kill -TERM -- "-$g" 2>/dev/null; done <$GROUPS_FILE
+  sleep 5; while read -r g; do kill -KILL -- "-$g" 2>/dev/null; done <$GROUPS_FILE
+  rm -f $GROUPS_FILE
+fi
+rm -rf $SC; mkdir -p $SC           # every call starts from a fresh database
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export TVM_FFI_CACHE_DIR=/tmp/jitcache TRITON_CACHE_DIR=/tmp/tritoncache
 SUM=$OUT/summary.txt; : >"$SUM"
@@ -17,8 +26,9 @@ say() { echo "[t+$(($(date +%s) - T0))s] $*" | tee -a "$SUM"; }
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   # a warm machine keeps /tmp: the wheel set is installed once per machine (the project itself every call)
-  [ -f /tmp/site/.wheels-installed ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --upgrade --target /tmp/site .whl/*.whl && touch /tmp/site/.wheels-installed; }
+  WHEELS=$(stat -c '%n %s' .whl/*.whl | md5sum)   # the carried set (names, sizes): a changed one is installed again
+  [ "$(cat /tmp/site/.wheels-installed 2>/dev/null)" = "$WHEELS" ] || { python3 -m pip install -q --no-index \
+    --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && echo "$WHEELS" >/tmp/site/.wheels-installed; }
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target /tmp/site . 2>&1 | tail -2
   for c in .jitcache/caches.tar.*; do [ -f "$c" ] && tar xf "$c" -C /tmp && echo "restored JIT caches"; done
 } >/tmp/env.log 2>&1
@@ -58,8 +68,9 @@ fi
 python3 -c "import importlib.metadata as m; print('sglang plugins:', [e.value for e in m.entry_points(group='sglang.srt.plugins')])" | tee -a "$SUM"
 make_model() { # dir [--crafted] ...: made once per machine for the same arguments (seeded: the same weights)
   [ -f "$1/.made" ] && [ "$(cat "$1/.made")" = "$*" ] && { say "model $* already made"; return; }
-  python3 bench/gpu/mkmodel.py "$@" 2>&1 | tail -1 | tee -a "$SUM"
-  echo "$*" >"$1/.made"
+  rm -f "$1/.made"
+  python3 bench/gpu/mkmodel.py "$@" >/tmp/mkmodel.log 2>&1 && echo "$*" >"$1/.made"
+  tail -1 /tmp/mkmodel.log | tee -a "$SUM"
 }
 TOK=$M/target
 
@@ -93,7 +104,7 @@ start_server() { # label port env... -- flags ; sets SERVER_PID, returns non-zer
   say "start $label"
   # its own session: the server and every process it starts share the process group SERVER_PID
   setsid env "${envs[@]}" python3 -m sglang.launch_server "${COMMON[@]}" --port "$port" "$@" >"$OUT/$label.log" 2>&1 &
-  SERVER_PID=$!
+  SERVER_PID=$!; echo $SERVER_PID >>$GROUPS_FILE
   if wait_http "$port" "$SERVER_PID"; then say "$label ready"; return 0; fi
   say "$label FAILED to start"; tail -20 "$OUT/$label.log" | tee -a "$SUM"; stop_server; return 1
 }
@@ -192,7 +203,7 @@ socket = "$SC/ctl.sock"
 TOML
   say "start daemon (sglang engine + plugin, TP $TP, accept length $ACC)"
   setsid python3 -m controller.daemon run --config $SC/config.toml >"${DAEMON_LOG:-$OUT/daemon.log}" 2>&1 &
-  DAEMON_PID=$!                      # leads the group of the daemon and its SGLang child
+  DAEMON_PID=$!; echo $DAEMON_PID >>$GROUPS_FILE   # leads the group of the daemon and its SGLang child
   for _ in $(seq 1 480); do
     specctl status --json 2>/dev/null | grep -q '"running": true' && { say "daemon up"; save_caches; return 0; }
     kill -0 $DAEMON_PID 2>/dev/null || break; sleep 1

@@ -165,14 +165,17 @@ def main() -> None:
     m = measure(args.db, args.min_samples)
     medians = {(b, spec): v for spec, key in ((False, "off"), (True, "spec")) for b, v in zip(m["batch_size"], m[key])}
     pre = fit_prefill(args.db, medians)
+    if len(m["batch_size"]) < 2 or not m["spec_steps"]:       # before extend_to adds its own point
+        raise SystemExit(f"db_to_profile: need >= 2 batch sizes seen in both modes, got {m['batch_size']}")
     max_bs = args.max_batch_size or m["largest_batch"]
+    if max_bs < m["batch_size"][-1]:
+        raise SystemExit(f"db_to_profile: --max-batch-size {max_bs} is below the largest batch run in both modes "
+                         f"({m['batch_size'][-1]})")
     extend_to(m, max_bs)
     prefill = (f"prefill_s = {pre['prefill_s']:.6g}               # fitted from {pre['intervals']} "
                f"prefill events ({pre['left_out']} idle-gap outliers left out; mean extra "
                f"{pre['mean_extra_s'] * 1000:.3g} ms)\n"
                f"prefill_s_per_request = {pre['prefill_s_per_request']:.6g}\n") if "prefill_s" in pre else ""
-    if len(m["batch_size"]) < 2 or not m["spec_steps"]:
-        raise SystemExit(f"db_to_profile: need >= 2 batch sizes seen in both modes, got {m['batch_size']}")
     fmt = lambda xs: ", ".join(f"{x:.6g}" for x in xs)
     ext = (f"\n# The last {m['extended']} points (past the largest batch run in both modes, up to the cap) hold "
            "one mode's medians and the other's line." if m.get("extended") else "")

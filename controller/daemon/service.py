@@ -96,7 +96,9 @@ class Service:
         self.start_reason = "restored at start"
         if initial is None:     # a fresh database: nothing was restored
             initial = self.cfg["policy"]["initial_threshold"]
-            self.start_reason = "initial threshold ([policy] initial_threshold): nothing saved yet"
+            saved_any = saved.get("threshold") is not None or saved.get("pinned") is not None
+            self.start_reason = ("initial threshold ([policy] initial_threshold): " +
+                                 ("the saved one is not a batch size" if saved_any else "nothing saved yet"))
         loop = ControlLoop(policy, GuardConfig.from_mapping(self.cfg["guard"]), initial)
         loop.pin(pinned)
         return loop

@@ -27,9 +27,9 @@ from .profile import Profile
 TOKENIZER_VOCAB = 32000      # bench/gpu/mkmodel.py's tokenizer: bench_serving draws one offset per prompt below it
 
 
-def request_count(rate: float, seconds: float) -> int:
-    """bench/gpu/loads.py's --num-prompts: rate x seconds (at least 1 here; loads.py asks for at least 8)."""
-    return max(1, int(rate * seconds))
+def request_count(rate: float, seconds: float, at_least: int = 1) -> int:
+    """bench_serving's --num-prompts for rate x seconds of arrivals (bench/gpu/loads.py asks for at least 8)."""
+    return max(at_least, int(rate * seconds))
 
 
 def bench_serving_requests(rate: float, n: int, seed: int, prompt_range: tuple[int, int],
@@ -120,14 +120,14 @@ def _median(values: list) -> float | None:
 def evaluate_finite(profile: Profile, rates: Sequence[float], seconds: float, policy: str | None = None,
                     params: Mapping[str, Any] | None = None, seeds: Sequence[int] = (0,),
                     tick_s: float = DEFAULT_TICK_S, thresholds: Mapping[str, int] | None = None,
-                    seed_of: Callable[[float, int], int] | None = None) -> dict:
+                    seed_of: Callable[[float, int], int] | None = None, at_least: int = 1) -> dict:
     """Per rate and mode, bench_serving's numbers for each seed (a fresh run each) and their median.
     seed_of(rate, seed) gives the seed bench_serving was run with (default: the seed itself)."""
     if not rates or any(r <= 0 for r in rates) or not seeds:
         raise ValueError("evaluate_finite needs rates > 0 and at least one seed")
     rows = []
     for rate in rates:
-        n = request_count(rate, seconds)
+        n = request_count(rate, seconds, at_least)
         row: dict = {"rate": rate, "requests": n, "modes": {}}
         for s in seeds:
             bench_seed = seed_of(rate, s) if seed_of else s
