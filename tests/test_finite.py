@@ -45,7 +45,6 @@ def test_bench_serving_requests_are_the_measured_ones():
     assert len(reqs) == 12 and reqs[0].arrival == 0.0
     assert sum(r.output for r in reqs) == 2810 and sum(r.prompt for r in reqs) == 3043
     assert reqs[-1].arrival == pytest.approx(2.32, abs=0.01) and loop_end > reqs[-1].arrival
-    assert 2810 / 807.2 - reqs[-1].arrival == pytest.approx(1.16, abs=0.05)
     assert all(102 <= r.prompt <= 512 and 76 <= r.output <= 384 for r in reqs)
     assert bench_serving_requests(2.0, 12, 2, (102, 512), (76, 384)) == (reqs, loop_end)
 

@@ -221,9 +221,8 @@ def test_a_bad_write_is_logged_with_its_table_and_error_at_most_once_per_interva
         w.stop()
 
 
-def test_a_lock_given_up_on_is_one_log_line(tmp_path, monkeypatch, caplog):
-    w = Writer(open_store(tmp_path / "g.db"))
-    monkeypatch.setattr(w, "_commit", lambda items: sqlite3.OperationalError("database is locked"))
+def one_write_meets_a_lock(w: Writer, caplog) -> None:
+    """A decision written into a locked database: one error, the writer's problem, one log line."""
     w.decision(1.0, 0, 4, "ucb", "x", False)
     with caplog.at_level(logging.WARNING, logger="spec_controller.state"):
         w.start()
@@ -232,20 +231,19 @@ def test_a_lock_given_up_on_is_one_log_line(tmp_path, monkeypatch, caplog):
     assert errors_logged(caplog) == [
         "state writer: database locked: database is locked (writes are retried; commands are refused meanwhile)"]
     w.stop()
+
+
+def test_a_lock_given_up_on_is_one_log_line(tmp_path, monkeypatch, caplog):
+    w = Writer(open_store(tmp_path / "g.db"))
+    monkeypatch.setattr(w, "_commit", lambda items: sqlite3.OperationalError("database is locked"))
+    one_write_meets_a_lock(w, caplog)
 
 
 def test_a_lock_met_by_a_write_retried_alone_is_the_writers_problem(tmp_path, monkeypatch, caplog):
     w = Writer(open_store(tmp_path / "p.db"))
     failing_commits(monkeypatch, w, [sqlite3.OperationalError("no such table: x"),     # the batch
                                      sqlite3.OperationalError("database is locked")])  # its one write, alone
-    w.decision(1.0, 0, 4, "ucb", "x", False)
-    with caplog.at_level(logging.WARNING, logger="spec_controller.state"):
-        w.start()
-        assert w.flush(10)
-    assert w.errors == 1 and w.problem == "database locked: database is locked"
-    assert errors_logged(caplog) == [
-        "state writer: database locked: database is locked (writes are retried; commands are refused meanwhile)"]
-    w.stop()
+    one_write_meets_a_lock(w, caplog)
 
 
 def test_a_full_disk_losing_a_batch_is_the_writers_problem(tmp_path, monkeypatch):

@@ -19,8 +19,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..control.guard import GuardConfig
-from .evaluate import DEFAULT_TICK_S, OracleRunner, Runner, StaticRunner, policy_runner
+from .evaluate import DEFAULT_TICK_S, Runner
+from .openeval import latency_figures, mode_makers
 from .openloop import Latency, OpenLoopCore, Request
 from .profile import Profile
 
@@ -65,12 +65,7 @@ class FiniteRun:
         return self.output_tokens / self.duration_s if self.duration_s > 0 else 0.0
 
     def summary(self) -> dict:
-        tpot = [x.tpot_s for x in self.latencies if x.tpot_s is not None]
-        ms = lambda values: round(1000 * statistics.median(values), 3) if values else None   # noqa: E731
-        return {"tok_s": round(self.tok_s, 2), "tpot_ms_median": ms(tpot),
-                "e2e_ms_median": ms([x.e2e_s for x in self.latencies]),
-                "ttft_ms_median": ms([x.ttft_s for x in self.latencies]),
-                "duration_s": round(self.duration_s, 3), "requests": len(self.latencies),
+        return {"tok_s": round(self.tok_s, 2), **latency_figures(self.latencies), "duration_s": round(self.duration_s, 3),
                 "mean_batch_size": round(self.batch_size_sum / self.batches, 2) if self.batches else 0.0,
                 "spec_share": round(self.spec_batches / self.batches, 4) if self.batches else 0.0}
 
@@ -100,18 +95,6 @@ def run_finite(profile: Profile, requests: Sequence[Request], make_runner: Calla
     return run
 
 
-def mode_runners(profile: Profile, policy: str | None, params: Mapping[str, Any] | None, seed: int,
-                 guard: GuardConfig | None = None, thresholds: Mapping[str, int] | None = None) -> dict:
-    """name -> runner maker: fixed thresholds (default never and always), the oracle, and the policy."""
-    fixed = dict(thresholds) if thresholds is not None else {"never": 0, "always": profile.max_batch_size}
-    makers: dict[str, Callable[[OpenLoopCore], Runner]] = {
-        name: (lambda core, t=t: StaticRunner(t)) for name, t in fixed.items()}
-    makers["oracle"] = lambda core: OracleRunner(profile, core)
-    if policy:
-        makers["policy"] = policy_runner(policy, params, profile, seed, guard)
-    return makers
-
-
 def _median(values: list) -> float | None:
     values = [v for v in values if v is not None]
     return round(statistics.median(values), 3) if values else None
@@ -133,7 +116,7 @@ def evaluate_finite(profile: Profile, rates: Sequence[float], seconds: float, po
             bench_seed = seed_of(rate, s) if seed_of else s
             reqs, loop_end = bench_serving_requests(rate, n, bench_seed, profile.prompt_len_range,
                                                     profile.output_len_range or _normal_range(profile))
-            for name, make in mode_runners(profile, policy, params, bench_seed, thresholds=thresholds).items():
+            for name, make in mode_makers(profile, policy, params, bench_seed, thresholds=thresholds).items():
                 res = run_finite(profile, reqs, make, bench_seed, tick_s, loop_end).summary()
                 row["modes"].setdefault(name, {"runs": []})["runs"].append({"seed": bench_seed, **res})
         for m in row["modes"].values():

@@ -19,6 +19,7 @@ from .evaluate import (
     policy_runner,
     run_segments,
 )
+from .openloop import Latency
 from .profile import Profile, Segment
 
 BASELINES = ("never", "always", "oracle")
@@ -28,28 +29,39 @@ def rate_segments(rates: Sequence[float], seconds: float) -> list[Segment]:
     return [Segment(seconds, 0, None, f"rate={r:g}", float(r)) for r in rates]
 
 
+def latency_figures(latencies: Sequence[Latency]) -> dict:
+    """The latencies clients saw, as bench_serving reports them (ms): TPOT mean and median, E2E and
+    TTFT medians, and how many requests finished."""
+    tpot = [x.tpot_s for x in latencies if x.tpot_s is not None]
+    e2e = [x.e2e_s for x in latencies]
+    ms = lambda values, f: round(1000 * f(values), 3) if values else None   # noqa: E731
+    return {"tpot_ms_mean": ms(tpot, statistics.fmean), "tpot_ms_median": ms(tpot, statistics.median),
+            "e2e_ms_median": ms(e2e, statistics.median),
+            "ttft_ms_median": ms([x.ttft_s for x in latencies], statistics.median), "requests": len(e2e)}
+
+
 def summary(res: SegmentResult) -> dict:
     """What one mode delivered in one segment: tok/s and the latencies clients saw."""
-    tpot = [x.tpot_s for x in res.latencies if x.tpot_s is not None]
-    e2e = [x.e2e_s for x in res.latencies]
-    ms = lambda values, f: round(1000 * f(values), 3) if values else None   # noqa: E731
-    return {"tok_s": round(res.throughput, 2), "tpot_ms_mean": ms(tpot, statistics.fmean),
-            "tpot_ms_median": ms(tpot, statistics.median), "e2e_ms_median": ms(e2e, statistics.median),
-            "ttft_ms_median": ms([x.ttft_s for x in res.latencies], statistics.median),
-            "requests": len(e2e), "mean_batch_size": round(res.mean_batch_size, 2),
+    return {"tok_s": round(res.throughput, 2), **latency_figures(res.latencies),
+            "mean_batch_size": round(res.mean_batch_size, 2),
             "spec_share": round(res.spec_batches / res.batches, 4) if res.batches else 0.0}
+
+
+def mode_makers(profile: Profile, policy: str | None, params: Mapping[str, Any] | None, seed: int,
+                guard: GuardConfig | None = None, thresholds: Mapping[str, int] | None = None) -> dict:
+    """name -> runner maker: the policy (if any), fixed thresholds (default never and always), the oracle."""
+    fixed = dict(thresholds) if thresholds is not None else {"never": 0, "always": profile.max_batch_size}
+    makers = {"policy": policy_runner(policy, params, profile, seed, guard)} if policy else {}
+    makers.update({name: (lambda core, t=t: StaticRunner(t)) for name, t in fixed.items()})
+    makers["oracle"] = lambda core: OracleRunner(profile, core)
+    return makers
 
 
 def runs(profile: Profile, segments: Sequence[Segment], policy: str, params: Mapping[str, Any] | None,
          seed: int, tick_s: float, guard: GuardConfig | None) -> dict[str, list[SegmentResult]]:
     """The policy and each baseline through the same segments (common random numbers)."""
-    makers = {
-        "policy": policy_runner(policy, params, profile, seed, guard),
-        "never": lambda core: StaticRunner(0),
-        "always": lambda core: StaticRunner(profile.max_batch_size),
-        "oracle": lambda core: OracleRunner(profile, core),
-    }
-    return {name: run_segments(profile, segments, make, seed, tick_s) for name, make in makers.items()}
+    return {name: run_segments(profile, segments, make, seed, tick_s)
+            for name, make in mode_makers(profile, policy, params, seed, guard).items()}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
