@@ -138,7 +138,8 @@ def decode(msg: bytes) -> list[Sample] | dict:
     if msg and msg[0] == KIND_STATS and rest == 0 and 1 <= counters <= MAX_STATS_FIELDS:
         # Counters are only ever appended: a plugin of another release (`[sglang] python`) sends fewer
         # or more of them; the ones both know are read, the missing ones count 0.
-        return _decode_stats(struct.unpack("<B" + "Q" * counters + "BB3H", msg), counters)
+        layout = STATS if counters == len(STATS_FIELDS) else struct.Struct("<B" + "Q" * counters + "BB3H")
+        return _decode_stats(layout.unpack(msg), counters)
     raise ValueError(f"unknown telemetry message ({len(msg)} bytes)")
 
 

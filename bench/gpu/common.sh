@@ -236,3 +236,17 @@ ranked_sweep() { # repeats [modes]: the daemon's modes interleaved inside each l
   grep -h '"measured_concurrency"' "$R" | python3 -c "import sys, json
 for r in map(json.loads, sys.stdin): print(r['label'], r['measured_concurrency'], r['spec_share'], r['accept_measured'])" | tr '\n' ';' | sed 's/^/measured (mode c spec-share accept): /' | tee -a "$SUM"; echo | tee -a "$SUM"
 }
+
+load_sum() { # loads.py args...: its result lines (and errors) into the summary
+  python3 bench/gpu/loads.py "$@" 2>&1 | grep -E "LOAD|Error|refused|Traceback" | cut -c1-220 >>"$SUM"
+}
+
+const_decisions() { # clients seconds history-file: the bandit unpinned under a constant closed loop; CONST line
+  specctl policy set bandit >/dev/null; specctl threshold unpin >/dev/null
+  local t1; t1=$(date +%s.%N)
+  load_sum --port 30000 --label "bandit-const-$1" --shape closed --levels "$1" --seconds "$2" --warmup 2 \
+    --repeats 1 --out "$R"
+  specctl history --limit 2000 --json >"$3" 2>/dev/null
+  python3 bench/gpu/changes_count.py "$3" "$t1" "$2" | tee -a "$SUM"
+}
+

@@ -14,12 +14,7 @@ CONST_C=${CONST_C:-24}; CONST_S=${CONST_S:-60}; RATE=${RATE:-12}; WARM_S=${WARM_
 make_model $M --crafted $MODEL7B
 if start_daemon; then
   specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
-  specctl policy set bandit >/dev/null; specctl threshold unpin >/dev/null
-  T1=$(date +%s.%N)
-  python3 bench/gpu/loads.py --port 30000 --label "bandit-const-$CONST_C" --shape closed --levels "$CONST_C" \
-    --seconds "$CONST_S" --warmup 2 --repeats 1 --out "$R" 2>&1 | grep LOAD | cut -c1-220 >>"$SUM"
-  specctl history --limit 2000 --json >"$OUT/history-const.json" 2>/dev/null
-  python3 bench/gpu/changes_count.py "$OUT/history-const.json" "$T1" "$CONST_S" | tee -a "$SUM"
+  const_decisions "$CONST_C" "$CONST_S" "$OUT/history-const.json"
   python3 bench/gpu/loads.py --port 30000 --label "bandit-warmup" --shape open --rates "$RATE" --seconds "$WARM_S" \
     --repeats 1 --tokenizer $TOK --out /tmp/warmup.jsonl 2>&1 | grep LOAD | cut -c1-220 >>"$SUM"
   say "warm-up done"

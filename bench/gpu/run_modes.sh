@@ -16,10 +16,9 @@ MAXBS=128 ACC=natural
 RATES=${RATES:-2,12,24}; SECONDS_PER_RUN=${SECONDS_PER_RUN:-6}
 make_model $M --crafted $MODEL7B
 OP=(--shape open --rates "$RATES" --seconds "$SECONDS_PER_RUN" --repeats 2 --flush --tokenizer $TOK --out "$R")
-load() { python3 bench/gpu/loads.py "$@" 2>&1 | grep -E "LOAD|Error|refused|Traceback" | cut -c1-220 >>"$SUM"; }
 
 if start_server nospec 30001 X=1 --; then
-  load --port 30001 --label nospec "${OP[@]}"; say "nospec done"
+  load_sum --port 30001 --label nospec "${OP[@]}"; say "nospec done"
   stop_server
 fi
 tail -c 200000 "$OUT/nospec.log" >/tmp/nospec.log; rm -f "$OUT/nospec.log"     # 8 files come back at most
@@ -28,7 +27,7 @@ if start_daemon; then
   PIN="@policy set fixed && threshold pin"
   MODES="never=$PIN 0;always=$PIN $MAXBS;static5=$PIN 5"
   MODES="$MODES;ema=@policy set sglang-ema && threshold unpin;bandit=@policy set bandit && threshold unpin"
-  load --port 30000 --socket $SC/ctl.sock --configs "$MODES" "${OP[@]}"
+  load_sum --port 30000 --socket $SC/ctl.sock --configs "$MODES" "${OP[@]}"
   say "modes done"
   specctl status 2>&1 | grep -E "off path|plugin cost|samples|threshold" | tee -a "$SUM"
   specctl history --limit 1000 --json >"$OUT/history.json" 2>/dev/null

@@ -17,32 +17,24 @@ CHECK=(--chain $M/target/next.json)
 EQ=(--prompts 200 --concurrency 32 --input-len 32 --output-len 96 --output-len-min 16)
 ST=(--shape steady --levels 1,16,48,128 --steady-len 192 --repeats 2 --flush --out "$R")
 CL=(--shape closed --levels 1,16,48,128 --seconds 5 --warmup 2 --repeats 2 --flush --out "$R")
-load() { python3 bench/gpu/loads.py "$@" 2>&1 | grep -E "LOAD|Error|refused|Traceback" | cut -c1-220 >>"$SUM"; }
 
 if start_server nospec 30001 X=1 --; then
-  load --port 30001 --label nospec "${ST[@]}"
-  load --port 30001 --label nospec "${CL[@]}"; say "nospec done"
+  load_sum --port 30001 --label nospec "${ST[@]}"
+  load_sum --port 30001 --label nospec "${CL[@]}"; say "nospec done"
   stop_server
 fi
 tail -c 200000 "$OUT/nospec.log" >/tmp/nospec.log; rm -f "$OUT/nospec.log"     # 8 files come back at most
 if start_daemon; then
   specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
   specctl threshold pin 0 >/dev/null
-  load --port 30000 --label off "${ST[@]}"
-  load --port 30000 --label off "${CL[@]}"; say "off done"
+  load_sum --port 30000 --label off "${ST[@]}"
+  load_sum --port 30000 --label off "${CL[@]}"; say "off done"
   greedy 30000 never "${EQ[@]}" "${CHECK[@]}"
   specctl threshold pin $MAXBS >/dev/null
   greedy 30000 always "${EQ[@]}" "${CHECK[@]}"
   greedy 30000 switching-5ms "${EQ[@]}" "${CHECK[@]}" --toggle 0,$MAXBS --toggle-ms 5
   specctl status 2>&1 | grep -E "off path|plugin cost|samples" | tee -a "$SUM"
-  if [ "$(left)" -gt $((CONST_S + 60)) ]; then
-    specctl policy set bandit >/dev/null; specctl threshold unpin >/dev/null
-    T1=$(date +%s.%N)
-    python3 bench/gpu/loads.py --port 30000 --label "bandit-const-$CONST_C" --shape closed --levels $CONST_C \
-      --seconds "$CONST_S" --warmup 2 --repeats 1 --out "$R" 2>&1 | grep LOAD | cut -c1-220 >>"$SUM"
-    specctl history --limit 2000 --json >"$OUT/history.json" 2>/dev/null
-    python3 bench/gpu/changes_count.py "$OUT/history.json" "$T1" "$CONST_S" | tee -a "$SUM"
-  fi
+  [ "$(left)" -gt $((CONST_S + 60)) ] && const_decisions "$CONST_C" "$CONST_S" "$OUT/history.json"
   stop_daemon
 fi
 save_caches
