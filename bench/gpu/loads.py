@@ -183,7 +183,7 @@ def main() -> None:
 
 def measure(args: argparse.Namespace, label: str, level: float, rep: int) -> None:
     seed = 100 * (rep + args.repeat_index) + int(level)
-    t0 = time.time()
+    t0, m0 = time.time(), time.monotonic()
     try:
         if args.shape == "steady":
             res = steady(args.port, int(level), args.steady_len, seed)
@@ -194,7 +194,8 @@ def measure(args: argparse.Namespace, label: str, level: float, rep: int) -> Non
     except Exception as e:          # one failed level must not lose the others
         res = {"error": f"{type(e).__name__}: {e}"}
     row = {"label": label, "shape": args.shape, "level": level if args.shape == "open" else int(level),
-           "repeat": rep + args.repeat_index, "t_start": t0, "t_end": time.time(), **res}
+           "repeat": rep + args.repeat_index, "t_start": t0, "t_end": time.time(),
+           "mono_start": m0, "mono_end": time.monotonic(), **res}
     emit("LOAD", row, args.out)
 
 

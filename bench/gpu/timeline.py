@@ -1,0 +1,100 @@
+"""Bench-only SGLang plugin: the scheduler's timeline, iteration by iteration, in any engine (with or
+without speculation), for issue 12's "where does the time go under arrivals".
+
+Installed by bench/gpu/common.sh's `timeline_plugin` (a module and a dist-info with an
+`sglang.srt.plugins` entry point in /tmp/site) and active only where SPEC_TIMELINE=PREFIX is set. Per
+scheduler iteration it records, on the scheduler thread: the CPU span of run_batch (launch), of
+process_batch_result, of get_next_batch_to_run and process_input_requests, and two CUDA events on the
+forward stream around each run_batch, so that the GPU span of every batch and the GPU's idle gap before
+it (the overlap broken or kept) can be read afterwards without a synchronisation on the hot path.
+Rows go to PREFIX.PID.jsonl every 256 batches (events already completed only):
+  ["B", kind, bs, extend_tokens, cpu_t0_ns, cpu_t1_ns, gpu_t0_ms, gpu_t1_ms]   one batch (GPU ms on one axis)
+  ["P"|"N"|"R", kind, cpu_t0_ns, cpu_t1_ns]   process_batch_result / get_next_batch_to_run / process_input_requests
+CPU times are time.perf_counter_ns() (CLOCK_MONOTONIC: comparable with time.monotonic() in the load
+generator). bench/gpu/timeline_summary.py turns them into a table.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+FLUSH_EVERY = 256
+
+
+def kind(batch) -> str:
+    if batch is None:
+        return "none"
+    mode = batch.forward_mode
+    if mode.is_idle():
+        return "idle"
+    if getattr(mode, "is_mixed", lambda: False)():
+        return "mixed"
+    return "extend" if mode.is_extend() else "decode"
+
+
+class Timeline:
+    def __init__(self, prefix: str):
+        self.path = f"{prefix}.{os.getpid()}.jsonl"
+        self.pending: list[list] = []     # batch rows whose events may not have completed yet
+        self.rows: list[list] = []
+        self.ref = None                   # the first start event: the GPU axis's zero
+
+    def run_batch(self, original, sched, batch, *args, **kwargs):
+        import torch
+        stream = getattr(sched, "forward_stream", None) or torch.cuda.current_stream()
+        k, bs = kind(batch), len(getattr(batch, "reqs", []) or [])
+        ext = int(getattr(batch, "extend_num_tokens", 0) or 0) if k in ("extend", "mixed") else 0
+        e0 = torch.cuda.Event(enable_timing=True)
+        e0.record(stream)
+        if self.ref is None:
+            self.ref = e0
+        t0 = time.perf_counter_ns()
+        result = original(sched, batch, *args, **kwargs)
+        t1 = time.perf_counter_ns()
+        e1 = torch.cuda.Event(enable_timing=True)
+        e1.record(stream)
+        self.pending.append([k, bs, ext, t0, t1, e0, e1])
+        if len(self.pending) >= FLUSH_EVERY:
+            self.flush()
+        return result
+
+    def span(self, tag: str):
+        def hook(original, sched, *args, **kwargs):
+            t0 = time.perf_counter_ns()
+            result = original(sched, *args, **kwargs)
+            if tag == "R":
+                what = str(len(args[0]) if args and args[0] is not None else 0)
+            else:
+                what = kind(args[0] if tag == "P" else getattr(result, "batch_to_run", result))
+            self.rows.append([tag, what, t0, time.perf_counter_ns()])
+            return result
+        return hook
+
+    def flush(self) -> None:
+        n = 0
+        for p in self.pending[:-4]:            # in order; the newest few may still run
+            if not p[6].query():
+                break
+            n += 1
+        done, self.pending = self.pending[:n], self.pending[n:]
+        with open(self.path, "a") as f:
+            for k, bs, ext, t0, t1, e0, e1 in done:
+                f.write(json.dumps(["B", k, bs, ext, t0, t1, round(self.ref.elapsed_time(e0), 4),
+                                    round(self.ref.elapsed_time(e1), 4)]) + "\n")
+            for row in self.rows:
+                f.write(json.dumps(row) + "\n")
+        self.rows = []
+
+
+def load() -> None:
+    prefix = os.environ.get("SPEC_TIMELINE")
+    if not prefix:
+        return
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    tl = Timeline(prefix)
+    HookRegistry.register(f"{SCHEDULER}.run_batch", tl.run_batch, HookType.AROUND)
+    HookRegistry.register(f"{SCHEDULER}.process_batch_result", tl.span("P"), HookType.AROUND)
+    HookRegistry.register(f"{SCHEDULER}.get_next_batch_to_run", tl.span("N"), HookType.AROUND)
+    HookRegistry.register(f"{SCHEDULER}.process_input_requests", tl.span("R"), HookType.AROUND)

@@ -1,0 +1,95 @@
+"""The scheduler timeline of bench/gpu/timeline.py inside a time window, per batch kind.
+
+    python3 bench/gpu/timeline_summary.py PREFIX --window T0,T1 [--label L] [--json out.jsonl]
+    python3 bench/gpu/timeline_summary.py PREFIX --load-row 'LOAD_JSON' --skip 4 --seconds 20 [--json ...]
+PREFIX: SPEC_TIMELINE's value (the files PREFIX.PID.jsonl; the one with batch rows is the scheduler's);
+T0, T1: time.monotonic() seconds; or the window of one loads.py row (its mono_start + skip .. + seconds:
+the arrivals' steady part, without the ramp and the drain). One TIMELINE line: per kind (decode, extend, ...)
+the batches, mean batch size and extend tokens, the GPU ms per batch (its forward's span on the forward
+stream), the GPU's idle ms before it (> 0: the GPU waited for the CPU, the overlap broken there), the
+CPU ms of its launch (run_batch), of its result processing (process_batch_result) and of the scheduling
+step that chose it; the window's GPU busy share by kind, and the decode-to-decode interval (what a running
+request waits per token: its own step, plus every extend and idle gap in between).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import statistics
+from collections import defaultdict
+
+from jsonl import emit
+
+
+def read(prefix: str) -> list[list]:
+    best: list[list] = []
+    for path in glob.glob(f"{prefix}.*.jsonl"):
+        rows = [json.loads(line) for line in open(path) if line.strip()]
+        if sum(r[0] == "B" for r in rows) > sum(r[0] == "B" for r in best):
+            best = rows
+    return best
+
+
+def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
+    batches = sorted((r for r in rows if r[0] == "B" and t0_ns <= r[4] <= t1_ns), key=lambda r: r[6])
+    if len(batches) < 2:
+        return {"error": f"{len(batches)} batches in the window"}
+    per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    prev_end = None
+    for _, k, bs, ext, c0, c1, g0, g1 in batches:
+        p = per[k]
+        p["bs"].append(bs)
+        p["ext"].append(ext)
+        p["gpu"].append(g1 - g0)
+        p["gap"].append(max(0.0, g0 - prev_end) if prev_end is not None else 0.0)
+        p["launch"].append((c1 - c0) / 1e6)
+        prev_end = g1
+    for tag, name in (("P", "process"), ("N", "schedule")):
+        for r in rows:
+            if r[0] == tag and t0_ns <= r[2] <= t1_ns:
+                per[r[1]][name].append((r[3] - r[2]) / 1e6)
+    recv = [(r[3] - r[2]) / 1e6 for r in rows if r[0] == "R" and t0_ns <= r[2] <= t1_ns]
+    window = batches[-1][7] - batches[0][6]
+    mean = lambda xs: round(statistics.mean(xs), 3) if xs else None
+    kinds = {}
+    for k, p in sorted(per.items()):
+        if not p["gpu"]:
+            continue
+        kinds[k] = {"n": len(p["gpu"]), "bs": mean(p["bs"]), "extend_tokens": mean(p["ext"]),
+                    "gpu_ms": mean(p["gpu"]), "gpu_ms_p90": round(sorted(p["gpu"])[int(0.9 * (len(p["gpu"]) - 1))], 3),
+                    "idle_before_ms": mean(p["gap"]), "launch_cpu_ms": mean(p["launch"]),
+                    "process_cpu_ms": mean(p.get("process", [])), "schedule_cpu_ms": mean(p.get("schedule", [])),
+                    "gpu_share": round(sum(p["gpu"]) / window, 4), "idle_share": round(sum(p["gap"]) / window, 4)}
+    dec = [b[7] for b in batches if b[1] == "decode"]
+    intervals = [b - a for a, b in zip(dec, dec[1:])]
+    return {"window_ms": round(window, 1), "batches": len(batches), "kinds": kinds,
+            "decode_interval_ms_median": round(statistics.median(intervals), 3) if intervals else None,
+            "decode_interval_ms_mean": mean(intervals), "recv_cpu_ms_total": round(sum(recv), 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("prefix")
+    ap.add_argument("--window", help="T0,T1 in time.monotonic() seconds")
+    ap.add_argument("--load-row", help="one loads.py JSON row: its window")
+    ap.add_argument("--skip", type=float, default=4.0)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--label", default="")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    label, extra = args.label, {}
+    if args.load_row:
+        row = json.loads(args.load_row)
+        t0, t1 = row["mono_start"] + args.skip, row["mono_start"] + args.seconds
+        label = label or row["label"]
+        extra = {"level": row.get("level"), "repeat": row.get("repeat"), "tok_s": row.get("tok_s"),
+                 "tpot_ms": row.get("tpot_ms")}
+    else:
+        t0, t1 = map(float, args.window.split(","))
+    out = summarise(read(args.prefix), int(t0 * 1e9), int(t1 * 1e9))
+    emit("TIMELINE", {"label": label, **extra, **out}, args.json)
+
+
+if __name__ == "__main__":
+    main()
