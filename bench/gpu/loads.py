@@ -75,7 +75,7 @@ def closed(port: int, c: int, seconds: float, warmup: float, seed: int) -> dict:
 
 
 def open_loop(port: int, rate: float, seconds: float, tokenizer: str, seed: int) -> dict:
-    from sglang.benchmark.serving import cli_main
+    from sglang.benchmark.serving import cli_main      # imported by measure() before its clock starts
     with tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False) as tmp:
         path = tmp.name
     sys.argv = ["bench_serving", "--backend", "sglang", "--host", "127.0.0.1", "--port", str(port),
@@ -90,7 +90,8 @@ def open_loop(port: int, rate: float, seconds: float, tokenizer: str, seed: int)
     finally:
         os.unlink(path)
     return {"tok_s": round(res["output_throughput"], 1), "tpot_ms": round(res["median_tpot_ms"], 2),
-            "e2e_ms": round(res["median_e2e_latency_ms"], 1), "completed": res.get("completed")}
+            "e2e_ms": round(res["median_e2e_latency_ms"], 1), "tpot_mean_ms": round(res["mean_tpot_ms"], 2),
+            "e2e_mean_ms": round(res["mean_e2e_latency_ms"], 1), "completed": res.get("completed")}
 
 
 def apply(args: argparse.Namespace, state: dict | str) -> None:
@@ -120,14 +121,19 @@ def flush(port: int) -> bool:
     return False
 
 
-def parse_configs(text: str | None, label: str | None) -> list[tuple[str, dict | None]]:
+def parse_configs(text: str | None, label: str | None, port: int | None,
+                  engines: str | None = None) -> list[tuple[str, dict | str | None, int | None]]:
+    """(label, state to apply or None, port): --configs in one engine, or --engines 'a=PORT,b=PORT'
+    (several engines resident on the machine, measured alternately with the same seeds)."""
+    if engines:
+        return [(name.strip(), None, int(p)) for name, _, p in (e.partition("=") for e in engines.split(","))]
     if not text:
-        return [(label, None)]
+        return [(label, None, port)]
     out = []
     for part in text.split(";"):
         name, _, body = part.strip().partition("=")
         body = body.strip()
-        out.append((name.strip(), body[1:].strip() if body.startswith("@") else json.loads(body)))
+        out.append((name.strip(), body[1:].strip() if body.startswith("@") else json.loads(body), port))
     return out
 
 
@@ -162,6 +168,7 @@ def main() -> None:
     ap.add_argument("--tokenizer")
     ap.add_argument("--configs", help="label=JSON;label=JSON: set_internal_state bodies interleaved per level")
     ap.add_argument("--flush", action="store_true", help="GET /flush_cache before each measurement")
+    ap.add_argument("--engines", help="label=PORT,label=PORT: resident engines measured alternately per level")
     ap.add_argument("--socket", help="the daemon's control socket, for configs written '@threshold pin N'")
     ap.add_argument("--out")
     ap.add_argument("--show", metavar="FILE")
@@ -169,28 +176,30 @@ def main() -> None:
     if args.show:
         return show(args.show)
     levels = [float(x) for x in (args.rates if args.shape == "open" else args.levels).split(",")]
-    configs = parse_configs(args.configs, args.label)
+    configs = parse_configs(args.configs, args.label, args.port, args.engines)
+    if args.shape == "open":
+        import sglang.benchmark.serving  # noqa: F401  (seconds of imports, outside every run's clock)
     for level in levels:                  # a level's repeats and configs complete before the next level
         for rep in range(args.repeats):
             k = (rep + args.repeat_index) % len(configs)
-            for label, state in configs[k:] + configs[:k]:
+            for label, state, port in configs[k:] + configs[:k]:
                 if state is not None:
                     apply(args, state)
-                if args.flush and not flush(args.port):
+                if args.flush and not flush(port):
                     print("LOAD flush refused", flush=True)
-                measure(args, label, level, rep)
+                measure(args, label, level, rep, port)
 
 
-def measure(args: argparse.Namespace, label: str, level: float, rep: int) -> None:
+def measure(args: argparse.Namespace, label: str, level: float, rep: int, port: int) -> None:
     seed = 100 * (rep + args.repeat_index) + int(level)
     t0, m0 = time.time(), time.monotonic()
     try:
         if args.shape == "steady":
-            res = steady(args.port, int(level), args.steady_len, seed)
+            res = steady(port, int(level), args.steady_len, seed)
         elif args.shape == "closed":
-            res = closed(args.port, int(level), args.seconds, args.warmup, seed)
+            res = closed(port, int(level), args.seconds, args.warmup, seed)
         else:
-            res = open_loop(args.port, level, args.seconds, args.tokenizer, seed)
+            res = open_loop(port, level, args.seconds, args.tokenizer, seed)
     except Exception as e:          # one failed level must not lose the others
         res = {"error": f"{type(e).__name__}: {e}"}
     row = {"label": label, "shape": args.shape, "level": level if args.shape == "open" else int(level),
