@@ -11,7 +11,7 @@
 #  48 / 128 (prompt 32-256, output 64-512, 5 s after 2 s); steady decode at batch 1 / 16 / 48 / 128.
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
-OPEN_S=${OPEN_S:-12}
+OPEN_S=${OPEN_S:-12}; SHAPES=${SHAPES:-open,closed,steady}   # SHAPES: the phases to run
 make_model $M --crafted $MODEL7B
 cp bench/gpu/timeline.py /tmp/site/spec_timeline.py
 mkdir -p /tmp/site/spec_timeline-0.1.dist-info /tmp/tl; rm -f /tmp/tl/*
@@ -26,14 +26,14 @@ if start_daemon; then
   specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
   specctl threshold pin 0 | tee -a "$SUM"
   n0=$(grep -c . "$R" 2>/dev/null || echo 0)
-  load_sum --shape open --rates 2,12,24 --seconds "$OPEN_S" --tokenizer $TOK "${PAIR[@]}"; say "open done"
+  [[ $SHAPES == *open* ]] && load_sum --shape open --rates 2,12,24 --seconds "$OPEN_S" --tokenizer $TOK "${PAIR[@]}"; say "open done"
   tail -n +"$((n0 + 1))" "$R" | grep '"mono_start"' | while read -r row; do
     label=$(echo "$row" | python3 -c "import sys, json; print(json.load(sys.stdin)['label'])")
     python3 bench/gpu/timeline_summary.py /tmp/tl/"$label" --load-row "$row" --skip 3 --seconds "$OPEN_S" \
       --json "$OUT/timeline.jsonl" | cut -c1-400 >>"$SUM"
   done
-  [ "$(left)" -gt 150 ] && { load_sum --shape closed --levels 1,16,48,128 --seconds 5 --warmup 2 "${PAIR[@]}"; say "closed done"; }
-  [ "$(left)" -gt 60 ] && { load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done"; }
+  [[ $SHAPES == *closed* ]] && [ "$(left)" -gt 150 ] && { load_sum --shape closed --levels 1,16,48,128 --seconds 5 --warmup 2 "${PAIR[@]}"; say "closed done"; }
+  [[ $SHAPES == *steady* ]] && [ "$(left)" -gt 60 ] && { load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done"; }
   specctl status 2>&1 | grep -E "off path|plugin cost|samples" | tee -a "$SUM"
   stop_daemon
 fi

@@ -68,7 +68,8 @@ class Timeline:
                 what = str(len(args[0]) if args and args[0] is not None else 0)
             else:
                 what = kind(args[0] if tag == "P" else getattr(result, "batch_to_run", result))
-            self.rows.append([tag, what, t0, time.perf_counter_ns()])
+            if what not in ("none", "0"):       # the idle loop spins: only iterations that did something
+                self.rows.append([tag, what, t0, time.perf_counter_ns()])
             return result
         return hook
 
