@@ -8,7 +8,7 @@
 # the bench-only timeline plugin (bench/gpu/timeline.py). Loads (bench/gpu/loads.py --engines), in order:
 #  open loop `sglang.bench_serving --request-rate R` at 2 / 12 / 24 req/s, OPEN_S s of arrivals, 2 repeats,
 #  each run's TIMELINE line (per batch kind: GPU ms, idle gap before it, CPU ms); closed loop at C = 1 / 16 /
-#  48 / 128 (prompt 32-256, output 64-512, 5 s after 2 s); steady decode at batch 1 / 16 / 48 / 128.
+#  48 / 128 (prompt 32-256, output 64-512, 4 s after 2 s); steady decode at batch 1 / 16 / 48 / 128.
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
 OPEN_S=${OPEN_S:-12}; SHAPES=${SHAPES:-open,closed,steady}   # SHAPES: the phases to run
@@ -32,8 +32,8 @@ if start_daemon; then
     python3 bench/gpu/timeline_summary.py /tmp/tl/"$label" --load-row "$row" --skip 3 --seconds "$OPEN_S" \
       --json "$OUT/timeline.jsonl" | cut -c1-400 >>"$SUM"
   done
-  [[ $SHAPES == *closed* ]] && [ "$(left)" -gt 150 ] && { load_sum --shape closed --levels 1,16,48,128 --seconds 5 --warmup 2 "${PAIR[@]}"; say "closed done"; }
-  [[ $SHAPES == *steady* ]] && [ "$(left)" -gt 60 ] && { load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done"; }
+  [[ $SHAPES == *closed* ]] && [ "$(left)" -gt 125 ] && { load_sum --shape closed --levels 1,16,48,128 --seconds 4 --warmup 2 "${PAIR[@]}"; say "closed done"; }
+  [[ $SHAPES == *steady* ]] && [ "$(left)" -gt 35 ] && { load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done"; }
   specctl status 2>&1 | grep -E "off path|plugin cost|samples" | tee -a "$SUM"
   stop_daemon
 fi
