@@ -32,8 +32,8 @@ if start_daemon; then
     python3 bench/gpu/timeline_summary.py /tmp/tl/"$label" --load-row "$row" --skip 3 --seconds "$OPEN_S" \
       --json "$OUT/timeline.jsonl" | cut -c1-400 >>"$SUM"
   done
-  [[ $SHAPES == *closed* ]] && [ "$(left)" -gt 125 ] && { load_sum --shape closed --levels 1,16,48,128 --seconds 4 --warmup 2 "${PAIR[@]}"; say "closed done"; }
-  [[ $SHAPES == *steady* ]] && [ "$(left)" -gt 35 ] && { load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done"; }
+  [[ $SHAPES == *closed* ]] && [ "$(left)" -gt 80 ] && { load_sum --shape closed --levels "${CLOSED_LEVELS:-1,16,48,128}" --seconds 4 --warmup 2 "${PAIR[@]}"; say "closed done"; }
+  [[ $SHAPES == *steady* ]] && [ "$(left)" -gt 30 ] && { load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done"; }
   specctl status 2>&1 | grep -E "off path|plugin cost|samples" | tee -a "$SUM"
   stop_daemon
 fi
