@@ -142,7 +142,10 @@ profile() { # port label steps: SGLang's torch profiler for N forward steps unde
   curl -s -X POST "http://127.0.0.1:$1/start_profile" -H 'Content-Type: application/json' \
     -d "{\"output_dir\": \"$dir\", \"num_steps\": $3, \"activities\": [\"CPU\", \"GPU\"], \"with_stack\": false}" >/dev/null
   for _ in $(seq 1 60); do ls "$dir"/*.trace.json* >/dev/null 2>&1 && break; sleep 1; done
-  sleep 2
+  local size=-1   # the trace is written (gzip) after the last step: wait until its size stops changing
+  for _ in $(seq 1 30); do
+    local now; now=$(du -sb "$dir" | cut -f1); [ "$now" = "$size" ] && break; size=$now; sleep 2
+  done
   python3 bench/gpu/trace_summary.py "$dir" --label "$2" --json "$R" 2>&1 | tail -1 | cut -c1-1500 | tee -a "$SUM"
 }
 

@@ -204,7 +204,7 @@ def measure(args: argparse.Namespace, label: str, level: float, rep: int, port: 
         res = {"error": f"{type(e).__name__}: {e}"}
     row = {"label": label, "shape": args.shape, "level": level if args.shape == "open" else int(level),
            "repeat": rep + args.repeat_index, "t_start": t0, "t_end": time.time(),
-           "mono_start": m0, "mono_end": time.monotonic(), **res}
+           "mono_start": m0, "mono_end": time.monotonic(), **({"engines_resident": True} if args.engines else {}), **res}
     emit("LOAD", row, args.out)
 
 

@@ -33,7 +33,7 @@ def med(rs: list[dict], key: str) -> float | None:
     return round(statistics.median(values), 2) if values else None
 
 
-def offpath_rows(groups: dict[tuple, list[dict]], call: str) -> list[dict]:
+def offpath_rows(groups: dict[tuple, list[dict]], call: str, paired: bool = False) -> list[dict]:
     out = []
     for (shape, level, label), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], float(kv[0][1]), kv[0][2])):
         base = groups.get((shape, level, "nospec"))
@@ -44,9 +44,27 @@ def offpath_rows(groups: dict[tuple, list[dict]], call: str) -> list[dict]:
                     "ratio": round(off / nospec, 3), "repeats": len(rs), "nospec_repeats": len(base),
                     "off_spread": [min(r["tok_s"] for r in rs), max(r["tok_s"] for r in rs)],
                     "nospec_spread": [min(r["tok_s"] for r in base), max(r["tok_s"] for r in base)], "call": call})
+        keys = ["tok_s"]
         if shape == "open":      # bench_serving's latencies too: an off engine must not cost TPOT either
             out[-1].update(off_tpot_ms=med(rs, "tpot_ms"), nospec_tpot_ms=med(base, "tpot_ms"),
                            off_e2e_ms=med(rs, "e2e_ms"), nospec_e2e_ms=med(base, "e2e_ms"))
+            keys += ["tpot_ms", "e2e_ms"]
+        if paired or any(r.get("engines_resident") for r in rs):
+            out[-1].update(paired_ratios(rs, base, keys))
+    return out
+
+
+def paired_ratios(rs: list[dict], base: list[dict], keys: list[str]) -> dict:
+    """Runs of both engines with the same repeat (the same seed: the same requests and arrival times),
+    made alternately while both engines were resident (loads.py --engines): off / no-spec per pair."""
+    by_rep = {r["repeat"]: r for r in base}
+    pairs = [(r, by_rep[r["repeat"]]) for r in rs if r["repeat"] in by_rep]
+    if not pairs:
+        return {}
+    out = {"paired": len(pairs)}
+    for key in keys:
+        ratios = [round(a[key] / b[key], 3) for a, b in pairs if a.get(key) and b.get(key)]
+        out[f"pair_ratios_{key}"] = ratios
     return out
 
 
@@ -82,6 +100,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="+")
     ap.add_argument("--command", required=True)
+    ap.add_argument("--paired", default="", help="FILE,FILE: calls measured with both engines resident "
+                    "(loads.py --engines; rows of newer calls say so themselves)")
+    ap.add_argument("--offpath-only", action="store_true", help="write offpath-traffic.json only (open-loop.json kept)")
     ap.add_argument("--plot", metavar="FILE.png", help="also draw the open-loop rows (tok/s, TPOT vs rate)")
     ap.add_argument("--model", default="synthetic 7.2B Llama (hidden 4096, 32 layers, crafted clear-margin weights) "
                                         "+ EAGLE3 head, K=3, one H200")
@@ -89,13 +110,17 @@ def main() -> None:
     off, opened = [], []
     for f in args.files:
         g = grouped(rows_of(f))
-        off += offpath_rows(g, Path(f).name)
-        opened += open_rows(g, Path(f).name)
+        call = f"{Path(f).parent.name}/{Path(f).name}"
+        off += offpath_rows(g, call, f in args.paired.split(","))
+        opened += open_rows(g, call)
     (RESULTS / "offpath-traffic.json").write_text(json.dumps(
         {"rows": off, "sglang": "0.5.17", "model": args.model, "command": args.command}, indent=1) + "\n")
+    if args.offpath_only:
+        opened = []
     existing = RESULTS / "open-loop.json"
     keep = [r for r in json.loads(existing.read_text())["rows"] if r.get("where") != "h200"] if existing.exists() else []
-    existing.write_text(json.dumps({"rows": keep + opened, "command": args.command}, indent=1) + "\n")
+    if not args.offpath_only:
+        existing.write_text(json.dumps({"rows": keep + opened, "command": args.command}, indent=1) + "\n")
     if args.plot:
         plot(opened, args.plot)
     print("| shape | level | off mode | off tok/s (spread) | no-spec tok/s (spread) | ratio | repeats | call |")
@@ -104,7 +129,9 @@ def main() -> None:
         print(f"| {r['shape']} | {r['level']} | {r['mode']} | {r['off_tok_s']:,.0f} ({r['off_spread'][0]:,.0f}-"
               f"{r['off_spread'][1]:,.0f}) | {r['nospec_tok_s']:,.0f} ({r['nospec_spread'][0]:,.0f}-"
               f"{r['nospec_spread'][1]:,.0f}) | {r['ratio']:.3f} | {r['repeats']} | {r['call']} |"
-              + (f" TPOT {r['off_tpot_ms']} vs {r['nospec_tpot_ms']} ms" if "off_tpot_ms" in r else ""))
+              + (f" TPOT {r['off_tpot_ms']} vs {r['nospec_tpot_ms']} ms" if "off_tpot_ms" in r else "")
+              + (f" pairs {r['pair_ratios_tok_s']}" if "paired" in r else "")
+              + (f" TPOT pairs {r['pair_ratios_tpot_ms']}" if r.get("pair_ratios_tpot_ms") else ""))
     print("\n| rate req/s | mode | output tok/s | median TPOT ms | median E2E ms | repeats |\n|---|---|---|---|---|---|")
     for r in opened:
         print(f"| {r['rate']:g} | {r['mode']} | {r['tok_s']:,.0f} | {r['tpot_ms']} | {r['e2e_ms']:,.0f} | {r['repeats']} |")
