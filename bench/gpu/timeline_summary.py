@@ -2,6 +2,7 @@
 
     python3 bench/gpu/timeline_summary.py PREFIX --window T0,T1 [--label L] [--json out.jsonl]
     python3 bench/gpu/timeline_summary.py PREFIX --load-row 'LOAD_JSON' --skip 4 --seconds 20 [--json ...]
+    python3 bench/gpu/timeline_summary.py FILE.jsonl[.xz] --prefill     (the simulator's prefill cost, per run)
 PREFIX: SPEC_TIMELINE's value (the files PREFIX.PID.jsonl; the one with batch rows is the scheduler's);
 T0, T1: time.monotonic() seconds; or the window of one loads.py row (its mono_start + skip .. + seconds:
 the arrivals' steady part, without the ramp and the drain). One TIMELINE line: per kind (decode, extend, ...)
@@ -16,16 +17,23 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import lzma
 import statistics
 from collections import defaultdict
 
 from jsonl import emit
 
 
+def rows_of(path: str) -> list[list]:
+    opener = lzma.open if path.endswith(".xz") else open
+    with opener(path, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def read(prefix: str) -> list[list]:
     best: list[list] = []
-    for path in glob.glob(f"{prefix}.*.jsonl"):
-        rows = [json.loads(line) for line in open(path) if line.strip()]
+    for path in [prefix] if prefix.endswith((".jsonl", ".xz")) else glob.glob(f"{prefix}.*.jsonl"):
+        rows = rows_of(path)
         if sum(r[0] == "B" for r in rows) > sum(r[0] == "B" for r in best):
             best = rows
     return best
@@ -68,6 +76,40 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
             "decode_interval_ms_mean": mean(intervals), "recv_cpu_ms_total": round(sum(recv), 1)}
 
 
+def runs_of(rows: list[list], gap_ms: float = 1000.0) -> list[list[list]]:
+    """Batch rows in GPU order, cut where the GPU was idle for more than gap_ms (between two loads)."""
+    batches = sorted((r for r in rows if r[0] == "B"), key=lambda r: r[6])
+    runs: list[list[list]] = [[]]
+    for prev, b in zip([None] + batches, batches):
+        if prev is not None and b[6] - prev[7] > gap_ms:
+            runs.append([])
+        runs[-1].append(b)
+    return [r for r in runs if r]
+
+
+def prefill_cost(run: list[list], min_extends: int = 100) -> dict | None:
+    """What an extend batch costs the running decodes: the GPU idle before it and before the decode that
+    follows, that decode's extra GPU time over the other decodes (per event), and its GPU span per prompt
+    token. The simulator's profile keys prefill_s (per event) and prefill_s_per_token."""
+    ext, after, other = [], [], []
+    for prev, b in zip(run, run[1:]):
+        idle, gpu = b[6] - prev[7], b[7] - b[6]
+        if b[1] == "extend":
+            ext.append((idle, gpu, b[3], b[2]))
+        elif b[1] == "decode":
+            (after if prev[1] == "extend" else other).append((idle, gpu))
+    if len(ext) < min_extends or not after or not other:      # light loads (and cut runs) say little
+        return None
+    mean = lambda xs, i: statistics.mean(x[i] for x in xs)
+    per_event = mean(ext, 0) + mean(after, 0) + mean(after, 1) - mean(other, 1)
+    return {"extends": len(ext), "seconds": round((run[-1][7] - run[0][6]) / 1e3, 1),
+            "requests_per_extend": round(mean(ext, 3), 3), "tokens_per_extend": round(mean(ext, 2), 1),
+            "extend_gpu_ms": round(mean(ext, 1), 3), "idle_before_extend_ms": round(mean(ext, 0), 3),
+            "next_decode_idle_ms": round(mean(after, 0), 3), "next_decode_gpu_ms": round(mean(after, 1), 3),
+            "other_decode_gpu_ms": round(mean(other, 1), 3), "prefill_s": round(per_event / 1e3, 5),
+            "prefill_s_per_token": round(sum(x[1] for x in ext) / sum(x[2] for x in ext) / 1e3, 7)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("prefix")
@@ -75,9 +117,19 @@ def main() -> None:
     ap.add_argument("--load-row", help="one loads.py JSON row: its window")
     ap.add_argument("--skip", type=float, default=4.0)
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--prefill", action="store_true", help="per run: what an extend batch costs (profile keys)")
     ap.add_argument("--label", default="")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.prefill:
+        costs = [c for c in map(prefill_cost, runs_of(read(args.prefix))) if c]
+        for c in costs:
+            emit("PREFILL", c, args.json)
+        if costs:
+            emit("PREFILL", {"runs": len(costs), "prefill_s": round(statistics.mean(c["prefill_s"] for c in costs), 4),
+                             "prefill_s_per_token": round(statistics.mean(c["prefill_s_per_token"] for c in costs), 7)},
+                 args.json)
+        return
     label, extra = args.label, {}
     if args.load_row:
         row = json.loads(args.load_row)
