@@ -1,13 +1,14 @@
 """Mutation testing (mutmut 3) of the decision code, within a 2-core machine's limits.
 
-    python bench/mutation.py [--groups speculates,guard,writer,policies,oracle] [--workdir DIR] [--out FILE]
+    python bench/mutation.py [--groups speculates,guard,writer,policies,oracle-profile,oracle-eval]
+                             [--workdir DIR] [--out FILE]
                              [--mode full|survivors|collect]
 
 Each group runs on its own scratch copy of the working tree (tracked and untracked, not ignored, files),
 one mutant at a time (--max-children 1), and runs only its focused test files; mutmut picks, per
 mutated function, the tests among them that call it (fastest first, stopping at the first failure).
-Not part of CI's test command: a full run takes about half an hour. Results: a table of scores per file,
-and the diff of every surviving mutant, in --out (default: bench/results/mutation-run.md). Mutants
+Not part of CI's test command: a full run takes about an hour. Results: a table of scores per file,
+and the diff of every surviving mutant, in --out (default: bench/results/mutation.md). Mutants
 listed in bench/mutation_equivalent.toml (name -> why) count as equivalent and leave the score.
 """
 from __future__ import annotations
@@ -64,6 +65,18 @@ OPENLOOP = ["tests/test_openloop.py::" + t for t in (
             "test_simulate_arrival_rate_bad_input_exit_2",
             "test_daemon_sim_engine_runs_an_open_loop",
             "test_open_loop_reconvergence_judges_the_batch_sizes_of_the_last_seconds")]
+CLI = "tests/test_cli_simulate.py::"
+CLI_FAST = ("test_simulate_json_rows_have_the_documented_keys", "test_oracle_beats_or_ties_static_extremes",
+            "test_simulate_bad_input_one_line_exit_2", "test_shell_completion_script_is_generated",
+            "test_status_text_falls_back_to_last_known_acceptance")
+# test_finite.py but its prefill fit (it runs bench/gpu, not in mutmut's copy): finite.py reads openeval's
+# mode_makers and latency_figures
+FINITE = ["tests/test_finite.py::" + t for t in (
+          "test_throughput_counts_the_drain_and_tpot_is_bench_servings",
+          "test_bench_serving_requests_are_the_measured_ones",
+          "test_evaluate_finite_runs_rate_x_seconds_requests_per_seed",
+          "test_finite_option_is_validated",
+          "test_finite_option_reports_each_rate_and_mode")]
 STEADY_SIM = [ST + "test_bandit_within_3_percent_of_the_better_fixed_mode_at_the_middle_rate[crossover-a]",
               ST + "test_reconverges_within_20_s_after_each_shift[coding-to-chat]"]
 
@@ -82,12 +95,26 @@ GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
                   "tests/test_decide_reasons.py", "tests/test_policy_edges.py", "tests/test_learner_main.py",
                   "tests/test_boundaries.py",
                   "tests/test_guard.py", *STEADY_POLICY, *QUALITY]),
-    "oracle": (["controller/sim/evaluate.py", "controller/sim/profile.py", "controller/sim/openeval.py"], None,
-               ["tests/test_oracle.py", "tests/test_profile_format.py", "tests/test_profile_load.py", "tests/test_evaluate.py",
-                "tests/test_evaluate_main.py",
-                "tests/test_simulator.py", "tests/test_boundaries.py", "tests/test_cli_simulate.py",
-                *OPENLOOP, *STEADY_SIM, *QUALITY]),
+    "oracle-profile": (["controller/sim/profile.py"], None,
+                       ["tests/test_oracle.py", "tests/test_profile_format.py", "tests/test_profile_load.py",
+                        "tests/test_evaluate.py", "tests/test_evaluate_main.py",
+                        "tests/test_simulator.py", "tests/test_boundaries.py", "tests/test_cli_simulate.py",
+                        *OPENLOOP, *STEADY_SIM, *QUALITY]),
+    # The evaluation's own tests (each under ~2 s; the whole list ~15 s): a surviving mutant of run_segments
+    # pays for every one of them. The decision-quality, steady, trace and open-loop re-convergence checks
+    # (1.5-6 s each, ~30 s) leave this list: they judge the policies, and what they read of evaluate.py and
+    # openeval.py the tests here pin down directly (tests/test_evaluate_units.py).
+    "oracle-eval": (["controller/sim/evaluate.py", "controller/sim/openeval.py"], None,
+                    ["tests/test_evaluate_units.py", "tests/test_evaluate.py", "tests/test_evaluate_main.py",
+                     "tests/test_oracle.py", "tests/test_boundaries.py", "tests/test_simulator.py",
+                     *[t for t in OPENLOOP if "reconvergence" not in t],
+                     "tests/test_openloop.py::test_one_token_requests_finish_at_their_prefill_and_the_clock_moves_on",
+                     *[CLI + t for t in CLI_FAST], *FINITE]),
 }
+# mutmut's CPU-time limit per mutant is (its tests' time + 1 s) x timeout_multiplier x 2 (default 15): for
+# run_segments' mutants that loop forever (next_tick no longer advancing; its tests take ~16 s) that is
+# ~8 min each. Here 3: six times the tests' time, far above what a mutant that only changes the numbers takes.
+TIMEOUT_MULTIPLIER = {"oracle-eval": 3.0}
 # Diagnostics only: mutating a log line changes no decision and no stored row.
 DO_NOT_MUTATE_PATTERNS = [r"^\s*log\.(debug|info|warning|error|exception)\("]
 
@@ -104,7 +131,7 @@ def scratch_copy(dest: Path) -> None:
             shutil.copy2(src, dest / name)
 
 
-def write_config(dest: Path, files: list[str], tests: list[str]) -> None:
+def write_config(dest: Path, files: list[str], tests: list[str], timeout_multiplier: float | None = None) -> None:
     def lines(values):
         return "".join(f"\n    {v}" for v in values)
     (dest / "setup.cfg").write_text(
@@ -114,7 +141,8 @@ def write_config(dest: Path, files: list[str], tests: list[str]) -> None:
         f"pytest_add_cli_args_test_selection ={lines(tests)}\n"
         f"pytest_add_cli_args ={lines(['-p', 'no:cacheprovider', '-m', 'not gpu'])}\n"
         f"do_not_mutate_patterns ={lines(DO_NOT_MUTATE_PATTERNS)}\n"
-        "use_git_change_detection = false\n")
+        "use_git_change_detection = false\n"
+        + (f"timeout_multiplier = {timeout_multiplier}\n" if timeout_multiplier else ""))
 
 
 def ensure_mutmut() -> None:
@@ -161,11 +189,11 @@ def run_group(group: str, workdir: Path, mode: str = "full") -> dict:
         names = [n for by_name in collect(dest, patterns).values() for n, v in by_name.items() if v != "killed"]
         shutil.rmtree(dest / "tests")
         shutil.copytree(ROOT / "tests", dest / "tests", ignore=shutil.ignore_patterns("__pycache__"))
-        write_config(dest, files, tests)
+        write_config(dest, files, tests, TIMEOUT_MULTIPLIER.get(group))
         (dest / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)    # re-map tests to functions
     elif mode == "full":
         scratch_copy(dest)
-        write_config(dest, files, tests)
+        write_config(dest, files, tests, TIMEOUT_MULTIPLIER.get(group))
     if mode != "collect" and (mode == "full" or names):
         with open(dest / "mutmut.log", "a" if mode == "survivors" else "w") as log:
             subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", "1", *names],
@@ -228,7 +256,7 @@ mutant at a time, against its focused tests (bench/mutation.py GROUPS); a mutant
 them fails, when it runs past mutmut's timeout, or when it runs out of its 6 GiB of address space (a
 mutant looping and allocating). Lines that only log are not mutated. Equivalent
 mutants (no test can tell them from the original) are listed in bench/mutation_equivalent.toml with
-the reason, and leave the score. Regenerate: `python bench/mutation.py` (about half an hour of one core),
+the reason, and leave the score. Regenerate: `python bench/mutation.py` (about an hour of one core),
 or `--mode survivors` to re-check only what the last run did not kill."""
 
 
