@@ -288,3 +288,16 @@ def test_a_segment_ends_at_the_first_step_that_reaches_its_end_and_a_tick_at_the
     assert at_tick == [32 * k for k in range(1, 9)]             # the tick at 0.5 s right after the 32nd batch
     # the last wrong tick (2.5 s) lasts to the segment's end (3.0 s): still wrong at the end
     assert res[0].reconverge_s is None and res[1].reconverge_s == 0.0
+
+
+def test_best_static_compares_unrounded_throughputs(monkeypatch):
+    """0 gives 100.004 tok/s, 5 gives 100.003: 0 is the better threshold although 100.003 exceeds the
+    reported (rounded) 100.0."""
+    from types import SimpleNamespace
+    tput = {0: 100.004, 5: 100.003}
+
+    def fake_run_segments(profile, segments, make, seed, tick_s):
+        return [SimpleNamespace(tokens=tput[make(None).threshold], seconds=1.0)]
+    monkeypatch.setattr(ev, "run_segments", fake_run_segments)
+    prof = load_profile("seed")
+    assert ev.best_static(prof, [Segment(10.0, 5)]) == {"threshold": 0, "throughput_tok_s": 100.0}

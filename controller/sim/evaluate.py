@@ -287,13 +287,13 @@ def best_static(profile: Profile, segments: Sequence[Segment], seed: int = 0, ti
     """The best fixed threshold in hindsight. Batch size equals the (capped) concurrency in
     the simulator, so only thresholds at 0 and at each segment's concurrency differ."""
     candidates = sorted({0} | {min(s.concurrency, profile.max_batch_size) for s in segments})
-    best = None
+    best_t, best_tput = None, 0.0
     for t in candidates:
         res = run_segments(profile, segments, lambda core, t=t: StaticRunner(t), seed, tick_s)
         tput = sum(r.tokens for r in res) / sum(r.seconds for r in res)
-        if best is None or tput > best["throughput_tok_s"]:
-            best = {"threshold": t, "throughput_tok_s": round(tput, 2)}
-    return best
+        if best_t is None or tput > best_tput:      # unrounded: rounding is for the report only
+            best_t, best_tput = t, tput
+    return {"threshold": best_t, "throughput_tok_s": round(best_tput, 2)}
 
 
 def changes_per_min(profile: Profile, segments: Sequence[Segment], policy: str, params: Mapping[str, Any] | None = None,
