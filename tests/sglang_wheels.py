@@ -7,10 +7,12 @@ Wheels are downloaded once (`pip download --no-deps`, 12-40 MB each) into .cache
 from __future__ import annotations
 
 import ast
+import fcntl
 import functools
 import os
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -24,13 +26,25 @@ Def = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def wheel(version: str) -> Path:
-    found = sorted(CACHE.glob(f"sglang-{version}-*.whl"))
-    if not found:
-        CACHE.mkdir(parents=True, exist_ok=True)
-        res = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}",
-                              "-d", str(CACHE)], capture_output=True, text=True, timeout=600)
-        assert res.returncode == 0, f"pip download sglang=={version} failed: {res.stderr[-500:]}"
-        found = sorted(CACHE.glob(f"sglang-{version}-*.whl"))
+    """The cached wheel, downloaded first if needed. The tests run on several pytest-xdist workers: one
+    downloads (under a lock, into a folder of its own, then renamed in) while the others wait for it."""
+    pattern = f"sglang-{version}-*.whl"
+    found = sorted(CACHE.glob(pattern))
+    if found:
+        return found[0]
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f".lock-{version}", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = sorted(CACHE.glob(pattern))
+        if not found:
+            with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+                res = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                                      f"sglang=={version}", "-d", tmp], capture_output=True, text=True, timeout=600)
+                assert res.returncode == 0, f"pip download sglang=={version} failed: {res.stderr[-500:]}"
+                for whl in Path(tmp).glob(pattern):
+                    os.replace(whl, CACHE / whl.name)
+            found = sorted(CACHE.glob(pattern))
+    assert found, f"pip download sglang=={version} left no {pattern} in {CACHE}"
     return found[0]
 
 
