@@ -87,27 +87,30 @@ def runs_of(rows: list[list], gap_ms: float = 1000.0) -> list[list[list]]:
     return [r for r in runs if r]
 
 
-def prefill_cost(run: list[list], min_extends: int = 100) -> dict | None:
-    """What an extend batch costs the running decodes: the GPU idle before it and before the decode that
-    follows, that decode's extra GPU time over the other decodes (per event), and its GPU span per prompt
-    token. The simulator's profile keys prefill_s (per event) and prefill_s_per_token."""
+def prefill_cost(run: list[list], min_extends: int = 100, idle_cap_ms: float = 50.0) -> dict | None:
+    """What an extend batch costs the running decodes: its GPU span as a line in its prompt tokens (least
+    squares: a + b tokens), plus the GPU idle before it and before the decode that follows and that decode's
+    extra GPU time over the others. Gaps over idle_cap_ms are an engine waiting for arrivals, not a cost of
+    the extend: those extends are left out. Gives the simulator's prefill_s (a + the idle and the extra, per
+    event) and prefill_s_per_token (b)."""
     ext, after, other = [], [], []
     for prev, b in zip(run, run[1:]):
         idle, gpu = b[6] - prev[7], b[7] - b[6]
-        if b[1] == "extend":
+        if b[1] == "extend" and idle <= idle_cap_ms:
             ext.append((idle, gpu, b[3], b[2]))
-        elif b[1] == "decode":
+        elif b[1] == "decode" and idle <= idle_cap_ms:
             (after if prev[1] == "extend" else other).append((idle, gpu))
     if len(ext) < min_extends or not after or not other:      # light loads (and cut runs) say little
         return None
     mean = lambda xs, i: statistics.mean(x[i] for x in xs)
-    per_event = mean(ext, 0) + mean(after, 0) + mean(after, 1) - mean(other, 1)
+    slope, intercept = statistics.linear_regression([x[2] for x in ext], [x[1] for x in ext])
+    per_event = intercept + mean(ext, 0) + mean(after, 0) + mean(after, 1) - mean(other, 1)
     return {"extends": len(ext), "seconds": round((run[-1][7] - run[0][6]) / 1e3, 1),
             "requests_per_extend": round(mean(ext, 3), 3), "tokens_per_extend": round(mean(ext, 2), 1),
-            "extend_gpu_ms": round(mean(ext, 1), 3), "idle_before_extend_ms": round(mean(ext, 0), 3),
-            "next_decode_idle_ms": round(mean(after, 0), 3), "next_decode_gpu_ms": round(mean(after, 1), 3),
-            "other_decode_gpu_ms": round(mean(other, 1), 3), "prefill_s": round(per_event / 1e3, 5),
-            "prefill_s_per_token": round(sum(x[1] for x in ext) / sum(x[2] for x in ext) / 1e3, 7)}
+            "extend_gpu_ms": round(mean(ext, 1), 3), "extend_gpu_ms_fit": [round(intercept, 3), round(slope, 5)],
+            "idle_before_extend_ms": round(mean(ext, 0), 3), "next_decode_idle_ms": round(mean(after, 0), 3),
+            "next_decode_gpu_ms": round(mean(after, 1), 3), "other_decode_gpu_ms": round(mean(other, 1), 3),
+            "prefill_s": round(per_event / 1e3, 5), "prefill_s_per_token": round(slope / 1e3, 8)}
 
 
 def main() -> None:
