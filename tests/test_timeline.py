@@ -1,23 +1,30 @@
-"""The GPU timeline's arithmetic (bench/gpu/timeline_summary.py), on synthetic batch rows: the prefill cost it
-hands the simulator's profile and the per-kind table of issue 12's "where the time goes"."""
+"""The GPU timeline (bench/gpu/timeline.py, a bench-only SGLang plugin) and its arithmetic
+(bench/gpu/timeline_summary.py), on synthetic rows and fake CUDA events: the prefill cost it hands the
+simulator's profile, run cutting, and the per-kind table of issue 12's "where the time goes"."""
 from __future__ import annotations
 
+import json
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "gpu"))
-from timeline_summary import prefill_cost, runs_of, summarise  # noqa: E402
+from timeline_summary import prefill_cost, read, runs_of, summarise  # noqa: E402
+
+TOKENS = (200, 400, 600)
 
 
-def batches(n_cycles: int, *, decode_ms=5.0, extend_ms_per_token=0.07, tokens=400, idle_before_extend=3.0,
-            idle_after=2.0, extra_after=1.0, decodes_per_cycle=6, t0=0.0) -> list[list]:
-    """Rows ["B", kind, bs, tokens, cpu0, cpu1, gpu0, gpu1]: cycles of one extend and some decodes."""
+def batches(n_cycles: int, *, decode_ms=5.0, base_ms=20.0, per_token_ms=0.01, idle_before_extend=1.0,
+            idle_after=2.0, extra_after=1.0, decodes_per_cycle=6, t0=0.0, outlier_every=0) -> list[list]:
+    """Rows ["B", kind, bs, tokens, cpu0, cpu1, gpu0, gpu1] (the older form, without exact span and gap):
+    cycles of one extend and some decodes; every outlier_every-th extend follows an idle engine (500 ms)."""
     rows, t = [], t0
-    for _ in range(n_cycles):
-        t += idle_before_extend
-        g = tokens * extend_ms_per_token
+    for i in range(n_cycles):
+        tokens = TOKENS[i % len(TOKENS)]
+        t += 500.0 if outlier_every and i % outlier_every == outlier_every - 1 else idle_before_extend
+        g = base_ms + per_token_ms * tokens
         rows.append(["B", "extend", 1, tokens, 0, 0, t, t + g])
         t += g + idle_after
         rows.append(["B", "decode", 30, 0, 0, 0, t, t + decode_ms + extra_after])
@@ -28,35 +35,106 @@ def batches(n_cycles: int, *, decode_ms=5.0, extend_ms_per_token=0.07, tokens=40
     return rows
 
 
-def test_prefill_cost_is_the_idle_around_an_extend_plus_the_next_decodes_extra_and_its_gpu_per_token():
-    got = prefill_cost(batches(150))
-    assert got["extends"] == 149                   # the run's first batch has no idle time before it to read
-    assert got["prefill_s"] == pytest.approx((3.0 + 2.0 + 1.0) / 1e3, rel=1e-3)
-    assert got["prefill_s_per_token"] == pytest.approx(0.07 / 1e3, rel=1e-3)
+def test_prefill_cost_per_event_and_per_token_leaves_out_extends_after_an_idle_engine():
+    got = prefill_cost(batches(150, outlier_every=10))
+    assert got["extends"] == 149 - 15                # the first has no gap to read; 15 follow an idle engine
+    # per event: the span at 0 tokens + the idle before it and before the next decode + that decode's extra
+    assert got["prefill_s"] == pytest.approx((20.0 + 1.0 + 2.0 + 1.0) / 1e3, rel=1e-6)
+    assert got["prefill_s_per_token"] == pytest.approx(0.01 / 1e3, rel=1e-6)
+    assert got["extend_gpu_ms_fit"] == [pytest.approx(20.0), pytest.approx(0.01)]
 
 
 def test_prefill_cost_needs_enough_extends():
-    assert prefill_cost(batches(20)) is None
+    assert prefill_cost(batches(50)) is None
+    assert prefill_cost(batches(150)) is not None
 
 
-def test_runs_are_cut_where_the_gpu_idled_between_two_loads():
-    rows = batches(10) + batches(10, t0=10_000_000.0)
-    runs = runs_of(rows)
-    assert [len(r) for r in runs] == [70, 70]
+def test_runs_are_cut_where_the_gpu_idled_for_more_than_a_second():
+    one = batches(10)
+    end = one[-1][7]
+    assert [len(r) for r in runs_of(one + batches(10, t0=end + 999.0 - 1.0))] == [140]   # 999 ms: one run
+    assert [len(r) for r in runs_of(one + batches(10, t0=end + 1001.0 - 1.0))] == [70, 70]
 
 
-def test_summary_per_kind_gpu_time_idle_and_decode_interval():
+def test_summary_reads_only_the_window_and_tables_each_kind():
     rows = batches(150, decodes_per_cycle=4)
     cpu = 0
-    for r in rows:                                 # CPU times inside the window
+    for r in rows:                                   # a 1 ms launch every 2 ms of CPU time
         r[4], r[5] = cpu, cpu + 1_000_000
         cpu += 2_000_000
-    out = summarise(rows, 0, cpu)
+    outside = [["B", "decode", 99, 0, cpu + 10_000_000, cpu + 11_000_000, 1e9, 1e9 + 50.0]]
+    spans = [["P", "decode", 0, 3_000_000], ["P", "extend", 0, 500_000], ["N", "decode", 0, 250_000],
+             ["P", "decode", cpu + 10_000_000, cpu + 99_000_000]]             # the last: outside the window
+    out = summarise(rows + outside + spans, 0, cpu)
     ext, dec = out["kinds"]["extend"], out["kinds"]["decode"]
-    assert ext["n"] == 150 and dec["n"] == 600
-    assert ext["gpu_ms"] == pytest.approx(28.0) and dec["gpu_ms"] == pytest.approx(5.25)
-    assert ext["idle_before_ms"] == pytest.approx(3.0, rel=0.01) and dec["idle_before_ms"] == pytest.approx(0.5)
+    assert ext["n"] == 150 and dec["n"] == 600 and dec["bs"] == 30   # the batch of 99 is outside
+    assert ext["gpu_ms"] == pytest.approx(20.0 + 0.01 * 400) and dec["gpu_ms"] == pytest.approx(5.25)
+    assert ext["idle_before_ms"] == pytest.approx(149 / 150 * 1.0, abs=1e-3) and dec["idle_before_ms"] == pytest.approx(0.5)
     assert dec["launch_cpu_ms"] == pytest.approx(1.0)
-    # a running request waits 5 ms between its decodes, but 28 + 3 + 2 + 6 ms across an extend
+    assert dec["process_cpu_ms"] == pytest.approx(3.0) and ext["process_cpu_ms"] == pytest.approx(0.5)
+    assert dec["schedule_cpu_ms"] == pytest.approx(0.25)
+    cycle = 1.0 + 24.0 + 2.0 + 6.0 + 3 * 5.0
+    assert dec["gpu_share"] + ext["gpu_share"] + dec["idle_share"] + ext["idle_share"] == pytest.approx(1.0, abs=0.01)
+    assert ext["gpu_share"] == pytest.approx(24.0 / cycle, rel=0.01)
+    # a running request waits 5 ms between its decodes, but 24 + 1 + 2 + 6 ms across an extend
     assert out["decode_interval_ms_median"] == pytest.approx(5.0)
-    assert out["decode_interval_ms_mean"] > 10.0
+    assert out["decode_interval_ms_mean"] == pytest.approx(cycle / 4, rel=0.01)
+
+
+class FakeEvent:
+    clock = [0.0]
+
+    def __init__(self, enable_timing=True):
+        self.t, self.done = None, True
+
+    def record(self, stream=None):
+        self.t = self.clock[0]
+
+    def query(self):
+        return self.done
+
+    def elapsed_time(self, other):
+        return other.t - self.t
+
+
+class Mode:
+    def __init__(self, kind):
+        self.kind = kind
+
+    def is_idle(self):
+        return False
+
+    def is_mixed(self):
+        return False
+
+    def is_extend(self):
+        return self.kind == "extend"
+
+
+def test_plugin_writes_exact_spans_and_gaps_and_flushes_when_the_scheduler_idles(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(
+        cuda=types.SimpleNamespace(Event=FakeEvent, current_stream=lambda: None)))
+    import timeline
+    tl = timeline.Timeline(str(tmp_path / "tl"))
+    sched = types.SimpleNamespace(forward_stream=None)
+
+    def forward(ms):
+        def run(s, batch):
+            FakeEvent.clock[0] += ms               # the batch's GPU time
+        return run
+    batch = lambda kind: types.SimpleNamespace(forward_mode=Mode(kind), reqs=[1, 2], extend_num_tokens=300)
+    tl.run_batch(forward(20.0), sched, batch("extend"))
+    FakeEvent.clock[0] += 3.0                      # the GPU idles 3 ms
+    tl.run_batch(forward(5.0), sched, batch("decode"))
+    tl.pending[-1][6].done = False                 # still running: held back
+    schedule = tl.span("N")
+    schedule(lambda s: types.SimpleNamespace(batch_to_run=None), sched)   # nothing to run: a flush
+    rows = [json.loads(line) for line in open(tl.path)]
+    assert [r[:4] for r in rows] == [["B", "extend", 2, 300]]
+    assert rows[0][8] == pytest.approx(20.0) and rows[0][9] == 0.0
+    tl.pending[-1][6].done = True
+    schedule(lambda s: types.SimpleNamespace(batch_to_run=None), sched)
+    rows = [json.loads(line) for line in open(tl.path)]
+    assert [r[1] for r in rows] == ["extend", "decode"]
+    assert rows[1][8] == pytest.approx(5.0) and rows[1][9] == pytest.approx(3.0)
+    assert read(str(tmp_path / "tl")) == rows      # the summary reads the file with the batch rows

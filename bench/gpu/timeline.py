@@ -7,8 +7,12 @@ scheduler iteration it records, on the scheduler thread: the CPU span of run_bat
 process_batch_result, of get_next_batch_to_run and process_input_requests, and two CUDA events on the
 forward stream around each run_batch, so that the GPU span of every batch and the GPU's idle gap before
 it (the overlap broken or kept) can be read afterwards without a synchronisation on the hot path.
-Rows go to PREFIX.PID.jsonl every 256 batches (events already completed only):
-  ["B", kind, bs, extend_tokens, cpu_t0_ns, cpu_t1_ns, gpu_t0_ms, gpu_t1_ms]   one batch (GPU ms on one axis)
+Rows go to PREFIX.PID.jsonl every 256 batches and whenever the scheduler finds nothing to run (events
+already completed only):
+  ["B", kind, bs, extend_tokens, cpu_t0_ns, cpu_t1_ns, gpu_t0_ms, gpu_t1_ms, span_ms, gap_ms]   one batch:
+  its events on one axis from the first (float32 milliseconds: coarse after minutes), and, exact, its span
+  and the gap since the previous batch's end. The start event is recorded when run_batch is entered, before
+  the launch: a launch slow enough to run the stream dry shows in the span, not in the gap.
   ["P"|"N"|"R", kind, cpu_t0_ns, cpu_t1_ns]   process_batch_result / get_next_batch_to_run / process_input_requests
 CPU times are time.perf_counter_ns() (CLOCK_MONOTONIC: comparable with time.monotonic() in the load
 generator). bench/gpu/timeline_summary.py turns them into a table.
@@ -40,6 +44,7 @@ class Timeline:
         self.pending: list[list] = []     # batch rows whose events may not have completed yet
         self.rows: list[list] = []
         self.ref = None                   # the first start event: the GPU axis's zero
+        self.last_end = None              # the previous batch's end event (its gap to the next start)
 
     def run_batch(self, original, sched, batch, *args, **kwargs):
         import torch
@@ -70,20 +75,25 @@ class Timeline:
                 what = kind(args[0] if tag == "P" else getattr(result, "batch_to_run", result))
             if what not in ("none", "0"):       # the idle loop spins: only iterations that did something
                 self.rows.append([tag, what, t0, time.perf_counter_ns()])
+            elif tag == "N" and self.pending:   # nothing to run: what ran so far is written (a run's end too)
+                self.flush()
             return result
         return hook
 
     def flush(self) -> None:
         n = 0
-        for p in self.pending[:-4]:            # in order; the newest few may still run
+        for p in self.pending:                 # in order, up to the first still running (query() does not block)
             if not p[6].query():
                 break
             n += 1
         done, self.pending = self.pending[:n], self.pending[n:]
         with open(self.path, "a") as f:
             for k, bs, ext, t0, t1, e0, e1 in done:
+                gap = self.last_end.elapsed_time(e0) if self.last_end is not None else 0.0
                 f.write(json.dumps(["B", k, bs, ext, t0, t1, round(self.ref.elapsed_time(e0), 4),
-                                    round(self.ref.elapsed_time(e1), 4)]) + "\n")
+                                    round(self.ref.elapsed_time(e1), 4), round(e0.elapsed_time(e1), 4),
+                                    round(gap, 4)]) + "\n")
+                self.last_end = e1
             for row in self.rows:
                 f.write(json.dumps(row) + "\n")
         self.rows = []

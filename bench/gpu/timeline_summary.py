@@ -39,20 +39,30 @@ def read(prefix: str) -> list[list]:
     return best
 
 
+def span_gap(row: list, prev: list | None) -> tuple[float, float]:
+    """A batch's GPU span and the gap since the previous batch's end (ms): the exact fields of newer rows,
+    else the difference of the coarse axis."""
+    if len(row) >= 10:
+        return row[8], max(0.0, row[9])
+    return row[7] - row[6], max(0.0, row[6] - prev[7]) if prev is not None else 0.0
+
+
 def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
     batches = sorted((r for r in rows if r[0] == "B" and t0_ns <= r[4] <= t1_ns), key=lambda r: r[6])
     if len(batches) < 2:
         return {"error": f"{len(batches)} batches in the window"}
     per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    prev_end = None
-    for _, k, bs, ext, c0, c1, g0, g1 in batches:
+    prev = None
+    for b in batches:
+        k, bs, ext, c0, c1 = b[1:6]
+        span, gap = span_gap(b, prev)
         p = per[k]
         p["bs"].append(bs)
         p["ext"].append(ext)
-        p["gpu"].append(g1 - g0)
-        p["gap"].append(max(0.0, g0 - prev_end) if prev_end is not None else 0.0)
+        p["gpu"].append(span)
+        p["gap"].append(gap if prev is not None else 0.0)
         p["launch"].append((c1 - c0) / 1e6)
-        prev_end = g1
+        prev = b
     for tag, name in (("P", "process"), ("N", "schedule")):
         for r in rows:
             if r[0] == tag and t0_ns <= r[2] <= t1_ns:
@@ -95,7 +105,7 @@ def prefill_cost(run: list[list], min_extends: int = 100, idle_cap_ms: float = 5
     event) and prefill_s_per_token (b)."""
     ext, after, other = [], [], []
     for prev, b in zip(run, run[1:]):
-        idle, gpu = b[6] - prev[7], b[7] - b[6]
+        gpu, idle = span_gap(b, prev)
         if b[1] == "extend" and idle <= idle_cap_ms:
             ext.append((idle, gpu, b[3], b[2]))
         elif b[1] == "decode" and idle <= idle_cap_ms:
@@ -103,7 +113,11 @@ def prefill_cost(run: list[list], min_extends: int = 100, idle_cap_ms: float = 5
     if len(ext) < min_extends or not after or not other:      # light loads (and cut runs) say little
         return None
     mean = lambda xs, i: statistics.mean(x[i] for x in xs)
-    slope, intercept = statistics.linear_regression([x[2] for x in ext], [x[1] for x in ext])
+    tokens = [x[2] for x in ext]
+    if len(set(tokens)) > 1:
+        slope, intercept = statistics.linear_regression(tokens, [x[1] for x in ext])
+    else:                                   # one prompt length: no slope to read
+        slope, intercept = 0.0, mean(ext, 1)
     per_event = intercept + mean(ext, 0) + mean(after, 0) + mean(after, 1) - mean(other, 1)
     return {"extends": len(ext), "seconds": round((run[-1][7] - run[0][6]) / 1e3, 1),
             "requests_per_extend": round(mean(ext, 3), 3), "tokens_per_extend": round(mean(ext, 2), 1),
