@@ -25,15 +25,24 @@ export SPEC_TIMELINE=/tmp/tl/off MEMFRAC=0.64     # the daemon's SGLang child in
 if start_daemon; then
   specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
   specctl threshold pin 0 | tee -a "$SUM"
-  n0=$(grep -c . "$R" 2>/dev/null || echo 0)
-  [[ $SHAPES == *open* ]] && load_sum --shape open --rates 2,12,24 --seconds "$OPEN_S" --tokenizer $TOK "${PAIR[@]}"; say "open done"
-  tail -n +"$((n0 + 1))" "$R" | grep '"mono_start"' | while read -r row; do
+  n0=$([ -f "$R" ] && wc -l <"$R" || echo 0)
+  CLOSED=${CLOSED_LEVELS:-1,16,48,128}
+  # what each phase needs (s): 12 open runs of OPEN_S + ~8 s; closed ~36 s a level (2 repeats, 2 engines)
+  if [[ $SHAPES == *open* ]] && [ "$(left)" -gt $((12 * (OPEN_S + 8))) ]; then
+    load_sum --shape open --rates 2,12,24 --seconds "$OPEN_S" --tokenizer $TOK "${PAIR[@]}"; say "open done"
+  fi
+  tail -n +"$((n0 + 1))" "$R" | grep '"mono_start"' | grep '"open"' | while read -r row; do
+    [ "$(left)" -lt 40 ] && { say "timeline summaries stopped (time)"; break; }
     label=$(echo "$row" | python3 -c "import sys, json; print(json.load(sys.stdin)['label'])")
     python3 bench/gpu/timeline_summary.py /tmp/tl/"$label" --load-row "$row" --skip 3 --seconds "$OPEN_S" \
       --json "$OUT/timeline.jsonl" | cut -c1-400 >>"$SUM"
   done
-  [[ $SHAPES == *closed* ]] && [ "$(left)" -gt 80 ] && { load_sum --shape closed --levels "${CLOSED_LEVELS:-1,16,48,128}" --seconds 4 --warmup 2 "${PAIR[@]}"; say "closed done"; }
-  [[ $SHAPES == *steady* ]] && [ "$(left)" -gt 30 ] && { load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done"; }
+  if [[ $SHAPES == *closed* ]] && [ "$(left)" -gt $((36 * $(echo "$CLOSED" | tr ',' '\n' | wc -l) + 30)) ]; then
+    load_sum --shape closed --levels "$CLOSED" --seconds 4 --warmup 2 "${PAIR[@]}"; say "closed done"
+  fi
+  if [[ $SHAPES == *steady* ]] && [ "$(left)" -gt 40 ]; then
+    load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done"
+  fi
   specctl status 2>&1 | grep -E "off path|plugin cost|samples" | tee -a "$SUM"
   stop_daemon
 fi

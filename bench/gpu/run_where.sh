@@ -19,7 +19,7 @@ rm -f /tmp/tl/*
 OP=(--shape open --rates "$RATES" --seconds "$WHERE_S" --repeats 2 --flush --tokenizer $TOK)
 
 where_phase() { # port label: the open-loop runs, a TIMELINE line per run, one profiler window
-  local n0; n0=$(grep -c . "$R" 2>/dev/null || echo 0)
+  local n0; n0=$([ -f "$R" ] && wc -l <"$R" || echo 0)
   load_sum --port "$1" --label "$2" "${OP[@]}" --out "$R"
   tail -n +"$((n0 + 1))" "$R" | grep '"mono_start"' | while read -r row; do
     python3 bench/gpu/timeline_summary.py /tmp/tl/"$2" --load-row "$row" --skip 4 --seconds "$WHERE_S" \
@@ -38,7 +38,7 @@ if start_server nospec 30001 SPEC_TIMELINE=/tmp/tl/nospec --; then
 fi
 tail -c 100000 "$OUT/nospec.log" >/tmp/nospec.log; rm -f "$OUT/nospec.log"     # 8 files come back at most
 export SPEC_TIMELINE=/tmp/tl/off        # the daemon's SGLang child inherits it
-if start_daemon; then
+if [ "$(left)" -gt 200 ] && start_daemon; then
   specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
   specctl threshold pin 0 >/dev/null
   where_phase 30000 off; say "off done"
@@ -46,7 +46,7 @@ if start_daemon; then
   stop_daemon
 fi
 unset SPEC_TIMELINE
-tar cf - -C /tmp tl | xz -6 >"$OUT/timelines.tar.xz"
+[ "$(left)" -gt 40 ] && tar cf - -C /tmp tl | xz -1 >"$OUT/timelines.tar.xz"
 save_caches
 python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"
 say "total $(($(date +%s) - T0)) s"
