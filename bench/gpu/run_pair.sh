@@ -7,11 +7,13 @@
 # default off path, mem fraction 0.64 of which its own share is 0.34), `specctl threshold pin 0`. Both carry
 # the bench-only timeline plugin (bench/gpu/timeline.py). Loads (bench/gpu/loads.py --engines), in order:
 #  open loop `sglang.bench_serving --request-rate R` at 2 / 12 / 24 req/s, OPEN_S s of arrivals, 2 repeats,
-#  each run's TIMELINE line (per batch kind: GPU ms, idle gap before it, CPU ms); closed loop at C = 1 / 16 /
-#  48 / 128 (prompt 32-256, output 64-512, 4 s after 2 s); steady decode at batch 1 / 16 / 48 / 128.
+#  closed loop at C = CLOSED_LEVELS (default 1 / 16 / 48 / 128; prompt 32-256, output 64-512, CLOSED_S s after
+#  CLOSED_WARMUP s); a TIMELINE line per open and closed run (per batch kind: GPU span, idle gap before it,
+#  CPU ms); steady decode at batch 1 / 16 / 48 / 128.
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
 OPEN_S=${OPEN_S:-12}; SHAPES=${SHAPES:-open,closed,steady}   # SHAPES: the phases to run
+CLOSED_S=${CLOSED_S:-4}; CLOSED_WARMUP=${CLOSED_WARMUP:-2}     # at C = 128 a request lives ~3-4 s: use >= 8 s of warm-up
 make_model $M --crafted $MODEL7B
 cp bench/gpu/timeline.py /tmp/site/spec_timeline.py
 mkdir -p /tmp/site/spec_timeline-0.1.dist-info /tmp/tl; rm -f /tmp/tl/*
@@ -27,19 +29,24 @@ if start_daemon; then
   specctl threshold pin 0 | tee -a "$SUM"
   n0=$([ -f "$R" ] && wc -l <"$R" || echo 0)
   CLOSED=${CLOSED_LEVELS:-1,16,48,128}
-  # what each phase needs (s): 12 open runs of OPEN_S + ~8 s; closed ~36 s a level (2 repeats, 2 engines)
+  # what each phase needs (s): 12 open runs of OPEN_S + ~8 s; closed: 4 runs a level (2 repeats, 2 engines)
+  # of CLOSED_WARMUP + CLOSED_S + ~3 s (integers)
   if [[ $SHAPES == *open* ]] && [ "$(left)" -gt $((12 * (OPEN_S + 8))) ]; then
     load_sum --shape open --rates 2,12,24 --seconds "$OPEN_S" --tokenizer $TOK "${PAIR[@]}"; say "open done"
   fi
-  tail -n +"$((n0 + 1))" "$R" | grep '"mono_start"' | grep '"open"' | while read -r row; do
+  if [[ $SHAPES == *closed* ]] && [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) * $(echo "$CLOSED" | tr ',' '\n' | wc -l) + 30)) ]; then
+    load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
+    say "closed done"
+  fi
+  # a TIMELINE line per open and closed run: the open runs' arrivals after 3 s, the closed runs' window
+  tail -n +"$((n0 + 1))" "$R" | grep '"mono_start"' | grep -E '"(open|closed)"' | while read -r row; do
     [ "$(left)" -lt 40 ] && { say "timeline summaries stopped (time)"; break; }
-    label=$(echo "$row" | python3 -c "import sys, json; print(json.load(sys.stdin)['label'])")
-    python3 bench/gpu/timeline_summary.py /tmp/tl/"$label" --load-row "$row" --skip 3 --seconds "$OPEN_S" \
+    read -r label shape < <(echo "$row" | python3 -c "import sys, json; r = json.load(sys.stdin); print(r['label'], r['shape'])")
+    if [ "$shape" = open ]; then win=(--skip 3 --seconds "$OPEN_S"); else
+      win=(--skip "$CLOSED_WARMUP" --seconds "$(python3 -c "print($CLOSED_WARMUP + $CLOSED_S)")"); fi
+    python3 bench/gpu/timeline_summary.py /tmp/tl/"$label" --load-row "$row" "${win[@]}" \
       --json "$OUT/timeline.jsonl" | cut -c1-400 >>"$SUM"
   done
-  if [[ $SHAPES == *closed* ]] && [ "$(left)" -gt $((36 * $(echo "$CLOSED" | tr ',' '\n' | wc -l) + 30)) ]; then
-    load_sum --shape closed --levels "$CLOSED" --seconds 4 --warmup 2 "${PAIR[@]}"; say "closed done"
-  fi
   if [[ $SHAPES == *steady* ]] && [ "$(left)" -gt 40 ]; then
     load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done"
   fi
