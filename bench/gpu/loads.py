@@ -14,7 +14,8 @@ drift between runs does not decide a ranking); --flush empties the radix cache b
 seeded prompts repeat across configs and repeats).
 
 steady: C requests start together (prompt 16, output --steady-len tokens): decode at batch size C.
-closed: C clients, each re-issuing at once, prompt 32-256 and output 64-512 tokens (uniform, seeded);
+closed: C clients, each re-issuing at once, prompt 32-256 and output 64-512 tokens (uniform, seeded;
+  --logprob-share S: that share asks for logprobs, which SGLang's steps-0 path serves while off);
   throughput = output tokens generated inside [warm-up, warm-up + seconds], each request's tokens spread
   evenly over its life (non-streaming requests: the window edges are estimated, the same for every engine).
 open: `sglang.bench_serving --request-rate R` (Poisson), prompts ~100-512 and outputs ~77-384 tokens
@@ -37,8 +38,11 @@ from greedy import post, updated
 from jsonl import emit
 
 
-def body(ids: list[int], n: int) -> dict:
-    return {"input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": n, "ignore_eos": True}}
+def body(ids: list[int], n: int, logprob: bool = False) -> dict:
+    out = {"input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": n, "ignore_eos": True}}
+    if logprob:              # output logprobs: such a request sends its whole off batch to SGLang's steps-0 path
+        out["return_logprob"] = True
+    return out
 
 
 def steady(port: int, c: int, output_len: int, seed: int) -> dict:
@@ -51,20 +55,22 @@ def steady(port: int, c: int, output_len: int, seed: int) -> dict:
     return {"tok_s": round(sum(len(o["output_ids"]) for o in outs) / wall, 1)}
 
 
-def closed(port: int, c: int, seconds: float, warmup: float, seed: int) -> dict:
-    """C clients re-issuing at once; tokens inside the window, spread over each request's life."""
+def closed(port: int, c: int, seconds: float, warmup: float, seed: int, logprob_share: float = 0.0) -> dict:
+    """C clients re-issuing at once; tokens inside the window, spread over each request's life.
+    logprob_share: that share of the requests asks for logprobs (its own random stream: the prompts and
+    lengths are those of a run without)."""
     stop = time.perf_counter() + warmup + seconds
     w0, w1 = stop - seconds, stop
     done: list[tuple[float, float, int]] = []
     lock = threading.Lock()
 
     def client(i: int) -> None:
-        rnd = random.Random(seed * 1000 + i)
+        rnd, coin = random.Random(seed * 1000 + i), random.Random(seed * 1000 + i + 7_000_000)
         while time.perf_counter() < stop:
             ids = [rnd.randrange(3, 32000) for _ in range(rnd.randint(32, 256))]
             n = rnd.randint(64, 512)
             t0 = time.perf_counter()
-            out = post(port, "/generate", body(ids, n))
+            out = post(port, "/generate", body(ids, n, coin.random() < logprob_share))
             with lock:
                 done.append((t0, time.perf_counter(), len(out["output_ids"])))
 
@@ -168,6 +174,8 @@ def main() -> None:
     ap.add_argument("--tokenizer")
     ap.add_argument("--configs", help="label=JSON;label=JSON: set_internal_state bodies interleaved per level")
     ap.add_argument("--flush", action="store_true", help="GET /flush_cache before each measurement")
+    ap.add_argument("--logprob-share", type=float, default=0.0,
+                    help="closed: this share of the requests asks for logprobs (rows: shape closed-logprobS)")
     ap.add_argument("--engines", help="label=PORT,label=PORT: resident engines measured alternately per level")
     ap.add_argument("--socket", help="the daemon's control socket, for configs written '@threshold pin N'")
     ap.add_argument("--out")
@@ -197,12 +205,13 @@ def measure(args: argparse.Namespace, label: str, level: float, rep: int, port: 
         if args.shape == "steady":
             res = steady(port, int(level), args.steady_len, seed)
         elif args.shape == "closed":
-            res = closed(port, int(level), args.seconds, args.warmup, seed)
+            res = closed(port, int(level), args.seconds, args.warmup, seed, args.logprob_share)
         else:
             res = open_loop(port, level, args.seconds, args.tokenizer, seed)
     except Exception as e:          # one failed level must not lose the others
         res = {"error": f"{type(e).__name__}: {e}"}
-    row = {"label": label, "shape": args.shape, "level": level if args.shape == "open" else int(level),
+    shape = f"{args.shape}-logprob{args.logprob_share:g}" if args.logprob_share else args.shape
+    row = {"label": label, "shape": shape, "level": level if args.shape == "open" else int(level),
            "repeat": rep + args.repeat_index, "t_start": t0, "t_end": time.time(),
            "mono_start": m0, "mono_end": time.monotonic(), **({"engines_resident": True} if args.engines else {}), **res}
     emit("LOAD", row, args.out)

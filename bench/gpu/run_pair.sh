@@ -9,7 +9,8 @@
 #  open loop `sglang.bench_serving --request-rate R` at 2 / 12 / 24 req/s, OPEN_S s of arrivals, 2 repeats,
 #  closed loop at C = CLOSED_LEVELS (default 1 / 16 / 48 / 128; prompt 32-256, output 64-512, CLOSED_S s after
 #  CLOSED_WARMUP s); a TIMELINE line per open and closed run (per batch kind: GPU span, idle gap before it,
-#  CPU ms); steady decode at batch 1 / 16 / 48 / 128.
+#  CPU ms); steady decode at batch 1 / 16 / 48 / 128; with SHAPES containing `logprob`, a closed loop at
+#  LOGPROB_LEVELS (48) where LOGPROB_SHARE (0.1) of the requests ask for logprobs (issue 12 item 4).
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
 OPEN_S=${OPEN_S:-12}; SHAPES=${SHAPES:-open,closed,steady}   # SHAPES: the phases to run
@@ -47,6 +48,13 @@ if start_daemon; then
     python3 bench/gpu/timeline_summary.py /tmp/tl/"$label" --load-row "$row" "${win[@]}" \
       --json "$OUT/timeline.jsonl" | cut -c1-400 >>"$SUM"
   done
+  # issue 12 item 4: a share of logprob requests (their off batches take SGLang's steps-0 path); the
+  # off engine's status then says how many batches fell back
+  if [[ $SHAPES == *logprob* ]] && [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) ]; then
+    load_sum --shape closed --levels "${LOGPROB_LEVELS:-48}" --logprob-share "${LOGPROB_SHARE:-0.1}" \
+      --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
+    specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"; say "logprob done"
+  fi
   if [[ $SHAPES == *steady* ]] && [ "$(left)" -gt 40 ]; then
     load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done"
   fi
