@@ -1,0 +1,84 @@
+"""bench/gpu/loads.py against a stand-in HTTP server on a real socket (the GPU calls are too scarce to find a
+broken load generator there): two resident engines measured alternately with the same seeds, and the
+closed loop's share of logprob requests."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def engine(seen: list) -> ThreadingHTTPServer:
+    """Answers /generate with the requested number of tokens at once and /flush_cache with 200."""
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.server.server_port, body))
+            out = json.dumps({"output_ids": [7] * body["sampling_params"]["max_new_tokens"]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def run_loads(*args: str, out: Path) -> list[dict]:
+    res = subprocess.run([sys.executable, str(ROOT / "bench/gpu/loads.py"), *args, "--out", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_resident_engines_alternate_with_the_same_seeds(tmp_path):
+    seen: list = []
+    a, b = engine(seen), engine(seen)
+    try:
+        rows = run_loads("--shape", "steady", "--levels", "2", "--steady-len", "3", "--repeats", "2", "--flush",
+                         "--engines", f"nospec={a.server_port},off={b.server_port}", out=tmp_path / "r.jsonl")
+    finally:
+        a.shutdown(), b.shutdown()
+    assert [(r["label"], r["repeat"]) for r in rows] == [("nospec", 0), ("off", 0), ("off", 1), ("nospec", 1)]
+    assert all(r["engines_resident"] and r["mono_end"] >= r["mono_start"] for r in rows)
+    by_port = {}
+    for port, body in seen:
+        by_port.setdefault(port, []).append(tuple(body["input_ids"]))
+    # each engine got the same prompts, repeat by repeat (the seed is the repeat's, not the engine's)
+    assert sorted(by_port[a.server_port]) == sorted(by_port[b.server_port])
+    assert len(set(by_port[a.server_port])) == 4          # 2 requests a repeat, other prompts per repeat
+
+
+def test_closed_loop_asks_for_logprobs_on_its_share_and_keeps_its_requests(tmp_path):
+    def closed(share: str) -> list:
+        seen: list = []
+        server = engine(seen)
+        try:
+            rows = run_loads("--shape", "closed", "--levels", "2", "--seconds", "0.4", "--warmup", "0.1",
+                             "--repeats", "1", "--port", str(server.server_port),
+                             "--label", "x", "--logprob-share", share, out=tmp_path / f"c{share}.jsonl")
+        finally:
+            server.shutdown()
+        return rows, [body for _, body in seen]
+    rows, bodies = closed("0.5")
+    assert rows[0]["shape"] == "closed-logprob0.5"
+    asked = sum(bool(b.get("return_logprob")) for b in bodies)
+    assert 0.25 * len(bodies) < asked < 0.75 * len(bodies) and len(bodies) >= 20
+    rows0, bodies0 = closed("0")
+    assert rows0[0]["shape"] == "closed" and not any(b.get("return_logprob") for b in bodies0)
+    # the share draws from its own stream: each client's first prompts are those of a run without logprobs
+    firsts = lambda bs: {tuple(b["input_ids"]) for b in bs}
+    assert len(firsts(bodies) & firsts(bodies0)) >= 4
