@@ -163,7 +163,8 @@ def drain(*_):
     sys.exit(0)
 signal.signal(signal.SIGTERM, drain)
 print("ready", flush=True)
-time.sleep(60)
+for _ in range(600):      # short sleeps: the kernel may hand SIGTERM to a zmq thread, and Python runs the
+    time.sleep(0.1)       # handler only when the main thread next wakes (one long sleep hid it for 60 s)
 """
 
 
