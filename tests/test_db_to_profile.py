@@ -3,6 +3,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from controller.sim.profile import load_profile
 from state.db import open_store
 
@@ -67,3 +69,27 @@ def test_sweep_reports_what_the_daemon_measured_in_each_level(tmp_path, monkeypa
     assert [(g["label"], g["batches"], g["spec_share"], g["accept_measured"]) for g in got] == [
         ("never", 5, 0.0, None), ("always", 4, 1.0, 2.0), ("bandit", 0, None, None)]
     assert all("output_tok_s" not in g for g in got)          # never shown as a throughput level
+
+
+def test_prefill_events_are_split_by_the_threshold_in_force(tmp_path):
+    """Prefills cost 10 ms while the threshold is 0 (the draft's pass skipped) and 30 ms after a pin to 8."""
+    sys.path.insert(0, str(ROOT / "bench/gpu"))
+    import db_to_profile
+    db = open_store(tmp_path / "s.db")
+    rows, t = [], 0.0
+    for i in range(400):
+        extra = (0.010 if t < 6.0 else 0.030) if i % 10 == 5 else 0.0
+        for spec in (False, True):             # the prefill lands in the first of the two intervals
+            step, add = (0.02, 0.0) if spec else (0.01, extra)
+            rows.append((t, 4, 3 if spec else 0, 4, step + add, 0 if add else 1))
+            t += step + add
+    db.conn.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)", rows)
+    db.conn.executemany("INSERT INTO decisions (t, wall, old, new, policy, reason, exploratory) VALUES (?,?,?,?,?,?,?)",
+                        [(0.0, 0.0, 0, 0, "bandit", "restored at start", 0),
+                         (6.0, 6.0, 0, 8, "fixed", "pinned at 8 by an operator", 0)])
+    db.conn.commit()
+    medians = {(4, False): 0.01, (4, True): 0.02}
+    got = db_to_profile.prefill_by_threshold(str(tmp_path / "s.db"), medians)
+    assert got["threshold 0"]["median_extra_ms"] == pytest.approx(10.0, abs=0.01)
+    assert got["threshold > 0"]["median_extra_ms"] == pytest.approx(30.0, abs=0.01)
+    assert got["threshold 0"]["events"] > 10 and got["threshold > 0"]["events"] > 10

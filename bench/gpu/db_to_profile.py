@@ -22,6 +22,7 @@ replay (sglang.bench_serving --random-input-len/--random-output-len/--random-ran
 from __future__ import annotations
 
 import argparse
+import json
 import sqlite3
 import statistics
 import sys
@@ -93,9 +94,9 @@ def base_step(medians: dict[tuple[int, bool], float], bs: int, spec: bool) -> fl
 
 
 def prefill_events(rows: list[tuple[int, bool, float, bool]], medians: dict[tuple[int, bool], float]
-                   ) -> list[tuple[int, float]]:
-    """(n admitted, seconds added) per prefill event; rows are (batch_size, speculative, step_s,
-    decode_only) in time order."""
+                   ) -> list[tuple[int, float, int]]:
+    """(n admitted, seconds added, index of its first flagged row) per prefill event; rows are
+    (batch_size, speculative, step_s, decode_only) in time order."""
     events = []
     i = 1
     while i < len(rows):
@@ -108,7 +109,7 @@ def prefill_events(rows: list[tuple[int, bool, float, bool]], medians: dict[tupl
         bases = [base_step(medians, bs, spec) for bs, spec, _, _ in rows[i - 1:j + 1]]
         if None not in bases:
             extra = sum(r[2] for r in rows[i - 1:j + 1]) - sum(bases)
-            events.append((max(rows[j][0] - rows[i - 1][0], 1), extra))
+            events.append((max(rows[j][0] - rows[i - 1][0], 1), extra, i))
         i = j + 1
     return events
 
@@ -119,7 +120,7 @@ def fit_prefill(db_path: str, medians: dict[tuple[int, bool], float], max_extra_
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     rows = [(bs, bool(spec), step, bool(do)) for bs, spec, step, do in
             db.execute("SELECT batch_size, steps > 0, step_s, decode_only FROM samples WHERE step_s > 0 ORDER BY t")]
-    events = [(n, e) for n, e in prefill_events(rows, medians) if 0 <= e <= max_extra_s]
+    events = [(n, e) for n, e, _ in prefill_events(rows, medians) if 0 <= e <= max_extra_s]
     if len(events) < 10:
         return {"intervals": len(events)}
     xs = np.array([n for n, _ in events], dtype=float)
@@ -138,6 +139,30 @@ def fit_prefill(db_path: str, medians: dict[tuple[int, bool], float], max_extra_
         keep = new
     return {"intervals": int(keep.sum()), "left_out": int((~keep).sum()), "prefill_s": max(float(a), 0.0),
             "prefill_s_per_request": float(b), "mean_extra_s": float(np.mean(ys[keep]))}
+
+
+def prefill_by_threshold(db_path: str, medians: dict[tuple[int, bool], float], max_extra_s: float = 0.2) -> dict:
+    """The prefill events split by the threshold in force (the decisions table): at 0 the plugin skips the
+    draft's pass over a prompt (lean prefill), above it every prefill runs the draft too."""
+    import bisect
+    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    samples = db.execute("SELECT t, batch_size, steps > 0, step_s, decode_only FROM samples WHERE step_s > 0 "
+                         "ORDER BY t").fetchall()
+    decisions = db.execute("SELECT t, new FROM decisions ORDER BY t").fetchall()
+    times = [t for t, _ in decisions]
+    rows = [(bs, bool(spec), step, bool(do)) for _, bs, spec, step, do in samples]
+    split: dict[str, list[tuple[int, float]]] = {"threshold 0": [], "threshold > 0": []}
+    for n, extra, i in prefill_events(rows, medians):
+        k = bisect.bisect_right(times, samples[i][0]) - 1
+        if 0 <= extra <= max_extra_s:
+            split["threshold > 0" if k >= 0 and decisions[k][1] > 0 else "threshold 0"].append((n, extra))
+    out = {}
+    for name, events in split.items():
+        one = [e for n, e in events if n == 1]
+        out[name] = {"events": len(events), "median_extra_ms": round(statistics.median(e for _, e in events) * 1e3, 2)
+                     if events else None, "one_request_events": len(one),
+                     "one_request_median_ms": round(statistics.median(one) * 1e3, 2) if one else None}
+    return out
 
 
 def load_section(args) -> str:
@@ -160,10 +185,15 @@ def main() -> None:
     ap.add_argument("--max-batch-size", type=int, help="the engine's max_running_requests (default: largest batch seen)")
     ap.add_argument("--prompt-len-range", help="LOW,HIGH prompt tokens of the traffic to replay")
     ap.add_argument("--output-len-range", help="LOW,HIGH output tokens")
+    ap.add_argument("--prefill-by-threshold", action="store_true",
+                    help="print the prefill events' cost at threshold 0 and above it (lean prefill or not), then stop")
     ap.add_argument("--arrival-rate", help="open-loop rates (requests/s) for specctl simulate --arrival-rate default")
     args = ap.parse_args()
     m = measure(args.db, args.min_samples)
     medians = {(b, spec): v for spec, key in ((False, "off"), (True, "spec")) for b, v in zip(m["batch_size"], m[key])}
+    if args.prefill_by_threshold:
+        print(json.dumps(prefill_by_threshold(args.db, medians)))
+        return
     pre = fit_prefill(args.db, medians)
     if len(m["batch_size"]) < 2 or not m["spec_steps"]:       # before extend_to adds its own point
         raise SystemExit(f"db_to_profile: need >= 2 batch sizes seen in both modes, got {m['batch_size']}")
