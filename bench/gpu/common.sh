@@ -240,6 +240,26 @@ ranked_sweep() { # repeats [modes]: the daemon's modes interleaved inside each l
 for r in map(json.loads, sys.stdin): print(r['label'], r['measured_concurrency'], r['spec_share'], r['accept_measured'])" | tr '\n' ';' | sed 's/^/measured (mode c spec-share accept): /' | tee -a "$SUM"; echo | tee -a "$SUM"
 }
 
+timeline_plugin() { # the bench-only timeline plugin (bench/gpu/timeline.py) as an SGLang plugin; empties /tmp/tl
+  cp bench/gpu/timeline.py /tmp/site/spec_timeline.py
+  mkdir -p /tmp/site/spec_timeline-0.1.dist-info /tmp/tl; rm -f /tmp/tl/*
+  printf 'Metadata-Version: 2.1\nName: spec-timeline\nVersion: 0.1\n' >/tmp/site/spec_timeline-0.1.dist-info/METADATA
+  printf '[sglang.srt.plugins]\nspec_timeline = spec_timeline:load\n' >/tmp/site/spec_timeline-0.1.dist-info/entry_points.txt
+}
+
+timeline_lines() { # from_line open_skip open_s [closed_warmup closed_s]: a TIMELINE line per open (and closed)
+  # run in $R after line from_line, over its steady window, into $OUT/timeline.jsonl and the summary
+  local shapes='"open"'; [ $# -ge 5 ] && shapes='"(open|closed)"'
+  tail -n +"$(($1 + 1))" "$R" | grep '"mono_start"' | grep -E "$shapes" | while read -r row; do
+    [ "$(left)" -lt 40 ] && { say "timeline summaries stopped (time)"; break; }
+    read -r label shape < <(echo "$row" | python3 -c "import sys, json; r = json.load(sys.stdin); print(r['label'], r['shape'])")
+    if [ "$shape" = open ]; then win=(--skip "$2" --seconds "$3"); else
+      win=(--skip "$4" --seconds "$(python3 -c "print($4 + $5)")"); fi
+    python3 bench/gpu/timeline_summary.py /tmp/tl/"$label" --load-row "$row" "${win[@]}" \
+      --json "$OUT/timeline.jsonl" | cut -c1-400 >>"$SUM"
+  done
+}
+
 load_sum() { # loads.py args...: its result lines (and errors) into the summary
   python3 bench/gpu/loads.py "$@" 2>&1 | grep -E "LOAD|Error|refused|Traceback" | cut -c1-220 >>"$SUM"
 }

@@ -22,6 +22,7 @@ replay (sglang.bench_serving --random-input-len/--random-output-len/--random-ran
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import sqlite3
 import statistics
@@ -144,7 +145,6 @@ def fit_prefill(db_path: str, medians: dict[tuple[int, bool], float], max_extra_
 def prefill_by_threshold(db_path: str, medians: dict[tuple[int, bool], float], max_extra_s: float = 0.2) -> dict:
     """The prefill events split by the threshold in force (the decisions table): at 0 the plugin skips the
     draft's pass over a prompt (lean prefill), above it every prefill runs the draft too."""
-    import bisect
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     samples = db.execute("SELECT t, batch_size, steps > 0, step_s, decode_only FROM samples WHERE step_s > 0 "
                          "ORDER BY t").fetchall()

@@ -16,10 +16,7 @@ MAXBS=128 ACC=natural
 OPEN_S=${OPEN_S:-12}; SHAPES=${SHAPES:-open,closed,steady}   # SHAPES: the phases to run
 CLOSED_S=${CLOSED_S:-4}; CLOSED_WARMUP=${CLOSED_WARMUP:-2}     # at C = 128 a request lives ~3-4 s: use >= 8 s of warm-up
 make_model $M --crafted $MODEL7B
-cp bench/gpu/timeline.py /tmp/site/spec_timeline.py
-mkdir -p /tmp/site/spec_timeline-0.1.dist-info /tmp/tl; rm -f /tmp/tl/*
-printf 'Metadata-Version: 2.1\nName: spec-timeline\nVersion: 0.1\n' >/tmp/site/spec_timeline-0.1.dist-info/METADATA
-printf '[sglang.srt.plugins]\nspec_timeline = spec_timeline:load\n' >/tmp/site/spec_timeline-0.1.dist-info/entry_points.txt
+timeline_plugin
 PAIR=(--engines nospec=30001,off=30000 --repeats 2 --flush --out "$R")
 
 start_server nospec 30001 SPEC_TIMELINE=/tmp/tl/nospec -- --mem-fraction-static 0.30 || exit 1
@@ -39,15 +36,7 @@ if start_daemon; then
     load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
     say "closed done"
   fi
-  # a TIMELINE line per open and closed run: the open runs' arrivals after 3 s, the closed runs' window
-  tail -n +"$((n0 + 1))" "$R" | grep '"mono_start"' | grep -E '"(open|closed)"' | while read -r row; do
-    [ "$(left)" -lt 40 ] && { say "timeline summaries stopped (time)"; break; }
-    read -r label shape < <(echo "$row" | python3 -c "import sys, json; r = json.load(sys.stdin); print(r['label'], r['shape'])")
-    if [ "$shape" = open ]; then win=(--skip 3 --seconds "$OPEN_S"); else
-      win=(--skip "$CLOSED_WARMUP" --seconds "$(python3 -c "print($CLOSED_WARMUP + $CLOSED_S)")"); fi
-    python3 bench/gpu/timeline_summary.py /tmp/tl/"$label" --load-row "$row" "${win[@]}" \
-      --json "$OUT/timeline.jsonl" | cut -c1-400 >>"$SUM"
-  done
+  timeline_lines "$n0" 3 "$OPEN_S" "$CLOSED_WARMUP" "$CLOSED_S"   # open: after 3 s; closed: their window
   # issue 12 item 4: a share of logprob requests (their off batches take SGLang's steps-0 path); the
   # off engine's status then says how many batches fell back
   if [[ $SHAPES == *logprob* ]] && [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) ]; then

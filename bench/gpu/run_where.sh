@@ -11,20 +11,13 @@ source bench/gpu/common.sh
 MAXBS=128 ACC=natural
 RATES=${RATES:-24,12}; WHERE_S=${WHERE_S:-20}
 make_model $M --crafted $MODEL7B
-cp bench/gpu/timeline.py /tmp/site/spec_timeline.py
-mkdir -p /tmp/site/spec_timeline-0.1.dist-info /tmp/tl
-printf 'Metadata-Version: 2.1\nName: spec-timeline\nVersion: 0.1\n' >/tmp/site/spec_timeline-0.1.dist-info/METADATA
-printf '[sglang.srt.plugins]\nspec_timeline = spec_timeline:load\n' >/tmp/site/spec_timeline-0.1.dist-info/entry_points.txt
-rm -f /tmp/tl/*
+timeline_plugin
 OP=(--shape open --rates "$RATES" --seconds "$WHERE_S" --repeats 2 --flush --tokenizer $TOK)
 
 where_phase() { # port label: the open-loop runs, a TIMELINE line per run, one profiler window
   local n0; n0=$([ -f "$R" ] && wc -l <"$R" || echo 0)
   load_sum --port "$1" --label "$2" "${OP[@]}" --out "$R"
-  tail -n +"$((n0 + 1))" "$R" | grep '"mono_start"' | while read -r row; do
-    python3 bench/gpu/timeline_summary.py /tmp/tl/"$2" --load-row "$row" --skip 4 --seconds "$WHERE_S" \
-      --json "$OUT/timeline.jsonl" | cut -c1-2500 | tee -a "$SUM"
-  done
+  timeline_lines "$n0" 4 "$WHERE_S"
   [ "$(left)" -lt 60 ] && return
   python3 bench/gpu/loads.py --port "$1" --label "$2-prof" --shape open --rates 24 --seconds 12 --repeats 1 \
     --tokenizer $TOK --out /tmp/prof-load.jsonl >/dev/null 2>&1 &
