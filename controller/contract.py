@@ -62,15 +62,16 @@ STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and t
                 "fast_off_batches", "fast_off_graph_batches", "fast_off_cpu_ns",   # the fast off path
                 "off_fallbacks",                         # off batches that took SGLang's steps-0 path
                 "lean_prefills",                         # prefills that skipped the draft (nothing speculated)
-                "off_fallbacks_logprob", "off_fallbacks_grammar")   # of off_fallbacks: why (the rest: other)
+                "off_fallbacks_logprob", "off_fallbacks_grammar",   # of off_fallbacks: why (the rest: other)
+                "draft_kv_writes")                       # off batches and lean prefills whose draft KV the plugin wrote
 # kind=2, the counters, then: the off path in use (OFF_PATHS), why (OFF_REASONS), SGLang's version
 STATS = struct.Struct("<B" + "Q" * len(STATS_FIELDS) + "BB3H")
 STATS_TAIL = 1 + 8                      # the kind byte, then after the counters: path, reason, version
 MAX_STATS_FIELDS = 64                   # a longer message is not a stats message
 KIND_SAMPLE, KIND_STATS = 1, 2
 OFF_PATHS = ("steps-0", "fast (draft not written while off)", "steps-0 (fast path switched off)",
-             "fast, draft synced")
-FAST_PATHS = (1, 3)                     # the OFF_PATHS entries that are the fast off path
+             "fast, draft synced", "fast, draft KV written")
+FAST_PATHS = (1, 3, 4)                  # the OFF_PATHS entries that are the fast off path
 # Why the off path is what it is (index sent by the plugin; "" = nothing to explain)
 OFF_REASONS = (
     "",
@@ -149,12 +150,14 @@ FAST_OFF_KEY = "spec_controller_fast_off"               # run-time switch for th
 SIM_ACC_KEY = "spec_controller_simulate_acc_len"         # experiments only (SPEC_CONTROLLER_EXPERIMENTS=1)
 LEAN_PREFILL_KEY = "spec_controller_lean_prefill"      # no draft prefill while no batch size speculates
 SYNC_DRAFT_KEY = "spec_controller_sync_draft"          # off batches also run the draft's extend
-OWN_KEYS = (THRESHOLD_KEY, FAST_OFF_KEY, SIM_ACC_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY)
+DRAFT_KV_KEY = "spec_controller_draft_kv"              # the plugin writes the draft's KV while off
+OWN_KEYS = (THRESHOLD_KEY, FAST_OFF_KEY, SIM_ACC_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY, DRAFT_KV_KEY)
 EXPERIMENT_KEYS = (SIM_ACC_KEY,)
-BOOL_KEYS = (FAST_OFF_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY)
+BOOL_KEYS = (FAST_OFF_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY, DRAFT_KV_KEY)
 # The engine's start-up choices (environment of the SGLang process; the daemon's [plugin] settings)
 ENV_FAST_OFF = "SPEC_CONTROLLER_FAST_OFF"              # "0": off batches take SGLang's steps-0 path
 ENV_SYNC_DRAFT = "SPEC_CONTROLLER_SYNC_DRAFT"          # "1": keep the draft in step while off
+ENV_DRAFT_KV = "SPEC_CONTROLLER_DRAFT_KV"              # "1": write the draft's KV while off (plugin's own writer)
 ENV_LEAN_PREFILL = "SPEC_CONTROLLER_LEAN_PREFILL"      # "0": prefills run the draft even while nothing speculates
 MAX_THRESHOLD = 1 << 20
 

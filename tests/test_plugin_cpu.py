@@ -10,7 +10,7 @@ import zmq
 
 from controller import contract
 from controller.contract import FAST_OFF_KEY, SIM_ACC_KEY, THRESHOLD_KEY, decode
-from controller.plugin import fastoff, telemetry
+from controller.plugin import draftkv, fastoff, telemetry
 from controller.plugin.instance import Plugin, state_output
 
 GOOD = dict(speculative_algorithm="EAGLE3", speculative_eagle_topk=1, speculative_adaptive=True)
@@ -247,7 +247,7 @@ def test_telemetry_codec_round_trip_and_refusal():
     assert stats == {"decisions": 10, "decision_ns": 2000, "sent": 9, "dropped": 1, "fast_off_batches": 7,
                      "fast_off_graph_batches": 6, "off_fallbacks": 1, "telemetry_calls": 0, "telemetry_ns": 0,
                      "fast_off_cpu_ns": 0, "switches": 0, "switch_ns": 0, "lean_prefills": 0,
-                     "off_fallbacks_logprob": 0, "off_fallbacks_grammar": 0,
+                     "off_fallbacks_logprob": 0, "off_fallbacks_grammar": 0, "draft_kv_writes": 0,
                      "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
                      "off_path_evidence": "contract-checked against the 0.5.22 wheel, not measured on a GPU"}
     measured = decode(encode_stats({}, 3, 0, (0, 5, 17)))
@@ -312,7 +312,7 @@ def fast(plug, monkeypatch):
     plug.off_path.fast = fastoff.FastOff(attn_backend=None, graph_runner=None)
     ran = []
 
-    def fake_run(worker, fast, batch, on_publish, sync_draft=False):
+    def fake_run(worker, fast, batch, on_publish, sync_draft=False, kv_writer=None):
         ran.append((batch.seq_lens.shape[0], on_publish))
         fast.batches += 1
         return "fast-result"
@@ -508,12 +508,80 @@ def test_a_synced_draft_needs_graphs_that_return_hidden_states(fast):
 def test_the_synced_draft_reaches_the_fast_path(fast, monkeypatch):
     plug, _ = fast
     calls = []
-    monkeypatch.setattr(fastoff, "run", lambda worker, f, batch, pub, sync=False: calls.append(sync) or "fast")
+    monkeypatch.setattr(fastoff, "run", lambda worker, f, batch, pub, sync=False, kv=None: calls.append(sync) or "fast")
     plug.off_path.fast.with_hidden, plug.off_path.sync_draft = True, True
     plug.off_path.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30))
     plug.off_path.fast.with_hidden = False           # graphs without hidden states: never asked to sync
     plug.off_path.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30))
     assert calls == [True, False]
+
+
+def test_the_draft_kv_writer_reaches_the_fast_path_and_lean_prefills(fast, monkeypatch):
+    plug, _ = fast
+    off, writer, calls = plug.off_path, object(), []
+    monkeypatch.setattr(fastoff, "run", lambda worker, f, batch, pub, sync=False, kv=None: calls.append((sync, kv)) or "fast")
+    assert "cannot write the draft's KV" in plug.validate_own_keys({contract.DRAFT_KV_KEY: True})   # no writer
+    off.fast.with_hidden, off.kv_writer = True, writer
+    assert plug.validate_own_keys({contract.DRAFT_KV_KEY: True}) is None
+    plug.apply_own_keys({contract.DRAFT_KV_KEY: True})
+    assert decode(plug.telemetry.stats_message())["off_path"] == "fast, draft KV written"
+    off.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30))
+    plug.apply_own_keys({contract.SYNC_DRAFT_KEY: True})        # SGLang's own draft extend wins where both are set
+    off.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30))
+    assert calls == [(False, writer), (True, None)] and off.kv_writes == 1
+    plug.apply_own_keys({contract.SYNC_DRAFT_KEY: False, contract.LEAN_PREFILL_KEY: True})
+    written = []
+    monkeypatch.setattr(draftkv, "write_prefill", lambda w, batch, hidden, ids: written.append((w, batch, hidden, ids)))
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: ("stub", ids))
+    original = lambda worker, batch, hidden, ids: ("draft forward", ids)
+    plug.router.threshold = 0                           # nothing speculates: the draft's prompt pass is skipped,
+    assert off.draft_extend_for_prefill(original, None, "batch", "hidden", [7]) == ("stub", [7])
+    assert written == [(writer, "batch", "hidden", [7])] and off.kv_writes == 2   # but its KV written
+    env = Plugin({contract.ENV_DRAFT_KV: "1"}).off_path
+    assert env.draft_kv and env.capture_hidden and not env.sync_draft
+
+
+def test_a_prefill_whose_kv_write_fails_runs_the_draft_and_the_writer_is_dropped(fast, monkeypatch):
+    plug, _ = fast
+    off = plug.off_path
+    off.fast.with_hidden, off.kv_writer, off.draft_kv, off.lean_prefill = True, object(), True, True
+    plug.router.threshold = 0
+
+    def boom(*a):
+        raise RuntimeError("no pool")
+
+    monkeypatch.setattr(draftkv, "write_prefill", boom)
+    original = lambda worker, batch, hidden, ids: ("draft forward", ids)
+    assert off.draft_extend_for_prefill(original, None, None, None, [7]) == ("draft forward", [7])
+    assert off.kv_writer is None and decode(plug.telemetry.stats_message())["off_path"] == "fast (draft not written while off)"
+
+
+def test_an_unsupported_draft_falls_back_to_sglangs_draft_extend(plug):
+    off = plug.off_path
+    off.draft_kv, off.fast = True, fastoff.FastOff(attn_backend=None, graph_runner=None, with_hidden=True)
+    w = worker()
+    w.draft_worker = SimpleNamespace(draft_runner=SimpleNamespace(model=object()))
+    off._build_writer(w)
+    assert off.kv_writer is None and off.sync_draft       # consistent still, at SGLang's cost
+
+
+def test_the_kv_writer_supports_a_one_layer_eagle3_draft_on_a_plain_pool_only():
+    def draft(layers=1, pool="MHATokenToKVPool", **inner_extra):
+        layer = SimpleNamespace(hidden_norm=1, input_layernorm=1,
+                                self_attn=SimpleNamespace(forward_prepare_native=1, attn=1))
+        inner = SimpleNamespace(embed_tokens=1, fc=1, input_norm=None, fc_norm=None, num_aux_hidden_states=3,
+                                layers=[layer] * layers, **inner_extra)
+        model = type("LlamaForCausalLMEagle3", (), {})()
+        model.model = inner
+        return SimpleNamespace(model=model, token_to_kv_pool=type(pool, (), {})(), dcp_size=1)
+    assert draftkv.unsupported_reason(draft()) is None
+    assert isinstance(draftkv.build(draft()), draftkv.DraftKVWriter)
+    assert "2 layers" in draftkv.unsupported_reason(draft(layers=2))
+    assert "SWAKVPool" in draftkv.unsupported_reason(draft(pool="SWAKVPool"))
+    assert "multimodal" in draftkv.unsupported_reason(draft(is_mrope_enabled=True))
+    assert "not LlamaForCausalLMEagle3" in draftkv.unsupported_reason(SimpleNamespace(model=object()))
+    with pytest.raises(ValueError, match="2 layers"):
+        draftkv.build(draft(layers=2))
 
 
 def test_rejection_sampling_keeps_the_draft_in_step(plug, monkeypatch):

@@ -193,9 +193,10 @@ def test_the_off_path_choice_reaches_the_plugins_environment():
     synced = SGLangEngine({**base, "off_path": "synced", "lean_prefill": False}).plugin_env
     assert synced == {contract.ENV_SYNC_DRAFT: "1", contract.ENV_LEAN_PREFILL: "0"}
     assert SGLangEngine({**base, "off_path": "steps0"}).plugin_env[contract.ENV_FAST_OFF] == "0"
+    assert SGLangEngine({**base, "off_path": "kv"}).plugin_env[contract.ENV_DRAFT_KV] == "1"
     assert "--off-path" not in SGLangEngine({**base, "off_path": "fast"}).command()
     assert "--lean-prefill" not in SGLangEngine({**base, "lean_prefill": False}).command()
-    with pytest.raises(EngineError, match=r"off_path='quick' must be one of synced, fast, steps0"):
+    with pytest.raises(EngineError, match=r"off_path='quick' must be one of kv, synced, fast, steps0"):
         SGLangEngine({**base, "off_path": "quick"})
     with pytest.raises(EngineError, match="lean_prefill='yes' must be true or false"):
         SGLangEngine({**base, "lean_prefill": "yes"})

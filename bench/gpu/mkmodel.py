@@ -11,6 +11,10 @@ and the lm_head row of NEXT[u] is the embedding of u: the next token is NEXT[cur
 OUT_DIR/target/next.json), winning by ~60 logits to ~5. The EAGLE3 head passes the first captured
 hidden state (the embedding of token t) through fc and predicts NEXT[NEXT[t]]: its first draft token
 is always right, the later ones wrong, so about one draft per verify is accepted.
+
+--crafted --lookback L: the same target (its embeddings get one large constant coordinate) with the
+look-back draft of lookback_draft.py, whose first draft token is right iff its own KV L positions back was
+written for this sequence: issue 12 item 3's consistency test (run it with one draft step).
 """
 from __future__ import annotations
 
@@ -56,15 +60,23 @@ def rows_for(successor, emb):
     return (head * SCALE).to(emb.dtype)
 
 
-def craft_target(model):
-    """Zero attention and MLP outputs and align lm_head with the successor table; returns it."""
+def craft_target(model, constant_coordinate: bool = False):
+    """Zero attention and MLP outputs and align lm_head with the successor table; returns it.
+    constant_coordinate: embeddings' column 0 one constant (the look-back draft's positional query), and
+    lm_head's column 0 one constant too, so that it shifts every logit alike."""
     import torch
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.o_proj.weight.zero_()
             layer.mlp.down_proj.weight.zero_()
+        emb = model.model.embed_tokens.weight
+        if constant_coordinate:
+            from lookback_draft import with_constant_coordinate
+            emb.copy_(torch.from_numpy(with_constant_coordinate(emb.float().cpu().numpy())).to(emb.dtype))
         nxt = successor_table(model.config.vocab_size)
-        model.lm_head.weight.copy_(rows_for(nxt, model.model.embed_tokens.weight))
+        model.lm_head.weight.copy_(rows_for(nxt, emb))
+        if constant_coordinate:
+            model.lm_head.weight[:, 0] = model.lm_head.weight[3:, 0].float().mean().to(emb.dtype)
     return nxt
 
 
@@ -104,6 +116,8 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=24)
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--crafted", action="store_true")
+    ap.add_argument("--lookback", type=int, default=0,
+                    help="with --crafted: the look-back draft (lookback_draft.py) looking L positions back")
     ap.add_argument("--config-only", action="store_true",
                     help="configs and tokenizer only, for SGLang's --load-format dummy (random weights in place)")
     args = ap.parse_args()
@@ -133,7 +147,7 @@ def main() -> None:
     model.config.dtype = "bfloat16"
     nxt = None
     if args.crafted:
-        nxt = craft_target(model)
+        nxt = craft_target(model, constant_coordinate=args.lookback > 0)
         embeddings = model.model.embed_tokens.weight.detach().cpu()
     model.save_pretrained(target, safe_serialization=True)
     if nxt is not None:
@@ -162,7 +176,12 @@ def main() -> None:
         "midlayer.post_attention_layernorm.weight": ones(H),
         "fc.weight": w(H, 3 * H), "norm.weight": ones(H), "lm_head.weight": w(VOCAB, H),
     }
-    if nxt is not None:
+    if nxt is not None and args.lookback:
+        from lookback_draft import lookback_head
+        crafted = lookback_head(embeddings.float().numpy(), nxt.numpy(), args.lookback, args.heads, args.kv_heads, D)
+        t.update({name: torch.from_numpy(a).to(torch.bfloat16) for name, a in crafted.items()})
+        t["midlayer.mlp.down_proj.weight"] = torch.zeros_like(t["midlayer.mlp.down_proj.weight"])
+    elif nxt is not None:
         craft_head(t, nxt, embeddings)
     save_file(t, os.path.join(eagle, "model.safetensors"), metadata={"format": "pt"})
     write_eagle_config(eagle, args)

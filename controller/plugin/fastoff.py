@@ -133,17 +133,23 @@ def _tp_min(value: int) -> int:
     return int(flag.item())
 
 
-def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, sync_draft: bool = False) -> Any:
+def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, sync_draft: bool = False,
+        kv_writer: Any = None) -> Any:
     """One off decode batch as plain decode; returns a steps-0-shaped GenerationBatchResult.
     sync_draft (needs fast.with_hidden): the draft's extend runs on the new token too, as in SGLang's
-    steps-0 state, so its KV holds every position when speculation resumes."""
+    steps-0 state, so its KV holds every position when speculation resumes. kv_writer (a
+    draftkv.DraftKVWriter, needs fast.with_hidden): instead, only the draft's KV for the decoded position
+    is written (no draft forward)."""
     torch = _sg["torch"]
     runner = worker.target_worker.model_runner
     seq_lens, bonus, event = batch.seq_lens, batch.spec_info.bonus_tokens, fast.names.read_done_event
     # From 0.5.18 every verify graph replay leaves an event here that the scheduler never clears (it
     # reads the draft runner's): drop it, so that only one this forward publishes is handed over.
     setattr(runner, event, None)
-    out, loc = _plain_decode(worker.target_worker, fast, batch, sync_draft)
+    out, loc = _plain_decode(worker.target_worker, fast, batch, sync_draft or kv_writer is not None)
+    if kv_writer is not None and not sync_draft:
+        with fast.names.draft_context.enter(worker.draft_worker):      # the draft's TP group (embedding)
+            kv_writer.write(out.logits_output.hidden_states, out.next_token_ids, seq_lens.to(torch.int64), loc)
     if sync_draft:            # the draft's extend graph publishes the event the scheduler waits on
         setattr(runner, event, None)
     else:

@@ -6,9 +6,10 @@ import logging
 import os
 from typing import Any, Callable, Mapping
 
-from ..contract import (BOOL_KEYS, ENV_ADDRESS, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, ENV_SYNC_DRAFT,
-                        EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_PREFILL_KEY, OWN_KEYS, REASON_INACTIVE, SIM_ACC_KEY,
-                        SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version, validate_threshold)
+from ..contract import (BOOL_KEYS, DRAFT_KV_KEY, ENV_ADDRESS, ENV_DRAFT_KV, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD,
+                        ENV_LEAN_PREFILL, ENV_SYNC_DRAFT, EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_PREFILL_KEY, OWN_KEYS,
+                        REASON_INACTIVE, SIM_ACC_KEY, SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version,
+                        validate_threshold)
 from .failures import Failures
 from .offpath import OffPath
 from .router import Router
@@ -34,8 +35,8 @@ class Plugin:
         self.router = Router(int(raw) if raw.isdigit() else 0, self.failures)
         self.off_path = OffPath(self.router, self.failures, enabled=env.get(ENV_FAST_OFF, "1") != "0",
                                 sync_draft=env.get(ENV_SYNC_DRAFT) == "1", lean_prefill=env.get(ENV_LEAN_PREFILL, "1") != "0",
-                                capture_hidden=env.get(ENV_SYNC_DRAFT) == "1"
-                                or env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
+                                draft_kv=env.get(ENV_DRAFT_KV) == "1",
+                                capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
 
     def stats(self) -> tuple[dict[str, int], dict[str, Any]]:
@@ -76,6 +77,9 @@ class Plugin:
         if ours.get(SYNC_DRAFT_KEY) and not (built and self.off_path.can_sync()):
             return (f"{SYNC_DRAFT_KEY}: this engine's off path cannot run the draft (start it with "
                     f"{ENV_SYNC_DRAFT}=1)")
+        if ours.get(DRAFT_KV_KEY) and not (built and self.off_path.can_write_kv()):
+            return (f"{DRAFT_KV_KEY}: this engine's off path cannot write the draft's KV (start it with "
+                    f"{ENV_DRAFT_KV}=1; the engine log says if the draft is unsupported)")
         for key in EXPERIMENT_KEYS:
             if key in ours and self.env.get("SPEC_CONTROLLER_EXPERIMENTS") != "1":
                 return f"{key} is an experiment knob (start the engine with SPEC_CONTROLLER_EXPERIMENTS=1)"
@@ -96,6 +100,8 @@ class Plugin:
             self.off_path.lean_prefill = bool(ours[LEAN_PREFILL_KEY])
         if SYNC_DRAFT_KEY in ours:
             self.off_path.sync_draft = bool(ours[SYNC_DRAFT_KEY])
+        if DRAFT_KV_KEY in ours:
+            self.off_path.draft_kv = bool(ours[DRAFT_KV_KEY])
         if SIM_ACC_KEY in ours:   # SGLang's benchmark knob, read by every verify (spec_utils.SIMULATE_ACC_LEN)
             from sglang.srt.speculative import spec_utils
             spec_utils.SIMULATE_ACC_LEN = float(ours[SIM_ACC_KEY])

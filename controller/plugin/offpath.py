@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from ..contract import (REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_MISSING_INTERNAL, REASON_NONE,
                         REASON_OTHER_RANK, REASON_REJECTION_SAMPLING, REASON_RUN_FAILED, parse_version)
-from . import fastoff, internals
+from . import draftkv, fastoff, internals
 from .failures import Failures
 from .router import Router
 
@@ -27,16 +27,21 @@ class OffPath:
     sync_draft: off batches also run the draft's 1-token extend (its KV is ready when speculation
     resumes; costs the draft's share of a step). lean_prefill: while no batch size speculates,
     prefills skip the draft's forward over the prompt (cheaper; that request's draft is stale if
-    it later speculates)."""
+    it later speculates). draft_kv: off batches (and lean prefills) write the draft's KV with the
+    plugin's own writer (controller.plugin.draftkv) instead of running the draft: its KV is complete when
+    speculation resumes, for a few kernels per batch; sync_draft wins where both are set."""
 
     def __init__(self, router: Router, failures: Failures, enabled: bool = True, sync_draft: bool = False,
-                 lean_prefill: bool = False, capture_hidden: bool = False):
+                 lean_prefill: bool = False, capture_hidden: bool = False, draft_kv: bool = False):
         self.router = router
         self.failures = failures
         self.enabled = enabled
         self.sync_draft = sync_draft
         self.lean_prefill = lean_prefill
-        self.capture_hidden = capture_hidden or sync_draft   # graphs that can feed the draft
+        self.draft_kv = draft_kv
+        self.capture_hidden = capture_hidden or sync_draft or draft_kv   # graphs that can feed the draft
+        self.kv_writer: draftkv.DraftKVWriter | None = None   # built with the fast path, where supported
+        self.kv_writes = 0
         self.fast: fastoff.FastOff | None = None   # built after SGLang's graph capture, if supported
         self.reason = REASON_CONFIG if not enabled else REASON_NONE   # contract.OFF_REASONS: why not fast
         self.fallbacks = 0                         # off batches that took SGLang's steps-0 path
@@ -46,6 +51,13 @@ class OffPath:
 
     def can_sync(self) -> bool:
         return self.fast.with_hidden if self.fast is not None else self.capture_hidden
+
+    def can_write_kv(self) -> bool:
+        return self.kv_writer is not None if self.fast is not None else self.capture_hidden
+
+    def _writer(self) -> draftkv.DraftKVWriter | None:
+        """The KV writer, when this batch should use it."""
+        return self.kv_writer if self.draft_kv and not self.sync_draft else None
 
     def after_init_cuda_graphs(self, result: Any, worker: Any, *args, **kwargs) -> None:
         """AFTER EAGLEWorkerV2.init_cuda_graphs, every rank, once: capture the target's decode graphs."""
@@ -78,7 +90,21 @@ class OffPath:
             log.warning("spec-controller: another TP rank could not build the fast off path; all ranks use steps-0")
             self.reason = REASON_OTHER_RANK
         self.fast = fast if agreed else None
+        if self.fast is not None and self.fast.with_hidden:
+            self._build_writer(worker)
         return None
+
+    def _build_writer(self, worker: Any) -> None:
+        """The draft KV writer (same on every rank: the draft and its pool are alike on all of them)."""
+        try:
+            self.kv_writer = draftkv.build(worker.draft_worker.draft_runner)
+        except ValueError as e:
+            log.warning("spec-controller: the plugin cannot write this draft's KV (%s)%s", e,
+                        "; off batches run SGLang's draft extend instead" if self.draft_kv else "")
+            if self.draft_kv:
+                self.sync_draft = True
+        except Exception as e:
+            self.failures.record("draft KV writer", e)
 
     def _build(self, worker: Any, names: internals.FastOffInternals) -> fastoff.FastOff | None:
         """The fast path on this rank, or None with the reason set (and logged once)."""
@@ -114,11 +140,13 @@ class OffPath:
         on_publish = kwargs.get("on_publish", args[0] if args else None)
         t0 = time.perf_counter_ns()
         try:
-            result = fastoff.run(worker, fast, batch, on_publish, self.sync_draft and fast.with_hidden)
+            writer = self._writer()
+            result = fastoff.run(worker, fast, batch, on_publish, self.sync_draft and fast.with_hidden, writer)
         except Exception as e:      # restored batch fields: SGLang's own path can still take this batch
             self.failures.record("fast off", e)
             self.fast, self.reason = None, REASON_RUN_FAILED
             return original(worker, batch, *args, **kwargs)
+        self.kv_writes += writer is not None
         fast.cpu_ns += time.perf_counter_ns() - t0        # CPU time to launch it (the GPU runs on, overlapped)
         if fast.batches % LOG_EVERY == 1:
             log.info("spec-controller fast off: %d batches (%d on CUDA graphs), %d fell back to steps-0",
@@ -132,6 +160,15 @@ class OffPath:
         if not (self.lean_prefill and not self.rejection and self.router.active and self.router.threshold == 0):
             return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
         self.lean_prefills += 1
+        writer = self._writer()
+        if writer is not None:
+            try:
+                draftkv.write_prefill(writer, batch, target_hidden_states, next_token_ids)
+                self.kv_writes += 1
+            except Exception as e:     # this prompt's draft KV stays unwritten; later ones run the draft
+                self.failures.record("draft KV prefill", e)
+                self.kv_writer = None
+                return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
         return fastoff.stub_draft_input(draft_worker, next_token_ids)
 
     def path_index(self) -> int:
@@ -140,12 +177,15 @@ class OffPath:
             return 0
         if not self.enabled:
             return 2
-        return 3 if self.sync_draft and self.fast.with_hidden else 1
+        if self.sync_draft and self.fast.with_hidden:
+            return 3
+        return 4 if self._writer() is not None else 1
 
     def counters(self) -> dict[str, int]:
         out = {"off_fallbacks": self.fallbacks, "lean_prefills": self.lean_prefills,
                "off_fallbacks_logprob": self.fallback_reasons.get(fastoff.LOGPROB, 0),
-               "off_fallbacks_grammar": self.fallback_reasons.get(fastoff.GRAMMAR, 0)}
+               "off_fallbacks_grammar": self.fallback_reasons.get(fastoff.GRAMMAR, 0),
+               "draft_kv_writes": self.kv_writes}
         if self.fast is not None:
             out.update(fast_off_batches=self.fast.batches, fast_off_graph_batches=self.fast.graph_batches,
                        fast_off_cpu_ns=self.fast.cpu_ns)

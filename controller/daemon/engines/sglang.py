@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ...contract import (ENV_ADDRESS, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, ENV_SYNC_DRAFT,
+from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, ENV_SYNC_DRAFT,
                          THRESHOLD_KEY, decode, installed_platform_plugins, platform_unsupported_reason,
                          unsupported_reason, version_unsupported_reason)
 from ...paths import state_dir, write_private
@@ -31,7 +31,8 @@ log = logging.getLogger("spec_controller.sglang")
 # Keys of [sglang] that the daemon itself uses and does not pass as server flags.
 OWN_KEYS = {"ready_timeout_s", "python", "extra_args", "env", "probe_s", "hang_after_s", "off_path", "lean_prefill"}
 # [sglang] off_path: how off batches run (docs/sglang.md#the-off-path) -> the plugin's environment
-OFF_PATH_ENV = {"synced": {ENV_SYNC_DRAFT: "1"}, "fast": {ENV_SYNC_DRAFT: "0"}, "steps0": {ENV_FAST_OFF: "0"}}
+OFF_PATH_ENV = {"kv": {ENV_DRAFT_KV: "1"}, "synced": {ENV_SYNC_DRAFT: "1"}, "fast": {ENV_SYNC_DRAFT: "0"},
+                "steps0": {ENV_FAST_OFF: "0"}}
 DEFAULT_OFF_PATH = "fast"       # measured: synced costs 21 % at steady batch 128 (docs/sglang.md#the-off-path)
 
 

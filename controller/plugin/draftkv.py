@@ -1,0 +1,120 @@
+"""The draft's KV for positions decoded while speculation is off, written by the plugin (off path "kv").
+
+Runs inside SGLang's scheduler process, on every off batch of an engine started with it: keep it lean.
+
+An EAGLE3 draft layer's key and value at position p depend only on its inputs there: the embedding of
+the token that follows p and the target's auxiliary hidden states at p (through fc). So while off, the
+draft's KV can be kept exactly as SGLang's own draft extend would write it without running the draft:
+the target's decode graph returns those hidden states (graphs captured "with hidden"), and this module
+runs only the draft's input projections and its qkv + RoPE (SGLang's own modules, forward_prepare_native)
+and stores k, v in the draft's KV pool at the target's slot for p (both pools share the slot mapping).
+No attention, no MLP, no lm_head: a few kernels over one token per request. What it cannot give is the
+draft's next proposal (topk and recurrent hidden state) for the first step after speculation resumes:
+that step drafts from SGLang's zeroed stub, every later one from a complete KV.
+
+Only for a one-layer EAGLE3 draft on a plain MHA pool (a deeper draft's later layers need the first
+layer's attention output; sliding-window, context-parallel and quantised pools store differently):
+unsupported_reason() says why not, and the engine then keeps SGLang's own draft extend ("synced") or
+the fast path without the draft.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+EAGLE3_MODEL = "LlamaForCausalLMEagle3"
+PLAIN_POOL = "MHATokenToKVPool"
+
+
+@dataclass(frozen=True)
+class DraftKVWriter:
+    model: Any          # the draft's inner model (embed_tokens, fc, input_norm, fc_norm, layers)
+    layer: Any          # its one decoder layer
+    pool: Any           # the draft's token-to-KV pool
+
+    def write(self, aux_hidden: Any, next_tokens: Any, positions: Any, loc: Any) -> None:
+        """Store the draft's k, v for each request at positions (int64, the decoded token's position),
+        slots loc, from the target's aux hidden states there and the token it produced."""
+        m, layer, attn = self.model, self.layer, self.layer.self_attn
+        hidden = aux_hidden
+        if m.input_norm is not None:
+            hidden = m.input_norm(hidden)
+        if m.fc_norm is not None:
+            chunks = hidden.chunk(m.num_aux_hidden_states, dim=-1)
+            hidden = _cat([norm(c) for norm, c in zip(m.fc_norm, chunks)])
+        hidden = layer.hidden_norm(m.fc(hidden))
+        embeds = layer.input_layernorm(m.embed_tokens(next_tokens))
+        _, k, v = attn.forward_prepare_native(positions=positions, hidden_states=_cat([embeds, hidden]))
+        radix = attn.attn
+        k = k.view(-1, radix.tp_k_head_num, radix.qk_head_dim)
+        v = v.view(-1, radix.tp_v_head_num, radix.v_head_dim)
+        if radix.k_scale is None and radix.v_scale is None:
+            self.pool.set_kv_buffer(radix, loc, k, v)
+        else:
+            self.pool.set_kv_buffer(radix, loc, k, v, radix.k_scale, radix.v_scale)
+
+
+def write_prefill(writer: DraftKVWriter, batch: Any, aux_hidden: Any, next_token_ids: Any) -> None:
+    """A prefill's draft KV, as SGLang's draft prefill would write it (EagleDraftWorker._draft_extend_for_prefill):
+    at each prompt position the following token (the chunk's last position: the request's first output
+    token, or the next chunk's first prompt token), vectorised instead of its loop over requests."""
+    if batch.forward_mode.is_idle():
+        return
+    import torch
+    from sglang.srt.speculative.eagle_utils import _eagle_prefill_tail_tokens
+    ids = batch.input_ids
+    device, n = ids.device, ids.numel()
+    lens = torch.tensor(batch.extend_lens, dtype=torch.int64).to(device, non_blocking=True)
+    prefix = torch.tensor(batch.prefix_lens, dtype=torch.int64).to(device, non_blocking=True)
+    ends = torch.cumsum(lens, 0) - 1
+    shifted = torch.empty_like(ids)
+    shifted[:-1] = ids[1:]
+    shifted[ends] = _eagle_prefill_tail_tokens(batch, next_token_ids).to(ids.dtype)
+    # position of token t of request r: prefix_r + (t - start_r)
+    offset = torch.repeat_interleave(ends + 1 - lens - prefix, lens, output_size=n)
+    positions = torch.arange(n, dtype=torch.int64, device=device) - offset
+    writer.write(aux_hidden, shifted, positions, batch.out_cache_loc)
+
+
+def _cat(parts: list) -> Any:
+    import torch
+    return torch.cat(parts, dim=-1)
+
+
+def unsupported_reason(draft_runner: Any) -> str | None:
+    """Why the plugin cannot write this draft's KV itself, or None."""
+    model = getattr(draft_runner, "model", None)
+    if type(model).__name__ != EAGLE3_MODEL:
+        return f"the draft is {type(model).__name__}, not {EAGLE3_MODEL}"
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None or len(layers) != 1:
+        return f"the draft has {len(layers) if layers is not None else 'no'} layers (one is supported)"
+    for name in ("embed_tokens", "fc", "input_norm", "fc_norm", "num_aux_hidden_states"):
+        if not hasattr(inner, name):
+            return f"the draft model has no {name}"
+    layer = layers[0]
+    attn = getattr(layer, "self_attn", None)
+    for owner, name in ((layer, "hidden_norm"), (layer, "input_layernorm"), (attn, "forward_prepare_native"),
+                        (attn, "attn")):
+        if not hasattr(owner, name):
+            return f"the draft layer has no {name}"
+    if getattr(inner, "is_mrope_enabled", False):
+        return "the draft uses multimodal RoPE"
+    pool = getattr(draft_runner, "token_to_kv_pool", None)
+    if type(pool).__name__ != PLAIN_POOL:
+        return f"the draft's KV pool is {type(pool).__name__}, not {PLAIN_POOL}"
+    if getattr(pool, "is_quantized_kv_cache", False):
+        return "the draft's KV cache is quantised"
+    if (getattr(draft_runner, "dcp_size", 1) or 1) > 1:
+        return "decode context parallelism shards the KV cache"
+    return None
+
+
+def build(draft_runner: Any) -> DraftKVWriter:
+    """The writer for this draft (ValueError with the reason if unsupported)."""
+    why = unsupported_reason(draft_runner)
+    if why is not None:
+        raise ValueError(why)
+    inner = draft_runner.model.model
+    return DraftKVWriter(inner, inner.layers[0], draft_runner.token_to_kv_pool)
