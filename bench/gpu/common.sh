@@ -247,6 +247,13 @@ timeline_plugin() { # the bench-only timeline plugin (bench/gpu/timeline.py) as 
   printf '[sglang.srt.plugins]\nspec_timeline = spec_timeline:load\n' >/tmp/site/spec_timeline-0.1.dist-info/entry_points.txt
 }
 
+proposals_plugin() { # the bench-only proposals recorder (bench/gpu/proposals.py) as an SGLang plugin; empties /tmp/pp
+  cp bench/gpu/proposals.py /tmp/site/spec_proposals.py
+  mkdir -p /tmp/site/spec_proposals-0.1.dist-info /tmp/pp; rm -f /tmp/pp/*
+  printf 'Metadata-Version: 2.1\nName: spec-proposals\nVersion: 0.1\n' >/tmp/site/spec_proposals-0.1.dist-info/METADATA
+  printf '[sglang.srt.plugins]\nspec_proposals = spec_proposals:load\n' >/tmp/site/spec_proposals-0.1.dist-info/entry_points.txt
+}
+
 timeline_lines() { # from_line open_skip open_s [closed_warmup closed_s]: a TIMELINE line per open (and closed)
   # run in $R after line from_line, over its steady window, into $OUT/timeline.jsonl and the summary
   local shapes='"open"'; [ $# -ge 5 ] && shapes='"(open|closed)"'

@@ -1,0 +1,50 @@
+#!/bin/bash
+# Issue 12 item 3, one device call: does a request that lives through off -> on draft exactly as one that was
+# always on?   DEADLINE_S=480 bash bench/gpu/run_consistency.sh          (carry .whl, .jitcache)
+# Model: the crafted 7.2B target + an EAGLE3 head whose first draft token is right only if its own KV 64
+# positions back is consistent (mkmodel.py --lookback 64): a draft KV left stale while off shows as other
+# proposals and shorter accepts for ~64 positions after speculation resumes.
+# One engine (plugin + the proposals recorder bench/gpu/proposals.py, radix cache off so that no prompt's KV
+# is shared across modes), batch size 1, 12 prompts of 160 tokens, 320 new tokens: `always` (and `always1`,
+# the same one position later), then per prompt the off -> on modes (threshold 0 for the first 128 tokens,
+# then every batch speculates), prefills always running the draft (lean prefill off):
+#   fast:   off batches skip the draft (its KV for the off positions is never written)
+#   kv:     spec_controller_draft_kv (the plugin's draft-KV mode)
+#   synced: spec_controller_sync_draft (the draft's 1-token extend on every off batch)
+# CONSIST lines + a table in the summary; consistency.json, the recorder's rows, the server log in $OUT.
+MAXBS=${MAXBS:-32}    # batch size 1 only: fewer CUDA graphs to capture (set before common.sh reads it)
+source bench/gpu/common.sh
+make_model $M --crafted --lookback 64 $MODEL7B
+proposals_plugin
+# The look-back draft's later steps are ambiguous (lookback_draft.py): one draft step, 2 draft tokens;
+# STEPS=3 gives run_offpath_traffic.sh's flags (3 steps, 4 draft tokens, candidate steps {0, 3}).
+K=${STEPS:-1}
+SPECK=(--speculative-algorithm EAGLE3 --speculative-draft-model-path $M/eagle3 --speculative-num-steps "$K"
+  --speculative-eagle-topk 1 --speculative-num-draft-tokens $((K + 1)))
+echo "{\"1\": {\"candidate_steps\": [0, $K]}}" >$SC/adaptive.json
+KEEP='"spec_controller_lean_prefill": false'
+FAST="fast={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": false, $KEEP}"
+KV="kv={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, $KEEP}"
+SYNCED="synced={\"spec_controller_sync_draft\": true, \"spec_controller_draft_kv\": false, $KEEP}"
+
+if start_server spec 30000 SPEC_PROPOSALS=/tmp/pp/spec SPEC_CONTROLLER_INITIAL_THRESHOLD=0 \
+    SPEC_CONTROLLER_DRAFT_KV=1 SPEC_CONTROLLER_SYNC_DRAFT=1 -- "${SPECK[@]}" \
+    --speculative-adaptive --speculative-adaptive-config $SC/adaptive.json --disable-radix-cache; then
+  save_caches
+  say "draft steps $K, adaptive $(cat $SC/adaptive.json)"
+  grep -E "spec-controller|spec_proposals|Traceback" $OUT/spec.log | head -6 | cut -c1-300 | tee -a "$SUM"
+  [ "$(left)" -lt 120 ] && say "only $(left) s left: fewer prompts than asked"
+  timeout $(($(left) > 60 ? $(left) - 25 : 35)) python3 bench/gpu/draft_consistency.py --port 30000 \
+    --pp /tmp/pp/spec --maxbs $MAXBS --prompts "${PROMPTS:-12}" --prompt-len 160 --output-len 320 --off-tokens 128 --window 96 \
+    --offon "$FAST" --offon "$KV" --offon "$SYNCED" --deadline-s $(($(left) > 100 ? $(left) - 70 : 30)) \
+    --out $OUT/consistency.json >$OUT/consistency.log 2>&1
+  say "draft_consistency exit code $?"
+  grep -E "^(CONSIST|ERROR|deadline)|Traceback|Error" $OUT/consistency.log | cut -c1-2500 | tee -a "$SUM"
+  sed -n '/^mode /,$p' $OUT/consistency.log | tee -a "$SUM"
+  say "recorder: $(cat /tmp/pp/spec.*.jsonl 2>/dev/null | wc -l) rows in $(ls /tmp/pp | wc -l) file(s)"
+  cat /tmp/pp/spec.*.jsonl 2>/dev/null | gzip >$OUT/proposals.jsonl.gz
+  grep -E "spec-controller|Traceback|Error" $OUT/spec.log | grep -v "^benchmark_args" | tail -6 | cut -c1-300 \
+    | tee -a "$SUM"
+  stop_server
+fi
+say "total $(($(date +%s) - T0)) s"
