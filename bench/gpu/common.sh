@@ -193,6 +193,7 @@ max_running_requests = $MAXBS
 tp_size = $TP
 $([ -n "$DUMMY" ] && printf 'load_format = "dummy"\nspeculative_draft_load_format = "dummy"')
 random_seed = 0
+$([ -n "${OFF_PATH:-}" ] && echo "off_path = \"$OFF_PATH\"")
 ready_timeout_s = 420
 probe_s = ${PROBE_S:-30}
 hang_after_s = ${HANG_AFTER_S:-180}

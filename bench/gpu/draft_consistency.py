@@ -127,15 +127,15 @@ def run(args, offon: list[tuple[str, dict]]) -> dict:
             print(f"deadline: stopped after {i} of {len(batch)} prompts", flush=True)
             break
         set_state(args.port, on)
-        ref = stream(args.port, f"{REFERENCE}-{i}", ids, args.output_len)["output_ids"]
+        ref = stream(args.port, f"{args.tag}{REFERENCE}-{i}", ids, args.output_len)["output_ids"]
         outputs[REFERENCE].append(ref)
         if not args.no_shift:
-            shifted = stream(args.port, f"{SHIFTED}-{i}", ids + ref[:1], args.output_len - 1)
+            shifted = stream(args.port, f"{args.tag}{SHIFTED}-{i}", ids + ref[:1], args.output_len - 1)
             outputs[SHIFTED].append(shifted["output_ids"])
         for name, switches in offon:
             mode = f"offon-{name}"
             set_state(args.port, {**switches, THRESHOLD: 0})
-            got = stream(args.port, f"{mode}-{i}", ids, args.output_len, args.off_tokens,
+            got = stream(args.port, f"{args.tag}{mode}-{i}", ids, args.output_len, args.off_tokens,
                          lambda: set_state(args.port, on))
             set_state(args.port, {THRESHOLD: 0})
             outputs[mode].append(got["output_ids"])
@@ -339,6 +339,7 @@ def main() -> None:
     ap.add_argument("--deadline-s", type=float, default=0, help="start no prompt after this many seconds")
     ap.add_argument("--analyse-only", action="store_true", help="no requests: the rows already recorded")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--tag", default="", help="a prefix for this run's rids: several runs share one recorder file")
     args = ap.parse_args()
     offon = parse_offon(args.offon)
     ran = None
@@ -349,7 +350,11 @@ def main() -> None:
             print(f"ERROR {e}", flush=True)
             raise SystemExit(2)
         time.sleep(0.5)                      # the last verify's row is written before its tokens are sent
-    result = analyse(read_rows(args.pp), args.window, args.prompt_len)
+    rows = [{**r, "rid": str(r.get("rid"))[len(args.tag):]} for r in read_rows(args.pp)
+            if str(r.get("rid")).startswith(args.tag)]
+    if args.tag == "":                       # untagged: leave out the rows of tagged runs (rids "<tag>:...")
+        rows = [r for r in rows if ":" not in r["rid"]]
+    result = analyse(rows, args.window, args.prompt_len)
     eq = greedy(ran["outputs"]) if ran else None
     for mode, m in result["modes"].items():
         line = {"mode": mode, "requests": len(m["requests"]), "no_switch": m["no_switch"],

@@ -35,12 +35,26 @@ if start_server spec 30000 SPEC_PROPOSALS=/tmp/pp/spec SPEC_CONTROLLER_INITIAL_T
   grep -E "spec-controller|spec_proposals|Traceback" $OUT/spec.log | head -6 | cut -c1-300 | tee -a "$SUM"
   [ "$(left)" -lt 120 ] && say "only $(left) s left: fewer prompts than asked"
   timeout $(($(left) > 60 ? $(left) - 25 : 35)) python3 bench/gpu/draft_consistency.py --port 30000 \
-    --pp /tmp/pp/spec --maxbs $MAXBS --prompts "${PROMPTS:-12}" --prompt-len 160 --output-len 320 --off-tokens 128 --window 96 \
+    --pp /tmp/pp/spec --maxbs $MAXBS --prompts "${PROMPTS:-10}" --prompt-len 160 --output-len 320 --off-tokens 128 --window 96 \
     --offon "$FAST" --offon "$KV" --offon "$SYNCED" --deadline-s $(($(left) > 100 ? $(left) - 70 : 30)) \
     --out $OUT/consistency.json >$OUT/consistency.log 2>&1
   say "draft_consistency exit code $?"
   grep -E "^(CONSIST|ERROR|deadline)|Traceback|Error" $OUT/consistency.log | cut -c1-2500 | tee -a "$SUM"
   sed -n '/^mode /,$p' $OUT/consistency.log | tee -a "$SUM"
+  # lean prefill (the default): the prompt's draft KV is skipped while nothing speculates; with draft_kv the
+  # plugin writes it instead. Speculation resumes after 24 tokens, so the first on-steps look back into
+  # the prompt (their proposals are wrong by construction but must MATCH always-on's).
+  LEAN='"spec_controller_lean_prefill": true'
+  if [ "$(left)" -gt 110 ]; then
+    timeout $(($(left) - 20)) python3 bench/gpu/draft_consistency.py --port 30000 \
+      --pp /tmp/pp/spec --maxbs $MAXBS --prompts "${LEAN_PROMPTS:-6}" --prompt-len 160 --output-len 200 --off-tokens 24 \
+      --window 64 --tag lean: --seed 12 --offon "kvlean={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, $LEAN}" \
+      --offon "fastlean={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": false, $LEAN}" \
+      --deadline-s $(($(left) - 45)) --out $OUT/consistency-lean.json >$OUT/consistency-lean.log 2>&1
+    say "draft_consistency (lean prefill) exit code $?"
+    grep -E "^(CONSIST|ERROR|deadline)|Traceback|Error" $OUT/consistency-lean.log | cut -c1-2500 | tee -a "$SUM"
+    sed -n '/^mode /,$p' $OUT/consistency-lean.log | tee -a "$SUM"
+  fi
   say "recorder: $(cat /tmp/pp/spec.*.jsonl 2>/dev/null | wc -l) rows in $(ls /tmp/pp | wc -l) file(s)"
   cat /tmp/pp/spec.*.jsonl 2>/dev/null | gzip >$OUT/proposals.jsonl.gz
   grep -E "spec-controller|Traceback|Error" $OUT/spec.log | grep -v "^benchmark_args" | tail -6 | cut -c1-300 \
