@@ -433,6 +433,10 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(plug):
         in render_status(st)
     assert "plugin cost: decision - us, telemetry - us per batch; - us per state switch (0 switches)" in out
     assert "off launch:  0.0 us CPU per fast off batch (SGLang's own decode launch)" in out
+    assert "draft KV written" not in out
+    kv = {**stats, "off_path": "fast, draft KV written", "draft_kv_writes": 97}
+    assert "fast, draft KV written, 120 fast batches" in render_status({**st, "engine": {**st["engine"], "plugin": kv}})
+    assert "draft KV written by the plugin for 97 batches" in render_status({**st, "engine": {**st["engine"], "plugin": kv}})
 
 
 def fake_sglang(monkeypatch, version: str) -> list:

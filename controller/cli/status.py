@@ -117,7 +117,9 @@ def _plugin_lines(plugin: dict) -> list[str]:
             f"({plugin['fast_off_graph_batches']} on CUDA graphs), {plugin['off_fallbacks']} on steps-0"
             + _fallback_split(plugin)
             + (f"; {plugin['lean_prefills']} prefills skipped the draft (nothing speculated)"
-               if plugin.get("lean_prefills") else ""),
+               if plugin.get("lean_prefills") else "")
+            + (f"; draft KV written by the plugin for {plugin['draft_kv_writes']} batches"
+               if plugin.get("draft_kv_writes") else ""),
             f"plugin cost: decision {per(plugin['decision_ns'] - switch_ns, plugin['decisions'] - switches)}"
             f" us, telemetry {per(plugin['telemetry_ns'], plugin['telemetry_calls'])} us per batch; "
             f"{per(switch_ns, switches)} us per state switch ({switches} switches)",
