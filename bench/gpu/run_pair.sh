@@ -10,7 +10,8 @@
 #  closed loop at C = CLOSED_LEVELS (default 1 / 16 / 48 / 128; prompt 32-256, output 64-512, CLOSED_S s after
 #  CLOSED_WARMUP s); a TIMELINE line per open and closed run (per batch kind: GPU span, idle gap before it,
 #  CPU ms); steady decode at batch 1 / 16 / 48 / 128; with SHAPES containing `logprob`, a closed loop at
-#  LOGPROB_LEVELS (48) where LOGPROB_SHARE (0.1) of the requests ask for logprobs (issue 12 item 4).
+#  LOGPROB_LEVELS (48) where LOGPROB_SHARE (0.1) of the requests ask for logprobs (issue 12 item 4); with
+#  `greedy`, greedy equality while switching every 5 ms. OFF_PATH sets the daemon's [sglang] off_path.
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
 OPEN_S=${OPEN_S:-12}; SHAPES=${SHAPES:-open,closed,steady}   # SHAPES: the phases to run
@@ -43,6 +44,13 @@ if start_daemon; then
     load_sum --shape closed --levels "${LOGPROB_LEVELS:-48}" --logprob-share "${LOGPROB_SHARE:-0.1}" \
       --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
     specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"; say "logprob done"
+  fi
+  # issue 12 item 5: greedy outputs of the daemon's engine identical to the crafted chain while the
+  # threshold flips between 0 and MAXBS every 5 ms under continuous arrivals (200 prompts)
+  if [[ $SHAPES == *greedy* ]] && [ "$(left)" -gt 70 ]; then
+    greedy 30000 "switching-${OFF_PATH:-default}" --prompts 200 --concurrency 32 --input-len 32 --output-len 96 \
+      --output-len-min 16 --chain $M/target/next.json --toggle 0,$MAXBS --toggle-ms 5
+    specctl threshold pin 0 >/dev/null
   fi
   if [[ $SHAPES == *steady* ]] && [ "$(left)" -gt 40 ]; then
     load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done"
