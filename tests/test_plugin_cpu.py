@@ -495,7 +495,9 @@ def test_lean_prefill_skips_the_draft_only_while_nothing_speculates(monkeypatch)
     assert off.draft_extend_for_prefill(original, None, None, None, [7]) == ("draft forward", [7])
     assert off.lean_prefills == 1
     assert "true or false" in plug.validate_own_keys({contract.LEAN_PREFILL_KEY: 1.5})
-    assert Plugin({}).off_path.lean_prefill and not Plugin({}).off_path.sync_draft     # the measured defaults
+    default = Plugin({}).off_path                                                     # the measured defaults
+    assert default.lean_prefill and default.draft_kv and default.capture_hidden and not default.sync_draft
+    assert not Plugin({contract.ENV_DRAFT_KV: "0"}).off_path.capture_hidden
 
 
 def test_a_synced_draft_needs_graphs_that_return_hidden_states(fast):

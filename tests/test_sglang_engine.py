@@ -189,9 +189,12 @@ def test_stopping_the_engine_keeps_the_telemetry_of_its_drain(short_tmp):
 
 def test_the_off_path_choice_reaches_the_plugins_environment():
     base = {"model_path": "/m", "speculative_algorithm": "EAGLE3"}
-    assert SGLangEngine(base).plugin_env == {contract.ENV_SYNC_DRAFT: "0", contract.ENV_LEAN_PREFILL: "1"}
+    # the default: the plugin writes the draft's KV while off (consistent when speculation resumes)
+    assert SGLangEngine(base).plugin_env == {contract.ENV_DRAFT_KV: "1", contract.ENV_SYNC_DRAFT: "0",
+                                             contract.ENV_LEAN_PREFILL: "1"}
     synced = SGLangEngine({**base, "off_path": "synced", "lean_prefill": False}).plugin_env
-    assert synced == {contract.ENV_SYNC_DRAFT: "1", contract.ENV_LEAN_PREFILL: "0"}
+    assert synced == {contract.ENV_SYNC_DRAFT: "1", contract.ENV_DRAFT_KV: "0", contract.ENV_LEAN_PREFILL: "0"}
+    assert SGLangEngine({**base, "off_path": "fast"}).plugin_env[contract.ENV_DRAFT_KV] == "0"
     assert SGLangEngine({**base, "off_path": "steps0"}).plugin_env[contract.ENV_FAST_OFF] == "0"
     assert SGLangEngine({**base, "off_path": "kv"}).plugin_env[contract.ENV_DRAFT_KV] == "1"
     assert "--off-path" not in SGLangEngine({**base, "off_path": "fast"}).command()

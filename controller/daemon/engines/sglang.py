@@ -31,9 +31,11 @@ log = logging.getLogger("spec_controller.sglang")
 # Keys of [sglang] that the daemon itself uses and does not pass as server flags.
 OWN_KEYS = {"ready_timeout_s", "python", "extra_args", "env", "probe_s", "hang_after_s", "off_path", "lean_prefill"}
 # [sglang] off_path: how off batches run (docs/sglang.md#the-off-path) -> the plugin's environment
-OFF_PATH_ENV = {"kv": {ENV_DRAFT_KV: "1"}, "synced": {ENV_SYNC_DRAFT: "1"}, "fast": {ENV_SYNC_DRAFT: "0"},
-                "steps0": {ENV_FAST_OFF: "0"}}
-DEFAULT_OFF_PATH = "fast"       # measured: synced costs 21 % at steady batch 128 (docs/sglang.md#the-off-path)
+OFF_PATH_ENV = {"kv": {ENV_DRAFT_KV: "1", ENV_SYNC_DRAFT: "0"}, "synced": {ENV_SYNC_DRAFT: "1", ENV_DRAFT_KV: "0"},
+                "fast": {ENV_SYNC_DRAFT: "0", ENV_DRAFT_KV: "0"}, "steps0": {ENV_FAST_OFF: "0"}}
+# kv: the draft's KV complete when speculation resumes (issue 12 item 3), at a few kernels per off batch;
+# synced costs 21 % at steady batch 128, fast leaves the draft stale (docs/sglang.md#the-off-path)
+DEFAULT_OFF_PATH = "kv"
 
 
 def plugin_env(args: dict) -> dict[str, str]:
