@@ -108,3 +108,19 @@ def test_sglangs_adaptive_policy_is_still_chosen_inside_the_worker(version):
         "candidate_steps", "set_cuda_graph_bs", "get_steps_for_batch", "on_verify_complete", "cuda_graph_bs_for_step"}
     init = src.text("sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.__init__")
     assert "AdaptiveController(self, AdaptiveSpeculativeParams(" in init, version
+
+
+@pytest.mark.parametrize("version", FAST)
+def test_the_steps_0_logprob_function_computes_what_the_cpu_tests_port(version):
+    """tests/test_fastoff_cpu.py's steps0_logprobs: log_softmax of the gathered logits (divided by the
+    temperatures unless all greedy), clamped, one (bs, accept) row per request, top / token-id rows expanded."""
+    text = source(version).text(table_of(version).spec_logprobs)
+    for quote in ("if batch.sampling_info.is_all_greedy or envs.SGLANG_RETURN_ORIGINAL_LOGPROB.get():",
+                  "gathered_logprobs = torch.nn.functional.log_softmax(gathered_logits, dim=-1)",
+                  "gathered_logprobs = torch.nn.functional.log_softmax(gathered_logits / temperatures, dim=-1)",
+                  "gathered_logprobs.clamp_(min=torch.finfo(gathered_logprobs.dtype).min)",
+                  "flat_accept_idx = accept_index.long().reshape(-1)",
+                  "top_logprobs_nums_expanded = [num for num in batch.top_logprobs_nums for _ in range(max_accept)]",
+                  "token_ids_logprobs_expanded = [ids for ids in batch.token_ids_logprobs for _ in range(max_accept)]"):
+        assert quote in text, (version, quote)
+    assert ".reshape(bs, max_accept)" in text or ".view(bs, max_accept)" in text, version

@@ -1,7 +1,9 @@
 """The fast off path's version handling on CPU: which release gets which table (or which reason),
 the build-time check of the live engine against its table (fake SGLang modules), the hand-over of
 the scheduler's read-done event with each release's names (run() with numpy stand-ins for torch),
-and the draft's TP context of each release."""
+the draft's TP context of each release, and the logprobs of an off batch (offlogprob.py): steps-0's
+values and layout, as the scheduler's spec-v2 result processing reads them."""
+import dataclasses
 import logging
 import sys
 from types import ModuleType, SimpleNamespace
@@ -11,7 +13,7 @@ import pytest
 
 from controller import contract
 from controller.contract import decode
-from controller.plugin import fastoff, internals
+from controller.plugin import fastoff, internals, offlogprob
 from controller.plugin.instance import Plugin
 from tests.test_plugin_cpu import active, decode_batch, worker
 
@@ -96,8 +98,18 @@ def test_tp_ranks_use_the_fast_path_only_if_all_built_it():
 
 # --- run() on CPU: numpy arrays stand in for torch tensors ---------------------------------------
 class Tensor(np.ndarray):
+    device = "cpu"
+
     def to(self, *args, **kwargs):
         return self
+
+    def clone(self):
+        return self.copy()
+
+    def view(self, *args, **kwargs):       # torch's view(shape) (numpy's view(dtype) otherwise)
+        if args and all(isinstance(a, int) for a in args):
+            return self.reshape(args)
+        return super().view(*args, **kwargs)
 
 
 def tensor(values) -> Tensor:
@@ -126,7 +138,8 @@ def engine(names: internals.FastOffInternals, publish: bool) -> tuple:
 
 @pytest.fixture
 def fake_torch(monkeypatch):
-    torch = SimpleNamespace(int32="int32", int64="int64", ones=lambda n, dtype, device: tensor(np.ones(n, int)))
+    torch = SimpleNamespace(int32="int32", int64="int64", ones=lambda n, dtype, device: tensor(np.ones(n, int)),
+                            arange=lambda n, dtype, device: tensor(np.arange(n, dtype=np.int32)))
     for key, value in dict(torch=torch, DECODE="DECODE", NO_HIDDEN="NULL", FULL_HIDDEN="FULL",
                            Result=lambda **kw: SimpleNamespace(**kw), DraftInput=lambda **kw: SimpleNamespace(**kw)).items():
         monkeypatch.setitem(fastoff._sg, key, value)
@@ -213,8 +226,10 @@ def test_the_live_check_refuses_changed_parameters(monkeypatch):
     with pytest.raises(internals.MissingInternal, match="speculative_num_steps"):
         internals.check_live(V23, live_worker(V23))
     fake_modules(V23, monkeypatch)
-    with pytest.raises(internals.MissingInternal, match="get_server_return_hidden_states_mode"):
+    with pytest.raises(internals.MissingInternal, match="compute_spec_v2_logprobs"):
         internals.check_live(V17, live_worker(V17))          # 0.5.17's table on a 0.5.23 engine
+    with pytest.raises(internals.MissingInternal, match="get_server_return_hidden_states_mode"):
+        internals.check_live(dataclasses.replace(V17, callables=V23.callables), live_worker(V17))
 
 
 def test_each_release_enters_the_drafts_tp_context_as_sglang_does(monkeypatch):
@@ -234,3 +249,176 @@ def test_each_release_enters_the_drafts_tp_context_as_sglang_does(monkeypatch):
 def test_the_hidden_state_mode_stand_in_has_the_releases_signature():
     assert internals.hidden_mode_full(V17, "FULL")("server args") == "FULL"
     assert internals.hidden_mode_full(V23, "FULL")() == "FULL"
+
+
+# --- logprobs (offlogprob.py): steps-0's values and layout ----------------------------------------
+LOGITS = np.array([[2.0, 0.5, -1.0, 1.0, 0.0], [-0.5, 1.5, 0.25, 3.0, -2.0], [0.0, 0.1, 0.2, 0.3, 0.4]])
+BIAS = np.array([0.0, 0.0, 0.75, 0.0, -0.25])       # penalties / logit bias, applied before the sampler
+TEMPERATURES = np.array([[0.5], [2.0], [0.8]])     # SGLang's (bs, 1)
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(axis=1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+
+
+def steps0_logprobs(batch, logits_output, predict, accept_index) -> None:
+    """numpy port of SGLang's compute_spec_logprobs (0.5.18+; compute_spec_v2_logprobs of 0.5.17 computes
+    the same): what the steps-0 verify writes to its logits output."""
+    bs, max_accept = len(batch.seq_lens), accept_index.shape[1]
+    flat = np.asarray(accept_index).astype(int).reshape(-1)
+    gathered = np.asarray(logits_output.next_token_logits)[flat]
+    info = batch.sampling_info
+    x = gathered if info.is_all_greedy else gathered / np.repeat(info.temperatures, max_accept, axis=0)
+    lp = np.maximum(log_softmax(x), np.finfo(np.float64).min)
+    logits_output.next_token_logprobs = lp[np.arange(bs * max_accept), np.asarray(predict)[flat]].reshape(bs, max_accept)
+    nums = [n for n in batch.top_logprobs_nums for _ in range(max_accept)]
+    if any(n > 0 for n in nums):
+        order = np.argsort(-lp, axis=1, kind="stable")
+        logits_output.next_token_top_logprobs_val = [lp[r, order[r, :n]] for r, n in enumerate(nums)]
+        logits_output.next_token_top_logprobs_idx = [order[r, :n].tolist() for r, n in enumerate(nums)]
+    ids = [i for i in batch.token_ids_logprobs for _ in range(max_accept)]
+    if any(i is not None for i in ids):
+        logits_output.next_token_token_ids_logprobs_val = [None if i is None else lp[r, i] for r, i in enumerate(ids)]
+        logits_output.next_token_token_ids_logprobs_idx = ids
+
+
+def compute_spec_v2_logprobs(batch, logits_output, predict, accept_index, speculative_num_steps):   # 0.5.17
+    assert speculative_num_steps == 0, "steps-0 passes num_steps = 0"
+    steps0_logprobs(batch, logits_output, predict, accept_index)
+
+
+def compute_spec_logprobs(batch, logits_output, predict, *, accept_index=None, chain_stride=None):   # 0.5.18+
+    assert chain_stride is None and accept_index is not None, "steps-0 passes accept_index="
+    steps0_logprobs(batch, logits_output, predict, accept_index)
+
+
+class Sampler:
+    """SGLang's Sampler.forward as far as logits go: greedy takes the argmax and leaves them; sampled
+    divides by the temperatures and overwrites them with probabilities, in place. With return_logprob
+    it writes the layout of an engine without speculation (flat, log of the probabilities)."""
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, logits_output, sampling_info, return_logprob, top_logprobs_nums, token_ids_logprobs, positions):
+        self.calls.append(return_logprob)
+        logits = logits_output.next_token_logits
+        if not sampling_info.is_all_greedy:
+            logits /= sampling_info.temperatures
+            logits[:] = np.exp(log_softmax(logits))
+        ids = tensor(np.asarray(logits).argmax(axis=1))
+        if return_logprob:
+            logits_output.next_token_logprobs = np.log(logits)[np.arange(len(ids)), ids]
+        return ids
+
+
+def logprob_engine(names: internals.FastOffInternals):
+    """A worker whose decode runs as tp_worker + ModelRunner.sample do: logits, biased in place, then
+    runner.sampler called positionally."""
+    w, runner, _, seen = engine(names, publish=True)
+    runner.sampler = sampler = Sampler()
+
+    def forward(batch, capture_hidden_mode):
+        seen.update(sampler=runner.sampler, return_logprob=batch.return_logprob)
+        out = SimpleNamespace(next_token_logits=tensor(LOGITS.copy()), hidden_states=None, next_token_logprobs=None,
+                              next_token_top_logprobs_val=None, next_token_token_ids_logprobs_val=None)
+        out.next_token_logits += BIAS                        # _preprocess_logits
+        seen["logits"] = out.next_token_logits
+        ids = runner.sampler(out, batch.sampling_info, batch.return_logprob, batch.top_logprobs_nums,
+                             batch.token_ids_logprobs, batch.seq_lens)
+        return SimpleNamespace(next_token_ids=ids, logits_output=out, can_run_cuda_graph=True)
+    w.target_worker.forward_batch_generation = forward
+    return w, runner, sampler, seen
+
+
+def logprob_batch(greedy: bool, top=(0, 2, 3), token_ids=(None, [1, 4], None), **extra):
+    fields = dict(seq_lens=tensor([3, 5, 2]), seq_lens_cpu=None, seq_lens_sum=None, req_pool_indices=tensor([1, 2, 3]),
+                  spec_info=SimpleNamespace(bonus_tokens=tensor([4, 6, 1])), return_logprob=True,
+                  top_logprobs_nums=list(top), token_ids_logprobs=list(token_ids),
+                  sampling_info=SimpleNamespace(is_all_greedy=greedy, temperatures=TEMPERATURES))
+    return decode_batch(3, **{**fields, **extra})
+
+
+def scheduler_reads(batch, result) -> list[dict]:
+    """What SGLang's spec-v2 decode result processing takes per request (0.5.17's
+    _normalize_decode_outputs and the spec branch of _apply_decode_logprobs, after copy_to_cpu)."""
+    out, stride = result.logits_output, result.speculative_num_draft_tokens
+    tokens, accept = np.asarray(result.next_token_ids).tolist(), np.asarray(result.accept_lens).tolist()
+    logprobs = np.asarray(out.next_token_logprobs).tolist()
+    reqs = []
+    for i in range(len(batch.seq_lens)):
+        accepted_logprobs, ids = logprobs[i], tokens[i * stride:i * stride + accept[i]]
+        max_accept, req = len(accepted_logprobs), {"val": [], "idx": [], "top_val": [], "top_idx": [], "ids_val": []}
+        for j, tok in enumerate(ids):
+            req["val"].append(accepted_logprobs[j])
+            req["idx"].append(tok)
+            if batch.top_logprobs_nums[i] > 0:
+                req["top_val"].append(np.asarray(out.next_token_top_logprobs_val[i * max_accept + j]).tolist())
+                req["top_idx"].append(out.next_token_top_logprobs_idx[i * max_accept + j])
+            if batch.token_ids_logprobs[i] is not None:
+                req["ids_val"].append(np.asarray(out.next_token_token_ids_logprobs_val[i * max_accept + j]).tolist())
+        reqs.append(req)
+    return reqs
+
+
+@pytest.fixture
+def sglang_logprob_functions(monkeypatch):
+    monkeypatch.setattr(offlogprob, "_fns", {internals.SPEC_V2_LOGPROBS: compute_spec_v2_logprobs,
+                                             internals.SPEC_LOGPROBS: compute_spec_logprobs})
+
+
+@pytest.mark.parametrize("names", internals.TABLES, ids=lambda t: t.versions[0])
+@pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "sampled"])
+def test_a_logprob_batch_gets_steps_0s_logprobs_in_steps_0s_layout(fake_torch, sglang_logprob_functions, names, greedy):
+    w, runner, sampler, seen = logprob_engine(names)
+    batch = logprob_batch(greedy)
+    result = fastoff.run(w, fastoff.FastOff("decode backend", "decode graphs", names=names), batch, on_publish=None)
+    # the sampler chose from the biased logits, without temperature for greedy, with it when sampled
+    chosen = LOGITS + BIAS if greedy else (LOGITS + BIAS) / TEMPERATURES
+    expected = log_softmax(chosen)
+    tokens = chosen.argmax(axis=1)
+    assert sampler.calls == [False] and seen["return_logprob"] is True   # no logprobs of its own; batch untouched
+    assert runner.sampler is sampler                                     # restored
+    assert np.asarray(result.logits_output.next_token_logprobs).shape == (3, 1)    # spec-v2: (bs, accept)
+    assert (result.logits_output.next_token_logits is seen["logits"]) == greedy    # a copy only when sampled
+    assert np.allclose(result.logits_output.next_token_logits, LOGITS + BIAS)     # the logits, never probabilities
+    reqs = scheduler_reads(batch, result)
+    assert [r["idx"] for r in reqs] == [[t] for t in tokens]
+    assert np.allclose([r["val"] for r in reqs], expected[np.arange(3), tokens].reshape(3, 1))
+    assert [r["top_idx"] for r in reqs] == [[], [np.argsort(-expected[1])[:2].tolist()],
+                                            [np.argsort(-expected[2])[:3].tolist()]]
+    assert np.allclose(reqs[2]["top_val"][0], np.sort(expected[2])[::-1][:3])
+    assert reqs[0]["ids_val"] == reqs[2]["ids_val"] == [] and np.allclose(reqs[1]["ids_val"], [expected[1, [1, 4]]])
+
+
+def test_a_batch_without_logprobs_keeps_the_sampler_and_computes_none(fake_torch, sglang_logprob_functions):
+    w, runner, sampler, seen = logprob_engine(V23)
+    batch = logprob_batch(False, return_logprob=False)
+    result = fastoff.run(w, fastoff.FastOff("decode backend", "decode graphs", names=V23), batch, on_publish=None)
+    assert seen["sampler"] is sampler and sampler.calls == [False]
+    assert result.logits_output.next_token_logprobs is None
+
+
+def test_the_sampler_is_restored_when_the_decode_fails(fake_torch, sglang_logprob_functions):
+    w, runner, sampler, _ = logprob_engine(V17)
+    w.target_worker.forward_batch_generation = lambda batch, capture_hidden_mode: 1 / 0
+    with pytest.raises(ZeroDivisionError):
+        fastoff.run(w, fastoff.FastOff("decode backend", "decode graphs", names=V17), logprob_batch(True), None)
+    assert runner.sampler is sampler
+
+
+def test_logprob_batches_take_the_fast_path_unless_watermarked():
+    assert fastoff.batch_unsupported_reason(logprob_batch(True)) is None
+    assert fastoff.batch_unsupported_reason(logprob_batch(False, top=(5, 5, 5))) is None
+    marked = logprob_batch(False)
+    marked.sampling_info.has_watermark_candidates = True                 # 0.5.22+
+    assert fastoff.batch_unsupported_reason(marked) == fastoff.LOGPROB == offlogprob.WATERMARK
+    marked.return_logprob = False                                        # a watermark alone: its token is the decode's
+    assert fastoff.batch_unsupported_reason(marked) is None
+    assert fastoff.batch_unsupported_reason(logprob_batch(True, has_grammar=True)) == fastoff.GRAMMAR
+
+
+def test_each_table_names_its_releases_steps_0_logprob_function():
+    assert V17.spec_logprobs == internals.SPEC_V2_LOGPROBS
+    assert all(t.spec_logprobs == internals.SPEC_LOGPROBS for t in internals.TABLES[1:])
+    assert all(t.spec_logprobs in t.callables for t in internals.TABLES)

@@ -22,6 +22,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from . import offlogprob
 from .internals import FastOffInternals, check_live, hidden_mode_full
 
 log = logging.getLogger("spec_controller.plugin")
@@ -39,12 +40,17 @@ class FastOff:
     cpu_ns: int = 0
 
 
-LOGPROB, GRAMMAR = "logprobs requested", "grammar-constrained request"   # counted apart (contract.STATS_FIELDS)
+# counted apart (contract.STATS_FIELDS): logprob batches the fast path does not cover, grammar batches
+LOGPROB, GRAMMAR = offlogprob.WATERMARK, "grammar-constrained request"
 
 
 def batch_unsupported_reason(batch: Any) -> str | None:
-    """Why this off batch must take SGLang's steps-0 path instead (its result needs verify's extras)."""
-    if getattr(batch, "return_logprob", False):
+    """Why this off batch must take SGLang's steps-0 path instead (its result needs verify's extras).
+    Logprobs (top / token-id ones too) are computed as steps-0 does (offlogprob.py), except with a watermark.
+    Grammar: steps-0's verify builds the vocab mask after the scheduler's grammar barrier (the previous
+    batch's tokens advanced into the FSM), which only verify() is handed; the plain decode would mask
+    from the FSM as it stands at launch."""
+    if getattr(batch, "return_logprob", False) and offlogprob.unsupported_reason(batch):
         return LOGPROB
     if getattr(batch, "has_grammar", False):
         return GRAMMAR
@@ -146,7 +152,11 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
     # From 0.5.18 every verify graph replay leaves an event here that the scheduler never clears (it
     # reads the draft runner's): drop it, so that only one this forward publishes is handed over.
     setattr(runner, event, None)
-    out, loc = _plain_decode(worker.target_worker, fast, batch, sync_draft or kv_writer is not None)
+    with offlogprob.keeping_logits(runner, batch) as kept:
+        out, loc = _plain_decode(worker.target_worker, fast, batch, sync_draft or kv_writer is not None)
+    tokens = out.next_token_ids.to(torch.int32)
+    if kept is not None:      # return_logprob: steps-0's logprobs and layout, by SGLang's own function
+        offlogprob.fill(fast.names, batch, out.logits_output, kept, tokens, torch)
     if kv_writer is not None and not sync_draft:
         with fast.names.draft_context.enter(worker.draft_worker):      # the draft's TP group (embedding)
             kv_writer.write(out.logits_output.hidden_states, out.next_token_ids, seq_lens.to(torch.int64), loc)
@@ -155,7 +165,6 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
     else:
         _hand_over_read_done_event(worker, runner, fast.names)
 
-    tokens = out.next_token_ids.to(torch.int32)
     new_seq_lens = seq_lens + 1
     if on_publish is not None:
         on_publish(new_seq_lens)

@@ -22,6 +22,10 @@ What differs between the versions (read from the wheels):
   verify and draft extend. A forward given none plans its own (ForwardBatch.init_new), as every
   forward of an engine without speculation does: the fast path's plain decode is such a forward.
   SGLang's steps-0 verify input carries no plan either, so its draft extend (synced mode) gets None.
+- 0.5.18: the steps-0 verify's logprobs, `compute_spec_v2_logprobs(..., accept_index, num_steps)`, became
+  `compute_spec_logprobs(..., *, accept_index=None, chain_stride=None)` (the same computation).
+- 0.5.22: watermarking; ModelRunner.sample hands the sampler the pre-watermark logits for logprobs, which
+  the fast path's logprobs (offlogprob.py) do not reproduce: such batches keep steps-0.
 - 0.5.23: decode-graph metadata preparation moved into `_init_replay_attn_metadata`; its new
   branches (early verify metadata, DSpark glue graphs, prefilled inputs) apply to TARGET_VERIFY or
   draft runners only, and the fast path's DECODE runner keeps the attention backend's
@@ -89,6 +93,7 @@ class FastOffInternals:
     attributes: dict[str, tuple[str, ...]]          # class -> attributes set (self.x = ...) or properties
     module_names: dict[str, tuple[str, ...]]        # module -> names it defines or imports
     facts: tuple[tuple[str, str, str], ...] = field(default=())   # (function, quoted source, why)
+    spec_logprobs: str = ""                         # the steps-0 verify's logprob function (offlogprob.py)
 
     def covers(self, version: tuple[int, int, int]) -> bool:
         first, last = (_parse(v) for v in self.versions)
@@ -117,15 +122,23 @@ _CALLABLES = {
     f"{EAGLE_V2}.EAGLEWorkerV2._stub_skipped_draft_extend": ("self", "batch", "batch_output"),
     "sglang.srt.speculative.eagle_utils.get_draft_recurrent_hidden_state_spec": ("model_runner",),
     f"{EAGLE_V2}.EagleDraftWorker._draft_extend_for_decode": ("self", "batch", "batch_result"),
+    "sglang.srt.layers.sampler.Sampler.forward": ("self", "logits_output", "sampling_info", "return_logprob",
+                                                  "top_logprobs_nums", "token_ids_logprobs", "positions"),
 }
+LOGPROB_PROCESSOR = "sglang.srt.layers.logprob_processor"
+SPEC_V2_LOGPROBS = f"{LOGPROB_PROCESSOR}.compute_spec_v2_logprobs"     # 0.5.17
+SPEC_LOGPROBS = f"{LOGPROB_PROCESSOR}.compute_spec_logprobs"           # 0.5.18 on
+SAMPLING_INFO = "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo"
+VERIFY = "sglang.srt.speculative.eagle_worker_common.run_eagle_verify"
+RESULTS = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
 SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch.ScheduleBatch"
 # what run() reads and swaps on a decode batch, and what decides that an off batch needs verify's extras
 _BATCH_FIELDS = ("seq_lens", "seq_lens_cpu", "seq_lens_sum", "spec_info", "forward_mode", "input_ids",
                  "out_cache_loc", "req_pool_indices", "is_extend_in_batch", "return_logprob", "has_grammar",
-                 "return_hidden_states")
+                 "return_hidden_states", "sampling_info")
 # what build() swaps on the target's model runner (and restores), and what run() reads
 _RUNNER_ATTRIBUTES = ("init_new_workspace", "spec_algorithm", "attn_backend", "decode_cuda_graph_runner",
-                      "req_to_token_pool")
+                      "req_to_token_pool", "sampler")
 _MODULE_NAMES = {
     EAGLE_V2: ("GenerationBatchResult", "EagleDraftInput", "get_draft_recurrent_hidden_state_spec",
                "speculative_moe_backend_context", "speculative_moe_a2a_backend_context"),
@@ -147,10 +160,37 @@ _COMMON_FACTS = (
     (WORKER_FORWARD, "{context}", "synced mode enters the draft's TP context as SGLang does"),
     (WORKER_FORWARD, "self.draft_worker._draft_extend_for_decode(batch, batch_output",
      "synced mode runs SGLang's own draft extend of the steps-0 state"),
-    ("sglang.srt.speculative.eagle_worker_common.run_eagle_verify",
-     "next_draft_input = EagleDraftInput(bonus_tokens=bonus_tokens)",
+    (VERIFY, "next_draft_input = EagleDraftInput(bonus_tokens=bonus_tokens)",
      "a verify hands on only the bonus tokens, as the fast path does"),
+    # logprobs (offlogprob.py): the sampler is swapped around the plain decode; it is called positionally
+    (f"{RUNNER}.sample", "next_token_ids = self.sampler(logits_output, forward_batch.sampling_info, "
+     "forward_batch.return_logprob, forward_batch.top_logprobs_nums, forward_batch.token_ids_logprobs, ",
+     "the plain decode's sampler gets (logits_output, sampling_info, return_logprob, ...) positionally"),
+    (f"{RUNNER}.sample", "self._preprocess_logits(logits_output",
+     "... after the penalties, logit bias and vocab mask are applied to the logits in place"),
+    ("sglang.srt.layers.sampler.Sampler.forward", "batch_next_token_ids = torch.argmax(logits, -1)",
+     "a greedy batch's logits survive the sampler (argmax)"),
+    ("sglang.srt.layers.sampler.Sampler.forward", "logits.div_(sampling_info.temperatures)",
+     "a sampled batch's logits do not (divided and softmaxed in place): the fast path keeps a copy"),
+    (VERIFY, "if batch.return_logprob and (not batch.forward_mode.is_idle()):",
+     "steps-0 computes logprobs after its sampling, from the verify's logits"),
+    (f"{EAGLE_V2}.EAGLEWorkerV2._build_trivial_verify_input",
+     "retrieve_index = torch.arange(bs, dtype=torch.long, device=device).unsqueeze(1)",
+     "steps-0's tree is one node per request: its accept index is (bs, 1), request i's token at row i"),
+    (f"{EAGLE_V2}.EAGLEWorkerV2._build_trivial_verify_input", "spec_steps=0", "... and its num_steps 0"),
+    (f"{RESULTS}._normalize_decode_outputs", "next_token_logprobs = logits_output.next_token_logprobs.tolist()",
+     "the scheduler reads the logprobs as steps-0 writes them, ..."),
+    (f"{RESULTS}._apply_decode_logprobs", "accepted_logprobs = next_token_logprobs[i]",
+     "... row i: request i's accepted logprobs (a (bs,) layout would hand it a float)"),
+    (f"{RESULTS}._apply_decode_logprobs", "flat_idx = i * max_accept + j",
+     "... and its top / token-id logprobs at flat index i * accept + j"),
 )
+_V17_LOGPROB_FACTS = (
+    (VERIFY, "compute_spec_v2_logprobs(batch, logits_output, predict, accept_index, num_steps)",
+     "steps-0's logprobs: this call, on the same logits, tokens and a (bs, 1) accept index"),)
+_V18_LOGPROB_FACTS = (
+    (VERIFY, "compute_spec_logprobs(batch, logits_output, predict, accept_index=accept_index)",
+     "steps-0's logprobs: this call, on the same logits, tokens and a (bs, 1) accept index"),)
 
 FAST_OFF_INTERNALS = FastOffInternals(
     versions=("0.5.17", "0.5.17"),
@@ -158,27 +198,33 @@ FAST_OFF_INTERNALS = FastOffInternals(
     last_reader="war_fastpath_runner",
     hidden_mode_params=("server_args",),
     draft_context=DraftContext("draft_tp_context", True, ("draft_runner.tp_group",)),
-    callables=_CALLABLES,
+    callables={**_CALLABLES, SPEC_V2_LOGPROBS: ("batch", "logits_output", "predict", "accept_index",
+                                                "speculative_num_steps")},
+    spec_logprobs=SPEC_V2_LOGPROBS,
     attributes={RUNNER: _RUNNER_ATTRIBUTES + ("war_fastpath_read_done_event",),
                 "sglang.srt.speculative.base_spec_worker.BaseSpecWorker": ("target_worker", "draft_worker"),
                 SCHEDULE_BATCH: _BATCH_FIELDS,
                 f"{EAGLE_V2}.EAGLEWorkerV2": ("war_fastpath_runner",),
-                f"{EAGLE_V2}.EagleDraftWorker": ("draft_runner", "topk", "draft_tp_context")},
+                f"{EAGLE_V2}.EagleDraftWorker": ("draft_runner", "topk", "draft_tp_context"),
+                SAMPLING_INFO: ("is_all_greedy",)},
     module_names=_MODULE_NAMES,
-    facts=_COMMON_FACTS + (
+    facts=_COMMON_FACTS + _V17_LOGPROB_FACTS + (
         (f"{DECODE_RUNNER}.execute", "self.model_runner.war_fastpath_read_done_event = read_done",
          "a decode graph replay publishes its read-done event on its model runner"),),
 )
 
 
 def _renamed_barrier(base: FastOffInternals) -> FastOffInternals:
-    """0.5.18: the barrier hand-off's new names; the hidden-state mode reads the runtime context."""
+    """0.5.18: the barrier hand-off's new names; the hidden-state mode reads the runtime context; the
+    steps-0 logprobs' new function."""
+    callables = {k: v for k, v in base.callables.items() if k != SPEC_V2_LOGPROBS}
     return dataclasses.replace(
         base, read_done_event="shared_read_done_event", last_reader="last_shared_read_runner",
-        hidden_mode_params=(),
+        hidden_mode_params=(), spec_logprobs=SPEC_LOGPROBS,
+        callables={**callables, SPEC_LOGPROBS: ("batch", "logits_output", "predict", "accept_index")},
         attributes={**base.attributes, RUNNER: _RUNNER_ATTRIBUTES + ("shared_read_done_event",),
                     f"{EAGLE_V2}.EAGLEWorkerV2": ("last_shared_read_runner",)},
-        facts=_COMMON_FACTS + (
+        facts=_COMMON_FACTS + _V18_LOGPROB_FACTS + (
             (f"{DECODE_RUNNER}._publish_read_done", "self.model_runner.shared_read_done_event = read_done",
              "a decode graph replay publishes its read-done event on its model runner"),
             ("sglang.srt.layers.attention.base_attn_backend.AttentionBackend.shared_read_ends",
@@ -188,13 +234,14 @@ def _renamed_barrier(base: FastOffInternals) -> FastOffInternals:
 
 def _with_draft(base: FastOffInternals, context: DraftContext, attributes: tuple[str, ...],
                 versions: tuple[str, str], extra: dict[str, tuple[str, ...]] | None = None,
-                facts: tuple = ()) -> FastOffInternals:
+                facts: tuple = (), sampling_info: tuple[str, ...] = ()) -> FastOffInternals:
     draft_cls = f"{EAGLE_V2}.EagleDraftWorker"
     names = dict(base.module_names)
     if not context.method and context.name not in names[EAGLE_V2]:
         names[EAGLE_V2] = names[EAGLE_V2] + (context.name,)
     return dataclasses.replace(base, versions=versions, draft_context=context,
-                               attributes={**base.attributes, draft_cls: ("draft_runner", "topk") + attributes},
+                               attributes={**base.attributes, draft_cls: ("draft_runner", "topk") + attributes,
+                                           SAMPLING_INFO: base.attributes[SAMPLING_INFO] + sampling_info},
                                callables={**base.callables, **(extra or {})}, module_names=names,
                                facts=base.facts + facts)
 
@@ -209,9 +256,16 @@ _KV_PLAN_FACTS = (
     (f"{EAGLE_V2}.EAGLEWorkerV2._build_trivial_verify_input", "!kv_loc_plan",
      "steps-0's verify input carries no plan: its draft extend gets None, like synced mode's"),
 )
+_WATERMARK_FACTS = (
+    (f"{RUNNER}.sample", "logprob_logits = logits_output.next_token_logits.clone() if forward_batch.return_logprob else None",
+     "with a watermark, logprobs come from the logits before it: such batches keep steps-0 (offlogprob.py)"),
+    (f"{RUNNER}.sample", "forward_batch.sampling_info.has_watermark_candidates",
+     "... where the batch's sampling info has watermark candidates"),
+)
 _V22 = _with_draft(_V21, DraftContext("draft_tp_context", False, ("draft_owns_attention",)),
                    ("draft_owns_attention",), ("0.5.22", "0.5.22"),
-                   {"sglang.srt.speculative.spec_utils.draft_tp_context": ("owns_attention",)}, _KV_PLAN_FACTS)
+                   {"sglang.srt.speculative.spec_utils.draft_tp_context": ("owns_attention",)},
+                   _KV_PLAN_FACTS + _WATERMARK_FACTS, ("has_watermark_candidates",))
 _GRAPH_METADATA_FACTS = (
     (f"{DECODE_RUNNER}._init_replay_attn_metadata_from_view", "attn_backend.init_forward_metadata_out_graph(fb_view)",
      "a DECODE replay's metadata is still prepared by the attention backend, out of graph"),
