@@ -339,8 +339,12 @@ def test_off_batches_take_the_fast_path_and_on_batches_sglangs(fast):
     assert len(rec.calls) == 3 and len(ran) == 1
 
 
-@pytest.mark.parametrize("extra,counted", [(dict(return_logprob=True), (1, 0)), (dict(has_grammar=True), (0, 1)),
-                                           (dict(return_logprob=True, has_grammar=True), (1, 0)),
+WATERMARKED = SimpleNamespace(has_watermark_candidates=True)     # 0.5.22+: logprobs from the pre-watermark logits
+
+
+@pytest.mark.parametrize("extra,counted", [(dict(return_logprob=True, sampling_info=WATERMARKED), (1, 0)),
+                                           (dict(has_grammar=True), (0, 1)),
+                                           (dict(return_logprob=True, has_grammar=True), (0, 1)),
                                            (dict(return_hidden_states=True), (0, 0)), (dict(spec_info=None), (0, 0))])
 def test_off_batches_needing_verify_extras_fall_back_to_steps_0(fast, extra, counted):
     plug, ran = fast
