@@ -10,8 +10,10 @@
 #  closed loop at C = CLOSED_LEVELS (default 1 / 16 / 48 / 128; prompt 32-256, output 64-512, CLOSED_S s after
 #  CLOSED_WARMUP s); a TIMELINE line per open and closed run (per batch kind: GPU span, idle gap before it,
 #  CPU ms); steady decode at batch 1 / 16 / 48 / 128; with SHAPES containing `logprob`, a closed loop at
-#  LOGPROB_LEVELS (48) where LOGPROB_SHARE (0.1) of the requests ask for logprobs (issue 12 item 4); with
-#  `greedy`, greedy equality while switching every 5 ms. OFF_PATH sets the daemon's [sglang] off_path.
+#  LOGPROB_LEVELS (48) where LOGPROB_SHARE (0.1) of the requests ask for logprobs (issue 12 item 4);
+#  `lpcheck`: the off engine's output logprobs against the no-spec engine's (logprob_check.py); `greedy`:
+#  greedy equality while switching every 5 ms. Phases run in the order SHAPES names them, each only if
+#  its time is left; OPEN_RATES (2,12,24); OFF_PATH sets the daemon's [sglang] off_path.
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
 OPEN_S=${OPEN_S:-12}; SHAPES=${SHAPES:-open,closed,steady}   # SHAPES: the phases to run
@@ -27,34 +29,38 @@ if start_daemon; then
   specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
   specctl threshold pin 0 | tee -a "$SUM"
   n0=$([ -f "$R" ] && wc -l <"$R" || echo 0)
-  CLOSED=${CLOSED_LEVELS:-1,16,48,128}
-  # what each phase needs (s): 12 open runs of OPEN_S + ~8 s; closed: 4 runs a level (2 repeats, 2 engines)
-  # of CLOSED_WARMUP + CLOSED_S + ~3 s (integers)
-  if [[ $SHAPES == *open* ]] && [ "$(left)" -gt $((12 * (OPEN_S + 8))) ]; then
-    load_sum --shape open --rates 2,12,24 --seconds "$OPEN_S" --tokenizer $TOK "${PAIR[@]}"; say "open done"
-  fi
-  if [[ $SHAPES == *closed* ]] && [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) * $(echo "$CLOSED" | tr ',' '\n' | wc -l) + 30)) ]; then
-    load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
-    say "closed done"
-  fi
-  timeline_lines "$n0" 3 "$OPEN_S" "$CLOSED_WARMUP" "$CLOSED_S"   # open: after 3 s; closed: their window
-  # issue 12 item 4: a share of logprob requests (their off batches take SGLang's steps-0 path); the
-  # off engine's status then says how many batches fell back
-  if [[ $SHAPES == *logprob* ]] && [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) ]; then
-    load_sum --shape closed --levels "${LOGPROB_LEVELS:-48}" --logprob-share "${LOGPROB_SHARE:-0.1}" \
-      --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
-    specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"; say "logprob done"
-  fi
-  # issue 12 item 5: greedy outputs of the daemon's engine identical to the crafted chain while the
-  # threshold flips between 0 and MAXBS every 5 ms under continuous arrivals (200 prompts)
-  if [[ $SHAPES == *greedy* ]] && [ "$(left)" -gt 70 ]; then
-    greedy 30000 "switching-${OFF_PATH:-default}" --prompts 200 --concurrency 32 --input-len 32 --output-len 96 \
-      --output-len-min 16 --chain $M/target/next.json --toggle 0,$MAXBS --toggle-ms 5
-    specctl threshold pin 0 >/dev/null
-  fi
-  if [[ $SHAPES == *steady* ]] && [ "$(left)" -gt 40 ]; then
-    load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done"
-  fi
+  CLOSED=${CLOSED_LEVELS:-1,16,48,128}; RATES=${OPEN_RATES:-2,12,24}
+  nlev=$(echo "$CLOSED" | tr ',' '\n' | wc -l); nrates=$(echo "$RATES" | tr ',' '\n' | wc -l)
+  # the phases in the order SHAPES names them, each only if its time is left (s): open: 4 runs a rate
+  # (2 repeats, 2 engines) of OPEN_S + ~8 s; closed: 4 runs a level of CLOSED_WARMUP + CLOSED_S + ~3 s
+  for phase in ${SHAPES//,/ }; do
+    case $phase in
+    open) [ "$(left)" -gt $((4 * nrates * (OPEN_S + 8))) ] || { say "skip open (time)"; continue; }
+      load_sum --shape open --rates "$RATES" --seconds "$OPEN_S" --tokenizer $TOK "${PAIR[@]}"; say "open done" ;;
+    closed) [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closed (time)"; continue; }
+      load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
+      say "closed done" ;;
+    logprob)   # issue 12 item 4: a share of the requests ask for logprobs; status says how many off batches fell back
+      [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) ] || { say "skip logprob (time)"; continue; }
+      load_sum --shape closed --levels "${LOGPROB_LEVELS:-48}" --logprob-share "${LOGPROB_SHARE:-0.1}" \
+        --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
+      specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"; say "logprob done" ;;
+    lpcheck)   # the off engine's output logprobs against the no-spec engine's, greedy and sampled
+      [ "$(left)" -gt 60 ] || { say "skip lpcheck (time)"; continue; }
+      python3 bench/gpu/logprob_check.py --port-a 30001 --port-b 30000 --prompts 64 --concurrency 16 \
+        --output-len 64 --temperatures 0,0.8 --out "$OUT/logprob.jsonl" 2>&1 | grep -E "LOGPROB|Error|Malformed" | cut -c1-400 | tee -a "$SUM" ;;
+    greedy)    # issue 12 item 5: outputs identical to the crafted chain while the threshold flips 0 <-> MAXBS every 5 ms
+      [ "$(left)" -gt 70 ] || { say "skip greedy (time)"; continue; }
+      greedy 30000 "switching-${OFF_PATH:-default}" --prompts 200 --concurrency 32 --input-len 32 --output-len 96 \
+        --output-len-min 16 --chain $M/target/next.json --toggle 0,$MAXBS --toggle-ms 5
+      specctl threshold pin 0 >/dev/null ;;
+    steady) [ "$(left)" -gt 40 ] || { say "skip steady (time)"; continue; }
+      load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done" ;;
+    *) say "unknown phase $phase" ;;
+    esac
+  done
+  # a TIMELINE line per open and closed run (open: after 3 s; closed: their window); TIMELINE=0: none
+  [ "${TIMELINE:-1}" != 0 ] && timeline_lines "$n0" 3 "$OPEN_S" "$CLOSED_WARMUP" "$CLOSED_S"
   specctl status 2>&1 | grep -E "off path|plugin cost|samples" | tee -a "$SUM"
   stop_daemon
 fi
