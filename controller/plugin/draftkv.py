@@ -24,6 +24,39 @@ from typing import Any
 
 EAGLE3_MODEL = "LlamaForCausalLMEagle3"
 PLAIN_POOL = "MHATokenToKVPool"
+EAGLE3 = "sglang.srt.models.llama_eagle3"
+# The SGLang names this module relies on, the same in 0.5.17 ... 0.5.23 (tests/test_draftkv_contract.py
+# checks every wheel; build() re-checks the live objects): callables -> parameters (in this order),
+# classes -> attributes, and quoted source facts (function, text, why).
+CALLABLES = {
+    "sglang.srt.models.llama.LlamaAttention.forward_prepare_native": ("self", "positions", "hidden_states"),
+    "sglang.srt.speculative.eagle_utils._eagle_prefill_tail_tokens": ("batch", "next_token_ids"),
+    f"sglang.srt.mem_cache.memory_pool.{PLAIN_POOL}.set_kv_buffer": ("self", "layer", "cache_k", "cache_v",
+                                                                     "k_scale", "v_scale"),
+}
+ATTRIBUTES = {
+    f"{EAGLE3}.LlamaModel": ("embed_tokens", "fc", "input_norm", "fc_norm", "num_aux_hidden_states", "layers",
+                             "is_mrope_enabled"),
+    f"{EAGLE3}.LlamaDecoderLayer": ("hidden_norm",),
+    "sglang.srt.models.llama.LlamaDecoderLayer": ("input_layernorm", "self_attn"),
+    "sglang.srt.layers.radix_attention.RadixAttention": ("tp_k_head_num", "qk_head_dim", "tp_v_head_num",
+                                                         "v_head_dim", "k_scale", "v_scale"),
+    "sglang.srt.managers.schedule_batch.ScheduleBatch": ("extend_lens", "prefix_lens", "input_ids",
+                                                         "out_cache_loc", "forward_mode"),
+}
+FACTS = (
+    (f"{EAGLE3}.LlamaModel.forward", "hidden_states = self.fc(hidden_states)",
+     "the target's aux hidden states reach the layer through fc (after input_norm / fc_norm)"),
+    (f"{EAGLE3}.LlamaDecoderLayer.forward", "embeds = self.input_layernorm(embeds)", "the layer's inputs: ..."),
+    (f"{EAGLE3}.LlamaDecoderLayer.forward", "hidden_states = self.hidden_norm(hidden_states)", "..."),
+    (f"{EAGLE3}.LlamaDecoderLayer.forward", "hidden_states = torch.cat([embeds, hidden_states], dim=-1)",
+     "... concatenated, embeds first, into qkv"),
+    ("sglang.srt.models.llama.LlamaAttention.forward", "attn_output = self.attn(q, k, v, forward_batch)",
+     "the attention stores exactly the k, v that forward_prepare_native returns"),
+    ("sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._draft_extend_for_prefill",
+     "torch.cat((input_ids[1:], tail_tokens[i].reshape(1)))",
+     "a prefill's draft input at each position is the next token, the tail token at the chunk's end"),
+)
 
 
 @dataclass(frozen=True)
