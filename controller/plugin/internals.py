@@ -40,15 +40,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..contract import REASON_0_5_16, REASON_NO_CAPTURE_MODE
+from .sglang_names import (DECODE_RUNNER, EAGLE_V2, HIDDEN_MODE, LOGPROB_FACTS, RESULTS, RUNNER, SAMPLING_INFO,
+                           SPEC_LOGPROBS, SPEC_V2_LOGPROBS, VERIFY, WAR_BARRIER, WORKER_FORWARD, V17_LOGPROB_FACTS,
+                           V18_LOGPROB_FACTS, WATERMARK_FACTS)
 
 FIRST_FAST = (0, 5, 17)
 
-EAGLE_V2 = "sglang.srt.speculative.eagle_worker_v2"
-RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
-DECODE_RUNNER = "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner"
-HIDDEN_MODE = "sglang.srt.model_executor.forward_batch_info.get_server_return_hidden_states_mode"
-WORKER_FORWARD = f"{EAGLE_V2}.EAGLEWorkerV2.forward_batch_generation"
-WAR_BARRIER = "sglang.srt.managers.scheduler.Scheduler._apply_war_barrier"
 
 
 class MissingInternal(Exception):
@@ -125,12 +122,6 @@ _CALLABLES = {
     "sglang.srt.layers.sampler.Sampler.forward": ("self", "logits_output", "sampling_info", "return_logprob",
                                                   "top_logprobs_nums", "token_ids_logprobs", "positions"),
 }
-LOGPROB_PROCESSOR = "sglang.srt.layers.logprob_processor"
-SPEC_V2_LOGPROBS = f"{LOGPROB_PROCESSOR}.compute_spec_v2_logprobs"     # 0.5.17
-SPEC_LOGPROBS = f"{LOGPROB_PROCESSOR}.compute_spec_logprobs"           # 0.5.18 on
-SAMPLING_INFO = "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo"
-VERIFY = "sglang.srt.speculative.eagle_worker_common.run_eagle_verify"
-RESULTS = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
 SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch.ScheduleBatch"
 # what run() reads and swaps on a decode batch, and what decides that an off batch needs verify's extras
 _BATCH_FIELDS = ("seq_lens", "seq_lens_cpu", "seq_lens_sum", "spec_info", "forward_mode", "input_ids",
@@ -162,36 +153,7 @@ _COMMON_FACTS = (
      "synced mode runs SGLang's own draft extend of the steps-0 state"),
     (VERIFY, "next_draft_input = EagleDraftInput(bonus_tokens=bonus_tokens)",
      "a verify hands on only the bonus tokens, as the fast path does"),
-    # logprobs (offlogprob.py): the sampler is swapped around the plain decode; it is called positionally
-    (f"{RUNNER}.sample", "next_token_ids = self.sampler(logits_output, forward_batch.sampling_info, "
-     "forward_batch.return_logprob, forward_batch.top_logprobs_nums, forward_batch.token_ids_logprobs, ",
-     "the plain decode's sampler gets (logits_output, sampling_info, return_logprob, ...) positionally"),
-    (f"{RUNNER}.sample", "self._preprocess_logits(logits_output",
-     "... after the penalties, logit bias and vocab mask are applied to the logits in place"),
-    ("sglang.srt.layers.sampler.Sampler.forward", "batch_next_token_ids = torch.argmax(logits, -1)",
-     "a greedy batch's logits survive the sampler (argmax)"),
-    ("sglang.srt.layers.sampler.Sampler.forward", "logits.div_(sampling_info.temperatures)",
-     "a sampled batch's logits do not (divided and softmaxed in place): the fast path keeps a copy"),
-    (VERIFY, "if batch.return_logprob and (not batch.forward_mode.is_idle()):",
-     "steps-0 computes logprobs after its sampling, from the verify's logits"),
-    (f"{EAGLE_V2}.EAGLEWorkerV2._build_trivial_verify_input",
-     "retrieve_index = torch.arange(bs, dtype=torch.long, device=device).unsqueeze(1)",
-     "steps-0's tree is one node per request: its accept index is (bs, 1), request i's token at row i"),
-    (f"{EAGLE_V2}.EAGLEWorkerV2._build_trivial_verify_input", "spec_steps=0", "... and its num_steps 0"),
-    (f"{RESULTS}._normalize_decode_outputs", "next_token_logprobs = logits_output.next_token_logprobs.tolist()",
-     "the scheduler reads the logprobs as steps-0 writes them, ..."),
-    (f"{RESULTS}._apply_decode_logprobs", "accepted_logprobs = next_token_logprobs[i]",
-     "... row i: request i's accepted logprobs (a (bs,) layout would hand it a float)"),
-    (f"{RESULTS}._apply_decode_logprobs", "flat_idx = i * max_accept + j",
-     "... and its top / token-id logprobs at flat index i * accept + j"),
-)
-_V17_LOGPROB_FACTS = (
-    (VERIFY, "compute_spec_v2_logprobs(batch, logits_output, predict, accept_index, num_steps)",
-     "steps-0's logprobs: this call, on the same logits, tokens and a (bs, 1) accept index"),)
-_V18_LOGPROB_FACTS = (
-    (VERIFY, "compute_spec_logprobs(batch, logits_output, predict, accept_index=accept_index)",
-     "steps-0's logprobs: this call, on the same logits, tokens and a (bs, 1) accept index"),)
-
+) + LOGPROB_FACTS
 FAST_OFF_INTERNALS = FastOffInternals(
     versions=("0.5.17", "0.5.17"),
     read_done_event="war_fastpath_read_done_event",
@@ -208,7 +170,7 @@ FAST_OFF_INTERNALS = FastOffInternals(
                 f"{EAGLE_V2}.EagleDraftWorker": ("draft_runner", "topk", "draft_tp_context"),
                 SAMPLING_INFO: ("is_all_greedy",)},
     module_names=_MODULE_NAMES,
-    facts=_COMMON_FACTS + _V17_LOGPROB_FACTS + (
+    facts=_COMMON_FACTS + V17_LOGPROB_FACTS + (
         (f"{DECODE_RUNNER}.execute", "self.model_runner.war_fastpath_read_done_event = read_done",
          "a decode graph replay publishes its read-done event on its model runner"),),
 )
@@ -224,7 +186,7 @@ def _renamed_barrier(base: FastOffInternals) -> FastOffInternals:
         callables={**callables, SPEC_LOGPROBS: ("batch", "logits_output", "predict", "accept_index")},
         attributes={**base.attributes, RUNNER: _RUNNER_ATTRIBUTES + ("shared_read_done_event",),
                     f"{EAGLE_V2}.EAGLEWorkerV2": ("last_shared_read_runner",)},
-        facts=_COMMON_FACTS + _V18_LOGPROB_FACTS + (
+        facts=_COMMON_FACTS + V18_LOGPROB_FACTS + (
             (f"{DECODE_RUNNER}._publish_read_done", "self.model_runner.shared_read_done_event = read_done",
              "a decode graph replay publishes its read-done event on its model runner"),
             ("sglang.srt.layers.attention.base_attn_backend.AttentionBackend.shared_read_ends",
@@ -256,16 +218,10 @@ _KV_PLAN_FACTS = (
     (f"{EAGLE_V2}.EAGLEWorkerV2._build_trivial_verify_input", "!kv_loc_plan",
      "steps-0's verify input carries no plan: its draft extend gets None, like synced mode's"),
 )
-_WATERMARK_FACTS = (
-    (f"{RUNNER}.sample", "logprob_logits = logits_output.next_token_logits.clone() if forward_batch.return_logprob else None",
-     "with a watermark, logprobs come from the logits before it: such batches keep steps-0 (offlogprob.py)"),
-    (f"{RUNNER}.sample", "forward_batch.sampling_info.has_watermark_candidates",
-     "... where the batch's sampling info has watermark candidates"),
-)
 _V22 = _with_draft(_V21, DraftContext("draft_tp_context", False, ("draft_owns_attention",)),
                    ("draft_owns_attention",), ("0.5.22", "0.5.22"),
                    {"sglang.srt.speculative.spec_utils.draft_tp_context": ("owns_attention",)},
-                   _KV_PLAN_FACTS + _WATERMARK_FACTS, ("has_watermark_candidates",))
+                   _KV_PLAN_FACTS + WATERMARK_FACTS, ("has_watermark_candidates",))
 _GRAPH_METADATA_FACTS = (
     (f"{DECODE_RUNNER}._init_replay_attn_metadata_from_view", "attn_backend.init_forward_metadata_out_graph(fb_view)",
      "a DECODE replay's metadata is still prepared by the attention backend, out of graph"),

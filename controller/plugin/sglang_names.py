@@ -1,0 +1,55 @@
+"""Dotted SGLang names the fast off path's tables (internals.py) share, and the quoted facts of SGLang's
+code that its logprob handling (offlogprob.py) rests on; data only, checked against every wheel by
+tests/test_fastoff_contract.py through the tables."""
+from __future__ import annotations
+
+EAGLE_V2 = "sglang.srt.speculative.eagle_worker_v2"
+RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
+DECODE_RUNNER = "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner"
+HIDDEN_MODE = "sglang.srt.model_executor.forward_batch_info.get_server_return_hidden_states_mode"
+WORKER_FORWARD = f"{EAGLE_V2}.EAGLEWorkerV2.forward_batch_generation"
+WAR_BARRIER = "sglang.srt.managers.scheduler.Scheduler._apply_war_barrier"
+LOGPROB_PROCESSOR = "sglang.srt.layers.logprob_processor"
+SPEC_V2_LOGPROBS = f"{LOGPROB_PROCESSOR}.compute_spec_v2_logprobs"     # 0.5.17
+SPEC_LOGPROBS = f"{LOGPROB_PROCESSOR}.compute_spec_logprobs"           # 0.5.18 on
+SAMPLING_INFO = "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo"
+VERIFY = "sglang.srt.speculative.eagle_worker_common.run_eagle_verify"
+RESULTS = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
+
+LOGPROB_FACTS = (
+    # logprobs (offlogprob.py): the sampler is swapped around the plain decode; it is called positionally
+    (f"{RUNNER}.sample", "next_token_ids = self.sampler(logits_output, forward_batch.sampling_info, "
+     "forward_batch.return_logprob, forward_batch.top_logprobs_nums, forward_batch.token_ids_logprobs, ",
+     "the plain decode's sampler gets (logits_output, sampling_info, return_logprob, ...) positionally"),
+    (f"{RUNNER}.sample", "self._preprocess_logits(logits_output",
+     "... after the penalties, logit bias and vocab mask are applied to the logits in place"),
+    ("sglang.srt.layers.sampler.Sampler.forward", "batch_next_token_ids = torch.argmax(logits, -1)",
+     "a greedy batch's logits survive the sampler (argmax)"),
+    ("sglang.srt.layers.sampler.Sampler.forward", "logits.div_(sampling_info.temperatures)",
+     "a sampled batch's logits do not (divided and softmaxed in place): the fast path keeps a copy"),
+    (VERIFY, "if batch.return_logprob and (not batch.forward_mode.is_idle()):",
+     "steps-0 computes logprobs after its sampling, from the verify's logits"),
+    (f"{EAGLE_V2}.EAGLEWorkerV2._build_trivial_verify_input",
+     "retrieve_index = torch.arange(bs, dtype=torch.long, device=device).unsqueeze(1)",
+     "steps-0's tree is one node per request: its accept index is (bs, 1), request i's token at row i"),
+    (f"{EAGLE_V2}.EAGLEWorkerV2._build_trivial_verify_input", "spec_steps=0", "... and its num_steps 0"),
+    (f"{RESULTS}._normalize_decode_outputs", "next_token_logprobs = logits_output.next_token_logprobs.tolist()",
+     "the scheduler reads the logprobs as steps-0 writes them, ..."),
+    (f"{RESULTS}._apply_decode_logprobs", "accepted_logprobs = next_token_logprobs[i]",
+     "... row i: request i's accepted logprobs (a (bs,) layout would hand it a float)"),
+    (f"{RESULTS}._apply_decode_logprobs", "flat_idx = i * max_accept + j",
+     "... and its top / token-id logprobs at flat index i * accept + j"),
+)
+V17_LOGPROB_FACTS = (
+    (VERIFY, "compute_spec_v2_logprobs(batch, logits_output, predict, accept_index, num_steps)",
+     "steps-0's logprobs: this call, on the same logits, tokens and a (bs, 1) accept index"),)
+V18_LOGPROB_FACTS = (
+    (VERIFY, "compute_spec_logprobs(batch, logits_output, predict, accept_index=accept_index)",
+     "steps-0's logprobs: this call, on the same logits, tokens and a (bs, 1) accept index"),)
+
+WATERMARK_FACTS = (
+    (f"{RUNNER}.sample", "logprob_logits = logits_output.next_token_logits.clone() if forward_batch.return_logprob else None",
+     "with a watermark, logprobs come from the logits before it: such batches keep steps-0 (offlogprob.py)"),
+    (f"{RUNNER}.sample", "forward_batch.sampling_info.has_watermark_candidates",
+     "... where the batch's sampling info has watermark candidates"),
+)
