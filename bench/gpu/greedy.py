@@ -5,7 +5,8 @@
 
 --chain: the crafted model's successor table: every output must follow it exactly.
 --reference: outputs saved by an earlier run (e.g. an engine without speculation): must be identical.
---toggle: while generating, switch the plugin's threshold between these values every --toggle-ms.
+--toggle: while generating, switch the plugin's threshold between these values every --toggle-ms
+(afterwards it is left at the first value).
 Appends one JSON line (label, prompts, mismatching prompts, first mismatch, accept length, toggles).
 """
 from __future__ import annotations
@@ -74,6 +75,8 @@ def generate_all(port: int, batch: list[list[int]], new_tokens: list[int], concu
     stop.set()
     if thread:
         thread.join()
+        # leave the engine at the first value: a daemon pinned there does not resend a pin it already holds
+        counts["sent" if set_threshold(port, toggle[0]) else "refused"] += 1
     return {"outputs": [r[0] for r in results], "accepts": [r[1] for r in results if r[1]],
             "t_start": t_start, "t_end": t_end, **counts}
 

@@ -53,7 +53,7 @@ if start_daemon; then
       [ "$(left)" -gt 70 ] || { say "skip greedy (time)"; continue; }
       greedy 30000 "switching-${OFF_PATH:-default}" --prompts 200 --concurrency 32 --input-len 32 --output-len 96 \
         --output-len-min 16 --chain $M/target/next.json --toggle 0,$MAXBS --toggle-ms 5
-      specctl threshold pin 0 >/dev/null ;;
+      internal_state 30000 '{"speculative_disable_batch_threshold": 0}' >/dev/null; specctl threshold pin 0 >/dev/null ;;
     steady) [ "$(left)" -gt 40 ] || { say "skip steady (time)"; continue; }
       load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done" ;;
     *) say "unknown phase $phase" ;;
