@@ -106,12 +106,19 @@ def main() -> None:
     ap.add_argument("--plot", metavar="FILE.png", help="also draw the open-loop rows (tok/s, TPOT vs rate)")
     ap.add_argument("--model", default="synthetic 7.2B Llama (hidden 4096, 32 layers, crafted clear-margin weights) "
                                         "+ EAGLE3 head, K=3, one H200")
+    ap.add_argument("--off-path", action="append", default=[], metavar="FILE=NAME",
+                    help="the daemon's [sglang] off_path in that call (recorded per row)")
     args = ap.parse_args()
+    off_paths = dict(item.rsplit("=", 1) for item in args.off_path)
     off, opened = [], []
     for f in args.files:
         g = grouped(rows_of(f))
-        call = f"{Path(f).parent.name}/{Path(f).name}"
-        off += offpath_rows(g, call, f in args.paired.split(","))
+        path = Path(f).resolve()
+        call = str(path.relative_to(RESULTS)) if path.is_relative_to(RESULTS) else f"{path.parent.name}/{path.name}"
+        rows = offpath_rows(g, call, f in args.paired.split(","))
+        if f in off_paths:
+            rows = [{**r, "off_path": off_paths[f]} for r in rows]
+        off += rows
         opened += open_rows(g, call)
     (RESULTS / "offpath-traffic.json").write_text(json.dumps(
         {"rows": off, "sglang": "0.5.17", "model": args.model, "command": args.command}, indent=1) + "\n")
