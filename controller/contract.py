@@ -86,9 +86,12 @@ OFF_REASONS = (
     "the plugin is inactive in this engine (see the engine log)",
     "speculative_use_rejection_sampling: the draft's probabilities must stay in step (a skipped draft would "
     "skew sampled outputs after speculation resumes)",
+    "the plugin cannot write this draft's KV (the engine log says why): SGLang's draft extend keeps it in step "
+    "instead, at its cost (off_path = \"fast\" skips the draft)",
 )
 (REASON_NONE, REASON_CONFIG, REASON_NO_CAPTURE_MODE, REASON_0_5_16, REASON_MISSING_INTERNAL, REASON_CAPTURE_FAILED,
- REASON_OTHER_RANK, REASON_RUN_FAILED, REASON_INACTIVE, REASON_REJECTION_SAMPLING) = range(len(OFF_REASONS))
+ REASON_OTHER_RANK, REASON_RUN_FAILED, REASON_INACTIVE, REASON_REJECTION_SAMPLING,
+ REASON_KV_UNSUPPORTED) = range(len(OFF_REASONS))
 # Where the fast off path was measured on a GPU (H200, bench/results/); elsewhere contract-checked only
 GPU_MEASURED = ((0, 5, 17),)
 

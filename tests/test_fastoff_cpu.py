@@ -161,6 +161,36 @@ def test_run_hands_over_only_the_event_its_own_forward_published(fake_torch, nam
     assert list(result.new_seq_lens) == [4, 6] and list(result.accept_lens) == [1, 1]
 
 
+def test_run_writes_the_draft_kv_of_the_decoded_position_before_it_publishes(fake_torch):
+    # off path kv: the writer gets the target's hidden states, the NEW tokens, the decoded positions
+    # (seq_lens, int64) and the slots the target wrote, inside the draft's TP context, before on_publish
+    names, order = V17, []
+    w, runner, last, seen = engine(names, True)
+    forward = w.target_worker.forward_batch_generation
+
+    def with_hidden(batch, capture_hidden_mode):
+        out = forward(batch, capture_hidden_mode)
+        return SimpleNamespace(**{**vars(out), "logits_output": SimpleNamespace(hidden_states="aux")})
+    w.target_worker.forward_batch_generation = with_hidden
+
+    class Context:
+        def __enter__(self):
+            order.append("enter")
+
+        def __exit__(self, *exc):
+            order.append("exit")
+    w.draft_worker = SimpleNamespace(draft_tp_context=lambda group: Context(), draft_runner=SimpleNamespace(tp_group="g"))
+    writer = SimpleNamespace(write=lambda hidden, tokens, positions, loc: order.append(
+        ("write", hidden, list(tokens), list(positions), list(loc))))
+    batch = decode_batch(2, seq_lens=tensor([3, 5]), seq_lens_cpu=None, seq_lens_sum=None,
+                         req_pool_indices=tensor([1, 2]), spec_info=SimpleNamespace(bonus_tokens=tensor([4, 6])))
+    fast = fastoff.FastOff("decode backend", "decode graphs", with_hidden=True, names=names)
+    fastoff.run(w, fast, batch, on_publish=lambda lens: order.append(("publish", list(lens))), kv_writer=writer)
+    assert seen["hidden"] == "FULL"                         # the decode returned the hidden states
+    assert order == ["enter", ("write", "aux", [7, 8], [3, 5], [13, 25]), "exit", ("publish", [4, 6])]
+    assert seen["stubbed"]                                  # the draft's next proposal: SGLang's stub
+
+
 # --- the build-time check of the live engine, on fake SGLang modules ------------------------------
 def fake_modules(table: internals.FastOffInternals, monkeypatch) -> dict[str, ModuleType]:
     """Modules holding exactly what `table` names (classes capitalised, functions with its parameters)."""

@@ -541,12 +541,19 @@ def test_the_draft_kv_writer_reaches_the_fast_path_and_lean_prefills(fast, monke
     assert calls == [(False, writer), (True, None)] and off.kv_writes == 1
     plug.apply_own_keys({contract.SYNC_DRAFT_KEY: False, contract.LEAN_PREFILL_KEY: True})
     written = []
-    monkeypatch.setattr(draftkv, "write_prefill", lambda w, batch, hidden, ids: written.append((w, batch, hidden, ids)))
+    monkeypatch.setattr(draftkv, "write_prefill",
+                        lambda w, batch, hidden, ids: written.append((w, batch, hidden, ids)) or batch != "idle")
     monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: ("stub", ids))
-    original = lambda worker, batch, hidden, ids: ("draft forward", ids)
+    original = lambda worker, batch, hidden, ids, *a, **k: ("draft forward", ids)
     plug.router.threshold = 0                           # nothing speculates: the draft's prompt pass is skipped,
     assert off.draft_extend_for_prefill(original, None, "batch", "hidden", [7]) == ("stub", [7])
     assert written == [(writer, "batch", "hidden", [7])] and off.kv_writes == 2   # but its KV written
+    assert off.draft_extend_for_prefill(original, None, "idle", "hidden", [7]) == ("stub", [7])
+    assert off.kv_writes == 2                                   # an idle batch writes nothing
+    # a multimodal prompt (mm_input_embeds): the draft embeds it its own way, so it runs
+    assert off.draft_extend_for_prefill(original, None, "batch", "hidden", [7], "mm") == ("draft forward", [7])
+    assert off.draft_extend_for_prefill(original, None, "batch", "hidden", [7], mm_input_embeds="mm") \
+        == ("draft forward", [7]) and len(written) == 2
     env = Plugin({contract.ENV_DRAFT_KV: "1"}).off_path
     assert env.draft_kv and env.capture_hidden and not env.sync_draft
 
@@ -564,6 +571,10 @@ def test_a_prefill_whose_kv_write_fails_runs_the_draft_and_the_writer_is_dropped
     original = lambda worker, batch, hidden, ids: ("draft forward", ids)
     assert off.draft_extend_for_prefill(original, None, None, None, [7]) == ("draft forward", [7])
     assert off.kv_writer is None and decode(plug.telemetry.stats_message())["off_path"] == "fast (draft not written while off)"
+    # at TP > 1 the other ranks' writers ran collectives this one did not: the failure is raised, not hidden
+    off.kv_writer, off.tp_size = object(), 2
+    with pytest.raises(RuntimeError, match="no pool"):
+        off.draft_extend_for_prefill(original, None, None, None, [7])
 
 
 def test_an_unsupported_draft_falls_back_to_sglangs_draft_extend(plug):
@@ -572,7 +583,13 @@ def test_an_unsupported_draft_falls_back_to_sglangs_draft_extend(plug):
     w = worker()
     w.draft_worker = SimpleNamespace(draft_runner=SimpleNamespace(model=object()))
     off._build_writer(w)
-    assert off.kv_writer is None and off.sync_draft       # consistent still, at SGLang's cost
+    assert off.kv_writer is None and off.sync_draft       # consistent still, at SGLang's cost, and said so
+    stats = decode(plug.telemetry.stats_message())
+    assert stats["off_path"] == "fast, draft synced" and stats["off_reason"].startswith("the plugin cannot write")
+    from controller.cli.status import render_status
+    st = {"daemon": {"running": True, "pid": 1, "uptime_s": 3, "healthy": True},
+          "engine": {"engine": "sglang", "detail": "running", "plugin": stats}, "threshold": 8}
+    assert "the plugin cannot write this draft's KV" in render_status(st)
 
 
 def test_the_kv_writer_supports_a_one_layer_eagle3_draft_on_a_plain_pool_only():

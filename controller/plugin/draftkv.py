@@ -45,8 +45,9 @@ ATTRIBUTES = {
                                                          "out_cache_loc", "forward_mode"),
 }
 FACTS = (
-    (f"{EAGLE3}.LlamaModel.forward", "hidden_states = self.fc(hidden_states)",
-     "the target's aux hidden states reach the layer through fc (after input_norm / fc_norm)"),
+    (f"{EAGLE3}.LlamaModel.forward", "if hidden_states.shape[-1] != embeds.shape[-1]:",
+     "the target's aux hidden states go through input_norm / fc_norm / fc when their width is not the draft's"),
+    (f"{EAGLE3}.LlamaModel.forward", "hidden_states = self.fc(hidden_states)", "... fc"),
     (f"{EAGLE3}.LlamaDecoderLayer.forward", "embeds = self.input_layernorm(embeds)", "the layer's inputs: ..."),
     (f"{EAGLE3}.LlamaDecoderLayer.forward", "hidden_states = self.hidden_norm(hidden_states)", "..."),
     (f"{EAGLE3}.LlamaDecoderLayer.forward", "hidden_states = torch.cat([embeds, hidden_states], dim=-1)",
@@ -69,14 +70,17 @@ class DraftKVWriter:
         """Store the draft's k, v for each request at positions (int64, the decoded token's position),
         slots loc, from the target's aux hidden states there and the token it produced."""
         m, layer, attn = self.model, self.layer, self.layer.self_attn
+        embeds = m.embed_tokens(next_tokens)
         hidden = aux_hidden
-        if m.input_norm is not None:
-            hidden = m.input_norm(hidden)
-        if m.fc_norm is not None:
-            chunks = hidden.chunk(m.num_aux_hidden_states, dim=-1)
-            hidden = _cat([norm(c) for norm, c in zip(m.fc_norm, chunks)])
-        hidden = layer.hidden_norm(m.fc(hidden))
-        embeds = layer.input_layernorm(m.embed_tokens(next_tokens))
+        if hidden.shape[-1] != embeds.shape[-1]:       # as LlamaModel.forward: target features go through fc
+            if m.input_norm is not None:
+                hidden = m.input_norm(hidden)
+            if m.fc_norm is not None:
+                chunks = hidden.chunk(m.num_aux_hidden_states, dim=-1)
+                hidden = _cat([norm(c) for norm, c in zip(m.fc_norm, chunks)])
+            hidden = m.fc(hidden)
+        hidden = layer.hidden_norm(hidden)
+        embeds = layer.input_layernorm(embeds)
         _, k, v = attn.forward_prepare_native(positions=positions, hidden_states=_cat([embeds, hidden]))
         radix = attn.attn
         k = k.view(-1, radix.tp_k_head_num, radix.qk_head_dim)
@@ -87,12 +91,13 @@ class DraftKVWriter:
             self.pool.set_kv_buffer(radix, loc, k, v, radix.k_scale, radix.v_scale)
 
 
-def write_prefill(writer: DraftKVWriter, batch: Any, aux_hidden: Any, next_token_ids: Any) -> None:
+def write_prefill(writer: DraftKVWriter, batch: Any, aux_hidden: Any, next_token_ids: Any) -> bool:
     """A prefill's draft KV, as SGLang's draft prefill would write it (EagleDraftWorker._draft_extend_for_prefill):
     at each prompt position the following token (the chunk's last position: the request's first output
-    token, or the next chunk's first prompt token), vectorised instead of its loop over requests."""
+    token, or the next chunk's first prompt token), vectorised instead of its loop over requests.
+    False for an idle batch (nothing to write)."""
     if batch.forward_mode.is_idle():
-        return
+        return False
     import torch
     from sglang.srt.speculative.eagle_utils import _eagle_prefill_tail_tokens
     ids = batch.input_ids
@@ -107,6 +112,7 @@ def write_prefill(writer: DraftKVWriter, batch: Any, aux_hidden: Any, next_token
     offset = torch.repeat_interleave(ends + 1 - lens - prefix, lens, output_size=n)
     positions = torch.arange(n, dtype=torch.int64, device=device) - offset
     writer.write(aux_hidden, shifted, positions, batch.out_cache_loc)
+    return True
 
 
 def _cat(parts: list) -> Any:

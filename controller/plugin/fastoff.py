@@ -7,10 +7,11 @@ runs the target in DECODE mode, through decode CUDA graphs captured for it once 
 and its result is laid out exactly as a steps-0 verify result (one token per request, accept
 length 1, the new token as the next bonus token), so the scheduler cannot tell the difference.
 
-The draft is skipped, as with SGLang's SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND: its KV for the
-positions decoded while off is not written, so a request that lives through an off -> on
-switch drafts from partly stale state for the rest of its life. That costs acceptance, never
-correctness: the target verifies every drafted token.
+The draft model does not run. By default (off path "kv") the plugin writes the draft's KV for the
+decoded position itself (draftkv.py), so a request that lives through an off -> on switch drafts
+from complete state; with off path "fast" it is skipped as with SGLang's
+SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND and such a request drafts from partly stale state, which
+costs acceptance, never correctness: the target verifies every drafted token.
 
 Written against SGLang 0.5.17 (measured there on an H200) and carried to 0.5.18 ... 0.5.23 from the
 wheels: the SGLang names it relies on are the release's table in internals.py, checked against the

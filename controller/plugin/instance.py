@@ -34,7 +34,8 @@ class Plugin:
         self.failures = Failures()
         self.router = Router(int(raw) if raw.isdigit() else 0, self.failures)
         self.off_path = OffPath(self.router, self.failures, enabled=env.get(ENV_FAST_OFF, "1") != "0",
-                                sync_draft=env.get(ENV_SYNC_DRAFT) == "1", lean_prefill=env.get(ENV_LEAN_PREFILL, "1") != "0",
+                                sync_draft=env.get(ENV_SYNC_DRAFT) == "1",
+                                lean_prefill=env.get(ENV_LEAN_PREFILL, "1") != "0",
                                 draft_kv=env.get(ENV_DRAFT_KV, "1") != "0",   # the default: consistent, cheap
                                 capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)

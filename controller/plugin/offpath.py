@@ -7,8 +7,9 @@ import logging
 import time
 from typing import Any, Callable
 
-from ..contract import (REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_MISSING_INTERNAL, REASON_NONE,
-                        REASON_OTHER_RANK, REASON_REJECTION_SAMPLING, REASON_RUN_FAILED, parse_version)
+from ..contract import (REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_KV_UNSUPPORTED,
+                        REASON_MISSING_INTERNAL, REASON_NONE, REASON_OTHER_RANK, REASON_REJECTION_SAMPLING,
+                        REASON_RUN_FAILED, parse_version)
 from . import draftkv, fastoff, internals
 from .failures import Failures
 from .router import Router
@@ -42,6 +43,7 @@ class OffPath:
         self.capture_hidden = capture_hidden or sync_draft or draft_kv   # graphs that can feed the draft
         self.kv_writer: draftkv.DraftKVWriter | None = None   # built with the fast path, where supported
         self.kv_writes = 0
+        self.tp_size = 1
         self.fast: fastoff.FastOff | None = None   # built after SGLang's graph capture, if supported
         self.reason = REASON_CONFIG if not enabled else REASON_NONE   # contract.OFF_REASONS: why not fast
         self.fallbacks = 0                         # off batches that took SGLang's steps-0 path
@@ -64,6 +66,7 @@ class OffPath:
         # With rejection sampling the verify weighs each draft token by the draft's probability: a draft
         # skipped while off (fast path, lean prefill) leaves stale probabilities and sampled outputs drift.
         self.rejection = rejection_sampling(worker)
+        self.tp_size = int(getattr(getattr(worker, "server_args", None), "tp_size", 1) or 1)
         if not self.enabled:
             return None
         if not self.router.check(worker):
@@ -102,7 +105,7 @@ class OffPath:
             log.warning("spec-controller: the plugin cannot write this draft's KV (%s)%s", e,
                         "; off batches run SGLang's draft extend instead" if self.draft_kv else "")
             if self.draft_kv:
-                self.sync_draft = True
+                self.sync_draft, self.reason = True, REASON_KV_UNSUPPORTED
         except Exception as e:
             self.failures.record("draft KV writer", e)
 
@@ -159,20 +162,25 @@ class OffPath:
         a prefill skips the draft's forward over the prompt (its draft KV stays unwritten)."""
         if not (self.lean_prefill and not self.rejection and self.router.active and self.router.threshold == 0):
             return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
-        self.lean_prefills += 1
+        mm_embeds = kwargs.get("mm_input_embeds", args[0] if args else None)
         writer = self._writer()
+        if writer is not None and mm_embeds is not None:   # a multimodal prompt: the draft embeds it its own way
+            return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
+        self.lean_prefills += 1
         if writer is not None:
             try:
-                draftkv.write_prefill(writer, batch, target_hidden_states, next_token_ids)
-                self.kv_writes += 1
+                self.kv_writes += draftkv.write_prefill(writer, batch, target_hidden_states, next_token_ids)
             except Exception as e:     # this prompt's draft KV stays unwritten; later ones run the draft
                 self.failures.record("draft KV prefill", e)
                 self.kv_writer = None
+                if self.tp_size > 1:   # the other ranks' writers ran collectives this rank did not: fail loudly
+                    raise
                 return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
         return fastoff.stub_draft_input(draft_worker, next_token_ids)
 
     def path_index(self) -> int:
-        """Index into contract.OFF_PATHS: steps-0, fast, fast built but switched off, fast + draft synced."""
+        """Index into contract.OFF_PATHS: steps-0, fast, fast built but switched off, fast + draft synced,
+        fast + the draft's KV written by the plugin."""
         if self.fast is None:
             return 0
         if not self.enabled:
