@@ -66,3 +66,14 @@ def test_set_reaches_every_key():
         assert parse_set([f"{section}.{key}={text}"]) == {section: {key: value}}
     assert parse_set(["policy.params.c=1.5", "sim.profile=seed"]) == {"policy": {"params": {"c": 1.5}},
                                                                     "sim": {"profile": "seed"}}
+
+
+def test_the_sglang_engines_own_keys_are_shown_with_their_defaults():
+    from controller.daemon.engines.sglang import OWN_DEFAULTS, OWN_KEYS
+    own = {k: v for (section, k), v in shown().items() if section == "sglang" and k in OWN_KEYS}
+    assert set(own) == OWN_KEYS                                  # every one of them shown
+    for key, (commented, value, _) in own.items():
+        assert commented, f"sglang.{key} is set in the example: it must only show the default"
+        if key in OWN_DEFAULTS:
+            assert value == OWN_DEFAULTS[key], f"sglang.{key}: example {value!r}, code {OWN_DEFAULTS[key]!r}"
+

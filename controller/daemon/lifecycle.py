@@ -17,6 +17,7 @@ from ..paths import default_db, default_socket
 from ..sim.profile import ProfileError
 from .config import ConfigError, load_config
 from .engines.base import Engine, EngineError
+from .engines.sglang import OWN_DEFAULTS as SGLANG_DEFAULTS
 from .notify import sd_notify
 from .ticker import Ticker
 
@@ -98,7 +99,7 @@ class Daemon:
         from .api import ControlServer
 
         cfg, st, ctl = self.cfg, self.cfg["storage"], self.cfg["control"]
-        if not engine.wait_ready(float(cfg["sglang"].get("ready_timeout_s", 900)), cancel=self.stop_flag):
+        if not engine.wait_ready(float(cfg["sglang"].get("ready_timeout_s", SGLANG_DEFAULTS["ready_timeout_s"])), cancel=self.stop_flag):
             if self.stop_flag.is_set():
                 return None, None, None, None
             raise Fatal("engine did not become ready")

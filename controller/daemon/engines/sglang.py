@@ -36,6 +36,9 @@ OFF_PATH_ENV = {"kv": {ENV_DRAFT_KV: "1", ENV_SYNC_DRAFT: "0"}, "synced": {ENV_S
 # kv: the draft's KV complete when speculation resumes (issue 12 item 3), at a few kernels per off batch;
 # synced costs 21 % at steady batch 128, fast leaves the draft stale (docs/sglang.md#the-off-path)
 DEFAULT_OFF_PATH = "kv"
+# the defaults of those own keys (systemd/config.example.toml shows them; python: the daemon's interpreter)
+OWN_DEFAULTS = {"ready_timeout_s": 900.0, "probe_s": 30.0, "hang_after_s": 180.0, "off_path": DEFAULT_OFF_PATH,
+                "lean_prefill": True, "extra_args": [], "env": {}}
 
 
 def plugin_env(args: dict) -> dict[str, str]:
@@ -43,7 +46,7 @@ def plugin_env(args: dict) -> dict[str, str]:
     off_path = args.get("off_path", DEFAULT_OFF_PATH)
     if off_path not in OFF_PATH_ENV:
         raise EngineError(f"sglang engine: [sglang] off_path={off_path!r} must be one of {', '.join(OFF_PATH_ENV)}")
-    lean = args.get("lean_prefill", True)
+    lean = args.get("lean_prefill", OWN_DEFAULTS["lean_prefill"])
     if not isinstance(lean, bool):
         raise EngineError(f"sglang engine: [sglang] lean_prefill={lean!r} must be true or false")
     return {**OFF_PATH_ENV[off_path], ENV_LEAN_PREFILL: "1" if lean else "0"}
@@ -106,8 +109,8 @@ class SGLangEngine(Engine):
         self.bad_messages = 0
         # A live process whose scheduler stopped answering (e.g. ranks out of step) is as good as gone.
         self.plugin_env = plugin_env(self.args)
-        self.probe_s = _seconds(self.args, "probe_s", 30.0)
-        self.hang_after_s = _seconds(self.args, "hang_after_s", 180.0)
+        self.probe_s = _seconds(self.args, "probe_s", OWN_DEFAULTS["probe_s"])
+        self.hang_after_s = _seconds(self.args, "hang_after_s", OWN_DEFAULTS["hang_after_s"])
         self._failing_since: float | None = None
         self._last_probe: tuple[float, str] = (0.0, "")       # (monotonic time, what the last probe got)
         run = Path(os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or state_dir())
