@@ -78,8 +78,12 @@ BIGMODEL="--hidden 8192 --layers 48 --inter 22016 --heads 64 --kv-heads 8"   # ~
 MODEL7B="--hidden 4096 --layers 32 --inter 14336 --heads 32 --kv-heads 8"     # ~7.2 B (Llama-3-8B shapes, vocab 32k)
 TP=${TP:-1}; MAXBS=${MAXBS:-128}   # tensor-parallel size; max running requests = largest CUDA-graph batch
 DUMMY=${DUMMY:-}                    # 1: weights made in place by SGLang (--load-format dummy; mkmodel --config-only)
+# Prefill CUDA graphs: every measurement so far ran them disabled (eager, launch-bound prefills); SGLang
+# 0.5.17's own default on CUDA is "breakable". PREFILL_GRAPH=default leaves SGLang's choice (not run yet).
+PREFILL_GRAPH=${PREFILL_GRAPH:-disabled}
+PREFILL_FLAG=(); [ "$PREFILL_GRAPH" != default ] && PREFILL_FLAG=(--cuda-graph-backend-prefill "$PREFILL_GRAPH")
 COMMON=(--model-path $M/target --host 127.0.0.1 --attention-backend triton --mem-fraction-static 0.8
-  --cuda-graph-max-bs-decode $MAXBS --cuda-graph-backend-prefill disabled --grammar-backend none
+  --cuda-graph-max-bs-decode $MAXBS "${PREFILL_FLAG[@]}" --grammar-backend none
   --sampling-backend pytorch --max-running-requests $MAXBS --random-seed 0 --tp-size $TP
   ${DUMMY:+--load-format dummy})
 SPEC=(--speculative-algorithm EAGLE3 --speculative-draft-model-path $M/eagle3 --speculative-num-steps 3
@@ -186,7 +190,7 @@ port = 30000
 attention_backend = "triton"
 mem_fraction_static = ${MEMFRAC:-0.8}
 cuda_graph_max_bs_decode = $MAXBS
-cuda_graph_backend_prefill = "disabled"
+$([ "$PREFILL_GRAPH" != default ] && echo "cuda_graph_backend_prefill = \"$PREFILL_GRAPH\"")
 grammar_backend = "none"
 sampling_backend = "pytorch"
 max_running_requests = $MAXBS
