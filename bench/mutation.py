@@ -1,6 +1,6 @@
 """Mutation testing (mutmut 3) of the decision code, within a 2-core machine's limits.
 
-    python bench/mutation.py [--groups speculates,guard,writer,policies,oracle-profile,oracle-eval]
+    python bench/mutation.py [--groups speculates,guard,writer,policies,oracle-profile,oracle-eval,offpath]
                              [--workdir DIR] [--out FILE]
                              [--mode full|survivors|collect]
 
@@ -110,6 +110,14 @@ GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
                      *[t for t in OPENLOOP if "reconvergence" not in t],
                      "tests/test_openloop.py::test_one_token_requests_finish_at_their_prefill_and_the_clock_moves_on",
                      *[CLI + t for t in CLI_FAST], *FINITE]),
+    # The off path's choices (offpath.py, every function) and the draft KV writer's support check and
+    # build (draftkv.py). DraftKVWriter.write, write_prefill and _cat run torch, which the CPU test venv
+    # lacks: their mutants are left out here (bench/gpu/run_consistency.sh checks them on a GPU, the
+    # draft's KV against SGLang's own draft extend).
+    "offpath": (["controller/plugin/offpath.py", "controller/plugin/draftkv.py"],
+                ["controller.plugin.offpath.*", "controller.plugin.draftkv.x_unsupported_reason__mutmut_*",
+                 "controller.plugin.draftkv.x_build__mutmut_*"],
+                ["tests/test_plugin_cpu.py", "tests/test_fastoff_cpu.py"]),
 }
 # mutmut's CPU-time limit per mutant is (its tests' time + 1 s) x timeout_multiplier x 2 (default 15): for
 # run_segments' mutants that loop forever (next_tick no longer advancing; its tests take ~16 s) that is
