@@ -117,7 +117,7 @@ GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
     "offpath": (["controller/plugin/offpath.py", "controller/plugin/draftkv.py"],
                 ["controller.plugin.offpath.*", "controller.plugin.draftkv.x_unsupported_reason__mutmut_*",
                  "controller.plugin.draftkv.x_build__mutmut_*"],
-                ["tests/test_plugin_cpu.py", "tests/test_fastoff_cpu.py"]),
+                ["tests/test_offpath_cpu.py", "tests/test_plugin_cpu.py", "tests/test_fastoff_cpu.py"]),
 }
 # mutmut's CPU-time limit per mutant is (its tests' time + 1 s) x timeout_multiplier x 2 (default 15): for
 # run_segments' mutants that loop forever (next_tick no longer advancing; its tests take ~16 s) that is

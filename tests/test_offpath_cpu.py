@@ -1,0 +1,287 @@
+"""The off path's choices (controller/plugin/offpath.py) and the draft-KV writer's support check
+(controller/plugin/draftkv.py), pinned down by the mutation-testing pass (bench/mutation.py --groups
+offpath): each unsupported draft's reason, the writer's fields, defaults, the TP size, rank agreement,
+the hooks' arguments to SGLang's own paths, counters and logged failures."""
+import logging
+from types import SimpleNamespace
+
+from controller import contract
+from controller.contract import decode
+from controller.plugin import draftkv, fastoff, internals
+from controller.plugin.instance import Plugin
+from tests.test_plugin_cpu import (GOOD, WATERMARKED, Recorder, active, decode_batch, fast, plug,  # noqa: F401
+                                   routed_worker, worker)   # fast, plug: fixtures
+
+def eagle3_draft(drop=(), layer_drop=(), attn_drop=(), dcp=1, **inner_extra):
+    """A stand-in for a one-layer EAGLE3 draft runner on a plain MHA pool; drop names an inner-model,
+    layer or attention attribute (or the runner's: "model", "pool", "dcp_size") to leave out."""
+    attn = SimpleNamespace(**{k: 1 for k in ("forward_prepare_native", "attn") if k not in attn_drop})
+    layer = SimpleNamespace(**{k: 1 for k in ("hidden_norm", "input_layernorm") if k not in layer_drop})
+    if "self_attn" not in layer_drop:
+        layer.self_attn = attn
+    inner = SimpleNamespace(**{k: v for k, v in dict(embed_tokens=1, fc=1, input_norm=None, fc_norm=None,
+                                                     num_aux_hidden_states=3, layers=[layer]).items()
+                               if k not in drop}, **inner_extra)
+    model = type("LlamaForCausalLMEagle3", (), {})()
+    if "inner" not in drop:
+        model.model = inner
+    runner = SimpleNamespace(model=model, token_to_kv_pool=type("MHATokenToKVPool", (), {})(), dcp_size=dcp)
+    for name, attr in (("model", "model"), ("pool", "token_to_kv_pool"), ("dcp_size", "dcp_size")):
+        if name in drop:
+            delattr(runner, attr)
+    return runner
+
+
+def test_each_unsupported_draft_gets_its_own_reason():
+    reason = draftkv.unsupported_reason
+    assert reason(SimpleNamespace(model=object())) == "the draft is object, not LlamaForCausalLMEagle3"
+    assert reason(eagle3_draft(drop=("model",))) == "the draft is NoneType, not LlamaForCausalLMEagle3"
+    assert reason(eagle3_draft(drop=("inner",))) == "the draft has no layers (one is supported)"
+    assert reason(eagle3_draft(drop=("layers",))) == "the draft has no layers (one is supported)"
+    assert reason(eagle3_draft(layer_drop=("self_attn",))) == "the draft layer has no forward_prepare_native"
+    assert reason(eagle3_draft(is_mrope_enabled=True)) == "the draft uses multimodal RoPE"
+    assert reason(eagle3_draft(drop=("pool",))) == "the draft's KV pool is NoneType, not MHATokenToKVPool"
+    quantised = eagle3_draft()
+    quantised.token_to_kv_pool.is_quantized_kv_cache = True
+    assert reason(quantised) == "the draft's KV cache is quantised"
+    assert reason(eagle3_draft(dcp=2)) == "decode context parallelism shards the KV cache"
+    for dcp_unset in (eagle3_draft(dcp=None), eagle3_draft(dcp=0), eagle3_draft(drop=("dcp_size",))):
+        assert reason(dcp_unset) is None          # no decode context parallelism: one shard
+
+
+def test_the_built_writer_holds_the_drafts_inner_model_its_layer_and_pool():
+    runner = eagle3_draft()
+    w = draftkv.build(runner)
+    assert w.model is runner.model.model and w.layer is runner.model.model.layers[0]
+    assert w.pool is runner.token_to_kv_pool
+
+
+def test_off_path_defaults_and_which_choices_capture_hidden_states(plug):
+    from controller.plugin.offpath import OffPath
+    bare = OffPath(plug.router, plug.failures)
+    assert (bare.enabled, bare.sync_draft, bare.lean_prefill, bare.draft_kv, bare.capture_hidden) == \
+        (True, False, False, False, False)
+    assert OffPath(plug.router, plug.failures, capture_hidden=True).capture_hidden
+    assert OffPath(plug.router, plug.failures, sync_draft=True).capture_hidden
+    assert OffPath(plug.router, plug.failures, draft_kv=True).capture_hidden
+    default = Plugin({}).off_path                 # not built yet: a writer can be, graphs with hidden states
+    assert default.fast is None and default.can_write_kv()
+    default.fast = fastoff.FastOff(None, None, with_hidden=True)
+    assert not default.can_write_kv()             # built, but no writer
+
+
+def logged_failure(caplog, where: str, exc: BaseException) -> None:
+    """The failure was logged once, under its place, with the exception and its traceback."""
+    hits = [r for r in caplog.records if f"{where} failed ({exc})" in r.getMessage()]
+    assert len(hits) == 1 and hits[0].exc_info is not None and hits[0].exc_info[1] is exc
+
+
+def built(plug, monkeypatch, w, agree=lambda ok: ok, build=None):
+    """after_init_cuda_graphs on 0.5.17 with fastoff.build recorded (graphs with hidden states)."""
+    got = []
+    plug.router.version = lambda: "0.5.17"
+    monkeypatch.setattr(fastoff, "build", build or (lambda worker, names, with_hidden=False: got.append(
+        (worker, names, with_hidden)) or fastoff.FastOff(None, None, with_hidden=True)))
+    monkeypatch.setattr(fastoff, "all_ranks_agree", agree)
+    plug.off_path.after_init_cuda_graphs(None, w)
+    return got
+
+
+def internals_for(version):
+    return internals.for_version(contract.parse_version(version))
+
+
+def test_the_build_gets_the_worker_and_the_writer_the_workers_draft(plug, monkeypatch):
+    w = worker()
+    w.server_args = SimpleNamespace(tp_size=2)
+    w.draft_worker = SimpleNamespace(draft_runner=eagle3_draft())
+    got = built(plug, monkeypatch, w)
+    off = plug.off_path
+    assert got == [(w, internals_for("0.5.17"), True)]          # with hidden states: the kv default
+    assert off.fast is not None and off.kv_writer is not None
+    assert off.kv_writer.pool is w.draft_worker.draft_runner.token_to_kv_pool
+    assert off.tp_size == 2
+    for args, tp in ((None, 1), (SimpleNamespace(), 1), (SimpleNamespace(tp_size=None), 1)):
+        p = active(Plugin({}))
+        v = worker()
+        if args is not None:
+            v.server_args = args
+        v.draft_worker = SimpleNamespace(draft_runner=eagle3_draft())
+        built(p, monkeypatch, v)
+        assert p.off_path.tp_size == tp
+
+
+def test_tp_ranks_that_disagree_or_cannot_agree_keep_steps_0(plug, monkeypatch, caplog):
+    w = worker()
+    built(plug, monkeypatch, w, agree=lambda ok: False)
+    assert plug.off_path.fast is None and plug.off_path.reason == contract.REASON_OTHER_RANK
+    err = RuntimeError("no group")
+
+    def broken(ok):
+        raise err
+    p = active(Plugin({}))
+    with caplog.at_level(logging.ERROR, logger="spec_controller.plugin"):
+        built(p, monkeypatch, worker(), agree=broken)
+    assert p.off_path.fast is None and p.off_path.reason == contract.REASON_OTHER_RANK
+    assert p.failures.places == {"fast off agreement"}
+    logged_failure(caplog, "fast off agreement", err)
+
+
+def test_a_capture_or_writer_failure_is_logged_with_its_traceback(plug, monkeypatch, caplog):
+    err = RuntimeError("capture")
+
+    def fails(*a, **k):
+        raise err
+    with caplog.at_level(logging.ERROR, logger="spec_controller.plugin"):
+        built(plug, monkeypatch, worker(), build=fails)
+    assert plug.failures.places == {"fast off capture"} and plug.off_path.reason == contract.REASON_CAPTURE_FAILED
+    logged_failure(caplog, "fast off capture", err)
+    p = active(Plugin({}))
+    werr = RuntimeError("pool")
+    monkeypatch.setattr(draftkv, "build", lambda runner: (_ for _ in ()).throw(werr))
+    w = worker()
+    w.draft_worker = SimpleNamespace(draft_runner=eagle3_draft())
+    with caplog.at_level(logging.ERROR, logger="spec_controller.plugin"):
+        built(p, monkeypatch, w)
+    assert p.failures.places == {"draft KV writer"} and p.off_path.kv_writer is None
+    assert p.off_path.fast is not None and not p.off_path.sync_draft       # the fast path without the draft's KV
+    logged_failure(caplog, "draft KV writer", werr)
+
+
+def refused_worker():
+    """A worker whose engine the plugin refuses (SGLang's adaptive speculation is off)."""
+    w = worker()
+    w.server_args = SimpleNamespace(**{**GOOD, "speculative_adaptive": False})
+    return w
+
+
+def test_an_unchecked_plugin_checks_the_worker_it_is_handed():
+    plug = Plugin({})
+    plug.router.version = lambda: "0.5.17"
+    plug.off_path.after_init_cuda_graphs(None, refused_worker())
+    assert plug.off_path.reason == contract.REASON_INACTIVE and plug.off_path.fast is None
+    plug = Plugin({})                                     # a fast path, and the first decode batch's check
+    plug.router.version = lambda: "0.5.17"
+    plug.off_path.fast = fastoff.FastOff(None, None)
+    rec, w = Recorder(), refused_worker()
+    plug.off_path.forward_batch_generation(rec.original, w, decode_batch(4))
+    assert rec.calls == [("sglang", 4)] and plug.router.inert_reason.startswith("speculative_adaptive is off")
+
+
+class ArgsRecorder:
+    def __init__(self, result="sglang-result"):
+        self.calls, self.result = [], result
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        return self.result
+
+
+def test_every_sglang_path_gets_the_hooks_own_arguments(fast, monkeypatch):
+    plug, _ = fast
+    off, rec, w = plug.off_path, ArgsRecorder(), routed_worker(plug)
+    on = decode_batch(4)                                   # speculates
+    assert off.forward_batch_generation(rec, w, on, "pub", x=1) == "sglang-result"
+    wm = decode_batch(20, return_logprob=True, sampling_info=WATERMARKED)
+    off.forward_batch_generation(rec, w, wm, "pub", x=1)   # steps-0 for its logprobs
+    monkeypatch.setattr(fastoff, "run", lambda *a: 1 / 0)
+    plain = decode_batch(20)
+    off.forward_batch_generation(rec, w, plain, "pub", x=1)  # the fast path failed: SGLang's
+    assert rec.calls == [((w, on, "pub"), {"x": 1}), ((w, wm, "pub"), {"x": 1}), ((w, plain, "pub"), {"x": 1})]
+
+
+def test_the_fast_path_gets_the_worker_and_a_positional_on_publish(fast, monkeypatch):
+    plug, _ = fast
+    got = []
+
+    def run(worker, f, batch, on_publish, sync=False, kv=None):
+        got.append((worker, batch, on_publish))
+        f.batches += 1
+        return "fast"
+    monkeypatch.setattr(fastoff, "run", run)
+    w, b = routed_worker(plug), decode_batch(30)
+    assert plug.off_path.forward_batch_generation(Recorder().original, w, b, "pub", "other") == "fast"
+    assert got == [(w, b, "pub")]
+    assert plug.off_path.counters()["draft_kv_writes"] == 0        # no writer: nothing written
+
+
+def test_fallbacks_are_counted_per_batch_and_per_reason(fast):
+    plug, _ = fast
+    for _ in range(2):
+        plug.off_path.forward_batch_generation(Recorder().original, routed_worker(plug),
+                                               decode_batch(20, return_logprob=True, sampling_info=WATERMARKED))
+    c = plug.off_path.counters()
+    assert (c["off_fallbacks"], c["off_fallbacks_logprob"], c["off_fallbacks_grammar"]) == (2, 2, 0)
+
+
+def test_counters_name_every_off_path_figure(fast):
+    plug, _ = fast
+    off = plug.off_path
+    off.lean_prefills, off.kv_writes, off.fast.cpu_ns, off.fast.graph_batches = 5, 7, 11, 3
+    assert off.counters() == {"off_fallbacks": 0, "lean_prefills": 5, "off_fallbacks_logprob": 0,
+                              "off_fallbacks_grammar": 0, "draft_kv_writes": 7, "fast_off_batches": 0,
+                              "fast_off_graph_batches": 3, "fast_off_cpu_ns": 11}
+
+
+def test_launch_time_adds_each_batchs_cpu_time(fast, monkeypatch):
+    from controller.plugin import offpath
+    plug, _ = fast
+    clock = iter([1000, 1250, 5000, 5100])
+    monkeypatch.setattr(offpath, "time", SimpleNamespace(perf_counter_ns=lambda: next(clock)))
+    plug.off_path.fast.cpu_ns = 100
+    for _ in range(2):
+        plug.off_path.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30))
+    assert plug.off_path.fast.cpu_ns == 100 + 250 + 100
+
+
+def test_a_progress_line_after_the_first_fast_batch_and_every_log_every(fast, caplog):
+    from controller.plugin import offpath
+    plug, _ = fast
+    with caplog.at_level(logging.INFO, logger="spec_controller.plugin"):
+        for _ in range(3):
+            plug.off_path.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30))
+        plug.off_path.fast.batches = offpath.LOG_EVERY       # the next one is LOG_EVERY + 1
+        plug.off_path.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30))
+    lines = [r.getMessage() for r in caplog.records if "spec-controller fast off:" in r.getMessage()]
+    assert lines == ["spec-controller fast off: 1 batches (0 on CUDA graphs), 0 fell back to steps-0",
+                     f"spec-controller fast off: {offpath.LOG_EVERY + 1} batches (0 on CUDA graphs), "
+                     "0 fell back to steps-0"]
+
+
+def test_a_fast_path_failure_is_logged_with_its_traceback(fast, monkeypatch, caplog):
+    plug, _ = fast
+    err = RuntimeError("launch")
+    monkeypatch.setattr(fastoff, "run", lambda *a: (_ for _ in ()).throw(err))
+    with caplog.at_level(logging.ERROR, logger="spec_controller.plugin"):
+        plug.off_path.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30))
+    assert plug.failures.places == {"fast off"}
+    logged_failure(caplog, "fast off", err)
+
+
+def test_every_draft_prefill_path_gets_the_hooks_own_arguments(fast, monkeypatch, caplog):
+    plug, _ = fast
+    off, rec = plug.off_path, ArgsRecorder("draft forward")
+    plug.router.threshold = 8                                          # speculating: the draft runs
+    assert off.draft_extend_for_prefill(rec, "draft", "batch", "hidden", [7], "mm", x=1) == "draft forward"
+    plug.router.threshold = 0
+    off.fast.with_hidden, off.kv_writer = True, object()
+    off.draft_extend_for_prefill(rec, "draft", "batch", "hidden", [7], "mm", x=1)   # multimodal: the draft
+    err = RuntimeError("no pool")
+    monkeypatch.setattr(draftkv, "write_prefill", lambda *a: (_ for _ in ()).throw(err))
+    with caplog.at_level(logging.ERROR, logger="spec_controller.plugin"):
+        off.draft_extend_for_prefill(rec, "draft", "batch", "hidden", [7], None, x=1)   # the write failed
+    assert rec.calls == [(("draft", "batch", "hidden", [7], "mm"), {"x": 1})] * 2 + \
+        [(("draft", "batch", "hidden", [7], None), {"x": 1})]
+    assert plug.failures.places == {"draft KV prefill"}
+    logged_failure(caplog, "draft KV prefill", err)
+
+
+def test_lean_prefills_stub_the_draft_workers_input_and_are_counted(fast, monkeypatch):
+    plug, _ = fast
+    off = plug.off_path
+    plug.router.threshold = 0
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: ("stub", draft, ids))
+    original = ArgsRecorder("draft forward")
+    for _ in range(2):
+        assert off.draft_extend_for_prefill(original, "draft", "batch", "hidden", [7]) == ("stub", "draft", [7])
+    assert off.lean_prefills == 2 and off.counters()["lean_prefills"] == 2 and original.calls == []
