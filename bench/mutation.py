@@ -1,6 +1,6 @@
 """Mutation testing (mutmut 3) of the decision code, within a 2-core machine's limits.
 
-    python bench/mutation.py [--groups speculates,guard,writer,policies,oracle-profile,oracle-eval,offpath]
+    python bench/mutation.py [--groups speculates,guard,writer,policies,oracle-profile,oracle-eval,offpath,offlogprob]
                              [--workdir DIR] [--out FILE]
                              [--mode full|survivors|collect]
 
@@ -118,7 +118,20 @@ GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
                 ["controller.plugin.offpath.*", "controller.plugin.draftkv.x_unsupported_reason__mutmut_*",
                  "controller.plugin.draftkv.x_build__mutmut_*"],
                 ["tests/test_offpath_cpu.py", "tests/test_plugin_cpu.py", "tests/test_fastoff_cpu.py"]),
+    # The fast off path's logprobs (offlogprob.py, every function: unsupported_reason, keeping_logits and
+    # fill). Nothing is left out: fill takes torch as an argument (the tests' numpy stand-in) and calls the
+    # release's logprob function through _fns / _resolve (the tests' numpy port of it), so all of its logic
+    # runs on CPU. What needs a GPU is SGLang's own function on real logits, outside this file:
+    # bench/gpu/logprob_check.py compares the off path's logprobs with an engine without speculation.
+    "offlogprob": (["controller/plugin/offlogprob.py"], ["controller.plugin.offlogprob.*"],
+                   ["tests/test_fastoff_cpu.py", "tests/test_offlogprob_cpu.py"]),
 }
+# mutmut 3 leaves every decorated function unmutated (but @staticmethod / @classmethod). In the group's
+# scratch copy these decorators are applied after the module's last line instead (name = decorator(name):
+# the same object once imported, as nothing in the module calls them at import), so that their bodies are
+# mutated too: offlogprob's keeping_logits is a @contextmanager.
+UNDECORATE: dict[str, dict[str, list[tuple[str, str]]]] = {
+    "offlogprob": {"controller/plugin/offlogprob.py": [("contextmanager", "keeping_logits")]}}
 # mutmut's CPU-time limit per mutant is (its tests' time + 1 s) x timeout_multiplier x 2 (default 15): for
 # run_segments' mutants that loop forever (next_tick no longer advancing; its tests take ~16 s) that is
 # ~8 min each. Here 3: six times the tests' time, far above what a mutant that only changes the numbers takes.
@@ -137,6 +150,17 @@ def scratch_copy(dest: Path) -> None:
         if src.is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / name)
+
+
+def undecorate(dest: Path, group: str) -> None:
+    for path, pairs in UNDECORATE.get(group, {}).items():
+        text = (dest / path).read_text()
+        for decorator, name in pairs:
+            defined = f"@{decorator}\ndef {name}("
+            if text.count(defined) != 1:
+                raise SystemExit(f"{path}: expected one @{decorator} def {name}(, to undecorate for mutmut")
+            text = text.replace(defined, f"def {name}(") + f"\n\n{name} = {decorator}({name})\n"
+        (dest / path).write_text(text)
 
 
 def write_config(dest: Path, files: list[str], tests: list[str], timeout_multiplier: float | None = None) -> None:
@@ -201,6 +225,7 @@ def run_group(group: str, workdir: Path, mode: str = "full") -> dict:
         (dest / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)    # re-map tests to functions
     elif mode == "full":
         scratch_copy(dest)
+        undecorate(dest, group)
         write_config(dest, files, tests, TIMEOUT_MULTIPLIER.get(group))
     if mode != "collect" and (mode == "full" or names):
         with open(dest / "mutmut.log", "a" if mode == "survivors" else "w") as log:
