@@ -5,6 +5,8 @@ the hooks' arguments to SGLang's own paths, counters and logged failures."""
 import logging
 from types import SimpleNamespace
 
+import pytest
+
 from controller import contract
 from controller.contract import decode
 from controller.plugin import draftkv, fastoff, internals
@@ -256,6 +258,18 @@ def test_a_fast_path_failure_is_logged_with_its_traceback(fast, monkeypatch, cap
         plug.off_path.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30))
     assert plug.failures.places == {"fast off"}
     logged_failure(caplog, "fast off", err)
+
+
+def test_a_fast_path_failure_at_tp_above_1_is_raised_not_degraded_on_one_rank(fast, monkeypatch):
+    # one rank on steps-0 while the others stay on the fast path would issue other collectives and hang
+    # the group silently: the failure is recorded and raised (SGLang's scheduler dies, the daemon says so)
+    plug, _ = fast
+    plug.off_path.tp_size = 2
+    monkeypatch.setattr(fastoff, "run", lambda *a: (_ for _ in ()).throw(RuntimeError("launch")))
+    rec = Recorder()
+    with pytest.raises(RuntimeError, match="launch"):
+        plug.off_path.forward_batch_generation(rec.original, routed_worker(plug), decode_batch(30))
+    assert rec.calls == [] and plug.failures.places == {"fast off"} and plug.off_path.fast is None
 
 
 def test_every_draft_prefill_path_gets_the_hooks_own_arguments(fast, monkeypatch, caplog):

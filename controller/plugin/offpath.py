@@ -148,6 +148,8 @@ class OffPath:
         except Exception as e:      # restored batch fields: SGLang's own path can still take this batch
             self.failures.record("fast off", e)
             self.fast, self.reason = None, REASON_RUN_FAILED
+            if self.tp_size > 1:    # this rank alone on steps-0 would issue other collectives: fail loudly
+                raise
             return original(worker, batch, *args, **kwargs)
         self.kv_writes += writer is not None
         fast.cpu_ns += time.perf_counter_ns() - t0        # CPU time to launch it (the GPU runs on, overlapped)
