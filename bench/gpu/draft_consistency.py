@@ -34,11 +34,12 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import random
 import re
 import sys
 import time
 import urllib.request
+
+from greedy import post, prompts, updated   # the same server calls and prompts as the greedy check
 
 THRESHOLD = "speculative_disable_batch_threshold"
 REFERENCE, SHIFTED = "always", "always1"
@@ -46,20 +47,6 @@ RANGES = ("first", "window", "window_after_first", "after")
 
 
 # --- the server ---------------------------------------------------------------------------------
-def post(port: int, path: str, body: dict, timeout: float = 60) -> dict:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read())
-
-
-def updated(answer) -> bool:
-    """SGLang answers set_internal_state with {"updated": ...} or a list of those (or of bools)."""
-    items = answer if isinstance(answer, list) else [answer]
-    flags = [item.get("updated") if isinstance(item, dict) else item for item in items]
-    return bool(flags) and all(flag is True for flag in flags)
-
-
 class NotUpdated(RuntimeError):
     pass
 
@@ -68,11 +55,6 @@ def set_state(port: int, values: dict) -> None:
     answer = post(port, "/set_internal_state", {"server_args": values}, 30)
     if not updated(answer):
         raise NotUpdated(f"set_internal_state {json.dumps(values)} not updated: {json.dumps(answer)[:400]}")
-
-
-def prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
-    rnd = random.Random(seed)
-    return [[rnd.randrange(3, vocab) for _ in range(length)] for _ in range(n)]
 
 
 def stream(port: int, rid: str, ids: list[int], new_tokens: int, switch_after: int | None = None,

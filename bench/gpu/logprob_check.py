@@ -24,26 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 import sys
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+
+from greedy import post, prompts, set_threshold   # the same server call and prompts as the greedy check
 
 
 class Malformed(Exception):
     pass
-
-
-def post(port: int, path: str, body: dict, timeout: float = 600) -> dict:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read())
-
-
-def prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
-    rnd = random.Random(seed)
-    return [[rnd.randrange(3, vocab) for _ in range(length)] for _ in range(n)]
 
 
 def request(ids: list[int], new_tokens: int, temperature: float, seed: int, top: int) -> dict:
@@ -131,8 +119,7 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="append one JSON line per temperature")
     args = ap.parse_args()
     if args.pin_b is not None:
-        post(args.port_b, "/set_internal_state",
-             {"server_args": {"speculative_disable_batch_threshold": args.pin_b}}, 30)
+        set_threshold(args.port_b, args.pin_b)
     batch = prompts(args.prompts, args.input_len, args.vocab, args.seed)
     status = 0
     for temperature in (float(t) for t in args.temperatures.split(",")):
