@@ -125,3 +125,39 @@ class Source:
 def source(version: str) -> Source:
     """Each wheel opened once per test session (its parsed modules kept)."""
     return Source(wheel(version))
+
+
+def name_problems(src: Source, callables: dict[str, tuple[str, ...]], attributes: dict[str, tuple[str, ...]],
+                  module_names: dict[str, tuple[str, ...]] | None = None, facts=(), exact=()) -> list[str]:
+    """Every entry a wheel does not bear out: callables' parameters (in this order; all of them, exactly,
+    for the names in `exact`), attributes set by each class, names each module defines, and quoted facts
+    (function, text, why; a text starting with '!' must be absent)."""
+    out: list[str] = []
+    for dotted, expected in callables.items():
+        try:
+            names = params(src.function(dotted))
+        except AssertionError as e:
+            out.append(str(e))
+            continue
+        if (names if dotted in exact else [n for n in names if n in expected]) != list(expected):
+            out.append(f"{dotted}{tuple(names)} != {expected}")
+    for cls, names in attributes.items():
+        try:
+            have = src.class_attributes(cls)
+        except AssertionError as e:
+            out.append(str(e))
+            continue
+        out += [f"{cls}.{n} is never set" for n in names if n not in have]
+    for module, names in (module_names or {}).items():
+        out += [f"{module} has no {n}" for n in names if n not in src.module_names(module)]
+    for fn, quote, why in facts:
+        try:
+            text = src.text(fn)
+        except AssertionError as e:
+            out.append(str(e))
+            continue
+        absent = quote.startswith("!")
+        if (quote[1:] in text) if absent else (quote.replace('"', "'") not in text):
+            out.append(f"{fn}: {'has' if absent else 'lacks'} {quote!r} ({why})")
+    return out
+

@@ -5,37 +5,13 @@ import pytest
 
 from controller.contract import parse_version
 from controller.plugin import draftkv, internals
-from tests.sglang_wheels import VERSIONS, params, source
+from tests.sglang_wheels import VERSIONS, name_problems, source
 
 FAST = [v for v in VERSIONS if internals.for_version(parse_version(v))]
 
 
 def problems(version: str) -> list[str]:
-    src, out = source(version), []
-    for dotted, expected in draftkv.CALLABLES.items():
-        try:
-            names = [n for n in params(src.function(dotted)) if n in expected]
-        except AssertionError as e:
-            out.append(str(e))
-            continue
-        if names != list(expected):
-            out.append(f"{dotted}{tuple(names)} != {expected}")
-    for cls, names in draftkv.ATTRIBUTES.items():
-        try:
-            have = src.class_attributes(cls)
-        except AssertionError as e:
-            out.append(str(e))
-            continue
-        out += [f"{cls}.{n} is never set" for n in names if n not in have]
-    for fn, quote, why in draftkv.FACTS:
-        try:
-            text = src.text(fn)
-        except AssertionError as e:
-            out.append(str(e))
-            continue
-        if quote.replace('"', "'") not in text:
-            out.append(f"{fn}: lacks {quote!r} ({why})")
-    return out
+    return name_problems(source(version), draftkv.CALLABLES, draftkv.ATTRIBUTES, facts=draftkv.FACTS)
 
 
 @pytest.mark.parametrize("version", FAST)

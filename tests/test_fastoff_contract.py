@@ -7,7 +7,7 @@ import pytest
 
 from controller.contract import OFF_REASONS, parse_version
 from controller.plugin import internals
-from tests.sglang_wheels import VERSIONS, params, source
+from tests.sglang_wheels import VERSIONS, name_problems, params, source
 
 FAST = [v for v in VERSIONS if internals.for_version(parse_version(v))]
 SLOW = [v for v in VERSIONS if not internals.for_version(parse_version(v))]
@@ -19,30 +19,9 @@ def table_of(version: str) -> internals.FastOffInternals:
 
 def problems(version: str, table: internals.FastOffInternals) -> list[str]:
     """Every entry of `table` that the wheel of `version` does not bear out."""
-    src, out = source(version), []
-    for dotted, expected in {**table.callables, internals.HIDDEN_MODE: table.hidden_mode_params}.items():
-        try:
-            names = params(src.function(dotted))
-        except AssertionError as e:
-            out.append(str(e))
-            continue
-        exact = dotted == internals.HIDDEN_MODE
-        if (names if exact else [n for n in names if n in expected]) != list(expected):
-            out.append(f"{dotted}{tuple(names)} != {expected}")
-    for cls, names in table.attributes.items():
-        out += [f"{cls}.{n} is never set" for n in names if n not in src.class_attributes(cls)]
-    for module, names in table.module_names.items():
-        out += [f"{module} has no {n}" for n in names if n not in src.module_names(module)]
-    for fn, quote, why in internals.quoted_facts(table):
-        try:
-            text = src.text(fn)
-        except AssertionError as e:
-            out.append(str(e))
-            continue
-        absent = quote.startswith("!")
-        if (quote[1:] in text) if absent else (quote.replace('"', "'") not in text):
-            out.append(f"{fn}: {'has' if absent else 'lacks'} {quote!r} ({why})")
-    return out
+    return name_problems(source(version), {**table.callables, internals.HIDDEN_MODE: table.hidden_mode_params},
+                         table.attributes, table.module_names, internals.quoted_facts(table),
+                         exact=(internals.HIDDEN_MODE,))
 
 
 @pytest.mark.parametrize("version", FAST)
