@@ -12,7 +12,9 @@
 #  CPU ms); steady decode at batch 1 / 16 / 48 / 128; with SHAPES containing `logprob`, a closed loop at
 #  LOGPROB_LEVELS (48) where LOGPROB_SHARE (0.1) of the requests ask for logprobs (issue 12 item 4);
 #  `lpcheck`: the off engine's output logprobs against the no-spec engine's (logprob_check.py); `greedy`:
-#  greedy equality while switching every 5 ms. Phases run in the order SHAPES names them, each only if
+#  greedy equality while switching every 5 ms; `closedfast`: the closed loop again with the kv writes switched
+#  off at run time (label fast); `profile`: the GPU kernels of a decode step at
+#  PROFILE_BS (48) per engine (kernel_profile.py). Phases run in the order SHAPES names them, each only if
 #  its time is left; OPEN_RATES (2,12,24); OFF_PATH sets the daemon's [sglang] off_path.
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
@@ -40,6 +42,20 @@ if start_daemon; then
     closed) [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closed (time)"; continue; }
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
       say "closed done" ;;
+    closedfast)  # the same closed loop with the kv writes switched off at run time (label "fast"): what kv costs
+      [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closedfast (time)"; continue; }
+      internal_state 30000 '{"spec_controller_draft_kv": false}' | tee -a "$SUM"
+      load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
+        --engines nospec=30001,fast=30000 --repeats 2 --flush --out "$R"
+      internal_state 30000 '{"spec_controller_draft_kv": true}' | tee -a "$SUM"; say "closedfast done" ;;
+    profile)   # issue 12 item 1: the kernels of a steady decode step at PROFILE_BS, no-spec vs kv vs fast (kernel_profile.py)
+      [ "$(left)" -gt 90 ] || { say "skip profile (time)"; continue; }
+      python3 bench/gpu/kernel_profile.py --engines nospec=30001,off=30000 --batch "${PROFILE_BS:-48}" --out "$OUT" \
+        2>&1 | cut -c1-300 | tee -a "$SUM"
+      internal_state 30000 '{"spec_controller_draft_kv": false}' >/dev/null
+      python3 bench/gpu/kernel_profile.py --engines fast=30000 --batch "${PROFILE_BS:-48}" --out "$OUT" \
+        2>&1 | cut -c1-300 | tee -a "$SUM"
+      internal_state 30000 '{"spec_controller_draft_kv": true}' | tee -a "$SUM"; say "profile done" ;;
     logprob)   # issue 12 item 4: a share of the requests ask for logprobs; status says how many off batches fell back
       [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) ] || { say "skip logprob (time)"; continue; }
       load_sum --shape closed --levels "${LOGPROB_LEVELS:-48}" --logprob-share "${LOGPROB_SHARE:-0.1}" \

@@ -1,0 +1,135 @@
+"""Issue 12 item 1 at the kernel level: what an off decode batch runs on the GPU that a no-spec decode
+batch does not. Steady decode at batch C on each engine; once the prompts are in, SGLang's own torch
+profiler (/start_profile, GPU activity, num_steps forward passes) records every kernel, CUDA-graph
+kernels included; then per engine: kernel time per step by kernel name, busy time and span per step.
+
+    python3 bench/gpu/kernel_profile.py --engines nospec=30001,off=30000 --batch 48 --steps 40 --out DIR
+Prints a KERNELS JSON line per engine and, per engine after the first stored in DIR/kernels.json (which
+accumulates over invocations, so that a run-time switch can come between two), a table of the kernels
+whose time per step differs from the first's.
+`table()` is pure (tests/test_kernel_profile.py).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import gzip
+import json
+import os
+import random
+import sys
+import threading
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+
+from greedy import post
+
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def per_step(events: list[dict], steps: int) -> dict:
+    """Kernel time per step (us) by name, busy time and span per step, from a chrome trace's events."""
+    gpu = [e for e in events if e.get("cat") in GPU_CATS and e.get("ph") == "X" and "dur" in e]
+    if not gpu or steps <= 0:
+        return {"steps": steps, "kernels": 0, "busy_us": 0.0, "span_us": 0.0, "by_name": {}}
+    by_name: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for e in gpu:
+        by_name[e["name"]] += e["dur"]
+        counts[e["name"]] += 1
+    start = min(e["ts"] for e in gpu)
+    end = max(e["ts"] + e["dur"] for e in gpu)
+    return {"steps": steps, "kernels": round(len(gpu) / steps, 1),
+            "busy_us": round(sum(by_name.values()) / steps, 1), "span_us": round((end - start) / steps, 1),
+            "by_name": {n: [round(t / steps, 2), round(counts[n] / steps, 2)] for n, t in by_name.items()}}
+
+
+def table(a: dict, b: dict, label_a: str, label_b: str, min_us: float = 1.0) -> list[str]:
+    """Markdown rows: kernels whose time per step differs by at least min_us between the two, largest first."""
+    names = set(a["by_name"]) | set(b["by_name"])
+    rows = []
+    for n in names:
+        ta, ca = a["by_name"].get(n, [0.0, 0.0])
+        tb, cb = b["by_name"].get(n, [0.0, 0.0])
+        if abs(tb - ta) >= min_us:
+            rows.append((tb - ta, n, ta, ca, tb, cb))
+    rows.sort(key=lambda r: -abs(r[0]))
+    out = [f"| kernel | {label_a} us/step (launches) | {label_b} us/step (launches) | difference us |",
+           "|---|---|---|---|"]
+    out += [f"| {n[:90]} | {ta:.1f} ({ca:g}) | {tb:.1f} ({cb:g}) | {d:+.1f} |" for d, n, ta, ca, tb, cb in rows]
+    out.append(f"| all (busy) | {a['busy_us']:.1f} ({a['kernels']:g}) | {b['busy_us']:.1f} ({b['kernels']:g}) "
+               f"| {b['busy_us'] - a['busy_us']:+.1f} |")
+    out.append(f"| span per step | {a['span_us']:.1f} | {b['span_us']:.1f} | {b['span_us'] - a['span_us']:+.1f} |")
+    return out
+
+
+def load_trace(directory: str, timeout_s: float) -> list[dict]:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        files = glob.glob(os.path.join(directory, "*.trace.json.gz"))
+        if files:
+            time.sleep(1.0)                       # let the writer finish
+            try:
+                with gzip.open(files[0], "rt") as f:
+                    return json.load(f).get("traceEvents", [])
+            except (OSError, EOFError, json.JSONDecodeError):
+                pass
+        time.sleep(0.5)
+    raise TimeoutError(f"no trace in {directory} after {timeout_s} s")
+
+
+def profile(port: int, batch: int, steps: int, directory: str, output_len: int) -> list[dict]:
+    rnd = random.Random(0)
+    prompts = [[rnd.randrange(3, 32000) for _ in range(16)] for _ in range(batch)]
+    body = lambda ids: {"input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": output_len,
+                                                              "ignore_eos": True}}
+    with ThreadPoolExecutor(batch) as pool:
+        futures = [pool.submit(post, port, "/generate", body(ids)) for ids in prompts]
+        time.sleep(1.0)                           # past the prefills: decode batches of `batch` only
+        post_raw(port, "/start_profile", {"output_dir": directory, "num_steps": steps, "activities": ["GPU"]})
+        for fut in futures:
+            fut.result()
+    return load_trace(directory, 60)
+
+
+def post_raw(port: int, path: str, body: dict) -> None:
+    import urllib.request
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=60).read()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--engines", required=True, help="label=PORT,label=PORT (the first is the reference)")
+    ap.add_argument("--batch", type=int, default=48)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--output-len", type=int, default=512)
+    ap.add_argument("--out", required=True, help="directory for the traces' summaries")
+    args = ap.parse_args()
+    engines = [(lab, int(port)) for lab, port in (e.split("=") for e in args.engines.split(","))]
+    os.makedirs(args.out, exist_ok=True)
+    store = os.path.join(args.out, "kernels.json")      # accumulates over invocations (a switch in between)
+    summaries = json.load(open(store)) if os.path.exists(store) else {}
+    for label, port in engines:
+        directory = os.path.join("/tmp/prof", label)
+        os.makedirs(directory, exist_ok=True)
+        for old in glob.glob(os.path.join(directory, "*")):
+            os.remove(old)
+        try:
+            s = per_step(profile(port, args.batch, args.steps, directory, args.output_len), args.steps)
+        except Exception as e:               # one line, and the other engine still runs
+            print(f"KERNELS {label}: {type(e).__name__}: {e}", file=sys.stderr)
+            continue
+        summaries[label] = s
+        print("KERNELS " + json.dumps({"label": label, "batch": args.batch, "steps": s["steps"],
+                                       "kernels": s["kernels"], "busy_us": s["busy_us"], "span_us": s["span_us"]}))
+    with open(store, "w") as f:
+        json.dump(summaries, f)
+    labels = list(summaries)                  # the first one stored is the reference
+    for other in labels[1:]:
+        print("\n".join(table(summaries[labels[0]], summaries[other], labels[0], other)))
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""bench/gpu/kernel_profile.py's trace arithmetic: kernel time per step and the difference table."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "gpu"))
+from kernel_profile import per_step, table  # noqa: E402
+
+
+def kernel(name: str, ts: float, dur: float, cat: str = "kernel") -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}
+
+
+def test_per_step_sums_gpu_events_only_and_divides_by_steps():
+    events = [kernel("gemm", 0, 10), kernel("gemm", 20, 10), kernel("norm", 40, 4),
+              kernel("copy", 50, 2, cat="gpu_memcpy"),
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 500},   # CPU: not counted
+              {"ph": "i", "cat": "kernel", "name": "marker", "ts": 5}]                  # not a span
+    s = per_step(events, steps=2)
+    assert s["by_name"] == {"gemm": [10.0, 1.0], "norm": [2.0, 0.5], "copy": [1.0, 0.5]}
+    assert s["busy_us"] == 13.0 and s["kernels"] == 2.0
+    assert s["span_us"] == 26.0          # first start 0, last end 52, over 2 steps
+
+
+def test_per_step_without_kernels_is_empty_not_an_error():
+    assert per_step([], 10)["by_name"] == {} and per_step([kernel("k", 0, 1)], 0)["busy_us"] == 0.0
+
+
+def test_table_lists_differences_largest_first_and_skips_equal_kernels():
+    a = per_step([kernel("gemm", 0, 100), kernel("norm", 100, 5)], 1)
+    b = per_step([kernel("gemm", 0, 100), kernel("norm", 100, 5), kernel("fill", 105, 3),
+                  kernel("fc_gemm", 110, 20)], 1)
+    rows = table(a, b, "nospec", "off")
+    body = [r for r in rows[2:] if not r.startswith(("| all", "| span"))]
+    assert [r.split(" | ")[0] for r in body] == ["| fc_gemm", "| fill"]
+    assert "+20.0" in body[0] and "+3.0" in body[1]
+    assert rows[-2].startswith("| all (busy) | 105.0") and rows[-2].endswith("+23.0 |")
