@@ -58,6 +58,9 @@ class CoreBase:
         self.accept_length = profile.mean_accept_length
         self._p = chain_probability(self.accept_length, profile.spec_steps)
         self._step_s: dict[tuple[int, bool], float] = {}   # the profile is frozen: its step times per batch size
+        # Threshold 0 (every batch off): prefills skip the draft's pass over the prompt (the plugin's lean
+        # prefill); at any other threshold they run it (profile.prefill_s_draft). The runner loop sets it.
+        self.lean_prefill = False
 
     def set_accept(self, accept_length: float | None) -> None:
         if accept_length is not None:
@@ -135,7 +138,8 @@ class SimCore(CoreBase):
         step_s = self._decode_seconds(bs, speculate)
         decode_only = self._pending_prefill == 0
         if not decode_only:
-            step_s += prof.prefill_seconds(self._pending_prefill, self._pending_prefill * prof.prompt_len_mean)
+            step_s += prof.prefill_seconds(self._pending_prefill, self._pending_prefill * prof.prompt_len_mean,
+                                           draft=not self.lean_prefill)
             self._pending_prefill = 0
         delivered, tokens = self._deliver(self._remaining, speculate)
         self._remaining -= delivered

@@ -9,6 +9,11 @@ A request finishes after its output length; its E2E latency runs from arrival to
 token and its TPOT is (E2E - TTFT) / (output tokens - 1), as sglang.bench_serving counts.
 With `requests` (a finite list, controller.sim.finite) the arrivals and lengths are those instead
 of Poisson draws, and the core drains once the last one has arrived and finished.
+With the profile's chained_extends, the requests that arrive while an extend batch runs get an extend
+batch of their own before the decode, and so on until none arrived during the last one: SGLang's
+scheduler takes a new prefill batch over the running decode batch whenever requests wait, and its eager
+extend's launch holds the scheduler thread for the batch's whole span (bench/results/h200-2026-12-01c
+call 1: 24-51 % of the extends at 12-24 req/s ran right after another one; bench/prefill_chains.py).
 """
 from __future__ import annotations
 
@@ -103,8 +108,9 @@ class OpenLoopCore(CoreBase):
     STREAMS = 5          # lengths, noise, acceptance (as the closed loop), arrivals, prompts
 
     def __init__(self, profile: Profile, seed: int = 0, schedule: RateSchedule | None = None, start_t: float = 0.0,
-                 requests: Sequence[Request] | None = None):
+                 requests: Sequence[Request] | None = None, lean_prefill: bool = False):
         super().__init__(profile, seed)
+        self.lean_prefill = lean_prefill           # for the first admission, before a runner sets it
         self.t = float(start_t)
         self._rng_arrival = np.random.default_rng(self._extra_streams[0])
         self._rng_prompt = np.random.default_rng(self._extra_streams[1])
@@ -120,6 +126,7 @@ class OpenLoopCore(CoreBase):
         self._pending_s = 0.0          # prefill seconds the next interval holds
         self._idle_s = 0.0             # idle seconds before it (already passed: t moved on)
         self._pending_n = 0
+        self.extend_batches = 0        # extend batches run so far
         self.finished: list[Latency] = []
         self._admit()
 
@@ -165,16 +172,9 @@ class OpenLoopCore(CoreBase):
                 self._idle_s += self._next_arrival - self.t      # the plugin's interval holds the idle gap
                 self.t = self._next_arrival
                 self._arrive_until(self.t)
-            room = self.profile.max_batch_size - len(self._remaining)
-            taken: list[tuple[float, int, int]] = []
-            tokens = 0
-            while self.waiting and len(taken) < room:
-                if taken and tokens + self.waiting[0][1] > self.profile.max_prefill_tokens:
-                    break
-                taken.append(self.waiting.popleft())
-                tokens += taken[-1][1]
-            if taken:
-                self._prefill(taken, tokens)
+            taken = self._extend()
+            while taken and self.profile.chained_extends and self._extend(chained=True):
+                pass
             if len(self._remaining) or not taken:
                 return
             # Every request admitted finished at its prefill (one output token) and nothing decodes:
@@ -183,9 +183,27 @@ class OpenLoopCore(CoreBase):
             self._idle_s += self._pending_s
             self._pending_s = 0.0
 
+    def _extend(self, chained: bool = False) -> int:
+        """Prefill the waiting requests that fit in one extend batch; chained: first queue those that
+        arrived while the extends before it ran (it starts when they end). Returns how many it took."""
+        if chained:
+            self._arrive_until(self.t + self._pending_s)
+        room = self.profile.max_batch_size - len(self._remaining)
+        taken: list[tuple[float, int, int]] = []
+        tokens = 0
+        while self.waiting and len(taken) < room:
+            if taken and tokens + self.waiting[0][1] > self.profile.max_prefill_tokens:
+                break
+            taken.append(self.waiting.popleft())
+            tokens += taken[-1][1]
+        if taken:
+            self._prefill(taken, tokens)
+        return len(taken)
+
     def _prefill(self, taken: list[tuple[float, int, int]], tokens: int) -> None:
-        cost = self.profile.prefill_seconds(len(taken), tokens)
-        first_t = self.t + cost
+        cost = self.profile.prefill_seconds(len(taken), tokens, draft=not self.lean_prefill)
+        first_t = self.t + self._pending_s + cost        # after the extends already queued for this interval
+        self.extend_batches += 1
         self._pending_s += cost
         self._pending_n += len(taken)
         self.output_tokens += len(taken)                 # the prefill samples each one's first token

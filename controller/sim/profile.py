@@ -43,6 +43,8 @@ class Profile:
     output_len_range: tuple[int, int] | None = None     # uniform lengths instead of the normal
     prompt_len_range: tuple[int, int] = (128, 128)
     arrival_rate: tuple[float, ...] = ()                # open-loop levels, requests/s
+    prefill_s_draft: float = 0.0         # per extend batch while prefills also run the draft (threshold > 0)
+    chained_extends: bool = False        # open loop: arrivals during an extend get their own before the decode
 
     @property
     def prompt_len_mean(self) -> float:
@@ -68,9 +70,11 @@ class Profile:
         cap = self.capacity_req_s()
         return tuple(float(f"{cap * f:.2g}") for f in (0.1, 0.5, 0.85))
 
-    def prefill_seconds(self, requests: int, tokens: float) -> float:
-        """What an extend batch of `requests` new requests with `tokens` prompt tokens adds to an interval."""
-        return self.prefill_s + self.prefill_s_per_request * requests + self.prefill_s_per_token * tokens
+    def prefill_seconds(self, requests: int, tokens: float, draft: bool = False) -> float:
+        """What an extend batch of `requests` new requests with `tokens` prompt tokens adds to an interval;
+        draft: the draft's pass over the prompts runs too (any threshold but 0: no lean prefill)."""
+        return (self.prefill_s + self.prefill_s_per_request * requests + self.prefill_s_per_token * tokens
+                + (self.prefill_s_draft if draft else 0.0))
 
     def step_seconds(self, batch_size: float, speculative: bool) -> float:
         """Step time at a batch size: piecewise linear in the table, extrapolated linearly past it."""
@@ -192,6 +196,12 @@ class _Checker:
             raise ProfileError(f"{self.where}: {key} must be [low, high] with low <= high")
         return lo, hi
 
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise ProfileError(f"{self.where}: {key}={value!r} must be true or false")
+        return value
+
     def text(self, key: str, default: str = "") -> str:
         value = self.data.get(key, default)
         if not isinstance(value, str):
@@ -202,8 +212,8 @@ class _Checker:
 def parse_profile(data: dict, where: str, source: str = "") -> Profile:
     c = _Checker(where, data)
     c.unknown({"name", "description", "source", "max_batch_size", "spec_steps", "noise", "prefill_s",
-               "prefill_s_per_request", "prefill_s_per_token", "max_prefill_tokens", "step_time", "acceptance",
-               "load"})
+               "prefill_s_per_request", "prefill_s_per_token", "prefill_s_draft", "max_prefill_tokens",
+               "chained_extends", "step_time", "acceptance", "load"})
     spec_steps = c.number("spec_steps", 1, 16, integer=True)
     st = c.section("step_time")
     st.unknown({"batch_size", "off", "spec"})
@@ -233,6 +243,8 @@ def parse_profile(data: dict, where: str, source: str = "") -> Profile:
         prefill_s_per_request=c.number("prefill_s_per_request", 0.0, 10.0, default=0.001),
         prefill_s_per_token=c.number("prefill_s_per_token", 0.0, 1.0, default=0.0),
         max_prefill_tokens=c.number("max_prefill_tokens", 1, 1 << 24, default=16384, integer=True),
+        prefill_s_draft=c.number("prefill_s_draft", 0.0, 10.0, default=0.0),
+        chained_extends=c.flag("chained_extends", False),
         output_len_mean=load.number("output_len_mean", 1, 1e6, default=256),
         output_len_sd=load.number("output_len_sd", 0, 1e6, default=64),
         output_len_range=load.length_range("output_len_range") if "output_len_range" in load.data else None,
