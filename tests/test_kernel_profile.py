@@ -34,5 +34,5 @@ def test_table_lists_differences_largest_first_and_skips_equal_kernels():
     rows = table(a, b, "nospec", "off")
     body = [r for r in rows[2:] if not r.startswith(("| all", "| span"))]
     assert [r.split(" | ")[0] for r in body] == ["| fc_gemm", "| fill"]
-    assert "+20.0" in body[0] and "+3.0" in body[1]
-    assert rows[-2].startswith("| all (busy) | 105.0") and rows[-2].endswith("+23.0 |")
+    assert "+20.0" in body[0] and "+3.0" in body[1] and body[0].endswith("| - / 20.00 |")
+    assert rows[-2].startswith("| all (busy) | 105.0") and rows[-2].endswith("+23.0 | |")

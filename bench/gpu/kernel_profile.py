@@ -2,6 +2,7 @@
 batch does not. Steady decode at batch C on each engine; once the prompts are in, SGLang's own torch
 profiler (/start_profile, GPU activity, num_steps forward passes) records every kernel, CUDA-graph
 kernels included; then per engine: kernel time per step by kernel name, busy time and span per step.
+Run it LAST in a device call: a profiled engine is not known to run as before afterwards (h200-2026-12-01e).
 
     python3 bench/gpu/kernel_profile.py --engines nospec=30001,off=30000 --batch 48 --steps 40 --out DIR
 Prints a KERNELS JSON line per engine and, per engine after the first stored in DIR/kernels.json (which
@@ -55,12 +56,14 @@ def table(a: dict, b: dict, label_a: str, label_b: str, min_us: float = 1.0) -> 
         if abs(tb - ta) >= min_us:
             rows.append((tb - ta, n, ta, ca, tb, cb))
     rows.sort(key=lambda r: -abs(r[0]))
-    out = [f"| kernel | {label_a} us/step (launches) | {label_b} us/step (launches) | difference us |",
-           "|---|---|---|---|"]
-    out += [f"| {n[:90]} | {ta:.1f} ({ca:g}) | {tb:.1f} ({cb:g}) | {d:+.1f} |" for d, n, ta, ca, tb, cb in rows]
+    per = lambda t, c: f"{t / c:.2f}" if c else "-"
+    out = [f"| kernel | {label_a} us/step (launches) | {label_b} us/step (launches) | difference us "
+           f"| us per launch {label_a} / {label_b} |", "|---|---|---|---|---|"]
+    out += [f"| {n[:90]} | {ta:.1f} ({ca:g}) | {tb:.1f} ({cb:g}) | {d:+.1f} | {per(ta, ca)} / {per(tb, cb)} |"
+            for d, n, ta, ca, tb, cb in rows]
     out.append(f"| all (busy) | {a['busy_us']:.1f} ({a['kernels']:g}) | {b['busy_us']:.1f} ({b['kernels']:g}) "
-               f"| {b['busy_us'] - a['busy_us']:+.1f} |")
-    out.append(f"| span per step | {a['span_us']:.1f} | {b['span_us']:.1f} | {b['span_us'] - a['span_us']:+.1f} |")
+               f"| {b['busy_us'] - a['busy_us']:+.1f} | |")
+    out.append(f"| span per step | {a['span_us']:.1f} | {b['span_us']:.1f} | {b['span_us'] - a['span_us']:+.1f} | |")
     return out
 
 
@@ -84,9 +87,16 @@ def profile(port: int, batch: int, steps: int, directory: str, output_len: int) 
     prompts = [[rnd.randrange(3, 32000) for _ in range(16)] for _ in range(batch)]
     body = lambda ids: {"input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": output_len,
                                                               "ignore_eos": True}}
+    # The profiler's first start in a process initialises CUPTI (seconds, while decoding goes on): a short
+    # warm-up profile first, so that the measured one starts at the same point of the load in each engine
+    # (the attention's time grows with the KV length; a GEMM's does not).
+    warm = os.path.join(directory, "warmup")
+    post_raw(port, "/start_profile", {"output_dir": warm, "num_steps": 1, "activities": ["GPU"]})
+    post(port, "/generate", body(prompts[0]) | {"sampling_params": {"max_new_tokens": 8}})
+    load_trace(warm, 60)
     with ThreadPoolExecutor(batch) as pool:
         futures = [pool.submit(post, port, "/generate", body(ids)) for ids in prompts]
-        time.sleep(1.0)                           # past the prefills: decode batches of `batch` only
+        time.sleep(2.0)                           # past the prefills: decode batches of `batch` only
         post_raw(port, "/start_profile", {"output_dir": directory, "num_steps": steps, "activities": ["GPU"]})
         for fut in futures:
             fut.result()

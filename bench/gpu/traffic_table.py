@@ -106,18 +106,22 @@ def main() -> None:
     ap.add_argument("--plot", metavar="FILE.png", help="also draw the open-loop rows (tok/s, TPOT vs rate)")
     ap.add_argument("--model", default="synthetic 7.2B Llama (hidden 4096, 32 layers, crafted clear-margin weights) "
                                         "+ EAGLE3 head, K=3, one H200")
-    ap.add_argument("--off-path", action="append", default=[], metavar="FILE=NAME",
-                    help="the daemon's [sglang] off_path in that call (recorded per row)")
+    ap.add_argument("--field", action="append", default=[], metavar="FILE=KEY:VALUE",
+                    help="recorded in every row of that call, e.g. off_path:kv or prefill_graph:breakable")
     args = ap.parse_args()
-    off_paths = dict(item.rsplit("=", 1) for item in args.off_path)
+    fields: dict[str, dict[str, str]] = {}
+    for item in args.field:
+        name, _, kv = item.rpartition("=")
+        key, _, value = kv.partition(":")
+        fields.setdefault(name, {})[key] = value
     off, opened = [], []
     for f in args.files:
         g = grouped(rows_of(f))
         path = Path(f).resolve()
         call = str(path.relative_to(RESULTS)) if path.is_relative_to(RESULTS) else f"{path.parent.name}/{path.name}"
         rows = offpath_rows(g, call, f in args.paired.split(","))
-        if f in off_paths:
-            rows = [{**r, "off_path": off_paths[f]} for r in rows]
+        # a row labelled "fast" is the fast off path whatever the call's daemon default (run_pair.sh closedfast)
+        rows = [{**r, **fields.get(f, {}), **({"off_path": "fast"} if r["mode"] == "fast" else {})} for r in rows]
         off += rows
         opened += open_rows(g, call)
     (RESULTS / "offpath-traffic.json").write_text(json.dumps(
