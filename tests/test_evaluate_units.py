@@ -301,3 +301,12 @@ def test_best_static_compares_unrounded_throughputs(monkeypatch):
     monkeypatch.setattr(ev, "run_segments", fake_run_segments)
     prof = load_profile("seed")
     assert ev.best_static(prof, [Segment(10.0, 5)]) == {"threshold": 0, "throughput_tok_s": 100.0}
+
+
+@pytest.mark.parametrize("kwargs, words", [({"seconds": 0, "concurrency": 8}, "more than 0 s"),
+                                           ({"seconds": 5, "concurrency": 0}, "concurrency >= 1"),
+                                           ({"seconds": 5, "concurrency": 0, "rate": 0.0}, "rate > 0")])
+def test_a_segment_built_in_code_is_checked_where_it_is_made(kwargs, words):
+    # before: evaluate() died of ZeroDivisionError / TypeError deep in the loop on a zero-length segment
+    with pytest.raises(ValueError, match=words):
+        Segment(**kwargs)

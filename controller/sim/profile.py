@@ -107,6 +107,16 @@ class Segment:
     label: str = ""
     rate: float | None = None
 
+    def __post_init__(self) -> None:
+        # the readers check their ranges with the field's name; this catches a segment built in code
+        # (a zero-length one divided by zero, deep inside the evaluation)
+        if not self.seconds > 0:
+            raise ValueError(f"a segment lasts more than 0 s (got {self.seconds!r})")
+        if self.rate is None and self.concurrency < 1:
+            raise ValueError(f"a closed-loop segment needs concurrency >= 1 (got {self.concurrency!r})")
+        if self.rate is not None and not self.rate > 0:
+            raise ValueError(f"an open-loop segment needs a rate > 0 (got {self.rate!r})")
+
     @property
     def open_loop(self) -> bool:
         return self.rate is not None
