@@ -132,6 +132,8 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     params = dict(kv.split("=", 1) for kv in args.param)
     out = Path(args.out)
+    if not out.is_dir():                  # before minutes of simulation, not after them
+        ap.error(f"--out {out}: not a directory")
     path = out / "open-loop.json"
     old = json.loads(path.read_text())["rows"] if path.exists() else []
     names = [load_profile(p).name for p in profiles]

@@ -43,7 +43,7 @@ def chain_figures(kinds: list[str], requests: list[int]) -> dict:
 
 def simulated(profile, rate: float, n: int, seed: int) -> dict:
     reqs, _ = bench_serving_requests(rate, n, seed, profile.prompt_len_range, profile.output_len_range)
-    core = OpenLoopCore(profile, seed, requests=reqs, lean_prefill=True)
+    core = OpenLoopCore(profile, seed, requests=reqs, threshold=0)
     kinds, sizes, seen = [], [], 0
     original = core._prefill
 

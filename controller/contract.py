@@ -2,7 +2,7 @@
 the daemon. Both import this module and nothing of each other's; it imports only the standard
 library, because SGLang loads it in every scheduler process.
 
-- the routing predicate (which batches speculate),
+- the routing predicate (which batches speculate) and the lean-prefill rule built on it,
 - the per-batch sample and its wire codec (plugin rank 0 -> daemon, over zmq),
 - the set_internal_state keys the daemon sends and the plugin accepts,
 - the SGLang versions and engine configurations the plugin supports (the daemon refuses the
@@ -19,6 +19,15 @@ from typing import Any, Mapping, Sequence
 def speculates(batch_size: int, threshold: int) -> bool:
     """The one routing rule: a decode batch speculates iff its size is at most the threshold."""
     return batch_size <= threshold
+
+
+def prefill_skips_draft(threshold: int, last_batch_size: int, joining: int, draft_kv_written: bool) -> bool:
+    """Lean prefill (the plugin's; the simulator charges prefills by the same rule): a prefill skips the
+    draft's forward over its prompt while no batch size speculates, and, where the plugin writes the
+    draft's KV itself (off path kv: the prompt's draft KV is complete either way), also when the decode
+    batch the new requests join will not speculate, estimated as the last decode batch plus them (high:
+    a wrong guess costs those requests one draft step from a stub, the other way a draft pass per prefill)."""
+    return threshold == 0 or (draft_kv_written and not speculates(last_batch_size + joining, threshold))
 
 
 # --- the sample -------------------------------------------------------------------------------
@@ -61,7 +70,7 @@ STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and t
                 "telemetry_calls", "telemetry_ns",       # time spent producing and sending samples
                 "fast_off_batches", "fast_off_graph_batches", "fast_off_cpu_ns",   # the fast off path
                 "off_fallbacks",                         # off batches that took SGLang's steps-0 path
-                "lean_prefills",                         # prefills that skipped the draft (nothing speculated)
+                "lean_prefills",                         # prefills that skipped the draft (their batch did not speculate)
                 "off_fallbacks_logprob", "off_fallbacks_grammar",   # of off_fallbacks: why (the rest: other)
                 "draft_kv_writes")                       # off batches and lean prefills whose draft KV the plugin wrote
 # kind=2, the counters, then: the off path in use (OFF_PATHS), why (OFF_REASONS), SGLang's version

@@ -625,3 +625,35 @@ def test_rejection_sampling_keeps_the_draft_in_step(plug, monkeypatch):
     assert plug.off_path.lean_prefill          # the default, but not with rejection sampling
     assert plug.off_path.draft_extend_for_prefill(original, None, None, None, [7]) == ("draft forward", [7])
 
+
+
+def test_with_the_kv_writer_a_prefill_into_a_batch_that_will_not_speculate_skips_the_draft(fast, monkeypatch):
+    plug, _ = fast
+    off = plug.off_path
+    off.fast.with_hidden, off.kv_writer, off.draft_kv, off.lean_prefill = True, "writer", True, True
+    monkeypatch.setattr(draftkv, "write_prefill", lambda w, batch, hidden, ids: True)
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: ("stub", ids))
+    original = lambda worker, batch, hidden, ids, *a, **k: ("draft forward", ids)
+    two_new = SimpleNamespace(extend_lens=[40, 60])
+    worker = SimpleNamespace(speculative_num_steps=0, adaptive_controller=SimpleNamespace(_activate=lambda s: None))
+    plug.router.threshold = 8
+    plug.router.activate_step_by_batch(lambda w, bs: None, worker, 20)     # a busy server: batches of 20 run off
+    assert off.draft_extend_for_prefill(original, None, two_new, "hidden", [7, 8]) == ("stub", [7, 8])
+    assert off.lean_prefills == 1 and off.kv_writes == 1
+    plug.router.activate_step_by_batch(lambda w, bs: None, worker, 6)      # 6 + 2 = 8 <= 8: they will speculate
+    assert off.draft_extend_for_prefill(original, None, two_new, "hidden", [7, 8]) == ("draft forward", [7, 8])
+    plug.router.activate_step_by_batch(lambda w, bs: None, worker, 7)      # 7 + 2 = 9 > 8: off
+    assert off.draft_extend_for_prefill(original, None, two_new, "hidden", [7, 8]) == ("stub", [7, 8])
+    off.draft_kv = False         # without the writer the prompt's draft KV would stay stale: only at threshold 0
+    plug.router.activate_step_by_batch(lambda w, bs: None, worker, 20)
+    assert off.draft_extend_for_prefill(original, None, two_new, "hidden", [7, 8]) == ("draft forward", [7, 8])
+    assert off.lean_prefills == 2 and off.kv_writes == 2
+
+
+@pytest.mark.parametrize("threshold, last, joining, kv, skips", [
+    (0, 100, 1, False, True), (0, 0, 1, True, True),          # nothing speculates: always lean
+    (8, 20, 1, False, False),                                 # no writer: a stale prompt is not an option
+    (8, 20, 1, True, True), (8, 7, 1, True, False), (8, 7, 2, True, True), (8, 0, 9, True, True),
+    (8, 0, 8, True, False)])
+def test_the_lean_prefill_rule(threshold, last, joining, kv, skips):
+    assert contract.prefill_skips_draft(threshold, last, joining, kv) is skips

@@ -113,10 +113,11 @@ def test_load_concurrency_levels_are_read_and_bounded():
     (lambda d: d["step_time"].update(colour=1),
      "profile t.json [step_time]: unknown key 'colour' (allowed: batch_size, off, spec)"),
     (lambda d: d.update(colour="red"), "profile t.json: unknown key 'colour' (allowed: acceptance, chained_extends, "
-     "description, load, max_batch_size, max_prefill_tokens, name, noise, prefill_s, prefill_s_draft, "
+     "description, draft_kv, load, max_batch_size, max_prefill_tokens, name, noise, prefill_s, prefill_s_draft, "
      "prefill_s_per_request, prefill_s_per_token, source, spec_steps, step_time)"),
     (lambda d: d.update(chained_extends="yes"), "profile t.json: chained_extends='yes' must be true or false"),
     (lambda d: d.update(chained_extends=1), "profile t.json: chained_extends=1 must be true or false"),
+    (lambda d: d.update(draft_kv="no"), "profile t.json: draft_kv='no' must be true or false"),
     (lambda d: d.update(prefill_s_draft=-0.001), "profile t.json: prefill_s_draft=-0.001 must be a number in 0 .. 10"),
     (lambda d: d["acceptance"].update(x=1), "profile t.json [acceptance]: unknown key 'x' (allowed: "
      "mean_accept_length, spread)"),

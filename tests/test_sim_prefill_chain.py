@@ -18,9 +18,9 @@ def profile(**keys):
     return parse_profile({**BASE, **keys}, "t")
 
 
-def first_sample(prof, requests, speculate=False, lean=False):
+def first_sample(prof, requests, speculate=False, threshold=None):
     """The core and its first decode sample; core.before: the extend batches run before that decode."""
-    core = OpenLoopCore(prof, 0, requests=requests, lean_prefill=lean)
+    core = OpenLoopCore(prof, 0, requests=requests, threshold=threshold)
     core.before = core.extend_batches
     return core, core.step(speculate)
 
@@ -58,19 +58,19 @@ def test_chains_stop_at_max_batch_size():
     assert s.batch_size == 8 and core.queue_len == 4
 
 
-def test_the_draft_prefill_costs_only_above_threshold_0():
+def test_the_draft_prefill_costs_where_the_plugin_would_run_it():
     prof = profile(prefill_s_draft=0.003)
     reqs = [Request(0.0, 100, 50)]
     assert first_sample(prof, reqs)[1].step_s == pytest.approx(0.02 + 0.003 + 0.005)
-    assert first_sample(prof, reqs, lean=True)[1].step_s == pytest.approx(0.02 + 0.005)
+    assert first_sample(prof, reqs, threshold=0)[1].step_s == pytest.approx(0.02 + 0.005)
     assert prof.prefill_seconds(1, 100) == pytest.approx(0.02) and prof.prefill_seconds(1, 100, draft=True) == 0.023
 
 
 def test_runs_follow_the_runners_threshold():
     prof = profile(prefill_s_draft=0.003)
     reqs = [Request(0.1 * i, 100, 3) for i in range(20)]            # each done before the next arrives
-    never = run_finite(prof, reqs, lambda core: StaticRunner(0), lean_prefill=True)
-    static = run_finite(prof, reqs, lambda core: StaticRunner(0), lean_prefill=False)   # first prefill with the draft
+    never = run_finite(prof, reqs, lambda core: StaticRunner(0), threshold=0)
+    static = run_finite(prof, reqs, lambda core: StaticRunner(0))   # threshold not known at first: draft
     five = run_finite(prof, reqs, lambda core: StaticRunner(5))
     assert [x.ttft_s for x in never.latencies][1:] == pytest.approx([x.ttft_s for x in static.latencies][1:])
     assert static.latencies[0].ttft_s == pytest.approx(never.latencies[0].ttft_s + 0.003)
@@ -95,8 +95,28 @@ def test_profiles_without_the_keys_keep_the_old_model():
 def test_the_closed_loop_prices_the_draft_prefill_too():
     from controller.sim.core import SimCore
     prof = profile(prefill_s_draft=0.003)
-    for lean, extra in ((False, 0.003), (True, 0.0)):
+    for threshold, extra in ((None, 0.003), (5, 0.003), (0, 0.0)):
         core = SimCore(prof, 0)
-        core.lean_prefill = lean
+        core.threshold = threshold
         core.set_load(1)
         assert core.step(False).step_s == pytest.approx(0.005 + 0.02 + extra)
+
+
+def test_a_prefill_into_a_busy_batch_skips_the_draft_at_a_threshold_above_0():
+    """The plugin's rule with the kv writer (contract.prefill_skips_draft): the last decode batch plus the newcomers
+    above the threshold -> no draft pass, so a busy server at a small threshold pays none per prefill."""
+    prof = profile(prefill_s_draft=0.003, max_batch_size=64,
+                   step_time={"batch_size": [1, 64], "off": [0.005, 0.005], "spec": [0.01, 0.01]})
+    busy = [Request(0.0, 100, 500) for _ in range(20)] + [Request(0.2, 100, 500)]   # 20 running, then one arrives
+    core = OpenLoopCore(prof, 0, requests=busy, threshold=5)
+    core.step(False)          # the 20 prefilled before the first decode: 0 + 20 > 5, lean already
+    while core.t < 0.2:
+        s = core.step(False)
+    s = core.step(False)      # the decode after the newcomer's prefill: 20 + 1 > 5, no draft pass
+    assert not s.decode_only and s.step_s == pytest.approx(0.02 + 0.005)
+    quiet = [Request(0.0, 100, 500), Request(0.2, 100, 500)]                          # 1 running + 1 <= 5
+    core = OpenLoopCore(prof, 0, requests=quiet, threshold=5)
+    while core.t < 0.2:
+        s = core.step(True)
+    s = core.step(True)
+    assert not s.decode_only and s.step_s == pytest.approx(0.02 + 0.003 + 0.01)

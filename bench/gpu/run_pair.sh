@@ -11,9 +11,12 @@
 #  CLOSED_WARMUP s); a TIMELINE line per open and closed run (per batch kind: GPU span, idle gap before it,
 #  CPU ms); steady decode at batch 1 / 16 / 48 / 128; with SHAPES containing `logprob`, a closed loop at
 #  LOGPROB_LEVELS (48) where LOGPROB_SHARE (0.1) of the requests ask for logprobs (issue 12 item 4);
-#  `lpcheck`: the off engine's output logprobs against the no-spec engine's (logprob_check.py); `greedy`:
+#  `lpcheck`: the off engine's output logprobs against the no-spec engine's (logprob_check.py); `penalty`: the
+#  same for requests with frequency / presence / repetition penalties, min_new_tokens and a logit bias, sent in
+#  lockstep groups, prompts on the crafted chain's short cycles (penalty_check.py; rows in logprob.jsonl); `greedy`:
 #  greedy equality while switching every 5 ms; `closedfast`: the closed loop again with the kv writes switched
-#  off at run time (label fast); `profile`: the GPU kernels of a decode step at
+#  off at run time (label fast); `closedpinned`: the closed loop
+#  with the threshold pinned at PIN_T (8) (label pinned: lean prefills above 0); `profile`: the GPU kernels of a decode step at
 #  PROFILE_BS (48) per engine (kernel_profile.py). Phases run in the order SHAPES names them, each only if
 #  its time is left; OPEN_RATES (2,12,24); OFF_PATH sets the daemon's [sglang] off_path.
 source bench/gpu/common.sh
@@ -48,6 +51,14 @@ if start_daemon; then
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
         --engines nospec=30001,fast=30000 --repeats 2 --flush --out "$R"
       internal_state 30000 '{"spec_controller_draft_kv": true}' | tee -a "$SUM"; say "closedfast done" ;;
+    closedpinned)  # the closed loop with the threshold pinned at PIN_T (8), label pinned: batches above it run off,
+      # and with kv their prefills skip the draft's pass (contract.prefill_skips_draft); status counts the lean prefills
+      [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closedpinned (time)"; continue; }
+      specctl threshold pin "${PIN_T:-8}" | tee -a "$SUM"
+      load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
+        --engines nospec=30001,pinned=30000 --repeats 2 --flush --out "$R"
+      specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"
+      specctl threshold pin 0 | tee -a "$SUM"; say "closedpinned done" ;;
     profile)   # issue 12 item 1: the kernels of a steady decode step at PROFILE_BS, no-spec vs kv vs fast (kernel_profile.py)
       [ "$(left)" -gt 90 ] || { say "skip profile (time)"; continue; }
       python3 bench/gpu/kernel_profile.py --engines nospec=30001,off=30000 --batch "${PROFILE_BS:-48}" --out "$OUT" \
@@ -65,6 +76,11 @@ if start_daemon; then
       [ "$(left)" -gt 60 ] || { say "skip lpcheck (time)"; continue; }
       python3 bench/gpu/logprob_check.py --port-a 30001 --port-b 30000 --prompts 64 --concurrency 16 \
         --output-len 64 --temperatures 0,0.8 --out "$OUT/logprob.jsonl" 2>&1 | grep -E "LOGPROB|Error|Malformed" | cut -c1-400 | tee -a "$SUM" ;;
+    penalty)   # sampling penalties on the off engine against the no-spec engine, greedy and sampled (exit 3: no effect)
+      [ "$(left)" -gt 60 ] || { say "skip penalty (time)"; continue; }
+      python3 bench/gpu/penalty_check.py --port-a 30001 --port-b 30000 --chain $M/target/next.json --prompts 48 \
+        --batch 16 --output-len 64 --temperatures 0,0.8 --out "$OUT/logprob.jsonl" 2>&1 \
+        | grep -E "PENALTY|Error|MALFORMED" | cut -c1-400 | tee -a "$SUM"; say "penalty done" ;;
     greedy)    # issue 12 item 5: outputs identical to the crafted chain while the threshold flips 0 <-> MAXBS every 5 ms
       [ "$(left)" -gt 70 ] || { say "skip greedy (time)"; continue; }
       greedy 30000 "switching-${OFF_PATH:-default}" --prompts 200 --concurrency 32 --input-len 32 --output-len 96 \

@@ -117,7 +117,7 @@ def _plugin_lines(plugin: dict) -> list[str]:
             f"off path:    {plugin['off_path']}, {plugin['fast_off_batches']} fast batches "
             f"({plugin['fast_off_graph_batches']} on CUDA graphs), {plugin['off_fallbacks']} on steps-0"
             + _fallback_split(plugin)
-            + (f"; {plugin['lean_prefills']} prefills skipped the draft (nothing speculated)"
+            + (f"; {plugin['lean_prefills']} prefills skipped the draft (their batch did not speculate)"
                if plugin.get("lean_prefills") else "")
             + (f"; draft KV written by the plugin for {plugin['draft_kv_writes']} batches"
                if plugin.get("draft_kv_writes") else ""),

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from ..contract import (REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_KV_UNSUPPORTED,
                         REASON_MISSING_INTERNAL, REASON_NONE, REASON_OTHER_RANK, REASON_REJECTION_SAMPLING,
-                        REASON_RUN_FAILED, parse_version)
+                        REASON_RUN_FAILED, parse_version, prefill_skips_draft)
 from . import draftkv, fastoff, internals
 from .failures import Failures
 from .router import Router
@@ -26,9 +26,9 @@ def rejection_sampling(worker: Any) -> bool:
 class OffPath:
     """enabled: the fast path at all (else SGLang's steps-0 state, which keeps the draft in step).
     sync_draft: off batches also run the draft's 1-token extend (its KV is ready when speculation
-    resumes; costs the draft's share of a step). lean_prefill: while no batch size speculates,
-    prefills skip the draft's forward over the prompt (cheaper; that request's draft is stale if
-    it later speculates). draft_kv: off batches (and lean prefills) write the draft's KV with the
+    resumes; costs the draft's share of a step). lean_prefill: while no batch size speculates (with
+    draft_kv: while the batch a prefill joins does not speculate), prefills skip the draft's forward over
+    the prompt (cheaper; without draft_kv that request's draft is stale if it later speculates). draft_kv: off batches (and lean prefills) write the draft's KV with the
     plugin's own writer (controller.plugin.draftkv) instead of running the draft: its KV is complete when
     speculation resumes, for a few kernels per batch; sync_draft wins where both are set."""
 
@@ -160,12 +160,16 @@ class OffPath:
 
     def draft_extend_for_prefill(self, original: Callable, draft_worker: Any, batch: Any, target_hidden_states: Any,
                                  next_token_ids: Any, *args, **kwargs) -> Any:
-        """AROUND EagleDraftWorker._draft_extend_for_prefill. lean_prefill: while no batch size speculates,
-        a prefill skips the draft's forward over the prompt (its draft KV stays unwritten)."""
-        if not (self.lean_prefill and not self.rejection and self.router.active and self.router.threshold == 0):
+        """AROUND EagleDraftWorker._draft_extend_for_prefill. lean_prefill: a prefill skips the draft's
+        forward over the prompt while no batch size speculates (without the kv writer its draft KV stays
+        unwritten) and, with the writer, whenever the batch it joins will not speculate
+        (contract.prefill_skips_draft): a busy server at a small threshold pays no draft pass per prefill."""
+        writer = self._writer()
+        joining = len(getattr(batch, "extend_lens", None) or ())      # requests in this extend (draftkv.ATTRIBUTES)
+        if not (self.lean_prefill and not self.rejection and self.router.active and prefill_skips_draft(
+                self.router.threshold, self.router.last_batch_size, joining, writer is not None)):
             return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
         mm_embeds = kwargs.get("mm_input_embeds", args[0] if args else None)
-        writer = self._writer()
         if writer is not None and mm_embeds is not None:   # a multimodal prompt: the draft embeds it its own way
             return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
         self.lean_prefills += 1

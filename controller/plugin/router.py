@@ -26,6 +26,7 @@ class Router:
         self.inert_reason: str | None = None       # set once: the plugin then passes everything through
         self.decisions = 0
         self.decision_ns = 0
+        self.last_batch_size = 0                   # the last decode batch's (the same on every TP rank)
         self.switches = 0                          # decisions that switched SGLang's adaptive state
         self.switch_ns = 0
         self.switch_log: switches.SwitchLogTrimmer | None = None
@@ -60,6 +61,7 @@ class Router:
         if not self.check(worker):
             return original(worker, batch_size)
         t0 = time.perf_counter_ns()
+        self.last_batch_size = batch_size
         target = self.k if self.speculates(batch_size) else 0
         if target != worker.speculative_num_steps:
             self._switch(worker, target)

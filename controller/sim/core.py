@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..contract import Sample
+from ..contract import Sample, prefill_skips_draft
 from .profile import Profile
 
 
@@ -58,9 +58,16 @@ class CoreBase:
         self.accept_length = profile.mean_accept_length
         self._p = chain_probability(self.accept_length, profile.spec_steps)
         self._step_s: dict[tuple[int, bool], float] = {}   # the profile is frozen: its step times per batch size
-        # Threshold 0 (every batch off): prefills skip the draft's pass over the prompt (the plugin's lean
-        # prefill); at any other threshold they run it (profile.prefill_s_draft). The runner loop sets it.
-        self.lean_prefill = False
+        # The runner's threshold (the runner loop sets it before each step; None: not known, prefills run
+        # the draft): prefills skip the draft's pass over the prompt (profile.prefill_s_draft) where the
+        # plugin's lean prefill would (contract.prefill_skips_draft; profile.draft_kv: the off path kv).
+        self.threshold: int | None = None
+        self.last_batch_size = 0           # the last decode step's, as the plugin's router keeps it
+
+    def prefill_runs_draft(self, joining: int) -> bool:
+        """Does a prefill of `joining` requests run the draft's pass over their prompts now?"""
+        return self.threshold is None or not prefill_skips_draft(self.threshold, self.last_batch_size, joining,
+                                                                 self.profile.draft_kv)
 
     def set_accept(self, accept_length: float | None) -> None:
         if accept_length is not None:
@@ -139,7 +146,7 @@ class SimCore(CoreBase):
         decode_only = self._pending_prefill == 0
         if not decode_only:
             step_s += prof.prefill_seconds(self._pending_prefill, self._pending_prefill * prof.prompt_len_mean,
-                                           draft=not self.lean_prefill)
+                                           draft=self.prefill_runs_draft(self._pending_prefill))
             self._pending_prefill = 0
         delivered, tokens = self._deliver(self._remaining, speculate)
         self._remaining -= delivered
@@ -150,4 +157,5 @@ class SimCore(CoreBase):
             self._pending_prefill += n_done
         self.t += step_s
         self.output_tokens += tokens
+        self.last_batch_size = bs
         return Sample(self.t, bs, prof.spec_steps if speculate else 0, tokens, step_s, decode_only)

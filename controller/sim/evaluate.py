@@ -190,7 +190,7 @@ def run_segments(profile: Profile, segments: Sequence[Segment], make_runner: Cal
         last_wrong = None          # time of the last tick whose exploit mode was wrong
         lately = LiveSizes(OPEN_LOOP_WINDOW_S if is_open else None)
         while core.t < end:
-            core.lean_prefill = runner.threshold == 0
+            core.threshold = runner.threshold
             bs = core.batch_size
             sample = core.step(runner.speculate(bs))
             res.batches += 1

@@ -72,18 +72,18 @@ class FiniteRun:
 
 def run_finite(profile: Profile, requests: Sequence[Request], make_runner: Callable[[OpenLoopCore], Runner],
                seed: int = 0, tick_s: float = DEFAULT_TICK_S, loop_end_s: float = 0.0,
-               lean_prefill: bool = False) -> FiniteRun:
+               threshold: int | None = None) -> FiniteRun:
     """Play `requests` (arrivals from 0) through the open-loop core until all have finished.
-    lean_prefill: the first request's prefill skips the draft (the runner's threshold is 0); from then on
-    the runner's threshold says."""
+    threshold: the one in force for the first request's prefill (a fixed mode's; None: not known, it runs
+    the draft); from then on the runner's."""
     if not requests:
         raise ValueError("a finite run needs at least one request")
-    core = OpenLoopCore(profile, seed, requests=requests, lean_prefill=lean_prefill)
+    core = OpenLoopCore(profile, seed, requests=requests, threshold=threshold)
     runner = make_runner(core)
     run = FiniteRun(0.0, 0)
     next_tick = tick_s
     while not core.drained:
-        core.lean_prefill = runner.threshold == 0
+        core.threshold = runner.threshold
         bs = core.batch_size
         sample = core.step(runner.speculate(bs))
         run.batches += 1
@@ -121,8 +121,8 @@ def evaluate_finite(profile: Profile, rates: Sequence[float], seconds: float, po
             reqs, loop_end = bench_serving_requests(rate, n, bench_seed, profile.prompt_len_range,
                                                     profile.output_len_range or _normal_range(profile))
             for name, make in mode_makers(profile, policy, params, bench_seed, thresholds=thresholds).items():
-                lean = (thresholds or {"never": 0}).get(name) == 0      # mode_makers' fixed thresholds
-                res = run_finite(profile, reqs, make, bench_seed, tick_s, loop_end, lean).summary()
+                fixed = (thresholds or {"never": 0}).get(name)          # mode_makers' fixed thresholds
+                res = run_finite(profile, reqs, make, bench_seed, tick_s, loop_end, fixed).summary()
                 row["modes"].setdefault(name, {"runs": []})["runs"].append({"seed": bench_seed, **res})
         for m in row["modes"].values():
             for key in ("tok_s", "tpot_ms_median", "e2e_ms_median", "ttft_ms_median", "duration_s"):

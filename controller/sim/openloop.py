@@ -108,9 +108,9 @@ class OpenLoopCore(CoreBase):
     STREAMS = 5          # lengths, noise, acceptance (as the closed loop), arrivals, prompts
 
     def __init__(self, profile: Profile, seed: int = 0, schedule: RateSchedule | None = None, start_t: float = 0.0,
-                 requests: Sequence[Request] | None = None, lean_prefill: bool = False):
+                 requests: Sequence[Request] | None = None, threshold: int | None = None):
         super().__init__(profile, seed)
-        self.lean_prefill = lean_prefill           # for the first admission, before a runner sets it
+        self.threshold = threshold                 # for the first admission, before a runner sets it
         self.t = float(start_t)
         self._rng_arrival = np.random.default_rng(self._extra_streams[0])
         self._rng_prompt = np.random.default_rng(self._extra_streams[1])
@@ -201,7 +201,7 @@ class OpenLoopCore(CoreBase):
         return len(taken)
 
     def _prefill(self, taken: list[tuple[float, int, int]], tokens: int) -> None:
-        cost = self.profile.prefill_seconds(len(taken), tokens, draft=not self.lean_prefill)
+        cost = self.profile.prefill_seconds(len(taken), tokens, draft=self.prefill_runs_draft(len(taken)))
         first_t = self.t + self._pending_s + cost        # after the extends already queued for this interval
         self.extend_batches += 1
         self._pending_s += cost
@@ -233,6 +233,7 @@ class OpenLoopCore(CoreBase):
         self.output_tokens += tokens
         self._finish()
         sample = Sample(self.t, bs, self.profile.spec_steps if speculate else 0, tokens, interval, decode_only)
+        self.last_batch_size = bs
         self._admit()
         return sample
 

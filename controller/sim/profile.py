@@ -45,6 +45,8 @@ class Profile:
     arrival_rate: tuple[float, ...] = ()                # open-loop levels, requests/s
     prefill_s_draft: float = 0.0         # per extend batch while prefills also run the draft (threshold > 0)
     chained_extends: bool = False        # open loop: arrivals during an extend get their own before the decode
+    draft_kv: bool = True                # the engine's off path writes the draft's KV (kv): lean prefill also at
+                                         # thresholds above 0, for batches that will not speculate (contract)
 
     @property
     def prompt_len_mean(self) -> float:
@@ -72,7 +74,7 @@ class Profile:
 
     def prefill_seconds(self, requests: int, tokens: float, draft: bool = False) -> float:
         """What an extend batch of `requests` new requests with `tokens` prompt tokens adds to an interval;
-        draft: the draft's pass over the prompts runs too (any threshold but 0: no lean prefill)."""
+        draft: the draft's pass over the prompts runs too (no lean prefill: contract.prefill_skips_draft)."""
         return (self.prefill_s + self.prefill_s_per_request * requests + self.prefill_s_per_token * tokens
                 + (self.prefill_s_draft if draft else 0.0))
 
@@ -223,7 +225,7 @@ def parse_profile(data: dict, where: str, source: str = "") -> Profile:
     c = _Checker(where, data)
     c.unknown({"name", "description", "source", "max_batch_size", "spec_steps", "noise", "prefill_s",
                "prefill_s_per_request", "prefill_s_per_token", "prefill_s_draft", "max_prefill_tokens",
-               "chained_extends", "step_time", "acceptance", "load"})
+               "chained_extends", "draft_kv", "step_time", "acceptance", "load"})
     spec_steps = c.number("spec_steps", 1, 16, integer=True)
     st = c.section("step_time")
     st.unknown({"batch_size", "off", "spec"})
@@ -255,6 +257,7 @@ def parse_profile(data: dict, where: str, source: str = "") -> Profile:
         max_prefill_tokens=c.number("max_prefill_tokens", 1, 1 << 24, default=16384, integer=True),
         prefill_s_draft=c.number("prefill_s_draft", 0.0, 10.0, default=0.0),
         chained_extends=c.flag("chained_extends", False),
+        draft_kv=c.flag("draft_kv", True),
         output_len_mean=load.number("output_len_mean", 1, 1e6, default=256),
         output_len_sd=load.number("output_len_sd", 0, 1e6, default=64),
         output_len_range=load.length_range("output_len_range") if "output_len_range" in load.data else None,

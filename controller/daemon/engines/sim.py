@@ -79,7 +79,7 @@ class SimEngine(Engine):
                     self.core.set_accept(accept)        # the arrival rate follows the core's schedule
                 elif c != self.core.concurrency or (accept is not None and accept != self.core.accept_length):
                     self.core.set_load(c, accept)
-                self.core.lean_prefill = self._threshold == 0
+                self.core.threshold = self._threshold
                 sample = self.core.step(speculates(self.core.batch_size, self._threshold))
                 # Pace virtual time against the real clock so the sample arrives when its step ends.
                 lag = sample.t / self.speed - (time.monotonic() - self._t0_real)
