@@ -97,6 +97,7 @@ class Source:
         for node in ast.walk(cls):
             targets = node.targets if isinstance(node, ast.Assign) else \
                 [node.target] if isinstance(node, ast.AnnAssign) else []
+            targets = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]   # a, b = ...
             out |= {t.attr for t in targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
                     and t.value.id == "self"}
         return out

@@ -15,12 +15,22 @@
 #  same for requests with frequency / presence / repetition penalties, min_new_tokens and a logit bias, sent in
 #  lockstep groups, prompts on the crafted chain's short cycles (penalty_check.py; rows in logprob.jsonl); `greedy`:
 #  greedy equality while switching every 5 ms; `closedfast`: the closed loop again with the kv writes switched
-#  off at run time (label fast); `closedpinned`: the closed loop
+#  off at run time (label fast); `closedkveager` (with KV_GRAPH=1, the kv writes from CUDA graphs:
+#  the same with them eager, label kveager); `closedpinned`: the closed loop
 #  with the threshold pinned at PIN_T (8) (label pinned: lean prefills above 0); `profile`: the GPU kernels of a decode step at
 #  PROFILE_BS (48) per engine (kernel_profile.py). Phases run in the order SHAPES names them, each only if
 #  its time is left; OPEN_RATES (2,12,24); OFF_PATH sets the daemon's [sglang] off_path.
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
+# KV_GRAPH=1: the daemon's engine captures the kv writes as CUDA graphs (experimental, draftkv_graph.py)
+[ "${KV_GRAPH:-0}" = 1 ] && export SPEC_CONTROLLER_DRAFT_KV_GRAPH=1
+closed_as() { # label state-json restore-json: the closed loop with the daemon's engine switched to state, then back
+  [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closed $1 (time)"; return; }
+  internal_state 30000 "$2" | tee -a "$SUM"
+  load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
+    --engines "nospec=30001,$1=30000" --repeats 2 --flush --out "$R"
+  internal_state 30000 "$3" | tee -a "$SUM"; say "closed $1 done"
+}
 OPEN_S=${OPEN_S:-12}; SHAPES=${SHAPES:-open,closed,steady}   # SHAPES: the phases to run
 CLOSED_S=${CLOSED_S:-4}; CLOSED_WARMUP=${CLOSED_WARMUP:-2}     # at C = 128 a request lives ~3-4 s: use >= 8 s of warm-up
 make_model $M --crafted $MODEL7B
@@ -46,11 +56,9 @@ if start_daemon; then
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
       say "closed done" ;;
     closedfast)  # the same closed loop with the kv writes switched off at run time (label "fast"): what kv costs
-      [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closedfast (time)"; continue; }
-      internal_state 30000 '{"spec_controller_draft_kv": false}' | tee -a "$SUM"
-      load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
-        --engines nospec=30001,fast=30000 --repeats 2 --flush --out "$R"
-      internal_state 30000 '{"spec_controller_draft_kv": true}' | tee -a "$SUM"; say "closedfast done" ;;
+      closed_as fast '{"spec_controller_draft_kv": false}' '{"spec_controller_draft_kv": true}' ;;
+    closedkveager)  # with KV_GRAPH=1 (the kv writes from CUDA graphs): the same with them eager (label "kveager")
+      closed_as kveager '{"spec_controller_draft_kv_graph": false}' '{"spec_controller_draft_kv_graph": true}' ;;
     closedpinned)  # the closed loop with the threshold pinned at PIN_T (8), label pinned: batches above it run off,
       # and with kv their prefills skip the draft's pass (contract.prefill_skips_draft); status counts the lean prefills
       [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closedpinned (time)"; continue; }

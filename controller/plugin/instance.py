@@ -6,7 +6,8 @@ import logging
 import os
 from typing import Any, Callable, Mapping
 
-from ..contract import (BOOL_KEYS, DRAFT_KV_KEY, ENV_ADDRESS, ENV_DRAFT_KV, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD,
+from ..contract import (BOOL_KEYS, DRAFT_KV_GRAPH_KEY, DRAFT_KV_KEY, ENV_ADDRESS, ENV_DRAFT_KV, ENV_DRAFT_KV_GRAPH,
+                        ENV_FAST_OFF, ENV_INITIAL_THRESHOLD,
                         ENV_LEAN_PREFILL, ENV_SYNC_DRAFT, EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_PREFILL_KEY, OWN_KEYS,
                         REASON_INACTIVE, SIM_ACC_KEY, SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version,
                         validate_threshold)
@@ -37,6 +38,7 @@ class Plugin:
                                 sync_draft=env.get(ENV_SYNC_DRAFT) == "1",
                                 lean_prefill=env.get(ENV_LEAN_PREFILL, "1") != "0",
                                 draft_kv=env.get(ENV_DRAFT_KV, "1") != "0",   # the default: consistent, cheap
+                                draft_kv_graph=env.get(ENV_DRAFT_KV_GRAPH) == "1",   # experimental
                                 capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
 
@@ -81,6 +83,9 @@ class Plugin:
         if ours.get(DRAFT_KV_KEY) and not (built and self.off_path.can_write_kv()):
             return (f"{DRAFT_KV_KEY}: this engine's off path cannot write the draft's KV (start it with "
                     f"{ENV_DRAFT_KV}=1; the engine log says if the draft is unsupported)")
+        if ours.get(DRAFT_KV_GRAPH_KEY) and built and self.off_path.kv_graph is None:
+            return (f"{DRAFT_KV_GRAPH_KEY}: no draft KV graphs were captured (start the engine with "
+                    f"{ENV_DRAFT_KV_GRAPH}=1; TP 1 with decode CUDA graphs; the engine log says why not)")
         for key in EXPERIMENT_KEYS:
             if key in ours and self.env.get("SPEC_CONTROLLER_EXPERIMENTS") != "1":
                 return f"{key} is an experiment knob (start the engine with SPEC_CONTROLLER_EXPERIMENTS=1)"
@@ -103,6 +108,8 @@ class Plugin:
             self.off_path.sync_draft = bool(ours[SYNC_DRAFT_KEY])
         if DRAFT_KV_KEY in ours:
             self.off_path.draft_kv = bool(ours[DRAFT_KV_KEY])
+        if DRAFT_KV_GRAPH_KEY in ours:
+            self.off_path.use_kv_graph = bool(ours[DRAFT_KV_GRAPH_KEY])
         if SIM_ACC_KEY in ours:   # SGLang's benchmark knob, read by every verify (spec_utils.SIMULATE_ACC_LEN)
             from sglang.srt.speculative import spec_utils
             spec_utils.SIMULATE_ACC_LEN = float(ours[SIM_ACC_KEY])

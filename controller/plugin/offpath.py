@@ -10,7 +10,7 @@ from typing import Any, Callable
 from ..contract import (REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_KV_UNSUPPORTED,
                         REASON_MISSING_INTERNAL, REASON_NONE, REASON_OTHER_RANK, REASON_REJECTION_SAMPLING,
                         REASON_RUN_FAILED, parse_version, prefill_skips_draft)
-from . import draftkv, fastoff, internals
+from . import draftkv, draftkv_graph, fastoff, internals
 from .failures import Failures
 from .router import Router
 
@@ -33,7 +33,8 @@ class OffPath:
     speculation resumes, for a few kernels per batch; sync_draft wins where both are set."""
 
     def __init__(self, router: Router, failures: Failures, enabled: bool = True, sync_draft: bool = False,
-                 lean_prefill: bool = False, capture_hidden: bool = False, draft_kv: bool = False):
+                 lean_prefill: bool = False, capture_hidden: bool = False, draft_kv: bool = False,
+                 draft_kv_graph: bool = False):
         self.router = router
         self.failures = failures
         self.enabled = enabled
@@ -42,6 +43,9 @@ class OffPath:
         self.draft_kv = draft_kv
         self.capture_hidden = capture_hidden or sync_draft or draft_kv   # graphs that can feed the draft
         self.kv_writer: draftkv.DraftKVWriter | None = None   # built with the fast path, where supported
+        self.kv_graph: draftkv_graph.GraphedKVWriter | None = None   # its decode writes as graphs (experimental)
+        self.want_kv_graph = draft_kv_graph                  # capture them at start (TP 1)
+        self.use_kv_graph = draft_kv_graph                   # run-time switch, once captured
         self.kv_writes = 0
         self.tp_size = 1
         self.fast: fastoff.FastOff | None = None   # built after SGLang's graph capture, if supported
@@ -57,9 +61,11 @@ class OffPath:
     def can_write_kv(self) -> bool:
         return self.kv_writer is not None if self.fast is not None else self.capture_hidden
 
-    def _writer(self) -> draftkv.DraftKVWriter | None:
+    def _writer(self) -> draftkv.DraftKVWriter | draftkv_graph.GraphedKVWriter | None:
         """The KV writer, when this batch should use it."""
-        return self.kv_writer if self.draft_kv and not self.sync_draft else None
+        if self.kv_writer is None or not self.draft_kv or self.sync_draft:
+            return None
+        return self.kv_graph if self.use_kv_graph and self.kv_graph is not None else self.kv_writer
 
     def after_init_cuda_graphs(self, result: Any, worker: Any, *args, **kwargs) -> None:
         """AFTER EAGLEWorkerV2.init_cuda_graphs, every rank, once: capture the target's decode graphs."""
@@ -108,6 +114,21 @@ class OffPath:
                 self.sync_draft, self.reason = True, REASON_KV_UNSUPPORTED
         except Exception as e:
             self.failures.record("draft KV writer", e)
+        if self.kv_writer is not None and self.want_kv_graph:
+            self._capture_kv_graphs(worker)
+
+    def _capture_kv_graphs(self, worker: Any) -> None:
+        graphs = self.fast.graph_runner
+        if graphs is None or self.tp_size > 1:
+            log.warning("spec-controller: draft KV graphs need decode CUDA graphs and TP 1; writing eagerly")
+            return
+        try:
+            self.kv_graph = draftkv_graph.capture(self.kv_writer, graphs.capture_bs,
+                                                  lambda: self.fast.names.draft_context.enter(worker.draft_worker))
+            log.info("spec-controller: draft KV writes captured as CUDA graphs for batch sizes up to %d",
+                     self.kv_graph.sizes[-1])
+        except Exception as e:
+            self.failures.record("draft KV graphs", e)
 
     def _build(self, worker: Any, names: internals.FastOffInternals) -> fastoff.FastOff | None:
         """The fast path on this rank, or None with the reason set (and logged once)."""

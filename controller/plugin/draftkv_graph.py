@@ -1,0 +1,86 @@
+"""The kv off path's per-batch draft-KV write (draftkv.DraftKVWriter.write) replayed from CUDA graphs, one per
+batch size of the fast path's decode graphs. EXPERIMENTAL, off by default, NOT YET RUN ON A GPU: captured only
+when the engine starts with SPEC_CONTROLLER_DRAFT_KV_GRAPH=1, used while `spec_controller_draft_kv_graph` is on.
+
+Runs inside SGLang's scheduler process, on every off batch: keep it lean. Why: the eager write is ~15 kernel
+launches (embedding, norms, fc, qkv + RoPE, the KV store) costing ~0.3-0.4 ms of launch CPU per off batch on
+an H200 (bench/results/h200-2026-12-01e section 2); a replay is one launch plus four copies into the static
+inputs. Rows past the batch (the graph's size is the next captured one up) write to SGLang's padding slot 0,
+as its own graphs' padded tokens do; a batch larger than every graph, or hidden states of another width,
+is written eagerly.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+PAD_SLOT = 0            # the KV pools' padding slot: padded rows' dummy writes land there harmlessly
+# The SGLang names this module relies on (tests/test_draftkv_graph.py checks every wheel 0.5.17 ... 0.5.23).
+ATTRIBUTES = {"sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner": ("capture_bs",)}
+FACTS = (("sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner.EAGLEDraftExtendCudaGraphRunner.execute",
+          ".out_cache_loc.zero_()", "SGLang's own draft-extend graphs point padded rows at slot 0"),
+         ("sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.__init__",
+          "self.capture_bs, self.compile_bs = get_batch_sizes_to_capture(", "the sizes its graphs hold"))
+
+
+def graph_size(sizes: Sequence[int], n: int) -> int | None:
+    """The smallest captured batch size that holds n rows (sizes ascending), or None."""
+    i = bisect.bisect_left(sizes, n)
+    return sizes[i] if i < len(sizes) else None
+
+
+@dataclass
+class GraphedKVWriter:
+    """Same write() as DraftKVWriter; the static inputs are the graphs' (rows 0 .. max size)."""
+    eager: Any                  # the DraftKVWriter (its write() is what each graph holds)
+    sizes: tuple[int, ...]      # ascending
+    aux: Any                    # [max, aux width] the target's aux hidden states
+    tokens: Any                 # [max] int64: the token after each position
+    positions: Any              # [max] int64
+    loc: Any                    # [max] int64: KV slots
+    graphs: dict[int, Any] = field(default_factory=dict)
+    replays: int = 0
+
+    def write(self, aux_hidden: Any, next_tokens: Any, positions: Any, loc: Any) -> None:
+        n = positions.shape[0]
+        size = graph_size(self.sizes, n)
+        if size is None or aux_hidden.shape[-1] != self.aux.shape[-1]:
+            return self.eager.write(aux_hidden, next_tokens, positions, loc)
+        self.aux[:n].copy_(aux_hidden[:n])
+        self.tokens[:n].copy_(next_tokens[:n])
+        self.positions[:n].copy_(positions)
+        self.loc[:n].copy_(loc)
+        if size > n:
+            self.loc[n:size].fill_(PAD_SLOT)
+        self.graphs[size].replay()
+        self.replays += 1
+
+
+def capture(eager: Any, sizes: Sequence[int], enter: Callable[[], Any]) -> GraphedKVWriter:
+    """One graph per size (every TP rank alike: the same sizes, the same writer), in the draft's TP context
+    (`enter()`, as the eager write runs). The aux width is the draft's fc input (EAGLE3: the target's aux
+    layers concatenated); a draft without fc gets no graphs (ValueError)."""
+    import torch
+    fc = getattr(eager.model, "fc", None)
+    weight = getattr(fc, "weight", None)
+    if weight is None or weight.dim() != 2:
+        raise ValueError("the draft has no fc weight to size the graphs' hidden-state input by")
+    sizes = tuple(sorted(set(int(s) for s in sizes)))
+    top, device = sizes[-1], weight.device
+    i64 = dict(dtype=torch.int64, device=device)
+    out = GraphedKVWriter(eager, sizes, torch.zeros((top, weight.shape[1]), dtype=weight.dtype, device=device),
+                          torch.zeros(top, **i64), torch.zeros(top, **i64), torch.full((top,), PAD_SLOT, **i64))
+    pool, stream = torch.cuda.graph_pool_handle(), torch.cuda.Stream()
+    with enter():
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):     # warm-up (lazy inits, workspaces): writes the padding slot only
+            eager.write(out.aux, out.tokens, out.positions, out.loc)
+        torch.cuda.current_stream().wait_stream(stream)
+        for size in reversed(sizes):        # largest first: the smaller ones reuse its pool
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool, stream=stream):
+                eager.write(out.aux[:size], out.tokens[:size], out.positions[:size], out.loc[:size])
+            out.graphs[size] = graph
+    torch.cuda.synchronize()
+    return out

@@ -1,0 +1,118 @@
+"""controller/plugin/draftkv_graph.py on CPU: which graph a batch replays, what its padded rows write, when the
+eager writer takes over, and the plugin's switch for it (the capture itself needs a GPU: bench/gpu)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from controller import contract
+from controller.plugin import draftkv_graph
+from controller.plugin.draftkv_graph import PAD_SLOT, GraphedKVWriter, graph_size
+from controller.plugin.instance import Plugin
+
+
+class T(np.ndarray):
+    """Enough of a torch tensor for write(): slices are views, copy_ and fill_ write through."""
+
+    def copy_(self, src):
+        self[...] = np.asarray(src)
+        return self
+
+    def fill_(self, value):
+        self[...] = value
+        return self
+
+
+def t(values, dtype=np.int64) -> T:
+    return np.asarray(values, dtype=dtype).view(T)
+
+
+class Recording:
+    def __init__(self, log, name):
+        self.log, self.name = log, name
+
+    def replay(self):
+        self.log.append(self.name)
+
+    def write(self, *args):
+        self.log.append(("eager", args[2].shape[0]))
+
+
+def graphed(sizes=(1, 2, 4, 8), width=3):
+    log: list = []
+    top = max(sizes)
+    w = GraphedKVWriter(Recording(log, "eager"), tuple(sizes), t(np.zeros((top, width)), np.float32),
+                        t(np.zeros(top)), t(np.zeros(top)), t(np.full(top, 77)))
+    w.graphs = {s: Recording(log, s) for s in sizes}
+    return w, log
+
+
+@pytest.mark.parametrize("n, size", [(1, 1), (2, 2), (3, 4), (4, 4), (5, 8), (8, 8), (9, None)])
+def test_graph_size_is_the_smallest_captured_size_that_holds_the_batch(n, size):
+    assert graph_size((1, 2, 4, 8), n) == size
+
+
+def test_a_batch_replays_its_graph_with_its_rows_copied_and_the_padding_pointed_at_the_pad_slot():
+    w, log = graphed()
+    aux = t(np.arange(9).reshape(3, 3), np.float32)
+    w.write(aux, t([11, 12, 13]), t([100, 101, 102]), t([5, 6, 7]))
+    assert log == [4] and w.replays == 1
+    assert w.loc[:4].tolist() == [5, 6, 7, PAD_SLOT]            # row 3 of graph 4 writes the padding slot
+    assert w.loc[4:].tolist() == [77] * 4                       # rows past the graph are not its business
+    assert w.tokens[:3].tolist() == [11, 12, 13] and w.positions[:3].tolist() == [100, 101, 102]
+    assert (w.aux[:3] == aux).all()
+    w.write(aux[:2], t([1, 2]), t([3, 4]), t([9, 9]))           # exactly a captured size: nothing padded
+    assert log == [4, 2] and w.loc[:4].tolist() == [9, 9, 7, PAD_SLOT]
+
+
+def test_a_batch_larger_than_every_graph_or_of_another_width_is_written_eagerly():
+    w, log = graphed(sizes=(1, 2))
+    w.write(t(np.zeros((3, 3)), np.float32), t([1, 2, 3]), t([0, 1, 2]), t([4, 5, 6]))
+    w.write(t(np.zeros((2, 5)), np.float32), t([1, 2]), t([0, 1]), t([4, 5]))
+    assert log == [("eager", 3), ("eager", 2)] and w.replays == 0
+    assert w.loc.tolist() == [77, 77]                            # the static inputs untouched
+
+
+def test_the_plugin_uses_the_graphs_only_when_captured_and_switched_on():
+    plug = Plugin({contract.ENV_DRAFT_KV_GRAPH: "1"})
+    off = plug.off_path
+    assert off.want_kv_graph and off.use_kv_graph
+    off.fast, off.kv_writer, off.draft_kv = object(), "eager", True
+    plug.router.checked, plug.router.k = True, 3
+    assert off._writer() == "eager"                              # nothing captured: the eager writer
+    problem = plug.validate_own_keys({contract.DRAFT_KV_GRAPH_KEY: True})
+    assert "no draft KV graphs were captured" in problem and contract.ENV_DRAFT_KV_GRAPH in problem
+    off.kv_graph = "graphs"
+    assert off._writer() == "graphs" and plug.validate_own_keys({contract.DRAFT_KV_GRAPH_KEY: False}) is None
+    plug.apply_own_keys({contract.DRAFT_KV_GRAPH_KEY: False})
+    assert off._writer() == "eager"
+    plug.apply_own_keys({contract.DRAFT_KV_GRAPH_KEY: True})
+    off.kv_writer = None                                         # a writer failure drops the graphs with it
+    assert off._writer() is None
+    assert not Plugin({}).off_path.want_kv_graph                 # off by default (not yet run on a GPU)
+
+
+def test_no_graphs_at_tp_above_1_or_without_decode_graphs(monkeypatch):
+    captured = []
+    monkeypatch.setattr(draftkv_graph, "capture", lambda *a: captured.append(a) or "graphs")
+    off = Plugin({contract.ENV_DRAFT_KV_GRAPH: "1"}).off_path
+    off.kv_writer = "eager"
+    for tp, runner in ((2, object()), (1, None)):
+        off.tp_size, off.fast = tp, type("F", (), {"graph_runner": runner})()
+        off._capture_kv_graphs(None)
+        assert off.kv_graph is None
+    off.tp_size, off.fast = 1, type("F", (), {"graph_runner": type("G", (), {"capture_bs": [1, 2]})()})()
+    off._capture_kv_graphs(None)
+    assert off.kv_graph == "graphs" and captured[0][:2] == ("eager", [1, 2])
+
+
+def test_the_graphs_sglang_names_hold_in_every_fast_wheel():
+    from controller.contract import parse_version
+    from controller.plugin import internals
+    from tests.sglang_wheels import VERSIONS, name_problems, source
+    fast = [v for v in VERSIONS if internals.for_version(parse_version(v))]
+    assert fast
+    for version in fast:
+        assert name_problems(source(version), {}, draftkv_graph.ATTRIBUTES, facts=draftkv_graph.FACTS) == [], version
+    wrong = ((draftkv_graph.FACTS[0][0], ".out_cache_loc.fill_(1)", "x"),)
+    assert len(name_problems(source(fast[0]), {}, draftkv_graph.ATTRIBUTES, facts=wrong)) == 1
