@@ -28,14 +28,14 @@ closed_as() { # label state-json restore-json: the closed loop with the daemon's
   [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closed $1 (time)"; return; }
   internal_state 30000 "$2" | tee -a "$SUM"
   load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
-    --engines "nospec=30001,$1=30000" --repeats 2 --flush --out "$R"
+    --engines "nospec=30001,$1=30000" --repeats "${REPEATS:-2}" --flush --out "$R"
   internal_state 30000 "$3" | tee -a "$SUM"; say "closed $1 done"
 }
 OPEN_S=${OPEN_S:-12}; SHAPES=${SHAPES:-open,closed,steady}   # SHAPES: the phases to run
 CLOSED_S=${CLOSED_S:-4}; CLOSED_WARMUP=${CLOSED_WARMUP:-2}     # at C = 128 a request lives ~3-4 s: use >= 8 s of warm-up
 make_model $M --crafted $MODEL7B
 timeline_plugin
-PAIR=(--engines nospec=30001,off=30000 --repeats 2 --flush --out "$R")
+PAIR=(--engines nospec=30001,off=30000 --repeats "${REPEATS:-2}" --flush --out "$R")
 
 start_server nospec 30001 SPEC_TIMELINE=/tmp/tl/nospec -- --mem-fraction-static 0.30 || exit 1
 NOSPEC_PID=$SERVER_PID
@@ -64,7 +64,7 @@ if start_daemon; then
       [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closedpinned (time)"; continue; }
       specctl threshold pin "${PIN_T:-8}" | tee -a "$SUM"
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
-        --engines nospec=30001,pinned=30000 --repeats 2 --flush --out "$R"
+        --engines nospec=30001,pinned=30000 --repeats "${REPEATS:-2}" --flush --out "$R"
       specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"
       specctl threshold pin 0 | tee -a "$SUM"; say "closedpinned done" ;;
     profile)   # issue 12 item 1: the kernels of a steady decode step at PROFILE_BS, no-spec vs kv vs fast (kernel_profile.py)
