@@ -22,10 +22,11 @@
 #  its time is left; OPEN_RATES (2,12,24); OFF_PATH sets the daemon's [sglang] off_path.
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
+RUNS=$((2 * ${REPEATS:-2}))          # runs per level or rate: REPEATS (2) of each of the two engines
 # KV_GRAPH=1: the daemon's engine captures the kv writes as CUDA graphs (experimental, draftkv_graph.py)
 [ "${KV_GRAPH:-0}" = 1 ] && export SPEC_CONTROLLER_DRAFT_KV_GRAPH=1
 closed_as() { # label state-json restore-json: the closed loop with the daemon's engine switched to state, then back
-  [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closed $1 (time)"; return; }
+  [ "$(left)" -gt $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closed $1 (time)"; return; }
   internal_state 30000 "$2" | tee -a "$SUM"
   load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
     --engines "nospec=30001,$1=30000" --repeats "${REPEATS:-2}" --flush --out "$R"
@@ -50,9 +51,9 @@ if start_daemon; then
   # (2 repeats, 2 engines) of OPEN_S + ~8 s; closed: 4 runs a level of CLOSED_WARMUP + CLOSED_S + ~3 s
   for phase in ${SHAPES//,/ }; do
     case $phase in
-    open) [ "$(left)" -gt $((4 * nrates * (OPEN_S + 8))) ] || { say "skip open (time)"; continue; }
+    open) [ "$(left)" -gt $((RUNS * nrates * (OPEN_S + 8))) ] || { say "skip open (time)"; continue; }
       load_sum --shape open --rates "$RATES" --seconds "$OPEN_S" --tokenizer $TOK "${PAIR[@]}"; say "open done" ;;
-    closed) [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closed (time)"; continue; }
+    closed) [ "$(left)" -gt $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closed (time)"; continue; }
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
       say "closed done" ;;
     closedfast)  # the same closed loop with the kv writes switched off at run time (label "fast"): what kv costs
@@ -61,7 +62,7 @@ if start_daemon; then
       closed_as kveager '{"spec_controller_draft_kv_graph": false}' '{"spec_controller_draft_kv_graph": true}' ;;
     closedpinned)  # the closed loop with the threshold pinned at PIN_T (8), label pinned: batches above it run off,
       # and with kv their prefills skip the draft's pass (contract.prefill_skips_draft); status counts the lean prefills
-      [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closedpinned (time)"; continue; }
+      [ "$(left)" -gt $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closedpinned (time)"; continue; }
       specctl threshold pin "${PIN_T:-8}" | tee -a "$SUM"
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
         --engines nospec=30001,pinned=30000 --repeats "${REPEATS:-2}" --flush --out "$R"
@@ -76,7 +77,7 @@ if start_daemon; then
         2>&1 | cut -c1-300 | tee -a "$SUM"
       internal_state 30000 '{"spec_controller_draft_kv": true}' | tee -a "$SUM"; say "profile done" ;;
     logprob)   # issue 12 item 4: a share of the requests ask for logprobs; status says how many off batches fell back
-      [ "$(left)" -gt $((4 * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) ] || { say "skip logprob (time)"; continue; }
+      [ "$(left)" -gt $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) ] || { say "skip logprob (time)"; continue; }
       load_sum --shape closed --levels "${LOGPROB_LEVELS:-48}" --logprob-share "${LOGPROB_SHARE:-0.1}" \
         --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
       specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"; say "logprob done" ;;
