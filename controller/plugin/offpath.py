@@ -28,9 +28,10 @@ class OffPath:
     sync_draft: off batches also run the draft's 1-token extend (its KV is ready when speculation
     resumes; costs the draft's share of a step). lean_prefill: while no batch size speculates (with
     draft_kv: while the batch a prefill joins does not speculate), prefills skip the draft's forward over
-    the prompt (cheaper; without draft_kv that request's draft is stale if it later speculates). draft_kv: off batches (and lean prefills) write the draft's KV with the
-    plugin's own writer (controller.plugin.draftkv) instead of running the draft: its KV is complete when
-    speculation resumes, for a few kernels per batch; sync_draft wins where both are set."""
+    the prompt (cheaper; without draft_kv that request's draft is stale if it later speculates).
+    draft_kv: off batches (and lean prefills) write the draft's KV with the plugin's own writer
+    (controller.plugin.draftkv) instead of running the draft: its KV is complete when speculation
+    resumes, for a few kernels per batch; sync_draft wins where both are set."""
 
     def __init__(self, router: Router, failures: Failures, enabled: bool = True, sync_draft: bool = False,
                  lean_prefill: bool = False, capture_hidden: bool = False, draft_kv: bool = False,
