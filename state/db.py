@@ -38,12 +38,34 @@ def classify(err: Exception) -> str:
     return "error"
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _damaged(path: Path, detail: object) -> str:
+    """A file SQLite cannot read: a damaged spec-controller database (move it aside), or a file that
+    never was one (not SQLite, or SQLite without spec-controller's schema version): refused as such,
+    with no advice to move someone else's file."""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY, "database")
+        try:
+            head = os.pread(fd, 100, 0)
+        finally:
+            os.close(fd)
+    except (StoreError, OSError):
+        head = b""           # unreadable now: judge by SQLite's word alone
+    if head and not head.startswith(SQLITE_MAGIC):
+        return f"{path} is not a spec-controller database (not an SQLite file); refusing it"
+    if len(head) >= 64 and int.from_bytes(head[60:64], "big") == 0:    # PRAGMA user_version: never migrated
+        return f"{path} is not a spec-controller database (an SQLite file without its schema); refusing it"
+    return f"database {path} is corrupt ({detail}); move it aside to start afresh"
+
+
 def _describe(path: Path, err: sqlite3.Error) -> str:
     kind = classify(err)
     if kind == "locked":
         return f"database {path} is locked by another process ({err})"
     if kind == "corrupt":
-        return f"database {path} is corrupt ({err}); move it aside to start afresh"
+        return _damaged(path, err)
     if kind == "read-only":
         return f"database {path} cannot be opened for writing ({err})"
     return f"database {path}: {err}"
@@ -92,11 +114,11 @@ def _check_schema(path: Path, conn: sqlite3.Connection, readonly: bool) -> None:
     if version:
         return
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-    if readonly:
-        raise StoreError(f"database {path} holds no spec-controller data (an empty file, or another application's)")
     if tables:
-        raise StoreError(f"database {path} belongs to another application (tables: {', '.join(tables[:5])}); "
-                         "refusing to add tables to it")
+        raise StoreError(f"{path} is not a spec-controller database: it belongs to another application "
+                         f"(tables: {', '.join(tables[:5])}); refusing " + ("it" if readonly else "to add tables to it"))
+    if readonly:
+        raise StoreError(f"database {path} holds no spec-controller data (an empty file)")
 
 
 def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = True,
@@ -127,8 +149,7 @@ def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = Tr
         if check:
             row = conn.execute("PRAGMA quick_check").fetchone()
             if not row or row[0] != "ok":
-                raise StoreError(f"database {path} is corrupt (quick_check: {row[0] if row else 'no answer'}); "
-                                 "move it aside to start afresh")
+                raise StoreError(_damaged(path, f"quick_check: {row[0] if row else 'no answer'}"))
         _check_schema(path, conn, readonly)
         if readonly:
             return sqlite_utils.Database(conn)

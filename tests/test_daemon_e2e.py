@@ -148,10 +148,20 @@ def test_daemon_bad_input_one_line(short_tmp, args, needle, code):
 
 
 def test_corrupt_database_refused_and_untouched(short_tmp):
+    from tests.test_state import damaged_store
+    db = damaged_store(short_tmp / "bad.db")
+    before = db.read_bytes()
+    res = run_daemon_once(short_tmp, "--db", str(db), "--socket", str(short_tmp / "s"))
+    assert res.returncode == 1 and "corrupt" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert "move it aside" in res.stderr and db.read_bytes() == before
+
+
+def test_a_file_that_is_not_a_database_is_refused_and_untouched(short_tmp):
     db = short_tmp / "bad.db"
     db.write_bytes(b"garbage" * 1000)
     res = run_daemon_once(short_tmp, "--db", str(db), "--socket", str(short_tmp / "s"))
-    assert res.returncode == 1 and "corrupt" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+        f"spec-controller: {db} is not a spec-controller database (not an SQLite file); refusing it"], res.stderr
     assert db.read_bytes() == b"garbage" * 1000
 
 

@@ -28,6 +28,32 @@ def test_status_on_an_empty_sqlite_file(short_tmp):
     _one_line(specctl(short_tmp, short_tmp / "empty.db", "status"), "holds no spec-controller data")
 
 
+@pytest.mark.parametrize("command", [["status"], ["history"], ["threshold", "pin", "3"], ["plot", "x.png"]])
+def test_a_file_that_is_not_ours_is_refused_as_such_and_never_moved(short_tmp, command):
+    """`--db /etc/passwd`, or another application's SQLite file: not a spec-controller database, and no
+    advice to move it aside (that is for a damaged database of ours)."""
+    text = short_tmp / "passwd"
+    text.write_text("root:x:0:0:root:/root:/bin/bash\n" * 20)
+    other = short_tmp / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE accounts (x)")
+    conn.commit()
+    conn.close()
+    for db in (text, other):
+        args = [a if a != "x.png" else str(short_tmp / "x.png") for a in command]
+        res = specctl(short_tmp, db, *args)
+        _one_line(res, f"specctl: {db} is not a spec-controller database")
+        assert "move it aside" not in res.output and "corrupt" not in res.output
+    assert text.read_text().startswith("root:x:0:0")
+
+
+def test_a_damaged_database_of_ours_is_corrupt_move_it_aside(short_tmp):
+    from tests.test_state import damaged_store
+    db = damaged_store(short_tmp / "d.db")
+    _one_line(specctl(short_tmp, db, "status"), "corrupt")
+    assert "; move it aside to start afresh" in specctl(short_tmp, db, "status").output
+
+
 def test_an_offline_pin_on_a_locked_database(short_tmp):
     db = short_tmp / "l.db"
     open_store(db).conn.close()

@@ -76,13 +76,52 @@ def test_rollup_and_retention(tmp_path):
     assert db.execute("SELECT min(t) FROM samples").fetchone()[0] >= 15.0
 
 
-def test_corrupt_database_is_refused_with_one_line(tmp_path):
+def damaged_store(path):
+    """A real spec-controller database with pages in its middle overwritten (a disk fault)."""
+    import os
+
+    from state.db import leave_wal
+    db = open_store(path)
+    db.conn.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?)", [(i, 1, 1, 1, 0.1, 1) for i in range(20000)])
+    leave_wal(db)
+    db.conn.close()
+    with open(path, "r+b") as f:
+        f.seek(4096 * 3)
+        f.write(os.urandom(4096 * 5))
+    return path
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_file_that_is_not_sqlite_is_refused_as_not_ours_without_advice(tmp_path, readonly):
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"this is not sqlite at all" * 100)
-    with pytest.raises(StoreError, match="corrupt") as err:
-        open_store(bad)
-    assert "\n" not in str(err.value)
+    with pytest.raises(StoreError) as err:
+        open_store(bad, readonly=readonly)
+    assert str(err.value) == f"{bad} is not a spec-controller database (not an SQLite file); refusing it"
     assert bad.read_bytes().startswith(b"this is not sqlite")        # nothing changed
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_damaged_spec_controller_database_is_corrupt_move_it_aside(tmp_path, readonly):
+    bad = damaged_store(tmp_path / "d.db")
+    with pytest.raises(StoreError, match="corrupt .*; move it aside to start afresh") as err:
+        open_store(bad, readonly=readonly)
+    assert "\n" not in str(err.value) and str(err.value).startswith(f"database {bad} is corrupt (")
+
+
+def test_a_damaged_sqlite_file_of_another_application_is_not_ours(tmp_path):
+    other = tmp_path / "o.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE accounts (x)")
+    conn.executemany("INSERT INTO accounts VALUES (?)", [("x" * 200,) for _ in range(2000)])
+    conn.commit()
+    conn.close()
+    with open(other, "r+b") as f:
+        f.seek(4096 * 2)
+        f.write(b"\xff" * 4096 * 20)
+    with pytest.raises(StoreError) as err:
+        open_store(other)
+    assert "not a spec-controller database" in str(err.value) and "move it aside" not in str(err.value)
 
 
 def test_locked_database_is_reported(tmp_path):
