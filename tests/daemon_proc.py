@@ -89,3 +89,27 @@ def wait_notify(sock: socket.socket, prefix: bytes, timeout: float = 30.0) -> li
         if msg.startswith(prefix):
             return seen
     raise TimeoutError(f"no {prefix!r} among {seen[-5:]}")
+
+
+class StartingDaemon:
+    """What a daemon whose engine is still loading leaves for specctl to see: the database lock held by
+    this process and, unless record=False (a daemon of an older version), its start event naming its pid
+    and the control socket it will open. No socket."""
+
+    def __init__(self, db: Path, socket_path: Path, record: bool = True):
+        from state.db import DaemonLock, open_store
+        from state.items import INSERTS, event_item
+        self.lock = DaemonLock(db)
+        self.lock.acquire()
+        store = open_store(db)
+        if record:
+            _, row = event_item("start", f"engine=sglang policy=bandit threshold=8 pinned=None pid={os.getpid()} "
+                                         f"socket={Path(socket_path).absolute()}")
+            store.conn.execute(INSERTS["events"], row)
+        store.conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.lock.release()

@@ -79,11 +79,24 @@ def test_pin_unpin_and_history(daemon):
     assert "->" in specctl(daemon, "history").output
 
 
+def _copy_db(daemon, dest):
+    """The live daemon's database, copied: read as a stopped daemon's (nobody holds its lock)."""
+    import sqlite3
+    src, dst = sqlite3.connect(daemon.db), sqlite3.connect(dest)
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+    return dest
+
+
 def test_socket_missing_falls_back_to_database(daemon, tmp_path):
     assert specctl(daemon, "policy", "set", "thompson", "--param", "scale=1.3").exit_code == 0
     assert specctl(daemon, "history").exit_code == 0           # the daemon commits its queued writes first
-    res = CliRunner().invoke(cli, ["--socket", str(tmp_path / "no.sock"), "--db", str(daemon.db), "status", "--json"])
-    assert res.exit_code == 4           # the daemon holds the database: starting, as far as specctl can tell
+    db = _copy_db(daemon, tmp_path / "copy.db")
+    res = CliRunner().invoke(cli, ["--socket", str(tmp_path / "no.sock"), "--db", str(db), "status", "--json"])
+    assert res.exit_code == 3           # nobody holds the copy: not running, the database's last state
     st = json.loads(res.stdout)
     assert st["daemon"]["running"] is False and st["threshold"] is not None
     assert st["policy"]["name"] == "thompson" and float(st["policy"]["params"]["scale"]) == 1.3, st["policy"]
@@ -92,29 +105,67 @@ def test_socket_missing_falls_back_to_database(daemon, tmp_path):
 
 def test_offline_status_has_the_live_schema(daemon, tmp_path):
     live = json.loads(specctl(daemon, "status", "--json").stdout)
-    offline = json.loads(CliRunner().invoke(cli, ["--socket", str(tmp_path / "no.sock"), "--db", str(daemon.db),
+    db = _copy_db(daemon, tmp_path / "copy.db")
+    offline = json.loads(CliRunner().invoke(cli, ["--socket", str(tmp_path / "no.sock"), "--db", str(db),
                                                   "status", "--json"]).stdout)
     assert set(offline) == set(live)
     for key in ("daemon", "policy", "samples"):
         assert set(offline[key]) == set(live[key]), key
 
 
-def test_offline_write_refused_while_a_daemon_holds_the_db(daemon, tmp_path):
-    res = CliRunner().invoke(cli, ["--socket", str(tmp_path / "no.sock"), "--db", str(daemon.db),
-                                   "threshold", "pin", "3"])
-    assert res.exit_code == 1 and "holds" in res.output
+@pytest.mark.parametrize("command", [["status"], ["status", "--json"], ["stop"], ["threshold", "pin", "3"]])
+def test_a_wrong_socket_beside_a_healthy_daemon_names_its_socket(daemon, tmp_path, command):
+    """A mistyped --socket while the daemon holding the database serves its own: one line naming the
+    socket it serves, exit 2 (bad argument); not 'engine starting', no advice to kill it, nothing changed."""
+    before = json.loads(specctl(daemon, "status", "--json").stdout)
+    wrong = tmp_path / "nonexistent.sock"
+    res = CliRunner().invoke(cli, ["--socket", str(wrong), "--db", str(daemon.db), *command])
+    lines = [l for l in res.output.splitlines() if l.strip()]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert lines[0].startswith(f"specctl: daemon pid {daemon.proc.pid} holding {daemon.db} serves its control "
+                               f"socket at {daemon.socket}, not at {wrong}; give --socket {daemon.socket}"), lines
+    assert "kill" not in res.output and "starting" not in res.output
+    after = json.loads(specctl(daemon, "status", "--json").stdout)       # still up, nothing changed
+    assert after["daemon"]["running"] and after["daemon"]["pid"] == before["daemon"]["pid"]
+    assert after["pinned"] == before["pinned"]
 
 
 def test_status_while_the_daemon_holds_the_db_but_does_not_serve_yet(daemon, tmp_path):
     """E.g. SGLang still loading: the control socket opens only once the engine is ready."""
-    base = ["--socket", str(tmp_path / "not-yet.sock"), "--db", str(daemon.db)]
-    res = CliRunner().invoke(cli, [*base, "status"])
+    import os
+
+    from tests.daemon_proc import StartingDaemon
+    db, sock = _copy_db(daemon, tmp_path / "copy.db"), tmp_path / "not-yet.sock"
+    base = ["--socket", str(sock), "--db", str(db)]
+    with StartingDaemon(db, sock):
+        res = CliRunner().invoke(cli, [*base, "status"])
+        assert res.exit_code == 4
+        assert f"daemon pid {os.getpid()} holds the database but its control socket is not open yet" in res.output
+        assert f"daemon:      STARTING, pid {os.getpid()}: control socket not open yet" in res.output
+        st = json.loads(CliRunner().invoke(cli, [*base, "status", "--json"]).stdout)
+        assert st["daemon"]["running"] is False and st["daemon"]["starting"] is True
+        assert st["daemon"]["pid"] == os.getpid()
+        pin = CliRunner().invoke(cli, [*base, "threshold", "pin", "3"])
+        assert pin.exit_code == 1 and pin.output.strip() == (
+            f"specctl: a daemon holds {db} but does not answer on {sock}; nothing changed")
+        other = CliRunner().invoke(cli, ["--socket", str(tmp_path / "typo.sock"), "--db", str(db), "status"])
+        assert other.exit_code == 2 and other.output.strip() == (
+            f"specctl: daemon pid {os.getpid()} holding {db} will serve its control socket at {sock} once its "
+            f"engine is ready, not at {tmp_path / 'typo.sock'}; give --socket {sock} (or SPECCTL_SOCKET)")
+
+
+def test_status_when_the_holder_recorded_no_socket(daemon, tmp_path):
+    """A daemon that recorded no socket (an older version, or its start not yet flushed): starting or
+    another socket cannot be told apart, and the line says both."""
+    import os
+
+    from tests.daemon_proc import StartingDaemon
+    db, sock = _copy_db(daemon, tmp_path / "copy.db"), tmp_path / "no.sock"
+    with StartingDaemon(db, sock, record=False):
+        res = CliRunner().invoke(cli, ["--socket", str(sock), "--db", str(db), "status"])
     assert res.exit_code == 4
-    assert f"daemon pid {daemon.proc.pid} holds the database but its control socket is not open yet" in res.output
-    assert f"daemon:      STARTING, pid {daemon.proc.pid}: control socket not open yet" in res.output
-    st = json.loads(CliRunner().invoke(cli, [*base, "status", "--json"]).stdout)
-    assert st["daemon"]["running"] is False and st["daemon"]["starting"] is True
-    assert st["daemon"]["pid"] == daemon.proc.pid
+    assert (f"daemon pid {os.getpid()} holds the database but does not answer on {sock} (engine starting, or is "
+            "its socket another one? see --socket)") in res.output
 
 
 def test_socket_permission_denied(daemon):

@@ -85,19 +85,46 @@ def test_stop_without_a_daemon_is_one_line_and_exit_3(short_tmp):
 
 
 def test_stop_while_the_engine_is_starting_names_the_pid_and_exit_4(short_tmp):
-    db = short_tmp / "state.db"
-    lock = DaemonLock(db)          # what a daemon loading SGLang holds: the lock, no socket yet
-    lock.acquire()
-    db.write_bytes(b"")
-    try:
-        res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "no.sock"), "--db", str(db), "stop"])
-    finally:
-        lock.release()
     import os
+
+    from tests.daemon_proc import StartingDaemon
+    db, sock = short_tmp / "state.db", short_tmp / "no.sock"
+    with StartingDaemon(db, sock):        # what a daemon loading SGLang holds: the lock, no socket yet
+        res = CliRunner().invoke(cli, ["--socket", str(sock), "--db", str(db), "stop"])
+        typo = CliRunner().invoke(cli, ["--socket", str(short_tmp / "typo.sock"), "--db", str(db), "stop"])
     assert res.exit_code == 4
     assert res.output.strip().splitlines() == [
         f"specctl: daemon pid {os.getpid()} holds {db} but its control socket is not open yet "
         f"(engine starting?); stop it with: kill -TERM {os.getpid()}"]
+    assert typo.exit_code == 2 and "kill" not in typo.output, typo.output      # a wrong path: no advice to kill
+    assert f"will serve its control socket at {sock} once its engine is ready" in typo.output
+
+
+def test_stop_when_the_holder_recorded_no_socket_says_both_cases(short_tmp):
+    import os
+
+    from tests.daemon_proc import StartingDaemon
+    db, sock = short_tmp / "state.db", short_tmp / "no.sock"
+    with StartingDaemon(db, sock, record=False):
+        res = CliRunner().invoke(cli, ["--socket", str(sock), "--db", str(db), "stop"])
+    assert res.exit_code == 4
+    assert res.output.strip().splitlines() == [
+        f"specctl: daemon pid {os.getpid()} holds {db} but does not answer on {sock}: if that is its socket, its "
+        f"engine is still starting (kill -TERM {os.getpid()} stops it); if not, give its --socket"]
+
+
+def test_a_wrong_socket_never_advises_killing_a_healthy_daemon(short_tmp):
+    d = DaemonProc(short_tmp, "--concurrency", "2")
+    try:
+        d.wait_socket()
+        wrong = short_tmp / "nonexistent.sock"
+        res = CliRunner().invoke(cli, ["--socket", str(wrong), "--db", str(d.db), "stop"])
+        assert res.exit_code == 2 and res.output.strip() == (
+            f"specctl: daemon pid {d.proc.pid} holding {d.db} serves its control socket at {d.socket}, not at "
+            f"{wrong}; give --socket {d.socket} (or SPECCTL_SOCKET)")
+        assert d.proc.poll() is None and d.call("GET", "/status")["daemon"]["running"]
+    finally:
+        assert d.stop() == 0
 
 
 def test_nothing_in_the_repository_kills_by_process_name():

@@ -11,7 +11,7 @@ import click
 
 from ..paths import find_db, find_socket
 from .client import DaemonError, request
-from .options import EXIT_ERROR, fail_as
+from .options import EXIT_ERROR, EXIT_USAGE, fail_as
 
 
 OFFLINE_BUSY_MS = 2000      # an offline write waits this long for another process's lock, then says so
@@ -60,7 +60,12 @@ def offline_db(ctx: Ctx, write: bool = False):
     from state.db import DaemonLock, StoreError, open_store
     try:
         if write:
-            if DaemonLock(ctx.db).held_by_other():
+            holder = DaemonLock(ctx.db).holder()
+            if holder is not None:
+                from .holder import find_holder
+                found = find_holder(ctx.db, ctx.socket, holder)
+                if found.elsewhere:
+                    fail(f"{found.mismatch()}; nothing changed", EXIT_USAGE)
                 fail(f"a daemon holds {ctx.db} but does not answer on {ctx.socket}; nothing changed")
             return open_store(ctx.db, busy_ms=OFFLINE_BUSY_MS)
         return open_store(ctx.db, readonly=True)

@@ -10,7 +10,8 @@ from ..paths import present
 from ..status import build_status, summarise
 from .client import DaemonUnreachable
 from .common import UNREADABLE, Ctx, ago, call, emit, fail, json_option, lock_holder, offline_db
-from .options import EXIT_NOT_RUNNING, EXIT_STARTING
+from .holder import find_holder
+from .options import EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE
 
 
 def _fmt(value, spec: str = "", none: str = "-") -> str:
@@ -169,14 +170,22 @@ def status(ctx: Ctx, as_json: bool) -> None:
     except DaemonUnreachable as e:
         if not present(ctx.db):
             fail(f"daemon is not running ({e}) and there is no database at {ctx.db}", EXIT_NOT_RUNNING)
-        st = offline_status(ctx)
         holder = lock_holder(ctx.db)
         holder = None if holder == UNREADABLE else holder
+        found = find_holder(ctx.db, ctx.socket, holder) if holder else None
+        if found and found.elsewhere:       # a healthy daemon, and a mistyped --socket: say so, nothing else
+            fail(found.mismatch(), EXIT_USAGE)
+        st = offline_status(ctx)
         if holder:      # alive but not serving: the engine is still loading (or the daemon is wedged)
             st["daemon"].update(starting=True, pid=int(holder) if holder.isdigit() else holder)
         if not as_json:
-            why = (f"daemon pid {holder} holds the database but its control socket is not open yet (engine starting?)"
-                   if holder else f"daemon is not running ({e})")
+            if not holder:
+                why = f"daemon is not running ({e})"
+            elif found.socket is not None:      # its own socket, as recorded: not open yet
+                why = f"daemon pid {holder} holds the database but its control socket is not open yet (engine starting?)"
+            else:
+                why = (f"daemon pid {holder} holds the database but does not answer on {ctx.socket} "
+                       "(engine starting, or is its socket another one? see --socket)")
             click.echo(f"{why}; last state from the database:", err=True)
         emit(st, as_json, render_status)
         raise SystemExit(EXIT_STARTING if holder else EXIT_NOT_RUNNING)

@@ -11,7 +11,8 @@ import click
 from ..paths import present
 from .client import DaemonUnreachable
 from .common import UNREADABLE, Ctx, call, fail, lock_holder
-from .options import EXIT_NOT_RUNNING, EXIT_STARTING, Bounded
+from .holder import find_holder
+from .options import EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE, Bounded
 
 
 def _gone(db: Path, pid: int) -> bool:
@@ -48,8 +49,14 @@ def stop(ctx: Ctx, timeout: float, no_wait: bool) -> None:
     except DaemonUnreachable as e:
         holder = lock_holder(ctx.db) if present(ctx.db) else None
         if holder and holder != UNREADABLE:
-            fail(f"daemon pid {holder} holds {ctx.db} but its control socket is not open yet (engine starting?); "
-                 f"stop it with: kill -TERM {holder}", EXIT_STARTING)
+            found = find_holder(ctx.db, ctx.socket, holder)
+            if found.elsewhere:             # a mistyped --socket: never advise killing a healthy daemon
+                fail(found.mismatch(), EXIT_USAGE)
+            if found.socket is not None:    # its own socket, as recorded: the engine is still starting
+                fail(f"daemon pid {holder} holds {ctx.db} but its control socket is not open yet (engine starting?); "
+                     f"stop it with: kill -TERM {holder}", EXIT_STARTING)
+            fail(f"daemon pid {holder} holds {ctx.db} but does not answer on {ctx.socket}: if that is its socket, "
+                 f"its engine is still starting (kill -TERM {holder} stops it); if not, give its --socket", EXIT_STARTING)
         fail(f"daemon is not running ({e})", EXIT_NOT_RUNNING)
     pid = int(res["pid"])
     if no_wait:

@@ -153,7 +153,7 @@ class Daemon:
             writer.stop()
             raise Fatal(f"policy: {e}", 2) from None
         writer.event("start", f"engine={self.cfg['engine']['kind']} policy={service.policy_name} "
-                              f"threshold={service.loop.threshold} pinned={service.loop.pinned}")
+                              f"threshold={service.loop.threshold} pinned={service.loop.pinned} pid={os.getpid()} socket={Path(ctl['socket']).absolute()}")
         server, sched, ingest, retune = self._start(engine, service, writer)
         if server is None:                 # stopped (SIGTERM) while the engine was still starting
             engine.stop()
