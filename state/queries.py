@@ -26,7 +26,18 @@ def latest_policy_state(db: sqlite_utils.Database, policy: str) -> dict | None:
 
 
 def latest_policy(db: sqlite_utils.Database) -> str | None:
-    """The registered policy of the newest checkpoint (the active one's, after an alias)."""
+    """The registered policy the saved policy setting names (`bandit` -> `thompson`); the newest
+    checkpoint's only when no policy is saved. Not the newest checkpoint's when one is saved: a
+    switch (live or offline) checkpoints the policy switched *from*, so after `policy set model`
+    the newest checkpoint is the old policy's (status said `model (= ucb)`)."""
+    saved = settings(db).get("policy")
+    name = saved.get("name") if isinstance(saved, dict) else None
+    if isinstance(name, str) and name:
+        from policies import PolicyError, resolve_name   # here: specctl's start-up imports nothing heavy
+        try:
+            return resolve_name(name)
+        except PolicyError:
+            return None                 # a name this version does not know: shown as saved, no alias
     row = db.execute("SELECT policy FROM policy_state ORDER BY id DESC LIMIT 1").fetchone()
     return row[0] if row else None
 
