@@ -72,7 +72,7 @@ def test_specctl_plot_writes_a_png_from_the_database(tmp_path):
 def test_specctl_plot_bad_path_is_one_line(tmp_path, target, needle):
     _store(tmp_path / "s.db").conn.close()
     res = CliRunner().invoke(cli, ["--db", str(tmp_path / "s.db"), "plot", str(tmp_path / target)])
-    assert res.exit_code == 1
+    assert res.exit_code == 2                       # a bad argument (README: exit 2), refused before reading
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("specctl: cannot write plot") and needle in lines[0]
 
@@ -83,13 +83,27 @@ def test_specctl_plot_of_an_empty_store_says_so(tmp_path):
     assert res.exit_code == 1 and res.output.strip() == f"specctl: nothing recorded in {tmp_path / 'e.db'} yet"
 
 
-def test_simulate_plot_to_a_missing_directory_prints_the_table_and_one_error_line(tmp_path):
-    res = CliRunner().invoke(cli, ["simulate", "--profile", "seed", "--concurrency", "1,4", "--seconds", "5",
+@pytest.mark.parametrize("extra", [["--concurrency", "1,4"], ["--arrival-rate", "2"]])
+def test_simulate_plot_to_a_missing_directory_is_refused_before_simulating(tmp_path, extra, monkeypatch):
+    import controller.cli.simulate as simulate
+    ran = []
+    monkeypatch.setattr(simulate, "evaluate", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr(simulate, "_simulate_open", lambda *a, **k: ran.append(a))
+    res = CliRunner().invoke(cli, ["simulate", "--profile", "seed", *extra, "--seconds", "5",
                                    "--plot", str(tmp_path / "nope" / "x.png")])
-    assert res.exit_code == 1
-    assert "oracle tok/s" in res.stdout and "overall:" in res.stdout
+    assert res.exit_code == 2 and res.stdout == "" and ran == []
     assert res.stderr.strip().splitlines() == [f"specctl: cannot write plot {tmp_path / 'nope' / 'x.png'}: "
                                                f"directory {tmp_path / 'nope'} does not exist"]
+
+
+def test_simulate_plot_that_fails_only_when_written_prints_the_table_and_one_error_line(tmp_path):
+    (tmp_path / "x.png").mkdir()                    # a name that passes the check but cannot be written
+    res = CliRunner().invoke(cli, ["simulate", "--profile", "seed", "--concurrency", "1,4", "--seconds", "5",
+                                   "--plot", str(tmp_path / "x.png")])
+    assert res.exit_code == 1
+    assert "oracle tok/s" in res.stdout and "overall:" in res.stdout
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"specctl: cannot write plot {tmp_path / 'x.png'}: "), lines
 
 
 def test_simulate_trace_plot_and_baselines(tmp_path, tiny_trace):

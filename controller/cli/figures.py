@@ -31,6 +31,18 @@ def check_path(path: str | Path) -> Path:
     return path
 
 
+def plot_path_param(ctx: Any, param: Any, value: str | None) -> str | None:
+    """click callback for a plot's output path: a path that cannot be written is a bad argument
+    (exit 2), refused before anything is read or simulated."""
+    if value is not None:
+        import click
+        try:
+            check_path(value)
+        except PlotError as e:
+            raise click.UsageError(str(e), ctx) from None
+    return value
+
+
 def save(fig: Any, path: str | Path) -> None:
     path = Path(path)
     try:

@@ -8,7 +8,7 @@ import click
 
 from ..paths import present
 from .common import Ctx, fail, offline_db
-from .figures import PlotError, check_path, draw_threshold, pyplot, save
+from .figures import PlotError, draw_threshold, plot_path_param, pyplot, save
 from .options import Bounded
 
 
@@ -46,7 +46,7 @@ def draw(rows: list[dict], steps: list[dict], t_end: float, title: str) -> Any:
 
 
 @click.command()
-@click.argument("path", metavar="FILE.png")
+@click.argument("path", metavar="FILE.png", callback=plot_path_param)
 @click.option("--last", "last_s", metavar="SECONDS", type=Bounded("--last", 10, 1e9, float), default=600.0,
               show_default=True, help="engine seconds up to the newest sample")
 @click.option("--bin", "bin_s", metavar="SECONDS", type=Bounded("--bin", 0.01, 86400, float),
@@ -55,10 +55,6 @@ def draw(rows: list[dict], steps: list[dict], t_end: float, title: str) -> Any:
 def plot(ctx: Ctx, path: str, last_s: float, bin_s: float | None) -> None:
     """Threshold, share speculated, accept length and tok/s over time, from the database."""
     from state import timeline
-    try:
-        check_path(path)
-    except PlotError as e:
-        fail(str(e))
     if not present(ctx.db):
         fail(f"no database at {ctx.db}")
     db = offline_db(ctx)

@@ -8,7 +8,7 @@ from policies import PolicyError, parse_kv
 from ..sim.evaluate import DEFAULT_TICK_S, evaluate, sweep_segments
 from ..sim.profile import ProfileError, load_profile, load_trace
 from .common import fail
-from .figures import PlotError, save
+from .figures import PlotError, plot_path_param, save
 from .options import EXIT_USAGE, Bounded
 
 
@@ -70,7 +70,7 @@ def render_table(result: dict, trace: bool) -> str:
 @click.option("--repeats", metavar="N", type=Bounded("--repeats", 1, 100), default=1, show_default=True,
               help="with --finite: seeds seed .. seed+N-1, one run each; medians reported")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-@click.option("--plot", "plot_path", metavar="FILE.png",
+@click.option("--plot", "plot_path", metavar="FILE.png", callback=plot_path_param,
               help="also draw tok/s, the ratio to the oracle and the threshold over time")
 def simulate(profile_name: str | None, policy_name: str, params: tuple[str, ...], concurrency: str | None,
              arrival_rate: str | None, trace_name: str | None, seconds: float, seed: int, tick: float,
