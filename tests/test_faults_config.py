@@ -70,6 +70,28 @@ def test_a_bad_log_level_at_start_is_one_line(short_tmp):
     assert res.returncode == 2 and len(lines) == 1 and "log_level='LOUD'" in lines[0], res.stderr
 
 
+def test_the_command_line_takes_the_log_levels_the_config_takes():
+    from click.testing import CliRunner
+
+    from controller.daemon.config import LOG_LEVELS
+    from controller.daemon.main import main, run
+    option = next(p for p in run.params if p.name == "log_level")
+    assert tuple(option.type.choices) == tuple(LOG_LEVELS) and "CRITICAL" in LOG_LEVELS
+    res = CliRunner().invoke(main, ["run", "--log-level", "LOUD"])
+    assert res.exit_code == 2 and "LOUD" in res.output and "critical" in res.output.lower()
+
+
+@pytest.mark.parametrize("level", ["CRITICAL", "critical"])
+def test_log_level_critical_on_the_command_line_starts_the_daemon(short_tmp, level):
+    d = DaemonProc(short_tmp, "--concurrency", "1", "--log-level", level)
+    try:
+        d.wait_socket()
+        assert d.call("GET", "/status")["daemon"]["running"]
+    finally:
+        assert d.stop() == 0
+    assert "spec-controller ready" not in d.log_text()          # INFO held back at CRITICAL
+
+
 def _events(db, kind):
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:

@@ -7,7 +7,7 @@ from state.db import StoreError
 
 from ..cli.options import EXIT_USAGE, OneLineGroup, fail_as, version_option
 from . import logs
-from .config import FLAGS, ConfigError, load_config, parse_set
+from .config import FLAGS, LOG_LEVELS, ConfigError, load_config, parse_set
 from .lifecycle import Daemon, Fatal
 
 
@@ -34,7 +34,7 @@ def main() -> None:
 @click.option("--db", help="SQLite database path")
 @click.option("--socket", "socket_path", help="control socket path")
 @click.option("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
-@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), help="as [control] log_level")
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
               help="any config key, e.g. --set guard.explore_share=0.1 (repeatable; VALUE in TOML syntax)")
 def run(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
