@@ -118,8 +118,25 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
                 else:
                     cfg[section][key] = value
     validate(cfg)
+    sim, given = cfg["sim"], {k for source in (file_data, overrides or {}) for k in (source.get("sim") or {})}
+    why = load_conflict(sim["trace"] if "trace" in given else None, sim["concurrency"], sim["arrival_rate"])
+    if why and cfg["engine"]["kind"] == "sim":     # SGLang's load is its clients': [sim] is not read
+        raise ConfigError(f"config: {why}")
     cfg["_path"] = str(path) if (path.exists() or explicit) else ""
     return cfg
+
+
+def load_conflict(trace: str | None, concurrency: float, arrival_rate: float) -> str | None:
+    """Why these simulated-load choices clash (each replaces the others), or None. trace: a trace
+    named on purpose (None: the default one, which a concurrency or a rate replaces). One rule
+    for `spec-controller run` and `specctl simulate`, whose flags it names."""
+    chosen = [name for name, on in (("--trace", trace is not None), ("--concurrency", concurrency > 0),
+                                    ("--arrival-rate", arrival_rate > 0)) if on]
+    if len(chosen) < 2:
+        return None
+    values = {"--trace": repr(trace), "--concurrency": f"{concurrency:g}", "--arrival-rate": f"{arrival_rate:g}"}
+    keys = " and ".join(f"[sim] {n[2:].replace('-', '_')} ({n} {values[n]})" for n in chosen)
+    return f"{keys} each choose the simulated load: give one of them"
 
 
 RANGES = [("sim", "speed", 0.01, 10000), ("sim", "concurrency", 0, 65536), ("sim", "arrival_rate", 0, 1e6),

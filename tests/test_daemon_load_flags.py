@@ -1,0 +1,48 @@
+"""The simulated load is chosen once: a trace named on purpose, a concurrency or an arrival rate.
+Before, `spec-controller run --concurrency 8 --trace mixed-shift` started and --concurrency silently
+won (`specctl simulate` refuses the like combination)."""
+import pytest
+
+from controller.daemon.config import ConfigError, load_config, load_conflict
+from tests.test_daemon_e2e import run_daemon_once
+
+
+@pytest.mark.parametrize("overrides,names", [
+    ({"sim": {"trace": "mixed-shift", "concurrency": 8}}, ["trace", "concurrency"]),
+    ({"sim": {"trace": "load-steps", "arrival_rate": 2.0}}, ["trace", "arrival_rate"]),
+    ({"sim": {"concurrency": 4, "arrival_rate": 2.0}}, ["concurrency", "arrival_rate"]),
+])
+def test_two_load_choices_are_refused_with_one_line(overrides, names):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    text = str(err.value)
+    assert "\n" not in text and "give one of them" in text
+    assert all(f"[sim] {n}" in text for n in names), text
+
+
+@pytest.mark.parametrize("overrides", [{"sim": {"concurrency": 8}}, {"sim": {"arrival_rate": 3.0}},
+                                       {"sim": {"trace": "load-steps"}}, {},
+                                       {"sim": {"trace": "load-steps", "concurrency": 0}},
+                                       {"engine": {"kind": "sglang"}, "sim": {"trace": "x", "concurrency": 2}}])
+def test_one_choice_or_the_default_trace_is_taken(overrides):
+    load_config(None, overrides)
+
+
+def test_a_file_and_a_flag_that_clash_are_refused_too(tmp_path):
+    (tmp_path / "c.toml").write_text('[sim]\ntrace = "load-steps"\n')
+    with pytest.raises(ConfigError, match=r"\[sim\] trace .*\[sim\] concurrency"):
+        load_config(tmp_path / "c.toml", {"sim": {"concurrency": 8}})
+
+
+def test_the_rule_names_simulates_flags():
+    assert load_conflict(None, 8, 0) is None and load_conflict("t", 0, 0) is None
+    assert "--arrival-rate 2" in load_conflict(None, 4, 2.0) and "--trace 't'" in load_conflict("t", 3, 0)
+
+
+def test_the_daemon_refuses_to_start_exit_2_one_line(short_tmp):
+    res = run_daemon_once(short_tmp, "--concurrency", "8", "--trace", "mixed-shift", "--db", str(short_tmp / "x.db"),
+                          "--socket", str(short_tmp / "s"))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert lines[0].startswith("spec-controller: config: [sim] trace (--trace 'mixed-shift') and [sim] concurrency")
+    assert not (short_tmp / "x.db").exists()
