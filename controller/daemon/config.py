@@ -178,3 +178,47 @@ def validate(cfg: dict) -> None:
         make_policy(cfg["policy"]["name"], cfg["policy"]["params"])
     except PolicyError as e:
         raise ConfigError(f"config: [policy] {e}") from None
+
+
+def reloadable(section: str, key: str) -> bool:
+    """What SIGHUP re-reads (the rest takes a restart): the guard, retention, the log level."""
+    return section == "guard" or (section, key) == ("control", "log_level") or \
+        (section == "storage" and key.startswith("retention_"))
+
+
+def _flat(cfg: Mapping[str, Any]) -> dict[tuple[str, str], Any]:
+    out = {}
+    for section, values in cfg.items():
+        if section.startswith("_") or not isinstance(values, dict):
+            continue
+        for key, value in values.items():
+            if isinstance(value, dict) and section != "guard":      # [sglang] args, [policy] params
+                out.update({(section, f"{key}.{k}"): v for k, v in value.items()})
+            else:
+                out[(section, key)] = value
+    return out
+
+
+def restart_needed(running: Mapping[str, Any], fresh: Mapping[str, Any]) -> list[str]:
+    """The keys a reload cannot apply that differ between the running config and a fresh one,
+    as `[sim] speed 10 -> 3` (a key only one side has: `(unset)`)."""
+    old, new = _flat(running), _flat(fresh)
+    show = lambda flat, at: repr(flat[at]) if at in flat else "(unset)"
+    return [f"[{at[0]}] {at[1]} {show(old, at)} -> {show(new, at)}" for at in sorted(set(old) | set(new))
+            if not reloadable(at[0], at[1].split(".")[0]) and old.get(at, show) != new.get(at, show)]
+
+
+def shadowed(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """The file's values that the command line (a flag or --set) overrides, as
+    `[sim] speed 3 (overridden by the command line: 10)`: a reload re-reads the file under the
+    same flags, so editing such a key changes nothing, not even after a restart."""
+    if not path or not overrides:
+        return []
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return []
+    mine, theirs = _flat(data), _flat(overrides)
+    return [f"[{s}] {k} {mine[(s, k)]!r} (overridden by the command line: {v!r})"
+            for (s, k), v in sorted(theirs.items()) if (s, k) in mine and mine[(s, k)] != v]
+

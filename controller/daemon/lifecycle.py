@@ -1,6 +1,7 @@
 """The daemon's life: preflight, engine start, bring-up, serving, reload and orderly shutdown."""
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import signal
@@ -15,7 +16,7 @@ from state.writer import Writer
 
 from ..paths import default_db, default_socket
 from ..sim.profile import ProfileError
-from .config import ConfigError, load_config
+from .config import ConfigError, load_config, restart_needed, shadowed
 from .engines.base import Engine, EngineError
 from .engines.sglang import OWN_DEFAULTS as SGLANG_DEFAULTS
 from .notify import sd_notify
@@ -54,6 +55,7 @@ def _port_taken(port: int, error: OSError) -> Fatal:
 class Daemon:
     def __init__(self, cfg: dict):
         self.cfg = cfg
+        self.started_cfg = copy.deepcopy(cfg)        # what a reload compares with (run() fills in paths)
         self.stop_flag = threading.Event()
         self.reload_flag = threading.Event()
         self.exit_code = 0
@@ -251,3 +253,15 @@ class Daemon:
         service.writer.event("reload", "guard, retention and log level re-read")
         log.info("configuration reloaded (SIGHUP): guard, retention and log level re-read from %s",
                  self.cfg.get("_path") or "built-in defaults")
+        self._reload_warnings(service, fresh)
+
+    def _reload_warnings(self, service, fresh: dict) -> None:
+        """What a reload did not apply, named key by key (it used to be ignored silently)."""
+        for what, keys in (("changed, not applied until a restart",
+                            restart_needed(self.started_cfg, fresh)),
+                           ("in the config file but overridden by the command line, not applied",
+                            shadowed(self.cfg.get("_path"), self.cfg.get("_overrides")))):
+            if keys:
+                text = "; ".join(keys)
+                service.writer.event("reload", f"{what}: {text}")
+                log.warning("reload: %s: %s", what, text)

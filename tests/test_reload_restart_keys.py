@@ -1,0 +1,47 @@
+"""SIGHUP re-reads the guard, retention and log level; a changed key it cannot apply is named in
+a warning (and an event), not ignored silently (it said only "configuration reloaded")."""
+import pytest
+
+from controller.daemon.config import load_config, restart_needed, shadowed
+from tests.daemon_proc import DaemonProc
+from tests.test_faults_config import _events, _hup_and_wait
+
+
+def test_restart_keys_are_named_with_both_values_and_reloadable_ones_are_not():
+    running = load_config(None, {"sim": {"speed": 10.0}})
+    fresh = load_config(None, {"sim": {"speed": 3}, "guard": {"min_gain": 0.01}, "control": {"log_level": "DEBUG"},
+                               "storage": {"retention_samples_s": 10.0, "rollup_s": 5.0},
+                               "sglang": {"port": 3}, "policy": {"params": {"scale": 2.0}}})
+    assert restart_needed(running, fresh) == ["[policy] params.scale (unset) -> 2.0", "[sglang] port (unset) -> 3",
+                                              "[sim] speed 10.0 -> 3", "[storage] rollup_s 10.0 -> 5.0"]
+
+
+def test_the_same_values_written_otherwise_are_no_change():
+    assert restart_needed(load_config(None, {"sim": {"speed": 1.0}}), load_config(None, {"sim": {"speed": 1}})) == []
+    assert restart_needed(load_config(None), load_config(None)) == []
+
+
+def test_file_values_under_a_flag_are_named(tmp_path):
+    (tmp_path / "c.toml").write_text("[sim]\nspeed = 3\nseed = 1\n")
+    assert shadowed(tmp_path / "c.toml", {"sim": {"speed": 10.0, "seed": 1}}) == [
+        "[sim] speed 3 (overridden by the command line: 10.0)"]
+    assert shadowed(tmp_path / "c.toml", {}) == [] and shadowed("", {"sim": {"speed": 1}}) == []
+
+
+def test_sighup_warns_of_each_key_that_needs_a_restart(short_tmp):
+    d = DaemonProc(short_tmp, "--concurrency", "2", config_text="[sim]\nseed = 0\n")
+    try:
+        d.wait_socket()
+        (short_tmp / "config.toml").write_text("[sim]\nseed = 5\nspeed = 3\n[policy]\ntick_s = 1.0\n"
+                                               "[guard]\nexplore_share = 0.1\n")
+        got = _hup_and_wait(d, 3)
+        assert d.proc.poll() is None, d.log_text()
+        assert got[0] == "guard, retention and log level re-read", got
+        assert "changed, not applied until a restart: [policy] tick_s 0.5 -> 1.0; [sim] seed 0 -> 5" in got, got
+        assert ("in the config file but overridden by the command line, not applied: "
+                "[sim] speed 3 (overridden by the command line: 20.0)") in got, got
+        log = d.log_text()
+        assert "WARNING spec_controller: reload: changed, not applied until a restart: [policy] tick_s" in log, log
+    finally:
+        assert d.stop() == 0
+    assert len(_events(d.db, "reload")) == 3
