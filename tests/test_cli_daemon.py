@@ -54,6 +54,7 @@ def test_policy_list_show_set(daemon):
     (["threshold", "pin", "--", "-3"], 2, "threshold -3 out of range (allowed 0 .. 65536)"),
     (["threshold", "pin", "-1"], 2, "threshold -1 out of range (allowed 0 .. 65536)"),
     (["threshold", "pin", "abc"], 2, "threshold 'abc' is not an integer"),
+    (["threshold", "pin", "99999999"], 2, "threshold 99999999 out of range (allowed 0 .. 65536)"),
     (["threshold", "pin", "300"], 1, "out of range (allowed 0 .. 256)"),
     (["history", "--limit", "0"], 2, "limit 0 out of range (allowed 1 .. 10000)"),
     (["history", "--limit", "-5"], 2, "limit -5 out of range"),
@@ -74,6 +75,9 @@ def test_pin_unpin_and_history(daemon):
     res = specctl(daemon, "threshold", "unpin")
     assert res.exit_code == 0 and "unpinned" in res.output
     assert json.loads(specctl(daemon, "status", "--json").stdout)["pinned"] is False
+    again = specctl(daemon, "threshold", "unpin")            # nothing pinned: says so, changes nothing
+    assert again.exit_code == 0 and again.output.startswith("threshold was not pinned (now ")
+    assert again.output.rstrip().endswith("policy decides); nothing changed"), again.output
     hist = json.loads(specctl(daemon, "history", "--limit", "50", "--json").stdout)
     assert any(r["new"] == 2 and "pinned" in r["reason"] for r in hist)
     assert "->" in specctl(daemon, "history").output
@@ -212,6 +216,13 @@ def test_offline_policy_and_pin_are_saved_for_the_next_start(short_tmp):
     assert res.exit_code == 3 and "daemon is not running" in res.output
     assert f"daemon:      NOT RUNNING (read from {db})" in res.stdout
     assert "threshold:   3 (pinned)" in res.stdout and "policy:      ucb" in res.stdout
+    res = CliRunner().invoke(cli, [*base, "threshold", "unpin"])
+    assert res.exit_code == 0 and "unpin saved" in res.output, res.output
+    res = CliRunner().invoke(cli, [*base, "threshold", "unpin"])
+    assert res.exit_code == 0 and res.output.strip() == (
+        f"daemon is not running: the threshold was not pinned in {db}; nothing changed")
+    res = CliRunner().invoke(cli, ["--socket", str(sock), "--db", str(short_tmp / "none.db"), "threshold", "unpin"])
+    assert res.exit_code == 0 and "was not pinned" in res.output and not (short_tmp / "none.db").exists()
 
 
 def test_status_names_failed_database_writes_only_when_there_are_some():

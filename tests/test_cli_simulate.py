@@ -55,6 +55,7 @@ def test_simulate_table_and_plot(tmp_path):
     (["--param", "novalue"], "expected NAME=VALUE"),
     (["--concurrency", "1,x"], "--concurrency"),
     (["--trace", "nope"], "unknown trace 'nope'"),
+    (["--seed", "99999999999"], "--seed 99999999999 out of range (allowed 0 .. 4294967295)"),
 ])
 def test_simulate_bad_input_one_line_exit_2(args, needle):
     res = run("simulate", "--seconds", "5", *args)

@@ -57,8 +57,14 @@ class Bounded(click.ParamType):
                 article = "an integer" if self.kind is int else "a number"
                 raise click.UsageError(f"{self.what} {value!r} is not {article}", ctx) from None
         if not self.lo <= number <= self.hi:
-            raise click.UsageError(f"{self.what} {number:g} out of range (allowed {self.lo:g} .. {self.hi:g})", ctx)
+            typed = str(value).strip() if isinstance(value, str) else self._show(number)
+            raise click.UsageError(f"{self.what} {typed} out of range (allowed {self._show(self.lo)} .. "
+                                   f"{self._show(self.hi)})", ctx)
         return number
+
+    def _show(self, number: float) -> str:
+        """An integer argument's bounds in full (4294967295, not 4.29497e+09); a number's as %g."""
+        return str(int(number)) if self.kind is int else f"{number:g}"
 
 
 # A command whose arguments may be negative numbers: '-1' is then a value, not an unknown option.

@@ -142,8 +142,15 @@ def _fallback_split(plugin: dict) -> str:
 
 def offline_status(ctx: Ctx) -> dict:
     """The status document from the database alone (the daemon is down or not serving yet)."""
-    from state import queries
     db = offline_db(ctx)
+    try:
+        return _from_db(ctx, db)
+    finally:
+        db.conn.close()         # a reader left open (its last statement not reset) holds off writers
+
+
+def _from_db(ctx: Ctx, db) -> dict:
+    from state import queries
     saved = queries.settings(db)
     sums = queries.sample_sums(db)
     last = queries.recent_decisions(db, 1)

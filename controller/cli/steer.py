@@ -81,13 +81,32 @@ def threshold() -> None:
 def _pin(ctx: Ctx, value: int | None) -> None:
     path = "/threshold/pin" if value is not None else "/threshold/unpin"
     try:
+        if value is None:
+            st = call(ctx, "GET", "/status")
+            if not st.get("pinned"):
+                click.echo(f"threshold was not pinned (now {st.get('threshold')}, policy decides); nothing changed")
+                return
         res = call(ctx, "POST", path, {"threshold": value} if value is not None else {})
         click.echo(f"threshold pinned at {res['threshold']}" if value is not None
                    else f"threshold unpinned (now {res['threshold']}, policy decides)")
     except DaemonUnreachable:
+        if value is None:
+            from ..paths import present
+            if not present(ctx.db) or _saved_pin(ctx) is None:
+                click.echo(f"daemon is not running: the threshold was not pinned in {ctx.db}; nothing changed")
+                return
         save_offline(ctx, "pinned", value)
         click.echo(f"daemon is not running: {'pin ' + str(value) if value is not None else 'unpin'} "
                    f"saved to {ctx.db}, applied at next start")
+
+
+def _saved_pin(ctx: Ctx) -> int | None:
+    from state import queries
+    db = offline_db(ctx)
+    try:
+        return queries.settings(db).get("pinned")
+    finally:
+        db.conn.close()         # a reader left open would hold off the write that follows
 
 
 @threshold.command("pin", context_settings=NEGATIVE_ARGS)
