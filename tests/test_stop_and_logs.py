@@ -44,7 +44,8 @@ def test_specctl_stop_drains_and_waits_for_the_exit(short_tmp):
         res = specctl(d, "stop")
         assert res.exit_code == 0, res.output
         assert res.output.strip() == f"daemon pid {d.proc.pid} stopped"
-        # specctl returned once the lock was free: the process is gone or about to be
+        # specctl returned once the lock was free and the process had exited (a zombie until reaped here)
+        assert d.proc.poll() == 0
         assert DaemonLock(d.db).holder() is None and not d.socket.exists()
         assert d.proc.wait(10) == 0
     finally:
@@ -60,6 +61,33 @@ def test_specctl_stop_drains_and_waits_for_the_exit(short_tmp):
     assert offline.exit_code == 3 and "NOT RUNNING" in offline.stdout and "None" not in offline.stdout
     res = specctl(d, "plot", str(short_tmp / "live.png"))
     assert res.exit_code == 0 and (short_tmp / "live.png").read_bytes()[:4] == b"\x89PNG", res.output
+
+
+def test_stop_waits_for_the_process_to_exit_not_only_for_the_lock(short_tmp):
+    """The daemon lets go of its lock, then logs and exits: 'stopped' is said once the pid is gone."""
+    import subprocess
+    import sys
+
+    from controller.cli.stop import exited, wait_gone
+    db = short_tmp / "x.db"
+    code = ("import sys, time; from state.db import DaemonLock; l = DaemonLock(sys.argv[1]); l.acquire(); "
+            "print('locked', flush=True); sys.stdin.readline(); l.release(); time.sleep(0.6)")
+    from tests.daemon_proc import ROOT
+    child = subprocess.Popen([sys.executable, "-c", code, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             cwd=str(ROOT), text=True)
+    try:
+        assert child.stdout.readline().strip() == "locked"
+        assert not exited(child.pid) and not wait_gone(db, child.pid, timeout=0.3)     # still holding
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        began = time.monotonic()
+        assert wait_gone(db, child.pid, timeout=10)
+        assert time.monotonic() - began >= 0.5 and exited(child.pid)      # a zombie until reaped: exited
+        assert child.poll() == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
 
 
 def test_sigterm_and_sighup_are_logged_once_each(short_tmp):

@@ -28,12 +28,37 @@ def _gone(db: Path, pid: int) -> bool:
     return False
 
 
+def exited(pid: int) -> bool:
+    """The process has exited (gone, or a zombie its parent has not reaped yet)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return fields[0] in ("Z", "X")
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return True
+    except (OSError, IndexError):
+        pass
+    try:                         # no /proc: ask the kernel
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
+
+
 def wait_gone(db: Path, pid: int, timeout: float, poll_s: float = 0.1) -> bool:
+    """Until the daemon has let go of the database and then exited (its last log line and the
+    interpreter's exit follow the lock's release by ~0.1-0.2 s)."""
     end = time.monotonic() + timeout
     while not _gone(db, pid):
         if time.monotonic() > end:
             return False
         time.sleep(poll_s)
+    while not exited(pid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(min(poll_s, 0.02))
     return True
 
 
@@ -63,5 +88,7 @@ def stop(ctx: Ctx, timeout: float, no_wait: bool) -> None:
         click.echo(f"daemon pid {pid} is draining")
         return
     if not wait_gone(Path(res["db"]), pid, timeout):
+        if _gone(Path(res["db"]), pid):
+            fail(f"daemon pid {pid} has drained and let go of its database but had not exited after {timeout:g} s")
         fail(f"daemon pid {pid} is still draining after {timeout:g} s")
     click.echo(f"daemon pid {pid} stopped")
