@@ -12,6 +12,28 @@ ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 
 
+def _section(start: str, end: str) -> str:
+    return README[README.index(start):README.index(end, README.index(start))]
+
+
+def test_the_configuration_section_names_every_flag_of_spec_controller_run():
+    from controller.daemon.main import run
+    text = _section("**Configuration**", "## Faults it survives")
+    flags = {opt for p in run.params for opt in p.opts if opt.startswith("--")}
+    assert flags and not {f for f in flags if f"`{f}" not in text}, flags
+
+
+def test_the_status_window_is_the_live_one():
+    from controller.daemon.livestats import LiveStats
+    said = re.search(r"Status figures \([^)]*\) cover the last (\d+) engine seconds", README)
+    assert said and float(said.group(1)) == LiveStats().window_s
+
+
+def test_the_walkthrough_says_how_to_start_clean_before_its_first_command():
+    before = README[:README.index("```sh")]
+    assert "restores" in before and "rm -rf ~/.local/state/spec-controller" in before
+    assert "XDG_STATE_HOME" in before
+
 
 @pytest.mark.parametrize("name", ["out.png", "demo.png", "daemon.log"])
 def test_files_the_readme_commands_write_are_ignored(name):
