@@ -1,0 +1,94 @@
+"""What the decision history records over a scripted run: the reason of every change describes the
+threshold applied (or says the guard adjusted it), and a trial that shows its threshold pays is not
+ended only to come back a tick later. Time comes in as an argument (ticks every 0.5 s); the policy is
+a script of decisions, so nothing here depends on a clock or on learning."""
+from __future__ import annotations
+
+from controller.contract import Sample
+from controller.control.guard import GuardConfig
+from controller.control.loop import ControlLoop
+from policies import Decision
+from policies.base import Policy
+
+
+class Script(Policy):
+    """decide() answers from a list of (from_t, Decision): the newest entry at or before now."""
+    name = "script"
+
+    def __init__(self, script):
+        super().__init__(max_batch_size=256)
+        self.script = script
+
+    def decide(self, snap):
+        return [d for t, d in self.script if t <= snap.now][-1]
+
+
+def run(script, initial: int, live: int, until: float, **guard):
+    """Ticks every 0.5 s with a decode batch of size `live` before each; the changes made."""
+    cfg = GuardConfig(**{"changes_per_min": 0, **guard})
+    loop = ControlLoop(Script(script), cfg, initial)
+    loop.threshold = initial
+    changes, t = [], 0.0
+    while t < until:
+        t = round(t + 0.5, 6)
+        loop.observe(Sample(t - 0.01, live, 3 if live <= loop.threshold else 0, live, 0.02))
+        tick = loop.tick(t)
+        if tick.changed:
+            changes.append((t, tick.previous, tick.threshold, tick.reason))
+    return loop, changes
+
+
+def test_a_trial_that_pays_becomes_the_threshold_in_one_change():
+    # exploit 29, live batch 96: a trial at 105 (its bucket never measured); from then on the policy
+    # wants 105 (the trial showed it pays). The guard wants 0.5 s of proposals before it moves.
+    script = [(0.0, Decision(105, 29, "trial: speculate at batch 95-105", untried=True)),
+              (1.0, Decision(105, 105, "speculate up to batch 105: it pays at batch 95-105", gain=0.06))]
+    loop, changes = run(script, 29, 96, 10.0)
+    # before: 29 -> 105 (trial), 105 -> 29 ("trial over; guard: 29 held"), 29 -> 105: a flap, three rows
+    assert [(old, new) for _, old, new, _ in changes] == [(29, 105)], changes
+    assert changes[0][3].startswith("trial: speculate at batch 95-105")
+    assert loop.threshold == 105 and loop.guard.exploit == 105
+
+
+def test_a_trial_the_policy_does_not_follow_still_ends_at_once():
+    script = [(0.0, Decision(105, 29, "trial", untried=True)),
+              (1.0, Decision(29, 29, "best threshold 29: live batch 95-105 is plain decoding"))]
+    _, changes = run(script, 29, 96, 5.0)
+    assert [(t, old, new) for t, old, new, _ in changes] == [(0.5, 29, 105), (1.0, 105, 29)]
+    assert changes[1][3] == "trial over; best threshold 29: live batch 95-105 is plain decoding"
+
+
+def test_proposals_that_never_agree_end_the_trial_after_the_stabilisation_window():
+    up = Decision(105, 105, "up", gain=0.06)
+    down = Decision(29, 29, "down")
+    script = [(0.0, Decision(105, 29, "trial", untried=True))] + [(1.0 + i, d) for i, d in
+                                                                 enumerate([up, down] * 6)]
+    loop, changes = run(script, 29, 96, 12.0, stabilisation_s=1.5)
+    assert changes[1][:3] == (2.0, 105, 29), changes   # the trial is not kept past the window unsettled
+    assert len(changes) == 2 and loop.threshold == 29
+
+
+def test_a_move_held_for_too_small_a_gain_says_so_not_the_policys_move():
+    # after a trial at 169, the policy's best is 94, worth +0.1 % (< min_gain 0.3 %): 105 stays
+    script = [(0.0, Decision(169, 105, "trial: speculate at batch 151-169")),
+              (1.0, Decision(94, 94, "speculate only up to batch 94: it no longer pays at batch 95-105 "
+                                     "(speculation -3% tok/s)", gain=0.001))]
+    loop, changes = run(script, 105, 160, 3.0, stabilisation_s=0)
+    assert [(old, new) for _, old, new, _ in changes] == [(105, 169), (169, 105)]
+    reason = changes[1][3]
+    # before: "trial over; speculate only up to batch 94: ..." and the threshold went to 105
+    assert reason.startswith("trial over; guard: 105 held, the move to 94 would gain +0.10% (under 0.30%); "
+                             "the policy: speculate only up to batch 94"), reason
+    assert loop.threshold == 105
+
+
+def test_every_change_reason_names_the_threshold_it_applied_over_a_scripted_shift():
+    # a load shift down then up: each row's text must speak of its own new threshold
+    script = [(0.0, Decision(105, 105, "speculate up to batch 105: it pays at batch 95-105", gain=0.06)),
+              (5.0, Decision(94, 94, "speculate only up to batch 94: it no longer pays at batch 95-105",
+                             gain=0.001)),
+              (10.0, Decision(29, 29, "speculate only up to batch 29: it no longer pays at batch 30-32", gain=0.1))]
+    _, changes = run(script, 29, 96, 15.0, stabilisation_s=0.5, max_step_buckets=100)
+    assert [(old, new) for _, old, new, _ in changes] == [(29, 105), (105, 29)], changes
+    for _, _, new, reason in changes:
+        assert f"batch {new}:" in reason or f"{new} held" in reason, reason
