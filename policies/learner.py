@@ -16,6 +16,7 @@ from .types import Decision, PolicyError, Sample, Snapshot, check_finite
 HOLD_Z = 1.0           # see BucketLearner._best_threshold
 DROP, MEASURED, CORRECTED = 0, 1, 2      # what an interval that held a prefill is worth (param `prefill`)
 ACCEPT_HIGH_HALF_LIVES = 10.0
+STALE_PROBE_HALF_LIVES = 2.0   # a stale-acceptance trial only this many accept half-lives after the last measurement
 LONG = 4.0       # a prefill interval this many times the bucket's decode step held an idle gap: no reward
 
 
@@ -176,6 +177,32 @@ class BucketLearner(Policy):
                 return True
         return False
 
+    def stale_gain(self, b: int, now: float) -> float | None:
+        """Relative gain of speculating in bucket b judged at the highest accept length seen
+        lately, when that calls for a trial (else None): the accept-length estimate has just gone
+        stale (its last speculative batch 1 to STALE_PROBE_HALF_LIVES accept_half_life_s ago), it
+        was last measured in another bucket after b last speculated (the load moved here), b has
+        not speculated for half_life_s, no smaller bucket settles it (dominated) and speculation
+        there would pay by the indifference margin at that accept length. Acceptance is only
+        measured while speculating: without this trial a move of the load into a bucket left plain
+        at a lower acceptance went unseen until the estimate's uncertainty grew (35-48 engine s for
+        thompson on the looped mixed-shift trace's later C=96 phases; never for model). Later than
+        the window, or in a bucket tried within half_life_s, the bandit's own uncertainty decides
+        as before: open-loop batch sizes wander between buckets, and trials there at every
+        staleness raised changes per minute (bench/open_loop_study.py decisions)."""
+        accept, hl = self.accept.mean, self.params["accept_half_life_s"]
+        if (accept <= 0 or not hl < now - self.accept.t <= STALE_PROBE_HALF_LIVES * hl
+                or self.tried[SPEC][b] >= self.accept.t or now - self.tried[SPEC][b] < self.params["half_life_s"]
+                or not self.estimable(b)):
+            return None
+        off = self.mean(OFF, b)
+        if off <= 0:
+            return None
+        gain = relative_gain(self.mean(SPEC, b) / accept * self.accept_high(now), off)
+        if gain <= self.params["indifference"] or self.dominated(SPEC, b, now):
+            return None
+        return gain
+
     # --- decision --------------------------------------------------------
     def choose_arm(self, b: int, now: float, incumbent: int) -> int:
         """The arm to run in bucket b; the other arm than `incumbent` (the exploit mode there)
@@ -250,6 +277,11 @@ class BucketLearner(Policy):
         elif untried:
             want, probe = untried[0], True
             why = reasons.unmeasured(self.tried[want][b], snap.now)
+        elif not in_spec and (gain := self.stale_gain(b, snap.now)) is not None:
+            # A trial, not a probe of an untried arm: the guard's change budget may still hold it
+            # (marked untried, its learning window doubled changes per minute in the open loop).
+            want = SPEC
+            why = reasons.stale_accept(self.accept_high(snap.now), self.accept.mean, gain)
         else:
             want = self.choose_arm(b, snap.now, SPEC if in_spec else OFF)
             why = reasons.uncertain(self.relative(b))

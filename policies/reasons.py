@@ -41,3 +41,10 @@ def settled(speculate: bool) -> str:
     """An untried mode skipped because a neighbouring bucket already settles it."""
     return ("plain decoding lost at larger batches" if speculate
             else "speculation lost at smaller batches")
+
+
+def stale_accept(high: float, current: float, gain: float) -> str:
+    """A trial of speculation where it would pay at the highest accept length seen lately: the
+    current estimate is stale (measured elsewhere before the load moved here)."""
+    return (f"accept length {current:.2f} is stale; at {high:.2f}, seen lately, "
+            f"{gain_text(gain)}")

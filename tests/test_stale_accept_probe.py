@@ -1,0 +1,93 @@
+"""A shift into a bucket left plain at a stale acceptance is probed within seconds.
+
+The accept length is only measured while speculating. When the load moves from a bucket that
+speculated at a low acceptance (batch 8, accept 2.0) into one where speculation lost at that
+acceptance but won at the higher one seen lately (batch 95-105, accept 3.4, the looped
+mixed-shift trace's later passes through its C=96 phase), the estimate stays at 2.0: thompson
+waited 35-48 engine seconds for its stale-acceptance uncertainty to grow, model never tried.
+Scripted samples and snapshots, time as an argument."""
+from __future__ import annotations
+
+import pytest
+
+from controller.contract import speculates
+from policies import Sample, Snapshot, make_policy
+
+OFF_100 = 0.02        # step seconds at batch 100: 5000 req/s plain
+SPEC_100 = 0.06       # ... 1667 req/s speculating: x3.4 = +13 % tok/s, x2.0 = -33 %
+OFF_8, SPEC_8 = 0.01, 0.012
+EXPLOIT = 29          # speculate at batch 8, not at 100
+N_S = 6.0             # the probe comes within this many seconds of the move
+
+
+def spec(t: float, bs: int, step_s: float, accept: float) -> Sample:
+    return Sample(t, bs, 3, round(bs * accept), step_s, True)
+
+
+def off(t: float, bs: int, step_s: float) -> Sample:
+    return Sample(t, bs, 0, bs, step_s, True)
+
+
+def history(p, move_at: float = 100.0) -> None:
+    """Batch 100 measured both ways at accept 3.4 (t 0-10), then the load at batch 8,
+    speculating at accept 2.0, until move_at."""
+    t = 0.0
+    while t < 10.0:
+        p.observe(spec(t, 100, SPEC_100, 3.4))
+        p.observe(off(t + 0.05, 100, OFF_100))
+        t += 0.1
+    while t < move_at:
+        p.observe(spec(t, 8, SPEC_8, 2.0))
+        p.observe(off(t + 0.02, 8, OFF_8))    # plain measured too: both arms known at batch 8
+        t += 0.05
+
+
+def first_probe(p, start: float, until: float):
+    """Plain batches at 100 from `start` (the threshold leaves them plain); the first decision
+    that speculates at 100, or None."""
+    t, next_tick = start, start + 0.5
+    while t < until:
+        p.observe(off(t, 100, OFF_100))
+        t += OFF_100
+        if t >= next_tick:
+            d = p.decide(Snapshot(next_tick, EXPLOIT, 256, 105))
+            if speculates(100, d.threshold):
+                return next_tick, d
+            next_tick += 0.5
+    return None
+
+
+@pytest.mark.parametrize("name", ["thompson", "model", "ucb"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_move_into_bucket_where_speculation_pays_at_the_recent_acceptance_is_probed(name, seed):
+    p = make_policy(name, seed=seed, max_batch_size=256)
+    history(p)
+    got = first_probe(p, 100.0, 100.0 + 40.0)
+    assert got is not None, f"{name}: never speculated at batch 100 in 40 s"
+    t, d = got
+    assert t - 100.0 <= N_S, f"{name}: first trial at 100 after {t - 100.0:.1f} s ({d.reason})"
+    assert d.exploratory and not d.untried      # a trial: the guard's budgets still apply
+    assert "stale" in d.reason and "3." in d.reason
+
+
+@pytest.mark.parametrize("name", ["thompson", "model"])
+def test_no_stale_probe_where_the_acceptance_was_measured_or_soon_again(name):
+    p = make_policy(name, seed=0, max_batch_size=256)
+    history(p)
+    t, d = first_probe(p, 100.0, 110.0)
+    # the trial shows acceptance is still 2.0 at batch 100: speculation loses there
+    for i in range(20):
+        p.observe(spec(t + i * SPEC_100, 100, SPEC_100, 2.0))
+    t += 20 * SPEC_100
+    # plain again for 40 s (under half_life_s since the trial): no second stale probe
+    assert first_probe(p, t, t + 40.0) is None
+
+    # the load stays where it speculated last (accept 3.4 -> 2.0 at batch 100, then plain):
+    # the estimate was measured there, nothing says the acceptance came back
+    q = make_policy(name, seed=0, max_batch_size=256)
+    t = 0.0
+    while t < 80.0:
+        q.observe(spec(t, 100, SPEC_100, 3.4 if t < 10 else 2.0))
+        q.observe(off(t + 0.05, 100, OFF_100))
+        t += 0.1
+    assert first_probe(q, t, t + 40.0) is None
