@@ -237,3 +237,31 @@ def test_status_names_failed_database_writes_only_when_there_are_some():
     text = render_status(st)
     assert "UNHEALTHY" in text and "problem:     database disk full: database or disk is full" in text
     assert "4 rejected (step_s 3, batch_size 1)" in text
+
+
+def test_offline_reads_close_their_connection(short_tmp):
+    """Python 3.11's sqlite3 keeps a connection in a reference cycle: one dropped unclosed lived until the
+    cyclic GC and held off the next offline write in the same process ('database is locked')."""
+    import gc
+    import sqlite3
+    from state.db import open_store
+    db = short_tmp / "r.db"
+    open_store(db).conn.close()
+    base = ["--socket", str(short_tmp / "none.sock"), "--db", str(db)]
+    gc.disable()
+    try:
+        for args in (["policy", "set", "ucb"], ["policy", "show"], ["threshold", "pin", "3"], ["threshold", "unpin"],
+                     ["history"], ["status"]):
+            CliRunner().invoke(cli, [*base, *args])
+            open_conns = [o for o in gc.get_objects() if isinstance(o, sqlite3.Connection)]
+            live = []
+            for c in open_conns:
+                try:
+                    files = [row[2] for row in c.execute("PRAGMA database_list")]
+                except sqlite3.ProgrammingError:      # closed
+                    continue
+                if str(db) in files:                  # other tests' connections are not this one's business
+                    live.append(c)
+            assert live == [], args
+    finally:
+        gc.enable()

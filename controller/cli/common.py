@@ -86,6 +86,17 @@ def lock_holder(db: Path) -> str | None:
         return UNREADABLE
 
 
+def offline_read(ctx: Ctx, read: Callable[[Any], Any]) -> Any:
+    """read(db) on the database opened for reading, closed afterwards: Python 3.11's sqlite3 keeps each
+    connection in a reference cycle (its statement cache), so one dropped unclosed lives until the cyclic
+    GC and, still open, can hold off the next offline write in the same process ('database is locked')."""
+    db = offline_db(ctx)
+    try:
+        return read(db)
+    finally:
+        db.conn.close()
+
+
 def save_offline(ctx: Ctx, key: str, value: Any) -> None:
     """A setting written straight into the database, used at the daemon's next start; one line
     (and nothing changed) when the database is locked, read-only or full."""

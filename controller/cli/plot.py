@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..paths import present
-from .common import Ctx, fail, offline_db
+from .common import Ctx, fail, offline_read
 from .figures import PlotError, draw_threshold, plot_path_param, pyplot, save
 from .options import Bounded
 
@@ -57,13 +57,12 @@ def plot(ctx: Ctx, path: str, last_s: float, bin_s: float | None) -> None:
     from state import timeline
     if not present(ctx.db):
         fail(f"no database at {ctx.db}")
-    db = offline_db(ctx)
-    t_end = timeline.newest_t(db)
+    t_end = offline_read(ctx, timeline.newest_t)
     if t_end is None:
         fail(f"nothing recorded in {ctx.db} yet")
     start = t_end - last_s
-    rows = timeline.bins(db, start, t_end + 1e-9, bin_s or last_s / 150)
-    steps = timeline.threshold_steps(db, start, t_end + 1e-9)
+    rows, steps = offline_read(ctx, lambda db: (timeline.bins(db, start, t_end + 1e-9, bin_s or last_s / 150),
+                                                timeline.threshold_steps(db, start, t_end + 1e-9)))
     title = f"{ctx.db.name}: the last {last_s:g} engine seconds ({len(steps)} threshold steps)"
     try:
         save(draw(rows, steps, t_end, title), path)

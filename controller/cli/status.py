@@ -9,7 +9,7 @@ import click
 from ..paths import present
 from ..status import build_status, summarise
 from .client import DaemonUnreachable
-from .common import UNREADABLE, Ctx, ago, call, emit, fail, json_option, lock_holder, offline_db
+from .common import UNREADABLE, Ctx, ago, call, emit, fail, json_option, lock_holder, offline_read
 from .holder import find_holder
 from .options import EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE
 
@@ -142,11 +142,7 @@ def _fallback_split(plugin: dict) -> str:
 
 def offline_status(ctx: Ctx) -> dict:
     """The status document from the database alone (the daemon is down or not serving yet)."""
-    db = offline_db(ctx)
-    try:
-        return _from_db(ctx, db)
-    finally:
-        db.conn.close()         # a reader left open (its last statement not reset) holds off writers
+    return offline_read(ctx, lambda db: _from_db(ctx, db))
 
 
 def _from_db(ctx: Ctx, db) -> dict:

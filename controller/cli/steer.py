@@ -7,7 +7,7 @@ import time
 import click
 
 from .client import DaemonUnreachable
-from .common import Ctx, call, emit, fail, json_option, offline_db, save_offline
+from .common import Ctx, call, emit, fail, json_option, offline_read, save_offline
 from .options import EXIT_USAGE, NEGATIVE_ARGS, Bounded
 
 
@@ -41,7 +41,7 @@ def policy_show(ctx: Ctx, as_json: bool) -> None:
         info = call(ctx, "GET", "/policy")
     except DaemonUnreachable:
         from state import queries
-        saved = queries.settings(offline_db(ctx)).get("policy") or {}
+        saved = offline_read(ctx, queries.settings).get("policy") or {}
         info = {"name": saved.get("name"), "params": saved.get("params", {}), "daemon_running": False}
     emit(info, as_json, lambda i: f"{i['name']}" + "".join(f"\n    {k}={v}" for k, v in i["params"].items()))
 
@@ -66,7 +66,7 @@ def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
         from state import queries
         save_offline(ctx, "policy", {"name": name, "params": kv})
         click.echo(f"daemon is not running: policy {name} saved to {ctx.db}, used at next start")
-        pinned = queries.settings(offline_db(ctx)).get("pinned")
+        pinned = offline_read(ctx, queries.settings).get("pinned")
     if pinned is not None:
         click.echo(f"specctl: note: the threshold is pinned at {pinned}; {name} learns from every batch but "
                    "decides nothing until `specctl threshold unpin`", err=True)
@@ -102,11 +102,7 @@ def _pin(ctx: Ctx, value: int | None) -> None:
 
 def _saved_pin(ctx: Ctx) -> int | None:
     from state import queries
-    db = offline_db(ctx)
-    try:
-        return queries.settings(db).get("pinned")
-    finally:
-        db.conn.close()         # a reader left open would hold off the write that follows
+    return offline_read(ctx, queries.settings).get("pinned")
 
 
 @threshold.command("pin", context_settings=NEGATIVE_ARGS)
@@ -136,7 +132,7 @@ def history(ctx: Ctx, limit: int, as_json: bool) -> None:
         rows = call(ctx, "GET", f"/history?limit={limit}")
     except DaemonUnreachable:
         from state import queries
-        rows = queries.recent_decisions(offline_db(ctx), limit)
+        rows = offline_read(ctx, lambda db: queries.recent_decisions(db, limit))
 
     def render(rows):
         if not rows:
