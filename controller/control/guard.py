@@ -95,7 +95,6 @@ class Guard:
         self._t = None
         self.changes = ChangeBudget(config.changes_per_min, config.changes_burst)
         self._learning_until = -1.0      # the policy probed an untried arm: changes are not held until then
-        self._settling_since: float | None = None    # a trial kept while the move to it stabilises, since
 
     def clamp(self, t: int) -> int:
         return max(self.cfg.min_threshold, min(self.hi, int(t)))
@@ -156,17 +155,10 @@ class Guard:
         if last_sample_t is None or now - last_sample_t > self.cfg.fallback_after_s:
             quiet = "no samples yet" if last_sample_t is None else f"no samples for {now - last_sample_t:.1f} s"
             return self.clamp(self.cfg.fallback_threshold), f"fallback to {self.cfg.fallback_threshold}: {quiet}", False
-        before = self.exploit
+        # (A trial whose threshold the policy then wants ends and comes back once the move stabilises:
+        # keeping the trial on meanwhile, tried on 2026-12-01, slowed re-convergence on the traces to
+        # 50 s: bench/results/compare.md.)
         threshold, reason, exploratory = self._guarded(now, decision)
-        if exploring and not exploratory and applied is not None and threshold != applied and \
-                self._trial_settling(now, decision, applied, before):
-            # The trial showed its threshold pays: the policy now wants to move there and only the
-            # guard's stabilisation (or rate cap) holds its best threshold back. Ending the trial
-            # now would go back and come again a moment later: three rows, a flap, for one move.
-            wanted = self.clamp(decision.exploit_threshold)
-            return applied, (f"trial goes on at {applied} while the move of the best threshold "
-                             f"{self.exploit} -> {wanted} stabilises; the policy: {decision.reason}"), True
-        self._settling_since = None
         if applied is None or threshold == applied:
             return threshold, reason, exploratory
         if live and not moves_any(applied, threshold, live):
@@ -187,22 +179,6 @@ class Guard:
             return threshold, reason, False
         self.exploit = applied
         return applied, reason + f"; guard: change budget spent, {threshold} waits", False
-
-    def _trial_settling(self, now: float, decision: Decision, applied: int, before: int) -> bool:
-        """Is the policy's best threshold now the trial's own, held back only by the guard's
-        stabilisation or rate cap (not by too small a gain)? At most stabilisation_s without the
-        guard's best threshold moving that way (proposals that never agree end the trial). Only
-        the trial's own threshold: a trial ended toward a third one changed more often at
-        constant load in the simulator (tests/test_steady.py), not less."""
-        wanted = self.clamp(decision.exploit_threshold)
-        side = (applied > self.exploit) - (applied < self.exploit)
-        if wanted != applied or wanted == self.exploit:
-            return False
-        if decision.gain is not None and decision.gain < self.cfg.min_gain:
-            return False
-        if self._settling_since is None or (self.exploit - before) * side > 0:
-            self._settling_since = now
-        return now - self._settling_since <= self.cfg.stabilisation_s
 
     def _guarded(self, now: float, decision: Decision) -> tuple[int, str, bool]:
         wanted = proposed = self.clamp(decision.exploit_threshold)
