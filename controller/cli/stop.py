@@ -15,17 +15,22 @@ from .holder import find_holder
 from .options import EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE, Bounded
 
 
-def _gone(db: Path, pid: int) -> bool:
-    holder = lock_holder(db)
-    if holder != UNREADABLE:
-        return holder is None
-    try:                         # the lock file is not readable to this user: ask the kernel
+def _no_such_process(pid: int) -> bool:
+    """The kernel's word: signal 0 finds no process (a zombie still counts as one)."""
+    try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
         pass
     return False
+
+
+def _gone(db: Path, pid: int) -> bool:
+    holder = lock_holder(db)
+    if holder != UNREADABLE:
+        return holder is None
+    return _no_such_process(pid)   # the lock file is not readable to this user: ask the kernel
 
 
 def exited(pid: int) -> bool:
@@ -38,13 +43,7 @@ def exited(pid: int) -> bool:
             return True
     except (OSError, IndexError):
         pass
-    try:                         # no /proc: ask the kernel
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass
-    return False
+    return _no_such_process(pid)   # no /proc: ask the kernel
 
 
 def wait_gone(db: Path, pid: int, timeout: float, poll_s: float = 0.1) -> bool:
