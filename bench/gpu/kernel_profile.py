@@ -17,14 +17,14 @@ import glob
 import gzip
 import json
 import os
-import random
+import shutil
 import sys
-import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
-from greedy import post
+from greedy import post, prompts
+from loads import body
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -83,19 +83,16 @@ def load_trace(directory: str, timeout_s: float) -> list[dict]:
 
 
 def profile(port: int, batch: int, steps: int, directory: str, output_len: int) -> list[dict]:
-    rnd = random.Random(0)
-    prompts = [[rnd.randrange(3, 32000) for _ in range(16)] for _ in range(batch)]
-    body = lambda ids: {"input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": output_len,
-                                                              "ignore_eos": True}}
+    batch_ids = prompts(batch, 16, 32000, 0)
     # The profiler's first start in a process initialises CUPTI (seconds, while decoding goes on): a short
     # warm-up profile first, so that the measured one starts at the same point of the load in each engine
     # (the attention's time grows with the KV length; a GEMM's does not).
     warm = os.path.join(directory, "warmup")
     post_raw(port, "/start_profile", {"output_dir": warm, "num_steps": 1, "activities": ["GPU"]})
-    post(port, "/generate", body(prompts[0]) | {"sampling_params": {"max_new_tokens": 8}})
+    post(port, "/generate", body(batch_ids[0], 8))
     load_trace(warm, 60)
     with ThreadPoolExecutor(batch) as pool:
-        futures = [pool.submit(post, port, "/generate", body(ids)) for ids in prompts]
+        futures = [pool.submit(post, port, "/generate", body(ids, output_len)) for ids in batch_ids]
         time.sleep(2.0)                           # past the prefills: decode batches of `batch` only
         post_raw(port, "/start_profile", {"output_dir": directory, "num_steps": steps, "activities": ["GPU"]})
         for fut in futures:
@@ -124,9 +121,8 @@ def main() -> None:
     summaries = json.load(open(store)) if os.path.exists(store) else {}
     for label, port in engines:
         directory = os.path.join("/tmp/prof", label)
-        os.makedirs(directory, exist_ok=True)
-        for old in glob.glob(os.path.join(directory, "*")):
-            os.remove(old)
+        shutil.rmtree(directory, ignore_errors=True)     # a warm machine keeps /tmp: no old trace decides
+        os.makedirs(directory)
         try:
             s = per_step(profile(port, args.batch, args.steps, directory, args.output_len), args.steps)
         except Exception as e:               # one line, and the other engine still runs
