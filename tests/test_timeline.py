@@ -138,3 +138,26 @@ def test_plugin_writes_exact_spans_and_gaps_and_flushes_when_the_scheduler_idles
     assert [r[1] for r in rows] == ["extend", "decode"]
     assert rows[1][8] == pytest.approx(5.0) and rows[1][9] == pytest.approx(3.0)
     assert read(str(tmp_path / "tl")) == rows      # the summary reads the file with the batch rows
+
+
+def test_sync_debug_goes_on_once_its_flag_file_exists_and_prints_each_sync_site_with_its_stack(
+        tmp_path, monkeypatch, capsys):
+    modes = []
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=types.SimpleNamespace(
+        Event=FakeEvent, current_stream=lambda: None, set_sync_debug_mode=modes.append)))
+    import warnings
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)   # the plugin replaces both
+    monkeypatch.setattr(warnings, "filters", list(warnings.filters))
+    import timeline
+    flag = tmp_path / "flag"
+    monkeypatch.setenv("SPEC_SYNC_DEBUG", str(flag))
+    tl = timeline.Timeline(str(tmp_path / "tl"))
+    tl.flush()
+    assert not tl.sync_debug and modes == []       # no flag file: nothing switched
+    flag.touch()
+    tl.flush()
+    tl.flush()
+    assert tl.sync_debug and modes == ["warn"]     # switched on once
+    warnings.warn_explicit("called a synchronizing CUDA operation", UserWarning, "x.py", 7)
+    out = capsys.readouterr().out
+    assert "SYNC pid" in out and "x.py:7" in out and "test_timeline.py" in out   # the site and its stack

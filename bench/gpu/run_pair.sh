@@ -11,6 +11,7 @@
 #  CLOSED_WARMUP s); a TIMELINE line per open and closed run (per batch kind: GPU span, idle gap before it,
 #  CPU ms); steady decode at batch 1 / 16 / 48 / 128; with SHAPES containing `logprob`, a closed loop at
 #  LOGPROB_LEVELS (48) where LOGPROB_SHARE (0.1) of the requests ask for logprobs (issue 12 item 4);
+#  `syncdebug`: torch's sync debug mode in both engines under a short closed loop ($OUT/syncs.txt);
 #  `lpcheck`: the off engine's output logprobs against the no-spec engine's (logprob_check.py); `penalty`: the
 #  same for requests with frequency / presence / repetition penalties, min_new_tokens and a logit bias, sent in
 #  lockstep groups, prompts on the crafted chain's short cycles (penalty_check.py; rows in logprob.jsonl); `greedy`:
@@ -36,6 +37,7 @@ OPEN_S=${OPEN_S:-12}; SHAPES=${SHAPES:-open,closed,steady}   # SHAPES: the phase
 CLOSED_S=${CLOSED_S:-4}; CLOSED_WARMUP=${CLOSED_WARMUP:-2}     # at C = 128 a request lives ~3-4 s: use >= 8 s of warm-up
 make_model $M --crafted $MODEL7B
 timeline_plugin
+export SPEC_SYNC_DEBUG=/tmp/tl/syncdebug.flag    # phase syncdebug creates it (timeline_plugin empties /tmp/tl)
 PAIR=(--engines nospec=30001,off=30000 --repeats "${REPEATS:-2}" --flush --out "$R")
 
 start_server nospec 30001 SPEC_TIMELINE=/tmp/tl/nospec -- --mem-fraction-static 0.30 || exit 1
@@ -81,6 +83,14 @@ if start_daemon; then
       load_sum --shape closed --levels "${LOGPROB_LEVELS:-48}" --logprob-share "${LOGPROB_SHARE:-0.1}" \
         --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
       specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"; say "logprob done" ;;
+    syncdebug) # where the scheduler thread waits on the GPU: torch's sync debug mode switched on in both engines
+      # (timeline.py, once the flag file exists), a short closed loop on each, the call sites into $OUT/syncs.txt
+      [ "$(left)" -gt 60 ] || { say "skip syncdebug (time)"; continue; }
+      touch "$SPEC_SYNC_DEBUG"
+      load_sum --shape closed --levels "${SYNC_LEVELS:-16}" --seconds 3 --warmup 2 \
+        --engines nospec=30001,off=30000 --repeats 1 --out /tmp/tl/syncdebug.jsonl
+      for f in nospec daemon; do echo "== $f"; grep -A14 "^SYNC" "$OUT/$f.log" | cut -c1-240; done >"$OUT/syncs.txt"
+      grep -c "^SYNC pid" "$OUT"/nospec.log "$OUT"/daemon.log | tee -a "$SUM"; say "syncdebug done" ;;
     lpcheck)   # the off engine's output logprobs against the no-spec engine's, greedy and sampled
       [ "$(left)" -gt 60 ] || { say "skip lpcheck (time)"; continue; }
       python3 bench/gpu/logprob_check.py --port-a 30001 --port-b 30000 --prompts 64 --concurrency 16 \

@@ -16,12 +16,18 @@ already completed only):
   ["P"|"N"|"R", kind, cpu_t0_ns, cpu_t1_ns]   process_batch_result / get_next_batch_to_run / process_input_requests
 CPU times are time.perf_counter_ns() (CLOCK_MONOTONIC: comparable with time.monotonic() in the load
 generator). bench/gpu/timeline_summary.py turns them into a table.
+Sync hunting: once the file SPEC_SYNC_DEBUG names exists (checked at each flush), torch's sync debug mode
+is switched on in that scheduler: every CUDA-synchronising torch call on its thread (item, a blocking copy,
+nonzero...) is printed to the engine's log once per call site, with its Python stack ("SYNC ..." lines).
+A sync on the scheduler's hot path stalls the overlap: the CPU cannot launch the next batch early.
 """
 from __future__ import annotations
 
 import json
 import os
 import time
+import traceback
+import warnings
 
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 FLUSH_EVERY = 256
@@ -45,6 +51,7 @@ class Timeline:
         self.rows: list[list] = []
         self.ref = None                   # the first start event: the GPU axis's zero
         self.last_end = None              # the previous batch's end event (its gap to the next start)
+        self.sync_debug = False           # torch's sync debug mode is on (SPEC_SYNC_DEBUG)
 
     def run_batch(self, original, sched, batch, *args, **kwargs):
         import torch
@@ -81,6 +88,7 @@ class Timeline:
         return hook
 
     def flush(self) -> None:
+        self.sync_debug = self.sync_debug or sync_debug_if_asked()
         n = 0
         for p in self.pending:                 # in order, up to the first still running (query() does not block)
             if not p[6].query():
@@ -97,6 +105,27 @@ class Timeline:
             for row in self.rows:
                 f.write(json.dumps(row) + "\n")
         self.rows = []
+
+
+def sync_debug_if_asked() -> bool:
+    """Switch torch's sync debug mode on if SPEC_SYNC_DEBUG's file exists; True once it is on."""
+    flag = os.environ.get("SPEC_SYNC_DEBUG")
+    if not flag or not os.path.exists(flag):
+        return False
+    import torch
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if "synchronizing CUDA operation" not in str(message):
+            return shown(message, category, filename, lineno, file, line)
+        stack = "".join(traceback.format_stack(limit=14)[:-2]).replace("\n", "\n  ")
+        print(f"SYNC pid {os.getpid()} at {filename}:{lineno}\n  {stack}", flush=True)
+
+    warnings.showwarning = show
+    warnings.filterwarnings("default", message=".*synchronizing CUDA operation.*")   # once per call site
+    torch.cuda.set_sync_debug_mode("warn")
+    print(f"SYNC debug on in pid {os.getpid()}", flush=True)
+    return True
 
 
 def load() -> None:
