@@ -46,3 +46,24 @@ def test_the_daemon_refuses_to_start_exit_2_one_line(short_tmp):
     assert res.returncode == 2 and len(lines) == 1, res.stderr
     assert lines[0].startswith("spec-controller: config: [sim] trace (--trace 'mixed-shift') and [sim] concurrency")
     assert not (short_tmp / "x.db").exists()
+
+
+@pytest.mark.parametrize("toml,expect", [
+    ("", "[sglang] model_path is required"),
+    ('[sglang]\nmodel_path = "m"\nspeculative_algorithm = "MEDUSA"\n', "only EAGLE/EAGLE3 are supported"),
+])
+def test_a_bad_sglang_section_is_a_config_error_exit_2_one_line(short_tmp, toml, expect):
+    """Building the engine only reads [sglang]: what it refuses is configuration (exit 2, as every bad value),
+    not a failure of the engine (exit 1, which systemd would restart into the same refusal)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.daemon_proc import ROOT
+    (short_tmp / "c.toml").write_text(toml)
+    res = subprocess.run([sys.executable, "-m", "controller.daemon", "run", "--config", str(short_tmp / "c.toml"),
+                          "--engine", "sglang", "--db", str(short_tmp / "x.db"), "--socket", str(short_tmp / "s")],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert expect in lines[0], lines[0]

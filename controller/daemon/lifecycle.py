@@ -146,8 +146,8 @@ class Daemon:
         db = open_store(st["db"])
         try:
             engine = build_engine(self.cfg, queries.last_engine_time(db))
-        except (ProfileError, EngineError) as e:
-            raise Fatal(str(e), 2 if isinstance(e, ProfileError) else 1) from None
+        except (ProfileError, EngineError) as e:   # building an engine only reads its configuration
+            raise Fatal(str(e), 2) from None
         writer = Writer(db).start()
         try:
             service = Service(self.cfg, engine, writer)
