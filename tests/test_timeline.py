@@ -64,6 +64,7 @@ def test_summary_reads_only_the_window_and_tables_each_kind():
         cpu += 2_000_000
     outside = [["B", "decode", 99, 0, cpu + 10_000_000, cpu + 11_000_000, 1e9, 1e9 + 50.0]]
     spans = [["P", "decode", 0, 3_000_000], ["P", "extend", 0, 500_000], ["N", "decode", 0, 250_000],
+             ["T", "decode", 0, 700_000], ["F", "decode", 0, 400_000], ["T", "extend", 0, 9_000_000],
              ["P", "decode", cpu + 10_000_000, cpu + 99_000_000]]             # the last: outside the window
     out = summarise(rows + outside + spans, 0, cpu)
     ext, dec = out["kinds"]["extend"], out["kinds"]["decode"]
@@ -73,6 +74,8 @@ def test_summary_reads_only_the_window_and_tables_each_kind():
     assert dec["launch_cpu_ms"] == pytest.approx(1.0)
     assert dec["process_cpu_ms"] == pytest.approx(3.0) and ext["process_cpu_ms"] == pytest.approx(0.5)
     assert dec["schedule_cpu_ms"] == pytest.approx(0.25)
+    assert dec["target_cpu_ms"] == pytest.approx(0.7) and dec["runner_cpu_ms"] == pytest.approx(0.4)
+    assert ext["target_cpu_ms"] == pytest.approx(9.0) and ext["runner_cpu_ms"] is None
     cycle = 1.0 + 24.0 + 2.0 + 6.0 + 3 * 5.0
     assert dec["gpu_share"] + ext["gpu_share"] + dec["idle_share"] + ext["idle_share"] == pytest.approx(1.0, abs=0.01)
     assert ext["gpu_share"] == pytest.approx(24.0 / cycle, rel=0.01)
@@ -138,6 +141,9 @@ def test_plugin_writes_exact_spans_and_gaps_and_flushes_when_the_scheduler_idles
     assert [r[1] for r in rows] == ["extend", "decode"]
     assert rows[1][8] == pytest.approx(5.0) and rows[1][9] == pytest.approx(3.0)
     assert read(str(tmp_path / "tl")) == rows      # the summary reads the file with the batch rows
+    target = tl.span("T")                          # a span inside the launch takes its batch's kind
+    target(lambda s, b: None, sched, batch("extend"))
+    assert tl.rows[-1][:2] == ["T", "extend"]
 
 
 def test_sync_debug_goes_on_once_its_flag_file_exists_and_prints_each_sync_site_with_its_stack(

@@ -14,6 +14,7 @@ already completed only):
   and the gap since the previous batch's end. The start event is recorded when run_batch is entered, before
   the launch: a launch slow enough to run the stream dry shows in the span, not in the gap.
   ["P"|"N"|"R", kind, cpu_t0_ns, cpu_t1_ns]   process_batch_result / get_next_batch_to_run / process_input_requests
+  ["T"|"F", kind, cpu_t0_ns, cpu_t1_ns]   inside run_batch: the target worker's forward / the model runner's (INNER)
 CPU times are time.perf_counter_ns() (CLOCK_MONOTONIC: comparable with time.monotonic() in the load
 generator). bench/gpu/timeline_summary.py turns them into a table.
 Sync hunting: once the file SPEC_SYNC_DEBUG names exists (checked at each flush), torch's sync debug mode
@@ -30,6 +31,12 @@ import traceback
 import warnings
 
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+# CPU spans inside run_batch (the launch), both engines: the target worker's forward (batch preparation, the
+# model runner, the sample's launch) and the model runner's forward alone; what the launch spends outside
+# them is the speculative worker's and the plugin's own
+INNER = {"T": "sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation",
+         "F": "sglang.srt.model_executor.model_runner.ModelRunner.forward"}
+BATCH_ARG = ("P", "T", "F")     # spans whose first argument is the batch (their row's kind is its kind)
 FLUSH_EVERY = 256
 
 
@@ -79,7 +86,7 @@ class Timeline:
             if tag == "R":
                 what = str(len(args[0]) if args and args[0] is not None else 0)
             else:
-                what = kind(args[0] if tag == "P" else getattr(result, "batch_to_run", result))
+                what = kind(args[0] if tag in BATCH_ARG else getattr(result, "batch_to_run", result))
             if what not in ("none", "0"):       # the idle loop spins: only iterations that did something
                 self.rows.append([tag, what, t0, time.perf_counter_ns()])
             elif tag == "N" and self.pending:   # nothing to run: what ran so far is written (a run's end too)
@@ -138,3 +145,5 @@ def load() -> None:
     HookRegistry.register(f"{SCHEDULER}.process_batch_result", tl.span("P"), HookType.AROUND)
     HookRegistry.register(f"{SCHEDULER}.get_next_batch_to_run", tl.span("N"), HookType.AROUND)
     HookRegistry.register(f"{SCHEDULER}.process_input_requests", tl.span("R"), HookType.AROUND)
+    for tag, target in INNER.items():
+        HookRegistry.register(target, tl.span(tag), HookType.AROUND)

@@ -63,7 +63,7 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
         p["gap"].append(gap if prev is not None else 0.0)
         p["launch"].append((c1 - c0) / 1e6)
         prev = b
-    for tag, name in (("P", "process"), ("N", "schedule")):
+    for tag, name in (("P", "process"), ("N", "schedule"), ("T", "target"), ("F", "runner")):
         for r in rows:
             if r[0] == tag and t0_ns <= r[2] <= t1_ns:
                 per[r[1]][name].append((r[3] - r[2]) / 1e6)
@@ -78,6 +78,8 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
                     "gpu_ms": mean(p["gpu"]), "gpu_ms_p90": round(sorted(p["gpu"])[int(0.9 * (len(p["gpu"]) - 1))], 3),
                     "idle_before_ms": mean(p["gap"]), "launch_cpu_ms": mean(p["launch"]),
                     "process_cpu_ms": mean(p.get("process", [])), "schedule_cpu_ms": mean(p.get("schedule", [])),
+                    # inside the launch: the target worker's forward, the model runner's (per call)
+                    "target_cpu_ms": mean(p.get("target", [])), "runner_cpu_ms": mean(p.get("runner", [])),
                     "gpu_share": round(sum(p["gpu"]) / window, 4), "idle_share": round(sum(p["gap"]) / window, 4)}
     dec = [b[7] for b in batches if b[1] == "decode"]
     intervals = [b - a for a, b in zip(dec, dec[1:])]
