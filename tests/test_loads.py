@@ -82,3 +82,33 @@ def test_closed_loop_asks_for_logprobs_on_its_share_and_keeps_its_requests(tmp_p
     # the share draws from its own stream: each client's first prompts are those of a run without logprobs
     firsts = lambda bs: {tuple(b["input_ids"]) for b in bs}
     assert len(firsts(bodies) & firsts(bodies0)) >= 4
+
+
+def test_closed_loop_constrains_its_grammar_share_with_its_own_stream(tmp_path):
+    """--grammar-share: that share carries the regex (sampling_params "regex"), drawn from a stream of its own:
+    the prompts, the lengths and the logprob share are those of a run without."""
+    def closed(*extra: str) -> tuple[list, list]:
+        seen: list = []
+        server = engine(seen)
+        try:
+            rows = run_loads("--shape", "closed", "--levels", "2", "--seconds", "0.4", "--warmup", "0.1",
+                             "--repeats", "1", "--port", str(server.server_port), "--label", "x", *extra,
+                             out=tmp_path / f"g{len(extra)}{extra[-1] if extra else ''}.jsonl")
+        finally:
+            server.shutdown()
+        return rows, [body for _, body in seen]
+    rows, bodies = closed("--grammar-share", "0.5", "--logprob-share", "0.5")
+    assert rows[0]["shape"] == "closed-logprob0.5-grammar0.5" and len(bodies) >= 20
+    regexes = {b["sampling_params"].get("regex") for b in bodies}
+    assert regexes == {None, "((w[0-9]+){3}w1[0-9])+"}
+    constrained = [bool(b["sampling_params"].get("regex")) for b in bodies]
+    asked = [bool(b.get("return_logprob")) for b in bodies]
+    assert 0.25 * len(bodies) < sum(constrained) < 0.75 * len(bodies)
+    assert constrained != asked                              # two streams, not one coin
+    rows_g, bodies_g = closed("--grammar-share", "0.5", "--grammar-regex", "(w1[0-9])+")
+    assert rows_g[0]["shape"] == "closed-grammar0.5"
+    assert {b["sampling_params"].get("regex") for b in bodies_g} == {None, "(w1[0-9])+"}
+    rows0, bodies0 = closed()
+    assert not any("regex" in b["sampling_params"] for b in bodies0)
+    firsts = lambda bs: {tuple(b["input_ids"]) for b in bs}
+    assert len(firsts(bodies) & firsts(bodies0)) >= 4 and len(firsts(bodies_g) & firsts(bodies0)) >= 4

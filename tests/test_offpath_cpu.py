@@ -186,7 +186,7 @@ def test_every_sglang_path_gets_the_hooks_own_arguments(fast, monkeypatch):
     assert off.forward_batch_generation(rec, w, on, "pub", x=1) == "sglang-result"
     wm = decode_batch(20, return_logprob=True, sampling_info=WATERMARKED)
     off.forward_batch_generation(rec, w, wm, "pub", x=1)   # steps-0 for its logprobs
-    monkeypatch.setattr(fastoff, "run", lambda *a: 1 / 0)
+    monkeypatch.setattr(fastoff, "run", lambda *a, **k: 1 / 0)
     plain = decode_batch(20)
     off.forward_batch_generation(rec, w, plain, "pub", x=1)  # the fast path failed: SGLang's
     assert rec.calls == [((w, on, "pub"), {"x": 1}), ((w, wm, "pub"), {"x": 1}), ((w, plain, "pub"), {"x": 1})]
@@ -196,14 +196,14 @@ def test_the_fast_path_gets_the_worker_and_a_positional_on_publish(fast, monkeyp
     plug, _ = fast
     got = []
 
-    def run(worker, f, batch, on_publish, sync=False, kv=None):
-        got.append((worker, batch, on_publish))
+    def run(worker, f, batch, on_publish, sync=False, kv=None, grammar_barrier=None):
+        got.append((worker, batch, on_publish, grammar_barrier))
         f.batches += 1
         return "fast"
     monkeypatch.setattr(fastoff, "run", run)
     w, b = routed_worker(plug), decode_batch(30)
     assert plug.off_path.forward_batch_generation(Recorder().original, w, b, "pub", "other") == "fast"
-    assert got == [(w, b, "pub")]
+    assert got == [(w, b, "pub", "other")]           # the second positional: SGLang's grammar_barrier
     assert plug.off_path.counters()["draft_kv_writes"] == 0        # no writer: nothing written
 
 
@@ -253,7 +253,7 @@ def test_a_progress_line_after_the_first_fast_batch_and_every_log_every(fast, ca
 def test_a_fast_path_failure_is_logged_with_its_traceback(fast, monkeypatch, caplog):
     plug, _ = fast
     err = RuntimeError("launch")
-    monkeypatch.setattr(fastoff, "run", lambda *a: (_ for _ in ()).throw(err))
+    monkeypatch.setattr(fastoff, "run", lambda *a, **k: (_ for _ in ()).throw(err))
     with caplog.at_level(logging.ERROR, logger="spec_controller.plugin"):
         plug.off_path.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30))
     assert plug.failures.places == {"fast off"}
@@ -265,7 +265,7 @@ def test_a_fast_path_failure_at_tp_above_1_is_raised_not_degraded_on_one_rank(fa
     # the group silently: the failure is recorded and raised (SGLang's scheduler dies, the daemon says so)
     plug, _ = fast
     plug.off_path.tp_size = 2
-    monkeypatch.setattr(fastoff, "run", lambda *a: (_ for _ in ()).throw(RuntimeError("launch")))
+    monkeypatch.setattr(fastoff, "run", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("launch")))
     rec = Recorder()
     with pytest.raises(RuntimeError, match="launch"):
         plug.off_path.forward_batch_generation(rec.original, routed_worker(plug), decode_batch(30))

@@ -313,7 +313,7 @@ def fast(plug, monkeypatch):
     plug.off_path.fast = fastoff.FastOff(attn_backend=None, graph_runner=None)
     ran = []
 
-    def fake_run(worker, fast, batch, on_publish, sync_draft=False, kv_writer=None):
+    def fake_run(worker, fast, batch, on_publish, sync_draft=False, kv_writer=None, grammar_barrier=None):
         ran.append((batch.seq_lens.shape[0], on_publish))
         fast.batches += 1
         return "fast-result"
@@ -372,7 +372,7 @@ def test_status_shows_why_off_batches_took_steps_0_and_their_share():
 
 def test_fast_path_failure_is_logged_once_and_sglang_takes_over(fast, monkeypatch):
     plug, _ = fast
-    monkeypatch.setattr(fastoff, "run", lambda *a: 1 / 0)
+    monkeypatch.setattr(fastoff, "run", lambda *a, **k: 1 / 0)
     rec, off = Recorder(), plug.off_path
     assert off.forward_batch_generation(rec.original, routed_worker(plug), decode_batch(30)) == "sglang-result"
     assert "fast off" in plug.failures.places and off.fast is None
@@ -519,7 +519,7 @@ def test_a_synced_draft_needs_graphs_that_return_hidden_states(fast):
 def test_the_synced_draft_reaches_the_fast_path(fast, monkeypatch):
     plug, _ = fast
     calls = []
-    monkeypatch.setattr(fastoff, "run", lambda worker, f, batch, pub, sync=False, kv=None: calls.append(sync) or "fast")
+    monkeypatch.setattr(fastoff, "run", lambda worker, f, batch, pub, sync=False, kv=None, **_: calls.append(sync) or "fast")
     plug.off_path.fast.with_hidden, plug.off_path.sync_draft = True, True
     plug.off_path.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30))
     plug.off_path.fast.with_hidden = False           # graphs without hidden states: never asked to sync
@@ -530,7 +530,7 @@ def test_the_synced_draft_reaches_the_fast_path(fast, monkeypatch):
 def test_the_draft_kv_writer_reaches_the_fast_path_and_lean_prefills(fast, monkeypatch):
     plug, _ = fast
     off, writer, calls = plug.off_path, object(), []
-    monkeypatch.setattr(fastoff, "run", lambda worker, f, batch, pub, sync=False, kv=None: calls.append((sync, kv)) or "fast")
+    monkeypatch.setattr(fastoff, "run", lambda worker, f, batch, pub, sync=False, kv=None, **_: calls.append((sync, kv)) or "fast")
     assert "cannot write the draft's KV" in plug.validate_own_keys({contract.DRAFT_KV_KEY: True})   # no writer
     off.fast.with_hidden, off.kv_writer = True, writer
     assert plug.validate_own_keys({contract.DRAFT_KV_KEY: True}) is None

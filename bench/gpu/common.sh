@@ -82,8 +82,11 @@ DUMMY=${DUMMY:-}                    # 1: weights made in place by SGLang (--load
 # 0.5.17's own default on CUDA is "breakable". PREFILL_GRAPH=default leaves SGLang's choice (not run yet).
 PREFILL_GRAPH=${PREFILL_GRAPH:-disabled}
 PREFILL_FLAG=(); [ "$PREFILL_GRAPH" != default ] && PREFILL_FLAG=(--cuda-graph-backend-prefill "$PREFILL_GRAPH")
+# Grammar backend of every engine: none (the default so far: no grammar compiler at start-up); xgrammar for
+# runs whose requests carry a regex (run_pair.sh's grammar / grcheck phases set it)
+GRAMMAR_BACKEND=${GRAMMAR_BACKEND:-none}
 COMMON=(--model-path $M/target --host 127.0.0.1 --attention-backend triton --mem-fraction-static 0.8
-  --cuda-graph-max-bs-decode $MAXBS "${PREFILL_FLAG[@]}" --grammar-backend none
+  --cuda-graph-max-bs-decode $MAXBS "${PREFILL_FLAG[@]}" --grammar-backend "$GRAMMAR_BACKEND"
   --sampling-backend pytorch --max-running-requests $MAXBS --random-seed 0 --tp-size $TP
   ${DUMMY:+--load-format dummy})
 SPEC=(--speculative-algorithm EAGLE3 --speculative-draft-model-path $M/eagle3 --speculative-num-steps 3
@@ -191,7 +194,7 @@ attention_backend = "triton"
 mem_fraction_static = ${MEMFRAC:-0.8}
 cuda_graph_max_bs_decode = $MAXBS
 $([ "$PREFILL_GRAPH" != default ] && echo "cuda_graph_backend_prefill = \"$PREFILL_GRAPH\"")
-grammar_backend = "none"
+grammar_backend = "$GRAMMAR_BACKEND"
 sampling_backend = "pytorch"
 max_running_requests = $MAXBS
 tp_size = $TP

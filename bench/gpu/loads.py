@@ -15,7 +15,8 @@ seeded prompts repeat across configs and repeats).
 
 steady: C requests start together (prompt 16, output --steady-len tokens): decode at batch size C.
 closed: C clients, each re-issuing at once, prompt 32-256 and output 64-512 tokens (uniform, seeded;
-  --logprob-share S: that share asks for logprobs, which SGLang's steps-0 path serves while off);
+  --logprob-share S: that share asks for logprobs; --grammar-share S: that share carries the regex
+  --grammar-regex (sampling_params "regex"; the engines need a grammar backend: common.sh GRAMMAR_BACKEND));
   throughput = output tokens generated inside [warm-up, warm-up + seconds], each request's tokens spread
   evenly over its life (non-streaming requests: the window edges are estimated, the same for every engine).
 open: `sglang.bench_serving --request-rate R` (Poisson), prompts ~100-512 and outputs ~77-384 tokens
@@ -38,10 +39,19 @@ from greedy import post, updated
 from jsonl import emit
 
 
-def body(ids: list[int], n: int, logprob: bool = False) -> dict:
+# The crafted model's tokenizer (mkmodel.py) is word-level, "w3" ... "w31999", so a regex over digits and
+# spaces ("[0-9 ]{8,400}") matches no token at all: the regex is over the concatenated token strings. This
+# one lets any token through but every fourth, which must be one of w10 ... w19 (none is a prefix of another
+# token the regex allows), and never ends: the request runs its max_new_tokens as the others do.
+GRAMMAR_REGEX = "((w[0-9]+){3}w1[0-9])+"
+
+
+def body(ids: list[int], n: int, logprob: bool = False, regex: str | None = None) -> dict:
     out = {"input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": n, "ignore_eos": True}}
-    if logprob:              # output logprobs: such a request sends its whole off batch to SGLang's steps-0 path
+    if logprob:              # output logprobs
         out["return_logprob"] = True
+    if regex is not None:    # grammar-constrained (SGLang's sampling_params "regex")
+        out["sampling_params"]["regex"] = regex
     return out
 
 
@@ -55,10 +65,11 @@ def steady(port: int, c: int, output_len: int, seed: int) -> dict:
     return {"tok_s": round(sum(len(o["output_ids"]) for o in outs) / wall, 1)}
 
 
-def closed(port: int, c: int, seconds: float, warmup: float, seed: int, logprob_share: float = 0.0) -> dict:
+def closed(port: int, c: int, seconds: float, warmup: float, seed: int, logprob_share: float = 0.0,
+           grammar_share: float = 0.0, regex: str = GRAMMAR_REGEX) -> dict:
     """C clients re-issuing at once; tokens inside the window, spread over each request's life.
-    logprob_share: that share of the requests asks for logprobs (its own random stream: the prompts and
-    lengths are those of a run without)."""
+    logprob_share / grammar_share: that share of the requests asks for logprobs / carries `regex` (each its
+    own random stream: the prompts and lengths are those of a run without)."""
     stop = time.perf_counter() + warmup + seconds
     w0, w1 = stop - seconds, stop
     done: list[tuple[float, float, int]] = []
@@ -66,11 +77,13 @@ def closed(port: int, c: int, seconds: float, warmup: float, seed: int, logprob_
 
     def client(i: int) -> None:
         rnd, coin = random.Random(seed * 1000 + i), random.Random(seed * 1000 + i + 7_000_000)
+        grammar_coin = random.Random(seed * 1000 + i + 9_000_000)
         while time.perf_counter() < stop:
             ids = [rnd.randrange(3, 32000) for _ in range(rnd.randint(32, 256))]
             n = rnd.randint(64, 512)
+            constrained = grammar_coin.random() < grammar_share
             t0 = time.perf_counter()
-            out = post(port, "/generate", body(ids, n, coin.random() < logprob_share))
+            out = post(port, "/generate", body(ids, n, coin.random() < logprob_share, regex if constrained else None))
             with lock:
                 done.append((t0, time.perf_counter(), len(out["output_ids"])))
 
@@ -176,6 +189,9 @@ def main() -> None:
     ap.add_argument("--flush", action="store_true", help="GET /flush_cache before each measurement")
     ap.add_argument("--logprob-share", type=float, default=0.0,
                     help="closed: this share of the requests asks for logprobs (rows: shape closed-logprobS)")
+    ap.add_argument("--grammar-share", type=float, default=0.0,
+                    help="closed: this share of the requests carries --grammar-regex (rows: shape closed-grammarS)")
+    ap.add_argument("--grammar-regex", default=GRAMMAR_REGEX)
     ap.add_argument("--engines", help="label=PORT,label=PORT: resident engines measured alternately per level")
     ap.add_argument("--socket", help="the daemon's control socket, for configs written '@threshold pin N'")
     ap.add_argument("--out")
@@ -205,12 +221,14 @@ def measure(args: argparse.Namespace, label: str, level: float, rep: int, port: 
         if args.shape == "steady":
             res = steady(port, int(level), args.steady_len, seed)
         elif args.shape == "closed":
-            res = closed(port, int(level), args.seconds, args.warmup, seed, args.logprob_share)
+            res = closed(port, int(level), args.seconds, args.warmup, seed, args.logprob_share, args.grammar_share,
+                         args.grammar_regex)
         else:
             res = open_loop(port, level, args.seconds, args.tokenizer, seed)
     except Exception as e:          # one failed level must not lose the others
         res = {"error": f"{type(e).__name__}: {e}"}
-    shape = f"{args.shape}-logprob{args.logprob_share:g}" if args.logprob_share else args.shape
+    shape = args.shape + (f"-logprob{args.logprob_share:g}" if args.logprob_share else "") + \
+        (f"-grammar{args.grammar_share:g}" if args.grammar_share else "")
     row = {"label": label, "shape": shape, "level": level if args.shape == "open" else int(level),
            "repeat": rep + args.repeat_index, "t_start": t0, "t_end": time.time(),
            "mono_start": m0, "mono_end": time.monotonic(), **({"engines_resident": True} if args.engines else {}), **res}

@@ -12,6 +12,12 @@
 #  CPU ms); steady decode at batch 1 / 16 / 48 / 128; with SHAPES containing `logprob`, a closed loop at
 #  LOGPROB_LEVELS (48) where LOGPROB_SHARE (0.1) of the requests ask for logprobs (issue 12 item 4);
 #  `syncdebug`: torch's sync debug mode in both engines under a short closed loop ($OUT/syncs.txt);
+#  `grammar`: the same closed loop at GRAMMAR_LEVELS (48) where GRAMMAR_SHARE (0.1) of the requests carry a regex
+#  (loads.py GRAMMAR_REGEX, or GRAMMAR_REGEX; SPEC_CONTROLLER_FAST_GRAMMAR=0 in the environment puts grammar
+#  batches back on steps-0, the former behaviour); `grcheck`: grammar-constrained outputs of the off engine
+#  against the no-spec engine's and the forced sequence, greedy and sampled, in batches mixing grammar and plain
+#  requests (grammar_check.py; rows in grammar.jsonl); either phase starts both engines with the xgrammar
+#  backend (GRAMMAR_BACKEND, else none);
 #  `lpcheck`: the off engine's output logprobs against the no-spec engine's (logprob_check.py); `penalty`: the
 #  same for requests with frequency / presence / repetition penalties, min_new_tokens and a logit bias, sent in
 #  lockstep groups, prompts on the crafted chain's short cycles (penalty_check.py; rows in logprob.jsonl); `greedy`:
@@ -21,6 +27,8 @@
 #  with the threshold pinned at PIN_T (8) (label pinned: lean prefills above 0); `profile`: the GPU kernels of a decode step at
 #  PROFILE_BS (48) per engine (kernel_profile.py). Phases run in the order SHAPES names them, each only if
 #  its time is left; OPEN_RATES (2,12,24); OFF_PATH sets the daemon's [sglang] off_path.
+# requests with a regex need a grammar backend in both engines (common.sh reads GRAMMAR_BACKEND)
+case ",${SHAPES:-}," in *,grammar,*|*,grcheck,*) export GRAMMAR_BACKEND=${GRAMMAR_BACKEND:-xgrammar} ;; esac
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
 RUNS=$((2 * ${REPEATS:-2}))          # runs per level or rate: REPEATS (2) of each of the two engines
@@ -91,6 +99,17 @@ if start_daemon; then
         --engines nospec=30001,off=30000 --repeats 1 --out /tmp/tl/syncdebug.jsonl
       for f in nospec daemon; do echo "== $f"; grep -A14 "^SYNC" "$OUT/$f.log" | cut -c1-240; done >"$OUT/syncs.txt"
       grep -c "^SYNC pid" "$OUT"/nospec.log "$OUT"/daemon.log | tee -a "$SUM"; say "syncdebug done" ;;
+    grammar)   # issue 12 item 4: a share of the requests carry a regex; status says how many off batches fell back
+      [ "$(left)" -gt $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) ] || { say "skip grammar (time)"; continue; }
+      load_sum --shape closed --levels "${GRAMMAR_LEVELS:-48}" --grammar-share "${GRAMMAR_SHARE:-0.1}" \
+        ${GRAMMAR_REGEX:+--grammar-regex "$GRAMMAR_REGEX"} --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
+      specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"; say "grammar done" ;;
+    grcheck)   # grammar-constrained outputs: the off engine against the no-spec engine and the forced sequence
+      [ "$(left)" -gt 60 ] || { say "skip grcheck (time)"; continue; }
+      python3 bench/gpu/grammar_check.py --port-a 30001 --port-b 30000 --chain $M/target/next.json --prompts 48 \
+        --concurrency 16 --output-len 64 --temperatures 0,0.8 --out "$OUT/grammar.jsonl" 2>&1 \
+        | grep -E "GRAMMAR|Error|MALFORMED" | cut -c1-500 | tee -a "$SUM"
+      specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"; say "grcheck done" ;;
     lpcheck)   # the off engine's output logprobs against the no-spec engine's, greedy and sampled
       [ "$(left)" -gt 60 ] || { say "skip lpcheck (time)"; continue; }
       python3 bench/gpu/logprob_check.py --port-a 30001 --port-b 30000 --prompts 64 --concurrency 16 \

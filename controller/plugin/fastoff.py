@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import offlogprob
+from . import offgrammar, offlogprob
 from .internals import FastOffInternals, check_live, hidden_mode_full
 
 log = logging.getLogger("spec_controller.plugin")
@@ -36,24 +36,24 @@ class FastOff:
     graph_runner: Any          # None: CUDA graphs are off, the decode runs eagerly
     with_hidden: bool = False  # the graphs also return the target's hidden states (needed to sync the draft)
     names: FastOffInternals | None = None    # the release's table (None only in tests that never run it)
+    grammar: bool = False      # SGLang's delayed grammar sample found (offgrammar.py): grammar batches served
     batches: int = 0
     graph_batches: int = 0
     cpu_ns: int = 0
 
 
-# counted apart (contract.STATS_FIELDS): logprob batches the fast path does not cover, grammar batches
+# counted apart (contract.STATS_FIELDS): logprob and grammar batches the fast path does not cover
 LOGPROB, GRAMMAR = offlogprob.WATERMARK, "grammar-constrained request"
 
 
-def batch_unsupported_reason(batch: Any) -> str | None:
+def batch_unsupported_reason(batch: Any, grammar_served: bool = False) -> str | None:
     """Why this off batch must take SGLang's steps-0 path instead (its result needs verify's extras).
     Logprobs (top / token-id ones too) are computed as steps-0 does (offlogprob.py), except with a watermark.
-    Grammar: steps-0's verify builds the vocab mask after the scheduler's grammar barrier (the previous
-    batch's tokens advanced into the FSM), which only verify() is handed; the plain decode would mask
-    from the FSM as it stands at launch."""
+    Grammar: served where offgrammar.served() said so (the scheduler's grammar barrier, then SGLang's
+    delayed sample: the vocab mask of an engine without speculation); else steps-0 builds the mask."""
     if getattr(batch, "return_logprob", False) and offlogprob.unsupported_reason(batch):
         return LOGPROB
-    if getattr(batch, "has_grammar", False):
+    if getattr(batch, "has_grammar", False) and not grammar_served:
         return GRAMMAR
     if getattr(batch, "return_hidden_states", False):
         return "hidden states requested"
@@ -141,12 +141,12 @@ def _tp_min(value: int) -> int:
 
 
 def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, sync_draft: bool = False,
-        kv_writer: Any = None) -> Any:
+        kv_writer: Any = None, grammar_barrier: Callable[[], None] | None = None) -> Any:
     """One off decode batch as plain decode; returns a steps-0-shaped GenerationBatchResult.
     sync_draft (needs fast.with_hidden): the draft's extend runs on the new token too, as in SGLang's
     steps-0 state, so its KV holds every position when speculation resumes. kv_writer (a
     draftkv.DraftKVWriter, needs fast.with_hidden): instead, only the draft's KV for the decoded position
-    is written (no draft forward)."""
+    is written (no draft forward). grammar_barrier: the scheduler's, for a grammar batch (offgrammar.py)."""
     torch = _sg["torch"]
     runner = worker.target_worker.model_runner
     seq_lens, bonus, event = batch.seq_lens, batch.spec_info.bonus_tokens, fast.names.read_done_event
@@ -154,7 +154,9 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
     # reads the draft runner's): drop it, so that only one this forward publishes is handed over.
     setattr(runner, event, None)
     with offlogprob.keeping_logits(runner, batch) as kept:
-        out, loc = _plain_decode(worker.target_worker, fast, batch, sync_draft or kv_writer is not None)
+        with offgrammar.delaying_sample(worker.target_worker, batch):
+            out, loc = _plain_decode(worker.target_worker, fast, batch, sync_draft or kv_writer is not None)
+        offgrammar.sample(out, batch, grammar_barrier)   # a grammar batch: its mask after the FSM advanced
     tokens = out.next_token_ids.to(torch.int32)
     if kept is not None:      # return_logprob: steps-0's logprobs and layout, by SGLang's own function
         offlogprob.fill(fast.names, batch, out.logits_output, kept, tokens, torch)

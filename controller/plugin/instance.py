@@ -11,6 +11,7 @@ from ..contract import (BOOL_KEYS, DRAFT_KV_GRAPH_KEY, DRAFT_KV_KEY, ENV_ADDRESS
                         ENV_LEAN_PREFILL, ENV_SYNC_DRAFT, EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_PREFILL_KEY, OWN_KEYS,
                         REASON_INACTIVE, SIM_ACC_KEY, SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version,
                         validate_threshold)
+from . import offgrammar
 from .failures import Failures
 from .offpath import OffPath
 from .router import Router
@@ -39,6 +40,7 @@ class Plugin:
                                 lean_prefill=env.get(ENV_LEAN_PREFILL, "1") != "0",
                                 draft_kv=env.get(ENV_DRAFT_KV, "1") != "0",   # the default: consistent, cheap
                                 draft_kv_graph=env.get(ENV_DRAFT_KV_GRAPH) == "1",   # experimental
+                                fast_grammar=env.get(offgrammar.ENV, "1") != "0",
                                 capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
 

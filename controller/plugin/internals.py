@@ -4,7 +4,8 @@ Each table names what build() and run() call, construct or read, and the facts o
 code that make the fast path's result what the scheduler expects (quoted, as `ast.unparse` writes
 them). tests/test_fastoff_contract.py checks every entry against each released wheel; build()
 checks the live engine against the same table and, if a name is missing or changed, does not
-build the fast path (the reason is logged once and shown by `specctl status`).
+build the fast path (the reason is logged once and shown by `specctl status`). Grammar batches
+(offgrammar.py) rest on the same seams in every release 0.5.17 ... 0.5.23 (sglang_names.GRAMMAR_FACTS).
 
 No table for 0.5.14 ... 0.5.16: before 0.5.16 TpModelWorker.forward_batch_generation takes no
 capture_hidden_mode; 0.5.16 takes it but sizes its decode graphs' hidden-state capture its own way (no
@@ -40,12 +41,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..contract import REASON_0_5_16, REASON_NO_CAPTURE_MODE
-from .sglang_names import (DECODE_RUNNER, EAGLE_V2, HIDDEN_MODE, LOGPROB_FACTS, RESULTS, RUNNER, SAMPLING_INFO,
-                           SPEC_LOGPROBS, SPEC_V2_LOGPROBS, VERIFY, WAR_BARRIER, WORKER_FORWARD, V17_LOGPROB_FACTS,
-                           V18_LOGPROB_FACTS, WATERMARK_FACTS)
+from .sglang_names import (DECODE_RUNNER, EAGLE_V2, GRAMMAR_FACTS, HIDDEN_MODE, LOGPROB_FACTS, RESULTS, RUNNER,
+                           SAMPLING_INFO, SPEC_LOGPROBS, SPEC_V2_LOGPROBS, TP_WORKER, VERIFY, WAR_BARRIER,
+                           WORKER_FORWARD, V17_LOGPROB_FACTS, V18_LOGPROB_FACTS, WATERMARK_FACTS)
 
 FIRST_FAST = (0, 5, 17)
-
 
 
 class MissingInternal(Exception):
@@ -91,6 +91,7 @@ class FastOffInternals:
     module_names: dict[str, tuple[str, ...]]        # module -> names it defines or imports
     facts: tuple[tuple[str, str, str], ...] = field(default=())   # (function, quoted source, why)
     spec_logprobs: str = ""                         # the steps-0 verify's logprob function (offlogprob.py)
+    grammar: bool = False                           # SGLang's delayed grammar sample + barrier (offgrammar.py)
 
     def covers(self, version: tuple[int, int, int]) -> bool:
         first, last = (_parse(v) for v in self.versions)
@@ -119,6 +120,7 @@ _CALLABLES = {
     f"{EAGLE_V2}.EAGLEWorkerV2._stub_skipped_draft_extend": ("self", "batch", "batch_output"),
     "sglang.srt.speculative.eagle_utils.get_draft_recurrent_hidden_state_spec": ("model_runner",),
     f"{EAGLE_V2}.EagleDraftWorker._draft_extend_for_decode": ("self", "batch", "batch_result"),
+    WORKER_FORWARD: ("self", "batch", "on_publish", "grammar_barrier"),    # the hooked call's (offpath.py)
     "sglang.srt.layers.sampler.Sampler.forward": ("self", "logits_output", "sampling_info", "return_logprob",
                                                   "top_logprobs_nums", "token_ids_logprobs", "positions"),
 }
@@ -153,7 +155,7 @@ _COMMON_FACTS = (
      "synced mode runs SGLang's own draft extend of the steps-0 state"),
     (VERIFY, "next_draft_input = EagleDraftInput(bonus_tokens=bonus_tokens)",
      "a verify hands on only the bonus tokens, as the fast path does"),
-) + LOGPROB_FACTS
+) + LOGPROB_FACTS + GRAMMAR_FACTS
 FAST_OFF_INTERNALS = FastOffInternals(
     versions=("0.5.17", "0.5.17"),
     read_done_event="war_fastpath_read_done_event",
@@ -162,8 +164,9 @@ FAST_OFF_INTERNALS = FastOffInternals(
     draft_context=DraftContext("draft_tp_context", True, ("draft_runner.tp_group",)),
     callables={**_CALLABLES, SPEC_V2_LOGPROBS: ("batch", "logits_output", "predict", "accept_index",
                                                 "speculative_num_steps")},
-    spec_logprobs=SPEC_V2_LOGPROBS,
+    spec_logprobs=SPEC_V2_LOGPROBS, grammar=True,
     attributes={RUNNER: _RUNNER_ATTRIBUTES + ("war_fastpath_read_done_event",),
+                TP_WORKER: ("enable_spec", "enable_overlap"),     # offgrammar.ATTRIBUTES
                 "sglang.srt.speculative.base_spec_worker.BaseSpecWorker": ("target_worker", "draft_worker"),
                 SCHEDULE_BATCH: _BATCH_FIELDS,
                 f"{EAGLE_V2}.EAGLEWorkerV2": ("war_fastpath_runner",),

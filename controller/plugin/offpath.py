@@ -10,7 +10,7 @@ from typing import Any, Callable
 from ..contract import (REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_KV_UNSUPPORTED,
                         REASON_MISSING_INTERNAL, REASON_NONE, REASON_OTHER_RANK, REASON_REJECTION_SAMPLING,
                         REASON_RUN_FAILED, parse_version, prefill_skips_draft)
-from . import draftkv, draftkv_graph, fastoff, internals
+from . import draftkv, draftkv_graph, fastoff, internals, offgrammar
 from .failures import Failures
 from .router import Router
 
@@ -31,12 +31,14 @@ class OffPath:
     the prompt (cheaper; without draft_kv that request's draft is stale if it later speculates).
     draft_kv: off batches (and lean prefills) write the draft's KV with the plugin's own writer
     (controller.plugin.draftkv) instead of running the draft: its KV is complete when speculation
-    resumes, for a few kernels per batch; sync_draft wins where both are set."""
+    resumes, for a few kernels per batch; sync_draft wins where both are set. fast_grammar: grammar batches
+    take the fast path where SGLang's delayed grammar sample allows it (offgrammar.py), else steps-0."""
 
     def __init__(self, router: Router, failures: Failures, enabled: bool = True, sync_draft: bool = False,
                  lean_prefill: bool = False, capture_hidden: bool = False, draft_kv: bool = False,
-                 draft_kv_graph: bool = False):
+                 draft_kv_graph: bool = False, fast_grammar: bool = True):
         self.router = router
+        self.fast_grammar = fast_grammar
         self.failures = failures
         self.enabled = enabled
         self.sync_draft = sync_draft
@@ -134,7 +136,9 @@ class OffPath:
     def _build(self, worker: Any, names: internals.FastOffInternals) -> fastoff.FastOff | None:
         """The fast path on this rank, or None with the reason set (and logged once)."""
         try:
-            return fastoff.build(worker, names, with_hidden=self.capture_hidden)
+            fast = fastoff.build(worker, names, with_hidden=self.capture_hidden)
+            fast.grammar = offgrammar.available(names, getattr(worker, "target_worker", None))
+            return fast
         except internals.MissingInternal as e:
             log.warning("spec-controller: fast off path not built, sglang %s lacks %s (its table: %s .. %s); "
                         "off batches use SGLang's steps-0 state", self.router.version(), e, *names.versions)
@@ -155,7 +159,10 @@ class OffPath:
         """AROUND EAGLEWorkerV2.forward_batch_generation."""
         if not self._ours(worker, batch):
             return original(worker, batch, *args, **kwargs)
-        why = fastoff.batch_unsupported_reason(batch)
+        barrier = kwargs.get("grammar_barrier", args[1] if len(args) > 1 else None)   # the scheduler's, or None
+        grammar = (self.fast_grammar and getattr(batch, "has_grammar", False)
+                   and offgrammar.served(self.fast, worker, barrier))
+        why = fastoff.batch_unsupported_reason(batch, grammar)
         if why is not None:
             self.fallbacks += 1
             self.fallback_reasons[why] = self.fallback_reasons.get(why, 0) + 1
@@ -166,7 +173,8 @@ class OffPath:
         t0 = time.perf_counter_ns()
         try:
             writer = self._writer()
-            result = fastoff.run(worker, fast, batch, on_publish, self.sync_draft and fast.with_hidden, writer)
+            result = fastoff.run(worker, fast, batch, on_publish, self.sync_draft and fast.with_hidden, writer,
+                                 grammar_barrier=barrier)
         except Exception as e:      # restored batch fields: SGLang's own path can still take this batch
             self.failures.record("fast off", e)
             self.fast, self.reason = None, REASON_RUN_FAILED

@@ -53,3 +53,34 @@ WATERMARK_FACTS = (
     (f"{RUNNER}.sample", "forward_batch.sampling_info.has_watermark_candidates",
      "... where the batch's sampling info has watermark candidates"),
 )
+
+TP_WORKER = "sglang.srt.managers.tp_worker.TpModelWorker"
+SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+GRAMMAR_FACTS = (
+    # grammar batches (offgrammar.py): SGLang's delayed sample of an engine without speculation ...
+    (f"{TP_WORKER}.forward_batch_generation",
+     "if self.enable_overlap and (not self.enable_spec) and (forward_batch.sampling_info.grammars is not None",
+     "a target worker told it does not speculate delays a grammar batch's sample under overlap scheduling"),
+    (f"{TP_WORKER}.forward_batch_generation", "batch_result.delay_sample_func = sample_batch_func",
+     "... handing it back unsampled, with the sample as delay_sample_func"),
+    (f"{TP_WORKER}.forward_batch_generation",
+     "batch_result.next_token_ids = self.model_runner.sample(logits_output, forward_batch)",
+     "... which samples through ModelRunner.sample, as an immediate sample does"),
+    (f"{RUNNER}._preprocess_logits", "sampling_info.update_regex_vocab_mask()",
+     "the vocab mask is built when the sample runs, from the FSMs as they stand then"),
+    ("sglang.srt.model_executor.forward_batch_info.ForwardBatch.init_new",
+     "batch.sampling_info.grammars = [req.grammar for req in batch.reqs]",
+     "a grammar batch's forward carries its requests' grammars (rows without one stay unconstrained)"),
+    (f"{SCHEDULER}.event_loop_overlap", "self.launch_batch_sample_if_needed(batch_result, batch)",
+     "the reference: without speculation the delayed sample runs after the previous result was processed"),
+    # ... and the scheduler's grammar barrier, which steps-0's verify calls before it builds its mask
+    (f"{SCHEDULER}.run_batch", "fwd_kwargs['grammar_barrier'] = self._advance_pending_grammar",
+     "the scheduler hands the speculative worker's forward its grammar barrier"),
+    (f"{SCHEDULER}._advance_pending_grammar",
+     "self.batch_result_processor.advance_grammar_fsm(prev_result, prev_batch)",
+     "the barrier advances the FSMs over the results still queued (idempotent)"),
+    ("sglang.srt.speculative.spec_utils.build_grammar_vocab_mask", "barrier()",
+     "steps-0's verify calls it before it builds its mask"),
+    (f"{RESULTS}.advance_grammar_fsm", "accept_tokens = next_token_ids[i * stride:i * stride + accept_lens[i]]",
+     "an off result (one token per request, accept length 1) advances each FSM by its token"),
+)
