@@ -13,8 +13,8 @@
 #  LOGPROB_LEVELS (48) where LOGPROB_SHARE (0.1) of the requests ask for logprobs (issue 12 item 4);
 #  `syncdebug`: torch's sync debug mode in both engines under a short closed loop ($OUT/syncs.txt);
 #  `grammar`: the same closed loop at GRAMMAR_LEVELS (48) where GRAMMAR_SHARE (0.1) of the requests carry a regex
-#  (loads.py GRAMMAR_REGEX, or GRAMMAR_REGEX; SPEC_CONTROLLER_FAST_GRAMMAR=0 in the environment puts grammar
-#  batches back on steps-0, the former behaviour); `grcheck`: grammar-constrained outputs of the off engine
+#  (loads.py GRAMMAR_REGEX, or GRAMMAR_REGEX; these phases switch the opt-in fast path for grammar batches on,
+#  SPEC_CONTROLLER_FAST_GRAMMAR=0 in the environment keeps them on steps-0, the default); `grcheck`: grammar-constrained outputs of the off engine
 #  against the no-spec engine's and the forced sequence, greedy and sampled, in batches mixing grammar and plain
 #  requests (grammar_check.py; rows in grammar.jsonl); either phase starts both engines with the xgrammar
 #  backend (GRAMMAR_BACKEND, else none);
@@ -28,7 +28,8 @@
 #  PROFILE_BS (48) per engine (kernel_profile.py). Phases run in the order SHAPES names them, each only if
 #  its time is left; OPEN_RATES (2,12,24); OFF_PATH sets the daemon's [sglang] off_path.
 # requests with a regex need a grammar backend in both engines (common.sh reads GRAMMAR_BACKEND)
-case ",${SHAPES:-}," in *,grammar,*|*,grcheck,*) export GRAMMAR_BACKEND=${GRAMMAR_BACKEND:-xgrammar} ;; esac
+case ",${SHAPES:-}," in *,grammar,*|*,grcheck,*) export GRAMMAR_BACKEND=${GRAMMAR_BACKEND:-xgrammar}
+  export SPEC_CONTROLLER_FAST_GRAMMAR=${SPEC_CONTROLLER_FAST_GRAMMAR:-1} ;; esac
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
 RUNS=$((2 * ${REPEATS:-2}))          # runs per level or rate: REPEATS (2) of each of the two engines

@@ -21,8 +21,9 @@ launched), the sample runs on the FSM as it stands, as steps-0's verify does the
 
 Where this cannot hold the batch keeps SGLang's steps-0 path (counted as off_fallbacks_grammar): a release
 whose table (internals.py) lacks the seam, a live target worker without the attributes, a barrier handed
-to a target worker that does not overlap (its sample would not be delayed past the barrier), and
-SPEC_CONTROLLER_FAST_GRAMMAR=0 in the engine's environment (the former behaviour, for comparisons).
+to a target worker that does not overlap (its sample would not be delayed past the barrier), and an engine
+started without SPEC_CONTROLLER_FAST_GRAMMAR=1: the fast path for grammar batches is OPT-IN until the GPU
+check (bench/gpu/grammar_check.py) has run; SGLang's steps-0 path is the default.
 """
 from __future__ import annotations
 
@@ -32,7 +33,9 @@ from typing import Any, Callable, Iterator
 
 log = logging.getLogger("spec_controller.plugin")
 
-ENV = "SPEC_CONTROLLER_FAST_GRAMMAR"          # "0": grammar batches keep SGLang's steps-0 path
+# "1": grammar batches take the fast path. Opt-in: its ordering against the scheduler's real grammar barrier
+# is proven on CPU stand-ins only; bench/gpu/grammar_check.py (run_pair.sh phase grcheck) has not run on a GPU
+ENV = "SPEC_CONTROLLER_FAST_GRAMMAR"
 ATTRIBUTES = ("enable_spec", "enable_overlap")   # TpModelWorker's, read by its delayed-sample condition
 
 

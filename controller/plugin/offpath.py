@@ -36,7 +36,7 @@ class OffPath:
 
     def __init__(self, router: Router, failures: Failures, enabled: bool = True, sync_draft: bool = False,
                  lean_prefill: bool = False, capture_hidden: bool = False, draft_kv: bool = False,
-                 draft_kv_graph: bool = False, fast_grammar: bool = True):
+                 draft_kv_graph: bool = False, fast_grammar: bool = False):
         self.router = router
         self.fast_grammar = fast_grammar
         self.failures = failures
