@@ -132,7 +132,7 @@ if start_daemon; then
   done
   # a TIMELINE line per open and closed run (open: after 3 s; closed: their window); TIMELINE=0: none
   [ "${TIMELINE:-1}" != 0 ] && timeline_lines "$n0" 3 "$OPEN_S" "$CLOSED_WARMUP" "$CLOSED_S"
-  specctl status 2>&1 | grep -E "off path|plugin cost|samples" | tee -a "$SUM"
+  specctl status 2>&1 | grep -E "off path|plugin cost|off launch|samples" | tee -a "$SUM"
   stop_daemon
 fi
 SERVER_PID=$NOSPEC_PID; stop_server
