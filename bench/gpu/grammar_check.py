@@ -30,14 +30,13 @@ engine B differs; 2 on a malformed reply.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from greedy import post, prompts
-from logprob_check import Malformed
+from logprob_check import Malformed, pair_check_parser
 
 FORCED = tuple(range(10, 30))       # "w10" ... "w29": no token of the vocabulary is a proper prefix of these
 FREE = "w[0-9]+"
@@ -155,19 +154,10 @@ def jobs_for(batch: list[list[int]], nxt: list[int], length: int, every: int) ->
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--port-a", type=int, required=True, help="engine without speculation (reference)")
-    ap.add_argument("--port-b", type=int, required=True, help="speculative engine, threshold pinned at 0")
+    ap = pair_check_parser(__doc__, prompts=48, seed=11)
     ap.add_argument("--chain", required=True, help="the crafted model's next.json (mkmodel.py --crafted)")
-    ap.add_argument("--prompts", type=int, default=48)
-    ap.add_argument("--input-len", type=int, default=32)
-    ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--every", type=int, default=4, help="every this many output tokens one is forced")
     ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--temperatures", default="0,0.8")
-    ap.add_argument("--out", default=None, help="append one JSON line per temperature")
     args = ap.parse_args()
     nxt = json.load(open(args.chain))
     jobs = jobs_for(prompts(args.prompts, args.input_len, args.vocab, args.seed), nxt, args.output_len, args.every)

@@ -102,21 +102,27 @@ def compare(a: list[tuple], b: list[tuple]) -> dict:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def pair_check_parser(doc: str | None, prompts: int, seed: int) -> argparse.ArgumentParser:
+    """The options every check of engine B against engine A shares (logprob, penalty, grammar checks)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port-a", type=int, required=True, help="engine without speculation (reference)")
     ap.add_argument("--port-b", type=int, required=True, help="speculative engine, threshold pinned at 0")
-    ap.add_argument("--pin-b", type=int, default=None, help="set port B's threshold to this value first")
-    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--prompts", type=int, default=prompts)
     ap.add_argument("--input-len", type=int, default=32)
     ap.add_argument("--output-len", type=int, default=64)
-    ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--seed", type=int, default=3)
-    ap.add_argument("--top", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=seed)
     ap.add_argument("--temperatures", default="0,0.8")
-    ap.add_argument("--fail-above", type=float, default=None)
     ap.add_argument("--out", default=None, help="append one JSON line per temperature")
+    return ap
+
+
+def main() -> int:
+    ap = pair_check_parser(__doc__, prompts=64, seed=3)
+    ap.add_argument("--pin-b", type=int, default=None, help="set port B's threshold to this value first")
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--top", type=int, default=5)
+    ap.add_argument("--fail-above", type=float, default=None)
     args = ap.parse_args()
     if args.pin_b is not None:
         set_threshold(args.port_b, args.pin_b)

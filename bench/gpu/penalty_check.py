@@ -31,12 +31,11 @@ One line per temperature (the fields of logprob_check.py's, plus length_mismatch
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
 from greedy import post, prompts
-from logprob_check import Malformed, compare, parse
+from logprob_check import Malformed, compare, pair_check_parser, parse
 
 PENALTIES = {"frequency_penalty": 0.5, "presence_penalty": 0.5, "repetition_penalty": 1.2, "min_new_tokens": 8}
 NEUTRAL = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0, "min_new_tokens": 0}
@@ -148,21 +147,12 @@ def status(rows: list[dict], fail_above: float | None) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--port-a", type=int, required=True, help="engine without speculation (reference)")
-    ap.add_argument("--port-b", type=int, required=True, help="speculative engine, threshold pinned at 0")
+    ap = pair_check_parser(__doc__, prompts=48, seed=5)
     ap.add_argument("--chain", default=None, help="the crafted model's next.json: prompts end on its short cycles")
-    ap.add_argument("--prompts", type=int, default=48)
     ap.add_argument("--batch", type=int, default=16, help="requests per batched call (one lockstep group)")
-    ap.add_argument("--input-len", type=int, default=32)
-    ap.add_argument("--output-len", type=int, default=64)
-    ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--top", type=int, default=5)
     ap.add_argument("--eos", type=int, default=2, help="the EOS id the odd requests bias and stop at")
-    ap.add_argument("--temperatures", default="0,0.8")
     ap.add_argument("--fail-above", type=float, default=None)
-    ap.add_argument("--out", default=None, help="append one JSON line per temperature")
     args = ap.parse_args()
     batch = prompts(args.prompts, args.input_len, args.vocab, args.seed)
     found = []
