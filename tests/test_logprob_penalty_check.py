@@ -136,3 +136,14 @@ def test_main_compares_both_engines_and_the_control(monkeypatch, tmp_path, capsy
     line = capsys.readouterr().out
     assert line.startswith("PENALTY temp=0 prompts=4 ") and "effect_prompts=4" in line and "cycles=[1]" in line
     assert out.read_text().count('"check": "penalty"') == 1
+
+
+def test_logprob_check_stops_when_port_b_refuses_the_pin(monkeypatch, capsys):
+    """--pin-b that the engine refuses: nothing is compared (the pair would not be what the row says)."""
+    import logprob_check as lc
+    calls = []
+    monkeypatch.setattr(lc, "set_threshold", lambda port, value: calls.append((port, value)) or False)
+    monkeypatch.setattr(lc, "post", lambda *a, **k: pytest.fail("compared after a refused pin"))
+    monkeypatch.setattr(sys, "argv", ["logprob_check.py", "--port-a", "1", "--port-b", "2", "--pin-b", "0"])
+    assert lc.main() == 2 and calls == [(2, 0)]
+    assert "refused threshold 0" in capsys.readouterr().err

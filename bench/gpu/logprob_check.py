@@ -124,8 +124,9 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=5)
     ap.add_argument("--fail-above", type=float, default=None)
     args = ap.parse_args()
-    if args.pin_b is not None:
-        set_threshold(args.port_b, args.pin_b)
+    if args.pin_b is not None and not set_threshold(args.port_b, args.pin_b):   # else B would not be what is compared
+        print(f"port {args.port_b} refused threshold {args.pin_b} (plugin inactive?)", file=sys.stderr)
+        return 2
     batch = prompts(args.prompts, args.input_len, args.vocab, args.seed)
     status = 0
     for temperature in (float(t) for t in args.temperatures.split(",")):
