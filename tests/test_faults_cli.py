@@ -121,3 +121,16 @@ def test_the_daemon_refuses_a_database_it_may_not_write(short_tmp):
     db.chmod(0o444)
     res = run_daemon_once(short_tmp, "--db", str(db), "--socket", str(short_tmp / "s"))
     assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+@pytest.mark.parametrize("args,heading", [([], "Commands:"), (["threshold"], "Commands:"), (["policy"], "Commands:")])
+def test_a_group_without_a_command_prints_its_help_as_written(args, heading):
+    """Not flattened into one line as a usage error is (the newcomer saw the whole help on one line)."""
+    res = CliRunner().invoke(cli, args)
+    lines = res.output.splitlines()
+    assert res.exit_code == 2 and lines[0].startswith("Usage:") and heading in lines, res.output
+    assert not res.output.startswith("specctl:")
+
+
+def test_an_unknown_command_is_still_one_line():
+    _one_line(CliRunner().invoke(cli, ["bogus"]), "No such command 'bogus'", code=2)

@@ -12,6 +12,8 @@ from .. import __version__
 
 # Exit codes (README "specctl"): the same for every command.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+# click >= 8.2 raises it for a group called without a command (8.1 prints the help and exits 0 itself)
+NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 EXIT_NOT_RUNNING = 3      # no daemon: the answer came from the database (or could not come at all)
 EXIT_STARTING = 4         # a daemon holds the database but does not serve yet (engine loading)
 
@@ -30,6 +32,9 @@ class OneLineGroup(click.Group):
         kwargs.pop("standalone_mode", None)
         try:
             return super().main(*args, standalone_mode=False, **kwargs)
+        except NO_ARGS_IS_HELP as e:      # a group given no command: its help, as written (click >= 8.2)
+            click.echo(e.ctx.get_help() if e.ctx is not None else e.format_message(), err=True)
+            sys.exit(EXIT_USAGE)
         except click.UsageError as e:
             fail_as(self.prog, e.format_message().replace("\n", " "), EXIT_USAGE)
         except click.ClickException as e:
