@@ -191,12 +191,14 @@ class DaemonLock:
     def __init__(self, db_path: str | os.PathLike):
         self.path = Path(f"{db_path}.lock")
         self._fd: int | None = None
+        self.created = False
 
     def acquire(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         except OSError as e:
             raise StoreError(f"cannot create {self.path.parent}: {e.strerror}") from None
+        self.created = not self.path.exists()
         fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT, "lock file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -227,8 +229,11 @@ class DaemonLock:
         finally:
             os.close(fd)
 
-    def release(self) -> None:
+    def release(self, remove_if_created: bool = False) -> None:
+        """remove_if_created: also delete the lock file if acquire() made it (a database refused at start)."""
         if self._fd is not None:
+            if remove_if_created and self.created:
+                self.path.unlink(missing_ok=True)     # while still held: no other daemon's lock is removed
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None

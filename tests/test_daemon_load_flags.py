@@ -67,3 +67,16 @@ def test_a_bad_sglang_section_is_a_config_error_exit_2_one_line(short_tmp, toml,
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1, res.stderr
     assert expect in lines[0], lines[0]
+    assert not (short_tmp / "x.db").exists() and not (short_tmp / "x.db.lock").exists()   # nothing written
+
+
+@pytest.mark.parametrize("flag", ["--db", "--socket"])
+def test_a_given_path_in_a_directory_that_does_not_exist_is_refused_not_created(short_tmp, flag):
+    """A typo in --db must not start the daemon on a fresh, empty state in a new directory."""
+    paths = {"--db": short_tmp / "x.db", "--socket": short_tmp / "s"}
+    paths[flag] = short_tmp / "typo" / "sub" / "file"
+    res = run_daemon_once(short_tmp, "--concurrency", "4", "--db", str(paths["--db"]), "--socket", str(paths["--socket"]))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert f"its directory {short_tmp / 'typo' / 'sub'} does not exist" in lines[0], lines[0]
+    assert not (short_tmp / "typo").exists() and not (short_tmp / "x.db").exists()

@@ -77,10 +77,10 @@ def test_an_unusable_lock_file_or_runtime_dir(short_tmp):
     res = run_daemon_once(short_tmp, "--db", str(db), "--socket", str(short_tmp / "s"))
     assert res.returncode == 1 and res.stderr.strip().splitlines() == [
         f"spec-controller: lock file {db}.lock: Is a directory"], res.stderr
-    (short_tmp / "file").write_text("")             # a runtime directory that cannot be created
+    (short_tmp / "file").write_text("")             # a socket "directory" that is a file: a configuration error
     res = run_daemon_once(short_tmp, "--db", str(short_tmp / "v.db"), "--socket", str(short_tmp / "file" / "s"))
-    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
-        f"spec-controller: cannot create the control socket's directory {short_tmp / 'file'}: File exists"], res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and f"its directory {short_tmp / 'file'} is not a directory" in lines[0]
 
 
 @pytest.fixture
@@ -134,3 +134,11 @@ def test_a_group_without_a_command_prints_its_help_as_written(args, heading):
 
 def test_an_unknown_command_is_still_one_line():
     _one_line(CliRunner().invoke(cli, ["bogus"]), "No such command 'bogus'", code=2)
+
+
+def test_the_daemon_refusing_a_file_that_is_not_ours_leaves_no_lock_file_beside_it(short_tmp):
+    text = short_tmp / "notes.md"
+    text.write_text("# not a database\n")
+    res = run_daemon_once(short_tmp, "--concurrency", "4", "--db", str(text), "--socket", str(short_tmp / "s"))
+    assert res.returncode != 0 and f"{text} is not a spec-controller database" in res.stderr, res.stderr
+    assert text.read_text() == "# not a database\n" and not (short_tmp / "notes.md.lock").exists()

@@ -48,6 +48,24 @@ def build_engine(cfg: dict, last_t: float = 0.0) -> Engine:
     return SGLangEngine(cfg["sglang"], cfg["policy"]["initial_threshold"])
 
 
+def configured_engine(cfg: dict, last_t: float = 0.0) -> Engine:
+    """build_engine, whose refusals are configuration errors (building only reads the configuration)."""
+    try:
+        return build_engine(cfg, last_t)
+    except (ProfileError, EngineError) as e:
+        raise Fatal(str(e), 2) from None
+
+
+def _given_parent_exists(what: str, given: str | None, default: Path) -> None:
+    """A path the operator gave lives in a directory that exists: a typo must not start the daemon on a
+    fresh, empty state in a new directory. The default paths' directories are created as needed."""
+    parent = Path(given).absolute().parent if given else None
+    if parent is not None and not parent.is_dir():
+        state = "is not a directory" if parent.exists() else "does not exist"
+        raise Fatal(f"{what} {given}: its directory {parent} {state} (create it, or leave the option out for "
+                    f"the default {default})", 2)
+
+
 def _port_taken(port: int, error: OSError) -> Fatal:
     return Fatal(f"metrics port {port}: {error.strerror}")
 
@@ -137,17 +155,21 @@ class Daemon:
         from .service import Service
 
         st, ctl = self.cfg["storage"], self.cfg["control"]
+        _given_parent_exists("--db / [storage] db", st["db"], default_db())
+        _given_parent_exists("--socket / [control] socket", ctl["socket"], default_socket())
         st["db"] = st["db"] or str(default_db())
         ctl["socket"] = ctl["socket"] or str(default_socket())
         self._signals()
+        configured_engine(self.cfg)          # its configuration refused before anything is written
         self._preflight(ctl)
         lock = DaemonLock(st["db"])
         lock.acquire()
-        db = open_store(st["db"])
         try:
-            engine = build_engine(self.cfg, queries.last_engine_time(db))
-        except (ProfileError, EngineError) as e:   # building an engine only reads its configuration
-            raise Fatal(str(e), 2) from None
+            db = open_store(st["db"])
+        except BaseException:                # a refused database keeps no lock file of ours beside it
+            lock.release(remove_if_created=True)
+            raise
+        engine = configured_engine(self.cfg, queries.last_engine_time(db))
         writer = Writer(db).start()
         try:
             service = Service(self.cfg, engine, writer)
