@@ -265,3 +265,11 @@ def test_offline_reads_close_their_connection(short_tmp):
             assert live == [], args
     finally:
         gc.enable()
+
+
+def test_unpin_says_when_the_policy_opens_with_a_trial():
+    """The newcomer read `unpinned (now 105, policy decides)` for a trial that ended 0.3 s later at 40."""
+    from controller.cli.steer import _trial_note
+    assert _trial_note({"threshold": 105, "exploit_threshold": 40}) == ": a trial, best known 40"
+    assert _trial_note({"threshold": 40, "exploit_threshold": 40}) == ""
+    assert _trial_note({"threshold": 40}) == ""

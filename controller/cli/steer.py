@@ -78,6 +78,12 @@ def threshold() -> None:
     """Pin the threshold by hand, or unpin it."""
 
 
+def _trial_note(res: dict) -> str:
+    """The policy may open with a trial right after an unpin: say so, as status does."""
+    best = res.get("exploit_threshold")
+    return f": a trial, best known {best}" if best is not None and best != res["threshold"] else ""
+
+
 def _pin(ctx: Ctx, value: int | None) -> None:
     path = "/threshold/pin" if value is not None else "/threshold/unpin"
     try:
@@ -87,8 +93,8 @@ def _pin(ctx: Ctx, value: int | None) -> None:
                 click.echo(f"threshold was not pinned (now {st.get('threshold')}, policy decides); nothing changed")
                 return
         res = call(ctx, "POST", path, {"threshold": value} if value is not None else {})
-        click.echo(f"threshold pinned at {res['threshold']}" if value is not None
-                   else f"threshold unpinned (now {res['threshold']}, policy decides)")
+        click.echo(f"threshold pinned at {res['threshold']}" if value is not None else
+                   f"threshold unpinned (now {res['threshold']}{_trial_note(res)}, policy decides)")
     except DaemonUnreachable:
         if value is None:
             from ..paths import present

@@ -168,7 +168,8 @@ class Service:
                 self.loop.pin(threshold)
         self.retune()
         with self.lock:
-            return {"threshold": self.loop.threshold, "pinned": self.loop.pinned is not None}
+            return {"threshold": self.loop.threshold, "pinned": self.loop.pinned is not None,
+                    "exploit_threshold": self.loop.guard.exploit}
 
     # --- actuation --------------------------------------------------------------
     def apply_initial(self) -> None:
