@@ -58,7 +58,9 @@ def test_pin_overrides_policy_and_unpin_returns_it():
     loop.pin(3)
     assert loop.tick(0.5).threshold == 3
     loop.pin(None)
-    assert loop.tick(1.0).threshold == 6
+    first = loop.tick(1.0)
+    assert first.threshold == 6 and first.reason.startswith("unpinned by an operator; ")   # the history says why
+    assert not loop.tick(1.5).reason.startswith("unpinned")
 
 
 @pytest.mark.parametrize("values,match", [

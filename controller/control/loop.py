@@ -101,10 +101,12 @@ class ControlLoop:
         decision: Decision = self.policy.decide(snap)
         # Right after an unpin the policy's threshold is applied as it is (nothing to coalesce with).
         applied = None if self._was_pinned else self.threshold
-        self._was_pinned = False
+        unpinned, self._was_pinned = self._was_pinned, False
         was_trial = self._exploring
         self.threshold, reason, self._exploring = self.guard.apply(
             now, decision, self.last_sample_t, applied, self.recent_batch_sizes(now), self._exploring)
         if was_trial and not self._exploring:
             reason = f"trial over; {reason}"
+        if unpinned:                      # the history says why the pinned value gave way
+            reason = f"unpinned by an operator; {reason}"
         return Tick(now, self.threshold, previous, reason, self._exploring)
