@@ -69,12 +69,15 @@ class BucketLearner(Policy):
         self.max_steps = 1          # K, learned from the samples
         self.prefill_s = Discounted(hl)   # seconds a prefill adds to an interval (prefill=CORRECTED)
         self.accept_hi = (0.0, 0.0)       # (highest accept length lately, when), see accept_high()
+        self.arrived = [-math.inf] * n    # when the load came back to each bucket after half_life_s away
 
     def observe(self, sample: Sample) -> None:
         if sample.step_s <= 0 or sample.batch_size <= 0:
             return
         b = self.buckets.of(sample.batch_size)
         arm = SPEC if sample.steps > 0 else OFF
+        if sample.t - max(self.tried[OFF][b], self.tried[SPEC][b]) >= self.params["half_life_s"]:
+            self.arrived[b] = sample.t
         # Even an interval that is no reward shows the arm was tried: re-trying costs a batch.
         self.tried[arm][b] = sample.t
         rate = self.reward(arm, b, sample)
@@ -189,7 +192,8 @@ class BucketLearner(Policy):
         thompson on the looped mixed-shift trace's later C=96 phases; never for model). Later than
         the window, or in a bucket tried within half_life_s, the bandit's own uncertainty decides
         as before: open-loop batch sizes wander between buckets, and trials there at every
-        staleness raised changes per minute (bench/open_loop_study.py decisions)."""
+        staleness raised changes per minute (bench/open_loop_study.py decisions). A shift (Decision.shift)
+        when the load came to b in that window after half_life_s without a batch there (no open-loop wander)."""
         accept, hl = self.accept.mean, self.params["accept_half_life_s"]
         if (accept <= 0 or not hl < now - self.accept.t <= STALE_PROBE_HALF_LIVES * hl
                 or self.tried[SPEC][b] >= self.accept.t or now - self.tried[SPEC][b] < self.params["half_life_s"]
@@ -262,15 +266,15 @@ class BucketLearner(Policy):
     def decide(self, snap: Snapshot) -> Decision:
         b = self.buckets.of(snap.live_batch_size or 1)
         exploit = self._best_threshold(snap.now, snap.exploit_threshold, b)
-        threshold, reason, untried = self._arm(snap, exploit, b)
+        threshold, reason, untried, shift = self._arm(snap, exploit, b)
         gain = self.move_gain(snap.now, snap.exploit_threshold, exploit)
-        return Decision(threshold, exploit, reason, gain, untried)
+        return Decision(threshold, exploit, reason, gain, untried, shift)
 
-    def _arm(self, snap: Snapshot, exploit: int, b: int) -> tuple[int, str, bool]:
-        """(threshold, reason, untried?): exploit, or flip the live bucket b to the arm it wants."""
+    def _arm(self, snap: Snapshot, exploit: int, b: int) -> tuple[int, str, bool, bool]:
+        """(threshold, reason, untried?, shift?): exploit, or flip the live bucket b to the arm it wants."""
         in_spec = speculates(self.buckets.high(b), exploit)
         untried = [a for a in (OFF, SPEC) if not self.known(a, b, snap.now)]
-        probe = False                          # a trial of an arm never measured in this bucket
+        probe = shift = False                  # a trial of an arm never measured here / the load's move calls for
         if len(untried) == 1 and self.dominated(untried[0], b, snap.now):
             want = 1 - untried[0]
             why = reasons.settled(want == SPEC)
@@ -278,17 +282,16 @@ class BucketLearner(Policy):
             want, probe = untried[0], True
             why = reasons.unmeasured(self.tried[want][b], snap.now)
         elif not in_spec and (gain := self.stale_gain(b, snap.now)) is not None:
-            # A trial, not a probe of an untried arm: the guard's change budget may still hold it
-            # (marked untried, its learning window doubled changes per minute in the open loop).
-            want = SPEC
+            # Not marked untried: its learning window doubled changes per minute in the open loop.
+            want, shift = SPEC, snap.now - self.arrived[b] <= STALE_PROBE_HALF_LIVES * self.params["accept_half_life_s"]
             why = reasons.stale_accept(self.accept_high(snap.now), self.accept.mean, gain)
         else:
             want = self.choose_arm(b, snap.now, SPEC if in_spec else OFF)
             why = reasons.uncertain(self.relative(b))
         if (want == SPEC) == in_spec:
-            return exploit, self._exploit_reason(exploit, snap.exploit_threshold, b), False
+            return exploit, self._exploit_reason(exploit, snap.exploit_threshold, b), False, False
         explore = flip_threshold(exploit, self.buckets, b, want == SPEC)
-        return explore, reasons.trial(want == SPEC, self.span(b), why), probe
+        return explore, reasons.trial(want == SPEC, self.span(b), why), probe, shift
 
     def state(self) -> dict:
         return {

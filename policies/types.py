@@ -35,6 +35,11 @@ class Decision:
     the policy does not estimate it); the guard holds moves that gain too little.
     untried: an exploratory decision for an arm with no data at the live batch size (a cold
     start, a new load): learning, which the guard's change budget does not hold back.
+    shift: an exploratory decision the load's move calls for: the load came to the live bucket
+    lately, after no batch ran there for a while, and its estimate is stale (a stale-acceptance
+    trial, policies.learner stale_gain). The guard's change budget, there for the noise at
+    constant load, holds neither the trial nor the move to its threshold that follows it (the
+    threshold stays when the trial shows it pays); unlike untried, no learning window opens.
     """
 
     threshold: int
@@ -42,6 +47,7 @@ class Decision:
     reason: str
     gain: float | None = None
     untried: bool = False
+    shift: bool = False
 
     @property
     def exploratory(self) -> bool:

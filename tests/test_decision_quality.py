@@ -155,4 +155,19 @@ def test_bandit_reconverges_within_20_s_on_the_seeds_that_went_slow(trace, seed)
     from controller.sim.profile import load_profile, load_trace
     tr = load_trace(trace)
     res = evaluate(load_profile(tr.profile or "seed"), tr.segments, "bandit", seed=seed)
-    assert max(r["reconverge_s"] or 0.0 for r in res["rows"]) <= 20.0
+    got = [r["reconverge_s"] for r in res["rows"]]
+    assert None not in got and max(got) <= 20.0, got       # None: not re-converged within the segment
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_bandit_reconverges_within_20_s_on_every_pass_of_the_looped_mixed_shift_trace(seed):
+    """The daemon loops its trace. On the later passes through mixed-shift's C=96 phase the acceptance estimate
+    is stale (nothing speculated at 96 since the C=8 phase at accept 2.0) and only the stale-acceptance trial
+    shows that speculation pays there again; on the third pass the guard's change budget, spent by the
+    exploratory trials of the passes before, held that trial back: 43.9 / 50.9 / never / 55.9 / never
+    engine s on seeds 0-4 (the second pass 5.9 s). Three passes, engine time."""
+    tr = load_trace("mixed-shift")
+    res = evaluate(load_profile(tr.profile), list(tr.segments) * 3, "bandit", seed=seed)
+    slow = {(f"pass {i // len(tr.segments) + 1}", r["segment"]): r["reconverge_s"] for i, r in enumerate(res["rows"])
+            if r["reconverge_s"] is None or r["reconverge_s"] > 20.0}
+    assert not slow, slow

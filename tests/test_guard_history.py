@@ -70,3 +70,51 @@ def test_every_change_reason_names_the_threshold_it_applied_over_a_scripted_shif
     assert [(old, new) for _, old, new, _ in changes] == [(29, 105), (105, 29)], changes
     for _, _, new, reason in changes:
         assert f"batch {new}:" in reason or f"{new} held" in reason, reason
+
+
+# --- a trial the load's move calls for (Decision.shift) -------------------------------------------------
+SPENT_BUDGET = {"changes_per_min": 1.0, "changes_burst": 2.0, "stabilisation_s": 0.5, "explore_share": 1.0}
+NOISE_TRIAL = [(0.0, Decision(105, 29, "trial: speculate at batch 95-105 (estimate uncertain)")),  # both tokens
+               (0.75, Decision(29, 29, "best threshold 29"))]
+
+
+def shift_trial(shift: bool) -> Decision:
+    return Decision(105, 29, "trial: speculate at batch 95-105 to measure it (accept length 2.00 is stale; "
+                             "at 3.40, seen lately, speculation +3% tok/s)", shift=shift)
+
+
+def test_a_shift_trial_is_not_held_by_a_spent_change_budget_and_its_threshold_stays_when_it_pays():
+    # The looped mixed-shift trace's third pass through C=96: exploratory trials had spent the budget and the
+    # stale-acceptance trial waited 40-55 engine s (or the whole phase) for tokens; then 29 -> 105 trial,
+    # 105 -> 29 trial over, 29 -> 105 a second later: three rows for one move.
+    script = NOISE_TRIAL + [(5.0, shift_trial(True)),
+                            (5.25, Decision(105, 105, "speculate up to batch 105: it pays at batch 95-105", gain=0.03))]
+    loop, changes = run(script, 29, 96, 15.0, **SPENT_BUDGET)
+    assert [(t, old, new) for t, old, new, _ in changes] == [(0.5, 29, 105), (1.0, 105, 29), (5.0, 29, 105)], changes
+    assert changes[2][3].startswith("trial: speculate at batch 95-105")
+    assert loop.threshold == 105 and loop.guard.exploit == 105 and not loop._exploring
+
+
+def test_an_ordinary_trial_still_waits_for_the_change_budget():
+    script = NOISE_TRIAL + [(5.0, shift_trial(False))]
+    loop, changes = run(script, 29, 96, 15.0, **SPENT_BUDGET)
+    assert [(old, new) for _, old, new, _ in changes] == [(29, 105), (105, 29)]
+    assert loop.threshold == 29
+
+
+def test_the_move_a_shift_trial_calls_for_is_free_once_within_learning_s():
+    # the policy does not follow at once (the trial ends), then wants 105 at a gain under urgent_gain
+    # with the budget spent: that move is made; the next discretionary one waits again
+    script = NOISE_TRIAL + [(5.0, shift_trial(True)),
+                            (5.25, Decision(29, 29, "best threshold 29")),
+                            (8.0, Decision(105, 105, "speculate up to batch 105", gain=0.03)),
+                            (12.0, Decision(94, 94, "speculate only up to batch 94", gain=0.01))]
+    loop, changes = run(script, 29, 96, 20.0, **SPENT_BUDGET)
+    assert [(t, old, new) for t, old, new, _ in changes] == [
+        (0.5, 29, 105), (1.0, 105, 29), (5.0, 29, 105), (5.5, 105, 29), (9.0, 29, 105)], changes
+    assert loop.threshold == 105
+    # too late: the grant lasts learning_s after the trial
+    script[-2] = (30.0, script[-2][1])
+    script[-1] = (40.0, script[-1][1])
+    loop, changes = run(script, 29, 96, 35.0, **SPENT_BUDGET)
+    assert [(old, new) for _, old, new, _ in changes][-1] == (105, 29) and loop.threshold == 29

@@ -66,8 +66,27 @@ def test_move_into_bucket_where_speculation_pays_at_the_recent_acceptance_is_pro
     assert got is not None, f"{name}: never speculated at batch 100 in 40 s"
     t, d = got
     assert t - 100.0 <= N_S, f"{name}: first trial at 100 after {t - 100.0:.1f} s ({d.reason})"
-    assert d.exploratory and not d.untried      # a trial: the guard's budgets still apply
+    assert d.exploratory and not d.untried      # a trial, not a probe of an untried arm (no learning window)
+    assert d.shift                              # the load moved there after 90 s away: not held by the change budget
     assert "stale" in d.reason and "3." in d.reason
+
+
+@pytest.mark.parametrize("name", ["thompson", "model", "ucb"])
+def test_a_stale_trial_where_the_load_was_lately_is_no_shift(name):
+    """An open loop's batch sizes wander between neighbouring buckets and come back within seconds: a bucket
+    that ran a batch 30 s before is no load shift, and its stale trial stays under the guard's change budget
+    (free, such trials raised changes per minute in the open loop)."""
+    p = make_policy(name, seed=0, max_batch_size=256)
+    history(p, move_at=70.0)
+    p.observe(off(70.0, 100, OFF_100))              # a visit to batch 100, plain, 60 s after it last ran
+    t = 70.0 + OFF_100
+    while t < 100.0:
+        p.observe(spec(t, 8, SPEC_8, 2.0))
+        p.observe(off(t + 0.02, 8, OFF_8))
+        t += 0.05
+    got = first_probe(p, 100.0, 140.0)
+    assert got is not None and got[0] - 100.0 <= N_S    # the stale trial comes as before ...
+    assert got[1].exploratory and not got[1].shift     # ... but as an ordinary trial
 
 
 @pytest.mark.parametrize("name", ["thompson", "model"])

@@ -95,6 +95,8 @@ class Guard:
         self._t = None
         self.changes = ChangeBudget(config.changes_per_min, config.changes_burst)
         self._learning_until = -1.0      # the policy probed an untried arm: changes are not held until then
+        # the last shift trial (exploit threshold then, its threshold, until when the move it calls for is free)
+        self._shift_trial: tuple[int, int, float] | None = None
 
     def clamp(self, t: int) -> int:
         return max(self.cfg.min_threshold, min(self.hi, int(t)))
@@ -116,8 +118,9 @@ class Guard:
         return self._explored / self._batches if self._batches else 0.0
 
     def forget_proposals(self) -> None:
-        """After a pin or unpin: proposals from before it back nothing."""
+        """After a pin or unpin: proposals from before it back nothing (nor a shift trial)."""
         self._proposals.clear()
+        self._shift_trial = None
 
     def _stabilised(self, now: float, proposal: int) -> int:
         self._proposals.append((now, proposal))
@@ -151,34 +154,78 @@ class Guard:
         those batch sizes keeps `applied`: it would change nothing an operator or a request
         could see (with no batch size in the window there is nothing to compare: the change
         is made). A visible change then needs the change budget (token bucket), except the
-        end of an exploration, a probe of an untried arm and exploit moves worth `urgent_gain`."""
+        end of an exploration, a probe of an untried arm, a trial the load's move calls for
+        (decision.shift) and, within learning_s of it, the move to that trial's threshold, and
+        exploit moves worth `urgent_gain`."""
         if last_sample_t is None or now - last_sample_t > self.cfg.fallback_after_s:
             quiet = "no samples yet" if last_sample_t is None else f"no samples for {now - last_sample_t:.1f} s"
             return self.clamp(self.cfg.fallback_threshold), f"fallback to {self.cfg.fallback_threshold}: {quiet}", False
-        # (A trial whose threshold the policy then wants ends and comes back once the move stabilises:
-        # keeping the trial on meanwhile, tried on 2026-12-01, slowed re-convergence on the traces to
-        # 50 s: bench/results/compare.md.)
         threshold, reason, exploratory = self._guarded(now, decision)
+        if exploring and not exploratory and applied is not None and threshold != applied \
+                and self._shift_trial_pays(now, decision, applied):
+            return applied, f"{applied} stays, the trial showed it pays: {decision.reason}", False
         if applied is None or threshold == applied:
             return threshold, reason, exploratory
         if live and not moves_any(applied, threshold, live):
             return applied, reason + f"; guard: kept {applied} (coalesced: {threshold} moves no live batch size)", exploratory
+        if exploratory and decision.shift:
+            self._shift_trial = (self.exploit, threshold, now + self.cfg.learning_s)
         if self.cfg.changes_per_min == 0 or (exploring and not exploratory):
             return threshold, reason, exploratory
         if decision.untried:
             self._learning_until = now + self.cfg.learning_s
         learning = now < self._learning_until
         if exploratory:
-            if self.changes.take(now, 2.0, force=decision.untried):    # the probe and the way back
+            # Two tokens: the trial and the way back. A shift trial takes none: the load moved, and
+            # the change budget, there for the noise at constant load, held it back for 40-50 engine s
+            # or a whole phase once exploratory trials had spent it (the looped mixed-shift trace's
+            # third pass through C=96). Its way back and the move it calls for are free too.
+            if self.changes.take(now, 2.0, force=decision.untried or decision.shift):
                 return threshold, reason, True
             threshold, reason = self.exploit, f"best threshold {self.exploit}; trial skipped: change budget spent"
             if threshold == applied or not moves_any(applied, threshold, live or (threshold,)):
                 return applied, reason, False
         urgent = learning or decision.gain is None or abs(decision.gain) >= self.cfg.urgent_gain
-        if self.changes.take(now, 1.0, force=urgent):
+        if self.changes.take(now, 1.0, force=urgent or self._follows_shift_trial(now, threshold)):
             return threshold, reason, False
         self.exploit = applied
         return applied, reason + f"; guard: change budget spent, {threshold} waits", False
+
+    def _shift_trial_pays(self, now: float, decision: Decision, applied: int) -> bool:
+        """The shift trial in force at `applied` showed that its threshold pays: the policy now
+        proposes it as its best, worth min_gain. It becomes the exploit threshold at once, the trial's
+        measurement standing in for the stabilisation window (and the rate cap: it already runs).
+        Before, the trial ended and the move came a tick or two later: three rows for one move
+        (29 -> 105 trial, 105 -> 29 trial over, 29 -> 105). Only after a shift trial: done after every
+        trial (and, in 165fc8e, keeping any trial on until the move stabilised, backed out in 9df7a0a)
+        it slowed re-convergence on the traces (mixed-shift seed 3: 6.0 -> 50.5 s, coding-to-chat seeds
+        3/4: 8.0/6.5 -> 22.4/22.5 s): a probe of a never-measured arm comes 0.5 s after the load moved,
+        and the plain batches of the way back are then most of what its bucket knows of the other mode."""
+        if self._shift_trial is None or self._shift_trial[1] != applied or now > self._shift_trial[2]:
+            return False
+        if self.clamp(decision.exploit_threshold) != applied or decision.exploratory:
+            return False
+        if decision.gain is not None and decision.gain < self.cfg.min_gain:
+            return False
+        self.exploit = applied
+        self._proposals.clear()
+        self._proposals.append((now, applied))
+        self._shift_trial = None
+        return True
+
+    def _follows_shift_trial(self, now: float, threshold: int) -> bool:
+        """Is this move the one a shift trial called for (at least as far as the trial's threshold,
+        on its side, within learning_s)? Once: the grant is used up by it."""
+        if self._shift_trial is None:
+            return False
+        before, trial, until = self._shift_trial
+        if now > until:
+            self._shift_trial = None
+            return False
+        if (trial > before and threshold >= trial) or (trial < before and threshold <= trial):
+            self._shift_trial = None
+            return True
+        return False
 
     def _guarded(self, now: float, decision: Decision) -> tuple[int, str, bool]:
         wanted = proposed = self.clamp(decision.exploit_threshold)
