@@ -273,3 +273,15 @@ def test_unpin_says_when_the_policy_opens_with_a_trial():
     assert _trial_note({"threshold": 105, "exploit_threshold": 40}) == ": a trial, best known 40"
     assert _trial_note({"threshold": 40, "exploit_threshold": 40}) == ""
     assert _trial_note({"threshold": 40}) == ""
+
+
+def test_status_shows_the_start_reapplying_a_threshold_as_no_change():
+    """The newcomer read 'last change: 0 s ago: 40 -> 40, restored at start' after a restart."""
+    from controller.cli.status import render_status
+    st = {"daemon": {"running": True, "pid": 1, "uptime_s": 3, "healthy": True}, "engine": {"engine": "sim"},
+          "threshold": 40, "samples": {"total": 5, "per_s": 1.0, "dropped": 0},
+          "last_decision": {"old": 40, "new": 40, "reason": "restored at start", "wall": None}}
+    text = render_status(st)
+    assert "last applied: 40, restored at start" in text and "last change" not in text
+    st["last_decision"].update(old=29, reason="best threshold 40")
+    assert "last change: 29 -> 40, best threshold 40" in render_status(st)
