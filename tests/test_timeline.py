@@ -64,7 +64,8 @@ def test_summary_reads_only_the_window_and_tables_each_kind():
         cpu += 2_000_000
     outside = [["B", "decode", 99, 0, cpu + 10_000_000, cpu + 11_000_000, 1e9, 1e9 + 50.0]]
     spans = [["P", "decode", 0, 3_000_000], ["P", "extend", 0, 500_000], ["N", "decode", 0, 250_000],
-             ["T", "decode", 0, 700_000], ["F", "decode", 0, 400_000], ["T", "extend", 0, 9_000_000],
+             ["T", "decode", 0, 700_000, 1], ["F", "decode", 0, 400_000, 1], ["T", "extend", 0, 5_000_000, 2],
+             ["T", "extend", 0, 4_000_000, 2],                                   # two target calls in batch 2
              ["P", "decode", cpu + 10_000_000, cpu + 99_000_000]]             # the last: outside the window
     out = summarise(rows + outside + spans, 0, cpu)
     ext, dec = out["kinds"]["extend"], out["kinds"]["decode"]
@@ -75,7 +76,7 @@ def test_summary_reads_only_the_window_and_tables_each_kind():
     assert dec["process_cpu_ms"] == pytest.approx(3.0) and ext["process_cpu_ms"] == pytest.approx(0.5)
     assert dec["schedule_cpu_ms"] == pytest.approx(0.25)
     assert dec["target_cpu_ms"] == pytest.approx(0.7) and dec["runner_cpu_ms"] == pytest.approx(0.4)
-    assert ext["target_cpu_ms"] == pytest.approx(9.0) and ext["runner_cpu_ms"] is None
+    assert ext["target_cpu_ms"] == pytest.approx(9.0) and ext["runner_cpu_ms"] is None   # per batch: summed
     cycle = 1.0 + 24.0 + 2.0 + 6.0 + 3 * 5.0
     assert dec["gpu_share"] + ext["gpu_share"] + dec["idle_share"] + ext["idle_share"] == pytest.approx(1.0, abs=0.01)
     assert ext["gpu_share"] == pytest.approx(24.0 / cycle, rel=0.01)
@@ -141,9 +142,33 @@ def test_plugin_writes_exact_spans_and_gaps_and_flushes_when_the_scheduler_idles
     assert [r[1] for r in rows] == ["extend", "decode"]
     assert rows[1][8] == pytest.approx(5.0) and rows[1][9] == pytest.approx(3.0)
     assert read(str(tmp_path / "tl")) == rows      # the summary reads the file with the batch rows
-    target = tl.span("T")                          # a span inside the launch takes its batch's kind
-    target(lambda s, b: None, sched, batch("extend"))
-    assert tl.rows[-1][:2] == ["T", "extend"]
+
+
+def test_inner_spans_are_filed_under_the_batch_being_launched_keywords_only_and_not_the_drafts(tmp_path, monkeypatch):
+    """SGLang's verify calls TpModelWorker.forward_batch_generation(batch=None, forward_batch=..., is_verify=True):
+    keywords only (a hook reading args[0] crashed the scheduler); the draft worker is a TpModelWorker too."""
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(
+        cuda=types.SimpleNamespace(Event=FakeEvent, current_stream=lambda: None)))
+    import timeline
+    tl = timeline.Timeline(str(tmp_path / "tl"))
+    target_hook, runner_hook = tl.inner("T"), tl.inner("F")
+    target = types.SimpleNamespace(is_draft_worker=False)
+    draft = types.SimpleNamespace(is_draft_worker=True)
+    calls = []
+
+    def worker_forward(owner, **kw):
+        calls.append(kw)
+        return "result"
+
+    def launch(s, b):                               # what the speculative worker does inside run_batch
+        assert target_hook(worker_forward, target, batch=None, forward_batch="fb", is_verify=True) == "result"
+        target_hook(worker_forward, draft, forward_batch="draft-fb")
+        runner_hook(lambda owner, fb: None, target, "fb")
+    tl.run_batch(launch, types.SimpleNamespace(forward_stream=None),
+                 types.SimpleNamespace(forward_mode=Mode("decode"), reqs=[1], extend_num_tokens=0))
+    assert calls == [{"batch": None, "forward_batch": "fb", "is_verify": True}, {"forward_batch": "draft-fb"}]
+    assert [r[0:2] + r[4:] for r in tl.rows] == [["T", "decode", 1], ["F", "decode", 1]]   # the draft's left out
+    assert target_hook(worker_forward, target, batch="b") == "result" and len(tl.rows) == 2   # outside a launch: none
 
 
 def test_sync_debug_goes_on_once_its_flag_file_exists_and_prints_each_sync_site_with_its_stack(
@@ -167,3 +192,7 @@ def test_sync_debug_goes_on_once_its_flag_file_exists_and_prints_each_sync_site_
     warnings.warn_explicit("called a synchronizing CUDA operation", UserWarning, "x.py", 7)
     out = capsys.readouterr().out
     assert "SYNC pid" in out and "x.py:7" in out and "test_timeline.py" in out   # the site and its stack
+    flag.unlink()
+    tl.flush()
+    tl.flush()
+    assert not tl.sync_debug and modes == ["warn", "default"]   # off again once the flag is gone

@@ -99,7 +99,8 @@ if start_daemon; then
       load_sum --shape closed --levels "${SYNC_LEVELS:-16}" --seconds 3 --warmup 2 \
         --engines nospec=30001,off=30000 --repeats 1 --out /tmp/tl/syncdebug.jsonl
       for f in nospec daemon; do echo "== $f"; grep -A14 "^SYNC" "$OUT/$f.log" | cut -c1-240; done >"$OUT/syncs.txt"
-      grep -c "^SYNC pid" "$OUT"/nospec.log "$OUT"/daemon.log | tee -a "$SUM"; say "syncdebug done" ;;
+      grep -c "^SYNC pid" "$OUT"/nospec.log "$OUT"/daemon.log | tee -a "$SUM"
+      rm -f "$SPEC_SYNC_DEBUG"; say "syncdebug done (switched off at each engine's next flush)" ;;
     grammar)   # issue 12 item 4: a share of the requests carry a regex; status says how many off batches fell back
       [ "$(left)" -gt $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) ] || { say "skip grammar (time)"; continue; }
       load_sum --shape closed --levels "${GRAMMAR_LEVELS:-48}" --grammar-share "${GRAMMAR_SHARE:-0.1}" \

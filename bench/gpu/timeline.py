@@ -14,12 +14,14 @@ already completed only):
   and the gap since the previous batch's end. The start event is recorded when run_batch is entered, before
   the launch: a launch slow enough to run the stream dry shows in the span, not in the gap.
   ["P"|"N"|"R", kind, cpu_t0_ns, cpu_t1_ns]   process_batch_result / get_next_batch_to_run / process_input_requests
-  ["T"|"F", kind, cpu_t0_ns, cpu_t1_ns]   inside run_batch: the target worker's forward / the model runner's (INNER)
+  ["T"|"F", kind, cpu_t0_ns, cpu_t1_ns, batch]   inside run_batch number `batch` (of that kind): the target
+  worker's forward / the target model runner's (INNER)
 CPU times are time.perf_counter_ns() (CLOCK_MONOTONIC: comparable with time.monotonic() in the load
 generator). bench/gpu/timeline_summary.py turns them into a table.
-Sync hunting: once the file SPEC_SYNC_DEBUG names exists (checked at each flush), torch's sync debug mode
-is switched on in that scheduler: every CUDA-synchronising torch call on its thread (item, a blocking copy,
-nonzero...) is printed to the engine's log once per call site, with its Python stack ("SYNC ..." lines).
+Sync hunting: while the file SPEC_SYNC_DEBUG names exists (checked at each flush), torch's sync debug mode
+is on in that scheduler process: every CUDA-synchronising torch call (item, a blocking copy, nonzero...) is
+printed to the engine's log once per call site, with its Python stack ("SYNC ..." lines); off again once
+the file is gone.
 A sync on the scheduler's hot path stalls the overlap: the CPU cannot launch the next batch early.
 """
 from __future__ import annotations
@@ -34,9 +36,9 @@ SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 # CPU spans inside run_batch (the launch), both engines: the target worker's forward (batch preparation, the
 # model runner, the sample's launch) and the model runner's forward alone; what the launch spends outside
 # them is the speculative worker's and the plugin's own
+# (the target's only: the draft worker and the draft runner are a TpModelWorker / ModelRunner too)
 INNER = {"T": "sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation",
          "F": "sglang.srt.model_executor.model_runner.ModelRunner.forward"}
-BATCH_ARG = ("P", "T", "F")     # spans whose first argument is the batch (their row's kind is its kind)
 FLUSH_EVERY = 256
 
 
@@ -59,6 +61,8 @@ class Timeline:
         self.ref = None                   # the first start event: the GPU axis's zero
         self.last_end = None              # the previous batch's end event (its gap to the next start)
         self.sync_debug = False           # torch's sync debug mode is on (SPEC_SYNC_DEBUG)
+        self.batches = 0                  # run_batch calls so far: the inner spans' batch number
+        self.launching: tuple[str, int] | None = None   # (kind, number) of the batch run_batch is launching
 
     def run_batch(self, original, sched, batch, *args, **kwargs):
         import torch
@@ -69,8 +73,13 @@ class Timeline:
         e0.record(stream)
         if self.ref is None:
             self.ref = e0
+        self.batches += 1
+        self.launching = (k, self.batches)
         t0 = time.perf_counter_ns()
-        result = original(sched, batch, *args, **kwargs)
+        try:
+            result = original(sched, batch, *args, **kwargs)
+        finally:
+            self.launching = None
         t1 = time.perf_counter_ns()
         e1 = torch.cuda.Event(enable_timing=True)
         e1.record(stream)
@@ -86,7 +95,7 @@ class Timeline:
             if tag == "R":
                 what = str(len(args[0]) if args and args[0] is not None else 0)
             else:
-                what = kind(args[0] if tag in BATCH_ARG else getattr(result, "batch_to_run", result))
+                what = kind(args[0] if tag == "P" else getattr(result, "batch_to_run", result))
             if what not in ("none", "0"):       # the idle loop spins: only iterations that did something
                 self.rows.append([tag, what, t0, time.perf_counter_ns()])
             elif tag == "N" and self.pending:   # nothing to run: what ran so far is written (a run's end too)
@@ -94,8 +103,23 @@ class Timeline:
             return result
         return hook
 
+    def inner(self, tag: str):
+        """A CPU span inside the launch (INNER): filed under the batch run_batch is launching (SGLang calls
+        these with keywords only, and with batch=None for a verify), the draft's own calls left out."""
+        def hook(original, owner, *args, **kwargs):
+            launching = self.launching
+            if launching is None or getattr(owner, "is_draft_worker", False):
+                return original(owner, *args, **kwargs)
+            t0 = time.perf_counter_ns()
+            result = original(owner, *args, **kwargs)
+            self.rows.append([tag, launching[0], t0, time.perf_counter_ns(), launching[1]])
+            return result
+        return hook
+
     def flush(self) -> None:
-        self.sync_debug = self.sync_debug or sync_debug_if_asked()
+        if sync_debug_wanted() != self.sync_debug:
+            self.sync_debug = not self.sync_debug
+            switch_sync_debug(self.sync_debug)
         n = 0
         for p in self.pending:                 # in order, up to the first still running (query() does not block)
             if not p[6].query():
@@ -114,12 +138,18 @@ class Timeline:
         self.rows = []
 
 
-def sync_debug_if_asked() -> bool:
-    """Switch torch's sync debug mode on if SPEC_SYNC_DEBUG's file exists; True once it is on."""
+def sync_debug_wanted() -> bool:
     flag = os.environ.get("SPEC_SYNC_DEBUG")
-    if not flag or not os.path.exists(flag):
-        return False
+    return bool(flag) and os.path.exists(flag)
+
+
+def switch_sync_debug(on: bool) -> None:
+    """torch's sync debug mode on (each synchronising call site printed once, with its stack) or off."""
     import torch
+    if not on:
+        torch.cuda.set_sync_debug_mode("default")
+        print(f"SYNC debug off in pid {os.getpid()}", flush=True)
+        return
     shown = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
@@ -128,11 +158,11 @@ def sync_debug_if_asked() -> bool:
         stack = "".join(traceback.format_stack(limit=14)[:-2]).replace("\n", "\n  ")
         print(f"SYNC pid {os.getpid()} at {filename}:{lineno}\n  {stack}", flush=True)
 
-    warnings.showwarning = show
+    if getattr(shown, "__name__", "") != "show":         # switched on again: one printer is enough
+        warnings.showwarning = show
     warnings.filterwarnings("default", message=".*synchronizing CUDA operation.*")   # once per call site
     torch.cuda.set_sync_debug_mode("warn")
     print(f"SYNC debug on in pid {os.getpid()}", flush=True)
-    return True
 
 
 def load() -> None:
@@ -146,4 +176,4 @@ def load() -> None:
     HookRegistry.register(f"{SCHEDULER}.get_next_batch_to_run", tl.span("N"), HookType.AROUND)
     HookRegistry.register(f"{SCHEDULER}.process_input_requests", tl.span("R"), HookType.AROUND)
     for tag, target in INNER.items():
-        HookRegistry.register(target, tl.span(tag), HookType.AROUND)
+        HookRegistry.register(target, tl.inner(tag), HookType.AROUND)

@@ -63,10 +63,17 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
         p["gap"].append(gap if prev is not None else 0.0)
         p["launch"].append((c1 - c0) / 1e6)
         prev = b
-    for tag, name in (("P", "process"), ("N", "schedule"), ("T", "target"), ("F", "runner")):
+    for tag, name in (("P", "process"), ("N", "schedule")):
         for r in rows:
             if r[0] == tag and t0_ns <= r[2] <= t1_ns:
                 per[r[1]][name].append((r[3] - r[2]) / 1e6)
+    for tag, name in (("T", "target"), ("F", "runner")):   # inside the launch: summed per batch (its 5th field)
+        sums: dict[tuple[str, int], float] = defaultdict(float)
+        for r in rows:
+            if r[0] == tag and t0_ns <= r[2] <= t1_ns:
+                sums[(r[1], r[4])] += (r[3] - r[2]) / 1e6
+        for (k, _), ms in sums.items():
+            per[k][name].append(ms)
     recv = [(r[3] - r[2]) / 1e6 for r in rows if r[0] == "R" and t0_ns <= r[2] <= t1_ns]
     window = batches[-1][7] - batches[0][6]
     mean = lambda xs: round(statistics.mean(xs), 3) if xs else None
@@ -78,7 +85,7 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
                     "gpu_ms": mean(p["gpu"]), "gpu_ms_p90": round(sorted(p["gpu"])[int(0.9 * (len(p["gpu"]) - 1))], 3),
                     "idle_before_ms": mean(p["gap"]), "launch_cpu_ms": mean(p["launch"]),
                     "process_cpu_ms": mean(p.get("process", [])), "schedule_cpu_ms": mean(p.get("schedule", [])),
-                    # inside the launch: the target worker's forward, the model runner's (per call)
+                    # inside the launch, per batch that made them: the target worker's forward(s), the runner's
                     "target_cpu_ms": mean(p.get("target", [])), "runner_cpu_ms": mean(p.get("runner", [])),
                     "gpu_share": round(sum(p["gpu"]) / window, 4), "idle_share": round(sum(p["gap"]) / window, 4)}
     dec = [b[7] for b in batches if b[1] == "decode"]
