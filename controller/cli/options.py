@@ -12,8 +12,8 @@ from .. import __version__
 
 # Exit codes (README "specctl"): the same for every command.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
-# click >= 8.2 raises it for a group called without a command (8.1 prints the help and exits 0 itself)
-NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+# a group called without a command (click >= 8.2, pyproject's floor: 8.1 printed the help and exited 0)
+NO_ARGS_IS_HELP = click.exceptions.NoArgsIsHelpError
 EXIT_NOT_RUNNING = 3      # no daemon: the answer came from the database (or could not come at all)
 EXIT_STARTING = 4         # a daemon holds the database but does not serve yet (engine loading)
 
