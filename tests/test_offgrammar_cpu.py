@@ -237,6 +237,17 @@ def test_the_seam_is_the_tables_and_the_live_workers(caplog):
     assert "no enable_spec" in caplog.text
 
 
+def test_the_start_up_line_says_what_grammar_batches_will_do(caplog):
+    tw = SimpleNamespace(enable_spec=True, enable_overlap=True)
+    with caplog.at_level(logging.INFO, logger="spec_controller.plugin"):
+        offgrammar.available(V23, tw, switched_on=False)
+    assert "steps-0" in caplog.text and f"{offgrammar.ENV}=1" in caplog.text and "take the fast" not in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="spec_controller.plugin"):
+        offgrammar.available(V23, tw, switched_on=True)
+    assert "take the fast off path" in caplog.text
+
+
 @pytest.mark.parametrize("table,target,served", [
     (V23, SimpleNamespace(enable_spec=True, enable_overlap=True), True),
     (dataclasses.replace(V23, grammar=False), SimpleNamespace(enable_spec=True, enable_overlap=True), False),

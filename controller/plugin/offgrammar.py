@@ -39,16 +39,20 @@ ENV = "SPEC_CONTROLLER_FAST_GRAMMAR"
 ATTRIBUTES = ("enable_spec", "enable_overlap")   # TpModelWorker's, read by its delayed-sample condition
 
 
-def available(names: Any, target_worker: Any) -> bool:
-    """Build time: does this release (its table) and this engine's target worker have the seam?"""
+def available(names: Any, target_worker: Any, switched_on: bool = True) -> bool:
+    """Build time: does this release (its table) and this engine's target worker have the seam? The log
+    line says what grammar batches will do (switched_on: the engine was started with ENV=1)."""
     if not getattr(names, "grammar", False):
         return False
     missing = [a for a in ATTRIBUTES if not hasattr(target_worker, a)]
     if missing:
         log.warning("spec-controller: the target worker has no %s; grammar batches use SGLang's steps-0 state",
                     ", ".join(missing))
-    else:
+    elif switched_on:
         log.info("spec-controller: grammar batches take the fast off path (SGLang's delayed grammar sample)")
+    else:
+        log.info("spec-controller: grammar batches use SGLang's steps-0 state (the fast path for them is "
+                 "opt-in: %s=1)", ENV)
     return not missing
 
 

@@ -137,7 +137,7 @@ class OffPath:
         """The fast path on this rank, or None with the reason set (and logged once)."""
         try:
             fast = fastoff.build(worker, names, with_hidden=self.capture_hidden)
-            fast.grammar = offgrammar.available(names, getattr(worker, "target_worker", None))
+            fast.grammar = offgrammar.available(names, getattr(worker, "target_worker", None), self.fast_grammar)
             return fast
         except internals.MissingInternal as e:
             log.warning("spec-controller: fast off path not built, sglang %s lacks %s (its table: %s .. %s); "
