@@ -118,3 +118,16 @@ def test_the_move_a_shift_trial_calls_for_is_free_once_within_learning_s():
     script[-1] = (40.0, script[-1][1])
     loop, changes = run(script, 29, 96, 35.0, **SPENT_BUDGET)
     assert [(old, new) for _, old, new, _ in changes][-1] == (105, 29) and loop.threshold == 29
+
+
+def test_the_shift_trials_grant_is_used_by_the_first_move_it_covers_even_an_urgent_one():
+    # an urgent move to the trial's threshold needed no grant but uses it: a later discretionary move in
+    # the same direction within learning_s waits for the budget like any other
+    script = NOISE_TRIAL + [(5.0, shift_trial(True)),
+                            (5.25, Decision(29, 29, "best threshold 29")),
+                            (8.0, Decision(105, 105, "speculate up to batch 105", gain=0.5)),
+                            (10.0, Decision(94, 94, "speculate only up to batch 94", gain=0.5)),
+                            (12.0, Decision(105, 105, "speculate up to batch 105", gain=0.03))]
+    loop, changes = run(script, 29, 96, 20.0, **SPENT_BUDGET)
+    moves = [(old, new) for _, old, new, _ in changes]
+    assert moves[-2:] == [(29, 105), (105, 94)] and loop.threshold == 94, changes

@@ -186,7 +186,8 @@ class Guard:
             if threshold == applied or not moves_any(applied, threshold, live or (threshold,)):
                 return applied, reason, False
         urgent = learning or decision.gain is None or abs(decision.gain) >= self.cfg.urgent_gain
-        if self.changes.take(now, 1.0, force=urgent or self._follows_shift_trial(now, threshold)):
+        follows = self._follows_shift_trial(now, threshold)     # first: the grant is used by this move, urgent or not
+        if self.changes.take(now, 1.0, force=urgent or follows):
             return threshold, reason, False
         self.exploit = applied
         return applied, reason + f"; guard: change budget spent, {threshold} waits", False
