@@ -57,12 +57,18 @@ def plot(ctx: Ctx, path: str, last_s: float, bin_s: float | None) -> None:
     from state import timeline
     if not present(ctx.db):
         fail(f"no database at {ctx.db}")
-    t_end = offline_read(ctx, timeline.newest_t)
-    if t_end is None:
+
+    def read(db) -> tuple | None:       # one opening of the database for all three queries
+        t_end = timeline.newest_t(db)
+        if t_end is None:
+            return None
+        start = t_end - last_s
+        return (t_end, timeline.bins(db, start, t_end + 1e-9, bin_s or last_s / 150),
+                timeline.threshold_steps(db, start, t_end + 1e-9))
+    got = offline_read(ctx, read)
+    if got is None:
         fail(f"nothing recorded in {ctx.db} yet")
-    start = t_end - last_s
-    rows, steps = offline_read(ctx, lambda db: (timeline.bins(db, start, t_end + 1e-9, bin_s or last_s / 150),
-                                                timeline.threshold_steps(db, start, t_end + 1e-9)))
+    t_end, rows, steps = got
     title = f"{ctx.db.name}: the last {last_s:g} engine seconds ({len(steps)} threshold steps)"
     try:
         save(draw(rows, steps, t_end, title), path)

@@ -153,10 +153,14 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
     # From 0.5.18 every verify graph replay leaves an event here that the scheduler never clears (it
     # reads the draft runner's): drop it, so that only one this forward publishes is handed over.
     setattr(runner, event, None)
+    with_hidden = sync_draft or kv_writer is not None
     with offlogprob.keeping_logits(runner, batch) as kept:
-        with offgrammar.delaying_sample(worker.target_worker, batch):
-            out, loc = _plain_decode(worker.target_worker, fast, batch, sync_draft or kv_writer is not None)
-        offgrammar.sample(out, batch, grammar_barrier)   # a grammar batch: its mask after the FSM advanced
+        if getattr(batch, "has_grammar", False):        # (plain batches skip the context manager: per batch)
+            with offgrammar.delaying_sample(worker.target_worker, batch):
+                out, loc = _plain_decode(worker.target_worker, fast, batch, with_hidden)
+            offgrammar.sample(out, batch, grammar_barrier)   # its mask after the FSM advanced
+        else:
+            out, loc = _plain_decode(worker.target_worker, fast, batch, with_hidden)
     tokens = out.next_token_ids.to(torch.int32)
     if kept is not None:      # return_logprob: steps-0's logprobs and layout, by SGLang's own function
         offlogprob.fill(fast.names, batch, out.logits_output, kept, tokens, torch)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..contract import REASON_0_5_16, REASON_NO_CAPTURE_MODE
+from . import offgrammar
 from .sglang_names import (DECODE_RUNNER, EAGLE_V2, GRAMMAR_FACTS, HIDDEN_MODE, LOGPROB_FACTS, RESULTS, RUNNER,
                            SAMPLING_INFO, SPEC_LOGPROBS, SPEC_V2_LOGPROBS, TP_WORKER, VERIFY, WAR_BARRIER,
                            WORKER_FORWARD, V17_LOGPROB_FACTS, V18_LOGPROB_FACTS, WATERMARK_FACTS)
@@ -166,7 +167,7 @@ FAST_OFF_INTERNALS = FastOffInternals(
                                                 "speculative_num_steps")},
     spec_logprobs=SPEC_V2_LOGPROBS, grammar=True,
     attributes={RUNNER: _RUNNER_ATTRIBUTES + ("war_fastpath_read_done_event",),
-                TP_WORKER: ("enable_spec", "enable_overlap"),     # offgrammar.ATTRIBUTES
+                TP_WORKER: offgrammar.ATTRIBUTES,
                 "sglang.srt.speculative.base_spec_worker.BaseSpecWorker": ("target_worker", "draft_worker"),
                 SCHEDULE_BATCH: _BATCH_FIELDS,
                 f"{EAGLE_V2}.EAGLEWorkerV2": ("war_fastpath_runner",),
