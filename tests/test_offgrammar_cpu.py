@@ -241,7 +241,7 @@ def test_the_start_up_line_says_what_grammar_batches_will_do(caplog):
     tw = SimpleNamespace(enable_spec=True, enable_overlap=True)
     with caplog.at_level(logging.INFO, logger="spec_controller.plugin"):
         offgrammar.available(V23, tw, switched_on=False)
-    assert "steps-0" in caplog.text and f"{offgrammar.ENV}=1" in caplog.text and "take the fast" not in caplog.text
+    assert "steps-0" in caplog.text and f"{offgrammar.ENV}=0" in caplog.text and "take the fast" not in caplog.text
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="spec_controller.plugin"):
         offgrammar.available(V23, tw, switched_on=True)
@@ -268,7 +268,7 @@ def test_the_build_takes_the_seam_from_the_releases_table_and_the_live_worker(mo
 def plugin_run(monkeypatch):
     """A plugin with a built fast path (grammar as given) whose run() records its grammar barrier."""
     def make(grammar: bool = True, env: dict | None = None, overlap: bool = True):
-        plug = active(Plugin({offgrammar.ENV: "1"} if env is None else env))
+        plug = active(Plugin({} if env is None else env))
         plug.off_path.fast = fastoff.FastOff(None, None, grammar=grammar)
         ran = []
 
@@ -302,10 +302,9 @@ def test_grammar_batches_take_the_fast_path_with_the_schedulers_barrier(plugin_r
     assert (c["off_fallbacks"], c["off_fallbacks_grammar"]) == (0, 0)
 
 
-@pytest.mark.parametrize("case", ["release lacks the seam", "switched off", "not switched on (the default)",
-                                  "worker does not overlap"])
+@pytest.mark.parametrize("case", ["release lacks the seam", "switched off", "worker does not overlap"])
 def test_grammar_batches_keep_steps_0_and_are_counted_where_the_seam_cannot_serve_them(plugin_run, case):
-    env = {"switched off": {offgrammar.ENV: "0"}, "not switched on (the default)": {}}.get(case)
+    env = {"switched off": {offgrammar.ENV: "0"}}.get(case)
     plug, w, ran = plugin_run(grammar=case != "release lacks the seam", env=env,
                               overlap=case != "worker does not overlap")
     assert plug.off_path.forward_batch_generation(sglang, w, grammar_off_batch(), "pub", object()) == "sglang-result"

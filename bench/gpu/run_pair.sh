@@ -13,8 +13,8 @@
 #  LOGPROB_LEVELS (48) where LOGPROB_SHARE (0.1) of the requests ask for logprobs (issue 12 item 4);
 #  `syncdebug`: torch's sync debug mode in both engines under a short closed loop ($OUT/syncs.txt);
 #  `grammar`: the same closed loop at GRAMMAR_LEVELS (48) where GRAMMAR_SHARE (0.1) of the requests carry a regex
-#  (loads.py GRAMMAR_REGEX, or GRAMMAR_REGEX; these phases switch the opt-in fast path for grammar batches on,
-#  SPEC_CONTROLLER_FAST_GRAMMAR=0 in the environment keeps them on steps-0, the default); `grcheck`: grammar-constrained outputs of the off engine
+#  (loads.py GRAMMAR_REGEX, or GRAMMAR_REGEX; SPEC_CONTROLLER_FAST_GRAMMAR=0 in the environment keeps grammar
+#  batches on steps-0 to measure that fallback); `grcheck`: grammar-constrained outputs of the off engine
 #  against the no-spec engine's and the forced sequence, greedy and sampled, in batches mixing grammar and plain
 #  requests (grammar_check.py; rows in grammar.jsonl); either phase starts both engines with the xgrammar
 #  backend (GRAMMAR_BACKEND, else none);
@@ -22,25 +22,30 @@
 #  same for requests with frequency / presence / repetition penalties, min_new_tokens and a logit bias, sent in
 #  lockstep groups, prompts on the crafted chain's short cycles (penalty_check.py; rows in logprob.jsonl); `greedy`:
 #  greedy equality while switching every 5 ms; `closedfast`: the closed loop again with the kv writes switched
-#  off at run time (label fast); `closedkveager` (with KV_GRAPH=1, the kv writes from CUDA graphs:
+#  off at run time (label fast; `openfast`, `steadyfast` the same for those shapes); `closedkveager` (with KV_GRAPH=1, the kv writes from CUDA graphs:
 #  the same with them eager, label kveager); `closedpinned`: the closed loop
 #  with the threshold pinned at PIN_T (8) (label pinned: lean prefills above 0); `profile`: the GPU kernels of a decode step at
 #  PROFILE_BS (48) per engine (kernel_profile.py). Phases run in the order SHAPES names them, each only if
 #  its time is left; OPEN_RATES (2,12,24); OFF_PATH sets the daemon's [sglang] off_path.
 # requests with a regex need a grammar backend in both engines (common.sh reads GRAMMAR_BACKEND)
-case ",${SHAPES:-}," in *,grammar,*|*,grcheck,*) export GRAMMAR_BACKEND=${GRAMMAR_BACKEND:-xgrammar}
-  export SPEC_CONTROLLER_FAST_GRAMMAR=${SPEC_CONTROLLER_FAST_GRAMMAR:-1} ;; esac
+case ",${SHAPES:-}," in *,grammar,*|*,grcheck,*) export GRAMMAR_BACKEND=${GRAMMAR_BACKEND:-xgrammar} ;; esac
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
 RUNS=$((2 * ${REPEATS:-2}))          # runs per level or rate: REPEATS (2) of each of the two engines
 # KV_GRAPH=1: the daemon's engine captures the kv writes as CUDA graphs (experimental, draftkv_graph.py)
 [ "${KV_GRAPH:-0}" = 1 ] && export SPEC_CONTROLLER_DRAFT_KV_GRAPH=1
+KV_OFF='{"spec_controller_draft_kv": false}'; KV_ON='{"spec_controller_draft_kv": true}'
+load_as() { # label state-json restore-json need-s loads.py-args...: one load against the no-spec engine with the
+  # daemon's engine switched to state (its rows labelled label), then back
+  local label=$1 state=$2 restore=$3 need=$4; shift 4
+  [ "$(left)" -gt "$need" ] || { say "skip $label $2 (time)"; return; }
+  internal_state 30000 "$state" | tee -a "$SUM"
+  load_sum "$@" --engines "nospec=30001,$label=30000" --repeats "${REPEATS:-2}" --flush --out "$R"
+  internal_state 30000 "$restore" | tee -a "$SUM"; say "$label $2 done"
+}
 closed_as() { # label state-json restore-json: the closed loop with the daemon's engine switched to state, then back
-  [ "$(left)" -gt $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closed $1 (time)"; return; }
-  internal_state 30000 "$2" | tee -a "$SUM"
-  load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
-    --engines "nospec=30001,$1=30000" --repeats "${REPEATS:-2}" --flush --out "$R"
-  internal_state 30000 "$3" | tee -a "$SUM"; say "closed $1 done"
+  load_as "$1" "$2" "$3" $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) \
+    --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP"
 }
 OPEN_S=${OPEN_S:-12}; SHAPES=${SHAPES:-open,closed,steady}   # SHAPES: the phases to run
 CLOSED_S=${CLOSED_S:-4}; CLOSED_WARMUP=${CLOSED_WARMUP:-2}     # at C = 128 a request lives ~3-4 s: use >= 8 s of warm-up
@@ -68,7 +73,11 @@ if start_daemon; then
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
       say "closed done" ;;
     closedfast)  # the same closed loop with the kv writes switched off at run time (label "fast"): what kv costs
-      closed_as fast '{"spec_controller_draft_kv": false}' '{"spec_controller_draft_kv": true}' ;;
+      closed_as fast "$KV_OFF" "$KV_ON" ;;
+    openfast)    # the same for the open loop and steady decode (item 3's trade-off on every load shape)
+      load_as fast "$KV_OFF" "$KV_ON" $((RUNS * nrates * (OPEN_S + 8))) \
+        --shape open --rates "$RATES" --seconds "$OPEN_S" --tokenizer $TOK ;;
+    steadyfast) load_as fast "$KV_OFF" "$KV_ON" 40 --shape steady --levels 1,16,48,128 --steady-len 192 ;;
     closedkveager)  # with KV_GRAPH=1 (the kv writes from CUDA graphs): the same with them eager (label "kveager")
       closed_as kveager '{"spec_controller_draft_kv_graph": false}' '{"spec_controller_draft_kv_graph": true}' ;;
     closedpinned)  # the closed loop with the threshold pinned at PIN_T (8), label pinned: batches above it run off,

@@ -40,7 +40,7 @@ class Plugin:
                                 lean_prefill=env.get(ENV_LEAN_PREFILL, "1") != "0",
                                 draft_kv=env.get(ENV_DRAFT_KV, "1") != "0",   # the default: consistent, cheap
                                 draft_kv_graph=env.get(ENV_DRAFT_KV_GRAPH) == "1",   # experimental
-                                fast_grammar=env.get(offgrammar.ENV) == "1",   # opt-in until checked on a GPU
+                                fast_grammar=env.get(offgrammar.ENV, "1") != "0",   # checked on a GPU
                                 capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
 

@@ -22,8 +22,9 @@ launched), the sample runs on the FSM as it stands, as steps-0's verify does the
 Where this cannot hold the batch keeps SGLang's steps-0 path (counted as off_fallbacks_grammar): a release
 whose table (internals.py) lacks the seam, a live target worker without the attributes, a barrier handed
 to a target worker that does not overlap (its sample would not be delayed past the barrier), and an engine
-started without SPEC_CONTROLLER_FAST_GRAMMAR=1: the fast path for grammar batches is OPT-IN until the GPU
-check (bench/gpu/grammar_check.py) has run; SGLang's steps-0 path is the default.
+started with SPEC_CONTROLLER_FAST_GRAMMAR=0 (the fast path for grammar batches is the default since the GPU
+check, bench/gpu/grammar_check.py, found its constrained outputs equal to an engine without speculation's:
+bench/results/h200-2026-12-01g).
 """
 from __future__ import annotations
 
@@ -33,15 +34,15 @@ from typing import Any, Callable, Iterator
 
 log = logging.getLogger("spec_controller.plugin")
 
-# "1": grammar batches take the fast path. Opt-in: its ordering against the scheduler's real grammar barrier
-# is proven on CPU stand-ins only; bench/gpu/grammar_check.py (run_pair.sh phase grcheck) has not run on a GPU
+# "0": grammar batches keep SGLang's steps-0 path (the fast path for them is the default: on one H200 its
+# constrained outputs equalled the no-spec engine's, and steps-0 ran the off engine at 0.50 of it, 12-01g)
 ENV = "SPEC_CONTROLLER_FAST_GRAMMAR"
 ATTRIBUTES = ("enable_spec", "enable_overlap")   # TpModelWorker's, read by its delayed-sample condition
 
 
 def available(names: Any, target_worker: Any, switched_on: bool = True) -> bool:
     """Build time: does this release (its table) and this engine's target worker have the seam? The log
-    line says what grammar batches will do (switched_on: the engine was started with ENV=1)."""
+    line says what grammar batches will do (switched_on: the engine was not started with ENV=0)."""
     if not getattr(names, "grammar", False):
         return False
     missing = [a for a in ATTRIBUTES if not hasattr(target_worker, a)]
@@ -51,8 +52,7 @@ def available(names: Any, target_worker: Any, switched_on: bool = True) -> bool:
     elif switched_on:
         log.info("spec-controller: grammar batches take the fast off path (SGLang's delayed grammar sample)")
     else:
-        log.info("spec-controller: grammar batches use SGLang's steps-0 state (the fast path for them is "
-                 "opt-in: %s=1)", ENV)
+        log.info("spec-controller: grammar batches use SGLang's steps-0 state (%s=0)", ENV)
     return not missing
 
 
