@@ -79,7 +79,7 @@ MODEL7B="--hidden 4096 --layers 32 --inter 14336 --heads 32 --kv-heads 8"     # 
 TP=${TP:-1}; MAXBS=${MAXBS:-128}   # tensor-parallel size; max running requests = largest CUDA-graph batch
 DUMMY=${DUMMY:-}                    # 1: weights made in place by SGLang (--load-format dummy; mkmodel --config-only)
 # Prefill CUDA graphs: every measurement so far ran them disabled (eager, launch-bound prefills); SGLang
-# 0.5.17's own default on CUDA is "breakable". PREFILL_GRAPH=default leaves SGLang's choice (not run yet).
+# 0.5.17's own default on CUDA is "breakable". PREFILL_GRAPH=default leaves SGLang's choice (12-01e, 12-01f).
 PREFILL_GRAPH=${PREFILL_GRAPH:-disabled}
 PREFILL_FLAG=(); [ "$PREFILL_GRAPH" != default ] && PREFILL_FLAG=(--cuda-graph-backend-prefill "$PREFILL_GRAPH")
 # Grammar backend of every engine: none (the default so far: no grammar compiler at start-up); xgrammar for

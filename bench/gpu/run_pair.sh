@@ -54,6 +54,7 @@ timeline_plugin
 export SPEC_SYNC_DEBUG=/tmp/tl/syncdebug.flag    # phase syncdebug creates it (timeline_plugin empties /tmp/tl)
 PAIR=(--engines nospec=30001,off=30000 --repeats "${REPEATS:-2}" --flush --out "$R")
 
+say "prefill graphs $PREFILL_GRAPH, off path ${OFF_PATH:-default}, grammar backend $GRAMMAR_BACKEND"
 start_server nospec 30001 SPEC_TIMELINE=/tmp/tl/nospec -- --mem-fraction-static 0.30 || exit 1
 NOSPEC_PID=$SERVER_PID
 export SPEC_TIMELINE=/tmp/tl/off MEMFRAC=0.64     # the daemon's SGLang child inherits the timeline prefix

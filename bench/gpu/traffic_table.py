@@ -56,9 +56,12 @@ def offpath_rows(groups: dict[tuple, list[dict]], call: str, paired: bool = Fals
 
 def paired_ratios(rs: list[dict], base: list[dict], keys: list[str]) -> dict:
     """Runs of both engines with the same repeat (the same seed: the same requests and arrival times),
-    made alternately while both engines were resident (loads.py --engines): off / no-spec per pair."""
-    by_rep = {r["repeat"]: r for r in base}
-    pairs = [(r, by_rep[r["repeat"]]) for r in rs if r["repeat"] in by_rep]
+    made alternately while both engines were resident (loads.py --engines): off / no-spec per pair. A call
+    that ran a phase twice has a no-spec run per repeat in each block: a run pairs with the nearest in time."""
+    def start(r: dict) -> float:
+        return r.get("t_start") or 0.0
+    pairs = [(r, min(same, key=lambda b: abs(start(b) - start(r)))) for r in rs
+             if (same := [b for b in base if b["repeat"] == r["repeat"]])]
     if not pairs:
         return {}
     out = {"paired": len(pairs)}

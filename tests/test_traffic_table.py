@@ -1,0 +1,22 @@
+"""bench/gpu/traffic_table.py: off / no-spec ratios paired within a call."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "gpu"))
+import traffic_table  # noqa: E402
+
+
+def run(label: str, repeat: int, t: float, tok_s: float) -> dict:
+    return {"shape": "closed", "level": 16, "label": label, "repeat": repeat, "t_start": t, "tok_s": tok_s,
+            "engines_resident": True}
+
+
+def test_a_phase_run_twice_pairs_each_run_with_the_no_spec_run_of_its_own_block():
+    # two blocks (closed, then closed again later): the no-spec engine drifted from 1000 to 800 between them
+    rows = [run("nospec", 0, 0, 1000), run("off", 0, 10, 900), run("off", 1, 20, 950), run("nospec", 1, 30, 1000),
+            run("nospec", 0, 100, 800), run("off", 0, 110, 720), run("off", 1, 120, 760), run("nospec", 1, 130, 800)]
+    (row,) = traffic_table.offpath_rows(traffic_table.grouped(rows), "call")
+    assert row["paired"] == 4
+    assert row["pair_ratios_tok_s"] == [0.9, 0.95, 0.9, 0.95]
