@@ -22,7 +22,8 @@
 #  same for requests with frequency / presence / repetition penalties, min_new_tokens and a logit bias, sent in
 #  lockstep groups, prompts on the crafted chain's short cycles (penalty_check.py; rows in logprob.jsonl); `greedy`:
 #  greedy equality while switching every 5 ms; `closedfast`: the closed loop again with the kv writes switched
-#  off at run time (label fast; `openfast`, `steadyfast` the same for those shapes); `closedkveager` (with KV_GRAPH=1, the kv writes from CUDA graphs:
+#  off at run time (label fast; `openfast`, `steadyfast` the same for those shapes); `closedpb`, `steadypb` (with
+#  COALESCE=N, the kv writes coalesced over N off batches: the same with them per batch, label perbatch); `closedkveager` (with KV_GRAPH=1, the kv writes from CUDA graphs:
 #  the same with them eager, label kveager); `closedpinned`: the closed loop
 #  with the threshold pinned at PIN_T (8) (label pinned: lean prefills above 0); `profile`: the GPU kernels of a decode step at
 #  PROFILE_BS (48) per engine (kernel_profile.py). Phases run in the order SHAPES names them, each only if
@@ -34,6 +35,9 @@ MAXBS=128 ACC=natural
 RUNS=$((2 * ${REPEATS:-2}))          # runs per level or rate: REPEATS (2) of each of the two engines
 # KV_GRAPH=1: the daemon's engine captures the kv writes as CUDA graphs (experimental, draftkv_graph.py)
 [ "${KV_GRAPH:-0}" = 1 ] && export SPEC_CONTROLLER_DRAFT_KV_GRAPH=1
+# COALESCE=N: the daemon's engine coalesces the kv writes over N off batches (experimental, draftkv_coalesce.py)
+[ -n "${COALESCE:-}" ] && export SPEC_CONTROLLER_DRAFT_KV_COALESCE=$COALESCE
+PB_OFF='{"spec_controller_draft_kv_coalesce": false}'; PB_ON='{"spec_controller_draft_kv_coalesce": true}'
 KV_OFF='{"spec_controller_draft_kv": false}'; KV_ON='{"spec_controller_draft_kv": true}'
 load_as() { # label state-json restore-json need-s loads.py-args...: one load against the no-spec engine with the
   # daemon's engine switched to state (its rows labelled label), then back
@@ -79,6 +83,9 @@ if start_daemon; then
       load_as fast "$KV_OFF" "$KV_ON" $((RUNS * nrates * (OPEN_S + 8))) \
         --shape open --rates "$RATES" --seconds "$OPEN_S" --tokenizer $TOK ;;
     steadyfast) load_as fast "$KV_OFF" "$KV_ON" 40 --shape steady --levels 1,16,48,128 --steady-len 192 ;;
+    closedpb)   # with COALESCE=N: the same closed loop / steady decode with the kv writes per batch (label perbatch)
+      closed_as perbatch "$PB_OFF" "$PB_ON" ;;
+    steadypb) load_as perbatch "$PB_OFF" "$PB_ON" 40 --shape steady --levels 1,16,48,128 --steady-len 192 ;;
     closedkveager)  # with KV_GRAPH=1 (the kv writes from CUDA graphs): the same with them eager (label "kveager")
       closed_as kveager '{"spec_controller_draft_kv_graph": false}' '{"spec_controller_draft_kv_graph": true}' ;;
     closedpinned)  # the closed loop with the threshold pinned at PIN_T (8), label pinned: batches above it run off,

@@ -6,7 +6,8 @@ import logging
 import os
 from typing import Any, Callable, Mapping
 
-from ..contract import (BOOL_KEYS, DRAFT_KV_GRAPH_KEY, DRAFT_KV_KEY, ENV_ADDRESS, ENV_DRAFT_KV, ENV_DRAFT_KV_GRAPH,
+from ..contract import (BOOL_KEYS, DRAFT_KV_COALESCE_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_KEY, ENV_ADDRESS, ENV_DRAFT_KV, ENV_DRAFT_KV_COALESCE,
+                        ENV_DRAFT_KV_GRAPH,
                         ENV_FAST_OFF, ENV_INITIAL_THRESHOLD,
                         ENV_LEAN_PREFILL, ENV_SYNC_DRAFT, EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_PREFILL_KEY, OWN_KEYS,
                         REASON_INACTIVE, SIM_ACC_KEY, SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version,
@@ -19,6 +20,15 @@ from .support import DRAFT_WORKER, EAGLE_WORKER, RESULT_PROCESSOR, SCHEDULER
 from .telemetry import TelemetrySender
 
 log = logging.getLogger("spec_controller.plugin")
+
+
+def coalesce_batches(raw: str) -> int:
+    """ENV_DRAFT_KV_COALESCE: off batches per draft-KV write; unset or anything but an integer 2 .. 64: 0 (off)."""
+    n = int(raw) if raw.strip().isdigit() else 0
+    if raw.strip() and not 2 <= n <= 64:
+        log.warning("spec-controller: %s=%r is not an integer 2 .. 64; the draft's KV is written per batch",
+                    ENV_DRAFT_KV_COALESCE, raw)
+    return n if 2 <= n <= 64 else 0
 
 
 def state_output(output_cls: type, updated: bool) -> Any:
@@ -40,6 +50,7 @@ class Plugin:
                                 lean_prefill=env.get(ENV_LEAN_PREFILL, "1") != "0",
                                 draft_kv=env.get(ENV_DRAFT_KV, "1") != "0",   # the default: consistent, cheap
                                 draft_kv_graph=env.get(ENV_DRAFT_KV_GRAPH) == "1",   # experimental
+                                draft_kv_coalesce=coalesce_batches(env.get(ENV_DRAFT_KV_COALESCE, "")),  # experimental
                                 fast_grammar=env.get(offgrammar.ENV, "1") != "0",   # checked on a GPU
                                 capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
@@ -88,6 +99,9 @@ class Plugin:
         if ours.get(DRAFT_KV_GRAPH_KEY) and built and self.off_path.kv_graph is None:
             return (f"{DRAFT_KV_GRAPH_KEY}: no draft KV graphs were captured (start the engine with "
                     f"{ENV_DRAFT_KV_GRAPH}=1; TP 1 with decode CUDA graphs; the engine log says why not)")
+        if ours.get(DRAFT_KV_COALESCE_KEY) and built and self.off_path.kv_coalesced is None:
+            return (f"{DRAFT_KV_COALESCE_KEY}: this engine does not coalesce the draft's KV writes (start it with "
+                    f"{ENV_DRAFT_KV_COALESCE}=N, 2 .. 64)")
         for key in EXPERIMENT_KEYS:
             if key in ours and self.env.get("SPEC_CONTROLLER_EXPERIMENTS") != "1":
                 return f"{key} is an experiment knob (start the engine with SPEC_CONTROLLER_EXPERIMENTS=1)"
@@ -112,6 +126,8 @@ class Plugin:
             self.off_path.draft_kv = bool(ours[DRAFT_KV_KEY])
         if DRAFT_KV_GRAPH_KEY in ours:
             self.off_path.use_kv_graph = bool(ours[DRAFT_KV_GRAPH_KEY])
+        if DRAFT_KV_COALESCE_KEY in ours:
+            self.off_path.use_coalesce = bool(ours[DRAFT_KV_COALESCE_KEY])
         if SIM_ACC_KEY in ours:   # SGLang's benchmark knob, read by every verify (spec_utils.SIMULATE_ACC_LEN)
             from sglang.srt.speculative import spec_utils
             spec_utils.SIMULATE_ACC_LEN = float(ours[SIM_ACC_KEY])

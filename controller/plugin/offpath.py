@@ -10,7 +10,7 @@ from typing import Any, Callable
 from ..contract import (REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_KV_UNSUPPORTED,
                         REASON_MISSING_INTERNAL, REASON_NONE, REASON_OTHER_RANK, REASON_REJECTION_SAMPLING,
                         REASON_RUN_FAILED, parse_version, prefill_skips_draft)
-from . import draftkv, draftkv_graph, fastoff, internals, offgrammar
+from . import draftkv, draftkv_coalesce, draftkv_graph, fastoff, internals, offgrammar
 from .failures import Failures
 from .router import Router
 
@@ -36,7 +36,7 @@ class OffPath:
 
     def __init__(self, router: Router, failures: Failures, enabled: bool = True, sync_draft: bool = False,
                  lean_prefill: bool = False, capture_hidden: bool = False, draft_kv: bool = False,
-                 draft_kv_graph: bool = False, fast_grammar: bool = False):
+                 draft_kv_graph: bool = False, fast_grammar: bool = False, draft_kv_coalesce: int = 0):
         self.router = router
         self.fast_grammar = fast_grammar
         self.failures = failures
@@ -49,6 +49,9 @@ class OffPath:
         self.kv_graph: draftkv_graph.GraphedKVWriter | None = None   # its decode writes as graphs (experimental)
         self.want_kv_graph = draft_kv_graph                  # capture them at start (TP 1)
         self.use_kv_graph = draft_kv_graph                   # run-time switch, once captured
+        self.want_coalesce = draft_kv_coalesce               # > 1: the writes coalesced over that many batches
+        self.kv_coalesced: draftkv_coalesce.CoalescedKVWriter | None = None   # (experimental)
+        self.use_coalesce = True                             # run-time switch, once built
         self.kv_writes = 0
         self.tp_size = 1
         self.fast: fastoff.FastOff | None = None   # built after SGLang's graph capture, if supported
@@ -64,11 +67,26 @@ class OffPath:
     def can_write_kv(self) -> bool:
         return self.kv_writer is not None if self.fast is not None else self.capture_hidden
 
-    def _writer(self) -> draftkv.DraftKVWriter | draftkv_graph.GraphedKVWriter | None:
+    def _writer(self) -> Any:
         """The KV writer, when this batch should use it."""
         if self.kv_writer is None or not self.draft_kv or self.sync_draft:
             return None
-        return self.kv_graph if self.use_kv_graph and self.kv_graph is not None else self.kv_writer
+        if self.use_kv_graph and self.kv_graph is not None:
+            return self.kv_graph
+        return self.kv_coalesced if self.use_coalesce and self.kv_coalesced is not None else self.kv_writer
+
+    def _flush_kv(self, worker: Any, is_draft: bool = False) -> None:
+        """The coalesced writes still buffered, before anything else touches the draft's pool (worker: the
+        EAGLE worker, or with is_draft its draft worker)."""
+        if self.kv_coalesced is None:
+            return
+        try:
+            self.kv_coalesced.flush(worker if is_draft else worker.draft_worker)
+        except Exception as e:        # those positions' draft KV stays unwritten; later batches write per batch
+            self.failures.record("draft KV flush", e)
+            self.kv_coalesced = None
+            if self.tp_size > 1:
+                raise
 
     def after_init_cuda_graphs(self, result: Any, worker: Any, *args, **kwargs) -> None:
         """AFTER EAGLEWorkerV2.init_cuda_graphs, every rank, once: capture the target's decode graphs."""
@@ -119,6 +137,13 @@ class OffPath:
             self.failures.record("draft KV writer", e)
         if self.kv_writer is not None and self.want_kv_graph:
             self._capture_kv_graphs(worker)
+        elif self.kv_writer is not None and self.want_coalesce > 1:
+            names, args = self.fast.names, getattr(worker, "server_args", None)
+            rows = draftkv_coalesce.capacity(self.want_coalesce, getattr(args, "max_running_requests", None) or 128)
+            self.kv_coalesced = draftkv_coalesce.CoalescedKVWriter(
+                self.kv_writer, self.want_coalesce, rows, lambda draft_worker: names.draft_context.enter(draft_worker))
+            log.info("spec-controller: draft KV writes coalesced over up to %d off batches (%d rows; experimental)",
+                     self.want_coalesce, rows)
 
     def _capture_kv_graphs(self, worker: Any) -> None:
         graphs = self.fast.graph_runner
@@ -158,6 +183,7 @@ class OffPath:
     def forward_batch_generation(self, original: Callable, worker: Any, batch: Any, *args, **kwargs) -> Any:
         """AROUND EAGLEWorkerV2.forward_batch_generation."""
         if not self._ours(worker, batch):
+            self._flush_kv(worker)
             return original(worker, batch, *args, **kwargs)
         barrier = kwargs.get("grammar_barrier", args[1] if len(args) > 1 else None)   # the scheduler's, or None
         grammar = (self.fast_grammar and getattr(batch, "has_grammar", False)
@@ -166,6 +192,7 @@ class OffPath:
         if why is not None:
             self.fallbacks += 1
             self.fallback_reasons[why] = self.fallback_reasons.get(why, 0) + 1
+            self._flush_kv(worker)
             return original(worker, batch, *args, **kwargs)
         fast = self.fast
         worker.activate_step_by_batch(batch.seq_lens.shape[0])   # steps-0 state: allocation and stride as SGLang's off
@@ -173,6 +200,8 @@ class OffPath:
         t0 = time.perf_counter_ns()
         try:
             writer = self._writer()
+            if writer is not self.kv_coalesced:     # switched to another writer at run time
+                self._flush_kv(worker)
             result = fastoff.run(worker, fast, batch, on_publish, self.sync_draft and fast.with_hidden, writer,
                                  grammar_barrier=barrier)
         except Exception as e:      # restored batch fields: SGLang's own path can still take this batch
@@ -180,6 +209,7 @@ class OffPath:
             self.fast, self.reason = None, REASON_RUN_FAILED
             if self.tp_size > 1:    # this rank alone on steps-0 would issue other collectives: fail loudly
                 raise
+            self._flush_kv(worker)
             return original(worker, batch, *args, **kwargs)
         self.kv_writes += writer is not None
         fast.cpu_ns += time.perf_counter_ns() - t0        # CPU time to launch it (the GPU runs on, overlapped)
@@ -194,6 +224,7 @@ class OffPath:
         forward over the prompt while no batch size speculates (without the kv writer its draft KV stays
         unwritten) and, with the writer, whenever the batch it joins will not speculate
         (contract.prefill_skips_draft): a busy server at a small threshold pays no draft pass per prefill."""
+        self._flush_kv(draft_worker, is_draft=True)   # buffered positions first: this prompt may reuse their slots
         writer = self._writer()
         joining = len(getattr(batch, "extend_lens", None) or ())      # requests in this extend (draftkv.ATTRIBUTES)
         if not (self.lean_prefill and not self.rejection and self.router.active and prefill_skips_draft(

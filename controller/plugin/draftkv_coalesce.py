@@ -1,0 +1,89 @@
+"""The kv off path's draft-KV writes coalesced over several off decode batches. EXPERIMENTAL, off by default,
+NOT YET RUN ON A GPU: used when the engine starts with SPEC_CONTROLLER_DRAFT_KV_COALESCE=N (N batches a write).
+
+Runs inside SGLang's scheduler process, on every off batch: keep it lean. Why: at small batches the
+per-batch write (draftkv.DraftKVWriter.write) is bound by reading the draft's fc and qkv weights (~200 MB for
+a 4096-wide EAGLE3 head, ~45 us on an H200) plus ~10 small kernels: ~2 % of each decode step at batch 16
+(bench/results/h200-2026-12-01g section 3). Here an off batch only copies its rows (the target's aux hidden
+states, the tokens, positions and slots) into a buffer, and one write covers up to N batches.
+
+The draft's KV must hold every buffered position before anything else reads or writes the draft's pool: the
+plugin flushes before every batch this writer does not take (speculative, extend, steps-0, another writer)
+and before a prefill's draft KV is written (offpath.py). Within one flush a slot can appear twice (a request
+finished and its slot went to another request's next token): the later row wins, the earlier ones are
+pointed at the pool's padding slot, where SGLang's padded graph rows write too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager
+
+PAD_SLOT = 0             # the KV pools' padding slot (as draftkv_graph.PAD_SLOT)
+MAX_ROWS = 2048          # the buffer's rows at most (at the 7.2B target's aux width: 48 MiB in bf16)
+
+
+def last_write_wins(loc: Any) -> Any:
+    """loc with every slot's earlier occurrences replaced by PAD_SLOT, on the device (no host sync)."""
+    import torch
+    order = torch.argsort(loc, stable=True)            # equal slots stay in row (= time) order
+    slots = loc[order]
+    last = torch.ones_like(slots, dtype=torch.bool)
+    last[:-1] = slots[:-1] != slots[1:]
+    out = torch.empty_like(loc)
+    out[order] = torch.where(last, slots, torch.full_like(slots, PAD_SLOT))
+    return out
+
+
+@dataclass
+class CoalescedKVWriter:
+    """Same write() as DraftKVWriter, deferred; flush(draft_worker) writes what is buffered."""
+    eager: Any                                  # the DraftKVWriter
+    batches: int                                # off batches a write covers at most
+    capacity: int                               # buffered rows at most
+    enter: Callable[[Any], ContextManager]      # the draft's TP context for a draft worker (as the eager write)
+    dedupe: Callable[[Any], Any] = last_write_wins
+    buffers: tuple | None = None                # (aux, tokens, positions, loc), made at the first write
+    rows: int = 0
+    pending: int = 0
+    flushes: int = field(default=0)
+
+    def write(self, aux_hidden: Any, next_tokens: Any, positions: Any, loc: Any) -> None:
+        """Called where the eager write is (fastoff.run, inside the draft's context)."""
+        n = positions.shape[0]
+        if self.buffers is None:
+            self.buffers = (aux_hidden.new_empty((self.capacity, aux_hidden.shape[-1])),
+                            next_tokens.new_empty(self.capacity), positions.new_empty(self.capacity),
+                            loc.new_empty(self.capacity))
+        aux, tokens, pos, slots = self.buffers
+        if n > self.capacity - self.rows or aux_hidden.shape[-1] != aux.shape[-1]:
+            self._write_buffered()
+            if n > self.capacity or aux_hidden.shape[-1] != aux.shape[-1]:
+                self.eager.write(aux_hidden, next_tokens, positions, loc)
+                return
+        r = self.rows
+        aux[r:r + n].copy_(aux_hidden[:n])
+        tokens[r:r + n].copy_(next_tokens[:n])
+        pos[r:r + n].copy_(positions)
+        slots[r:r + n].copy_(loc)
+        self.rows, self.pending = r + n, self.pending + 1
+        if self.pending >= self.batches:
+            self._write_buffered()
+
+    def flush(self, draft_worker: Any) -> None:
+        """Write every buffered row, in the draft's context (a no-op when empty)."""
+        if self.rows:
+            with self.enter(draft_worker):
+                self._write_buffered()
+
+    def _write_buffered(self) -> None:
+        r = self.rows
+        if r == 0:
+            return
+        self.rows = self.pending = 0         # first: a failed write is not retried over newer rows
+        aux, tokens, pos, slots = self.buffers
+        self.eager.write(aux[:r], tokens[:r], pos[:r], self.dedupe(slots[:r]))
+        self.flushes += 1
+
+
+def capacity(batches: int, max_running_requests: int) -> int:
+    return max(1, min(MAX_ROWS, batches * max(1, max_running_requests)))

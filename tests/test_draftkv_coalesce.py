@@ -1,0 +1,247 @@
+"""controller/plugin/draftkv_coalesce.py on CPU: what one coalesced write holds, when it is written, that a
+slot written twice keeps its later row, and that the off path flushes before anything else touches the
+draft's pool (the GPU run is bench/gpu's: SPEC_CONTROLLER_DRAFT_KV_COALESCE=N)."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+from controller.plugin import draftkv, draftkv_coalesce, fastoff
+from controller.plugin.draftkv_coalesce import PAD_SLOT, CoalescedKVWriter
+from controller.plugin.instance import Plugin, coalesce_batches
+from tests.test_plugin_cpu import Mode, Recorder, decode_batch, fast, plug, routed_worker  # noqa: F401
+
+
+class T(np.ndarray):
+    """Enough of a torch tensor for write(): slices are views, copy_ writes through, new_empty."""
+
+    def copy_(self, src):
+        self[...] = np.asarray(src)
+        return self
+
+    def new_empty(self, shape):
+        return np.zeros(shape, dtype=self.dtype).view(T)
+
+
+def t(values, dtype=np.int64) -> T:
+    return np.asarray(values, dtype=dtype).view(T)
+
+
+def numpy_last_write_wins(loc):
+    out = np.asarray(loc).copy()
+    seen = set()
+    for i in range(len(out) - 1, -1, -1):
+        if out[i] in seen:
+            out[i] = PAD_SLOT
+        seen.add(int(loc[i]))
+    return out
+
+
+class Eager:
+    def __init__(self, fail: bool = False):
+        self.writes, self.fail = [], fail
+
+    def write(self, aux, tokens, positions, loc):
+        if self.fail:
+            raise RuntimeError("pool")
+        self.writes.append((np.asarray(aux).tolist(), np.asarray(tokens).tolist(), np.asarray(positions).tolist(),
+                            np.asarray(loc).tolist()))
+
+
+def coalesced(batches=3, capacity=8, eager=None):
+    entered = []
+
+    @contextmanager
+    def enter(draft_worker):
+        entered.append(draft_worker)
+        yield
+
+    w = CoalescedKVWriter(eager or Eager(), batches, capacity, enter, dedupe=numpy_last_write_wins)
+    return w, entered
+
+
+def batch(first_slot: int, n: int, width: int = 2):
+    """n rows: aux row i = [slot, slot], token = 100 + slot, position = 1000 + slot, slot = first_slot + i."""
+    slots = list(range(first_slot, first_slot + n))
+    return (t([[s] * width for s in slots], np.float32), t([100 + s for s in slots]), t([1000 + s for s in slots]),
+            t(slots))
+
+
+def test_n_batches_make_one_write_with_their_rows_in_order():
+    w, _ = coalesced(batches=3)
+    w.write(*batch(1, 2))
+    w.write(*batch(3, 1))
+    assert w.eager.writes == [] and w.rows == 3
+    w.write(*batch(4, 2))
+    assert w.eager.writes == [([[1, 1], [2, 2], [3, 3], [4, 4], [5, 5]], [101, 102, 103, 104, 105],
+                                [1001, 1002, 1003, 1004, 1005], [1, 2, 3, 4, 5])]
+    assert (w.rows, w.pending, w.flushes) == (0, 0, 1)
+
+
+def test_a_slot_written_twice_in_one_write_keeps_its_later_row():
+    # a request finished at slot 2 and the slot went to another request's next token: the earlier row is
+    # pointed at the padding slot, so the pool ends with the later one whatever order the store applies
+    w, _ = coalesced(batches=2)
+    w.write(*batch(1, 2))
+    w.write(t([[9, 9]], np.float32), t([109]), t([1009]), t([2]))
+    assert w.eager.writes[0][3] == [1, PAD_SLOT, 2] and w.eager.writes[0][1] == [101, 102, 109]
+
+
+def test_a_batch_that_does_not_fit_writes_the_buffer_first_and_one_larger_than_it_writes_directly():
+    w, _ = coalesced(batches=4, capacity=4)
+    w.write(*batch(1, 3))
+    w.write(*batch(4, 2))                       # 3 + 2 > 4: the three rows go first, then these are buffered
+    assert [x[3] for x in w.eager.writes] == [[1, 2, 3]] and w.rows == 2
+    w.write(*batch(10, 5))                      # larger than the buffer: its two rows, then these directly
+    assert [x[3] for x in w.eager.writes] == [[1, 2, 3], [4, 5], [10, 11, 12, 13, 14]] and w.rows == 0
+
+
+def test_flush_writes_in_the_drafts_context_and_an_empty_one_does_nothing():
+    w, entered = coalesced()
+    w.flush("draft")
+    assert entered == [] and w.eager.writes == []
+    w.write(*batch(1, 1))
+    w.flush("draft")
+    assert entered == ["draft"] and [x[3] for x in w.eager.writes] == [[1]] and w.rows == 0
+
+
+def test_a_failed_write_is_not_retried_over_newer_rows():
+    w, _ = coalesced(batches=1, eager=Eager(fail=True))
+    with pytest.raises(RuntimeError):
+        w.write(*batch(1, 1))
+    assert w.rows == 0 and w.pending == 0
+
+
+def test_the_buffer_holds_n_batches_of_the_largest_batch_within_its_limit():
+    assert draftkv_coalesce.capacity(8, 128) == 1024
+    assert draftkv_coalesce.capacity(8, 4096) == draftkv_coalesce.MAX_ROWS
+    assert draftkv_coalesce.capacity(2, 0) == 2
+
+
+@pytest.mark.parametrize("raw, n", [("", 0), ("8", 8), ("2", 2), ("64", 64), ("1", 0), ("65", 0), ("x", 0),
+                                    (" 4 ", 4)])
+def test_the_environment_names_the_batches_per_write_or_leaves_it_off(raw, n):
+    assert coalesce_batches(raw) == n
+
+
+def test_last_write_wins_on_torch():
+    torch = pytest.importorskip("torch")
+    loc = torch.tensor([5, 7, 5, 9, 7, 5])
+    assert draftkv_coalesce.last_write_wins(loc).tolist() == [PAD_SLOT, PAD_SLOT, PAD_SLOT, 9, 7, 5]
+
+
+class Flushes:
+    """A CoalescedKVWriter stand-in that records flushes, in order with SGLang's calls."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def flush(self, draft_worker):
+        self.log.append(("flush", draft_worker))
+
+
+def test_the_off_path_flushes_before_every_batch_it_does_not_write_and_before_a_prefill(fast, monkeypatch):
+    plug, ran = fast
+    off, log = plug.off_path, []
+    off.kv_writer, off.draft_kv, off.kv_coalesced = object(), True, Flushes(log)
+    w = routed_worker(plug)
+    w.draft_worker = "draft"
+
+    def sglang(worker, b, *args, **kwargs):
+        log.append(("sglang", b.seq_lens.shape[0]))
+        return "sglang-result"
+    off.forward_batch_generation(sglang, w, decode_batch(9))                         # off: buffered, no flush
+    assert log == [] and len(ran) == 1
+    off.forward_batch_generation(sglang, w, decode_batch(4))                         # speculates: flush first
+    off.forward_batch_generation(sglang, w, decode_batch(50, forward_mode=Mode("extend")))
+    off.forward_batch_generation(sglang, w, decode_batch(20, return_hidden_states=True))   # steps-0 fallback
+    assert log == [("flush", "draft"), ("sglang", 4), ("flush", "draft"), ("sglang", 50),
+                   ("flush", "draft"), ("sglang", 20)]
+    log.clear()
+    off.draft_kv = False                                                             # another writer now
+    off.forward_batch_generation(sglang, w, decode_batch(9))
+    assert log == [("flush", "draft")] and len(ran) == 2
+    log.clear()
+    plug.router.threshold = 0
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: "stub")
+    monkeypatch.setattr(draftkv, "write_prefill", lambda *a: log.append("prefill write") or True)
+    off.draft_kv = True
+    prefill = decode_batch(1, extend_lens=[5])
+    assert off.draft_extend_for_prefill(sglang, "the draft worker", prefill, "hidden", [7]) == "stub"
+    assert log == [("flush", "the draft worker"), "prefill write"]
+
+
+def test_a_failed_flush_is_recorded_and_leaves_the_writes_per_batch(fast):
+    plug, _ = fast
+    off = plug.off_path
+    off.kv_writer, off.draft_kv = object(), True
+    off.kv_coalesced, _ = coalesced(eager=Eager(fail=True))
+    off.kv_coalesced.write(*batch(1, 1))
+    w = routed_worker(plug)
+    w.draft_worker = "draft"
+    assert off.forward_batch_generation(Recorder().original, w, decode_batch(4)) == "sglang-result"
+    assert plug.failures.places == {"draft KV flush"} and off.kv_coalesced is None
+    assert off._writer() is off.kv_writer
+
+
+def test_the_plugin_builds_the_coalesced_writer_only_when_asked():
+    assert Plugin({}).off_path.want_coalesce == 0
+    assert Plugin({"SPEC_CONTROLLER_DRAFT_KV_COALESCE": "8"}).off_path.want_coalesce == 8
+
+
+def test_coalesced_writes_leave_the_pool_as_per_batch_writes_do_on_torch():
+    # slots reused across batches (a request finished, its slot went to another's next token): the pool
+    # after the coalesced writes equals the pool after one write per batch
+    torch = pytest.importorskip("torch")
+
+    class Pool:
+        def __init__(self):
+            self.kv = torch.zeros(16)
+
+        def write(self, aux, tokens, positions, loc):
+            self.kv[loc] = aux.sum(-1) + tokens + positions
+
+    batches = [([1, 2, 3], 0), ([1, 4, 3], 10), ([5, 4, 1], 20), ([2, 2], 30)]   # slots, a value offset
+    direct, merged = Pool(), Pool()
+    w = CoalescedKVWriter(merged, 4, 12, lambda draft_worker: contextmanager(lambda: (yield))())
+    for slots, base in batches:
+        n = len(slots)
+        args = (torch.arange(2 * n, dtype=torch.float32).reshape(n, 2) + base, torch.arange(n) + base,
+                torch.arange(n) * 100 + base, torch.tensor(slots))
+        if len(set(slots)) == n:                 # one batch never writes a slot twice
+            direct.write(*args)
+            w.write(*args)
+    w.flush("draft")
+    assert w.flushes == 1 and torch.equal(direct.kv[1:], merged.kv[1:])
+
+
+def test_the_build_makes_the_coalesced_writer_sized_by_the_engines_batch(fast, monkeypatch):
+    from types import SimpleNamespace
+    plug, _ = fast
+    off = plug.off_path
+    off.want_coalesce, off.fast.with_hidden = 8, True
+    entered = []
+    off.fast.names = SimpleNamespace(draft_context=SimpleNamespace(enter=lambda dw: entered.append(dw)))
+    monkeypatch.setattr(draftkv, "build", lambda runner: "eager writer")
+    off._build_writer(SimpleNamespace(draft_worker=SimpleNamespace(draft_runner=None),
+                                      server_args=SimpleNamespace(max_running_requests=64)))
+    c = off.kv_coalesced
+    assert (c.eager, c.batches, c.capacity) == ("eager writer", 8, 512) and off._writer() is c
+    c.enter("draft")
+    assert entered == ["draft"]
+
+
+def test_the_run_time_switch_needs_a_built_writer_and_picks_it(fast):
+    from controller import contract
+    plug, _ = fast
+    off = plug.off_path
+    off.kv_writer, off.draft_kv = "eager", True
+    assert "SPEC_CONTROLLER_DRAFT_KV_COALESCE=N" in plug.validate_own_keys({contract.DRAFT_KV_COALESCE_KEY: True})
+    off.kv_coalesced = "coalesced"
+    assert plug.validate_own_keys({contract.DRAFT_KV_COALESCE_KEY: True}) is None and off._writer() == "coalesced"
+    plug.apply_own_keys({contract.DRAFT_KV_COALESCE_KEY: False})
+    assert off._writer() == "eager"
+    plug.apply_own_keys({contract.DRAFT_KV_COALESCE_KEY: True})
+    assert off._writer() == "coalesced"
