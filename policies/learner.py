@@ -9,31 +9,16 @@ from controller.contract import speculates
 from . import reasons
 from .base import OFF, SPEC, Policy, relative_gain
 from .params import ParamSpec
-from .stats import Discounted
+from .freshrun import FreshRun
+from .stats import Discounted, check_state
 from .summary import flip_threshold, monotone_threshold
-from .types import Decision, PolicyError, Sample, Snapshot, check_finite
+from .types import Decision, Sample, Snapshot
 
 HOLD_Z = 1.0           # see BucketLearner._best_threshold
 DROP, MEASURED, CORRECTED = 0, 1, 2      # what an interval that held a prefill is worth (param `prefill`)
 ACCEPT_HIGH_HALF_LIVES = 10.0
 STALE_PROBE_HALF_LIVES = 2.0   # a stale-acceptance trial only this many accept half-lives after the last measurement
 LONG = 4.0       # a prefill interval this many times the bucket's decode step held an idle gap: no reward
-
-
-def _check_state(policy: str, state: Mapping[str, Any], n_buckets: int) -> None:
-    check_finite(policy, state)
-    for key in ("q_off", "q_spec"):
-        rows = state.get(key)
-        if not isinstance(rows, list) or len(rows) != n_buckets or any(not _stat_row(r) for r in rows):
-            raise PolicyError(f"policy {policy}: saved state does not match {n_buckets} buckets ({key})")
-    if not _stat_row(state.get("accept")):
-        raise PolicyError(f"policy {policy}: saved state has no acceptance record")
-
-
-def _stat_row(row: Any) -> bool:
-    """A Discounted's [weight, sum, sum of squares, time]: numbers, the weight not negative."""
-    return (isinstance(row, list) and len(row) == 4 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                            for v in row) and row[0] >= 0)
 
 
 class BucketLearner(Policy):
@@ -70,6 +55,7 @@ class BucketLearner(Policy):
         self.prefill_s = Discounted(hl)   # seconds a prefill adds to an interval (prefill=CORRECTED)
         self.accept_hi = (0.0, 0.0)       # (highest accept length lately, when), see accept_high()
         self.arrived = [-math.inf] * n    # when the load came back to each bucket after half_life_s away
+        self.run = FreshRun()             # see probe_goes_on
 
     def observe(self, sample: Sample) -> None:
         if sample.step_s <= 0 or sample.batch_size <= 0:
@@ -78,6 +64,8 @@ class BucketLearner(Policy):
         arm = SPEC if sample.steps > 0 else OFF
         if sample.t - max(self.tried[OFF][b], self.tried[SPEC][b]) >= self.params["half_life_s"]:
             self.arrived[b] = sample.t
+        if arm == SPEC and sample.t - self.tried[SPEC][b] >= self.params["half_life_s"]:
+            self.run.start(b, sample.t)
         # Even an interval that is no reward shows the arm was tried: re-trying costs a batch.
         self.tried[arm][b] = sample.t
         rate = self.reward(arm, b, sample)
@@ -90,6 +78,7 @@ class BucketLearner(Policy):
         q.add(sample.t, rate, weight)
         if sample.steps > 0:
             self.accept.add(sample.t, sample.tokens / sample.batch_size, sample.batch_size)
+            self.run.add(sample.batch_size, sample.tokens)
             self.accept_hi = (max(self.accept_high(sample.t), self.accept.mean), sample.t)
             if sample.steps > self.max_steps:
                 self.max_steps = sample.steps
@@ -97,12 +86,11 @@ class BucketLearner(Policy):
     def reward(self, arm: int, b: int, sample: Sample) -> float | None:
         """Requests per second of this batch's step, or None when the interval is no reward.
 
-        At high load almost every interval holds a prefill. Used as measured (the default),
-        a mode is charged with the prefills that join its batches: how often they come and
-        what they cost with it (a longer step gathers more arrivals into one extend batch)
-        is part of its throughput — the simulator's open loop shows the difference
-        (bench/results/open-loop-sim.md). Intervals far longer than the bucket's step held
-        an idle gap and are dropped."""
+        At high load almost every interval holds a prefill. Used as measured (the default), a mode is charged with
+        the prefills that join its batches: how often they come and what they cost with it (a longer step gathers
+        more arrivals into one extend batch) is part of its throughput — the simulator's open loop shows the
+        difference (bench/results/open-loop-sim.md). Intervals far longer than the bucket's step held an idle gap
+        and are dropped."""
         rate = sample.batch_size / sample.step_s
         mode, q = self.params["prefill"], self.q[arm][b]
         if sample.decode_only:
@@ -181,19 +169,17 @@ class BucketLearner(Policy):
         return False
 
     def stale_gain(self, b: int, now: float) -> float | None:
-        """Relative gain of speculating in bucket b judged at the highest accept length seen
-        lately, when that calls for a trial (else None): the accept-length estimate has just gone
-        stale (its last speculative batch 1 to STALE_PROBE_HALF_LIVES accept_half_life_s ago), it
-        was last measured in another bucket after b last speculated (the load moved here), b has
-        not speculated for half_life_s, no smaller bucket settles it (dominated) and speculation
-        there would pay by the indifference margin at that accept length. Acceptance is only
-        measured while speculating: without this trial a move of the load into a bucket left plain
-        at a lower acceptance went unseen until the estimate's uncertainty grew (35-48 engine s for
-        thompson on the looped mixed-shift trace's later C=96 phases; never for model). Later than
-        the window, or in a bucket tried within half_life_s, the bandit's own uncertainty decides
-        as before: open-loop batch sizes wander between buckets, and trials there at every
-        staleness raised changes per minute (bench/open_loop_study.py decisions). A shift (Decision.shift)
-        when the load came to b in that window after half_life_s without a batch there (no open-loop wander)."""
+        """Relative gain of speculating in bucket b judged at the highest accept length seen lately, when that calls for
+        a trial (else None): the accept-length estimate has just gone stale (its last speculative batch 1 to
+        STALE_PROBE_HALF_LIVES accept_half_life_s ago), it was last measured in another bucket after b last speculated
+        (the load moved here), b has not speculated for half_life_s, no smaller bucket settles it (dominated) and
+        speculation there would pay by the indifference margin at that accept length. Acceptance is only measured
+        while speculating: without this trial a move of the load into a bucket left plain at a lower acceptance went
+        unseen until the estimate's uncertainty grew (35-48 engine s for thompson on the looped mixed-shift trace's
+        later C=96 phases; never for model). Later than the window, or in a bucket tried within half_life_s, the
+        bandit's own uncertainty decides as before: open-loop batch sizes wander between buckets, and trials there at
+        every staleness raised changes per minute (bench/open_loop_study.py decisions). A shift (Decision.shift) when
+        the load came to b in that window after half_life_s without a batch there (no open-loop wander)."""
         accept, hl = self.accept.mean, self.params["accept_half_life_s"]
         if (accept <= 0 or not hl < now - self.accept.t <= STALE_PROBE_HALF_LIVES * hl
                 or self.tried[SPEC][b] >= self.accept.t or now - self.tried[SPEC][b] < self.params["half_life_s"]
@@ -206,6 +192,18 @@ class BucketLearner(Policy):
         if gain <= self.params["indifference"] or self.dominated(SPEC, b, now):
             return None
         return gain
+
+    def probe_goes_on(self, b: int, now: float) -> float | None:
+        """Relative gain of speculating in b at the acceptance measured since speculation came back there (FreshRun),
+        if that probe should go on (else None): begun at most STALE_PROBE_HALF_LIVES accept half-lives ago, no plain
+        batch in b since, the estimate still under that acceptance by the indifference margin (it holds the traffic
+        before: one tick at batch 12 took chat's 1.7 to 2.19, not coding's 2.6) and at it speculation pays."""
+        run, accept, margin = self.run, self.accept.mean, self.params["indifference"]
+        if (run.bucket != b or self.tried[OFF][b] >= run.since or not 0 < accept * (1.0 + margin) < run.accept
+                or not self.estimable(b) or now - run.since > STALE_PROBE_HALF_LIVES * self.accept.half_life_s):
+            return None
+        gain = relative_gain(self.mean(SPEC, b) / accept * run.accept, self.mean(OFF, b))
+        return gain if gain > margin else None
 
     # --- decision --------------------------------------------------------
     def choose_arm(self, b: int, now: float, incumbent: int) -> int:
@@ -281,10 +279,12 @@ class BucketLearner(Policy):
         elif untried:
             want, probe = untried[0], True
             why = reasons.unmeasured(self.tried[want][b], snap.now)
-        elif not in_spec and (gain := self.stale_gain(b, snap.now)) is not None:
+        elif not in_spec and ((going := self.probe_goes_on(b, snap.now)) is not None
+                              or (stale := self.stale_gain(b, snap.now)) is not None):
             # Not marked untried: its learning window doubled changes per minute in the open loop.
             want, shift = SPEC, snap.now - self.arrived[b] <= STALE_PROBE_HALF_LIVES * self.params["accept_half_life_s"]
-            why = reasons.stale_accept(self.accept_high(snap.now), self.accept.mean, gain)
+            why = (reasons.probe_goes_on(self.accept.mean, self.run.accept, going) if going is not None
+                   else reasons.stale_accept(self.accept_high(snap.now), self.accept.mean, stale))
         else:
             want = self.choose_arm(b, snap.now, SPEC if in_spec else OFF)
             why = reasons.uncertain(self.relative(b))
@@ -305,7 +305,7 @@ class BucketLearner(Policy):
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        _check_state(self.name, state, len(self.buckets))
+        check_state(self.name, state, len(self.buckets))
         for arm, key in ((OFF, "q_off"), (SPEC, "q_spec")):
             for d, row in zip(self.q[arm], state[key]):
                 d.load(row)

@@ -48,3 +48,9 @@ def stale_accept(high: float, current: float, gain: float) -> str:
     current estimate is stale (measured elsewhere before the load moved here)."""
     return (f"accept length {current:.2f} is stale; at {high:.2f}, seen lately, "
             f"{gain_text(gain)}")
+
+
+def probe_goes_on(estimate: float, measured: float, gain: float) -> str:
+    """A probe of speculation kept on: the accept estimate is still mostly the traffic's before it."""
+    return (f"accept length {estimate:.2f} is still mostly older traffic's; at {measured:.2f}, "
+            f"measured since, {gain_text(gain)}")

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import math
+from typing import Any, Mapping
+
+from .types import PolicyError, check_finite
 
 
 class Discounted:
@@ -55,3 +58,20 @@ class Discounted:
 
     def load(self, values: list[float]) -> None:
         self.w, self.s, self.s2, self.t = (float(v) for v in values)
+
+
+def check_state(policy: str, state: Mapping[str, Any], n_buckets: int) -> None:
+    """PolicyError unless a bucket learner's saved state holds Discounted rows for its buckets and the acceptance."""
+    check_finite(policy, state)
+    for key in ("q_off", "q_spec"):
+        rows = state.get(key)
+        if not isinstance(rows, list) or len(rows) != n_buckets or any(not stat_row(r) for r in rows):
+            raise PolicyError(f"policy {policy}: saved state does not match {n_buckets} buckets ({key})")
+    if not stat_row(state.get("accept")):
+        raise PolicyError(f"policy {policy}: saved state has no acceptance record")
+
+
+def stat_row(row: Any) -> bool:
+    """A Discounted's [weight, sum, sum of squares, time]: numbers, the weight not negative."""
+    return (isinstance(row, list) and len(row) == 4 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                            for v in row) and row[0] >= 0)

@@ -37,9 +37,10 @@ class Decision:
     start, a new load): learning, which the guard's change budget does not hold back.
     shift: an exploratory decision the load's move calls for: the load came to the live bucket
     lately, after no batch ran there for a while, and its estimate is stale (a stale-acceptance
-    trial, policies.learner stale_gain). The guard's change budget, there for the noise at
-    constant load, holds neither the trial nor the move to its threshold that follows it (the
-    threshold stays when the trial shows it pays); unlike untried, no learning window opens.
+    trial, policies.learner stale_gain, or a probe that goes on, probe_goes_on). The guard's
+    change budget, there for the noise at constant load, holds neither the trial nor the move to
+    its threshold that follows it (the threshold stays when the trial shows it pays); unlike
+    untried, no learning window opens.
     """
 
     threshold: int

@@ -131,3 +131,17 @@ def test_the_shift_trials_grant_is_used_by_the_first_move_it_covers_even_an_urge
     loop, changes = run(script, 29, 96, 20.0, **SPENT_BUDGET)
     moves = [(old, new) for _, old, new, _ in changes]
     assert moves[-2:] == [(29, 105), (105, 94)] and loop.threshold == 94, changes
+
+
+def test_a_probe_that_goes_on_as_a_shift_trial_keeps_its_threshold_when_it_pays():
+    # coding-to-chat's last segment: the probe of an untried arm goes on (the accept estimate still mostly the
+    # traffic's before, policies.learner probe_goes_on), then the policy proposes its threshold as the best.
+    # The trial was in force before it was a shift trial: before, it ended and came back a tick later
+    # (29 -> 105, 105 -> 29 trial over, 29 -> 105).
+    script = [(0.0, Decision(105, 29, "trial: speculate at batch 95-105 to measure it (never measured)", untried=True)),
+              (0.75, Decision(105, 29, "trial: speculate at batch 95-105 to measure it (accept length 2.19 is "
+                                       "still mostly older traffic's; ...)", shift=True)),
+              (1.25, Decision(105, 105, "speculate up to batch 105: it pays at batch 95-105", gain=0.03))]
+    loop, changes = run(script, 29, 96, 5.0, stabilisation_s=0.5, explore_share=1.0)
+    assert [(t, old, new) for t, old, new, _ in changes] == [(0.5, 29, 105)], changes
+    assert loop.threshold == 105 and loop.guard.exploit == 105 and not loop._exploring

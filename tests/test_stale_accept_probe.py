@@ -110,3 +110,65 @@ def test_no_stale_probe_where_the_acceptance_was_measured_or_soon_again(name):
         q.observe(off(t + 0.05, 100, OFF_100))
         t += 0.1
     assert first_probe(q, t, t + 40.0) is None
+
+
+# --- a probe that ends while the acceptance estimate is still mostly the traffic's before ----------------------
+OFF_12, SPEC_12 = 0.012, 0.03     # batch 12: 1000 req/s plain, 400 speculating: x2.6 = +4 %, x1.7 = -32 %
+
+
+def chat_then_probe_at_12(p, accept_12: float, others: float | None = None):
+    """Batch 8 speculating at accept 1.7 (chat) until t=100, then the load at batch 12, plain, speculation
+    never measured there; the probe's first tick of spec batches at 12 at accept_12 (with `others`, batch 8
+    speculating as well, at that acceptance: an open loop's wander). The decision after that tick."""
+    t = 0.0
+    while t < 100.0:
+        p.observe(spec(t, 8, SPEC_8, 1.7))
+        p.observe(off(t + 0.02, 8, OFF_8))
+        t += 0.05
+    while t < 104.0:
+        p.observe(off(t, 12, OFF_12))
+        t += OFF_12
+    d = p.decide(Snapshot(104.0, 8, 256, 12))
+    assert d.untried and speculates(12, d.threshold), d          # the probe of the unmeasured arm
+    while t < 104.5:
+        p.observe(spec(t, 12, SPEC_12, accept_12))
+        t += SPEC_12
+        if others is not None:
+            p.observe(spec(t, 8, SPEC_8, others))
+    return p.decide(Snapshot(104.5, 8, 256, 12))
+
+
+@pytest.mark.parametrize("name", ["thompson", "ucb"])      # model: its step-time fit already speculates at 12
+def test_a_probe_goes_on_while_the_acceptance_estimate_is_mostly_the_traffic_before(name):
+    """coding-to-chat seeds 5/11/14/18, chat C=2 -> coding C=12: one tick of the probe took the accept estimate
+    1.68 -> 2.19 (mostly chat's 1.7), speculation at 12 read -5 % (at coding's 2.6 it pays), the probe ended and,
+    nothing speculating any more, the estimate froze: the phase re-converged late (25.5 / 20.4 s) or never."""
+    p = make_policy(name, seed=0, max_batch_size=256)
+    d = chat_then_probe_at_12(p, 2.6)
+    assert speculates(12, d.threshold) and not speculates(12, d.exploit_threshold) and d.shift, d
+    assert "mostly older traffic" in d.reason, d
+    t, n = 104.5, 0
+    while d.exploratory:                    # ... until the estimate is the traffic's here: a few ticks at most
+        n += 1
+        assert n <= 16, "the probe never ends"
+        while t < 104.5 + 0.5 * n:
+            p.observe(spec(t, 12, SPEC_12, 2.6))
+            t += SPEC_12
+        d = p.decide(Snapshot(104.5 + 0.5 * n, 8, 256, 12))
+    assert p.accept.mean > 2.4 and speculates(12, d.exploit_threshold), (p.accept.mean, d)
+
+
+@pytest.mark.parametrize("name", ["thompson", "ucb"])
+def test_a_probe_that_measures_speculation_losing_ends_after_its_tick(name):
+    """The same traffic (1.7) at batch 12: speculation loses there, the probe ends as before."""
+    d = chat_then_probe_at_12(make_policy(name, seed=0, max_batch_size=256), 1.7)
+    assert "mostly older traffic" not in d.reason and not speculates(12, d.threshold), d
+
+
+@pytest.mark.parametrize("name", ["thompson", "ucb"])
+def test_no_probe_goes_on_where_other_batches_keep_measuring_the_acceptance_it_holds(name):
+    """An open loop's batch sizes wander: spec batches in other buckets measure the acceptance too (here chat's,
+    still), and what the run measured is no longer only the probe's."""
+    p = make_policy(name, seed=0, max_batch_size=256)
+    d = chat_then_probe_at_12(p, 2.6, others=1.7)
+    assert "mostly older traffic" not in d.reason, (d, p.accept.mean, p.run.accept)
