@@ -285,3 +285,14 @@ def test_status_shows_the_start_reapplying_a_threshold_as_no_change():
     assert "last applied: 40, restored at start" in text and "last change" not in text
     st["last_decision"].update(old=29, reason="best threshold 40")
     assert "last change: 29 -> 40, best threshold 40" in render_status(st)
+
+
+@pytest.mark.parametrize("command", [["status", "--json"], ["history", "--json"], ["policy", "show"],
+                                     ["threshold", "unpin"]])
+def test_socket_and_db_after_the_command_reach_the_daemon_as_before_it(daemon, tmp_path, command):
+    # a newcomer's `specctl status --socket PATH` was refused ("No such option"); it overrides specctl's own
+    after = CliRunner().invoke(cli, ["--socket", str(tmp_path / "wrong.sock"), *command,
+                                     "--socket", str(daemon.socket), "--db", str(daemon.db)])
+    assert after.exit_code == 0, after.output
+    if command[0] == "status":
+        assert json.loads(after.stdout)["daemon"]["pid"] == daemon.proc.pid

@@ -5,6 +5,7 @@ Commands live in their own modules and are imported when invoked (LazyGroup), so
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import click
 
@@ -22,6 +23,23 @@ COMMANDS = {
 }
 
 
+def _set_path(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        setattr(ctx.find_object(Ctx), param.name, Path(value))
+
+
+def with_path_options(cmd: click.Command) -> click.Command:
+    """--socket / --db after the command too (`specctl status --socket PATH`), overriding specctl's own."""
+    for sub in getattr(cmd, "commands", {}).values():
+        with_path_options(sub)
+    names = {p.name for p in cmd.params}
+    for name, what in (("socket", "daemon control socket"), ("db", "database for offline reads")):
+        if name not in names:
+            cmd.params.append(click.Option([f"--{name}"], metavar="PATH", expose_value=False, callback=_set_path,
+                                           help=f"{what} (as specctl --{name})"))
+    return cmd
+
+
 class LazyGroup(OneLineGroup):
     """Subcommands imported on use; usage errors as one line ('specctl: ...') and exit code 2."""
 
@@ -32,7 +50,7 @@ class LazyGroup(OneLineGroup):
         if name not in COMMANDS:
             return None
         module, attr = COMMANDS[name].split(":")
-        return getattr(importlib.import_module(module), attr)
+        return with_path_options(getattr(importlib.import_module(module), attr))
 
 
 @click.group(cls=LazyGroup)
