@@ -84,12 +84,25 @@ def open_nofollow(path: Path, flags: int, what: str, mode: int = 0o600) -> int:
 
 
 def _pin_file(path: Path, readonly: bool) -> os.stat_result:
-    """The database file itself, opened without following links (created 0600); its identity."""
-    fd = open_nofollow(path, os.O_RDONLY if readonly else os.O_RDWR | os.O_CREAT, "database")
+    """The database file itself, not followed if a link (created 0600); its identity. An existing file is
+    never opened here: closing any descriptor of a file drops every POSIX lock this process holds on it,
+    those of SQLite's open connections too (the daemon's, while an API read opens another)."""
     try:
-        st = os.fstat(fd)
-    finally:
-        os.close(fd)
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if readonly:
+            raise StoreError(f"database {path} does not exist") from None
+        fd = open_nofollow(path, os.O_RDWR | os.O_CREAT, "database")   # new: no connection has it yet
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise StoreError(f"database {path}: {e.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise StoreError(f"database {path} is a symbolic link; refusing to follow it (give the real path)")
+    if stat.S_ISREG(st.st_mode) and not os.access(path, os.R_OK if readonly else os.R_OK | os.W_OK):
+        raise StoreError(f"database {path}: {os.strerror(errno.EACCES)}")
     if not stat.S_ISREG(st.st_mode):
         raise StoreError(f"database {path} is not a regular file")
     for suffix in SIDECARS:
