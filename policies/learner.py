@@ -198,9 +198,9 @@ class BucketLearner(Policy):
         if that probe should go on (else None): begun at most STALE_PROBE_HALF_LIVES accept half-lives ago, no plain
         batch in b since, the estimate still under that acceptance by the indifference margin (it holds the traffic
         before: one tick at batch 12 took chat's 1.7 to 2.19, not coding's 2.6) and at it speculation pays."""
-        run, accept, margin = self.run, self.accept.mean, self.params["indifference"]
+        run, accept, margin, age = self.run, self.accept.mean, self.params["indifference"], now - self.run.since
         if (run.bucket != b or self.tried[OFF][b] >= run.since or not 0 < accept * (1.0 + margin) < run.accept
-                or not self.estimable(b) or now - run.since > STALE_PROBE_HALF_LIVES * self.accept.half_life_s):
+                or not self.estimable(b) or not 0 <= age <= STALE_PROBE_HALF_LIVES * self.accept.half_life_s):
             return None
         gain = relative_gain(self.mean(SPEC, b) / accept * run.accept, self.mean(OFF, b))
         return gain if gain > margin else None

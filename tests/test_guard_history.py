@@ -145,3 +145,16 @@ def test_a_probe_that_goes_on_as_a_shift_trial_keeps_its_threshold_when_it_pays(
     loop, changes = run(script, 29, 96, 5.0, stabilisation_s=0.5, explore_share=1.0)
     assert [(t, old, new) for t, old, new, _ in changes] == [(0.5, 29, 105)], changes
     assert loop.threshold == 105 and loop.guard.exploit == 105 and not loop._exploring
+
+
+def test_an_expired_shift_trial_at_the_same_threshold_does_not_block_a_later_probes():
+    # review (helper-37): a shift trial at 105 whose grant went unused left its record behind; a probe going on at
+    # 105 twenty seconds later was not recorded as a shift trial, and its threshold ended and came back
+    script = [(0.0, Decision(105, 29, "trial: accept length stale", shift=True)),
+              (1.0, Decision(29, 29, "best threshold 29: live batch 95-105 is plain decoding")),
+              (20.0, Decision(105, 29, "trial: speculate at batch 95-105 to measure it", untried=True)),
+              (20.5, Decision(105, 29, "trial: the probe goes on", shift=True)),
+              (21.0, Decision(105, 105, "speculate up to batch 105: it pays at batch 95-105", gain=0.03))]
+    loop, changes = run(script, 29, 96, 24.0, stabilisation_s=0.5, explore_share=1.0, learning_s=4)
+    assert [(t, old, new) for t, old, new, _ in changes if t >= 20.0] == [(20.0, 29, 105)], changes
+    assert loop.threshold == 105

@@ -165,7 +165,8 @@ class Guard:
                 and self._shift_trial_pays(now, decision, applied):
             return applied, f"{applied} stays, the trial showed it pays: {decision.reason}", False
         if applied is None or threshold == applied:
-            if exploratory and decision.shift and (self._shift_trial is None or self._shift_trial[1] != threshold):
+            if exploratory and decision.shift and (self._shift_trial is None or self._shift_trial[1] != threshold
+                                                   or now > self._shift_trial[2]):
                 # a trial already in force (a probe) goes on as a shift trial: its threshold may stay when it pays
                 self._shift_trial = (self.exploit, threshold, now + self.cfg.learning_s)
             return threshold, reason, exploratory
