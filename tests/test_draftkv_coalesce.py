@@ -168,9 +168,16 @@ def test_the_off_path_flushes_before_every_batch_it_does_not_write_and_before_a_
     monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: "stub")
     monkeypatch.setattr(draftkv, "write_prefill", lambda *a: log.append("prefill write") or True)
     off.draft_kv = True
-    prefill = decode_batch(1, extend_lens=[5])
-    assert off.draft_extend_for_prefill(sglang, "the draft worker", prefill, "hidden", [7]) == "stub"
-    assert log == [("flush", "the draft worker"), "prefill write"]
+    prefill = decode_batch(1, extend_lens=[5], forward_mode=Mode("extend"))
+
+    def extend(worker, b, *args, **kwargs):      # SGLang's forward of the extend calls the prefill hook
+        return off.draft_extend_for_prefill(sglang, "the draft worker", b, "hidden", [7])
+    assert off.forward_batch_generation(extend, w, prefill) == "stub"
+    assert log == [("flush", "draft"), "prefill write"]
+    log.clear()
+    off.sync_draft = True                                                           # SGLang's draft extend now
+    off.forward_batch_generation(sglang, w, decode_batch(9))
+    assert log[0] == ("flush", "draft") and len(ran) == 3
 
 
 def test_a_failed_flush_is_recorded_and_leaves_the_writes_per_batch(fast):
@@ -201,18 +208,19 @@ def test_coalesced_writes_leave_the_pool_as_per_batch_writes_do_on_torch():
             self.kv = torch.zeros(16)
 
         def write(self, aux, tokens, positions, loc):
+            slots = [s for s in loc.tolist() if s != PAD_SLOT]
+            assert len(slots) == len(set(slots)), "a slot stored twice at once: on a GPU either row may land"
             self.kv[loc] = aux.sum(-1) + tokens + positions
 
-    batches = [([1, 2, 3], 0), ([1, 4, 3], 10), ([5, 4, 1], 20), ([2, 2], 30)]   # slots, a value offset
+    batches = [([1, 2, 3], 0), ([1, 4, 3], 10), ([5, 4, 1], 20)]   # slots, a value offset
     direct, merged = Pool(), Pool()
     w = CoalescedKVWriter(merged, 4, 12, lambda draft_worker: contextmanager(lambda: (yield))())
     for slots, base in batches:
         n = len(slots)
         args = (torch.arange(2 * n, dtype=torch.float32).reshape(n, 2) + base, torch.arange(n) + base,
                 torch.arange(n) * 100 + base, torch.tensor(slots))
-        if len(set(slots)) == n:                 # one batch never writes a slot twice
-            direct.write(*args)
-            w.write(*args)
+        direct.write(*args)
+        w.write(*args)
     w.flush("draft")
     assert w.flushes == 1 and torch.equal(direct.kv[1:], merged.kv[1:])
 
@@ -225,12 +233,20 @@ def test_the_build_makes_the_coalesced_writer_sized_by_the_engines_batch(fast, m
     entered = []
     off.fast.names = SimpleNamespace(draft_context=SimpleNamespace(enter=lambda dw: entered.append(dw)))
     monkeypatch.setattr(draftkv, "build", lambda runner: "eager writer")
-    off._build_writer(SimpleNamespace(draft_worker=SimpleNamespace(draft_runner=None),
-                                      server_args=SimpleNamespace(max_running_requests=64)))
-    c = off.kv_coalesced
+    monkeypatch.setattr(draftkv_coalesce, "build", lambda *a: CoalescedKVWriter(*a))   # buffers need torch
+
+    def build(**server_args):
+        off.kv_writer = off.kv_coalesced = None
+        off._build_writer(SimpleNamespace(draft_worker=SimpleNamespace(draft_runner=None),
+                                          server_args=SimpleNamespace(max_running_requests=64, **server_args)))
+        return off.kv_coalesced
+    c = build()
     assert (c.eager, c.batches, c.capacity) == ("eager writer", 8, 512) and off._writer() is c
     c.enter("draft")
     assert entered == ["draft"]
+    assert build(enable_hierarchical_cache=True) is None and off._writer() == "eager writer"
+    monkeypatch.setattr(draftkv_coalesce, "build", lambda *a: (_ for _ in ()).throw(RuntimeError("out of memory")))
+    assert build() is None and off._writer() == "eager writer" and "draft KV coalescing" in plug.failures.places
 
 
 def test_the_run_time_switch_needs_a_built_writer_and_picks_it(fast):
@@ -245,3 +261,43 @@ def test_the_run_time_switch_needs_a_built_writer_and_picks_it(fast):
     assert off._writer() == "eager"
     plug.apply_own_keys({contract.DRAFT_KV_COALESCE_KEY: True})
     assert off._writer() == "coalesced"
+
+
+def test_last_write_wins_on_torch_for_many_duplicates():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        loc = rng.integers(1, 12, size=200)
+        assert draftkv_coalesce.last_write_wins(torch.tensor(loc)).tolist() == numpy_last_write_wins(loc).tolist()
+
+
+def test_the_rows_are_copied_when_written_not_kept_as_views():
+    # the target's decode graph hands out its static output buffers: the next replay overwrites them
+    w, _ = coalesced(batches=2)
+    aux, tokens, positions, loc = batch(1, 2)
+    w.write(aux, tokens, positions, loc)
+    for x in (aux, tokens, positions, loc):
+        x[...] = 7
+    w.write(*batch(3, 1))
+    assert w.eager.writes[0][3] == [1, 2, 3] and w.eager.writes[0][1] == [101, 102, 103]
+
+
+@pytest.mark.parametrize("args, tp, why", [
+    ({}, 1, None), ({"enable_hierarchical_cache": True}, 1, "hierarchical cache"),
+    ({"disaggregation_mode": "decode"}, 1, "disaggregation"), ({"disaggregation_mode": "null"}, 1, None),
+    ({}, 2, "TP > 1")])
+def test_engines_whose_draft_pool_moves_outside_the_flushes_keep_per_batch_writes(args, tp, why):
+    from types import SimpleNamespace
+    reason = draftkv_coalesce.unsupported_reason(SimpleNamespace(**args), tp)
+    assert (reason is None) if why is None else (why in reason)
+
+
+def test_build_makes_the_buffers_at_the_drafts_fc_width_on_torch():
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+    eager = SimpleNamespace(model=SimpleNamespace(fc=torch.nn.Linear(6, 2, bias=False)))
+    w = draftkv_coalesce.build(eager, 4, 16, lambda dw: None)
+    assert w.buffers[0].shape == (16, 6) and w.buffers[0].dtype == torch.float32
+    assert all(b.shape == (16,) and b.dtype == torch.int64 for b in w.buffers[1:])
+    with pytest.raises(ValueError):
+        draftkv_coalesce.build(SimpleNamespace(model=SimpleNamespace()), 4, 16, lambda dw: None)

@@ -42,7 +42,7 @@ KV_OFF='{"spec_controller_draft_kv": false}'; KV_ON='{"spec_controller_draft_kv"
 load_as() { # label state-json restore-json need-s loads.py-args...: one load against the no-spec engine with the
   # daemon's engine switched to state (its rows labelled label), then back
   local label=$1 state=$2 restore=$3 need=$4; shift 4
-  [ "$(left)" -gt "$need" ] || { say "skip $label $2 (time)"; return; }
+  [ "$(left)" -gt "$need" ] || { say "skip $label $*" | cut -c1-120; return; }
   internal_state 30000 "$state" | tee -a "$SUM"
   load_sum "$@" --engines "nospec=30001,$label=30000" --repeats "${REPEATS:-2}" --flush --out "$R"
   internal_state 30000 "$restore" | tee -a "$SUM"; say "$label $2 done"
@@ -84,8 +84,10 @@ if start_daemon; then
         --shape open --rates "$RATES" --seconds "$OPEN_S" --tokenizer $TOK ;;
     steadyfast) load_as fast "$KV_OFF" "$KV_ON" 40 --shape steady --levels 1,16,48,128 --steady-len 192 ;;
     closedpb)   # with COALESCE=N: the same closed loop / steady decode with the kv writes per batch (label perbatch)
+      [ -n "${COALESCE:-}" ] || { say "skip closedpb (COALESCE not set: nothing to compare)"; continue; }
       closed_as perbatch "$PB_OFF" "$PB_ON" ;;
-    steadypb) load_as perbatch "$PB_OFF" "$PB_ON" 40 --shape steady --levels 1,16,48,128 --steady-len 192 ;;
+    steadypb) [ -n "${COALESCE:-}" ] || { say "skip steadypb (COALESCE not set: nothing to compare)"; continue; }
+      load_as perbatch "$PB_OFF" "$PB_ON" 40 --shape steady --levels 1,16,48,128 --steady-len 192 ;;
     closedkveager)  # with KV_GRAPH=1 (the kv writes from CUDA graphs): the same with them eager (label "kveager")
       closed_as kveager '{"spec_controller_draft_kv_graph": false}' '{"spec_controller_draft_kv_graph": true}' ;;
     closedpinned)  # the closed loop with the threshold pinned at PIN_T (8), label pinned: batches above it run off,

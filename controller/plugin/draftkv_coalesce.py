@@ -8,8 +8,9 @@ a 4096-wide EAGLE3 head, ~45 us on an H200) plus ~10 small kernels: ~2 % of each
 states, the tokens, positions and slots) into a buffer, and one write covers up to N batches.
 
 The draft's KV must hold every buffered position before anything else reads or writes the draft's pool: the
-plugin flushes before every batch this writer does not take (speculative, extend, steps-0, another writer)
-and before a prefill's draft KV is written (offpath.py). Within one flush a slot can appear twice (a request
+plugin flushes before every batch this writer does not take (speculative, extend with its prefill's draft
+KV, steps-0, another writer; offpath.py). Not with the hierarchical cache, disaggregation or TP > 1
+(unsupported_reason). Within one flush a slot can appear twice (a request
 finished and its slot went to another request's next token): the later row wins, the earlier ones are
 pointed at the pool's padding slot, where SGLang's padded graph rows write too.
 """
@@ -87,3 +88,32 @@ class CoalescedKVWriter:
 
 def capacity(batches: int, max_running_requests: int) -> int:
     return max(1, min(MAX_ROWS, batches * max(1, max_running_requests)))
+
+
+def unsupported_reason(server_args: Any, tp_size: int) -> str | None:
+    """Why this engine's draft-KV writes must stay per batch, or None. Other readers and writers of the
+    draft's pool that do not pass the plugin's flushes: the hierarchical cache backs it up to host memory
+    while result processing inserts into the radix tree, and loads it back on its own stream;
+    disaggregation sends a prompt's KV from the prefill engine and writes it into the decode engine's slots.
+    At TP > 1 every rank would have to buffer and flush alike (the draft's embedding is a collective)."""
+    if getattr(server_args, "enable_hierarchical_cache", False):
+        return "the hierarchical cache copies the draft's KV outside the plugin's flushes"
+    if (getattr(server_args, "disaggregation_mode", None) or "null") != "null":
+        return "disaggregation moves the draft's KV outside the plugin's flushes"
+    if tp_size > 1:
+        return "TP > 1 (every rank would have to flush alike)"
+    return None
+
+
+def build(eager: Any, batches: int, rows: int, enter: Callable[[Any], ContextManager]) -> CoalescedKVWriter:
+    """The writer with its buffers made now, on the draft's device, at its fc input width (the target's aux
+    hidden states): not on the hot path, and a failure here leaves the writes per batch (ValueError or
+    torch's error)."""
+    import torch
+    weight = getattr(getattr(eager.model, "fc", None), "weight", None)
+    if weight is None or weight.dim() != 2:
+        raise ValueError("the draft has no fc weight to size the buffer's hidden-state rows by")
+    i64 = dict(dtype=torch.int64, device=weight.device)
+    buffers = (torch.empty((rows, weight.shape[1]), dtype=weight.dtype, device=weight.device),
+               torch.empty(rows, **i64), torch.empty(rows, **i64), torch.empty(rows, **i64))
+    return CoalescedKVWriter(eager, batches, rows, enter, buffers=buffers)

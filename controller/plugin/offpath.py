@@ -75,13 +75,13 @@ class OffPath:
             return self.kv_graph
         return self.kv_coalesced if self.use_coalesce and self.kv_coalesced is not None else self.kv_writer
 
-    def _flush_kv(self, worker: Any, is_draft: bool = False) -> None:
-        """The coalesced writes still buffered, before anything else touches the draft's pool (worker: the
-        EAGLE worker, or with is_draft its draft worker)."""
+    def _flush_kv(self, worker: Any) -> None:
+        """The coalesced writes still buffered, before anything else touches the draft's pool (every batch
+        that is not an off decode batch comes here first, a prefill's draft pass too)."""
         if self.kv_coalesced is None:
             return
         try:
-            self.kv_coalesced.flush(worker if is_draft else worker.draft_worker)
+            self.kv_coalesced.flush(worker.draft_worker)
         except Exception as e:        # those positions' draft KV stays unwritten; later batches write per batch
             self.failures.record("draft KV flush", e)
             self.kv_coalesced = None
@@ -138,12 +138,24 @@ class OffPath:
         if self.kv_writer is not None and self.want_kv_graph:
             self._capture_kv_graphs(worker)
         elif self.kv_writer is not None and self.want_coalesce > 1:
-            names, args = self.fast.names, getattr(worker, "server_args", None)
-            rows = draftkv_coalesce.capacity(self.want_coalesce, getattr(args, "max_running_requests", None) or 128)
-            self.kv_coalesced = draftkv_coalesce.CoalescedKVWriter(
-                self.kv_writer, self.want_coalesce, rows, lambda draft_worker: names.draft_context.enter(draft_worker))
-            log.info("spec-controller: draft KV writes coalesced over up to %d off batches (%d rows; experimental)",
-                     self.want_coalesce, rows)
+            self._build_coalesced(worker)
+
+    def _build_coalesced(self, worker: Any) -> None:
+        args = getattr(worker, "server_args", None)
+        why = draftkv_coalesce.unsupported_reason(args, self.tp_size)
+        if why is not None:
+            log.warning("spec-controller: draft KV writes not coalesced (%s): written per batch", why)
+            return
+        names = self.fast.names
+        rows = draftkv_coalesce.capacity(self.want_coalesce, getattr(args, "max_running_requests", None) or 128)
+        try:
+            self.kv_coalesced = draftkv_coalesce.build(self.kv_writer, self.want_coalesce, rows,
+                                                       lambda draft_worker: names.draft_context.enter(draft_worker))
+        except Exception as e:
+            self.failures.record("draft KV coalescing", e)
+            return
+        log.info("spec-controller: draft KV writes coalesced over up to %d off batches (%d rows; experimental)",
+                 self.want_coalesce, rows)
 
     def _capture_kv_graphs(self, worker: Any) -> None:
         graphs = self.fast.graph_runner
@@ -224,7 +236,6 @@ class OffPath:
         forward over the prompt while no batch size speculates (without the kv writer its draft KV stays
         unwritten) and, with the writer, whenever the batch it joins will not speculate
         (contract.prefill_skips_draft): a busy server at a small threshold pays no draft pass per prefill."""
-        self._flush_kv(draft_worker, is_draft=True)   # buffered positions first: this prompt may reuse their slots
         writer = self._writer()
         joining = len(getattr(batch, "extend_lens", None) or ())      # requests in this extend (draftkv.ATTRIBUTES)
         if not (self.lean_prefill and not self.rejection and self.router.active and prefill_skips_draft(
