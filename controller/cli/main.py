@@ -12,6 +12,7 @@ import click
 from .common import Ctx
 from .options import OneLineGroup, version_option
 
+OWN_PATHS = {"simulate"}      # commands that reach no daemon: no --socket / --db of theirs
 COMMANDS = {
     "status": "controller.cli.status:status",
     "stop": "controller.cli.stop:stop",
@@ -24,8 +25,9 @@ COMMANDS = {
 
 
 def _set_path(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    if value is not None:
-        setattr(ctx.find_object(Ctx), param.name, Path(value))
+    obj = ctx.find_object(Ctx)
+    if value and obj is not None:        # empty: not given, as before the command
+        setattr(obj, param.name, Path(value))
 
 
 def with_path_options(cmd: click.Command) -> click.Command:
@@ -50,7 +52,8 @@ class LazyGroup(OneLineGroup):
         if name not in COMMANDS:
             return None
         module, attr = COMMANDS[name].split(":")
-        return with_path_options(getattr(importlib.import_module(module), attr))
+        command = getattr(importlib.import_module(module), attr)
+        return command if name in OWN_PATHS else with_path_options(command)
 
 
 @click.group(cls=LazyGroup)
