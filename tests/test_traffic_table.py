@@ -20,3 +20,13 @@ def test_a_phase_run_twice_pairs_each_run_with_the_no_spec_run_of_its_own_block(
     (row,) = traffic_table.offpath_rows(traffic_table.grouped(rows), "call")
     assert row["paired"] == 4
     assert row["pair_ratios_tok_s"] == [0.9, 0.95, 0.9, 0.95]
+
+
+def test_the_headline_ratio_takes_the_no_spec_runs_of_the_variants_own_blocks():
+    # one call, two variants against the same no-spec engine, which drifted between their blocks
+    rows = [run("nospec", 0, 0, 1000), run("off", 0, 10, 900), run("off", 1, 20, 900), run("nospec", 1, 30, 1000),
+            run("nospec", 0, 100, 800), run("fast", 0, 110, 800), run("fast", 1, 120, 800), run("nospec", 1, 130, 800)]
+    rows_by_mode = {r["mode"]: r for r in traffic_table.offpath_rows(traffic_table.grouped(rows), "call")}
+    assert (rows_by_mode["off"]["nospec_tok_s"], rows_by_mode["off"]["ratio"]) == (1000, 0.9)
+    assert (rows_by_mode["fast"]["nospec_tok_s"], rows_by_mode["fast"]["ratio"]) == (800, 1.0)
+    assert rows_by_mode["off"]["nospec_repeats"] == 2

@@ -39,6 +39,9 @@ def offpath_rows(groups: dict[tuple, list[dict]], call: str, paired: bool = Fals
         base = groups.get((shape, level, "nospec"))
         if label not in OFF_MODES or not base:
             continue
+        pairs = paired_runs(rs, base) if paired or any(r.get("engines_resident") for r in rs) else []
+        if pairs:    # the no-spec runs of this variant's own blocks (a call runs several variants against it)
+            base = list({id(b): b for _, b in pairs}.values())
         off, nospec = med(rs, "tok_s"), med(base, "tok_s")
         out.append({"shape": shape, "level": level, "mode": label, "off_tok_s": off, "nospec_tok_s": nospec,
                     "ratio": round(off / nospec, 3), "repeats": len(rs), "nospec_repeats": len(base),
@@ -49,21 +52,24 @@ def offpath_rows(groups: dict[tuple, list[dict]], call: str, paired: bool = Fals
             out[-1].update(off_tpot_ms=med(rs, "tpot_ms"), nospec_tpot_ms=med(base, "tpot_ms"),
                            off_e2e_ms=med(rs, "e2e_ms"), nospec_e2e_ms=med(base, "e2e_ms"))
             keys += ["tpot_ms", "e2e_ms"]
-        if paired or any(r.get("engines_resident") for r in rs):
-            out[-1].update(paired_ratios(rs, base, keys))
+        if pairs:
+            out[-1].update(paired_ratios(pairs, keys))
     return out
 
 
-def paired_ratios(rs: list[dict], base: list[dict], keys: list[str]) -> dict:
+def paired_runs(rs: list[dict], base: list[dict]) -> list[tuple[dict, dict]]:
     """Runs of both engines with the same repeat (the same seed: the same requests and arrival times),
-    made alternately while both engines were resident (loads.py --engines): off / no-spec per pair. A call
-    that ran a phase twice has a no-spec run per repeat in each block: a run pairs with the nearest in time."""
+    made alternately while both engines were resident (loads.py --engines). A call that ran a phase twice
+    (or several variants against the one no-spec engine) has a no-spec run per repeat in each block: a run
+    pairs with the nearest in time."""
     def start(r: dict) -> float:
         return r.get("t_start") or 0.0
-    pairs = [(r, min(same, key=lambda b: abs(start(b) - start(r)))) for r in rs
-             if (same := [b for b in base if b["repeat"] == r["repeat"]])]
-    if not pairs:
-        return {}
+    return [(r, min(same, key=lambda b: abs(start(b) - start(r)))) for r in rs
+            if (same := [b for b in base if b["repeat"] == r["repeat"]])]
+
+
+def paired_ratios(pairs: list[tuple[dict, dict]], keys: list[str]) -> dict:
+    """off / no-spec per pair."""
     out = {"paired": len(pairs)}
     for key in keys:
         ratios = [round(a[key] / b[key], 3) for a, b in pairs if a.get(key) and b.get(key)]
