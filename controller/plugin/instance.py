@@ -6,9 +6,8 @@ import logging
 import os
 from typing import Any, Callable, Mapping
 
-from ..contract import (BOOL_KEYS, DRAFT_KV_COALESCE_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_KEY, ENV_ADDRESS, ENV_DRAFT_KV, ENV_DRAFT_KV_COALESCE,
-                        ENV_DRAFT_KV_GRAPH,
-                        ENV_FAST_OFF, ENV_INITIAL_THRESHOLD,
+from ..contract import (BOOL_KEYS, DRAFT_KV_COALESCE_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_KEY, ENV_ADDRESS, ENV_DRAFT_KV,
+                        ENV_DRAFT_KV_COALESCE, ENV_DRAFT_KV_GRAPH, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD,
                         ENV_LEAN_PREFILL, ENV_SYNC_DRAFT, EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_PREFILL_KEY, OWN_KEYS,
                         REASON_INACTIVE, SIM_ACC_KEY, SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version,
                         validate_threshold)
@@ -101,7 +100,7 @@ class Plugin:
                     f"{ENV_DRAFT_KV_GRAPH}=1; TP 1 with decode CUDA graphs; the engine log says why not)")
         if ours.get(DRAFT_KV_COALESCE_KEY) and built and self.off_path.kv_coalesced is None:
             return (f"{DRAFT_KV_COALESCE_KEY}: this engine does not coalesce the draft's KV writes (start it with "
-                    f"{ENV_DRAFT_KV_COALESCE}=N, 2 .. 64)")
+                    f"{ENV_DRAFT_KV_COALESCE}=N, 2 .. 64; the engine log says if it is unsupported)")
         for key in EXPERIMENT_KEYS:
             if key in ours and self.env.get("SPEC_CONTROLLER_EXPERIMENTS") != "1":
                 return f"{key} is an experiment knob (start the engine with SPEC_CONTROLLER_EXPERIMENTS=1)"
