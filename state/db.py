@@ -102,7 +102,8 @@ def _pin_file(path: Path, readonly: bool) -> os.stat_result:
     if stat.S_ISLNK(st.st_mode):
         raise StoreError(f"database {path} is a symbolic link; refusing to follow it (give the real path)")
     if stat.S_ISREG(st.st_mode) and not os.access(path, os.R_OK if readonly else os.R_OK | os.W_OK):
-        raise StoreError(f"database {path}: {os.strerror(errno.EACCES)}")
+        read_only_fs = not readonly and os.statvfs(path).f_flag & os.ST_RDONLY
+        raise StoreError(f"database {path}: {os.strerror(errno.EROFS if read_only_fs else errno.EACCES)}")
     if not stat.S_ISREG(st.st_mode):
         raise StoreError(f"database {path} is not a regular file")
     for suffix in SIDECARS:
