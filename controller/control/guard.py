@@ -165,15 +165,15 @@ class Guard:
                 and self._shift_trial_pays(now, decision, applied):
             return applied, f"{applied} stays, the trial showed it pays: {decision.reason}", False
         if applied is None or threshold == applied:
-            if exploratory and decision.shift and (self._shift_trial is None or self._shift_trial[1] != threshold
-                                                   or now > self._shift_trial[2]):
+            trial = self._live_shift_trial(now)
+            if exploratory and decision.shift and (trial is None or trial[1] != threshold):
                 # a trial already in force (a probe) goes on as a shift trial: its threshold may stay when it pays
-                self._shift_trial = (self.exploit, threshold, now + self.cfg.learning_s)
+                self._note_shift_trial(now, threshold)
             return threshold, reason, exploratory
         if live and not moves_any(applied, threshold, live):
             return applied, reason + f"; guard: kept {applied} (coalesced: {threshold} moves no live batch size)", exploratory
         if exploratory and decision.shift:
-            self._shift_trial = (self.exploit, threshold, now + self.cfg.learning_s)
+            self._note_shift_trial(now, threshold)
         if self.cfg.changes_per_min == 0 or (exploring and not exploratory):
             return threshold, reason, exploratory
         if decision.untried:
@@ -196,6 +196,14 @@ class Guard:
         self.exploit = applied
         return applied, reason + f"; guard: change budget spent, {threshold} waits", False
 
+    def _note_shift_trial(self, now: float, threshold: int) -> None:
+        self._shift_trial = (self.exploit, threshold, now + self.cfg.learning_s)
+
+    def _live_shift_trial(self, now: float) -> tuple[int, int, float] | None:
+        """The shift trial on record (exploit threshold then, its threshold, until), unless learning_s is over."""
+        trial = self._shift_trial
+        return trial if trial is not None and now <= trial[2] else None
+
     def _shift_trial_pays(self, now: float, decision: Decision, applied: int) -> bool:
         """The shift trial in force at `applied` showed that its threshold pays: the policy now
         proposes it as its best, worth min_gain. It becomes the exploit threshold at once, the trial's
@@ -206,7 +214,8 @@ class Guard:
         it slowed re-convergence on the traces (mixed-shift seed 3: 6.0 -> 50.5 s, coding-to-chat seeds
         3/4: 8.0/6.5 -> 22.4/22.5 s): a probe of a never-measured arm comes 0.5 s after the load moved,
         and the plain batches of the way back are then most of what its bucket knows of the other mode."""
-        if self._shift_trial is None or self._shift_trial[1] != applied or now > self._shift_trial[2]:
+        trial = self._live_shift_trial(now)
+        if trial is None or trial[1] != applied:
             return False
         if self.clamp(decision.exploit_threshold) != applied or decision.exploratory:
             return False
@@ -221,12 +230,10 @@ class Guard:
     def _follows_shift_trial(self, now: float, threshold: int) -> bool:
         """Is this move the one a shift trial called for (at least as far as the trial's threshold,
         on its side, within learning_s)? Once: the grant is used up by it."""
-        if self._shift_trial is None:
-            return False
-        before, trial, until = self._shift_trial
-        if now > until:
+        if self._live_shift_trial(now) is None:
             self._shift_trial = None
             return False
+        before, trial, _ = self._shift_trial
         if (trial > before and threshold >= trial) or (trial < before and threshold <= trial):
             self._shift_trial = None
             return True

@@ -60,6 +60,18 @@ FACTS = (
 )
 
 
+PAD_SLOT = 0        # the KV pools' padding slot: padded or superseded rows' dummy writes land there harmlessly
+
+
+def fc_weight(writer: "DraftKVWriter", what: str) -> Any:
+    """The draft's fc weight, whose input width is the target's aux hidden states' (EAGLE3: its aux layers
+    concatenated): what sizes a buffer of them (`what`, for the ValueError when the draft has none)."""
+    weight = getattr(getattr(writer.model, "fc", None), "weight", None)
+    if weight is None or weight.dim() != 2:
+        raise ValueError(f"the draft has no fc weight to size {what} by")
+    return weight
+
+
 @dataclass(frozen=True)
 class DraftKVWriter:
     model: Any          # the draft's inner model (embed_tokens, fc, input_norm, fc_norm, layers)

@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager
 
-PAD_SLOT = 0             # the KV pools' padding slot (as draftkv_graph.PAD_SLOT)
+from .draftkv import PAD_SLOT, fc_weight
+
 MAX_ROWS = 2048          # the buffer's rows at most (at the 7.2B target's aux width: 48 MiB in bf16)
 
 
@@ -110,9 +111,7 @@ def build(eager: Any, batches: int, rows: int, enter: Callable[[Any], ContextMan
     hidden states): not on the hot path, and a failure here leaves the writes per batch (ValueError or
     torch's error)."""
     import torch
-    weight = getattr(getattr(eager.model, "fc", None), "weight", None)
-    if weight is None or weight.dim() != 2:
-        raise ValueError("the draft has no fc weight to size the buffer's hidden-state rows by")
+    weight = fc_weight(eager, "the buffer's hidden-state rows")
     i64 = dict(dtype=torch.int64, device=weight.device)
     buffers = (torch.empty((rows, weight.shape[1]), dtype=weight.dtype, device=weight.device),
                torch.empty(rows, **i64), torch.empty(rows, **i64), torch.empty(rows, **i64))

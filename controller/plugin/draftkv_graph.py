@@ -15,7 +15,8 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-PAD_SLOT = 0            # the KV pools' padding slot: padded rows' dummy writes land there harmlessly
+from .draftkv import PAD_SLOT, fc_weight
+
 # The SGLang names this module relies on (tests/test_draftkv_graph.py checks every wheel 0.5.17 ... 0.5.23).
 ATTRIBUTES = {"sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner": ("capture_bs",)}
 FACTS = (("sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner.EAGLEDraftExtendCudaGraphRunner.execute",
@@ -62,10 +63,7 @@ def capture(eager: Any, sizes: Sequence[int], enter: Callable[[], Any]) -> Graph
     (`enter()`, as the eager write runs). The aux width is the draft's fc input (EAGLE3: the target's aux
     layers concatenated); a draft without fc gets no graphs (ValueError)."""
     import torch
-    fc = getattr(eager.model, "fc", None)
-    weight = getattr(fc, "weight", None)
-    if weight is None or weight.dim() != 2:
-        raise ValueError("the draft has no fc weight to size the graphs' hidden-state input by")
+    weight = fc_weight(eager, "the graphs' hidden-state input")
     sizes = tuple(sorted(set(int(s) for s in sizes)))
     top, device = sizes[-1], weight.device
     i64 = dict(dtype=torch.int64, device=device)
