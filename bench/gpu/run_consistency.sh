@@ -25,18 +25,20 @@ echo "{\"1\": {\"candidate_steps\": [0, $K]}}" >$SC/adaptive.json
 KEEP='"spec_controller_lean_prefill": false'
 FAST="fast={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": false, $KEEP}"
 KV="kv={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, $KEEP}"
+# with SPEC_CONTROLLER_DRAFT_KV_COALESCE=N the kv mode coalesces its writes; kvpb: the same per batch
+KVPB=(); [ -n "${SPEC_CONTROLLER_DRAFT_KV_COALESCE:-}" ] && KVPB=(--offon "kvpb={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"spec_controller_draft_kv_coalesce\": false, $KEEP}")
 SYNCED="synced={\"spec_controller_sync_draft\": true, \"spec_controller_draft_kv\": false, $KEEP}"
 
 if start_server spec 30000 SPEC_PROPOSALS=/tmp/pp/spec SPEC_CONTROLLER_INITIAL_THRESHOLD=0 \
     SPEC_CONTROLLER_DRAFT_KV=1 SPEC_CONTROLLER_SYNC_DRAFT=1 -- "${SPECK[@]}" \
     --speculative-adaptive --speculative-adaptive-config $SC/adaptive.json --disable-radix-cache; then
   save_caches
-  say "draft steps $K, adaptive $(cat $SC/adaptive.json)"
+  say "draft steps $K, adaptive $(cat $SC/adaptive.json), kv writes coalesced over ${SPEC_CONTROLLER_DRAFT_KV_COALESCE:-1} batch(es)"
   grep -E "spec-controller|spec_proposals|Traceback" $OUT/spec.log | head -6 | cut -c1-300 | tee -a "$SUM"
   [ "$(left)" -lt 120 ] && say "only $(left) s left: fewer prompts than asked"
   timeout $(($(left) > 60 ? $(left) - 25 : 35)) python3 bench/gpu/draft_consistency.py --port 30000 \
     --pp /tmp/pp/spec --maxbs $MAXBS --prompts "${PROMPTS:-10}" --prompt-len 160 --output-len 320 --off-tokens 128 --window 96 \
-    --offon "$FAST" --offon "$KV" --offon "$SYNCED" --deadline-s $(($(left) > 100 ? $(left) - 70 : 30)) \
+    --offon "$FAST" --offon "$KV" "${KVPB[@]}" --offon "$SYNCED" --deadline-s $(($(left) > 100 ? $(left) - 70 : 30)) \
     --out $OUT/consistency.json >$OUT/consistency.log 2>&1
   say "draft_consistency exit code $?"
   grep -E "^(CONSIST|ERROR|deadline)|Traceback|Error" $OUT/consistency.log | cut -c1-2500 | tee -a "$SUM"
