@@ -270,7 +270,7 @@ timeline_lines() { # from_line open_skip open_s [closed_warmup closed_s]: a TIME
     read -r label shape < <(echo "$row" | python3 -c "import sys, json; r = json.load(sys.stdin); print(r['label'], r['shape'])")
     if [ "$shape" = open ]; then win=(--skip "$2" --seconds "$3"); else
       win=(--skip "$4" --seconds "$(python3 -c "print($4 + $5)")"); fi
-    case $label in fast|pinned|kveager) label=off ;; esac   # run_pair.sh's variants: the daemon's engine
+    case $label in nospec) ;; *) label=off ;; esac   # run_pair.sh's variants (fast, perbatch, pinned, ...): the daemon's engine
     python3 bench/gpu/timeline_summary.py /tmp/tl/"$label" --load-row "$row" "${win[@]}" \
       --json "$OUT/timeline.jsonl" | cut -c1-400 >>"$SUM"
   done
