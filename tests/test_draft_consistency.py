@@ -103,6 +103,19 @@ def test_only_the_first_on_step_stubbed_is_told_apart():
     assert m["window"]["match"] == pytest.approx(48 / 49, abs=1e-4)
 
 
+def test_the_table_says_when_the_references_never_met_the_on_steps():
+    """12-02: the lost first on-step put kv's later steps on the other parity than both references' (always1
+    lands on always's positions once both accept 2): 0 counterparts must not read as 0 identical proposals."""
+    s = L + 130
+    same_parity = always(0) + always(0, 0, "always1")
+    out = dc.analyse(same_parity + offon("offon-kv", 0, s, stale=1), W)
+    x = out["modes"]["offon-kv"]["window_after_first"]
+    assert x["counterparts"] == 0 and x["steps"] == 48
+    assert "NOTE offon-kv: proposals compared at 0 of its 48 on-steps" in dc.table(out)
+    met = dc.analyse(reference(0) + offon("offon-kv", 0, s, stale=1), W)
+    assert met["modes"]["offon-kv"]["window_after_first"]["match"] == 1.0 and "NOTE" not in dc.table(met)
+
+
 def test_modes_pool_their_requests_and_keep_them_apart():
     rows = reference(0) + reference(1) + offon("offon-fast", 0, L + 130, K) + offon("offon-fast", 1, L + 131, K)
     rows += offon("offon-kv", 0, L + 128) + offon("offon-kv", 1, L + 133)
