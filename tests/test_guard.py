@@ -85,6 +85,9 @@ LIMITS = [  # setting, lowest and highest allowed, one just under, one just over
     ("changes_burst", 2, 1000, 1.9, 1000.5, "2 .. 1000"),
     ("urgent_gain", 0, 10, -0.01, 10.01, "0 .. 10"),
     ("learning_s", 0, 3600, -0.1, 3600.5, "0 .. 3600"),
+    ("flap_s", 0, 86400, -0.1, 86400.5, "0 .. 86400"),
+    ("untried_per_min", 0, 6000, -0.1, 6000.5, "0 .. 6000"),
+    ("untried_burst", 1, 1000, 0.9, 1000.5, "1 .. 1000"),
 ]
 
 
@@ -117,7 +120,17 @@ def test_unknown_guard_setting_lists_the_known_ones():
         GuardConfig.from_mapping({"bogus": 1})
     assert str(err.value) == ("unknown guard setting 'bogus' (known: min_threshold, max_threshold, stabilisation_s, "
                               "max_step_buckets, explore_share, explore_window_s, fallback_after_s, fallback_threshold, "
-                              "min_gain, coalesce_window_s, changes_per_min, changes_burst, urgent_gain, learning_s)")
+                              "min_gain, coalesce_window_s, changes_per_min, changes_burst, urgent_gain, learning_s, "
+                              "flap_s, untried_per_min, untried_burst, shift_ratio)")
+
+
+def test_shift_ratio_is_off_at_0_or_above_1():
+    assert GuardConfig.from_mapping({"shift_ratio": 0}).shift_ratio == 0
+    assert GuardConfig.from_mapping({"shift_ratio": 1000}).shift_ratio == 1000
+    for bad in (0.5, 1.0, 1000.5, -1):
+        with pytest.raises(GuardConfigError) as err:
+            GuardConfig.from_mapping({"shift_ratio": bad})
+        assert str(err.value) == f"guard setting shift_ratio={float(bad)!r} out of range (allowed 0 (off) or > 1 .. 1000)"
 
 
 def test_exploration_share_is_discounted_by_half_every_window():

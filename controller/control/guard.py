@@ -13,6 +13,7 @@ from policies.buckets import Buckets
 from policies.types import Decision, PolicyError
 
 from .changes import ChangeBudget
+from .shift import LoadLevel
 
 
 class GuardConfigError(ValueError):
@@ -35,6 +36,10 @@ class GuardConfig:
     changes_burst: float = 6.0          # ... and at once
     urgent_gain: float = 0.05           # an exploit move expected to gain this much is never held back
     learning_s: float = 20.0            # ... nor any change this long after a probe of an untried arm
+    flap_s: float = 60.0                # ... nor a move reversing one this recent, nor a probe repeating one
+    untried_per_min: float = 0.25       # probes of an untried arm let through free of the change budget (bucket) ...
+    untried_burst: float = 2.0          # ... and at once; past it a probe is charged like any trial
+    shift_ratio: float = 2.0            # ... except while the live batch sizes move this far (controller.control.shift)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> "GuardConfig":
@@ -67,6 +72,10 @@ class GuardConfig:
             ("changes_burst", 2 <= self.changes_burst <= 1000, "2 .. 1000"),
             ("urgent_gain", 0 <= self.urgent_gain <= 10, "0 .. 10"),
             ("learning_s", 0 <= self.learning_s <= 3600, "0 .. 3600"),
+            ("flap_s", 0 <= self.flap_s <= 86400, "0 .. 86400"),
+            ("untried_per_min", 0 <= self.untried_per_min <= 6000, "0 .. 6000"),
+            ("untried_burst", 1 <= self.untried_burst <= 1000, "1 .. 1000"),
+            ("shift_ratio", self.shift_ratio == 0 or 1 < self.shift_ratio <= 1000, "0 (off) or > 1 .. 1000"),
         ]
         for name, ok, allowed in checks:
             if not ok:
@@ -94,6 +103,16 @@ class Guard:
         self._explored = 0.0
         self._t = None
         self.changes = ChangeBudget(config.changes_per_min, config.changes_burst)
+        # Probes of an untried arm have their own small bucket: free of the change budget (which a real
+        # shift needs: spending it on probes left the looped mixed-shift trace's C=96 phase with 0.58
+        # tokens and its correcting probe skipped), but not unlimited at constant load (h200-2b6 at
+        # 40 req/s probed the same never-caught arm several times a minute).
+        self.probes = ChangeBudget(config.untried_per_min, config.untried_burst)
+        self.level = LoadLevel(config.shift_ratio, config.learning_s)   # ... unless the load moves
+        self._moving = False
+        self._settled = (self.exploit, -1e9, 0)   # the last non-trial threshold applied, when, direction
+        self._trial_visible = True       # the trial in force was a visible change: its end is free
+        self._untried: dict[int, float] = {}      # threshold of a probe of an untried arm -> when
         self._learning_until = -1.0      # the policy probed an untried arm: changes are not held until then
         # the last shift trial (exploit threshold then, its threshold, until when the move it calls for is free)
         self._shift_trial: tuple[int, int, float] | None = None
@@ -156,7 +175,21 @@ class Guard:
         is made). A visible change then needs the change budget (token bucket), except the
         end of an exploration, a probe of an untried arm, a trial the load's move calls for
         (decision.shift) and, within learning_s of it, the move to that trial's threshold, and
-        exploit moves worth `urgent_gain`."""
+        exploit moves worth `urgent_gain`.
+        The end of a trial is free only when the trial was a visible change (or a shift trial):
+        a trial whose threshold was the one in force already cost nothing, and its "end" was a
+        free flap of the exploit threshold (h200-2b6 at 40 req/s: 16 -> 23 -> 16 -> 23 in 4 s)."""
+        self._moving = self.level.update(now, live)
+        out = self._apply(now, decision, last_sample_t, applied, live, exploring)
+        if not out[2] and out[0] != self._settled[0]:
+            self._settled = (out[0], now, 1 if out[0] > self._settled[0] else -1)
+        if out[2]:
+            self._trial_visible = ((exploring and self._trial_visible) or decision.shift
+                                   or applied is None or out[0] != applied)
+        return out
+
+    def _apply(self, now: float, decision: Decision, last_sample_t: float | None, applied: int | None,
+               live: Collection[int], exploring: bool) -> tuple[int, str, bool]:
         if last_sample_t is None or now - last_sample_t > self.cfg.fallback_after_s:
             quiet = "no samples yet" if last_sample_t is None else f"no samples for {now - last_sample_t:.1f} s"
             return self.clamp(self.cfg.fallback_threshold), f"fallback to {self.cfg.fallback_threshold}: {quiet}", False
@@ -174,17 +207,19 @@ class Guard:
             return applied, reason + f"; guard: kept {applied} (coalesced: {threshold} moves no live batch size)", exploratory
         if exploratory and decision.shift:
             self._note_shift_trial(now, threshold)
-        if self.cfg.changes_per_min == 0 or (exploring and not exploratory):
+        if self.cfg.changes_per_min == 0 or (exploring and not exploratory and self._trial_visible):
             return threshold, reason, exploratory
-        if decision.untried:
+        untried = decision.untried and exploratory and not self._repeats(now, threshold) \
+            and (decision.shift or self._moving or self.probes.take(now, 1.0))
+        if untried:
             self._learning_until = now + self.cfg.learning_s
-        learning = now < self._learning_until
+        learning = now < self._learning_until and not self._reverses(now, threshold)
         if exploratory:
             # Two tokens: the trial and the way back. A shift trial takes none: the load moved, and
             # the change budget, there for the noise at constant load, held it back for 40-50 engine s
             # or a whole phase once exploratory trials had spent it (the looped mixed-shift trace's
             # third pass through C=96). Its way back and the move it calls for are free too.
-            if self.changes.take(now, 2.0, force=decision.untried or decision.shift):
+            if self.changes.take(now, 2.0, force=untried or decision.shift):
                 return threshold, reason, True
             threshold, reason = self.exploit, f"best threshold {self.exploit}; trial skipped: change budget spent"
             if threshold == applied or not moves_any(applied, threshold, live or (threshold,)):
@@ -203,6 +238,20 @@ class Guard:
         """The shift trial on record (exploit threshold then, its threshold, until), unless learning_s is over."""
         trial = self._shift_trial
         return trial if trial is not None and now <= trial[2] else None
+
+    def _reverses(self, now: float, threshold: int) -> bool:
+        """Would applying `threshold` reverse the last move, made within flap_s (A -> B -> A)?"""
+        last, at, direction = self._settled
+        return now - at < self.cfg.flap_s and (threshold - last) * direction < 0
+
+    def _repeats(self, now: float, threshold: int) -> bool:
+        """Does a probe of an untried arm at `threshold` repeat one made within flap_s? (Then it
+        caught no batch of that arm, and trying again is the policy's wish, not a new load.)"""
+        self._untried = {t: at for t, at in self._untried.items() if now - at < self.cfg.flap_s}
+        if threshold in self._untried:
+            return True
+        self._untried[threshold] = now
+        return False
 
     def _shift_trial_pays(self, now: float, decision: Decision, applied: int) -> bool:
         """The shift trial in force at `applied` showed that its threshold pays: the policy now
