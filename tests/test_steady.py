@@ -137,11 +137,57 @@ def test_untried_probes_do_not_drain_the_change_budget():
     assert g.apply(4.0, Decision(16, 0, "explore spec at 1-16"), 4.0, applied=0, live=live)[0] == 16
 
 
-@pytest.mark.parametrize("seed", [3, 8])
-def test_open_loop_decisions_stay_rare_on_other_seeds(seed):
-    """h200-2b6 at 40 req/s: 3.4 changes a minute on seeds 3 and 8 before flaps were charged."""
-    seg = Segment(600, 0, None, "", 40.0)
-    assert changes_per_min(load_profile("h200-2b6"), [seg], "bandit", seed=seed, warm_s=120.0) <= 2.0
+@pytest.mark.parametrize("seed", [0, 8])
+def test_open_loop_decisions_stay_rare_on_the_seeds_that_flapped(seed):
+    """Issue 13 item 4, h200-2b6 at 40 req/s: 4.75 / 4.50 changes a minute on seeds 0 / 8 over 300 s after a 60 s
+    warm-up before flaps were charged (at 600 s after 120 s: 3.4 on seeds 3 and 8; bench/results/steady-decisions.md)."""
+    seg = Segment(300, 0, None, "", 40.0)
+    assert changes_per_min(load_profile("h200-2b6"), [seg], "bandit", seed=seed, warm_s=60.0) <= 2.0
+
+
+def test_a_load_shift_frees_the_probes_of_untried_arms():
+    """Past the probes' small bucket a probe of an untried arm is charged like any trial, which at constant load
+    is the point; but after a real shift the policy probes one never-measured arm after another as the load walks
+    into new buckets, and flap-v6 (the bucket alone) skipped them: crossover-b's 4 -> 28 req/s step then stayed at
+    threshold 13 for the whole busy minute. While the live batch sizes are shift_ratio from their average they are free."""
+    def run(shift_ratio):
+        g = guard(min_gain=0, changes_per_min=1, changes_burst=2, learning_s=20, untried_per_min=0, untried_burst=1,
+                  shift_ratio=shift_ratio)
+        light, busy, out = list(range(9, 15)), list(range(80, 101)), []
+        t, applied = 0.5, 0
+        while t < 40:                                    # constant light load: the start's move is over
+            applied = g.apply(t, Decision(applied, applied, "x"), t, applied=applied, live=light)[0]
+            t += 0.5
+        for arm, live in ((12, light), (14, light), (16, light), (84, busy), (90, busy), (96, busy)):
+            thr, reason, trial = g.apply(t, Decision(arm, 9, "explore spec (untried)", untried=True), t,
+                                         applied=9, live=live)
+            out.append(thr)
+            if trial:
+                g.apply(t + 0.5, Decision(9, 9, "x"), t + 0.5, applied=thr, live=live, exploring=True)
+            t += 1.0
+        return out
+    # light: the bucket's probe, one charged 2 tokens, then skipped; busy: every probe goes through
+    assert run(2.0) == [12, 14, 9, 84, 90, 96]
+    assert run(0) == [12, 14, 9, 9, 9, 9]
+    from controller.control.shift import LoadLevel
+    level = LoadLevel(2.0, 20.0)
+    assert level.update(0.0, [10, 12, 14])                    # the first batch sizes: a start is a move
+    assert not level.update(30.0, [10, 12, 14]) and not level.update(31.0, [15, 18, 21])   # 1.5x: noise
+    assert level.update(32.0, [30, 40, 50]) and level.update(51.0, [30, 40, 50])   # 3x, and hold_s after it
+
+
+def test_the_bandit_follows_a_rate_step_within_20_s():
+    """crossover-b at 4 -> 28 req/s (open loop): batches go from ~9-13 to ~90 and speculation pays up to ~105.
+    At HEAD the threshold passed 60 at 63.5 s (3.5 s after the step); flap-v6's probe bucket held it at 13."""
+    prof = load_profile("crossover-b")
+    made = []
+
+    def keep(core):
+        made.append(policy_runner("bandit", None, prof, 0)(core))
+        return made[-1]
+    run_segments(prof, rate_segments([4.0, 28.0], 60.0), keep, 0)
+    reached = [t for t, thr, trial in made[0].ticks if t >= 60.0 and thr >= 60 and not trial]
+    assert reached and reached[0] <= 80.0, made[0].ticks
 
 
 def test_exploration_budget_counts_only_batches_run_in_the_other_mode():

@@ -213,7 +213,6 @@ class Guard:
             and (decision.shift or self._moving or self.probes.take(now, 1.0))
         if untried:
             self._learning_until = now + self.cfg.learning_s
-        learning = now < self._learning_until and not self._reverses(now, threshold)
         if exploratory:
             # Two tokens: the trial and the way back. A shift trial takes none: the load moved, and
             # the change budget, there for the noise at constant load, held it back for 40-50 engine s
@@ -224,6 +223,7 @@ class Guard:
             threshold, reason = self.exploit, f"best threshold {self.exploit}; trial skipped: change budget spent"
             if threshold == applied or not moves_any(applied, threshold, live or (threshold,)):
                 return applied, reason, False
+        learning = now < self._learning_until and not self._reverses(now, threshold)    # the move made, not the trial
         urgent = learning or decision.gain is None or abs(decision.gain) >= self.cfg.urgent_gain
         follows = self._follows_shift_trial(now, threshold)     # first: the grant is used by this move, urgent or not
         if self.changes.take(now, 1.0, force=urgent or follows):
