@@ -34,7 +34,8 @@ class Decision:
     to add to throughput, relative and weighted by the recent traffic per batch size (None:
     the policy does not estimate it); the guard holds moves that gain too little.
     untried: an exploratory decision for an arm with no data at the live batch size (a cold
-    start, a new load): learning, which the guard's change budget does not hold back.
+    start, a new load): learning, which the guard's change budget does not hold back (it has a small
+    bucket of its own at constant load, no limit while the live batch sizes move: controller.control.shift).
     shift: an exploratory decision the load's move calls for: the load came to the live bucket
     lately, after no batch ran there for a while, and its estimate is stale (a stale-acceptance
     trial, policies.learner stale_gain, or a probe that goes on, probe_goes_on). The guard's

@@ -173,10 +173,12 @@ class Guard:
         those batch sizes keeps `applied`: it would change nothing an operator or a request
         could see (with no batch size in the window there is nothing to compare: the change
         is made). A visible change then needs the change budget (token bucket), except the
-        end of an exploration, a probe of an untried arm, a trial the load's move calls for
+        end of an exploration, a probe of an untried arm (within the probes' own bucket,
+        untried_per_min / untried_burst, or any while the load moves: shift_ratio, LoadLevel;
+        a probe repeating one within flap_s is charged), a trial the load's move calls for
         (decision.shift) and, within learning_s of it, the move to that trial's threshold, and
-        exploit moves worth `urgent_gain`.
-        The end of a trial is free only when the trial was a visible change (or a shift trial):
+        exploit moves worth `urgent_gain` (and, within learning_s of an untried probe, any move but
+        one reversing the last within flap_s). The end of a trial is free only when the trial was a visible change (or a shift trial):
         a trial whose threshold was the one in force already cost nothing, and its "end" was a
         free flap of the exploit threshold (h200-2b6 at 40 req/s: 16 -> 23 -> 16 -> 23 in 4 s)."""
         self._moving = self.level.update(now, live)
