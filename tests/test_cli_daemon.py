@@ -42,7 +42,7 @@ def test_policy_list_show_set(daemon):
     rows = json.loads(specctl(daemon, "policy", "list", "--json").stdout)
     assert "ucb" in {r["name"] for r in rows}
     res = specctl(daemon, "policy", "set", "ucb", "--param", "c=1.5")
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 0 and res.stdout.strip() == "policy ucb active (c=1.5)", res.output
     shown = json.loads(specctl(daemon, "policy", "show", "--json").stdout)
     assert shown["name"] == "ucb" and shown["params"]["c"] == 1.5
     assert "ucb" in specctl(daemon, "policy", "show").output
@@ -199,7 +199,7 @@ def test_offline_policy_and_pin_are_saved_for_the_next_start(short_tmp):
     open_store(db).conn.close()
     base = ["--socket", str(sock), "--db", str(db)]
     res = CliRunner().invoke(cli, [*base, "policy", "set", "ucb", "--param", "c=2"])
-    assert res.exit_code == 0 and "saved" in res.output and "next start" in res.output
+    assert res.exit_code == 0 and "policy ucb (c=2" in res.output and "saved" in res.output and "next start" in res.output
     res = CliRunner().invoke(cli, [*base, "threshold", "pin", "3"])
     assert res.exit_code == 0 and "applied at next start" in res.output
     # the flags given last win: the daemon starts on the prepared database and socket
@@ -213,7 +213,7 @@ def test_offline_policy_and_pin_are_saved_for_the_next_start(short_tmp):
     finally:
         assert d.stop() == 0
     res = CliRunner().invoke(cli, [*base, "status"])                 # stopped: the database's last state
-    assert res.exit_code == 3 and "daemon is not running" in res.output
+    assert res.exit_code == 3 and res.stderr.startswith("specctl: daemon is not running")
     assert f"daemon:      NOT RUNNING (read from {db})" in res.stdout
     assert "threshold:   3 (pinned)" in res.stdout and "policy:      ucb" in res.stdout
     res = CliRunner().invoke(cli, [*base, "threshold", "unpin"])

@@ -36,7 +36,7 @@ def test_specctl_stop_drains_and_waits_for_the_exit(short_tmp):
         assert live["samples"]["per_s"] > 0
         assert specctl(d, "threshold", "pin", "5").exit_code == 0
         res = specctl(d, "policy", "set", "ucb")
-        assert res.exit_code == 0 and res.stdout.strip() == "policy ucb active"
+        assert res.exit_code == 0 and res.stdout.strip() == "policy ucb active (default parameters)"
         assert res.stderr.strip() == ("specctl: note: the threshold is pinned at 5; ucb learns from every batch "
                                       "but decides nothing until `specctl threshold unpin`")
         assert specctl(d, "threshold", "unpin").exit_code == 0

@@ -191,7 +191,7 @@ def status(ctx: Ctx, as_json: bool) -> None:
             else:
                 why = (f"daemon pid {holder} holds the database but does not answer on {ctx.socket} "
                        "(engine starting, or is its socket another one? see --socket)")
-            click.echo(f"{why}; last state from the database:", err=True)
+            click.echo(f"specctl: {why}; last state from the database:", err=True)
         emit(st, as_json, render_status)
         raise SystemExit(EXIT_STARTING if holder else EXIT_NOT_RUNNING)
     emit(st, as_json, render_status)

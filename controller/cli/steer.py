@@ -60,16 +60,21 @@ def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
         fail(str(e), EXIT_USAGE)
     try:
         info = call(ctx, "POST", "/policy", {"name": name, "params": kv})
-        click.echo(f"policy {info['name']} active")
+        click.echo(f"policy {info['name']} active{_params_note(kv)}")
         pinned = info.get("pinned")
     except DaemonUnreachable:
         from state import queries
         save_offline(ctx, "policy", {"name": name, "params": kv})
-        click.echo(f"daemon is not running: policy {name} saved to {ctx.db}, used at next start")
+        click.echo(f"daemon is not running: policy {name}{_params_note(kv)} saved to {ctx.db}, used at next start")
         pinned = offline_read(ctx, queries.settings).get("pinned")
     if pinned is not None:
         click.echo(f"specctl: note: the threshold is pinned at {pinned}; {name} learns from every batch but "
                    "decides nothing until `specctl threshold unpin`", err=True)
+
+
+def _params_note(kv: dict) -> str:
+    """`policy set` replaces the parameters: without --param they are the policy's defaults again."""
+    return f" ({', '.join(f'{k}={v}' for k, v in kv.items())})" if kv else " (default parameters)"
 
 
 # --- threshold ----------------------------------------------------------------
