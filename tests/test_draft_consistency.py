@@ -319,10 +319,11 @@ def test_driver_end_to_end_tells_a_stale_draft_from_a_kept_one(tmp_path):
     try:
         res = driver(server.server_port, tmp_path, tmp_path / "c.json",
                      'fast={"spec_controller_sync_draft": false, "spec_controller_draft_kv": false}',
-                     'kv={"spec_controller_sync_draft": false, "spec_controller_draft_kv": true}')
+                     'kv={"spec_controller_sync_draft": false, "spec_controller_draft_kv": true, "off_tokens": 40}')
     finally:
         server.shutdown()
     assert res.returncode == 0, res.stdout + res.stderr
+    # (the stand-in refuses keys it does not know: "off_tokens" is the driver's, never sent to the engine)
     got = json.loads((tmp_path / "c.json").read_text())
     lines = {json.loads(line[8:])["mode"]: json.loads(line[8:]) for line in res.stdout.splitlines()
              if line.startswith("CONSIST ")}
@@ -330,7 +331,7 @@ def test_driver_end_to_end_tells_a_stale_draft_from_a_kept_one(tmp_path):
     fast, kv = got["modes"]["offon-fast"], got["modes"]["offon-kv"]
     assert all(r["switch_seq_len"] is not None for r in fast["requests"] + kv["requests"])
     assert all(24 <= n < 60 for n in got["switched_at_tokens"].values())
-    assert all(24 <= n < 60 for n in fast["off_tokens"] + kv["off_tokens"])
+    assert all(24 <= n < 40 for n in fast["off_tokens"]) and all(40 <= n < 60 for n in kv["off_tokens"])
     assert kv["window"]["match"] == 1.0 and kv["window"]["counterparts"] == kv["window"]["steps"]
     assert kv["window"]["accept"] == kv["window"]["ref_accept"] == 2.0
     assert fast["window"]["match"] < 0.7 and fast["window"]["accept"] < fast["window"]["ref_accept"]
@@ -350,3 +351,10 @@ def test_driver_stops_with_one_error_line_when_a_switch_is_refused(tmp_path):
     errors = [line for line in res.stdout.splitlines() if line.startswith("ERROR")]
     assert len(errors) == 1 and "spec_controller_nonsense" in errors[0] and "not updated" in errors[0]
     assert not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("bad", ['"x"', "0", "true", "2.5"])
+def test_a_modes_own_off_tokens_must_be_a_positive_integer(bad):
+    with pytest.raises(SystemExit, match="off_tokens must be an integer >= 1"):
+        dc.parse_offon([f'kv={{"spec_controller_draft_kv": true, "off_tokens": {bad}}}'])
+    assert dc.parse_offon(['kv={"off_tokens": 129}']) == [("kv", {"off_tokens": 129})]

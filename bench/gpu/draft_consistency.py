@@ -16,6 +16,8 @@ word-level tokenizer; sent as input_ids, so no BOS or tokenizer in between), gre
                   lands on). Off: --no-shift.
   offon-NAME-i    for each --offon NAME=JSON: JSON's switches and threshold 0, the request streamed, threshold
                   --maxbs once --off-tokens tokens have arrived (speculation resumes mid-request), threshold 0
+                  (a JSON key "off_tokens" sets that mode's own: a mode that loses its first on-step to the
+                  stub lands one position off one that does not, so each can meet the references' positions)
                   after it.
 Every set_internal_state answer must say updated, else one ERROR line and exit 2.
 
@@ -42,6 +44,7 @@ import urllib.request
 from greedy import post, prompts, updated   # the same server calls and prompts as the greedy check
 
 THRESHOLD = "speculative_disable_batch_threshold"
+OFF_TOKENS = "off_tokens"     # in an --offon JSON: this mode's --off-tokens (not sent to the engine)
 REFERENCE, SHIFTED = "always", "always1"
 RANGES = ("first", "window", "window_after_first", "after")
 
@@ -116,8 +119,10 @@ def run(args, offon: list[tuple[str, dict]]) -> dict:
             outputs[SHIFTED].append(shifted["output_ids"])
         for name, switches in offon:
             mode = f"offon-{name}"
+            switches = dict(switches)
+            off_tokens = switches.pop(OFF_TOKENS, args.off_tokens)
             set_state(args.port, {**switches, THRESHOLD: 0})
-            got = stream(args.port, f"{args.tag}{mode}-{i}", ids, args.output_len, args.off_tokens,
+            got = stream(args.port, f"{args.tag}{mode}-{i}", ids, args.output_len, off_tokens,
                          lambda: set_state(args.port, on))
             set_state(args.port, {THRESHOLD: 0})
             outputs[mode].append(got["output_ids"])
@@ -306,6 +311,9 @@ def parse_offon(specs: list[str]) -> list[tuple[str, dict]]:
         values = json.loads(js)
         if not isinstance(values, dict):
             raise SystemExit(f"ERROR --offon {spec!r}: the JSON must be an object")
+        off = values.get(OFF_TOKENS)
+        if off is not None and (not isinstance(off, int) or isinstance(off, bool) or off < 1):
+            raise SystemExit(f"ERROR --offon {spec!r}: {OFF_TOKENS} must be an integer >= 1")
         out.append((name, values))
     return out
 

@@ -24,10 +24,13 @@ SPECK=(--speculative-algorithm EAGLE3 --speculative-draft-model-path $M/eagle3 -
 echo "{\"1\": {\"candidate_steps\": [0, $K]}}" >$SC/adaptive.json
 KEEP='"spec_controller_lean_prefill": false'
 FAST="fast={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": false, $KEEP}"
-KV="kv={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, $KEEP}"
+# kv loses its first on-step to the stub (accept 1), synced does not: the references verify at odd positions
+# from 223 on (both always and always1 accept 2 from there), so kv switches one token later than the others
+# (off_tokens, the driver's own key) to land its later steps on them (12-02: all 480 on the other parity)
+KV="kv={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"off_tokens\": 129, $KEEP}"
 # with SPEC_CONTROLLER_DRAFT_KV_COALESCE=N the kv mode coalesces its writes; kvpb: the same per batch
 # (a mode's switches stay set for the modes after it: the lean kv mode sets the coalescing back on)
-KVPB=(); CO=""; [ -n "${SPEC_CONTROLLER_DRAFT_KV_COALESCE:-}" ] && CO='"spec_controller_draft_kv_coalesce": true, ' && KVPB=(--offon "kvpb={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"spec_controller_draft_kv_coalesce\": false, $KEEP}")
+KVPB=(); CO=""; [ -n "${SPEC_CONTROLLER_DRAFT_KV_COALESCE:-}" ] && CO='"spec_controller_draft_kv_coalesce": true, ' && KVPB=(--offon "kvpb={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"spec_controller_draft_kv_coalesce\": false, \"off_tokens\": 129, $KEEP}")
 SYNCED="synced={\"spec_controller_sync_draft\": true, \"spec_controller_draft_kv\": false, $KEEP}"
 
 if start_server spec 30000 SPEC_PROPOSALS=/tmp/pp/spec SPEC_CONTROLLER_INITIAL_THRESHOLD=0 \
@@ -37,12 +40,8 @@ if start_server spec 30000 SPEC_PROPOSALS=/tmp/pp/spec SPEC_CONTROLLER_INITIAL_T
   say "draft steps $K, adaptive $(cat $SC/adaptive.json), kv writes coalesced over ${SPEC_CONTROLLER_DRAFT_KV_COALESCE:-1} batch(es)"
   grep -E "spec-controller|spec_proposals|Traceback" $OUT/spec.log | head -6 | cut -c1-300 | tee -a "$SUM"
   [ "$(left)" -lt 120 ] && say "only $(left) s left: fewer prompts than asked"
-  # --off-tokens 129: the references verify at odd positions from 223 on (accept 2 from there, both
-  # always and always1), the first on-step comes at 160 + off-tokens + 1 and drafts from the stub (accept 1),
-  # so an even switch position puts kv's later steps on the references' positions (12-02: 128 put all of
-  # them on the other parity, 0 counterparts)
   timeout $(($(left) > 60 ? $(left) - 25 : 35)) python3 bench/gpu/draft_consistency.py --port 30000 \
-    --pp /tmp/pp/spec --maxbs $MAXBS --prompts "${PROMPTS:-10}" --prompt-len 160 --output-len 320 --off-tokens 129 --window 96 \
+    --pp /tmp/pp/spec --maxbs $MAXBS --prompts "${PROMPTS:-10}" --prompt-len 160 --output-len 320 --off-tokens 128 --window 96 \
     --offon "$FAST" --offon "$KV" "${KVPB[@]}" --offon "$SYNCED" --deadline-s $(($(left) > 100 ? $(left) - 70 : 30)) \
     --out $OUT/consistency.json >$OUT/consistency.log 2>&1
   say "draft_consistency exit code $?"
