@@ -8,6 +8,7 @@ import pytest
 from controller.control.changes import ChangeBudget
 from controller.control.guard import Guard, GuardConfig, moves_any
 from controller.control.loop import ControlLoop
+from controller.control.shift import LoadLevel
 from controller.sim.evaluate import StaticRunner, changes_per_min, evaluate, policy_runner, run_segments
 from controller.sim.openeval import rate_segments, summary
 from controller.sim.profile import Segment, load_profile, load_trace
@@ -137,6 +138,93 @@ def test_untried_probes_do_not_drain_the_change_budget():
     assert g.apply(4.0, Decision(16, 0, "explore spec at 1-16"), 4.0, applied=0, live=live)[0] == 16
 
 
+def test_a_visible_trial_that_goes_on_keeps_its_free_end():
+    """A trial that was a visible change paid two tokens, the trial and the way back; its ticks in force
+    (its threshold then is the one applied) do not make it a trial "that changed nothing"."""
+    g = guard(min_gain=0, changes_per_min=1, changes_burst=2, learning_s=20, shift_ratio=0)
+    live = list(range(1, 65))
+    trial = Decision(24, 0, "explore spec at 17-24")
+    assert g.apply(1.0, trial, 1.0, applied=0, live=live)[0::2] == (24, True)
+    assert g.changes.available(1.0) == 0
+    for t in (1.5, 2.0):
+        assert g.apply(t, trial, t, applied=24, live=live, exploring=True)[0::2] == (24, True)
+    thr, reason, _ = g.apply(2.5, Decision(0, 0, "x", gain=0.01), 2.5, applied=24, live=live, exploring=True)
+    assert thr == 0, reason                                                  # its end: free
+
+
+def test_a_shift_trial_at_the_threshold_in_force_has_a_free_end():
+    """A shift trial is let through whether or not it changes anything (a trial in force goes on as one):
+    its end, the move to the policy's best threshold, is free like the end of a visible trial."""
+    g = guard(min_gain=0, changes_per_min=1, changes_burst=2, learning_s=20, shift_ratio=0)
+    live = list(range(1, 65))
+    thr, _, trial = g.apply(1.0, Decision(12, 20, "stale acceptance at 12", shift=True), 1.0, applied=12, live=live)
+    assert (thr, trial) == (12, True)
+    assert g.apply(1.5, Decision(20, 20, "x", gain=0.01), 1.5, applied=12, live=live, exploring=True)[0] == 20
+    assert g.changes.available(1.5) == 2                                     # not charged
+
+
+def test_a_probe_repeating_one_within_flap_s_is_charged():
+    """A probe of an untried arm at a threshold probed less than flap_s ago caught no batch of that arm: it is
+    charged like any trial (and leaves the probes' bucket alone); flap_s after the first one it is free again."""
+    g = guard(min_gain=0, changes_per_min=1, changes_burst=2, learning_s=0, flap_s=60, untried_per_min=0,
+              untried_burst=2, shift_ratio=0)
+    live = list(range(1, 65))
+    probe = Decision(24, 0, "explore spec (untried)", untried=True)
+    assert g.apply(1.0, probe, 1.0, applied=0, live=live)[0] == 24
+    assert g.apply(1.5, Decision(0, 0, "x"), 1.5, applied=24, live=live, exploring=True)[0] == 0
+    assert (g.changes.available(1.5), g.probes.available(1.5)) == (2, 1)    # free: the probes' bucket paid
+    assert g.apply(2.0, probe, 2.0, applied=0, live=live)[0] == 24
+    assert g.apply(2.5, Decision(0, 0, "x"), 2.5, applied=24, live=live, exploring=True)[0] == 0
+    assert g.changes.available(2.5) == pytest.approx(0, abs=0.03)            # the repeat: charged two tokens ...
+    assert g.probes.available(2.5) == 1                                      # ... and not the probes' bucket
+    assert g.apply(61.0, probe, 61.0, applied=0, live=live)[0] == 24        # flap_s after the first (under 2 tokens
+    assert g.probes.available(61.0) == 0                                     # left): a new probe, the bucket pays
+
+
+def test_only_an_untried_probe_let_through_opens_a_learning_window():
+    """learning_s frees the moves after a probe of an untried arm that was made free (the probes' bucket);
+    one skipped by the exploration budget, or charged like any trial, opens no learning window."""
+    live = list(range(1, 65))
+    g = guard(min_gain=0, changes_per_min=1, changes_burst=2, learning_s=20, untried_per_min=0.25, untried_burst=2,
+              shift_ratio=0)
+    g.account(0.0, 100, explored=100)                                        # the exploration budget is spent
+    thr, reason, trial = g.apply(1.0, Decision(24, 12, "explore spec (untried)", untried=True, gain=0.01), 1.0,
+                                 applied=0, live=live)
+    assert (thr, trial) == (12, False) and "exploration budget" in reason
+    assert g.changes.available(1.0) == 1                                     # the exploit move: charged
+    assert g.probes.available(1.0) == 2                                      # no probe was made
+
+    g = guard(min_gain=0, changes_per_min=1, changes_burst=6, learning_s=20, untried_per_min=0, untried_burst=1,
+              shift_ratio=0)
+    for t, arm in ((1.0, 24), (30.0, 40)):                                   # free (the bucket), then charged
+        assert g.apply(t, Decision(arm, 0, "explore spec (untried)", untried=True), t, applied=0, live=live)[0] == arm
+        assert g.apply(t + 0.5, Decision(0, 0, "x"), t + 0.5, applied=arm, live=live, exploring=True)[0] == 0
+    before = g.changes.available(31.0)
+    assert before == pytest.approx(4, abs=0.03)
+    assert g.apply(31.0, Decision(12, 12, "x", gain=0.01), 31.0, applied=0, live=live)[0] == 12
+    assert g.changes.available(31.0) == pytest.approx(before - 1)            # no learning window: charged
+
+
+@pytest.mark.parametrize("trial, exploit, made", [(4, 16, 16), (20, 4, 12)])
+def test_the_learning_windows_reversal_check_looks_at_the_move_made(trial, exploit, made):
+    """Within learning_s of an untried probe, a trial skipped for the change budget leaves the move to the exploit
+    threshold: that move is free unless it reverses the last one (12 up from 0, within flap_s), whichever way the
+    skipped trial's threshold lay (6408896)."""
+    g = guard(min_gain=0, changes_per_min=1, changes_burst=2, learning_s=20, flap_s=60, untried_per_min=0,
+              untried_burst=1, shift_ratio=0)
+    live = list(range(1, 65))
+    assert g.apply(1.0, Decision(24, 0, "explore spec (untried)", untried=True), 1.0, applied=0, live=live)[0] == 24
+    assert g.apply(1.5, Decision(0, 0, "x"), 1.5, applied=24, live=live, exploring=True)[0] == 0
+    assert g.apply(2.0, Decision(12, 12, "x", gain=0.01), 2.0, applied=0, live=live)[0] == 12   # learning: free
+    assert g.apply(3.0, Decision(20, 12, "explore spec at 13-20"), 3.0, applied=12, live=live)[0] == 20
+    assert g.apply(3.5, Decision(12, 12, "x"), 3.5, applied=20, live=live, exploring=True)[0] == 12
+    assert g.changes.available(3.5) < 1                                      # the trial spent the budget
+    thr, reason, trial_made = g.apply(4.0, Decision(trial, exploit, f"explore spec at {trial}", gain=0.01), 4.0,
+                                      applied=12, live=live)
+    assert "trial skipped: change budget spent" in reason and not trial_made
+    assert thr == made, reason                                               # 12 -> 16: free; 12 -> 4: waits
+
+
 @pytest.mark.parametrize("seed", [0, 8])
 def test_open_loop_decisions_stay_rare_on_the_seeds_that_flapped(seed):
     """Issue 13 item 4, h200-2b6 at 40 req/s: 4.75 / 4.50 changes a minute on seeds 0 / 8 over 300 s after a 60 s
@@ -169,11 +257,42 @@ def test_a_load_shift_frees_the_probes_of_untried_arms():
     # light: the bucket's probe, one charged 2 tokens, then skipped; busy: every probe goes through
     assert run(2.0) == [12, 14, 9, 84, 90, 96]
     assert run(0) == [12, 14, 9, 9, 9, 9]
-    from controller.control.shift import LoadLevel
     level = LoadLevel(2.0, 20.0)
     assert level.update(0.0, [10, 12, 14])                    # the first batch sizes: a start is a move
     assert not level.update(30.0, [10, 12, 14]) and not level.update(31.0, [15, 18, 21])   # 1.5x: noise
     assert level.update(32.0, [30, 40, 50]) and level.update(51.0, [30, 40, 50])   # 3x, and hold_s after it
+
+
+def test_the_load_level_follows_a_move_either_way_and_settles_on_the_new_level():
+    """The median of the live batch sizes against its own average (half-life HALF_LIFE_S = 30 s): a step up or
+    down is a move; at the new level the average catches up and, hold_s later, the load no longer moves."""
+    level = LoadLevel(2.0, 20.0)
+    light, busy = [10, 11, 12, 13, 14], [36, 38, 40, 42, 44]
+    assert level.update(0.0, light)                                          # the start
+    assert not any([level.update(float(t), light) for t in range(20, 61)])
+    assert level.update(61.0, busy)                                          # 3.3x up
+    moving = [level.update(float(t), busy) for t in range(62, 151)]
+    assert moving[0] and not moving[-1]                                      # caught up within 90 s (about 45)
+    assert level.update(151.0, light)                                        # and back down
+
+
+def test_the_load_level_sees_a_ramp_and_not_an_outlier():
+    """A ramp (crossover-b's 4 -> 28 req/s step walks the window's batch sizes up over seconds) moves the median
+    away from its 30 s average though no one tick is a 2x step; one large batch among the live ones is no move."""
+    level = LoadLevel(2.0, 20.0)
+    assert level.update(0.0, [12])
+    assert not any([level.update(t / 2, [10, 11, 12, 13, 14]) for t in range(40, 81)])
+    assert not level.update(40.5, [10, 11, 12, 13, 14, 100])                 # the median stays 12
+    ramp = [level.update(40.5 + t / 2, [round(12 * 8 ** (t / 60))]) for t in range(1, 61)]   # 12 -> 96 in 30 s
+    assert ramp[-1] and not any(ramp[:10])
+
+
+def test_the_load_level_takes_a_batch_size_of_0_as_1():
+    """The daemon's intake refuses batch size 0, but ControlLoop.observe (the simulator, tests) records any batch
+    size in the coalescing window: the median is floored at 1 (its log at 0), not a math domain error."""
+    level = LoadLevel(2.0, 20.0)
+    assert level.update(0.0, [1])
+    assert not level.update(30.0, [0]) and not level.update(31.0, [0, 0, 1])
 
 
 def test_the_bandit_follows_a_rate_step_within_20_s():
