@@ -23,8 +23,9 @@ class Script(Policy):
         return [d for t, d in self.script if t <= snap.now][-1]
 
 
-def run(script, initial: int, live: int, until: float, **guard):
-    """Ticks every 0.5 s with a decode batch of size `live` before each; the changes made."""
+def run(script, initial: int, live: int, until: float, kept: list | None = None, **guard):
+    """Ticks every 0.5 s with a decode batch of size `live` before each; the changes made (and into `kept`
+    the ticks that ended a trial at its own threshold: the daemon records those too)."""
     cfg = GuardConfig(**{"changes_per_min": 0, **guard})
     loop = ControlLoop(Script(script), cfg, initial)
     loop.threshold = initial
@@ -35,6 +36,8 @@ def run(script, initial: int, live: int, until: float, **guard):
         tick = loop.tick(t)
         if tick.changed:
             changes.append((t, tick.previous, tick.threshold, tick.reason))
+        if kept is not None and tick.trial_kept:
+            kept.append((t, tick.threshold, tick.reason))
     return loop, changes
 
 
@@ -142,9 +145,20 @@ def test_a_probe_that_goes_on_as_a_shift_trial_keeps_its_threshold_when_it_pays(
               (0.75, Decision(105, 29, "trial: speculate at batch 95-105 to measure it (accept length 2.19 is "
                                        "still mostly older traffic's; ...)", shift=True)),
               (1.25, Decision(105, 105, "speculate up to batch 105: it pays at batch 95-105", gain=0.03))]
-    loop, changes = run(script, 29, 96, 5.0, stabilisation_s=0.5, explore_share=1.0)
+    kept = []
+    loop, changes = run(script, 29, 96, 5.0, kept, stabilisation_s=0.5, explore_share=1.0)
     assert [(t, old, new) for t, old, new, _ in changes] == [(0.5, 29, 105)], changes
     assert loop.threshold == 105 and loop.guard.exploit == 105 and not loop._exploring
+    # the trial's end is a row of its own (newcomer run, 12-02: the history's last word on 105 was "trial:",
+    # and the plot's best-known line stayed at 29 while 105 was the decision)
+    assert [(t, thr) for t, thr, _ in kept] == [(1.5, 105)], kept
+    assert kept[0][2].startswith("trial over; 105 stays, the trial showed it pays")
+
+
+def test_a_trial_that_ends_back_at_the_exploit_threshold_is_a_change_not_a_kept_trial():
+    kept = []
+    loop, changes = run(NOISE_TRIAL, 29, 96, 5.0, kept, stabilisation_s=0.5, explore_share=1.0)
+    assert [(old, new) for _, old, new, _ in changes] == [(29, 105), (105, 29)] and kept == []
 
 
 def test_an_expired_shift_trial_at_the_same_threshold_does_not_block_a_later_probes():
@@ -158,3 +172,15 @@ def test_an_expired_shift_trial_at_the_same_threshold_does_not_block_a_later_pro
     loop, changes = run(script, 29, 96, 24.0, stabilisation_s=0.5, explore_share=1.0, learning_s=4)
     assert [(t, old, new) for t, old, new, _ in changes if t >= 20.0] == [(20.0, 29, 105)], changes
     assert loop.threshold == 105
+
+
+def test_a_trial_the_guard_leaves_in_force_without_making_it_the_decision_is_no_kept_trial():
+    # the trial ends at the policy's 29, but the guard keeps 105 applied (coalesced: the move would change no
+    # live batch size): 29 is the decision, and 105 must not enter the history as one
+    loop = ControlLoop(Script([(0.0, Decision(29, 29, "best threshold 29"))]), GuardConfig(changes_per_min=0), 105)
+    loop.threshold, loop._exploring, loop.guard.exploit = 105, True, 29
+    loop.guard.apply = lambda *a, **k: (105, "best threshold 29; guard: kept 105 (coalesced)", False)
+    tick = loop.tick(1.0)
+    assert tick.reason.startswith("trial over") and not tick.changed and not tick.trial_kept
+    loop.threshold, loop._exploring, loop.guard.exploit = 105, True, 105     # the same, kept as the decision
+    assert loop.tick(2.0).trial_kept

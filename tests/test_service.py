@@ -38,3 +38,22 @@ def test_switching_away_and_back_restores_the_newest_state(tmp_path):
     svc.set_policy("ucb", {})                    # at once: the first switch's checkpoint must count
     assert svc.loop.policy.state() == learned
     writer.stop()
+
+
+def test_a_trial_kept_as_the_decision_is_recorded_not_applied_again(short_tmp):
+    # the loop's tick ends a trial at its own threshold (the guard kept it: it pays): the engine runs it
+    # already, and the history gets its row, not a trial's
+    import sqlite3
+    from controller.control.loop import Tick
+    from tests.fakes import FakeEngine, make_service as service_on_fake
+    engine = FakeEngine()
+    svc, writer = service_on_fake(short_tmp, engine=engine)
+    svc.loop.tick = lambda now: Tick(now, 24, 24, "trial over; 24 stays, the trial showed it pays: x", False, True)
+    svc.retune()
+    svc.loop.tick = lambda now: Tick(now, 24, 24, "best threshold 24", False)      # nothing new: no row
+    svc.retune()
+    assert writer.flush(10)
+    rows = sqlite3.connect(short_tmp / "s.db").execute("SELECT old, new, exploratory, reason FROM decisions").fetchall()
+    assert engine.applied == [] and rows == [(24, 24, 0, "trial over; 24 stays, the trial showed it pays: x")]
+    assert svc.status()["last_decision"]["reason"].startswith("trial over; 24 stays")
+    writer.stop()

@@ -1,7 +1,8 @@
 """Threshold changes the daemon made in a window (its `specctl history --json`): one CONST line.
 
     python3 bench/gpu/changes_count.py HISTORY.json T_START SECONDS [--skip 2]
-Every history row is a threshold change; `exploratory` ones are trials. The second half of the window
+A history row whose old and new thresholds differ is a change (`exploratory` ones are trials); rows
+with both the same (a start re-applying the restored threshold, a trial kept as the decision) are not. The second half of the window
 is reported apart: decisions once converged.
 """
 from __future__ import annotations
@@ -18,7 +19,8 @@ def main() -> None:
     ap.add_argument("--skip", type=float, default=2.0, help="seconds of warm-up at the start left out")
     args = ap.parse_args()
     t0, span = args.t_start + args.skip, args.seconds
-    rows = sorted((r for r in json.load(open(args.history)) if t0 <= r["wall"] <= t0 + span), key=lambda r: r["wall"])
+    rows = sorted((r for r in json.load(open(args.history)) if t0 <= r["wall"] <= t0 + span and r["old"] != r["new"]),
+                  key=lambda r: r["wall"])
     half = [r for r in rows if r["wall"] >= t0 + span / 2]
     trials = sum(1 for r in rows if r.get("exploratory"))
     print(f"CONST threshold changes in {span:.0f} s at constant load: {len(rows)} ({len(rows) * 60 / span:.1f}/min, "

@@ -17,6 +17,9 @@ class Tick:
     previous: int
     reason: str
     exploratory: bool
+    # a trial ended at its own threshold, which is now the decision (the guard kept it: it pays): nothing to
+    # apply, but a row to record, or the history and the plot's best-known line would go on calling it a trial
+    trial_kept: bool = False
 
     @property
     def changed(self) -> bool:
@@ -105,8 +108,10 @@ class ControlLoop:
         was_trial = self._exploring
         self.threshold, reason, self._exploring = self.guard.apply(
             now, decision, self.last_sample_t, applied, self.recent_batch_sizes(now), self._exploring)
-        if was_trial and not self._exploring:
+        ended = was_trial and not self._exploring
+        if ended:
             reason = f"trial over; {reason}"
         if unpinned:                      # the history says why the pinned value gave way
             reason = f"unpinned by an operator; {reason}"
-        return Tick(now, self.threshold, previous, reason, self._exploring)
+        kept = ended and self.threshold == previous == self.guard.exploit
+        return Tick(now, self.threshold, previous, reason, self._exploring, kept)

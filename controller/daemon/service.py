@@ -188,6 +188,10 @@ class Service:
             if self._logs.error("actuate", "could not apply threshold %d: %s", new, e):
                 self.writer.event("error", f"set_threshold({new}) failed: {e}")
             return
+        self._record(new, old, reason, exploratory, now)
+
+    def _record(self, new: int, old: int, reason: str, exploratory: bool, now: float) -> None:
+        """A decision the engine runs: the history's row and the threshold setting."""
         self.decisions += 1
         self.last_decision = {"t": now, "wall": time.time(), "old": old, "new": new, "reason": reason,
                               "exploratory": exploratory}
@@ -201,6 +205,8 @@ class Service:
                 tick = self.loop.tick(now)
             if tick.changed:
                 self._actuate(tick.threshold, tick.previous, tick.reason, tick.exploratory, now)
+            elif tick.trial_kept:         # the engine runs it already: only the history's row
+                self._record(tick.threshold, tick.previous, tick.reason, False, now)
 
     def retune(self) -> None:
         """The scheduler's job. A failure is counted and logged (rate-limited), and the loop goes on;
