@@ -72,6 +72,9 @@ def test_pin_unpin_and_history(daemon):
     assert specctl(daemon, "threshold", "pin", "2").exit_code == 0
     st = json.loads(specctl(daemon, "status", "--json").stdout)
     assert st["threshold"] == 2 and st["pinned"] is True
+    same = specctl(daemon, "threshold", "pin", "2")           # pinned there already: says so, changes nothing
+    assert same.exit_code == 0 and same.output.strip() == "threshold already pinned at 2; nothing changed"
+    assert specctl(daemon, "threshold", "pin", "3").output.strip() == "threshold pinned at 3"
     res = specctl(daemon, "threshold", "unpin")
     assert res.exit_code == 0 and "unpinned" in res.output
     assert json.loads(specctl(daemon, "status", "--json").stdout)["pinned"] is False
