@@ -182,5 +182,8 @@ def test_a_trial_the_guard_leaves_in_force_without_making_it_the_decision_is_no_
     loop.guard.apply = lambda *a, **k: (105, "best threshold 29; guard: kept 105 (coalesced)", False)
     tick = loop.tick(1.0)
     assert tick.reason.startswith("trial over") and not tick.changed and not tick.trial_kept
-    loop.threshold, loop._exploring, loop.guard.exploit = 105, True, 105     # the same, kept as the decision
-    assert loop.tick(2.0).trial_kept
+    loop.threshold, loop._exploring, loop.guard.exploit = 105, True, 105     # kept as the decision, but this
+    assert not loop.tick(2.0).trial_kept                # trial changed nothing (its threshold was in force): no row
+    loop.threshold, loop._exploring, loop._trial_shown = 105, True, True    # one that was a change: its row
+    assert loop.tick(3.0).trial_kept
+

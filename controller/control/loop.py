@@ -43,6 +43,7 @@ class ControlLoop:
         self._since_tick = 0
         self._explored = 0                       # batches since the last tick run in a non-exploit mode
         self._exploring = False
+        self._trial_shown = False                # the trial in force changed the threshold (the history has its row)
         self._live: dict[int, int] = {}          # bucket -> decode-only batches since the last tick
         self._recent: dict[int, float] = {}      # batch size -> when it last ran (the coalescing window)
         self.live_batch_size: int | None = None  # the bucket most of them fell in (its upper edge)
@@ -97,7 +98,7 @@ class ControlLoop:
         previous = self.threshold
         if self.pinned is not None:
             self.threshold, reason, self._exploring = self.pinned, f"pinned at {self.pinned} by an operator", False
-            self._was_pinned = True
+            self._was_pinned, self._trial_shown = True, False
             return Tick(now, self.threshold, previous, reason, False)
         # The policy breaks ties toward the exploit threshold, never toward an exploratory one.
         snap = Snapshot(now, self.guard.exploit, self.policy.max_batch_size, self._take_live())
@@ -113,5 +114,6 @@ class ControlLoop:
             reason = f"trial over; {reason}"
         if unpinned:                      # the history says why the pinned value gave way
             reason = f"unpinned by an operator; {reason}"
-        kept = ended and self.threshold == previous == self.guard.exploit
+        kept = ended and self._trial_shown and self.threshold == previous == self.guard.exploit
+        self._trial_shown = self._exploring and (self._trial_shown or self.threshold != previous)
         return Tick(now, self.threshold, previous, reason, self._exploring, kept)
