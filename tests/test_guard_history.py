@@ -186,4 +186,3 @@ def test_a_trial_the_guard_leaves_in_force_without_making_it_the_decision_is_no_
     assert not loop.tick(2.0).trial_kept                # trial changed nothing (its threshold was in force): no row
     loop.threshold, loop._exploring, loop._trial_shown = 105, True, True    # one that was a change: its row
     assert loop.tick(3.0).trial_kept
-
