@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Mapping
 
 from controller.contract import speculates
 
-from . import reasons
+from . import reasons, staleness
 from .base import OFF, SPEC, Policy, relative_gain
 from .params import ParamSpec
 from .freshrun import FreshRun
@@ -17,7 +17,6 @@ from .types import Decision, Sample, Snapshot
 HOLD_Z = 1.0           # see BucketLearner._best_threshold
 DROP, MEASURED, CORRECTED = 0, 1, 2      # what an interval that held a prefill is worth (param `prefill`)
 ACCEPT_HIGH_HALF_LIVES = 10.0
-STALE_PROBE_HALF_LIVES = 2.0   # a stale-acceptance trial only this many accept half-lives after the last measurement
 LONG = 4.0       # a prefill interval this many times the bucket's decode step held an idle gap: no reward
 
 
@@ -55,7 +54,7 @@ class BucketLearner(Policy):
         self.prefill_s = Discounted(hl)   # seconds a prefill adds to an interval (prefill=CORRECTED)
         self.accept_hi = (0.0, 0.0)       # (highest accept length lately, when), see accept_high()
         self.arrived = [-math.inf] * n    # when the load came back to each bucket after half_life_s away
-        self.run = FreshRun()             # see probe_goes_on
+        self.run = FreshRun()             # see staleness.probe_goes_on
 
     def observe(self, sample: Sample) -> None:
         if sample.step_s <= 0 or sample.batch_size <= 0:
@@ -168,43 +167,6 @@ class BucketLearner(Policy):
                 return True
         return False
 
-    def stale_gain(self, b: int, now: float) -> float | None:
-        """Relative gain of speculating in bucket b judged at the highest accept length seen lately, when that calls for
-        a trial (else None): the accept-length estimate has just gone stale (its last speculative batch 1 to
-        STALE_PROBE_HALF_LIVES accept_half_life_s ago), it was last measured in another bucket after b last speculated
-        (the load moved here), b has not speculated for half_life_s, no smaller bucket settles it (dominated) and
-        speculation there would pay by the indifference margin at that accept length. Acceptance is only measured
-        while speculating: without this trial a move of the load into a bucket left plain at a lower acceptance went
-        unseen until the estimate's uncertainty grew (35-48 engine s for thompson on the looped mixed-shift trace's
-        later C=96 phases; never for model). Later than the window, or in a bucket tried within half_life_s, the
-        bandit's own uncertainty decides as before: open-loop batch sizes wander between buckets, and trials there at
-        every staleness raised changes per minute (bench/open_loop_study.py decisions). A shift (Decision.shift) when
-        the load came to b in that window after half_life_s without a batch there (no open-loop wander)."""
-        accept, hl = self.accept.mean, self.params["accept_half_life_s"]
-        if (accept <= 0 or not hl < now - self.accept.t <= STALE_PROBE_HALF_LIVES * hl
-                or self.tried[SPEC][b] >= self.accept.t or now - self.tried[SPEC][b] < self.params["half_life_s"]
-                or not self.estimable(b)):
-            return None
-        off = self.mean(OFF, b)
-        if off <= 0:
-            return None
-        gain = relative_gain(self.mean(SPEC, b) / accept * self.accept_high(now), off)
-        if gain <= self.params["indifference"] or self.dominated(SPEC, b, now):
-            return None
-        return gain
-
-    def probe_goes_on(self, b: int, now: float) -> float | None:
-        """Relative gain of speculating in b at the acceptance measured since speculation came back there (FreshRun),
-        if that probe should go on (else None): begun at most STALE_PROBE_HALF_LIVES accept half-lives ago, no plain
-        batch in b since, the estimate still under that acceptance by the indifference margin (it holds the traffic
-        before: one tick at batch 12 took chat's 1.7 to 2.19, not coding's 2.6) and at it speculation pays."""
-        run, accept, margin, age = self.run, self.accept.mean, self.params["indifference"], now - self.run.since
-        if (run.bucket != b or self.tried[OFF][b] >= run.since or not 0 < accept * (1.0 + margin) < run.accept
-                or not self.estimable(b) or not 0 <= age <= STALE_PROBE_HALF_LIVES * self.accept.half_life_s):
-            return None
-        gain = relative_gain(self.mean(SPEC, b) / accept * run.accept, self.mean(OFF, b))
-        return gain if gain > margin else None
-
     # --- decision --------------------------------------------------------
     def choose_arm(self, b: int, now: float, incumbent: int) -> int:
         """The arm to run in bucket b; the other arm than `incumbent` (the exploit mode there)
@@ -279,10 +241,10 @@ class BucketLearner(Policy):
         elif untried:
             want, probe = untried[0], True
             why = reasons.unmeasured(self.tried[want][b], snap.now)
-        elif not in_spec and ((going := self.probe_goes_on(b, snap.now)) is not None
-                              or (stale := self.stale_gain(b, snap.now)) is not None):
+        elif not in_spec and ((going := staleness.probe_goes_on(self, b, snap.now)) is not None
+                              or (stale := staleness.stale_gain(self, b, snap.now)) is not None):
             # Not marked untried: its learning window doubled changes per minute in the open loop.
-            want, shift = SPEC, snap.now - self.arrived[b] <= STALE_PROBE_HALF_LIVES * self.params["accept_half_life_s"]
+            want, shift = SPEC, snap.now - self.arrived[b] <= staleness.HALF_LIVES * self.params["accept_half_life_s"]
             why = (reasons.probe_goes_on(self.accept.mean, self.run.accept, going) if going is not None
                    else reasons.stale_accept(self.accept_high(snap.now), self.accept.mean, stale))
         else:

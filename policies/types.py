@@ -38,7 +38,7 @@ class Decision:
     bucket of its own at constant load, no limit while the live batch sizes move: controller.control.shift).
     shift: an exploratory decision the load's move calls for: the load came to the live bucket
     lately, after no batch ran there for a while, and its estimate is stale (a stale-acceptance
-    trial, policies.learner stale_gain, or a probe that goes on, probe_goes_on). The guard's
+    trial, policies.staleness stale_gain, or a probe that goes on, probe_goes_on). The guard's
     change budget, there for the noise at constant load, holds neither the trial nor the move to
     its threshold that follows it (the threshold stays when the trial shows it pays); unlike
     untried, no learning window opens.

@@ -138,7 +138,7 @@ def test_the_shift_trials_grant_is_used_by_the_first_move_it_covers_even_an_urge
 
 def test_a_probe_that_goes_on_as_a_shift_trial_keeps_its_threshold_when_it_pays():
     # coding-to-chat's last segment: the probe of an untried arm goes on (the accept estimate still mostly the
-    # traffic's before, policies.learner probe_goes_on), then the policy proposes its threshold as the best.
+    # traffic's before, policies.staleness probe_goes_on), then the policy proposes its threshold as the best.
     # The trial was in force before it was a shift trial: before, it ended and came back a tick later
     # (29 -> 105, 105 -> 29 trial over, 29 -> 105).
     script = [(0.0, Decision(105, 29, "trial: speculate at batch 95-105 to measure it (never measured)", untried=True)),
