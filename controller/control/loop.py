@@ -43,7 +43,9 @@ class ControlLoop:
         self._since_tick = 0
         self._explored = 0                       # batches since the last tick run in a non-exploit mode
         self._exploring = False
-        self._trial_shown = False                # the trial in force changed the threshold (the history has its row)
+        # the trial in force changed the threshold (the history has its row). Not the guard's _trial_visible:
+        # that one also counts a shift trial at the threshold in force (its end is free), which has no row
+        self._trial_shown = False
         self._live: dict[int, int] = {}          # bucket -> decode-only batches since the last tick
         self._recent: dict[int, float] = {}      # batch size -> when it last ran (the coalescing window)
         self.live_batch_size: int | None = None  # the bucket most of them fell in (its upper edge)
