@@ -237,6 +237,26 @@ def test_only_rank_0_reports(pull_address):
     assert not pull.poll(200)
 
 
+def test_a_run_time_switch_reaches_status_at_the_next_idle_pass_without_a_batch(pull_address):
+    """An idle engine sends no samples, so the counters that ride along with them never go out: a switch
+    of the off path must still reach the daemon (the operator's `specctl status`) at once."""
+    pull, addr = pull_address
+    plug = reporting(addr, flush_s=60.0)
+    plug.off_path.fast = fastoff.FastOff(None, None)
+    plug.telemetry.flush(object())                       # idle, nothing switched: nothing sent
+    assert not pull.poll(100)
+    plug.apply_own_keys({FAST_OFF_KEY: 0})
+    plug.telemetry.flush(object())
+    assert pull.poll(2000)
+    assert decode(pull.recv())["off_path"] == "steps-0 (fast path switched off)"
+    plug.telemetry.flush(object())                       # sent once, not at every idle pass
+    assert not pull.poll(100)
+    other = reporting(addr, rank=lambda: 1)               # rank 1 reports nothing, even so
+    other.apply_own_keys({FAST_OFF_KEY: 0})
+    other.telemetry.flush(object())
+    assert other.telemetry.sock is False and not pull.poll(100)
+
+
 def test_telemetry_codec_round_trip_and_refusal():
     from controller.contract import encode_stats, pack_sample
     [s] = decode(pack_sample(12.5, 64, 3, 150, 0.021, True))

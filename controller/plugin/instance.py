@@ -130,6 +130,7 @@ class Plugin:
         if SIM_ACC_KEY in ours:   # SGLang's benchmark knob, read by every verify (spec_utils.SIMULATE_ACC_LEN)
             from sglang.srt.speculative import spec_utils
             spec_utils.SIMULATE_ACC_LEN = float(ours[SIM_ACC_KEY])
+        self.telemetry.announce()
 
     def set_internal_state(self, original: Callable, scheduler: Any, recv_req: Any) -> Any:
         """AROUND Scheduler.set_internal_state: the plugin's keys are validated together and applied

@@ -57,6 +57,7 @@ class TelemetrySender:
         self.pending_since = 0.0
         self.last_result: float | None = None
         self.prefill_since = False
+        self.stats_due = False                 # a run-time switch changed what the stats say: send them at idle
 
     def _socket(self) -> Any:
         if self.sock is None:
@@ -82,9 +83,15 @@ class TelemetrySender:
         self.calls += 1
         self.ns += time.perf_counter_ns() - t0
 
+    def announce(self) -> None:
+        """The off path or the counters changed outside a batch (a run-time switch, handled between batches):
+        send the stats at the next idle pass, or `specctl status` shows the old state until STATS_EVERY
+        more samples have gone out, which on an idle engine is never."""
+        self.stats_due = True
+
     def flush(self, *args, **kwargs) -> None:
         """BEFORE Scheduler.on_idle (every idle loop pass: one list check when nothing waits)."""
-        if self.pending:
+        if self.pending or (self.stats_due and self._socket()):
             try:
                 self._send_pending()
             except Exception as e:                  # never raise into the scheduler (pending is cleared)
@@ -112,20 +119,22 @@ class TelemetrySender:
 
     def _send_pending(self) -> None:
         pending, n = self.pending, len(self.pending)
-        try:
-            self.sock.send(b"".join(pending), self.send_flags)
-        except self.again:                   # the daemon is not draining: drop and count
-            self.dropped += n
-            return
-        except Exception:                    # a broken socket: counted, and nothing piles up behind it
-            self.dropped += n
-            raise
-        finally:
-            pending.clear()
-        self.sent += n
-        if self.sent // STATS_EVERY != (self.sent - n) // STATS_EVERY:
+        if n:
+            try:
+                self.sock.send(b"".join(pending), self.send_flags)
+            except self.again:               # the daemon is not draining: drop and count
+                self.dropped += n
+                return
+            except Exception:                # a broken socket: counted, and nothing piles up behind it
+                self.dropped += n
+                raise
+            finally:
+                pending.clear()
+            self.sent += n
+        if self.stats_due or self.sent // STATS_EVERY != (self.sent - n) // STATS_EVERY:
             try:
                 self.sock.send(self.stats_message(), self.send_flags)
+                self.stats_due = False
             except self.again:
                 pass                         # the next ones carry the same counters
 
