@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def engine(seen: list) -> ThreadingHTTPServer:
-    """Answers /generate with the requested number of tokens at once and /flush_cache with 200."""
+    """Answers /generate with the requested number of tokens at once, /set_internal_state with updated,
+    and /flush_cache with 200."""
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):
             pass
@@ -27,7 +28,10 @@ def engine(seen: list) -> ThreadingHTTPServer:
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             seen.append((self.server.server_port, body))
-            out = json.dumps({"output_ids": [7] * body["sampling_params"]["max_new_tokens"]}).encode()
+            if self.path == "/set_internal_state":
+                out = json.dumps({"updated": True}).encode()
+            else:
+                out = json.dumps({"output_ids": [7] * body["sampling_params"]["max_new_tokens"]}).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(out)))
             self.end_headers()
@@ -60,6 +64,32 @@ def test_resident_engines_alternate_with_the_same_seeds(tmp_path):
     # each engine got the same prompts, repeat by repeat (the seed is the repeat's, not the engine's)
     assert sorted(by_port[a.server_port]) == sorted(by_port[b.server_port])
     assert len(set(by_port[a.server_port])) == 4          # 2 requests a repeat, other prompts per repeat
+
+
+def test_two_states_of_one_engine_rotate_with_a_third_engine_and_are_switched_before_each_run(tmp_path):
+    seen: list = []
+    a, b = engine(seen), engine(seen)
+    kv, fast = {"spec_controller_draft_kv": True}, {"spec_controller_draft_kv": False}
+    try:
+        rows = run_loads("--shape", "steady", "--levels", "2", "--steady-len", "3", "--repeats", "3", "--engines",
+                         f"nospec={a.server_port};off={b.server_port}:{json.dumps(kv)};"
+                         f"fast={b.server_port}:{json.dumps(fast)}", out=tmp_path / "r.jsonl")
+    finally:
+        a.shutdown(), b.shutdown()
+    assert [r["label"] for r in rows] == ["nospec", "off", "fast", "off", "fast", "nospec", "fast", "nospec", "off"]
+    # what engine b was told before each of its runs, and that engine a was never switched
+    events = [(port, body.get("server_args")) for port, body in seen if "server_args" in body or "input_ids" in body]
+    b_runs = []
+    for i, (port, state) in enumerate(events):
+        if port == b.server_port and state is None and (i == 0 or events[i - 1][1] is not None):
+            b_runs.append(events[i - 1][1])
+    assert b_runs == [kv, fast, kv, fast, fast, kv]
+    assert all(state is None for port, state in events if port == a.server_port)
+    prompts = {}
+    for port, body in seen:
+        if "input_ids" in body:
+            prompts.setdefault(port, []).append(tuple(body["input_ids"]))
+    assert sorted(prompts[b.server_port]) == sorted(prompts[a.server_port] * 2)   # the same seeds for all three
 
 
 def test_closed_loop_asks_for_logprobs_on_its_share_and_keeps_its_requests(tmp_path):

@@ -116,6 +116,13 @@ start_server() { # label port env... -- flags ; sets SERVER_PID, returns non-zer
   say "$label FAILED to start"; tail -20 "$OUT/$label.log" | tee -a "$SUM"; stop_server; return 1
 }
 
+pin_group() { # pgid cpus: every process of the group that pgid leads (an engine and its children; by PID, never by
+  # name) onto those cores, all threads; prints how many processes were pinned
+  local n=0 p
+  for p in $(ps -eo pid=,pgid= | awk -v g="$1" '$2 == g {print $1}'); do taskset -a -cp "$2" "$p" >/dev/null && n=$((n + 1)); done
+  echo "$n"
+}
+
 kill_group() { # pid: SIGTERM to the process group that pid leads (started with setsid), SIGKILL after 30 s
   kill -TERM -- "-$1" 2>/dev/null
   for _ in $(seq 1 30); do kill -0 -- "-$1" 2>/dev/null || return 0; sleep 1; done
@@ -276,8 +283,8 @@ timeline_lines() { # from_line open_skip open_s [closed_warmup closed_s]: a TIME
   done
 }
 
-load_sum() { # loads.py args...: its result lines (and errors) into the summary
-  python3 bench/gpu/loads.py "$@" 2>&1 | grep -E "LOAD|Error|refused|Traceback" | cut -c1-220 >>"$SUM"
+load_sum() { # loads.py args...: its result lines (and errors) into the summary (CLIENT: a prefix, e.g. taskset -c ...)
+  ${CLIENT:-} python3 bench/gpu/loads.py "$@" 2>&1 | grep -E "LOAD|Error|refused|Traceback" | cut -c1-220 >>"$SUM"
 }
 
 const_decisions() { # clients seconds history-file: the bandit unpinned under a constant closed loop; CONST line

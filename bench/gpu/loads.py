@@ -113,15 +113,16 @@ def open_loop(port: int, rate: float, seconds: float, tokenizer: str, seed: int)
             "e2e_mean_ms": round(res["mean_e2e_latency_ms"], 1), "completed": res.get("completed")}
 
 
-def apply(args: argparse.Namespace, state: dict | str) -> None:
-    """A set_internal_state body, or specctl command lines for the daemon ("policy set fixed && threshold pin 0")."""
+def apply(args: argparse.Namespace, state: dict | str, port: int | None = None) -> None:
+    """A set_internal_state body (to port, else --port), or specctl command lines for the daemon ("policy set
+    fixed && threshold pin 0")."""
     if isinstance(state, str):
         import subprocess
         for command in state.split("&&"):
             subprocess.run([sys.executable, "-m", "controller.cli", "--socket", args.socket, *command.split()],
                            check=True, capture_output=True)
         return
-    answer = post(args.port, "/set_internal_state", {"server_args": state}, 30)
+    answer = post(port or args.port, "/set_internal_state", {"server_args": state}, 30)
     if not updated(answer):
         raise SystemExit(f"set_internal_state {state} refused: {answer}")
 
@@ -143,9 +144,17 @@ def flush(port: int) -> bool:
 def parse_configs(text: str | None, label: str | None, port: int | None,
                   engines: str | None = None) -> list[tuple[str, dict | str | None, int | None]]:
     """(label, state to apply or None, port): --configs in one engine, or --engines 'a=PORT,b=PORT'
-    (several engines resident on the machine, measured alternately with the same seeds)."""
+    (several engines resident on the machine, measured alternately with the same seeds); an engine entry
+    'label=PORT:JSON' (entries then separated by ';') is that engine switched to the set_internal_state
+    body JSON before each of its runs: two states of one engine and a third engine inside one rotation, so
+    that drift of the host between phases cannot decide which state looks faster."""
     if engines:
-        return [(name.strip(), None, int(p)) for name, _, p in (e.partition("=") for e in engines.split(","))]
+        out = []
+        for entry in engines.split(";" if ";" in engines else ","):
+            name, _, rest = entry.strip().partition("=")
+            port, _, state = rest.partition(":")
+            out.append((name.strip(), json.loads(state) if state.strip() else None, int(port)))
+        return out
     if not text:
         return [(label, None, port)]
     out = []
@@ -192,7 +201,8 @@ def main() -> None:
     ap.add_argument("--grammar-share", type=float, default=0.0,
                     help="closed: this share of the requests carries --grammar-regex (rows: shape closed-grammarS)")
     ap.add_argument("--grammar-regex", default=GRAMMAR_REGEX)
-    ap.add_argument("--engines", help="label=PORT,label=PORT: resident engines measured alternately per level")
+    ap.add_argument("--engines", help="label=PORT,label=PORT: resident engines measured alternately per level "
+                    "(label=PORT:JSON;...: that engine switched to the set_internal_state body first)")
     ap.add_argument("--socket", help="the daemon's control socket, for configs written '@threshold pin N'")
     ap.add_argument("--out")
     ap.add_argument("--show", metavar="FILE")
@@ -208,7 +218,7 @@ def main() -> None:
             k = (rep + args.repeat_index) % len(configs)
             for label, state, port in configs[k:] + configs[:k]:
                 if state is not None:
-                    apply(args, state)
+                    apply(args, state, port)
                 if args.flush and not flush(port):
                     print("LOAD flush refused", flush=True)
                 measure(args, label, level, rep, port)

@@ -24,7 +24,9 @@
 #  greedy equality while switching every 5 ms; `closedfast`: the closed loop again with the kv writes switched
 #  off at run time (label fast; `openfast`, `steadyfast` the same for those shapes); `closedpb`, `steadypb` (with
 #  COALESCE=N, the kv writes coalesced over N off batches: the same with them per batch, label perbatch); `closedkveager` (with KV_GRAPH=1, the kv writes from CUDA graphs:
-#  the same with them eager, label kveager); `closedpinned`: the closed loop
+#  the same with them eager, label kveager); `closedab`: kv (label off) and fast in one rotation with the no-spec
+#  engine (the daemon's engine switched before each run); PIN_CPUS=1: each engine's process group and the load
+#  client on a third of the cores each (taskset by PID); `closedpinned`: the closed loop
 #  with the threshold pinned at PIN_T (8) (label pinned: lean prefills above 0); `profile`: the GPU kernels of a decode step at
 #  PROFILE_BS (48) per engine (kernel_profile.py). Phases run in the order SHAPES names them, each only if
 #  its time is left; OPEN_RATES (2,12,24); OFF_PATH sets the daemon's [sglang] off_path.
@@ -65,6 +67,13 @@ export SPEC_TIMELINE=/tmp/tl/off MEMFRAC=0.64     # the daemon's SGLang child in
 if start_daemon; then
   specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
   specctl threshold pin 0 | tee -a "$SUM"
+  CLIENT=""
+  if [ "${PIN_CPUS:-0}" = 1 ]; then   # a third of the cores each: no-spec engine, daemon + its engine, load client
+    third=$(($(nproc) / 3))
+    say "pinned: nospec $(pin_group $NOSPEC_PID 0-$((third - 1))) processes on 0-$((third - 1)), daemon" \
+      "$(pin_group $DAEMON_PID $third-$((2 * third - 1))) on $third-$((2 * third - 1)), client $((2 * third))-$(($(nproc) - 1))"
+    CLIENT="taskset -c $((2 * third))-$(($(nproc) - 1))"
+  fi
   n0=$([ -f "$R" ] && wc -l <"$R" || echo 0)
   CLOSED=${CLOSED_LEVELS:-1,16,48,128}; RATES=${OPEN_RATES:-2,12,24}
   nlev=$(echo "$CLOSED" | tr ',' '\n' | wc -l); nrates=$(echo "$RATES" | tr ',' '\n' | wc -l)
@@ -79,6 +88,12 @@ if start_daemon; then
       say "closed done" ;;
     closedfast)  # the same closed loop with the kv writes switched off at run time (label "fast"): what kv costs
       closed_as fast "$KV_OFF" "$KV_ON" ;;
+    closedab)    # kv (label off) and the writes switched off (label fast) in ONE rotation with the no-spec engine,
+      # switched before each run, so that the host's drift between phases (12-02b) cannot decide kv against fast
+      [ "$(left)" -gt $((3 * ${REPEATS:-2} * (CLOSED_WARMUP + CLOSED_S + 4) * nlev + 30)) ] || { say "skip closedab (time)"; continue; }
+      load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
+        --engines "nospec=30001;off=30000:$KV_ON;fast=30000:$KV_OFF" --repeats "${REPEATS:-2}" --flush --out "$R"
+      internal_state 30000 "$KV_ON" | tee -a "$SUM"; say "closedab done" ;;
     openfast)    # the same for the open loop and steady decode (item 3's trade-off on every load shape)
       load_as fast "$KV_OFF" "$KV_ON" $((RUNS * nrates * (OPEN_S + 8))) \
         --shape open --rates "$RATES" --seconds "$OPEN_S" --tokenizer $TOK ;;
