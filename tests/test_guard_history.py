@@ -46,7 +46,16 @@ def test_a_trial_the_policy_does_not_follow_still_ends_at_once():
               (1.0, Decision(29, 29, "best threshold 29: live batch 95-105 is plain decoding"))]
     _, changes = run(script, 29, 96, 5.0)
     assert [(t, old, new) for t, old, new, _ in changes] == [(0.5, 29, 105), (1.0, 105, 29)]
-    assert changes[1][3] == "trial over; best threshold 29: live batch 95-105 is plain decoding"
+    assert changes[1][3] == "trial over, back to 29; best threshold 29: live batch 95-105 is plain decoding"
+
+
+def test_a_trial_that_ends_at_a_new_best_threshold_is_not_called_a_return():
+    # trial at 94 from 105 (invisible at live 70), then the policy's best moves to 60: "back to" would be a lie
+    script = [(0.0, Decision(94, 105, "trial: plain decode at batch 95-105", untried=True)),
+              (1.0, Decision(60, 60, "speculate only up to batch 60: it no longer pays at batch 61-105", gain=0.05))]
+    _, changes = run(script, 105, 70, 5.0, stabilisation_s=0)
+    assert [(old, new, reason) for _, old, new, reason in changes] == [
+        (105, 60, "trial over; speculate only up to batch 60: it no longer pays at batch 61-105")]
 
 
 def test_a_move_held_for_too_small_a_gain_says_so_not_the_policys_move():
@@ -58,7 +67,7 @@ def test_a_move_held_for_too_small_a_gain_says_so_not_the_policys_move():
     assert [(old, new) for _, old, new, _ in changes] == [(105, 169), (169, 105)]
     reason = changes[1][3]
     # before: "trial over; speculate only up to batch 94: ..." and the threshold went to 105
-    assert reason.startswith("trial over; guard: 105 held, the move to 94 would gain +0.10% (under 0.30%); "
+    assert reason.startswith("trial over, back to 105; guard: 105 held, the move to 94 would gain +0.10% (under 0.30%); "
                              "the policy: speculate only up to batch 94"), reason
     assert loop.threshold == 105
 

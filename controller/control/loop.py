@@ -108,12 +108,13 @@ class ControlLoop:
         # Right after an unpin the policy's threshold is applied as it is (nothing to coalesce with).
         applied = None if self._was_pinned else self.threshold
         unpinned, self._was_pinned = self._was_pinned, False
-        was_trial = self._exploring
+        was_trial, exploit_before = self._exploring, self.guard.exploit
         self.threshold, reason, self._exploring = self.guard.apply(
             now, decision, self.last_sample_t, applied, self.recent_batch_sizes(now), self._exploring)
         ended = was_trial and not self._exploring
-        if ended:
-            reason = f"trial over; {reason}"
+        if ended:       # "back to": the guard's "N held" then reads as what it is, a return from the trial
+            back = self.threshold != previous and self.threshold == exploit_before == self.guard.exploit
+            reason = f"trial over, back to {self.threshold}; {reason}" if back else f"trial over; {reason}"
         if unpinned:                      # the history says why the pinned value gave way
             reason = f"unpinned by an operator; {reason}"
         kept = ended and self._trial_shown and self.threshold == previous == self.guard.exploit
