@@ -161,7 +161,7 @@ def test_run_hands_over_only_the_event_its_own_forward_published(fake_torch, nam
     assert list(result.new_seq_lens) == [4, 6] and list(result.accept_lens) == [1, 1]
 
 
-def test_run_writes_the_draft_kv_of_the_decoded_position_before_it_publishes(fake_torch):
+def test_run_writes_the_draft_kv_of_the_decoded_position_before_it_publishes(fake_torch, monkeypatch):
     # off path kv: the writer gets the target's hidden states, the NEW tokens, the decoded positions
     # (seq_lens, int64) and the slots the target wrote, inside the draft's TP context, before on_publish
     names, order = V17, []
@@ -185,7 +185,10 @@ def test_run_writes_the_draft_kv_of_the_decoded_position_before_it_publishes(fak
     batch = decode_batch(2, seq_lens=tensor([3, 5]), seq_lens_cpu=None, seq_lens_sum=None,
                          req_pool_indices=tensor([1, 2]), spec_info=SimpleNamespace(bonus_tokens=tensor([4, 6])))
     fast = fastoff.FastOff("decode backend", "decode graphs", with_hidden=True, names=names)
+    clock = iter([100, 600, 1000, 1300])                    # around the target's forward, around the writes
+    monkeypatch.setattr(fastoff, "time", SimpleNamespace(perf_counter_ns=lambda: next(clock)))
     fastoff.run(w, fast, batch, on_publish=lambda lens: order.append(("publish", list(lens))), kv_writer=writer)
+    assert (fast.target_ns, fast.kv_ns) == (500, 300)       # status splits the off launch's CPU by them
     assert seen["hidden"] == "FULL"                         # the decode returned the hidden states
     assert order == ["enter", ("write", "aux", [7, 8], [3, 5], [13, 25]), "exit", ("publish", [4, 6])]
     assert seen["stubbed"]                                  # the draft's next proposal: SGLang's stub

@@ -269,6 +269,7 @@ def test_telemetry_codec_round_trip_and_refusal():
                      "fast_off_graph_batches": 6, "off_fallbacks": 1, "telemetry_calls": 0, "telemetry_ns": 0,
                      "fast_off_cpu_ns": 0, "switches": 0, "switch_ns": 0, "lean_prefills": 0,
                      "off_fallbacks_logprob": 0, "off_fallbacks_grammar": 0, "draft_kv_writes": 0,
+                     "fast_off_target_ns": 0, "draft_kv_ns": 0, "draft_kv_prefill_ns": 0,
                      "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
                      "off_path_evidence": "contract-checked against the 0.5.22 wheel, not measured on a GPU"}
     measured = decode(encode_stats({}, 3, 0, (0, 5, 17)))
@@ -457,7 +458,11 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(plug):
     assert "plugin cost: decision 1.2 us, telemetry - us per batch; 300.0 us per state switch (2 switches)" \
         in render_status(st)
     assert "plugin cost: decision - us, telemetry - us per batch; - us per state switch (0 switches)" in out
-    assert "off launch:  0.0 us CPU per fast off batch (SGLang's own decode launch)" in out
+    assert "off launch:  0.0 us CPU per fast off batch: target forward 0.0, draft KV writes 0.0" in out
+    split = {**stats, "fast_off_cpu_ns": 120 * 1_500_000, "fast_off_target_ns": 120 * 600_000,
+             "draft_kv_ns": 120 * 400_000, "lean_prefills": 10, "draft_kv_prefill_ns": 10 * 900_000}
+    assert ("off launch:  1500.0 us CPU per fast off batch: target forward 600.0, draft KV writes 400.0; "
+            "prompt KV writes 900.0 us per prefill") in render_status({**st, "engine": {**st["engine"], "plugin": split}})
     assert "draft KV written" not in out
     kv = {**stats, "off_path": "fast, draft KV written", "draft_kv_writes": 97}
     assert "fast, draft KV written, 120 fast batches" in render_status({**st, "engine": {**st["engine"], "plugin": kv}})
@@ -567,10 +572,14 @@ def test_the_draft_kv_writer_reaches_the_fast_path_and_lean_prefills(fast, monke
     monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: ("stub", ids))
     original = lambda worker, batch, hidden, ids, *a, **k: ("draft forward", ids)
     plug.router.threshold = 0                           # nothing speculates: the draft's prompt pass is skipped,
+    from controller.plugin import offpath
+    clock = iter([10, 35, 50, 60])                      # around each prompt write: their CPU, for status
+    monkeypatch.setattr(offpath, "time", SimpleNamespace(perf_counter_ns=lambda: next(clock)))
     assert off.draft_extend_for_prefill(original, None, "batch", "hidden", [7]) == ("stub", [7])
     assert written == [(writer, "batch", "hidden", [7])] and off.kv_writes == 2   # but its KV written
     assert off.draft_extend_for_prefill(original, None, "idle", "hidden", [7]) == ("stub", [7])
     assert off.kv_writes == 2                                   # an idle batch writes nothing
+    assert off.counters()["draft_kv_prefill_ns"] == 35
     # a multimodal prompt (mm_input_embeds): the draft embeds it its own way, so it runs
     assert off.draft_extend_for_prefill(original, None, "batch", "hidden", [7], "mm") == ("draft forward", [7])
     assert off.draft_extend_for_prefill(original, None, "batch", "hidden", [7], mm_input_embeds="mm") \

@@ -128,7 +128,10 @@ def _plugin_lines(plugin: dict) -> list[str]:
             f" us, telemetry {per(plugin['telemetry_ns'], plugin['telemetry_calls'])} us per batch; "
             f"{per(switch_ns, switches)} us per state switch ({switches} switches)",
             f"off launch:  {per(plugin['fast_off_cpu_ns'], plugin['fast_off_batches'])} us CPU per fast "
-            "off batch (SGLang's own decode launch)"]
+            f"off batch: target forward {per(plugin.get('fast_off_target_ns', 0), plugin['fast_off_batches'])}"
+            f", draft KV writes {per(plugin.get('draft_kv_ns', 0), plugin['fast_off_batches'])}"
+            + (f"; prompt KV writes {per(plugin['draft_kv_prefill_ns'], plugin['lean_prefills'])} us per prefill"
+               if plugin.get("draft_kv_prefill_ns") else "")]
 
 
 def _fallback_split(plugin: dict) -> str:

@@ -20,6 +20,7 @@ running engine at build time and against every wheel by the contract tests.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -39,7 +40,9 @@ class FastOff:
     grammar: bool = False      # SGLang's delayed grammar sample found (offgrammar.py): grammar batches served
     batches: int = 0
     graph_batches: int = 0
-    cpu_ns: int = 0
+    cpu_ns: int = 0            # CPU to launch an off batch, all of it (offpath.py); of which:
+    target_ns: int = 0         #   the target's own forward (what an engine without speculation launches too)
+    kv_ns: int = 0             #   the draft's KV writes (draftkv.py)
 
 
 # counted apart (contract.STATS_FIELDS): logprob and grammar batches the fast path does not cover
@@ -165,8 +168,10 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
     if kept is not None:      # return_logprob: steps-0's logprobs and layout, by SGLang's own function
         offlogprob.fill(fast.names, batch, out.logits_output, kept, tokens, torch)
     if kv_writer is not None and not sync_draft:
+        t0 = time.perf_counter_ns()
         with fast.names.draft_context.enter(worker.draft_worker):      # the draft's TP group (embedding)
             kv_writer.write(out.logits_output.hidden_states, out.next_token_ids, seq_lens.to(torch.int64), loc)
+        fast.kv_ns += time.perf_counter_ns() - t0
     if sync_draft:            # the draft's extend graph publishes the event the scheduler waits on
         setattr(runner, event, None)
     else:
@@ -216,9 +221,11 @@ def _plain_decode(target: Any, fast: FastOff, batch: Any, with_hidden: bool) -> 
         batch.seq_lens_sum = saved[2] + seq_lens.shape[0]
     batch.spec_info = None
     runner.attn_backend, runner.decode_cuda_graph_runner = fast.attn_backend, fast.graph_runner
+    t0 = time.perf_counter_ns()
     try:
         out = target.forward_batch_generation(batch, capture_hidden_mode=_sg["FULL_HIDDEN" if with_hidden else "NO_HIDDEN"])
     finally:
+        fast.target_ns += time.perf_counter_ns() - t0
         runner.attn_backend, runner.decode_cuda_graph_runner = swapped
         batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info, batch.forward_mode = saved
     return out, loc
