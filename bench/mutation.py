@@ -84,7 +84,7 @@ STEADY_SIM = [ST + "test_bandit_within_3_percent_of_the_better_fixed_mode_at_the
 GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
     "speculates": (["controller/contract.py"], ["controller.contract.x_speculates*"],
                  ["tests/test_boundaries.py", "tests/test_plugin_cpu.py"]),
-    "guard": (["controller/control/guard.py", "controller/control/changes.py"], None,
+    "guard": (["controller/control/guard.py", "controller/control/guard_config.py", "controller/control/changes.py"], None,
               ["tests/test_guard.py", "tests/test_guard_budget.py", "tests/test_boundaries.py", "tests/test_config_notify.py",
                *STEADY_GUARD]),
     "writer": (["state/writer.py", "state/items.py"], None,

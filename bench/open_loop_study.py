@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from controller.control.guard import GuardConfig  # noqa: E402
+from controller.control.guard_config import GuardConfig  # noqa: E402
 from controller.sim.evaluate import (  # noqa: E402
     StaticRunner,
     changes_per_min,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import random
 
 from controller.contract import speculates
-from controller.control.guard import GuardConfig
+from controller.control.guard_config import GuardConfig
 from controller.control.loop import ControlLoop
 from policies import Sample, make_policy
 

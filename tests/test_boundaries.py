@@ -8,7 +8,8 @@ import threading
 import pytest
 
 from controller.contract import speculates
-from controller.control.guard import Guard, GuardConfig
+from controller.control.guard import Guard
+from controller.control.guard_config import GuardConfig
 from controller.control.loop import ControlLoop
 from controller.daemon.engines.sim import SimEngine
 from controller.plugin.instance import Plugin

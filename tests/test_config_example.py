@@ -6,7 +6,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from controller.control.guard import GuardConfig
+from controller.control.guard_config import GuardConfig
 from controller.daemon.config import DEFAULTS, FLAGS, FREE_FORM, parse_set
 from controller.daemon.main import run
 

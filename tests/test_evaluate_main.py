@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import policies
-from controller.control.guard import GuardConfig
+from controller.control.guard_config import GuardConfig
 from controller.sim.evaluate import (
     DEFAULT_TICK_S,
     OracleRunner,

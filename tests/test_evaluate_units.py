@@ -8,7 +8,7 @@ import pytest
 
 import controller.sim.evaluate as ev
 import policies
-from controller.control.guard import GuardConfig
+from controller.control.guard_config import GuardConfig
 from controller.control.loop import ControlLoop
 from controller.sim.evaluate import (
     LiveSizes,

@@ -124,7 +124,8 @@ def test_a_poisoned_checkpoint_is_not_restored_and_the_loop_decides(short_tmp):
 
 
 def test_the_guard_refuses_a_non_finite_threshold():
-    from controller.control.guard import Guard, GuardConfig
+    from controller.control.guard import Guard
+    from controller.control.guard_config import GuardConfig
     from policies.buckets import Buckets
     for bad in (NAN, INF, 3.5, -1, True):
         with pytest.raises(PolicyError):

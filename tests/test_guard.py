@@ -1,6 +1,7 @@
 import pytest
 
-from controller.control.guard import Guard, GuardConfig, GuardConfigError
+from controller.control.guard import Guard
+from controller.control.guard_config import GuardConfig, GuardConfigError
 from controller.control.loop import ControlLoop
 from policies import Decision, make_policy
 from policies.buckets import Buckets

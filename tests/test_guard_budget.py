@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.control.guard import Guard, GuardConfig, moves_any
+from controller.control.guard import Guard, moves_any
+from controller.control.guard_config import GuardConfig
 from policies import Decision, PolicyError
 from policies.buckets import Buckets
 

@@ -5,7 +5,7 @@ a script of decisions, so nothing here depends on a clock or on learning."""
 from __future__ import annotations
 
 from controller.contract import Sample
-from controller.control.guard import GuardConfig
+from controller.control.guard_config import GuardConfig
 from controller.control.loop import ControlLoop
 from policies import Decision
 from policies.base import Policy

@@ -6,7 +6,8 @@ import itertools
 import pytest
 
 from controller.control.changes import ChangeBudget
-from controller.control.guard import Guard, GuardConfig, moves_any
+from controller.control.guard import Guard, moves_any
+from controller.control.guard_config import GuardConfig
 from controller.control.loop import ControlLoop
 from controller.control.shift import LoadLevel
 from controller.sim.evaluate import StaticRunner, changes_per_min, evaluate, policy_runner, run_segments

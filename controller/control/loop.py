@@ -7,7 +7,8 @@ from policies import Decision, Policy, Sample, Snapshot
 
 from ..contract import speculates
 
-from .guard import Guard, GuardConfig
+from .guard import Guard
+from .guard_config import GuardConfig
 
 
 @dataclass(frozen=True)

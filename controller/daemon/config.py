@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 from policies import PolicyError, make_policy
 
-from ..control.guard import GuardConfig, GuardConfigError
+from ..control.guard_config import GuardConfig, GuardConfigError
 from ..paths import DEFAULT_CONFIG
 
 DEFAULTS: dict[str, dict[str, Any]] = {

@@ -260,7 +260,7 @@ class Daemon:
 
     def _reload(self, service) -> None:
         """Re-read the guard, retention and log level; a bad config (or any failure) keeps the running one."""
-        from ..control.guard import GuardConfig
+        from ..control.guard_config import GuardConfig
         try:
             fresh = load_config(self.cfg.get("_path") or None, self.cfg.get("_overrides"))
             guard = GuardConfig.from_mapping(fresh["guard"])

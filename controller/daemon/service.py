@@ -15,7 +15,7 @@ from state.logs import RateLimitedLog
 from state.retention import Retention, Rollups, apply_retention
 from state.writer import WriteFailed, Writer
 
-from ..control.guard import GuardConfig
+from ..control.guard_config import GuardConfig
 from ..control.loop import ControlLoop
 from ..status import build_status
 from .engines.base import Engine, EngineError

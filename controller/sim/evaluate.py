@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 from policies import make_policy
 
 from ..contract import Sample, speculates
-from ..control.guard import GuardConfig
+from ..control.guard_config import GuardConfig
 from ..control.loop import ControlLoop
 from .core import SimCore
 from .openloop import Latency, OpenLoopCore, RateSchedule

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Mapping, Sequence
 
-from ..control.guard import GuardConfig
+from ..control.guard_config import GuardConfig
 from .evaluate import (
     DEFAULT_TICK_S,
     OracleRunner,
