@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 SYSTEM_STATE = Path("/var/lib/spec-controller")
@@ -64,3 +65,27 @@ def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
         os.write(fd, data)
     finally:
         os.close(fd)
+
+
+UNIX_PATH_MAX = 107        # bytes in a unix socket's path (sun_path holds 108, the NUL included)
+
+
+def socket_path_too_long(path: Path) -> str | None:
+    """Why no unix socket can be bound or reached at `path` whatever is there, or None."""
+    size = len(os.fsencode(str(path)))
+    return f"too long for a unix socket ({size} bytes, at most {UNIX_PATH_MAX})" if size > UNIX_PATH_MAX else None
+
+
+def socket_path_problem(path: Path) -> str | None:
+    """Why `path` cannot be a control socket to connect to, or None: too long for a unix socket, or something
+    else already there (a directory, a file). A path that does not exist yet, or that this user may not look
+    at, passes: connecting then says what is wrong."""
+    if (too_long := socket_path_too_long(path)) is not None:
+        return too_long
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISSOCK(mode):
+        return None
+    return "a directory, not a socket" if stat.S_ISDIR(mode) else "not a socket"

@@ -146,3 +146,35 @@ def test_the_engine_never_writes_through_a_link_at_its_adaptive_config(short_tmp
         eng.start(lambda s: None)
     assert victim.read_text() == "keep" and eng.proc is None
     eng.stop()
+
+
+@pytest.mark.parametrize("where", ["after", "before", "env"])
+def test_a_socket_path_no_daemon_can_listen_on_is_refused_and_no_pin_is_saved_offline(short_tmp, where):
+    # a directory named as the socket: before, specctl took it for "daemon not running" and saved the pin in the
+    # database offline, while the daemon the operator meant ran on and never applied it
+    from click.testing import CliRunner
+
+    from controller.cli.main import cli
+    db, folder = short_tmp / "a.db", short_tmp / "sockets"
+    folder.mkdir()
+    args = {"after": ["--db", str(db), "threshold", "pin", "5", "--socket", str(folder)],
+            "before": ["--socket", str(folder), "--db", str(db), "threshold", "pin", "5"],
+            "env": ["--db", str(db), "threshold", "pin", "5"]}[where]
+    env = {"SPECCTL_SOCKET": str(folder)} if where == "env" else {}
+    res = CliRunner().invoke(cli, args, env=env)
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert res.exit_code == 2 and lines == [f"specctl: control socket {folder}: a directory, not a socket; "
+                                            "nothing changed"], res.output
+    assert not db.exists()
+
+
+def test_a_socket_path_too_long_for_a_unix_socket_is_refused_by_specctl_and_the_daemon(short_tmp):
+    from click.testing import CliRunner
+
+    from controller.cli.main import cli
+    long_path = short_tmp / ("s" * 120)
+    res = CliRunner().invoke(cli, ["--db", str(short_tmp / "a.db"), "status", "--socket", str(long_path)])
+    assert res.exit_code == 2 and "too long for a unix socket" in res.output and len(res.output.splitlines()) == 1
+    _one_line(run_daemon_once(short_tmp, "--db", str(short_tmp / "a.db"), "--socket", str(long_path)),
+              "too long for a unix socket")
+    assert not (short_tmp / "a.db").exists()

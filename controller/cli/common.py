@@ -9,7 +9,7 @@ from typing import Any, Callable, NoReturn
 
 import click
 
-from ..paths import find_db, find_socket
+from ..paths import find_db, find_socket, socket_path_problem
 from .client import DaemonError, request
 from .options import EXIT_ERROR, EXIT_USAGE, fail_as
 
@@ -19,8 +19,24 @@ OFFLINE_BUSY_MS = 2000      # an offline write waits this long for another proce
 
 class Ctx:
     def __init__(self, socket: str | None, db: str | None):
-        self.socket = Path(socket) if socket else find_socket()
+        self._socket = find_socket()          # the default is not checked: commands that reach no daemon use none
+        if socket:
+            self.socket = Path(socket)
         self.db = Path(db) if db else find_db()
+
+    @property
+    def socket(self) -> Path:
+        return self._socket
+
+    @socket.setter
+    def socket(self, path: Path) -> None:
+        """Every way an operator names a socket (--socket before or after the command, SPECCTL_SOCKET) passes
+        here: a path no daemon can listen on is a usage error, not a daemon that is not running (which
+        would save a pin to the database offline while the daemon the operator meant runs on)."""
+        problem = socket_path_problem(path)
+        if problem is not None:
+            raise click.UsageError(f"control socket {path}: {problem}; nothing changed")
+        self._socket = path
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:

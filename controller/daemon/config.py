@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 from policies import PolicyError, make_policy
 
 from ..control.guard_config import GuardConfig, GuardConfigError
-from ..paths import DEFAULT_CONFIG
+from ..paths import DEFAULT_CONFIG, socket_path_too_long
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "engine": {"kind": "sim"},
@@ -170,6 +170,8 @@ def validate(cfg: dict) -> None:
     for key, value in (("storage", cfg["storage"]["db"]), ("control", ctl["socket"])):
         if "\0" in value:
             raise ConfigError(f"config: [{key}] path {value!r} holds a NUL byte")
+    if ctl["socket"] and (problem := socket_path_too_long(Path(ctl["socket"]))) is not None:
+        raise ConfigError(f"config: [control] socket {ctl['socket']}: {problem}")   # (what is there: at bind)
     try:
         GuardConfig.from_mapping(cfg["guard"])
     except GuardConfigError as e:
