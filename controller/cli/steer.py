@@ -92,14 +92,11 @@ def _trial_note(res: dict) -> str:
 def _pin(ctx: Ctx, value: int | None) -> None:
     path = "/threshold/pin" if value is not None else "/threshold/unpin"
     try:
-        st = call(ctx, "GET", "/status")
-        if value is None and not st.get("pinned"):
-            click.echo(f"threshold was not pinned (now {st.get('threshold')}, policy decides); nothing changed")
-            return
-        if value is not None and st.get("pinned") and st.get("threshold") == value:
-            click.echo(f"threshold already pinned at {value}; nothing changed")
-            return
         res = call(ctx, "POST", path, {"threshold": value} if value is not None else {})
+        if not res.get("changed", True):       # the daemon found it so already and changed nothing
+            click.echo(f"threshold already pinned at {value}; nothing changed" if value is not None else
+                       f"threshold was not pinned (now {res['threshold']}, policy decides); nothing changed")
+            return
         click.echo(f"threshold pinned at {res['threshold']}" if value is not None else
                    f"threshold unpinned (now {res['threshold']}{_trial_note(res)}, policy decides)")
     except DaemonUnreachable:

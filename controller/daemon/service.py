@@ -162,14 +162,18 @@ class Service:
         if threshold is not None and not 0 <= threshold <= self.engine.max_batch_size:
             raise ValueError(f"threshold {threshold} out of range (allowed 0 .. {self.engine.max_batch_size})")
         with self._commands:
-            self._durable([setting_item("pinned", threshold),
-                           event_item("pin" if threshold is not None else "unpin", str(threshold))])
             with self.lock:
-                self.loop.pin(threshold)
-        self.retune()
+                changed = self.loop.pinned != threshold      # a pin where it is pinned, an unpin of nothing: no-ops
+            if changed:
+                self._durable([setting_item("pinned", threshold),
+                               event_item("pin" if threshold is not None else "unpin", str(threshold))])
+                with self.lock:
+                    self.loop.pin(threshold)
+        if changed:
+            self.retune()
         with self.lock:
             return {"threshold": self.loop.threshold, "pinned": self.loop.pinned is not None,
-                    "exploit_threshold": self.loop.guard.exploit}
+                    "exploit_threshold": self.loop.guard.exploit, "changed": changed}
 
     # --- actuation --------------------------------------------------------------
     def apply_initial(self) -> None:
