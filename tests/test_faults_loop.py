@@ -82,6 +82,22 @@ def test_a_loop_that_stopped_deciding_ends_the_daemon_with_exit_1(short_tmp):
     writer.stop()
 
 
+def test_an_engine_start_longer_than_the_stall_limit_is_not_a_stalled_loop(short_tmp):
+    """The H200 (12-02c call 4): the engine took 88 s to start, the daemon said ready and exited 0.5 s
+    later, "no retune has worked for 88 s", before its first retune had had a chance to run."""
+    from controller.daemon.lifecycle import Daemon
+    svc, writer = make_service(short_tmp)
+    daemon = Daemon(svc.cfg)
+    daemon.stall_s = 60.0
+    daemon.watch = {"state writer": writer.thread}
+    svc.last_retune_ok -= 88.0                     # the service was built before the engine's 88 s start
+    svc.apply_initial()                            # the engine is ready: the loop begins here
+    assert daemon._fatal_condition(svc.engine, svc) is None
+    svc.last_retune_ok -= 61.0                     # and a loop that then stops deciding is still caught
+    assert daemon._fatal_condition(svc.engine, svc).startswith("control loop stalled")
+    writer.stop()
+
+
 def test_a_threshold_the_engine_did_not_take_is_retried(short_tmp):
     engine = FakeEngine()
     svc, writer = make_service(short_tmp, policy="fixed", engine=engine)     # wants threshold 5

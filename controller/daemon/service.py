@@ -177,9 +177,11 @@ class Service:
 
     # --- actuation --------------------------------------------------------------
     def apply_initial(self) -> None:
-        """Re-apply the restored threshold before the first retune."""
+        """Re-apply the restored threshold before the first retune, and start the stall clock: the
+        engine's start (minutes on a GPU) is not a loop that stopped deciding."""
         with self._actuation:
             self._actuate(self.loop.threshold, self.loop.threshold, self.start_reason, False, self.engine.now())
+        self.last_retune_ok = time.monotonic()
 
     def _actuate(self, new: int, old: int, reason: str, exploratory: bool, now: float) -> None:
         """Apply a threshold (the caller holds _actuation, not lock: SGLang's answer can take seconds)."""
