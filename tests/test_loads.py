@@ -142,3 +142,44 @@ def test_closed_loop_constrains_its_grammar_share_with_its_own_stream(tmp_path):
     assert not any("regex" in b["sampling_params"] for b in bodies0)
     firsts = lambda bs: {tuple(b["input_ids"]) for b in bs}
     assert len(firsts(bodies) & firsts(bodies0)) >= 4 and len(firsts(bodies_g) & firsts(bodies0)) >= 4
+
+
+def test_cpu_seconds_are_counted_for_the_named_process_group_only(tmp_path):
+    """proccpu: a process in its own session burns 0.2 s of CPU (by its own clock) between two snapshots;
+    the group's row has it, the test's own process (another group) is not in the row."""
+    sys.path.insert(0, str(ROOT / "bench/gpu"))
+    from proccpu import snapshot, usage
+    burner = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nsys.stdin.readline()\nt = time.process_time()\n"
+         "while time.process_time() - t < 0.2:\n    pass\nprint('done', flush=True)\ntime.sleep(60)"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        groups = {"burner": burner.pid}
+        before = snapshot(groups)
+        burner.stdin.write("go\n")
+        burner.stdin.flush()
+        assert burner.stdout.readline().strip() == "done"
+        spent = usage(before, snapshot(groups))
+    finally:
+        burner.kill()
+        burner.wait()
+    assert set(spent) == {"host_busy", "burner"}
+    (name, seconds), = spent["burner"].items()
+    assert name.startswith("python") and 0.18 <= seconds <= 0.5
+    assert 0 < spent["host_busy"] <= 1
+
+
+def test_a_run_row_carries_the_groups_cpu_and_a_bad_group_is_refused(tmp_path):
+    seen: list = []
+    a = engine(seen)
+    try:
+        rows = run_loads("--shape", "steady", "--levels", "2", "--steady-len", "3", "--repeats", "1", "--port",
+                         str(a.server_port), "--label", "nospec", "--cpu-groups", f"me={__import__('os').getpgid(0)}",
+                         out=tmp_path / "r.jsonl")
+        bad = subprocess.run([sys.executable, str(ROOT / "bench/gpu/loads.py"), "--shape", "steady", "--port",
+                              str(a.server_port), "--cpu-groups", "nospec=abc"], capture_output=True, text=True)
+    finally:
+        a.shutdown()
+    assert "python" in " ".join(rows[0]["cpu_s"]["me"]) and "host_busy" in rows[0]["cpu_s"]
+    assert bad.returncode != 0 and bad.stderr.strip() == "--cpu-groups: 'nospec=abc' is not label=PGID"
+    assert not (tmp_path / "bad.jsonl").exists() and len(seen) == 2      # the refused call sent nothing

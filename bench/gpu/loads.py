@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from greedy import post, updated
 from jsonl import emit
+from proccpu import parse_groups, snapshot, usage
 
 
 # The crafted model's tokenizer (mkmodel.py) is word-level, "w3" ... "w31999", so a regex over digits and
@@ -204,6 +205,9 @@ def main() -> None:
     ap.add_argument("--engines", help="label=PORT,label=PORT: resident engines measured alternately per level "
                     "(label=PORT:JSON;...: that engine switched to the set_internal_state body first)")
     ap.add_argument("--socket", help="the daemon's control socket, for configs written '@threshold pin N'")
+    ap.add_argument("--cpu-groups", default=os.environ.get("LOAD_CPU_GROUPS"),
+                    help="label=PGID,...: each row's cpu_s, those process groups' CPU seconds per process name "
+                    "during the run, and the host's busy share (default $LOAD_CPU_GROUPS)")
     ap.add_argument("--out")
     ap.add_argument("--show", metavar="FILE")
     args = ap.parse_args()
@@ -211,6 +215,10 @@ def main() -> None:
         return show(args.show)
     levels = [float(x) for x in (args.rates if args.shape == "open" else args.levels).split(",")]
     configs = parse_configs(args.configs, args.label, args.port, args.engines)
+    try:
+        args.cpu_groups = parse_groups(args.cpu_groups)
+    except ValueError as e:
+        sys.exit(str(e))
     if args.shape == "open":
         import sglang.benchmark.serving  # noqa: F401  (seconds of imports, outside every run's clock)
     for level in levels:                  # a level's repeats and configs complete before the next level
@@ -226,6 +234,7 @@ def main() -> None:
 
 def measure(args: argparse.Namespace, label: str, level: float, rep: int, port: int) -> None:
     seed = 100 * (rep + args.repeat_index) + int(level)
+    cpu0 = snapshot(args.cpu_groups)
     t0, m0 = time.time(), time.monotonic()
     try:
         if args.shape == "steady":
@@ -237,11 +246,12 @@ def measure(args: argparse.Namespace, label: str, level: float, rep: int, port: 
             res = open_loop(port, level, args.seconds, args.tokenizer, seed)
     except Exception as e:          # one failed level must not lose the others
         res = {"error": f"{type(e).__name__}: {e}"}
+    cpu = usage(cpu0, snapshot(args.cpu_groups))
     shape = args.shape + (f"-logprob{args.logprob_share:g}" if args.logprob_share else "") + \
         (f"-grammar{args.grammar_share:g}" if args.grammar_share else "")
     row = {"label": label, "shape": shape, "level": level if args.shape == "open" else int(level),
            "repeat": rep + args.repeat_index, "t_start": t0, "t_end": time.time(),
-           "mono_start": m0, "mono_end": time.monotonic(), **({"engines_resident": True} if args.engines else {}), **res}
+           "mono_start": m0, "mono_end": time.monotonic(), **({"engines_resident": True} if args.engines else {}), "cpu_s": cpu, **res}
     emit("LOAD", row, args.out)
 
 

@@ -26,7 +26,8 @@
 #  COALESCE=N, the kv writes coalesced over N off batches: the same with them per batch, label perbatch); `closedkveager` (with KV_GRAPH=1, the kv writes from CUDA graphs:
 #  the same with them eager, label kveager); `closedab`: kv (label off) and fast in one rotation with the no-spec
 #  engine (the daemon's engine switched before each run); PIN_CPUS=1: each engine's process group and the load
-#  client on a third of the cores each (taskset by PID); `closedpinned`: the closed loop
+#  client on a third of the cores each (taskset by PID); every run's row has cpu_s (both engines' process groups'
+#  CPU seconds per process name, the host's busy share: proccpu.py); `closedpinned`: the closed loop
 #  with the threshold pinned at PIN_T (8) (label pinned: lean prefills above 0); `profile`: the GPU kernels of a decode step at
 #  PROFILE_BS (48) per engine (kernel_profile.py). Phases run in the order SHAPES names them, each only if
 #  its time is left; OPEN_RATES (2,12,24); OFF_PATH sets the daemon's [sglang] off_path.
@@ -67,6 +68,8 @@ export SPEC_TIMELINE=/tmp/tl/off MEMFRAC=0.64     # the daemon's SGLang child in
 if start_daemon; then
   specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
   specctl threshold pin 0 | tee -a "$SUM"
+  # every run's row: both groups' CPU seconds per process name and the host's busy share (proccpu.py)
+  export LOAD_CPU_GROUPS="nospec=$NOSPEC_PID,daemon=$DAEMON_PID"
   CLIENT=""
   if [ "${PIN_CPUS:-0}" = 1 ]; then   # a third of the cores each: no-spec engine, daemon + its engine, load client
     third=$(($(nproc) / 3))
