@@ -5,6 +5,8 @@ set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 T0=$(date +%s); DEADLINE=${DEADLINE_S:-560}
 left() { echo $((DEADLINE - ($(date +%s) - T0))); }
+fits() { # need-s what: true while that many seconds are left, else says what it needed (to plan the next call)
+  [ "$(left)" -gt "$1" ] && return 0; say "skip $2 (time: needs $1 s, $(left) left)" | cut -c1-160; return 1; }
 LEVELS=${LEVELS:-1,4,16,64,128}; ACC=${ACC_LEN:-2.5}; PPC=${PPC:-3}; OUTLEN=${OUTLEN:-128}
 SWEEP_ARGS=(--prompts-per-client "$PPC" --output-len "$OUTLEN")
 M=/tmp/m; SC=/tmp/sc

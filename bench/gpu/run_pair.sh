@@ -45,7 +45,7 @@ KV_OFF='{"spec_controller_draft_kv": false}'; KV_ON='{"spec_controller_draft_kv"
 load_as() { # label state-json restore-json need-s loads.py-args...: one load against the no-spec engine with the
   # daemon's engine switched to state (its rows labelled label), then back
   local label=$1 state=$2 restore=$3 need=$4; shift 4
-  [ "$(left)" -gt "$need" ] || { say "skip $label $*" | cut -c1-120; return; }
+  fits "$need" "$label $*" || return
   internal_state 30000 "$state" | tee -a "$SUM"
   load_sum "$@" --engines "nospec=30001,$label=30000" --repeats "${REPEATS:-2}" --flush --out "$R"
   internal_state 30000 "$restore" | tee -a "$SUM"; say "$label $2 done"
@@ -84,16 +84,16 @@ if start_daemon; then
   # (2 repeats, 2 engines) of OPEN_S + ~8 s; closed: 4 runs a level of CLOSED_WARMUP + CLOSED_S + ~3 s
   for phase in ${SHAPES//,/ }; do
     case $phase in
-    open) [ "$(left)" -gt $((RUNS * nrates * (OPEN_S + 8))) ] || { say "skip open (time)"; continue; }
+    open) fits $((RUNS * nrates * (OPEN_S + 8))) open || continue
       load_sum --shape open --rates "$RATES" --seconds "$OPEN_S" --tokenizer $TOK "${PAIR[@]}"; say "open done" ;;
-    closed) [ "$(left)" -gt $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closed (time)"; continue; }
+    closed) fits $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) closed || continue
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
       say "closed done" ;;
     closedfast)  # the same closed loop with the kv writes switched off at run time (label "fast"): what kv costs
       closed_as fast "$KV_OFF" "$KV_ON" ;;
     closedab)    # kv (label off) and the writes switched off (label fast) in ONE rotation with the no-spec engine,
       # switched before each run, so that the host's drift between phases (12-02b) cannot decide kv against fast
-      [ "$(left)" -gt $((3 * ${REPEATS:-2} * (CLOSED_WARMUP + CLOSED_S + 4) * nlev + 30)) ] || { say "skip closedab (time)"; continue; }
+      fits $((3 * ${REPEATS:-2} * (CLOSED_WARMUP + CLOSED_S + 4) * nlev + 30)) closedab || continue
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
         --engines "nospec=30001;off=30000:$KV_ON;fast=30000:$KV_OFF" --repeats "${REPEATS:-2}" --flush --out "$R"
       internal_state 30000 "$KV_ON" | tee -a "$SUM"; say "closedab done" ;;
@@ -110,14 +110,14 @@ if start_daemon; then
       closed_as kveager '{"spec_controller_draft_kv_graph": false}' '{"spec_controller_draft_kv_graph": true}' ;;
     closedpinned)  # the closed loop with the threshold pinned at PIN_T (8), label pinned: batches above it run off,
       # and with kv their prefills skip the draft's pass (contract.prefill_skips_draft); status counts the lean prefills
-      [ "$(left)" -gt $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ] || { say "skip closedpinned (time)"; continue; }
+      fits $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) closedpinned || continue
       specctl threshold pin "${PIN_T:-8}" | tee -a "$SUM"
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
         --engines nospec=30001,pinned=30000 --repeats "${REPEATS:-2}" --flush --out "$R"
       specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"
       specctl threshold pin 0 | tee -a "$SUM"; say "closedpinned done" ;;
     profile)   # issue 12 item 1: the kernels of a steady decode step at PROFILE_BS, no-spec vs kv vs fast (kernel_profile.py)
-      [ "$(left)" -gt 90 ] || { say "skip profile (time)"; continue; }
+      fits 90 profile || continue
       python3 bench/gpu/kernel_profile.py --engines nospec=30001,off=30000 --batch "${PROFILE_BS:-48}" --out "$OUT" \
         2>&1 | cut -c1-300 | tee -a "$SUM"
       internal_state 30000 '{"spec_controller_draft_kv": false}' >/dev/null
@@ -125,13 +125,13 @@ if start_daemon; then
         2>&1 | cut -c1-300 | tee -a "$SUM"
       internal_state 30000 '{"spec_controller_draft_kv": true}' | tee -a "$SUM"; say "profile done" ;;
     logprob)   # issue 12 item 4: a share of the requests ask for logprobs; status says how many off batches fell back
-      [ "$(left)" -gt $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) ] || { say "skip logprob (time)"; continue; }
+      fits $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) logprob || continue
       load_sum --shape closed --levels "${LOGPROB_LEVELS:-48}" --logprob-share "${LOGPROB_SHARE:-0.1}" \
         --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
       specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"; say "logprob done" ;;
     syncdebug) # where the scheduler thread waits on the GPU: torch's sync debug mode switched on in both engines
       # (timeline.py, once the flag file exists), a short closed loop on each, the call sites into $OUT/syncs.txt
-      [ "$(left)" -gt 60 ] || { say "skip syncdebug (time)"; continue; }
+      fits 60 syncdebug || continue
       touch "$SPEC_SYNC_DEBUG"
       load_sum --shape closed --levels "${SYNC_LEVELS:-16}" --seconds 3 --warmup 2 \
         --engines nospec=30001,off=30000 --repeats 1 --out /tmp/tl/syncdebug.jsonl
@@ -139,31 +139,31 @@ if start_daemon; then
       grep -c "^SYNC pid" "$OUT"/nospec.log "$OUT"/daemon.log | tee -a "$SUM"
       rm -f "$SPEC_SYNC_DEBUG"; say "syncdebug done (switched off at each engine's next flush)" ;;
     grammar)   # issue 12 item 4: a share of the requests carry a regex; status says how many off batches fell back
-      [ "$(left)" -gt $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) ] || { say "skip grammar (time)"; continue; }
+      fits $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) grammar || continue
       load_sum --shape closed --levels "${GRAMMAR_LEVELS:-48}" --grammar-share "${GRAMMAR_SHARE:-0.1}" \
         ${GRAMMAR_REGEX:+--grammar-regex "$GRAMMAR_REGEX"} --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
       specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"; say "grammar done" ;;
     grcheck)   # grammar-constrained outputs: the off engine against the no-spec engine and the forced sequence
-      [ "$(left)" -gt 60 ] || { say "skip grcheck (time)"; continue; }
+      fits 60 grcheck || continue
       python3 bench/gpu/grammar_check.py --port-a 30001 --port-b 30000 --chain $M/target/next.json --prompts 48 \
         --concurrency 16 --output-len 64 --temperatures 0,0.8 --out "$OUT/grammar.jsonl" 2>&1 \
         | grep -E "GRAMMAR|Error|MALFORMED" | cut -c1-500 | tee -a "$SUM"
       specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"; say "grcheck done" ;;
     lpcheck)   # the off engine's output logprobs against the no-spec engine's, greedy and sampled
-      [ "$(left)" -gt 60 ] || { say "skip lpcheck (time)"; continue; }
+      fits 60 lpcheck || continue
       python3 bench/gpu/logprob_check.py --port-a 30001 --port-b 30000 --prompts 64 --concurrency 16 \
         --output-len 64 --temperatures 0,0.8 --out "$OUT/logprob.jsonl" 2>&1 | grep -E "LOGPROB|Error|Malformed" | cut -c1-400 | tee -a "$SUM" ;;
     penalty)   # sampling penalties on the off engine against the no-spec engine, greedy and sampled (exit 3: no effect)
-      [ "$(left)" -gt 60 ] || { say "skip penalty (time)"; continue; }
+      fits 60 penalty || continue
       python3 bench/gpu/penalty_check.py --port-a 30001 --port-b 30000 --chain $M/target/next.json --prompts 48 \
         --batch 16 --output-len 64 --temperatures 0,0.8 --out "$OUT/logprob.jsonl" 2>&1 \
         | grep -E "PENALTY|Error|MALFORMED" | cut -c1-400 | tee -a "$SUM"; say "penalty done" ;;
     greedy)    # issue 12 item 5: outputs identical to the crafted chain while the threshold flips 0 <-> MAXBS every 5 ms
-      [ "$(left)" -gt 70 ] || { say "skip greedy (time)"; continue; }
+      fits 70 greedy || continue
       greedy 30000 "switching-${OFF_PATH:-default}" --prompts 200 --concurrency 32 --input-len 32 --output-len 96 \
         --output-len-min 16 --chain $M/target/next.json --toggle 0,$MAXBS --toggle-ms 5
       internal_state 30000 '{"speculative_disable_batch_threshold": 0}' >/dev/null; specctl threshold pin 0 >/dev/null ;;
-    steady) [ "$(left)" -gt 40 ] || { say "skip steady (time)"; continue; }
+    steady) fits 40 steady || continue
       load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done" ;;
     *) say "unknown phase $phase" ;;
     esac
