@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Mapping
 
 from controller.contract import speculates
 
-from . import reasons, staleness
+from . import reasons, staleness, trend
 from .base import OFF, SPEC, Policy, relative_gain
 from .params import ParamSpec
 from .freshrun import FreshRun
@@ -39,6 +39,8 @@ class BucketLearner(Policy):
                   "probe the other mode of a bucket only if it looks better by this relative margin"),
         ParamSpec("prefill", int, MEASURED, DROP, CORRECTED,
                   "intervals holding a prefill: 0 dropped, 1 rewards as measured, 2 minus the learned prefill cost"),
+        ParamSpec("guess", float, 0.1, 0.0, 10.0,
+                  "guess a bucket's unmeasured mode from the step-time trend where speculation wins (loses) by this (10: never)"),
     )
 
     def __init__(self, params=None, *, seed: int = 0, max_batch_size: int = 256):
@@ -55,6 +57,7 @@ class BucketLearner(Policy):
         self.accept_hi = (0.0, 0.0)       # (highest accept length lately, when), see accept_high()
         self.arrived = [-math.inf] * n    # when the load came back to each bucket after half_life_s away
         self.run = FreshRun()             # see staleness.probe_goes_on
+        self.lines: tuple[list, list[float]] = ([None, None], [0.0, 0.0])   # trend.fit_lines, at each decision
 
     def observe(self, sample: Sample) -> None:
         if sample.step_s <= 0 or sample.batch_size <= 0:
@@ -113,6 +116,10 @@ class BucketLearner(Policy):
         h = ACCEPT_HIGH_HALF_LIVES * self.params["half_life_s"]
         return self.accept.mean + (high - self.accept.mean) * 0.5 ** (max(0.0, now - t) / h)
 
+    def accept_stale(self, now: float) -> bool:
+        """No speculative batch for accept_half_life_s: the accept length may have moved since."""
+        return now - self.accept.t > self.params["accept_half_life_s"]
+
     # --- estimates -------------------------------------------------------
     def mean(self, arm: int, b: int) -> float:
         q = self.q[arm][b].mean
@@ -140,12 +147,19 @@ class BucketLearner(Policy):
         """Traffic-weighted relative gain of speculating, per bucket (0 where unknown)."""
         out = []
         for b in range(len(self.buckets)):
-            if not self.estimable(b):
-                out.append(0.0)
-                continue
+            gain = self.gain_at(b, now)
             traffic = self.q[OFF][b].weight(now) + self.q[SPEC][b].weight(now)
-            out.append(traffic * relative_gain(self.mean(SPEC, b), self.mean(OFF, b)))
+            # a guessed bucket without traffic weighs one batch: the threshold goes ahead of the load there
+            out.append(0.0 if gain is None else gain * (traffic if self.estimable(b) else max(traffic, 1.0)))
         return out
+
+    def gain_at(self, b: int, now: float) -> float | None:
+        """Relative gain of speculating in bucket b: measured, else guessed from the trend (policies.trend), else None."""
+        return self.relative(b) if self.estimable(b) else trend.guessed_gain(self, self.lines, b, now)
+
+    def refit(self, now: float) -> None:
+        """The step-time lines (policies.trend), a cache of the statistics decide() reads."""
+        self.lines = trend.fit_lines(self, now, 2, trend.GUESS_WEIGHT)
 
     def dominated(self, arm: int, b: int, now: float) -> bool:
         """True when a neighbouring bucket already settles an untried arm: the gain of
@@ -154,7 +168,7 @@ class BucketLearner(Policy):
         margin = self.params["dominance"]
         # A stale accept length may have risen since: then only a loss that would hold even
         # at the longest accept length seen lately (traffic mixes recur) settles it.
-        stale = now - self.accept.t > self.params["accept_half_life_s"]
+        stale = self.accept_stale(now)
         accept = self.accept.mean
         if stale and arm == SPEC:
             accept = max(accept, self.accept_high(now))
@@ -180,12 +194,13 @@ class BucketLearner(Policy):
     def span(self, b: int) -> str:
         return reasons.batches(self.buckets.low(b), self.buckets.high(b))
 
-    def _exploit_reason(self, exploit: int, before: int, b: int) -> str:
+    def _exploit_reason(self, exploit: int, before: int, b: int, now: float) -> str:
         # the bucket at the edge that moved: the highest now speculated, or the lowest no longer
         edge = self.buckets.index_of_threshold(max(exploit, before)) - 1 if exploit > before else \
             self.buckets.index_of_threshold(exploit)
         edge = min(max(edge, 0), len(self.buckets) - 1)
-        return reasons.exploit(exploit, before, self.span(edge), self.relative(edge), self.span(b), self.relative(b))
+        return reasons.exploit(exploit, before, self.span(edge), self.gain_at(edge, now), self.span(b),
+                               self.gain_at(b, now), (not self.estimable(edge), not self.estimable(b)))
 
     def _best_threshold(self, now: float, current: int, b: int) -> int:
         """The monotone summary of the gains, held at `current` when the move would not change the
@@ -219,13 +234,16 @@ class BucketLearner(Policy):
         total = sum(recent)
         if a == z or not total:
             return 0.0
-        moved = sum(recent[b] * relative_gain(self.mean(SPEC, b), self.mean(OFF, b))
-                    for b in range(min(a, z), max(a, z)) if self.estimable(b))
+        moved = sum(recent[b] * gain for b in range(min(a, z), max(a, z)) if (gain := self.gain_at(b, now)) is not None)
         return (moved if z > a else -moved) / total
 
     def decide(self, snap: Snapshot) -> Decision:
+        self.refit(snap.now)
         b = self.buckets.of(snap.live_batch_size or 1)
         exploit = self._best_threshold(snap.now, snap.exploit_threshold, b)
+        guess = trend.guess_trial(self, snap, exploit, b)
+        if guess is not None:       # a trial of the guessed threshold, exploit unchanged: shift trial (guard)
+            return Decision(exploit, snap.exploit_threshold, guess, 0.0, True, True)
         threshold, reason, untried, shift = self._arm(snap, exploit, b)
         gain = self.move_gain(snap.now, snap.exploit_threshold, exploit)
         return Decision(threshold, exploit, reason, gain, untried, shift)
@@ -235,9 +253,13 @@ class BucketLearner(Policy):
         in_spec = speculates(self.buckets.high(b), exploit)
         untried = [a for a in (OFF, SPEC) if not self.known(a, b, snap.now)]
         probe = shift = False                  # a trial of an arm never measured here / the load's move calls for
+        guess = trend.guessed_gain(self, self.lines, b, snap.now) if len(untried) == 1 else None
         if len(untried) == 1 and self.dominated(untried[0], b, snap.now):
             want = 1 - untried[0]
             why = reasons.settled(want == SPEC)
+        elif guess is not None and (guess > 0) == (untried[0] == OFF) and \
+                snap.now - self.arrived[b] <= self.params["half_life_s"]:
+            want, why = 1 - untried[0], reasons.guessed(guess)       # the trend settles it until measured
         elif untried:
             want, probe = untried[0], True
             why = reasons.unmeasured(self.tried[want][b], snap.now)
@@ -251,7 +273,7 @@ class BucketLearner(Policy):
             want = self.choose_arm(b, snap.now, SPEC if in_spec else OFF)
             why = reasons.uncertain(self.relative(b))
         if (want == SPEC) == in_spec:
-            return exploit, self._exploit_reason(exploit, snap.exploit_threshold, b), False, False
+            return exploit, self._exploit_reason(exploit, snap.exploit_threshold, b, snap.now), False, False
         explore = flip_threshold(exploit, self.buckets, b, want == SPEC)
         return explore, reasons.trial(want == SPEC, self.span(b), why), probe, shift
 

@@ -9,20 +9,25 @@ def batches(lo: int, hi: int) -> str:
     return f"batch {lo}" if lo == hi else f"batch {lo}-{hi}"
 
 
-def gain_text(gain: float | None) -> str:
-    return "not measured" if gain is None else f"speculation {gain:+.0%} tok/s"
+def gain_text(gain: float | None, guessed: bool = False) -> str:
+    """The gain in words; guessed: from the step-time trend (policies.trend), not measured in the bucket."""
+    if gain is None:
+        return "not measured"
+    return f"the trend says speculation {gain:+.0%} tok/s" if guessed else f"speculation {gain:+.0%} tok/s"
 
 
-def exploit(threshold: int, before: int, span: str, gain: float | None, live: str, live_gain: float | None) -> str:
+def exploit(threshold: int, before: int, span: str, gain: float | None, live: str, live_gain: float | None,
+            guessed: tuple[bool, bool] = (False, False)) -> str:
     """The best threshold, after the policy's estimates. span/gain: the bucket at the edge that
-    moved (the highest one now speculated on a rise, the lowest one no longer on a fall)."""
+    moved (the highest one now speculated on a rise, the lowest one no longer on a fall); guessed:
+    whether its gain and live_gain come from the step-time trend (gain_text)."""
     if threshold > before:
-        return f"speculate up to batch {threshold}: it pays at {span} ({gain_text(gain)})"
+        return f"speculate up to batch {threshold}: it pays at {span} ({gain_text(gain, guessed[0])})"
     if threshold < before:
         head = "stop speculating" if threshold == 0 else f"speculate only up to batch {threshold}"
-        return f"{head}: it no longer pays at {span} ({gain_text(gain)})"
+        return f"{head}: it no longer pays at {span} ({gain_text(gain, guessed[0])})"
     mode = "speculating" if live_gain is not None and live_gain > 0 else "plain decoding"
-    return f"best threshold {threshold}: live {live} is {mode} ({gain_text(live_gain)})"
+    return f"best threshold {threshold}: live {live} is {mode} ({gain_text(live_gain, guessed[1])})"
 
 
 def trial(speculate: bool, span: str, why: str) -> str:
@@ -54,3 +59,8 @@ def probe_goes_on(estimate: float, measured: float, gain: float) -> str:
     """A probe of speculation kept on: the accept estimate is still mostly the traffic's before it."""
     return (f"accept length {estimate:.2f} is still mostly older traffic's; at {measured:.2f}, "
             f"measured since, {gain_text(gain)}")
+
+
+def guessed(gain: float) -> str:
+    """A mode never measured in a bucket, guessed from the other buckets' step-time trend."""
+    return f"never measured; {gain_text(gain, guessed=True)}"

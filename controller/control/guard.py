@@ -131,7 +131,7 @@ class Guard:
             return self.clamp(self.cfg.fallback_threshold), f"fallback to {self.cfg.fallback_threshold}: {quiet}", False
         threshold, reason, exploratory = self._guarded(now, decision)
         if exploring and not exploratory and applied is not None and threshold != applied \
-                and self._shift_trial_pays(now, decision, applied):
+                and self._shift_trial_pays(now, decision, applied, live):
             return applied, f"{applied} stays, the trial showed it pays: {decision.reason}", False
         if applied is None or threshold == applied:
             trial = self._live_shift_trial(now)
@@ -189,7 +189,7 @@ class Guard:
         self._untried[threshold] = now
         return False
 
-    def _shift_trial_pays(self, now: float, decision: Decision, applied: int) -> bool:
+    def _shift_trial_pays(self, now: float, decision: Decision, applied: int, live: Collection[int] = ()) -> bool:
         """The shift trial in force at `applied` showed that its threshold pays: the policy now
         proposes it as its best, worth min_gain. It becomes the exploit threshold at once, the trial's
         measurement standing in for the stabilisation window (and the rate cap: it already runs).
@@ -198,11 +198,15 @@ class Guard:
         trial (and, in 165fc8e, keeping any trial on until the move stabilised, backed out in 9df7a0a)
         it slowed re-convergence on the traces (mixed-shift seed 3: 6.0 -> 50.5 s, coding-to-chat seeds
         3/4: 8.0/6.5 -> 22.4/22.5 s): a probe of a never-measured arm comes 0.5 s after the load moved,
-        and the plain batches of the way back are then most of what its bucket knows of the other mode."""
+        and the plain batches of the way back are then most of what its bucket knows of the other mode.
+        A proposal that differs from the trial's threshold only where no batch size of the coalescing window
+        (`live`) lies counts as the trial's: a trial the policy guessed ahead of a climbing load (policies.trend)
+        covers buckets never measured, whose guessed edge moves a bucket or two from tick to tick."""
         trial = self._live_shift_trial(now)
         if trial is None or trial[1] != applied:
             return False
-        if self.clamp(decision.exploit_threshold) != applied or decision.exploratory:
+        proposed = self.clamp(decision.exploit_threshold)
+        if decision.exploratory or (proposed != applied and (not live or moves_any(applied, proposed, live))):
             return False
         if decision.gain is not None and decision.gain < self.cfg.min_gain:
             return False

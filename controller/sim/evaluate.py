@@ -84,7 +84,7 @@ class OracleRunner(Runner):
 class LoopRunner(Runner):
     def __init__(self, loop: ControlLoop):
         self.loop = loop
-        self.ticks: list[tuple[float, int, bool]] = []    # (t, threshold, trial) at every change
+        self.ticks: list[tuple[float, int, bool]] = []    # (t, threshold, trial) at every change (and kept trial)
         self.changes: list[float] = []      # when the applied threshold changed (the decision history)
 
     @property
@@ -101,7 +101,7 @@ class LoopRunner(Runner):
         tick = self.loop.tick(now)
         if tick.changed:
             self.changes.append(now)
-        if tick.changed or not self.ticks:
+        if tick.changed or tick.trial_kept or not self.ticks:      # a kept trial: its row ends the trial
             self.ticks.append((now, tick.threshold, tick.exploratory))
 
     def exploit_speculates(self, batch_size: int) -> bool:
