@@ -233,7 +233,9 @@ class Daemon:
     def _serve(self, engine: Engine, service, writer: Writer) -> None:
         """Until SIGTERM, or until the daemon cannot go on: the engine gone, a worker thread dead, or
         no retune that worked for stall_s. Then it exits 1 and systemd restarts it: never a live
-        process that has stopped deciding. SIGHUP reloads."""
+        process that has stopped deciding. SIGHUP reloads. systemd's watchdog is fed here, while none
+        of that is wrong: a ping per retune starved it whenever tick_s came near WatchdogSec, and with
+        stall_s equal to WatchdogSec its SIGABRT always beat this orderly exit 1."""
         while not self.stop_flag.wait(0.5):
             if self.reload_flag.is_set():
                 self.reload_flag.clear()
@@ -245,6 +247,7 @@ class Daemon:
                 self.exit_code = 1
                 self.stop_reason = why.split(":")[0]
                 return
+            sd_notify("WATCHDOG=1")
 
     def _fatal_condition(self, engine: Engine, service) -> str | None:
         health = engine.health()

@@ -216,14 +216,14 @@ class Service:
 
     def retune(self) -> None:
         """The scheduler's job. A failure is counted and logged (rate-limited), and the loop goes on;
-        the watchdog is pinged only after a retune that worked, so one that keeps failing is restarted."""
+        only a retune that worked restarts the stall clock, which the daemon's watchdog pings follow
+        (Daemon._serve), so one that keeps failing is restarted."""
         if not self.guarded("retune", self._retune)():
             return
         self.last_retune_ok = time.monotonic()
         snap = self.stats.snapshot()
         sd_notify(f"STATUS=threshold {self.loop.threshold}{' (pinned)' if self.loop.pinned is not None else ''}"
                   f", policy {self.policy_name}, accept {snap['mean_accept_length']}, tok/s {snap['tok_per_s']}")
-        sd_notify("WATCHDOG=1")
 
     # --- jobs -------------------------------------------------------------------
     def guarded(self, name: str, fn: Callable[[], None]) -> Callable[[], bool]:
