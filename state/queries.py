@@ -50,9 +50,12 @@ def last_engine_time(db: sqlite_utils.Database) -> float:
 
 
 def last_wall(db: sqlite_utils.Database) -> float | None:
-    """The wall-clock time of the daemon's newest write that carries one (checkpoint, decision, event)."""
+    """The wall-clock time of the newest write made while an engine ran (checkpoint, decision): what
+    the stored figures are as of. Not events: a daemon writes its start event before its engine's
+    start (minutes on a GPU), and one that fails to start an error, and status then showed the
+    previous run's figures, hours old, as current."""
     row = db.execute("SELECT max(w) FROM (SELECT max(wall) AS w FROM policy_state UNION ALL "
-                     "SELECT max(wall) FROM decisions UNION ALL SELECT max(wall) FROM events)").fetchone()
+                     "SELECT max(wall) FROM decisions)").fetchone()
     return row[0]
 
 

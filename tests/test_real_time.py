@@ -56,3 +56,36 @@ def test_a_stalled_loop_is_not_fed_to_the_watchdog(short_tmp, monkeypatch):
             break
     assert b"WATCHDOG=1" not in sent
     writer.stop()
+
+
+def _previous_run(db, wall):
+    """A database as a run that ended at `wall` left it: samples, its last decision and checkpoint, its stop."""
+    from state.db import open_store
+    from state.items import INSERTS
+    store = open_store(db)
+    store.conn.executemany(INSERTS["samples"], [(100.0 + i * 0.01, 8, 3, 24, 0.01, 1) for i in range(200)])
+    store.conn.execute(INSERTS["decisions"], {"t": 101.0, "wall": wall, "old": 0, "new": 8, "policy": "thompson",
+                                              "reason": "x", "exploratory": 0})
+    store.conn.execute(INSERTS["policy_state"], {"wall": wall, "policy": "thompson", "params": "{}", "state": "{}"})
+    store.conn.execute(INSERTS["events"], {"wall": wall, "kind": "stop", "detail": "SIGTERM: exit 0"})
+    store.conn.close()
+
+
+def test_status_during_a_long_engine_start_shows_the_old_figures_as_old(short_tmp):
+    """A daemon loading SGLang (minutes) has written its start event; `specctl status` then showed the
+    previous run's accept length and tok/s, a day old, as current ('as of' left out: figures_age_s 0)."""
+    import json
+    import time
+
+    from click.testing import CliRunner
+
+    from controller.cli.main import cli
+    from tests.daemon_proc import StartingDaemon
+    db, sock = short_tmp / "state.db", short_tmp / "no.sock"
+    _previous_run(db, time.time() - 86400)
+    with StartingDaemon(db, sock):
+        res = CliRunner().invoke(cli, ["--socket", str(sock), "--db", str(db), "status", "--json"])
+    assert res.exit_code == 4, res.output
+    st = json.loads(res.stdout)
+    assert st["daemon"]["starting"] and st["tok_per_s"] > 0
+    assert st["figures_age_s"] >= 86400 - 60, st["figures_age_s"]

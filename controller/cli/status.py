@@ -157,7 +157,7 @@ def _from_db(ctx: Ctx, db) -> dict:
     last = queries.recent_decisions(db, 1)
     pol = saved.get("policy") or {}
     window = summarise(sums, sums.get("span_s"))
-    last_write = queries.last_wall(db)      # the daemon's last checkpoint, decision or event
+    last_write = queries.last_wall(db)      # the daemon's last checkpoint or decision
     window.update(window_s=60.0, figures_age_s=round(time.time() - last_write, 1) if last_write else None)
     control = {"threshold": saved["pinned"] if saved.get("pinned") is not None else saved.get("threshold"),
                "pinned": saved.get("pinned") is not None,
