@@ -89,3 +89,31 @@ def test_status_during_a_long_engine_start_shows_the_old_figures_as_old(short_tm
     st = json.loads(res.stdout)
     assert st["daemon"]["starting"] and st["tok_per_s"] > 0
     assert st["figures_age_s"] >= 86400 - 60, st["figures_age_s"]
+
+
+def test_the_engine_starts_with_the_restored_pin_not_the_configured_initial_threshold(short_tmp):
+    """SGLang got [policy] initial_threshold in its environment whatever was pinned or restored: its warm-up
+    and the requests it served before the daemon's first set_threshold ran another threshold than the pin."""
+    from controller.daemon.lifecycle import Daemon
+    from state.db import open_store
+    from state.items import INSERTS
+    from state.queries import setting_row
+    from tests.fakes import FakeEngine
+
+    class Recording(FakeEngine):
+        def start(self, on_sample):
+            self.started_with = getattr(self, "initial_threshold", None)
+
+        def wait_ready(self, timeout, cancel=None):
+            cancel.set()                           # stopped while it starts: nothing else is brought up
+            return False
+
+    store = open_store(short_tmp / "s.db")
+    store.conn.execute(INSERTS["settings"], setting_row("pinned", 7))
+    store.conn.close()
+    engine = Recording()
+    svc, writer = make_service(short_tmp, engine=engine)
+    svc.cfg["policy"]["initial_threshold"] = 30
+    assert Daemon(svc.cfg)._start(engine, svc, writer) == (None, None, None, None)
+    assert engine.started_with == 7
+    writer.stop()

@@ -219,6 +219,9 @@ class Daemon:
         """Start the engine and bring the daemon up around it; a started engine is never left
         behind on failure (the SGLang child holds the GPUs)."""
         try:
+            # The pinned or restored threshold from the start: SGLang serves (its warm-up, early requests)
+            # before the daemon sees it ready and applies it, and got [policy] initial_threshold.
+            engine.initial_threshold = service.loop.threshold
             engine.start(service.ingest.on_sample)
             return self._bring_up(engine, service)
         except BaseException as e:

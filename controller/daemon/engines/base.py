@@ -19,6 +19,7 @@ class Engine(ABC):
     max_batch_size: int = 256
     spec_steps: int = 3           # K: the most draft steps a speculative batch runs (samples are checked against it)
     probe_s: float = 0.0          # > 0: the daemon calls probe() at this interval
+    initial_threshold: int = 0    # what it runs from start() until the first set_threshold (the daemon sets it)
 
     def probe(self) -> None:
         """A periodic liveness check whose verdict health() reports (engines that need one)."""

@@ -53,6 +53,7 @@ class SimEngine(Engine):
 
     def start(self, on_sample: SampleSink) -> None:
         self._thread = threading.Thread(target=self._run, args=(on_sample,), name="sim-engine", daemon=True)
+        self._threshold = int(self.initial_threshold)
         self._t0_real = time.monotonic() - self.core.t / self.speed
         self._thread.start()
 
