@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from controller.contract import Sample
-from controller.daemon.intake import SampleGate, validate_sample
+from controller.daemon.intake import SampleGate, SteadyClock, validate_sample
 from policies import PolicyError, make_policy
 from tests.fakes import FakeEngine, feed, good, make_service
 
@@ -47,15 +47,28 @@ def test_sound_samples_pass_and_time_may_jitter_but_not_run_back():
     assert validate_sample(Sample(90.0, 4, 0, 4, 0.01), 64, 3, last_t=100.0, now=100.0) == "time_order"
 
 
-def test_the_gate_counts_by_kind_and_follows_a_clock_that_steps_back():
+def test_the_gate_counts_by_kind_and_carries_a_clock_step_back_over_onto_the_samples():
     clock = [100.0]
-    gate = SampleGate(64, 3, lambda: clock[0])
-    assert gate.admit(Sample(100.0, 4, 0, 4, 0.01)) is None
-    assert gate.admit(Sample(50.0, 4, 0, 4, 0.01)) == "time_order"
-    assert gate.admit(Sample(100.0, 0, 0, 0, 0.01)) == "batch_size"
+    gate = SampleGate(64, 3, SteadyClock(lambda: clock[0]))
+    assert gate.admit(Sample(100.0, 4, 0, 4, 0.01)) == (None, Sample(100.0, 4, 0, 4, 0.01))
+    assert gate.admit(Sample(50.0, 4, 0, 4, 0.01))[0] == "time_order"
+    assert gate.admit(Sample(100.0, 0, 0, 0, 0.01))[0] == "batch_size"
     assert gate.rejected["time_order"] == 1 and gate.rejected["batch_size"] == 1 and gate.rejected_total == 2
-    clock[0] = 20.0                                  # the wall clock was stepped back an hour: follow it
-    assert gate.admit(Sample(20.0, 4, 0, 4, 0.01)) is None
+    clock[0] = 20.0                                  # the wall clock was stepped back: time goes on from 100
+    assert gate.admit(Sample(20.5, 4, 0, 4, 0.01)) == (None, Sample(100.5, 4, 0, 4, 0.01))
+    assert gate.admit(Sample(99.0, 4, 0, 4, 0.01))[0] == "time"   # stamped before the step, read after it
+
+
+def test_the_steady_clock_never_goes_back_but_lets_jitter_through():
+    raw = [1000.0]
+    clock = SteadyClock(lambda: raw[0])
+    assert clock.now() == 1000.0
+    raw[0] = 999.5                                   # within BACK_S: no step, the offset stays 0
+    assert clock.now() == 999.5 and clock.offset == 0.0
+    raw[0] = 1000.0 - 3600.0                         # an hour back
+    assert clock.now() == 1000.0 and clock.offset == 3600.0
+    raw[0] += 2.0
+    assert clock.now() == 1002.0                     # and on from there at the clock's pace
 
 
 HOSTILE = [Sample(100.0, 4, 3, 12, NAN), Sample(100.0, 0, 0, 0, 0.01), Sample(100.0, 4, 3, 12, 1e-300),

@@ -44,7 +44,7 @@ class Ingest:
     # --- the engine's thread --------------------------------------------------------------
     def on_sample(self, sample: Sample) -> None:
         """Never blocks: rejects (counted by kind) what fails the boundary check, drops when full."""
-        why = self.gate.admit(sample)
+        why, sample = self.gate.admit(sample)
         if why is not None:
             self._logs.warning(f"reject:{why}", "telemetry: sample rejected (%s): %r", why, sample)
             return

@@ -4,6 +4,8 @@ batch of size 0 or a timestamp far in the future used to stop the control loop f
 from __future__ import annotations
 
 import math
+import threading
+from dataclasses import replace
 from typing import Callable
 
 from ..contract import Sample
@@ -45,28 +47,55 @@ def validate_sample(s: Sample, max_batch_size: int, k: int, last_t: float | None
     return None
 
 
-class SampleGate:
-    """validate_sample with its memory (the newest accepted time) and the rejects counted by kind.
-    Called by one thread: the engine's, which hands samples over one at a time."""
+class SteadyClock:
+    """The engine's clock, never going back. SGLang stamps its samples with the host's wall clock, and a
+    step back of it (NTP correcting the host, e.g. while the engine loads) would hold everything timed on
+    it, the guard's stabilisation window and change budget, the policies' half-lives, for as long as the
+    step was. A step back of more than BACK_S adds itself to an offset that now() and every admitted
+    sample carry (SampleGate): the loop's time goes on from the newest it had. Shared by the engine's
+    thread (samples) and the retune thread (ticks)."""
 
-    def __init__(self, max_batch_size: int, k: int, clock: Callable[[], float]):
+    def __init__(self, raw: Callable[[], float]):
+        self.raw = raw
+        self.offset = 0.0
+        self.newest: float | None = None
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        with self._lock:
+            t = self.raw() + self.offset
+            if self.newest is not None and t < self.newest - BACK_S:
+                self.offset += self.newest - t
+                t = self.newest
+            self.newest = t if self.newest is None else max(self.newest, t)
+            return t
+
+
+class SampleGate:
+    """validate_sample with its memory (the newest accepted time) and the rejects counted by kind, on
+    the steady clock's time base. Called by one thread: the engine's, which hands samples over one at a
+    time."""
+
+    def __init__(self, max_batch_size: int, k: int, clock: SteadyClock):
         self.max_batch_size = max_batch_size
         self.k = k
         self.clock = clock
         self.last_t: float | None = None
         self.rejected = dict.fromkeys(REJECT_KINDS, 0)
 
-    def admit(self, s: Sample) -> str | None:
-        """None if the sample may pass; else the reject kind (counted)."""
-        now = self.clock()
-        if self.last_t is not None and now < self.last_t - BACK_S:
-            self.last_t = None                # the engine's clock itself went back (a wall-clock step)
+    def admit(self, s: Sample) -> tuple[str | None, Sample]:
+        """(None, the sample on the steady time base) if it may pass; else (the reject kind, counted, and
+        the sample as given). A sample stamped before a step back of the clock and read after it lands
+        ahead of the clock by the step and is rejected (time): at most the plugin's last send."""
+        now = self.clock.now()
+        if isinstance(s.t, (int, float)) and not isinstance(s.t, bool) and self.clock.offset:
+            s = replace(s, t=s.t + self.clock.offset)
         why = validate_sample(s, self.max_batch_size, self.k, self.last_t, now)
         if why is None:
             self.last_t = s.t if self.last_t is None else max(self.last_t, s.t)
         else:
             self.rejected[why] += 1
-        return why
+        return why, s
 
     @property
     def rejected_total(self) -> int:

@@ -20,7 +20,7 @@ from ..control.loop import ControlLoop
 from ..status import build_status
 from .engines.base import Engine, EngineError
 from .ingest import Ingest
-from .intake import SampleGate
+from .intake import SampleGate, SteadyClock
 from .livestats import LiveStats
 from .notify import sd_notify
 
@@ -63,7 +63,8 @@ class Service:
                                pol.get("params") or {})
         self.loop = self._make_loop(policy, saved)
         self.policy_name = pol["name"]
-        gate = SampleGate(engine.max_batch_size, engine.spec_steps, engine.now)
+        self.clock = SteadyClock(engine.now)     # the loop's time base: the engine's clock, never going back
+        gate = SampleGate(engine.max_batch_size, engine.spec_steps, self.clock)
         self.ingest = Ingest(self.lock, self.loop, self.stats, writer, gate, cfg["control"]["ingest_queue"])
         self._rollups = Rollups(cfg["storage"]["rollup_s"], policy.buckets.edges)
         if "policy" not in saved:        # first start: record the configured policy as the active one
@@ -180,7 +181,7 @@ class Service:
         """Re-apply the restored threshold before the first retune, and start the stall clock: the
         engine's start (minutes on a GPU) is not a loop that stopped deciding."""
         with self._actuation:
-            self._actuate(self.loop.threshold, self.loop.threshold, self.start_reason, False, self.engine.now())
+            self._actuate(self.loop.threshold, self.loop.threshold, self.start_reason, False, self.clock.now())
         self.last_retune_ok = time.monotonic()
 
     def _actuate(self, new: int, old: int, reason: str, exploratory: bool, now: float) -> None:
@@ -207,7 +208,7 @@ class Service:
     def _retune(self) -> None:
         with self._actuation:
             with self.lock:
-                now = self.engine.now()
+                now = self.clock.now()
                 tick = self.loop.tick(now)
             if tick.changed:
                 self._actuate(tick.threshold, tick.previous, tick.reason, tick.exploratory, now)
@@ -253,7 +254,7 @@ class Service:
         self.writer.call(self._rollups)
 
     def retention(self) -> None:
-        keep, now = Retention.from_storage(self.cfg["storage"]), self.engine.now()
+        keep, now = Retention.from_storage(self.cfg["storage"]), self.clock.now()
         self.writer.call(lambda db: apply_retention(db, now, keep))
 
     # --- status -------------------------------------------------------------------
@@ -269,7 +270,7 @@ class Service:
 
     def status(self) -> dict:
         with self.lock:
-            window = self.stats.snapshot(self.engine.now(), getattr(self.engine, "speed", 1.0))
+            window = self.stats.snapshot(self.clock.now(), getattr(self.engine, "speed", 1.0))
             loop, guard = self.loop, self.loop.guard
             control = {"threshold": loop.threshold, "pinned": loop.pinned is not None, "exploit_threshold": guard.exploit,
                        "policy": {"name": self.policy_name, "policy": loop.policy.name,
