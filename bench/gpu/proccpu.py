@@ -46,7 +46,7 @@ def snapshot(groups: dict[str, int]) -> dict:
     """CPU seconds per (label, pid, comm) of every process in the groups, and the host's jiffies."""
     procs = {}
     by_pgid = {pgid: label for label, pgid in groups.items()}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in filter(str.isdigit, os.listdir("/proc") if groups else ()):
         st = _stat(pid)
         if st and st[1] in by_pgid:
             procs[(by_pgid[st[1]], pid, st[0])] = st[2]

@@ -61,14 +61,18 @@ class SteadyClock:
         self.newest: float | None = None
         self._lock = threading.Lock()
 
-    def now(self) -> float:
+    def read(self) -> tuple[float, float]:
+        """(now, the offset it carries), together: the other thread may move the offset in between."""
         with self._lock:
             t = self.raw() + self.offset
             if self.newest is not None and t < self.newest - BACK_S:
                 self.offset += self.newest - t
                 t = self.newest
             self.newest = t if self.newest is None else max(self.newest, t)
-            return t
+            return t, self.offset
+
+    def now(self) -> float:
+        return self.read()[0]
 
 
 class SampleGate:
@@ -87,11 +91,12 @@ class SampleGate:
         """(None, the sample on the steady time base) if it may pass; else (the reject kind, counted, and
         the sample as given). A sample stamped before a step back of the clock and read after it lands
         ahead of the clock by the step and is rejected (time): at most the plugin's last send."""
-        now = self.clock.now()
-        if isinstance(s.t, (int, float)) and not isinstance(s.t, bool) and self.clock.offset:
-            s = replace(s, t=s.t + self.clock.offset)
-        why = validate_sample(s, self.max_batch_size, self.k, self.last_t, now)
+        now, offset = self.clock.read()
+        # checked on the engine's own time base, restamped once it passed
+        why = validate_sample(s, self.max_batch_size, self.k, None if self.last_t is None else self.last_t - offset,
+                              now - offset)
         if why is None:
+            s = replace(s, t=s.t + offset) if offset else s
             self.last_t = s.t if self.last_t is None else max(self.last_t, s.t)
         else:
             self.rejected[why] += 1
