@@ -76,9 +76,18 @@ class StaticRunner(Runner):
 class OracleRunner(Runner):
     def __init__(self, profile: Profile, core: SimCore):
         self.profile, self.core = profile, core
+        self._summary = (None, 0)        # (accept length, threshold) last computed
 
     def speculate(self, batch_size: int) -> bool:
         return self.profile.better_mode(batch_size, self.core.accept_length)
+
+    @property
+    def threshold(self) -> int:
+        """The largest batch size it speculates at (0: none), for the lean-prefill rule (contract.prefill_skips_draft)."""
+        if self._summary[0] != self.core.accept_length:
+            wins = [bs for bs in range(1, self.profile.max_batch_size + 1) if self.speculate(bs)]
+            self._summary = (self.core.accept_length, max(wins, default=0))
+        return self._summary[1]
 
 
 class LoopRunner(Runner):
