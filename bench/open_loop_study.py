@@ -2,6 +2,10 @@
 
     python bench/open_loop_study.py prefill   [--seeds 0,1,2,3,4,5]
     python bench/open_loop_study.py decisions [--seconds 600 --warm 120]
+    python bench/open_loop_study.py thresholds --profile P [--thresholds 1,2,3,5,8,11,14,20] [--seeds 0,...,11]
+
+thresholds: at the middle rate, the bandit, the per-batch-size oracle and static thresholds, each as
+middle_ratio reports the bandit (over the better of never and always): can any threshold meet 3 %?
 
 prefill: the bandit with prefill intervals dropped / used as measured / corrected, at each
 profile's middle rate (rates in ascending order, 60 s each): median TPOT and tok/s over the
@@ -21,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from controller.control.guard_config import GuardConfig  # noqa: E402
 from controller.sim.evaluate import (  # noqa: E402
+    OracleRunner,
     StaticRunner,
     changes_per_min,
     evaluate,
@@ -37,16 +42,38 @@ BEFORE = ({"half_life_s": 20.0, "dominance": 0.1, "indifference": 0.0, "prefill"
 AFTER = ({}, GuardConfig())
 
 
+def middle_ratios(name: str, makers: dict, seed: int) -> dict[str, tuple[float, float]]:
+    """name -> (tok/s, median TPOT) at the middle rate over the better of never and always, for each runner
+    maker (rates in ascending order, 60 s each, one continuous run per maker)."""
+    prof = load_profile(name)
+    segs = rate_segments(prof.open_loop_rates(), 60)
+    makers = {"never": lambda c: StaticRunner(0), "always": lambda c: StaticRunner(prof.max_batch_size), **makers}
+    got = {m: summary(run_segments(prof, segs, mk, seed)[1]) for m, mk in makers.items()}
+    fixed = (got["never"], got["always"])
+    tok_s, tpot = max(f["tok_s"] for f in fixed), min(f["tpot_ms_median"] for f in fixed)
+    return {m: (g["tok_s"] / tok_s, g["tpot_ms_median"] / tpot) for m, g in got.items()}
+
+
 def middle_ratio(name: str, params: dict, seed: int) -> tuple[float, float]:
     """(tok/s, median TPOT) of the bandit at the middle rate over the better fixed mode."""
     prof = load_profile(name)
-    segs = rate_segments(prof.open_loop_rates(), 60)
-    got = {m: summary(run_segments(prof, segs, mk, seed)[1]) for m, mk in (
-        ("bandit", policy_runner("bandit", params, prof, seed)), ("never", lambda c: StaticRunner(0)),
-        ("always", lambda c: StaticRunner(prof.max_batch_size)))}
-    fixed = (got["never"], got["always"])
-    return (got["bandit"]["tok_s"] / max(f["tok_s"] for f in fixed),
-            got["bandit"]["tpot_ms_median"] / min(f["tpot_ms_median"] for f in fixed))
+    return middle_ratios(name, {"bandit": policy_runner("bandit", params, prof, seed)}, seed)["bandit"]
+
+
+def thresholds(name: str, fixed: list[int], seeds: list[int]) -> list[str]:
+    prof = load_profile(name)
+    rows: dict[str, list[tuple[float, float]]] = {}
+    for s in seeds:
+        makers = {"bandit": policy_runner("bandit", {}, prof, s), "oracle": lambda c: OracleRunner(prof, c),
+                  **{f"static {t}": (lambda c, t=t: StaticRunner(t)) for t in fixed}}
+        for m, r in middle_ratios(name, makers, s).items():
+            rows.setdefault(m, []).append(r)
+    lines = [f"{prof.name}, middle rate, seeds {seeds[0]}-{seeds[-1]} (over the better of never and always):", "",
+             "| runner | TPOT mean | TPOT worst | tok/s mean | tok/s worst |", "|---|---|---|---|---|"]
+    for m, r in rows.items():
+        tpot, tok = [x[1] for x in r], [x[0] for x in r]
+        lines.append(f"| {m} | {statistics.fmean(tpot):.3f} | {max(tpot):.3f} | {statistics.fmean(tok):.3f} | {min(tok):.3f} |")
+    return lines
 
 
 def prefill(seeds: list[int]) -> list[str]:
@@ -94,14 +121,19 @@ def decisions(seconds: float, warm: float) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["prefill", "decisions"])
+    ap.add_argument("what", choices=["prefill", "decisions", "thresholds"])
     ap.add_argument("--seeds", default="0,1,2,3,4,5")
     ap.add_argument("--seconds", type=float, default=600.0)
     ap.add_argument("--warm", type=float, default=120.0)
+    ap.add_argument("--profile", default="bench/results/h200-2026-12-01c/h200-7b-open-tl2.toml")
+    ap.add_argument("--thresholds", default="1,2,3,5,8,11,14,20")
     args = ap.parse_args()
     print(f"Command: `python bench/open_loop_study.py {' '.join(sys.argv[1:])}`\n")
-    lines = prefill([int(s) for s in args.seeds.split(",")]) if args.what == "prefill" \
-        else decisions(args.seconds, args.warm)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if args.what == "thresholds":
+        lines = thresholds(args.profile, [int(t) for t in args.thresholds.split(",")], seeds)
+    else:
+        lines = prefill(seeds) if args.what == "prefill" else decisions(args.seconds, args.warm)
     print("\n".join(lines))
 
 
