@@ -7,7 +7,7 @@ import pytest
 
 from controller import contract
 from controller.plugin import draftkv_graph
-from controller.plugin.draftkv_graph import PAD_SLOT, GraphedKVWriter, graph_size
+from controller.plugin.draftkv_graph import PAD_SLOT, GraphedKVWriter, graph_size, sizes_to_capture
 from controller.plugin.instance import Plugin
 
 
@@ -52,6 +52,12 @@ def test_graph_size_is_the_smallest_captured_size_that_holds_the_batch(n, size):
     assert graph_size((1, 2, 4, 8), n) == size
 
 
+def test_prompt_sizes_are_captured_above_the_largest_decode_graph_only():
+    assert sizes_to_capture([4, 1, 2, 160]) == (1, 2, 4, 160, 256, 512, 1024, 2048)
+    assert sizes_to_capture([1, 300, 1024]) == (1, 300, 1024, 2048)
+    assert sizes_to_capture([8, 4096]) == (8, 4096)
+
+
 def test_a_batch_replays_its_graph_with_its_rows_copied_and_the_padding_pointed_at_the_pad_slot():
     w, log = graphed()
     aux = t(np.arange(9).reshape(3, 3), np.float32)
@@ -89,7 +95,7 @@ def test_the_plugin_uses_the_graphs_only_when_captured_and_switched_on():
     plug.apply_own_keys({contract.DRAFT_KV_GRAPH_KEY: True})
     off.kv_writer = None                                         # a writer failure drops the graphs with it
     assert off._writer() is None
-    assert not Plugin({}).off_path.want_kv_graph                 # off by default (not yet run on a GPU)
+    assert not Plugin({}).off_path.want_kv_graph                 # off by default (experimental)
 
 
 def test_no_graphs_at_tp_above_1_or_without_decode_graphs(monkeypatch):
@@ -103,7 +109,7 @@ def test_no_graphs_at_tp_above_1_or_without_decode_graphs(monkeypatch):
         assert off.kv_graph is None
     off.tp_size, off.fast = 1, type("F", (), {"graph_runner": type("G", (), {"capture_bs": [1, 2]})()})()
     off._capture_kv_graphs(None)
-    assert off.kv_graph == "graphs" and captured[0][:2] == ("eager", [1, 2])
+    assert off.kv_graph == "graphs" and captured[0][:2] == ("eager", (1, 2, 256, 512, 1024, 2048))
 
 
 def test_the_graphs_sglang_names_hold_in_every_fast_wheel():

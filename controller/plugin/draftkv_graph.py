@@ -1,6 +1,9 @@
-"""The kv off path's per-batch draft-KV write (draftkv.DraftKVWriter.write) replayed from CUDA graphs, one per
-batch size of the fast path's decode graphs. EXPERIMENTAL, off by default, NOT YET RUN ON A GPU: captured only
+"""The kv off path's draft-KV writes (draftkv.DraftKVWriter.write) replayed from CUDA graphs, one per batch size
+of the fast path's decode graphs and per PROMPT_SIZES above them. EXPERIMENTAL, off by default: captured only
 when the engine starts with SPEC_CONTROLLER_DRAFT_KV_GRAPH=1, used while `spec_controller_draft_kv_graph` is on.
+On the H200 (bench/results/h200-2026-12-02d) the decode writes' launch CPU fell from ~316 to ~53 us per off
+batch; the prompt sizes are not yet run on a GPU, and the graphs' proposals not yet compared with the eager
+writes' (run_consistency.sh).
 
 Runs inside SGLang's scheduler process, on every off batch: keep it lean. Why: the eager write is ~15 kernel
 launches (embedding, norms, fc, qkv + RoPE, the KV store) costing ~0.3-0.4 ms of launch CPU per off batch on
@@ -23,6 +26,18 @@ FACTS = (("sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner.EAGLEDraf
           ".out_cache_loc.zero_()", "SGLang's own draft-extend graphs point padded rows at slot 0"),
          ("sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.__init__",
           "self.capture_bs, self.compile_bs = get_batch_sizes_to_capture(", "the sizes its graphs hold"))
+
+
+# Prompt writes (draftkv.write_prefill, n = the extend's tokens, ~100-2000 under chat traffic) replay too where n
+# fits: decode sizes stop at the largest batch, so graphs of these token counts are captured above it (padding
+# rows past n cost a few GEMM rows; larger extends, e.g. whole chunks, are written eagerly).
+PROMPT_SIZES = (256, 512, 1024, 2048)
+
+
+def sizes_to_capture(decode_sizes: Sequence[int]) -> tuple[int, ...]:
+    """The decode graphs' batch sizes plus the prompt sizes above the largest of them, ascending."""
+    top = max(decode_sizes)
+    return tuple(sorted({int(s) for s in decode_sizes} | {s for s in PROMPT_SIZES if s > top}))
 
 
 def graph_size(sizes: Sequence[int], n: int) -> int | None:

@@ -164,9 +164,9 @@ class OffPath:
             log.warning("spec-controller: draft KV graphs need decode CUDA graphs and TP 1; writing eagerly")
             return
         try:
-            self.kv_graph = draftkv_graph.capture(self.kv_writer, graphs.capture_bs,
+            self.kv_graph = draftkv_graph.capture(self.kv_writer, draftkv_graph.sizes_to_capture(graphs.capture_bs),
                                                   lambda: self.fast.names.draft_context.enter(worker.draft_worker))
-            log.info("spec-controller: draft KV writes captured as CUDA graphs for batch sizes up to %d",
+            log.info("spec-controller: draft KV writes captured as CUDA graphs for up to %d rows",
                      self.kv_graph.sizes[-1])
         except Exception as e:
             self.failures.record("draft KV graphs", e)
