@@ -110,7 +110,8 @@ def test_min_threshold_and_fallback_threshold_limits():
     for values, message in [({"min_threshold": -1}, "min_threshold=-1 out of range (allowed 0 .. max_threshold)"),
                             ({"min_threshold": 10, "max_threshold": 9},
                              "min_threshold=10 out of range (allowed 0 .. max_threshold)"),
-                            ({"fallback_threshold": -1}, "fallback_threshold=-1 out of range (allowed >= 0)")]:
+                            ({"fallback_threshold": -2},
+                             "fallback_threshold=-2 out of range (allowed -1 (hold the learned threshold) or >= 0)")]:
         with pytest.raises(GuardConfigError) as err:
             GuardConfig.from_mapping(values)
         assert str(err.value) == f"guard setting {message}"
@@ -148,8 +149,21 @@ def test_rate_cap_down_to_the_first_bucket():
     assert g.apply(1.0, Decision(0, 0, "x"), 1.0)[0] == 1           # 3 buckets down, capped at 2: threshold 1
 
 
+def test_silence_holds_the_learned_threshold_by_default_and_ends_a_trial():
+    # An idle engine sends no samples: the next quiet request's batches must run with the learned threshold
+    # (a fixed fallback of 0 ran a quiet server's batches without speculation until the next retune).
+    g = guard(stabilisation_s=0, max_step_buckets=100, fallback_after_s=5)
+    assert GuardConfig().fallback_threshold == -1
+    assert g.apply(1.0, Decision(12, 12, "learned"), 1.0) == (12, "learned", False)
+    assert g.apply(2.0, Decision(40, 12, "explore"), 2.0) == (40, "explore", True)
+    assert g.apply(20.0, Decision(40, 12, "explore"), 2.0) == (12, "hold 12: no samples for 18.0 s", False)
+    restored = guard(fallback_after_s=5)
+    restored.exploit = 23                                            # a restart with the saved threshold
+    assert restored.apply(0.5, Decision(0, 0, "nothing yet"), None) == (23, "hold 23: no samples yet", False)
+
+
 def test_reasons_say_why_the_applied_threshold_is_what_it_is():
-    g = guard(stabilisation_s=0, max_step_buckets=2, fallback_after_s=5)
+    g = guard(stabilisation_s=0, max_step_buckets=2, fallback_after_s=5, fallback_threshold=0)
     assert g.apply(1.0, Decision(50, 50, "x"), None) == (0, "fallback to 0: no samples yet", False)
     assert g.apply(20.0, Decision(50, 50, "x"), 10.0) == (0, "fallback to 0: no samples for 10.0 s", False)
     assert g.apply(21.0, Decision(50, 50, "up"), 21.0) == (

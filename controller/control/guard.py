@@ -12,7 +12,7 @@ from policies.buckets import Buckets
 from policies.types import Decision, PolicyError
 
 from .changes import ChangeBudget
-from .guard_config import GuardConfig
+from .guard_config import HOLD, GuardConfig
 from .shift import LoadLevel
 
 
@@ -128,6 +128,8 @@ class Guard:
                live: Collection[int], exploring: bool) -> tuple[int, str, bool]:
         if last_sample_t is None or now - last_sample_t > self.cfg.fallback_after_s:
             quiet = "no samples yet" if last_sample_t is None else f"no samples for {now - last_sample_t:.1f} s"
+            if self.cfg.fallback_threshold == HOLD:      # the learned threshold routes the next batches; no trial
+                return self.exploit, f"hold {self.exploit}: {quiet}", False
             return self.clamp(self.cfg.fallback_threshold), f"fallback to {self.cfg.fallback_threshold}: {quiet}", False
         threshold, reason, exploratory = self._guarded(now, decision)
         if exploring and not exploratory and applied is not None and threshold != applied \

@@ -10,6 +10,9 @@ class GuardConfigError(ValueError):
     pass
 
 
+HOLD = -1       # fallback_threshold: keep the learned (exploit) threshold while no samples come
+
+
 @dataclass(frozen=True)
 class GuardConfig:
     min_threshold: int = 0
@@ -18,8 +21,10 @@ class GuardConfig:
     max_step_buckets: int = 8           # cap on buckets crossed per decision (exploit moves)
     explore_share: float = 0.05         # at most this share of batches under exploratory thresholds
     explore_window_s: float = 120.0     # ... measured over a window this long (half-life)
-    fallback_after_s: float = 10.0      # no samples for this long -> fallback threshold
-    fallback_threshold: int = 0
+    fallback_after_s: float = 10.0      # no samples for this long -> fallback threshold ...
+    fallback_threshold: int = HOLD      # ... or, HOLD (-1), the learned threshold without any trial: an idle
+                                        # engine sends none, and a fixed fallback ran the next quiet request's
+                                        # first batches in the wrong mode (bandit at 0.05 req/s: 37 % speculated)
     min_gain: float = 0.003             # an exploit move the policy expects to gain less is not made
     coalesce_window_s: float = 10.0     # a change that moves no batch size seen this long is not made (0: off)
     changes_per_min: float = 1.0        # visible changes allowed on average (token bucket; 0: no limit) ...
@@ -55,7 +60,7 @@ class GuardConfig:
             ("explore_share", 0 <= self.explore_share <= 1, "0 .. 1"),
             ("explore_window_s", 1 <= self.explore_window_s <= 86400, "1 .. 86400"),
             ("fallback_after_s", 0.1 <= self.fallback_after_s <= 86400, "0.1 .. 86400"),
-            ("fallback_threshold", self.fallback_threshold >= 0, ">= 0"),
+            ("fallback_threshold", self.fallback_threshold >= HOLD, f"{HOLD} (hold the learned threshold) or >= 0"),
             ("coalesce_window_s", 0 <= self.coalesce_window_s <= 86400, "0 .. 86400"),
             ("min_gain", 0 <= self.min_gain <= 1, "0 .. 1"),
             ("changes_per_min", 0 <= self.changes_per_min <= 6000, "0 .. 6000"),
