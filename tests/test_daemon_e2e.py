@@ -15,7 +15,9 @@ def test_full_lifecycle_survives_sigkill(short_tmp):
     d = DaemonProc(short_tmp, "--trace", "load-steps", "--profile", "crossover-b",
                    notify=str(short_tmp / "notify"), speed=40)
     try:
-        wait_notify(listener, b"READY=1")
+        started = wait_notify(listener, b"READY=1")
+        # systemd's start timeout is extended to cover the engine's wait (ready_timeout_s, 900 s by default)
+        assert b"EXTEND_TIMEOUT_USEC=1020000000" in started, started
         lines: list[str] = []            # a retune before the first figures says "tok/s None": wait for figures
         while len(lines) < 50 and (not lines or lines[-1].endswith("tok/s None")):
             lines += [m.decode() for m in wait_notify(listener, b"STATUS=threshold") if m.startswith(b"STATUS=")]

@@ -23,6 +23,7 @@ from .notify import sd_notify
 from .ticker import Ticker
 
 log = logging.getLogger("spec_controller")
+BRING_UP_S = 120.0      # systemd's start timeout covers ready_timeout_s plus this (ingest, socket, jobs)
 
 
 class Fatal(Exception):
@@ -119,7 +120,11 @@ class Daemon:
         from .api import ControlServer
 
         cfg, st, ctl = self.cfg, self.cfg["storage"], self.cfg["control"]
-        if not engine.wait_ready(float(cfg["sglang"].get("ready_timeout_s", SGLANG_DEFAULTS["ready_timeout_s"])), cancel=self.stop_flag):
+        ready_timeout_s = float(cfg["sglang"].get("ready_timeout_s", SGLANG_DEFAULTS["ready_timeout_s"]))
+        # systemd would kill a start longer than the unit's TimeoutStartSec (1200 s) that the config allows:
+        # the start timeout is extended (never shortened) to cover the engine's wait and the bring-up after it
+        sd_notify(f"EXTEND_TIMEOUT_USEC={int((ready_timeout_s + BRING_UP_S) * 1e6)}")
+        if not engine.wait_ready(ready_timeout_s, cancel=self.stop_flag):
             if self.stop_flag.is_set():
                 return None, None, None, None
             raise Fatal("engine did not become ready")
