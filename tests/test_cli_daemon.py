@@ -42,7 +42,7 @@ def test_policy_list_show_set(daemon):
     rows = json.loads(specctl(daemon, "policy", "list", "--json").stdout)
     assert "ucb" in {r["name"] for r in rows}
     res = specctl(daemon, "policy", "set", "ucb", "--param", "c=1.5")
-    assert res.exit_code == 0 and res.stdout.strip() == "policy ucb active (c=1.5)", res.output
+    assert res.exit_code == 0 and res.stdout.strip() == "policy ucb active (c=1.5); learning from scratch", res.output
     shown = json.loads(specctl(daemon, "policy", "show", "--json").stdout)
     assert shown["name"] == "ucb" and shown["params"]["c"] == 1.5
     assert "ucb" in specctl(daemon, "policy", "show").output

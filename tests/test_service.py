@@ -22,7 +22,7 @@ def test_switching_policy_params_keeps_what_the_policy_learned_since_the_last_ch
     for _ in range(300):                         # learned in memory, no checkpoint written yet
         svc.loop.observe(stream.sample(svc.loop.threshold))
     learned = svc.loop.policy.state()
-    svc.set_policy("ucb", {"c": 1.2})
+    assert svc.set_policy("ucb", {"c": 1.2})["learned"] == "kept"
     assert svc.loop.policy.params["c"] == 1.2
     assert svc.loop.policy.state() == learned
     writer.stop()
@@ -34,8 +34,8 @@ def test_switching_away_and_back_restores_the_newest_state(tmp_path):
     for _ in range(300):
         svc.loop.observe(stream.sample(svc.loop.threshold))
     learned = svc.loop.policy.state()
-    svc.set_policy("thompson", {})
-    svc.set_policy("ucb", {})                    # at once: the first switch's checkpoint must count
+    assert svc.set_policy("thompson", {})["learned"] == "new"      # never ran here: nothing saved for it
+    assert svc.set_policy("ucb", {})["learned"] == "restored"      # at once: the first switch's checkpoint counts
     assert svc.loop.policy.state() == learned
     writer.stop()
 

@@ -36,11 +36,14 @@ def test_specctl_stop_drains_and_waits_for_the_exit(short_tmp):
         assert live["samples"]["per_s"] > 0
         assert specctl(d, "threshold", "pin", "5").exit_code == 0
         res = specctl(d, "policy", "set", "ucb")
-        assert res.exit_code == 0 and res.stdout.strip() == "policy ucb active (default parameters)"
+        assert res.exit_code == 0 and res.stdout.strip() == "policy ucb active (default parameters); learning from scratch"
         assert res.stderr.strip() == ("specctl: note: the threshold is pinned at 5; ucb learns from every batch "
                                       "but decides nothing until `specctl threshold unpin`")
         assert specctl(d, "threshold", "unpin").exit_code == 0
-        assert specctl(d, "policy", "set", "bandit").stderr == ""
+        res = specctl(d, "policy", "set", "bandit")
+        assert res.stderr == "" and res.stdout.strip() == "policy bandit active (default parameters); its saved state restored"
+        res = specctl(d, "policy", "set", "bandit", "--param", "scale=2")
+        assert res.stdout.strip() == "policy bandit active (scale=2); what it learned is kept"
         res = specctl(d, "stop")
         assert res.exit_code == 0, res.output
         assert res.output.strip() == f"daemon pid {d.proc.pid} stopped"

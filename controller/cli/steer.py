@@ -60,7 +60,7 @@ def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
         fail(str(e), EXIT_USAGE)
     try:
         info = call(ctx, "POST", "/policy", {"name": name, "params": kv})
-        click.echo(f"policy {info['name']} active{_params_note(kv)}")
+        click.echo(f"policy {info['name']} active{_params_note(kv)}{LEARNED_NOTES.get(info.get('learned'), '')}")
         pinned = info.get("pinned")
     except DaemonUnreachable:
         from state import queries
@@ -70,6 +70,11 @@ def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
     if pinned is not None:
         click.echo(f"specctl: note: the threshold is pinned at {pinned}; {name} learns from every batch but "
                    "decides nothing until `specctl threshold unpin`", err=True)
+
+
+# the daemon's answer says what the policy now in force knows (absent from a daemon before 12-02d)
+LEARNED_NOTES = {"kept": "; what it learned is kept", "restored": "; its saved state restored",
+                 "new": "; learning from scratch"}
 
 
 def _params_note(kv: dict) -> str:

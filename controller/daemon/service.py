@@ -59,8 +59,8 @@ class Service:
         self._logs = RateLimitedLog(log)
         saved = self._read(queries.settings)
         pol = saved.get("policy") or {"name": cfg["policy"]["name"], "params": cfg["policy"]["params"]}
-        policy = self._restore(self._build_policy(pol["name"], pol.get("params") or {}), pol["name"],
-                               pol.get("params") or {})
+        policy, _ = self._restore(self._build_policy(pol["name"], pol.get("params") or {}), pol["name"],
+                                  pol.get("params") or {})
         self.loop = self._make_loop(policy, saved)
         self.policy_name = pol["name"]
         self.clock = SteadyClock(engine.now)     # the loop's time base: the engine's clock, never going back
@@ -108,16 +108,18 @@ class Service:
         """Validates name and params: PolicyError, and nothing changed, on bad input."""
         return make_policy(name, params, seed=self.cfg["policy"]["seed"], max_batch_size=self.engine.max_batch_size)
 
-    def _restore(self, policy: Policy, name: str, params: Mapping[str, Any]) -> Policy:
-        """The newest committed state saved for this policy, if any and sound; else the fresh policy."""
+    def _restore(self, policy: Policy, name: str, params: Mapping[str, Any]) -> tuple[Policy, bool]:
+        """(the policy with the newest committed state saved for it, True) if any and sound; else (the
+        fresh policy, False)."""
         saved = self._read(queries.latest_policy_state, resolve_name(name))
         if saved:
             try:
                 policy.load_state(saved["state"])
+                return policy, True
             except (PolicyError, TypeError, ValueError, AttributeError, KeyError) as e:
                 log.warning("saved state of %s not restored: %s", name, e)
-                return self._build_policy(name, params)     # a half-loaded state is no state
-        return policy
+                return self._build_policy(name, params), False     # a half-loaded state is no state
+        return policy, False
 
     # --- commands -------------------------------------------------------------
     def _durable(self, items: list[tuple]) -> None:
@@ -133,8 +135,10 @@ class Service:
             with self.lock:
                 old, old_state = self.loop.policy, self.loop.policy.state()
             same = resolve_name(name) == old.name
+            learned = "new"         # what the policy now in force knows: told to the operator
             if not same:
-                policy = self._restore(policy, name, params)
+                policy, restored = self._restore(policy, name, params)
+                learned = "restored" if restored else "new"
             # The current policy's state is saved with the switch, so a switch back resumes from it.
             items = [setting_item("policy", {"name": name, "params": dict(params)}), event_item("policy", f"{name} "
                      f"{dict(params)}")]
@@ -147,11 +151,12 @@ class Service:
                 if same:     # the same policy with new params keeps what it learned up to this instant
                     try:
                         policy.load_state(self.loop.policy.state())
+                        learned = "kept"
                     except PolicyError as e:
                         log.warning("policy %s: learned state not carried over: %s", name, e)
                 self.loop.set_policy(policy)
                 self.policy_name = name
-        return self.policy_info()
+        return {**self.policy_info(), "learned": learned}
 
     def policy_info(self) -> dict:
         with self.lock:
