@@ -25,7 +25,7 @@
 #  off at run time (label fast; `openfast`, `steadyfast` the same for those shapes); `closedpb`, `steadypb` (with
 #  COALESCE=N, the kv writes coalesced over N off batches: the same with them per batch, label perbatch); `closedkveager` (with KV_GRAPH=1, the kv writes from CUDA graphs:
 #  the same with them eager, label kveager); `closedab`: kv (label off) and fast in one rotation with the no-spec
-#  engine (the daemon's engine switched before each run); PIN_CPUS=1: each engine's process group and the load
+#  engine (the daemon's engine switched before each run; with KV_GRAPH=1 kveager in it too); PIN_CPUS=1: each engine's process group and the load
 #  client on a third of the cores each (taskset by PID); every run's row has cpu_s (both engines' process groups'
 #  CPU seconds per process name, the host's busy share: proccpu.py); `closedpinned`: the closed loop
 #  with the threshold pinned at PIN_T (8) (label pinned: lean prefills above 0); `profile`: the GPU kernels of a decode step at
@@ -42,6 +42,8 @@ RUNS=$((2 * ${REPEATS:-2}))          # runs per level or rate: REPEATS (2) of ea
 [ -n "${COALESCE:-}" ] && export SPEC_CONTROLLER_DRAFT_KV_COALESCE=$COALESCE
 PB_OFF='{"spec_controller_draft_kv_coalesce": false}'; PB_ON='{"spec_controller_draft_kv_coalesce": true}'
 KV_OFF='{"spec_controller_draft_kv": false}'; KV_ON='{"spec_controller_draft_kv": true}'
+KV_GRAPH_ON='{"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": true}'
+KV_GRAPH_OFF='{"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": false}'
 load_as() { # label state-json restore-json need-s loads.py-args...: one load against the no-spec engine with the
   # daemon's engine switched to state (its rows labelled label), then back
   local label=$1 state=$2 restore=$3 need=$4; shift 4
@@ -93,10 +95,14 @@ if start_daemon; then
       closed_as fast "$KV_OFF" "$KV_ON" ;;
     closedab)    # kv (label off) and the writes switched off (label fast) in ONE rotation with the no-spec engine,
       # switched before each run, so that the host's drift between phases (12-02b) cannot decide kv against fast
-      fits $((3 * ${REPEATS:-2} * (CLOSED_WARMUP + CLOSED_S + 4) * nlev + 30)) closedab || continue
+      # with KV_GRAPH=1 a fourth in the rotation: the writes eager (label kveager), each state set in full
+      AB="nospec=30001;off=30000:$KV_ON;fast=30000:$KV_OFF"; NAB=3
+      [ "${KV_GRAPH:-0}" = 1 ] && { AB="nospec=30001;off=30000:$KV_GRAPH_ON;kveager=30000:$KV_GRAPH_OFF;fast=30000:$KV_OFF"; NAB=4; }
+      fits $((NAB * ${REPEATS:-2} * (CLOSED_WARMUP + CLOSED_S + 4) * nlev + 30)) closedab || continue
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
-        --engines "nospec=30001;off=30000:$KV_ON;fast=30000:$KV_OFF" --repeats "${REPEATS:-2}" --flush --out "$R"
-      internal_state 30000 "$KV_ON" | tee -a "$SUM"; say "closedab done" ;;
+        --engines "$AB" --repeats "${REPEATS:-2}" --flush --out "$R"
+      internal_state 30000 "$([ "${KV_GRAPH:-0}" = 1 ] && echo "$KV_GRAPH_ON" || echo "$KV_ON")" | tee -a "$SUM"
+      say "closedab done" ;;
     openfast)    # the same for the open loop and steady decode (item 3's trade-off on every load shape)
       load_as fast "$KV_OFF" "$KV_ON" $((RUNS * nrates * (OPEN_S + 8))) \
         --shape open --rates "$RATES" --seconds "$OPEN_S" --tokenizer $TOK ;;
