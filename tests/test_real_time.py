@@ -117,3 +117,29 @@ def test_the_engine_starts_with_the_restored_pin_not_the_configured_initial_thre
     assert Daemon(svc.cfg)._start(engine, svc, writer) == (None, None, None, None)
     assert engine.started_with == 7
     writer.stop()
+
+
+def test_a_ready_timeout_of_inf_starts_and_extends_systemds_start_timeout(short_tmp, monkeypatch):
+    """`[sglang] ready_timeout_s = inf` (TOML allows it; the engine's wait takes it as no limit): the start-timeout
+    extension computed int(inf * 1e6) and the daemon refused to start (OverflowError)."""
+    from controller.daemon import lifecycle
+    from controller.daemon.lifecycle import Daemon
+    from tests.fakes import FakeEngine
+
+    sent = []
+    monkeypatch.setattr(lifecycle, "sd_notify", lambda m: sent.append(m) or True)
+
+    class Stopped(FakeEngine):
+        def start(self, on_sample):
+            pass
+
+        def wait_ready(self, timeout, cancel=None):
+            cancel.set()
+            return False
+
+    engine = Stopped()
+    svc, writer = make_service(short_tmp, engine=engine)
+    svc.cfg["sglang"]["ready_timeout_s"] = float("inf")
+    assert Daemon(svc.cfg)._start(engine, svc, writer) == (None, None, None, None)
+    assert sent == [f"EXTEND_TIMEOUT_USEC={int(lifecycle.MAX_EXTEND_S * 1e6)}"]
+    assert lifecycle.extend_timeout_usec(900.0) == 1020000000 and lifecycle.extend_timeout_usec(float("nan")) is None

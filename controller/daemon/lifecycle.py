@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import os
 import signal
 import threading
@@ -24,6 +25,16 @@ from .ticker import Ticker
 
 log = logging.getLogger("spec_controller")
 BRING_UP_S = 120.0      # systemd's start timeout covers ready_timeout_s plus this (ingest, socket, jobs)
+MAX_EXTEND_S = 365 * 86400.0     # a ready_timeout_s of inf (no limit of its own): systemd's start waits a year
+
+
+def extend_timeout_usec(ready_timeout_s: float) -> int | None:
+    """EXTEND_TIMEOUT_USEC's value for a start that waits ready_timeout_s for the engine (None: NaN, no
+    extension). Finite and capped: int(inf) raised, and the daemon refused to start with `ready_timeout_s = inf`,
+    which the engine's wait itself takes as no limit."""
+    if math.isnan(ready_timeout_s):
+        return None
+    return int(min(max(ready_timeout_s, 0.0) + BRING_UP_S, MAX_EXTEND_S) * 1e6)
 
 
 class Fatal(Exception):
@@ -123,7 +134,8 @@ class Daemon:
         ready_timeout_s = float(cfg["sglang"].get("ready_timeout_s", SGLANG_DEFAULTS["ready_timeout_s"]))
         # systemd would kill a start longer than the unit's TimeoutStartSec (1200 s) that the config allows:
         # the start timeout is extended (never shortened) to cover the engine's wait and the bring-up after it
-        sd_notify(f"EXTEND_TIMEOUT_USEC={int((ready_timeout_s + BRING_UP_S) * 1e6)}")
+        if (usec := extend_timeout_usec(ready_timeout_s)) is not None:
+            sd_notify(f"EXTEND_TIMEOUT_USEC={usec}")
         if not engine.wait_ready(ready_timeout_s, cancel=self.stop_flag):
             if self.stop_flag.is_set():
                 return None, None, None, None
