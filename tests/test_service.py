@@ -57,3 +57,15 @@ def test_a_trial_kept_as_the_decision_is_recorded_not_applied_again(short_tmp):
     assert engine.applied == [] and rows == [(24, 24, 0, "trial over; 24 stays, the trial showed it pays: x")]
     assert svc.status()["last_decision"]["reason"].startswith("trial over; 24 stays")
     writer.stop()
+
+
+def test_a_policy_that_learns_nothing_is_not_said_to_keep_restore_or_start_learning(tmp_path):
+    """fixed / always / never have no state: `policy set fixed` said "learning from scratch", setting it again
+    "what it learned is kept", and a switch back to it "its saved state restored" (its empty checkpoint)."""
+    svc, writer = make_service(tmp_path)
+    assert svc.set_policy("fixed", {"threshold": 8})["learned"] == "none"
+    assert svc.set_policy("fixed", {"threshold": 9})["learned"] == "none"
+    assert svc.set_policy("ucb", {})["learned"] == "restored"
+    assert svc.set_policy("fixed", {})["learned"] == "none"
+    assert svc.set_policy("bandit", {})["learned"] == "new"
+    writer.stop()

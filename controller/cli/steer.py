@@ -74,7 +74,7 @@ def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
 
 # the daemon's answer says what the policy now in force knows (absent from a daemon before 12-02d)
 LEARNED_NOTES = {"kept": "; what it learned is kept", "restored": "; its saved state restored",
-                 "new": "; learning from scratch"}
+                 "new": "; learning from scratch", "none": "; a fixed rule, it learns nothing"}
 
 
 def _params_note(kv: dict) -> str:

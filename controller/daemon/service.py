@@ -156,6 +156,8 @@ class Service:
                         log.warning("policy %s: learned state not carried over: %s", name, e)
                 self.loop.set_policy(policy)
                 self.policy_name = name
+                if not policy.state():      # fixed, always, never: nothing learned to keep, restore or start on
+                    learned = "none"
         return {**self.policy_info(), "learned": learned}
 
     def policy_info(self) -> dict:
