@@ -69,3 +69,16 @@ def test_a_policy_that_learns_nothing_is_not_said_to_keep_restore_or_start_learn
     assert svc.set_policy("fixed", {})["learned"] == "none"
     assert svc.set_policy("bandit", {})["learned"] == "new"
     writer.stop()
+
+
+def test_a_restart_resumes_the_learned_threshold_not_a_trials_or_a_pins(tmp_path):
+    svc, writer = make_service(tmp_path)
+    svc.loop.guard.exploit = 12                  # learned
+    svc._record(40, 12, "a trial", True, 1.0)    # the engine runs a trial when the daemon dies
+    assert writer.flush(10)
+    svc.pin(5)                                   # then an operator pins (saved as its own setting)
+    writer.stop()
+    again, writer = make_service(tmp_path)
+    assert again.loop.threshold == 5 and again.loop.pinned == 5          # the engine starts with the pin ...
+    assert again.loop.guard.exploit == 12                                # ... and an unpin goes back to 12
+    writer.stop()

@@ -93,15 +93,18 @@ class Service:
 
     def _make_loop(self, policy: Policy, saved: Mapping[str, Any]) -> ControlLoop:
         pinned = self._saved_batch_size(saved, "pinned")
-        initial = pinned if pinned is not None else self._saved_batch_size(saved, "threshold")
+        learned = self._saved_batch_size(saved, "threshold")     # the learned threshold (_record), not a trial's
         self.start_reason = "restored at start"
-        if initial is None:     # a fresh database: nothing was restored
-            initial = self.cfg["policy"]["initial_threshold"]
+        if learned is None:     # a fresh database: nothing was restored
+            learned = self.cfg["policy"]["initial_threshold"] if pinned is None else pinned
             saved_any = saved.get("threshold") is not None or saved.get("pinned") is not None
-            self.start_reason = ("initial threshold ([policy] initial_threshold): " +
-                                 ("the saved one is not a batch size" if saved_any else "nothing saved yet"))
-        loop = ControlLoop(policy, GuardConfig.from_mapping(self.cfg["guard"]), initial)
-        loop.pin(pinned)
+            if pinned is None:
+                self.start_reason = ("initial threshold ([policy] initial_threshold): " +
+                                     ("the saved one is not a batch size" if saved_any else "nothing saved yet"))
+        loop = ControlLoop(policy, GuardConfig.from_mapping(self.cfg["guard"]), learned)
+        if pinned is not None:  # the engine starts with the pin; an unpin goes back to what was learned
+            loop.pin(pinned)
+            loop.revert(pinned)
         return loop
 
     def _build_policy(self, name: str, params: Mapping[str, Any]) -> Policy:
@@ -210,7 +213,9 @@ class Service:
         self.last_decision = {"t": now, "wall": time.time(), "old": old, "new": new, "reason": reason,
                               "exploratory": exploratory}
         self.writer.decision(now, old, new, self.policy_name, reason, exploratory)
-        self.writer.setting("threshold", new)
+        with self.lock:         # what a restart resumes from: the learned threshold, not a trial's or a pin's
+            learned = self.loop.guard.exploit
+        self.writer.setting("threshold", learned)
 
     def _retune(self) -> None:
         with self._actuation:
