@@ -183,3 +183,27 @@ def test_min_gain_is_the_smallest_move_made():
         8, "guard: 8 held, the move to 12 would gain +0.29% (under 0.30%); the policy: small", False)
     assert guard(stabilisation_s=0).apply(1.0, Decision(12, 12, "enough", gain=0.003), 1.0) == (12, "enough", False)
     assert guard(stabilisation_s=0).apply(1.0, Decision(12, 12, "unknown"), 1.0)[0] == 12     # no estimate: made
+
+
+def _in_shift_trial(gain_cfg: float = 0.003) -> Guard:
+    """A guard whose shift trial at 105 is in force (the exploit threshold 29, the live batch at 96)."""
+    g = Guard(GuardConfig(stabilisation_s=0.5, explore_share=1.0, changes_per_min=0, min_gain=gain_cfg), B, initial=29)
+    out = g.apply(1.0, Decision(105, 29, "trial: the load moved", shift=True), 1.0, 29, [96], False)
+    assert out == (105, "trial: the load moved", True)
+    return g
+
+
+def test_a_shift_trial_stays_when_the_policy_proposes_its_threshold_whatever_the_window_holds():
+    for live in ([96], ()):          # no batch size in the coalescing window: nothing tells them apart either
+        g = _in_shift_trial()
+        out = g.apply(1.5, Decision(105, 105, "best: 105", gain=0.03), 1.5, 105, live, True)
+        assert out == (105, "105 stays, the trial showed it pays: best: 105", False) and g.exploit == 105
+
+
+def test_a_shift_trial_stays_only_when_its_threshold_is_worth_min_gain():
+    g = _in_shift_trial(gain_cfg=0.01)
+    out = g.apply(1.5, Decision(105, 105, "best: 105", gain=0.01), 1.5, 105, [96], True)
+    assert out[0] == 105 and not out[2] and out[1].startswith("105 stays") and g.exploit == 105   # exactly min_gain
+    g = _in_shift_trial(gain_cfg=0.01)
+    out = g.apply(1.5, Decision(105, 105, "best: 105", gain=0.009), 1.5, 105, [96], True)
+    assert not out[1].startswith("105 stays") and g.exploit == 29      # below it: the trial does not become the exploit
