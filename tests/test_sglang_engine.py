@@ -145,10 +145,16 @@ def test_engine_that_stops_answering_is_reported_gone_after_hang_after_s(sglang_
     assert eng.health()["detail"].startswith("exited")
 
 
-@pytest.mark.parametrize("value", [-1, "soon", True])
-def test_engine_refuses_bad_probe_settings(value):
-    with pytest.raises(EngineError, match=r"\[sglang\] hang_after_s must be a number of seconds >= 0"):
-        SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "hang_after_s": value})
+@pytest.mark.parametrize("key", ["hang_after_s", "probe_s", "ready_timeout_s"])
+@pytest.mark.parametrize("value", [-1, "soon", True, float("nan")])
+def test_engine_refuses_bad_probe_settings(key, value):
+    with pytest.raises(EngineError, match=rf"\[sglang\] {key} must be a number of seconds >= 0"):
+        SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", key: value})
+
+
+def test_a_ready_timeout_of_inf_is_no_limit():
+    assert SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3",
+                         "ready_timeout_s": float("inf")}).ready_timeout_s == float("inf")
 
 
 DRAINING_ENGINE = """

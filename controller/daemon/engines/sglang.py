@@ -78,7 +78,7 @@ def _count(args: dict, key: str, default: int, lo: int, hi: int) -> int:
 
 def _seconds(args: dict, key: str, default: float) -> float:
     value = args.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:     # NaN too (inf: no limit)
         raise EngineError(f"sglang engine: [sglang] {key} must be a number of seconds >= 0, got {value!r}")
     return float(value)
 
@@ -109,6 +109,7 @@ class SGLangEngine(Engine):
         self.bad_messages = 0
         # A live process whose scheduler stopped answering (e.g. ranks out of step) is as good as gone.
         self.plugin_env = plugin_env(self.args)
+        self.ready_timeout_s = _seconds(self.args, "ready_timeout_s", OWN_DEFAULTS["ready_timeout_s"])   # (lifecycle waits)
         self.probe_s = _seconds(self.args, "probe_s", OWN_DEFAULTS["probe_s"])
         self.hang_after_s = _seconds(self.args, "hang_after_s", OWN_DEFAULTS["hang_after_s"])
         self._failing_since: float | None = None
