@@ -299,3 +299,12 @@ def test_socket_and_db_after_the_command_reach_the_daemon_as_before_it(daemon, t
     assert after.exit_code == 0, after.output
     if command[0] == "status":
         assert json.loads(after.stdout)["daemon"]["pid"] == daemon.proc.pid
+
+
+def test_policy_show_with_the_daemon_down_lists_the_parameters_as_the_daemon_does(daemon):
+    running = json.loads(specctl(daemon, "policy", "show", "--json").stdout)
+    assert specctl(daemon, "policy", "set", running["name"], "--param", "scale=2").exit_code == 0
+    running = json.loads(specctl(daemon, "policy", "show", "--json").stdout)
+    base = ["--socket", str(daemon.socket) + ".none", "--db", str(daemon.db)]
+    offline = json.loads(CliRunner().invoke(cli, [*base, "policy", "show", "--json"]).stdout)
+    assert offline["params"] == running["params"] and offline["params"]["scale"] == 2

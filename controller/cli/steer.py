@@ -42,8 +42,20 @@ def policy_show(ctx: Ctx, as_json: bool) -> None:
     except DaemonUnreachable:
         from state import queries
         saved = offline_read(ctx, queries.settings).get("policy") or {}
-        info = {"name": saved.get("name"), "params": saved.get("params", {}), "daemon_running": False}
+        info = {"name": saved.get("name"), "params": _full_params(saved), "daemon_running": False}
     emit(info, as_json, lambda i: f"{i['name']}" + "".join(f"\n    {k}={v}" for k, v in i["params"].items()))
+
+
+def _full_params(saved: dict) -> dict:
+    """The saved policy's parameters with its defaults filled in, as the running daemon shows them (the saved
+    setting holds only those given; one that no longer builds is shown as saved)."""
+    from policies import PolicyError, make_policy
+    if not saved.get("name"):
+        return dict(saved.get("params", {}))
+    try:
+        return dict(make_policy(saved["name"], saved.get("params", {})).params)
+    except PolicyError:
+        return dict(saved.get("params", {}))
 
 
 @policy.command("set")
