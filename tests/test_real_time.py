@@ -139,7 +139,7 @@ def test_a_ready_timeout_of_inf_starts_and_extends_systemds_start_timeout(short_
 
     engine = Stopped()
     svc, writer = make_service(short_tmp, engine=engine)
-    svc.cfg["sglang"]["ready_timeout_s"] = float("inf")
+    engine.ready_timeout_s = float("inf")
     assert Daemon(svc.cfg)._start(engine, svc, writer) == (None, None, None, None)
     assert sent == [f"EXTEND_TIMEOUT_USEC={int(lifecycle.MAX_EXTEND_S * 1e6)}"]
     assert lifecycle.extend_timeout_usec(900.0) == 1020000000 and lifecycle.extend_timeout_usec(float("nan")) is None

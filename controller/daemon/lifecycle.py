@@ -19,7 +19,6 @@ from ..paths import default_db, default_socket
 from ..sim.profile import ProfileError
 from .config import ConfigError, load_config, restart_needed, shadowed
 from .engines.base import Engine, EngineError
-from .engines.sglang import OWN_DEFAULTS as SGLANG_DEFAULTS
 from .notify import sd_notify
 from .ticker import Ticker
 
@@ -131,7 +130,7 @@ class Daemon:
         from .api import ControlServer
 
         cfg, st, ctl = self.cfg, self.cfg["storage"], self.cfg["control"]
-        ready_timeout_s = float(cfg["sglang"].get("ready_timeout_s", SGLANG_DEFAULTS["ready_timeout_s"]))
+        ready_timeout_s = engine.ready_timeout_s      # validated where the engine was built
         # systemd would kill a start longer than the unit's TimeoutStartSec (1200 s) that the config allows:
         # the start timeout is extended (never shortened) to cover the engine's wait and the bring-up after it
         if (usec := extend_timeout_usec(ready_timeout_s)) is not None:

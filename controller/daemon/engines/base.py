@@ -20,6 +20,7 @@ class Engine(ABC):
     spec_steps: int = 3           # K: the most draft steps a speculative batch runs (samples are checked against it)
     probe_s: float = 0.0          # > 0: the daemon calls probe() at this interval
     initial_threshold: int = 0    # what it runs from start() until the first set_threshold (the daemon sets it)
+    ready_timeout_s: float = 900.0    # how long the daemon waits for wait_ready (sglang: [sglang] ready_timeout_s)
 
     def probe(self) -> None:
         """A periodic liveness check whose verdict health() reports (engines that need one)."""

@@ -37,7 +37,7 @@ OFF_PATH_ENV = {"kv": {ENV_DRAFT_KV: "1", ENV_SYNC_DRAFT: "0"}, "synced": {ENV_S
 # synced costs 21 % at steady batch 128, fast leaves the draft stale (docs/sglang.md#the-off-path)
 DEFAULT_OFF_PATH = "kv"
 # the defaults of those own keys (systemd/config.example.toml shows them; python: the daemon's interpreter)
-OWN_DEFAULTS = {"ready_timeout_s": 900.0, "probe_s": 30.0, "hang_after_s": 180.0, "off_path": DEFAULT_OFF_PATH,
+OWN_DEFAULTS = {"ready_timeout_s": Engine.ready_timeout_s, "probe_s": 30.0, "hang_after_s": 180.0, "off_path": DEFAULT_OFF_PATH,
                 "lean_prefill": True, "extra_args": [], "env": {}}
 
 
