@@ -122,7 +122,7 @@ def test_the_engine_starts_with_the_restored_pin_not_the_configured_initial_thre
 def test_a_ready_timeout_of_inf_starts_and_extends_systemds_start_timeout(short_tmp, monkeypatch):
     """`[sglang] ready_timeout_s = inf` (TOML allows it; the engine's wait takes it as no limit): the start-timeout
     extension computed int(inf * 1e6) and the daemon refused to start (OverflowError)."""
-    from controller.daemon import lifecycle
+    from controller.daemon import lifecycle, notify
     from controller.daemon.lifecycle import Daemon
     from tests.fakes import FakeEngine
 
@@ -141,5 +141,5 @@ def test_a_ready_timeout_of_inf_starts_and_extends_systemds_start_timeout(short_
     svc, writer = make_service(short_tmp, engine=engine)
     engine.ready_timeout_s = float("inf")
     assert Daemon(svc.cfg)._start(engine, svc, writer) == (None, None, None, None)
-    assert sent == [f"EXTEND_TIMEOUT_USEC={int(lifecycle.MAX_EXTEND_S * 1e6)}"]
-    assert lifecycle.extend_timeout_usec(900.0) == 1020000000 and lifecycle.extend_timeout_usec(float("nan")) is None
+    assert sent == [f"EXTEND_TIMEOUT_USEC={int(notify.MAX_EXTEND_S * 1e6)}"]
+    assert notify.extend_timeout_usec(900.0) == 1020000000 and notify.extend_timeout_usec(float("nan")) is None

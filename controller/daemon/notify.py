@@ -1,8 +1,21 @@
 """sd_notify over $NOTIFY_SOCKET (a datagram socket); no dependency, never raises."""
 from __future__ import annotations
 
+import math
 import os
 import socket
+
+BRING_UP_S = 120.0      # systemd's start timeout covers ready_timeout_s plus this (ingest, socket, jobs)
+MAX_EXTEND_S = 365 * 86400.0     # a ready_timeout_s of inf (no limit of its own): systemd's start waits a year
+
+
+def extend_timeout_usec(ready_timeout_s: float) -> int | None:
+    """EXTEND_TIMEOUT_USEC's value for a start that waits ready_timeout_s for the engine (None: NaN, no
+    extension). Finite and capped: int(inf) raised, and the daemon refused to start with `ready_timeout_s = inf`,
+    which the engine's wait itself takes as no limit."""
+    if math.isnan(ready_timeout_s):
+        return None
+    return int(min(max(ready_timeout_s, 0.0) + BRING_UP_S, MAX_EXTEND_S) * 1e6)
 
 
 def sd_notify(message: str) -> bool:
