@@ -420,14 +420,16 @@ def test_a_reversal_upward_is_charged_too_and_flap_s_is_exclusive():
     """The mirror of the flap above (down, then back up within flap_s: charged), and a move back exactly
     flap_s after the one it reverses is no longer a flap (the window is [at, at + flap_s))."""
     live = list(range(1, 65))
-    for back_at, charged in ((3.0, True), (12.0, False)):
+    # t0: the same an hour into the run (the window is the time since the move, not the clock's reading)
+    for t0, back_at, charged in ((0.0, 3.0, True), (0.0, 12.0, False), (3600.0, 3.0, True), (3600.0, 12.0, False)):
         g = Guard(GuardConfig(stabilisation_s=0, max_step_buckets=100, min_gain=0, changes_per_min=1, changes_burst=2,
                               urgent_gain=0.05, learning_s=100, flap_s=10, untried_per_min=0.25, untried_burst=1,
                               shift_ratio=0), B, initial=40)
-        assert g.apply(1.0, Decision(24, 40, "explore plain (untried)", untried=True), 1.0, applied=40,
+        assert g.apply(t0 + 1.0, Decision(24, 40, "explore plain (untried)", untried=True), t0 + 1.0, applied=40,
                        live=live)[0] == 24
-        assert g.apply(1.5, Decision(40, 40, "x"), 1.5, applied=24, live=live, exploring=True)[0] == 40
-        assert g.apply(2.0, Decision(20, 20, "x", gain=0.01), 2.0, applied=40, live=live)[0] == 20   # learning: free
-        assert g.changes.available(2.0) == 2
-        assert g.apply(back_at, Decision(30, 30, "x", gain=0.01), back_at, applied=20, live=live)[0] == 30
-        assert g.changes.available(back_at) == pytest.approx(1.0 if charged else 2.0), back_at
+        assert g.apply(t0 + 1.5, Decision(40, 40, "x"), t0 + 1.5, applied=24, live=live, exploring=True)[0] == 40
+        assert g.apply(t0 + 2.0, Decision(20, 20, "x", gain=0.01), t0 + 2.0, applied=40, live=live)[0] == 20   # free
+        assert g.changes.available(t0 + 2.0) == 2
+        t = t0 + back_at
+        assert g.apply(t, Decision(30, 30, "x", gain=0.01), t, applied=20, live=live)[0] == 30
+        assert g.changes.available(t) == pytest.approx(1.0 if charged else 2.0), (t0, back_at)
