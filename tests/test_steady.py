@@ -167,19 +167,20 @@ def test_a_shift_trial_at_the_threshold_in_force_has_a_free_end():
 def test_a_probe_repeating_one_within_flap_s_is_charged():
     """A probe of an untried arm at a threshold probed less than flap_s ago caught no batch of that arm: it is
     charged like any trial (and leaves the probes' bucket alone); flap_s after the first one it is free again."""
-    g = guard(min_gain=0, changes_per_min=1, changes_burst=2, learning_s=0, flap_s=60, untried_per_min=0,
-              untried_burst=2, shift_ratio=0)
-    live = list(range(1, 65))
-    probe = Decision(24, 0, "explore spec (untried)", untried=True)
-    assert g.apply(1.0, probe, 1.0, applied=0, live=live)[0] == 24
-    assert g.apply(1.5, Decision(0, 0, "x"), 1.5, applied=24, live=live, exploring=True)[0] == 0
-    assert (g.changes.available(1.5), g.probes.available(1.5)) == (2, 1)    # free: the probes' bucket paid
-    assert g.apply(2.0, probe, 2.0, applied=0, live=live)[0] == 24
-    assert g.apply(2.5, Decision(0, 0, "x"), 2.5, applied=24, live=live, exploring=True)[0] == 0
-    assert g.changes.available(2.5) == pytest.approx(0, abs=0.03)            # the repeat: charged two tokens ...
-    assert g.probes.available(2.5) == 1                                      # ... and not the probes' bucket
-    assert g.apply(61.0, probe, 61.0, applied=0, live=live)[0] == 24        # flap_s after the first (under 2 tokens
-    assert g.probes.available(61.0) == 0                                     # left): a new probe, the bucket pays
+    for t0 in (0.0, 3600.0):        # and an hour into the run: the window is the time since the probe
+        g = guard(min_gain=0, changes_per_min=1, changes_burst=2, learning_s=0, flap_s=60, untried_per_min=0,
+                  untried_burst=2, shift_ratio=0)
+        live = list(range(1, 65))
+        probe = Decision(24, 0, "explore spec (untried)", untried=True)
+        assert g.apply(t0 + 1.0, probe, t0 + 1.0, applied=0, live=live)[0] == 24
+        assert g.apply(t0 + 1.5, Decision(0, 0, "x"), t0 + 1.5, applied=24, live=live, exploring=True)[0] == 0
+        assert (g.changes.available(t0 + 1.5), g.probes.available(t0 + 1.5)) == (2, 1)   # free: the probes' bucket
+        assert g.apply(t0 + 2.0, probe, t0 + 2.0, applied=0, live=live)[0] == 24
+        assert g.apply(t0 + 2.5, Decision(0, 0, "x"), t0 + 2.5, applied=24, live=live, exploring=True)[0] == 0
+        assert g.changes.available(t0 + 2.5) == pytest.approx(0, abs=0.03)  # the repeat: charged two tokens ...
+        assert g.probes.available(t0 + 2.5) == 1                            # ... and not the probes' bucket
+        assert g.apply(t0 + 61.0, probe, t0 + 61.0, applied=0, live=live)[0] == 24   # flap_s after the first (under
+        assert g.probes.available(t0 + 61.0) == 0                          # 2 tokens left): a new probe, bucket pays
 
 
 def test_only_an_untried_probe_let_through_opens_a_learning_window():
