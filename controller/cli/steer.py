@@ -50,12 +50,13 @@ def _full_params(saved: dict) -> dict:
     """The saved policy's parameters with its defaults filled in, as the running daemon shows them (the saved
     setting holds only those given; one that no longer builds is shown as saved)."""
     from policies import PolicyError, make_policy
-    if not saved.get("name"):
-        return dict(saved.get("params", {}))
-    try:
-        return dict(make_policy(saved["name"], saved.get("params", {})).params)
-    except PolicyError:
-        return dict(saved.get("params", {}))
+    params = dict(saved.get("params", {}))
+    if saved.get("name"):
+        try:
+            return dict(make_policy(saved["name"], params).params)
+        except PolicyError:
+            pass
+    return params
 
 
 @policy.command("set")

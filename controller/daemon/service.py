@@ -95,12 +95,13 @@ class Service:
         pinned = self._saved_batch_size(saved, "pinned")
         learned = self._saved_batch_size(saved, "threshold")     # the learned threshold (_record), not a trial's
         self.start_reason = "restored at start"
-        if learned is None:     # a fresh database: nothing was restored
-            learned = self.cfg["policy"]["initial_threshold"] if pinned is None else pinned
+        if learned is None and pinned is not None:
+            learned = pinned
+        elif learned is None:   # a fresh database: nothing was restored
+            learned = self.cfg["policy"]["initial_threshold"]
             saved_any = saved.get("threshold") is not None or saved.get("pinned") is not None
-            if pinned is None:
-                self.start_reason = ("initial threshold ([policy] initial_threshold): " +
-                                     ("the saved one is not a batch size" if saved_any else "nothing saved yet"))
+            self.start_reason = ("initial threshold ([policy] initial_threshold): " +
+                                 ("the saved one is not a batch size" if saved_any else "nothing saved yet"))
         loop = ControlLoop(policy, GuardConfig.from_mapping(self.cfg["guard"]), learned)
         if pinned is not None:  # the engine starts with the pin; an unpin goes back to what was learned
             loop.pin(pinned)
