@@ -103,6 +103,21 @@ class DraftKVWriter:
             self.pool.set_kv_buffer(radix, loc, k, v, radix.k_scale, radix.v_scale)
 
 
+def prompt_rows(extend_lens: Any, prefix_lens: Any) -> Any:
+    """A prefill's draft-KV rows computed on the host (the lengths are Python lists there), so that they
+    cross to the GPU as one copy instead of a dozen index kernels: int64 [n + R], the position of each of
+    the n extend tokens (request r's token t sits at prefix_r + t - start_r) followed by each of the R
+    requests' last row (where the tail token goes)."""
+    import numpy as np
+    lens = np.asarray(extend_lens, dtype=np.int64)
+    prefix = np.asarray(prefix_lens, dtype=np.int64)
+    if lens.shape != prefix.shape or lens.ndim != 1:
+        raise ValueError(f"{lens.size} extend lengths but {prefix.size} prefix lengths")
+    ends = np.cumsum(lens) - 1
+    positions = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(ends + 1 - lens - prefix, lens)
+    return np.concatenate([positions, ends])
+
+
 def write_prefill(writer: DraftKVWriter, batch: Any, aux_hidden: Any, next_token_ids: Any) -> bool:
     """A prefill's draft KV, as SGLang's draft prefill would write it (EagleDraftWorker._draft_extend_for_prefill):
     at each prompt position the following token (the chunk's last position: the request's first output
@@ -113,16 +128,16 @@ def write_prefill(writer: DraftKVWriter, batch: Any, aux_hidden: Any, next_token
     import torch
     from sglang.srt.speculative.eagle_utils import _eagle_prefill_tail_tokens
     ids = batch.input_ids
-    device, n = ids.device, ids.numel()
-    lens = torch.tensor(batch.extend_lens, dtype=torch.int64).to(device, non_blocking=True)
-    prefix = torch.tensor(batch.prefix_lens, dtype=torch.int64).to(device, non_blocking=True)
-    ends = torch.cumsum(lens, 0) - 1
+    n = ids.numel()
+    rows = prompt_rows(batch.extend_lens, batch.prefix_lens)
+    if rows.size - len(batch.extend_lens) != n:
+        raise ValueError(f"the extend lengths sum to {rows.size - len(batch.extend_lens)}, the batch holds {n} tokens")
+    # pinned (PyTorch's caching host allocator reuses a block only once its copy has run): copied asynchronously
+    staged = torch.from_numpy(rows).pin_memory().to(ids.device, non_blocking=True)
+    positions, ends = staged[:n], staged[n:]
     shifted = torch.empty_like(ids)
     shifted[:-1] = ids[1:]
     shifted[ends] = _eagle_prefill_tail_tokens(batch, next_token_ids).to(ids.dtype)
-    # position of token t of request r: prefix_r + (t - start_r)
-    offset = torch.repeat_interleave(ends + 1 - lens - prefix, lens, output_size=n)
-    positions = torch.arange(n, dtype=torch.int64, device=device) - offset
     writer.write(aux_hidden, shifted, positions, batch.out_cache_loc)
     return True
 
