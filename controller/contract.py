@@ -165,7 +165,7 @@ SIM_ACC_KEY = "spec_controller_simulate_acc_len"         # experiments only (SPE
 LEAN_PREFILL_KEY = "spec_controller_lean_prefill"      # no draft prefill while no batch size speculates
 SYNC_DRAFT_KEY = "spec_controller_sync_draft"          # off batches also run the draft's extend
 DRAFT_KV_KEY = "spec_controller_draft_kv"              # the plugin writes the draft's KV while off
-DRAFT_KV_GRAPH_KEY = "spec_controller_draft_kv_graph"  # ... from CUDA graphs (captured only with ENV_DRAFT_KV_GRAPH)
+DRAFT_KV_GRAPH_KEY = "spec_controller_draft_kv_graph"  # ... from CUDA graphs (captured unless ENV_DRAFT_KV_GRAPH=0)
 DRAFT_KV_COALESCE_KEY = "spec_controller_draft_kv_coalesce"   # ... coalesced (built only with ENV_DRAFT_KV_COALESCE)
 OWN_KEYS = (THRESHOLD_KEY, FAST_OFF_KEY, SIM_ACC_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY, DRAFT_KV_KEY, DRAFT_KV_GRAPH_KEY,
             DRAFT_KV_COALESCE_KEY)
@@ -175,7 +175,7 @@ BOOL_KEYS = (FAST_OFF_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY, DRAFT_KV_KEY, DRAFT
 ENV_FAST_OFF = "SPEC_CONTROLLER_FAST_OFF"              # "0": off batches take SGLang's steps-0 path
 ENV_SYNC_DRAFT = "SPEC_CONTROLLER_SYNC_DRAFT"          # "1": keep the draft in step while off
 ENV_DRAFT_KV = "SPEC_CONTROLLER_DRAFT_KV"              # "1": write the draft's KV while off (plugin's own writer)
-ENV_DRAFT_KV_GRAPH = "SPEC_CONTROLLER_DRAFT_KV_GRAPH"  # "1": ... from CUDA graphs (experimental, TP 1, not run on a GPU yet)
+ENV_DRAFT_KV_GRAPH = "SPEC_CONTROLLER_DRAFT_KV_GRAPH"  # "0": ... eagerly instead of from CUDA graphs (graphs: TP 1 only)
 ENV_DRAFT_KV_COALESCE = "SPEC_CONTROLLER_DRAFT_KV_COALESCE"  # "N" > 1: ... one write per N off batches (experimental)
 ENV_LEAN_PREFILL = "SPEC_CONTROLLER_LEAN_PREFILL"      # "0": prefills run the draft even while nothing speculates
 MAX_THRESHOLD = 1 << 20

@@ -95,7 +95,8 @@ def test_the_plugin_uses_the_graphs_only_when_captured_and_switched_on():
     plug.apply_own_keys({contract.DRAFT_KV_GRAPH_KEY: True})
     off.kv_writer = None                                         # a writer failure drops the graphs with it
     assert off._writer() is None
-    assert not Plugin({}).off_path.want_kv_graph                 # off by default (experimental)
+    assert Plugin({}).off_path.want_kv_graph                     # on by default (2026-12-02e)
+    assert not Plugin({contract.ENV_DRAFT_KV_GRAPH: "0"}).off_path.want_kv_graph
 
 
 def test_no_graphs_at_tp_above_1_or_without_decode_graphs(monkeypatch):
@@ -110,6 +111,20 @@ def test_no_graphs_at_tp_above_1_or_without_decode_graphs(monkeypatch):
     off.tp_size, off.fast = 1, type("F", (), {"graph_runner": type("G", (), {"capture_bs": [1, 2]})()})()
     off._capture_kv_graphs(None)
     assert off.kv_graph == "graphs" and captured[0][:2] == ("eager", (1, 2, 256, 512, 1024, 2048))
+
+
+@pytest.mark.parametrize("env, built", [({}, "graphs"), ({contract.ENV_DRAFT_KV_COALESCE: "8"}, "coalesced"),
+                                        ({contract.ENV_DRAFT_KV_GRAPH: "0"}, None)])
+def test_the_default_engine_captures_graphs_and_asked_for_coalescing_comes_first(monkeypatch, env, built):
+    from controller.plugin import draftkv
+    from controller.plugin.offpath import OffPath
+    monkeypatch.setattr(draftkv, "build", lambda runner: "eager")
+    log: list = []
+    monkeypatch.setattr(OffPath, "_capture_kv_graphs", lambda self, worker: log.append("graphs"))
+    monkeypatch.setattr(OffPath, "_build_coalesced", lambda self, worker: log.append("coalesced"))
+    off = Plugin(env).off_path
+    off._build_writer(type("W", (), {"draft_worker": type("D", (), {"draft_runner": None})()})())
+    assert off.kv_writer == "eager" and log == ([built] if built else [])
 
 
 def test_the_graphs_sglang_names_hold_in_every_fast_wheel():

@@ -23,9 +23,9 @@
 #  lockstep groups, prompts on the crafted chain's short cycles (penalty_check.py; rows in logprob.jsonl); `greedy`:
 #  greedy equality while switching every 5 ms; `closedfast`: the closed loop again with the kv writes switched
 #  off at run time (label fast; `openfast`, `steadyfast` the same for those shapes); `closedpb`, `steadypb` (with
-#  COALESCE=N, the kv writes coalesced over N off batches: the same with them per batch, label perbatch); `closedkveager` (with KV_GRAPH=1, the kv writes from CUDA graphs:
+#  COALESCE=N, the kv writes coalesced over N off batches: the same with them per batch, label perbatch); `closedkveager` (with KV_GRAPH=1, the default, the kv writes from CUDA graphs:
 #  the same with them eager, label kveager); `closedab`: kv (label off) and fast in one rotation with the no-spec
-#  engine (the daemon's engine switched before each run; with KV_GRAPH=1 kveager in it too); PIN_CPUS=1: each engine's process group and the load
+#  engine (the daemon's engine switched before each run; with KV_GRAPH=1, the default, kveager in it too); PIN_CPUS=1: each engine's process group and the load
 #  client on a third of the cores each (taskset by PID); every run's row has cpu_s (both engines' process groups'
 #  CPU seconds per process name, the host's busy share: proccpu.py); `closedpinned`: the closed loop
 #  with the threshold pinned at PIN_T (8) (label pinned: lean prefills above 0); `profile`: the GPU kernels of a decode step at
@@ -36,8 +36,9 @@ case ",${SHAPES:-}," in *,grammar,*|*,grcheck,*) export GRAMMAR_BACKEND=${GRAMMA
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
 RUNS=$((2 * ${REPEATS:-2}))          # runs per level or rate: REPEATS (2) of each of the two engines
-# KV_GRAPH=1: the daemon's engine captures the kv writes as CUDA graphs (experimental, draftkv_graph.py)
-[ "${KV_GRAPH:-0}" = 1 ] && export SPEC_CONTROLLER_DRAFT_KV_GRAPH=1
+# KV_GRAPH (1, the plugin's default since 12-02e): the daemon's engine captures the kv writes as CUDA graphs
+# (draftkv_graph.py); KV_GRAPH=0 starts it with them eager (and closedab / closedkveager then have no graphs)
+KV_GRAPH=${KV_GRAPH:-1}; export SPEC_CONTROLLER_DRAFT_KV_GRAPH=$KV_GRAPH
 # COALESCE=N: the daemon's engine coalesces the kv writes over N off batches (experimental, draftkv_coalesce.py)
 [ -n "${COALESCE:-}" ] && export SPEC_CONTROLLER_DRAFT_KV_COALESCE=$COALESCE
 PB_OFF='{"spec_controller_draft_kv_coalesce": false}'; PB_ON='{"spec_controller_draft_kv_coalesce": true}'
@@ -97,11 +98,11 @@ if start_daemon; then
       # switched before each run, so that the host's drift between phases (12-02b) cannot decide kv against fast
       # with KV_GRAPH=1 a fourth in the rotation: the writes eager (label kveager), each state set in full
       AB="nospec=30001;off=30000:$KV_ON;fast=30000:$KV_OFF"; NAB=3
-      [ "${KV_GRAPH:-0}" = 1 ] && { AB="nospec=30001;off=30000:$KV_GRAPH_ON;kveager=30000:$KV_GRAPH_OFF;fast=30000:$KV_OFF"; NAB=4; }
+      [ "$KV_GRAPH" = 1 ] && { AB="nospec=30001;off=30000:$KV_GRAPH_ON;kveager=30000:$KV_GRAPH_OFF;fast=30000:$KV_OFF"; NAB=4; }
       fits $((NAB * ${REPEATS:-2} * (CLOSED_WARMUP + CLOSED_S + 4) * nlev + 30)) closedab || continue
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
         --engines "$AB" --repeats "${REPEATS:-2}" --flush --out "$R"
-      internal_state 30000 "$([ "${KV_GRAPH:-0}" = 1 ] && echo "$KV_GRAPH_ON" || echo "$KV_ON")" | tee -a "$SUM"
+      internal_state 30000 "$([ "$KV_GRAPH" = 1 ] && echo "$KV_GRAPH_ON" || echo "$KV_ON")" | tee -a "$SUM"
       say "closedab done" ;;
     openfast)    # the same for the open loop and steady decode (item 3's trade-off on every load shape)
       load_as fast "$KV_OFF" "$KV_ON" $((RUNS * nrates * (OPEN_S + 8))) \

@@ -1,9 +1,10 @@
 """The kv off path's draft-KV writes (draftkv.DraftKVWriter.write) replayed from CUDA graphs, one per batch size
-of the fast path's decode graphs and per PROMPT_SIZES above them. EXPERIMENTAL, off by default: captured only
-when the engine starts with SPEC_CONTROLLER_DRAFT_KV_GRAPH=1, used while `spec_controller_draft_kv_graph` is on.
-On the H200 (bench/results/h200-2026-12-02d) the decode writes' launch CPU fell from ~316 to ~53 us per off
-batch; the prompt sizes are not yet run on a GPU, and the graphs' proposals not yet compared with the eager
-writes' (run_consistency.sh).
+of the fast path's decode graphs and per PROMPT_SIZES above them. The default since 2026-12-02e: captured at start
+unless the engine starts with SPEC_CONTROLLER_DRAFT_KV_GRAPH=0 (TP 1 with decode CUDA graphs; otherwise the writes
+run eagerly), used while `spec_controller_draft_kv_graph` is on. On the H200 the decode writes' launch CPU fell
+from ~316 to ~53 us per off batch (bench/results/h200-2026-12-02d), closed 48 read 0.989 of no-spec pooled against
+0.933 eager in one rotation, and the proposals after off -> on match always-on's exactly, prompt writes included
+(bench/results/h200-2026-12-02e).
 
 Runs inside SGLang's scheduler process, on every off batch: keep it lean. Why: the eager write is ~15 kernel
 launches (embedding, norms, fc, qkv + RoPE, the KV store) costing ~0.3-0.4 ms of launch CPU per off batch on

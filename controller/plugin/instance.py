@@ -48,7 +48,7 @@ class Plugin:
                                 sync_draft=env.get(ENV_SYNC_DRAFT) == "1",
                                 lean_prefill=env.get(ENV_LEAN_PREFILL, "1") != "0",
                                 draft_kv=env.get(ENV_DRAFT_KV, "1") != "0",   # the default: consistent, cheap
-                                draft_kv_graph=env.get(ENV_DRAFT_KV_GRAPH) == "1",   # experimental
+                                draft_kv_graph=env.get(ENV_DRAFT_KV_GRAPH, "1") != "0",   # the default since 2026-12-02e
                                 draft_kv_coalesce=coalesce_batches(env.get(ENV_DRAFT_KV_COALESCE, "")),  # experimental
                                 fast_grammar=env.get(offgrammar.ENV, "1") != "0",   # checked on a GPU
                                 capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
@@ -97,7 +97,7 @@ class Plugin:
                     f"{ENV_DRAFT_KV}=1; the engine log says if the draft is unsupported)")
         if ours.get(DRAFT_KV_GRAPH_KEY) and built and self.off_path.kv_graph is None:
             return (f"{DRAFT_KV_GRAPH_KEY}: no draft KV graphs were captured (start the engine with "
-                    f"{ENV_DRAFT_KV_GRAPH}=1; TP 1 with decode CUDA graphs; the engine log says why not)")
+                    f"{ENV_DRAFT_KV_GRAPH} unset or 1; TP 1 with decode CUDA graphs; the engine log says why not)")
         if ours.get(DRAFT_KV_COALESCE_KEY) and built and self.off_path.kv_coalesced is None:
             return (f"{DRAFT_KV_COALESCE_KEY}: this engine does not coalesce the draft's KV writes (start it with "
                     f"{ENV_DRAFT_KV_COALESCE}=N, 2 .. 64; the engine log says if it is unsupported)")

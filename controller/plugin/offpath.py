@@ -136,10 +136,10 @@ class OffPath:
                 self.sync_draft, self.reason = True, REASON_KV_UNSUPPORTED
         except Exception as e:
             self.failures.record("draft KV writer", e)
-        if self.kv_writer is not None and self.want_kv_graph:
-            self._capture_kv_graphs(worker)
-        elif self.kv_writer is not None and self.want_coalesce > 1:
+        if self.kv_writer is not None and self.want_coalesce > 1:     # asked for explicitly: before the default graphs
             self._build_coalesced(worker)
+        elif self.kv_writer is not None and self.want_kv_graph:
+            self._capture_kv_graphs(worker)
 
     def _build_coalesced(self, worker: Any) -> None:
         args = getattr(worker, "server_args", None)
