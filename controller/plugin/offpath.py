@@ -161,7 +161,7 @@ class OffPath:
     def _capture_kv_graphs(self, worker: Any) -> None:
         graphs = self.fast.graph_runner
         if graphs is None or self.tp_size > 1:
-            log.warning("spec-controller: draft KV graphs need decode CUDA graphs and TP 1; writing eagerly")
+            log.info("spec-controller: draft KV graphs need decode CUDA graphs and TP 1; writing eagerly")   # the default: no warning
             return
         try:
             self.kv_graph = draftkv_graph.capture(self.kv_writer, draftkv_graph.sizes_to_capture(graphs.capture_bs),
