@@ -270,7 +270,7 @@ def test_telemetry_codec_round_trip_and_refusal():
                      "fast_off_cpu_ns": 0, "switches": 0, "switch_ns": 0, "lean_prefills": 0,
                      "off_fallbacks_logprob": 0, "off_fallbacks_grammar": 0, "draft_kv_writes": 0,
                      "fast_off_target_ns": 0, "draft_kv_ns": 0, "draft_kv_prefill_ns": 0,
-                     "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
+                     "draft_kv_prefill_eager": 0, "draft_kv_prefill_eager_ns": 0, "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
                      "off_path_evidence": "contract-checked against the 0.5.22 wheel, not measured on a GPU"}
     measured = decode(encode_stats({}, 3, 0, (0, 5, 17)))
     assert (measured["off_path"], measured["off_path_evidence"]) == ("fast, draft synced", "measured on a GPU")
@@ -463,6 +463,10 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(plug):
              "draft_kv_ns": 120 * 400_000, "lean_prefills": 10, "draft_kv_prefill_ns": 10 * 900_000}
     assert ("off launch:  1500.0 us CPU per fast off batch: target forward 600.0, draft KV writes 400.0; "
             "prompt KV writes 900.0 us per prefill") in render_status({**st, "engine": {**st["engine"], "plugin": split}})
+    assert "written eagerly" not in render_status({**st, "engine": {**st["engine"], "plugin": split}})
+    split.update(draft_kv_prefill_eager=2, draft_kv_prefill_eager_ns=2 * 4_000_000)
+    assert "prompt KV writes 900.0 us per prefill (2 written eagerly, 4000.0 us each)" in \
+        render_status({**st, "engine": {**st["engine"], "plugin": split}})
     assert "draft KV written" not in out
     kv = {**stats, "off_path": "fast, draft KV written", "draft_kv_writes": 97}
     assert "fast, draft KV written, 120 fast batches" in render_status({**st, "engine": {**st["engine"], "plugin": kv}})
@@ -580,6 +584,7 @@ def test_the_draft_kv_writer_reaches_the_fast_path_and_lean_prefills(fast, monke
     assert off.draft_extend_for_prefill(original, None, "idle", "hidden", [7]) == ("stub", [7])
     assert off.kv_writes == 2                                   # an idle batch writes nothing
     assert off.counters()["draft_kv_prefill_ns"] == 35
+    assert (off.counters()["draft_kv_prefill_eager"], off.counters()["draft_kv_prefill_eager_ns"]) == (1, 25)  # eager
     # a multimodal prompt (mm_input_embeds): the draft embeds it its own way, so it runs
     assert off.draft_extend_for_prefill(original, None, "batch", "hidden", [7], "mm") == ("draft forward", [7])
     assert off.draft_extend_for_prefill(original, None, "batch", "hidden", [7], mm_input_embeds="mm") \
@@ -686,3 +691,28 @@ def test_with_the_kv_writer_a_prefill_into_a_batch_that_will_not_speculate_skips
     (8, 0, 8, True, False)])
 def test_the_lean_prefill_rule(threshold, last, joining, kv, skips):
     assert contract.prefill_skips_draft(threshold, last, joining, kv) is skips
+
+
+def test_prompt_writes_a_graph_held_are_not_counted_eager(fast, monkeypatch):
+    """The status splits the prompt writes' CPU by whether a CUDA graph held them (GraphedKVWriter.replays moved)."""
+    from types import SimpleNamespace
+    from controller.plugin import offpath
+    plug, _ = fast
+    off = plug.off_path
+    writer = SimpleNamespace(replays=0)
+    off.fast.with_hidden, off.kv_writer, off.kv_graph, off.use_kv_graph = True, "eager", writer, True
+    plug.apply_own_keys({contract.DRAFT_KV_KEY: True, contract.SYNC_DRAFT_KEY: False, contract.LEAN_PREFILL_KEY: True})
+    plug.router.threshold = 0
+
+    def write(w, batch, hidden, ids):
+        w.replays += batch == "small"          # the graphed writer replays only where a graph holds the rows
+        return True
+    monkeypatch.setattr(draftkv, "write_prefill", write)
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: ("stub", ids))
+    clock = iter([0, 100, 200, 5200])
+    monkeypatch.setattr(offpath, "time", SimpleNamespace(perf_counter_ns=lambda: next(clock)))
+    original = lambda *a, **k: "draft forward"
+    assert off.draft_extend_for_prefill(original, None, "small", "hidden", [7]) == ("stub", [7])
+    assert off.draft_extend_for_prefill(original, None, "huge", "hidden", [7]) == ("stub", [7])
+    got = off.counters()
+    assert (got["draft_kv_prefill_ns"], got["draft_kv_prefill_eager"], got["draft_kv_prefill_eager_ns"]) == (5100, 1, 5000)

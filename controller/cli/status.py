@@ -131,6 +131,9 @@ def _plugin_lines(plugin: dict) -> list[str]:
             f"off batch: target forward {per(plugin.get('fast_off_target_ns', 0), plugin['fast_off_batches'])}"
             f", draft KV writes {per(plugin.get('draft_kv_ns', 0), plugin['fast_off_batches'])}"
             + (f"; prompt KV writes {per(plugin['draft_kv_prefill_ns'], plugin['lean_prefills'])} us per prefill"
+               + (f" ({plugin['draft_kv_prefill_eager']} written eagerly, "
+                  f"{per(plugin.get('draft_kv_prefill_eager_ns', 0), plugin['draft_kv_prefill_eager'])} us each)"
+                  if plugin.get("draft_kv_prefill_eager") else "")
                if plugin.get("draft_kv_prefill_ns") else "")]
 
 

@@ -54,6 +54,7 @@ class OffPath:
         self.use_coalesce = True                             # run-time switch, once built
         self.kv_writes = 0
         self.prefill_kv_ns = 0                               # CPU of the prompt writes (write_prefill)
+        self.prefill_kv_eager = self.prefill_kv_eager_ns = 0  # ... those no CUDA graph held (count, CPU)
         self.tp_size = 1
         self.fast: fastoff.FastOff | None = None   # built after SGLang's graph capture, if supported
         self.reason = REASON_CONFIG if not enabled else REASON_NONE   # contract.OFF_REASONS: why not fast
@@ -247,10 +248,15 @@ class OffPath:
             return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
         self.lean_prefills += 1
         if writer is not None:
-            t0 = time.perf_counter_ns()
+            t0, replays = time.perf_counter_ns(), getattr(writer, "replays", None)
             try:
-                self.kv_writes += draftkv.write_prefill(writer, batch, target_hidden_states, next_token_ids)
-                self.prefill_kv_ns += time.perf_counter_ns() - t0
+                wrote = draftkv.write_prefill(writer, batch, target_hidden_states, next_token_ids)
+                spent = time.perf_counter_ns() - t0
+                self.kv_writes += wrote
+                self.prefill_kv_ns += spent
+                if wrote and (replays is None or writer.replays == replays):    # eager writer, or too many rows
+                    self.prefill_kv_eager += 1
+                    self.prefill_kv_eager_ns += spent
             except Exception as e:     # this prompt's draft KV stays unwritten; later ones run the draft
                 self.failures.record("draft KV prefill", e)
                 self.kv_writer = None
@@ -274,7 +280,8 @@ class OffPath:
         out = {"off_fallbacks": self.fallbacks, "lean_prefills": self.lean_prefills,
                "off_fallbacks_logprob": self.fallback_reasons.get(fastoff.LOGPROB, 0),
                "off_fallbacks_grammar": self.fallback_reasons.get(fastoff.GRAMMAR, 0),
-               "draft_kv_writes": self.kv_writes, "draft_kv_prefill_ns": self.prefill_kv_ns}
+               "draft_kv_writes": self.kv_writes, "draft_kv_prefill_ns": self.prefill_kv_ns,
+               "draft_kv_prefill_eager": self.prefill_kv_eager, "draft_kv_prefill_eager_ns": self.prefill_kv_eager_ns}
         if self.fast is not None:
             out.update(fast_off_batches=self.fast.batches, fast_off_graph_batches=self.fast.graph_batches,
                        fast_off_cpu_ns=self.fast.cpu_ns, fast_off_target_ns=self.fast.target_ns,
