@@ -209,3 +209,35 @@ def test_the_off_path_choice_reaches_the_plugins_environment():
         SGLangEngine({**base, "off_path": "quick"})
     with pytest.raises(EngineError, match="lean_prefill='yes' must be true or false"):
         SGLangEngine({**base, "lean_prefill": "yes"})
+
+
+def test_the_env_table_reaches_sglang_but_not_over_what_the_daemon_sets():
+    base = {"model_path": "/m", "speculative_algorithm": "EAGLE3"}
+    eng = SGLangEngine({**base, "env": {"SPEC_CONTROLLER_DRAFT_KV_GRAPH": False, "CUDA_VISIBLE_DEVICES": 3,
+                                        "NCCL_DEBUG": "WARN"}})
+    assert eng.user_env == {"SPEC_CONTROLLER_DRAFT_KV_GRAPH": "0", "CUDA_VISIBLE_DEVICES": "3", "NCCL_DEBUG": "WARN"}
+    for name, setting in ((contract.ENV_DRAFT_KV, "off_path"), (contract.ENV_FAST_OFF, "off_path"),
+                          (contract.ENV_LEAN_PREFILL, "lean_prefill"), (contract.ENV_ADDRESS, "the daemon"),
+                          (contract.ENV_INITIAL_THRESHOLD, "the daemon")):
+        with pytest.raises(EngineError, match=f"env {name} is set by .*{setting}"):
+            SGLangEngine({**base, "env": {name: "0"}})
+    for bad in ("X=1", {"A=B": "1"}, {"A": [1]}, {"": "1"}):
+        with pytest.raises(EngineError, match=r"\[sglang\] env"):
+            SGLangEngine({**base, "env": bad})
+
+
+def test_the_sglang_process_gets_the_plugins_the_daemons_and_the_env_tables_variables(short_tmp, monkeypatch):
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(short_tmp / "run"))
+    monkeypatch.setenv("STATE_DIRECTORY", str(short_tmp / "state"))
+    fake = short_tmp / "python"          # stands in for the interpreter that runs sglang.launch_server
+    fake.write_text(f"#!/bin/sh\nenv > {short_tmp}/env.txt\n")
+    fake.chmod(0o755)
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "python": str(fake),
+                        "off_path": "fast", "env": {"SPEC_CONTROLLER_DRAFT_KV_GRAPH": False, "NCCL_DEBUG": "WARN"}},
+                       initial_threshold=7)
+    eng.start(lambda s: None)
+    assert eng.proc.wait(timeout=30) == 0
+    eng.stop()
+    got = dict(line.split("=", 1) for line in (short_tmp / "env.txt").read_text().splitlines() if "=" in line)
+    assert (got["SPEC_CONTROLLER_DRAFT_KV_GRAPH"], got["NCCL_DEBUG"], got[contract.ENV_DRAFT_KV]) == ("0", "WARN", "0")
+    assert got[contract.ENV_INITIAL_THRESHOLD] == "7" and got[contract.ENV_ADDRESS] == f"ipc://{eng.ipc_path}"

@@ -52,6 +52,25 @@ def plugin_env(args: dict) -> dict[str, str]:
     return {**OFF_PATH_ENV[off_path], ENV_LEAN_PREFILL: "1" if lean else "0"}
 
 
+def user_env(args: dict) -> dict[str, str]:
+    """[sglang] env: extra environment for the SGLang process (a table of names to strings, numbers or booleans,
+    true / false as "1" / "0").
+    The variables the daemon sets itself are refused (EngineError), naming the setting that chooses them."""
+    env = args.get("env", {})
+    if not isinstance(env, dict):
+        raise EngineError(f"sglang engine: [sglang] env must be a table of NAME = \"value\", got {env!r}")
+    owned = {ENV_ADDRESS: "the daemon (its telemetry socket)", ENV_INITIAL_THRESHOLD: "the daemon (the threshold)",
+             ENV_LEAN_PREFILL: "[sglang] lean_prefill"} | {k: "[sglang] off_path" for v in OFF_PATH_ENV.values() for k in v}
+    out: dict[str, str] = {}
+    for name, value in env.items():
+        if name in owned:
+            raise EngineError(f"sglang engine: [sglang] env {name} is set by {owned[name]}: remove it from env")
+        if not name or "=" in name or "\0" in name or isinstance(value, (dict, list)):
+            raise EngineError(f"sglang engine: [sglang] env {name!r} = {value!r}: a variable name and a string")
+        out[name] = ("1" if value else "0") if isinstance(value, bool) else str(value)   # the plugin's switches
+    return out
+
+
 def server_flags(args: dict) -> list[str]:
     """ServerArgs as `launch_server` flags: key_name=value -> --key-name value; True -> --key-name."""
     flags: list[str] = []
@@ -109,6 +128,7 @@ class SGLangEngine(Engine):
         self.bad_messages = 0
         # A live process whose scheduler stopped answering (e.g. ranks out of step) is as good as gone.
         self.plugin_env = plugin_env(self.args)
+        self.user_env = user_env(self.args)
         self.ready_timeout_s = _seconds(self.args, "ready_timeout_s", OWN_DEFAULTS["ready_timeout_s"])   # (lifecycle waits)
         self.probe_s = _seconds(self.args, "probe_s", OWN_DEFAULTS["probe_s"])
         self.hang_after_s = _seconds(self.args, "hang_after_s", OWN_DEFAULTS["hang_after_s"])
@@ -165,9 +185,8 @@ class SGLangEngine(Engine):
         pull.bind(f"ipc://{self.ipc_path}")
         self._rx = threading.Thread(target=self._receive, args=(pull, on_sample), name="telemetry", daemon=True)
         self._rx.start()
-        env = dict(os.environ, **self.plugin_env, **{ENV_ADDRESS: f"ipc://{self.ipc_path}",
-                                                     ENV_INITIAL_THRESHOLD: str(self.initial_threshold)},
-                   **{k: str(v) for k, v in self.args.get("env", {}).items()})
+        env = {**os.environ, **self.plugin_env, ENV_ADDRESS: f"ipc://{self.ipc_path}",
+               ENV_INITIAL_THRESHOLD: str(self.initial_threshold), **self.user_env}
         cmd = self.command()
         log.info("starting SGLang: %s", " ".join(cmd))
         self.proc = subprocess.Popen(cmd, env=env)
