@@ -75,7 +75,8 @@ STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and t
                 "draft_kv_writes",                       # off batches and lean prefills whose draft KV the plugin wrote
                 "fast_off_target_ns", "draft_kv_ns",     # of fast_off_cpu_ns: the target's forward, the KV writes
                 "draft_kv_prefill_ns",                   # CPU of the lean prefills' prompt writes
-                "draft_kv_prefill_eager", "draft_kv_prefill_eager_ns")   # of those: written eagerly (no graph held them)
+                "draft_kv_prefill_eager", "draft_kv_prefill_eager_ns",   # of those: written eagerly (no graph held them)
+                "draft_kv_graph_writes")                 # draft KV writes replayed from CUDA graphs (decode and prompt)
 # kind=2, the counters, then: the off path in use (OFF_PATHS), why (OFF_REASONS), SGLang's version
 STATS = struct.Struct("<B" + "Q" * len(STATS_FIELDS) + "BB3H")
 STATS_TAIL = 1 + 8                      # the kind byte, then after the counters: path, reason, version

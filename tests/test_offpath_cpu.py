@@ -226,7 +226,7 @@ def test_counters_name_every_off_path_figure(fast):
                               "off_fallbacks_grammar": 0, "draft_kv_writes": 7, "fast_off_batches": 0,
                               "fast_off_graph_batches": 3, "fast_off_cpu_ns": 11, "fast_off_target_ns": 6,
                               "draft_kv_ns": 4, "draft_kv_prefill_ns": 13, "draft_kv_prefill_eager": 2,
-                              "draft_kv_prefill_eager_ns": 9}
+                              "draft_kv_prefill_eager_ns": 9, "draft_kv_graph_writes": 0}
 
 
 def test_launch_time_adds_each_batchs_cpu_time(fast, monkeypatch):
@@ -303,3 +303,10 @@ def test_lean_prefills_stub_the_draft_workers_input_and_are_counted(fast, monkey
     for _ in range(2):
         assert off.draft_extend_for_prefill(original, "draft", "batch", "hidden", [7]) == ("stub", "draft", [7])
     assert off.lean_prefills == 2 and off.counters()["lean_prefills"] == 2 and original.calls == []
+
+
+def test_counters_count_the_writes_replayed_from_graphs(fast):
+    from types import SimpleNamespace
+    off = fast[0].off_path
+    off.kv_graph = SimpleNamespace(replays=42)
+    assert off.counters()["draft_kv_graph_writes"] == 42

@@ -270,7 +270,8 @@ def test_telemetry_codec_round_trip_and_refusal():
                      "fast_off_cpu_ns": 0, "switches": 0, "switch_ns": 0, "lean_prefills": 0,
                      "off_fallbacks_logprob": 0, "off_fallbacks_grammar": 0, "draft_kv_writes": 0,
                      "fast_off_target_ns": 0, "draft_kv_ns": 0, "draft_kv_prefill_ns": 0,
-                     "draft_kv_prefill_eager": 0, "draft_kv_prefill_eager_ns": 0, "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
+                     "draft_kv_prefill_eager": 0, "draft_kv_prefill_eager_ns": 0, "draft_kv_graph_writes": 0,
+                     "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
                      "off_path_evidence": "contract-checked against the 0.5.22 wheel, not measured on a GPU"}
     measured = decode(encode_stats({}, 3, 0, (0, 5, 17)))
     assert (measured["off_path"], measured["off_path_evidence"]) == ("fast, draft synced", "measured on a GPU")
@@ -471,6 +472,9 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(plug):
     kv = {**stats, "off_path": "fast, draft KV written", "draft_kv_writes": 97}
     assert "fast, draft KV written, 120 fast batches" in render_status({**st, "engine": {**st["engine"], "plugin": kv}})
     assert "draft KV written by the plugin for 97 batches" in render_status({**st, "engine": {**st["engine"], "plugin": kv}})
+    assert "from CUDA graphs" not in render_status({**st, "engine": {**st["engine"], "plugin": kv}})
+    assert "draft KV written by the plugin for 97 batches (90 from CUDA graphs)" in \
+        render_status({**st, "engine": {**st["engine"], "plugin": {**kv, "draft_kv_graph_writes": 90}}})
 
 
 def fake_sglang(monkeypatch, version: str) -> list:

@@ -123,6 +123,7 @@ def _plugin_lines(plugin: dict) -> list[str]:
             + (f"; {plugin['lean_prefills']} prefills skipped the draft (their batch did not speculate)"
                if plugin.get("lean_prefills") else "")
             + (f"; draft KV written by the plugin for {plugin['draft_kv_writes']} batches"
+               + (f" ({plugin['draft_kv_graph_writes']} from CUDA graphs)" if plugin.get("draft_kv_graph_writes") else "")
                if plugin.get("draft_kv_writes") else ""),
             f"plugin cost: decision {per(plugin['decision_ns'] - switch_ns, plugin['decisions'] - switches)}"
             f" us, telemetry {per(plugin['telemetry_ns'], plugin['telemetry_calls'])} us per batch; "

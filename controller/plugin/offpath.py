@@ -281,7 +281,8 @@ class OffPath:
                "off_fallbacks_logprob": self.fallback_reasons.get(fastoff.LOGPROB, 0),
                "off_fallbacks_grammar": self.fallback_reasons.get(fastoff.GRAMMAR, 0),
                "draft_kv_writes": self.kv_writes, "draft_kv_prefill_ns": self.prefill_kv_ns,
-               "draft_kv_prefill_eager": self.prefill_kv_eager, "draft_kv_prefill_eager_ns": self.prefill_kv_eager_ns}
+               "draft_kv_prefill_eager": self.prefill_kv_eager, "draft_kv_prefill_eager_ns": self.prefill_kv_eager_ns,
+               "draft_kv_graph_writes": self.kv_graph.replays if self.kv_graph is not None else 0}
         if self.fast is not None:
             out.update(fast_off_batches=self.fast.batches, fast_off_graph_batches=self.fast.graph_batches,
                        fast_off_cpu_ns=self.fast.cpu_ns, fast_off_target_ns=self.fast.target_ns,
