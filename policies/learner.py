@@ -200,7 +200,8 @@ class BucketLearner(Policy):
             self.buckets.index_of_threshold(exploit)
         edge = min(max(edge, 0), len(self.buckets) - 1)
         return reasons.exploit(exploit, before, self.span(edge), self.gain_at(edge, now), self.span(b),
-                               self.gain_at(b, now), (not self.estimable(edge), not self.estimable(b)))
+                               self.gain_at(b, now), (not self.estimable(edge), not self.estimable(b)),
+                               b < self.buckets.index_of_threshold(exploit))
 
     def _best_threshold(self, now: float, current: int, b: int) -> int:
         """The monotone summary of the gains, held at `current` when the move would not change the

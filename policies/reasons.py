@@ -17,16 +17,17 @@ def gain_text(gain: float | None, guessed: bool = False) -> str:
 
 
 def exploit(threshold: int, before: int, span: str, gain: float | None, live: str, live_gain: float | None,
-            guessed: tuple[bool, bool] = (False, False)) -> str:
+            guessed: tuple[bool, bool] = (False, False), live_speculates: bool = False) -> str:
     """The best threshold, after the policy's estimates. span/gain: the bucket at the edge that
     moved (the highest one now speculated on a rise, the lowest one no longer on a fall); guessed:
-    whether its gain and live_gain come from the step-time trend (gain_text)."""
+    whether its gain and live_gain come from the step-time trend (gain_text); live_speculates: whether
+    the threshold speculates the live bucket (a held threshold may disagree with the live gain's sign)."""
     if threshold > before:
         return f"speculate up to batch {threshold}: it pays at {span} ({gain_text(gain, guessed[0])})"
     if threshold < before:
         head = "stop speculating" if threshold == 0 else f"speculate only up to batch {threshold}"
         return f"{head}: it no longer pays at {span} ({gain_text(gain, guessed[0])})"
-    mode = "speculating" if live_gain is not None and live_gain > 0 else "plain decoding"
+    mode = "speculating" if live_speculates else "plain decoding"
     return f"best threshold {threshold}: live {live} is {mode} ({gain_text(live_gain, guessed[1])})"
 
 

@@ -40,3 +40,16 @@ def test_the_exploit_reason_names_the_live_buckets_mode():
         p.observe(Sample(0.0, 4, 0, 4, 0.01, True))           # off: 400
     d = p.decide(Snapshot(0.1, 8, 64, live_batch_size=4))
     assert (d.threshold, d.reason) == (8, "best threshold 8: live batch 4 is speculating (speculation +200% tok/s)")
+
+
+def test_the_live_buckets_mode_is_the_thresholds_even_where_its_own_gain_is_negative():
+    # the exploit reason for a threshold held above a losing live bucket (the guard's hysteresis keeps it):
+    # the live batch speculates, whatever its own gain says
+    p = make_policy("ucb", {"c": 0.0}, max_batch_size=64)
+    for _ in range(10):
+        p.observe(Sample(0.0, 2, 3, 4, 0.02, True))           # batch 2: spec slower
+        p.observe(Sample(0.0, 2, 0, 2, 0.005, True))
+    live = p.buckets.of(2)
+    held = p._exploit_reason(6, 6, live, 0.1)
+    assert held.startswith("best threshold 6: live batch 2 is speculating (speculation -"), held
+    assert p._exploit_reason(1, 1, live, 0.1).startswith("best threshold 1: live batch 2 is plain decoding")

@@ -19,11 +19,15 @@ def test_exploit_reasons_for_a_rise_a_fall_and_a_hold():
         "stop speculating: it no longer pays at batch 1 (speculation -10% tok/s)")
     assert reasons.exploit(1, 8, "batch 2", -0.05, "batch 4", None) == (
         "speculate only up to batch 1: it no longer pays at batch 2 (speculation -5% tok/s)")
-    assert reasons.exploit(4, 4, "x", 1.0, "batch 3", 0.5) == (
+    assert reasons.exploit(4, 4, "x", 1.0, "batch 3", 0.5, live_speculates=True) == (
         "best threshold 4: live batch 3 is speculating (speculation +50% tok/s)")
-    assert reasons.exploit(4, 4, "x", 1.0, "batch 3", 0.0) == (
-        "best threshold 4: live batch 3 is plain decoding (speculation +0% tok/s)")
-    assert reasons.exploit(4, 4, "x", 1.0, "batch 3", None) == "best threshold 4: live batch 3 is plain decoding (not measured)"
+    # the mode is the threshold's, whatever the gain's sign (a held threshold) or none measured
+    assert reasons.exploit(4, 4, "x", 1.0, "batch 3", -0.02, live_speculates=True) == (
+        "best threshold 4: live batch 3 is speculating (speculation -2% tok/s)")
+    assert reasons.exploit(4, 4, "x", 1.0, "batch 5", 0.3) == (
+        "best threshold 4: live batch 5 is plain decoding (speculation +30% tok/s)")
+    assert reasons.exploit(105, 105, "x", 1.0, "batch 95-105", None, live_speculates=True) == (
+        "best threshold 105: live batch 95-105 is speculating (not measured)")
 
 
 def test_trial_reasons():
