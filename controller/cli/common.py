@@ -44,12 +44,15 @@ def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
 
 
 def ago(seconds: float) -> str:
-    """A duration for people: 42 s, 7 min, 3.5 h, 2 d."""
+    """A duration for people: 42 s, 1 min 32 s, 17 min, 3.5 h, 2 d (never rounded up to the next unit)."""
     seconds = max(0.0, float(seconds))
     if seconds < 90:
         return f"{seconds:.0f} s"
+    if seconds < 600:
+        whole = int(seconds)
+        return f"{whole // 60} min {whole % 60} s"
     if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
+        return f"{int(seconds // 60)} min"
     if seconds < 172800:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.0f} d"
