@@ -264,8 +264,7 @@ def evaluate(profile: Profile, segments: Sequence[Segment], policy: str, params:
             "ratio": round(m.throughput / o.throughput, 4) if o.throughput else None,
             "spec_share": round(m.spec_batches / m.batches, 4) if m.batches else 0.0,
             "oracle_spec": o.spec_batches > o.batches / 2,
-            "final_threshold": m.final_threshold,
-            "reconverge_s": None if m.reconverge_s is None else round(m.reconverge_s, 2),
+            "final_threshold": m.final_threshold, "reconverge_s": m.reconverge_s and round(m.reconverge_s, 2),
         })
     total = sum(r.tokens for r in mine) / sum(r.seconds for r in mine)
     total_oracle = sum(r.tokens for r in oracle) / sum(r.seconds for r in oracle)
