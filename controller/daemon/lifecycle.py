@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 from policies import PolicyError
 from state import queries
@@ -37,11 +38,17 @@ def build_engine(cfg: dict, last_t: float = 0.0) -> Engine:
         from ..sim.profile import load_profile, load_trace
         from .engines.sim import SimEngine
         sim = cfg["sim"]
+
+        def read(key: str, load: Callable, *args: Any) -> Any:      # its errors name the setting ([sim] or --flag)
+            try:
+                return load(*args)
+            except ProfileError as e:
+                raise ProfileError(f"[sim] {key} (--{key}): {e}") from None
         fixed = sim["concurrency"] or sim["arrival_rate"]
-        trace = None if fixed else load_trace(sim["trace"])
-        profile = load_profile(sim["profile"] or (trace and trace.profile) or "crossover-b")
+        trace = None if fixed else read("trace", load_trace, sim["trace"])
+        profile = read("profile", load_profile, sim["profile"] or (trace and trace.profile) or "crossover-b")
         if trace is not None:          # its acceptance must fit the profile's chain
-            trace = load_trace(sim["trace"], profile.spec_steps + 1)
+            trace = read("trace", load_trace, sim["trace"], profile.spec_steps + 1)
         return SimEngine(profile, trace, sim["concurrency"], sim["speed"], sim["seed"], last_t, sim["arrival_rate"])
     from .engines.sglang import SGLangEngine
     return SGLangEngine(cfg["sglang"], cfg["policy"]["initial_threshold"])
