@@ -41,6 +41,10 @@ class Policy:
     def observe(self, sample: Sample) -> None:
         """Take one decode batch into account (cheap: called for every batch)."""
 
+    def in_force(self, threshold: int) -> None:
+        """The threshold the engine runs from now on (the loop's, after the guard): an observation, like a
+        sample (the samples that follow ran under it)."""
+
     def decide(self, snap: Snapshot) -> Decision:
         raise NotImplementedError
 

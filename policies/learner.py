@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from controller.contract import speculates
 
-from . import reasons, staleness, trend
+from . import prefill_cost, reasons, staleness, trend
 from .base import OFF, SPEC, Policy, relative_gain
 from .params import ParamSpec
 from .freshrun import FreshRun
@@ -41,7 +41,7 @@ class BucketLearner(Policy):
                   "intervals holding a prefill: 0 dropped, 1 rewards as measured, 2 minus the learned prefill cost"),
         ParamSpec("guess", float, 0.1, 0.0, 10.0,
                   "guess a bucket's unmeasured mode from the step-time trend where speculation wins (loses) by this (10: never)"),
-    )
+    ) + prefill_cost.PARAMS
 
     def __init__(self, params=None, *, seed: int = 0, max_batch_size: int = 256):
         super().__init__(params, seed=seed, max_batch_size=max_batch_size)
@@ -58,6 +58,7 @@ class BucketLearner(Policy):
         self.arrived = [-math.inf] * n    # when the load came back to each bucket after half_life_s away
         self.run = FreshRun()             # see staleness.probe_goes_on
         self.lines: tuple[list, list[float]] = ([None, None], [0.0, 0.0])   # trend.fit_lines, at each decision
+        self.prefill = prefill_cost.PrefillCost(hl, n)   # what thresholds above 0 cost at each prefill
 
     def observe(self, sample: Sample) -> None:
         if sample.step_s <= 0 or sample.batch_size <= 0:
@@ -70,6 +71,7 @@ class BucketLearner(Policy):
             self.run.start(b, sample.t)
         # Even an interval that is no reward shows the arm was tried: re-trying costs a batch.
         self.tried[arm][b] = sample.t
+        self.prefill.observe(sample, arm, b)
         rate = self.reward(arm, b, sample)
         if rate is None:
             return
@@ -106,6 +108,9 @@ class BucketLearner(Policy):
         decode_s = sample.batch_size / q.mean
         self.prefill_s.add(sample.t, sample.step_s - decode_s)
         return sample.batch_size / max(sample.step_s - self.prefill_s.mean, decode_s / LONG)
+
+    def in_force(self, threshold: int) -> None:
+        self.prefill.in_force(threshold)
 
     def accept_high(self, now: float) -> float:
         """The highest accept length estimated lately: it falls back to the current estimate
@@ -227,21 +232,27 @@ class BucketLearner(Policy):
         tau = self.params["accept_half_life_s"]
         return sum(d.w * 0.5 ** (max(0.0, now - d.t) / tau) for d in (self.q[OFF][b], self.q[SPEC][b]))
 
-    def move_gain(self, now: float, current: int, new: int) -> float:
-        """Expected relative throughput gain of moving the threshold from current to new,
-        over the traffic where the load is now (> 0: the move pays)."""
+    def move_gain(self, now: float, current: int, new: int, gain_of: Callable[[int], float | None] | None = None) -> float:
+        """Expected relative throughput gain of moving the threshold from current to new, over the traffic where
+        the load is now (> 0: the move pays); gain_of(b): each bucket's gain (default gain_at, guesses included)."""
         a, z = self.buckets.index_of_threshold(current), self.buckets.index_of_threshold(new)
         recent = [self.recent_traffic(b, now) for b in range(len(self.buckets))]
         total = sum(recent)
         if a == z or not total:
             return 0.0
-        moved = sum(recent[b] * gain for b in range(min(a, z), max(a, z)) if (gain := self.gain_at(b, now)) is not None)
+        gain_of = gain_of or (lambda b: self.gain_at(b, now))
+        moved = sum(recent[b] * gain for b in range(min(a, z), max(a, z)) if (gain := gain_of(b)) is not None)
         return (moved if z > a else -moved) / total
 
     def decide(self, snap: Snapshot) -> Decision:
         self.refit(snap.now)
         b = self.buckets.of(snap.live_batch_size or 1)
         exploit = self._best_threshold(snap.now, snap.exploit_threshold, b)
+        decision = self._bandit(snap, exploit, b)      # made every tick (its draws of chance too), then
+        zero = prefill_cost.verdict(self, snap, exploit)
+        return decision if zero is None else zero       # 0 (or a trial of it): the prefills' draft pass outweighs it
+
+    def _bandit(self, snap: Snapshot, exploit: int, b: int) -> Decision:
         guess = trend.guess_trial(self, snap, exploit, b)
         if guess is not None:       # a trial of the guessed threshold, exploit unchanged: shift trial (guard)
             return Decision(exploit, snap.exploit_threshold, guess, 0.0, True, True)
@@ -287,6 +298,7 @@ class BucketLearner(Policy):
             "prefill_s": self.prefill_s.to_list(),
             "accept_high": list(self.accept_hi),
             "tried": [[None if t == -math.inf else t for t in arm] for arm in self.tried],
+            "prefill_cost": self.prefill.state(),
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
@@ -300,6 +312,7 @@ class BucketLearner(Policy):
             self.prefill_s.load(state["prefill_s"])
         if isinstance(state.get("accept_high"), list) and len(state["accept_high"]) == 2:
             self.accept_hi = (float(state["accept_high"][0]), float(state["accept_high"][1]))
+        self.prefill.load_state(state.get("prefill_cost"))
         tried = state.get("tried")
         if isinstance(tried, list) and len(tried) == 2 and all(len(a) == len(self.buckets) for a in tried):
             self.tried = tuple([-math.inf if t is None else float(t) for t in arm] for arm in tried)

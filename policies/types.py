@@ -42,6 +42,10 @@ class Decision:
     change budget, there for the noise at constant load, holds neither the trial nor the move to
     its threshold that follows it (the threshold stays when the trial shows it pays); unlike
     untried, no learning window opens.
+    whole: a move (or trial) to threshold 0 made for the prefills (policies.prefill_cost: at any threshold above 0
+    every prefill pays the draft's pass on an engine whose off path writes no draft KV). It changes every prefill,
+    not only the batch sizes it crosses: the guard neither coalesces it nor the end of such a trial, and its cap
+    on buckets crossed per decision does not split it (a threshold on the way pays the pass still).
     """
 
     threshold: int
@@ -50,6 +54,7 @@ class Decision:
     gain: float | None = None
     untried: bool = False
     shift: bool = False
+    whole: bool = False
 
     @property
     def exploratory(self) -> bool:

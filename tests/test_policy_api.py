@@ -78,7 +78,7 @@ def test_listing_documents_each_parameter():
                                   "help": "speculate iff batch size <= threshold"}]}
     assert rows["thompson"]["aliases"] == ["bandit"] and rows["always"]["params"] == []
     assert [p["name"] for p in rows["ucb"]["params"]] == ["half_life_s", "accept_half_life_s", "min_samples",
-                                                           "dominance", "indifference", "prefill", "guess", "c"]
+                                                           "dominance", "indifference", "prefill", "guess", "zero_margin", "c"]
 
 
 def test_fixed_policies_decide_and_say_why():

@@ -46,6 +46,7 @@ class Guard:
         self._moving = False
         self._settled = (self.exploit, -1e9, 0)   # the last non-trial threshold applied, when, direction
         self._trial_visible = True       # the trial in force was a visible change: its end is free
+        self._trial_whole = False        # the trial in force was a Decision.whole one (a trial at 0): its end is not coalesced
         self._untried: dict[int, float] = {}      # threshold of a probe of an untried arm -> when
         self._learning_until = -1.0      # the policy probed an untried arm: changes are not held until then
         # the last shift trial (exploit threshold then, its threshold, until when the move it calls for is free)
@@ -89,7 +90,9 @@ class Guard:
             return max(values)
         return self.exploit
 
-    def _rate_capped(self, target: int) -> int:
+    def _rate_capped(self, target: int, whole: bool = False) -> int:
+        if whole and target == 0:      # a move to 0 for the prefills (Decision.whole): no threshold on the way pays
+            return 0
         cur_k = self.buckets.index_of_threshold(self.exploit)
         tgt_k = self.buckets.index_of_threshold(target)
         step = self.cfg.max_step_buckets
@@ -122,6 +125,7 @@ class Guard:
         if out[2]:
             self._trial_visible = ((exploring and self._trial_visible) or decision.shift
                                    or applied is None or out[0] != applied)
+            self._trial_whole = decision.whole or (exploring and self._trial_whole)
         return out
 
     def _apply(self, now: float, decision: Decision, last_sample_t: float | None, applied: int | None,
@@ -141,7 +145,9 @@ class Guard:
                 # a trial already in force (a probe) goes on as a shift trial: its threshold may stay when it pays
                 self._note_shift_trial(now, threshold)
             return threshold, reason, exploratory
-        if live and not moves_any(applied, threshold, live):
+        # A move to 0 for the prefills, and the end of a trial at 0, change every prefill (Decision.whole)
+        whole = decision.whole or (exploring and self._trial_whole)
+        if live and not whole and not moves_any(applied, threshold, live):
             return applied, reason + f"; guard: kept {applied} (coalesced: {threshold} moves no live batch size)", exploratory
         if exploratory and decision.shift:
             self._note_shift_trial(now, threshold)
@@ -208,7 +214,7 @@ class Guard:
         if trial is None or trial[1] != applied:
             return False
         proposed = self.clamp(decision.exploit_threshold)
-        if decision.exploratory or (proposed != applied and (not live or moves_any(applied, proposed, live))):
+        if decision.exploratory or (proposed != applied and (not live or self._trial_whole or moves_any(applied, proposed, live))):
             return False
         if decision.gain is not None and decision.gain < self.cfg.min_gain:
             return False
@@ -235,7 +241,7 @@ class Guard:
         if wanted != self.exploit and decision.gain is not None and decision.gain < self.cfg.min_gain:
             wanted = self.exploit         # hysteresis: not worth a change
         stable = self._stabilised(now, wanted)
-        self.exploit = self.clamp(self._rate_capped(stable))
+        self.exploit = self.clamp(self._rate_capped(stable, decision.whole))
         if decision.exploratory:
             if self.explore_used < self.cfg.explore_share:
                 return self.clamp(decision.threshold), decision.reason, True

@@ -37,6 +37,7 @@ class ControlLoop:
         self.policy = policy
         self.guard_config = guard or GuardConfig()
         self.guard = Guard(self.guard_config, policy.buckets, initial_threshold)
+        self._threshold = 0
         self.threshold = self.guard.clamp(initial_threshold)
         self.pinned: int | None = None
         self._was_pinned = False
@@ -50,6 +51,16 @@ class ControlLoop:
         self._live: dict[int, int] = {}          # bucket -> decode-only batches since the last tick
         self._recent: dict[int, float] = {}      # batch size -> when it last ran (the coalescing window)
         self.live_batch_size: int | None = None  # the bucket most of them fell in (its upper edge)
+
+    @property
+    def threshold(self) -> int:
+        return self._threshold
+
+    @threshold.setter
+    def threshold(self, value: int) -> None:
+        """Every threshold the engine is to run, the policy is told (Policy.in_force)."""
+        self._threshold = value
+        self.policy.in_force(value)
 
     def observe(self, sample: Sample) -> None:
         self.policy.observe(sample)
@@ -79,6 +90,7 @@ class ControlLoop:
 
     def set_policy(self, policy: Policy) -> None:
         self.policy = policy
+        policy.in_force(self.threshold)
         self.guard = Guard(self.guard_config, policy.buckets, self.guard.exploit)
 
     def set_guard_config(self, config: GuardConfig) -> None:
