@@ -249,7 +249,7 @@ class BucketLearner(Policy):
         b = self.buckets.of(snap.live_batch_size or 1)
         exploit = self._best_threshold(snap.now, snap.exploit_threshold, b)
         decision = self._bandit(snap, exploit, b)      # made every tick (its draws of chance too), then
-        zero = prefill_cost.verdict(self, snap, exploit)
+        zero = prefill_cost.verdict(self, snap, exploit, decision)
         return decision if zero is None else zero       # 0 (or a trial of it): the prefills' draft pass outweighs it
 
     def _bandit(self, snap: Snapshot, exploit: int, b: int) -> Decision:

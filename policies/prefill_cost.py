@@ -20,6 +20,7 @@ PROBE prefill intervals there. Where the off path skips the pass (`kv`) the diff
 threshold stands. Functions of the learner, called with the time."""
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from typing import TYPE_CHECKING, Any, Mapping
@@ -37,6 +38,7 @@ COST_HALF_LIVES = 10.0  # the measured difference is the engine's: it outlives t
 PROBE = 24              # prefill intervals a stretch at 0 (and the recent ones above 0) must hold to be a measurement
 ROBUST = 6.0            # an excess over ROBUST x the regime's median held an idle gap: not counted
 LEAN = 1.5              # the leanest prefill intervals: an excess within LEAN x the regime's 10th percentile
+Z = 2.0                 # the measured difference counts from Z standard errors above 0 (its lower bound)
 RATE_RATIO = 1.5        # a measurement stands while the prefill rate is within this factor of the one it was taken at
 KEEP = 512              # prefill intervals kept per regime
 PROBE_S = 10.0          # a trial at 0 that has not seen PROBE prefill intervals by then ends unmeasured ...
@@ -55,19 +57,21 @@ def robust_mean(values: list[float]) -> float:
     return statistics.fmean([v for v in values if med <= 0 or v <= ROBUST * med])
 
 
-def lean_mean(values: list[float]) -> float:
-    """The mean of the leanest values (within LEAN x their 10th percentile): intervals that held one extend.
-    Others held two or more (an engine that takes arrivals during an extend into another before the next
-    decode: profile key chained_extends), and how many is the load's noise, not the threshold's."""
+def lean(values: list[float]) -> tuple[float, float]:
+    """The mean of the leanest values (within LEAN x their 10th percentile: intervals that held one extend) and its
+    squared standard error. Others held two or more (an engine that takes arrivals during an extend into another
+    before the next decode: profile key chained_extends), and how many is the load's noise, not the threshold's."""
     low = sorted(values)[len(values) // 10]
-    return statistics.fmean([v for v in values if low <= 0 or v <= LEAN * low])
+    kept = [v for v in values if low <= 0 or v <= LEAN * low]
+    return statistics.fmean(kept), (statistics.variance(kept) / len(kept) if len(kept) > 1 else 0.0)
 
 
 def pass_cost(above: list[float], zero: list[float]) -> float:
     """Seconds the draft's pass adds to a prefill interval above 0: the lean intervals' difference (one extend
-    each) times the extends an interval above 0 holds (its mean excess over a lean one's)."""
-    lean = lean_mean(above)
-    return (lean - lean_mean(zero)) * (robust_mean(above) / lean if lean > 0 else 1.0)
+    each), less Z standard errors (where it is noise, it reads <= 0), times the extends an interval above 0 holds
+    (its mean excess over a lean one's)."""
+    (a, se_a), (z, se_z) = lean(above), lean(zero)
+    return (a - z - Z * math.sqrt(se_a + se_z)) * (robust_mean(above) / a if a > 0 else 1.0)
 
 
 class PrefillCost:
@@ -169,11 +173,12 @@ def decode_gain(learner: "BucketLearner", b: int) -> float | None:
     return learner.accept.mean * plain.mean / spec.mean - 1.0
 
 
-def verdict(learner: "BucketLearner", snap: Snapshot, exploit: int) -> Decision | None:
+def verdict(learner: "BucketLearner", snap: Snapshot, exploit: int, bandit: Decision) -> Decision | None:
     """Threshold 0 instead of the bandit's `exploit` when the surcharge outweighs speculation's gain there by
     zero_margin (staying at 0 while it outweighs it at all: hysteresis), or a trial at 0 when the surcharge is
     unknown and the prefills' whole excess could outweigh that gain (a shift trial: kept at once when it shows
-    that 0 pays); else None (the bandit's decision)."""
+    that 0 pays); else None (the bandit's decision). At 0 the bandit's trials go on (exploit 0): without them it
+    would never see a bucket where speculation pays more than the pass costs."""
     cost, margin, at = learner.prefill, learner.params["zero_margin"], snap.exploit_threshold
     if exploit == 0 or margin >= 10.0:
         return None
@@ -189,6 +194,8 @@ def verdict(learner: "BucketLearner", snap: Snapshot, exploit: int) -> Decision 
             else None
     if surcharge <= gain + (0.0 if at == 0 else margin):
         return None
+    if at == 0 and bandit.exploratory:
+        return Decision(bandit.threshold, 0, bandit.reason, 0.0, bandit.untried, bandit.shift)
     gain_now = learner.move_gain(snap.now, 0, at, lambda b: decode_gain(learner, b)) if at else 0.0
     return Decision(0, 0, _why(surcharge, gain), surcharge - gain_now, whole=True)
 

@@ -165,8 +165,10 @@ class Guard:
             if self.changes.take(now, 2.0, force=untried or decision.shift):
                 return threshold, reason, True
             threshold, reason = self.exploit, f"best threshold {self.exploit}; trial skipped: change budget spent"
-            if threshold == applied or not moves_any(applied, threshold, live or (threshold,)):
+            if threshold == applied or not (whole or moves_any(applied, threshold, live or (threshold,))):
                 return applied, reason, False
+            if exploring and self._trial_visible:     # the end of the trial in force, free as above (charged, the
+                return threshold, reason, False       # trial's threshold became the exploit one when it was spent)
         learning = now < self._learning_until and not self._reverses(now, threshold)    # the move made, not the trial
         urgent = learning or decision.gain is None or abs(decision.gain) >= self.cfg.urgent_gain
         follows = self._follows_shift_trial(now, threshold)     # first: the grant is used by this move, urgent or not
