@@ -10,14 +10,16 @@ the same bucket, in plain decoding (the only mode that runs at 0), under the sam
 0). The excess above 0 (the last RECENT_S) minus the excess during a stretch at 0 is what the draft's pass adds
 to a prefill interval. Comparing across modes instead (a stretch at 0 runs every batch plain, one above 0 runs
 the small ones speculatively) read the shorter plain steps as a surcharge (crossover-b closed loop C=4, 6d).
-Intervals that held an idle gap (a light load's batch runs dry) are outliers of seconds: each regime's excess is
-the mean of those within ROBUST x their median. A measurement holds for COST_HALF_LIVES x half_life_s (the pass is
-the engine's), but only near the prefill rate it was taken at (RATE_RATIO: more arrivals per interval chain more
-extends into it, each paying the pass). Times the prefill intervals per second, it is the surcharge of every
-threshold above 0. Where there is no measurement at this rate and the prefills' whole excess could outweigh
-speculation's gain, the policy tries threshold 0 (a trial the guard bounds like any other) until it has seen
-PROBE prefill intervals there. Where the off path skips the pass (`kv`) the difference is ~0 and the bandit's
-threshold stands. Functions of the learner, called with the time."""
+Intervals that held an idle gap (a light load's batch runs dry) are outliers of seconds, left out (ROBUST x the
+median); an engine that chains extends puts one to five in an interval, so the pass's cost is read from the lean
+intervals (one extend: `lean`) less Z standard errors, times the extends an interval holds (`pass_cost`). A
+measurement holds for COST_HALF_LIVES x half_life_s (the pass is the engine's), but only near the prefill rate it
+was taken at (RATE_RATIO: more arrivals per interval chain more extends into it). Times the prefill intervals per
+second, it is the surcharge of every threshold above 0, weighed against speculation's gain from the decode-only
+steps (`decode_gain`: the learner's estimates hold prefills and idle gaps). Where there is no measurement at this
+rate and the prefills' whole excess could outweigh that gain, the policy tries threshold 0 (a trial the guard
+bounds like any other) until it has seen PROBE prefill intervals there. Where the off path skips the pass (`kv`)
+the difference is ~0 and the bandit's threshold stands. Functions of the learner, called with the time."""
 from __future__ import annotations
 
 import math
