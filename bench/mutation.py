@@ -1,6 +1,6 @@
 """Mutation testing (mutmut 3) of the decision code, within a 2-core machine's limits.
 
-    python bench/mutation.py [--groups speculates,guard,writer,policies,oracle-profile,oracle-eval,offpath,offlogprob]
+    python bench/mutation.py [--groups speculates,guard,writer,policies,prefill-cost,oracle-profile,oracle-eval,offpath,offlogprob]
                              [--workdir DIR] [--out FILE]
                              [--mode full|survivors|collect]
 
@@ -106,6 +106,12 @@ GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
                      *[t for t in OPENLOOP if "reconvergence" not in t],
                      "tests/test_openloop.py::test_one_token_requests_finish_at_their_prefill_and_the_clock_moves_on",
                      *[CLI + t for t in CLI_FAST], *FINITE]),
+    # The bandit's move to threshold 0 where every prefill pays the draft's pass above 0 (prefill_cost.py, every
+    # function): its own tests, and the learner's cheap ones (state saved and loaded, decide's reasons and edges),
+    # which call observe / verdict on every sample and decision (~6 s in all).
+    "prefill-cost": (["policies/prefill_cost.py"], None,
+                     ["tests/test_prefill_cost.py", "tests/test_prefill_cost_units.py", "tests/test_learner_main.py", "tests/test_policy_edges.py",
+                      "tests/test_decide_reasons.py"]),
     # The off path's choices (offpath.py, every function) and the draft KV writer's support check and
     # build (draftkv.py). DraftKVWriter.write, write_prefill and _cat run torch, which the CPU test venv
     # lacks: their mutants are left out here (bench/gpu/run_consistency.sh checks them on a GPU, the
