@@ -111,10 +111,33 @@ def render_status(st: dict) -> str:
     return "\n".join(lines)
 
 
+def _per(ns: float, n: int) -> str:
+    """Microseconds per event ("-" for none)."""
+    return f"{ns / n / 1e3:.1f}" if n else "-"
+
+
+def _kv_writes(plugin: dict) -> str:
+    """What the plugin's draft-KV writes did: how many, how many replayed from CUDA graphs."""
+    if not plugin.get("draft_kv_writes"):
+        return ""
+    graphs = plugin.get("draft_kv_graph_writes")
+    return (f"; draft KV written by the plugin for {plugin['draft_kv_writes']} batches"
+            + (f" ({graphs} from CUDA graphs)" if graphs else ""))
+
+
+def _prompt_writes(plugin: dict) -> str:
+    """The lean prefills' prompt writes: CPU per prefill, and the eager ones' apart."""
+    if not plugin.get("draft_kv_prefill_ns"):
+        return ""
+    eager = plugin.get("draft_kv_prefill_eager")
+    return (f"; prompt KV writes {_per(plugin['draft_kv_prefill_ns'], plugin['lean_prefills'])} us per prefill"
+            + (f" ({eager} written eagerly, {_per(plugin.get('draft_kv_prefill_eager_ns', 0), eager)} us each)"
+               if eager else ""))
+
+
 def _plugin_lines(plugin: dict) -> list[str]:
     if "off_path" not in plugin:
         return []
-    per = lambda ns, n: f"{ns / n / 1e3:.1f}" if n else "-"
     switches, switch_ns = plugin.get("switches", 0), plugin.get("switch_ns", 0)
     return [_sglang_line(plugin),
             f"off path:    {plugin['off_path']}, {plugin['fast_off_batches']} fast batches "
@@ -122,20 +145,14 @@ def _plugin_lines(plugin: dict) -> list[str]:
             + _fallback_split(plugin)
             + (f"; {plugin['lean_prefills']} prefills skipped the draft (their batch did not speculate)"
                if plugin.get("lean_prefills") else "")
-            + (f"; draft KV written by the plugin for {plugin['draft_kv_writes']} batches"
-               + (f" ({plugin['draft_kv_graph_writes']} from CUDA graphs)" if plugin.get("draft_kv_graph_writes") else "")
-               if plugin.get("draft_kv_writes") else ""),
-            f"plugin cost: decision {per(plugin['decision_ns'] - switch_ns, plugin['decisions'] - switches)}"
-            f" us, telemetry {per(plugin['telemetry_ns'], plugin['telemetry_calls'])} us per batch; "
-            f"{per(switch_ns, switches)} us per state switch ({switches} switches)",
-            f"off launch:  {per(plugin['fast_off_cpu_ns'], plugin['fast_off_batches'])} us CPU per fast "
-            f"off batch: target forward {per(plugin.get('fast_off_target_ns', 0), plugin['fast_off_batches'])}"
-            f", draft KV writes {per(plugin.get('draft_kv_ns', 0), plugin['fast_off_batches'])}"
-            + (f"; prompt KV writes {per(plugin['draft_kv_prefill_ns'], plugin['lean_prefills'])} us per prefill"
-               + (f" ({plugin['draft_kv_prefill_eager']} written eagerly, "
-                  f"{per(plugin.get('draft_kv_prefill_eager_ns', 0), plugin['draft_kv_prefill_eager'])} us each)"
-                  if plugin.get("draft_kv_prefill_eager") else "")
-               if plugin.get("draft_kv_prefill_ns") else "")]
+            + _kv_writes(plugin),
+            f"plugin cost: decision {_per(plugin['decision_ns'] - switch_ns, plugin['decisions'] - switches)}"
+            f" us, telemetry {_per(plugin['telemetry_ns'], plugin['telemetry_calls'])} us per batch; "
+            f"{_per(switch_ns, switches)} us per state switch ({switches} switches)",
+            f"off launch:  {_per(plugin['fast_off_cpu_ns'], plugin['fast_off_batches'])} us CPU per fast "
+            f"off batch: target forward {_per(plugin.get('fast_off_target_ns', 0), plugin['fast_off_batches'])}"
+            f", draft KV writes {_per(plugin.get('draft_kv_ns', 0), plugin['fast_off_batches'])}"
+            + _prompt_writes(plugin)]
 
 
 def _fallback_split(plugin: dict) -> str:

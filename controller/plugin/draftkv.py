@@ -130,8 +130,9 @@ def write_prefill(writer: DraftKVWriter, batch: Any, aux_hidden: Any, next_token
     ids = batch.input_ids
     n = ids.numel()
     rows = prompt_rows(batch.extend_lens, batch.prefix_lens)
-    if rows.size - len(batch.extend_lens) != n:
-        raise ValueError(f"the extend lengths sum to {rows.size - len(batch.extend_lens)}, the batch holds {n} tokens")
+    tokens = rows.size - len(batch.extend_lens)      # the rows: a position per token, then a tail row per request
+    if tokens != n:
+        raise ValueError(f"the extend lengths sum to {tokens}, the batch holds {n} tokens")
     # pinned (PyTorch's caching host allocator reuses a block only once its copy has run): copied asynchronously
     staged = torch.from_numpy(rows).pin_memory().to(ids.device, non_blocking=True)
     positions, ends = staged[:n], staged[n:]

@@ -52,6 +52,11 @@ def plugin_env(args: dict) -> dict[str, str]:
     return {**OFF_PATH_ENV[off_path], ENV_LEAN_PREFILL: "1" if lean else "0"}
 
 
+# The SGLang process's variables the daemon sets itself -> what chooses them ([sglang] env may not)
+DAEMON_ENV = {ENV_ADDRESS: "the daemon (its telemetry socket)", ENV_INITIAL_THRESHOLD: "the daemon (the threshold)",
+              ENV_LEAN_PREFILL: "[sglang] lean_prefill"} | {k: "[sglang] off_path" for v in OFF_PATH_ENV.values() for k in v}
+
+
 def user_env(args: dict) -> dict[str, str]:
     """[sglang] env: extra environment for the SGLang process (a table of names to strings, numbers or booleans,
     true / false as "1" / "0").
@@ -59,12 +64,10 @@ def user_env(args: dict) -> dict[str, str]:
     env = args.get("env", {})
     if not isinstance(env, dict):
         raise EngineError(f"sglang engine: [sglang] env must be a table of NAME = \"value\", got {env!r}")
-    owned = {ENV_ADDRESS: "the daemon (its telemetry socket)", ENV_INITIAL_THRESHOLD: "the daemon (the threshold)",
-             ENV_LEAN_PREFILL: "[sglang] lean_prefill"} | {k: "[sglang] off_path" for v in OFF_PATH_ENV.values() for k in v}
     out: dict[str, str] = {}
     for name, value in env.items():
-        if name in owned:
-            raise EngineError(f"sglang engine: [sglang] env {name} is set by {owned[name]}: remove it from env")
+        if name in DAEMON_ENV:
+            raise EngineError(f"sglang engine: [sglang] env {name} is set by {DAEMON_ENV[name]}: remove it from env")
         if not name or "=" in name or "\0" in name or isinstance(value, (dict, list)):
             raise EngineError(f"sglang engine: [sglang] env {name!r} = {value!r}: a variable name and a string")
         out[name] = ("1" if value else "0") if isinstance(value, bool) else str(value)   # the plugin's switches
