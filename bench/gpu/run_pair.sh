@@ -107,7 +107,7 @@ if start_daemon; then
     steadyab)    # closedab's rotation on steady decode: graphs / eager / no writes against no-spec, one engine switched
       AB="nospec=30001;off=30000:$KV_ON;fast=30000:$KV_OFF"; NAB=3
       [ "$KV_GRAPH" = 1 ] && { AB="nospec=30001;off=30000:$KV_GRAPH_ON;kveager=30000:$KV_GRAPH_OFF;fast=30000:$KV_OFF"; NAB=4; }
-      fits $((NAB * ${REPEATS:-2} * 4 * 8 + 30)) steadyab || continue
+      fits $((NAB * ${REPEATS:-2} * 4 * 3 + 30)) steadyab || continue
       load_sum --shape steady --levels 1,16,48,128 --steady-len 192 --engines "$AB" --repeats "${REPEATS:-2}" --flush --out "$R"
       internal_state 30000 "$([ "$KV_GRAPH" = 1 ] && echo "$KV_GRAPH_ON" || echo "$KV_ON")" | tee -a "$SUM"
       say "steadyab done" ;;
