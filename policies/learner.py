@@ -57,7 +57,7 @@ class BucketLearner(Policy):
         self.accept_hi = (0.0, 0.0)       # (highest accept length lately, when), see accept_high()
         self.arrived = [-math.inf] * n    # when the load came back to each bucket after half_life_s away
         self.run = FreshRun()             # see staleness.probe_goes_on
-        self.lines: tuple[list, list[float]] = ([None, None], [0.0, 0.0])   # trend.fit_lines, at each decision
+        self.lines: tuple[list, list] = ([None, None], [(0.0, 0.0), (0.0, 0.0)])   # trend.fit_lines, each decision
         self.prefill = prefill_cost.PrefillCost(hl, n)   # what thresholds above 0 cost at each prefill
 
     def observe(self, sample: Sample) -> None:

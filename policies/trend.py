@@ -32,6 +32,10 @@ GUESS_WEIGHT = 5.0
 # on (one that it loses reaches anywhere: plain decoding is the safe mode). Further out, lines through a few
 # small batch sizes went wrong: h200-7b-open-tl2-kv at 2 req/s, speculation measured at batch
 # 1-3 only (nearly flat there, it jumps at 5 and 9), guessed +10 % or more up to batch 29, where it loses 33 %.
+# A guess that speculation loses reaches no lower than the smallest batch size its line rests on: below the
+# data the intercept (the fixed cost of a step) is unconstrained, and speculation only gains towards batch 1.
+# On the H200 (12-02f, a closed loop of 24: both modes measured at 11-26 only) the lines guessed -55 % at
+# batch 1, where speculation wins ~+80 %, and the bandit fell 23 -> 11 "heading for 0" twice a minute.
 REACH = 4.0
 
 
@@ -41,29 +45,30 @@ def mid(learner: "BucketLearner", b: int) -> float:
 
 
 def fit_lines(learner: "BucketLearner", now: float, min_buckets: int,
-              min_weight: float = 1e-6) -> tuple[list[Line | None], list[float]]:
-    """([off line, spec line], [the largest batch size each rests on]) through the buckets holding at least
-    min_weight of a mode; no line (None, 0) for a mode with fewer than min_buckets of them. The spec line is
+              min_weight: float = 1e-6) -> tuple[list[Line | None], list[tuple[float, float]]]:
+    """([off line, spec line], [the smallest and largest batch size each rests on]) through the buckets holding
+    at least min_weight of a mode; no line (None, (0, 0)) for a mode with fewer than min_buckets of them. The spec line is
     the step time of a speculative step, whatever it accepts (the accept length multiplies its rate apart)."""
     from scipy.optimize import lsq_linear  # here, not at import: specctl starts in a blink
     n = len(learner.buckets)
     bs = np.array([mid(learner, i) for i in range(n)])
     out: list[Line | None] = []
-    tops: list[float] = []
+    spans: list[tuple[float, float]] = []
     for arm in (OFF, SPEC):
         w = np.array([d.weight(now) for d in learner.q[arm]])
         q = np.array([d.mean for d in learner.q[arm]])
         seen = (w > min_weight) & (q > 0)
         if seen.sum() < min_buckets:
             out.append(None)
-            tops.append(0.0)
+            spans.append((0.0, 0.0))
             continue
         sw = np.sqrt(w[seen])
         design = np.stack([np.ones(int(seen.sum())), bs[seen]], axis=1) * sw[:, None]
         target = (bs[seen] / q[seen]) * sw            # step seconds at that batch size
         out.append(lsq_linear(design, target, bounds=(0.0, np.inf)).x)
-        tops.append(float(learner.buckets.high(int(np.flatnonzero(seen)[-1]))))
-    return out, tops
+        held = np.flatnonzero(seen)
+        spans.append((float(learner.buckets.low(int(held[0]))), float(learner.buckets.high(int(held[-1])))))
+    return out, spans
 
 
 def rate(line: Line, batch_size: float) -> float:
@@ -72,18 +77,19 @@ def rate(line: Line, batch_size: float) -> float:
     return batch_size / step_s if step_s > 0 else 0.0
 
 
-def guessed_gain(learner: "BucketLearner", fit: tuple[list[Line | None], list[float]], b: int,
+def guessed_gain(learner: "BucketLearner", fit: tuple[list[Line | None], list[tuple[float, float]]], b: int,
                  now: float) -> float | None:
     """Relative gain of speculating in bucket b with the lines (fit_lines at GUESS_WEIGHT) standing in for the
     mode(s) b has no data for, or no more than GUESS_WEIGHT, when that says speculation wins or loses by the
     learner's `guess` margin (else None). With the accept length stale, as in BucketLearner.dominated: a loss
     must hold at the highest accept length seen lately and a win is not guessed (a plain guess measures no
     acceptance: on the mixed-shift trace the C=96 phase at accept 3.4 stayed plain, guessed at the 2.0 before). None where b has both estimates (measured), where a line it needs
-    is missing, or without an accept length; a gain > 0 only where the lines reach b (REACH)."""
+    is missing, or without an accept length; a gain > 0 only where the lines reach b (REACH), a gain < 0 only
+    at or above the smallest batch size of each line it uses."""
     if learner.estimable(b) or not learner.accept.w:
         return None
-    lines, tops = fit
-    rates, far = [], False
+    lines, spans = fit
+    rates, far, below = [], False, False
     for arm in (OFF, SPEC):
         q, line = learner.q[arm][b], lines[arm]
         if q.weight(now) > GUESS_WEIGHT:
@@ -92,12 +98,13 @@ def guessed_gain(learner: "BucketLearner", fit: tuple[list[Line | None], list[fl
             return None
         else:
             rates.append(rate(line, mid(learner, b)))
-            far = far or learner.buckets.low(b) > REACH * tops[arm]
+            far = far or learner.buckets.low(b) > REACH * spans[arm][1]
+            below = below or learner.buckets.high(b) < spans[arm][0]
     stale = learner.accept_stale(now)
     gain = relative_gain(rates[SPEC] * learner.accept.mean, rates[OFF])
     if gain < 0 and stale:
         gain = relative_gain(rates[SPEC] * max(learner.accept.mean, learner.accept_high(now)), rates[OFF])
-    if rates[OFF] <= 0 or abs(gain) < learner.params["guess"] or (gain > 0 and (far or stale)):
+    if rates[OFF] <= 0 or abs(gain) < learner.params["guess"] or (gain > 0 and (far or stale)) or (gain < 0 and below):
         return None
     return gain
 

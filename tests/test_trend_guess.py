@@ -43,3 +43,23 @@ def test_where_the_trend_says_speculation_stops_paying_the_bucket_stays_plain():
     q = learned((0.01, 0.00005), (0.010, 0.0008), 2.0, range(1, 11), plain=(25,))
     q.params["guess"] = 10.0                        # without the guess: a probe of speculation there, as before
     assert speculates(25, q.decide(Snapshot(0.1, 10, 256, 25)).threshold)
+
+
+def test_a_loss_is_not_guessed_below_the_batch_sizes_the_lines_rest_on():
+    # the H200's closed loop of 24 (12-02f): both modes measured at batch 11-26 only, speculation winning there;
+    # the plain line through them has no intercept (step ~ batch size), so at batch 1 the lines say plain
+    # steps take 0.25 ms and speculation loses 85 %. Below its data a line is no evidence of a loss.
+    p = learned((0.0, 0.00025), (0.0002, 0.00057), 2.5, range(11, 27))   # +6-8 %
+    for i in range(40):     # batch 1 speculated during the engine's start, never run plain
+        p.observe(Sample(0.05 + i * 0.001, 1, 3, 2, 0.0041, True))
+    p.refit(0.1)
+    assert p.lines[1][0] == (11, 26)      # the plain line rests on batch 11-26
+    assert trend.guessed_gain(p, p.lines, p.buckets.of(1), 0.1) is None
+    assert trend.guessed_gain(p, p.lines, p.buckets.of(5), 0.1) is None
+    d = p.decide(Snapshot(0.1, 26, 256, 24))
+    # before: best threshold 0 ("no longer pays at batch 1", the trend's -85 %), a trial of 26 away from it
+    assert d.exploit_threshold >= 26 and not d.exploratory and speculates(24, d.threshold)
+    # above the data a loss is still guessed: plain is the safe mode there
+    q = learned((0.01, 0.00005), (0.010, 0.0008), 2.0, range(1, 11), plain=(25,))
+    q.refit(0.1)
+    assert trend.guessed_gain(q, q.lines, q.buckets.of(40), 0.1) < -0.2
