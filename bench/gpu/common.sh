@@ -271,14 +271,15 @@ proposals_plugin() { # the bench-only proposals recorder (bench/gpu/proposals.py
   printf '[sglang.srt.plugins]\nspec_proposals = spec_proposals:load\n' >/tmp/site/spec_proposals-0.1.dist-info/entry_points.txt
 }
 
-timeline_lines() { # from_line open_skip open_s [closed_warmup closed_s]: a TIMELINE line per open (and closed)
-  # run in $R after line from_line, over its steady window, into $OUT/timeline.jsonl and the summary
-  local shapes='"open"'; [ $# -ge 5 ] && shapes='"(open|closed)"'
-  tail -n +"$(($1 + 1))" "$R" | grep '"mono_start"' | grep -E "$shapes" | while read -r row; do
+timeline_lines() { # from_line open_skip open_s [closed_warmup closed_s]: a TIMELINE line per open (and closed and
+  # steady) run in $R after line from_line, over its steady window (steady: the whole run, its prefill included),
+  # into $OUT/timeline.jsonl and the summary
+  local shapes='"open"'; [ $# -ge 5 ] && shapes='"(open|closed|steady)"'
+  tail -n +"$(($1 + 1))" "$R" | grep '"mono_start"' | grep -E "\"shape\": $shapes" | while read -r row; do
     [ "$(left)" -lt 40 ] && { say "timeline summaries stopped (time)"; break; }
-    read -r label shape < <(echo "$row" | python3 -c "import sys, json; r = json.load(sys.stdin); print(r['label'], r['shape'])")
-    if [ "$shape" = open ]; then win=(--skip "$2" --seconds "$3"); else
-      win=(--skip "$4" --seconds "$(python3 -c "print($4 + $5)")"); fi
+    read -r label shape span < <(echo "$row" | python3 -c "import sys, json; r = json.load(sys.stdin); print(r['label'], r['shape'], r['mono_end'] - r['mono_start'])")
+    case $shape in open) win=(--skip "$2" --seconds "$3") ;; steady) win=(--skip 0 --seconds "$span") ;;
+      *) win=(--skip "$4" --seconds "$(python3 -c "print($4 + $5)")") ;; esac
     case $label in nospec) ;; *) label=off ;; esac   # run_pair.sh's variants (fast, perbatch, pinned, ...): the daemon's engine
     python3 bench/gpu/timeline_summary.py /tmp/tl/"$label" --load-row "$row" "${win[@]}" \
       --json "$OUT/timeline.jsonl" | cut -c1-400 >>"$SUM"
