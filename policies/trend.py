@@ -47,8 +47,9 @@ def mid(learner: "BucketLearner", b: int) -> float:
 def fit_lines(learner: "BucketLearner", now: float, min_buckets: int,
               min_weight: float = 1e-6) -> tuple[list[Line | None], list[tuple[float, float]]]:
     """([off line, spec line], [the smallest and largest batch size each rests on]) through the buckets holding
-    at least min_weight of a mode; no line (None, (0, 0)) for a mode with fewer than min_buckets of them. The spec line is
-    the step time of a speculative step, whatever it accepts (the accept length multiplies its rate apart)."""
+    at least min_weight of a mode; no line (None, (0, 0)) for a mode with fewer than min_buckets of them. The
+    spec line is the step time of a speculative step, whatever it accepts (the accept length multiplies its rate
+    apart)."""
     from scipy.optimize import lsq_linear  # here, not at import: specctl starts in a blink
     n = len(learner.buckets)
     bs = np.array([mid(learner, i) for i in range(n)])
@@ -104,7 +105,8 @@ def guessed_gain(learner: "BucketLearner", fit: tuple[list[Line | None], list[tu
     gain = relative_gain(rates[SPEC] * learner.accept.mean, rates[OFF])
     if gain < 0 and stale:
         gain = relative_gain(rates[SPEC] * max(learner.accept.mean, learner.accept_high(now)), rates[OFF])
-    if rates[OFF] <= 0 or abs(gain) < learner.params["guess"] or (gain > 0 and (far or stale)) or (gain < 0 and below):
+    if rates[OFF] <= 0 or abs(gain) < learner.params["guess"] or (gain > 0 and (far or stale)) \
+            or (gain < 0 and below):
         return None
     return gain
 
