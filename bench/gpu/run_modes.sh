@@ -9,13 +9,17 @@
 #     sglang-ema policy, a port of SGLang's AdaptiveController) and bandit. The two learners learn only from
 #     their own runs (the pinned runs are made under the inert `fixed` policy) and carry what they learned
 #     from one run to the next, as they would on a server whose load moves.
+#  WARM_S=N (the warm variant, issue 13 item 5 as a server sees it): the bandit is the active policy throughout
+#  but for the EMA's runs (the pinned runs are pins over it, so it sees their batches, as a server's daemon sees
+#  every batch) and each rate starts with N s of its arrivals under the unpinned bandit, not measured.
 # Then the daemon's samples as a simulator profile (calibration, issue 13 item 2) and its history.
 # Model: the crafted 7.2B target + EAGLE3 head (accept length ~2 when speculating).
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
-RATES=${RATES:-2,12,24}; SECONDS_PER_RUN=${SECONDS_PER_RUN:-6}
+RATES=${RATES:-2,12,24}; SECONDS_PER_RUN=${SECONDS_PER_RUN:-6}; WARM_S=${WARM_S:-0}
 make_model $M --crafted $MODEL7B
-OP=(--shape open --rates "$RATES" --seconds "$SECONDS_PER_RUN" --repeats 2 --flush --tokenizer $TOK --out "$R")
+OPEN=(--shape open --seconds "$SECONDS_PER_RUN" --repeats 2 --flush --tokenizer $TOK --out "$R")
+OP=(--rates "$RATES" "${OPEN[@]}")
 
 if start_server nospec 30001 X=1 --; then
   load_sum --port 30001 --label nospec "${OP[@]}"; say "nospec done"
@@ -24,10 +28,20 @@ fi
 tail -c 200000 "$OUT/nospec.log" >/tmp/nospec.log; rm -f "$OUT/nospec.log"     # 8 files come back at most
 if start_daemon; then
   specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
-  PIN="@policy set fixed && threshold pin"
+  PIN="@policy set fixed && threshold pin"; [ "$WARM_S" != 0 ] && PIN="@policy set bandit && threshold pin"
   MODES="never=$PIN 0;always=$PIN $MAXBS;static5=$PIN 5"
   MODES="$MODES;ema=@policy set sglang-ema && threshold unpin;bandit=@policy set bandit && threshold unpin"
-  load_sum --port 30000 --socket $SC/ctl.sock --configs "$MODES" "${OP[@]}"
+  if [ "$WARM_S" = 0 ]; then
+    load_sum --port 30000 --socket $SC/ctl.sock --configs "$MODES" "${OP[@]}"
+  else
+    for rate in ${RATES//,/ }; do   # each rate: the bandit learns it for WARM_S s, then the modes interleaved
+      specctl policy set bandit >/dev/null; specctl threshold unpin >/dev/null
+      python3 bench/gpu/loads.py --port 30000 --label bandit-warmup --shape open --rates "$rate" --seconds "$WARM_S" \
+        --repeats 1 --tokenizer $TOK --out /tmp/warmup.jsonl 2>&1 | grep LOAD | cut -c1-220 >>"$SUM"
+      say "rate $rate: warm-up done, threshold $(specctl status --json | python3 -c 'import sys, json; print(json.load(sys.stdin)["threshold"])' 2>&1 | tail -1)"
+      load_sum --port 30000 --socket $SC/ctl.sock --configs "$MODES" --rates "$rate" "${OPEN[@]}"
+    done
+  fi
   say "modes done"
   specctl status 2>&1 | grep -E "off path|plugin cost|samples|threshold" | tee -a "$SUM"
   specctl history --limit 1000 --json >"$OUT/history.json" 2>/dev/null
