@@ -154,15 +154,27 @@ class PrefillCost:
         return max(robust_mean(above), 0.0) * self.rate.mean if len(above) >= PROBE else None
 
     def state(self) -> dict:
-        return {"cost": self.cost.to_list(), "cost_rate": self.cost_rate, "rate": self.rate.to_list()}
+        """What a restart resumes from: the measurement, and the decode-only steps speculation's gain and every
+        excess are read against (without them the verdict waits for a bucket's new samples after a restart)."""
+        return {"cost": self.cost.to_list(), "cost_rate": self.cost_rate, "rate": self.rate.to_list(),
+                **{key: [[d.to_list() for d in row] for row in getattr(self, key)] for key in ("decode", "steps")}}
 
     def load_state(self, state: Any) -> None:
-        if isinstance(state, Mapping):
-            for key in ("cost", "rate"):
-                if stat_row(state.get(key)):
-                    getattr(self, key).load(state[key])
-            if isinstance(state.get("cost_rate"), (int, float)) and not isinstance(state["cost_rate"], bool):
-                self.cost_rate = float(state["cost_rate"])
+        """Each part that matches (an older or another-sized state's other parts start empty)."""
+        if not isinstance(state, Mapping):
+            return
+        for key in ("cost", "rate"):
+            if stat_row(state.get(key)):
+                getattr(self, key).load(state[key])
+        if isinstance(state.get("cost_rate"), (int, float)) and not isinstance(state["cost_rate"], bool):
+            self.cost_rate = float(state["cost_rate"])
+        for key in ("decode", "steps"):
+            rows, mine = state.get(key), getattr(self, key)
+            if isinstance(rows, list) and len(rows) == 2 and all(
+                    isinstance(r, list) and len(r) == len(m) and all(map(stat_row, r)) for r, m in zip(rows, mine)):
+                for r, m in zip(rows, mine):
+                    for row, d in zip(r, m):
+                        d.load(row)
 
 
 def decode_gain(learner: "BucketLearner", b: int) -> float | None:

@@ -94,7 +94,7 @@ def test_zero_margin_10_leaves_the_bandit_threshold(margin):
 def test_the_measurement_is_saved_with_the_learner_and_loads_back():
     p, _, t = measured()
     saved = p.state()["prefill_cost"]
-    assert set(saved) == {"cost", "cost_rate", "rate"} and saved["cost_rate"] == p.prefill.cost_rate > 0
+    assert set(saved) == {"cost", "cost_rate", "rate", "decode", "steps"} and saved["cost_rate"] == p.prefill.cost_rate > 0
     q = make_policy("bandit", seed=0)
     q.load_state(p.state())
     assert q.prefill.state() == saved
@@ -104,3 +104,31 @@ def test_the_measurement_is_saved_with_the_learner_and_loads_back():
     assert older.prefill.cost_rate == 0.0 and older.prefill.cost.to_list() == saved["cost"]
     older.prefill.load_state({"cost_rate": True})                                   # a bool is not a rate
     assert older.prefill.cost_rate == 0.0
+
+
+def test_a_restored_learner_reaches_the_same_verdict_as_the_one_it_was_saved_from():
+    """After a restart the decode-only steps come back with the measurement: the move to 0 and its gain are the
+    saved learner's at once (without them decode_gain reads None and every excess is empty until new samples)."""
+    p, _, t = measured()
+    q = make_policy("bandit", seed=0)
+    q.load_state(p.state())
+    snap, bandit = Snapshot(t, 8, 256, 12), Decision(4, 4, "bandit")
+    d = verdict(q, snap, 4, bandit)
+    assert d is not None and d.threshold == 0 and d == verdict(p, snap, 4, bandit)
+    assert [decode_gain(q, b) for b in range(len(q.buckets))] == [decode_gain(p, b) for b in range(len(p.buckets))]
+    assert q.prefill.bound(t) == p.prefill.bound(t) or q.prefill.bound(t) is None   # recent intervals are not saved
+
+
+@pytest.mark.parametrize("bad", [
+    {"decode": [[[1.0, 1.0, 1.0, 0.0]]]},                                  # not two regimes
+    {"steps": [[], []]},                                                   # another number of buckets
+    {"decode": "x", "steps": None},
+])
+def test_decode_only_steps_of_another_shape_are_left_empty(bad):
+    p, _, _ = measured()
+    saved = {**p.state()["prefill_cost"], **bad}
+    q = make_policy("bandit", seed=0)
+    q.prefill.load_state(saved)
+    assert q.prefill.cost.to_list() == saved["cost"]                       # the parts that match still load
+    for key in bad:
+        assert all(d.w == 0.0 for row in getattr(q.prefill, key) for d in row)
