@@ -6,11 +6,11 @@ from typing import Any, Callable, ClassVar, Mapping
 
 from controller.contract import speculates
 
-from . import prefill_cost, reasons, staleness, trend
+from . import learner_state, prefill_cost, reasons, staleness, trend
 from .base import OFF, SPEC, Policy, relative_gain
 from .params import ParamSpec
 from .freshrun import FreshRun
-from .stats import Discounted, check_state
+from .stats import Discounted
 from .summary import flip_threshold, monotone_threshold
 from .types import Decision, Sample, Snapshot
 
@@ -290,29 +290,7 @@ class BucketLearner(Policy):
         return explore, reasons.trial(want == SPEC, self.span(b), why), probe, shift
 
     def state(self) -> dict:
-        return {
-            "q_off": [d.to_list() for d in self.q[OFF]],
-            "q_spec": [d.to_list() for d in self.q[SPEC]],
-            "accept": self.accept.to_list(),
-            "max_steps": self.max_steps,
-            "prefill_s": self.prefill_s.to_list(),
-            "accept_high": list(self.accept_hi),
-            "tried": [[None if t == -math.inf else t for t in arm] for arm in self.tried],
-            "prefill_cost": self.prefill.state(),
-        }
+        return learner_state.save(self)
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        check_state(self.name, state, len(self.buckets))
-        for arm, key in ((OFF, "q_off"), (SPEC, "q_spec")):
-            for d, row in zip(self.q[arm], state[key]):
-                d.load(row)
-        self.accept.load(state["accept"])
-        self.max_steps = int(state.get("max_steps", 1))
-        if isinstance(state.get("prefill_s"), list) and len(state["prefill_s"]) == 4:
-            self.prefill_s.load(state["prefill_s"])
-        if isinstance(state.get("accept_high"), list) and len(state["accept_high"]) == 2:
-            self.accept_hi = (float(state["accept_high"][0]), float(state["accept_high"][1]))
-        self.prefill.load_state(state.get("prefill_cost"))
-        tried = state.get("tried")
-        if isinstance(tried, list) and len(tried) == 2 and all(len(a) == len(self.buckets) for a in tried):
-            self.tried = tuple([-math.inf if t is None else float(t) for t in arm] for arm in tried)
+        learner_state.load(self, state)
