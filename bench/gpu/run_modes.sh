@@ -9,14 +9,15 @@
 #     sglang-ema policy, a port of SGLang's AdaptiveController) and bandit. The two learners learn only from
 #     their own runs (the pinned runs are made under the inert `fixed` policy) and carry what they learned
 #     from one run to the next, as they would on a server whose load moves.
-#  WARM_S=N (the warm variant, issue 13 item 5 as a server sees it): the bandit is the active policy throughout
-#  but for the EMA's runs (the pinned runs are pins over it, so it sees their batches, as a server's daemon sees
-#  every batch) and each rate starts with N s of its arrivals under the unpinned bandit, not measured.
+#  PINS_UNDER=bandit (the warm variant, issue 13 item 5 as a server sees it): the bandit is the active policy
+#  throughout but for the EMA's runs (the pinned runs are pins over it, so it sees their batches as a server's
+#  daemon sees every batch; a switch back to it resumes what it learned); WARM_S=N: each rate starts with N s of
+#  its arrivals under the unpinned bandit, not measured (needs ~15 s a rate more than the call has at 3 rates).
 # Then the daemon's samples as a simulator profile (calibration, issue 13 item 2) and its history.
 # Model: the crafted 7.2B target + EAGLE3 head (accept length ~2 when speculating).
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
-RATES=${RATES:-2,12,24}; SECONDS_PER_RUN=${SECONDS_PER_RUN:-6}; WARM_S=${WARM_S:-0}
+RATES=${RATES:-2,12,24}; SECONDS_PER_RUN=${SECONDS_PER_RUN:-6}; WARM_S=${WARM_S:-0}; PINS_UNDER=${PINS_UNDER:-fixed}
 make_model $M --crafted $MODEL7B
 OPEN=(--shape open --seconds "$SECONDS_PER_RUN" --repeats 2 --flush --tokenizer $TOK --out "$R")
 OP=(--rates "$RATES" "${OPEN[@]}")
@@ -28,7 +29,8 @@ fi
 tail -c 200000 "$OUT/nospec.log" >/tmp/nospec.log; rm -f "$OUT/nospec.log"     # 8 files come back at most
 if start_daemon; then
   specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
-  PIN="@policy set fixed && threshold pin"; [ "$WARM_S" != 0 ] && PIN="@policy set bandit && threshold pin"
+  PIN="@policy set $PINS_UNDER && threshold pin"
+  say "pinned runs under policy $PINS_UNDER, warm-up ${WARM_S} s a rate"
   MODES="never=$PIN 0;always=$PIN $MAXBS;static5=$PIN 5"
   MODES="$MODES;ema=@policy set sglang-ema && threshold unpin;bandit=@policy set bandit && threshold unpin"
   if [ "$WARM_S" = 0 ]; then
