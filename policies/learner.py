@@ -18,6 +18,8 @@ HOLD_Z = 1.0           # see BucketLearner._best_threshold
 DROP, MEASURED, CORRECTED = 0, 1, 2      # what an interval that held a prefill is worth (param `prefill`)
 ACCEPT_HIGH_HALF_LIVES = 10.0
 LONG = 4.0       # a prefill interval this many times the bucket's decode step held an idle gap: no reward
+SETTLES = 2.5    # the batches (weight at their last run) both modes of a bucket need before it settles another (dominated):
+# on the H200 (12-03) two speculative batches at batch 1, the first right after the switch, settled batch 24
 
 
 class BucketLearner(Policy):
@@ -99,7 +101,7 @@ class BucketLearner(Policy):
         mode, q = self.params["prefill"], self.q[arm][b]
         if sample.decode_only:
             return rate
-        if mode == DROP or (q.w and rate * LONG < q.mean):
+        if mode == DROP or rate * LONG < self.usual_rate(arm, b, sample.steps):
             return None
         if mode == MEASURED:
             return rate
@@ -108,6 +110,19 @@ class BucketLearner(Policy):
         decode_s = sample.batch_size / q.mean
         self.prefill_s.add(sample.t, sample.step_s - decode_s)
         return sample.batch_size / max(sample.step_s - self.prefill_s.mean, decode_s / LONG)
+
+    def usual_rate(self, arm: int, b: int, steps: int) -> float:
+        """The rate an interval of this arm in bucket b is checked against for an idle gap: its own estimate; before
+        it has one, the other mode's (a speculative step of K drafts and a verify takes at most K + 1 plain steps,
+        a plain step no longer than a speculative one); 0 (nothing to check against) without either. Without it,
+        the first interval of a mode that held an idle gap was its whole estimate (the H200, 12-03: 4.9 s at batch 1
+        made speculation 90 % worse there and settled every larger batch size as a loss without a trial)."""
+        if self.q[arm][b].w:
+            return self.q[arm][b].mean
+        other = self.q[1 - arm][b]
+        if not other.w:
+            return 0.0
+        return other.mean / (max(self.max_steps, steps) + 1) if arm == SPEC else other.mean
 
     def in_force(self, threshold: int) -> None:
         self.prefill.in_force(threshold)
@@ -179,7 +194,8 @@ class BucketLearner(Policy):
             accept = max(accept, self.accept_high(now))
         others = range(b) if arm == SPEC else range(b + 1, len(self.buckets))
         for o in others:
-            if self.q[OFF][o].weight(now) < 1e-3 or self.q[SPEC][o].weight(now) < 1e-3:
+            off, spec = self.q[OFF][o], self.q[SPEC][o]
+            if min(off.w, spec.w) < SETTLES or min(off.weight(now), spec.weight(now)) < 1e-3:
                 continue
             gain = relative_gain(self.q[SPEC][o].mean * accept, self.mean(OFF, o))
             if (arm == SPEC and gain < -margin) or (arm == OFF and gain > margin and not stale):

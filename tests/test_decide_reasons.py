@@ -7,8 +7,9 @@ from policies import Sample, Snapshot, make_policy
 
 def test_an_untried_spec_arm_settled_by_a_loss_below_explores_off_as_dominated():
     p = make_policy("ucb", max_batch_size=64)
-    p.observe(Sample(0.0, 2, 3, 4, 0.04, True))               # batch 2: spec loses (a little traffic)
-    p.observe(Sample(0.0, 2, 0, 2, 0.01, True))
+    for _ in range(4):                                        # batch 2: spec loses (a little traffic)
+        p.observe(Sample(0.0, 2, 3, 4, 0.04, True))
+        p.observe(Sample(0.0, 2, 0, 2, 0.01, True))
     for _ in range(10):                                       # batch 6: spec wins big (much traffic)
         p.observe(Sample(0.0, 6, 3, 18, 0.01, True))
         p.observe(Sample(0.0, 6, 0, 6, 0.01, True))

@@ -30,7 +30,7 @@ def test_history_reasons_say_what_and_why_in_words():
     trials = [r for r in reasons if r.startswith("trial:")]
     assert trials and all(("never measured" in r or "last measured" in r or "estimate uncertain" in r
                            or "lost at" in r) for r in trials), trials
-    moves = [r for r in reasons if not r.startswith("trial")]
+    moves = [r.removeprefix("trial over; ") for r in reasons if not r.startswith("trial:")]   # a move may end a trial
     assert any(r.startswith("speculate up to batch") and "it pays at batch" in r and "tok/s" in r for r in moves)
 
 

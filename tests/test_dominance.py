@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from policies import Sample, make_policy
 from policies.base import OFF, SPEC, relative_gain
+from policies.learner import SETTLES
 
 
-def policy(wins: dict[int, float], **params):
-    """One sample of each mode per batch size; spec's tokens/s is off's x (1 + wins[bs]), accept 2."""
+def policy(wins: dict[int, float], batches: int = int(SETTLES) + 1, **params):
+    """`batches` samples of each mode per batch size; spec's tokens/s is off's x (1 + wins[bs]), accept 2."""
     p = make_policy("ucb", params, max_batch_size=64)
     for bs, gain in wins.items():
-        p.observe(Sample(0.0, bs, 3, 2 * bs, 2 * 0.01 / (1 + gain), True))
-        p.observe(Sample(0.0, bs, 0, bs, 0.01, True))
+        for _ in range(batches):
+            p.observe(Sample(0.0, bs, 3, 2 * bs, 2 * 0.01 / (1 + gain), True))
+            p.observe(Sample(0.0, bs, 0, bs, 0.01, True))
     return p
 
 
@@ -37,3 +39,12 @@ def test_a_difference_of_exactly_the_margin_settles_nothing():
         gain = relative_gain(probe.q[SPEC][o].mean * probe.accept.mean, probe.mean(OFF, o))
         assert not policy({bs: sign * 0.2}, dominance=abs(gain)).dominated(arm, 3, 0.1)
         assert policy({bs: sign * 0.2}, dominance=abs(gain) * 0.99).dominated(arm, 3, 0.1)
+
+
+def test_a_bucket_settles_others_only_once_both_its_modes_ran_settles_batches():
+    """On the H200 (12-03) two speculative batches at batch 1, the first right after the switch, settled speculation
+    as a loss at batch 24 for ten minutes (tests/test_idle_gap.py has the whole case)."""
+    assert not policy({2: -0.5}, batches=int(SETTLES)).dominated(SPEC, 3, 0.1)
+    assert not policy({5: 0.5}, batches=int(SETTLES)).dominated(OFF, 3, 0.1)
+    assert policy({2: -0.5}, batches=int(SETTLES) + 1).dominated(SPEC, 3, 0.1)
+    assert policy({2: -0.5}, batches=int(SETTLES) + 1).dominated(SPEC, 3, 600.0)    # ten minutes on: still

@@ -10,6 +10,7 @@ import pytest
 
 from policies import PolicyError, Sample, Snapshot, make_policy
 from policies.base import OFF, SPEC
+from policies.learner import SETTLES
 from tests.test_steady import feed
 
 
@@ -146,7 +147,20 @@ def test_the_live_buckets_exploit_mode_is_the_incumbent_of_its_choice():
 
 
 @pytest.mark.parametrize("arm", [OFF, SPEC])
-def test_a_neighbour_settles_an_arm_from_a_weight_of_exactly_one_thousandth(arm):
+def test_a_neighbour_settles_an_arm_from_a_weight_of_exactly_one_thousandth_now(arm):
+    def policy(weight: float):
+        p = make_policy("ucb", max_batch_size=64)
+        feed(p, OFF, 2, 0.010, 5)                            # batch 2: spec loses by 50 %
+        feed(p, SPEC, 2, 0.040, 5)
+        d = p.q[arm][p.buckets.of(2)]
+        d.s, d.w, d.t = d.mean * weight, weight, 1.0
+        return p, 1.0 + 60.0 * math.log2(weight / 1e-3)     # (the half-life's 60 s) when that weight is 1e-3
+    p, at = policy(SETTLES)
+    assert p.dominated(SPEC, 7, at - 0.01) and not p.dominated(SPEC, 7, at + 0.01)
+
+
+@pytest.mark.parametrize("arm", [OFF, SPEC])
+def test_a_neighbour_settles_an_arm_only_from_settles_batches_at_its_last_run(arm):
     def policy(weight: float):
         p = make_policy("ucb", max_batch_size=64)
         feed(p, OFF, 2, 0.010, 5)                            # batch 2: spec loses by 50 %
@@ -154,15 +168,15 @@ def test_a_neighbour_settles_an_arm_from_a_weight_of_exactly_one_thousandth(arm)
         d = p.q[arm][p.buckets.of(2)]
         d.s, d.w, d.t = d.mean * weight, weight, 1.0
         return p
-    assert policy(1e-3).dominated(SPEC, 7, 1.0) and not policy(0.9e-3).dominated(SPEC, 7, 1.0)
+    assert policy(SETTLES).dominated(SPEC, 7, 1.0) and not policy(0.999 * SETTLES).dominated(SPEC, 7, 1.0)
 
 
 def test_an_untried_off_arm_settled_above_is_tried_as_speculation_where_the_threshold_is_below():
     p = make_policy("ucb", max_batch_size=64)
     feed(p, OFF, 6, 0.010, 50)                               # batch 6: spec loses 50 %, much traffic
     feed(p, SPEC, 6, 0.040, 50)
-    feed(p, OFF, 8, 0.010, 2)                                # batch 8: spec wins 50 %, little traffic
-    feed(p, SPEC, 8, 0.020, 2, accept=3.0)
+    feed(p, OFF, 8, 0.010, 4)                                # batch 8: spec wins 50 %, little traffic
+    feed(p, SPEC, 8, 0.020, 4, accept=3.0)
     feed(p, SPEC, 4, 0.020, 2, accept=3.0)                   # batch 4: spec known, off not
     d = p.decide(Snapshot(0.1, 0, 64, live_batch_size=4))
     assert (d.threshold, d.exploit_threshold, d.untried) == (4, 0, False)

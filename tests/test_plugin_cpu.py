@@ -163,6 +163,27 @@ def test_telemetry_reaches_a_real_pull_socket(pull_address, monkeypatch):
     assert not pull.poll(100)
 
 
+def test_an_interval_that_held_an_idle_pass_is_not_a_sample(pull_address, monkeypatch):
+    """SGLang runs on_idle only with nothing running or in flight: the next result's interval held idle time (on the
+    H200 a 4.9 s 'step' at batch 1 was rewarded and settled speculation as a loss everywhere above it)."""
+    pull, addr = pull_address
+    clock = iter([10.0, 10.01, 14.93, 14.94, 14.95])
+    monkeypatch.setattr(telemetry, "time", SimpleNamespace(perf_counter=lambda: next(clock),
+                                                           perf_counter_ns=time.perf_counter_ns, time=time.time))
+    tel = reporting(addr, flush_s=60.0).telemetry
+    batch = SimpleNamespace(reqs=[object()])
+    result = SimpleNamespace(speculative_num_draft_tokens=4, num_correct_drafts=1)
+    tel.after_spec_result(None, None, result, batch)       # starts the clock
+    tel.after_spec_result(None, None, result, batch)       # 10 ms: a step
+    tel.flush(object())                                    # idle: sends it, and ends the interval
+    assert pull.poll(2000) and [s.step_s for s in decode(pull.recv())] == [pytest.approx(0.01)]
+    tel.after_spec_result(None, None, result, batch)       # 4.92 s after the last result: restarts the clock
+    tel.after_spec_result(None, None, result, batch)
+    tel.after_spec_result(None, None, result, batch)
+    tel.flush(object())
+    assert pull.poll(2000) and [s.step_s for s in decode(pull.recv())] == [pytest.approx(0.01)] * 2
+
+
 def test_telemetry_sends_full_messages_and_counters_without_idle(pull_address):
     pull, addr = pull_address
     tel = reporting(addr, flush_s=60.0).telemetry
