@@ -146,29 +146,27 @@ def test_the_live_buckets_exploit_mode_is_the_incumbent_of_its_choice():
     assert decision(8).threshold == 8 and not decision(8).exploratory    # and so does spec
 
 
+def spec_loses_at_2(arm: int, weight: float):
+    """Batch 2: spec loses by 50 %; the arm's statistic there given that weight, last updated at time 1."""
+    p = make_policy("ucb", max_batch_size=64)
+    feed(p, OFF, 2, 0.010, 5)
+    feed(p, SPEC, 2, 0.040, 5)
+    d = p.q[arm][p.buckets.of(2)]
+    d.s, d.w, d.t = d.mean * weight, weight, 1.0
+    return p
+
+
 @pytest.mark.parametrize("arm", [OFF, SPEC])
 def test_a_neighbour_settles_an_arm_from_a_weight_of_exactly_one_thousandth_now(arm):
-    def policy(weight: float):
-        p = make_policy("ucb", max_batch_size=64)
-        feed(p, OFF, 2, 0.010, 5)                            # batch 2: spec loses by 50 %
-        feed(p, SPEC, 2, 0.040, 5)
-        d = p.q[arm][p.buckets.of(2)]
-        d.s, d.w, d.t = d.mean * weight, weight, 1.0
-        return p, 1.0 + 60.0 * math.log2(weight / 1e-3)     # (the half-life's 60 s) when that weight is 1e-3
-    p, at = policy(SETTLES)
+    at = 1.0 + 60.0 * math.log2(SETTLES / 1e-3)        # when SETTLES has faded to 1e-3 (the half-life's 60 s)
+    p = spec_loses_at_2(arm, SETTLES)
     assert p.dominated(SPEC, 7, at - 0.01) and not p.dominated(SPEC, 7, at + 0.01)
 
 
 @pytest.mark.parametrize("arm", [OFF, SPEC])
 def test_a_neighbour_settles_an_arm_only_from_settles_batches_at_its_last_run(arm):
-    def policy(weight: float):
-        p = make_policy("ucb", max_batch_size=64)
-        feed(p, OFF, 2, 0.010, 5)                            # batch 2: spec loses by 50 %
-        feed(p, SPEC, 2, 0.040, 5)
-        d = p.q[arm][p.buckets.of(2)]
-        d.s, d.w, d.t = d.mean * weight, weight, 1.0
-        return p
-    assert policy(SETTLES).dominated(SPEC, 7, 1.0) and not policy(0.999 * SETTLES).dominated(SPEC, 7, 1.0)
+    assert spec_loses_at_2(arm, SETTLES).dominated(SPEC, 7, 1.0)
+    assert not spec_loses_at_2(arm, 0.999 * SETTLES).dominated(SPEC, 7, 1.0)
 
 
 def test_an_untried_off_arm_settled_above_is_tried_as_speculation_where_the_threshold_is_below():
