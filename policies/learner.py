@@ -6,7 +6,7 @@ from typing import Any, Callable, ClassVar, Mapping
 
 from controller.contract import speculates
 
-from . import learner_state, prefill_cost, reasons, staleness, trend
+from . import learner_state, prefill_cost, reasons, reward, staleness, trend
 from .base import OFF, SPEC, Policy, relative_gain
 from .params import ParamSpec
 from .freshrun import FreshRun
@@ -15,9 +15,7 @@ from .summary import flip_threshold, monotone_threshold
 from .types import Decision, Sample, Snapshot
 
 HOLD_Z = 1.0           # see BucketLearner._best_threshold
-DROP, MEASURED, CORRECTED = 0, 1, 2      # what an interval that held a prefill is worth (param `prefill`)
 ACCEPT_HIGH_HALF_LIVES = 10.0
-LONG = 4.0       # a prefill interval this many times the bucket's decode step held an idle gap: no reward
 SETTLES = 2.5    # the batches (weight at their last run) both modes of a bucket need before it settles another (dominated):
 # on the H200 (12-03) two speculative batches at batch 1, the first right after the switch, settled batch 24
 
@@ -39,7 +37,7 @@ class BucketLearner(Policy):
                   "skip trying spec above (off below) a bucket where it lost (won) by this relative margin"),
         ParamSpec("indifference", float, 0.02, 0.0, 1.0,
                   "probe the other mode of a bucket only if it looks better by this relative margin"),
-        ParamSpec("prefill", int, MEASURED, DROP, CORRECTED,
+        ParamSpec("prefill", int, reward.MEASURED, reward.DROP, reward.CORRECTED,
                   "intervals holding a prefill: 0 dropped, 1 rewards as measured, 2 minus the learned prefill cost"),
         ParamSpec("guess", float, 0.1, 0.0, 10.0,
                   "guess a bucket's unmeasured mode from the step-time trend where speculation wins (loses) by this (10: never)"),
@@ -80,7 +78,7 @@ class BucketLearner(Policy):
         # Weighted by the step's length (relative to the bucket's step), the mean of the rates
         # is total requests over total time: a long interval does not count as one short one.
         q = self.q[arm][b]
-        weight = min(max(q.mean / rate, 1.0 / LONG), LONG) if q.w else 1.0
+        weight = min(max(q.mean / rate, 1.0 / reward.LONG), reward.LONG) if q.w else 1.0
         q.add(sample.t, rate, weight)
         if sample.steps > 0:
             self.accept.add(sample.t, sample.tokens / sample.batch_size, sample.batch_size)
@@ -90,39 +88,10 @@ class BucketLearner(Policy):
                 self.max_steps = sample.steps
 
     def reward(self, arm: int, b: int, sample: Sample) -> float | None:
-        """Requests per second of this batch's step, or None when the interval is no reward.
-
-        At high load almost every interval holds a prefill. Used as measured (the default), a mode is charged with
-        the prefills that join its batches: how often they come and what they cost with it (a longer step gathers
-        more arrivals into one extend batch) is part of its throughput — the simulator's open loop shows the
-        difference (bench/results/open-loop-sim.md). Intervals far longer than the bucket's step held an idle gap
-        and are dropped."""
-        rate = sample.batch_size / sample.step_s
-        mode, q = self.params["prefill"], self.q[arm][b]
-        if sample.decode_only:
-            return rate
-        if mode == DROP or rate * LONG < self.usual_rate(arm, b, sample.steps):
-            return None
-        if mode == MEASURED:
-            return rate
-        if not q.w:
-            return None
-        decode_s = sample.batch_size / q.mean
-        self.prefill_s.add(sample.t, sample.step_s - decode_s)
-        return sample.batch_size / max(sample.step_s - self.prefill_s.mean, decode_s / LONG)
+        return reward.interval_reward(self, arm, b, sample)
 
     def usual_rate(self, arm: int, b: int, steps: int) -> float:
-        """The rate an interval of this arm in bucket b is checked against for an idle gap: its own estimate; before
-        it has one, the other mode's (a speculative step of K drafts and a verify takes at most K + 1 plain steps,
-        a plain step no longer than a speculative one); 0 (nothing to check against) without either. Without it,
-        the first interval of a mode that held an idle gap was its whole estimate (the H200, 12-03: 4.9 s at batch 1
-        made speculation 90 % worse there and settled every larger batch size as a loss without a trial)."""
-        if self.q[arm][b].w:
-            return self.q[arm][b].mean
-        other = self.q[1 - arm][b]
-        if not other.w:
-            return 0.0
-        return other.mean / (max(self.max_steps, steps) + 1) if arm == SPEC else other.mean
+        return reward.usual_rate(self, arm, b, steps)
 
     def in_force(self, threshold: int) -> None:
         self.prefill.in_force(threshold)
