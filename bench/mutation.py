@@ -85,7 +85,7 @@ GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
     "writer": (["state/writer.py", "state/items.py"], None,
                ["tests/test_state.py", "tests/test_actuation.py", "tests/test_writer.py", "tests/test_writer_durable.py"]),
     "policies": (["policies/*.py"], None,
-                 ["tests/test_policies.py", "tests/test_policy_api.py", "tests/test_policy_learning.py",
+                 ["tests/test_policies.py", "tests/test_policy_api.py", "tests/test_policy_learning.py", "tests/test_idle_gap.py",
                   "tests/test_model_policy.py", "tests/test_sglang_ema_policy.py", "tests/test_dominance.py",
                   "tests/test_decide_reasons.py", "tests/test_policy_edges.py", "tests/test_learner_main.py",
                   "tests/test_boundaries.py",
@@ -112,6 +112,17 @@ GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
     "prefill-cost": (["policies/prefill_cost.py"], None,
                      ["tests/test_prefill_cost.py", "tests/test_prefill_cost_units.py", "tests/test_learner_main.py", "tests/test_policy_edges.py",
                       "tests/test_decide_reasons.py"]),
+    # What an interval is worth and which evidence settles a bucket (reward.py, the learner's dominance), the
+    # plugin's idle pass that ends an interval, and the prefill cost's saved state: the 2026-12-03 change after the
+    # H200 kept a fresh daemon at threshold 0 (bench/results/mutation-idle-gap-2026-12-03.md).
+    "idle-gap": (["policies/learner.py", "policies/reward.py", "controller/plugin/telemetry.py", "policies/prefill_cost.py"],
+                 ["policies.learner.xǁBucketLearnerǁusual_rate__mutmut_*", "policies.learner.xǁBucketLearnerǁreward__mutmut_*",
+                  "policies.learner.xǁBucketLearnerǁdominated__mutmut_*", "policies.reward.x_*",
+                  "controller.plugin.telemetry.xǁTelemetrySenderǁflush__mutmut_*",
+                  "policies.prefill_cost.xǁPrefillCostǁstate__mutmut_*", "policies.prefill_cost.xǁPrefillCostǁload_state__mutmut_*"],
+                 ["tests/test_idle_gap.py", "tests/test_dominance.py", "tests/test_learner_main.py", "tests/test_decide_reasons.py",
+                  "tests/test_policy_learning.py", "tests/test_plugin_cpu.py", "tests/test_prefill_cost.py",
+                  "tests/test_prefill_cost_units.py"]),
     # The off path's choices (offpath.py, every function) and the draft KV writer's support check and
     # build (draftkv.py). DraftKVWriter.write, write_prefill and _cat run torch, which the CPU test venv
     # lacks: their mutants are left out here (bench/gpu/run_consistency.sh checks them on a GPU, the

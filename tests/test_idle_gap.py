@@ -66,3 +66,9 @@ def test_an_arm_without_an_estimate_checks_its_interval_against_the_other_modes(
     assert p.reward(1, b, Sample(5.0, 1, 3, 2, 0.011, False)) == pytest.approx(1 / 0.011)
     assert p.usual_rate(0, p.buckets.of(24), 0) == 0.0                       # nothing to check against
     assert p.reward(0, p.buckets.of(24), Sample(5.0, 24, 0, 24, 4.0, False)) == pytest.approx(6.0)
+    for k in range(5):                                                       # batch 24: speculation measured, plain not
+        p.observe(Sample(6.0 + k * SPEC_24, 24, 3, 48, SPEC_24, True))
+    b = p.buckets.of(24)
+    assert p.usual_rate(0, b, 0) == pytest.approx(24 / SPEC_24)              # a plain step no longer than a spec one
+    assert p.reward(0, b, Sample(7.0, 24, 0, 24, 5 * SPEC_24, False)) is None            # 5 spec steps: an idle gap
+    assert p.reward(0, b, Sample(7.0, 24, 0, 24, 2 * SPEC_24, False)) == pytest.approx(12 / SPEC_24)

@@ -161,6 +161,8 @@ def test_a_neighbour_settles_an_arm_from_a_weight_of_exactly_one_thousandth_now(
     at = 1.0 + 60.0 * math.log2(SETTLES / 1e-3)        # when SETTLES has faded to 1e-3 (the half-life's 60 s)
     p = spec_loses_at_2(arm, SETTLES)
     assert p.dominated(SPEC, 7, at - 0.01) and not p.dominated(SPEC, 7, at + 0.01)
+    w = 1e-3 * 2 ** 12                                 # faded by exactly 12 half-lives: 1e-3 in floats, which settles
+    assert w >= SETTLES and spec_loses_at_2(arm, w).dominated(SPEC, 7, 1.0 + 12 * 60.0)
 
 
 @pytest.mark.parametrize("arm", [OFF, SPEC])

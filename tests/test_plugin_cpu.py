@@ -182,6 +182,7 @@ def test_an_interval_that_held_an_idle_pass_is_not_a_sample(pull_address, monkey
     tel.after_spec_result(None, None, result, batch)
     tel.flush(object())
     assert pull.poll(2000) and [s.step_s for s in decode(pull.recv())] == [pytest.approx(0.01)] * 2
+    assert not tel.failures.places          # the clock restarted: the result after the pass is no failure
 
 
 def test_telemetry_sends_full_messages_and_counters_without_idle(pull_address):
@@ -227,6 +228,23 @@ def test_a_broken_telemetry_socket_is_logged_once_and_nothing_piles_up():
         assert tel.after_spec_result(None, None, result, batch) is None     # never raises into SGLang
     assert tel.failures.places == {"telemetry"} and len(tel.pending) < telemetry.BATCH
     assert tel.dropped == 32 and tel.sent == 0
+
+
+def test_a_broken_socket_at_an_idle_pass_never_raises_and_is_logged_with_its_cause(caplog):
+    """flush runs in SGLang's idle loop: a send that fails there must not raise into it, and its one log line names the
+    flush and carries the socket's error (what an operator reads to find why no samples arrive)."""
+    tel = failing_sender(OSError)
+    tel.flush_s = 60.0                                    # samples wait for the idle pass
+    batch = SimpleNamespace(reqs=[object()] * 2)
+    result = SimpleNamespace(speculative_num_draft_tokens=1, num_correct_drafts=0)
+    for _ in range(1 + 2):
+        tel.after_spec_result(None, None, result, batch)
+    assert len(tel.pending) == 2 and not tel.failures.places
+    with caplog.at_level(logging.ERROR, logger="spec_controller.plugin"):
+        assert tel.flush(object()) is None
+    assert tel.failures.places == {"telemetry flush"} and (tel.pending, tel.dropped) == ([], 2)
+    [line] = [r for r in caplog.records if "telemetry flush failed" in r.getMessage()]
+    assert "socket closed" in line.getMessage() and line.exc_info and line.exc_info[0] is OSError
 
 
 def test_telemetry_failure_never_raises(plug, monkeypatch):

@@ -122,6 +122,7 @@ def test_a_restored_learner_reaches_the_same_verdict_as_the_one_it_was_saved_fro
 @pytest.mark.parametrize("bad", [
     {"decode": [[[1.0, 1.0, 1.0, 0.0]]]},                                  # not two regimes
     {"steps": [[], []]},                                                   # another number of buckets
+    {"steps": [[[1.0, 1.0, 1.0, 0.0]]] * 2},                               # a 1-bucket learner's valid rows: not bucket 0's
     {"decode": "x", "steps": None},
 ])
 def test_decode_only_steps_of_another_shape_are_left_empty(bad):
