@@ -116,7 +116,7 @@ GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
     # plugin's idle pass that ends an interval, and the prefill cost's saved state: the 2026-12-03 change after the
     # H200 kept a fresh daemon at threshold 0 (bench/results/mutation-idle-gap-2026-12-03.md).
     "idle-gap": (["policies/learner.py", "policies/reward.py", "controller/plugin/telemetry.py", "policies/prefill_cost.py"],
-                 ["policies.learner.xǁBucketLearnerǁusual_rate__mutmut_*", "policies.learner.xǁBucketLearnerǁreward__mutmut_*",
+                 ["policies.learner.xǁBucketLearnerǁreward__mutmut_*",
                   "policies.learner.xǁBucketLearnerǁdominated__mutmut_*", "policies.reward.x_*",
                   "controller.plugin.telemetry.xǁTelemetrySenderǁflush__mutmut_*",
                   "policies.prefill_cost.xǁPrefillCostǁstate__mutmut_*", "policies.prefill_cost.xǁPrefillCostǁload_state__mutmut_*"],

@@ -90,9 +90,6 @@ class BucketLearner(Policy):
     def reward(self, arm: int, b: int, sample: Sample) -> float | None:
         return reward.interval_reward(self, arm, b, sample)
 
-    def usual_rate(self, arm: int, b: int, steps: int) -> float:
-        return reward.usual_rate(self, arm, b, steps)
-
     def in_force(self, threshold: int) -> None:
         self.prefill.in_force(threshold)
 

@@ -11,6 +11,7 @@ import pytest
 from controller.contract import speculates
 from controller.control.loop import ControlLoop
 from policies import Sample, make_policy
+from policies.reward import usual_rate
 
 PLAIN_1, PLAIN_24 = 0.0047, 0.00573     # plain decode steps at batch 1 and 24 (the run's means)
 SPEC_24 = 2.0 * PLAIN_24 / 1.38         # accept length 2.0 and +38 % at batch 24 (12-02f: "+38 % at batch 21-23")
@@ -61,14 +62,14 @@ def test_an_arm_without_an_estimate_checks_its_interval_against_the_other_modes(
     for k in range(7):
         p.observe(Sample(PLAIN_1 * (k + 1), 1, 0, 1, PLAIN_1, True))
     b = p.buckets.of(1)
-    assert p.usual_rate(1, b, 3) == pytest.approx(1 / PLAIN_1 / 4)          # K + 1 plain steps at the most
+    assert usual_rate(p, 1, b, 3) == pytest.approx(1 / PLAIN_1 / 4)          # K + 1 plain steps at the most
     assert p.reward(1, b, Sample(5.0, 1, 3, 1, 4.92, False)) is None         # an idle wait: no reward
     assert p.reward(1, b, Sample(5.0, 1, 3, 2, 0.011, False)) == pytest.approx(1 / 0.011)
-    assert p.usual_rate(0, p.buckets.of(24), 0) == 0.0                       # nothing to check against
+    assert usual_rate(p, 0, p.buckets.of(24), 0) == 0.0                       # nothing to check against
     assert p.reward(0, p.buckets.of(24), Sample(5.0, 24, 0, 24, 4.0, False)) == pytest.approx(6.0)
     for k in range(5):                                                       # batch 24: speculation measured, plain not
         p.observe(Sample(6.0 + k * SPEC_24, 24, 3, 48, SPEC_24, True))
     b = p.buckets.of(24)
-    assert p.usual_rate(0, b, 0) == pytest.approx(24 / SPEC_24)              # a plain step no longer than a spec one
+    assert usual_rate(p, 0, b, 0) == pytest.approx(24 / SPEC_24)              # a plain step no longer than a spec one
     assert p.reward(0, b, Sample(7.0, 24, 0, 24, 5 * SPEC_24, False)) is None            # 5 spec steps: an idle gap
     assert p.reward(0, b, Sample(7.0, 24, 0, 24, 2 * SPEC_24, False)) == pytest.approx(12 / SPEC_24)
