@@ -6,8 +6,10 @@ An EAGLE3 draft layer's key and value at position p depend only on its inputs th
 the token that follows p and the target's auxiliary hidden states at p (through fc). So while off, the
 draft's KV can be kept exactly as SGLang's own draft extend would write it without running the draft:
 the target's decode graph returns those hidden states (graphs captured "with hidden"), and this module
-runs only the draft's input projections and its qkv + RoPE (SGLang's own modules, forward_prepare_native)
-and stores k, v in the draft's KV pool at the target's slot for p (both pools share the slot mapping).
+runs only the draft's input projections and its k, v projection + RoPE (SGLang's own modules; the rows of
+qkv_proj's weight that make k and v where it is a plain bf16/fp16 linear, checked against
+forward_prepare_native at start, else forward_prepare_native itself) and stores k, v in the draft's KV pool
+at the target's slot for p (both pools share the slot mapping).
 No attention, no MLP, no lm_head: a few kernels over one token per request. What it cannot give is the
 draft's next proposal (topk and recurrent hidden state) for the first step after speculation resumes:
 that step drafts from SGLang's zeroed stub, every later one from a complete KV.
@@ -20,10 +22,11 @@ the fast path without the draft.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 EAGLE3_MODEL = "LlamaForCausalLMEagle3"
 PLAIN_POOL = "MHATokenToKVPool"
+PLAIN_LINEAR = "UnquantizedLinearMethod"
 EAGLE3 = "sglang.srt.models.llama_eagle3"
 # The SGLang names this module relies on, the same in 0.5.17 ... 0.5.23 (tests/test_draftkv_contract.py
 # checks every wheel; build() re-checks the live objects): callables -> parameters (in this order),
@@ -41,6 +44,9 @@ ATTRIBUTES = {
     "sglang.srt.models.llama.LlamaDecoderLayer": ("input_layernorm", "self_attn"),
     "sglang.srt.layers.radix_attention.RadixAttention": ("tp_k_head_num", "qk_head_dim", "tp_v_head_num",
                                                          "v_head_dim", "k_scale", "v_scale"),
+    "sglang.srt.models.llama.LlamaAttention": ("qkv_proj", "q_size", "kv_size", "rotary_emb"),
+    "sglang.srt.layers.rotary_embedding.base.RotaryEmbedding": ("head_size",),
+    "sglang.srt.layers.linear.LinearBase": ("quant_method", "skip_bias_add"),
     "sglang.srt.managers.schedule_batch.ScheduleBatch": ("extend_lens", "prefix_lens", "input_ids",
                                                          "out_cache_loc", "forward_mode"),
 }
@@ -52,6 +58,13 @@ FACTS = (
     (f"{EAGLE3}.LlamaDecoderLayer.forward", "hidden_states = self.hidden_norm(hidden_states)", "..."),
     (f"{EAGLE3}.LlamaDecoderLayer.forward", "hidden_states = torch.cat([embeds, hidden_states], dim=-1)",
      "... concatenated, embeds first, into qkv"),
+    ("sglang.srt.models.llama.LlamaAttention.forward_prepare_native",
+     "q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)",
+     "qkv_proj's output rows are q, then k, then v: sliced_kv's rows"),
+    ("sglang.srt.models.llama.LlamaAttention.forward_prepare_native", "q, k = self.rotary_emb(positions, q, k)",
+     "RoPE on q and k only: the rotary embedding takes (positions, q, k)"),
+    ("sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.apply", "F.linear(x, layer.weight, bias)",
+     "a plain linear is F.linear on its weight (the default backend)"),
     ("sglang.srt.models.llama.LlamaAttention.forward", "attn_output = self.attn(q, k, v, forward_batch)",
      "the attention stores exactly the k, v that forward_prepare_native returns"),
     ("sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._draft_extend_for_prefill",
@@ -72,11 +85,74 @@ def fc_weight(writer: "DraftKVWriter", what: str) -> Any:
     return weight
 
 
+def native_kv(attn: Any) -> Callable[[Any, Any], tuple[Any, Any]]:
+    """k, v as SGLang's own draft forward computes them (q computed and dropped)."""
+    def project(positions: Any, hidden: Any) -> tuple[Any, Any]:
+        _, k, v = attn.forward_prepare_native(positions=positions, hidden_states=hidden)
+        return k, v
+    return project
+
+
+def sliced_kv(attn: Any) -> Callable[[Any, Any], tuple[Any, Any]] | None:
+    """k, v from the k and v rows of qkv_proj's weight alone, or None where that weight is not a plain one.
+    Why: q is two thirds of the weight (hidden 4096: 4096 of 6144 rows), read and discarded on every off
+    batch. RoPE gets a one-head stand-in for q (the rotary kernels take q and k heads independently)."""
+    proj = getattr(attn, "qkv_proj", None)
+    if type(getattr(proj, "quant_method", None)).__name__ != PLAIN_LINEAR or getattr(proj, "skip_bias_add", False):
+        return None
+    import torch
+    weight, bias = getattr(proj, "weight", None), getattr(proj, "bias", None)
+    q_size, kv_size = getattr(attn, "q_size", None), getattr(attn, "kv_size", None)
+    if (not isinstance(weight, torch.Tensor) or weight.dtype not in (torch.bfloat16, torch.float16)
+            or weight.dim() != 2 or q_size is None or weight.shape[0] != q_size + 2 * kv_size):
+        return None
+    kv_weight = weight[q_size:]                      # rows k then v: contiguous
+    kv_bias = bias[q_size:] if bias is not None else None
+    head_size = attn.rotary_emb.head_size
+
+    def project(positions: Any, hidden: Any) -> tuple[Any, Any]:
+        k, v = torch.nn.functional.linear(hidden, kv_weight, kv_bias).split([kv_size, kv_size], dim=-1)
+        q = torch.empty((k.shape[0], head_size), dtype=k.dtype, device=k.device)
+        _, k = attn.rotary_emb(positions, q, k)
+        return k, v
+    return project
+
+
+def same_kv(attn: Any, project: Callable, rows: int = 8, seed: int = 0) -> bool:
+    """Whether `project` gives forward_prepare_native's k, v (to bf16 rounding) on random inputs."""
+    import torch
+    weight = attn.qkv_proj.weight
+    gen = torch.Generator(device=weight.device).manual_seed(seed)
+    hidden = torch.randn((rows, weight.shape[1]), generator=gen, device=weight.device).to(weight.dtype)
+    positions = torch.arange(rows, dtype=torch.int64, device=weight.device) * 97
+    with torch.no_grad():
+        want, got = native_kv(attn)(positions, hidden.clone()), project(positions, hidden.clone())
+    return all(a.shape == b.shape and torch.allclose(a.float(), b.float(), rtol=2e-2, atol=2e-2 * float(a.abs().max()))
+               for a, b in zip(want, got))
+
+
+def kv_projection(attn: Any) -> tuple[Callable[[Any, Any], tuple[Any, Any]], str]:
+    """The writer's k, v projection and what it is: "sliced" where the slice agrees with SGLang's, else
+    "native (why)"."""
+    project = sliced_kv(attn)
+    if project is None:
+        return native_kv(attn), "native (qkv_proj is not a plain bf16/fp16 linear)"
+    try:
+        if same_kv(attn, project):
+            return project, "sliced"
+        why = "the sliced k, v differ from forward_prepare_native's"
+    except Exception as e:      # a rotary kernel that refuses the one-head q: SGLang's own path
+        why = f"the sliced k, v failed: {type(e).__name__}: {e}"
+    return native_kv(attn), f"native ({why})"
+
+
 @dataclass(frozen=True)
 class DraftKVWriter:
     model: Any          # the draft's inner model (embed_tokens, fc, input_norm, fc_norm, layers)
     layer: Any          # its one decoder layer
     pool: Any           # the draft's token-to-KV pool
+    project: Callable[[Any, Any], tuple[Any, Any]]  # (positions, layer input) -> k, v (kv_projection)
+    projection: str = "native"
 
     def write(self, aux_hidden: Any, next_tokens: Any, positions: Any, loc: Any) -> None:
         """Store the draft's k, v for each request at positions (int64, the decoded token's position),
@@ -93,7 +169,7 @@ class DraftKVWriter:
             hidden = m.fc(hidden)
         hidden = layer.hidden_norm(hidden)
         embeds = layer.input_layernorm(embeds)
-        _, k, v = attn.forward_prepare_native(positions=positions, hidden_states=_cat([embeds, hidden]))
+        k, v = self.project(positions, _cat([embeds, hidden]))
         radix = attn.attn
         k = k.view(-1, radix.tp_k_head_num, radix.qk_head_dim)
         v = v.view(-1, radix.tp_v_head_num, radix.v_head_dim)
@@ -184,4 +260,5 @@ def build(draft_runner: Any) -> DraftKVWriter:
     if why is not None:
         raise ValueError(why)
     inner = draft_runner.model.model
-    return DraftKVWriter(inner, inner.layers[0], draft_runner.token_to_kv_pool)
+    project, name = kv_projection(inner.layers[0].self_attn)
+    return DraftKVWriter(inner, inner.layers[0], draft_runner.token_to_kv_pool, project, name)

@@ -130,6 +130,7 @@ class OffPath:
         """The draft KV writer (same on every rank: the draft and its pool are alike on all of them)."""
         try:
             self.kv_writer = draftkv.build(worker.draft_worker.draft_runner)
+            log.info("spec-controller: draft KV writer's k, v projection: %s", self.kv_writer.projection)
         except ValueError as e:
             log.warning("spec-controller: the plugin cannot write this draft's KV (%s)%s", e,
                         "; off batches run SGLang's draft extend instead" if self.draft_kv else "")
