@@ -67,9 +67,9 @@ class Recording(LoopRunner):
         super().__init__(ControlLoop(make_policy("never", None, max_batch_size=PROF.max_batch_size), None, 0))
         self.batches = []
 
-    def after_batch(self, sample):
+    def after_batch(self, sample, measured=True):
         self.batches.append((sample.t, sample.batch_size))
-        super().after_batch(sample)
+        super().after_batch(sample, measured)
 
 
 def judged(monkeypatch, segments, tick_s, loss_at):

@@ -130,3 +130,42 @@ def test_prefill_fit_recovers_known_costs(tmp_path):
     assert fit["prefill_s_per_request"] == pytest.approx(0.018, abs=0.002)
     assert fit["prefill_s"] == pytest.approx(0.004, abs=0.003)
     assert fit["left_out"] >= 10                               # the idle gaps
+
+
+class Told(StaticRunner):
+    """A static runner keeping what it is told after each batch: (batch size, interval, measured)."""
+
+    def __init__(self):
+        super().__init__(0)
+        self.told = []
+
+    def after_batch(self, sample, measured=True):
+        self.told.append((sample.batch_size, sample.step_s, measured))
+
+
+def test_a_step_after_the_engine_idled_is_not_measured_as_the_plugin_sends_none():
+    # the plugin's telemetry restarts its clock at an idle pass (telemetry.flush): the first step after
+    # the 0.85 s idle gap before the second request must not reach a control loop as a 0.9 s step
+    prof = parse_profile(FLAT, "flat")
+    runners = []
+    run_finite(prof, [Request(0.0, 100, 11), Request(1.0, 100, 11)], lambda core: runners.append(Told()) or runners[-1])
+    told = runners[0].told
+    assert len(told) == 20                                    # every batch is told (the evaluation counts them)
+    unmeasured = [i for i, (_, _, measured) in enumerate(told) if not measured]
+    assert unmeasured == [10]                                 # the second request's first step: after an idle pass
+    assert told[10][1] == pytest.approx(0.85 + 0.05 + 0.01)   # (its interval held the gap, its prefill, the step)
+    assert max(step for _, step, measured in told if measured) == pytest.approx(0.06)   # the first: prefill + step
+
+
+def test_the_control_loop_observes_only_measured_steps():
+    from controller.sim.evaluate import policy_runner
+    prof = parse_profile(FLAT, "flat")
+    make, observed = policy_runner("bandit", {}, prof, 0), []
+
+    def maker(core):
+        runner = make(core)
+        observe = runner.loop.observe
+        runner.loop.observe = lambda sample: (observed.append(sample.step_s), observe(sample))
+        return runner
+    run = run_finite(prof, [Request(0.0, 100, 11), Request(1.0, 100, 11)], maker)
+    assert len(observed) == run.batches - 1 and max(observed) < 0.1   # all but the one after the idle pass

@@ -55,7 +55,7 @@ class Runner:
     def speculate(self, batch_size: int) -> bool:
         raise NotImplementedError
 
-    def after_batch(self, sample: Sample) -> None:
+    def after_batch(self, sample: Sample, measured: bool = True) -> None:
         pass
 
     def tick(self, now: float) -> None:
@@ -103,8 +103,9 @@ class LoopRunner(Runner):
     def speculate(self, batch_size: int) -> bool:
         return speculates(batch_size, self.loop.threshold)
 
-    def after_batch(self, sample: Sample) -> None:
-        self.loop.observe(sample)
+    def after_batch(self, sample: Sample, measured: bool = True) -> None:
+        if measured:    # (core.measured) the loop sees what the plugin sends: no sample after an idle pass
+            self.loop.observe(sample)
 
     def tick(self, now: float) -> None:
         tick = self.loop.tick(now)
@@ -206,7 +207,7 @@ def run_segments(profile: Profile, segments: Sequence[Segment], make_runner: Cal
             res.batch_size_sum += bs
             res.spec_batches += sample.steps > 0
             lately.add(sample.t, bs)
-            runner.after_batch(sample)
+            runner.after_batch(sample, core.measured)
             while next_tick <= core.t:
                 runner.tick(next_tick)
                 loss = exploit_loss(profile, core.accept_length, lately.at_tick(next_tick), runner)
@@ -311,10 +312,6 @@ def changes_per_min(profile: Profile, segments: Sequence[Segment], policy: str, 
     """Applied threshold changes (rows of the decision history) per minute after warm_s."""
     make = policy_runner(policy, params, profile, seed, guard)
     made: list[Runner] = []
-
-    def keep(core: SimCore) -> Runner:
-        made.append(make(core))
-        return made[-1]
-    res = run_segments(profile, segments, keep, seed)
+    res = run_segments(profile, segments, lambda core: made.append(make(core)) or made[-1], seed)
     changes = [t for t in made[0].changes if t >= warm_s]
     return len(changes) / ((sum(r.seconds for r in res) - warm_s) / 60.0)

@@ -89,7 +89,7 @@ def run_finite(profile: Profile, requests: Sequence[Request], make_runner: Calla
         run.batches += 1
         run.batch_size_sum += bs
         run.spec_batches += sample.steps > 0
-        runner.after_batch(sample)
+        runner.after_batch(sample, core.measured)
         while next_tick <= core.t:
             runner.tick(next_tick)
             next_tick += tick_s

@@ -169,7 +169,7 @@ class OpenLoopCore(CoreBase):
             if not len(self._remaining) and not self.waiting:
                 if math.isinf(self._next_arrival):
                     return                                         # drained: nothing more comes
-                self._idle_s += self._next_arrival - self.t      # the plugin's interval holds the idle gap
+                self._idle_s += self._next_arrival - self.t      # idle: the next step is not measured (after_idle)
                 self.t = self._next_arrival
                 self._arrive_until(self.t)
             taken = self._extend()
@@ -224,6 +224,7 @@ class OpenLoopCore(CoreBase):
             raise RuntimeError("step() with nothing running")
         decode_s = self._decode_seconds(bs, speculate)
         interval = self._idle_s + self._pending_s + decode_s
+        self.after_idle = self._idle_s > 0
         decode_only = self._pending_n == 0
         self.t += self._pending_s + decode_s
         self._idle_s = self._pending_s = 0.0

@@ -86,7 +86,8 @@ class SimEngine(Engine):
                 lag = sample.t / self.speed - (time.monotonic() - self._t0_real)
                 if lag > 0 and self._stop.wait(lag):
                     break
-                on_sample(sample)
+                if self.core.measured:           # as the plugin: no sample for a step after an idle pass
+                    on_sample(sample)
         except Exception as e:        # a crash here is the engine dying: health reports it
             self._error = f"{type(e).__name__}: {e}"
 
