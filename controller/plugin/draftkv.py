@@ -101,17 +101,18 @@ def sliced_kv(attn: Any) -> Callable[[Any, Any], tuple[Any, Any]] | None:
     if type(getattr(proj, "quant_method", None)).__name__ != PLAIN_LINEAR or getattr(proj, "skip_bias_add", False):
         return None
     import torch
-    weight, bias = getattr(proj, "weight", None), getattr(proj, "bias", None)
+    weight = getattr(proj, "weight", None)
     q_size, kv_size = getattr(attn, "q_size", None), getattr(attn, "kv_size", None)
     if (not isinstance(weight, torch.Tensor) or weight.dtype not in (torch.bfloat16, torch.float16)
-            or weight.dim() != 2 or q_size is None or weight.shape[0] != q_size + 2 * kv_size):
+            or weight.dim() != 2 or q_size is None or kv_size is None or weight.shape[0] != q_size + 2 * kv_size):
         return None
-    kv_weight = weight[q_size:]                      # rows k then v: contiguous
-    kv_bias = bias[q_size:] if bias is not None else None
     head_size = attn.rotary_emb.head_size
 
     def project(positions: Any, hidden: Any) -> tuple[Any, Any]:
-        k, v = torch.nn.functional.linear(hidden, kv_weight, kv_bias).split([kv_size, kv_size], dim=-1)
+        # rows k then v (contiguous views), taken per call: a weight update that swaps the parameter is followed
+        kv_bias = proj.bias[q_size:] if proj.bias is not None else None
+        kv = torch.nn.functional.linear(hidden, proj.weight[q_size:], kv_bias)
+        k, v = kv.split([kv_size, kv_size], dim=-1)
         q = torch.empty((k.shape[0], head_size), dtype=k.dtype, device=k.device)
         _, k = attn.rotary_emb(positions, q, k)
         return k, v

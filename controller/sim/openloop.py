@@ -125,6 +125,7 @@ class OpenLoopCore(CoreBase):
             self.schedule.after(self.t, self._rng_arrival.exponential())
         self._pending_s = 0.0          # prefill seconds the next interval holds
         self._idle_s = 0.0             # idle seconds before it (already passed: t moved on)
+        self._idled = True             # an idle pass came before it (the start too: the plugin's clock starts unset)
         self._pending_n = 0
         self.extend_batches = 0        # extend batches run so far
         self.finished: list[Latency] = []
@@ -169,7 +170,8 @@ class OpenLoopCore(CoreBase):
             if not len(self._remaining) and not self.waiting:
                 if math.isinf(self._next_arrival):
                     return                                         # drained: nothing more comes
-                self._idle_s += self._next_arrival - self.t      # idle: the next step is not measured (after_idle)
+                self._idle_s += self._next_arrival - self.t
+                self._idled = True                               # an idle pass: the next step is not measured
                 self.t = self._next_arrival
                 self._arrive_until(self.t)
             taken = self._extend()
@@ -224,7 +226,7 @@ class OpenLoopCore(CoreBase):
             raise RuntimeError("step() with nothing running")
         decode_s = self._decode_seconds(bs, speculate)
         interval = self._idle_s + self._pending_s + decode_s
-        self.after_idle = self._idle_s > 0
+        self.after_idle, self._idled = self._idled, False
         decode_only = self._pending_n == 0
         self.t += self._pending_s + decode_s
         self._idle_s = self._pending_s = 0.0
