@@ -63,15 +63,10 @@ class CoreBase:
         # plugin's lean prefill would (contract.prefill_skips_draft; profile.draft_kv: the off path kv).
         self.threshold: int | None = None
         self.last_batch_size = 0           # the last decode step's, as the plugin's router keeps it
-        # The last step came after the engine idled (nothing running): the plugin's telemetry restarts its clock
-        # at an idle pass and sends no sample for that step (controller/plugin/telemetry.py flush), so neither
-        # may a runner of the simulator (`measured`). A closed loop never idles.
-        self.after_idle = False
-
-    @property
-    def measured(self) -> bool:
-        """Would the plugin have sent the last step's sample? (Not after an idle pass.)"""
-        return not self.after_idle
+        # Would the plugin have sent the last step's sample? Not after an idle pass: its telemetry restarts its
+        # clock there (controller/plugin/telemetry.py flush), so no runner of the simulator may learn from that
+        # step either. A closed loop never idles.
+        self.measured = True
 
     def prefill_runs_draft(self, joining: int) -> bool:
         """Does a prefill of `joining` requests run the draft's pass over their prompts now?"""

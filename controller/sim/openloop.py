@@ -226,7 +226,7 @@ class OpenLoopCore(CoreBase):
             raise RuntimeError("step() with nothing running")
         decode_s = self._decode_seconds(bs, speculate)
         interval = self._idle_s + self._pending_s + decode_s
-        self.after_idle, self._idled = self._idled, False
+        self.measured, self._idled = not self._idled, False
         decode_only = self._pending_n == 0
         self.t += self._pending_s + decode_s
         self._idle_s = self._pending_s = 0.0
