@@ -1,0 +1,46 @@
+#!/bin/bash
+# Issue 13's three-shape proof for the bandit itself, one device call (the open-loop shape is run_modes.sh /
+# run_converged.sh, with the no-spec engine in h200-2026-12-03 call 2):
+#   PREFILL_GRAPH=default DEADLINE_S=570 bash bench/gpu/run_bandit_shapes.sh        (carry .whl, .jitcache)
+#  1. an engine started without speculation: steady decode at batch 1/16/48/128 and a closed loop with continuous
+#     arrivals at C = 1/16/48/128 (prompt 32-256, output 64-512), 2 repeats, radix cache flushed each run;
+#  2. the daemon from a fresh database, the bandit unpinned: WARM_S seconds per closed level unmeasured (what a
+#     fresh server sees first), then the same loads with always (pin MAXBS) and the bandit (unpinned) interleaved
+#     inside each level, order rotated per repeat (the bandit stays the policy: the pinned runs feed it too);
+#  3. with the time left (at most CONST_S s): the bandit under a constant closed loop of CONST_C clients,
+#     threshold changes per minute and in the second half (converged).
+# The daemon's database comes back as state.db.xz.
+source bench/gpu/common.sh
+MAXBS=128 ACC=natural
+CONST_C=${CONST_C:-24}; CONST_S=${CONST_S:-180}; WARM_S=${WARM_S:-4}; REPEATS=${REPEATS:-2}
+make_model $M --crafted $MODEL7B
+ST=(--shape steady --levels 1,16,48,128 --steady-len 192 --repeats "$REPEATS" --flush --out "$R")
+CL=(--shape closed --levels 1,16,48,128 --seconds 5 --warmup 2 --repeats "$REPEATS" --flush --out "$R")
+MODES=(--socket $SC/ctl.sock --configs "always=@threshold pin $MAXBS;bandit=@threshold unpin")
+
+if start_server nospec 30001 X=1 --; then
+  load_sum --port 30001 --label nospec "${ST[@]}"
+  load_sum --port 30001 --label nospec "${CL[@]}"; say "nospec done"
+  stop_server
+fi
+tail -c 200000 "$OUT/nospec.log" >/tmp/nospec.log; rm -f "$OUT/nospec.log"     # 8 files come back at most
+if start_daemon; then
+  specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
+  specctl policy set bandit >/dev/null; specctl threshold unpin >/dev/null
+  python3 bench/gpu/loads.py --port 30000 --label bandit-warmup --shape closed --levels 1,16,48,128 \
+    --seconds "$WARM_S" --warmup 1 --repeats 1 --out /tmp/warmup.jsonl 2>&1 | grep LOAD | cut -c1-200 >>"$SUM"
+  specctl status 2>&1 | grep -E "threshold" | tee -a "$SUM"; say "warm-up done"
+  load_sum --port 30000 "${MODES[@]}" "${ST[@]}"
+  load_sum --port 30000 "${MODES[@]}" "${CL[@]}"; say "modes done"
+  specctl threshold unpin >/dev/null
+  specctl status 2>&1 | grep -E "threshold|off path|plugin cost|samples" | tee -a "$SUM"
+  CS=$(( $(left) - 45 )); [ "$CS" -gt "$CONST_S" ] && CS=$CONST_S
+  if [ "$CS" -ge 40 ]; then const_decisions "$CONST_C" "$CS" "$OUT/history-const.json"
+  else say "skip constant load (time: $(left) s left)"; fi
+  stop_daemon
+  rm -f /tmp/state-copy.db; python3 -c "import sqlite3; sqlite3.connect('$SC/state.db').execute(\"VACUUM INTO '/tmp/state-copy.db'\")"
+  xz -6 -c /tmp/state-copy.db >"$OUT/state.db.xz"
+fi
+save_caches
+python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"
+say "total $(($(date +%s) - T0)) s"
