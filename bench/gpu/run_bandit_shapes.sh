@@ -12,11 +12,13 @@
 # The daemon's database comes back as state.db.xz.
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
-CONST_C=${CONST_C:-24}; CONST_S=${CONST_S:-180}; WARM_S=${WARM_S:-4}; REPEATS=${REPEATS:-2}
+CONST_C=${CONST_C:-24}; STEADY_LEVELS=${STEADY_LEVELS:-1,16,48,128}; CLOSED_LEVELS=${CLOSED_LEVELS:-1,16,48,128}
+EXTRA_MODES=${EXTRA_MODES:-}   # e.g. "never=@threshold pin 0;" before always and bandit
+ CONST_S=${CONST_S:-180}; WARM_S=${WARM_S:-4}; REPEATS=${REPEATS:-2}
 make_model $M --crafted $MODEL7B
-ST=(--shape steady --levels 1,16,48,128 --steady-len 192 --repeats "$REPEATS" --flush --out "$R")
-CL=(--shape closed --levels 1,16,48,128 --seconds 5 --warmup 2 --repeats "$REPEATS" --flush --out "$R")
-MODES=(--socket $SC/ctl.sock --configs "always=@threshold pin $MAXBS;bandit=@threshold unpin")
+ST=(--shape steady --levels "$STEADY_LEVELS" --steady-len 192 --repeats "$REPEATS" --flush --out "$R")
+CL=(--shape closed --levels "$CLOSED_LEVELS" --seconds 5 --warmup 2 --repeats "$REPEATS" --flush --out "$R")
+MODES=(--socket $SC/ctl.sock --configs "${EXTRA_MODES}always=@threshold pin $MAXBS;bandit=@threshold unpin")
 
 if start_server nospec 30001 X=1 --; then
   load_sum --port 30001 --label nospec "${ST[@]}"
@@ -35,7 +37,7 @@ if start_daemon; then
   specctl threshold unpin >/dev/null
   specctl status 2>&1 | grep -E "threshold|off path|plugin cost|samples" | tee -a "$SUM"
   CS=$(( $(left) - 45 )); [ "$CS" -gt "$CONST_S" ] && CS=$CONST_S
-  if [ "$CS" -ge 40 ]; then const_decisions "$CONST_C" "$CS" "$OUT/history-const.json"
+  if [ "$CS" -ge 40 ] && [ "$CONST_S" -gt 0 ]; then const_decisions "$CONST_C" "$CS" "$OUT/history-const.json"
   else say "skip constant load (time: $(left) s left)"; fi
   stop_daemon
   rm -f /tmp/state-copy.db; python3 -c "import sqlite3; sqlite3.connect('$SC/state.db').execute(\"VACUUM INTO '/tmp/state-copy.db'\")"
