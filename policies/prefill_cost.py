@@ -194,7 +194,9 @@ def verdict(learner: "BucketLearner", snap: Snapshot, exploit: int, bandit: Deci
     that 0 pays); else None (the bandit's decision). At 0 the bandit's trials go on (exploit 0): without them it
     would never see a bucket where speculation pays more than the pass costs."""
     cost, margin, at = learner.prefill, learner.params["zero_margin"], snap.exploit_threshold
-    if exploit == 0 or margin >= 10.0:
+    # Where off batches' prefills skip the pass (off path kv) a stretch at 0 differs from one above it only by
+    # noise: on the H200 at constant load it read +1.5 % then <= 0 and flipped 0 <-> 23 (h200-2026-12-03c).
+    if exploit == 0 or margin >= 10.0 or not snap.prefills_pay_draft:
         return None
     trial = cost.zero and at > 0                        # a trial at 0 is in force
     if trial and not cost.measured:

@@ -16,12 +16,16 @@ class Snapshot:
     stabilisation and rate cap; never an exploratory one): ties break toward it.
     live_batch_size: a batch size in the bucket most decode batches fell in since the last
     decision (the control loop counts them), or None before any was seen.
+    prefills_pay_draft: at thresholds above 0, prefills that join a batch which will not speculate still
+    run the draft's pass over their prompts (an off path that writes no draft KV, or lean prefill off: the
+    engine says which); False: they skip it, and what a prefill pays shows in its bucket's estimates.
     """
 
     now: float
     exploit_threshold: int
     max_batch_size: int
     live_batch_size: int | None = None
+    prefills_pay_draft: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,9 +45,12 @@ def run(p, engine: Engine, seconds: float, threshold: int) -> float:
     return engine.t
 
 
-def run_loop(fast: bool, seconds: float, gain: tuple[float, float] = SMALL) -> tuple[ControlLoop, list[int]]:
-    """The bandit and its guard on the engine from threshold 8, ticking every 0.5 s: the loop and every applied threshold."""
-    loop, engine, applied, tick = ControlLoop(make_policy("bandit", seed=0), initial_threshold=8), Engine(fast, gain), [], 0.5
+def run_loop(fast: bool, seconds: float, gain: tuple[float, float] = SMALL,
+             pays: bool = True) -> tuple[ControlLoop, list[int]]:
+    """The bandit and its guard on the engine from threshold 8, ticking every 0.5 s: the loop and every applied threshold
+    (pays: what the engine says of its prefills, ControlLoop prefills_pay_draft)."""
+    loop = ControlLoop(make_policy("bandit", seed=0), initial_threshold=8, prefills_pay_draft=pays)
+    engine, applied, tick = Engine(fast, gain), [], 0.5
     while engine.t < seconds:
         loop.observe(engine.step(loop.threshold))
         while tick <= engine.t:
@@ -88,6 +91,17 @@ def test_the_loop_goes_to_0_and_stays_only_where_the_draft_pass_costs_more_than_
     else:
         assert loop.guard.exploit > 0 and applied[-40:].count(0) == 0
         assert applied.count(0) <= 2 * 4       # the trial at 0 (PROBE prefill intervals: about 1 s), once
+
+
+def test_an_engine_whose_off_prefills_skip_the_pass_gets_no_move_to_0_whatever_a_stretch_there_reads():
+    """The engine (off path kv, lean prefill) says its prefills skip the pass where the batch will not speculate:
+    a stretch at 0 could only read noise there (on the H200 at constant load: +1.5 %, then <= 0, and 0 <-> 23
+    flips every ~50 s, h200-2026-12-03c call 3). Here the stretch would read a real 4 ms: told, the loop never
+    goes to 0 for the prefills, nor tries it."""
+    loop, applied = run_loop(True, 150.0, pays=False)
+    assert loop.guard.exploit > 0 and applied[-40:].count(0) == 0
+    assert loop.policy.prefill.cost.w == 0                   # no trial at 0 was made to measure it
+    assert all("prompt pass" not in loop.policy.decide(Snapshot(150.0 + i, 8, 256, 12, False)).reason for i in range(3))
 
 
 def test_where_speculation_gains_more_than_the_pass_costs_0_is_not_chosen():

@@ -91,6 +91,12 @@ def test_zero_margin_10_leaves_the_bandit_threshold(margin):
     assert q.params["zero_margin"] == 9.99
 
 
+def test_an_engine_whose_off_prefills_skip_the_pass_leaves_the_bandit_threshold():
+    p, _, t = measured()
+    assert verdict(p, Snapshot(t, 8, 256, 12), 8, Decision(8, 8, "b")).threshold == 0     # the measurement calls for 0
+    assert verdict(p, Snapshot(t, 8, 256, 12, prefills_pay_draft=False), 8, Decision(8, 8, "b")) is None
+
+
 def test_the_measurement_is_saved_with_the_learner_and_loads_back():
     p, _, t = measured()
     saved = p.state()["prefill_cost"]

@@ -82,3 +82,29 @@ def test_a_restart_resumes_the_learned_threshold_not_a_trials_or_a_pins(tmp_path
     assert again.loop.threshold == 5 and again.loop.pinned == 5          # the engine starts with the pin ...
     assert again.loop.guard.exploit == 12                                # ... and an unpin goes back to 12
     writer.stop()
+
+
+def test_each_retune_tells_the_loop_what_the_engine_says_of_its_prefills(short_tmp):
+    from tests.fakes import FakeEngine, make_service as service_on_fake
+    engine = FakeEngine()
+    svc, writer = service_on_fake(short_tmp, engine=engine)
+    assert svc.loop.prefills_pay_draft is True
+    engine.prefills_pay_draft = lambda: False            # e.g. the plugin's stats say: off path kv
+    svc.retune()
+    assert svc.loop.prefills_pay_draft is False
+    engine.prefills_pay_draft = lambda: True             # its writer failed: back to fast
+    svc.retune()
+    assert svc.loop.prefills_pay_draft is True
+    writer.stop()
+
+
+def test_the_simulated_engine_and_the_simulators_loop_follow_the_profiles_off_path():
+    from dataclasses import replace
+    from controller.sim.evaluate import policy_runner
+    kv = load_profile("crossover-b")
+    fast = replace(kv, draft_kv=False)
+    assert kv.draft_kv
+    assert SimEngine(kv, concurrency=4).prefills_pay_draft() is False
+    assert SimEngine(fast, concurrency=4).prefills_pay_draft() is True
+    assert policy_runner("bandit", None, fast, 0)(None).loop.prefills_pay_draft is True
+    assert policy_runner("bandit", None, kv, 0)(None).loop.prefills_pay_draft is False

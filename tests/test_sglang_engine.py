@@ -241,3 +241,20 @@ def test_the_sglang_process_gets_the_plugins_the_daemons_and_the_env_tables_vari
     got = dict(line.split("=", 1) for line in (short_tmp / "env.txt").read_text().splitlines() if "=" in line)
     assert (got["SPEC_CONTROLLER_DRAFT_KV_GRAPH"], got["NCCL_DEBUG"], got[contract.ENV_DRAFT_KV]) == ("0", "WARN", "0")
     assert got[contract.ENV_INITIAL_THRESHOLD] == "7" and got[contract.ENV_ADDRESS] == f"ipc://{eng.ipc_path}"
+
+
+@pytest.mark.parametrize("config, stats_path, pays", [
+    ({}, None, False),                                     # the default off path kv, lean prefill: skipped
+    ({}, 4, False),                                        # the plugin says kv
+    ({}, 1, True),                                         # the plugin fell back to fast (its writer failed)
+    ({"off_path": "fast"}, None, True),
+    ({"off_path": "steps0"}, None, True),
+    ({"lean_prefill": False}, 4, True),                    # without lean prefill every prefill runs the draft
+])
+def test_the_engine_says_whether_off_batches_prefills_run_the_draft(config, stats_path, pays):
+    """What the zero verdict of the bandit follows (policies.prefill_cost): the off path in use, from the plugin's
+    stats once they come, else the configured one."""
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", **config})
+    if stats_path is not None:
+        eng.plugin_stats = contract.decode(contract.encode_stats({}, stats_path))
+    assert eng.prefills_pay_draft() is pays

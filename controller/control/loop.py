@@ -33,7 +33,8 @@ class ControlLoop:
     Not thread-safe by itself: the daemon serialises observe() and tick().
     """
 
-    def __init__(self, policy: Policy, guard: GuardConfig | None = None, initial_threshold: int = 0):
+    def __init__(self, policy: Policy, guard: GuardConfig | None = None, initial_threshold: int = 0,
+                 prefills_pay_draft: bool = True):
         self.policy = policy
         self.guard_config = guard or GuardConfig()
         self.guard = Guard(self.guard_config, policy.buckets, initial_threshold)
@@ -51,6 +52,7 @@ class ControlLoop:
         self._live: dict[int, int] = {}          # bucket -> decode-only batches since the last tick
         self._recent: dict[int, float] = {}      # batch size -> when it last ran (the coalescing window)
         self.live_batch_size: int | None = None  # the bucket most of them fell in (its upper edge)
+        self.prefills_pay_draft = prefills_pay_draft   # the engine's off path (Snapshot.prefills_pay_draft; the daemon's follows it)
 
     @property
     def threshold(self) -> int:
@@ -116,7 +118,7 @@ class ControlLoop:
             self._was_pinned, self._trial_shown = True, False
             return Tick(now, self.threshold, previous, reason, False)
         # The policy breaks ties toward the exploit threshold, never toward an exploratory one.
-        snap = Snapshot(now, self.guard.exploit, self.policy.max_batch_size, self._take_live())
+        snap = Snapshot(now, self.guard.exploit, self.policy.max_batch_size, self._take_live(), self.prefills_pay_draft)
         decision: Decision = self.policy.decide(snap)
         # Right after an unpin the policy's threshold is applied as it is (nothing to coalesce with).
         applied = None if self._was_pinned else self.threshold

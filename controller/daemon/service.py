@@ -222,6 +222,7 @@ class Service:
         with self._actuation:
             with self.lock:
                 now = self.clock.now()
+                self.loop.prefills_pay_draft = self.engine.prefills_pay_draft()
                 tick = self.loop.tick(now)
             if tick.changed:
                 self._actuate(tick.threshold, tick.previous, tick.reason, tick.exploratory, now)

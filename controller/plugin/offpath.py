@@ -7,7 +7,7 @@ import logging
 import time
 from typing import Any, Callable
 
-from ..contract import (REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_KV_UNSUPPORTED,
+from ..contract import (KV_PATH, REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_KV_UNSUPPORTED,
                         REASON_MISSING_INTERNAL, REASON_NONE, REASON_OTHER_RANK, REASON_REJECTION_SAMPLING,
                         REASON_RUN_FAILED, parse_version, prefill_skips_draft)
 from . import draftkv, draftkv_coalesce, draftkv_graph, fastoff, internals, offgrammar
@@ -275,7 +275,7 @@ class OffPath:
             return 2
         if self.sync_draft and self.fast.with_hidden:
             return 3
-        return 4 if self._writer() is not None else 1
+        return KV_PATH if self._writer() is not None else 1
 
     def counters(self) -> dict[str, int]:
         out = {"off_fallbacks": self.fallbacks, "lean_prefills": self.lean_prefills,

@@ -22,6 +22,11 @@ class Engine(ABC):
     initial_threshold: int = 0    # what it runs from start() until the first set_threshold (the daemon sets it)
     ready_timeout_s: float = 900.0    # how long the daemon waits for wait_ready (sglang: [sglang] ready_timeout_s)
 
+    def prefills_pay_draft(self) -> bool:
+        """At thresholds above 0, do prefills joining a batch that will not speculate run the draft's pass over
+        their prompts (policies.types.Snapshot)? True unless the engine knows its off path skips it."""
+        return True
+
     def probe(self) -> None:
         """A periodic liveness check whose verdict health() reports (engines that need one)."""
 

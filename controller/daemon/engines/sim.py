@@ -106,6 +106,9 @@ class SimEngine(Engine):
     def now(self) -> float:
         return self.core.t
 
+    def prefills_pay_draft(self) -> bool:
+        return not self.profile.draft_kv        # the simulated off path (core.prefill_runs_draft)
+
     def health(self) -> dict:
         alive = self._thread is not None and self._thread.is_alive()
         return {"ok": alive and self._error is None, "engine": "sim", "profile": self.profile.name,
