@@ -76,7 +76,11 @@ STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and t
                 "fast_off_target_ns", "draft_kv_ns",     # of fast_off_cpu_ns: the target's forward, the KV writes
                 "draft_kv_prefill_ns",                   # CPU of the lean prefills' prompt writes
                 "draft_kv_prefill_eager", "draft_kv_prefill_eager_ns",   # of those: written eagerly (no graph held them)
-                "draft_kv_graph_writes")                 # draft KV writes replayed from CUDA graphs (decode and prompt)
+                "draft_kv_graph_writes",                 # draft KV writes replayed from CUDA graphs (decode and prompt)
+                "prefills_pay_draft")                    # 1: off batches' prefills run the draft above 0 only (lean
+# prefill, no KV writer, no rejection sampling: threshold 0 saves that pass); 2: not (at 0 as well, or never); 0: a
+# plugin before it. The daemon's zero verdict follows it (policies.types.Snapshot.prefills_pay_draft).
+PAYS_DRAFT, SAME_AT_ZERO = 1, 2
 # kind=2, the counters, then: the off path in use (OFF_PATHS), why (OFF_REASONS), SGLang's version
 STATS = struct.Struct("<B" + "Q" * len(STATS_FIELDS) + "BB3H")
 STATS_TAIL = 1 + 8                      # the kind byte, then after the counters: path, reason, version

@@ -16,9 +16,10 @@ class Snapshot:
     stabilisation and rate cap; never an exploratory one): ties break toward it.
     live_batch_size: a batch size in the bucket most decode batches fell in since the last
     decision (the control loop counts them), or None before any was seen.
-    prefills_pay_draft: at thresholds above 0, prefills that join a batch which will not speculate still
-    run the draft's pass over their prompts (an off path that writes no draft KV, or lean prefill off: the
-    engine says which); False: they skip it, and what a prefill pays shows in its bucket's estimates.
+    prefills_pay_draft: prefills that join a batch which will not speculate run the draft's pass over their
+    prompts at thresholds above 0 and skip it at 0 (lean prefill on an off path that writes no draft KV: the
+    engine says which), so threshold 0 saves every prefill that pass; False: 0 saves none (with the KV writer
+    the pass is skipped at any threshold, without lean prefill it runs at 0 too).
     """
 
     now: float

@@ -226,7 +226,8 @@ def test_counters_name_every_off_path_figure(fast):
                               "off_fallbacks_grammar": 0, "draft_kv_writes": 7, "fast_off_batches": 0,
                               "fast_off_graph_batches": 3, "fast_off_cpu_ns": 11, "fast_off_target_ns": 6,
                               "draft_kv_ns": 4, "draft_kv_prefill_ns": 13, "draft_kv_prefill_eager": 2,
-                              "draft_kv_prefill_eager_ns": 9, "draft_kv_graph_writes": 0}
+                              "draft_kv_prefill_eager_ns": 9, "draft_kv_graph_writes": 0,
+                              "prefills_pay_draft": contract.PAYS_DRAFT}   # no KV writer built here
 
 
 def test_launch_time_adds_each_batchs_cpu_time(fast, monkeypatch):

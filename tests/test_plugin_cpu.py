@@ -310,6 +310,7 @@ def test_telemetry_codec_round_trip_and_refusal():
                      "off_fallbacks_logprob": 0, "off_fallbacks_grammar": 0, "draft_kv_writes": 0,
                      "fast_off_target_ns": 0, "draft_kv_ns": 0, "draft_kv_prefill_ns": 0,
                      "draft_kv_prefill_eager": 0, "draft_kv_prefill_eager_ns": 0, "draft_kv_graph_writes": 0,
+                     "prefills_pay_draft": 0,
                      "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
                      "off_path_evidence": "contract-checked against the 0.5.22 wheel, not measured on a GPU"}
     measured = decode(encode_stats({}, 3, 0, (0, 5, 17)))
@@ -759,3 +760,25 @@ def test_prompt_writes_a_graph_held_are_not_counted_eager(fast, monkeypatch):
     assert off.draft_extend_for_prefill(original, None, "huge", "hidden", [7]) == ("stub", [7])
     got = off.counters()
     assert (got["draft_kv_prefill_ns"], got["draft_kv_prefill_eager"], got["draft_kv_prefill_eager_ns"]) == (5100, 1, 5000)
+
+
+def test_the_stats_say_whether_threshold_0_saves_prefills_the_draft_and_go_out_once_the_path_is_decided(plug,
+                                                                                                          monkeypatch):
+    """What the daemon's zero verdict follows (contract PAYS_DRAFT): lean prefill without the KV writer, and no
+    rejection sampling (each as draft_extend_for_prefill decides it); announced at the first idle pass after start."""
+    off = plug.off_path
+    said = lambda: decode(plug.telemetry.stats_message())["prefills_pay_draft"]
+    off.kv_writer, off.draft_kv, off.lean_prefill, off.rejection = None, True, True, False
+    assert said() == contract.PAYS_DRAFT                  # no writer: above 0 a prefill runs the pass, at 0 it skips it
+    off.kv_writer = "writer"
+    assert said() == contract.SAME_AT_ZERO                # the writer: skipped at any threshold
+    off.draft_kv = False                                  # writes switched off at run time: the pass again
+    assert said() == contract.PAYS_DRAFT
+    off.lean_prefill = False
+    assert said() == contract.SAME_AT_ZERO                # runs at 0 too
+    off.lean_prefill, off.rejection = True, True
+    assert said() == contract.SAME_AT_ZERO
+    monkeypatch.setattr(fastoff, "build", lambda *a, **k: None)
+    plug.telemetry.stats_due = False
+    plug.hooks()["sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.init_cuda_graphs"][0](None, worker())
+    assert plug.telemetry.stats_due

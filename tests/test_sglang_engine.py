@@ -243,18 +243,19 @@ def test_the_sglang_process_gets_the_plugins_the_daemons_and_the_env_tables_vari
     assert got[contract.ENV_INITIAL_THRESHOLD] == "7" and got[contract.ENV_ADDRESS] == f"ipc://{eng.ipc_path}"
 
 
-@pytest.mark.parametrize("config, stats_path, pays", [
-    ({}, None, False),                                     # the default off path kv, lean prefill: skipped
-    ({}, 4, False),                                        # the plugin says kv
-    ({}, 1, True),                                         # the plugin fell back to fast (its writer failed)
-    ({"off_path": "fast"}, None, True),
+@pytest.mark.parametrize("config, said, pays", [
+    ({}, None, False),                                     # the default off path kv, lean prefill: skipped at any threshold
+    ({"off_path": "fast"}, None, True),                    # lean prefill without the writer: 0 saves the pass
     ({"off_path": "steps0"}, None, True),
-    ({"lean_prefill": False}, 4, True),                    # without lean prefill every prefill runs the draft
+    ({"lean_prefill": False, "off_path": "fast"}, None, False),   # the pass runs at 0 too
+    ({}, contract.PAYS_DRAFT, True),                       # the plugin's word wins (its writer failed: fast)
+    ({"off_path": "fast"}, contract.SAME_AT_ZERO, False),  # (rejection sampling: the pass runs at 0 too)
+    ({"off_path": "fast"}, 0, True),                       # a plugin before the field: the configuration
 ])
-def test_the_engine_says_whether_off_batches_prefills_run_the_draft(config, stats_path, pays):
-    """What the zero verdict of the bandit follows (policies.prefill_cost): the off path in use, from the plugin's
-    stats once they come, else the configured one."""
+def test_the_engine_says_whether_threshold_0_saves_off_batches_prefills_the_draft(config, said, pays):
+    """What the zero verdict of the bandit follows (policies.prefill_cost): the plugin's stats once they come, else
+    the configuration."""
     eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", **config})
-    if stats_path is not None:
-        eng.plugin_stats = contract.decode(contract.encode_stats({}, stats_path))
+    if said is not None:
+        eng.plugin_stats = contract.decode(contract.encode_stats({"prefills_pay_draft": said}, 1))
     assert eng.prefills_pay_draft() is pays

@@ -63,13 +63,19 @@ class Plugin:
                 {"off_path": self.off_path.path_index(), "off_reason": reason,
                  "sglang": parse_version(self.router.version()) or (0, 0, 0)})
 
+    def after_init_cuda_graphs(self, result: Any, worker: Any, *args, **kwargs) -> None:
+        """AFTER EAGLEWorkerV2.init_cuda_graphs: the off path is decided; the daemon hears it at the first idle pass,
+        not after STATS_EVERY samples (its zero verdict follows what the stats say of the prefills)."""
+        self.off_path.after_init_cuda_graphs(result, worker, *args, **kwargs)
+        self.telemetry.announce()
+
     def hooks(self) -> dict[str, tuple[Callable, str]]:
         """target -> (bound hook, HookType name); the targets are support.HOOK_TARGETS."""
         r, off, tel = self.router, self.off_path, self.telemetry
         return {
             f"{EAGLE_WORKER}.activate_step_by_batch": (r.activate_step_by_batch, "AROUND"),
             f"{EAGLE_WORKER}.forward_batch_generation": (off.forward_batch_generation, "AROUND"),
-            f"{EAGLE_WORKER}.init_cuda_graphs": (off.after_init_cuda_graphs, "AFTER"),
+            f"{EAGLE_WORKER}.init_cuda_graphs": (self.after_init_cuda_graphs, "AFTER"),
             f"{DRAFT_WORKER}._draft_extend_for_prefill": (off.draft_extend_for_prefill, "AROUND"),
             f"{EAGLE_WORKER}.on_verify_complete_cpu": (r.on_verify_complete_cpu, "AROUND"),
             f"{SCHEDULER}.set_internal_state": (self.set_internal_state, "AROUND"),

@@ -7,9 +7,9 @@ import logging
 import time
 from typing import Any, Callable
 
-from ..contract import (KV_PATH, REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_KV_UNSUPPORTED,
+from ..contract import (KV_PATH, PAYS_DRAFT, REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_KV_UNSUPPORTED,
                         REASON_MISSING_INTERNAL, REASON_NONE, REASON_OTHER_RANK, REASON_REJECTION_SAMPLING,
-                        REASON_RUN_FAILED, parse_version, prefill_skips_draft)
+                        REASON_RUN_FAILED, SAME_AT_ZERO, parse_version, prefill_skips_draft)
 from . import draftkv, draftkv_coalesce, draftkv_graph, fastoff, internals, offgrammar
 from .failures import Failures
 from .router import Router
@@ -266,6 +266,11 @@ class OffPath:
                 return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
         return fastoff.stub_draft_input(draft_worker, next_token_ids)
 
+    def prefills_pay_draft(self) -> bool:
+        """Does a prefill joining an off batch run the draft's pass above 0 and skip it at 0 (draft_extend_for_prefill)?
+        Not with the KV writer (skipped at any threshold), lean prefill off or rejection sampling (run at 0 too)."""
+        return self.lean_prefill and not self.rejection and self._writer() is None
+
     def path_index(self) -> int:
         """Index into contract.OFF_PATHS: steps-0, fast, fast built but switched off, fast + draft synced,
         fast + the draft's KV written by the plugin."""
@@ -283,7 +288,8 @@ class OffPath:
                "off_fallbacks_grammar": self.fallback_reasons.get(fastoff.GRAMMAR, 0),
                "draft_kv_writes": self.kv_writes, "draft_kv_prefill_ns": self.prefill_kv_ns,
                "draft_kv_prefill_eager": self.prefill_kv_eager, "draft_kv_prefill_eager_ns": self.prefill_kv_eager_ns,
-               "draft_kv_graph_writes": self.kv_graph.replays if self.kv_graph is not None else 0}
+               "draft_kv_graph_writes": self.kv_graph.replays if self.kv_graph is not None else 0,
+               "prefills_pay_draft": PAYS_DRAFT if self.prefills_pay_draft() else SAME_AT_ZERO}
         if self.fast is not None:
             out.update(fast_off_batches=self.fast.batches, fast_off_graph_batches=self.fast.graph_batches,
                        fast_off_cpu_ns=self.fast.cpu_ns, fast_off_target_ns=self.fast.target_ns,

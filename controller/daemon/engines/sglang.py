@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL,
-                         ENV_SYNC_DRAFT, KV_PATH, OFF_PATHS, THRESHOLD_KEY, decode, installed_platform_plugins, platform_unsupported_reason,
+                         ENV_SYNC_DRAFT, PAYS_DRAFT, SAME_AT_ZERO, THRESHOLD_KEY, decode, installed_platform_plugins, platform_unsupported_reason,
                          unsupported_reason, version_unsupported_reason)
 from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
@@ -249,11 +249,13 @@ class SGLangEngine(Engine):
         return time.time()
 
     def prefills_pay_draft(self) -> bool:
-        """The off path in use (the plugin's stats; before the first, the configured one): with the draft's KV
-        written and lean prefill on, prefills joining a batch that will not speculate skip the draft's pass."""
-        path = self.plugin_stats.get("off_path")
-        kv = path == OFF_PATHS[KV_PATH] if path else self.plugin_env.get(ENV_DRAFT_KV) == "1"
-        return not (kv and self.plugin_env.get(ENV_LEAN_PREFILL) == "1")
+        """What the plugin's stats say (contract PAYS_DRAFT); before the first, or from a plugin before it, the
+        configuration: lean prefill without the KV writer (with it the pass is skipped at any threshold, without
+        lean prefill it runs at 0 too)."""
+        said = self.plugin_stats.get("prefills_pay_draft", 0)
+        if said in (PAYS_DRAFT, SAME_AT_ZERO):
+            return said == PAYS_DRAFT
+        return self.plugin_env.get(ENV_LEAN_PREFILL) == "1" and self.plugin_env.get(ENV_DRAFT_KV) != "1"
 
     def probe(self, now: float | None = None) -> bool:
         """GET /health_generate: SGLang answers 200 once its scheduler returns output (at once when busy,
