@@ -3,6 +3,7 @@ the set_internal_state keys that steer them, and the table of hooks bound to the
 from __future__ import annotations
 
 import logging
+import time
 import os
 from typing import Any, Callable, Mapping
 
@@ -11,7 +12,7 @@ from ..contract import (BOOL_KEYS, DRAFT_KV_COALESCE_KEY, DRAFT_KV_GRAPH_KEY, DR
                         ENV_LEAN_PREFILL, ENV_SYNC_DRAFT, EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_PREFILL_KEY, OWN_KEYS,
                         REASON_INACTIVE, SIM_ACC_KEY, SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version,
                         validate_threshold)
-from . import offgrammar
+from . import offgrammar, warmsizes
 from .failures import Failures
 from .offpath import OffPath
 from .router import Router
@@ -68,6 +69,20 @@ class Plugin:
         not after STATS_EVERY samples (its zero verdict follows what the stats say of the prefills)."""
         self.off_path.after_init_cuda_graphs(result, worker, *args, **kwargs)
         self.telemetry.announce()
+        if self.env.get(warmsizes.ENV) == "1":
+            self._warm_sizes(worker)
+
+    def _warm_sizes(self, worker: Any) -> None:
+        """Experimental (warmsizes): a failure is logged and the engine serves as it would have without it."""
+        t0 = time.perf_counter()
+        max_bs = getattr(getattr(worker, "server_args", None), "max_running_requests", None) or 256
+        try:
+            launches = warmsizes.warm(worker, int(max_bs))
+        except Exception as e:
+            self.failures.record("warm sizes", e)
+            return
+        log.info("spec-controller: warmed speculative decode preparation for batch sizes up to %d "
+                 "(%d launches, %.0f ms)", max_bs, launches, (time.perf_counter() - t0) * 1e3)
 
     def hooks(self) -> dict[str, tuple[Callable, str]]:
         """target -> (bound hook, HookType name); the targets are support.HOOK_TARGETS."""
