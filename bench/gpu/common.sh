@@ -290,6 +290,15 @@ load_sum() { # loads.py args...: its result lines (and errors) into the summary 
   ${CLIENT:-} python3 bench/gpu/loads.py "$@" 2>&1 | grep -E "LOAD|Error|refused|Traceback" | cut -c1-220 >>"$SUM"
 }
 
+nospec_loads() { # names of loads.py argument arrays...: an engine started without speculation (port 30001) under
+  # each in turn, then stopped; its log kept at /tmp/nospec.log (8 files come back at most)
+  if start_server nospec 30001 X=1 --; then
+    local name; for name in "$@"; do local -n args=$name; load_sum --port 30001 --label nospec "${args[@]}"; done
+    say "nospec done"; stop_server
+  fi
+  tail -c 200000 "$OUT/nospec.log" >/tmp/nospec.log; rm -f "$OUT/nospec.log"
+}
+
 const_decisions() { # clients seconds history-file: the bandit unpinned under a constant closed loop; CONST line
   specctl policy set bandit >/dev/null; specctl threshold unpin >/dev/null
   local t1; t1=$(date +%s.%N)

@@ -20,12 +20,7 @@ ST=(--shape steady --levels "$STEADY_LEVELS" --steady-len 192 --repeats "$REPEAT
 CL=(--shape closed --levels "$CLOSED_LEVELS" --seconds 5 --warmup 2 --repeats "$REPEATS" --flush --out "$R")
 MODES=(--socket $SC/ctl.sock --configs "${EXTRA_MODES}always=@threshold pin $MAXBS;bandit=@threshold unpin")
 
-if start_server nospec 30001 X=1 --; then
-  load_sum --port 30001 --label nospec "${ST[@]}"
-  load_sum --port 30001 --label nospec "${CL[@]}"; say "nospec done"
-  stop_server
-fi
-tail -c 200000 "$OUT/nospec.log" >/tmp/nospec.log; rm -f "$OUT/nospec.log"     # 8 files come back at most
+nospec_loads ST CL
 if start_daemon; then
   specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
   specctl policy set bandit >/dev/null; specctl threshold unpin >/dev/null

@@ -18,12 +18,7 @@ EQ=(--prompts 200 --concurrency 32 --input-len 32 --output-len 96 --output-len-m
 ST=(--shape steady --levels 1,16,48,128 --steady-len 192 --repeats 2 --flush --out "$R")
 CL=(--shape closed --levels 1,16,48,128 --seconds 5 --warmup 2 --repeats 2 --flush --out "$R")
 
-if start_server nospec 30001 X=1 --; then
-  load_sum --port 30001 --label nospec "${ST[@]}"
-  load_sum --port 30001 --label nospec "${CL[@]}"; say "nospec done"
-  stop_server
-fi
-tail -c 200000 "$OUT/nospec.log" >/tmp/nospec.log; rm -f "$OUT/nospec.log"     # 8 files come back at most
+nospec_loads ST CL
 if start_daemon; then
   specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
   specctl threshold pin 0 >/dev/null
