@@ -778,6 +778,8 @@ def test_the_stats_say_whether_threshold_0_saves_prefills_the_draft_and_go_out_o
     assert said() == contract.SAME_AT_ZERO                # runs at 0 too
     off.lean_prefill, off.rejection = True, True
     assert said() == contract.SAME_AT_ZERO
+    off.rejection, plug.router.inert_reason = False, "not ours"        # an inert plugin: SGLang's path everywhere
+    assert said() == contract.SAME_AT_ZERO
     monkeypatch.setattr(fastoff, "build", lambda *a, **k: None)
     plug.telemetry.stats_due = False
     plug.hooks()["sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.init_cuda_graphs"][0](None, worker())

@@ -45,3 +45,64 @@ def test_only_asked_for_and_a_failure_is_logged_not_raised(monkeypatch, env, run
     plug.after_init_cuda_graphs(None, w)          # must not raise: the engine serves without the warm-up
     assert got == ([48] if runs else [])
     assert plug.failures.places == ({"warm sizes"} if runs else set())
+
+
+class FakeTensor:
+    """What warm() hands the kernel: dtype, length, element offset into its storage (8-byte elements: offset 1 is
+    8 bytes off), contents (all the same value here), and which storage it is."""
+
+    def __init__(self, n, dtype, value=0, offset=0, storage=None):
+        self.n, self.dtype, self.value, self.offset = n, dtype, value, offset
+        self.storage = storage if storage is not None else object()
+
+    def __getitem__(self, s):
+        return FakeTensor(self.n - s.start, self.dtype, self.value, self.offset + s.start, self.storage)
+
+    def clone(self):
+        return FakeTensor(self.n, self.dtype, self.value)
+
+
+def stub_torch(monkeypatch, calls):
+    import sys
+    import types
+    torch = types.ModuleType("torch")
+    torch.int64, torch.int32 = "int64", "int32"
+    torch.zeros = lambda n, dtype, device: FakeTensor(n, dtype)
+    devices = []
+
+    class Device:
+        def __init__(self, d):
+            devices.append(d)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+    torch.cuda = types.SimpleNamespace(device=Device, synchronize=lambda d: calls.append(("sync", d)))
+    alloc = types.ModuleType(warmsizes.ALLOCATION)
+    alloc.assign_req_to_token_pool_func = lambda *a: calls.append(a)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    for name in ("sglang", "sglang.srt", "sglang.srt.mem_cache"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, warmsizes.ALLOCATION, alloc)
+    return devices
+
+
+def test_the_warm_up_launches_each_range_at_both_alignments_with_nothing_to_write(monkeypatch):
+    calls = []
+    devices = stub_torch(monkeypatch, calls)
+    req_to_token = FakeTensor(8, "int32")
+    req_to_token.device = "cuda:3"
+    w = SimpleNamespace(target_worker=SimpleNamespace(model_runner=SimpleNamespace(
+        req_to_token_pool=SimpleNamespace(req_to_token=req_to_token))))
+    assert warmsizes.warm(w, 48) == 14                                      # 7 ranges (64 covers 48), 2 each
+    launches, sync = calls[:-1], calls[-1]
+    assert sync == ("sync", "cuda:3") and devices == ["cuda:3"]
+    assert [c[5] for c in launches] == [bs for bs in (1, 2, 4, 8, 16, 32, 64) for _ in range(2)]
+    for rows, table, start, end, loc, bs in launches:
+        assert table is req_to_token and rows.n == start.n == end.n == bs
+        assert (rows.dtype, start.dtype, end.dtype, loc.dtype) == ("int64", "int32", "int32", "int64")
+        assert start is not end and start.value == end.value == 0          # start == end: the kernel writes nothing
+    assert [c[4].offset for c in launches[:2]] == [0, 1]                   # aligned, then 8 bytes off
+    assert launches[0][4].storage is launches[1][4].storage                # one scratch buffer, two views

@@ -268,8 +268,9 @@ class OffPath:
 
     def prefills_pay_draft(self) -> bool:
         """Does a prefill joining an off batch run the draft's pass above 0 and skip it at 0 (draft_extend_for_prefill)?
-        Not with the KV writer (skipped at any threshold), lean prefill off or rejection sampling (run at 0 too)."""
-        return self.lean_prefill and not self.rejection and self._writer() is None
+        Not with the KV writer (skipped at any threshold), lean prefill off or rejection sampling (run at 0 too), nor
+        once the plugin found the engine is not its own (inert: SGLang's own path at every threshold)."""
+        return self.lean_prefill and not self.rejection and self._writer() is None and self.router.inert_reason is None
 
     def path_index(self) -> int:
         """Index into contract.OFF_PATHS: steps-0, fast, fast built but switched off, fast + draft synced,

@@ -47,11 +47,13 @@ def warm(worker: Any, max_batch_size: int) -> int:
     device = req_to_token.device
     scratch = torch.zeros(64, dtype=torch.int64, device=device)
     launches = 0
-    for bs in ranges(max_batch_size):
-        pool_rows = torch.zeros(bs, dtype=torch.int64, device=device)
-        offsets = torch.zeros(bs, dtype=torch.int32, device=device)
-        for out_cache_loc in (scratch, scratch[1:]):            # 16-byte aligned, and 8 bytes off
-            assign_req_to_token_pool_func(pool_rows, req_to_token, offsets, offsets.clone(), out_cache_loc, bs)
-            launches += 1
-    torch.cuda.synchronize(device)
+    with torch.cuda.device(device):      # the pool's device, whatever this thread's current one
+        for bs in ranges(max_batch_size):
+            # spec-v2's dtypes (FACTS): the pool rows int64, the offsets int32, out_cache_loc int64
+            pool_rows = torch.zeros(bs, dtype=torch.int64, device=device)
+            offsets = torch.zeros(bs, dtype=torch.int32, device=device)
+            for out_cache_loc in (scratch, scratch[1:]):            # 16-byte aligned, and 8 bytes off
+                assign_req_to_token_pool_func(pool_rows, req_to_token, offsets, offsets.clone(), out_cache_loc, bs)
+                launches += 1
+        torch.cuda.synchronize(device)
     return launches
