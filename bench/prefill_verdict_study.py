@@ -24,7 +24,8 @@ from controller.sim.profile import Segment, load_profile  # noqa: E402
 from open_loop_study import middle_ratio  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-PROFILES = (str(ROOT / "bench/results/h200-2026-12-01c/h200-7b-open-tl2-kv.toml"), "h200-2b6", "crossover-a")
+PROFILES = (str(ROOT / "bench/results/h200-2026-12-01c/h200-7b-open-tl2-kv.toml"), "h200-2b6", "crossover-a", "crossover-b",
+            "seed")
 
 
 class Ignoring(ev.ControlLoop):
