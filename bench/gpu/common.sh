@@ -299,6 +299,11 @@ nospec_loads() { # names of loads.py argument arrays...: an engine started witho
   tail -c 200000 "$OUT/nospec.log" >/tmp/nospec.log; rm -f "$OUT/nospec.log"
 }
 
+save_db() { # the daemon's database (after stop_daemon), compacted and compressed: $OUT/state.db.xz
+  rm -f /tmp/state-copy.db; python3 -c "import sqlite3; sqlite3.connect('$SC/state.db').execute(\"VACUUM INTO '/tmp/state-copy.db'\")"
+  xz -6 -c /tmp/state-copy.db >"$OUT/state.db.xz"; ls -la "$OUT/state.db.xz" | tee -a "$SUM"
+}
+
 const_decisions() { # clients seconds history-file: the bandit unpinned under a constant closed loop; CONST line
   specctl policy set bandit >/dev/null; specctl threshold unpin >/dev/null
   local t1; t1=$(date +%s.%N)

@@ -35,8 +35,7 @@ if start_daemon; then
   if [ "$CS" -ge 40 ] && [ "$CONST_S" -gt 0 ]; then const_decisions "$CONST_C" "$CS" "$OUT/history-const.json"
   else say "skip constant load (time: $(left) s left)"; fi
   stop_daemon
-  rm -f /tmp/state-copy.db; python3 -c "import sqlite3; sqlite3.connect('$SC/state.db').execute(\"VACUUM INTO '/tmp/state-copy.db'\")"
-  xz -6 -c /tmp/state-copy.db >"$OUT/state.db.xz"
+  save_db
 fi
 save_caches
 python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"

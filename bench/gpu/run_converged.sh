@@ -34,8 +34,7 @@ if [ "$MIDDLE" = 1 ] && specctl status >/dev/null 2>&1; then
 fi
 if specctl status >/dev/null 2>&1; then
   stop_daemon
-  rm -f /tmp/state-copy.db; python3 -c "import sqlite3; sqlite3.connect('$SC/state.db').execute(\"VACUUM INTO '/tmp/state-copy.db'\")"
-  xz -6 -c /tmp/state-copy.db >"$OUT/state.db.xz"; ls -la "$OUT/state.db.xz" | tee -a "$SUM"
+  save_db
 fi
 python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"
 say "total $(($(date +%s) - T0)) s"

@@ -51,8 +51,7 @@ if start_daemon; then
   python3 bench/gpu/db_to_profile.py $SC/state.db "$OUT/h200-7b-open.toml" --name h200-7b-open \
     --source "H200, SGLang 0.5.17, crafted 7.2B + EAGLE3 K=3, bench/gpu/run_modes.sh" \
     --prompt-len-range 102,512 --output-len-range 76,384 --arrival-rate "$RATES" --max-batch-size $MAXBS 2>&1 | tail -2 | tee -a "$SUM"
-  rm -f /tmp/state-copy.db; python3 -c "import sqlite3; sqlite3.connect('$SC/state.db').execute(\"VACUUM INTO '/tmp/state-copy.db'\")"
-  xz -6 -c /tmp/state-copy.db >"$OUT/state.db.xz"; ls -la "$OUT/state.db.xz" | tee -a "$SUM"
+  save_db
 fi
 save_caches
 python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"

@@ -52,7 +52,8 @@ class ControlLoop:
         self._live: dict[int, int] = {}          # bucket -> decode-only batches since the last tick
         self._recent: dict[int, float] = {}      # batch size -> when it last ran (the coalescing window)
         self.live_batch_size: int | None = None  # the bucket most of them fell in (its upper edge)
-        self.prefills_pay_draft = prefills_pay_draft   # the engine's off path (Snapshot.prefills_pay_draft; the daemon's follows it)
+        # the engine's off path (Snapshot.prefills_pay_draft); the daemon sets it from its engine at each tick
+        self.prefills_pay_draft = prefills_pay_draft
 
     @property
     def threshold(self) -> int:

@@ -3,8 +3,8 @@ the set_internal_state keys that steer them, and the table of hooks bound to the
 from __future__ import annotations
 
 import logging
-import time
 import os
+import time
 from typing import Any, Callable, Mapping
 
 from ..contract import (BOOL_KEYS, DRAFT_KV_COALESCE_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_KEY, ENV_ADDRESS, ENV_DRAFT_KV,

@@ -7,9 +7,10 @@ import logging
 import time
 from typing import Any, Callable
 
-from ..contract import (KV_PATH, PAYS_DRAFT, REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_KV_UNSUPPORTED,
-                        REASON_MISSING_INTERNAL, REASON_NONE, REASON_OTHER_RANK, REASON_REJECTION_SAMPLING,
-                        REASON_RUN_FAILED, SAME_AT_ZERO, parse_version, prefill_skips_draft)
+from ..contract import (KV_PATH, PAYS_DRAFT, REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE,
+                        REASON_KV_UNSUPPORTED, REASON_MISSING_INTERNAL, REASON_NONE, REASON_OTHER_RANK,
+                        REASON_REJECTION_SAMPLING, REASON_RUN_FAILED, SAME_AT_ZERO, parse_version,
+                        prefill_skips_draft)
 from . import draftkv, draftkv_coalesce, draftkv_graph, fastoff, internals, offgrammar
 from .failures import Failures
 from .router import Router

@@ -234,8 +234,9 @@ def sweep_segments(levels: Sequence[int], seconds: float) -> list[Segment]:
 def policy_runner(name: str, params: Mapping[str, Any] | None, profile: Profile, seed: int,
                   guard: GuardConfig | None = None, initial_threshold: int = 0) -> Callable[[SimCore], Runner]:
     policy = make_policy(name, params, seed=seed, max_batch_size=profile.max_batch_size)   # validates now
-    # the loop knows the off path as the daemon's does from its engine (core.prefill_runs_draft)
-    return lambda core: LoopRunner(ControlLoop(policy, guard, initial_threshold, prefills_pay_draft=not profile.draft_kv))
+    # the loop knows the off path as the daemon's does from its engine
+    pays = profile.prefills_pay_draft
+    return lambda core: LoopRunner(ControlLoop(policy, guard, initial_threshold, prefills_pay_draft=pays))
 
 
 def static_throughputs(profile: Profile, segments: Sequence[Segment], threshold: int, seed: int = 0,

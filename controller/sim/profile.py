@@ -49,6 +49,12 @@ class Profile:
                                          # thresholds above 0, for batches that will not speculate (contract)
 
     @property
+    def prefills_pay_draft(self) -> bool:
+        """Threshold 0 saves the prefills of off batches the draft's pass (policies.types.Snapshot): lean prefill
+        skips it at any threshold where the off path writes the draft's KV (core.prefill_runs_draft)."""
+        return not self.draft_kv
+
+    @property
     def prompt_len_mean(self) -> float:
         return sum(self.prompt_len_range) / 2.0
 

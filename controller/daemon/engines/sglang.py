@@ -21,8 +21,8 @@ import urllib.request
 from pathlib import Path
 
 from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL,
-                         ENV_SYNC_DRAFT, PAYS_DRAFT, SAME_AT_ZERO, THRESHOLD_KEY, decode, installed_platform_plugins, platform_unsupported_reason,
-                         unsupported_reason, version_unsupported_reason)
+                         ENV_SYNC_DRAFT, PAYS_DRAFT, SAME_AT_ZERO, THRESHOLD_KEY, decode, installed_platform_plugins,
+                         platform_unsupported_reason, unsupported_reason, version_unsupported_reason)
 from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
 

@@ -107,7 +107,7 @@ class SimEngine(Engine):
         return self.core.t
 
     def prefills_pay_draft(self) -> bool:
-        return not self.profile.draft_kv        # the simulated off path (core.prefill_runs_draft)
+        return self.profile.prefills_pay_draft
 
     def health(self) -> dict:
         alive = self._thread is not None and self._thread.is_alive()
