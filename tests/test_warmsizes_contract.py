@@ -1,6 +1,8 @@
-"""The experimental start-up warm-up (controller/plugin/warmsizes.py): the SGLang names it calls and the source facts
+"""The start-up warm-up (controller/plugin/warmsizes.py, on by default): the SGLang names it calls and the source facts
 it rests on, in every wheel that has the kernel; which ranges it launches; and that a failure leaves the engine
-serving (logged once). Its effect is a GPU measurement (bench/gpu/README next steps)."""
+serving (logged once). Its effect is a GPU measurement (bench/results/h200-2026-12-03d call 2)."""
+import sys
+import types
 from types import SimpleNamespace
 
 import pytest
@@ -31,10 +33,11 @@ def test_one_batch_size_per_power_of_two_range_up_to_the_largest(max_bs, want):
     assert warmsizes.ranges(max_bs) == want
 
 
-@pytest.mark.parametrize("env, runs", [({}, False), ({warmsizes.ENV: "1"}, True), ({warmsizes.ENV: "0"}, False)])
-def test_only_asked_for_and_a_failure_is_logged_not_raised(monkeypatch, env, runs):
+@pytest.mark.parametrize("env, runs", [({}, True), ({warmsizes.ENV: "1"}, True), ({warmsizes.ENV: "0"}, False)])
+def test_on_unless_turned_off_and_a_failure_is_logged_not_raised(monkeypatch, env, runs):
     from controller.plugin import fastoff
     monkeypatch.setattr(fastoff, "build", lambda *a, **k: None)
+    monkeypatch.setattr(warmsizes, "unsupported_reason", lambda: None)
     got = []
     def failing(worker, max_bs):
         got.append(max_bs)
@@ -45,6 +48,17 @@ def test_only_asked_for_and_a_failure_is_logged_not_raised(monkeypatch, env, run
     plug.after_init_cuda_graphs(None, w)          # must not raise: the engine serves without the warm-up
     assert got == ([48] if runs else [])
     assert plug.failures.places == ({"warm sizes"} if runs else set())
+
+
+def test_an_sglang_without_the_kernel_is_skipped_not_a_failure(monkeypatch):
+    from controller.plugin import fastoff
+    monkeypatch.setattr(fastoff, "build", lambda *a, **k: None)
+    monkeypatch.setitem(sys.modules, warmsizes.ALLOCATION, types.ModuleType(warmsizes.ALLOCATION))   # 0.5.15's shape
+    assert "assign_req_to_token_pool_func" in warmsizes.unsupported_reason()
+    monkeypatch.setattr(warmsizes, "warm", lambda *a: pytest.fail("warmed an SGLang without the kernel"))
+    plug = Plugin({})
+    plug.after_init_cuda_graphs(None, SimpleNamespace(server_args=SimpleNamespace(max_running_requests=48)))
+    assert plug.failures.places == set()
 
 
 class FakeTensor:
@@ -63,8 +77,6 @@ class FakeTensor:
 
 
 def stub_torch(monkeypatch, calls):
-    import sys
-    import types
     torch = types.ModuleType("torch")
     torch.int64, torch.int32 = "int64", "int32"
     torch.zeros = lambda n, dtype, device: FakeTensor(n, dtype)

@@ -69,11 +69,16 @@ class Plugin:
         not after STATS_EVERY samples (its zero verdict follows what the stats say of the prefills)."""
         self.off_path.after_init_cuda_graphs(result, worker, *args, **kwargs)
         self.telemetry.announce()
-        if self.env.get(warmsizes.ENV) == "1":
+        if self.env.get(warmsizes.ENV, "1") != "0":
             self._warm_sizes(worker)
 
     def _warm_sizes(self, worker: Any) -> None:
-        """Experimental (warmsizes): a failure is logged and the engine serves as it would have without it."""
+        """warmsizes (on unless SPEC_CONTROLLER_WARM_SIZES=0): a failure is logged and the engine serves as it would
+        have without it; an SGLang without the kernel is told once, not counted as a failure."""
+        reason = warmsizes.unsupported_reason()
+        if reason is not None:
+            log.info("spec-controller: no start-up warm-up of the decode preparation: %s", reason)
+            return
         t0 = time.perf_counter()
         max_bs = getattr(getattr(worker, "server_args", None), "max_running_requests", None) or 256
         try:

@@ -1,5 +1,5 @@
 """Pre-pays, once at engine start, the Triton JIT that SGLang's speculative decode preparation otherwise pays on the
-first decode batch of each new batch-size range (experimental, off unless SPEC_CONTROLLER_WARM_SIZES=1).
+first decode batch of each new batch-size range (on by default; SPEC_CONTROLLER_WARM_SIZES=0 leaves it out).
 
 Runs inside SGLang's scheduler process, once per rank, after the CUDA graphs are captured: not hot. Why: on the
 H200 the first run at each new batch size cost ~130 ms more in the scheduling step (bench/results/h200-2026-12-03
@@ -9,8 +9,9 @@ kernel assign_req_to_token_pool, specialised on next_power_of_2(batch size) (a c
 out_cache_loc, a slice of the allocator's free list, is 16-byte aligned: up to two compiles per power-of-two range
 (SGLang's allocator kernel documents ~100 ms per variant and avoids it with do_not_specialize; this one does not);
 plain decoding writes req_to_token with torch indexing. Launching the kernel for every range and both alignments
-with start == end (no iteration: it writes nothing) makes those variants before the first request. NOT measured
-on a GPU yet (bench/gpu/README next steps)."""
+with start == end (no iteration: it writes nothing) makes those variants before the first request. Measured on the H200 (bench/results/h200-2026-12-03d call 2,
+16 launches, 21 ms at start): the first steady run at batch 48 ran at its median (before: -6 %), at batch 16 -5 %
+(before: -11 %; what is left there is not this kernel)."""
 from __future__ import annotations
 
 from typing import Any
@@ -28,6 +29,15 @@ FACTS = (
     ("sglang.srt.speculative.eagle_utils.eagle_prepare_for_decode",
      "cur_kv_lens_cpu = torch.tensor(cur_kv_lens, dtype=torch.int32", "the offsets are int32 (the variants' dtypes)"),
 )
+
+
+def unsupported_reason() -> str | None:
+    """Why this SGLang has nothing to warm (0.5.14-0.5.15 write req_to_token otherwise), or None."""
+    try:
+        from sglang.srt.mem_cache.allocation import assign_req_to_token_pool_func  # noqa: F401
+    except ImportError as e:
+        return f"no {ALLOCATION}.assign_req_to_token_pool_func in this SGLang ({e})"
+    return None
 
 
 def ranges(max_batch_size: int) -> list[int]:
