@@ -122,7 +122,7 @@ def test_unknown_guard_setting_lists_the_known_ones():
         GuardConfig.from_mapping({"bogus": 1})
     assert str(err.value) == ("unknown guard setting 'bogus' (known: min_threshold, max_threshold, stabilisation_s, "
                               "max_step_buckets, explore_share, explore_window_s, fallback_after_s, fallback_threshold, "
-                              "min_gain, coalesce_window_s, changes_per_min, changes_burst, urgent_gain, learning_s, "
+                              "min_gain, coalesce_window_s, changes_per_min, changes_burst, trial_reserve, urgent_gain, learning_s, "
                               "flap_s, untried_per_min, untried_burst, shift_ratio)")
 
 

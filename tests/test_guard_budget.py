@@ -69,6 +69,22 @@ def test_a_trial_takes_two_tokens_and_its_end_none():
     assert again.apply(1.5, Decision(20, 8, "t2"), 1.5, applied=8)[0] == 8      # the budget of one trial only
 
 
+def test_a_trial_leaves_the_reserve_for_the_move_it_calls_for():
+    # simulator, h200-7b-open-tl2-kv seed 3 at 12 req/s: two trials spent the budget and the move 26 -> 15 that
+    # the second one called for (a gain under urgent_gain) waited 14 s; a trial now leaves trial_reserve over
+    g = guard(changes_burst=4)
+    assert g.apply(1.0, Decision(20, 8, "t1"), 1.0, applied=8)[0::2] == (20, True)           # 4 -> 2 tokens
+    assert g.apply(1.5, Decision(8, 8, "back"), 1.5, applied=20, exploring=True)[0] == 8
+    assert g.apply(2.0, Decision(20, 8, "t2"), 2.0, applied=8) == (
+        8, "best threshold 8; trial skipped: change budget spent", False)                    # 2 < 2 + 1
+    assert g.apply(3.0, Decision(12, 12, "up", gain=0.01), 3.0, applied=8) == (12, "up", False)   # the reserve
+    none = guard(changes_burst=4, trial_reserve=0)
+    for t in (1.0, 2.0):
+        assert none.apply(t, Decision(20, 8, "t"), t, applied=8)[2] is True
+        none.apply(t + 0.5, Decision(8, 8, "back"), t + 0.5, applied=20, exploring=True)
+    assert none.apply(3.0, Decision(12, 12, "up", gain=0.01), 3.0, applied=8)[0] == 8       # spent by the trials
+
+
 def test_a_skipped_trial_still_makes_the_exploit_move_it_carried():
     def spent() -> Guard:
         g = guard(changes_burst=2)

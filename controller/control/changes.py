@@ -22,12 +22,12 @@ class ChangeBudget:
             self._t = now
         return self.tokens
 
-    def take(self, now: float, n: float = 1.0, force: bool = False) -> bool:
-        """Spend n tokens if there are that many; a forced change is let through for free
-        (it must not starve the discretionary ones that follow)."""
+    def take(self, now: float, n: float = 1.0, force: bool = False, reserve: float = 0.0) -> bool:
+        """Spend n tokens if there are that many and `reserve` more left over; a forced change is let
+        through for free (it must not starve the discretionary ones that follow)."""
         if force:
             return True
-        if self.available(now) >= n:
+        if self.available(now) >= n + reserve:
             self.tokens -= n
             return True
         return False

@@ -29,6 +29,8 @@ class GuardConfig:
     coalesce_window_s: float = 10.0     # a change that moves no batch size seen this long is not made (0: off)
     changes_per_min: float = 1.0        # visible changes allowed on average (token bucket; 0: no limit) ...
     changes_burst: float = 6.0          # ... and at once
+    trial_reserve: float = 1.0          # a charged trial (two tokens) must leave this many for the exploit move it
+                                        # calls for (at most changes_burst - 2: a burst of 2 still allows one trial)
     urgent_gain: float = 0.05           # an exploit move expected to gain this much is never held back
     learning_s: float = 20.0            # ... nor any change this long after a probe of an untried arm
     flap_s: float = 60.0                # ... nor a move reversing one this recent, nor a probe repeating one
@@ -65,6 +67,7 @@ class GuardConfig:
             ("min_gain", 0 <= self.min_gain <= 1, "0 .. 1"),
             ("changes_per_min", 0 <= self.changes_per_min <= 6000, "0 .. 6000"),
             ("changes_burst", 2 <= self.changes_burst <= 1000, "2 .. 1000"),
+            ("trial_reserve", 0 <= self.trial_reserve <= 1000, "0 .. 1000"),
             ("urgent_gain", 0 <= self.urgent_gain <= 10, "0 .. 10"),
             ("learning_s", 0 <= self.learning_s <= 3600, "0 .. 3600"),
             ("flap_s", 0 <= self.flap_s <= 86400, "0 .. 86400"),
