@@ -84,6 +84,7 @@ LIMITS = [  # setting, lowest and highest allowed, one just under, one just over
     ("min_gain", 0, 1, -0.001, 1.001, "0 .. 1"),
     ("changes_per_min", 0, 6000, -0.1, 6000.5, "0 .. 6000"),
     ("changes_burst", 2, 1000, 1.9, 1000.5, "2 .. 1000"),
+    ("trial_reserve", 0, 1000, -0.1, 1000.5, "0 .. 1000"),
     ("urgent_gain", 0, 10, -0.01, 10.01, "0 .. 10"),
     ("learning_s", 0, 3600, -0.1, 3600.5, "0 .. 3600"),
     ("flap_s", 0, 86400, -0.1, 86400.5, "0 .. 86400"),
@@ -122,8 +123,8 @@ def test_unknown_guard_setting_lists_the_known_ones():
         GuardConfig.from_mapping({"bogus": 1})
     assert str(err.value) == ("unknown guard setting 'bogus' (known: min_threshold, max_threshold, stabilisation_s, "
                               "max_step_buckets, explore_share, explore_window_s, fallback_after_s, fallback_threshold, "
-                              "min_gain, coalesce_window_s, changes_per_min, changes_burst, trial_reserve, urgent_gain, learning_s, "
-                              "flap_s, untried_per_min, untried_burst, shift_ratio)")
+                              "min_gain, coalesce_window_s, changes_per_min, changes_burst, trial_reserve, urgent_gain, "
+                              "learning_s, flap_s, untried_per_min, untried_burst, shift_ratio)")
 
 
 def test_shift_ratio_is_off_at_0_or_above_1():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from controller.control.changes import ChangeBudget
 from controller.control.guard import Guard, moves_any
 from controller.control.guard_config import GuardConfig
 from policies import Decision, PolicyError
@@ -83,6 +84,19 @@ def test_a_trial_leaves_the_reserve_for_the_move_it_calls_for():
         assert none.apply(t, Decision(20, 8, "t"), t, applied=8)[2] is True
         none.apply(t + 0.5, Decision(8, 8, "back"), t + 0.5, applied=20, exploring=True)
     assert none.apply(3.0, Decision(12, 12, "up", gain=0.01), 3.0, applied=8)[0] == 8       # spent by the trials
+
+
+def test_the_reserve_is_left_not_spent_and_at_most_burst_minus_2():
+    b = ChangeBudget(0, 4)
+    assert b.take(0.0, 2.0, reserve=1.0) and b.tokens == 2                   # the reserve stays in the bucket
+    assert not b.take(0.0, 2.0, reserve=1.0) and b.tokens == 2
+    assert b.take(0.0, 1.0, force=True, reserve=5.0) and b.tokens == 2       # a forced change: free, no reserve
+    # a reserve past changes_burst - 2 counts as burst - 2: a full bucket still lets a trial through, one token less not
+    assert guard(changes_burst=4, trial_reserve=1000).apply(1.0, Decision(20, 8, "t"), 1.0, applied=8)[2] is True
+    g = guard(changes_burst=4, trial_reserve=1000)
+    assert g.apply(1.0, Decision(12, 12, "up", gain=0.01), 1.0, applied=8)[0] == 12     # 4 -> 3 tokens
+    assert g.apply(2.0, Decision(20, 12, "t"), 2.0, applied=12) == (
+        12, "best threshold 12; trial skipped: change budget spent", False)            # 3 < 2 + 2
 
 
 def test_a_skipped_trial_still_makes_the_exploit_move_it_carried():

@@ -50,6 +50,30 @@ def test_on_unless_turned_off_and_a_failure_is_logged_not_raised(monkeypatch, en
     assert plug.failures.places == ({"warm sizes"} if runs else set())
 
 
+def test_an_error_in_the_support_check_is_a_failure_not_a_stopped_engine(monkeypatch):
+    from controller.plugin import fastoff
+    monkeypatch.setattr(fastoff, "build", lambda *a, **k: None)
+    def broken():
+        raise RuntimeError("CUDA error during import")
+    monkeypatch.setattr(warmsizes, "unsupported_reason", broken)
+    plug = Plugin({})
+    plug.after_init_cuda_graphs(None, SimpleNamespace(server_args=SimpleNamespace(max_running_requests=48)))
+    assert plug.failures.places == {"warm sizes"}
+
+
+@pytest.mark.parametrize("configured, pool, want", [(48, 300, 48), (None, 300, 300), (None, None, 256), (0, 64, 64)])
+def test_the_largest_batch_is_the_servers_else_the_request_pools(configured, pool, want):
+    runner = SimpleNamespace(req_to_token_pool=SimpleNamespace(size=pool))
+    w = SimpleNamespace(server_args=SimpleNamespace(max_running_requests=configured),
+                        target_worker=SimpleNamespace(model_runner=runner))
+    assert warmsizes.max_batch_size(w) == want
+
+
+def test_an_sglang_with_the_kernel_is_supported(monkeypatch):
+    stub_torch(monkeypatch, [])                      # an allocation module that has assign_req_to_token_pool_func
+    assert warmsizes.unsupported_reason() is None
+
+
 def test_an_sglang_without_the_kernel_is_skipped_not_a_failure(monkeypatch):
     from controller.plugin import fastoff
     monkeypatch.setattr(fastoff, "build", lambda *a, **k: None)

@@ -75,14 +75,14 @@ class Plugin:
     def _warm_sizes(self, worker: Any) -> None:
         """warmsizes (on unless SPEC_CONTROLLER_WARM_SIZES=0): a failure is logged and the engine serves as it would
         have without it; an SGLang without the kernel is told once, not counted as a failure."""
-        reason = warmsizes.unsupported_reason()
-        if reason is not None:
-            log.info("spec-controller: no start-up warm-up of the decode preparation: %s", reason)
-            return
         t0 = time.perf_counter()
-        max_bs = getattr(getattr(worker, "server_args", None), "max_running_requests", None) or 256
-        try:
-            launches = warmsizes.warm(worker, int(max_bs))
+        try:    # inside SGLang's init_cuda_graphs hook: nothing here may stop the engine's start
+            reason = warmsizes.unsupported_reason()
+            if reason is not None:
+                log.info("spec-controller: no start-up warm-up of the decode preparation: %s", reason)
+                return
+            max_bs = warmsizes.max_batch_size(worker)
+            launches = warmsizes.warm(worker, max_bs)
         except Exception as e:
             self.failures.record("warm sizes", e)
             return

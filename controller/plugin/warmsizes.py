@@ -9,9 +9,9 @@ kernel assign_req_to_token_pool, specialised on next_power_of_2(batch size) (a c
 out_cache_loc, a slice of the allocator's free list, is 16-byte aligned: up to two compiles per power-of-two range
 (SGLang's allocator kernel documents ~100 ms per variant and avoids it with do_not_specialize; this one does not);
 plain decoding writes req_to_token with torch indexing. Launching the kernel for every range and both alignments
-with start == end (no iteration: it writes nothing) makes those variants before the first request. Measured on the H200 (bench/results/h200-2026-12-03d call 2,
-16 launches, 21 ms at start): the first steady run at batch 48 ran at its median (before: -6 %), at batch 16 -5 %
-(before: -11 %; what is left there is not this kernel)."""
+with start == end (no iteration: it writes nothing) makes those variants before the first request. Measured on the
+H200 (bench/results/h200-2026-12-03d call 2, TP 1, 16 launches, 21 ms at start): the first steady run at batch 48 ran
+at its median (before: -6 %), at batch 16 -5 % (before: -11 %; what is left there is not this kernel)."""
 from __future__ import annotations
 
 from typing import Any
@@ -38,6 +38,16 @@ def unsupported_reason() -> str | None:
     except ImportError as e:
         return f"no {ALLOCATION}.assign_req_to_token_pool_func in this SGLang ({e})"
     return None
+
+
+def max_batch_size(worker: Any) -> int:
+    """The largest decode batch: the server's max_running_requests, else the request pool's size (what SGLang
+    derives it from), else 256."""
+    configured = getattr(getattr(worker, "server_args", None), "max_running_requests", None)
+    if configured:
+        return int(configured)
+    pool = getattr(getattr(getattr(worker, "target_worker", None), "model_runner", None), "req_to_token_pool", None)
+    return int(getattr(pool, "size", None) or 256)
 
 
 def ranges(max_batch_size: int) -> list[int]:
