@@ -57,6 +57,7 @@ class BucketLearner(Policy):
         self.accept_hi = (0.0, 0.0)       # (highest accept length lately, when), see accept_high()
         self.arrived = [-math.inf] * n    # when the load came back to each bucket after half_life_s away
         self.run = FreshRun()             # see staleness.probe_goes_on
+        self.hold = staleness.TrialHold(n)  # uncertainty trials of a clear loss, spaced out (not saved: transient)
         self.lines: tuple[list, list] = ([None, None], [(0.0, 0.0), (0.0, 0.0)])   # trend.fit_lines, each decision
         self.prefill = prefill_cost.PrefillCost(hl, n)   # what thresholds above 0 cost at each prefill
 
@@ -67,6 +68,7 @@ class BucketLearner(Policy):
         arm = SPEC if sample.steps > 0 else OFF
         if sample.t - max(self.tried[OFF][b], self.tried[SPEC][b]) >= self.params["half_life_s"]:
             self.arrived[b] = sample.t
+            self.hold.start_over(b)
         if arm == SPEC and sample.t - self.tried[SPEC][b] >= self.params["half_life_s"]:
             self.run.start(b, sample.t)
         # Even an interval that is no reward shows the arm was tried: re-trying costs a batch.
@@ -266,6 +268,8 @@ class BucketLearner(Policy):
         else:
             want = self.choose_arm(b, snap.now, SPEC if in_spec else OFF)
             why = reasons.uncertain(self.relative(b))
+            if (want == SPEC) != in_spec and not self.hold.allows(b, snap.now, self.relative(b), want == SPEC):
+                want = SPEC if in_spec else OFF
         if (want == SPEC) == in_spec:
             return exploit, self._exploit_reason(exploit, snap.exploit_threshold, b, snap.now), False, False
         explore = flip_threshold(exploit, self.buckets, b, want == SPEC)

@@ -52,3 +52,35 @@ def probe_goes_on(learner: "BucketLearner", b: int, now: float) -> float | None:
         return None
     gain = relative_gain(learner.mean(SPEC, b) / accept * run.accept, learner.mean(OFF, b))
     return gain if gain > margin else None
+
+
+CLEAR_LOSS = 0.10      # an uncertainty trial of a mode measured this much worse than the other is held back ...
+HOLD_FIRST_S = 60.0    # ... this long after the last one in its bucket, twice as long after each (up to HOLD_MAX_S)
+HOLD_MAX_S = 960.0
+
+
+class TrialHold:
+    """Per bucket: when the bandit's own uncertainty (not a stale-acceptance trial, nor a probe that goes on) draws a
+    trial of the mode measured worse by CLEAR_LOSS, the next such trial there waits HOLD_FIRST_S, then twice as long
+    after each, up to HOLD_MAX_S; the load's return to the bucket after half_life_s away starts over. Why: above the
+    crossover at constant load nothing speculates, the accept estimate (half-life 4 s) goes stale, and its growing
+    uncertainty drew a trial of the live bucket about once a minute even at -26 % to -46 % (H200 12-03d call 3,
+    simulator 1.8-2.0 changes a minute at C = 64 / 128): two visible changes each, for a loss confirmed every time.
+    A near tie (under CLEAR_LOSS) is never held: that is where the open loop's wandering batch sizes learn."""
+
+    def __init__(self, n: int):
+        self.until = [float("-inf")] * n
+        self.wait = [HOLD_FIRST_S] * n
+
+    def allows(self, b: int, now: float, gain: float | None, want_spec: bool) -> bool:
+        """May a trial of the mode `want_spec` names run in b now, given the measured relative gain of speculating
+        there? Counts it when it may (the next one then waits)."""
+        if gain is None or abs(gain) < CLEAR_LOSS or (gain > 0) == want_spec:
+            return True
+        if now < self.until[b]:
+            return False
+        self.until[b], self.wait[b] = now + self.wait[b], min(2.0 * self.wait[b], HOLD_MAX_S)
+        return True
+
+    def start_over(self, b: int) -> None:
+        self.until[b], self.wait[b] = float("-inf"), HOLD_FIRST_S
