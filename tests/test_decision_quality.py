@@ -129,10 +129,27 @@ def test_static_threshold_5_speculates_up_to_and_including_5(name):
 
 
 # --- the bar catches a policy that picks the worse arm --------------------------------------------
+class AlwaysAllows:
+    """No TrialHold: the mutant below explores the worse arm at will."""
+
+    def allows(self, *args) -> bool:
+        return True
+
+    def start_over(self, b: int) -> None:
+        pass
+
+
 class WorseArmThompson(ThompsonPolicy):
-    """Thompson sampling with its comparison flipped: it explores the arm its draws rank lower."""
+    """Thompson sampling with its comparison flipped: it explores the arm its draws rank lower. Without the spacing
+    of trials of a clear loss (policies.staleness.TrialHold), which would limit what this costs and hide it from the
+    bar: the control is of the bar, not of the hold (the flipped draw itself is caught by the learner's own tests,
+    test_policy_learning and test_stale_accept_probe)."""
 
     name = "worse-arm-thompson"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.hold = AlwaysAllows()
 
     def choose_arm(self, b: int, now: float, incumbent: int) -> int:
         draws = [self.draw(OFF, b, now), self.draw(SPEC, b, now)]
