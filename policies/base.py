@@ -21,8 +21,9 @@ class Policy:
     No I/O, no clock reads (time arrives in samples and snapshots), and any randomness comes
     from the seed given at construction. What a policy keeps, exactly: observe() folds each
     sample into its learned statistics (state()); decide() reads them and the snapshot, and
-    changes nothing but a seeded random generator (Thompson) or a cache derived from the
-    statistics (the model policy's fit). The loop, not the policy, tracks which batch sizes
+    changes nothing but a seeded random generator (Thompson), a cache derived from the
+    statistics (the model policy's fit) or the spacing of its own trials (the learners'
+    TrialHold: when each bucket's last trial of a clear loss was proposed). The loop, not the policy, tracks which batch sizes
     are live; the guard outside applies bounds, stabilisation and rate limits.
     """
 

@@ -71,12 +71,17 @@ class TrialHold:
     def __init__(self, n: int):
         self.until = [float("-inf")] * n
         self.wait = [HOLD_FIRST_S] * n
+        self.spec = [False] * n         # the mode the spacing is for: a loss that changes sides starts over
 
     def allows(self, b: int, now: float, gain: float | None, want_spec: bool) -> bool:
         """May a trial of the mode `want_spec` names run in b now, given the measured relative gain of speculating
-        there? Counts it when it may (the next one then waits)."""
+        there? Counts it when it may (the next one then waits): counted when proposed, so a trial the guard or the
+        prefill verdict then leaves out counts too (the policy's decide() keeps this as it keeps its random draws)."""
         if gain is None or abs(gain) < CLEAR_LOSS or (gain > 0) == want_spec:
             return True
+        if want_spec != self.spec[b]:
+            self.start_over(b)
+            self.spec[b] = want_spec
         if now < self.until[b]:
             return False
         self.until[b], self.wait[b] = now + self.wait[b], min(2.0 * self.wait[b], HOLD_MAX_S)

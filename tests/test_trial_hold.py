@@ -37,6 +37,13 @@ def test_a_clear_loss_waits_twice_as_long_each_time_and_a_near_tie_never():
     assert late.wait[0] == HOLD_MAX_S
 
 
+def test_a_loss_that_changes_sides_starts_the_spacing_over():
+    h = TrialHold(1)
+    assert h.allows(0, 0.0, -0.30, True) and h.allows(0, 60.0, -0.30, True)     # speculation trials: next at >= 180
+    assert h.allows(0, 70.0, 0.30, False)                                      # now plain loses: its first trial
+    assert not h.allows(0, 71.0, 0.30, False) and h.allows(0, 130.0, 0.30, False)
+
+
 def trials_at_constant_load(seconds: float, seed: int = 0) -> list[float]:
     """Batch 64 measured both ways (speculation -30 %), then plain at 64 for `seconds` with the threshold at 0:
     the times of the decisions that speculate at 64."""
@@ -69,3 +76,42 @@ def test_at_constant_load_above_the_crossover_trials_thin_out(seed):
 def test_without_the_hold_the_stale_estimate_keeps_drawing_trials(monkeypatch):
     monkeypatch.setattr(staleness, "CLEAR_LOSS", 100.0)      # nothing counts as a clear loss: never held
     assert len(trials_at_constant_load(600.0)) > 5
+
+
+def trials_after_a_return(away_s: float, seed: int) -> tuple[float, list[float]]:
+    """Batch 64 measured both ways (speculation -30 %), plain at 64 until 310 s (trials held: the last at about
+    250 s, the next not before about 490 s), plain at batch 8 for `away_s`, then plain at 64 again for 120 s:
+    when the load came back, and the times of the decisions that speculate at 64 since."""
+    p = make_policy("thompson", seed=seed, max_batch_size=256)
+    t = 0.0
+    while t < 10.0:
+        p.observe(Sample(t, 64, 3, 128, SPEC_64, True))
+        p.observe(Sample(t + 0.05, 64, 0, 64, OFF_64, True))
+        t += 0.1
+    trials, next_tick = [], t + 0.5
+
+    def plain(batch: int, step_s: float, until: float) -> None:
+        nonlocal t, next_tick
+        while t < until:
+            p.observe(Sample(t, batch, 0, batch, step_s, True))
+            t += step_s
+            if t >= next_tick:
+                d = p.decide(Snapshot(next_tick, 0, 256, batch, False))
+                if batch == 64 and speculates(64, d.threshold):
+                    trials.append(next_tick)
+                next_tick += 0.5
+
+    plain(64, OFF_64, 310.0)
+    plain(8, 0.01, 310.0 + away_s)
+    back = t
+    plain(64, OFF_64, back + 120.0)
+    return back, [x for x in trials if x >= back]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_loads_return_after_half_life_s_away_starts_the_spacing_over(seed):
+    back, got = trials_after_a_return(61.0, seed)           # away for longer than half_life_s (60 s)
+    assert got and got[0] - back < 5.0, (back, got)           # the first trial at once, not at about 490 s
+    assert len(got) >= 2 and HOLD_FIRST_S <= got[1] - got[0] < 2 * HOLD_FIRST_S, got   # then 60 s, not 480 s
+    back, got = trials_after_a_return(30.0, seed)           # away for less: the spacing goes on
+    assert not got, (back, got)                               # held until about 490 s
