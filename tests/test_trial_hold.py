@@ -44,9 +44,9 @@ def test_a_loss_that_changes_sides_starts_the_spacing_over():
     assert not h.allows(0, 71.0, 0.30, False) and h.allows(0, 130.0, 0.30, False)
 
 
-def trials_at_constant_load(seconds: float, seed: int = 0) -> list[float]:
-    """Batch 64 measured both ways (speculation -30 %), then plain at 64 for `seconds` with the threshold at 0:
-    the times of the decisions that speculate at 64."""
+def trials_at_64(seed: int, phases: list[tuple[int, float, float]]) -> list[float]:
+    """Batch 64 measured both ways (speculation -30 %) for 10 s, then plain decoding in phases (batch, step seconds,
+    until), the threshold at 0, a decision every 0.5 s: the times of the decisions that speculate at 64."""
     p = make_policy("thompson", seed=seed, max_batch_size=256)
     t = 0.0
     while t < 10.0:
@@ -54,15 +54,20 @@ def trials_at_constant_load(seconds: float, seed: int = 0) -> list[float]:
         p.observe(Sample(t + 0.05, 64, 0, 64, OFF_64, True))
         t += 0.1
     trials, next_tick = [], t + 0.5
-    while t < 10.0 + seconds:
-        p.observe(Sample(t, 64, 0, 64, OFF_64, True))
-        t += OFF_64
-        if t >= next_tick:
-            d = p.decide(Snapshot(next_tick, 0, 256, 64, False))
-            if speculates(64, d.threshold):
-                trials.append(next_tick)
-            next_tick += 0.5
+    for batch, step_s, until in phases:
+        while t < until:
+            p.observe(Sample(t, batch, 0, batch, step_s, True))
+            t += step_s
+            if t >= next_tick:
+                d = p.decide(Snapshot(next_tick, 0, 256, batch, False))
+                if batch == 64 and speculates(64, d.threshold):
+                    trials.append(next_tick)
+                next_tick += 0.5
     return trials
+
+
+def trials_at_constant_load(seconds: float, seed: int = 0) -> list[float]:
+    return trials_at_64(seed, [(64, OFF_64, 10.0 + seconds)])
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -79,32 +84,10 @@ def test_without_the_hold_the_stale_estimate_keeps_drawing_trials(monkeypatch):
 
 
 def trials_after_a_return(away_s: float, seed: int) -> tuple[float, list[float]]:
-    """Batch 64 measured both ways (speculation -30 %), plain at 64 until 310 s (trials held: the last at about
-    250 s, the next not before about 490 s), plain at batch 8 for `away_s`, then plain at 64 again for 120 s:
-    when the load came back, and the times of the decisions that speculate at 64 since."""
-    p = make_policy("thompson", seed=seed, max_batch_size=256)
-    t = 0.0
-    while t < 10.0:
-        p.observe(Sample(t, 64, 3, 128, SPEC_64, True))
-        p.observe(Sample(t + 0.05, 64, 0, 64, OFF_64, True))
-        t += 0.1
-    trials, next_tick = [], t + 0.5
-
-    def plain(batch: int, step_s: float, until: float) -> None:
-        nonlocal t, next_tick
-        while t < until:
-            p.observe(Sample(t, batch, 0, batch, step_s, True))
-            t += step_s
-            if t >= next_tick:
-                d = p.decide(Snapshot(next_tick, 0, 256, batch, False))
-                if batch == 64 and speculates(64, d.threshold):
-                    trials.append(next_tick)
-                next_tick += 0.5
-
-    plain(64, OFF_64, 310.0)
-    plain(8, 0.01, 310.0 + away_s)
-    back = t
-    plain(64, OFF_64, back + 120.0)
+    """Plain at 64 until 310 s (trials held: the last at about 250 s, the next not before about 490 s), plain at
+    batch 8 for `away_s`, then at 64 again for 120 s: when the load came back, and the trials at 64 since."""
+    back = 310.0 + away_s
+    trials = trials_at_64(seed, [(64, OFF_64, 310.0), (8, 0.01, back), (64, OFF_64, back + 120.0)])
     return back, [x for x in trials if x >= back]
 
 
