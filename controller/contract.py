@@ -30,6 +30,14 @@ def prefill_skips_draft(threshold: int, last_batch_size: int, joining: int, draf
     return threshold == 0 or (draft_kv_written and not speculates(last_batch_size + joining, threshold))
 
 
+def zero_saves_prefill_draft(lean_prefill: bool, draft_kv_written: bool) -> bool:
+    """Does threshold 0 save the prefills of off batches the draft's pass, against any threshold above 0
+    (prefill_skips_draft at 0 and not above it)? With lean prefill, only where the off path does not write the
+    draft's KV: with the writer the pass is skipped above 0 too. The plugin says it in its stats, the daemon's
+    engine and the simulator's profile derive it from their configuration (policies.types.Snapshot)."""
+    return lean_prefill and not draft_kv_written
+
+
 # --- the sample -------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Sample:

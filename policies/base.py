@@ -23,8 +23,9 @@ class Policy:
     sample into its learned statistics (state()); decide() reads them and the snapshot, and
     changes nothing but a seeded random generator (Thompson), a cache derived from the
     statistics (the model policy's fit) or the spacing of its own trials (the learners'
-    TrialHold: when each bucket's last trial of a clear loss was proposed). The loop, not the policy, tracks which batch sizes
-    are live; the guard outside applies bounds, stabilisation and rate limits.
+    TrialHold: when each bucket's last trial of a clear loss was proposed). The loop, not
+    the policy, tracks which batch sizes are live; the guard outside applies bounds,
+    stabilisation and rate limits.
     """
 
     name: ClassVar[str] = ""

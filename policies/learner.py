@@ -266,9 +266,9 @@ class BucketLearner(Policy):
             why = (reasons.probe_goes_on(self.accept.mean, self.run.accept, going) if going is not None
                    else reasons.stale_accept(self.accept_high(snap.now), self.accept.mean, stale))
         else:
-            want = self.choose_arm(b, snap.now, SPEC if in_spec else OFF)
-            why = reasons.uncertain(self.relative(b))
-            if (want == SPEC) != in_spec and not self.hold.allows(b, snap.now, self.relative(b), want == SPEC):
+            want, measured = self.choose_arm(b, snap.now, SPEC if in_spec else OFF), self.relative(b)
+            why = reasons.uncertain(measured)
+            if (want == SPEC) != in_spec and not self.hold.allows(b, snap.now, measured, want == SPEC):
                 want = SPEC if in_spec else OFF
         if (want == SPEC) == in_spec:
             return exploit, self._exploit_reason(exploit, snap.exploit_threshold, b, snap.now), False, False

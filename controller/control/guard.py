@@ -164,8 +164,7 @@ class Guard:
             # third pass through C=96). Its way back and the move it calls for are free too.
             # A charged trial leaves trial_reserve over: the exploit move it (or the load) calls for must
             # not wait behind trials (h200-7b-open-tl2-kv seed 3 in the simulator: 26 -> 15 held 14 s)
-            reserve = min(self.cfg.trial_reserve, max(0.0, self.cfg.changes_burst - 2.0))
-            if self.changes.take(now, 2.0, force=untried or decision.shift, reserve=reserve):
+            if self.changes.take(now, 2.0, force=untried or decision.shift, reserve=self.cfg.trial_reserve_used):
                 return threshold, reason, True
             threshold, reason = self.exploit, f"best threshold {self.exploit}; trial skipped: change budget spent"
             if threshold == applied or not (whole or moves_any(applied, threshold, live or (threshold,))):

@@ -38,6 +38,11 @@ class GuardConfig:
     untried_burst: float = 2.0          # ... and at once; past it a probe is charged like any trial
     shift_ratio: float = 2.0            # ... except while the live batch sizes move this far (controller.control.shift)
 
+    @property
+    def trial_reserve_used(self) -> float:
+        """trial_reserve as the guard applies it: at most what the burst leaves over a trial's two tokens."""
+        return min(self.trial_reserve, max(0.0, self.changes_burst - 2.0))
+
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> "GuardConfig":
         known = {f.name: f for f in fields(cls)}

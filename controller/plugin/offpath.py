@@ -10,7 +10,7 @@ from typing import Any, Callable
 from ..contract import (KV_PATH, PAYS_DRAFT, REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE,
                         REASON_KV_UNSUPPORTED, REASON_MISSING_INTERNAL, REASON_NONE, REASON_OTHER_RANK,
                         REASON_REJECTION_SAMPLING, REASON_RUN_FAILED, SAME_AT_ZERO, parse_version,
-                        prefill_skips_draft)
+                        prefill_skips_draft, zero_saves_prefill_draft)
 from . import draftkv, draftkv_coalesce, draftkv_graph, fastoff, internals, offgrammar
 from .failures import Failures
 from .router import Router
@@ -271,7 +271,8 @@ class OffPath:
         """Does a prefill joining an off batch run the draft's pass above 0 and skip it at 0 (draft_extend_for_prefill)?
         Not with the KV writer (skipped at any threshold), lean prefill off or rejection sampling (run at 0 too), nor
         once the plugin found the engine is not its own (inert: SGLang's own path at every threshold)."""
-        return self.lean_prefill and not self.rejection and self._writer() is None and self.router.inert_reason is None
+        lean = self.lean_prefill and not self.rejection and self.router.inert_reason is None
+        return zero_saves_prefill_draft(lean, self._writer() is not None)
 
     def path_index(self) -> int:
         """Index into contract.OFF_PATHS: steps-0, fast, fast built but switched off, fast + draft synced,

@@ -44,10 +44,12 @@ def max_batch_size(worker: Any) -> int:
     """The largest decode batch: the server's max_running_requests, else the request pool's size (what SGLang
     derives it from), else 256."""
     configured = getattr(getattr(worker, "server_args", None), "max_running_requests", None)
-    if configured:
-        return int(configured)
-    pool = getattr(getattr(getattr(worker, "target_worker", None), "model_runner", None), "req_to_token_pool", None)
-    return int(getattr(pool, "size", None) or 256)
+    return int(configured or getattr(request_pool(worker), "size", None) or 256)
+
+
+def request_pool(worker: Any) -> Any:
+    """The target's ReqToTokenPool (None where the worker has none)."""
+    return getattr(getattr(getattr(worker, "target_worker", None), "model_runner", None), "req_to_token_pool", None)
 
 
 def ranges(max_batch_size: int) -> list[int]:
@@ -63,7 +65,7 @@ def warm(worker: Any, max_batch_size: int) -> int:
     import torch
     from sglang.srt.mem_cache.allocation import assign_req_to_token_pool_func
 
-    req_to_token = worker.target_worker.model_runner.req_to_token_pool.req_to_token
+    req_to_token = request_pool(worker).req_to_token
     device = req_to_token.device
     scratch = torch.zeros(64, dtype=torch.int64, device=device)
     launches = 0

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..contract import zero_saves_prefill_draft
+
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "profiles"
 TRACE_DIR = BUILTIN_DIR / "traces"
 
@@ -52,7 +54,7 @@ class Profile:
     def prefills_pay_draft(self) -> bool:
         """Threshold 0 saves the prefills of off batches the draft's pass (policies.types.Snapshot): lean prefill
         skips it at any threshold where the off path writes the draft's KV (core.prefill_runs_draft)."""
-        return not self.draft_kv
+        return zero_saves_prefill_draft(True, self.draft_kv)
 
     @property
     def prompt_len_mean(self) -> float:

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL,
                          ENV_SYNC_DRAFT, PAYS_DRAFT, SAME_AT_ZERO, THRESHOLD_KEY, decode, installed_platform_plugins,
-                         platform_unsupported_reason, unsupported_reason, version_unsupported_reason)
+                         platform_unsupported_reason, unsupported_reason, version_unsupported_reason,
+                         zero_saves_prefill_draft)
 from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
 
@@ -255,7 +256,8 @@ class SGLangEngine(Engine):
         said = self.plugin_stats.get("prefills_pay_draft", 0)
         if said in (PAYS_DRAFT, SAME_AT_ZERO):
             return said == PAYS_DRAFT
-        return self.plugin_env.get(ENV_LEAN_PREFILL) == "1" and self.plugin_env.get(ENV_DRAFT_KV) != "1"
+        return zero_saves_prefill_draft(self.plugin_env.get(ENV_LEAN_PREFILL) == "1",
+                                        self.plugin_env.get(ENV_DRAFT_KV) == "1")
 
     def probe(self, now: float | None = None) -> bool:
         """GET /health_generate: SGLang answers 200 once its scheduler returns output (at once when busy,
