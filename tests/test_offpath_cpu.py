@@ -196,14 +196,17 @@ def test_the_fast_path_gets_the_worker_and_a_positional_on_publish(fast, monkeyp
     plug, _ = fast
     got = []
 
-    def run(worker, f, batch, on_publish, sync=False, kv=None, grammar_barrier=None):
-        got.append((worker, batch, on_publish, grammar_barrier))
+    def run(worker, f, batch, on_publish, sync=False, kv=None, grammar_barrier=None, lean=False):
+        got.append((worker, batch, on_publish, grammar_barrier, lean))
         f.batches += 1
         return "fast"
     monkeypatch.setattr(fastoff, "run", run)
     w, b = routed_worker(plug), decode_batch(30)
     assert plug.off_path.forward_batch_generation(Recorder().original, w, b, "pub", "other") == "fast"
-    assert got == [(w, b, "pub", "other")]           # the second positional: SGLang's grammar_barrier
+    assert got == [(w, b, "pub", "other", False)]    # the second positional: SGLang's grammar_barrier
+    plug.off_path.lean_off = True                    # the run-time switch reaches the step
+    plug.off_path.forward_batch_generation(Recorder().original, w, b, "pub")
+    assert got[-1] == (w, b, "pub", None, True)
     assert plug.off_path.counters()["draft_kv_writes"] == 0        # no writer: nothing written
 
 
@@ -221,13 +224,14 @@ def test_counters_name_every_off_path_figure(fast):
     off = plug.off_path
     off.lean_prefills, off.kv_writes, off.fast.cpu_ns, off.fast.graph_batches = 5, 7, 11, 3
     off.fast.target_ns, off.fast.kv_ns, off.prefill_kv_ns = 6, 4, 13
-    off.prefill_kv_eager, off.prefill_kv_eager_ns = 2, 9
+    off.prefill_kv_eager, off.prefill_kv_eager_ns, off.fast.lean_batches = 2, 9, 8
     assert off.counters() == {"off_fallbacks": 0, "lean_prefills": 5, "off_fallbacks_logprob": 0,
                               "off_fallbacks_grammar": 0, "draft_kv_writes": 7, "fast_off_batches": 0,
                               "fast_off_graph_batches": 3, "fast_off_cpu_ns": 11, "fast_off_target_ns": 6,
                               "draft_kv_ns": 4, "draft_kv_prefill_ns": 13, "draft_kv_prefill_eager": 2,
                               "draft_kv_prefill_eager_ns": 9, "draft_kv_graph_writes": 0,
-                              "prefills_pay_draft": contract.PAYS_DRAFT}   # no KV writer built here
+                              "prefills_pay_draft": contract.PAYS_DRAFT,   # no KV writer built here
+                              "fast_off_lean_batches": 8}
 
 
 def test_launch_time_adds_each_batchs_cpu_time(fast, monkeypatch):

@@ -310,7 +310,7 @@ def test_telemetry_codec_round_trip_and_refusal():
                      "off_fallbacks_logprob": 0, "off_fallbacks_grammar": 0, "draft_kv_writes": 0,
                      "fast_off_target_ns": 0, "draft_kv_ns": 0, "draft_kv_prefill_ns": 0,
                      "draft_kv_prefill_eager": 0, "draft_kv_prefill_eager_ns": 0, "draft_kv_graph_writes": 0,
-                     "prefills_pay_draft": 0,
+                     "prefills_pay_draft": 0, "fast_off_lean_batches": 0,
                      "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
                      "off_path_evidence": "contract-checked against the 0.5.22 wheel, not measured on a GPU"}
     measured = decode(encode_stats({}, 3, 0, (0, 5, 17)))
@@ -375,7 +375,7 @@ def fast(plug, monkeypatch):
     plug.off_path.fast = fastoff.FastOff(attn_backend=None, graph_runner=None)
     ran = []
 
-    def fake_run(worker, fast, batch, on_publish, sync_draft=False, kv_writer=None, grammar_barrier=None):
+    def fake_run(worker, fast, batch, on_publish, sync_draft=False, kv_writer=None, grammar_barrier=None, lean=False):
         ran.append((batch.seq_lens.shape[0], on_publish))
         fast.batches += 1
         return "fast-result"
@@ -430,6 +430,9 @@ def test_status_shows_why_off_batches_took_steps_0_and_their_share():
     assert "100 on steps-0 (25% of off batches: 60 logprobs, 30 grammar, 10 other)" in line
     quiet = next(x for x in _plugin_lines({**plugin, "off_fallbacks": 0}) if x.startswith("off path:"))
     assert "on steps-0 (" not in quiet and "0 on steps-0" in quiet
+    assert "(300 on CUDA graphs)" in line                  # no lean step taken: not mentioned
+    lean = next(x for x in _plugin_lines({**plugin, "fast_off_lean_batches": 280}) if x.startswith("off path:"))
+    assert "(300 on CUDA graphs, 280 lean)" in lean
 
 
 def test_fast_path_failure_is_logged_once_and_sglang_takes_over(fast, monkeypatch):

@@ -25,7 +25,8 @@
 #  off at run time (label fast; `openfast`, `steadyfast` the same for those shapes); `closedpb`, `steadypb` (with
 #  COALESCE=N, the kv writes coalesced over N off batches: the same with them per batch, label perbatch); `closedkveager` (with KV_GRAPH=1, the default, the kv writes from CUDA graphs:
 #  the same with them eager, label kveager); `closedab`: kv (label off) and fast in one rotation with the no-spec
-#  engine (the daemon's engine switched before each run; with KV_GRAPH=1, the default, kveager in it too); PIN_CPUS=1: each engine's process group and the load
+#  engine (the daemon's engine switched before each run; with KV_GRAPH=1, the default, kveager in it too; `openab`
+#  the same on the open loop; LEAN=1: the lean off step in that rotation instead, below); PIN_CPUS=1: each engine's process group and the load
 #  client on a third of the cores each (taskset by PID); every run's row has cpu_s (both engines' process groups'
 #  CPU seconds per process name, the host's busy share: proccpu.py); `closedpinned`: the closed loop
 #  with the threshold pinned at PIN_T (8) (label pinned: lean prefills above 0); `profile`: the GPU kernels of a decode step at
@@ -45,6 +46,17 @@ PB_OFF='{"spec_controller_draft_kv_coalesce": false}'; PB_ON='{"spec_controller_
 KV_OFF='{"spec_controller_draft_kv": false}'; KV_ON='{"spec_controller_draft_kv": true}'
 KV_GRAPH_ON='{"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": true}'
 KV_GRAPH_OFF='{"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": false}'
+# LEAN=1: steadyab / closedab / openab rotate the lean off step (plugin/offstubs.py) instead: off (kv graphs, lean
+# off), lean (the same, lean on) and the no-spec engine; the engine is left lean afterwards (greedy, lpcheck then
+# check the lean step). Export SPEC_CONTROLLER_LEAN_OFF=1 to start it lean as well.
+LEAN_NO='{"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": true, "spec_controller_lean_off": false}'
+LEAN_YES='{"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": true, "spec_controller_lean_off": true}'
+ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTORE (the daemon's engine's state after)
+  if [ "${LEAN:-0}" = 1 ]; then AB="nospec=30001;off=30000:$LEAN_NO;lean=30000:$LEAN_YES"; NAB=3; AB_RESTORE=$LEAN_YES
+  elif [ "$KV_GRAPH" = 1 ]; then
+    AB="nospec=30001;off=30000:$KV_GRAPH_ON;kveager=30000:$KV_GRAPH_OFF;fast=30000:$KV_OFF"; NAB=4; AB_RESTORE=$KV_GRAPH_ON
+  else AB="nospec=30001;off=30000:$KV_ON;fast=30000:$KV_OFF"; NAB=3; AB_RESTORE=$KV_ON; fi
+}
 load_as() { # label state-json restore-json need-s loads.py-args...: one load against the no-spec engine with the
   # daemon's engine switched to state (its rows labelled label), then back
   local label=$1 state=$2 restore=$3 need=$4; shift 4
@@ -97,19 +109,24 @@ if start_daemon; then
     closedab)    # kv (label off) and the writes switched off (label fast) in ONE rotation with the no-spec engine,
       # switched before each run, so that the host's drift between phases (12-02b) cannot decide kv against fast
       # with KV_GRAPH=1 a fourth in the rotation: the writes eager (label kveager), each state set in full
-      AB="nospec=30001;off=30000:$KV_ON;fast=30000:$KV_OFF"; NAB=3
-      [ "$KV_GRAPH" = 1 ] && { AB="nospec=30001;off=30000:$KV_GRAPH_ON;kveager=30000:$KV_GRAPH_OFF;fast=30000:$KV_OFF"; NAB=4; }
+      ab_rotation
       fits $((NAB * ${REPEATS:-2} * (CLOSED_WARMUP + CLOSED_S + 4) * nlev + 30)) closedab || continue
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
         --engines "$AB" --repeats "${REPEATS:-2}" --flush --out "$R"
-      internal_state 30000 "$([ "$KV_GRAPH" = 1 ] && echo "$KV_GRAPH_ON" || echo "$KV_ON")" | tee -a "$SUM"
+      internal_state 30000 "$AB_RESTORE" | tee -a "$SUM"
       say "closedab done" ;;
+    openab)      # the same rotation on the open loop (Poisson arrivals at OPEN_RATES)
+      ab_rotation
+      fits $((NAB * ${REPEATS:-2} * nrates * (OPEN_S + 8) + 30)) openab || continue
+      load_sum --shape open --rates "$RATES" --seconds "$OPEN_S" --tokenizer $TOK \
+        --engines "$AB" --repeats "${REPEATS:-2}" --flush --out "$R"
+      internal_state 30000 "$AB_RESTORE" | tee -a "$SUM"
+      say "openab done" ;;
     steadyab)    # closedab's rotation on steady decode: graphs / eager / no writes against no-spec, one engine switched
-      AB="nospec=30001;off=30000:$KV_ON;fast=30000:$KV_OFF"; NAB=3
-      [ "$KV_GRAPH" = 1 ] && { AB="nospec=30001;off=30000:$KV_GRAPH_ON;kveager=30000:$KV_GRAPH_OFF;fast=30000:$KV_OFF"; NAB=4; }
+      ab_rotation
       fits $((NAB * ${REPEATS:-2} * 4 * 3 + 30)) steadyab || continue
       load_sum --shape steady --levels 1,16,48,128 --steady-len 192 --engines "$AB" --repeats "${REPEATS:-2}" --flush --out "$R"
-      internal_state 30000 "$([ "$KV_GRAPH" = 1 ] && echo "$KV_GRAPH_ON" || echo "$KV_ON")" | tee -a "$SUM"
+      internal_state 30000 "$AB_RESTORE" | tee -a "$SUM"
       say "steadyab done" ;;
     openfast)    # the same for the open loop and steady decode (item 3's trade-off on every load shape)
       load_as fast "$KV_OFF" "$KV_ON" $((RUNS * nrates * (OPEN_S + 8))) \

@@ -141,7 +141,9 @@ def _plugin_lines(plugin: dict) -> list[str]:
     switches, switch_ns = plugin.get("switches", 0), plugin.get("switch_ns", 0)
     return [_sglang_line(plugin),
             f"off path:    {plugin['off_path']}, {plugin['fast_off_batches']} fast batches "
-            f"({plugin['fast_off_graph_batches']} on CUDA graphs), {plugin['off_fallbacks']} on steps-0"
+            f"({plugin['fast_off_graph_batches']} on CUDA graphs"
+            + (f", {plugin['fast_off_lean_batches']} lean" if plugin.get("fast_off_lean_batches") else "")
+            + f"), {plugin['off_fallbacks']} on steps-0"
             + _fallback_split(plugin)
             + (f"; {plugin['lean_prefills']} prefills skipped the draft (their batch did not speculate)"
                if plugin.get("lean_prefills") else "")

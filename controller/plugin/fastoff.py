@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import offgrammar, offlogprob
+from . import offgrammar, offlogprob, offstubs
 from .internals import FastOffInternals, check_live, hidden_mode_full
 
 log = logging.getLogger("spec_controller.plugin")
@@ -43,6 +43,8 @@ class FastOff:
     cpu_ns: int = 0            # CPU to launch an off batch, all of it (offpath.py); of which:
     target_ns: int = 0         #   the target's own forward (what an engine without speculation launches too)
     kv_ns: int = 0             #   the draft's KV writes (draftkv.py)
+    lean_batches: int = 0      # off batches that took the lean step (offstubs.py)
+    stubs: Any = None          # offstubs.OffStubs, made at the first lean batch
 
 
 # counted apart (contract.STATS_FIELDS): logprob and grammar batches the fast path does not cover
@@ -144,12 +146,14 @@ def _tp_min(value: int) -> int:
 
 
 def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, sync_draft: bool = False,
-        kv_writer: Any = None, grammar_barrier: Callable[[], None] | None = None) -> Any:
+        kv_writer: Any = None, grammar_barrier: Callable[[], None] | None = None, lean: bool = False) -> Any:
     """One off decode batch as plain decode; returns a steps-0-shaped GenerationBatchResult.
     sync_draft (needs fast.with_hidden): the draft's extend runs on the new token too, as in SGLang's
     steps-0 state, so its KV holds every position when speculation resumes. kv_writer (a
     draftkv.DraftKVWriter, needs fast.with_hidden): instead, only the draft's KV for the decoded position
-    is written (no draft forward). grammar_barrier: the scheduler's, for a grammar batch (offgrammar.py)."""
+    is written (no draft forward). grammar_barrier: the scheduler's, for a grammar batch (offgrammar.py).
+    lean: where offstubs.applies, the result points at per-engine stubs, keeps int64 tokens and the new
+    lengths are published before the forward (an off step accepts exactly one token: they are known)."""
     torch = _sg["torch"]
     runner = worker.target_worker.model_runner
     seq_lens, bonus, event = batch.seq_lens, batch.spec_info.bonus_tokens, fast.names.read_done_event
@@ -157,19 +161,24 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
     # reads the draft runner's): drop it, so that only one this forward publishes is handed over.
     setattr(runner, event, None)
     with_hidden = sync_draft or kv_writer is not None
+    lean = lean and offstubs.applies(on_publish, sync_draft, getattr(batch, "return_logprob", False))
+    new_seq_lens = seq_lens + 1        # the decode's lengths (this token included) and the published ones
+    if lean:                           # the scheduler's next preparation may start while this forward runs
+        on_publish(new_seq_lens)
     with offlogprob.keeping_logits(runner, batch) as kept:
         if getattr(batch, "has_grammar", False):        # (plain batches skip the context manager: per batch)
             with offgrammar.delaying_sample(worker.target_worker, batch):
-                out, loc = _plain_decode(worker.target_worker, fast, batch, with_hidden)
+                out, loc = _plain_decode(worker.target_worker, fast, batch, with_hidden, new_seq_lens)
             offgrammar.sample(out, batch, grammar_barrier)   # its mask after the FSM advanced
         else:
-            out, loc = _plain_decode(worker.target_worker, fast, batch, with_hidden)
-    tokens = out.next_token_ids.to(torch.int32)
+            out, loc = _plain_decode(worker.target_worker, fast, batch, with_hidden, new_seq_lens)
+    # steps-0's int32 tokens; the lean step keeps the sampler's int64 (the future map's dtype: no cast back)
+    tokens = out.next_token_ids if lean else out.next_token_ids.to(torch.int32)
     if kept is not None:      # return_logprob: steps-0's logprobs and layout, by SGLang's own function
         offlogprob.fill(fast.names, batch, out.logits_output, kept, tokens, torch)
     if kv_writer is not None and not sync_draft:
         t0 = time.perf_counter_ns()
-        with fast.names.draft_context.enter(worker.draft_worker):      # the draft's TP group (embedding)
+        with fast.names.draft_context.enter(worker.draft_worker):      # the draft's TP context (embedding)
             kv_writer.write(out.logits_output.hidden_states, out.next_token_ids, seq_lens.to(torch.int64), loc)
         fast.kv_ns += time.perf_counter_ns() - t0
     if sync_draft:            # the draft's extend graph publishes the event the scheduler waits on
@@ -177,29 +186,41 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
     else:
         _hand_over_read_done_event(worker, runner, fast.names)
 
-    new_seq_lens = seq_lens + 1
-    if on_publish is not None:
+    if on_publish is not None and not lean:
         on_publish(new_seq_lens)
+    if lean:
+        accept_lens, extras = _stubs(worker, fast).fields(seq_lens.shape[0], tokens.device)
+        fast.lean_batches += 1
+    else:
+        accept_lens, extras = torch.ones(seq_lens.shape[0], dtype=torch.int32, device=tokens.device), {}
     result = _sg["Result"](
         logits_output=out.logits_output,
         next_token_ids=tokens,
         can_run_cuda_graph=out.can_run_cuda_graph,
         speculative_num_draft_tokens=1,
-        next_draft_input=_sg["DraftInput"](bonus_tokens=tokens),
-        accept_lens=torch.ones(seq_lens.shape[0], dtype=torch.int32, device=tokens.device),
+        next_draft_input=_sg["DraftInput"](bonus_tokens=tokens, **extras),
+        accept_lens=accept_lens,
         new_seq_lens=new_seq_lens,
         extra_keep_alive_refs=[loc, bonus],
     )
     if sync_draft:
         _draft_extend(worker, batch, result, fast)
-    else:
+    elif not lean:
         worker._stub_skipped_draft_extend(batch, result)   # zero draft extras the future map relays
     fast.batches += 1
     fast.graph_batches += bool(out.can_run_cuda_graph)
     return result
 
 
-def _plain_decode(target: Any, fast: FastOff, batch: Any, with_hidden: bool) -> tuple[Any, Any]:
+def _stubs(worker: Any, fast: FastOff) -> offstubs.OffStubs:
+    if fast.stubs is None:
+        draft = worker.draft_worker
+        fast.stubs = offstubs.OffStubs(_sg["torch"], draft,
+                                       _sg["worker_module"].get_draft_recurrent_hidden_state_spec(draft.draft_runner))
+    return fast.stubs
+
+
+def _plain_decode(target: Any, fast: FastOff, batch: Any, with_hidden: bool, new_seq_lens: Any) -> tuple[Any, Any]:
     """The target's DECODE forward of the bonus tokens through the fast path's backend and graphs;
     the batch and the runner are restored after it. Returns (its output, the KV slots it wrote).
 
@@ -214,7 +235,7 @@ def _plain_decode(target: Any, fast: FastOff, batch: Any, with_hidden: bool) -> 
     swapped = runner.attn_backend, runner.decode_cuda_graph_runner
     batch.input_ids, batch.out_cache_loc = batch.spec_info.bonus_tokens, loc
     batch.forward_mode = _sg["DECODE"]
-    batch.seq_lens = seq_lens + 1                      # decode convention: length including this token
+    batch.seq_lens = new_seq_lens                      # decode convention: length including this token
     if saved[1] is not None:
         batch.seq_lens_cpu = saved[1] + 1
     if saved[2] is not None:

@@ -9,7 +9,8 @@ from typing import Any, Callable, Mapping
 
 from ..contract import (BOOL_KEYS, DRAFT_KV_COALESCE_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_KEY, ENV_ADDRESS, ENV_DRAFT_KV,
                         ENV_DRAFT_KV_COALESCE, ENV_DRAFT_KV_GRAPH, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD,
-                        ENV_LEAN_PREFILL, ENV_SYNC_DRAFT, EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_PREFILL_KEY, OWN_KEYS,
+                        ENV_LEAN_OFF, ENV_LEAN_PREFILL, ENV_SYNC_DRAFT, EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_OFF_KEY,
+                        LEAN_PREFILL_KEY, OWN_KEYS,
                         REASON_INACTIVE, SIM_ACC_KEY, SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version,
                         validate_threshold)
 from . import offgrammar, warmsizes
@@ -52,6 +53,7 @@ class Plugin:
                                 draft_kv_graph=env.get(ENV_DRAFT_KV_GRAPH, "1") != "0",   # the default since 2026-12-02e
                                 draft_kv_coalesce=coalesce_batches(env.get(ENV_DRAFT_KV_COALESCE, "")),  # experimental
                                 fast_grammar=env.get(offgrammar.ENV, "1") != "0",   # checked on a GPU
+                                lean_off=env.get(ENV_LEAN_OFF, "0") == "1",         # measured: offstubs.py
                                 capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
 
@@ -113,8 +115,9 @@ class Plugin:
             if key in ours and ours[key] not in (True, False):
                 return f"{key} must be true or false, got {ours[key]!r}"
         built = not self.router.checked or self.off_path.fast is not None
-        if ours.get(FAST_OFF_KEY) and not built:
-            return f"{FAST_OFF_KEY}: the fast off path is not available in this engine (see its log)"
+        for key in (FAST_OFF_KEY, LEAN_OFF_KEY):
+            if ours.get(key) and not built:
+                return f"{key}: the fast off path is not available in this engine (see its log)"
         if ours.get(SYNC_DRAFT_KEY) and not (built and self.off_path.can_sync()):
             return (f"{SYNC_DRAFT_KEY}: this engine's off path cannot run the draft (start it with "
                     f"{ENV_SYNC_DRAFT}=1)")
@@ -153,6 +156,8 @@ class Plugin:
             self.off_path.use_kv_graph = bool(ours[DRAFT_KV_GRAPH_KEY])
         if DRAFT_KV_COALESCE_KEY in ours:
             self.off_path.use_coalesce = bool(ours[DRAFT_KV_COALESCE_KEY])
+        if LEAN_OFF_KEY in ours:
+            self.off_path.lean_off = bool(ours[LEAN_OFF_KEY])
         if SIM_ACC_KEY in ours:   # SGLang's benchmark knob, read by every verify (spec_utils.SIMULATE_ACC_LEN)
             from sglang.srt.speculative import spec_utils
             spec_utils.SIMULATE_ACC_LEN = float(ours[SIM_ACC_KEY])

@@ -37,7 +37,8 @@ class OffPath:
 
     def __init__(self, router: Router, failures: Failures, enabled: bool = True, sync_draft: bool = False,
                  lean_prefill: bool = False, capture_hidden: bool = False, draft_kv: bool = False,
-                 draft_kv_graph: bool = False, fast_grammar: bool = False, draft_kv_coalesce: int = 0):
+                 draft_kv_graph: bool = False, fast_grammar: bool = False, draft_kv_coalesce: int = 0,
+                 lean_off: bool = False):
         self.router = router
         self.fast_grammar = fast_grammar
         self.failures = failures
@@ -45,6 +46,7 @@ class OffPath:
         self.sync_draft = sync_draft
         self.lean_prefill = lean_prefill
         self.draft_kv = draft_kv
+        self.lean_off = lean_off                             # run-time switch: offstubs.py
         self.capture_hidden = capture_hidden or sync_draft or draft_kv   # graphs that can feed the draft
         self.kv_writer: draftkv.DraftKVWriter | None = None   # built with the fast path, where supported
         self.kv_graph: draftkv_graph.GraphedKVWriter | None = None   # its decode writes as graphs (experimental)
@@ -219,7 +221,7 @@ class OffPath:
             if writer is not self.kv_coalesced:     # switched to another writer at run time
                 self._flush_kv(worker)
             result = fastoff.run(worker, fast, batch, on_publish, self.sync_draft and fast.with_hidden, writer,
-                                 grammar_barrier=barrier)
+                                 grammar_barrier=barrier, lean=self.lean_off)
         except Exception as e:      # restored batch fields: SGLang's own path can still take this batch
             self.failures.record("fast off", e)
             self.fast, self.reason = None, REASON_RUN_FAILED
@@ -296,5 +298,5 @@ class OffPath:
         if self.fast is not None:
             out.update(fast_off_batches=self.fast.batches, fast_off_graph_batches=self.fast.graph_batches,
                        fast_off_cpu_ns=self.fast.cpu_ns, fast_off_target_ns=self.fast.target_ns,
-                       draft_kv_ns=self.fast.kv_ns)
+                       draft_kv_ns=self.fast.kv_ns, fast_off_lean_batches=self.fast.lean_batches)
         return out

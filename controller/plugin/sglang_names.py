@@ -84,3 +84,30 @@ GRAMMAR_FACTS = (
     (f"{RESULTS}.advance_grammar_fsm", "accept_tokens = next_token_ids[i * stride:i * stride + accept_lens[i]]",
      "an off result (one token per request, accept length 1) advances each FSM by its token"),
 )
+
+OVERLAP = "sglang.srt.managers.overlap_utils"
+LEAN_OFF_FACTS = (
+    # the lean off step (offstubs.py): its result's tensors are only read, and only under the overlap scheduler
+    (f"{SCHEDULER}.run_batch", "fwd_kwargs['on_publish'] = partial(self.future_map.publish, future_indices)",
+     "a worker gets on_publish only from the overlap scheduler, which relays results through its FutureMap"),
+    (f"{OVERLAP}.FutureMap.stash",
+     "self.output_tokens_buf[indices] = payload.bonus_tokens.to(self.output_tokens_buf.dtype)",
+     "the relay copies the tokens into its own buffer, casting them (int64 tokens need no cast there)"),
+    (f"{OVERLAP}.resolve_forward_inputs", "future_map._resolve_spec_extras(batch)",
+     "the next step's draft input is gathered from the FutureMap's buffers at forward entry ..."),
+    (f"{OVERLAP}.FutureMap._resolve_spec_extras", "draft_input.bonus_tokens = bonus_tokens",
+     "... replacing the result's tokens and extras, so nothing reads the stubs after the relay"),
+    ("sglang.srt.speculative.eagle_info.EagleDraftInput.filter_batch",
+     "self.future_indices = self.future_indices[new_indices]\n        return",
+     "with future indices (overlap) a finished request filters those only, not the extras"),
+    ("sglang.srt.speculative.eagle_info.EagleDraftInput.merge_batch",
+     "self.future_indices = torch.cat([self.future_indices, spec_info.future_indices])",
+     "... and merging batches concatenates them only"),
+    ("sglang.srt.managers.utils.GenerationBatchResult.copy_to_cpu", "self.accept_lens = _async_d2h(self.accept_lens)",
+     "the accept lengths are copied to the host, not written"),
+    (f"{RESULTS}._resolve_spec_v2_tokens", "next_token_ids = result.next_token_ids.tolist()",
+     "the tokens are read as Python ints: their dtype does not matter"),
+    (f"{OVERLAP}.FutureMap.publish",
+     "self.new_seq_lens_buf[indices] = new_seq_lens.to(self.new_seq_lens_buf.dtype)",
+     "publish copies the new lengths, so the decode's own tensor can be published before the forward"),
+)

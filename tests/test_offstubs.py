@@ -1,0 +1,135 @@
+"""The lean off step (controller/plugin/offstubs.py, switch spec_controller_lean_off) on CPU, numpy standing in
+for torch: the new lengths are published before the forward, the result points at per-engine stubs (no ones, no
+zero fills, no int32 cast, no SGLang stub call), the stubs are made once and grown, and the step is taken only where
+it is safe (the overlap scheduler, no logprobs, the draft not synced). The SGLang facts it rests on are in every
+table (sglang_names.LEAN_OFF_FACTS, tests/test_fastoff_contract.py). Its effect is a GPU measurement."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from controller import contract
+from controller.plugin import fastoff, offstubs
+from controller.plugin.instance import Plugin
+from tests.test_fastoff_cpu import V17, V23, Tensor, engine, tensor
+from tests.test_plugin_cpu import active, decode_batch
+
+TOPK, HIDDEN = 4, 6
+
+
+class Cast(Tensor):
+    """The sampler's tokens: a cast is recorded (steps-0's int32; the lean step keeps int64)."""
+    casts: list = []
+
+    def to(self, *args, **kwargs):
+        Cast.casts.append(args)
+        return self
+
+
+@pytest.fixture
+def lean_torch(monkeypatch):
+    made = []
+
+    def ones(n, dtype, device):
+        made.append(("ones", n))
+        return tensor(np.ones(n, int))
+
+    def zeros(shape, dtype, device):
+        made.append(("zeros", shape))
+        return tensor(np.zeros(shape))
+    torch = SimpleNamespace(int32="int32", int64="int64", float32="float32", ones=ones, zeros=zeros)
+    spec = SimpleNamespace(get_draft_recurrent_hidden_state_spec=lambda runner: (HIDDEN, "bf16"))
+    for key, value in dict(torch=torch, DECODE="DECODE", NO_HIDDEN="NULL", FULL_HIDDEN="FULL", worker_module=spec,
+                           Result=lambda **kw: SimpleNamespace(**kw),
+                           DraftInput=lambda **kw: SimpleNamespace(**kw)).items():
+        monkeypatch.setitem(fastoff._sg, key, value)
+    Cast.casts = []
+    return made
+
+
+def lean_engine(names, order: list):
+    w, runner, last, seen = engine(names, True)
+    forward = w.target_worker.forward_batch_generation
+
+    def recorded(batch, capture_hidden_mode):
+        order.append("forward")
+        out = forward(batch, capture_hidden_mode)
+        out.next_token_ids = np.asarray(out.next_token_ids).view(Cast)
+        return out
+    w.target_worker.forward_batch_generation = recorded
+    w.draft_worker = SimpleNamespace(topk=TOPK, draft_runner="draft runner")
+    return w, seen
+
+
+def off_batch(bs: int, **fields):
+    return decode_batch(bs, seq_lens=tensor(np.arange(3, 3 + bs)), seq_lens_cpu=None, seq_lens_sum=None,
+                        req_pool_indices=tensor(np.arange(bs) % 4), spec_info=SimpleNamespace(bonus_tokens=tensor([4] * bs)),
+                        **fields)
+
+
+@pytest.mark.parametrize("names", [V17, V23], ids=lambda t: t.versions[0])
+def test_the_lean_step_publishes_first_and_builds_its_result_from_the_stubs(lean_torch, names):
+    order = []
+    w, seen = lean_engine(names, order)
+    fast = fastoff.FastOff("decode backend", "decode graphs", names=names)
+    result = fastoff.run(w, fast, off_batch(2), on_publish=lambda lens: order.append(("publish", list(lens))),
+                         lean=True)
+    assert order == [("publish", [4, 5]), "forward"]       # an off step accepts one token: known before it runs
+    assert seen["seq_lens"] == [4, 5] and list(result.new_seq_lens) == [4, 5]
+    assert Cast.casts == [] and result.next_token_ids is result.next_draft_input.bonus_tokens   # int64 kept
+    assert "stubbed" not in seen                            # no SGLang stub: its zero fills are the stubs
+    draft = result.next_draft_input
+    assert list(result.accept_lens) == [1, 1]
+    assert draft.topk_p.shape == (2, TOPK) and draft.topk_index.shape == (2, TOPK) and draft.hidden_states.shape == (2, HIDDEN)
+    assert not (draft.topk_p.any() or draft.topk_index.any() or draft.hidden_states.any())
+    assert fast.lean_batches == 1 and fast.batches == 1
+    made = list(lean_torch)
+    again = fastoff.run(w, fast, off_batch(3), on_publish=lambda lens: None, lean=True)
+    assert lean_torch == made                               # the second batch made no tensor
+    assert np.shares_memory(again.accept_lens, result.accept_lens) and list(again.accept_lens) == [1, 1, 1]
+
+
+@pytest.mark.parametrize("why, kwargs, batch_fields", [
+    ("no overlap scheduler", dict(on_publish=None), {}),
+    ("switched off", dict(on_publish="publish", lean=False), {}),
+])
+def test_without_the_lean_step_the_result_is_steps_0s(lean_torch, why, kwargs, batch_fields):
+    order = []
+    w, seen = lean_engine(V17, order)
+    fast = fastoff.FastOff("decode backend", "decode graphs", names=V17)
+    publish = (lambda lens: order.append("publish")) if kwargs.pop("on_publish") else None
+    result = fastoff.run(w, fast, off_batch(2, **batch_fields), on_publish=publish, **{"lean": True, **kwargs})
+    assert order == (["forward", "publish"] if publish else ["forward"]), why
+    assert Cast.casts == [("int32",)] and seen["stubbed"] and fast.lean_batches == 0 and fast.stubs is None
+    assert lean_torch == [("ones", 2)]                      # steps-0's accept lengths, made per batch
+
+
+@pytest.mark.parametrize("on_publish, sync, logprobs, lean", [
+    ("pub", False, False, True), (None, False, False, False), ("pub", True, False, False), ("pub", False, True, False)])
+def test_the_lean_step_only_where_nothing_reads_what_it_changes(on_publish, sync, logprobs, lean):
+    assert offstubs.applies(on_publish, sync, logprobs) is lean
+
+
+def test_stubs_are_made_once_and_grown_to_the_next_power_of_two(lean_torch):
+    stubs = offstubs.OffStubs(fastoff._sg["torch"], SimpleNamespace(topk=TOPK), (None, None))
+    small, extras = stubs.fields(3, "cuda")
+    assert stubs.rows == offstubs.MIN_ROWS and extras["hidden_states"] is None    # a draft without hidden state
+    stubs.fields(offstubs.MIN_ROWS, "cuda")
+    assert len(lean_torch) == 3                             # ones, topk_p, topk_index: once
+    big, extras = stubs.fields(offstubs.MIN_ROWS + 1, "cuda")
+    assert stubs.rows == 2 * offstubs.MIN_ROWS and len(big) == offstubs.MIN_ROWS + 1
+    assert extras["topk_p"].shape == (offstubs.MIN_ROWS + 1, TOPK)
+    assert not np.shares_memory(small, big) and list(small) == [1, 1, 1]   # a result in flight keeps its old set
+
+
+def test_the_switch_is_validated_applied_and_refused_where_there_is_no_fast_path():
+    plug = active(Plugin({}))
+    plug.off_path.fast = fastoff.FastOff(None, None, names=V17)     # built
+    assert not plug.off_path.lean_off                       # off unless the engine starts with it or it is set
+    assert "true or false" in plug.validate_own_keys({contract.LEAN_OFF_KEY: "yes"})
+    assert plug.validate_own_keys({contract.LEAN_OFF_KEY: 1}) is None     # JSON true arrives as 1
+    plug.apply_own_keys({contract.LEAN_OFF_KEY: 1})
+    assert plug.off_path.lean_off is True
+    plug.off_path.fast = None
+    assert "not available" in plug.validate_own_keys({contract.LEAN_OFF_KEY: True})
+    assert Plugin({contract.ENV_LEAN_OFF: "1"}).off_path.lean_off
