@@ -185,11 +185,12 @@ DRAFT_KV_KEY = "spec_controller_draft_kv"              # the plugin writes the d
 DRAFT_KV_GRAPH_KEY = "spec_controller_draft_kv_graph"  # ... from CUDA graphs (captured unless ENV_DRAFT_KV_GRAPH=0)
 DRAFT_KV_COALESCE_KEY = "spec_controller_draft_kv_coalesce"   # ... coalesced (built only with ENV_DRAFT_KV_COALESCE)
 LEAN_OFF_KEY = "spec_controller_lean_off"              # off batches' results from per-engine stubs (plugin/offstubs.py)
+ALLOC_LOOP_KEY = "spec_controller_alloc_loop"          # SGLang 0.5.19's decode allocation loop (plugin/allocloop.py)
 OWN_KEYS = (THRESHOLD_KEY, FAST_OFF_KEY, SIM_ACC_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY, DRAFT_KV_KEY, DRAFT_KV_GRAPH_KEY,
-            DRAFT_KV_COALESCE_KEY, LEAN_OFF_KEY)
+            DRAFT_KV_COALESCE_KEY, LEAN_OFF_KEY, ALLOC_LOOP_KEY)
 EXPERIMENT_KEYS = (SIM_ACC_KEY,)
 BOOL_KEYS = (FAST_OFF_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY, DRAFT_KV_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_COALESCE_KEY,
-             LEAN_OFF_KEY)
+             LEAN_OFF_KEY, ALLOC_LOOP_KEY)
 # The engine's start-up choices (environment of the SGLang process; the daemon's [plugin] settings)
 ENV_FAST_OFF = "SPEC_CONTROLLER_FAST_OFF"              # "0": off batches take SGLang's steps-0 path
 ENV_SYNC_DRAFT = "SPEC_CONTROLLER_SYNC_DRAFT"          # "1": keep the draft in step while off

@@ -48,11 +48,15 @@ KV_GRAPH_ON='{"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph"
 KV_GRAPH_OFF='{"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": false}'
 # LEAN=1: steadyab / closedab / openab rotate the lean off step (plugin/offstubs.py) instead: off (kv graphs, lean
 # off), lean (the same, lean on) and the no-spec engine; the engine is left lean afterwards (greedy, lpcheck then
-# check the lean step). Export SPEC_CONTROLLER_LEAN_OFF=1 to start it lean as well.
-LEAN_NO='{"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": true, "spec_controller_lean_off": false}'
-LEAN_YES='{"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": true, "spec_controller_lean_off": true}'
+# check the lean step). Export SPEC_CONTROLLER_LEAN_OFF=1 to start it lean as well. LEAN=2: off (neither the lean
+# step nor SGLang 0.5.19's allocation loop, plugin/allocloop.py), leanalloc (both) and the no-spec engine.
+KVG='"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": true'
+LEAN_NO="{$KVG, \"spec_controller_lean_off\": false}"; LEAN_YES="{$KVG, \"spec_controller_lean_off\": true}"
+BOTH_NO="{$KVG, \"spec_controller_lean_off\": false, \"spec_controller_alloc_loop\": false}"
+BOTH_YES="{$KVG, \"spec_controller_lean_off\": true, \"spec_controller_alloc_loop\": true}"
 ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTORE (the daemon's engine's state after)
-  if [ "${LEAN:-0}" = 1 ]; then AB="nospec=30001;off=30000:$LEAN_NO;lean=30000:$LEAN_YES"; NAB=3; AB_RESTORE=$LEAN_YES
+  if [ "${LEAN:-0}" = 2 ]; then AB="nospec=30001;off=30000:$BOTH_NO;leanalloc=30000:$BOTH_YES"; NAB=3; AB_RESTORE=$BOTH_YES
+  elif [ "${LEAN:-0}" = 1 ]; then AB="nospec=30001;off=30000:$LEAN_NO;lean=30000:$LEAN_YES"; NAB=3; AB_RESTORE=$LEAN_YES
   elif [ "$KV_GRAPH" = 1 ]; then
     AB="nospec=30001;off=30000:$KV_GRAPH_ON;kveager=30000:$KV_GRAPH_OFF;fast=30000:$KV_OFF"; NAB=4; AB_RESTORE=$KV_GRAPH_ON
   else AB="nospec=30001;off=30000:$KV_ON;fast=30000:$KV_OFF"; NAB=3; AB_RESTORE=$KV_ON; fi

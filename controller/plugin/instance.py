@@ -7,17 +7,17 @@ import os
 import time
 from typing import Any, Callable, Mapping
 
-from ..contract import (BOOL_KEYS, DRAFT_KV_COALESCE_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_KEY, ENV_ADDRESS, ENV_DRAFT_KV,
+from ..contract import (ALLOC_LOOP_KEY, BOOL_KEYS, DRAFT_KV_COALESCE_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_KEY, ENV_ADDRESS, ENV_DRAFT_KV,
                         ENV_DRAFT_KV_COALESCE, ENV_DRAFT_KV_GRAPH, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD,
                         ENV_LEAN_OFF, ENV_LEAN_PREFILL, ENV_SYNC_DRAFT, EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_OFF_KEY,
                         LEAN_PREFILL_KEY, OWN_KEYS,
                         REASON_INACTIVE, SIM_ACC_KEY, SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version,
                         validate_threshold)
-from . import offgrammar, warmsizes
+from . import allocloop, offgrammar, warmsizes
 from .failures import Failures
 from .offpath import OffPath
 from .router import Router
-from .support import DRAFT_WORKER, EAGLE_WORKER, RESULT_PROCESSOR, SCHEDULER
+from .support import DRAFT_WORKER, EAGLE_WORKER, RESULT_PROCESSOR, SCHEDULER, sglang_version
 from .telemetry import TelemetrySender
 
 log = logging.getLogger("spec_controller.plugin")
@@ -56,6 +56,7 @@ class Plugin:
                                 lean_off=env.get(ENV_LEAN_OFF, "0") == "1",         # measured: offstubs.py
                                 capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
+        self.alloc_loop = allocloop.AllocLoop()
 
     def stats(self) -> tuple[dict[str, int], dict[str, Any]]:
         """(counters, what the stats message says about the off path: contract.encode_stats's keywords)."""
@@ -94,7 +95,9 @@ class Plugin:
     def hooks(self) -> dict[str, tuple[Callable, str]]:
         """target -> (bound hook, HookType name); the targets are support.HOOK_TARGETS."""
         r, off, tel = self.router, self.off_path, self.telemetry
-        return {
+        extra = ({allocloop.TARGET: (self.alloc_loop.around, "AROUND")}
+                 if allocloop.wanted(self.env, parse_version(sglang_version())) else {})
+        return {**extra,
             f"{EAGLE_WORKER}.activate_step_by_batch": (r.activate_step_by_batch, "AROUND"),
             f"{EAGLE_WORKER}.forward_batch_generation": (off.forward_batch_generation, "AROUND"),
             f"{EAGLE_WORKER}.init_cuda_graphs": (self.after_init_cuda_graphs, "AFTER"),
@@ -130,6 +133,8 @@ class Plugin:
         if ours.get(DRAFT_KV_COALESCE_KEY) and built and self.off_path.kv_coalesced is None:
             return (f"{DRAFT_KV_COALESCE_KEY}: this engine does not coalesce the draft's KV writes (start it with "
                     f"{ENV_DRAFT_KV_COALESCE}=N, 2 .. 64; the engine log says if it is unsupported)")
+        if ours.get(ALLOC_LOOP_KEY) and self.alloc_loop.applies is False:
+            return f"{ALLOC_LOOP_KEY}: this SGLang's decode allocation is not the audited 0.5.16-0.5.18 text (see its log)"
         for key in EXPERIMENT_KEYS:
             if key in ours and self.env.get("SPEC_CONTROLLER_EXPERIMENTS") != "1":
                 return f"{key} is an experiment knob (start the engine with SPEC_CONTROLLER_EXPERIMENTS=1)"
@@ -158,6 +163,8 @@ class Plugin:
             self.off_path.use_coalesce = bool(ours[DRAFT_KV_COALESCE_KEY])
         if LEAN_OFF_KEY in ours:
             self.off_path.lean_off = bool(ours[LEAN_OFF_KEY])
+        if ALLOC_LOOP_KEY in ours:
+            self.alloc_loop.enabled = bool(ours[ALLOC_LOOP_KEY])
         if SIM_ACC_KEY in ours:   # SGLang's benchmark knob, read by every verify (spec_utils.SIMULATE_ACC_LEN)
             from sglang.srt.speculative import spec_utils
             spec_utils.SIMULATE_ACC_LEN = float(ours[SIM_ACC_KEY])
