@@ -198,7 +198,7 @@ ENV_DRAFT_KV = "SPEC_CONTROLLER_DRAFT_KV"              # "1": write the draft's 
 ENV_DRAFT_KV_GRAPH = "SPEC_CONTROLLER_DRAFT_KV_GRAPH"  # "0": ... eagerly instead of from CUDA graphs (graphs: TP 1 only)
 ENV_DRAFT_KV_COALESCE = "SPEC_CONTROLLER_DRAFT_KV_COALESCE"  # "N" > 1: ... one write per N off batches (experimental)
 ENV_LEAN_PREFILL = "SPEC_CONTROLLER_LEAN_PREFILL"      # "0": prefills run the draft even while nothing speculates
-ENV_LEAN_OFF = "SPEC_CONTROLLER_LEAN_OFF"              # "1": off batches take the lean step (plugin/offstubs.py)
+ENV_LEAN_OFF = "SPEC_CONTROLLER_LEAN_OFF"              # "0": off batches build their results per batch (plugin/offstubs.py)
 MAX_THRESHOLD = 1 << 20
 
 

@@ -203,10 +203,10 @@ def test_the_fast_path_gets_the_worker_and_a_positional_on_publish(fast, monkeyp
     monkeypatch.setattr(fastoff, "run", run)
     w, b = routed_worker(plug), decode_batch(30)
     assert plug.off_path.forward_batch_generation(Recorder().original, w, b, "pub", "other") == "fast"
-    assert got == [(w, b, "pub", "other", False)]    # the second positional: SGLang's grammar_barrier
-    plug.off_path.lean_off = True                    # the run-time switch reaches the step
+    assert got == [(w, b, "pub", "other", True)]     # the second positional: SGLang's grammar_barrier; lean: default
+    plug.off_path.lean_off = False                   # the run-time switch reaches the step
     plug.off_path.forward_batch_generation(Recorder().original, w, b, "pub")
-    assert got[-1] == (w, b, "pub", None, True)
+    assert got[-1] == (w, b, "pub", None, False)
     assert plug.off_path.counters()["draft_kv_writes"] == 0        # no writer: nothing written
 
 

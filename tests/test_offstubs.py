@@ -57,6 +57,7 @@ def lean_engine(names, order: list):
         out.next_token_ids = np.asarray(out.next_token_ids).view(Cast)
         return out
     w.target_worker.forward_batch_generation = recorded
+    w.target_worker.enable_spec = True           # offgrammar.delaying_sample's switch (a grammar batch)
     w.draft_worker = SimpleNamespace(topk=TOPK, draft_runner="draft runner")
     return w, seen
 
@@ -92,6 +93,7 @@ def test_the_lean_step_publishes_first_and_builds_its_result_from_the_stubs(lean
 @pytest.mark.parametrize("why, kwargs, batch_fields", [
     ("no overlap scheduler", dict(on_publish=None), {}),
     ("switched off", dict(on_publish="publish", lean=False), {}),
+    ("a grammar batch", dict(on_publish="publish"), {"has_grammar": True}),
 ])
 def test_without_the_lean_step_the_result_is_steps_0s(lean_torch, why, kwargs, batch_fields):
     order = []
@@ -104,10 +106,11 @@ def test_without_the_lean_step_the_result_is_steps_0s(lean_torch, why, kwargs, b
     assert lean_torch == [("ones", 2)]                      # steps-0's accept lengths, made per batch
 
 
-@pytest.mark.parametrize("on_publish, sync, logprobs, lean", [
-    ("pub", False, False, True), (None, False, False, False), ("pub", True, False, False), ("pub", False, True, False)])
-def test_the_lean_step_only_where_nothing_reads_what_it_changes(on_publish, sync, logprobs, lean):
-    assert offstubs.applies(on_publish, sync, logprobs) is lean
+@pytest.mark.parametrize("on_publish, sync, logprobs, grammar, lean", [
+    ("pub", False, False, False, True), (None, False, False, False, False), ("pub", True, False, False, False),
+    ("pub", False, True, False, False), ("pub", False, False, True, False)])
+def test_the_lean_step_only_where_nothing_reads_what_it_changes(on_publish, sync, logprobs, grammar, lean):
+    assert offstubs.applies(on_publish, sync, logprobs, grammar) is lean
 
 
 def test_stubs_are_made_once_and_grown_to_the_next_power_of_two(lean_torch):
@@ -125,11 +128,13 @@ def test_stubs_are_made_once_and_grown_to_the_next_power_of_two(lean_torch):
 def test_the_switch_is_validated_applied_and_refused_where_there_is_no_fast_path():
     plug = active(Plugin({}))
     plug.off_path.fast = fastoff.FastOff(None, None, names=V17)     # built
-    assert not plug.off_path.lean_off                       # off unless the engine starts with it or it is set
+    assert plug.off_path.lean_off                           # the default
     assert "true or false" in plug.validate_own_keys({contract.LEAN_OFF_KEY: "yes"})
-    assert plug.validate_own_keys({contract.LEAN_OFF_KEY: 1}) is None     # JSON true arrives as 1
+    assert plug.validate_own_keys({contract.LEAN_OFF_KEY: 0}) is None     # JSON false arrives as 0
+    plug.apply_own_keys({contract.LEAN_OFF_KEY: 0})
+    assert plug.off_path.lean_off is False
     plug.apply_own_keys({contract.LEAN_OFF_KEY: 1})
     assert plug.off_path.lean_off is True
     plug.off_path.fast = None
     assert "not available" in plug.validate_own_keys({contract.LEAN_OFF_KEY: True})
-    assert Plugin({contract.ENV_LEAN_OFF: "1"}).off_path.lean_off
+    assert not Plugin({contract.ENV_LEAN_OFF: "0"}).off_path.lean_off

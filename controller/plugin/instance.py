@@ -53,7 +53,7 @@ class Plugin:
                                 draft_kv_graph=env.get(ENV_DRAFT_KV_GRAPH, "1") != "0",   # the default since 2026-12-02e
                                 draft_kv_coalesce=coalesce_batches(env.get(ENV_DRAFT_KV_COALESCE, "")),  # experimental
                                 fast_grammar=env.get(offgrammar.ENV, "1") != "0",   # checked on a GPU
-                                lean_off=env.get(ENV_LEAN_OFF, "0") == "1",         # measured: offstubs.py
+                                lean_off=env.get(ENV_LEAN_OFF, "1") != "0",         # measured: offstubs.py
                                 capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
         self.alloc_loop = allocloop.AllocLoop()
