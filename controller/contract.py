@@ -85,8 +85,9 @@ STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and t
                 "draft_kv_prefill_ns",                   # CPU of the lean prefills' prompt writes
                 "draft_kv_prefill_eager", "draft_kv_prefill_eager_ns",   # of those: written eagerly (no graph held them)
                 "draft_kv_graph_writes",                 # draft KV writes replayed from CUDA graphs (decode and prompt)
-                "prefills_pay_draft",                    # (below)
-                "fast_off_lean_batches")                 # fast off batches that took the lean step (plugin/offstubs.py)
+                "prefills_pay_draft",                    # how prefills pay the draft's pass (PAYS_DRAFT below)
+                "fast_off_lean_batches",                 # fast off batches that took the lean step (plugin/offstubs.py)
+                "alloc_loop_batches")                    # decode allocations by 0.5.19's loop (plugin/allocloop.py)
 # prefills_pay_draft: 1: off batches' prefills run the draft above 0 only (lean
 # prefill, no KV writer, no rejection sampling: threshold 0 saves that pass); 2: not (at 0 as well, or never); 0: a
 # plugin before it. The daemon's zero verdict follows it (policies.types.Snapshot.prefills_pay_draft).
@@ -198,7 +199,7 @@ ENV_DRAFT_KV = "SPEC_CONTROLLER_DRAFT_KV"              # "1": write the draft's 
 ENV_DRAFT_KV_GRAPH = "SPEC_CONTROLLER_DRAFT_KV_GRAPH"  # "0": ... eagerly instead of from CUDA graphs (graphs: TP 1 only)
 ENV_DRAFT_KV_COALESCE = "SPEC_CONTROLLER_DRAFT_KV_COALESCE"  # "N" > 1: ... one write per N off batches (experimental)
 ENV_LEAN_PREFILL = "SPEC_CONTROLLER_LEAN_PREFILL"      # "0": prefills run the draft even while nothing speculates
-ENV_LEAN_OFF = "SPEC_CONTROLLER_LEAN_OFF"              # "0": off batches build their results per batch (plugin/offstubs.py)
+ENV_LEAN_OFF = "SPEC_CONTROLLER_LEAN_OFF"              # "0": off batches' results made per batch (plugin/offstubs.py)
 MAX_THRESHOLD = 1 << 20
 
 

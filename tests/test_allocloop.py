@@ -103,5 +103,48 @@ def test_the_run_time_switch_and_its_refusal(tmp_path):
     plug.apply_own_keys({ALLOC_LOOP_KEY: 1})
     allocate(lambda *a, **k: plug.alloc_loop.around(fn, *a, **k), reqs, [8, 10])
     assert plug.alloc_loop.batches == 1 and [r.kv.kv_allocated_len for r in reqs] == [8, 10]
+    assert "not in this engine" in plug.validate_own_keys({ALLOC_LOOP_KEY: True})   # never registered here
+    plug.alloc_loop.registered = True
+    assert plug.validate_own_keys({ALLOC_LOOP_KEY: True}) is None
     plug.alloc_loop.applies = False                         # another text: cannot be switched on
-    assert "not the audited" in plug.validate_own_keys({ALLOC_LOOP_KEY: True})
+    assert "not in this engine" in plug.validate_own_keys({ALLOC_LOOP_KEY: True})
+    assert plug.stats()[0]["alloc_loop_batches"] == 1       # counted for status
+
+
+class Counted(np.ndarray):
+    """nxt_kv_lens_cpu whose element reads are counted (SGLang's slow loop reads one per request)."""
+    reads = 0
+
+    def __getitem__(self, i):
+        Counted.reads += 1
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("hooked, reads", [(False, 3), (True, 0)])
+def test_under_the_hook_sglangs_per_request_loop_reads_nothing(tmp_path, hooked, reads):
+    fn, loop = real_function(tmp_path, []), allocloop.AllocLoop()
+    call = (lambda *a, **k: loop.around(fn, *a, **k)) if hooked else fn
+    tree = SimpleNamespace(token_to_kv_pool_allocator=SimpleNamespace(page_size=1))
+    nxt = np.asarray([7, 8, 6], dtype=np.int32).view(Counted)
+    Counted.reads = 0
+    reqs = requests([5, 9, 3])
+    call(tree, SimpleNamespace(req_to_token="rt"), reqs=reqs, req_pool_indices="idx", cur_kv_lens="cur",
+         cur_kv_lens_cpu=None, nxt_kv_lens="nxt", nxt_kv_lens_cpu=nxt, num_needed_tokens=4, batch=None)
+    assert Counted.reads == reads and [r.kv.kv_allocated_len for r in reqs] == [7, 9, 6]
+
+
+def test_a_wrapped_function_or_one_without_source_is_left_as_it_is(tmp_path):
+    import functools
+    fn = real_function(tmp_path, [])
+    seen = []
+
+    @functools.wraps(fn)
+    def other_plugin(*a, **k):                   # another hook in front: it would see no requests
+        seen.append(len(list(k["reqs"])))
+        return fn(*a, **k)
+    loop = allocloop.AllocLoop()
+    allocate(lambda *a, **k: loop.around(other_plugin, *a, **k), requests([5, 9]), [7, 8])
+    assert loop.applies is False and seen == [2]
+    namespace: dict = {}
+    exec(compile("def no_source(*a, **k):\n    return None\n", "<generated>", "exec"), namespace)
+    assert allocloop.AllocLoop._check(namespace["no_source"]) is False

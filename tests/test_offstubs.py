@@ -32,11 +32,15 @@ def lean_torch(monkeypatch):
 
     def ones(n, dtype, device):
         made.append(("ones", n))
-        return tensor(np.ones(n, int))
+        out = tensor(np.ones(n, int))
+        out.torch_dtype = dtype
+        return out
 
     def zeros(shape, dtype, device):
         made.append(("zeros", shape))
-        return tensor(np.zeros(shape))
+        out = tensor(np.zeros(shape))
+        out.torch_dtype = dtype                  # what SGLang's future map sizes its relay buffers from
+        return out
     torch = SimpleNamespace(int32="int32", int64="int64", float32="float32", ones=ones, zeros=zeros)
     spec = SimpleNamespace(get_draft_recurrent_hidden_state_spec=lambda runner: (HIDDEN, "bf16"))
     for key, value in dict(torch=torch, DECODE="DECODE", NO_HIDDEN="NULL", FULL_HIDDEN="FULL", worker_module=spec,
@@ -83,6 +87,8 @@ def test_the_lean_step_publishes_first_and_builds_its_result_from_the_stubs(lean
     assert list(result.accept_lens) == [1, 1]
     assert draft.topk_p.shape == (2, TOPK) and draft.topk_index.shape == (2, TOPK) and draft.hidden_states.shape == (2, HIDDEN)
     assert not (draft.topk_p.any() or draft.topk_index.any() or draft.hidden_states.any())
+    dtypes = [t.base.torch_dtype for t in (result.accept_lens, draft.topk_p, draft.topk_index, draft.hidden_states)]
+    assert dtypes == ["int32", "float32", "int64", "bf16"]  # SGLang's stub's dtypes (accept lengths: steps-0's)
     assert fast.lean_batches == 1 and fast.batches == 1
     made = list(lean_torch)
     again = fastoff.run(w, fast, off_batch(3), on_publish=lambda lens: None, lean=True)
@@ -138,3 +144,18 @@ def test_the_switch_is_validated_applied_and_refused_where_there_is_no_fast_path
     plug.off_path.fast = None
     assert "not available" in plug.validate_own_keys({contract.LEAN_OFF_KEY: True})
     assert not Plugin({contract.ENV_LEAN_OFF: "0"}).off_path.lean_off
+
+
+@pytest.mark.parametrize("fields, sync, why", [({"return_logprob": True}, False, "logprobs"),
+                                               ({}, True, "draft synced")])
+def test_run_tells_applies_about_logprobs_and_a_synced_draft(lean_torch, monkeypatch, fields, sync, why):
+    asked = []
+    monkeypatch.setattr(offstubs, "applies", lambda *a: asked.append(a) or False)
+    w, _ = lean_engine(V17, [])
+    w.draft_worker = SimpleNamespace(topk=TOPK, draft_runner="draft runner", _draft_extend_for_decode=lambda b, r: None,
+                                     draft_tp_context=lambda group: __import__("contextlib").nullcontext())
+    fast = fastoff.FastOff("decode backend", "decode graphs", with_hidden=sync, names=V17)
+    monkeypatch.setattr(fastoff, "_draft_extend", lambda *a: None)
+    monkeypatch.setattr(fastoff.offlogprob, "keeping_logits", lambda runner, batch: __import__("contextlib").nullcontext())
+    fastoff.run(w, fast, off_batch(2, **fields), on_publish=lambda lens: None, sync_draft=sync, lean=True)
+    assert asked == [(asked[0][0], sync, bool(fields), False)], why

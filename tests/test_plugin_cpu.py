@@ -310,7 +310,7 @@ def test_telemetry_codec_round_trip_and_refusal():
                      "off_fallbacks_logprob": 0, "off_fallbacks_grammar": 0, "draft_kv_writes": 0,
                      "fast_off_target_ns": 0, "draft_kv_ns": 0, "draft_kv_prefill_ns": 0,
                      "draft_kv_prefill_eager": 0, "draft_kv_prefill_eager_ns": 0, "draft_kv_graph_writes": 0,
-                     "prefills_pay_draft": 0, "fast_off_lean_batches": 0,
+                     "prefills_pay_draft": 0, "fast_off_lean_batches": 0, "alloc_loop_batches": 0,
                      "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
                      "off_path_evidence": "contract-checked against the 0.5.22 wheel, not measured on a GPU"}
     measured = decode(encode_stats({}, 3, 0, (0, 5, 17)))

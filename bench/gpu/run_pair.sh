@@ -48,7 +48,7 @@ KV_GRAPH_ON='{"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph"
 KV_GRAPH_OFF='{"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": false}'
 # LEAN=1: steadyab / closedab / openab rotate the lean off step (plugin/offstubs.py) instead: off (kv graphs, lean
 # off), lean (the same, lean on) and the no-spec engine; the engine is left lean afterwards (greedy, lpcheck then
-# check the lean step). Export SPEC_CONTROLLER_LEAN_OFF=1 to start it lean as well. LEAN=2: off (neither the lean
+# check the lean step; the engine starts lean anyway, the default). LEAN=2: off (neither the lean
 # step nor SGLang 0.5.19's allocation loop, plugin/allocloop.py), leanalloc (both) and the no-spec engine.
 KVG='"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": true'
 LEAN_NO="{$KVG, \"spec_controller_lean_off\": false}"; LEAN_YES="{$KVG, \"spec_controller_lean_off\": true}"

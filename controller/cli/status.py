@@ -150,7 +150,9 @@ def _plugin_lines(plugin: dict) -> list[str]:
             + _kv_writes(plugin),
             f"plugin cost: decision {_per(plugin['decision_ns'] - switch_ns, plugin['decisions'] - switches)}"
             f" us, telemetry {_per(plugin['telemetry_ns'], plugin['telemetry_calls'])} us per batch; "
-            f"{_per(switch_ns, switches)} us per state switch ({switches} switches)",
+            f"{_per(switch_ns, switches)} us per state switch ({switches} switches)"
+            + (f"; {plugin['alloc_loop_batches']} decode allocations by SGLang 0.5.19's loop"
+               if plugin.get("alloc_loop_batches") else ""),
             f"off launch:  {_per(plugin['fast_off_cpu_ns'], plugin['fast_off_batches'])} us CPU per fast "
             f"off batch: target forward {_per(plugin.get('fast_off_target_ns', 0), plugin['fast_off_batches'])}"
             f", draft KV writes {_per(plugin.get('draft_kv_ns', 0), plugin['fast_off_batches'])}"

@@ -21,7 +21,7 @@ import hashlib
 import inspect
 import logging
 import textwrap
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Mapping
 
 TARGET = "sglang.srt.mem_cache.allocation.alloc_for_spec_decode"
 ENV = "SPEC_CONTROLLER_ALLOC_LOOP"
@@ -32,7 +32,8 @@ RELEASES = ((0, 5, 16), (0, 5, 18))      # registered for these (0.5.14-0.5.15 l
 log = logging.getLogger("spec_controller.plugin")
 
 
-def wanted(env: dict, version: tuple[int, int, int] | None) -> bool:
+def wanted(env: Mapping[str, str], version: tuple[int, int, int] | None) -> bool:
+    """Register the hook? For the releases with the slow loop, unless the environment turns it off."""
     return env.get(ENV, "1") != "0" and version is not None and RELEASES[0] <= version[:3] <= RELEASES[1]
 
 
@@ -52,12 +53,15 @@ class _LengthOnly:
     def __len__(self) -> int:
         return self.n
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return iter(())
 
 
 class AllocLoop:
+    """The hook and its state: registered or not (Plugin.hooks), the verdict on the live function, the switch."""
+
     def __init__(self) -> None:
+        self.registered = False              # set by Plugin.hooks() when it registers `around`
         self.applies: bool | None = None     # decided at the first call, from the function's source
         self.enabled = True                  # run-time switch (contract.ALLOC_LOOP_KEY)
         self.batches = 0
@@ -70,7 +74,7 @@ class AllocLoop:
             return original(*args, **kwargs)
         reqs = kwargs["reqs"]
         out = original(*args, **{**kwargs, "reqs": _LengthOnly(len(reqs))})
-        for req, n in zip(reqs, kwargs["nxt_kv_lens_cpu"].tolist()):
+        for req, n in zip(reqs, kwargs["nxt_kv_lens_cpu"].tolist(), strict=True):
             if n > req.kv.kv_allocated_len:
                 req.kv.kv_allocated_len = n
         self.batches += 1
@@ -78,6 +82,9 @@ class AllocLoop:
 
     @staticmethod
     def _check(original: Callable) -> bool:
+        if inspect.unwrap(original) is not original:   # another plugin's wrapper: getsource would read through it
+            log.info("spec-controller: decode allocation loop left as SGLang's (another hook wraps it)")
+            return False
         try:
             digest = source_digest(original)
         except Exception as e:            # no source (a frozen install): SGLang's function as it is

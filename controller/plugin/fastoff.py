@@ -44,7 +44,7 @@ class FastOff:
     target_ns: int = 0         #   the target's own forward (what an engine without speculation launches too)
     kv_ns: int = 0             #   the draft's KV writes (draftkv.py)
     lean_batches: int = 0      # off batches that took the lean step (offstubs.py)
-    stubs: Any = None          # offstubs.OffStubs, made at the first lean batch
+    stubs: offstubs.OffStubs | None = None   # made at the first lean batch
 
 
 # counted apart (contract.STATS_FIELDS): logprob and grammar batches the fast path does not cover
@@ -152,7 +152,7 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
     steps-0 state, so its KV holds every position when speculation resumes. kv_writer (a
     draftkv.DraftKVWriter, needs fast.with_hidden): instead, only the draft's KV for the decoded position
     is written (no draft forward). grammar_barrier: the scheduler's, for a grammar batch (offgrammar.py).
-    lean: where offstubs.applies, the result points at per-engine stubs, keeps int64 tokens and the new
+    lean: where offstubs.applies, the result points at per-engine stubs, keeps the sampler's tokens and the new
     lengths are published before the forward (an off step accepts exactly one token: they are known)."""
     torch = _sg["torch"]
     runner = worker.target_worker.model_runner
@@ -173,7 +173,7 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
             offgrammar.sample(out, batch, grammar_barrier)   # its mask after the FSM advanced
         else:
             out, loc = _plain_decode(worker.target_worker, fast, batch, with_hidden, new_seq_lens)
-    # steps-0's int32 tokens; the lean step keeps the sampler's int64 (the future map's dtype: no cast back)
+    # steps-0's int32 tokens; the lean step keeps the sampler's (the future map casts to its own int64 anyway)
     tokens = out.next_token_ids if lean else out.next_token_ids.to(torch.int32)
     if kept is not None:      # return_logprob: steps-0's logprobs and layout, by SGLang's own function
         offlogprob.fill(fast.names, batch, out.logits_output, kept, tokens, torch)
@@ -267,13 +267,10 @@ def stub_draft_input(draft_worker: Any, next_token_ids: Any) -> Any:
     as SGLang's _stub_skipped_draft_extend writes them); the bonus tokens are the real ones."""
     import torch
     from sglang.srt.speculative import eagle_worker_v2 as w
-    bs, device = next_token_ids.shape[0], next_token_ids.device
-    hidden_size, hidden_dtype = w.get_draft_recurrent_hidden_state_spec(draft_worker.draft_runner)
-    return w.EagleDraftInput(
-        topk_p=torch.zeros((bs, draft_worker.topk), dtype=torch.float32, device=device),
-        topk_index=torch.zeros((bs, draft_worker.topk), dtype=torch.int64, device=device),
-        hidden_states=None if hidden_size is None else torch.zeros((bs, hidden_size), dtype=hidden_dtype, device=device),
-        bonus_tokens=next_token_ids, num_tokens_per_req=1, num_tokens_for_logprob_per_req=1)
+    hidden_spec = w.get_draft_recurrent_hidden_state_spec(draft_worker.draft_runner)
+    extras = offstubs.zero_extras(torch, next_token_ids.shape[0], draft_worker.topk, hidden_spec, next_token_ids.device)
+    return w.EagleDraftInput(bonus_tokens=next_token_ids, num_tokens_per_req=1, num_tokens_for_logprob_per_req=1,
+                             **extras)
 
 
 def _hand_over_read_done_event(worker: Any, target_runner: Any, names: FastOffInternals) -> None:

@@ -7,12 +7,11 @@ import os
 import time
 from typing import Any, Callable, Mapping
 
-from ..contract import (ALLOC_LOOP_KEY, BOOL_KEYS, DRAFT_KV_COALESCE_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_KEY, ENV_ADDRESS, ENV_DRAFT_KV,
-                        ENV_DRAFT_KV_COALESCE, ENV_DRAFT_KV_GRAPH, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD,
-                        ENV_LEAN_OFF, ENV_LEAN_PREFILL, ENV_SYNC_DRAFT, EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_OFF_KEY,
-                        LEAN_PREFILL_KEY, OWN_KEYS,
-                        REASON_INACTIVE, SIM_ACC_KEY, SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version,
-                        validate_threshold)
+from ..contract import (ALLOC_LOOP_KEY, BOOL_KEYS, DRAFT_KV_COALESCE_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_KEY,
+                        ENV_ADDRESS, ENV_DRAFT_KV, ENV_DRAFT_KV_COALESCE, ENV_DRAFT_KV_GRAPH, ENV_FAST_OFF,
+                        ENV_INITIAL_THRESHOLD, ENV_LEAN_OFF, ENV_LEAN_PREFILL, ENV_SYNC_DRAFT, EXPERIMENT_KEYS,
+                        FAST_OFF_KEY, LEAN_OFF_KEY, LEAN_PREFILL_KEY, OWN_KEYS, REASON_INACTIVE, SIM_ACC_KEY,
+                        SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version, validate_threshold)
 from . import allocloop, offgrammar, warmsizes
 from .failures import Failures
 from .offpath import OffPath
@@ -63,7 +62,7 @@ class Plugin:
         reason = self.off_path.reason
         if self.router.checked and self.router.inert_reason is not None:
             reason = REASON_INACTIVE
-        return ({**self.router.counters(), **self.off_path.counters()},
+        return ({**self.router.counters(), **self.off_path.counters(), "alloc_loop_batches": self.alloc_loop.batches},
                 {"off_path": self.off_path.path_index(), "off_reason": reason,
                  "sglang": parse_version(self.router.version()) or (0, 0, 0)})
 
@@ -95,8 +94,8 @@ class Plugin:
     def hooks(self) -> dict[str, tuple[Callable, str]]:
         """target -> (bound hook, HookType name); the targets are support.HOOK_TARGETS."""
         r, off, tel = self.router, self.off_path, self.telemetry
-        extra = ({allocloop.TARGET: (self.alloc_loop.around, "AROUND")}
-                 if allocloop.wanted(self.env, parse_version(sglang_version())) else {})
+        self.alloc_loop.registered = allocloop.wanted(self.env, parse_version(sglang_version()))
+        extra = {allocloop.TARGET: (self.alloc_loop.around, "AROUND")} if self.alloc_loop.registered else {}
         return {**extra,
             f"{EAGLE_WORKER}.activate_step_by_batch": (r.activate_step_by_batch, "AROUND"),
             f"{EAGLE_WORKER}.forward_batch_generation": (off.forward_batch_generation, "AROUND"),
@@ -133,8 +132,9 @@ class Plugin:
         if ours.get(DRAFT_KV_COALESCE_KEY) and built and self.off_path.kv_coalesced is None:
             return (f"{DRAFT_KV_COALESCE_KEY}: this engine does not coalesce the draft's KV writes (start it with "
                     f"{ENV_DRAFT_KV_COALESCE}=N, 2 .. 64; the engine log says if it is unsupported)")
-        if ours.get(ALLOC_LOOP_KEY) and self.alloc_loop.applies is False:
-            return f"{ALLOC_LOOP_KEY}: this SGLang's decode allocation is not the audited 0.5.16-0.5.18 text (see its log)"
+        if ours.get(ALLOC_LOOP_KEY) and not (self.alloc_loop.registered and self.alloc_loop.applies is not False):
+            return (f"{ALLOC_LOOP_KEY}: not in this engine (SGLang 0.5.16-0.5.18's own function only, "
+                    f"{allocloop.ENV} not 0; see its log)")
         for key in EXPERIMENT_KEYS:
             if key in ours and self.env.get("SPEC_CONTROLLER_EXPERIMENTS") != "1":
                 return f"{key} is an experiment knob (start the engine with SPEC_CONTROLLER_EXPERIMENTS=1)"

@@ -33,7 +33,8 @@ class OffPath:
     draft_kv: off batches (and lean prefills) write the draft's KV with the plugin's own writer
     (controller.plugin.draftkv) instead of running the draft: its KV is complete when speculation
     resumes, for a few kernels per batch; sync_draft wins where both are set. fast_grammar: grammar batches
-    take the fast path where SGLang's delayed grammar sample allows it (offgrammar.py), else steps-0."""
+    take the fast path where SGLang's delayed grammar sample allows it (offgrammar.py), else steps-0.
+    lean_off: off batches' results from per-engine stubs (offstubs.py; run-time switch)."""
 
     def __init__(self, router: Router, failures: Failures, enabled: bool = True, sync_draft: bool = False,
                  lean_prefill: bool = False, capture_hidden: bool = False, draft_kv: bool = False,
@@ -45,8 +46,7 @@ class OffPath:
         self.enabled = enabled
         self.sync_draft = sync_draft
         self.lean_prefill = lean_prefill
-        self.draft_kv = draft_kv
-        self.lean_off = lean_off                             # run-time switch: offstubs.py
+        self.draft_kv, self.lean_off = draft_kv, lean_off
         self.capture_hidden = capture_hidden or sync_draft or draft_kv   # graphs that can feed the draft
         self.kv_writer: draftkv.DraftKVWriter | None = None   # built with the fast path, where supported
         self.kv_graph: draftkv_graph.GraphedKVWriter | None = None   # its decode writes as graphs (experimental)
@@ -56,8 +56,8 @@ class OffPath:
         self.kv_coalesced: draftkv_coalesce.CoalescedKVWriter | None = None   # (experimental)
         self.use_coalesce = True                             # run-time switch, once built
         self.kv_writes = 0
-        self.prefill_kv_ns = 0                               # CPU of the prompt writes (write_prefill)
-        self.prefill_kv_eager = self.prefill_kv_eager_ns = 0  # ... those no CUDA graph held (count, CPU)
+        self.prefill_kv_ns = 0                               # CPU of the prompt writes (write_prefill) ...
+        self.prefill_kv_eager = self.prefill_kv_eager_ns = 0  # ... of those no CUDA graph held (count, CPU)
         self.tp_size = 1
         self.fast: fastoff.FastOff | None = None   # built after SGLang's graph capture, if supported
         self.reason = REASON_CONFIG if not enabled else REASON_NONE   # contract.OFF_REASONS: why not fast
