@@ -196,3 +196,41 @@ def test_sync_debug_goes_on_once_its_flag_file_exists_and_prints_each_sync_site_
     tl.flush()
     tl.flush()
     assert not tl.sync_debug and modes == ["warn", "default"]   # off again once the flag is gone
+
+
+def test_cprofile_runs_while_its_flag_exists_and_prints_and_saves_its_stats_when_it_goes(tmp_path, capsys):
+    import timeline
+
+    def launch_work():                       # a function the profile must name
+        return sum(range(2000))
+    profile = timeline.switch_cprofile(None, True, str(tmp_path / "p.prof"))
+    assert timeline.switch_cprofile(profile, True, str(tmp_path / "p.prof")) is profile   # kept while wanted
+    profile.enable()
+    launch_work()
+    profile.disable()
+    assert timeline.switch_cprofile(profile, False, str(tmp_path / "p.prof")) is None
+    out = capsys.readouterr().out
+    assert "CPROFILE pid" in out and any("launch_work" in line for line in out.splitlines() if line.startswith("CPROFILE"))
+    assert (tmp_path / "p.prof").stat().st_size > 0
+    assert timeline.switch_cprofile(None, False, str(tmp_path / "p.prof")) is None and capsys.readouterr().out == ""
+
+
+def test_run_batch_profiles_decode_batches_only(tmp_path, monkeypatch):
+    import cProfile
+    import pstats
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(
+        cuda=types.SimpleNamespace(Event=FakeEvent, current_stream=lambda: None)))
+    import timeline
+    tl = timeline.Timeline(str(tmp_path / "tl"))
+    tl.profile = cProfile.Profile()
+
+    def decode_launch(s, b):
+        return None
+
+    def extend_launch(s, b):
+        return None
+    batch = lambda kind: types.SimpleNamespace(forward_mode=Mode(kind), reqs=[1], extend_num_tokens=10)
+    tl.run_batch(decode_launch, types.SimpleNamespace(forward_stream=None), batch("decode"))
+    tl.run_batch(extend_launch, types.SimpleNamespace(forward_stream=None), batch("extend"))
+    names = {fn for (_, _, fn) in pstats.Stats(tl.profile).stats}
+    assert "decode_launch" in names and "extend_launch" not in names

@@ -11,7 +11,8 @@
 #  CLOSED_WARMUP s); a TIMELINE line per open and closed run (per batch kind: GPU span, idle gap before it,
 #  CPU ms); steady decode at batch 1 / 16 / 48 / 128; with SHAPES containing `logprob`, a closed loop at
 #  LOGPROB_LEVELS (48) where LOGPROB_SHARE (0.1) of the requests ask for logprobs (issue 12 item 4);
-#  `syncdebug`: torch's sync debug mode in both engines under a short closed loop ($OUT/syncs.txt);
+#  `syncdebug`: torch's sync debug mode in both engines under a short closed loop ($OUT/syncs.txt); `cprofile`:
+#  cProfile of the decode batches' launch in both engines under a short closed loop ($OUT/cprofile.txt);
 #  `grammar`: the same closed loop at GRAMMAR_LEVELS (48) where GRAMMAR_SHARE (0.1) of the requests carry a regex
 #  (loads.py GRAMMAR_REGEX, or GRAMMAR_REGEX; SPEC_CONTROLLER_FAST_GRAMMAR=0 in the environment keeps grammar
 #  batches on steps-0 to measure that fallback); `grcheck`: grammar-constrained outputs of the off engine
@@ -78,6 +79,7 @@ CLOSED_S=${CLOSED_S:-4}; CLOSED_WARMUP=${CLOSED_WARMUP:-2}     # at C = 128 a re
 make_model $M --crafted $MODEL7B
 timeline_plugin
 export SPEC_SYNC_DEBUG=/tmp/tl/syncdebug.flag    # phase syncdebug creates it (timeline_plugin empties /tmp/tl)
+export SPEC_CPROFILE=/tmp/tl/cprofile.flag        # phase cprofile creates it
 PAIR=(--engines nospec=30001,off=30000 --repeats "${REPEATS:-2}" --flush --out "$R")
 
 say "prefill graphs $PREFILL_GRAPH, off path ${OFF_PATH:-default}, grammar backend $GRAMMAR_BACKEND"
@@ -173,6 +175,15 @@ if start_daemon; then
       for f in nospec daemon; do echo "== $f"; grep -A14 "^SYNC" "$OUT/$f.log" | cut -c1-240; done >"$OUT/syncs.txt"
       grep -c "^SYNC pid" "$OUT"/nospec.log "$OUT"/daemon.log | tee -a "$SUM"
       rm -f "$SPEC_SYNC_DEBUG"; say "syncdebug done (switched off at each engine's next flush)" ;;
+    cprofile)  # where the decode launch's CPU goes: cProfile around each decode batch's run_batch in both engines
+      # (timeline.py) under a closed loop at CPROFILE_LEVELS (128), the top functions by own time into $OUT/cprofile.txt
+      fits 60 cprofile || continue
+      touch "$SPEC_CPROFILE"
+      load_sum --shape closed --levels "${CPROFILE_LEVELS:-128}" --seconds 4 --warmup 3 \
+        --engines nospec=30001,off=30000 --repeats 1 --out /tmp/tl/cprofile.jsonl
+      rm -f "$SPEC_CPROFILE"; sleep 3       # each engine prints its stats at its next flush (idle: at once)
+      for f in nospec daemon; do echo "== $f"; grep "^CPROFILE" "$OUT/$f.log" | cut -c1-220; done >"$OUT/cprofile.txt"
+      say "cprofile done ($(grep -c 'CPROFILE pid' "$OUT/cprofile.txt") profiles)" ;;
     grammar)   # issue 12 item 4: a share of the requests carry a regex; status says how many off batches fell back
       fits $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) grammar || continue
       load_sum --shape closed --levels "${GRAMMAR_LEVELS:-48}" --grammar-share "${GRAMMAR_SHARE:-0.1}" \

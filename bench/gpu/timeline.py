@@ -23,11 +23,18 @@ is on in that scheduler process: every CUDA-synchronising torch call (item, a bl
 printed to the engine's log once per call site, with its Python stack ("SYNC ..." lines); off again once
 the file is gone.
 A sync on the scheduler's hot path stalls the overlap: the CPU cannot launch the next batch early.
+CPU hunting: while the file SPEC_CPROFILE names exists, cProfile runs around every decode batch's run_batch in that
+scheduler process (only there: the launch, the plugin's and spec-v2's Python included); once the file is gone, the
+next flush prints the top functions by own time to the engine's log ("CPROFILE ..." lines) and saves the stats to
+PREFIX.PID.prof. cProfile slows Python down: compare the engines' shares, not its absolute times.
 """
 from __future__ import annotations
 
+import cProfile
+import io
 import json
 import os
+import pstats
 import time
 import traceback
 import warnings
@@ -63,6 +70,8 @@ class Timeline:
         self.sync_debug = False           # torch's sync debug mode is on (SPEC_SYNC_DEBUG)
         self.batches = 0                  # run_batch calls so far: the inner spans' batch number
         self.launching: tuple[str, int] | None = None   # (kind, number) of the batch run_batch is launching
+        self.profile: cProfile.Profile | None = None     # on while SPEC_CPROFILE's file exists (decode batches)
+        self.prefix = prefix
 
     def run_batch(self, original, sched, batch, *args, **kwargs):
         import torch
@@ -75,11 +84,16 @@ class Timeline:
             self.ref = e0
         self.batches += 1
         self.launching = (k, self.batches)
+        profile = self.profile if k == "decode" else None
         t0 = time.perf_counter_ns()
+        if profile is not None:
+            profile.enable()
         try:
             result = original(sched, batch, *args, **kwargs)
         finally:
             self.launching = None
+            if profile is not None:
+                profile.disable()
         t1 = time.perf_counter_ns()
         e1 = torch.cuda.Event(enable_timing=True)
         e1.record(stream)
@@ -120,6 +134,7 @@ class Timeline:
         if sync_debug_wanted() != self.sync_debug:
             self.sync_debug = not self.sync_debug
             switch_sync_debug(self.sync_debug)
+        self.profile = switch_cprofile(self.profile, flag_exists("SPEC_CPROFILE"), f"{self.prefix}.{os.getpid()}.prof")
         n = 0
         for p in self.pending:                 # in order, up to the first still running (query() does not block)
             if not p[6].query():
@@ -138,9 +153,28 @@ class Timeline:
         self.rows = []
 
 
-def sync_debug_wanted() -> bool:
-    flag = os.environ.get("SPEC_SYNC_DEBUG")
+def flag_exists(variable: str) -> bool:
+    flag = os.environ.get(variable)
     return bool(flag) and os.path.exists(flag)
+
+
+def sync_debug_wanted() -> bool:
+    return flag_exists("SPEC_SYNC_DEBUG")
+
+
+def switch_cprofile(profile: cProfile.Profile | None, wanted: bool, path: str, top: int = 40) -> cProfile.Profile | None:
+    """The profile to run from now on: a new one when wanted and none runs; when no longer wanted, the running one's
+    stats printed (top functions by own time, "CPROFILE pid ..." lines) and saved to path, then none."""
+    if wanted:
+        return profile or cProfile.Profile()
+    if profile is None:
+        return None
+    profile.dump_stats(path)
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(top)
+    print(f"CPROFILE pid {os.getpid()} (decode batches' run_batch; {path})\n" +
+          "\n".join("CPROFILE " + line for line in text.getvalue().splitlines() if line.strip()), flush=True)
+    return None
 
 
 def switch_sync_debug(on: bool) -> None:
