@@ -176,7 +176,8 @@ if start_daemon; then
       grep -c "^SYNC pid" "$OUT"/nospec.log "$OUT"/daemon.log | tee -a "$SUM"
       rm -f "$SPEC_SYNC_DEBUG"; say "syncdebug done (switched off at each engine's next flush)" ;;
     cprofile)  # where the decode launch's CPU goes: cProfile around each decode batch's run_batch in both engines
-      # (timeline.py) under a closed loop at CPROFILE_LEVELS (128), the top functions by own time into $OUT/cprofile.txt
+      # (timeline.py; SPEC_CPROFILE_KINDS=extend for the prefills' instead) under a closed loop at CPROFILE_LEVELS
+      # (128), the top functions by own time into $OUT/cprofile.txt
       fits 60 cprofile || continue
       touch "$SPEC_CPROFILE"
       load_sum --shape closed --levels "${CPROFILE_LEVELS:-128}" --seconds 4 --warmup 3 \

@@ -24,7 +24,7 @@ printed to the engine's log once per call site, with its Python stack ("SYNC ...
 the file is gone.
 A sync on the scheduler's hot path stalls the overlap: the CPU cannot launch the next batch early.
 CPU hunting: while the file SPEC_CPROFILE names exists, cProfile runs around every decode batch's run_batch in that
-scheduler process (only there: the launch, the plugin's and spec-v2's Python included); once the file is gone, the
+scheduler process (SPEC_CPROFILE_KINDS=decode,extend: those kinds instead) (only there: the launch, the plugin's and spec-v2's Python included); once the file is gone, the
 next flush prints the top functions by own time to the engine's log ("CPROFILE ..." lines) and saves the stats to
 PREFIX.PID.prof. cProfile slows Python down: compare the engines' shares, not its absolute times.
 """
@@ -70,7 +70,8 @@ class Timeline:
         self.sync_debug = False           # torch's sync debug mode is on (SPEC_SYNC_DEBUG)
         self.batches = 0                  # run_batch calls so far: the inner spans' batch number
         self.launching: tuple[str, int] | None = None   # (kind, number) of the batch run_batch is launching
-        self.profile: cProfile.Profile | None = None     # on while SPEC_CPROFILE's file exists (decode batches)
+        self.profile: cProfile.Profile | None = None     # on while SPEC_CPROFILE's file exists
+        self.profiled_kinds = os.environ.get("SPEC_CPROFILE_KINDS", "decode").split(",")
         self.prefix = prefix
 
     def run_batch(self, original, sched, batch, *args, **kwargs):
@@ -84,7 +85,7 @@ class Timeline:
             self.ref = e0
         self.batches += 1
         self.launching = (k, self.batches)
-        profile = self.profile if k == "decode" else None
+        profile = self.profile if k in self.profiled_kinds else None
         t0 = time.perf_counter_ns()
         if profile is not None:
             profile.enable()
@@ -172,7 +173,7 @@ def switch_cprofile(profile: cProfile.Profile | None, wanted: bool, path: str, t
     profile.dump_stats(path)
     text = io.StringIO()
     pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(top)
-    print(f"CPROFILE pid {os.getpid()} (decode batches' run_batch; {path})\n" +
+    print(f"CPROFILE pid {os.getpid()} (run_batch of SPEC_CPROFILE_KINDS' batches; {path})\n" +
           "\n".join("CPROFILE " + line for line in text.getvalue().splitlines() if line.strip()), flush=True)
     return None
 
