@@ -433,6 +433,9 @@ def test_status_shows_why_off_batches_took_steps_0_and_their_share():
     assert "(300 on CUDA graphs)" in line                  # no lean step taken: not mentioned
     lean = next(x for x in _plugin_lines({**plugin, "fast_off_lean_batches": 280}) if x.startswith("off path:"))
     assert "(300 on CUDA graphs, 280 lean)" in lean
+    cost = lambda extra: next(x for x in _plugin_lines({**plugin, **extra}) if x.startswith("plugin cost:"))
+    assert "allocations" not in cost({}) and "; 900 decode allocations by SGLang 0.5.19's loop" in cost(
+        {"alloc_loop_batches": 900})
 
 
 def test_fast_path_failure_is_logged_once_and_sglang_takes_over(fast, monkeypatch):
