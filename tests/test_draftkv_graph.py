@@ -71,12 +71,26 @@ def test_a_batch_replays_its_graph_with_its_rows_copied_and_the_padding_pointed_
     assert log == [4, 2] and w.loc[:4].tolist() == [9, 9, 7, PAD_SLOT]
 
 
-def test_a_batch_larger_than_every_graph_or_of_another_width_is_written_eagerly():
+def test_hidden_states_of_another_width_are_written_eagerly():
     w, log = graphed(sizes=(1, 2))
-    w.write(t(np.zeros((3, 3)), np.float32), t([1, 2, 3]), t([0, 1, 2]), t([4, 5, 6]))
     w.write(t(np.zeros((2, 5)), np.float32), t([1, 2]), t([0, 1]), t([4, 5]))
-    assert log == [("eager", 3), ("eager", 2)] and w.replays == 0
+    assert log == [("eager", 2)] and w.replays == 0
     assert w.loc.tolist() == [77, 77]                            # the static inputs untouched
+
+
+def test_a_batch_larger_than_every_graph_replays_the_largest_chunk_by_chunk():
+    w, log = graphed(sizes=(1, 2, 4))
+    seen = []
+    for size in (2, 4):              # what each replay finds in the static inputs
+        w.graphs[size] = type("G", (), {"replay": lambda self, s=size: (log.append(s), seen.append(
+            (w.tokens[:s].tolist(), w.positions[:s].tolist(), w.loc[:s].tolist(), w.aux[:s, 0].tolist())))})()
+    n = 10
+    w.write(t(np.arange(n * 3).reshape(n, 3), np.float32), t(range(100, 100 + n)), t(range(n)), t(range(50, 50 + n)))
+    assert log == [4, 4, 2] and w.replays == 3                   # 4 + 4 + 2 rows: every row written once
+    assert [row for chunk in seen for row in chunk[0]] == list(range(100, 110))
+    assert [row for chunk in seen for row in chunk[1]] == list(range(10))
+    assert [row for chunk in seen for row in chunk[2]] == list(range(50, 60))
+    assert [row for chunk in seen for row in chunk[3]] == [3.0 * i for i in range(10)]   # each row its own aux
 
 
 def test_the_plugin_uses_the_graphs_only_when_captured_and_switched_on():

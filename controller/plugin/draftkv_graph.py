@@ -10,8 +10,10 @@ Runs inside SGLang's scheduler process, on every off batch: keep it lean. Why: t
 launches (embedding, norms, fc, qkv + RoPE, the KV store) costing ~0.3-0.4 ms of launch CPU per off batch on
 an H200 (bench/results/h200-2026-12-01e section 2); a replay is one launch plus four copies into the static
 inputs. Rows past the batch (the graph's size is the next captured one up) write to SGLang's padding slot 0,
-as its own graphs' padded tokens do; a batch larger than every graph, or hidden states of another width,
-is written eagerly.
+as its own graphs' padded tokens do; a batch larger than every graph (a prompt above 2048 tokens) replays the
+largest in chunks (each row's k, v depends on that row alone): written eagerly, such a write (the 8,192-token chunks
+of a burst of arrivals) cost 55-117 ms of CPU each on the H200 (12-02f, 12-03e; its large temporaries are the guess:
+the graphs' own pool needs none); hidden states of another width are written eagerly.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ FACTS = (("sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner.EAGLEDraf
 
 # Prompt writes (draftkv.write_prefill, n = the extend's tokens, ~100-2000 under chat traffic) replay too where n
 # fits: decode sizes stop at the largest batch, so graphs of these token counts are captured above it (padding
-# rows past n cost a few GEMM rows; larger extends, e.g. whole chunks, are written eagerly).
+# rows past n cost a few GEMM rows; larger extends, e.g. whole chunks, replay the largest chunk by chunk).
 PROMPT_SIZES = (256, 512, 1024, 2048)
 
 
@@ -61,9 +63,13 @@ class GraphedKVWriter:
 
     def write(self, aux_hidden: Any, next_tokens: Any, positions: Any, loc: Any) -> None:
         n = positions.shape[0]
-        size = graph_size(self.sizes, n)
-        if size is None or aux_hidden.shape[-1] != self.aux.shape[-1]:
+        if aux_hidden.shape[-1] != self.aux.shape[-1]:
             return self.eager.write(aux_hidden, next_tokens, positions, loc)
+        size, top = graph_size(self.sizes, n), self.sizes[-1]
+        if size is None:     # more rows than every graph: the largest, chunk by chunk (a row's k, v is its own)
+            for s in range(0, n, top):
+                self.write(aux_hidden[s:s + top], next_tokens[s:s + top], positions[s:s + top], loc[s:s + top])
+            return None
         self.aux[:n].copy_(aux_hidden[:n])
         self.tokens[:n].copy_(next_tokens[:n])
         self.positions[:n].copy_(positions)
