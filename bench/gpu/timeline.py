@@ -132,7 +132,7 @@ class Timeline:
         return hook
 
     def flush(self) -> None:
-        if sync_debug_wanted() != self.sync_debug:
+        if flag_exists("SPEC_SYNC_DEBUG") != self.sync_debug:
             self.sync_debug = not self.sync_debug
             switch_sync_debug(self.sync_debug)
         self.profile = switch_cprofile(self.profile, flag_exists("SPEC_CPROFILE"), f"{self.prefix}.{os.getpid()}.prof")
@@ -157,10 +157,6 @@ class Timeline:
 def flag_exists(variable: str) -> bool:
     flag = os.environ.get(variable)
     return bool(flag) and os.path.exists(flag)
-
-
-def sync_debug_wanted() -> bool:
-    return flag_exists("SPEC_SYNC_DEBUG")
 
 
 def switch_cprofile(profile: cProfile.Profile | None, wanted: bool, path: str, top: int = 40) -> cProfile.Profile | None:

@@ -37,10 +37,15 @@ def wanted(env: Mapping[str, str], version: tuple[int, int, int] | None) -> bool
     return env.get(ENV, "1") != "0" and version is not None and RELEASES[0] <= version[:3] <= RELEASES[1]
 
 
+def text_digest(text: str) -> str:
+    """The digest AUDITED holds of a function's text as tests/sglang_wheels.Source.text renders it."""
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
 def source_digest(fn: Callable) -> str:
-    """The digest AUDITED holds for the function's text (as tests/sglang_wheels.Source.text renders it)."""
+    """text_digest of a live function, rendered as Source.text renders a wheel's (ast.unparse, ' for ")."""
     node = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
-    return hashlib.sha1(ast.unparse(node).replace('"', "'").encode()).hexdigest()
+    return text_digest(ast.unparse(node).replace('"', "'"))
 
 
 class _LengthOnly:
@@ -73,7 +78,8 @@ class AllocLoop:
         if not (self.applies and self.enabled):
             return original(*args, **kwargs)
         reqs = kwargs["reqs"]
-        out = original(*args, **{**kwargs, "reqs": _LengthOnly(len(reqs))})
+        kwargs["reqs"] = _LengthOnly(len(reqs))      # this call's own dict: no copy on the scheduler's path
+        out = original(*args, **kwargs)
         for req, n in zip(reqs, kwargs["nxt_kv_lens_cpu"].tolist(), strict=True):
             if n > req.kv.kv_allocated_len:
                 req.kv.kv_allocated_len = n
