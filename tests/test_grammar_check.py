@@ -83,6 +83,9 @@ def test_requests_carry_the_regex_two_in_three_and_logprobs_on_every_other_const
     assert ["regex" in b["sampling_params"] for b in bodies] == [True, True, False, True, True, False]
     assert [bool(b.get("return_logprob")) for b in bodies] == [True, False, False, False, True, False]
     assert [b["sampling_params"]["sampling_seed"] for b in bodies] == list(range(1000, 1006))
+    lean = [gc.request([9, 9], i, tokens, forced, 0.8, 1000, logprobs=False) for i in range(6)]
+    assert not any("return_logprob" in b for b in lean)     # --no-logprobs: batches stay lean-eligible
+    assert ["regex" in b["sampling_params"] for b in lean] == [True, True, False, True, True, False]
     greedy = gc.request([9], 0, tokens, forced, 0.0, 1000)["sampling_params"]
     assert "sampling_seed" not in greedy and greedy["max_new_tokens"] == 8 and greedy["ignore_eos"] is True
 

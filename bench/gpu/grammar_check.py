@@ -2,7 +2,7 @@
 the constraint forces (stdlib only).
 
     python3 bench/gpu/grammar_check.py --port-a 30001 --port-b 30000 --chain M/target/next.json \
-        [--prompts 48] [--concurrency 16] [--output-len 64] [--every 4] [--temperatures 0,0.8] [--out grammar.jsonl]
+        [--prompts 48] [--concurrency 16] [--output-len 64] [--every 4] [--no-logprobs] [--temperatures 0,0.8] [--out grammar.jsonl]
 
 --port-a: an engine without speculation (the reference); --port-b: the speculative engine with the plugin's
 threshold pinned at 0 (every decode batch off: the fast off path). Both need a grammar backend
@@ -18,7 +18,8 @@ is then known in advance: the chain, with a jump at each forced position. A voca
 FSM then refuses it: the request is aborted) and forces the literal one step later: either way the output
 leaves the expected sequence. The third request of each three is unconstrained (the chain alone), so that
 off batches mix grammar and plain requests; every other constrained one also asks for logprobs (those of the
-chosen tokens are compared between the engines). Temperature 0 is greedy; any other is sampled with a fixed
+chosen tokens are compared between the engines; --no-logprobs: none does, so that off batches are eligible for
+the lean off step, which a batch holding one logprob request does not take). Temperature 0 is greedy; any other is sampled with a fixed
 sampling_seed (the margins and the single allowed token make it follow the same sequence).
 
 One line per temperature:
@@ -69,14 +70,15 @@ def regex(tokens: list[int], forced: list[bool]) -> str:
     return "".join(f"w{t}" if f else FREE for t, f in zip(tokens, forced)) + f"({FREE})*"
 
 
-def request(ids: list[int], i: int, tokens: list[int], forced: list[bool], temperature: float, seed: int) -> dict:
+def request(ids: list[int], i: int, tokens: list[int], forced: list[bool], temperature: float, seed: int,
+            logprobs: bool = True) -> dict:
     params = {"temperature": temperature, "max_new_tokens": len(tokens), "ignore_eos": True}
     if temperature > 0:
         params["sampling_seed"] = seed + i
     out = {"input_ids": ids, "sampling_params": params}
     if constrained(i):
         params["regex"] = regex(tokens, forced)
-        if i % 2 == 0:
+        if logprobs and i % 2 == 0:
             out["return_logprob"] = True
     return out
 
@@ -101,11 +103,12 @@ def parse(reply, n: int, logprob: bool) -> tuple[list[int], list[float] | None]:
     return ids, values
 
 
-def run_all(port: int, jobs: list[tuple], temperature: float, seed: int, concurrency: int) -> list:
+def run_all(port: int, jobs: list[tuple], temperature: float, seed: int, concurrency: int,
+            logprobs: bool = True) -> list:
     """Per request (ids, logprobs) or the error text of a failed one (an aborted request, an HTTP error)."""
     def one(job):
         i, ids, tokens, forced = job
-        body = request(ids, i, tokens, forced, temperature, seed)
+        body = request(ids, i, tokens, forced, temperature, seed, logprobs)
         try:
             reply = post(port, "/generate", body)
         except Exception as e:            # e.g. HTTP 400: the engine refused the regex
@@ -158,14 +161,16 @@ def main() -> int:
     ap.add_argument("--chain", required=True, help="the crafted model's next.json (mkmodel.py --crafted)")
     ap.add_argument("--every", type=int, default=4, help="every this many output tokens one is forced")
     ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--no-logprobs", dest="logprobs", action="store_false",
+                    help="no request asks for logprobs (the off batches stay eligible for the lean step)")
     args = ap.parse_args()
     nxt = json.load(open(args.chain))
     jobs = jobs_for(prompts(args.prompts, args.input_len, args.vocab, args.seed), nxt, args.output_len, args.every)
     rows = []
     for temperature in (float(t) for t in args.temperatures.split(",")):
         try:
-            a = run_all(args.port_a, jobs, temperature, args.seed * 1000, args.concurrency)
-            b = run_all(args.port_b, jobs, temperature, args.seed * 1000, args.concurrency)
+            a = run_all(args.port_a, jobs, temperature, args.seed * 1000, args.concurrency, args.logprobs)
+            b = run_all(args.port_b, jobs, temperature, args.seed * 1000, args.concurrency, args.logprobs)
         except Malformed as e:
             print(f"GRAMMAR temp={temperature:g} MALFORMED {e}", flush=True)
             return 2

@@ -182,7 +182,8 @@ if start_daemon; then
       touch "$SPEC_CPROFILE"
       load_sum --shape closed --levels "${CPROFILE_LEVELS:-128}" --seconds 4 --warmup 3 \
         --engines nospec=30001,off=30000 --repeats 1 --out /tmp/tl/cprofile.jsonl
-      rm -f "$SPEC_CPROFILE"; sleep 3       # each engine prints its stats at its next flush (idle: at once)
+      rm -f "$SPEC_CPROFILE"     # each engine prints its stats at its next flush: wait for both (12-03f: 3 s was not enough)
+      for _ in $(seq 30); do [ "$(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep -c '^CPROFILE pid')" -ge 2 ] && break; sleep 1; done
       for f in nospec daemon; do echo "== $f"; grep "^CPROFILE" "$OUT/$f.log" | cut -c1-220; done >"$OUT/cprofile.txt"
       say "cprofile done ($(grep -c 'CPROFILE pid' "$OUT/cprofile.txt") profiles)" ;;
     grammar)   # issue 12 item 4: a share of the requests carry a regex; status says how many off batches fell back
@@ -190,10 +191,13 @@ if start_daemon; then
       load_sum --shape closed --levels "${GRAMMAR_LEVELS:-48}" --grammar-share "${GRAMMAR_SHARE:-0.1}" \
         ${GRAMMAR_REGEX:+--grammar-regex "$GRAMMAR_REGEX"} --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
       specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"; say "grammar done" ;;
-    grcheck)   # grammar-constrained outputs: the off engine against the no-spec engine and the forced sequence
+    grcheck)   # grammar-constrained outputs: the off engine against the no-spec engine and the forced sequence;
+      # GRCHECK_ARGS=--no-logprobs: no request asks for logprobs, so that the off batches may take the lean step
+      # (a batch holding one logprob request does not; the status lines before and after count the lean ones)
       fits 60 grcheck || continue
+      specctl status 2>&1 | grep -E "off path" | sed 's/^/before grcheck: /' | tee -a "$SUM"
       python3 bench/gpu/grammar_check.py --port-a 30001 --port-b 30000 --chain $M/target/next.json --prompts 48 \
-        --concurrency 16 --output-len 64 --temperatures 0,0.8 --out "$OUT/grammar.jsonl" 2>&1 \
+        --concurrency 16 --output-len 64 --temperatures 0,0.8 ${GRCHECK_ARGS:-} --out "$OUT/grammar.jsonl" 2>&1 \
         | grep -E "GRAMMAR|Error|MALFORMED" | cut -c1-500 | tee -a "$SUM"
       specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"; say "grcheck done" ;;
     lpcheck)   # the off engine's output logprobs against the no-spec engine's, greedy and sampled
