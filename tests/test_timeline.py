@@ -234,3 +234,60 @@ def test_run_batch_profiles_decode_batches_only(tmp_path, monkeypatch):
     tl.run_batch(extend_launch, types.SimpleNamespace(forward_stream=None), batch("extend"))
     names = {fn for (_, _, fn) in pstats.Stats(tl.profile).stats}
     assert "decode_launch" in names and "extend_launch" not in names
+
+
+def test_collections_are_filed_under_the_launch_they_interrupt_and_summed_per_kind(tmp_path, monkeypatch):
+    """A garbage collection inside an extend's launch counts against extends, one between launches against none."""
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(
+        cuda=types.SimpleNamespace(Event=FakeEvent, current_stream=lambda: None)))
+    import timeline
+    tl = timeline.Timeline(str(tmp_path / "tl"))
+
+    def collecting(s, b):                     # what gc.callbacks does when a collection runs inside the launch
+        tl.on_gc("start", {"generation": 2})
+        tl.on_gc("stop", {"generation": 2, "collected": 0})
+        FakeEvent.clock[0] += 10.0
+
+    def decoding(s, b):
+        FakeEvent.clock[0] += 5.0
+    batch = lambda kind: types.SimpleNamespace(forward_mode=Mode(kind), reqs=[1], extend_num_tokens=16)
+    tl.run_batch(collecting, types.SimpleNamespace(forward_stream=None), batch("extend"))
+    tl.on_gc("start", {"generation": 0})
+    tl.on_gc("stop", {"generation": 0})
+    tl.run_batch(decoding, types.SimpleNamespace(forward_stream=None), batch("decode"))
+    tl.run_batch(decoding, types.SimpleNamespace(forward_stream=None), batch("decode"))
+    assert [r[:3] for r in tl.rows] == [["C", "extend", 2], ["C", "-", 0]]
+    tl.rows[0][3:5] = [tl.pending[0][3], tl.pending[0][3] + 4_000_000]     # 4 ms inside the extend's launch
+    tl.rows[1][3:5] = [tl.pending[1][3], tl.pending[1][3] + 1_000_000]
+    tl.flush()
+    out = summarise(read(str(tmp_path / "tl")), 0, 2**62)
+    assert out["kinds"]["extend"]["gc_ms"] == pytest.approx(4.0) and out["kinds"]["decode"]["gc_ms"] == 0.0
+    assert out["gc_ms_total"] == pytest.approx(5.0)
+
+
+def test_gc_freezes_while_its_flag_file_exists(tmp_path, monkeypatch, capsys):
+    import gc
+    calls = []
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(gc, "unfreeze", lambda: calls.append("unfreeze"))
+    import timeline
+    flag = tmp_path / "gcflag"
+    monkeypatch.setenv("SPEC_GC_FREEZE", str(flag))
+    tl = timeline.Timeline(str(tmp_path / "tl"))
+    tl.flush()
+    assert calls == []
+    flag.touch()
+    tl.flush()
+    tl.flush()
+    assert calls == ["freeze"] and "GCFREEZE pid" in capsys.readouterr().out
+    flag.unlink()
+    tl.flush()
+    assert calls == ["freeze", "unfreeze"] and not tl.gc_frozen
+    flag.touch()                              # an idle scheduler with nothing to write still looks, once a second
+    idle = tl.span("N")
+    idle(lambda sched: types.SimpleNamespace(batch_to_run=None), None)
+    assert calls == ["freeze", "unfreeze"]    # the flush above looked less than a second ago
+    tl.flags_checked -= 2_000_000_000
+    idle(lambda sched: types.SimpleNamespace(batch_to_run=None), None)
+    idle(lambda sched: types.SimpleNamespace(batch_to_run=None), None)
+    assert calls == ["freeze", "unfreeze", "freeze"] and tl.pending == []

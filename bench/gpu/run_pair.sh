@@ -12,7 +12,9 @@
 #  CPU ms); steady decode at batch 1 / 16 / 48 / 128; with SHAPES containing `logprob`, a closed loop at
 #  LOGPROB_LEVELS (48) where LOGPROB_SHARE (0.1) of the requests ask for logprobs (issue 12 item 4);
 #  `syncdebug`: torch's sync debug mode in both engines under a short closed loop ($OUT/syncs.txt); `cprofile`:
-#  cProfile of the decode batches' launch in both engines under a short closed loop ($OUT/cprofile.txt);
+#  cProfile of the decode batches' launch in both engines under a short closed loop ($OUT/cprofile.txt;
+#  SPEC_CPROFILE_KINDS=extend: the prefills'); `gcfreeze`: gc.freeze() in both engines' schedulers for the phases
+#  after it (their rotations' labels end in -gcf); every TIMELINE line counts garbage collection (gc_ms per launch);
 #  `grammar`: the same closed loop at GRAMMAR_LEVELS (48) where GRAMMAR_SHARE (0.1) of the requests carry a regex
 #  (loads.py GRAMMAR_REGEX, or GRAMMAR_REGEX; SPEC_CONTROLLER_FAST_GRAMMAR=0 in the environment keeps grammar
 #  batches on steps-0 to measure that fallback); `grcheck`: grammar-constrained outputs of the off engine
@@ -65,6 +67,7 @@ ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTOR
   elif [ "$KV_GRAPH" = 1 ]; then
     AB="nospec=30001;off=30000:$KV_GRAPH_ON;kveager=30000:$KV_GRAPH_OFF;fast=30000:$KV_OFF"; NAB=4; AB_RESTORE=$KV_GRAPH_ON
   else AB="nospec=30001;off=30000:$KV_ON;fast=30000:$KV_OFF"; NAB=3; AB_RESTORE=$KV_ON; fi
+  AB=$(echo "$AB" | sed "s/\([a-z]*\)=3000/\1${SUFFIX:-}=3000/g")    # after phase gcfreeze: labels end in -gcf
 }
 load_as() { # label state-json restore-json need-s loads.py-args...: one load against the no-spec engine with the
   # daemon's engine switched to state (its rows labelled label), then back
@@ -84,6 +87,8 @@ make_model $M --crafted $MODEL7B
 timeline_plugin
 export SPEC_SYNC_DEBUG=/tmp/tl/syncdebug.flag    # phase syncdebug creates it (timeline_plugin empties /tmp/tl)
 export SPEC_CPROFILE=/tmp/tl/cprofile.flag        # phase cprofile creates it
+export SPEC_GC_FREEZE=/tmp/tl/gcfreeze.flag       # phase gcfreeze creates it
+rm -f "$SPEC_GC_FREEZE"                           # a warm machine keeps /tmp: never start frozen
 PAIR=(--engines nospec=30001,off=30000 --repeats "${REPEATS:-2}" --flush --out "$R")
 
 say "prefill graphs $PREFILL_GRAPH, off path ${OFF_PATH:-default}, grammar backend $GRAMMAR_BACKEND"
@@ -190,6 +195,11 @@ if start_daemon; then
       for _ in $(seq 30); do [ "$(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep -c '^CPROFILE pid')" -ge 2 ] && break; sleep 1; done
       for f in nospec daemon; do echo "== $f"; grep "^CPROFILE" "$OUT/$f.log" | cut -c1-220; done >"$OUT/cprofile.txt"
       say "cprofile done ($(grep -c 'CPROFILE pid' "$OUT/cprofile.txt") profiles)" ;;
+    gcfreeze)  # both engines' scheduler processes frozen out of garbage collection (timeline.py, gc.freeze) for the
+      # phases after it, whose rotations label their rows NAME-gcf (SHAPES=openab,gcfreeze,openab: both ways, one call)
+      touch "$SPEC_GC_FREEZE"; SUFFIX=-gcf
+      for _ in $(seq 20); do [ "$(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep -c '^GCFREEZE pid [0-9]* on')" -ge 2 ] && break; sleep 1; done
+      say "gcfreeze: $(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep '^GCFREEZE' | cut -c1-100 | tr '\n' ';')" ;;
     grammar)   # issue 12 item 4: a share of the requests carry a regex; status says how many off batches fell back
       fits $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) grammar || continue
       load_sum --shape closed --levels "${GRAMMAR_LEVELS:-48}" --grammar-share "${GRAMMAR_SHARE:-0.1}" \

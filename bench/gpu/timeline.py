@@ -27,10 +27,16 @@ CPU hunting: while the file SPEC_CPROFILE names exists, cProfile runs around eve
 scheduler process (SPEC_CPROFILE_KINDS=decode,extend: those kinds instead) (only there: the launch, the plugin's and spec-v2's Python included); once the file is gone, the
 next flush prints the top functions by own time to the engine's log ("CPROFILE ..." lines) and saves the stats to
 PREFIX.PID.prof. cProfile slows Python down: compare the engines' shares, not its absolute times.
+Garbage collection: every collection in the scheduler process is a row
+  ["C", kind, generation, cpu_t0_ns, cpu_t1_ns]   kind: the batch run_batch was launching, or "-" outside a launch
+(12-03f: an extend's model runner took ~2.4 ms longer in the speculative engine with no code path to explain it;
+its larger heap is one suspect). While the file SPEC_GC_FREEZE names exists (checked at each flush) the process's
+objects are frozen out of collection (gc.freeze(), "GCFREEZE pid ..." printed); unfrozen once it is gone.
 """
 from __future__ import annotations
 
 import cProfile
+import gc
 import io
 import json
 import os
@@ -73,6 +79,18 @@ class Timeline:
         self.profile: cProfile.Profile | None = None     # on while SPEC_CPROFILE's file exists
         self.profiled_kinds = os.environ.get("SPEC_CPROFILE_KINDS", "decode").split(",")
         self.prefix = prefix
+        self.gc_started: int | None = None   # the running collection's start (perf_counter_ns)
+        self.gc_frozen = False               # gc.freeze() in force (SPEC_GC_FREEZE)
+        self.flags_checked = 0               # perf_counter_ns of the last look at the flag files
+
+    def on_gc(self, phase: str, info: dict) -> None:
+        """gc.callbacks: one "C" row per collection, filed under the batch being launched (or "-")."""
+        if phase == "start":
+            self.gc_started = time.perf_counter_ns()
+        elif self.gc_started is not None:
+            where = self.launching[0] if self.launching is not None else "-"
+            self.rows.append(["C", where, info.get("generation"), self.gc_started, time.perf_counter_ns()])
+            self.gc_started = None
 
     def run_batch(self, original, sched, batch, *args, **kwargs):
         import torch
@@ -115,6 +133,8 @@ class Timeline:
                 self.rows.append([tag, what, t0, time.perf_counter_ns()])
             elif tag == "N" and self.pending:   # nothing to run: what ran so far is written (a run's end too)
                 self.flush()
+            elif tag == "N" and t0 - self.flags_checked > 1_000_000_000:   # idle: the flag files once a second
+                self.check_flags()
             return result
         return hook
 
@@ -131,11 +151,21 @@ class Timeline:
             return result
         return hook
 
-    def flush(self) -> None:
+    def check_flags(self) -> None:
+        """Switch what the flag files ask for (sync debug, cProfile, GC freeze)."""
+        self.flags_checked = time.perf_counter_ns()
         if flag_exists("SPEC_SYNC_DEBUG") != self.sync_debug:
             self.sync_debug = not self.sync_debug
             switch_sync_debug(self.sync_debug)
         self.profile = switch_cprofile(self.profile, flag_exists("SPEC_CPROFILE"), f"{self.prefix}.{os.getpid()}.prof")
+        if flag_exists("SPEC_GC_FREEZE") != self.gc_frozen:
+            self.gc_frozen = not self.gc_frozen
+            (gc.freeze if self.gc_frozen else gc.unfreeze)()
+            print(f"GCFREEZE pid {os.getpid()} {'on' if self.gc_frozen else 'off'}: {gc.get_freeze_count()} objects frozen",
+                  flush=True)
+
+    def flush(self) -> None:
+        self.check_flags()
         n = 0
         for p in self.pending:                 # in order, up to the first still running (query() does not block)
             if not p[6].query():
@@ -202,6 +232,7 @@ def load() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
     tl = Timeline(prefix)
+    gc.callbacks.append(tl.on_gc)
     HookRegistry.register(f"{SCHEDULER}.run_batch", tl.run_batch, HookType.AROUND)
     HookRegistry.register(f"{SCHEDULER}.process_batch_result", tl.span("P"), HookType.AROUND)
     HookRegistry.register(f"{SCHEDULER}.get_next_batch_to_run", tl.span("N"), HookType.AROUND)

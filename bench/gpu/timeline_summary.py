@@ -74,6 +74,10 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
                 sums[(r[1], r[4])] += (r[3] - r[2]) / 1e6
         for (k, _), ms in sums.items():
             per[k][name].append(ms)
+    gc_ms: dict[str, float] = defaultdict(float)           # collections inside each kind's launches, and outside
+    for r in rows:
+        if r[0] == "C" and t0_ns <= r[3] <= t1_ns:
+            gc_ms[r[1]] += (r[4] - r[3]) / 1e6
     recv = [(r[3] - r[2]) / 1e6 for r in rows if r[0] == "R" and t0_ns <= r[2] <= t1_ns]
     window = batches[-1][7] - batches[0][6]
     mean = lambda xs: round(statistics.mean(xs), 3) if xs else None
@@ -87,12 +91,14 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
                     "process_cpu_ms": mean(p.get("process", [])), "schedule_cpu_ms": mean(p.get("schedule", [])),
                     # inside the launch, per batch that made them: the target worker's forward(s), the runner's
                     "target_cpu_ms": mean(p.get("target", [])), "runner_cpu_ms": mean(p.get("runner", [])),
+                    "gc_ms": round(gc_ms.get(k, 0.0) / len(p["gpu"]), 3),    # garbage collection per launch
                     "gpu_share": round(sum(p["gpu"]) / window, 4), "idle_share": round(sum(p["gap"]) / window, 4)}
     dec = [b[7] for b in batches if b[1] == "decode"]
     intervals = [b - a for a, b in zip(dec, dec[1:])]
     return {"window_ms": round(window, 1), "batches": len(batches), "kinds": kinds,
             "decode_interval_ms_median": round(statistics.median(intervals), 3) if intervals else None,
-            "decode_interval_ms_mean": mean(intervals), "recv_cpu_ms_total": round(sum(recv), 1)}
+            "decode_interval_ms_mean": mean(intervals), "recv_cpu_ms_total": round(sum(recv), 1),
+            "gc_ms_total": round(sum(gc_ms.values()), 1)}
 
 
 def runs_of(rows: list[list], gap_ms: float = 1000.0) -> list[list[list]]:
