@@ -291,3 +291,19 @@ def test_gc_freezes_while_its_flag_file_exists(tmp_path, monkeypatch, capsys):
     idle(lambda sched: types.SimpleNamespace(batch_to_run=None), None)
     idle(lambda sched: types.SimpleNamespace(batch_to_run=None), None)
     assert calls == ["freeze", "unfreeze", "freeze"] and tl.pending == []
+
+
+def test_the_gc_callback_is_registered_at_the_first_batch_once(tmp_path, monkeypatch):
+    """Plugins load in SGLang's HTTP process too, which never flushes: only a process that launches batches
+    (a scheduler) watches its collections."""
+    import gc
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(
+        cuda=types.SimpleNamespace(Event=FakeEvent, current_stream=lambda: None)))
+    monkeypatch.setattr(gc, "callbacks", [])
+    import timeline
+    tl = timeline.Timeline(str(tmp_path / "tl"))
+    assert gc.callbacks == []
+    batch = types.SimpleNamespace(forward_mode=Mode("decode"), reqs=[1], extend_num_tokens=0)
+    tl.run_batch(lambda s, b: None, types.SimpleNamespace(forward_stream=None), batch)
+    tl.run_batch(lambda s, b: None, types.SimpleNamespace(forward_stream=None), batch)
+    assert gc.callbacks == [tl.on_gc]

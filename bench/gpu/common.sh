@@ -280,9 +280,10 @@ timeline_lines() { # from_line open_skip open_s [closed_warmup closed_s]: a TIME
     read -r label shape span < <(echo "$row" | python3 -c "import sys, json; r = json.load(sys.stdin); print(r['label'], r['shape'], r['mono_end'] - r['mono_start'])")
     case $shape in open) win=(--skip "$2" --seconds "$3") ;; steady) win=(--skip 0 --seconds "$span") ;;
       *) win=(--skip "$4" --seconds "$(python3 -c "print($4 + $5)")") ;; esac
-    case $label in nospec) ;; *) label=off ;; esac   # run_pair.sh's variants (fast, perbatch, pinned, ...): the daemon's engine
+    case $label in nospec|nospec-*) label=nospec ;; *) label=off ;; esac   # run_pair.sh's variants (fast, perbatch,
+    # pinned, ..., and -gcf after its gcfreeze phase): the daemon's engine; nospec and nospec-gcf: the no-spec engine
     python3 bench/gpu/timeline_summary.py /tmp/tl/"$label" --load-row "$row" "${win[@]}" \
-      --json "$OUT/timeline.jsonl" | cut -c1-400 >>"$SUM"
+      --json "$OUT/timeline.jsonl" | cut -c1-800 >>"$SUM"
   done
 }
 

@@ -174,7 +174,8 @@ def main() -> int:
         except Malformed as e:
             print(f"GRAMMAR temp={temperature:g} MALFORMED {e}", flush=True)
             return 2
-        rows.append({"check": "grammar", "temp": temperature, **compare(jobs, a, b), "every": args.every})
+        rows.append({"check": "grammar", "temp": temperature, **compare(jobs, a, b), "every": args.every,
+                     "logprobs": args.logprobs})
         errors = [r for r in a + b if isinstance(r, str)][:1]
         print("GRAMMAR " + " ".join(f"{k}={'-' if v is None else (f'{v:.3g}' if isinstance(v, float) else v)}"
                                     for k, v in rows[-1].items() if k != "check")

@@ -191,14 +191,17 @@ if start_daemon; then
       touch "$SPEC_CPROFILE"
       load_sum --shape closed --levels "${CPROFILE_LEVELS:-128}" --seconds 4 --warmup 3 \
         --engines nospec=30001,off=30000 --repeats 1 --out /tmp/tl/cprofile.jsonl
-      rm -f "$SPEC_CPROFILE"     # each engine prints its stats at its next flush: wait for both (12-03f: 3 s was not enough)
-      for _ in $(seq 30); do [ "$(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep -c '^CPROFILE pid')" -ge 2 ] && break; sleep 1; done
+      printed=$(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep -c '^CPROFILE pid')
+      rm -f "$SPEC_CPROFILE"     # each engine prints its stats at its next look at the flag (idle: within a second)
+      for _ in $(seq 30); do [ "$(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep -c '^CPROFILE pid')" -ge $((printed + 2)) ] && break; sleep 1; done
       for f in nospec daemon; do echo "== $f"; grep "^CPROFILE" "$OUT/$f.log" | cut -c1-220; done >"$OUT/cprofile.txt"
       say "cprofile done ($(grep -c 'CPROFILE pid' "$OUT/cprofile.txt") profiles)" ;;
     gcfreeze)  # both engines' scheduler processes frozen out of garbage collection (timeline.py, gc.freeze) for the
       # phases after it, whose rotations label their rows NAME-gcf (SHAPES=openab,gcfreeze,openab: both ways, one call)
+      fits 25 gcfreeze || continue
+      frozen=$(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep -c '^GCFREEZE pid [0-9]* on')
       touch "$SPEC_GC_FREEZE"; SUFFIX=-gcf
-      for _ in $(seq 20); do [ "$(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep -c '^GCFREEZE pid [0-9]* on')" -ge 2 ] && break; sleep 1; done
+      for _ in $(seq 20); do [ "$(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep -c '^GCFREEZE pid [0-9]* on')" -ge $((frozen + 2)) ] && break; sleep 1; done
       say "gcfreeze: $(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep '^GCFREEZE' | cut -c1-100 | tr '\n' ';')" ;;
     grammar)   # issue 12 item 4: a share of the requests carry a regex; status says how many off batches fell back
       fits $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) grammar || continue

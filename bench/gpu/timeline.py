@@ -82,6 +82,7 @@ class Timeline:
         self.gc_started: int | None = None   # the running collection's start (perf_counter_ns)
         self.gc_frozen = False               # gc.freeze() in force (SPEC_GC_FREEZE)
         self.flags_checked = 0               # perf_counter_ns of the last look at the flag files
+        self.gc_watched = False              # on_gc registered (at the first batch: in a scheduler process)
 
     def on_gc(self, phase: str, info: dict) -> None:
         """gc.callbacks: one "C" row per collection, filed under the batch being launched (or "-")."""
@@ -94,6 +95,9 @@ class Timeline:
 
     def run_batch(self, original, sched, batch, *args, **kwargs):
         import torch
+        if not self.gc_watched:          # here, not at load: plugins load in the HTTP process too, which never flushes
+            gc.callbacks.append(self.on_gc)
+            self.gc_watched = True
         stream = getattr(sched, "forward_stream", None) or torch.cuda.current_stream()
         k, bs = kind(batch), len(getattr(batch, "reqs", []) or [])
         ext = int(getattr(batch, "extend_num_tokens", 0) or 0) if k in ("extend", "mixed") else 0
@@ -179,9 +183,9 @@ class Timeline:
                                     round(self.ref.elapsed_time(e1), 4), round(e0.elapsed_time(e1), 4),
                                     round(gap, 4)]) + "\n")
                 self.last_end = e1
-            for row in self.rows:
+            rows, self.rows = self.rows, []    # a collection while writing files its row in the new list
+            for row in rows:
                 f.write(json.dumps(row) + "\n")
-        self.rows = []
 
 
 def flag_exists(variable: str) -> bool:
@@ -232,7 +236,6 @@ def load() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
     tl = Timeline(prefix)
-    gc.callbacks.append(tl.on_gc)
     HookRegistry.register(f"{SCHEDULER}.run_batch", tl.run_batch, HookType.AROUND)
     HookRegistry.register(f"{SCHEDULER}.process_batch_result", tl.span("P"), HookType.AROUND)
     HookRegistry.register(f"{SCHEDULER}.get_next_batch_to_run", tl.span("N"), HookType.AROUND)
