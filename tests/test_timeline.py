@@ -115,9 +115,15 @@ class Mode:
         return self.kind == "extend"
 
 
+def fake_torch(**cuda) -> types.SimpleNamespace:
+    """torch as timeline.py uses it: events, the current stream, the caching allocator's counters."""
+    stats = {"num_alloc_retries": 0, "num_device_alloc": 3, "num_device_free": 1}
+    return types.SimpleNamespace(cuda=types.SimpleNamespace(
+        Event=FakeEvent, current_stream=lambda: None, memory_stats=lambda: dict(stats), stats=stats, **cuda))
+
+
 def test_plugin_writes_exact_spans_and_gaps_and_flushes_when_the_scheduler_idles(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(
-        cuda=types.SimpleNamespace(Event=FakeEvent, current_stream=lambda: None)))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch())
     import timeline
     tl = timeline.Timeline(str(tmp_path / "tl"))
     sched = types.SimpleNamespace(forward_stream=None)
@@ -134,21 +140,21 @@ def test_plugin_writes_exact_spans_and_gaps_and_flushes_when_the_scheduler_idles
     schedule = tl.span("N")
     schedule(lambda s: types.SimpleNamespace(batch_to_run=None), sched)   # nothing to run: a flush
     rows = [json.loads(line) for line in open(tl.path)]
-    assert [r[:4] for r in rows] == [["B", "extend", 2, 300]]
+    assert [r[:4] for r in rows if r[0] == "B"] == [["B", "extend", 2, 300]]
     assert rows[0][8] == pytest.approx(20.0) and rows[0][9] == 0.0
+    assert [r[0] for r in rows] == ["B", "M"] and rows[1][2:] == [0, 3, 1]     # the allocator's counters per flush
     tl.pending[-1][6].done = True
     schedule(lambda s: types.SimpleNamespace(batch_to_run=None), sched)
-    rows = [json.loads(line) for line in open(tl.path)]
+    rows = [json.loads(line) for line in open(tl.path) if line.startswith('["B"')]
     assert [r[1] for r in rows] == ["extend", "decode"]
     assert rows[1][8] == pytest.approx(5.0) and rows[1][9] == pytest.approx(3.0)
-    assert read(str(tmp_path / "tl")) == rows      # the summary reads the file with the batch rows
+    assert [r for r in read(str(tmp_path / "tl")) if r[0] == "B"] == rows   # the summary reads the file with them
 
 
 def test_inner_spans_are_filed_under_the_batch_being_launched_keywords_only_and_not_the_drafts(tmp_path, monkeypatch):
     """SGLang's verify calls TpModelWorker.forward_batch_generation(batch=None, forward_batch=..., is_verify=True):
     keywords only (a hook reading args[0] crashed the scheduler); the draft worker is a TpModelWorker too."""
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(
-        cuda=types.SimpleNamespace(Event=FakeEvent, current_stream=lambda: None)))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch())
     import timeline
     tl = timeline.Timeline(str(tmp_path / "tl"))
     target_hook, runner_hook = tl.inner("T"), tl.inner("F")
@@ -174,8 +180,7 @@ def test_inner_spans_are_filed_under_the_batch_being_launched_keywords_only_and_
 def test_sync_debug_goes_on_once_its_flag_file_exists_and_prints_each_sync_site_with_its_stack(
         tmp_path, monkeypatch, capsys):
     modes = []
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=types.SimpleNamespace(
-        Event=FakeEvent, current_stream=lambda: None, set_sync_debug_mode=modes.append)))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(set_sync_debug_mode=modes.append))
     import warnings
     monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)   # the plugin replaces both
     monkeypatch.setattr(warnings, "filters", list(warnings.filters))
@@ -218,8 +223,7 @@ def test_cprofile_runs_while_its_flag_exists_and_prints_and_saves_its_stats_when
 def test_run_batch_profiles_decode_batches_only(tmp_path, monkeypatch):
     import cProfile
     import pstats
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(
-        cuda=types.SimpleNamespace(Event=FakeEvent, current_stream=lambda: None)))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch())
     import timeline
     tl = timeline.Timeline(str(tmp_path / "tl"))
     tl.profile = cProfile.Profile()
@@ -238,8 +242,7 @@ def test_run_batch_profiles_decode_batches_only(tmp_path, monkeypatch):
 
 def test_collections_are_filed_under_the_launch_they_interrupt_and_summed_per_kind(tmp_path, monkeypatch):
     """A garbage collection inside an extend's launch counts against extends, one between launches against none."""
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(
-        cuda=types.SimpleNamespace(Event=FakeEvent, current_stream=lambda: None)))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch())
     import timeline
     tl = timeline.Timeline(str(tmp_path / "tl"))
 
@@ -270,6 +273,7 @@ def test_gc_freezes_while_its_flag_file_exists(tmp_path, monkeypatch, capsys):
     calls = []
     monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
     monkeypatch.setattr(gc, "unfreeze", lambda: calls.append("unfreeze"))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch())
     import timeline
     flag = tmp_path / "gcflag"
     monkeypatch.setenv("SPEC_GC_FREEZE", str(flag))
@@ -297,8 +301,7 @@ def test_the_gc_callback_is_registered_at_the_first_batch_once(tmp_path, monkeyp
     """Plugins load in SGLang's HTTP process too, which never flushes: only a process that launches batches
     (a scheduler) watches its collections."""
     import gc
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(
-        cuda=types.SimpleNamespace(Event=FakeEvent, current_stream=lambda: None)))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch())
     monkeypatch.setattr(gc, "callbacks", [])
     import timeline
     tl = timeline.Timeline(str(tmp_path / "tl"))
@@ -307,3 +310,29 @@ def test_the_gc_callback_is_registered_at_the_first_batch_once(tmp_path, monkeyp
     tl.run_batch(lambda s, b: None, types.SimpleNamespace(forward_stream=None), batch)
     tl.run_batch(lambda s, b: None, types.SimpleNamespace(forward_stream=None), batch)
     assert gc.callbacks == [tl.on_gc]
+
+
+def test_the_allocators_device_calls_in_a_window_and_the_calibration_loop(tmp_path, monkeypatch, capsys):
+    torch = fake_torch()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    import timeline
+
+    def launch(s, b):
+        FakeEvent.clock[0] += 5.0
+    tl = timeline.Timeline(str(tmp_path / "tl"))
+    batch = types.SimpleNamespace(forward_mode=Mode("decode"), reqs=[1], extend_num_tokens=0)
+    tl.run_batch(launch, types.SimpleNamespace(forward_stream=None), batch)
+    tl.flush()
+    torch.cuda.stats.update(num_device_alloc=7, num_device_free=4, num_alloc_retries=1)   # cudaMalloc x4, cudaFree x3
+    tl.run_batch(launch, types.SimpleNamespace(forward_stream=None), batch)
+    tl.flush()
+    out = summarise(read(str(tmp_path / "tl")), 0, 2**62)
+    assert out["allocator"] == {"alloc_retries": 1, "device_allocs": 4, "device_frees": 3}
+    flag = tmp_path / "calibrate"
+    monkeypatch.setenv("SPEC_CALIBRATE", str(flag))
+    tl.check_flags()
+    assert "CALIBRATE" not in capsys.readouterr().out
+    flag.touch()
+    tl.check_flags()
+    line = capsys.readouterr().out
+    assert line.startswith("CALIBRATE pid") and float(line.split()[3]) > 0

@@ -14,7 +14,8 @@
 #  `syncdebug`: torch's sync debug mode in both engines under a short closed loop ($OUT/syncs.txt); `cprofile`:
 #  cProfile of the decode batches' launch in both engines under a short closed loop ($OUT/cprofile.txt;
 #  SPEC_CPROFILE_KINDS=extend: the prefills'); `gcfreeze`: gc.freeze() in both engines' schedulers for the phases
-#  after it (their rotations' labels end in -gcf); every TIMELINE line counts garbage collection (gc_ms per launch);
+#  after it (their rotations' labels end in -gcf); every TIMELINE line counts garbage collection (gc_ms per launch)
+#  and the CUDA allocator's device calls (allocator); `calibrate`: a fixed pure-Python loop timed in both schedulers;
 #  `grammar`: the same closed loop at GRAMMAR_LEVELS (48) where GRAMMAR_SHARE (0.1) of the requests carry a regex
 #  (loads.py GRAMMAR_REGEX, or GRAMMAR_REGEX; SPEC_CONTROLLER_FAST_GRAMMAR=0 in the environment keeps grammar
 #  batches on steps-0 to measure that fallback); `grcheck`: grammar-constrained outputs of the off engine
@@ -88,7 +89,8 @@ timeline_plugin
 export SPEC_SYNC_DEBUG=/tmp/tl/syncdebug.flag    # phase syncdebug creates it (timeline_plugin empties /tmp/tl)
 export SPEC_CPROFILE=/tmp/tl/cprofile.flag        # phase cprofile creates it
 export SPEC_GC_FREEZE=/tmp/tl/gcfreeze.flag       # phase gcfreeze creates it
-rm -f "$SPEC_GC_FREEZE"                           # a warm machine keeps /tmp: never start frozen
+export SPEC_CALIBRATE=/tmp/tl/calibrate.flag      # phase calibrate creates it
+rm -f "$SPEC_GC_FREEZE" "$SPEC_CALIBRATE"         # a warm machine keeps /tmp: never start frozen
 PAIR=(--engines nospec=30001,off=30000 --repeats "${REPEATS:-2}" --flush --out "$R")
 
 say "prefill graphs $PREFILL_GRAPH, off path ${OFF_PATH:-default}, grammar backend $GRAMMAR_BACKEND"
@@ -196,6 +198,11 @@ if start_daemon; then
       for _ in $(seq 30); do [ "$(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep -c '^CPROFILE pid')" -ge $((printed + 2)) ] && break; sleep 1; done
       for f in nospec daemon; do echo "== $f"; grep "^CPROFILE" "$OUT/$f.log" | cut -c1-220; done >"$OUT/cprofile.txt"
       say "cprofile done ($(grep -c 'CPROFILE pid' "$OUT/cprofile.txt") profiles)" ;;
+    calibrate) # the same pure-Python loop timed in both idle schedulers, once a second for 6 s (timeline.py): one
+      # engine's process slower as a whole (12-03f: its extends' model runner +2.4 ms with no code to explain it)
+      fits 15 calibrate || continue
+      touch "$SPEC_CALIBRATE"; sleep 6; rm -f "$SPEC_CALIBRATE"
+      for f in nospec daemon; do echo "calibrate $f: $(grep '^CALIBRATE' "$OUT/$f.log" | awk '{print $4}' | sort -n | head -3 | tr '\n' ' ')us (fastest 3)"; done | tee -a "$SUM" ;;
     gcfreeze)  # both engines' scheduler processes frozen out of garbage collection (timeline.py, gc.freeze) for the
       # phases after it, whose rotations label their rows NAME-gcf (SHAPES=openab,gcfreeze,openab: both ways, one call)
       fits 25 gcfreeze || continue

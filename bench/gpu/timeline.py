@@ -32,6 +32,10 @@ Garbage collection: every collection in the scheduler process is a row
 (12-03f: an extend's model runner took ~2.4 ms longer in the speculative engine with no code path to explain it;
 its larger heap is one suspect). While the file SPEC_GC_FREEZE names exists (checked at each flush) the process's
 objects are frozen out of collection (gc.freeze(), "GCFREEZE pid ..." printed); unfrozen once it is gone.
+The CUDA caching allocator's counters at every flush: ["M", cpu_ns, alloc_retries, device_allocs, device_frees]
+(cumulative; a cudaMalloc / cudaFree on the scheduler thread is a hidden stall that sync debug mode does not see).
+Process speed: while the file SPEC_CALIBRATE names exists, each look at the flags times a fixed pure-Python loop
+("CALIBRATE pid ... us" printed): the same loop slower in one engine means its whole process runs slower.
 """
 from __future__ import annotations
 
@@ -162,6 +166,8 @@ class Timeline:
             self.sync_debug = not self.sync_debug
             switch_sync_debug(self.sync_debug)
         self.profile = switch_cprofile(self.profile, flag_exists("SPEC_CPROFILE"), f"{self.prefix}.{os.getpid()}.prof")
+        if flag_exists("SPEC_CALIBRATE"):
+            print(f"CALIBRATE pid {os.getpid()} {calibrate():.1f} us", flush=True)
         if flag_exists("SPEC_GC_FREEZE") != self.gc_frozen:
             self.gc_frozen = not self.gc_frozen
             (gc.freeze if self.gc_frozen else gc.unfreeze)()
@@ -170,6 +176,7 @@ class Timeline:
 
     def flush(self) -> None:
         self.check_flags()
+        self.rows.append(["M", time.perf_counter_ns(), *allocator_counters()])
         n = 0
         for p in self.pending:                 # in order, up to the first still running (query() does not block)
             if not p[6].query():
@@ -186,6 +193,25 @@ class Timeline:
             rows, self.rows = self.rows, []    # a collection while writing files its row in the new list
             for row in rows:
                 f.write(json.dumps(row) + "\n")
+
+
+def allocator_counters() -> list[int]:
+    """The CUDA caching allocator's cumulative alloc retries, device allocations and frees (this process)."""
+    import torch
+    stats = torch.cuda.memory_stats()
+    return [int(stats.get(k, 0)) for k in ("num_alloc_retries", "num_device_alloc", "num_device_free")]
+
+
+def calibrate(rounds: int = 5) -> float:
+    """Microseconds for a fixed piece of pure Python (small dicts and lists, attribute reads), the fastest of
+    rounds: what the interpreter costs in this process, comparable between the two engines' schedulers."""
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        rows = [{"k": i, "v": [i, i + 1]} for i in range(2000)]
+        sum(r["v"][1] - r["k"] for r in rows)
+        best = min(best, (time.perf_counter_ns() - t0) / 1e3)
+    return best
 
 
 def flag_exists(variable: str) -> bool:

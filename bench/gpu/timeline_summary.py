@@ -79,6 +79,10 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
         if r[0] == "C" and t0_ns <= r[3] <= t1_ns:
             gc_ms[r[1]] += (r[4] - r[3]) / 1e6
     recv = [(r[3] - r[2]) / 1e6 for r in rows if r[0] == "R" and t0_ns <= r[2] <= t1_ns]
+    # the allocator's counters: the change between the last reading before the window's end and the first in it
+    mem = [r for r in rows if r[0] == "M" and t0_ns <= r[1] <= t1_ns]
+    allocator = dict(zip(("alloc_retries", "device_allocs", "device_frees"),
+                         (b - a for a, b in zip(mem[0][2:], mem[-1][2:])))) if len(mem) >= 2 else None
     window = batches[-1][7] - batches[0][6]
     mean = lambda xs: round(statistics.mean(xs), 3) if xs else None
     kinds = {}
@@ -98,7 +102,7 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
     return {"window_ms": round(window, 1), "batches": len(batches), "kinds": kinds,
             "decode_interval_ms_median": round(statistics.median(intervals), 3) if intervals else None,
             "decode_interval_ms_mean": mean(intervals), "recv_cpu_ms_total": round(sum(recv), 1),
-            "gc_ms_total": round(sum(gc_ms.values()), 1)}
+            "gc_ms_total": round(sum(gc_ms.values()), 1), "allocator": allocator}
 
 
 def runs_of(rows: list[list], gap_ms: float = 1000.0) -> list[list[list]]:
