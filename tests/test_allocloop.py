@@ -92,7 +92,7 @@ def test_registered_for_the_releases_with_the_loop_unless_turned_off(monkeypatch
 
 def test_the_run_time_switch_and_its_refusal(tmp_path):
     from controller.contract import ALLOC_LOOP_KEY
-    plug = Plugin({})
+    plug = Plugin({allocloop.ENV: "0"})                     # not registered, whatever SGLang is installed
     plug.apply_own_keys({ALLOC_LOOP_KEY: 0})
     calls = []
     fn = real_function(tmp_path, calls)

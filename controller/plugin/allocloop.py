@@ -65,8 +65,8 @@ class _LengthOnly:
 class AllocLoop:
     """The hook and its state: registered or not (Plugin.hooks), the verdict on the live function, the switch."""
 
-    def __init__(self) -> None:
-        self.registered = False              # set by Plugin.hooks() when it registers `around`
+    def __init__(self, registered: bool = False) -> None:
+        self.registered = registered         # Plugin.hooks() registers `around` (wanted(): decided at start)
         self.applies: bool | None = None     # decided at the first call, from the function's source
         self.enabled = True                  # run-time switch (contract.ALLOC_LOOP_KEY)
         self.batches = 0

@@ -55,7 +55,7 @@ class Plugin:
                                 lean_off=env.get(ENV_LEAN_OFF, "1") != "0",         # measured: offstubs.py
                                 capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
-        self.alloc_loop = allocloop.AllocLoop()
+        self.alloc_loop = allocloop.AllocLoop(registered=allocloop.wanted(env, parse_version(sglang_version())))
 
     def stats(self) -> tuple[dict[str, int], dict[str, Any]]:
         """(counters, what the stats message says about the off path: contract.encode_stats's keywords)."""
@@ -94,7 +94,6 @@ class Plugin:
     def hooks(self) -> dict[str, tuple[Callable, str]]:
         """target -> (bound hook, HookType name); the targets are support.HOOK_TARGETS."""
         r, off, tel = self.router, self.off_path, self.telemetry
-        self.alloc_loop.registered = allocloop.wanted(self.env, parse_version(sglang_version()))
         extra = {allocloop.TARGET: (self.alloc_loop.around, "AROUND")} if self.alloc_loop.registered else {}
         return {**extra,
             f"{EAGLE_WORKER}.activate_step_by_batch": (r.activate_step_by_batch, "AROUND"),
