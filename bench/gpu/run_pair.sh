@@ -201,8 +201,11 @@ if start_daemon; then
     calibrate) # the same pure-Python loop timed in both idle schedulers, once a second for 6 s (timeline.py): one
       # engine's process slower as a whole (12-03f: its extends' model runner +2.4 ms with no code to explain it)
       fits 15 calibrate || continue
+      declare -A seen; for f in nospec daemon; do seen[$f]=$(grep -c '^CALIBRATE' "$OUT/$f.log"); done
       touch "$SPEC_CALIBRATE"; sleep 6; rm -f "$SPEC_CALIBRATE"
-      for f in nospec daemon; do echo "calibrate $f: $(grep '^CALIBRATE' "$OUT/$f.log" | awk '{print $4}' | sort -n | head -3 | tr '\n' ' ')us (fastest 3)"; done | tee -a "$SUM" ;;
+      for f in nospec daemon; do     # this phase's lines only (it may run twice: before and after gcfreeze)
+        echo "calibrate $f${SUFFIX:-}: $(grep '^CALIBRATE' "$OUT/$f.log" | tail -n +$((seen[$f] + 1)) | awk '{print $4}' | sort -n | head -3 | tr '\n' ' ')us (fastest 3)"
+      done | tee -a "$SUM" ;;
     gcfreeze)  # both engines' scheduler processes frozen out of garbage collection (timeline.py, gc.freeze) for the
       # phases after it, whose rotations label their rows NAME-gcf (SHAPES=openab,gcfreeze,openab: both ways, one call)
       fits 25 gcfreeze || continue
