@@ -173,7 +173,8 @@ def test_inner_spans_are_filed_under_the_batch_being_launched_keywords_only_and_
     tl.run_batch(launch, types.SimpleNamespace(forward_stream=None),
                  types.SimpleNamespace(forward_mode=Mode("decode"), reqs=[1], extend_num_tokens=0))
     assert calls == [{"batch": None, "forward_batch": "fb", "is_verify": True}, {"forward_batch": "draft-fb"}]
-    assert [r[0:2] + r[4:] for r in tl.rows] == [["T", "decode", 1], ["F", "decode", 1]]   # the draft's left out
+    assert [r[0:2] + r[4:5] for r in tl.rows] == [["T", "decode", 1], ["F", "decode", 1]]   # the draft's left out
+    assert all(isinstance(r[5], int) and r[5] >= 0 for r in tl.rows)          # the thread's own CPU in the span
     assert target_hook(worker_forward, target, batch="b") == "result" and len(tl.rows) == 2   # outside a launch: none
 
 
@@ -336,3 +337,17 @@ def test_the_allocators_device_calls_in_a_window_and_the_calibration_loop(tmp_pa
     tl.check_flags()
     line = capsys.readouterr().out
     assert line.startswith("CALIBRATE pid") and float(line.split()[3]) > 0
+
+
+def test_the_summary_splits_wall_time_into_the_threads_own_cpu_and_waiting(tmp_path):
+    """A launch (and its runner span) that took 10 ms of wall time with 4 ms on the CPU waited 6 ms: the summary
+    reports both, per kind."""
+    ms = 1_000_000
+    rows = [["B", "extend", 1, 16, 0, 10 * ms, 0.0, 10.0, 10.0, 0.0, 4 * ms],
+            ["F", "extend", 1 * ms, 9 * ms, 1, 3 * ms],
+            ["B", "decode", 8, 0, 11 * ms, 12 * ms, 10.0, 15.0, 5.0, 0.0, 1 * ms],
+            ["B", "decode", 8, 0, 16 * ms, 17 * ms, 15.0, 20.0, 5.0, 0.0, 1 * ms]]
+    out = summarise(rows, 0, 2**62)["kinds"]
+    assert out["extend"]["launch_cpu_ms"] == 10.0 and out["extend"]["launch_oncpu_ms"] == 4.0
+    assert out["extend"]["runner_cpu_ms"] == 8.0 and out["extend"]["runner_oncpu_ms"] == 3.0
+    assert out["decode"]["launch_oncpu_ms"] == 1.0 and out["decode"]["runner_oncpu_ms"] is None

@@ -9,13 +9,16 @@ forward stream around each run_batch, so that the GPU span of every batch and th
 it (the overlap broken or kept) can be read afterwards without a synchronisation on the hot path.
 Rows go to PREFIX.PID.jsonl every 256 batches and whenever the scheduler finds nothing to run (events
 already completed only):
-  ["B", kind, bs, extend_tokens, cpu_t0_ns, cpu_t1_ns, gpu_t0_ms, gpu_t1_ms, span_ms, gap_ms]   one batch:
+  ["B", kind, bs, extend_tokens, cpu_t0_ns, cpu_t1_ns, gpu_t0_ms, gpu_t1_ms, span_ms, gap_ms, on_cpu_ns]   one batch:
   its events on one axis from the first (float32 milliseconds: coarse after minutes), and, exact, its span
   and the gap since the previous batch's end. The start event is recorded when run_batch is entered, before
   the launch: a launch slow enough to run the stream dry shows in the span, not in the gap.
   ["P"|"N"|"R", kind, cpu_t0_ns, cpu_t1_ns]   process_batch_result / get_next_batch_to_run / process_input_requests
-  ["T"|"F", kind, cpu_t0_ns, cpu_t1_ns, batch]   inside run_batch number `batch` (of that kind): the target
-  worker's forward / the target model runner's (INNER)
+  ["T"|"F", kind, cpu_t0_ns, cpu_t1_ns, batch, on_cpu_ns]   inside run_batch number `batch` (of that kind): the
+  target worker's forward / the target model runner's (INNER)
+on_cpu_ns: the scheduler thread's own CPU time in that span (time.thread_time_ns); the rest of the wall span it
+waited (off the CPU: descheduled, a blocking call). 12-03f: the closed loop's throughput followed the extend
+runner's wall time run by run (correlation -0.98), which moved 7-15 ms within one engine.
 CPU times are time.perf_counter_ns() (CLOCK_MONOTONIC: comparable with time.monotonic() in the load
 generator). bench/gpu/timeline_summary.py turns them into a table.
 Sync hunting: while the file SPEC_SYNC_DEBUG names exists (checked at each flush), torch's sync debug mode
@@ -112,7 +115,7 @@ class Timeline:
         self.batches += 1
         self.launching = (k, self.batches)
         profile = self.profile if k in self.profiled_kinds else None
-        t0 = time.perf_counter_ns()
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         if profile is not None:
             profile.enable()
         try:
@@ -121,10 +124,10 @@ class Timeline:
             self.launching = None
             if profile is not None:
                 profile.disable()
-        t1 = time.perf_counter_ns()
+        t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
         e1 = torch.cuda.Event(enable_timing=True)
         e1.record(stream)
-        self.pending.append([k, bs, ext, t0, t1, e0, e1])
+        self.pending.append([k, bs, ext, t0, t1, e0, e1, c1 - c0])
         if len(self.pending) >= FLUSH_EVERY:
             self.flush()
         return result
@@ -153,9 +156,9 @@ class Timeline:
             launching = self.launching
             if launching is None or getattr(owner, "is_draft_worker", False):
                 return original(owner, *args, **kwargs)
-            t0 = time.perf_counter_ns()
+            t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
             result = original(owner, *args, **kwargs)
-            self.rows.append([tag, launching[0], t0, time.perf_counter_ns(), launching[1]])
+            self.rows.append([tag, launching[0], t0, time.perf_counter_ns(), launching[1], time.thread_time_ns() - c0])
             return result
         return hook
 
@@ -184,11 +187,11 @@ class Timeline:
             n += 1
         done, self.pending = self.pending[:n], self.pending[n:]
         with open(self.path, "a") as f:
-            for k, bs, ext, t0, t1, e0, e1 in done:
+            for k, bs, ext, t0, t1, e0, e1, on_cpu in done:
                 gap = self.last_end.elapsed_time(e0) if self.last_end is not None else 0.0
                 f.write(json.dumps(["B", k, bs, ext, t0, t1, round(self.ref.elapsed_time(e0), 4),
                                     round(self.ref.elapsed_time(e1), 4), round(e0.elapsed_time(e1), 4),
-                                    round(gap, 4)]) + "\n")
+                                    round(gap, 4), on_cpu]) + "\n")
                 self.last_end = e1
             rows, self.rows = self.rows, []    # a collection while writing files its row in the new list
             for row in rows:

@@ -62,6 +62,8 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
         p["gpu"].append(span)
         p["gap"].append(gap if prev is not None else 0.0)
         p["launch"].append((c1 - c0) / 1e6)
+        if len(b) >= 11:                    # newer rows: the launch's own CPU time
+            p["launch_oncpu"].append(b[10] / 1e6)
         prev = b
     for tag, name in (("P", "process"), ("N", "schedule")):
         for r in rows:
@@ -69,11 +71,16 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
                 per[r[1]][name].append((r[3] - r[2]) / 1e6)
     for tag, name in (("T", "target"), ("F", "runner")):   # inside the launch: summed per batch (its 5th field)
         sums: dict[tuple[str, int], float] = defaultdict(float)
+        oncpu: dict[tuple[str, int], float] = defaultdict(float)
         for r in rows:
             if r[0] == tag and t0_ns <= r[2] <= t1_ns:
                 sums[(r[1], r[4])] += (r[3] - r[2]) / 1e6
-        for (k, _), ms in sums.items():
-            per[k][name].append(ms)
+                if len(r) >= 6:
+                    oncpu[(r[1], r[4])] += r[5] / 1e6
+        for key, ms in sums.items():
+            per[key[0]][name].append(ms)
+            if key in oncpu:
+                per[key[0]][name + "_oncpu"].append(oncpu[key])
     gc_ms: dict[str, float] = defaultdict(float)           # collections inside each kind's launches, and outside
     for r in rows:
         if r[0] == "C" and t0_ns <= r[3] <= t1_ns:
@@ -95,6 +102,8 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
                     "process_cpu_ms": mean(p.get("process", [])), "schedule_cpu_ms": mean(p.get("schedule", [])),
                     # inside the launch, per batch that made them: the target worker's forward(s), the runner's
                     "target_cpu_ms": mean(p.get("target", [])), "runner_cpu_ms": mean(p.get("runner", [])),
+                    # of those wall times, the scheduler thread's own CPU (the rest: off the CPU, waiting)
+                    "launch_oncpu_ms": mean(p.get("launch_oncpu", [])), "runner_oncpu_ms": mean(p.get("runner_oncpu", [])),
                     "gc_ms": round(gc_ms.get(k, 0.0) / len(p["gpu"]), 3),    # garbage collection per launch
                     "gpu_share": round(sum(p["gpu"]) / window, 4), "idle_share": round(sum(p["gap"]) / window, 4)}
     dec = [b[7] for b in batches if b[1] == "decode"]
