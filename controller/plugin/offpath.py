@@ -40,13 +40,8 @@ class OffPath:
                  lean_prefill: bool = False, capture_hidden: bool = False, draft_kv: bool = False,
                  draft_kv_graph: bool = False, fast_grammar: bool = False, draft_kv_coalesce: int = 0,
                  lean_off: bool = False):
-        self.router = router
-        self.fast_grammar = fast_grammar
-        self.failures = failures
-        self.enabled = enabled
-        self.sync_draft = sync_draft
-        self.lean_prefill = lean_prefill
-        self.draft_kv, self.lean_off = draft_kv, lean_off
+        self.router, self.failures, self.enabled, self.fast_grammar = router, failures, enabled, fast_grammar
+        self.sync_draft, self.lean_prefill, self.draft_kv, self.lean_off = sync_draft, lean_prefill, draft_kv, lean_off
         self.capture_hidden = capture_hidden or sync_draft or draft_kv   # graphs that can feed the draft
         self.kv_writer: draftkv.DraftKVWriter | None = None   # built with the fast path, where supported
         self.kv_graph: draftkv_graph.GraphedKVWriter | None = None   # its decode writes as graphs (experimental)
