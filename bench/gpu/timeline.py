@@ -201,7 +201,10 @@ class Timeline:
 def allocator_counters() -> list[int]:
     """The CUDA caching allocator's cumulative alloc retries, device allocations and frees (this process)."""
     import torch
-    stats = torch.cuda.memory_stats()
+    try:
+        stats = torch.cuda.memory_stats()
+    except Exception:        # a bench reading must never stop the scheduler: no counters then
+        return []
     return [int(stats.get(k, 0)) for k in ("num_alloc_retries", "num_device_alloc", "num_device_free")]
 
 

@@ -87,7 +87,7 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
             gc_ms[r[1]] += (r[4] - r[3]) / 1e6
     recv = [(r[3] - r[2]) / 1e6 for r in rows if r[0] == "R" and t0_ns <= r[2] <= t1_ns]
     # the allocator's counters: the change between the last reading before the window's end and the first in it
-    mem = [r for r in rows if r[0] == "M" and t0_ns <= r[1] <= t1_ns]
+    mem = [r for r in rows if r[0] == "M" and len(r) == 5 and t0_ns <= r[1] <= t1_ns]
     allocator = dict(zip(("alloc_retries", "device_allocs", "device_frees"),
                          (b - a for a, b in zip(mem[0][2:], mem[-1][2:])))) if len(mem) >= 2 else None
     window = batches[-1][7] - batches[0][6]
