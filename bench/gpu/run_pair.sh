@@ -70,6 +70,13 @@ ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTOR
   else AB="nospec=30001;off=30000:$KV_ON;fast=30000:$KV_OFF"; NAB=3; AB_RESTORE=$KV_ON; fi
   AB=$(echo "$AB" | sed "s/\([a-z]*\)=3000/\1${SUFFIX:-}=3000/g")    # after phase gcfreeze: labels end in -gcf
 }
+engine_lines() { # pattern: lines matching it in both engines' logs so far
+  cat "$OUT/nospec.log" "$OUT/daemon.log" | grep -c "$1"
+}
+wait_engine_lines() { # pattern count-before seconds: until both engines printed one more such line (each looks
+  # at its flag files at its next flush, or within a second while idle)
+  for _ in $(seq "$3"); do [ "$(engine_lines "$1")" -ge $(($2 + 2)) ] && return; sleep 1; done
+}
 load_as() { # label state-json restore-json need-s loads.py-args...: one load against the no-spec engine with the
   # daemon's engine switched to state (its rows labelled label), then back
   local label=$1 state=$2 restore=$3 need=$4; shift 4
@@ -193,9 +200,8 @@ if start_daemon; then
       touch "$SPEC_CPROFILE"
       load_sum --shape closed --levels "${CPROFILE_LEVELS:-128}" --seconds 4 --warmup 3 \
         --engines nospec=30001,off=30000 --repeats 1 --out /tmp/tl/cprofile.jsonl
-      printed=$(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep -c '^CPROFILE pid')
-      rm -f "$SPEC_CPROFILE"     # each engine prints its stats at its next look at the flag (idle: within a second)
-      for _ in $(seq 30); do [ "$(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep -c '^CPROFILE pid')" -ge $((printed + 2)) ] && break; sleep 1; done
+      printed=$(engine_lines '^CPROFILE pid')
+      rm -f "$SPEC_CPROFILE"; wait_engine_lines '^CPROFILE pid' "$printed" 30    # each prints its stats then
       for f in nospec daemon; do echo "== $f"; grep "^CPROFILE" "$OUT/$f.log" | cut -c1-220; done >"$OUT/cprofile.txt"
       say "cprofile done ($(grep -c 'CPROFILE pid' "$OUT/cprofile.txt") profiles)" ;;
     calibrate) # the same pure-Python loop timed in both idle schedulers, once a second for 6 s (timeline.py): one
@@ -209,9 +215,8 @@ if start_daemon; then
     gcfreeze)  # both engines' scheduler processes frozen out of garbage collection (timeline.py, gc.freeze) for the
       # phases after it, whose rotations label their rows NAME-gcf (SHAPES=openab,gcfreeze,openab: both ways, one call)
       fits 25 gcfreeze || continue
-      frozen=$(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep -c '^GCFREEZE pid [0-9]* on')
-      touch "$SPEC_GC_FREEZE"; SUFFIX=-gcf
-      for _ in $(seq 20); do [ "$(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep -c '^GCFREEZE pid [0-9]* on')" -ge $((frozen + 2)) ] && break; sleep 1; done
+      frozen=$(engine_lines '^GCFREEZE pid [0-9]* on')
+      touch "$SPEC_GC_FREEZE"; SUFFIX=-gcf; wait_engine_lines '^GCFREEZE pid [0-9]* on' "$frozen" 20
       say "gcfreeze: $(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep '^GCFREEZE' | cut -c1-100 | tr '\n' ';')" ;;
     grammar)   # issue 12 item 4: a share of the requests carry a regex; status says how many off batches fell back
       fits $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) grammar || continue
