@@ -12,6 +12,7 @@ from controller import contract
 from controller.plugin import fastoff, offstubs
 from controller.plugin.instance import Plugin
 from tests.test_fastoff_cpu import V17, V23, Tensor, engine, tensor
+from tests.test_offgrammar_cpu import FSM, barrier_of, grammar_batch, grammar_engine, req
 from tests.test_plugin_cpu import active, decode_batch
 
 TOPK, HIDDEN = 4, 6
@@ -99,7 +100,6 @@ def test_the_lean_step_publishes_first_and_builds_its_result_from_the_stubs(lean
 @pytest.mark.parametrize("why, kwargs, batch_fields", [
     ("no overlap scheduler", dict(on_publish=None), {}),
     ("switched off", dict(on_publish="publish", lean=False), {}),
-    ("a grammar batch", dict(on_publish="publish"), {"has_grammar": True}),
 ])
 def test_without_the_lean_step_the_result_is_steps_0s(lean_torch, why, kwargs, batch_fields):
     order = []
@@ -112,11 +112,10 @@ def test_without_the_lean_step_the_result_is_steps_0s(lean_torch, why, kwargs, b
     assert lean_torch == [("ones", 2)]                      # steps-0's accept lengths, made per batch
 
 
-@pytest.mark.parametrize("on_publish, sync, logprobs, grammar, lean", [
-    ("pub", False, False, False, True), (None, False, False, False, False), ("pub", True, False, False, False),
-    ("pub", False, True, False, False), ("pub", False, False, True, False)])
-def test_the_lean_step_only_where_nothing_reads_what_it_changes(on_publish, sync, logprobs, grammar, lean):
-    assert offstubs.applies(on_publish, sync, logprobs, grammar) is lean
+@pytest.mark.parametrize("on_publish, sync, logprobs, lean", [
+    ("pub", False, False, True), (None, False, False, False), ("pub", True, False, False), ("pub", False, True, False)])
+def test_the_lean_step_only_where_nothing_reads_what_it_changes(on_publish, sync, logprobs, lean):
+    assert offstubs.applies(on_publish, sync, logprobs) is lean
 
 
 def test_stubs_are_made_once_and_grown_to_the_next_power_of_two(lean_torch):
@@ -158,4 +157,18 @@ def test_run_tells_applies_about_logprobs_and_a_synced_draft(lean_torch, monkeyp
     monkeypatch.setattr(fastoff, "_draft_extend", lambda *a: None)
     monkeypatch.setattr(fastoff.offlogprob, "keeping_logits", lambda runner, batch: __import__("contextlib").nullcontext())
     fastoff.run(w, fast, off_batch(2, **fields), on_publish=lambda lens: None, sync_draft=sync, lean=True)
-    assert asked == [(asked[0][0], sync, bool(fields), False)], why
+    assert asked == [(asked[0][0], sync, bool(fields))], why
+
+
+def test_a_lean_grammar_batch_publishes_then_forwards_then_waits_on_the_barrier_then_samples(lean_torch):
+    """The lean step on a grammar batch: the lengths (known: one token) go out before the forward, the token is
+    still sampled under the mask built after the barrier made the FSM accept the previous step's token."""
+    w, log = grammar_engine(V17)
+    w.draft_worker = SimpleNamespace(topk=TOPK, draft_runner="draft runner")
+    fsm = FSM([{3}, {1}, {2}], log)
+    fast = fastoff.FastOff("decode backend", "decode graphs", names=V17, grammar=True)
+    result = fastoff.run(w, fast, grammar_batch([req(fsm)]), on_publish=lambda lens: log.append(("publish", list(lens))),
+                         grammar_barrier=barrier_of([(fsm, 3)], log), lean=True)
+    assert log == [("publish", [4]), "forward", "barrier", ("accept", 3), ("mask", [[1]])]
+    assert np.asarray(result.next_token_ids).tolist() == [1] and fast.lean_batches == 1
+    assert result.next_token_ids is result.next_draft_input.bonus_tokens and list(result.accept_lens) == [1]

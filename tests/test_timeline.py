@@ -335,8 +335,12 @@ def test_the_allocators_device_calls_in_a_window_and_the_calibration_loop(tmp_pa
     assert "CALIBRATE" not in capsys.readouterr().out
     flag.touch()
     tl.check_flags()
-    line = capsys.readouterr().out
-    assert line.startswith("CALIBRATE pid") and float(line.split()[3]) > 0
+    calib, proc = capsys.readouterr().out.splitlines()
+    assert calib.startswith("CALIBRATE pid") and float(calib.split()[3]) > 0
+    speeds = json.loads(calib.split(" us ", 1)[1])
+    assert {"alloc", "alloc_nogc", "loop", "calls"} <= set(speeds) and min(speeds.values()) > 0
+    report = json.loads(proc.split(" ", 3)[3])
+    assert report["gc"][0] is True and any(name for name, ticks in report["threads"] if ticks >= 0)
 
 
 def test_the_summary_splits_wall_time_into_the_threads_own_cpu_and_waiting(tmp_path):

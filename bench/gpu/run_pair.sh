@@ -210,7 +210,10 @@ if start_daemon; then
       declare -A seen; for f in nospec daemon; do seen[$f]=$(grep -c '^CALIBRATE' "$OUT/$f.log"); done
       touch "$SPEC_CALIBRATE"; sleep 6; rm -f "$SPEC_CALIBRATE"
       for f in nospec daemon; do     # this phase's lines only (it may run twice: before and after gcfreeze)
-        echo "calibrate $f${SUFFIX:-}: $(grep '^CALIBRATE' "$OUT/$f.log" | tail -n +$((seen[$f] + 1)) | awk '{print $4}' | sort -n | head -3 | tr '\n' ' ')us (fastest 3)"
+        echo "calibrate $f${SUFFIX:-}: $(grep '^CALIBRATE' "$OUT/$f.log" | tail -n +$((seen[$f] + 1)) | cut -d' ' -f6- | python3 -c "
+import sys, json; rows = [json.loads(l) for l in sys.stdin if l.strip()]
+print(' '.join(f'{k} {min(r[k] for r in rows)}' for k in rows[0]) if rows else 'none')") us (fastest of each variant)"
+        echo "proc $f${SUFFIX:-}: $(grep '^PROC' "$OUT/$f.log" | tail -1 | cut -c1-900)"
       done | tee -a "$SUM" ;;
     gcfreeze)  # both engines' scheduler processes frozen out of garbage collection (timeline.py, gc.freeze) for the
       # phases after it, whose rotations label their rows NAME-gcf (SHAPES=openab,gcfreeze,openab: both ways, one call)

@@ -38,7 +38,8 @@ objects are frozen out of collection (gc.freeze(), "GCFREEZE pid ..." printed); 
 The CUDA caching allocator's counters at every flush: ["M", cpu_ns, alloc_retries, device_allocs, device_frees]
 (cumulative; a cudaMalloc / cudaFree on the scheduler thread is a hidden stall that sync debug mode does not see).
 Process speed: while the file SPEC_CALIBRATE names exists, each look at the flags times a fixed pure-Python loop
-("CALIBRATE pid ... us" printed): the same loop slower in one engine means its whole process runs slower.
+("CALIBRATE pid ... us {variants}" and a "PROC pid {...}" report of threads, GC, hooks printed; procspeed.py): the
+same loop slower in one engine means its whole process runs slower (12-04: 865 vs 503 us idle).
 """
 from __future__ import annotations
 
@@ -51,6 +52,8 @@ import pstats
 import time
 import traceback
 import warnings
+
+import procspeed                        # beside this file: /tmp/site (common.sh) or bench/gpu (tests)
 
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 # CPU spans inside run_batch (the launch), both engines: the target worker's forward (batch preparation, the
@@ -170,7 +173,9 @@ class Timeline:
             switch_sync_debug(self.sync_debug)
         self.profile = switch_cprofile(self.profile, flag_exists("SPEC_CPROFILE"), f"{self.prefix}.{os.getpid()}.prof")
         if flag_exists("SPEC_CALIBRATE"):
-            print(f"CALIBRATE pid {os.getpid()} {calibrate():.1f} us", flush=True)
+            speeds = procspeed.calibrate()       # field 4: the allocating loop, the reading since 12-03f
+            print(f"CALIBRATE pid {os.getpid()} {speeds['alloc']:.1f} us {json.dumps(speeds)}", flush=True)
+            print(f"PROC pid {os.getpid()} {json.dumps(procspeed.report())}", flush=True)
         if flag_exists("SPEC_GC_FREEZE") != self.gc_frozen:
             self.gc_frozen = not self.gc_frozen
             (gc.freeze if self.gc_frozen else gc.unfreeze)()
@@ -206,18 +211,6 @@ def allocator_counters() -> list[int]:
     except Exception:        # a bench reading must never stop the scheduler: no counters then
         return []
     return [int(stats.get(k, 0)) for k in ("num_alloc_retries", "num_device_alloc", "num_device_free")]
-
-
-def calibrate(rounds: int = 5) -> float:
-    """Microseconds for a fixed piece of pure Python (small dicts and lists, attribute reads), the fastest of
-    rounds: what the interpreter costs in this process, comparable between the two engines' schedulers."""
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter_ns()
-        rows = [{"k": i, "v": [i, i + 1]} for i in range(2000)]
-        sum(r["v"][1] - r["k"] for r in rows)
-        best = min(best, (time.perf_counter_ns() - t0) / 1e3)
-    return best
 
 
 def flag_exists(variable: str) -> bool:

@@ -161,7 +161,7 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
     # reads the draft runner's): drop it, so that only one this forward publishes is handed over.
     setattr(runner, event, None)
     with_hidden, grammar = sync_draft or kv_writer is not None, getattr(batch, "has_grammar", False)
-    lean = lean and offstubs.applies(on_publish, sync_draft, getattr(batch, "return_logprob", False), grammar)
+    lean = lean and offstubs.applies(on_publish, sync_draft, getattr(batch, "return_logprob", False))
     new_seq_lens = seq_lens + 1        # the decode's lengths (this token included) and the published ones
     if lean:                           # the scheduler's next preparation may start while this forward runs
         on_publish(new_seq_lens)

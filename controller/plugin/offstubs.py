@@ -14,7 +14,8 @@ Only where that is safe (`applies`): the overlap scheduler (spec-v2 passes on_pu
 FutureMap gathers the next step's inputs from its own buffers and whose draft input filters and merges future
 indices only, so nothing downstream writes these tensors or reads the tokens' dtype (sglang_names.LEAN_OFF_FACTS,
 checked against every wheel); never with logprobs (offlogprob lays out steps-0's int32 tokens) nor with the draft
-synced (its extend writes real extras); not for grammar batches until grcheck has run with it on a GPU. On by default
+synced (its extend writes real extras). Grammar batches take it too: the lengths an off step publishes do not depend
+on which token the delayed sample picks, and the barrier and the sample still run after the forward. On by default
 (SPEC_CONTROLLER_LEAN_OFF=0 at start or the run-time switch turn it off); what it saved on the H200: docs/sglang.md.
 """
 from __future__ import annotations
@@ -24,9 +25,9 @@ from typing import Any
 MIN_ROWS = 64          # first allocation; grown to the next power of two above a larger batch
 
 
-def applies(on_publish: Any, sync_draft: bool, logprobs: bool, grammar: bool) -> bool:
+def applies(on_publish: Any, sync_draft: bool, logprobs: bool) -> bool:
     """May this off batch take the lean step? (The module docstring says why each condition.)"""
-    return on_publish is not None and not (sync_draft or logprobs or grammar)
+    return on_publish is not None and not (sync_draft or logprobs)
 
 
 def zero_extras(torch: Any, rows: int, topk: int, hidden_spec: tuple[int | None, Any], device: Any) -> dict[str, Any]:
