@@ -31,7 +31,7 @@
 #  the same with them eager, label kveager); `closedab`: kv (label off) and fast in one rotation with the no-spec
 #  engine (the daemon's engine switched before each run; with KV_GRAPH=1, the default, kveager in it too; `openab`
 #  the same on the open loop; LEAN=1: the lean off step in that rotation instead, below); PIN_CPUS=1: each engine's process group and the load
-#  client on a third of the cores each (taskset by PID); every run's row has cpu_s (both engines' process groups'
+#  client on a third of the physical cores each, siblings together (cpusets.py; taskset by PID); every run's row has cpu_s (both engines' process groups'
 #  CPU seconds per process name, the host's busy share: proccpu.py); `closedpinned`: the closed loop
 #  with the threshold pinned at PIN_T (8) (label pinned: lean prefills above 0); `profile`: the GPU kernels of a decode step at
 #  PROFILE_BS (48) per engine (kernel_profile.py). Phases run in the order SHAPES names them, each only if
@@ -110,11 +110,11 @@ if start_daemon; then
   # every run's row: both groups' CPU seconds per process name and the host's busy share (proccpu.py)
   export LOAD_CPU_GROUPS="nospec=$NOSPEC_PID,daemon=$DAEMON_PID"
   CLIENT=""
-  if [ "${PIN_CPUS:-0}" = 1 ]; then   # a third of the cores each: no-spec engine, daemon + its engine, load client
-    third=$(($(nproc) / 3))
-    say "pinned: nospec $(pin_group $NOSPEC_PID 0-$((third - 1))) processes on 0-$((third - 1)), daemon" \
-      "$(pin_group $DAEMON_PID $third-$((2 * third - 1))) on $third-$((2 * third - 1)), client $((2 * third))-$(($(nproc) - 1))"
-    CLIENT="taskset -c $((2 * third))-$(($(nproc) - 1))"
+  if [ "${PIN_CPUS:-0}" = 1 ]; then   # whole physical cores each (cpusets.py): no-spec engine, daemon + its engine, client
+    mapfile -t SETS < <(python3 bench/gpu/cpusets.py 3 2>>"$SUM")
+    say "pinned: nospec $(pin_group $NOSPEC_PID "${SETS[0]}") processes on ${SETS[0]}, daemon" \
+      "$(pin_group $DAEMON_PID "${SETS[1]}") on ${SETS[1]}, client ${SETS[2]}"
+    CLIENT="taskset -c ${SETS[2]}"
   fi
   n0=$([ -f "$R" ] && wc -l <"$R" || echo 0)
   CLOSED=${CLOSED_LEVELS:-1,16,48,128}; RATES=${OPEN_RATES:-2,12,24}

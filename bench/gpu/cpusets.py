@@ -1,0 +1,61 @@
+"""Bench-only: split this host's CPUs into N sets of whole physical cores (hyperthread siblings together), for
+run_pair.sh's PIN_CPUS=1 (no-spec engine, daemon + its engine, load client).
+
+Why whole cores: 12-03g's calibration (procspeed.py) found one idle scheduler running the same pure-Python loop
+1.5-1.8x slower than the other, every variant alike, with nothing in either process to explain it (no hook, no
+thread, same GC), and the slower one changed between phases of one call: where the process ran decided it. A
+pinning that puts two engines on siblings of one core (12-02c split the CPU numbers in thirds, blind to siblings)
+keeps that lottery. Usage: python3 cpusets.py N [SYSFS_CPU_DIR] prints N lines of taskset lists, largest first.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+SYSFS = "/sys/devices/system/cpu"
+
+
+def parse_list(text: str) -> list[int]:
+    """"0-2,8" -> [0, 1, 2, 8] (the kernel's cpulist format)."""
+    out: list[int] = []
+    for part in text.strip().split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def physical_cores(root: str = SYSFS) -> list[list[int]]:
+    """The online CPUs grouped by physical core (each group: a core's sibling threads), ordered by first CPU."""
+    online = parse_list(open(os.path.join(root, "online")).read())
+    cores = {}
+    for cpu in online:
+        path = os.path.join(root, f"cpu{cpu}", "topology", "thread_siblings_list")
+        siblings = parse_list(open(path).read()) if os.path.exists(path) else [cpu]
+        cores[tuple(c for c in siblings if c in online)] = None
+    return sorted((list(c) for c in cores), key=lambda c: c[0])
+
+
+def split(cores: list[list[int]], n: int) -> list[list[int]]:
+    """n sets of whole cores, as even as the core count allows (the first sets get the extra cores)."""
+    if n < 1 or len(cores) < n:
+        raise ValueError(f"{len(cores)} physical cores cannot make {n} sets of whole cores")
+    per, extra = divmod(len(cores), n)
+    out, i = [], 0
+    for k in range(n):
+        take = per + (k < extra)
+        out.append(sorted(c for core in cores[i:i + take] for c in core))
+        i += take
+    return out
+
+
+def main() -> None:
+    n = int(sys.argv[1])
+    cores = physical_cores(sys.argv[2] if len(sys.argv) > 2 else SYSFS)
+    print(f"{len(cores)} physical cores: {cores}", file=sys.stderr)
+    for cpus in split(cores, n):
+        print(",".join(map(str, cpus)))
+
+
+if __name__ == "__main__":
+    main()
