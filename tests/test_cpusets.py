@@ -21,17 +21,24 @@ def test_siblings_numbered_apart_stay_in_one_set(tmp_path):
     # 4 cores x 2 threads, siblings n and n + 4 (the usual x86 numbering): a split by CPU number in halves would
     # put 0 and 4 (one core) in different sets
     root = sysfs(tmp_path, "0-7", {c: f"{c % 4},{c % 4 + 4}" for c in range(8)})
-    assert cpusets.physical_cores(root) == [[0, 4], [1, 5], [2, 6], [3, 7]]
-    assert cpusets.split(cpusets.physical_cores(root), 2) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    every = set(range(8))
+    assert cpusets.physical_cores(root, every) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert cpusets.split(cpusets.physical_cores(root, every), 2) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+
+
+def test_only_the_cpus_this_process_may_use(tmp_path):
+    # a container limited to part of the host: cores it may not use are left out, a half-allowed core keeps its half
+    root = sysfs(tmp_path, "0-7", {c: f"{c % 4},{c % 4 + 4}" for c in range(8)})
+    assert cpusets.physical_cores(root, {0, 4, 1, 2, 6}) == [[0, 4], [1], [2, 6]]
 
 
 def test_uneven_counts_go_to_the_first_sets_and_offline_cpus_are_left_out(tmp_path):
     root = sysfs(tmp_path, "0-4", {c: str(c) for c in range(6)})      # cpu5 offline, no SMT
-    assert cpusets.split(cpusets.physical_cores(root), 3) == [[0, 1], [2, 3], [4]]
+    assert cpusets.split(cpusets.physical_cores(root, set(range(6))), 3) == [[0, 1], [2, 3], [4]]
     assert cpusets.parse_list("0-2,8,10-11") == [0, 1, 2, 8, 10, 11]
 
 
 def test_more_sets_than_cores_is_refused(tmp_path):
     root = sysfs(tmp_path, "0-1", {0: "0-1", 1: "0-1"})
     with pytest.raises(ValueError, match="1 physical cores cannot make 3"):
-        cpusets.split(cpusets.physical_cores(root), 3)
+        cpusets.split(cpusets.physical_cores(root, {0, 1}), 3)

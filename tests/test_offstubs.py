@@ -160,13 +160,14 @@ def test_run_tells_applies_about_logprobs_and_a_synced_draft(lean_torch, monkeyp
     assert asked == [(asked[0][0], sync, bool(fields))], why
 
 
-def test_a_lean_grammar_batch_publishes_then_forwards_then_waits_on_the_barrier_then_samples(lean_torch):
+@pytest.mark.parametrize("names", [V17, V23], ids=lambda t: t.versions[0])
+def test_a_lean_grammar_batch_publishes_then_forwards_then_waits_on_the_barrier_then_samples(lean_torch, names):
     """The lean step on a grammar batch: the lengths (known: one token) go out before the forward, the token is
     still sampled under the mask built after the barrier made the FSM accept the previous step's token."""
-    w, log = grammar_engine(V17)
+    w, log = grammar_engine(names)
     w.draft_worker = SimpleNamespace(topk=TOPK, draft_runner="draft runner")
     fsm = FSM([{3}, {1}, {2}], log)
-    fast = fastoff.FastOff("decode backend", "decode graphs", names=V17, grammar=True)
+    fast = fastoff.FastOff("decode backend", "decode graphs", names=names, grammar=True)
     result = fastoff.run(w, fast, grammar_batch([req(fsm)]), on_publish=lambda lens: log.append(("publish", list(lens))),
                          grammar_barrier=barrier_of([(fsm, 3)], log), lean=True)
     assert log == [("publish", [4]), "forward", "barrier", ("accept", 3), ("mask", [[1]])]

@@ -1,9 +1,9 @@
 """Bench-only: split this host's CPUs into N sets of whole physical cores (hyperthread siblings together), for
 run_pair.sh's PIN_CPUS=1 (no-spec engine, daemon + its engine, load client).
 
-Why whole cores: 12-03g's calibration (procspeed.py) found one idle scheduler running the same pure-Python loop
-1.5-1.8x slower than the other, every variant alike, with nothing in either process to explain it (no hook, no
-thread, same GC), and the slower one changed between phases of one call: where the process ran decided it. A
+Why whole cores: 12-03g's calibration (procspeed.py) found either idle scheduler running the same pure-Python loop
+~1.6x slower in about half of its one-second looks, switching within seconds, with nothing in either process to
+explain it (no hook, no thread, same GC): most likely where the thread ran (a core shared with a busy sibling). A
 pinning that puts two engines on siblings of one core (12-02c split the CPU numbers in thirds, blind to siblings)
 keeps that lottery. Usage: python3 cpusets.py N [SYSFS_CPU_DIR] prints N lines of taskset lists, largest first.
 """
@@ -25,9 +25,11 @@ def parse_list(text: str) -> list[int]:
     return out
 
 
-def physical_cores(root: str = SYSFS) -> list[list[int]]:
-    """The online CPUs grouped by physical core (each group: a core's sibling threads), ordered by first CPU."""
-    online = parse_list(open(os.path.join(root, "online")).read())
+def physical_cores(root: str = SYSFS, allowed: set[int] | None = None) -> list[list[int]]:
+    """The online CPUs this process may use (allowed; default its affinity) grouped by physical core (each group: a
+    core's sibling threads), ordered by first CPU."""
+    allowed = os.sched_getaffinity(0) if allowed is None else allowed
+    online = [c for c in parse_list(open(os.path.join(root, "online")).read()) if c in allowed]
     cores = {}
     for cpu in online:
         path = os.path.join(root, f"cpu{cpu}", "topology", "thread_siblings_list")

@@ -1,6 +1,6 @@
 """Bench-only: how fast this process's interpreter runs, and what in the process could slow it (issue 12).
 
-12-04 call 1: the same pure-Python loop took 865-892 us in the speculative engine's idle scheduler and 503-568 us
+12-03g call 1: the same pure-Python loop took 865-892 us in the speculative engine's idle scheduler and 503-568 us
 in the no-spec engine's (fastest of five, six looks each), with about the same number of live objects (868k vs
 858k). The variants below separate the suspects: garbage collection (the loop with gc disabled), a frame-evaluation
 hook such as Dynamo's (every function call and generator resume pays it: `calls` slows, `loop` does not), and

@@ -111,10 +111,12 @@ if start_daemon; then
   export LOAD_CPU_GROUPS="nospec=$NOSPEC_PID,daemon=$DAEMON_PID"
   CLIENT=""
   if [ "${PIN_CPUS:-0}" = 1 ]; then   # whole physical cores each (cpusets.py): no-spec engine, daemon + its engine, client
-    mapfile -t SETS < <(python3 bench/gpu/cpusets.py 3 2>>"$SUM")
-    say "pinned: nospec $(pin_group $NOSPEC_PID "${SETS[0]}") processes on ${SETS[0]}, daemon" \
-      "$(pin_group $DAEMON_PID "${SETS[1]}") on ${SETS[1]}, client ${SETS[2]}"
-    CLIENT="taskset -c ${SETS[2]}"
+    mapfile -t SETS < <(python3 bench/gpu/cpusets.py 3 2>>"$SUM" || true)
+    if [ ${#SETS[@]} -eq 3 ]; then
+      say "pinned: nospec $(pin_group $NOSPEC_PID "${SETS[0]}") processes on ${SETS[0]}, daemon" \
+        "$(pin_group $DAEMON_PID "${SETS[1]}") on ${SETS[1]}, client ${SETS[2]}"
+      CLIENT="taskset -c ${SETS[2]}"
+    else say "not pinned: cpusets.py gave ${#SETS[@]} sets (its line above says why)"; fi
   fi
   n0=$([ -f "$R" ] && wc -l <"$R" || echo 0)
   CLOSED=${CLOSED_LEVELS:-1,16,48,128}; RATES=${OPEN_RATES:-2,12,24}
@@ -207,13 +209,15 @@ if start_daemon; then
     calibrate) # the same pure-Python loop timed in both idle schedulers, once a second for 6 s (timeline.py): one
       # engine's process slower as a whole (12-03f: its extends' model runner +2.4 ms with no code to explain it)
       fits 15 calibrate || continue
-      declare -A seen; for f in nospec daemon; do seen[$f]=$(grep -c '^CALIBRATE' "$OUT/$f.log"); done
+      declare -A seen procs; for f in nospec daemon; do seen[$f]=$(grep -c '^CALIBRATE' "$OUT/$f.log")
+        procs[$f]=$(grep -c '^PROC' "$OUT/$f.log"); done
       touch "$SPEC_CALIBRATE"; sleep 6; rm -f "$SPEC_CALIBRATE"
       for f in nospec daemon; do     # this phase's lines only (it may run twice: before and after gcfreeze)
         echo "calibrate $f${SUFFIX:-}: $(grep '^CALIBRATE' "$OUT/$f.log" | tail -n +$((seen[$f] + 1)) | cut -d' ' -f6- | python3 -c "
 import sys, json; rows = [json.loads(l) for l in sys.stdin if l.strip()]
-print(' '.join(f'{k} {min(r[k] for r in rows)}' for k in rows[0]) if rows else 'none')") us (fastest of each variant)"
-        echo "proc $f${SUFFIX:-}: $(grep '^PROC' "$OUT/$f.log" | tail -1 | cut -c1-900)"
+keys = dict.fromkeys(k for r in rows for k in r)
+print(' '.join(f'{k} ' + ','.join(str(r.get(k, '-')) for r in rows) for k in keys) if rows else 'none')") us (every look)"
+        echo "proc $f${SUFFIX:-}: $(grep '^PROC' "$OUT/$f.log" | tail -n +$((procs[$f] + 1)) | tail -1 | cut -c1-900)"
       done | tee -a "$SUM" ;;
     gcfreeze)  # both engines' scheduler processes frozen out of garbage collection (timeline.py, gc.freeze) for the
       # phases after it, whose rotations label their rows NAME-gcf (SHAPES=openab,gcfreeze,openab: both ways, one call)

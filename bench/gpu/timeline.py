@@ -39,7 +39,7 @@ The CUDA caching allocator's counters at every flush: ["M", cpu_ns, alloc_retrie
 (cumulative; a cudaMalloc / cudaFree on the scheduler thread is a hidden stall that sync debug mode does not see).
 Process speed: while the file SPEC_CALIBRATE names exists, each look at the flags times a fixed pure-Python loop
 ("CALIBRATE pid ... us {variants}" and a "PROC pid {...}" report of threads, GC, hooks printed; procspeed.py): the
-same loop slower in one engine means its whole process runs slower (12-04: 865 vs 503 us idle).
+same loop slower in one engine means its whole process runs slower (12-03g: either engine ~1.6x slower in about half the looks).
 """
 from __future__ import annotations
 
