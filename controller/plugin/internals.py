@@ -19,18 +19,14 @@ What differs between the versions (read from the wheels):
   never reads nor clears (it reads the draft runner's): run() clears it before its own forward.
 - 0.5.21: SGLang enters the draft's TP context with `owns_attention=`; 0.5.22: through the
   module-level `draft_tp_context(owns_attention)`; 0.5.23: `draft_tp_context(parallel_layout)`.
-- 0.5.22: a speculative iteration shares one `kv_loc_plan` (its KV write window) between draft,
-  verify and draft extend. A forward given none plans its own (ForwardBatch.init_new), as every
-  forward of an engine without speculation does: the fast path's plain decode is such a forward.
-  SGLang's steps-0 verify input carries no plan either, so its draft extend (synced mode) gets None.
+- 0.5.22: draft, verify and draft extend share one `kv_loc_plan` (KV write window); a forward given none
+  plans its own, as without speculation: so do the fast path's plain decode and steps-0's draft extend.
 - 0.5.18: the steps-0 verify's logprobs, `compute_spec_v2_logprobs(..., accept_index, num_steps)`, became
   `compute_spec_logprobs(..., *, accept_index=None, chain_stride=None)` (the same computation).
 - 0.5.22: watermarking; ModelRunner.sample hands the sampler the pre-watermark logits for logprobs, which
   the fast path's logprobs (offlogprob.py) do not reproduce: such batches keep steps-0.
-- 0.5.23: decode-graph metadata preparation moved into `_init_replay_attn_metadata`; its new
-  branches (early verify metadata, DSpark glue graphs, prefilled inputs) apply to TARGET_VERIFY or
-  draft runners only, and the fast path's DECODE runner keeps the attention backend's
-  out-of-graph preparation.
+- 0.5.23: decode-graph metadata preparation moved into `_init_replay_attn_metadata`; its new branches
+  apply to TARGET_VERIFY or draft runners only (the fast path's DECODE runner keeps the backend's).
 """
 from __future__ import annotations
 
