@@ -91,6 +91,10 @@ COMMON=(--model-path $M/target --host 127.0.0.1 --attention-backend triton --mem
   --cuda-graph-max-bs-decode $MAXBS "${PREFILL_FLAG[@]}" --grammar-backend "$GRAMMAR_BACKEND"
   --sampling-backend pytorch --max-running-requests $MAXBS --random-seed 0 --tp-size $TP
   ${DUMMY:+--load-format dummy})
+# SLEEP_ON_IDLE=1: every engine started with SGLang's --sleep-on-idle (its idle scheduler waits on its sockets
+# instead of polling a full CPU: 12-03g's idle schedulers burned ~100 ticks a second each, and one engine sits
+# idle while run_pair measures the other; off by default, as in SGLang)
+[ "${SLEEP_ON_IDLE:-0}" = 1 ] && COMMON+=(--sleep-on-idle)
 SPEC=(--speculative-algorithm EAGLE3 --speculative-draft-model-path $M/eagle3 --speculative-num-steps 3
   --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 ${DUMMY:+--speculative-draft-load-format dummy})
 
@@ -210,6 +214,7 @@ tp_size = $TP
 $([ -n "$DUMMY" ] && printf 'load_format = "dummy"\nspeculative_draft_load_format = "dummy"')
 random_seed = 0
 $([ -n "${OFF_PATH:-}" ] && echo "off_path = \"$OFF_PATH\"")
+$([ "${SLEEP_ON_IDLE:-0}" = 1 ] && echo "sleep_on_idle = true")
 ready_timeout_s = 420
 probe_s = ${PROBE_S:-30}
 hang_after_s = ${HANG_AFTER_S:-180}
