@@ -219,6 +219,9 @@ def test_offline_policy_and_pin_are_saved_for_the_next_start(short_tmp):
     assert res.exit_code == 3 and res.stderr.startswith("specctl: daemon is not running")
     assert f"daemon:      NOT RUNNING (read from {db})" in res.stdout
     assert "threshold:   3 (pinned)" in res.stdout and "policy:      ucb" in res.stdout
+    assert CliRunner().invoke(cli, [*base, "threshold", "pin", "5"]).exit_code == 0     # pinned while down
+    res = CliRunner().invoke(cli, [*base, "status"])     # the saved pin, and what the engine last ran
+    assert "threshold:   5 (pinned, at next start; last run at 3)" in res.stdout, res.stdout
     res = CliRunner().invoke(cli, [*base, "threshold", "unpin"])
     assert res.exit_code == 0 and "unpin saved" in res.output, res.output
     res = CliRunner().invoke(cli, [*base, "threshold", "unpin"])
@@ -308,3 +311,12 @@ def test_policy_show_with_the_daemon_down_lists_the_parameters_as_the_daemon_doe
     base = ["--socket", str(daemon.socket) + ".none", "--db", str(daemon.db)]
     offline = json.loads(CliRunner().invoke(cli, [*base, "policy", "show", "--json"]).stdout)
     assert offline["params"] == running["params"] and offline["params"]["scale"] == 2
+
+
+def test_policy_show_names_what_an_alias_stands_for_running_and_offline(daemon):
+    assert specctl(daemon, "policy", "set", "bandit").exit_code == 0
+    assert specctl(daemon, "policy", "show").output.splitlines()[0] == "bandit (= thompson)"
+    base = ["--socket", str(daemon.socket) + ".none", "--db", str(daemon.db)]
+    assert CliRunner().invoke(cli, [*base, "policy", "show"]).output.splitlines()[0] == "bandit (= thompson)"
+    assert specctl(daemon, "policy", "set", "ucb").exit_code == 0
+    assert specctl(daemon, "policy", "show").output.splitlines()[0] == "ucb"

@@ -75,6 +75,6 @@ def test_status_text_falls_back_to_last_known_acceptance():
           "threshold": 0, "pinned": False, "policy": {"name": "bandit", "policy": "thompson"},
           "mean_accept_length": None, "acceptance_rate": None, "last_accept_length": 2.5, "last_accept_age_s": 42.0,
           "tok_per_s": 100.0, "spec_share": 0.0, "samples": {"per_s": 1.0, "total": 9, "dropped": 0}}
-    assert "last accept length 2.50, 42 s ago" in render_status(st)
+    assert "the last one's accept length 2.50, 42 s ago" in render_status(st)
     st["mean_accept_length"], st["acceptance_rate"] = 2.25, 0.4
     assert "mean accept length 2.25, rate 40.0%" in render_status(st)

@@ -20,7 +20,7 @@ def _fmt(value, spec: str = "", none: str = "-") -> str:
 
 def _acceptance(st: dict) -> str:
     if st.get("mean_accept_length") is None and st.get("last_accept_length") is not None:
-        return (f"no speculative batch in the live window; last accept length "
+        return (f"no speculative batch in the live window; the last one's accept length "
                 f"{st['last_accept_length']:.2f}, {ago(st.get('last_accept_age_s') or 0)} ago")
     return (f"mean accept length {_fmt(st.get('mean_accept_length'), '.2f')}, "
             f"rate {_fmt(st.get('acceptance_rate'), '.1%')}")
@@ -69,6 +69,10 @@ def _head(st: dict) -> list[str]:
 def _threshold(st: dict) -> str:
     t, best = st.get("threshold"), st.get("exploit_threshold")
     note = " (pinned)" if st.get("pinned") else (f" (trial; best known {best})" if best is not None and best != t else "")
+    last = st.get("last_decision") or {}
+    if not st["daemon"]["running"] and last.get("new") is not None and last["new"] != t:
+        # set while the daemon was down: the last change line below is what the engine last ran
+        note = f"{note[:-1]}, at next start; last run at {_fmt(last['new'])})" if note else f" (at next start; last run at {_fmt(last['new'])})"
     return f"threshold:   {_fmt(t)}{note}   speculate iff batch size <= {_fmt(t)}"
 
 

@@ -42,8 +42,24 @@ def policy_show(ctx: Ctx, as_json: bool) -> None:
     except DaemonUnreachable:
         from state import queries
         saved = offline_read(ctx, queries.settings).get("policy") or {}
-        info = {"name": saved.get("name"), "params": _full_params(saved), "daemon_running": False}
-    emit(info, as_json, lambda i: f"{i['name']}" + "".join(f"\n    {k}={v}" for k, v in i["params"].items()))
+        info = {"name": saved.get("name"), "policy": _resolved(saved.get("name")), "params": _full_params(saved),
+                "daemon_running": False}
+    emit(info, as_json, lambda i: f"{i['name']}{_alias_note(i)}" + "".join(f"\n    {k}={v}" for k, v in i["params"].items()))
+
+
+def _alias_note(info: dict) -> str:
+    """" (= thompson)" where the name given is an alias, as `specctl status` writes it."""
+    resolved = info.get("policy")
+    return f" (= {resolved})" if resolved and resolved != info.get("name") else ""
+
+
+def _resolved(name: str | None) -> str | None:
+    """The policy an alias names (the name itself when it is none; None when it no longer builds)."""
+    from policies import PolicyError, resolve_name
+    try:
+        return resolve_name(name) if name else None
+    except PolicyError:
+        return None
 
 
 def _full_params(saved: dict) -> dict:
