@@ -4,6 +4,7 @@ simulator's profile, run cutting, and the per-kind table of issue 12's "where th
 from __future__ import annotations
 
 import json
+import os
 import sys
 import types
 from pathlib import Path
@@ -338,9 +339,10 @@ def test_the_allocators_device_calls_in_a_window_and_the_calibration_loop(tmp_pa
     calib, proc = capsys.readouterr().out.splitlines()
     assert calib.startswith("CALIBRATE pid") and float(calib.split()[3]) > 0
     speeds = json.loads(calib.split(" us ", 1)[1])
-    assert {"alloc", "alloc_nogc", "loop", "calls"} <= set(speeds) and min(speeds.values()) > 0
+    assert {"alloc", "alloc_nogc", "loop", "calls"} <= set(speeds) and min(speeds[k] for k in ("alloc", "loop")) > 0
+    assert speeds["cpu"] in os.sched_getaffinity(0) and speeds["cpu_after"] in os.sched_getaffinity(0)
     report = json.loads(proc.split(" ", 3)[3])
-    assert report["gc"][0] is True and any(name for name, ticks in report["threads"] if ticks >= 0)
+    assert report["gc"][0] is True and any(name for name, ticks, cpu in report["threads"] if ticks >= 0 and cpu >= 0)
 
 
 def test_the_summary_splits_wall_time_into_the_threads_own_cpu_and_waiting(tmp_path):

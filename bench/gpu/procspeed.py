@@ -45,11 +45,11 @@ def _timed(body, rounds: int) -> float:
 
 
 def calibrate(rounds: int = 5) -> dict:
-    """Microseconds (fastest of rounds) per variant: `alloc` (small dicts and lists, a generator: the first
+    """The CPU the thread ran on before and after (`cpu`, `cpu_after`) and microseconds (fastest of rounds) per variant: `alloc` (small dicts and lists, a generator: the first
     reading, 12-03f on), `alloc_nogc` (the same with collection off), `loop` (arithmetic, no calls, no
     allocation), `calls` (5,000 calls of a one-line function) and, where a frame-evaluation hook is installed,
     `calls_nohook` (the same with it removed for the timing, then put back)."""
-    out = {"alloc": _timed(_allocating, rounds)}
+    out = {"cpu": current_cpu(), "alloc": _timed(_allocating, rounds)}
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -67,6 +67,7 @@ def calibrate(rounds: int = 5) -> dict:
             out["calls_nohook"] = _timed(_calls, rounds)
         finally:
             set_eval_frame(previous)
+    out["cpu_after"] = current_cpu()       # a move between CPUs during the look shows as two numbers
     return out
 
 
@@ -78,14 +79,25 @@ def _read(path: str) -> str:
         return ""
 
 
+def _stat(path: str) -> list[str]:
+    """A /proc stat line's fields after the command name (index 0: field 3, the state)."""
+    return _read(path).rsplit(")", 1)[-1].split()
+
+
+def current_cpu() -> int:
+    """The CPU this thread last ran on (/proc stat field 39; -1 where there is none)."""
+    fields = _stat("/proc/thread-self/stat")
+    return int(fields[36]) if len(fields) > 36 else -1
+
+
 def _threads() -> list:
-    """[name, CPU ticks (user + system)] per thread of this process, busiest first."""
+    """[name, CPU ticks (user + system), the CPU it last ran on] per thread of this process, busiest first."""
     out = []
     for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else []:
         name = _read(f"/proc/self/task/{tid}/comm").strip()
-        fields = _read(f"/proc/self/task/{tid}/stat").rsplit(")", 1)[-1].split()
+        fields = _stat(f"/proc/self/task/{tid}/stat")
         ticks = int(fields[11]) + int(fields[12]) if len(fields) > 12 else -1
-        out.append([name, ticks])
+        out.append([name, ticks, int(fields[36]) if len(fields) > 36 else -1])
     return sorted(out, key=lambda t: -t[1])
 
 

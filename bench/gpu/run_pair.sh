@@ -212,6 +212,8 @@ if start_daemon; then
       declare -A seen procs; for f in nospec daemon; do seen[$f]=$(grep -c '^CALIBRATE' "$OUT/$f.log")
         procs[$f]=$(grep -c '^PROC' "$OUT/$f.log"); done
       touch "$SPEC_CALIBRATE"; sleep 6; rm -f "$SPEC_CALIBRATE"
+      # the host's cores (sibling threads together): a slow look's cpu against its neighbours' (procspeed.py)
+      { python3 bench/gpu/cpusets.py 1 2>&1 >/dev/null || true; } | sed 's/^/calibrate host: /' | tee -a "$SUM"
       for f in nospec daemon; do     # this phase's lines only (it may run twice: before and after gcfreeze)
         echo "calibrate $f${SUFFIX:-}: $(grep '^CALIBRATE' "$OUT/$f.log" | tail -n +$((seen[$f] + 1)) | cut -d' ' -f6- | python3 -c "
 import sys, json; rows = [json.loads(l) for l in sys.stdin if l.strip()]
