@@ -131,3 +131,9 @@ def save_offline(ctx: Ctx, key: str, value: Any) -> None:
         fail(f"could not save to {ctx.db}: database {classify(e)} ({e}); nothing changed")
     finally:
         db.conn.close()
+
+
+def alias_note(policy: dict) -> str:
+    """" (= thompson)" where the policy's name (`name`) is an alias of the one it runs (`policy`)."""
+    resolved = policy.get("policy")
+    return f" (= {resolved})" if resolved and resolved != policy.get("name") else ""

@@ -9,7 +9,7 @@ import click
 from ..paths import present
 from ..status import build_status, summarise
 from .client import DaemonUnreachable
-from .common import UNREADABLE, Ctx, ago, call, emit, fail, json_option, lock_holder, offline_read
+from .common import UNREADABLE, Ctx, ago, alias_note, call, emit, fail, json_option, lock_holder, offline_read
 from .holder import find_holder
 from .options import EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE
 
@@ -70,9 +70,10 @@ def _threshold(st: dict) -> str:
     t, best = st.get("threshold"), st.get("exploit_threshold")
     note = " (pinned)" if st.get("pinned") else (f" (trial; best known {best})" if best is not None and best != t else "")
     last = st.get("last_decision") or {}
-    if not st["daemon"]["running"] and last.get("new") is not None and last["new"] != t:
+    if not st["daemon"]["running"] and last.get("new") not in (None, t):
         # set while the daemon was down: the last change line below is what the engine last ran
-        note = f"{note[:-1]}, at next start; last run at {_fmt(last['new'])})" if note else f" (at next start; last run at {_fmt(last['new'])})"
+        pending = f"at next start; last run at {_fmt(last['new'])}"
+        note = f" ({note[2:-1]}, {pending})" if note else f" ({pending})"
     return f"threshold:   {_fmt(t)}{note}   speculate iff batch size <= {_fmt(t)}"
 
 
@@ -97,12 +98,11 @@ def _last_change(st: dict) -> list[str]:
 def render_status(st: dict) -> str:
     eng = st.get("engine") or {}
     pol = st.get("policy") or {}
-    alias = f" (= {pol['policy']})" if pol.get("policy") and pol.get("policy") != pol.get("name") else ""
     per = " (simulated time)" if eng.get("speed") not in (None, 1, 1.0) else ""
     samples = st.get("samples") or {}
     lines = _head(st) + [
         _threshold(st),
-        f"policy:      {pol.get('name') or '-'}{alias}",
+        f"policy:      {pol.get('name') or '-'}{alias_note(pol)}",
         f"acceptance:  {_acceptance(st)}{_aged(st)}",
         f"throughput:  {_fmt(st.get('tok_per_s'), ',.0f')} tok/s{per}, speculating {_fmt(st.get('spec_share'), '.0%')}"
         f" of batches{_aged(st)}",

@@ -7,7 +7,7 @@ import time
 import click
 
 from .client import DaemonUnreachable
-from .common import Ctx, call, emit, fail, json_option, offline_read, save_offline
+from .common import Ctx, alias_note, call, emit, fail, json_option, offline_read, save_offline
 from .options import EXIT_USAGE, NEGATIVE_ARGS, Bounded
 
 
@@ -44,17 +44,11 @@ def policy_show(ctx: Ctx, as_json: bool) -> None:
         saved = offline_read(ctx, queries.settings).get("policy") or {}
         info = {"name": saved.get("name"), "policy": _resolved(saved.get("name")), "params": _full_params(saved),
                 "daemon_running": False}
-    emit(info, as_json, lambda i: f"{i['name']}{_alias_note(i)}" + "".join(f"\n    {k}={v}" for k, v in i["params"].items()))
-
-
-def _alias_note(info: dict) -> str:
-    """" (= thompson)" where the name given is an alias, as `specctl status` writes it."""
-    resolved = info.get("policy")
-    return f" (= {resolved})" if resolved and resolved != info.get("name") else ""
+    emit(info, as_json, lambda i: f"{i['name']}{alias_note(i)}" + "".join(f"\n    {k}={v}" for k, v in i["params"].items()))
 
 
 def _resolved(name: str | None) -> str | None:
-    """The policy an alias names (the name itself when it is none; None when it no longer builds)."""
+    """The policy a name stands for (itself unless an alias); None for no name or one no longer known."""
     from policies import PolicyError, resolve_name
     try:
         return resolve_name(name) if name else None
