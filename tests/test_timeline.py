@@ -357,3 +357,14 @@ def test_the_summary_splits_wall_time_into_the_threads_own_cpu_and_waiting(tmp_p
     assert out["extend"]["launch_cpu_ms"] == 10.0 and out["extend"]["launch_oncpu_ms"] == 4.0
     assert out["extend"]["runner_cpu_ms"] == 8.0 and out["extend"]["runner_oncpu_ms"] == 3.0
     assert out["decode"]["launch_oncpu_ms"] == 1.0 and out["decode"]["runner_oncpu_ms"] is None
+
+
+def test_the_calibration_summary_lists_every_look_per_variant():
+    """run_pair's calibrate line (procspeed.looks): each variant's value in every look, "-" where a look lacks it,
+    from the engines' CALIBRATE lines (other lines ignored)."""
+    import procspeed
+    lines = ['CALIBRATE pid 7 503.4 us {"alloc": 503.4, "loop": 663.6}',
+             "PROC pid 7 {}",
+             'CALIBRATE pid 7 901.0 us {"alloc": 901.0, "loop": 1245.3, "calls_nohook": 88.0}']
+    assert procspeed.looks(lines) == "alloc 503.4,901.0 loop 663.6,1245.3 calls_nohook -,88.0"
+    assert procspeed.looks([]) == "none"

@@ -263,7 +263,7 @@ for r in map(json.loads, sys.stdin): print(r['label'], r['measured_concurrency']
 }
 
 timeline_plugin() { # the bench-only timeline plugin (bench/gpu/timeline.py) as an SGLang plugin; empties /tmp/tl
-  cp bench/gpu/timeline.py /tmp/site/spec_timeline.py; cp bench/gpu/procspeed.py /tmp/site/procspeed.py
+  cp bench/gpu/timeline.py /tmp/site/spec_timeline.py; cp bench/gpu/procspeed.py bench/gpu/proccpu.py /tmp/site/
   mkdir -p /tmp/site/spec_timeline-0.1.dist-info /tmp/tl; rm -f /tmp/tl/*
   printf 'Metadata-Version: 2.1\nName: spec-timeline\nVersion: 0.1\n' >/tmp/site/spec_timeline-0.1.dist-info/METADATA
   printf '[sglang.srt.plugins]\nspec_timeline = spec_timeline:load\n' >/tmp/site/spec_timeline-0.1.dist-info/entry_points.txt

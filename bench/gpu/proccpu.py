@@ -24,15 +24,27 @@ def parse_groups(text: str | None) -> dict[str, int]:
     return out
 
 
-def _stat(pid: str) -> tuple[str, int, float] | None:
-    """(comm, pgid, CPU seconds of all its threads) of one process; None once it is gone."""
+# indices into stat_fields' list (after the comm: state ppid pgrp session tty tpgid flags minflt cminflt majflt
+# cmajflt utime stime ... processor, the 39th field)
+PGRP, UTIME, STIME, PROCESSOR = 2, 11, 12, 36
+
+
+def stat_fields(path: str) -> tuple[str, list[str]] | None:
+    """(comm, the fields after it) of a /proc/.../stat file (a process's or a thread's); None once it is gone."""
     try:
-        raw = open(f"/proc/{pid}/stat").read()
+        raw = open(path).read()
     except OSError:
         return None
-    comm, rest = raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
-    # after the comm: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
-    return comm, int(rest[2]), (int(rest[11]) + int(rest[12])) / TICK
+    return raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
+
+
+def _stat(pid: str) -> tuple[str, int, float] | None:
+    """(comm, pgid, CPU seconds of all its threads) of one process; None once it is gone."""
+    st = stat_fields(f"/proc/{pid}/stat")
+    if st is None:
+        return None
+    comm, rest = st
+    return comm, int(rest[PGRP]), (int(rest[UTIME]) + int(rest[STIME])) / TICK
 
 
 def _host() -> tuple[float, float]:

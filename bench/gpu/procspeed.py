@@ -10,9 +10,12 @@ timeline.py (copied beside it into /tmp/site by common.sh's timeline_plugin).
 from __future__ import annotations
 
 import gc
+import json
 import os
 import sys
 import time
+
+from proccpu import PROCESSOR, STIME, UTIME, stat_fields   # beside this file (common.sh copies both)
 
 
 def _allocating() -> None:
@@ -79,25 +82,20 @@ def _read(path: str) -> str:
         return ""
 
 
-def _stat(path: str) -> list[str]:
-    """A /proc stat line's fields after the command name (index 0: field 3, the state)."""
-    return _read(path).rsplit(")", 1)[-1].split()
-
-
 def current_cpu() -> int:
-    """The CPU this thread last ran on (/proc stat field 39; -1 where there is none)."""
-    fields = _stat("/proc/thread-self/stat")
-    return int(fields[36]) if len(fields) > 36 else -1
+    """The CPU this thread last ran on (-1 where /proc does not say)."""
+    st = stat_fields("/proc/thread-self/stat")
+    return int(st[1][PROCESSOR]) if st else -1
 
 
 def _threads() -> list:
     """[name, CPU ticks (user + system), the CPU it last ran on] per thread of this process, busiest first."""
     out = []
     for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else []:
-        name = _read(f"/proc/self/task/{tid}/comm").strip()
-        fields = _stat(f"/proc/self/task/{tid}/stat")
-        ticks = int(fields[11]) + int(fields[12]) if len(fields) > 12 else -1
-        out.append([name, ticks, int(fields[36]) if len(fields) > 36 else -1])
+        st = stat_fields(f"/proc/self/task/{tid}/stat")
+        if st:                                  # a thread that ended meanwhile has none
+            name, fields = st
+            out.append([name, int(fields[UTIME]) + int(fields[STIME]), int(fields[PROCESSOR])])
     return sorted(out, key=lambda t: -t[1])
 
 
@@ -127,3 +125,15 @@ def report() -> dict:
             "switch_interval": sys.getswitchinterval(), "flags": str(sys.flags)[:200], "version": sys.version[:40],
             "python_env": {k: v[:80] for k, v in os.environ.items() if k.startswith("PYTHON")},
             "ctx_switches": [status.get("voluntary_ctxt_switches"), status.get("nonvoluntary_ctxt_switches")]}
+
+
+def looks(lines: list[str]) -> str:
+    """run_pair's calibrate line: every look's value per variant ("alloc 503.4,540.1 loop ..."), from the engine's
+    "CALIBRATE pid P us-of-alloc us {variants}" lines (a variant a look lacks: "-")."""
+    rows = [json.loads(line.split(" us ", 1)[1]) for line in lines if " us {" in line]
+    keys = dict.fromkeys(k for r in rows for k in r)
+    return " ".join(f"{k} " + ",".join(str(r.get(k, "-")) for r in rows) for k in keys) if rows else "none"
+
+
+if __name__ == "__main__":      # run_pair.sh: CALIBRATE lines on stdin, their summary out
+    print(looks(sys.stdin.read().splitlines()))

@@ -215,10 +215,8 @@ if start_daemon; then
       # the host's cores (sibling threads together): a slow look's cpu against its neighbours' (procspeed.py)
       { python3 bench/gpu/cpusets.py 1 2>&1 >/dev/null || true; } | sed 's/^/calibrate host: /' | tee -a "$SUM"
       for f in nospec daemon; do     # this phase's lines only (it may run twice: before and after gcfreeze)
-        echo "calibrate $f${SUFFIX:-}: $(grep '^CALIBRATE' "$OUT/$f.log" | tail -n +$((seen[$f] + 1)) | cut -d' ' -f6- | python3 -c "
-import sys, json; rows = [json.loads(l) for l in sys.stdin if l.strip()]
-keys = dict.fromkeys(k for r in rows for k in r)
-print(' '.join(f'{k} ' + ','.join(str(r.get(k, '-')) for r in rows) for k in keys) if rows else 'none')") us (every look)"
+        echo "calibrate $f${SUFFIX:-}: $(grep '^CALIBRATE' "$OUT/$f.log" | tail -n +$((seen[$f] + 1)) \
+          | python3 bench/gpu/procspeed.py) us (every look)"
         echo "proc $f${SUFFIX:-}: $(grep '^PROC' "$OUT/$f.log" | tail -n +$((procs[$f] + 1)) | tail -1 | cut -c1-900)"
       done | tee -a "$SUM" ;;
     gcfreeze)  # both engines' scheduler processes frozen out of garbage collection (timeline.py, gc.freeze) for the

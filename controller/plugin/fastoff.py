@@ -160,13 +160,13 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
     # From 0.5.18 every verify graph replay leaves an event here that the scheduler never clears (it
     # reads the draft runner's): drop it, so that only one this forward publishes is handed over.
     setattr(runner, event, None)
-    with_hidden, grammar = sync_draft or kv_writer is not None, getattr(batch, "has_grammar", False)
+    with_hidden = sync_draft or kv_writer is not None
     lean = lean and offstubs.applies(on_publish, sync_draft, getattr(batch, "return_logprob", False))
     new_seq_lens = seq_lens + 1        # the decode's lengths (this token included) and the published ones
     if lean:                           # the scheduler's next preparation may start while this forward runs
         on_publish(new_seq_lens)
     with offlogprob.keeping_logits(runner, batch) as kept:
-        if grammar:                                     # (plain batches skip the context manager: per batch)
+        if getattr(batch, "has_grammar", False):        # (plain batches skip the context manager: per batch)
             with offgrammar.delaying_sample(worker.target_worker, batch):
                 out, loc = _plain_decode(worker.target_worker, fast, batch, with_hidden, new_seq_lens)
             offgrammar.sample(out, batch, grammar_barrier)   # its mask after the FSM advanced

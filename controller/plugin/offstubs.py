@@ -4,7 +4,8 @@ little as it can. Runs inside SGLang's scheduler, on every off batch.
 
 Why: every tensor op costs launch CPU on the scheduler's thread, which under continuous arrivals is on the critical
 path (and a source reading blamed them for the off step's constant ~50-70 us of extra GPU time, docs/off-step-cost.md;
-on the H200 the GPU time did not move, the launch CPU fell 0.15-0.23 ms per off batch). The plugin's own are: accept lengths of ones, three zero-filled draft extras (SGLang's _stub_skipped_draft_extend: top-k
+on the H200 the GPU time did not move, the launch CPU fell 0.15-0.23 ms per off batch). The plugin's own are: accept
+lengths of ones, three zero-filled draft extras (SGLang's _stub_skipped_draft_extend: top-k
 probabilities, top-k ids, the draft's hidden state [bs, hidden]), and the new tokens cast to int32 which the
 scheduler's FutureMap.stash casts back to int64. The lean step points the result at read-only slices of tensors
 made once (grown to the largest batch seen) and keeps the sampler's tokens as they are (no int32 cast: the future
