@@ -58,11 +58,14 @@ KVG='"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": true'
 LEAN_NO="{$KVG, \"spec_controller_lean_off\": false}"; LEAN_YES="{$KVG, \"spec_controller_lean_off\": true}"
 BOTH_NO="{$KVG, \"spec_controller_lean_off\": false, \"spec_controller_alloc_loop\": false}"
 BOTH_YES="{$KVG, \"spec_controller_lean_off\": true, \"spec_controller_alloc_loop\": true}"
+FAST_YES='{"spec_controller_draft_kv": false, "spec_controller_lean_off": true, "spec_controller_alloc_loop": true}'
 # ROTATION=pair: only the no-spec engine and the daemon's engine in its default state (kv graphs, lean step,
 # allocation loop; label off): twice the runs per mode in the same time, for longer windows (12-03f: 5 s windows of
-# 128 clients moved 12-39 % run to run)
+# 128 clients moved 12-39 % run to run). ROTATION=fast: the same plus that state without the kv writes (label fast)
 ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTORE (the daemon's engine's state after)
   if [ "${ROTATION:-}" = pair ]; then AB="nospec=30001;off=30000:$BOTH_YES"; NAB=2; AB_RESTORE=$BOTH_YES
+  elif [ "${ROTATION:-}" = fast ]; then   # the default state, the same without the kv writes, the no-spec engine
+    AB="nospec=30001;off=30000:$BOTH_YES;fast=30000:$FAST_YES"; NAB=3; AB_RESTORE=$BOTH_YES
   elif [ "${LEAN:-0}" = 2 ]; then AB="nospec=30001;off=30000:$BOTH_NO;leanalloc=30000:$BOTH_YES"; NAB=3; AB_RESTORE=$BOTH_YES
   elif [ "${LEAN:-0}" = 1 ]; then AB="nospec=30001;off=30000:$LEAN_NO;lean=30000:$LEAN_YES"; NAB=3; AB_RESTORE=$LEAN_YES
   elif [ "$KV_GRAPH" = 1 ]; then
