@@ -3,9 +3,9 @@ run_pair.sh's PIN_CPUS=1 (no-spec engine, daemon + its engine, load client).
 
 Why whole cores: 12-03g's calibration (procspeed.py) found either idle scheduler running the same pure-Python loop
 ~1.6x slower in about half of its one-second looks, switching within seconds, with nothing in either process to
-explain it (no hook, no thread, same GC): most likely where the thread ran (a core shared with a busy sibling). A
-pinning that puts two engines on siblings of one core (12-02c split the CPU numbers in thirds, blind to siblings)
-keeps that lottery. Usage: python3 cpusets.py N [SYSFS_CPU_DIR] prints N lines of taskset lists, largest first.
+explain it (no hook, no thread, same GC); a core shared with a busy sibling was the suspect. A pinning that puts two
+engines on siblings of one core (12-02c split the CPU numbers in thirds, blind to siblings) would keep that lottery.
+12-03h (a host with no siblings visible) still saw slow looks pinned (9 of 24): the cause lies below the guest. Usage: python3 cpusets.py N [SYSFS_CPU_DIR] prints N lines of taskset lists, largest first.
 """
 from __future__ import annotations
 

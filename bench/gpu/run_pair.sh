@@ -57,8 +57,8 @@ KV_GRAPH_OFF='{"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph
 KVG='"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": true'
 LEAN_NO="{$KVG, \"spec_controller_lean_off\": false}"; LEAN_YES="{$KVG, \"spec_controller_lean_off\": true}"
 BOTH_NO="{$KVG, \"spec_controller_lean_off\": false, \"spec_controller_alloc_loop\": false}"
-BOTH_YES="{$KVG, \"spec_controller_lean_off\": true, \"spec_controller_alloc_loop\": true}"
-FAST_YES='{"spec_controller_draft_kv": false, "spec_controller_lean_off": true, "spec_controller_alloc_loop": true}'
+LEANALLOC='"spec_controller_lean_off": true, "spec_controller_alloc_loop": true'    # the engine's defaults
+BOTH_YES="{$KVG, $LEANALLOC}"; FAST_YES="{\"spec_controller_draft_kv\": false, $LEANALLOC}"
 # ROTATION=pair: only the no-spec engine and the daemon's engine in its default state (kv graphs, lean step,
 # allocation loop; label off): twice the runs per mode in the same time, for longer windows (12-03f: 5 s windows of
 # 128 clients moved 12-39 % run to run). ROTATION=fast: the same plus that state without the kv writes (label fast)

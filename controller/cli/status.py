@@ -68,12 +68,12 @@ def _head(st: dict) -> list[str]:
 
 def _threshold(st: dict) -> str:
     t, best = st.get("threshold"), st.get("exploit_threshold")
-    note = " (pinned)" if st.get("pinned") else (f" (trial; best known {best})" if best is not None and best != t else "")
+    notes = ["pinned"] if st.get("pinned") else ([f"trial; best known {best}"] if best is not None and best != t else [])
     last = st.get("last_decision") or {}
     if not st["daemon"]["running"] and last.get("new") not in (None, t):
         # set while the daemon was down: the last change line below is what the engine last ran
-        pending = f"at next start; last run at {_fmt(last['new'])}"
-        note = f" ({note[2:-1]}, {pending})" if note else f" ({pending})"
+        notes.append(f"at next start; last run at {_fmt(last['new'])}")
+    note = f" ({', '.join(notes)})" if notes else ""
     return f"threshold:   {_fmt(t)}{note}   speculate iff batch size <= {_fmt(t)}"
 
 
