@@ -87,7 +87,8 @@ STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and t
                 "draft_kv_graph_writes",                 # draft KV writes replayed from CUDA graphs (decode and prompt)
                 "prefills_pay_draft",                    # how prefills pay the draft's pass (PAYS_DRAFT below)
                 "fast_off_lean_batches",                 # fast off batches that took the lean step (plugin/offstubs.py)
-                "alloc_loop_batches")                    # decode allocations by 0.5.19's loop (plugin/allocloop.py)
+                "alloc_loop_batches",                    # decode allocations by 0.5.19's loop (plugin/allocloop.py)
+                "draft_kv_side_writes")                  # of draft_kv_graph_writes: replayed on the side stream
 # prefills_pay_draft: 1: off batches' prefills run the draft above 0 only (lean
 # prefill, no KV writer, no rejection sampling: threshold 0 saves that pass); 2: not (at 0 as well, or never); 0: a
 # plugin before it. The daemon's zero verdict follows it (policies.types.Snapshot.prefills_pay_draft).
@@ -185,19 +186,21 @@ SYNC_DRAFT_KEY = "spec_controller_sync_draft"          # off batches also run th
 DRAFT_KV_KEY = "spec_controller_draft_kv"              # the plugin writes the draft's KV while off
 DRAFT_KV_GRAPH_KEY = "spec_controller_draft_kv_graph"  # ... from CUDA graphs (captured unless ENV_DRAFT_KV_GRAPH=0)
 DRAFT_KV_COALESCE_KEY = "spec_controller_draft_kv_coalesce"   # ... coalesced (built only with ENV_DRAFT_KV_COALESCE)
+DRAFT_KV_SIDE_KEY = "spec_controller_draft_kv_side"    # ... the graphs replayed beside the next forward (side stream)
 LEAN_OFF_KEY = "spec_controller_lean_off"              # off batches' results from per-engine stubs (plugin/offstubs.py)
 ALLOC_LOOP_KEY = "spec_controller_alloc_loop"          # SGLang 0.5.19's decode allocation loop (plugin/allocloop.py)
 OWN_KEYS = (THRESHOLD_KEY, FAST_OFF_KEY, SIM_ACC_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY, DRAFT_KV_KEY, DRAFT_KV_GRAPH_KEY,
-            DRAFT_KV_COALESCE_KEY, LEAN_OFF_KEY, ALLOC_LOOP_KEY)
+            DRAFT_KV_COALESCE_KEY, DRAFT_KV_SIDE_KEY, LEAN_OFF_KEY, ALLOC_LOOP_KEY)
 EXPERIMENT_KEYS = (SIM_ACC_KEY,)
 BOOL_KEYS = (FAST_OFF_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY, DRAFT_KV_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_COALESCE_KEY,
-             LEAN_OFF_KEY, ALLOC_LOOP_KEY)
+             DRAFT_KV_SIDE_KEY, LEAN_OFF_KEY, ALLOC_LOOP_KEY)
 # The engine's start-up choices (environment of the SGLang process; the daemon's [plugin] settings)
 ENV_FAST_OFF = "SPEC_CONTROLLER_FAST_OFF"              # "0": off batches take SGLang's steps-0 path
 ENV_SYNC_DRAFT = "SPEC_CONTROLLER_SYNC_DRAFT"          # "1": keep the draft in step while off
 ENV_DRAFT_KV = "SPEC_CONTROLLER_DRAFT_KV"              # "1": write the draft's KV while off (plugin's own writer)
 ENV_DRAFT_KV_GRAPH = "SPEC_CONTROLLER_DRAFT_KV_GRAPH"  # "0": ... eagerly instead of from CUDA graphs (graphs: TP 1 only)
 ENV_DRAFT_KV_COALESCE = "SPEC_CONTROLLER_DRAFT_KV_COALESCE"  # "N" > 1: ... one write per N off batches (experimental)
+ENV_DRAFT_KV_SIDE = "SPEC_CONTROLLER_DRAFT_KV_SIDE"    # "0": the graphs' replays in line, not on a side stream
 ENV_LEAN_PREFILL = "SPEC_CONTROLLER_LEAN_PREFILL"      # "0": prefills run the draft even while nothing speculates
 ENV_LEAN_OFF = "SPEC_CONTROLLER_LEAN_OFF"              # "0": off batches' results made per batch (plugin/offstubs.py)
 MAX_THRESHOLD = 1 << 20

@@ -151,3 +151,108 @@ def test_the_graphs_sglang_names_hold_in_every_fast_wheel():
         assert name_problems(source(version), {}, draftkv_graph.ATTRIBUTES, facts=draftkv_graph.FACTS) == [], version
     wrong = ((draftkv_graph.FACTS[0][0], ".out_cache_loc.fill_(1)", "x"),)
     assert len(name_problems(source(fast[0]), {}, draftkv_graph.ATTRIBUTES, facts=wrong)) == 1
+
+
+class FakeStream:
+    def __init__(self, log, name):
+        self.log, self.name = log, name
+
+    def wait_event(self, event):
+        self.log.append((self.name, "waits", event.name))
+
+
+class FakeEvent:
+    def __init__(self, log, name):
+        self.log, self.name = log, name
+
+    def record(self, stream):
+        self.log.append((self.name, "on", stream.name))
+
+
+class FakeCuda:
+    """torch.cuda's streams and events as a log: which stream each operation was issued on."""
+
+    def __init__(self, log):
+        self.log, self.current = log, "forward"
+
+    def current_stream(self):
+        return FakeStream(self.log, self.current)
+
+    def stream(self, s):
+        cuda = self
+
+        class Use:
+            def __enter__(self):
+                cuda.current = s.name
+
+            def __exit__(self, *exc):
+                cuda.current = "forward"
+        return Use()
+
+
+def sided(sizes=(1, 2, 4)):
+    w, log = graphed(sizes)
+    cuda = FakeCuda(log)
+    w.side = draftkv_graph.SideStream(cuda, FakeStream(log, "side"), FakeEvent(log, "ready"), FakeEvent(log, "done"))
+    w.graphs = {s: type("G", (), {"replay": lambda self, s=s: log.append((s, "replayed on", cuda.current))})()
+                for s in sizes}
+    return w, log
+
+
+def test_with_the_side_stream_on_a_replay_runs_there_after_its_inputs_and_the_next_write_waits_for_it():
+    w, log = sided()
+    w.overlap = True
+    aux = t(np.ones((3, 3)), np.float32)
+    w.write(aux, t([1, 2, 3]), t([0, 1, 2]), t([5, 6, 7]))
+    assert log == [("ready", "on", "forward"), ("side", "waits", "ready"), (4, "replayed on", "side"),
+                   ("done", "on", "side")]
+    assert w.side.pending and w.replays == 1
+    log.clear()
+    w.write(aux[:1], t([4]), t([3]), t([8]))
+    assert log[0] == ("forward", "waits", "done")           # the static inputs refilled only after the last replay
+    assert log[1:] == [("ready", "on", "forward"), ("side", "waits", "ready"), (1, "replayed on", "side"),
+                       ("done", "on", "side")]
+    log.clear()
+    w.wait()
+    w.wait()                                                # once waited for, nothing more to wait for
+    assert log == [("forward", "waits", "done")] and not w.side.pending
+
+
+def test_with_the_side_stream_off_replays_stay_in_line_after_a_pending_one_and_eager_writes_wait_too():
+    w, log = sided(sizes=(1, 2))
+    w.overlap = True
+    w.write(t(np.ones((2, 3)), np.float32), t([1, 2]), t([0, 1]), t([5, 6]))
+    w.overlap = False                                       # switched at run time with a replay pending
+    log.clear()
+    w.write(t(np.ones((1, 3)), np.float32), t([1]), t([0]), t([5]))
+    assert log == [("forward", "waits", "done"), (1, "replayed on", "forward")]
+    w.overlap = True
+    w.write(t(np.ones((1, 3)), np.float32), t([1]), t([0]), t([5]))
+    log.clear()
+    w.write(t(np.zeros((2, 5)), np.float32), t([1, 2]), t([0, 1]), t([4, 5]))   # another width: the eager writer
+    assert log == [("forward", "waits", "done"), ("eager", 2)]
+
+
+def test_the_side_streams_switch_reaches_the_graphs_and_needs_them():
+    plug = Plugin({})
+    off = plug.off_path
+    assert off.kv_side and not Plugin({contract.ENV_DRAFT_KV_SIDE: "0"}).off_path.kv_side   # on by default (12-03i)
+    off.fast, off.kv_writer, off.draft_kv = object(), "eager", True
+    plug.router.checked, plug.router.k = True, 3
+    problem = plug.validate_own_keys({contract.DRAFT_KV_SIDE_KEY: True})
+    assert "no draft KV graphs were captured" in problem
+    off.kv_graph, _ = sided()
+    plug.apply_own_keys({contract.DRAFT_KV_SIDE_KEY: False})
+    assert not off.kv_graph.overlap and not off.kv_side
+    plug.apply_own_keys({contract.DRAFT_KV_SIDE_KEY: True})
+    assert off.kv_graph.overlap
+
+
+@pytest.mark.parametrize("env, overlap", [({}, True), ({contract.ENV_DRAFT_KV_SIDE: "0"}, False)])
+def test_a_capture_takes_the_wanted_side_stream_setting(monkeypatch, env, overlap):
+    monkeypatch.setattr(draftkv_graph, "capture", lambda *a: sided()[0])
+    off = Plugin(env).off_path
+    off.kv_writer, off.tp_size = "eager", 1
+    off.fast = type("F", (), {"graph_runner": type("G", (), {"capture_bs": [1, 2]})()})()
+    off._capture_kv_graphs(None)
+    assert off.kv_graph.overlap is overlap

@@ -229,7 +229,7 @@ def test_counters_name_every_off_path_figure(fast):
                               "off_fallbacks_grammar": 0, "draft_kv_writes": 7, "fast_off_batches": 0,
                               "fast_off_graph_batches": 3, "fast_off_cpu_ns": 11, "fast_off_target_ns": 6,
                               "draft_kv_ns": 4, "draft_kv_prefill_ns": 13, "draft_kv_prefill_eager": 2,
-                              "draft_kv_prefill_eager_ns": 9, "draft_kv_graph_writes": 0,
+                              "draft_kv_prefill_eager_ns": 9, "draft_kv_graph_writes": 0, "draft_kv_side_writes": 0,
                               "prefills_pay_draft": contract.PAYS_DRAFT,   # no KV writer built here
                               "fast_off_lean_batches": 8}
 
@@ -313,5 +313,35 @@ def test_lean_prefills_stub_the_draft_workers_input_and_are_counted(fast, monkey
 def test_counters_count_the_writes_replayed_from_graphs(fast):
     from types import SimpleNamespace
     off = fast[0].off_path
-    off.kv_graph = SimpleNamespace(replays=42)
-    assert off.counters()["draft_kv_graph_writes"] == 42
+    off.kv_graph = SimpleNamespace(replays=42, side_replays=40)
+    assert off.counters()["draft_kv_graph_writes"] == 42 and off.counters()["draft_kv_side_writes"] == 40
+
+
+def test_side_stream_writes_are_waited_for_before_sglangs_own_batches_not_before_the_next_off_batch(fast, monkeypatch):
+    from tests.test_draftkv_graph import sided
+    plug, _ = fast
+    off, log = plug.off_path, None
+    off.kv_graph, log = sided()
+    off.kv_graph.overlap, off.kv_writer, off.draft_kv = True, "eager", True
+
+    def run(worker, f, batch, on_publish, sync=False, kv=None, grammar_barrier=None, lean=False):
+        log.append(("fast", batch.seq_lens.shape[0]))
+        if kv is off.kv_graph:
+            kv.side.pending = True                      # as a replay on the side stream leaves it
+        return "fast"
+    monkeypatch.setattr(fastoff, "run", run)
+    w = routed_worker(plug)
+    for bs in (30, 31):
+        off.forward_batch_generation(Recorder().original, w, decode_batch(bs), "pub")
+    assert log == [("fast", 30), ("fast", 31)]          # off batch after off batch: the replays run on beside
+    rec = Recorder()
+    off.forward_batch_generation(rec.original, w, decode_batch(4), "pub")             # speculates: SGLang's
+    assert log[-1] == ("forward", "waits", "done") and rec.calls == [("sglang", 4)]
+    off.forward_batch_generation(rec.original, w, decode_batch(30), "pub")
+    off.forward_batch_generation(rec.original, w, decode_batch(30, return_logprob=True, sampling_info=WATERMARKED),
+                                 "pub")                                               # steps-0 for its logprobs
+    assert log[-2:] == [("fast", 30), ("forward", "waits", "done")] and rec.calls[-1] == ("sglang", 30)
+    off.forward_batch_generation(rec.original, w, decode_batch(30), "pub")
+    plug.apply_own_keys({contract.DRAFT_KV_GRAPH_KEY: False})                        # the eager writer now
+    off.forward_batch_generation(rec.original, w, decode_batch(30), "pub")
+    assert log[-3:] == [("fast", 30), ("forward", "waits", "done"), ("fast", 30)] and off.fast is not None

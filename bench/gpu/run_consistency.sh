@@ -27,10 +27,13 @@ FAST="fast={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\":
 # kv loses its first on-step to the stub (accept 1), synced does not: the references verify at odd positions
 # from 223 on (both always and always1 accept 2 from there), so kv switches one token later than the others
 # (off_tokens, the driver's own key) to land its later steps on them (12-02: all 480 on the other parity)
-KV="kv={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"off_tokens\": 129, $KEEP}"
+KV="kv={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"spec_controller_draft_kv_side\": false, \"off_tokens\": 129, $KEEP}"
 # with SPEC_CONTROLLER_DRAFT_KV_COALESCE=N the kv mode coalesces its writes; kvpb: the same per batch
 # (a mode's switches stay set for the modes after it: the lean kv mode sets the coalescing back on)
 KVPB=(); CO=""; [ -n "${SPEC_CONTROLLER_DRAFT_KV_COALESCE:-}" ] && CO='"spec_controller_draft_kv_coalesce": true, ' && KVPB=(--offon "kvpb={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"spec_controller_draft_kv_coalesce\": false, \"off_tokens\": 129, $KEEP}")
+# SIDE=1: kvside, the kv mode with its graphs replayed on a side stream (draftkv_graph.SideStream, the default since
+# 12-03i; kv sets it off), after kv; it stays set, so the lean modes below write from the side stream too
+KVSIDE=(); [ "${SIDE:-0}" = 1 ] && KVSIDE=(--offon "kvside={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"spec_controller_draft_kv_side\": true, \"off_tokens\": 129, $KEEP}")
 SYNCED="synced={\"spec_controller_sync_draft\": true, \"spec_controller_draft_kv\": false, $KEEP}"
 
 if start_server spec 30000 SPEC_PROPOSALS=/tmp/pp/spec SPEC_CONTROLLER_INITIAL_THRESHOLD=0 \
@@ -42,7 +45,7 @@ if start_server spec 30000 SPEC_PROPOSALS=/tmp/pp/spec SPEC_CONTROLLER_INITIAL_T
   [ "$(left)" -lt 120 ] && say "only $(left) s left: fewer prompts than asked"
   timeout $(($(left) > 60 ? $(left) - 25 : 35)) python3 bench/gpu/draft_consistency.py --port 30000 \
     --pp /tmp/pp/spec --maxbs $MAXBS --prompts "${PROMPTS:-10}" --prompt-len 160 --output-len 320 --off-tokens 128 --window 96 \
-    --offon "$FAST" --offon "$KV" "${KVPB[@]}" --offon "$SYNCED" --deadline-s $(($(left) > 100 ? $(left) - 70 : 30)) \
+    --offon "$FAST" --offon "$KV" "${KVPB[@]}" "${KVSIDE[@]}" --offon "$SYNCED" --deadline-s $(($(left) > 100 ? $(left) - 70 : 30)) \
     --out $OUT/consistency.json >$OUT/consistency.log 2>&1
   say "draft_consistency exit code $?"
   grep -E "^(CONSIST|ERROR|deadline)|Traceback|Error" $OUT/consistency.log | cut -c1-2500 | tee -a "$SUM"

@@ -46,6 +46,9 @@ RUNS=$((2 * ${REPEATS:-2}))          # runs per level or rate: REPEATS (2) of ea
 KV_GRAPH=${KV_GRAPH:-1}; export SPEC_CONTROLLER_DRAFT_KV_GRAPH=$KV_GRAPH
 # COALESCE=N: the daemon's engine coalesces the kv writes over N off batches (experimental, draftkv_coalesce.py)
 [ -n "${COALESCE:-}" ] && export SPEC_CONTROLLER_DRAFT_KV_COALESCE=$COALESCE
+# SIDE (1, the plugin's default since 12-03i): the daemon's engine replays the kv graphs on a side stream
+# (draftkv_graph.SideStream); SIDE=0 starts it with them in line
+SIDE=${SIDE:-1}; export SPEC_CONTROLLER_DRAFT_KV_SIDE=$SIDE
 PB_OFF='{"spec_controller_draft_kv_coalesce": false}'; PB_ON='{"spec_controller_draft_kv_coalesce": true}'
 KV_OFF='{"spec_controller_draft_kv": false}'; KV_ON='{"spec_controller_draft_kv": true}'
 KV_GRAPH_ON='{"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": true}'
@@ -59,11 +62,19 @@ LEAN_NO="{$KVG, \"spec_controller_lean_off\": false}"; LEAN_YES="{$KVG, \"spec_c
 BOTH_NO="{$KVG, \"spec_controller_lean_off\": false, \"spec_controller_alloc_loop\": false}"
 LEANALLOC='"spec_controller_lean_off": true, "spec_controller_alloc_loop": true'    # the engine's defaults
 BOTH_YES="{$KVG, $LEANALLOC}"; FAST_YES="{\"spec_controller_draft_kv\": false, $LEANALLOC}"
+INLINE="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_side\": false}"
+SIDE_YES="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_side\": true}"
 # ROTATION=pair: only the no-spec engine and the daemon's engine in its default state (kv graphs, lean step,
 # allocation loop; label off): twice the runs per mode in the same time, for longer windows (12-03f: 5 s windows of
-# 128 clients moved 12-39 % run to run). ROTATION=fast: the same plus that state without the kv writes (label fast)
+# 128 clients moved 12-39 % run to run). ROTATION=fast: the same plus that state without the kv writes (label fast).
+# ROTATION=side: the no-spec engine, the default state (label off: the kv replays on the side stream) and the same
+# with them in line (label inline); the engine is left as it started afterwards (SIDE=0: in line). 12-03i's call 1
+# ran it before side became the default: its labels were off (in line) and side.
 ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTORE (the daemon's engine's state after)
-  if [ "${ROTATION:-}" = pair ]; then AB="nospec=30001;off=30000:$BOTH_YES"; NAB=2; AB_RESTORE=$BOTH_YES
+  local dflt=$SIDE_YES; [ "$SIDE" = 1 ] || dflt=$INLINE
+  if [ "${ROTATION:-}" = pair ]; then AB="nospec=30001;off=30000:$dflt"; NAB=2; AB_RESTORE=$dflt
+  elif [ "${ROTATION:-}" = side ]; then
+    AB="nospec=30001;off=30000:$SIDE_YES;inline=30000:$INLINE"; NAB=3; AB_RESTORE=$dflt
   elif [ "${ROTATION:-}" = fast ]; then   # the default state, the same without the kv writes, the no-spec engine
     AB="nospec=30001;off=30000:$BOTH_YES;fast=30000:$FAST_YES"; NAB=3; AB_RESTORE=$BOTH_YES
   elif [ "${LEAN:-0}" = 2 ]; then AB="nospec=30001;off=30000:$BOTH_NO;leanalloc=30000:$BOTH_YES"; NAB=3; AB_RESTORE=$BOTH_YES

@@ -124,9 +124,10 @@ def _kv_writes(plugin: dict) -> str:
     """What the plugin's draft-KV writes did: how many, how many replayed from CUDA graphs."""
     if not plugin.get("draft_kv_writes"):
         return ""
-    graphs = plugin.get("draft_kv_graph_writes")
+    graphs, side = plugin.get("draft_kv_graph_writes"), plugin.get("draft_kv_side_writes")
+    beside = f", {side} of them beside the next forward on a side stream" if side else ""
     return (f"; draft KV written by the plugin for {plugin['draft_kv_writes']} batches"
-            + (f" ({graphs} from CUDA graphs)" if graphs else ""))
+            + (f" ({graphs} from CUDA graphs{beside})" if graphs else ""))
 
 
 def _prompt_writes(plugin: dict) -> str:

@@ -14,6 +14,14 @@ as its own graphs' padded tokens do; a batch larger than every graph (a prompt a
 largest in chunks (each row's k, v depends on that row alone): written eagerly, such a write (the 8,192-token chunks
 of a burst of arrivals) cost 55-117 ms of CPU each on the H200 (12-02f, 12-03e; its large temporaries are the guess:
 the graphs' own pool needs none); hidden states of another width are written eagerly.
+
+While `spec_controller_draft_kv_side` is on (the default since 2026-12-03i; SPEC_CONTROLLER_DRAFT_KV_SIDE=0 at start:
+in line) a replay runs on a stream of its own (SideStream), beside the next target forward instead of after this one:
+the write is a dozen small, mostly latency-bound kernels (~0.07 ms of each decode step at batch 16 in line, 12-03h)
+whose only reader is a later speculative step. The forward stream waits for it before anything else touches the
+draft's pool (OffPath._flush_kv) and before the next write refills the static inputs (here). On the H200 the off
+decode step lost 0.03-0.045 ms at batch 16 / 48 / 128 against in line, and proposals after off -> on still match
+always-on's exactly (bench/results/h200-2026-12-03i).
 """
 from __future__ import annotations
 
@@ -50,6 +58,36 @@ def graph_size(sizes: Sequence[int], n: int) -> int | None:
 
 
 @dataclass
+class SideStream:
+    """The writes' own CUDA stream and the two events that order it against the forward stream. From the
+    high-priority pool, which SGLang 0.5.17 does not draw from: a graph captured on it holds that stream's cuBLAS
+    workspace, so a replay beside SGLang's graphs (captured on default-pool streams) shares no workspace."""
+    cuda: Any                   # torch.cuda (a stand-in on CPU)
+    stream: Any
+    ready: Any                  # recorded on the forward stream once the static inputs are filled
+    done: Any                   # recorded on the side stream after the replay
+    pending: bool = False       # a replay the forward stream has not waited for yet
+
+    @classmethod
+    def create(cls, cuda: Any) -> "SideStream":
+        return cls(cuda, cuda.Stream(priority=-1), cuda.Event(), cuda.Event())
+
+    def wait(self) -> None:
+        """The current (forward) stream waits for the last replay: a no-op on the GPU once it has run."""
+        if self.pending:
+            self.cuda.current_stream().wait_event(self.done)
+            self.pending = False
+
+    def replay(self, graph: Any) -> None:
+        self.ready.record(self.cuda.current_stream())
+        self.stream.wait_event(self.ready)
+        with self.cuda.stream(self.stream):
+            graph.replay()
+        self.done.record(self.stream)
+        self.pending = True
+
+
+@dataclass
 class GraphedKVWriter:
     """Same write() as DraftKVWriter; the static inputs are the graphs' (rows 0 .. max size)."""
     eager: Any                  # the DraftKVWriter (its write() is what each graph holds)
@@ -60,9 +98,18 @@ class GraphedKVWriter:
     loc: Any                    # [max] int64: KV slots
     graphs: dict[int, Any] = field(default_factory=dict)
     replays: int = 0
+    side_replays: int = 0               # of replays: on the side stream
+    side: SideStream | None = None      # where replays run while `overlap` is on
+    overlap: bool = False               # run-time switch (spec_controller_draft_kv_side)
+
+    def wait(self) -> None:
+        """Before anything on the current stream reads or writes the draft's pool: the side stream's writes are in."""
+        if self.side is not None:
+            self.side.wait()
 
     def write(self, aux_hidden: Any, next_tokens: Any, positions: Any, loc: Any) -> None:
         n = positions.shape[0]
+        self.wait()          # the static inputs are refilled, or the eager write stores, after the last replay
         if aux_hidden.shape[-1] != self.aux.shape[-1]:
             return self.eager.write(aux_hidden, next_tokens, positions, loc)
         size, top = graph_size(self.sizes, n), self.sizes[-1]
@@ -76,7 +123,11 @@ class GraphedKVWriter:
         self.loc[:n].copy_(loc)
         if size > n:
             self.loc[n:size].fill_(PAD_SLOT)
-        self.graphs[size].replay()
+        if self.overlap and self.side is not None:
+            self.side.replay(self.graphs[size])
+            self.side_replays += 1
+        else:
+            self.graphs[size].replay()
         self.replays += 1
 
 
@@ -91,7 +142,9 @@ def capture(eager: Any, sizes: Sequence[int], enter: Callable[[], Any]) -> Graph
     i64 = dict(dtype=torch.int64, device=device)
     out = GraphedKVWriter(eager, sizes, torch.zeros((top, weight.shape[1]), dtype=weight.dtype, device=device),
                           torch.zeros(top, **i64), torch.zeros(top, **i64), torch.full((top,), PAD_SLOT, **i64))
-    pool, stream = torch.cuda.graph_pool_handle(), torch.cuda.Stream()
+    side = SideStream.create(torch.cuda)
+    out.side = side
+    pool, stream = torch.cuda.graph_pool_handle(), side.stream     # captured where they may replay (its workspace)
     with enter():
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):     # warm-up (lazy inits, workspaces): writes the padding slot only

@@ -8,7 +8,8 @@ import time
 from typing import Any, Callable, Mapping
 
 from ..contract import (ALLOC_LOOP_KEY, BOOL_KEYS, DRAFT_KV_COALESCE_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_KEY,
-                        ENV_ADDRESS, ENV_DRAFT_KV, ENV_DRAFT_KV_COALESCE, ENV_DRAFT_KV_GRAPH, ENV_FAST_OFF,
+                        DRAFT_KV_SIDE_KEY, ENV_ADDRESS, ENV_DRAFT_KV, ENV_DRAFT_KV_COALESCE, ENV_DRAFT_KV_GRAPH,
+                        ENV_DRAFT_KV_SIDE, ENV_FAST_OFF,
                         ENV_INITIAL_THRESHOLD, ENV_LEAN_OFF, ENV_LEAN_PREFILL, ENV_SYNC_DRAFT, EXPERIMENT_KEYS,
                         FAST_OFF_KEY, LEAN_OFF_KEY, LEAN_PREFILL_KEY, OWN_KEYS, REASON_INACTIVE, SIM_ACC_KEY,
                         SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version, validate_threshold)
@@ -51,6 +52,7 @@ class Plugin:
                                 draft_kv=env.get(ENV_DRAFT_KV, "1") != "0",   # the default: consistent, cheap
                                 draft_kv_graph=env.get(ENV_DRAFT_KV_GRAPH, "1") != "0",   # the default since 2026-12-02e
                                 draft_kv_coalesce=coalesce_batches(env.get(ENV_DRAFT_KV_COALESCE, "")),  # experimental
+                                draft_kv_side=env.get(ENV_DRAFT_KV_SIDE, "1") != "0",   # the default since 2026-12-03i
                                 fast_grammar=env.get(offgrammar.ENV, "1") != "0",   # checked on a GPU
                                 lean_off=env.get(ENV_LEAN_OFF, "1") != "0",         # measured: offstubs.py
                                 capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
@@ -128,6 +130,8 @@ class Plugin:
         if ours.get(DRAFT_KV_GRAPH_KEY) and built and self.off_path.kv_graph is None:
             return (f"{DRAFT_KV_GRAPH_KEY}: no draft KV graphs were captured (start the engine with "
                     f"{ENV_DRAFT_KV_GRAPH} unset or 1; TP 1 with decode CUDA graphs; the engine log says why not)")
+        if ours.get(DRAFT_KV_SIDE_KEY) and built and self.off_path.kv_graph is None:
+            return f"{DRAFT_KV_SIDE_KEY}: no draft KV graphs were captured to replay beside (see {DRAFT_KV_GRAPH_KEY})"
         if ours.get(DRAFT_KV_COALESCE_KEY) and built and self.off_path.kv_coalesced is None:
             return (f"{DRAFT_KV_COALESCE_KEY}: this engine does not coalesce the draft's KV writes (start it with "
                     f"{ENV_DRAFT_KV_COALESCE}=N, 2 .. 64; the engine log says if it is unsupported)")
@@ -160,6 +164,8 @@ class Plugin:
             self.off_path.use_kv_graph = bool(ours[DRAFT_KV_GRAPH_KEY])
         if DRAFT_KV_COALESCE_KEY in ours:
             self.off_path.use_coalesce = bool(ours[DRAFT_KV_COALESCE_KEY])
+        if DRAFT_KV_SIDE_KEY in ours:
+            self.off_path.set_kv_side(bool(ours[DRAFT_KV_SIDE_KEY]))
         if LEAN_OFF_KEY in ours:
             self.off_path.lean_off = bool(ours[LEAN_OFF_KEY])
         if ALLOC_LOOP_KEY in ours:

@@ -39,7 +39,7 @@ class OffPath:
     def __init__(self, router: Router, failures: Failures, enabled: bool = True, sync_draft: bool = False,
                  lean_prefill: bool = False, capture_hidden: bool = False, draft_kv: bool = False,
                  draft_kv_graph: bool = False, fast_grammar: bool = False, draft_kv_coalesce: int = 0,
-                 lean_off: bool = False):
+                 lean_off: bool = False, draft_kv_side: bool = False):
         self.router, self.failures, self.enabled, self.fast_grammar = router, failures, enabled, fast_grammar
         self.sync_draft, self.lean_prefill, self.draft_kv, self.lean_off = sync_draft, lean_prefill, draft_kv, lean_off
         self.capture_hidden = capture_hidden or sync_draft or draft_kv   # graphs that can feed the draft
@@ -47,6 +47,7 @@ class OffPath:
         self.kv_graph: draftkv_graph.GraphedKVWriter | None = None   # its decode writes as graphs (experimental)
         self.want_kv_graph = draft_kv_graph                  # capture them at start (TP 1)
         self.use_kv_graph = draft_kv_graph                   # run-time switch, once captured
+        self.kv_side = draft_kv_side                         # ... their replays on a side stream (run-time switch)
         self.want_coalesce = draft_kv_coalesce               # > 1: the writes coalesced over that many batches
         self.kv_coalesced: draftkv_coalesce.CoalescedKVWriter | None = None   # (experimental)
         self.use_coalesce = True                             # run-time switch, once built
@@ -75,9 +76,19 @@ class OffPath:
             return self.kv_graph
         return self.kv_coalesced if self.use_coalesce and self.kv_coalesced is not None else self.kv_writer
 
-    def _flush_kv(self, worker: Any) -> None:
-        """The coalesced writes still buffered, before anything else touches the draft's pool (every batch
-        that is not an off decode batch comes here first, a prefill's draft pass too)."""
+    def set_kv_side(self, on: bool) -> None:
+        """The graphs' replays beside the next forward (on) or in line; a pending one is waited for by the next
+        write or the next batch that is not an off decode batch, either way."""
+        self.kv_side = on
+        if self.kv_graph is not None:
+            self.kv_graph.overlap = on
+
+    def _flush_kv(self, worker: Any, side: bool = True) -> None:
+        """The writes still buffered (coalesced) or running beside (the graphs' side stream), before anything
+        else touches the draft's pool (every batch that is not an off decode batch comes here first, a
+        prefill's draft pass too, and an off batch whose writer is another)."""
+        if side and self.kv_graph is not None:
+            self.kv_graph.wait()
         if self.kv_coalesced is None:
             return
         try:
@@ -166,6 +177,7 @@ class OffPath:
         try:
             self.kv_graph = draftkv_graph.capture(self.kv_writer, draftkv_graph.sizes_to_capture(graphs.capture_bs),
                                                   lambda: self.fast.names.draft_context.enter(worker.draft_worker))
+            self.kv_graph.overlap = self.kv_side
             log.info("spec-controller: draft KV writes captured as CUDA graphs for up to %d rows",
                      self.kv_graph.sizes[-1])
         except Exception as e:
@@ -213,8 +225,8 @@ class OffPath:
         t0 = time.perf_counter_ns()
         try:
             writer = self._writer()
-            if writer is not self.kv_coalesced:     # switched to another writer at run time
-                self._flush_kv(worker)
+            if writer is not self.kv_coalesced:     # switched to another writer at run time (the graphs run on beside)
+                self._flush_kv(worker, side=writer is not self.kv_graph)
             result = fastoff.run(worker, fast, batch, on_publish, self.sync_draft and fast.with_hidden, writer,
                                  grammar_barrier=barrier, lean=self.lean_off)
         except Exception as e:      # restored batch fields: SGLang's own path can still take this batch
@@ -289,6 +301,7 @@ class OffPath:
                "draft_kv_writes": self.kv_writes, "draft_kv_prefill_ns": self.prefill_kv_ns,
                "draft_kv_prefill_eager": self.prefill_kv_eager, "draft_kv_prefill_eager_ns": self.prefill_kv_eager_ns,
                "draft_kv_graph_writes": self.kv_graph.replays if self.kv_graph is not None else 0,
+               "draft_kv_side_writes": self.kv_graph.side_replays if self.kv_graph is not None else 0,
                "prefills_pay_draft": PAYS_DRAFT if self.prefills_pay_draft() else SAME_AT_ZERO}
         if self.fast is not None:
             out.update(fast_off_batches=self.fast.batches, fast_off_graph_batches=self.fast.graph_batches,
