@@ -190,8 +190,35 @@ class FakeCuda:
         return Use()
 
 
+class Logged(T):
+    """A static input that logs each fill ("inputs"): when it is refilled against the streams' events."""
+
+    def __array_finalize__(self, obj):
+        self.log = getattr(obj, "log", None)
+
+    def copy_(self, src):
+        self.log.append("inputs")
+        return super().copy_(src)
+
+    def fill_(self, value):
+        self.log.append("inputs")
+        return super().fill_(value)
+
+
+def logged(array, log) -> Logged:
+    out = array.view(Logged)
+    out.log = log
+    return out
+
+
+def squeezed(log) -> list:
+    """The log with each run of "inputs" as one."""
+    return [e for i, e in enumerate(log) if not (e == "inputs" and i and log[i - 1] == "inputs")]
+
+
 def sided(sizes=(1, 2, 4)):
     w, log = graphed(sizes)
+    w.aux, w.tokens, w.positions, w.loc = (logged(a, log) for a in (w.aux, w.tokens, w.positions, w.loc))
     cuda = FakeCuda(log)
     w.side = draftkv_graph.SideStream(cuda, FakeStream(log, "side"), FakeEvent(log, "ready"), FakeEvent(log, "done"))
     w.graphs = {s: type("G", (), {"replay": lambda self, s=s: log.append((s, "replayed on", cuda.current))})()
@@ -204,14 +231,14 @@ def test_with_the_side_stream_on_a_replay_runs_there_after_its_inputs_and_the_ne
     w.overlap = True
     aux = t(np.ones((3, 3)), np.float32)
     w.write(aux, t([1, 2, 3]), t([0, 1, 2]), t([5, 6, 7]))
-    assert log == [("ready", "on", "forward"), ("side", "waits", "ready"), (4, "replayed on", "side"),
-                   ("done", "on", "side")]
-    assert w.side.pending and w.replays == 1
+    assert squeezed(log) == ["inputs", ("ready", "on", "forward"), ("side", "waits", "ready"),
+                             (4, "replayed on", "side"), ("done", "on", "side")]     # ready once they are filled
+    assert w.side.pending and w.replays == 1 and w.side_replays == 1
     log.clear()
     w.write(aux[:1], t([4]), t([3]), t([8]))
-    assert log[0] == ("forward", "waits", "done")           # the static inputs refilled only after the last replay
-    assert log[1:] == [("ready", "on", "forward"), ("side", "waits", "ready"), (1, "replayed on", "side"),
-                       ("done", "on", "side")]
+    assert squeezed(log) == [("forward", "waits", "done"),   # the static inputs refilled only after the last replay
+                             "inputs", ("ready", "on", "forward"), ("side", "waits", "ready"),
+                             (1, "replayed on", "side"), ("done", "on", "side")]
     log.clear()
     w.wait()
     w.wait()                                                # once waited for, nothing more to wait for
@@ -225,12 +252,52 @@ def test_with_the_side_stream_off_replays_stay_in_line_after_a_pending_one_and_e
     w.overlap = False                                       # switched at run time with a replay pending
     log.clear()
     w.write(t(np.ones((1, 3)), np.float32), t([1]), t([0]), t([5]))
-    assert log == [("forward", "waits", "done"), (1, "replayed on", "forward")]
+    assert squeezed(log) == [("forward", "waits", "done"), "inputs", (1, "replayed on", "forward")]
+    assert w.side_replays == 1
     w.overlap = True
     w.write(t(np.ones((1, 3)), np.float32), t([1]), t([0]), t([5]))
     log.clear()
     w.write(t(np.zeros((2, 5)), np.float32), t([1, 2]), t([0, 1]), t([4, 5]))   # another width: the eager writer
     assert log == [("forward", "waits", "done"), ("eager", 2)]
+
+
+def test_each_chunk_of_a_batch_larger_than_every_graph_waits_for_the_one_before_on_the_side_stream():
+    w, log = sided(sizes=(1, 2))
+    w.overlap = True
+    w.write(t(np.ones((5, 3)), np.float32), t(range(5)), t(range(5)), t(range(10, 15)))
+    one = lambda size: ["inputs", ("ready", "on", "forward"), ("side", "waits", "ready"),
+                        (size, "replayed on", "side"), ("done", "on", "side")]
+    wait = [("forward", "waits", "done")]
+    assert squeezed(log) == one(2) + wait + one(2) + wait + one(1)
+
+
+def test_a_replay_that_fails_to_launch_is_still_waited_for():
+    w, log = sided(sizes=(1,))
+    w.overlap = True
+    w.graphs[1] = type("G", (), {"replay": lambda self: 1 / 0})()
+    with pytest.raises(ZeroDivisionError):
+        w.write(t(np.ones((1, 3)), np.float32), t([1]), t([0]), t([5]))
+    log.clear()
+    w.wait()
+    assert log == [("forward", "waits", "done")]
+
+
+@pytest.mark.parametrize("args, why", [(dict(enable_hierarchical_cache=True), "hierarchical cache"),
+                                       (dict(disaggregation_mode="decode"), "disaggregation")])
+def test_engines_whose_draft_pool_has_outside_readers_replay_in_line(monkeypatch, args, why):
+    from types import SimpleNamespace
+    monkeypatch.setattr(draftkv_graph, "capture", lambda *a: sided()[0])
+    plug = Plugin({})
+    off = plug.off_path
+    off.kv_writer, off.tp_size, off.draft_kv = "eager", 1, True
+    off.fast = type("F", (), {"graph_runner": type("G", (), {"capture_bs": [1, 2]})()})()
+    off._capture_kv_graphs(SimpleNamespace(server_args=SimpleNamespace(**args)))
+    assert off.kv_graph is not None and not off.kv_graph.overlap and why in off.kv_graph.side_why
+    plug.apply_own_keys({contract.DRAFT_KV_SIDE_KEY: True})
+    assert not off.kv_graph.overlap
+    plug.router.checked, plug.router.k = True, 3
+    assert why in plug.validate_own_keys({contract.DRAFT_KV_SIDE_KEY: True})
+    assert plug.validate_own_keys({contract.DRAFT_KV_SIDE_KEY: False}) is None
 
 
 def test_the_side_streams_switch_reaches_the_graphs_and_needs_them():

@@ -345,3 +345,37 @@ def test_side_stream_writes_are_waited_for_before_sglangs_own_batches_not_before
     plug.apply_own_keys({contract.DRAFT_KV_GRAPH_KEY: False})                        # the eager writer now
     off.forward_batch_generation(rec.original, w, decode_batch(30), "pub")
     assert log[-3:] == [("fast", 30), ("forward", "waits", "done"), ("fast", 30)] and off.fast is not None
+
+
+def test_a_fast_path_failure_waits_for_the_side_stream_before_sglangs_path(fast, monkeypatch):
+    from tests.test_draftkv_graph import sided
+    plug, _ = fast
+    off = plug.off_path
+    off.kv_graph, log = sided()
+    off.kv_graph.overlap, off.kv_writer, off.draft_kv = True, "eager", True
+
+    def run(worker, f, batch, on_publish, sync=False, kv=None, grammar_barrier=None, lean=False):
+        kv.side.pending = True                          # a replay went out, then the step failed
+        raise RuntimeError("boom")
+    monkeypatch.setattr(fastoff, "run", run)
+    rec = Recorder()
+    off.forward_batch_generation(rec.original, routed_worker(plug), decode_batch(30), "pub")
+    assert log == [("forward", "waits", "done")] and rec.calls == [("sglang", 30)]
+
+
+def test_a_failed_prompt_write_waits_for_its_replayed_chunks_before_the_drafts_own_extend(fast, monkeypatch):
+    from tests.test_draftkv_graph import sided
+    plug, _ = fast
+    off = plug.off_path
+    off.kv_graph, log = sided()
+    off.kv_graph.overlap, off.kv_writer, off.draft_kv, off.fast.with_hidden = True, "eager", True, True
+    plug.apply_own_keys({contract.SYNC_DRAFT_KEY: False, contract.LEAN_PREFILL_KEY: True})
+    plug.router.threshold = 0
+
+    def write(w, batch, hidden, ids):
+        w.side.pending = True                           # some chunks replayed, then the write failed
+        raise RuntimeError("boom")
+    monkeypatch.setattr(draftkv, "write_prefill", write)
+    original = lambda *a, **k: log.append("draft extend") or "draft forward"
+    assert off.draft_extend_for_prefill(original, None, "batch", "hidden", [7]) == "draft forward"
+    assert log == [("forward", "waits", "done"), "draft extend"]

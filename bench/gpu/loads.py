@@ -9,7 +9,7 @@
     python3 bench/gpu/loads.py --show r.jsonl              # the table (median of repeats, spread)
 
 --configs: several set_internal_state bodies (or '@threshold pin N' / '@policy set bandit && threshold unpin':
-specctl commands to the daemon at --socket, run in order) measured in one engine, interleaved inside each level (order rotated per repeat, so
+specctl commands to the daemon at --socket, run in order) measured in one engine, interleaved inside each level (order reversed in odd repeats and rotated every two, so
 drift between runs does not decide a ranking); --flush empties the radix cache before each measurement (the
 seeded prompts repeat across configs and repeats).
 
@@ -223,13 +223,21 @@ def main() -> None:
         import sglang.benchmark.serving  # noqa: F401  (seconds of imports, outside every run's clock)
     for level in levels:                  # a level's repeats and configs complete before the next level
         for rep in range(args.repeats):
-            k = (rep + args.repeat_index) % len(configs)
-            for label, state, port in configs[k:] + configs[:k]:
+            for label, state, port in run_order(configs, rep + args.repeat_index):
                 if state is not None:
                     apply(args, state, port)
                 if args.flush and not flush(port):
                     print("LOAD flush refused", flush=True)
                 measure(args, label, level, rep, port)
+
+
+def run_order(configs: list, rep: int) -> list:
+    """The configs' order in repeat rep: rotated by rep // 2, reversed in odd repeats, so that each pair of repeats
+    runs every config both before and after every other one (12-03i: with rotation alone one state of three always
+    ran right after another, and an order effect could not be told from theirs). Two configs: a b, b a, b a, a b."""
+    k = (rep // 2) % len(configs)
+    order = configs[k:] + configs[:k]
+    return order[::-1] if rep % 2 else order
 
 
 def measure(args: argparse.Namespace, label: str, level: float, rep: int, port: int) -> None:

@@ -19,9 +19,10 @@ While `spec_controller_draft_kv_side` is on (the default since 2026-12-03i; SPEC
 in line) a replay runs on a stream of its own (SideStream), beside the next target forward instead of after this one:
 the write is a dozen small, mostly latency-bound kernels (~0.07 ms of each decode step at batch 16 in line, 12-03h)
 whose only reader is a later speculative step. The forward stream waits for it before anything else touches the
-draft's pool (OffPath._flush_kv) and before the next write refills the static inputs (here). On the H200 the off
-decode step lost 0.03-0.045 ms at batch 16 / 48 / 128 against in line, and proposals after off -> on still match
-always-on's exactly (bench/results/h200-2026-12-03i).
+draft's pool (OffPath._flush_kv) and before the next write refills the static inputs (here). Not where the
+hierarchical cache or disaggregation touch the draft's pool outside those waits (side_why: in line there). On the
+H200 the off decode step lost 0.02-0.06 ms at batch 16 / 48 / 128 against in line, and proposals after off -> on
+still match always-on's exactly in the batch-1 look-back check (bench/results/h200-2026-12-03i).
 """
 from __future__ import annotations
 
@@ -81,10 +82,10 @@ class SideStream:
     def replay(self, graph: Any) -> None:
         self.ready.record(self.cuda.current_stream())
         self.stream.wait_event(self.ready)
+        self.pending = True         # before the launch: a failure after it still leaves it waited for
         with self.cuda.stream(self.stream):
             graph.replay()
         self.done.record(self.stream)
-        self.pending = True
 
 
 @dataclass
@@ -101,6 +102,7 @@ class GraphedKVWriter:
     side_replays: int = 0               # of replays: on the side stream
     side: SideStream | None = None      # where replays run while `overlap` is on
     overlap: bool = False               # run-time switch (spec_controller_draft_kv_side)
+    side_why: str | None = None         # why replays stay in line in this engine (draftkv_coalesce.unsupported_reason)
 
     def wait(self) -> None:
         """Before anything on the current stream reads or writes the draft's pool: the side stream's writes are in."""

@@ -132,6 +132,8 @@ class Plugin:
                     f"{ENV_DRAFT_KV_GRAPH} unset or 1; TP 1 with decode CUDA graphs; the engine log says why not)")
         if ours.get(DRAFT_KV_SIDE_KEY) and built and self.off_path.kv_graph is None:
             return f"{DRAFT_KV_SIDE_KEY}: no draft KV graphs were captured to replay beside (see {DRAFT_KV_GRAPH_KEY})"
+        if ours.get(DRAFT_KV_SIDE_KEY) and getattr(self.off_path.kv_graph, "side_why", None):
+            return f"{DRAFT_KV_SIDE_KEY}: not in this engine: {self.off_path.kv_graph.side_why}"
         if ours.get(DRAFT_KV_COALESCE_KEY) and built and self.off_path.kv_coalesced is None:
             return (f"{DRAFT_KV_COALESCE_KEY}: this engine does not coalesce the draft's KV writes (start it with "
                     f"{ENV_DRAFT_KV_COALESCE}=N, 2 .. 64; the engine log says if it is unsupported)")

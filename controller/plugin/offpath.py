@@ -77,11 +77,11 @@ class OffPath:
         return self.kv_coalesced if self.use_coalesce and self.kv_coalesced is not None else self.kv_writer
 
     def set_kv_side(self, on: bool) -> None:
-        """The graphs' replays beside the next forward (on) or in line; a pending one is waited for by the next
-        write or the next batch that is not an off decode batch, either way."""
+        """The graphs' replays beside the next forward (on, where no outside reader of the draft's pool forbids it)
+        or in line; a pending one is waited for by the next write or the next batch that is not an off decode batch."""
         self.kv_side = on
         if self.kv_graph is not None:
-            self.kv_graph.overlap = on
+            self.kv_graph.overlap = on and self.kv_graph.side_why is None
 
     def _flush_kv(self, worker: Any, side: bool = True) -> None:
         """The writes still buffered (coalesced) or running beside (the graphs' side stream), before anything
@@ -177,9 +177,12 @@ class OffPath:
         try:
             self.kv_graph = draftkv_graph.capture(self.kv_writer, draftkv_graph.sizes_to_capture(graphs.capture_bs),
                                                   lambda: self.fast.names.draft_context.enter(worker.draft_worker))
-            self.kv_graph.overlap = self.kv_side
-            log.info("spec-controller: draft KV writes captured as CUDA graphs for up to %d rows",
-                     self.kv_graph.sizes[-1])
+            # the hierarchical cache and disaggregation read and write the draft's pool outside the plugin's waits
+            self.kv_graph.side_why = draftkv_coalesce.unsupported_reason(getattr(worker, "server_args", None), 1)
+            self.set_kv_side(self.kv_side)
+            log.info("spec-controller: draft KV writes captured as CUDA graphs for up to %d rows, replayed %s",
+                     self.kv_graph.sizes[-1], "beside the next forward (side stream)" if self.kv_graph.overlap
+                     else f"in line ({self.kv_graph.side_why or 'SPEC_CONTROLLER_DRAFT_KV_SIDE=0'})")
         except Exception as e:
             self.failures.record("draft KV graphs", e)
 
@@ -273,6 +276,8 @@ class OffPath:
                 self.kv_writer = None
                 if self.tp_size > 1:   # the other ranks' writers ran collectives this rank did not: fail loudly
                     raise
+                if self.kv_graph is not None:   # chunks replayed before the failure: in before SGLang's draft writes
+                    self.kv_graph.wait()
                 return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
         return fastoff.stub_draft_input(draft_worker, next_token_ids)
 
