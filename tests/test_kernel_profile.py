@@ -8,8 +8,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "gpu"))
 from kernel_profile import per_step, table  # noqa: E402
 
 
-def kernel(name: str, ts: float, dur: float, cat: str = "kernel") -> dict:
-    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}
+def kernel(name: str, ts: float, dur: float, cat: str = "kernel", tid: int = 7) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "tid": tid}
 
 
 def test_per_step_sums_gpu_events_only_and_divides_by_steps():
@@ -36,3 +36,10 @@ def test_table_lists_differences_largest_first_and_skips_equal_kernels():
     assert [r.split(" | ")[0] for r in body] == ["| fc_gemm", "| fill"]
     assert "+20.0" in body[0] and "+3.0" in body[1] and body[0].endswith("| - / 20.00 |")
     assert rows[-2].startswith("| all (busy) | 105.0") and rows[-2].endswith("+23.0 | |")
+
+
+def test_per_step_splits_kernel_time_by_stream_busiest_first():
+    events = [kernel("gemm", 0, 10), kernel("gemm", 20, 10), kernel("fc", 5, 6, tid=9), kernel("store", 30, 2, tid=9)]
+    s = per_step(events, steps=2)
+    assert s["by_stream"] == {"7": {"kernels": 1.0, "busy_us": 10.0}, "9": {"kernels": 1.0, "busy_us": 4.0}}
+    assert list(s["by_stream"]) == ["7", "9"] and s["busy_us"] == 14.0

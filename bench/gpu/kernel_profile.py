@@ -43,7 +43,20 @@ def per_step(events: list[dict], steps: int) -> dict:
     end = max(e["ts"] + e["dur"] for e in gpu)
     return {"steps": steps, "kernels": round(len(gpu) / steps, 1),
             "busy_us": round(sum(by_name.values()) / steps, 1), "span_us": round((end - start) / steps, 1),
-            "by_name": {n: [round(t / steps, 2), round(counts[n] / steps, 2)] for n, t in by_name.items()}}
+            "by_name": {n: [round(t / steps, 2), round(counts[n] / steps, 2)] for n, t in by_name.items()},
+            "by_stream": by_stream(gpu, steps)}
+
+
+def by_stream(gpu: list[dict], steps: int) -> dict:
+    """Per CUDA stream (the trace's tid), busiest first: launches and kernel time per step. Since 12-03i the kv
+    writes run on a stream of their own: what stays on the forward stream is what the step waits for."""
+    streams: dict[str, list] = defaultdict(lambda: [0, 0.0])
+    for e in gpu:
+        s = streams[str(e.get("tid", "?"))]
+        s[0] += 1
+        s[1] += e["dur"]
+    ranked = sorted(streams.items(), key=lambda kv: -kv[1][1])
+    return {tid: {"kernels": round(n / steps, 1), "busy_us": round(t / steps, 1)} for tid, (n, t) in ranked}
 
 
 def table(a: dict, b: dict, label_a: str, label_b: str, min_us: float = 1.0) -> list[str]:
@@ -130,7 +143,8 @@ def main() -> None:
             continue
         summaries[label] = s
         print("KERNELS " + json.dumps({"label": label, "batch": args.batch, "steps": s["steps"],
-                                       "kernels": s["kernels"], "busy_us": s["busy_us"], "span_us": s["span_us"]}))
+                                       "kernels": s["kernels"], "busy_us": s["busy_us"], "span_us": s["span_us"],
+                                       "by_stream": s["by_stream"]}))
     with open(store, "w") as f:
         json.dump(summaries, f)
     labels = list(summaries)                  # the first one stored is the reference
