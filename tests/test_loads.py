@@ -7,15 +7,16 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def engine(seen: list) -> ThreadingHTTPServer:
-    """Answers /generate with the requested number of tokens at once, /set_internal_state with updated,
-    and /flush_cache with 200."""
+def engine(seen: list, delay=lambda body: 0.0) -> ThreadingHTTPServer:
+    """Answers /generate with the requested number of tokens at once (after delay(body) seconds),
+    /set_internal_state with updated, and /flush_cache with 200."""
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):
             pass
@@ -31,6 +32,7 @@ def engine(seen: list) -> ThreadingHTTPServer:
             if self.path == "/set_internal_state":
                 out = json.dumps({"updated": True}).encode()
             else:
+                time.sleep(delay(body))
                 out = json.dumps({"output_ids": [7] * body["sampling_params"]["max_new_tokens"]}).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(out)))
@@ -184,3 +186,20 @@ def test_a_run_row_carries_the_groups_cpu_and_a_bad_group_is_refused(tmp_path):
     assert "python" in " ".join(rows[0]["cpu_s"]["me"]) and "host_busy" in rows[0]["cpu_s"]
     assert bad.returncode != 0 and bad.stderr.strip() == "--cpu-groups: 'nospec=abc' is not label=PGID"
     assert not (tmp_path / "bad.jsonl").exists() and len(seen) == 2      # the refused call sent nothing
+
+
+def test_steady_runs_say_how_far_apart_their_requests_ended(tmp_path):
+    seen: list = []
+    late = {}
+
+    def delay(body):                       # the first prompt seen answers 0.3 s after the others
+        late.setdefault("ids", body["input_ids"])
+        return 0.3 if body["input_ids"] == late["ids"] else 0.0
+    server = engine(seen, delay)
+    try:
+        (row,) = run_loads("--shape", "steady", "--levels", "4", "--steady-len", "3", "--repeats", "1",
+                           "--port", str(server.server_port),
+                           "--label", "off", out=tmp_path / "r.jsonl")
+    finally:
+        server.shutdown()
+    assert 250 <= row["end_spread_ms"] <= row["wall_ms"] and row["wall_ms"] >= 300

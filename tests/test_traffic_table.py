@@ -30,3 +30,14 @@ def test_the_headline_ratio_takes_the_no_spec_runs_of_the_variants_own_blocks():
     assert (rows_by_mode["off"]["nospec_tok_s"], rows_by_mode["off"]["ratio"]) == (1000, 0.9)
     assert (rows_by_mode["fast"]["nospec_tok_s"], rows_by_mode["fast"]["ratio"]) == (800, 1.0)
     assert rows_by_mode["off"]["nospec_repeats"] == 2
+
+
+def test_a_steady_run_whose_requests_ended_apart_is_flagged_not_steady():
+    def steady(label, repeat, t, tok_s, spread):
+        return {**run(label, repeat, t, tok_s), "shape": "steady", "end_spread_ms": spread, "wall_ms": 1000.0}
+    rows = [steady("nospec", 0, 0, 1000, 0.4), steady("off", 0, 10, 990, 2.0), steady("off", 1, 20, 840, 380.0),
+            steady("nospec", 1, 30, 1000, 51.0)]
+    (row,) = traffic_table.offpath_rows(traffic_table.grouped(rows), "call")
+    assert row["not_steady"] == [1, "nospec 1"]          # 380 and 51 ms of a 1,000 ms run; 2 ms is one step
+    closed = [run("nospec", 0, 0, 1000), run("off", 0, 10, 900)]
+    assert "not_steady" not in traffic_table.offpath_rows(traffic_table.grouped(closed), "call")[0]

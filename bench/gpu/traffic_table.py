@@ -54,7 +54,19 @@ def offpath_rows(groups: dict[tuple, list[dict]], call: str, paired: bool = Fals
             keys += ["tpot_ms", "e2e_ms"]
         if pairs:
             out[-1].update(paired_ratios(pairs, keys))
+        unsteady = [r["repeat"] for r in rs if not_steady(r)] + [f"nospec {b['repeat']}" for b in base if not_steady(b)]
+        if unsteady:
+            out[-1]["not_steady"] = unsteady
     return out
+
+
+STEADY_SPREAD = 0.05     # a steady run whose requests ended further apart than this share of its wall
+
+
+def not_steady(row: dict) -> bool:
+    """A steady-decode run whose C requests did not decode together (loads.steady's end_spread_ms)."""
+    return (row.get("shape") == "steady" and bool(row.get("wall_ms"))
+            and row.get("end_spread_ms", 0.0) > STEADY_SPREAD * row["wall_ms"])
 
 
 def paired_runs(rs: list[dict], base: list[dict]) -> list[tuple[dict, dict]]:
