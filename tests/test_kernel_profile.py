@@ -41,5 +41,8 @@ def test_table_lists_differences_largest_first_and_skips_equal_kernels():
 def test_per_step_splits_kernel_time_by_stream_busiest_first():
     events = [kernel("gemm", 0, 10), kernel("gemm", 20, 10), kernel("fc", 5, 6, tid=9), kernel("store", 30, 2, tid=9)]
     s = per_step(events, steps=2)
-    assert s["by_stream"] == {"7": {"kernels": 1.0, "busy_us": 10.0}, "9": {"kernels": 1.0, "busy_us": 4.0}}
+    assert s["by_stream"] == {"7": {"kernels": 1.0, "busy_us": 10.0, "gaps_us": 5.0},   # 10 us idle over 2 steps
+                              "9": {"kernels": 1.0, "busy_us": 4.0, "gaps_us": 9.5}}
     assert list(s["by_stream"]) == ["7", "9"] and s["busy_us"] == 14.0
+    apart = per_step([kernel("a", 0, 1), kernel("b", 500, 1), kernel("c", 503, 1)], steps=1)
+    assert apart["by_stream"]["7"]["gaps_us"] == 2.0          # 499 us between steps is not a gap inside one

@@ -47,16 +47,23 @@ def per_step(events: list[dict], steps: int) -> dict:
             "by_stream": by_stream(gpu, steps)}
 
 
+GAP_US = 50.0     # idle between two kernels of a stream up to this counts as a device-side gap inside a step
+
+
 def by_stream(gpu: list[dict], steps: int) -> dict:
-    """Per CUDA stream (the trace's tid), busiest first: launches and kernel time per step. Since 12-03i the kv
-    writes run on a stream of their own: what stays on the forward stream is what the step waits for."""
-    streams: dict[str, list] = defaultdict(lambda: [0, 0.0])
+    """Per CUDA stream (the trace's tid), busiest first: launches, kernel time and the short gaps between its
+    kernels (<= GAP_US: dependent small kernels back to back; longer idle is between steps) per step. Since
+    12-03i the kv writes run on a stream of their own: what stays on the forward stream is what the step waits for."""
+    streams: dict[str, list] = defaultdict(list)
     for e in gpu:
-        s = streams[str(e.get("tid", "?"))]
-        s[0] += 1
-        s[1] += e["dur"]
-    ranked = sorted(streams.items(), key=lambda kv: -kv[1][1])
-    return {tid: {"kernels": round(n / steps, 1), "busy_us": round(t / steps, 1)} for tid, (n, t) in ranked}
+        streams[str(e.get("tid", "?"))].append(e)
+    out = {}
+    for tid, es in sorted(streams.items(), key=lambda kv: -sum(e["dur"] for e in kv[1])):
+        es.sort(key=lambda e: e["ts"])
+        gaps = (b["ts"] - (a["ts"] + a["dur"]) for a, b in zip(es, es[1:]))
+        out[tid] = {"kernels": round(len(es) / steps, 1), "busy_us": round(sum(e["dur"] for e in es) / steps, 1),
+                    "gaps_us": round(sum(g for g in gaps if 0 < g <= GAP_US) / steps, 1)}
+    return out
 
 
 def table(a: dict, b: dict, label_a: str, label_b: str, min_us: float = 1.0) -> list[str]:
