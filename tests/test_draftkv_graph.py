@@ -114,8 +114,8 @@ def test_the_plugin_uses_the_graphs_only_when_captured_and_switched_on():
 
 
 def test_no_graphs_at_tp_above_1_or_without_decode_graphs(monkeypatch):
-    captured = []
-    monkeypatch.setattr(draftkv_graph, "capture", lambda *a: captured.append(a) or "graphs")
+    captured, graphs = [], sided()[0]
+    monkeypatch.setattr(draftkv_graph, "capture", lambda *a: captured.append(a) or graphs)
     off = Plugin({contract.ENV_DRAFT_KV_GRAPH: "1"}).off_path
     off.kv_writer = "eager"
     for tp, runner in ((2, object()), (1, None)):
@@ -124,7 +124,8 @@ def test_no_graphs_at_tp_above_1_or_without_decode_graphs(monkeypatch):
         assert off.kv_graph is None
     off.tp_size, off.fast = 1, type("F", (), {"graph_runner": type("G", (), {"capture_bs": [1, 2]})()})()
     off._capture_kv_graphs(None)
-    assert off.kv_graph == "graphs" and captured[0][:2] == ("eager", (1, 2, 256, 512, 1024, 2048))
+    assert off.kv_graph is graphs and captured[0][:2] == ("eager", (1, 2, 256, 512, 1024, 2048))
+    assert graphs.overlap                                        # the default: beside the next forward
 
 
 @pytest.mark.parametrize("env, built", [({}, "graphs"), ({contract.ENV_DRAFT_KV_COALESCE: "8"}, "coalesced"),

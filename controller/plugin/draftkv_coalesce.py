@@ -16,10 +16,13 @@ pointed at the pool's padding slot, where SGLang's padded graph rows write too.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager
 
 from .draftkv import PAD_SLOT, fc_weight
+
+log = logging.getLogger("spec_controller.plugin")
 
 MAX_ROWS = 2048          # the buffer's rows at most (at the 7.2B target's aux width: 48 MiB in bf16)
 
@@ -104,6 +107,22 @@ def unsupported_reason(server_args: Any, tp_size: int) -> str | None:
     if tp_size > 1:
         return "TP > 1 (every rank would have to flush alike)"
     return None
+
+
+def for_engine(eager: Any, batches: int, worker: Any, tp_size: int,
+               enter: Callable[[Any], ContextManager]) -> CoalescedKVWriter | None:
+    """The engine's coalesced writer, or None where its draft pool has other readers (logged); build errors
+    propagate."""
+    args = getattr(worker, "server_args", None)
+    why = unsupported_reason(args, tp_size)
+    if why is not None:
+        log.warning("spec-controller: draft KV writes not coalesced (%s): written per batch", why)
+        return None
+    rows = capacity(batches, getattr(args, "max_running_requests", None) or 128)
+    out = build(eager, batches, rows, enter)
+    log.info("spec-controller: draft KV writes coalesced over up to %d off batches (%d rows; experimental)",
+             batches, rows)
+    return out
 
 
 def build(eager: Any, batches: int, rows: int, enter: Callable[[Any], ContextManager]) -> CoalescedKVWriter:

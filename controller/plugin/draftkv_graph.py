@@ -27,10 +27,14 @@ still match always-on's exactly in the batch-1 look-back check (bench/results/h2
 from __future__ import annotations
 
 import bisect
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from . import draftkv_coalesce
 from .draftkv import PAD_SLOT, fc_weight
+
+log = logging.getLogger("spec_controller.plugin")
 
 # The SGLang names this module relies on (tests/test_draftkv_graph.py checks every wheel 0.5.17 ... 0.5.23).
 ATTRIBUTES = {"sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner": ("capture_bs",)}
@@ -104,6 +108,10 @@ class GraphedKVWriter:
     overlap: bool = False               # run-time switch (spec_controller_draft_kv_side)
     side_why: str | None = None         # why replays stay in line in this engine (draftkv_coalesce.unsupported_reason)
 
+    def use_side(self, on: bool) -> None:
+        """Replays beside the next forward (on), unless this engine has outside readers of the draft's pool."""
+        self.overlap = on and self.side is not None and self.side_why is None
+
     def wait(self) -> None:
         """Before anything on the current stream reads or writes the draft's pool: the side stream's writes are in."""
         if self.side is not None:
@@ -131,6 +139,23 @@ class GraphedKVWriter:
         else:
             self.graphs[size].replay()
         self.replays += 1
+
+
+def for_engine(eager: Any, decode_graphs: Any, tp_size: int, worker: Any, enter: Callable[[], Any],
+               side: bool) -> GraphedKVWriter | None:
+    """The engine's graphed writer (captured for the fast path's decode graph sizes), or None without decode graphs
+    or at TP > 1 (logged: the writes run eagerly); capture errors propagate. The hierarchical cache and
+    disaggregation read and write the draft's pool outside the plugin's waits: there the replays stay in line."""
+    if decode_graphs is None or tp_size > 1:
+        log.info("spec-controller: draft KV graphs need decode CUDA graphs and TP 1; writing eagerly")  # no warning
+        return None
+    out = capture(eager, sizes_to_capture(decode_graphs.capture_bs), enter)
+    out.side_why = draftkv_coalesce.unsupported_reason(getattr(worker, "server_args", None), 1)
+    out.use_side(side)
+    log.info("spec-controller: draft KV writes captured as CUDA graphs for up to %d rows, replayed %s", out.sizes[-1],
+             "beside the next forward (side stream)" if out.overlap
+             else f"in line ({out.side_why or 'SPEC_CONTROLLER_DRAFT_KV_SIDE=0'})")
+    return out
 
 
 def capture(eager: Any, sizes: Sequence[int], enter: Callable[[], Any]) -> GraphedKVWriter:

@@ -81,7 +81,7 @@ class OffPath:
         or in line; a pending one is waited for by the next write or the next batch that is not an off decode batch."""
         self.kv_side = on
         if self.kv_graph is not None:
-            self.kv_graph.overlap = on and self.kv_graph.side_why is None
+            self.kv_graph.use_side(on)
 
     def _flush_kv(self, worker: Any, side: bool = True) -> None:
         """The writes still buffered (coalesced) or running beside (the graphs' side stream), before anything
@@ -153,36 +153,18 @@ class OffPath:
             self._capture_kv_graphs(worker)
 
     def _build_coalesced(self, worker: Any) -> None:
-        args = getattr(worker, "server_args", None)
-        why = draftkv_coalesce.unsupported_reason(args, self.tp_size)
-        if why is not None:
-            log.warning("spec-controller: draft KV writes not coalesced (%s): written per batch", why)
-            return
         names = self.fast.names
-        rows = draftkv_coalesce.capacity(self.want_coalesce, getattr(args, "max_running_requests", None) or 128)
         try:
-            self.kv_coalesced = draftkv_coalesce.build(self.kv_writer, self.want_coalesce, rows,
-                                                       lambda draft_worker: names.draft_context.enter(draft_worker))
+            self.kv_coalesced = draftkv_coalesce.for_engine(self.kv_writer, self.want_coalesce, worker, self.tp_size,
+                                                            lambda draft_worker: names.draft_context.enter(draft_worker))
         except Exception as e:
             self.failures.record("draft KV coalescing", e)
-            return
-        log.info("spec-controller: draft KV writes coalesced over up to %d off batches (%d rows; experimental)",
-                 self.want_coalesce, rows)
 
     def _capture_kv_graphs(self, worker: Any) -> None:
-        graphs = self.fast.graph_runner
-        if graphs is None or self.tp_size > 1:
-            log.info("spec-controller: draft KV graphs need decode CUDA graphs and TP 1; writing eagerly")   # the default: no warning
-            return
         try:
-            self.kv_graph = draftkv_graph.capture(self.kv_writer, draftkv_graph.sizes_to_capture(graphs.capture_bs),
-                                                  lambda: self.fast.names.draft_context.enter(worker.draft_worker))
-            # the hierarchical cache and disaggregation read and write the draft's pool outside the plugin's waits
-            self.kv_graph.side_why = draftkv_coalesce.unsupported_reason(getattr(worker, "server_args", None), 1)
-            self.set_kv_side(self.kv_side)
-            log.info("spec-controller: draft KV writes captured as CUDA graphs for up to %d rows, replayed %s",
-                     self.kv_graph.sizes[-1], "beside the next forward (side stream)" if self.kv_graph.overlap
-                     else f"in line ({self.kv_graph.side_why or 'SPEC_CONTROLLER_DRAFT_KV_SIDE=0'})")
+            self.kv_graph = draftkv_graph.for_engine(self.kv_writer, self.fast.graph_runner, self.tp_size, worker,
+                                                     lambda: self.fast.names.draft_context.enter(worker.draft_worker),
+                                                     self.kv_side)
         except Exception as e:
             self.failures.record("draft KV graphs", e)
 
