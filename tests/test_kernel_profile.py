@@ -25,6 +25,7 @@ def test_per_step_sums_gpu_events_only_and_divides_by_steps():
 
 def test_per_step_without_kernels_is_empty_not_an_error():
     assert per_step([], 10)["by_name"] == {} and per_step([kernel("k", 0, 1)], 0)["busy_us"] == 0.0
+    assert per_step([], 10)["by_stream"] == {}           # main() prints it for every engine, traced or not
 
 
 def test_table_lists_differences_largest_first_and_skips_equal_kernels():

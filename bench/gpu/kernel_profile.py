@@ -33,7 +33,7 @@ def per_step(events: list[dict], steps: int) -> dict:
     """Kernel time per step (us) by name, busy time and span per step, from a chrome trace's events."""
     gpu = [e for e in events if e.get("cat") in GPU_CATS and e.get("ph") == "X" and "dur" in e]
     if not gpu or steps <= 0:
-        return {"steps": steps, "kernels": 0, "busy_us": 0.0, "span_us": 0.0, "by_name": {}}
+        return {"steps": steps, "kernels": 0, "busy_us": 0.0, "span_us": 0.0, "by_name": {}, "by_stream": {}}
     by_name: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     for e in gpu:

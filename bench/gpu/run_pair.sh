@@ -1,6 +1,6 @@
 #!/bin/bash
 # Issue 12 (items 1, 2), one device call: the off engine and an engine without speculation RESIDENT TOGETHER on
-# the GPU and measured alternately (order rotated per repeat, the same seeds for both), so that drift and the
+# the GPU and measured alternately (order reversed in odd repeats, the same seeds for both), so that drift and the
 # seeds' workloads do not decide the ratio:
 #   DEADLINE_S=540 bash bench/gpu/run_pair.sh                  (carry .whl, .jitcache)
 # Engines: a no-spec engine (mem fraction 0.30) started first, then the daemon (sglang engine + plugin, the
@@ -190,10 +190,10 @@ if start_daemon; then
     profile)   # issue 12 item 1: the kernels of a steady decode step at PROFILE_BS, no-spec vs kv vs fast (kernel_profile.py)
       fits 90 profile || continue
       python3 bench/gpu/kernel_profile.py --engines nospec=30001,off=30000 --batch "${PROFILE_BS:-48}" --out "$OUT" \
-        2>&1 | cut -c1-300 | tee -a "$SUM"
+        2>&1 | cut -c1-900 | tee -a "$SUM"
       internal_state 30000 '{"spec_controller_draft_kv": false}' >/dev/null
       python3 bench/gpu/kernel_profile.py --engines fast=30000 --batch "${PROFILE_BS:-48}" --out "$OUT" \
-        2>&1 | cut -c1-300 | tee -a "$SUM"
+        2>&1 | cut -c1-900 | tee -a "$SUM"
       internal_state 30000 '{"spec_controller_draft_kv": true}' | tee -a "$SUM"; say "profile done" ;;
     logprob)   # issue 12 item 4: a share of the requests ask for logprobs; status says how many off batches fell back
       fits $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) logprob || continue
