@@ -133,7 +133,7 @@ class GraphedKVWriter:
         self.loc[:n].copy_(loc)
         if size > n:
             self.loc[n:size].fill_(PAD_SLOT)
-        if self.overlap and self.side is not None:
+        if self.overlap:                    # (use_side: only with a side stream)
             self.side.replay(self.graphs[size])
             self.side_replays += 1
         else:

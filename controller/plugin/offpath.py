@@ -83,13 +83,13 @@ class OffPath:
         if self.kv_graph is not None:
             self.kv_graph.use_side(on)
 
-    def _flush_kv(self, worker: Any, side: bool = True) -> None:
-        """The writes still buffered (coalesced) or running beside (the graphs' side stream), before anything
-        else touches the draft's pool (every batch that is not an off decode batch comes here first, a
-        prefill's draft pass too, and an off batch whose writer is another)."""
-        if side and self.kv_graph is not None:
+    def _flush_kv(self, worker: Any, keep: Any = None) -> None:
+        """The writes still buffered (coalesced) or running beside (the graphs' side stream), except `keep`'s (the
+        writer of the off batch about to run), before anything else touches the draft's pool (every batch that is
+        not an off decode batch comes here first, a prefill's draft pass too)."""
+        if self.kv_graph is not None and keep is not self.kv_graph:
             self.kv_graph.wait()
-        if self.kv_coalesced is None:
+        if self.kv_coalesced is None or keep is self.kv_coalesced:
             return
         try:
             self.kv_coalesced.flush(worker.draft_worker)
@@ -210,8 +210,7 @@ class OffPath:
         t0 = time.perf_counter_ns()
         try:
             writer = self._writer()
-            if writer is not self.kv_coalesced:     # switched to another writer at run time (the graphs run on beside)
-                self._flush_kv(worker, side=writer is not self.kv_graph)
+            self._flush_kv(worker, keep=writer)     # another writer's (switched at run time) are in first
             result = fastoff.run(worker, fast, batch, on_publish, self.sync_draft and fast.with_hidden, writer,
                                  grammar_barrier=barrier, lean=self.lean_off)
         except Exception as e:      # restored batch fields: SGLang's own path can still take this batch
