@@ -88,7 +88,8 @@ STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and t
                 "prefills_pay_draft",                    # how prefills pay the draft's pass (PAYS_DRAFT below)
                 "fast_off_lean_batches",                 # fast off batches that took the lean step (plugin/offstubs.py)
                 "alloc_loop_batches",                    # decode allocations by 0.5.19's loop (plugin/allocloop.py)
-                "draft_kv_side_writes")                  # of draft_kv_graph_writes: replayed on the side stream
+                "draft_kv_side_writes",                  # of draft_kv_graph_writes: replayed on the side stream
+                "draft_kv_graph_launches")               # graph replays holding them (fewer while coalescing)
 # prefills_pay_draft: 1: off batches' prefills run the draft above 0 only (lean
 # prefill, no KV writer, no rejection sampling: threshold 0 saves that pass); 2: not (at 0 as well, or never); 0: a
 # plugin before it. The daemon's zero verdict follows it (policies.types.Snapshot.prefills_pay_draft).

@@ -2,6 +2,8 @@
 eager writer takes over, and the plugin's switch for it (the capture itself needs a GPU: bench/gpu)."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -128,18 +130,24 @@ def test_no_graphs_at_tp_above_1_or_without_decode_graphs(monkeypatch):
     assert graphs.overlap                                        # the default: beside the next forward
 
 
-@pytest.mark.parametrize("env, built", [({}, "graphs"), ({contract.ENV_DRAFT_KV_COALESCE: "8"}, "coalesced"),
-                                        ({contract.ENV_DRAFT_KV_GRAPH: "0"}, None)])
-def test_the_default_engine_captures_graphs_and_asked_for_coalescing_comes_first(monkeypatch, env, built):
+COALESCE8, NO_GRAPHS = {contract.ENV_DRAFT_KV_COALESCE: "8"}, {contract.ENV_DRAFT_KV_GRAPH: "0"}
+
+
+@pytest.mark.parametrize("env, captured, built", [({}, True, ["graphs"]), (COALESCE8, True, ["graphs"]),
+                                                  (COALESCE8, False, ["graphs", "coalesced"]),
+                                                  ({**COALESCE8, **NO_GRAPHS}, False, ["coalesced"]),
+                                                  (NO_GRAPHS, False, [])])
+def test_the_default_engine_captures_graphs_and_coalesces_eagerly_only_without_them(monkeypatch, env, captured, built):
     from controller.plugin import draftkv
     from controller.plugin.offpath import OffPath
-    monkeypatch.setattr(draftkv, "build", lambda runner: "eager")
+    monkeypatch.setattr(draftkv, "build", lambda runner: SimpleNamespace(projection="p"))
     log: list = []
-    monkeypatch.setattr(OffPath, "_capture_kv_graphs", lambda self, worker: log.append("graphs"))
+    monkeypatch.setattr(OffPath, "_capture_kv_graphs",
+                        lambda self, worker: log.append("graphs") or setattr(self, "kv_graph", "g" if captured else None))
     monkeypatch.setattr(OffPath, "_build_coalesced", lambda self, worker: log.append("coalesced"))
     off = Plugin(env).off_path
     off._build_writer(type("W", (), {"draft_worker": type("D", (), {"draft_runner": None})()})())
-    assert off.kv_writer == "eager" and log == ([built] if built else [])
+    assert off.kv_writer.projection == "p" and log == built
 
 
 def test_the_graphs_sglang_names_hold_in_every_fast_wheel():
@@ -324,3 +332,136 @@ def test_a_capture_takes_the_wanted_side_stream_setting(monkeypatch, env, overla
     off.fast = type("F", (), {"graph_runner": type("G", (), {"capture_bs": [1, 2]})()})()
     off._capture_kv_graphs(None)
     assert off.kv_graph.overlap is overlap
+
+
+def later_wins(loc):
+    """draftkv_coalesce.last_write_wins in numpy: each slot's earlier rows pointed at the pad slot."""
+    out = np.asarray(loc).copy()
+    for i, slot in enumerate(out):
+        if slot in out[i + 1:]:
+            out[i] = PAD_SLOT
+    return out
+
+
+def coalescing(batches=3, sizes=(1, 2, 4, 8), side=False):
+    """A writer holding `batches` writes per replay; each replay records what its static inputs held."""
+    w, log = sided(sizes) if side else graphed(sizes)
+    w.overlap = side
+    w.coalesce_batches = batches
+    w.use_coalesce(True)
+    w.dedupe = later_wins
+    seen = []
+    for s in sizes:
+        w.graphs[s] = type("G", (), {"replay": lambda self, s=s: (log.append(("replay", s)), seen.append(
+            (w.loc[:s].tolist(), w.tokens[:s].tolist())))})()
+    return w, log, seen
+
+
+def one_row(token, slot):
+    return t(np.full((1, 3), token), np.float32), t([token]), t([token]), t([slot])
+
+
+def test_coalesced_writes_replay_once_per_n_batches_in_write_order_padded_to_the_graph():
+    w, log, seen = coalescing(batches=3)
+    w.write(t(np.ones((2, 3)), np.float32), t([1, 2]), t([0, 0]), t([10, 11]))
+    w.write(t(np.ones((2, 3)), np.float32), t([3, 4]), t([1, 1]), t([12, 13]))
+    assert seen == [] and w.rows == 4 and w.replays == 2        # held: nothing written yet
+    w.write(*one_row(5, 14))
+    assert seen == [([10, 11, 12, 13, 14, PAD_SLOT, PAD_SLOT, PAD_SLOT], [1, 2, 3, 4, 5, 0, 0, 0])]
+    assert w.launches == 1 and w.replays == 3 and w.rows == 0
+    w.write(*one_row(6, 15))                                   # the next window starts at row 0
+    w.wait()
+    assert seen[-1] == ([15], [6]) and w.launches == 2
+
+
+def test_a_slot_buffered_twice_is_written_with_its_later_row_only():
+    w, log, seen = coalescing(batches=3)
+    w.write(*one_row(1, 40))       # a request's last token; it finished and its slot went to another request
+    w.write(*one_row(2, 41))
+    w.write(*one_row(3, 40))
+    assert seen == [([PAD_SLOT, 41, 40, PAD_SLOT], [1, 2, 3, 0])]
+    w.use_coalesce(False)                                      # one write per replay: nothing to dedupe
+    w.dedupe = lambda loc: 1 / 0
+    w.write(*one_row(4, 40))
+    assert seen[-1] == ([40], [4])
+
+
+def test_a_write_that_does_not_fit_beside_the_buffered_rows_replays_them_first():
+    w, log, seen = coalescing(batches=8, sizes=(1, 2, 4))
+    w.write(t(np.ones((3, 3)), np.float32), t([1, 2, 3]), t([0, 1, 2]), t([5, 6, 7]))
+    w.write(t(np.ones((2, 3)), np.float32), t([8, 9]), t([3, 4]), t([1, 2]))
+    assert seen == [([5, 6, 7, PAD_SLOT], [1, 2, 3, 0])] and w.rows == 2
+    w.write(t(np.ones((2, 3)), np.float32), t([4, 4]), t([5, 6]), t([3, 9]))         # fills the largest graph
+    assert seen[-1] == ([1, 2, 3, 9], [8, 9, 4, 4]) and w.rows == 0
+
+
+def test_buffered_rows_go_in_before_an_eager_or_chunked_write_of_the_same_slots():
+    w, log, seen = coalescing(batches=4, sizes=(1, 2))
+    w.write(*one_row(1, 30))
+    w.write(t(np.zeros((1, 5)), np.float32), t([2]), t([0]), t([30]))               # another width: eager
+    assert log == [("replay", 1), ("eager", 1)]                # the older row first, the eager one wins
+    log.clear()
+    w.write(*one_row(3, 31))
+    w.write(t(np.ones((3, 3)), np.float32), t([4, 5, 6]), t([0, 1, 2]), t([31, 32, 33]))   # chunked
+    assert log == [("replay", 1), ("replay", 2)] and w.rows == 1   # a full chunk replays; the rest is held
+    w.wait()
+    assert [s[0] for s in seen[-3:]] == [[31], [31, 32], [33]]
+
+
+def test_coalesced_replays_on_the_side_stream_dedupe_there_after_every_buffered_input():
+    w, log, seen = coalescing(batches=2, sizes=(1, 2, 4), side=True)
+    cuda = w.side.cuda
+    w.dedupe = lambda loc: (log.append(("dedupe on", cuda.current)), later_wins(loc))[1]
+    w.write(*one_row(1, 20))
+    w.write(*one_row(2, 21))
+    assert squeezed(log) == ["inputs", ("ready", "on", "forward"), ("side", "waits", "ready"),
+                             ("dedupe on", "side"), "inputs", ("replay", 2), ("done", "on", "side")]
+    assert w.side_replays == 2 and w.launches == 1 and w.side.pending
+    log.clear()
+    w.write(*one_row(3, 22))                                   # refills row 0: after the replay read it
+    assert squeezed(log) == [("forward", "waits", "done"), "inputs"]
+
+
+def test_sglangs_own_batch_finds_the_buffered_rows_written(monkeypatch):
+    from controller.plugin import fastoff
+    from tests.test_offpath_cpu import Recorder, decode_batch, routed_worker
+    plug = Plugin({contract.ENV_DRAFT_KV_COALESCE: "4"})
+    off = plug.off_path
+    off.fast = SimpleNamespace(batches=0, graph_batches=0, cpu_ns=0, with_hidden=True, grammar=False)
+    w, log, seen = coalescing(batches=4)
+    off.kv_graph, off.kv_writer, off.draft_kv = w, "eager", True
+    monkeypatch.setattr(fastoff, "run", lambda worker, f, batch, *a, **k: a[2].write(*one_row(7, 70)) or "fast")
+    plug.router.checked, plug.router.k, plug.router.threshold = True, 3, 8
+    worker = routed_worker(plug)
+    for _ in range(2):
+        off.forward_batch_generation(Recorder().original, worker, decode_batch(30), "pub")
+    assert seen == [] and w.rows == 2                          # off after off: held
+    rec = Recorder()
+    off.forward_batch_generation(rec.original, worker, decode_batch(4), "pub")       # speculates
+    assert seen == [([PAD_SLOT, 70], [7, 7])] and rec.calls == [("sglang", 4)]
+
+
+def test_the_coalescing_switch_reaches_the_graphs_and_is_refused_where_nothing_coalesces():
+    plug = Plugin({})
+    off = plug.off_path
+    off.fast, off.kv_writer, off.draft_kv = object(), "eager", True
+    plug.router.checked, plug.router.k = True, 3
+    off.kv_graph, _, _ = coalescing(batches=1)
+    off.kv_graph.coalesce_batches = 1
+    assert "does not coalesce" in plug.validate_own_keys({contract.DRAFT_KV_COALESCE_KEY: True})
+    off.kv_graph.coalesce_batches = 8
+    assert plug.validate_own_keys({contract.DRAFT_KV_COALESCE_KEY: True}) is None
+    plug.apply_own_keys({contract.DRAFT_KV_COALESCE_KEY: False})
+    assert off.kv_graph.batches == 1
+    plug.apply_own_keys({contract.DRAFT_KV_COALESCE_KEY: True})
+    assert off.kv_graph.batches == 8
+
+
+@pytest.mark.parametrize("args, batches", [(dict(), 8), (dict(enable_hierarchical_cache=True), 1)])
+def test_a_capture_coalesces_as_started_unless_the_pool_has_outside_readers(monkeypatch, args, batches):
+    monkeypatch.setattr(draftkv_graph, "capture", lambda *a: sided()[0])
+    off = Plugin({contract.ENV_DRAFT_KV_COALESCE: "8"}).off_path
+    off.kv_writer, off.tp_size = "eager", 1
+    off.fast = type("F", (), {"graph_runner": type("G", (), {"capture_bs": [1, 2]})()})()
+    off._capture_kv_graphs(SimpleNamespace(server_args=SimpleNamespace(**args)))
+    assert off.kv_graph.batches == batches and off.coalesces() is (batches > 1)

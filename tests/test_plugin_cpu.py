@@ -311,7 +311,8 @@ def test_telemetry_codec_round_trip_and_refusal():
                      "fast_off_target_ns": 0, "draft_kv_ns": 0, "draft_kv_prefill_ns": 0,
                      "draft_kv_prefill_eager": 0, "draft_kv_prefill_eager_ns": 0, "draft_kv_graph_writes": 0,
                      "prefills_pay_draft": 0, "fast_off_lean_batches": 0, "alloc_loop_batches": 0,
-                     "draft_kv_side_writes": 0, "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
+                     "draft_kv_side_writes": 0, "draft_kv_graph_launches": 0,
+                     "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
                      "off_path_evidence": "contract-checked against the 0.5.22 wheel, not measured on a GPU"}
     measured = decode(encode_stats({}, 3, 0, (0, 5, 17)))
     assert (measured["off_path"], measured["off_path_evidence"]) == ("fast, draft synced", "measured on a GPU")
@@ -524,6 +525,11 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(plug):
     assert ("for 97 batches (90 from CUDA graphs, 88 of them beside the next forward on a side stream)" in
             render_status({**st, "engine": {**st["engine"], "plugin": {**kv, "draft_kv_graph_writes": 90,
                                                                       "draft_kv_side_writes": 88}}}))
+    coalesced = {**kv, "draft_kv_graph_writes": 90, "draft_kv_graph_launches": 12}
+    assert "(90 from CUDA graphs, coalesced into 12 replays)" in \
+        render_status({**st, "engine": {**st["engine"], "plugin": coalesced}})
+    assert "coalesced" not in render_status({**st, "engine": {**st["engine"], "plugin": {
+        **coalesced, "draft_kv_graph_launches": 90}}})          # one replay per write: nothing to say
 
 
 def fake_sglang(monkeypatch, version: str) -> list:
@@ -753,7 +759,7 @@ def test_prompt_writes_a_graph_held_are_not_counted_eager(fast, monkeypatch):
     from controller.plugin import offpath
     plug, _ = fast
     off = plug.off_path
-    writer = SimpleNamespace(replays=0, side_replays=0)
+    writer = SimpleNamespace(replays=0, side_replays=0, launches=0)
     off.fast.with_hidden, off.kv_writer, off.kv_graph, off.use_kv_graph = True, "eager", writer, True
     plug.apply_own_keys({contract.DRAFT_KV_KEY: True, contract.SYNC_DRAFT_KEY: False, contract.LEAN_PREFILL_KEY: True})
     plug.router.threshold = 0

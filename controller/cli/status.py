@@ -125,7 +125,9 @@ def _kv_writes(plugin: dict) -> str:
     if not plugin.get("draft_kv_writes"):
         return ""
     graphs, side = plugin.get("draft_kv_graph_writes"), plugin.get("draft_kv_side_writes")
+    launches = plugin.get("draft_kv_graph_launches")
     beside = f", {side} of them beside the next forward on a side stream" if side else ""
+    beside += f", coalesced into {launches} replays" if graphs and launches and launches < graphs else ""
     return (f"; draft KV written by the plugin for {plugin['draft_kv_writes']} batches"
             + (f" ({graphs} from CUDA graphs{beside})" if graphs else ""))
 

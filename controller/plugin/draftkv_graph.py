@@ -83,18 +83,27 @@ class SideStream:
             self.cuda.current_stream().wait_event(self.done)
             self.pending = False
 
-    def replay(self, graph: Any) -> None:
+    def replay(self, graph: Any, before: Callable[[], Any] | None = None) -> None:
+        """graph (after `before`, on the side stream too) once the current stream's work so far is done."""
         self.ready.record(self.cuda.current_stream())
         self.stream.wait_event(self.ready)
         self.pending = True         # before the launch: a failure after it still leaves it waited for
         with self.cuda.stream(self.stream):
+            if before is not None:
+                before()
             graph.replay()
         self.done.record(self.stream)
 
 
 @dataclass
 class GraphedKVWriter:
-    """Same write() as DraftKVWriter; the static inputs are the graphs' (rows 0 .. max size)."""
+    """Same write() as DraftKVWriter; the static inputs are the graphs' (rows 0 .. max size). With `batches` > 1
+    (SPEC_CONTROLLER_DRAFT_KV_COALESCE=N, experimental) the rows of up to N writes gather in the static inputs and one
+    replay writes them all: the draft's weights (~133 MB at a 4096-wide EAGLE3 head) are read once per N off batches
+    instead of every batch, the share of the write a side stream cannot hide where the target's decode step is itself
+    bound by reading weights (bench/results/h200-2026-12-04: the side stream's write took 0.04 ms of a batch-16 step).
+    Buffered rows are replayed before anything else touches the draft's pool (wait()); a slot buffered twice keeps
+    its later row (dedupe: a finished request's slot reused within the window)."""
     eager: Any                  # the DraftKVWriter (its write() is what each graph holds)
     sizes: tuple[int, ...]      # ascending
     aux: Any                    # [max, aux width] the target's aux hidden states
@@ -102,59 +111,95 @@ class GraphedKVWriter:
     positions: Any              # [max] int64
     loc: Any                    # [max] int64: KV slots
     graphs: dict[int, Any] = field(default_factory=dict)
-    replays: int = 0
-    side_replays: int = 0               # of replays: on the side stream
+    replays: int = 0                    # writes held by the graphs (batches and prompt chunks)
+    side_replays: int = 0               # of replays: launched on the side stream
+    launches: int = 0                   # graph replays (fewer than replays while coalescing)
     side: SideStream | None = None      # where replays run while `overlap` is on
     overlap: bool = False               # run-time switch (spec_controller_draft_kv_side)
     side_why: str | None = None         # why replays stay in line in this engine (draftkv_coalesce.unsupported_reason)
+    coalesce_batches: int = 1           # writes one replay may hold, as started (1: each write its own replay)
+    batches: int = 1                    # ... in use (run-time switch spec_controller_draft_kv_coalesce)
+    rows: int = 0                       # rows buffered in the static inputs, not replayed yet
+    held: int = 0                       # writes among them
+    dedupe: Callable[[Any], Any] = draftkv_coalesce.last_write_wins
 
     def use_side(self, on: bool) -> None:
         """Replays beside the next forward (on), unless this engine has outside readers of the draft's pool."""
         self.overlap = on and self.side is not None and self.side_why is None
 
+    def use_coalesce(self, on: bool) -> None:
+        """Writes gathered per replay (on: coalesce_batches) or each its own; buffered rows go with the next replay."""
+        self.batches = self.coalesce_batches if on else 1
+
     def wait(self) -> None:
-        """Before anything on the current stream reads or writes the draft's pool: the side stream's writes are in."""
+        """Before anything on the current stream reads or writes the draft's pool: every write so far is in (the
+        buffered rows replayed, the side stream's replay waited for)."""
+        self._launch()
         if self.side is not None:
             self.side.wait()
 
     def write(self, aux_hidden: Any, next_tokens: Any, positions: Any, loc: Any) -> None:
-        n = positions.shape[0]
-        self.wait()          # the static inputs are refilled, or the eager write stores, after the last replay
-        if aux_hidden.shape[-1] != self.aux.shape[-1]:
-            return self.eager.write(aux_hidden, next_tokens, positions, loc)
-        size, top = graph_size(self.sizes, n), self.sizes[-1]
-        if size is None:     # more rows than every graph: the largest, chunk by chunk (a row's k, v is its own)
-            for s in range(0, n, top):
+        n, top = positions.shape[0], self.sizes[-1]
+        if aux_hidden.shape[-1] != self.aux.shape[-1] or n > top:
+            self.wait()      # the buffered rows first: a slot in both keeps this, the later write
+            if aux_hidden.shape[-1] != self.aux.shape[-1]:
+                return self.eager.write(aux_hidden, next_tokens, positions, loc)
+            for s in range(0, n, top):   # more rows than every graph: the largest, chunk by chunk (a row's k, v is its own)
                 self.write(aux_hidden[s:s + top], next_tokens[s:s + top], positions[s:s + top], loc[s:s + top])
             return None
-        self.aux[:n].copy_(aux_hidden[:n])
-        self.tokens[:n].copy_(next_tokens[:n])
-        self.positions[:n].copy_(positions)
-        self.loc[:n].copy_(loc)
-        if size > n:
-            self.loc[n:size].fill_(PAD_SLOT)
-        if self.overlap:                    # (use_side: only with a side stream)
-            self.side.replay(self.graphs[size])
-            self.side_replays += 1
-        else:
-            self.graphs[size].replay()
+        if self.rows + n > top:
+            self._launch()
+        if self.rows == 0 and self.side is not None:
+            self.side.wait()     # the static inputs are refilled after the last replay read them
+        r = self.rows
+        self.aux[r:r + n].copy_(aux_hidden[:n])
+        self.tokens[r:r + n].copy_(next_tokens[:n])
+        self.positions[r:r + n].copy_(positions)
+        self.loc[r:r + n].copy_(loc)
+        self.rows, self.held = r + n, self.held + 1
         self.replays += 1
+        if self.held >= self.batches or self.rows == top:
+            self._launch()
+        return None
+
+    def _launch(self) -> None:
+        """Replay the graph that holds the buffered rows (none: nothing), its padding rows at the pad slot."""
+        rows, held = self.rows, self.held
+        if rows == 0:
+            return
+        size = graph_size(self.sizes, rows)
+        if size > rows:
+            self.loc[rows:size].fill_(PAD_SLOT)
+        self.rows = self.held = 0         # first: a failed launch is not retried over newer rows
+        dedupe = (lambda: self.loc[:rows].copy_(self.dedupe(self.loc[:rows]))) if held > 1 else None
+        if self.overlap:                    # (use_side: only with a side stream)
+            self.side.replay(self.graphs[size], before=dedupe)
+            self.side_replays += held
+        else:
+            if dedupe is not None:
+                dedupe()
+            self.graphs[size].replay()
+        self.launches += 1
 
 
 def for_engine(eager: Any, decode_graphs: Any, tp_size: int, worker: Any, enter: Callable[[], Any],
-               side: bool) -> GraphedKVWriter | None:
+               side: bool, coalesce: int = 1) -> GraphedKVWriter | None:
     """The engine's graphed writer (captured for the fast path's decode graph sizes), or None without decode graphs
     or at TP > 1 (logged: the writes run eagerly); capture errors propagate. The hierarchical cache and
-    disaggregation read and write the draft's pool outside the plugin's waits: there the replays stay in line."""
+    disaggregation read and write the draft's pool outside the plugin's waits: there the replays stay in line and
+    each write is its own replay (coalesce: writes per replay asked for)."""
     if decode_graphs is None or tp_size > 1:
         log.info("spec-controller: draft KV graphs need decode CUDA graphs and TP 1; writing eagerly")  # no warning
         return None
     out = capture(eager, sizes_to_capture(decode_graphs.capture_bs), enter)
     out.side_why = draftkv_coalesce.unsupported_reason(getattr(worker, "server_args", None), 1)
     out.use_side(side)
-    log.info("spec-controller: draft KV writes captured as CUDA graphs for up to %d rows, replayed %s", out.sizes[-1],
+    out.coalesce_batches = max(1, coalesce) if out.side_why is None else 1
+    out.use_coalesce(True)
+    log.info("spec-controller: draft KV writes captured as CUDA graphs for up to %d rows, replayed %s%s", out.sizes[-1],
              "beside the next forward (side stream)" if out.overlap
-             else f"in line ({out.side_why or 'SPEC_CONTROLLER_DRAFT_KV_SIDE=0'})")
+             else f"in line ({out.side_why or 'SPEC_CONTROLLER_DRAFT_KV_SIDE=0'})",
+             f", one replay per {out.batches} writes (experimental)" if out.batches > 1 else "")
     return out
 
 

@@ -134,7 +134,7 @@ class Plugin:
             return f"{DRAFT_KV_SIDE_KEY}: no draft KV graphs were captured to replay beside (see {DRAFT_KV_GRAPH_KEY})"
         if ours.get(DRAFT_KV_SIDE_KEY) and getattr(self.off_path.kv_graph, "side_why", None):
             return f"{DRAFT_KV_SIDE_KEY}: not in this engine: {self.off_path.kv_graph.side_why}"
-        if ours.get(DRAFT_KV_COALESCE_KEY) and built and self.off_path.kv_coalesced is None:
+        if ours.get(DRAFT_KV_COALESCE_KEY) and built and not self.off_path.coalesces():
             return (f"{DRAFT_KV_COALESCE_KEY}: this engine does not coalesce the draft's KV writes (start it with "
                     f"{ENV_DRAFT_KV_COALESCE}=N, 2 .. 64; the engine log says if it is unsupported)")
         if ours.get(ALLOC_LOOP_KEY) and not (self.alloc_loop.registered and self.alloc_loop.applies is not False):
@@ -165,7 +165,7 @@ class Plugin:
         if DRAFT_KV_GRAPH_KEY in ours:
             self.off_path.use_kv_graph = bool(ours[DRAFT_KV_GRAPH_KEY])
         if DRAFT_KV_COALESCE_KEY in ours:
-            self.off_path.use_coalesce = bool(ours[DRAFT_KV_COALESCE_KEY])
+            self.off_path.set_kv_coalesce(bool(ours[DRAFT_KV_COALESCE_KEY]))
         if DRAFT_KV_SIDE_KEY in ours:
             self.off_path.set_kv_side(bool(ours[DRAFT_KV_SIDE_KEY]))
         if LEAN_OFF_KEY in ours:

@@ -83,6 +83,16 @@ class OffPath:
         if self.kv_graph is not None:
             self.kv_graph.use_side(on)
 
+    def set_kv_coalesce(self, on: bool) -> None:
+        """The writes coalesced (on, where the engine was started so) or each its own, the graphs' and the eager ones'."""
+        self.use_coalesce = on
+        if self.kv_graph is not None:
+            self.kv_graph.use_coalesce(on)
+
+    def coalesces(self) -> bool:
+        """Was this engine started with its draft-KV writes coalesced (graphed or eager)?"""
+        return self.kv_coalesced is not None or getattr(self.kv_graph, "coalesce_batches", 1) > 1
+
     def _flush_kv(self, worker: Any, keep: Any = None) -> None:
         """The writes still buffered (coalesced) or running beside (the graphs' side stream), except `keep`'s (the
         writer of the off batch about to run), before anything else touches the draft's pool (every batch that is
@@ -147,10 +157,10 @@ class OffPath:
                 self.sync_draft, self.reason = True, REASON_KV_UNSUPPORTED
         except Exception as e:
             self.failures.record("draft KV writer", e)
-        if self.kv_writer is not None and self.want_coalesce > 1:     # asked for explicitly: before the default graphs
-            self._build_coalesced(worker)
-        elif self.kv_writer is not None and self.want_kv_graph:
+        if self.kv_writer is not None and self.want_kv_graph:       # coalesced there too where asked for
             self._capture_kv_graphs(worker)
+        if self.kv_writer is not None and self.want_coalesce > 1 and self.kv_graph is None:   # no graphs: eagerly
+            self._build_coalesced(worker)
 
     def _build_coalesced(self, worker: Any) -> None:
         names = self.fast.names
@@ -164,7 +174,7 @@ class OffPath:
         try:
             self.kv_graph = draftkv_graph.for_engine(self.kv_writer, self.fast.graph_runner, self.tp_size, worker,
                                                      lambda: self.fast.names.draft_context.enter(worker.draft_worker),
-                                                     self.kv_side)
+                                                     self.kv_side, self.want_coalesce)
         except Exception as e:
             self.failures.record("draft KV graphs", e)
 
@@ -288,6 +298,7 @@ class OffPath:
                "draft_kv_prefill_eager": self.prefill_kv_eager, "draft_kv_prefill_eager_ns": self.prefill_kv_eager_ns,
                "draft_kv_graph_writes": self.kv_graph.replays if self.kv_graph is not None else 0,
                "draft_kv_side_writes": self.kv_graph.side_replays if self.kv_graph is not None else 0,
+               "draft_kv_graph_launches": self.kv_graph.launches if self.kv_graph is not None else 0,
                "prefills_pay_draft": PAYS_DRAFT if self.prefills_pay_draft() else SAME_AT_ZERO}
         if self.fast is not None:
             out.update(fast_off_batches=self.fast.batches, fast_off_graph_batches=self.fast.graph_batches,
