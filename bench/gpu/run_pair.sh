@@ -67,6 +67,8 @@ SIDE_YES="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_side\": true}"
 # ROTATION=pair: only the no-spec engine and the daemon's engine in its default state (kv graphs, lean step,
 # allocation loop; label off): twice the runs per mode in the same time, for longer windows (12-03f: 5 s windows of
 # 128 clients moved 12-39 % run to run). ROTATION=fast: the same plus that state without the kv writes (label fast).
+# ROTATION=coalesce (with COALESCE=N, since 12-04 the graphed writes gathered N batches a replay): the no-spec
+# engine, the writes coalesced (label off) and the same per batch (label perbatch).
 # ROTATION=side: the no-spec engine, the default state (label off: the kv replays on the side stream) and the same
 # with them in line (label inline); the engine is left as it started afterwards (SIDE=0: in line). 12-03i's call 1
 # ran it before side became the default: its labels were off (in line) and side.
@@ -75,6 +77,10 @@ ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTOR
   if [ "${ROTATION:-}" = pair ]; then AB="nospec=30001;off=30000:$dflt"; NAB=2; AB_RESTORE=$dflt
   elif [ "${ROTATION:-}" = side ]; then
     AB="nospec=30001;off=30000:$SIDE_YES;inline=30000:$INLINE"; NAB=3; AB_RESTORE=$dflt
+  elif [ "${ROTATION:-}" = coalesce ]; then    # with COALESCE=N: the writes coalesced over N (off), per batch, no-spec
+    AB="nospec=30001;off=30000:{$KVG, $LEANALLOC, \"spec_controller_draft_kv_coalesce\": true}"
+    AB="$AB;perbatch=30000:{$KVG, $LEANALLOC, \"spec_controller_draft_kv_coalesce\": false}"; NAB=3
+    AB_RESTORE="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_coalesce\": true}"
   elif [ "${ROTATION:-}" = fast ]; then   # the default state, the same without the kv writes, the no-spec engine
     AB="nospec=30001;off=30000:$BOTH_YES;fast=30000:$FAST_YES"; NAB=3; AB_RESTORE=$BOTH_YES
   elif [ "${LEAN:-0}" = 2 ]; then AB="nospec=30001;off=30000:$BOTH_NO;leanalloc=30000:$BOTH_YES"; NAB=3; AB_RESTORE=$BOTH_YES
