@@ -195,6 +195,8 @@ def for_engine(eager: Any, decode_graphs: Any, tp_size: int, worker: Any, enter:
     out.side_why = draftkv_coalesce.unsupported_reason(getattr(worker, "server_args", None), 1)
     out.use_side(side)
     out.coalesce_batches = max(1, coalesce) if out.side_why is None else 1
+    if coalesce > 1 and out.side_why is not None:     # the refused key (validate_own_keys) points at the log
+        log.warning("spec-controller: draft KV writes not coalesced (%s): one replay per write", out.side_why)
     out.use_coalesce(True)
     log.info("spec-controller: draft KV writes captured as CUDA graphs for up to %d rows, replayed %s%s", out.sizes[-1],
              "beside the next forward (side stream)" if out.overlap

@@ -1,0 +1,127 @@
+"""Coalesced draft-KV graph replays (draftkv_graph.GraphedKVWriter, batches > 1) with rows held when a run-time
+switch flips or a launch fails, on CPU: the held rows are neither lost to a switch nor replayed twice after a failure,
+and they reach the draft's pool before the next writer's (or SGLang's) own write."""
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+from controller import contract
+from controller.plugin import draftkv_graph, fastoff
+from controller.plugin.draftkv_graph import PAD_SLOT
+from controller.plugin.instance import Plugin
+from tests.test_draftkv_graph import coalescing, later_wins, one_row, sided, squeezed
+from tests.test_plugin_cpu import decode_batch, routed_worker
+
+
+def test_coalescing_switched_off_with_rows_held_replays_them_with_the_next_write_deduped():
+    w, log, seen = coalescing(batches=4)
+    w.write(*one_row(1, 40))
+    w.write(*one_row(2, 41))
+    w.use_coalesce(False)
+    assert seen == [] and w.rows == 2                          # held until the next write (or a wait)
+    w.write(*one_row(3, 40))                                   # slot 40 again: a reused slot, the later row wins
+    assert seen == [([PAD_SLOT, 41, 40, PAD_SLOT], [1, 2, 3, 0])] and (w.launches, w.rows, w.held) == (1, 0, 0)
+
+
+def test_the_side_stream_switch_with_rows_held_takes_effect_at_their_replay_dedupe_on_that_stream():
+    w, log, seen = coalescing(batches=3, sizes=(1, 2, 4), side=True)
+    cuda = w.side.cuda
+    w.dedupe = lambda loc: (log.append(("dedupe on", cuda.current)), later_wins(loc))[1]
+    w.write(*one_row(1, 20))
+    w.write(*one_row(2, 20))
+    w.use_side(False)                                          # held rows replay in line now
+    log.clear()
+    w.wait()
+    assert squeezed(log) == [("dedupe on", "forward"), "inputs", ("replay", 2)] and w.side_replays == 0
+    assert seen == [([PAD_SLOT, 20], [1, 2])]
+    w.write(*one_row(3, 21))
+    w.write(*one_row(4, 21))
+    w.use_side(True)                                           # ... and beside the next forward again
+    log.clear()
+    w.wait()
+    assert squeezed(log) == [("ready", "on", "forward"), ("side", "waits", "ready"), ("dedupe on", "side"), "inputs",
+                             ("replay", 2), ("done", "on", "side"), ("forward", "waits", "done")]
+    assert seen[-1] == ([PAD_SLOT, 21], [3, 4]) and w.side_replays == 2
+
+
+def test_a_failed_coalesced_replay_drops_its_rows_and_the_next_window_starts_at_row_0():
+    w, log, seen = coalescing(batches=2)
+    w.graphs[2] = type("G", (), {"replay": lambda self: 1 / 0})()
+    w.write(*one_row(1, 30))
+    with pytest.raises(ZeroDivisionError):
+        w.write(*one_row(2, 31))
+    assert (w.rows, w.held, w.launches, w.replays) == (0, 0, 0, 2)
+    w.wait()                                                   # nothing held: the failed rows are not retried
+    w.write(*one_row(3, 32))
+    w.wait()
+    assert seen == [([32], [3])] and w.launches == 1
+
+
+def test_a_dedupe_failing_on_the_side_stream_leaves_the_replay_waited_for_before_the_next_refill():
+    w, log, seen = coalescing(batches=2, sizes=(1, 2), side=True)
+    w.dedupe = lambda loc: 1 / 0
+    w.write(*one_row(1, 30))
+    with pytest.raises(ZeroDivisionError):
+        w.write(*one_row(2, 30))
+    assert w.rows == 0 and w.side.pending and seen == [] and w.side.cuda.current == "forward"
+    log.clear()
+    w.write(*one_row(3, 31))
+    assert squeezed(log)[:2] == [("forward", "waits", "done"), "inputs"]
+
+
+def off_path_holding(monkeypatch, run):
+    """A plugin whose off batches go to `run` (fastoff.run's arguments) with a coalescing graphed writer
+    (4 writes a replay) and an eager writer that logs ("eager", slots)."""
+    plug = Plugin({contract.ENV_DRAFT_KV_COALESCE: "4"})
+    off = plug.off_path
+    off.fast = SimpleNamespace(batches=0, graph_batches=0, cpu_ns=0, with_hidden=True, grammar=False)
+    w, log, seen = coalescing(batches=4)
+    eager = SimpleNamespace(write=lambda *a: log.append(("eager", a[3].tolist())))
+    off.kv_graph, off.kv_writer, off.draft_kv = w, eager, True
+    monkeypatch.setattr(fastoff, "run", run)
+    plug.router.checked, plug.router.k, plug.router.threshold = True, 3, 8
+    return plug, routed_worker(plug), log
+
+
+def sglang(log):
+    return lambda worker, batch, *a, **k: log.append("sglang") or "sglang-result"
+
+
+def test_the_graphs_switched_off_with_rows_held_replay_them_before_the_eager_writers_first_write(monkeypatch):
+    plug, worker, log = off_path_holding(monkeypatch,
+                                         lambda worker, f, batch, *a, **k: a[2].write(*one_row(7, 70)) or "fast")
+    plug.off_path.forward_batch_generation(sglang(log), worker, decode_batch(30), "pub")
+    assert log == [] and plug.off_path.kv_graph.rows == 1
+    plug.apply_own_keys({contract.DRAFT_KV_GRAPH_KEY: False})
+    plug.off_path.forward_batch_generation(sglang(log), worker, decode_batch(30), "pub")
+    assert log == [("replay", 1), ("eager", [70])]             # the same slot: the eager (later) row lands last
+
+
+def test_a_fast_path_failure_replays_the_held_rows_with_its_own_before_sglangs_path(monkeypatch):
+    calls = []
+
+    def run(worker, f, batch, *a, **k):
+        calls.append(batch)
+        a[2].write(*one_row(len(calls), 80 + len(calls)))
+        if len(calls) == 2:
+            raise RuntimeError("boom")
+        return "fast"
+    plug, worker, log = off_path_holding(monkeypatch, run)
+    for _ in range(2):
+        plug.off_path.forward_batch_generation(sglang(log), worker, decode_batch(30), "pub")
+    assert log == [("replay", 2), "sglang"] and plug.off_path.fast is None
+
+
+def test_an_engine_that_cannot_coalesce_its_graphs_says_so_in_its_log(monkeypatch, caplog):
+    monkeypatch.setattr(draftkv_graph, "capture", lambda *a: sided()[0])
+    off = Plugin({contract.ENV_DRAFT_KV_COALESCE: "8"}).off_path
+    off.kv_writer, off.tp_size = "eager", 1
+    off.fast = SimpleNamespace(graph_runner=SimpleNamespace(capture_bs=[1, 2]))
+    with caplog.at_level(logging.INFO, logger="spec_controller.plugin"):
+        off._capture_kv_graphs(SimpleNamespace(server_args=SimpleNamespace(enable_hierarchical_cache=True)))
+    assert off.kv_graph.batches == 1
+    assert [r.levelno for r in caplog.records if "not coalesced (the hierarchical cache" in r.getMessage()] == \
+        [logging.WARNING]
