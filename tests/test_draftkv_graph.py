@@ -357,6 +357,12 @@ def coalescing(batches=3, sizes=(1, 2, 4, 8), side=False):
     return w, log, seen
 
 
+def dedupe_logged(w, log):
+    """later_wins that logs the stream it runs on (the side stream's fake cuda)."""
+    cuda = w.side.cuda
+    return lambda loc: (log.append(("dedupe on", cuda.current)), later_wins(loc))[1]
+
+
 def one_row(token, slot):
     return t(np.full((1, 3), token), np.float32), t([token]), t([token]), t([slot])
 
@@ -410,8 +416,7 @@ def test_buffered_rows_go_in_before_an_eager_or_chunked_write_of_the_same_slots(
 
 def test_coalesced_replays_on_the_side_stream_dedupe_there_after_every_buffered_input():
     w, log, seen = coalescing(batches=2, sizes=(1, 2, 4), side=True)
-    cuda = w.side.cuda
-    w.dedupe = lambda loc: (log.append(("dedupe on", cuda.current)), later_wins(loc))[1]
+    w.dedupe = dedupe_logged(w, log)
     w.write(*one_row(1, 20))
     w.write(*one_row(2, 21))
     assert squeezed(log) == ["inputs", ("ready", "on", "forward"), ("side", "waits", "ready"),

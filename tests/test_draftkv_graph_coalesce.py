@@ -12,7 +12,7 @@ from controller import contract
 from controller.plugin import draftkv_graph, fastoff
 from controller.plugin.draftkv_graph import PAD_SLOT
 from controller.plugin.instance import Plugin
-from tests.test_draftkv_graph import coalescing, later_wins, one_row, sided, squeezed
+from tests.test_draftkv_graph import coalescing, dedupe_logged, one_row, sided, squeezed
 from tests.test_plugin_cpu import decode_batch, routed_worker
 
 
@@ -28,8 +28,7 @@ def test_coalescing_switched_off_with_rows_held_replays_them_with_the_next_write
 
 def test_the_side_stream_switch_with_rows_held_takes_effect_at_their_replay_dedupe_on_that_stream():
     w, log, seen = coalescing(batches=3, sizes=(1, 2, 4), side=True)
-    cuda = w.side.cuda
-    w.dedupe = lambda loc: (log.append(("dedupe on", cuda.current)), later_wins(loc))[1]
+    w.dedupe = dedupe_logged(w, log)
     w.write(*one_row(1, 20))
     w.write(*one_row(2, 20))
     w.use_side(False)                                          # held rows replay in line now
