@@ -124,3 +124,36 @@ def test_an_engine_that_cannot_coalesce_its_graphs_says_so_in_its_log(monkeypatc
     assert off.kv_graph.batches == 1
     assert [r.levelno for r in caplog.records if "not coalesced (the hierarchical cache" in r.getMessage()] == \
         [logging.WARNING]
+
+
+def test_coalesced_graph_replays_leave_the_pool_as_per_batch_writes_do_on_torch():
+    # what each graph holds is the eager write of its static inputs' first `size` rows; slots reused across the
+    # writes a replay holds (a request finished, its slot went to another's next token), a prompt write among them,
+    # and one write above every graph (chunked): the pool after the replays equals the pool after one write each
+    torch = pytest.importorskip("torch")
+
+    class Pool:
+        def __init__(self):
+            self.kv = torch.zeros(32)
+
+        def write(self, aux, tokens, positions, loc):
+            slots = [s for s in loc.tolist() if s != PAD_SLOT]
+            assert len(slots) == len(set(slots)), "a slot stored twice at once: on a GPU either row may land"
+            self.kv[loc] = aux.sum(-1) + tokens + positions
+
+    direct, pool, sizes = Pool(), Pool(), (1, 2, 4, 8)
+    w = draftkv_graph.GraphedKVWriter(pool, sizes, torch.zeros(8, 2), torch.zeros(8, dtype=torch.int64),
+                                      torch.zeros(8, dtype=torch.int64), torch.zeros(8, dtype=torch.int64))
+    w.graphs = {s: SimpleNamespace(replay=lambda s=s: pool.write(w.aux[:s], w.tokens[:s], w.positions[:s], w.loc[:s]))
+                for s in sizes}
+    w.coalesce_batches = 3
+    w.use_coalesce(True)
+    writes = [[1, 2, 3], [1, 4, 3], [5, 6, 7, 8, 9], [5, 4, 1], [2], [10, 11, 12, 13, 14, 15, 16, 17, 18, 2], [3, 19]]
+    for i, slots in enumerate(writes):
+        n = len(slots)
+        args = (torch.arange(2 * n, dtype=torch.float32).reshape(n, 2) + 10 * i, torch.arange(n) + 10 * i,
+                torch.arange(n) * 100 + i, torch.tensor(slots))
+        direct.write(*args)
+        w.write(*args)
+    w.wait()
+    assert torch.equal(direct.kv[1:], pool.kv[1:]) and w.launches < w.replays
