@@ -47,3 +47,16 @@ def test_per_step_splits_kernel_time_by_stream_busiest_first():
     assert list(s["by_stream"]) == ["7", "9"] and s["busy_us"] == 14.0
     apart = per_step([kernel("a", 0, 1), kernel("b", 500, 1), kernel("c", 503, 1)], steps=1)
     assert apart["by_stream"]["7"]["gaps_us"] == 2.0          # 499 us between steps is not a gap inside one
+
+
+def test_waits_name_what_the_forward_stream_resumed_after():
+    from kernel_profile import waits
+    events = [kernel("gemm", 0, 100), kernel("attn", 110, 50),       # 10 us idle: the copy ended 1 us before
+              kernel("h2d", 95, 14, cat="gpu_memcpy", tid=9),
+              kernel("norm", 164, 5),                                   # 4 us idle, nothing ended just before
+              kernel("gemm", 171, 100),                                 # 2 us: below WAIT_US
+              kernel("gemm", 400, 100)]                                 # 129 us: between steps
+    w = waits(events, steps=1)
+    assert w == {"[step] gemm <- -": [129.0, 1.0], "attn <- h2d": [10.0, 1.0], "norm <- -": [4.0, 1.0]}
+    assert list(w) == ["[step] gemm <- -", "attn <- h2d", "norm <- -"]   # largest first
+    assert waits([], 1) == {} and per_step([], 1)["waits"] == {}

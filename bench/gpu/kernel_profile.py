@@ -13,6 +13,7 @@ whose time per step differs from the first's.
 from __future__ import annotations
 
 import argparse
+import bisect
 import glob
 import gzip
 import json
@@ -33,7 +34,8 @@ def per_step(events: list[dict], steps: int) -> dict:
     """Kernel time per step (us) by name, busy time and span per step, from a chrome trace's events."""
     gpu = [e for e in events if e.get("cat") in GPU_CATS and e.get("ph") == "X" and "dur" in e]
     if not gpu or steps <= 0:
-        return {"steps": steps, "kernels": 0, "busy_us": 0.0, "span_us": 0.0, "by_name": {}, "by_stream": {}}
+        return {"steps": steps, "kernels": 0, "busy_us": 0.0, "span_us": 0.0, "by_name": {}, "by_stream": {},
+                "waits": {}}
     by_name: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     for e in gpu:
@@ -44,7 +46,7 @@ def per_step(events: list[dict], steps: int) -> dict:
     return {"steps": steps, "kernels": round(len(gpu) / steps, 1),
             "busy_us": round(sum(by_name.values()) / steps, 1), "span_us": round((end - start) / steps, 1),
             "by_name": {n: [round(t / steps, 2), round(counts[n] / steps, 2)] for n, t in by_name.items()},
-            "by_stream": by_stream(gpu, steps)}
+            "by_stream": by_stream(gpu, steps), "waits": waits(gpu, steps)}
 
 
 GAP_US = 50.0     # idle between two kernels of a stream up to this counts as a device-side gap inside a step
@@ -64,6 +66,39 @@ def by_stream(gpu: list[dict], steps: int) -> dict:
         out[tid] = {"kernels": round(len(es) / steps, 1), "busy_us": round(sum(e["dur"] for e in es) / steps, 1),
                     "gaps_us": round(sum(g for g in gaps if 0 < g <= GAP_US) / steps, 1)}
     return out
+
+
+WAIT_US = 3.0     # idle on the forward stream at least this long is listed with what ended just before it resumed
+EDGE_US = 2.0     # ... "just before": another stream's event that ended at most this long before the resumption
+
+
+def waits(gpu: list[dict], steps: int) -> dict:
+    """Where the forward stream (the busiest) sits idle, summed per step by the kernel it resumes with and by what
+    another stream finished just before (<= EDGE_US: presumably what it waited for, an event wait or a copy; "-"
+    when nothing ended then: the CPU had not launched it yet); idle longer than GAP_US ("[step] ": between steps)
+    apart. The fast path's step in 12-04 was +49 us of idle against no-spec's with +9 us of kernels: this says
+    after what."""
+    streams: dict[str, list] = defaultdict(list)
+    for e in gpu:
+        streams[str(e.get("tid", "?"))].append(e)
+    if not streams or steps <= 0:
+        return {}
+    forward = max(streams, key=lambda t: sum(e["dur"] for e in streams[t]))
+    fwd = sorted(streams[forward], key=lambda e: e["ts"])
+    others = sorted((e for t, es in streams.items() if t != forward for e in es), key=lambda e: e["ts"] + e["dur"])
+    ends = [e["ts"] + e["dur"] for e in others]
+    out: dict[str, list] = defaultdict(lambda: [0.0, 0])
+    for a, b in zip(fwd, fwd[1:]):
+        idle = b["ts"] - (a["ts"] + a["dur"])
+        if idle < WAIT_US:
+            continue
+        i = bisect.bisect_right(ends, b["ts"])
+        before = others[i - 1] if i and b["ts"] - ends[i - 1] <= EDGE_US else None
+        key = ("[step] " if idle > GAP_US else "") + f"{b['name'][:60]} <- {before['name'][:50] if before else '-'}"
+        out[key][0] += idle
+        out[key][1] += 1
+    rows = sorted(out.items(), key=lambda kv: -kv[1][0])
+    return {k: [round(t / steps, 2), round(n / steps, 2)] for k, (t, n) in rows[:25]}
 
 
 def table(a: dict, b: dict, label_a: str, label_b: str, min_us: float = 1.0) -> list[str]:
@@ -157,6 +192,8 @@ def main() -> None:
     labels = list(summaries)                  # the first one stored is the reference
     for other in labels[1:]:
         print("\n".join(table(summaries[labels[0]], summaries[other], labels[0], other)))
+    for label in labels:                      # where each forward stream waits (us per step, times per step)
+        print(f"WAITS {label} " + json.dumps(dict(list(summaries[label].get("waits", {}).items())[:8])))
 
 if __name__ == "__main__":
     main()
