@@ -198,20 +198,23 @@ def test_the_plugin_builds_the_coalesced_writer_only_when_asked():
     assert Plugin({"SPEC_CONTROLLER_DRAFT_KV_COALESCE": "8"}).off_path.want_coalesce == 8
 
 
+class TorchPool:
+    """A draft KV pool on torch whose write stores one value per row: a slot stored twice in one write fails."""
+
+    def __init__(self, torch, slots: int = 16):
+        self.kv = torch.zeros(slots)
+
+    def write(self, aux, tokens, positions, loc):
+        slots = [s for s in loc.tolist() if s != PAD_SLOT]
+        assert len(slots) == len(set(slots)), "a slot stored twice at once: on a GPU either row may land"
+        self.kv[loc] = aux.sum(-1) + tokens + positions
+
+
 def test_coalesced_writes_leave_the_pool_as_per_batch_writes_do_on_torch():
     # slots reused across batches (a request finished, its slot went to another's next token): the pool
     # after the coalesced writes equals the pool after one write per batch
     torch = pytest.importorskip("torch")
-
-    class Pool:
-        def __init__(self):
-            self.kv = torch.zeros(16)
-
-        def write(self, aux, tokens, positions, loc):
-            slots = [s for s in loc.tolist() if s != PAD_SLOT]
-            assert len(slots) == len(set(slots)), "a slot stored twice at once: on a GPU either row may land"
-            self.kv[loc] = aux.sum(-1) + tokens + positions
-
+    Pool = lambda: TorchPool(torch)     # noqa: E731
     batches = [([1, 2, 3], 0), ([1, 4, 3], 10), ([5, 4, 1], 20)]   # slots, a value offset
     direct, merged = Pool(), Pool()
     w = CoalescedKVWriter(merged, 4, 12, lambda draft_worker: contextmanager(lambda: (yield))())

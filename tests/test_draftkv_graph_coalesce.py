@@ -131,17 +131,8 @@ def test_coalesced_graph_replays_leave_the_pool_as_per_batch_writes_do_on_torch(
     # writes a replay holds (a request finished, its slot went to another's next token), a prompt write among them,
     # and one write above every graph (chunked): the pool after the replays equals the pool after one write each
     torch = pytest.importorskip("torch")
-
-    class Pool:
-        def __init__(self):
-            self.kv = torch.zeros(32)
-
-        def write(self, aux, tokens, positions, loc):
-            slots = [s for s in loc.tolist() if s != PAD_SLOT]
-            assert len(slots) == len(set(slots)), "a slot stored twice at once: on a GPU either row may land"
-            self.kv[loc] = aux.sum(-1) + tokens + positions
-
-    direct, pool, sizes = Pool(), Pool(), (1, 2, 4, 8)
+    from tests.test_draftkv_coalesce import TorchPool
+    direct, pool, sizes = TorchPool(torch, 32), TorchPool(torch, 32), (1, 2, 4, 8)
     w = draftkv_graph.GraphedKVWriter(pool, sizes, torch.zeros(8, 2), torch.zeros(8, dtype=torch.int64),
                                       torch.zeros(8, dtype=torch.int64), torch.zeros(8, dtype=torch.int64))
     w.graphs = {s: SimpleNamespace(replay=lambda s=s: pool.write(w.aux[:s], w.tokens[:s], w.positions[:s], w.loc[:s]))
