@@ -155,10 +155,9 @@ def test_the_off_path_flushes_before_every_batch_it_does_not_write_and_before_a_
     off.forward_batch_generation(sglang, w, decode_batch(9))                         # off: buffered, no flush
     assert log == [] and len(ran) == 1
     off.forward_batch_generation(sglang, w, decode_batch(4))                         # speculates: flush first
-    off.forward_batch_generation(sglang, w, decode_batch(50, forward_mode=Mode("extend")))
+    off.forward_batch_generation(sglang, w, decode_batch(50, forward_mode=Mode("extend")))   # its draft pass does
     off.forward_batch_generation(sglang, w, decode_batch(20, return_hidden_states=True))   # steps-0 fallback
-    assert log == [("flush", "draft"), ("sglang", 4), ("flush", "draft"), ("sglang", 50),
-                   ("flush", "draft"), ("sglang", 20)]
+    assert log == [("flush", "draft"), ("sglang", 4), ("sglang", 50), ("flush", "draft"), ("sglang", 20)]
     log.clear()
     off.draft_kv = False                                                             # another writer now
     off.forward_batch_generation(sglang, w, decode_batch(9))
@@ -173,7 +172,12 @@ def test_the_off_path_flushes_before_every_batch_it_does_not_write_and_before_a_
     def extend(worker, b, *args, **kwargs):      # SGLang's forward of the extend calls the prefill hook
         return off.draft_extend_for_prefill(sglang, "the draft worker", b, "hidden", [7])
     assert off.forward_batch_generation(extend, w, prefill) == "stub"
-    assert log == [("flush", "draft"), "prefill write"]
+    assert log == ["prefill write"]                  # a lean prefill's rows join the held ones: the window stays open
+    log.clear()
+    off.lean_prefill = False                         # the draft's own pass over the prompt: the held rows first
+    assert off.forward_batch_generation(extend, w, prefill) == "sglang-result"
+    assert log == [("flush", "the draft worker"), ("sglang", 1)]
+    off.lean_prefill = True
     log.clear()
     off.sync_draft = True                                                           # SGLang's draft extend now
     off.forward_batch_generation(sglang, w, decode_batch(9))

@@ -148,3 +148,51 @@ def test_coalesced_graph_replays_leave_the_pool_as_per_batch_writes_do_on_torch(
         w.write(*args)
     w.wait()
     assert torch.equal(direct.kv[1:], pool.kv[1:]) and w.launches < w.replays
+
+
+def test_a_lean_prefill_joins_the_held_rows_and_a_prefill_running_the_draft_replays_them_first(monkeypatch):
+    from controller.plugin import draftkv
+    from tests.test_plugin_cpu import Mode
+    plug = Plugin({contract.ENV_DRAFT_KV_COALESCE: "4"})
+    off = plug.off_path
+    off.fast = SimpleNamespace(batches=0, graph_batches=0, cpu_ns=0, with_hidden=True, grammar=False)
+    w, log, seen = coalescing(batches=4)
+    off.kv_graph, off.kv_writer, off.draft_kv, off.lean_prefill = w, "eager", True, True
+    monkeypatch.setattr(fastoff, "run", lambda worker, f, batch, *a, **k: a[2].write(*one_row(7, 70)) or "fast")
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: "stub")
+    monkeypatch.setattr(draftkv, "write_prefill", lambda writer, *a: writer.write(*one_row(8, 80)) or True)
+    plug.router.checked, plug.router.k, plug.router.threshold = True, 3, 0
+    worker = routed_worker(plug)
+    drafted = []
+
+    def extend(wk, batch, *args, **kwargs):      # SGLang's prefill: the target's forward, then the draft's pass
+        draft = lambda *a, **k: drafted.append(w.rows) or "draft pass"
+        return off.draft_extend_for_prefill(draft, "draft worker", batch, "hidden", [7])
+    prefill = decode_batch(1, extend_lens=[5], forward_mode=Mode("extend"))
+    off.forward_batch_generation(lambda *a, **k: "sglang", worker, decode_batch(30), "pub")
+    assert off.forward_batch_generation(extend, worker, prefill) == "stub"
+    assert seen == [] and w.rows == 2                          # the prompt's rows joined the decode batch's
+    off.lean_prefill = False
+    assert off.forward_batch_generation(extend, worker, prefill) == "draft pass"
+    assert drafted == [0] and seen == [([70, 80], [7, 8])]    # replayed before the draft read its pool
+
+
+def test_a_lean_prefill_written_by_another_writer_comes_after_the_held_rows(monkeypatch):
+    from controller.plugin import draftkv
+    from tests.test_plugin_cpu import Mode
+    plug = Plugin({contract.ENV_DRAFT_KV_COALESCE: "4"})
+    off = plug.off_path
+    off.fast = SimpleNamespace(batches=0, graph_batches=0, cpu_ns=0, with_hidden=True, grammar=False)
+    w, log, seen = coalescing(batches=4)
+    eager = SimpleNamespace(write=lambda *a: log.append("eager write"))
+    off.kv_graph, off.kv_writer, off.draft_kv, off.lean_prefill = w, eager, True, True
+    monkeypatch.setattr(fastoff, "run", lambda worker, f, batch, *a, **k: a[2].write(*one_row(7, 70)) or "fast")
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: "stub")
+    monkeypatch.setattr(draftkv, "write_prefill", lambda writer, *a: writer.write(*one_row(8, 70)) or True)
+    plug.router.checked, plug.router.k, plug.router.threshold = True, 3, 0
+    worker = routed_worker(plug)
+    off.forward_batch_generation(lambda *a, **k: "sglang", worker, decode_batch(30), "pub")
+    plug.apply_own_keys({contract.DRAFT_KV_GRAPH_KEY: False})                       # the eager writer from now
+    extend = lambda wk, batch, *a, **k: off.draft_extend_for_prefill(None, "draft worker", batch, "hidden", [7])
+    assert off.forward_batch_generation(extend, worker, decode_batch(1, extend_lens=[5], forward_mode=Mode("extend")))
+    assert log == [("replay", 1), "eager write"]               # slot 70: the graph's older row first

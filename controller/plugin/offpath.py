@@ -78,7 +78,7 @@ class OffPath:
 
     def set_kv_side(self, on: bool) -> None:
         """The graphs' replays beside the next forward (on, where no outside reader of the draft's pool forbids it)
-        or in line; a pending one is waited for by the next write or the next batch that is not an off decode batch."""
+        or in line; a pending one is waited for by the next write or whatever next touches the draft's pool."""
         self.kv_side = on
         if self.kv_graph is not None:
             self.kv_graph.use_side(on)
@@ -93,16 +93,17 @@ class OffPath:
         """Was this engine started with its draft-KV writes coalesced (graphed or eager)?"""
         return self.kv_coalesced is not None or getattr(self.kv_graph, "coalesce_batches", 1) > 1
 
-    def _flush_kv(self, worker: Any, keep: Any = None) -> None:
+    def _flush_kv(self, draft_worker: Any, keep: Any = None) -> None:
         """The writes still buffered (coalesced) or running beside (the graphs' side stream), except `keep`'s (the
-        writer of the off batch about to run), before anything else touches the draft's pool (every batch that is
-        not an off decode batch comes here first, a prefill's draft pass too)."""
+        writer of the off batch about to run), before anything else touches the draft's pool: every batch that is
+        not an off decode batch comes here first, except a prefill, whose draft pass does (draft_extend_for_prefill:
+        a lean prefill adds its rows to the held ones instead, so prefills do not close a coalescing window)."""
         if self.kv_graph is not None and keep is not self.kv_graph:
             self.kv_graph.wait()
         if self.kv_coalesced is None or keep is self.kv_coalesced:
             return
         try:
-            self.kv_coalesced.flush(worker.draft_worker)
+            self.kv_coalesced.flush(draft_worker)
         except Exception as e:        # those positions' draft KV stays unwritten; later batches write per batch
             self.failures.record("draft KV flush", e)
             self.kv_coalesced = None
@@ -203,7 +204,8 @@ class OffPath:
     def forward_batch_generation(self, original: Callable, worker: Any, batch: Any, *args, **kwargs) -> Any:
         """AROUND EAGLEWorkerV2.forward_batch_generation."""
         if not self._ours(worker, batch):
-            self._flush_kv(worker)
+            if not (batch.forward_mode.is_extend() or batch.is_extend_in_batch):   # (a prefill: its draft pass)
+                self._flush_kv(getattr(worker, "draft_worker", None))
             return original(worker, batch, *args, **kwargs)
         barrier = kwargs.get("grammar_barrier", args[1] if len(args) > 1 else None)   # the scheduler's, or None
         grammar = (self.fast_grammar and getattr(batch, "has_grammar", False)
@@ -212,7 +214,7 @@ class OffPath:
         if why is not None:
             self.fallbacks += 1
             self.fallback_reasons[why] = self.fallback_reasons.get(why, 0) + 1
-            self._flush_kv(worker)
+            self._flush_kv(getattr(worker, "draft_worker", None))
             return original(worker, batch, *args, **kwargs)
         fast = self.fast
         worker.activate_step_by_batch(batch.seq_lens.shape[0])   # steps-0 state: allocation and stride as SGLang's off
@@ -220,7 +222,7 @@ class OffPath:
         t0 = time.perf_counter_ns()
         try:
             writer = self._writer()
-            self._flush_kv(worker, keep=writer)     # another writer's (switched at run time) are in first
+            self._flush_kv(getattr(worker, "draft_worker", None), keep=writer)   # another writer's rows first
             result = fastoff.run(worker, fast, batch, on_publish, self.sync_draft and fast.with_hidden, writer,
                                  grammar_barrier=barrier, lean=self.lean_off)
         except Exception as e:      # restored batch fields: SGLang's own path can still take this batch
@@ -228,7 +230,7 @@ class OffPath:
             self.fast, self.reason = None, REASON_RUN_FAILED
             if self.tp_size > 1:    # this rank alone on steps-0 would issue other collectives: fail loudly
                 raise
-            self._flush_kv(worker)
+            self._flush_kv(getattr(worker, "draft_worker", None))
             return original(worker, batch, *args, **kwargs)
         self.kv_writes += writer is not None
         fast.cpu_ns += time.perf_counter_ns() - t0        # CPU time to launch it (the GPU runs on, overlapped)
@@ -245,14 +247,15 @@ class OffPath:
         (contract.prefill_skips_draft): a busy server at a small threshold pays no draft pass per prefill."""
         writer = self._writer()
         joining = len(getattr(batch, "extend_lens", None) or ())      # requests in this extend (draftkv.ATTRIBUTES)
-        if not (self.lean_prefill and not self.rejection and self.router.active and prefill_skips_draft(
-                self.router.threshold, self.router.last_batch_size, joining, writer is not None)):
-            return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
+        lean = self.lean_prefill and not self.rejection and self.router.active and prefill_skips_draft(
+            self.router.threshold, self.router.last_batch_size, joining, writer is not None)
         mm_embeds = kwargs.get("mm_input_embeds", args[0] if args else None)
-        if writer is not None and mm_embeds is not None:   # a multimodal prompt: the draft embeds it its own way
+        if not lean or (writer is not None and mm_embeds is not None):   # (multimodal: the draft embeds it its way)
+            self._flush_kv(draft_worker)        # the draft's own pass reads and writes its pool: the held rows first
             return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
         self.lean_prefills += 1
         if writer is not None:
+            self._flush_kv(draft_worker, keep=writer)    # another writer's rows before this one's
             t0, replays = time.perf_counter_ns(), getattr(writer, "replays", None)
             try:
                 wrote = draftkv.write_prefill(writer, batch, target_hidden_states, next_token_ids)
@@ -267,8 +270,7 @@ class OffPath:
                 self.kv_writer = None
                 if self.tp_size > 1:   # the other ranks' writers ran collectives this rank did not: fail loudly
                     raise
-                if self.kv_graph is not None:   # chunks replayed before the failure: in before SGLang's draft writes
-                    self.kv_graph.wait()
+                self._flush_kv(draft_worker)    # rows held or replayed before the failure: in before SGLang's writes
                 return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
         return fastoff.stub_draft_input(draft_worker, next_token_ids)
 
