@@ -157,7 +157,9 @@ def test_the_off_path_flushes_before_every_batch_it_does_not_write_and_before_a_
     off.forward_batch_generation(sglang, w, decode_batch(4))                         # speculates: flush first
     off.forward_batch_generation(sglang, w, decode_batch(50, forward_mode=Mode("extend")))   # its draft pass does
     off.forward_batch_generation(sglang, w, decode_batch(20, return_hidden_states=True))   # steps-0 fallback
-    assert log == [("flush", "draft"), ("sglang", 4), ("sglang", 50), ("flush", "draft"), ("sglang", 20)]
+    off.forward_batch_generation(sglang, w, decode_batch(9, is_extend_in_batch=True))    # a DP peer's prefill
+    assert log == [("flush", "draft"), ("sglang", 4), ("sglang", 50), ("flush", "draft"), ("sglang", 20),
+                   ("flush", "draft"), ("sglang", 9)]
     log.clear()
     off.draft_kv = False                                                             # another writer now
     off.forward_batch_generation(sglang, w, decode_batch(9))

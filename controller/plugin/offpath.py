@@ -204,7 +204,9 @@ class OffPath:
     def forward_batch_generation(self, original: Callable, worker: Any, batch: Any, *args, **kwargs) -> Any:
         """AROUND EAGLEWorkerV2.forward_batch_generation."""
         if not self._ours(worker, batch):
-            if not (batch.forward_mode.is_extend() or batch.is_extend_in_batch):   # (a prefill: its draft pass)
+            # a prefill flushes in its draft pass (draft_extend_for_prefill); a decode batch with a prefill elsewhere
+            # (is_extend_in_batch: 0.5.23's DP coordination drafts outside that hook) here
+            if not batch.forward_mode.is_extend():
                 self._flush_kv(getattr(worker, "draft_worker", None))
             return original(worker, batch, *args, **kwargs)
         barrier = kwargs.get("grammar_barrier", args[1] if len(args) > 1 else None)   # the scheduler's, or None
