@@ -150,26 +150,33 @@ def test_coalesced_graph_replays_leave_the_pool_as_per_batch_writes_do_on_torch(
     assert torch.equal(direct.kv[1:], pool.kv[1:]) and w.launches < w.replays
 
 
-def test_a_lean_prefill_joins_the_held_rows_and_a_prefill_running_the_draft_replays_them_first(monkeypatch):
+def prefill_engine(monkeypatch, writer, env: dict, prompt_slot: int = 80):
+    """A plugin whose off decode batches write one row at slot 70 with `writer` (the kv graphs) and whose lean
+    prefills write one at prompt_slot through the writer in use; threshold 0, lean prefill on. (plugin, worker,
+    an extend batch, the decode batch before it)."""
     from controller.plugin import draftkv
     from tests.test_plugin_cpu import Mode
-    plug = Plugin({contract.ENV_DRAFT_KV_COALESCE: "4"})
+    plug = Plugin(env)
     off = plug.off_path
     off.fast = SimpleNamespace(batches=0, graph_batches=0, cpu_ns=0, with_hidden=True, grammar=False)
-    w, log, seen = coalescing(batches=4)
-    off.kv_graph, off.kv_writer, off.draft_kv, off.lean_prefill = w, "eager", True, True
+    off.kv_graph, off.kv_writer, off.draft_kv, off.lean_prefill = writer, "eager", True, True
     monkeypatch.setattr(fastoff, "run", lambda worker, f, batch, *a, **k: a[2].write(*one_row(7, 70)) or "fast")
     monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: "stub")
-    monkeypatch.setattr(draftkv, "write_prefill", lambda writer, *a: writer.write(*one_row(8, 80)) or True)
+    monkeypatch.setattr(draftkv, "write_prefill", lambda wr, *a: wr.write(*one_row(8, prompt_slot)) or True)
     plug.router.checked, plug.router.k, plug.router.threshold = True, 3, 0
-    worker = routed_worker(plug)
+    return plug, routed_worker(plug), decode_batch(1, extend_lens=[5], forward_mode=Mode("extend")), decode_batch(30)
+
+
+def test_a_lean_prefill_joins_the_held_rows_and_a_prefill_running_the_draft_replays_them_first(monkeypatch):
+    w, log, seen = coalescing(batches=4)
+    plug, worker, prefill, decode = prefill_engine(monkeypatch, w, {contract.ENV_DRAFT_KV_COALESCE: "4"})
+    off = plug.off_path
     drafted = []
 
     def extend(wk, batch, *args, **kwargs):      # SGLang's prefill: the target's forward, then the draft's pass
         draft = lambda *a, **k: drafted.append(w.rows) or "draft pass"
         return off.draft_extend_for_prefill(draft, "draft worker", batch, "hidden", [7])
-    prefill = decode_batch(1, extend_lens=[5], forward_mode=Mode("extend"))
-    off.forward_batch_generation(lambda *a, **k: "sglang", worker, decode_batch(30), "pub")
+    off.forward_batch_generation(lambda *a, **k: "sglang", worker, decode, "pub")
     assert off.forward_batch_generation(extend, worker, prefill) == "stub"
     assert seen == [] and w.rows == 2                          # the prompt's rows joined the decode batch's
     off.lean_prefill = False
@@ -178,21 +185,31 @@ def test_a_lean_prefill_joins_the_held_rows_and_a_prefill_running_the_draft_repl
 
 
 def test_a_lean_prefill_written_by_another_writer_comes_after_the_held_rows(monkeypatch):
-    from controller.plugin import draftkv
-    from tests.test_plugin_cpu import Mode
-    plug = Plugin({contract.ENV_DRAFT_KV_COALESCE: "4"})
-    off = plug.off_path
-    off.fast = SimpleNamespace(batches=0, graph_batches=0, cpu_ns=0, with_hidden=True, grammar=False)
     w, log, seen = coalescing(batches=4)
-    eager = SimpleNamespace(write=lambda *a: log.append("eager write"))
-    off.kv_graph, off.kv_writer, off.draft_kv, off.lean_prefill = w, eager, True, True
-    monkeypatch.setattr(fastoff, "run", lambda worker, f, batch, *a, **k: a[2].write(*one_row(7, 70)) or "fast")
-    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: "stub")
-    monkeypatch.setattr(draftkv, "write_prefill", lambda writer, *a: writer.write(*one_row(8, 70)) or True)
-    plug.router.checked, plug.router.k, plug.router.threshold = True, 3, 0
-    worker = routed_worker(plug)
-    off.forward_batch_generation(lambda *a, **k: "sglang", worker, decode_batch(30), "pub")
+    plug, worker, prefill, decode = prefill_engine(monkeypatch, w, {contract.ENV_DRAFT_KV_COALESCE: "4"}, 70)
+    off = plug.off_path
+    off.kv_writer = SimpleNamespace(write=lambda *a: log.append("eager write"))
+    off.forward_batch_generation(lambda *a, **k: "sglang", worker, decode, "pub")
     plug.apply_own_keys({contract.DRAFT_KV_GRAPH_KEY: False})                       # the eager writer from now
     extend = lambda wk, batch, *a, **k: off.draft_extend_for_prefill(None, "draft worker", batch, "hidden", [7])
-    assert off.forward_batch_generation(extend, worker, decode_batch(1, extend_lens=[5], forward_mode=Mode("extend")))
+    assert off.forward_batch_generation(extend, worker, prefill)
     assert log == [("replay", 1), "eager write"]               # slot 70: the graph's older row first
+
+
+def test_the_default_engine_waits_for_a_side_replay_after_a_prefills_target_forward_before_its_prompt_write(
+        monkeypatch):
+    # side stream on, no coalescing: the prefill's target forward may run beside the last decode batch's replay;
+    # its prompt write refills the static inputs only after the forward stream waited for that replay
+    w, log = sided()
+    w.overlap = True
+    plug, worker, prefill_batch, decode = prefill_engine(monkeypatch, w, {})
+    off = plug.off_path
+    off.forward_batch_generation(lambda *a, **k: "sglang", worker, decode, "pub")
+    assert w.side.pending
+    log.clear()
+
+    def prefill(wk, batch, *a, **k):
+        log.append("target forward")
+        return off.draft_extend_for_prefill(None, "draft worker", batch, "hidden", [7])
+    assert off.forward_batch_generation(prefill, worker, prefill_batch)
+    assert squeezed(log)[:3] == ["target forward", ("forward", "waits", "done"), "inputs"]
