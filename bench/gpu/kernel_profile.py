@@ -52,16 +52,21 @@ def per_step(events: list[dict], steps: int) -> dict:
 GAP_US = 50.0     # idle between two kernels of a stream up to this counts as a device-side gap inside a step
 
 
-def by_stream(gpu: list[dict], steps: int) -> dict:
-    """Per CUDA stream (the trace's tid), busiest first: launches, kernel time and the short gaps between its
-    kernels (<= GAP_US: dependent small kernels back to back; longer idle is between steps) per step. Since
-    12-03i the kv writes run on a stream of their own: what stays on the forward stream is what the step waits for."""
+def streams_of(gpu: list[dict]) -> list[tuple[str, list[dict]]]:
+    """The events per CUDA stream (the trace's tid), each in time order, busiest stream first (the forward one)."""
     streams: dict[str, list] = defaultdict(list)
     for e in gpu:
         streams[str(e.get("tid", "?"))].append(e)
+    return [(tid, sorted(es, key=lambda e: e["ts"]))
+            for tid, es in sorted(streams.items(), key=lambda kv: -sum(e["dur"] for e in kv[1]))]
+
+
+def by_stream(gpu: list[dict], steps: int) -> dict:
+    """Per CUDA stream, busiest first: launches, kernel time and the short gaps between its kernels (<= GAP_US:
+    dependent small kernels back to back; longer idle is between steps) per step. Since 12-03i the kv writes run
+    on a stream of their own: what stays on the forward stream is what the step waits for."""
     out = {}
-    for tid, es in sorted(streams.items(), key=lambda kv: -sum(e["dur"] for e in kv[1])):
-        es.sort(key=lambda e: e["ts"])
+    for tid, es in streams_of(gpu):
         gaps = (b["ts"] - (a["ts"] + a["dur"]) for a, b in zip(es, es[1:]))
         out[tid] = {"kernels": round(len(es) / steps, 1), "busy_us": round(sum(e["dur"] for e in es) / steps, 1),
                     "gaps_us": round(sum(g for g in gaps if 0 < g <= GAP_US) / steps, 1)}
@@ -78,14 +83,11 @@ def waits(gpu: list[dict], steps: int) -> dict:
     when nothing ended then: the CPU had not launched it yet); idle longer than GAP_US ("[step] ": between steps)
     apart. The fast path's step in 12-04 was +49 us of idle against no-spec's with +9 us of kernels: this says
     after what."""
-    streams: dict[str, list] = defaultdict(list)
-    for e in gpu:
-        streams[str(e.get("tid", "?"))].append(e)
+    streams = streams_of(gpu)
     if not streams or steps <= 0:
         return {}
-    forward = max(streams, key=lambda t: sum(e["dur"] for e in streams[t]))
-    fwd = sorted(streams[forward], key=lambda e: e["ts"])
-    others = sorted((e for t, es in streams.items() if t != forward for e in es), key=lambda e: e["ts"] + e["dur"])
+    fwd = streams[0][1]
+    others = sorted((e for _, es in streams[1:] for e in es), key=lambda e: e["ts"] + e["dur"])
     ends = [e["ts"] + e["dur"] for e in others]
     out: dict[str, list] = defaultdict(lambda: [0.0, 0])
     for a, b in zip(fwd, fwd[1:]):

@@ -140,9 +140,10 @@ class GraphedKVWriter:
 
     def write(self, aux_hidden: Any, next_tokens: Any, positions: Any, loc: Any) -> None:
         n, top = positions.shape[0], self.sizes[-1]
-        if aux_hidden.shape[-1] != self.aux.shape[-1] or n > top:
+        other_width = aux_hidden.shape[-1] != self.aux.shape[-1]
+        if other_width or n > top:
             self.wait()      # the buffered rows first: a slot in both keeps this, the later write
-            if aux_hidden.shape[-1] != self.aux.shape[-1]:
+            if other_width:
                 return self.eager.write(aux_hidden, next_tokens, positions, loc)
             for s in range(0, n, top):   # more rows than every graph: the largest, chunk by chunk (a row's k, v is its own)
                 self.write(aux_hidden[s:s + top], next_tokens[s:s + top], positions[s:s + top], loc[s:s + top])

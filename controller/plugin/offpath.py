@@ -203,11 +203,12 @@ class OffPath:
 
     def forward_batch_generation(self, original: Callable, worker: Any, batch: Any, *args, **kwargs) -> Any:
         """AROUND EAGLEWorkerV2.forward_batch_generation."""
+        draft = getattr(worker, "draft_worker", None)      # (the eager coalesced writes flush in its context)
         if not self._ours(worker, batch):
             # a prefill flushes in its draft pass (draft_extend_for_prefill); a decode batch with a prefill elsewhere
             # (is_extend_in_batch: 0.5.23's DP coordination drafts outside that hook) here
             if not batch.forward_mode.is_extend():
-                self._flush_kv(getattr(worker, "draft_worker", None))
+                self._flush_kv(draft)
             return original(worker, batch, *args, **kwargs)
         barrier = kwargs.get("grammar_barrier", args[1] if len(args) > 1 else None)   # the scheduler's, or None
         grammar = (self.fast_grammar and getattr(batch, "has_grammar", False)
@@ -216,7 +217,7 @@ class OffPath:
         if why is not None:
             self.fallbacks += 1
             self.fallback_reasons[why] = self.fallback_reasons.get(why, 0) + 1
-            self._flush_kv(getattr(worker, "draft_worker", None))
+            self._flush_kv(draft)
             return original(worker, batch, *args, **kwargs)
         fast = self.fast
         worker.activate_step_by_batch(batch.seq_lens.shape[0])   # steps-0 state: allocation and stride as SGLang's off
@@ -224,7 +225,7 @@ class OffPath:
         t0 = time.perf_counter_ns()
         try:
             writer = self._writer()
-            self._flush_kv(getattr(worker, "draft_worker", None), keep=writer)   # another writer's rows first
+            self._flush_kv(draft, keep=writer)   # another writer's rows first
             result = fastoff.run(worker, fast, batch, on_publish, self.sync_draft and fast.with_hidden, writer,
                                  grammar_barrier=barrier, lean=self.lean_off)
         except Exception as e:      # restored batch fields: SGLang's own path can still take this batch
@@ -232,7 +233,7 @@ class OffPath:
             self.fast, self.reason = None, REASON_RUN_FAILED
             if self.tp_size > 1:    # this rank alone on steps-0 would issue other collectives: fail loudly
                 raise
-            self._flush_kv(getattr(worker, "draft_worker", None))
+            self._flush_kv(draft)
             return original(worker, batch, *args, **kwargs)
         self.kv_writes += writer is not None
         fast.cpu_ns += time.perf_counter_ns() - t0        # CPU time to launch it (the GPU runs on, overlapped)
