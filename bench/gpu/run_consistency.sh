@@ -32,8 +32,9 @@ KV="kv={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": tru
 # (a mode's switches stay set for the modes after it: the lean kv mode sets the coalescing back on)
 KVPB=(); CO=""; [ -n "${SPEC_CONTROLLER_DRAFT_KV_COALESCE:-}" ] && CO='"spec_controller_draft_kv_coalesce": true, ' && KVPB=(--offon "kvpb={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"spec_controller_draft_kv_coalesce\": false, \"off_tokens\": 129, $KEEP}")
 # SIDE=1: kvside, the kv mode with its graphs replayed on a side stream (draftkv_graph.SideStream, the default since
-# 12-03i; kv sets it off), after kv; it stays set, so the lean modes below write from the side stream too
-KVSIDE=(); [ "${SIDE:-0}" = 1 ] && KVSIDE=(--offon "kvside={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"spec_controller_draft_kv_side\": true, \"off_tokens\": 129, $KEEP}")
+# 12-03i; kv sets it off), after kv (and kvpb: coalesced again when kv is); it stays set, so the lean modes below
+# write from the side stream too
+KVSIDE=(); [ "${SIDE:-0}" = 1 ] && KVSIDE=(--offon "kvside={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"spec_controller_draft_kv_side\": true, $CO\"off_tokens\": 129, $KEEP}")
 SYNCED="synced={\"spec_controller_sync_draft\": true, \"spec_controller_draft_kv\": false, $KEEP}"
 
 if start_server spec 30000 SPEC_PROPOSALS=/tmp/pp/spec SPEC_CONTROLLER_INITIAL_THRESHOLD=0 \
