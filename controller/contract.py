@@ -186,7 +186,7 @@ LEAN_PREFILL_KEY = "spec_controller_lean_prefill"      # no draft prefill while 
 SYNC_DRAFT_KEY = "spec_controller_sync_draft"          # off batches also run the draft's extend
 DRAFT_KV_KEY = "spec_controller_draft_kv"              # the plugin writes the draft's KV while off
 DRAFT_KV_GRAPH_KEY = "spec_controller_draft_kv_graph"  # ... from CUDA graphs (captured unless ENV_DRAFT_KV_GRAPH=0)
-DRAFT_KV_COALESCE_KEY = "spec_controller_draft_kv_coalesce"   # ... coalesced (built only with ENV_DRAFT_KV_COALESCE)
+DRAFT_KV_COALESCE_KEY = "spec_controller_draft_kv_coalesce"   # ... coalesced (the graphs by default; see ENV_...)
 DRAFT_KV_SIDE_KEY = "spec_controller_draft_kv_side"    # ... the graphs replayed beside the next forward (side stream)
 LEAN_OFF_KEY = "spec_controller_lean_off"              # off batches' results from per-engine stubs (plugin/offstubs.py)
 ALLOC_LOOP_KEY = "spec_controller_alloc_loop"          # SGLang 0.5.19's decode allocation loop (plugin/allocloop.py)
@@ -200,7 +200,7 @@ ENV_FAST_OFF = "SPEC_CONTROLLER_FAST_OFF"              # "0": off batches take S
 ENV_SYNC_DRAFT = "SPEC_CONTROLLER_SYNC_DRAFT"          # "1": keep the draft in step while off
 ENV_DRAFT_KV = "SPEC_CONTROLLER_DRAFT_KV"              # "1": write the draft's KV while off (plugin's own writer)
 ENV_DRAFT_KV_GRAPH = "SPEC_CONTROLLER_DRAFT_KV_GRAPH"  # "0": ... eagerly instead of from CUDA graphs (graphs: TP 1 only)
-ENV_DRAFT_KV_COALESCE = "SPEC_CONTROLLER_DRAFT_KV_COALESCE"  # "N" > 1: ... one write per N off batches (experimental)
+ENV_DRAFT_KV_COALESCE = "SPEC_CONTROLLER_DRAFT_KV_COALESCE"  # "N": ... N off batches a write (graphs: 8; "1": each)
 ENV_DRAFT_KV_SIDE = "SPEC_CONTROLLER_DRAFT_KV_SIDE"    # "0": the graphs' replays in line, not on a side stream
 ENV_LEAN_PREFILL = "SPEC_CONTROLLER_LEAN_PREFILL"      # "0": prefills run the draft even while nothing speculates
 ENV_LEAN_OFF = "SPEC_CONTROLLER_LEAN_OFF"              # "0": off batches' results made per batch (plugin/offstubs.py)

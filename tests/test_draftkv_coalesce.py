@@ -120,9 +120,9 @@ def test_the_buffer_holds_n_batches_of_the_largest_batch_within_its_limit():
     assert draftkv_coalesce.capacity(2, 0) == 2
 
 
-@pytest.mark.parametrize("raw, n", [("", 0), ("8", 8), ("2", 2), ("64", 64), ("1", 0), ("65", 0), ("x", 0),
-                                    (" 4 ", 4)])
-def test_the_environment_names_the_batches_per_write_or_leaves_it_off(raw, n):
+@pytest.mark.parametrize("raw, n", [("", None), ("8", 8), ("2", 2), ("64", 64), ("1", 1), ("0", None),
+                                    ("65", None), ("x", None), (" 4 ", 4)])
+def test_the_environment_names_the_batches_per_write_or_leaves_the_default(raw, n):
     assert coalesce_batches(raw) == n
 
 
@@ -200,7 +200,7 @@ def test_a_failed_flush_is_recorded_and_leaves_the_writes_per_batch(fast):
 
 
 def test_the_plugin_builds_the_coalesced_writer_only_when_asked():
-    assert Plugin({}).off_path.want_coalesce == 0
+    assert Plugin({}).off_path.want_coalesce is None       # the default: the graphs coalesce, the eager writer not
     assert Plugin({"SPEC_CONTROLLER_DRAFT_KV_COALESCE": "8"}).off_path.want_coalesce == 8
 
 
@@ -263,7 +263,7 @@ def test_the_run_time_switch_needs_a_built_writer_and_picks_it(fast):
     plug, _ = fast
     off = plug.off_path
     off.kv_writer, off.draft_kv = "eager", True
-    assert "SPEC_CONTROLLER_DRAFT_KV_COALESCE=N" in plug.validate_own_keys({contract.DRAFT_KV_COALESCE_KEY: True})
+    assert "SPEC_CONTROLLER_DRAFT_KV_COALESCE=1" in plug.validate_own_keys({contract.DRAFT_KV_COALESCE_KEY: True})
     off.kv_coalesced = "coalesced"
     assert plug.validate_own_keys({contract.DRAFT_KV_COALESCE_KEY: True}) is None and off._writer() == "coalesced"
     plug.apply_own_keys({contract.DRAFT_KV_COALESCE_KEY: False})

@@ -462,11 +462,23 @@ def test_the_coalescing_switch_reaches_the_graphs_and_is_refused_where_nothing_c
     assert off.kv_graph.batches == 8
 
 
-@pytest.mark.parametrize("args, batches", [(dict(), 8), (dict(enable_hierarchical_cache=True), 1)])
-def test_a_capture_coalesces_as_started_unless_the_pool_has_outside_readers(monkeypatch, args, batches):
+HICACHE = dict(enable_hierarchical_cache=True)
+
+
+@pytest.mark.parametrize("env, args, batches, warned", [
+    ({}, {}, 8, False),                                           # the default since 12-04b
+    ({contract.ENV_DRAFT_KV_COALESCE: "8"}, {}, 8, False), ({contract.ENV_DRAFT_KV_COALESCE: "3"}, {}, 3, False),
+    ({contract.ENV_DRAFT_KV_COALESCE: "1"}, {}, 1, False),        # each write its own replay, as before 12-04b
+    ({contract.ENV_DRAFT_KV_COALESCE: "x"}, {}, 8, False),        # ignored (logged when read): the default
+    ({}, HICACHE, 1, False),                                      # outside readers: in line, per write, quietly
+    ({contract.ENV_DRAFT_KV_COALESCE: "8"}, HICACHE, 1, True)])   # ... and asked for: a warning says why not
+def test_a_capture_coalesces_as_started_unless_the_pool_has_outside_readers(monkeypatch, caplog, env, args, batches,
+                                                                            warned):
     monkeypatch.setattr(draftkv_graph, "capture", lambda *a: sided()[0])
-    off = Plugin({contract.ENV_DRAFT_KV_COALESCE: "8"}).off_path
+    off = Plugin(env).off_path
     off.kv_writer, off.tp_size = "eager", 1
     off.fast = type("F", (), {"graph_runner": type("G", (), {"capture_bs": [1, 2]})()})()
-    off._capture_kv_graphs(SimpleNamespace(server_args=SimpleNamespace(**args)))
+    with caplog.at_level("WARNING", logger="spec_controller.plugin"):
+        off._capture_kv_graphs(SimpleNamespace(server_args=SimpleNamespace(**args)))
     assert off.kv_graph.batches == batches and off.coalesces() is (batches > 1)
+    assert ("not coalesced" in caplog.text) is warned

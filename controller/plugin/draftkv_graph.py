@@ -23,6 +23,12 @@ draft's pool (OffPath._flush_kv) and before the next write refills the static in
 hierarchical cache or disaggregation touch the draft's pool outside those waits (side_why: in line there). On the
 H200 the off decode step lost 0.02-0.06 ms at batch 16 / 48 / 128 against in line, and proposals after off -> on
 still match always-on's exactly in the batch-1 look-back check (bench/results/h200-2026-12-03i).
+
+The rows of DEFAULT_COALESCE writes share one replay (the default since 2026-12-04b; SPEC_CONTROLLER_DRAFT_KV_COALESCE=N
+at start, 1: each write its own; run-time switch `spec_controller_draft_kv_coalesce`): on the H200 the off decode
+step at batch 16 lost the write's 0.04 ms (span per step within 2 us of the engine without writes), the coalesced
+engine beat per-batch replays in 6 of 6 steady 1 / 16 rotations, and the look-back check still matches 480 / 480
+(bench/results/h200-2026-12-04b).
 """
 from __future__ import annotations
 
@@ -48,6 +54,7 @@ FACTS = (("sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner.EAGLEDraf
 # fits: decode sizes stop at the largest batch, so graphs of these token counts are captured above it (padding
 # rows past n cost a few GEMM rows; larger extends, e.g. whole chunks, replay the largest chunk by chunk).
 PROMPT_SIZES = (256, 512, 1024, 2048)
+DEFAULT_COALESCE = 8     # writes per replay unless the engine is started otherwise (12-04b)
 
 
 def sizes_to_capture(decode_sizes: Sequence[int]) -> tuple[int, ...]:
@@ -98,8 +105,8 @@ class SideStream:
 @dataclass
 class GraphedKVWriter:
     """Same write() as DraftKVWriter; the static inputs are the graphs' (rows 0 .. max size). With `batches` > 1
-    (SPEC_CONTROLLER_DRAFT_KV_COALESCE=N, experimental) the rows of up to N writes gather in the static inputs and one
-    replay writes them all: the draft's weights (~133 MB at a 4096-wide EAGLE3 head) are read once per N off batches
+    (DEFAULT_COALESCE, or SPEC_CONTROLLER_DRAFT_KV_COALESCE=N) the rows of up to N writes gather in the static inputs
+    and one replay writes them all: the draft's weights (~133 MB at a 4096-wide EAGLE3 head) are read once per N off batches
     instead of every batch, the share of the write a side stream cannot hide where the target's decode step is itself
     bound by reading weights (bench/results/h200-2026-12-04: the side stream's write took 0.04 ms of a batch-16 step).
     Buffered rows are replayed before anything else touches the draft's pool (wait()); a slot buffered twice keeps
@@ -184,25 +191,26 @@ class GraphedKVWriter:
 
 
 def for_engine(eager: Any, decode_graphs: Any, tp_size: int, worker: Any, enter: Callable[[], Any],
-               side: bool, coalesce: int = 1) -> GraphedKVWriter | None:
+               side: bool, coalesce: int | None = None) -> GraphedKVWriter | None:
     """The engine's graphed writer (captured for the fast path's decode graph sizes), or None without decode graphs
     or at TP > 1 (logged: the writes run eagerly); capture errors propagate. The hierarchical cache and
     disaggregation read and write the draft's pool outside the plugin's waits: there the replays stay in line and
-    each write is its own replay (coalesce: writes per replay asked for)."""
+    each write is its own replay (coalesce: writes per replay asked for; None: DEFAULT_COALESCE, and no warning)."""
     if decode_graphs is None or tp_size > 1:
         log.info("spec-controller: draft KV graphs need decode CUDA graphs and TP 1; writing eagerly")  # no warning
         return None
     out = capture(eager, sizes_to_capture(decode_graphs.capture_bs), enter)
     out.side_why = draftkv_coalesce.unsupported_reason(getattr(worker, "server_args", None), 1)
     out.use_side(side)
-    out.coalesce_batches = max(1, coalesce) if out.side_why is None else 1
-    if coalesce > 1 and out.side_why is not None:     # the refused key (validate_own_keys) points at the log
+    asked, n = coalesce is not None, DEFAULT_COALESCE if coalesce is None else max(1, coalesce)
+    out.coalesce_batches = n if out.side_why is None else 1
+    if asked and n > 1 and out.side_why is not None:     # the refused key (validate_own_keys) points at the log
         log.warning("spec-controller: draft KV writes not coalesced (%s): one replay per write", out.side_why)
     out.use_coalesce(True)
     log.info("spec-controller: draft KV writes captured as CUDA graphs for up to %d rows, replayed %s%s", out.sizes[-1],
              "beside the next forward (side stream)" if out.overlap
              else f"in line ({out.side_why or 'SPEC_CONTROLLER_DRAFT_KV_SIDE=0'})",
-             f", one replay per {out.batches} writes (experimental)" if out.batches > 1 else "")
+             f", one replay per {out.batches} writes" if out.batches > 1 else "")
     return out
 
 

@@ -15,6 +15,7 @@ from ..contract import (ALLOC_LOOP_KEY, BOOL_KEYS, DRAFT_KV_COALESCE_KEY, DRAFT_
                         SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version, validate_threshold)
 from . import allocloop, offgrammar, warmsizes
 from .failures import Failures
+from .draftkv_graph import DEFAULT_COALESCE as DEFAULT_GRAPH_COALESCE
 from .offpath import OffPath
 from .router import Router
 from .support import DRAFT_WORKER, EAGLE_WORKER, RESULT_PROCESSOR, SCHEDULER, sglang_version
@@ -23,13 +24,14 @@ from .telemetry import TelemetrySender
 log = logging.getLogger("spec_controller.plugin")
 
 
-def coalesce_batches(raw: str) -> int:
-    """ENV_DRAFT_KV_COALESCE: off batches per draft-KV write; unset or anything but an integer 2 .. 64: 0 (off)."""
+def coalesce_batches(raw: str) -> int | None:
+    """ENV_DRAFT_KV_COALESCE: draft-KV writes per write (1: each its own); None where unset or not an integer
+    1 .. 64 (logged): the default (OffPath: the graphs coalesce, the eager writer does not)."""
     n = int(raw) if raw.strip().isdigit() else 0
-    if raw.strip() and not 2 <= n <= 64:
-        log.warning("spec-controller: %s=%r is not an integer 2 .. 64; the draft's KV is written per batch",
-                    ENV_DRAFT_KV_COALESCE, raw)
-    return n if 2 <= n <= 64 else 0
+    if raw.strip() and not 1 <= n <= 64:
+        log.warning("spec-controller: %s=%r is not an integer 1 .. 64; ignored (the default: %d writes per graph "
+                    "replay)", ENV_DRAFT_KV_COALESCE, raw, DEFAULT_GRAPH_COALESCE)
+    return n if 1 <= n <= 64 else None
 
 
 def state_output(output_cls: type, updated: bool) -> Any:
@@ -51,7 +53,7 @@ class Plugin:
                                 lean_prefill=env.get(ENV_LEAN_PREFILL, "1") != "0",
                                 draft_kv=env.get(ENV_DRAFT_KV, "1") != "0",   # the default: consistent, cheap
                                 draft_kv_graph=env.get(ENV_DRAFT_KV_GRAPH, "1") != "0",   # the default since 2026-12-02e
-                                draft_kv_coalesce=coalesce_batches(env.get(ENV_DRAFT_KV_COALESCE, "")),  # experimental
+                                draft_kv_coalesce=coalesce_batches(env.get(ENV_DRAFT_KV_COALESCE, "")),  # the default since 12-04b
                                 draft_kv_side=env.get(ENV_DRAFT_KV_SIDE, "1") != "0",   # the default since 2026-12-03i
                                 fast_grammar=env.get(offgrammar.ENV, "1") != "0",   # checked on a GPU
                                 lean_off=env.get(ENV_LEAN_OFF, "1") != "0",         # measured: offstubs.py
@@ -135,8 +137,9 @@ class Plugin:
         if ours.get(DRAFT_KV_SIDE_KEY) and getattr(self.off_path.kv_graph, "side_why", None):
             return f"{DRAFT_KV_SIDE_KEY}: not in this engine: {self.off_path.kv_graph.side_why}"
         if ours.get(DRAFT_KV_COALESCE_KEY) and built and not self.off_path.coalesces():
-            return (f"{DRAFT_KV_COALESCE_KEY}: this engine does not coalesce the draft's KV writes (start it with "
-                    f"{ENV_DRAFT_KV_COALESCE}=N, 2 .. 64; the engine log says if it is unsupported)")
+            return (f"{DRAFT_KV_COALESCE_KEY}: this engine does not coalesce the draft's KV writes (started with "
+                    f"{ENV_DRAFT_KV_COALESCE}=1, or without draft KV graphs: set it to 2 .. 64 there; the engine log "
+                    "says if it is unsupported)")
         if ours.get(ALLOC_LOOP_KEY) and not (self.alloc_loop.registered and self.alloc_loop.applies is not False):
             return (f"{ALLOC_LOOP_KEY}: not in this engine (SGLang 0.5.16-0.5.18's own function only, "
                     f"{allocloop.ENV} not 0; see its log)")

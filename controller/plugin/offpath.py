@@ -38,7 +38,7 @@ class OffPath:
 
     def __init__(self, router: Router, failures: Failures, enabled: bool = True, sync_draft: bool = False,
                  lean_prefill: bool = False, capture_hidden: bool = False, draft_kv: bool = False,
-                 draft_kv_graph: bool = False, fast_grammar: bool = False, draft_kv_coalesce: int = 0,
+                 draft_kv_graph: bool = False, fast_grammar: bool = False, draft_kv_coalesce: int | None = None,
                  lean_off: bool = False, draft_kv_side: bool = False):
         self.router, self.failures, self.enabled, self.fast_grammar = router, failures, enabled, fast_grammar
         self.sync_draft, self.lean_prefill, self.draft_kv, self.lean_off = sync_draft, lean_prefill, draft_kv, lean_off
@@ -48,7 +48,7 @@ class OffPath:
         self.want_kv_graph = draft_kv_graph                  # capture them at start (TP 1)
         self.use_kv_graph = draft_kv_graph                   # run-time switch, once captured
         self.kv_side = draft_kv_side                         # ... their replays on a side stream (run-time switch)
-        self.want_coalesce = draft_kv_coalesce               # > 1: the writes coalesced over that many batches
+        self.want_coalesce = draft_kv_coalesce   # writes per write; None: graphs DEFAULT_COALESCE, eager 1 (12-02)
         self.kv_coalesced: draftkv_coalesce.CoalescedKVWriter | None = None   # (experimental)
         self.use_coalesce = True                             # run-time switch, once built
         self.kv_writes = 0
@@ -160,7 +160,7 @@ class OffPath:
             self.failures.record("draft KV writer", e)
         if self.kv_writer is not None and self.want_kv_graph:       # coalesced there too where asked for
             self._capture_kv_graphs(worker)
-        if self.kv_writer is not None and self.want_coalesce > 1 and self.kv_graph is None:   # no graphs: eagerly
+        if self.kv_writer is not None and (self.want_coalesce or 1) > 1 and self.kv_graph is None:   # asked, no graphs
             self._build_coalesced(worker)
 
     def _build_coalesced(self, worker: Any) -> None:
@@ -175,7 +175,7 @@ class OffPath:
         try:
             self.kv_graph = draftkv_graph.for_engine(self.kv_writer, self.fast.graph_runner, self.tp_size, worker,
                                                      lambda: self.fast.names.draft_context.enter(worker.draft_worker),
-                                                     self.kv_side, self.want_coalesce)
+                                                     self.kv_side, self.want_coalesce)   # (None: the default)
         except Exception as e:
             self.failures.record("draft KV graphs", e)
 
