@@ -28,9 +28,10 @@ FAST="fast={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\":
 # from 223 on (both always and always1 accept 2 from there), so kv switches one token later than the others
 # (off_tokens, the driver's own key) to land its later steps on them (12-02: all 480 on the other parity)
 KV="kv={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"spec_controller_draft_kv_side\": false, \"off_tokens\": 129, $KEEP}"
-# with SPEC_CONTROLLER_DRAFT_KV_COALESCE=N the kv mode coalesces its writes; kvpb: the same per batch
+# the kv mode coalesces its graphed writes (8 a replay, the default since 12-04b; SPEC_CONTROLLER_DRAFT_KV_COALESCE=N
+# other counts, =1 none: then no kvpb); kvpb: the same per batch
 # (a mode's switches stay set for the modes after it: the lean kv mode sets the coalescing back on)
-KVPB=(); CO=""; [ -n "${SPEC_CONTROLLER_DRAFT_KV_COALESCE:-}" ] && CO='"spec_controller_draft_kv_coalesce": true, ' && KVPB=(--offon "kvpb={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"spec_controller_draft_kv_coalesce\": false, \"off_tokens\": 129, $KEEP}")
+KVPB=(); CO=""; [ "${SPEC_CONTROLLER_DRAFT_KV_COALESCE:-8}" != 1 ] && CO='"spec_controller_draft_kv_coalesce": true, ' && KVPB=(--offon "kvpb={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"spec_controller_draft_kv_coalesce\": false, \"off_tokens\": 129, $KEEP}")
 # SIDE=1: kvside, the kv mode with its graphs replayed on a side stream (draftkv_graph.SideStream, the default since
 # 12-03i; kv sets it off), after kv (and kvpb: coalesced again when kv is); it stays set, so the lean modes below
 # write from the side stream too
@@ -41,7 +42,7 @@ if start_server spec 30000 SPEC_PROPOSALS=/tmp/pp/spec SPEC_CONTROLLER_INITIAL_T
     SPEC_CONTROLLER_DRAFT_KV=1 SPEC_CONTROLLER_SYNC_DRAFT=1 -- "${SPECK[@]}" \
     --speculative-adaptive --speculative-adaptive-config $SC/adaptive.json --disable-radix-cache; then
   save_caches
-  say "draft steps $K, adaptive $(cat $SC/adaptive.json), kv writes coalesced over ${SPEC_CONTROLLER_DRAFT_KV_COALESCE:-1} batch(es)"
+  say "draft steps $K, adaptive $(cat $SC/adaptive.json), kv writes coalesced over ${SPEC_CONTROLLER_DRAFT_KV_COALESCE:-8} batch(es)"
   grep -E "spec-controller|spec_proposals|Traceback" $OUT/spec.log | head -6 | cut -c1-300 | tee -a "$SUM"
   [ "$(left)" -lt 120 ] && say "only $(left) s left: fewer prompts than asked"
   timeout $(($(left) > 60 ? $(left) - 25 : 35)) python3 bench/gpu/draft_consistency.py --port 30000 \

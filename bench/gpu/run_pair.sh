@@ -27,7 +27,7 @@
 #  lockstep groups, prompts on the crafted chain's short cycles (penalty_check.py; rows in logprob.jsonl); `greedy`:
 #  greedy equality while switching every 5 ms; `closedfast`: the closed loop again with the kv writes switched
 #  off at run time (label fast; `openfast`, `steadyfast` the same for those shapes); `closedpb`, `steadypb` (with
-#  COALESCE=N, the kv writes coalesced over N off batches: the same with them per batch, label perbatch); `closedkveager` (with KV_GRAPH=1, the default, the kv writes from CUDA graphs:
+#  the kv writes coalesced (the default since 12-04b; COALESCE=N other counts): the same per batch, label perbatch); `closedkveager` (with KV_GRAPH=1, the default, the kv writes from CUDA graphs:
 #  the same with them eager, label kveager); `closedab`: kv (label off) and fast in one rotation with the no-spec
 #  engine (the daemon's engine switched before each run; with KV_GRAPH=1, the default, kveager in it too; `openab`
 #  the same on the open loop; LEAN=1: the lean off step in that rotation instead, below); PIN_CPUS=1: each engine's process group and the load
@@ -44,7 +44,7 @@ RUNS=$((2 * ${REPEATS:-2}))          # runs per level or rate: REPEATS (2) of ea
 # KV_GRAPH (1, the plugin's default since 12-02e): the daemon's engine captures the kv writes as CUDA graphs
 # (draftkv_graph.py); KV_GRAPH=0 starts it with them eager (and closedab / closedkveager then have no graphs)
 KV_GRAPH=${KV_GRAPH:-1}; export SPEC_CONTROLLER_DRAFT_KV_GRAPH=$KV_GRAPH
-# COALESCE=N: the daemon's engine coalesces the kv writes over N off batches (experimental, draftkv_coalesce.py)
+# COALESCE=N: the daemon's engine coalesces the kv writes over N off batches (default 8 since 12-04b; 1: per batch)
 [ -n "${COALESCE:-}" ] && export SPEC_CONTROLLER_DRAFT_KV_COALESCE=$COALESCE
 # SIDE (1, the plugin's default since 12-03i): the daemon's engine replays the kv graphs on a side stream
 # (draftkv_graph.SideStream); SIDE=0 starts it with them in line
@@ -67,7 +67,7 @@ SIDE_YES="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_side\": true}"
 # ROTATION=pair: only the no-spec engine and the daemon's engine in its default state (kv graphs, lean step,
 # allocation loop; label off): twice the runs per mode in the same time, for longer windows (12-03f: 5 s windows of
 # 128 clients moved 12-39 % run to run). ROTATION=fast: the same plus that state without the kv writes (label fast).
-# ROTATION=coalesce (with COALESCE=N, since 12-04 the graphed writes gathered N batches a replay): the no-spec
+# ROTATION=coalesce (the graphed writes gathered 8 (COALESCE) batches a replay, the default since 12-04b): the no-spec
 # engine, the writes coalesced (label off) and the same per batch (label perbatch).
 # ROTATION=side: the no-spec engine, the default state (label off: the kv replays on the side stream) and the same
 # with them in line (label inline); the engine is left as it started afterwards (SIDE=0: in line). 12-03i's call 1
@@ -77,7 +77,7 @@ ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTOR
   if [ "${ROTATION:-}" = pair ]; then AB="nospec=30001;off=30000:$dflt"; NAB=2; AB_RESTORE=$dflt
   elif [ "${ROTATION:-}" = side ]; then
     AB="nospec=30001;off=30000:$SIDE_YES;inline=30000:$INLINE"; NAB=3; AB_RESTORE=$dflt
-  elif [ "${ROTATION:-}" = coalesce ]; then    # with COALESCE=N: the writes coalesced over N (off), per batch, no-spec
+  elif [ "${ROTATION:-}" = coalesce ]; then    # the writes coalesced (off), per batch, no-spec
     AB="nospec=30001;off=30000:{$KVG, $LEANALLOC, \"spec_controller_draft_kv_coalesce\": true}"
     AB="$AB;perbatch=30000:{$KVG, $LEANALLOC, \"spec_controller_draft_kv_coalesce\": false}"; NAB=3
     AB_RESTORE="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_coalesce\": true}"
@@ -178,10 +178,10 @@ if start_daemon; then
       load_as fast "$KV_OFF" "$KV_ON" $((RUNS * nrates * (OPEN_S + 8))) \
         --shape open --rates "$RATES" --seconds "$OPEN_S" --tokenizer $TOK ;;
     steadyfast) load_as fast "$KV_OFF" "$KV_ON" 40 --shape steady --levels 1,16,48,128 --steady-len 192 ;;
-    closedpb)   # with COALESCE=N: the same closed loop / steady decode with the kv writes per batch (label perbatch)
-      [ -n "${COALESCE:-}" ] || { say "skip closedpb (COALESCE not set: nothing to compare)"; continue; }
+    closedpb)   # the same closed loop / steady decode with the kv writes per batch (label perbatch)
+      [ "${COALESCE:-8}" != 1 ] || { say "skip closedpb (COALESCE=1: nothing to compare)"; continue; }
       closed_as perbatch "$PB_OFF" "$PB_ON" ;;
-    steadypb) [ -n "${COALESCE:-}" ] || { say "skip steadypb (COALESCE not set: nothing to compare)"; continue; }
+    steadypb) [ "${COALESCE:-8}" != 1 ] || { say "skip steadypb (COALESCE=1: nothing to compare)"; continue; }
       load_as perbatch "$PB_OFF" "$PB_ON" 40 --shape steady --levels 1,16,48,128 --steady-len 192 ;;
     closedkveager)  # with KV_GRAPH=1 (the kv writes from CUDA graphs): the same with them eager (label "kveager")
       closed_as kveager '{"spec_controller_draft_kv_graph": false}' '{"spec_controller_draft_kv_graph": true}' ;;
