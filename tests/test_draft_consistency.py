@@ -238,10 +238,12 @@ def succ(t: int) -> int:
 
 
 def engine(pp: Path, known=("speculative_disable_batch_threshold", "spec_controller_sync_draft",
-                            "spec_controller_draft_kv", "spec_controller_lean_prefill")) -> ThreadingHTTPServer:
+                            "spec_controller_draft_kv", "spec_controller_lean_prefill"),
+           refuse_churn: bool = False) -> ThreadingHTTPServer:
     """Greedy successor tokens; every batch speculates iff threshold >= 1; an on-step's first draft token is
     right iff the draft's KV LOOKBACK positions back was written; off steps write it only with sync_draft or
-    draft_kv. Verify rows as the recorder writes them, in pp.<port>.jsonl; a stream chunk per step."""
+    draft_kv. Verify rows as the recorder writes them, in pp.<port>.jsonl; a stream chunk per step.
+    refuse_churn: requests with rid churn-* get HTTP 400 (as a server refuses what does not fit its pool)."""
     state = {"speculative_disable_batch_threshold": 0}
     lock = threading.Lock()
 
@@ -266,6 +268,11 @@ def engine(pp: Path, known=("speculative_disable_batch_threshold", "spec_control
                     state.update(values)
                 return self.reply([{"updated": True}])
             assert body["stream"] and body["sampling_params"]["temperature"] == 0
+            if refuse_churn and body["rid"].startswith("churn-"):
+                self.send_response(400)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
@@ -305,9 +312,9 @@ def engine(pp: Path, known=("speculative_disable_batch_threshold", "spec_control
     return server
 
 
-def driver(port: int, pp: Path, out: Path, *offon: str) -> subprocess.CompletedProcess:
+def driver(port: int, pp: Path, out: Path, *offon: str, extra: tuple = ()) -> subprocess.CompletedProcess:
     args = ["--port", str(port), "--pp", str(pp / "pp"), "--maxbs", "8", "--prompts", "3", "--prompt-len", "20",
-            "--output-len", "80", "--off-tokens", "24", "--window", "16", "--out", str(out)]
+            "--output-len", "80", "--off-tokens", "24", "--window", "16", "--out", str(out), *extra]
     for spec in offon:
         args += ["--offon", spec]
     return subprocess.run([sys.executable, str(ROOT / "bench/gpu/draft_consistency.py"), *args],
@@ -358,3 +365,48 @@ def test_a_modes_own_off_tokens_must_be_a_positive_integer(bad):
     with pytest.raises(SystemExit, match="off_tokens must be an integer >= 1"):
         dc.parse_offon([f'kv={{"spec_controller_draft_kv": true, "off_tokens": {bad}}}'])
     assert dc.parse_offon(['kv={"off_tokens": 129}']) == [("kv", {"off_tokens": 129})]
+
+
+KV_MODE = 'kv={"spec_controller_sync_draft": false, "spec_controller_draft_kv": true, "off_tokens": 40}'
+
+
+def test_driver_runs_churn_beside_every_measured_request_and_leaves_it_out_of_the_analysis(tmp_path):
+    server = engine(tmp_path)
+    try:
+        res = driver(server.server_port, tmp_path, tmp_path / "c.json", KV_MODE,
+                     extra=("--churn", "2", "--churn-tokens", "2-4", "--churn-prompt-len", "5"))
+    finally:
+        server.shutdown()
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = json.loads((tmp_path / "c.json").read_text())
+    recorded = [json.loads(line) for line in (tmp_path / f"pp.{server.server_port}.jsonl").read_text().splitlines()]
+    churned = {r["rid"] for r in recorded if r["rid"].startswith("churn-")}
+    assert got["churn_requests"] >= 2 and churned                 # they ran, and speculated while the threshold was on
+    assert set(got["modes"]) == {"offon-kv"} and got["config"]["churn"] == 2
+    kv = got["modes"]["offon-kv"]
+    assert kv["window"]["match"] == 1.0 and kv["window"]["counterparts"] == kv["window"]["steps"]
+    assert all(g["mismatching"] == 0 for g in got["greedy"].values())
+    assert "churn: " in res.stdout and "requests finished beside" in res.stdout
+
+
+def test_driver_stops_with_one_error_line_when_a_churn_request_fails(tmp_path):
+    server = engine(tmp_path, refuse_churn=True)
+    try:
+        res = driver(server.server_port, tmp_path, tmp_path / "c.json", KV_MODE, extra=("--churn", "1"))
+    finally:
+        server.shutdown()
+    assert res.returncode == 2, res.stdout + res.stderr
+    errors = [line for line in res.stdout.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and "churn request failed" in errors[0] and "400" in errors[0]
+    assert not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("text, ok", [("2-12", (2, 12)), ("3-3", (3, 3)), ("0-4", None), ("5-2", None), ("7", None),
+                                      ("a-b", None)])
+def test_churn_lengths_are_a_span(text, ok):
+    import argparse
+    if ok is None:
+        with pytest.raises(argparse.ArgumentTypeError):
+            dc.span(text)
+    else:
+        assert dc.span(text) == ok

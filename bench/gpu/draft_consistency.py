@@ -30,14 +30,24 @@ window_after_first = (s, s + W), after = [s + W, end):
   accept vs ref_accept: mean accept length, and that of the always-on runs' (always, always1) verifies at
   the same positions.
 One CONSIST line per mode, a table, and --out JSON (per mode, per request, greedy equality of the outputs).
+
+--churn N: N more requests in flight beside the measured one the whole run (prompts of --churn-prompt-len tokens,
+outputs of --churn-tokens A-B, greedy; rids "churn-<n>", never analysed). Each one that finishes frees its KV slots;
+SGLang's allocator (0.5.17 mem_cache/allocator/token.py) hands freed slots out again only after every slot ahead
+of them in its free list, so on a pool barely larger than what runs (--max-total-tokens) a slot comes back to the
+measured request within a few batches, while the coalesced draft-KV writes still hold the finished request's row
+for it: the last-write-wins dedupe decides that request's draft KV there.
 """
 from __future__ import annotations
 
 import argparse
 import glob
+import itertools
 import json
+import random
 import re
 import sys
+import threading
 import time
 import urllib.request
 
@@ -47,6 +57,7 @@ THRESHOLD = "speculative_disable_batch_threshold"
 OFF_TOKENS = "off_tokens"     # in an --offon JSON: this mode's --off-tokens (not sent to the engine)
 REFERENCE, SHIFTED = "always", "always1"
 RANGES = ("first", "window", "window_after_first", "after")
+CHURN = "churn"               # the rids' mode of the requests run beside (--churn): not analysed
 
 
 # --- the server ---------------------------------------------------------------------------------
@@ -96,6 +107,47 @@ def stream(port: int, rid: str, ids: list[int], new_tokens: int, switch_after: i
             "accept_length": meta.get("spec_accept_length")}
 
 
+class ChurnFailed(RuntimeError):
+    pass
+
+
+class Churn:
+    """n short greedy requests kept in flight (one thread each) while the block runs; the first error stops them
+    and is raised on leaving the block (ChurnFailed)."""
+
+    def __init__(self, port: int, n: int, tokens: tuple[int, int], prompt_len: int, vocab: int, seed: int,
+                 tag: str = ""):
+        self.port, self.n, self.tokens, self.prompt_len, self.vocab, self.seed, self.tag = (
+            port, n, tokens, prompt_len, vocab, seed, tag)
+        self.stop, self.errors, self.done = threading.Event(), [], 0
+        self.ids = itertools.count()
+        self.threads: list[threading.Thread] = []
+
+    def __enter__(self) -> "Churn":
+        self.threads = [threading.Thread(target=self._loop, args=(k,), daemon=True) for k in range(self.n)]
+        for t in self.threads:
+            t.start()
+        return self
+
+    def _loop(self, k: int) -> None:
+        rnd = random.Random(self.seed * 1000 + k)
+        while not self.stop.is_set():
+            ids = [rnd.randrange(3, self.vocab) for _ in range(self.prompt_len)]
+            try:
+                stream(self.port, f"{self.tag}{CHURN}-{next(self.ids)}", ids, rnd.randint(*self.tokens))
+                self.done += 1
+            except Exception as e:      # (an HTTP error, a server that refused it): stops every churn thread
+                self.errors.append(f"{type(e).__name__}: {e}")
+                self.stop.set()
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=300)
+        if self.errors and exc[0] is None:
+            raise ChurnFailed(f"churn request failed: {self.errors[0][:300]}")
+
+
 def run(args, offon: list[tuple[str, dict]]) -> dict:
     """Every prompt through every mode; {mode: [output ids per prompt]}, {rid: switched_at}."""
     batch = prompts(args.prompts, args.prompt_len, args.vocab, args.seed)
@@ -107,6 +159,15 @@ def run(args, offon: list[tuple[str, dict]]) -> dict:
     switched: dict[str, int | None] = {}
     t0 = time.time()
     on = {THRESHOLD: args.maxbs}
+    churn = Churn(args.port, args.churn, args.churn_tokens, args.churn_prompt_len, args.vocab, args.seed, args.tag)
+    with churn:
+        _measure(args, offon, batch, outputs, switched, on, t0)
+    return {"outputs": outputs, "switched_at": switched, "wall_s": round(time.time() - t0, 2),
+            "churn_requests": churn.done}
+
+
+def _measure(args, offon: list[tuple[str, dict]], batch: list, outputs: dict, switched: dict, on: dict,
+             t0: float) -> None:
     for i, ids in enumerate(batch):
         if args.deadline_s and time.time() - t0 > args.deadline_s:
             print(f"deadline: stopped after {i} of {len(batch)} prompts", flush=True)
@@ -128,7 +189,6 @@ def run(args, offon: list[tuple[str, dict]]) -> dict:
             outputs[mode].append(got["output_ids"])
             switched[f"{mode}-{i}"] = got["switched_at"]
         print(f"prompt {i} done ({time.time() - t0:.1f} s)", flush=True)
-    return {"outputs": outputs, "switched_at": switched, "wall_s": round(time.time() - t0, 2)}
 
 
 # --- the analysis (pure) ------------------------------------------------------------------------
@@ -207,7 +267,7 @@ def analyse(rows: list[dict], window: int = 96, prompt_len: int | None = None) -
     shifted = {i: positions(r) for (m, i), r in req.items() if m == SHIFTED}
     modes: dict[str, dict] = {}
     for (mode, i), rr in sorted(req.items()):
-        if mode in (REFERENCE, SHIFTED):
+        if mode in (REFERENCE, SHIFTED, CHURN):
             continue
         steps = on_steps(rr)
         entry = modes.setdefault(mode, {"mode": mode, "requests": [], "no_switch": 0})
@@ -302,6 +362,14 @@ def table(result: dict, eq: dict | None = None) -> str:
     return "\n".join(lines)
 
 
+def span(text: str) -> tuple[int, int]:
+    """'A-B' (1 <= A <= B) for argparse."""
+    a, sep, b = text.partition("-")
+    if not (sep and a.isdigit() and b.isdigit() and 1 <= int(a) <= int(b)):
+        raise argparse.ArgumentTypeError(f"expected A-B with 1 <= A <= B, got {text!r}")
+    return int(a), int(b)
+
+
 def parse_offon(specs: list[str]) -> list[tuple[str, dict]]:
     out = []
     for spec in specs:
@@ -336,13 +404,16 @@ def main() -> None:
     ap.add_argument("--analyse-only", action="store_true", help="no requests: the rows already recorded")
     ap.add_argument("--out", required=True)
     ap.add_argument("--tag", default="", help="a prefix for this run's rids: several runs share one recorder file")
+    ap.add_argument("--churn", type=int, default=0, help="requests kept in flight beside the measured one")
+    ap.add_argument("--churn-tokens", type=span, default=(2, 12), metavar="A-B", help="their output lengths")
+    ap.add_argument("--churn-prompt-len", type=int, default=16)
     args = ap.parse_args()
     offon = parse_offon(args.offon)
     ran = None
     if not args.analyse_only:
         try:
             ran = run(args, offon)
-        except NotUpdated as e:
+        except (NotUpdated, ChurnFailed) as e:
             print(f"ERROR {e}", flush=True)
             raise SystemExit(2)
         time.sleep(0.5)                      # the last verify's row is written before its tokens are sent
@@ -361,11 +432,14 @@ def main() -> None:
                                    "greedy": eq.get(SHIFTED) if eq else None}), flush=True)
     print(table(result, eq), flush=True)
     config = {k: getattr(args, k) for k in ("maxbs", "prompts", "prompt_len", "output_len", "off_tokens", "window",
-                                            "seed", "no_shift")}
+                                            "seed", "no_shift", "churn", "churn_tokens", "churn_prompt_len")}
+    if ran and args.churn:
+        print(f"churn: {ran['churn_requests']} requests finished beside the measured ones", flush=True)
     with open(args.out, "w") as f:
         json.dump({"config": config, "offon": dict(offon), **result, "greedy": eq,
                    "switched_at_tokens": ran["switched_at"] if ran else None,
-                   "wall_s": ran["wall_s"] if ran else None}, f, indent=1)
+                   "wall_s": ran["wall_s"] if ran else None,
+                   "churn_requests": ran["churn_requests"] if ran else None}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -36,21 +36,28 @@ KVPB=(); CO=""; [ "${SPEC_CONTROLLER_DRAFT_KV_COALESCE:-8}" != 1 ] && CO='"spec_
 # 12-03i; kv sets it off), after kv (and kvpb: coalesced again when kv is); it stays set, so the lean modes below
 # write from the side stream too
 KVSIDE=(); [ "${SIDE:-0}" = 1 ] && KVSIDE=(--offon "kvside={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"spec_controller_draft_kv_side\": true, $CO\"off_tokens\": 129, $KEEP}")
+# CHURN=N (with POOL=T): N short requests in flight beside every measured one, on an engine whose KV pool holds T
+# tokens (--max-total-tokens): slots freed by the finished ones come back within a few batches, while the coalesced
+# writes still hold their rows (the dedupe; draft_consistency.py --churn). ~T = 520 for CHURN=4 (the measured
+# request's 480 tokens fit; while off ~400 are in use, so the free list turns over in ~7 batches): an estimate,
+# not yet run on a GPU.
+CHURNED=(); [ "${CHURN:-0}" -gt 0 ] && CHURNED=(--churn "$CHURN")
+POOLED=(); [ -n "${POOL:-}" ] && POOLED=(--max-total-tokens "$POOL")
 SYNCED="synced={\"spec_controller_sync_draft\": true, \"spec_controller_draft_kv\": false, $KEEP}"
 
 if start_server spec 30000 SPEC_PROPOSALS=/tmp/pp/spec SPEC_CONTROLLER_INITIAL_THRESHOLD=0 \
     SPEC_CONTROLLER_DRAFT_KV=1 SPEC_CONTROLLER_SYNC_DRAFT=1 -- "${SPECK[@]}" \
-    --speculative-adaptive --speculative-adaptive-config $SC/adaptive.json --disable-radix-cache; then
+    --speculative-adaptive --speculative-adaptive-config $SC/adaptive.json --disable-radix-cache "${POOLED[@]}"; then
   save_caches
-  say "draft steps $K, adaptive $(cat $SC/adaptive.json), kv writes coalesced over ${SPEC_CONTROLLER_DRAFT_KV_COALESCE:-8} batch(es)"
+  say "draft steps $K, adaptive $(cat $SC/adaptive.json), kv writes coalesced over ${SPEC_CONTROLLER_DRAFT_KV_COALESCE:-8} batch(es), churn ${CHURN:-0}, pool ${POOL:-default}"
   grep -E "spec-controller|spec_proposals|Traceback" $OUT/spec.log | head -6 | cut -c1-300 | tee -a "$SUM"
   [ "$(left)" -lt 120 ] && say "only $(left) s left: fewer prompts than asked"
   timeout $(($(left) > 60 ? $(left) - 25 : 35)) python3 bench/gpu/draft_consistency.py --port 30000 \
-    --pp /tmp/pp/spec --maxbs $MAXBS --prompts "${PROMPTS:-10}" --prompt-len 160 --output-len 320 --off-tokens 128 --window 96 \
+    --pp /tmp/pp/spec --maxbs $MAXBS --prompts "${PROMPTS:-10}" --prompt-len 160 --output-len 320 --off-tokens 128 --window 96 "${CHURNED[@]}" \
     --offon "$FAST" --offon "$KV" "${KVPB[@]}" "${KVSIDE[@]}" --offon "$SYNCED" --deadline-s $(($(left) > 100 ? $(left) - 70 : 30)) \
     --out $OUT/consistency.json >$OUT/consistency.log 2>&1
   say "draft_consistency exit code $?"
-  grep -E "^(CONSIST|ERROR|deadline)|Traceback|Error" $OUT/consistency.log | cut -c1-2500 | tee -a "$SUM"
+  grep -E "^(CONSIST|ERROR|deadline|churn)|Traceback|Error" $OUT/consistency.log | cut -c1-2500 | tee -a "$SUM"
   sed -n '/^mode /,$p' $OUT/consistency.log | tee -a "$SUM"
   # lean prefill (the default): the prompt's draft KV is skipped while nothing speculates; with draft_kv the
   # plugin writes it instead. Speculation resumes after 24 tokens, so the first on-steps look back into
@@ -59,11 +66,11 @@ if start_server spec 30000 SPEC_PROPOSALS=/tmp/pp/spec SPEC_CONTROLLER_INITIAL_T
   if [ "$(left)" -gt 110 ]; then
     timeout $(($(left) - 20)) python3 bench/gpu/draft_consistency.py --port 30000 \
       --pp /tmp/pp/spec --maxbs $MAXBS --prompts "${LEAN_PROMPTS:-6}" --prompt-len 160 --output-len 200 --off-tokens 24 \
-      --window 64 --tag lean: --seed 12 --offon "kvlean={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, $CO$LEAN}" \
+      --window 64 --tag lean: --seed 12 "${CHURNED[@]}" --offon "kvlean={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, $CO$LEAN}" \
       --offon "fastlean={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": false, $LEAN}" \
       --deadline-s $(($(left) - 45)) --out $OUT/consistency-lean.json >$OUT/consistency-lean.log 2>&1
     say "draft_consistency (lean prefill) exit code $?"
-    grep -E "^(CONSIST|ERROR|deadline)|Traceback|Error" $OUT/consistency-lean.log | cut -c1-2500 | tee -a "$SUM"
+    grep -E "^(CONSIST|ERROR|deadline|churn)|Traceback|Error" $OUT/consistency-lean.log | cut -c1-2500 | tee -a "$SUM"
     sed -n '/^mode /,$p' $OUT/consistency-lean.log | tee -a "$SUM"
   fi
   say "recorder: $(cat /tmp/pp/spec.*.jsonl 2>/dev/null | wc -l) rows in $(ls /tmp/pp | wc -l) file(s)"
