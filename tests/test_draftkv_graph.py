@@ -131,12 +131,16 @@ def test_no_graphs_at_tp_above_1_or_without_decode_graphs(monkeypatch):
 
 
 COALESCE8, NO_GRAPHS = {contract.ENV_DRAFT_KV_COALESCE: "8"}, {contract.ENV_DRAFT_KV_GRAPH: "0"}
+PER_WRITE = {contract.ENV_DRAFT_KV_COALESCE: "1"}
 
 
 @pytest.mark.parametrize("env, captured, built", [({}, True, ["graphs"]), (COALESCE8, True, ["graphs"]),
                                                   (COALESCE8, False, ["graphs", "coalesced"]),
                                                   ({**COALESCE8, **NO_GRAPHS}, False, ["coalesced"]),
-                                                  (NO_GRAPHS, False, [])])
+                                                  (NO_GRAPHS, False, []),
+                                                  ({}, False, ["graphs"]),     # none captured (TP > 1): eager, per write
+                                                  (PER_WRITE, True, ["graphs"]), (PER_WRITE, False, ["graphs"]),
+                                                  ({**PER_WRITE, **NO_GRAPHS}, False, [])])   # "1": never the eager one
 def test_the_default_engine_captures_graphs_and_coalesces_eagerly_only_without_them(monkeypatch, env, captured, built):
     from controller.plugin import draftkv
     from controller.plugin.offpath import OffPath
@@ -463,6 +467,22 @@ def test_the_coalescing_switch_reaches_the_graphs_and_is_refused_where_nothing_c
 
 
 HICACHE = dict(enable_hierarchical_cache=True)
+
+
+@pytest.mark.parametrize("env, args, tp, says", [
+    (PER_WRITE, {}, 1, "COALESCE unset (the graphs: 8 writes a replay) or 2 .. 64"),   # started with "1"
+    ({}, HICACHE, 1, "not in this engine: the hierarchical cache"),   # not warned at start (not asked): the reason here
+    ({}, {}, 2, "not in this engine: TP > 1")])                      # no graphs at TP > 1, and no eager coalescing
+def test_the_refused_coalescing_switch_says_what_to_do(monkeypatch, env, args, tp, says):
+    monkeypatch.setattr(draftkv_graph, "capture", lambda *a: sided()[0])
+    plug = Plugin(env)
+    off = plug.off_path
+    off.kv_writer, off.tp_size, off.draft_kv = "eager", tp, True
+    off.fast = type("F", (), {"graph_runner": type("G", (), {"capture_bs": [1, 2]})()})()
+    plug.router.checked, plug.router.k = True, 3
+    off._capture_kv_graphs(SimpleNamespace(server_args=SimpleNamespace(**args)))
+    assert says in plug.validate_own_keys({contract.DRAFT_KV_COALESCE_KEY: True})
+    assert plug.validate_own_keys({contract.DRAFT_KV_COALESCE_KEY: False}) is None
 
 
 @pytest.mark.parametrize("env, args, batches, warned", [

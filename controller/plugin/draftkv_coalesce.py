@@ -1,8 +1,9 @@
 """The kv off path's EAGER draft-KV writes coalesced over several off decode batches. EXPERIMENTAL, off by default:
 used when the engine starts with SPEC_CONTROLLER_DRAFT_KV_COALESCE=N (N batches a write) and has no draft-KV graphs
 (SPEC_CONTROLLER_DRAFT_KV_GRAPH=0, no decode CUDA graphs); with graphs (the default) the graphed writer coalesces in
-its static inputs instead (draftkv_graph.GraphedKVWriter.batches). On the H200 in 12-02 this eager form kept the
-draft consistent and was not faster than per-batch eager writes.
+its static inputs instead (draftkv_graph.GraphedKVWriter.batches: DEFAULT_COALESCE writes a replay unless started
+otherwise, since 12-04b). On the H200 in 12-02 this eager form kept the draft consistent and was not faster than
+per-batch eager writes.
 
 Runs inside SGLang's scheduler process, on every off batch: keep it lean. Why: at small batches the
 per-batch write (draftkv.DraftKVWriter.write) is bound by reading the draft's fc and qkv weights (~200 MB for

@@ -27,7 +27,7 @@ log = logging.getLogger("spec_controller.plugin")
 def coalesce_batches(raw: str) -> int | None:
     """ENV_DRAFT_KV_COALESCE: draft-KV writes per write (1: each its own); None where unset or not an integer
     1 .. 64 (logged): the default (OffPath: the graphs coalesce, the eager writer does not)."""
-    n = int(raw) if raw.strip().isdigit() else 0
+    n = int(raw) if raw.strip().isdecimal() else 0      # (isdigit() takes "²", which int() refuses)
     if raw.strip() and not 1 <= n <= 64:
         log.warning("spec-controller: %s=%r is not an integer 1 .. 64; ignored (the default: %d writes per graph "
                     "replay)", ENV_DRAFT_KV_COALESCE, raw, DEFAULT_GRAPH_COALESCE)
@@ -137,9 +137,12 @@ class Plugin:
         if ours.get(DRAFT_KV_SIDE_KEY) and getattr(self.off_path.kv_graph, "side_why", None):
             return f"{DRAFT_KV_SIDE_KEY}: not in this engine: {self.off_path.kv_graph.side_why}"
         if ours.get(DRAFT_KV_COALESCE_KEY) and built and not self.off_path.coalesces():
+            if (why := self.off_path.coalesce_why()) is not None:   # (not logged at start unless asked for)
+                return f"{DRAFT_KV_COALESCE_KEY}: not in this engine: {why}"
             return (f"{DRAFT_KV_COALESCE_KEY}: this engine does not coalesce the draft's KV writes (started with "
-                    f"{ENV_DRAFT_KV_COALESCE}=1, or without draft KV graphs: set it to 2 .. 64 there; the engine log "
-                    "says if it is unsupported)")
+                    f"{ENV_DRAFT_KV_COALESCE}=1, or without draft KV graphs: restart it with {ENV_DRAFT_KV_COALESCE} "
+                    f"unset (the graphs: {DEFAULT_GRAPH_COALESCE} writes a replay) or 2 .. 64; the engine log says if "
+                    "it is unsupported)")
         if ours.get(ALLOC_LOOP_KEY) and not (self.alloc_loop.registered and self.alloc_loop.applies is not False):
             return (f"{ALLOC_LOOP_KEY}: not in this engine (SGLang 0.5.16-0.5.18's own function only, "
                     f"{allocloop.ENV} not 0; see its log)")

@@ -44,12 +44,12 @@ class OffPath:
         self.sync_draft, self.lean_prefill, self.draft_kv, self.lean_off = sync_draft, lean_prefill, draft_kv, lean_off
         self.capture_hidden = capture_hidden or sync_draft or draft_kv   # graphs that can feed the draft
         self.kv_writer: draftkv.DraftKVWriter | None = None   # built with the fast path, where supported
-        self.kv_graph: draftkv_graph.GraphedKVWriter | None = None   # its decode writes as graphs (experimental)
+        self.kv_graph: draftkv_graph.GraphedKVWriter | None = None   # its writes as graphs (the default, TP 1)
         self.want_kv_graph = draft_kv_graph                  # capture them at start (TP 1)
         self.use_kv_graph = draft_kv_graph                   # run-time switch, once captured
         self.kv_side = draft_kv_side                         # ... their replays on a side stream (run-time switch)
         self.want_coalesce = draft_kv_coalesce   # writes per write; None: graphs DEFAULT_COALESCE, eager 1 (12-02)
-        self.kv_coalesced: draftkv_coalesce.CoalescedKVWriter | None = None   # (experimental)
+        self.kv_coalesced: draftkv_coalesce.CoalescedKVWriter | None = None   # eager, coalesced: only where asked
         self.use_coalesce = True                             # run-time switch, once built
         self.kv_writes = 0
         self.prefill_kv_ns = 0                               # CPU of the prompt writes (write_prefill) ...
@@ -92,6 +92,12 @@ class OffPath:
     def coalesces(self) -> bool:
         """Was this engine started with its draft-KV writes coalesced (graphed or eager)?"""
         return self.kv_coalesced is not None or getattr(self.kv_graph, "coalesce_batches", 1) > 1
+
+    def coalesce_why(self) -> str | None:
+        """Why this engine's draft-KV writes stay one a write whatever it is started with (outside readers of the
+        draft's pool, as the graphs found them; TP > 1), or None."""
+        return (getattr(self.kv_graph, "side_why", None)
+                or draftkv_coalesce.unsupported_reason(None, self.tp_size))
 
     def _flush_kv(self, draft_worker: Any, keep: Any = None) -> None:
         """The writes still buffered (coalesced) or running beside (the graphs' side stream), except `keep`'s (the
