@@ -120,7 +120,7 @@ def test_the_buffer_holds_n_batches_of_the_largest_batch_within_its_limit():
     assert draftkv_coalesce.capacity(2, 0) == 2
 
 
-@pytest.mark.parametrize("raw, n", [("", None), ("8", 8), ("2", 2), ("64", 64), ("1", 1), ("0", None),
+@pytest.mark.parametrize("raw, n", [("", None), ("8", 8), ("2", 2), ("64", 64), ("1", 1), ("0", 1),
                                     ("65", None), ("x", None), (" 4 ", 4), ("\u00b2", None)])   # (isdigit: "²")
 def test_the_environment_names_the_batches_per_write_or_leaves_the_default(raw, n):
     assert coalesce_batches(raw) == n

@@ -25,13 +25,13 @@ log = logging.getLogger("spec_controller.plugin")
 
 
 def coalesce_batches(raw: str) -> int | None:
-    """ENV_DRAFT_KV_COALESCE: draft-KV writes per write (1: each its own); None where unset or not an integer
-    1 .. 64 (logged): the default (OffPath: the graphs coalesce, the eager writer does not)."""
-    n = int(raw) if raw.strip().isdecimal() else 0      # (isdigit() takes "²", which int() refuses)
-    if raw.strip() and not 1 <= n <= 64:
-        log.warning("spec-controller: %s=%r is not an integer 1 .. 64; ignored (the default: %d writes per graph "
-                    "replay)", ENV_DRAFT_KV_COALESCE, raw, DEFAULT_GRAPH_COALESCE)
-    return n if 1 <= n <= 64 else None
+    """ENV_DRAFT_KV_COALESCE: draft-KV writes per write (1, or 0 as every other switch's "off": each its own); None
+    where unset or not an integer 0 .. 64 (logged): the default (OffPath: the graphs coalesce, the eager writer not)."""
+    n = int(raw) if raw.strip().isdecimal() else -1     # (isdigit() takes "²", which int() refuses)
+    if raw.strip() and not 0 <= n <= 64:
+        log.warning("spec-controller: %s=%r is not an integer 0 .. 64; ignored (the default: %d writes per graph "
+                    "replay where the writes are graphed)", ENV_DRAFT_KV_COALESCE, raw, DEFAULT_GRAPH_COALESCE)
+    return max(n, 1) if 0 <= n <= 64 else None
 
 
 def state_output(output_cls: type, updated: bool) -> Any:
