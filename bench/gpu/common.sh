@@ -24,6 +24,12 @@ export TVM_FFI_CACHE_DIR=/tmp/jitcache TRITON_CACHE_DIR=/tmp/tritoncache
 SUM=$OUT/summary.txt; : >"$SUM"
 R=$OUT/results.jsonl                # every script's measurements, one JSON line each
 say() { echo "[t+$(($(date +%s) - T0))s] $*" | tee -a "$SUM"; }
+kv_coalesced() { # do the engines started from here coalesce their draft-KV writes? The plugin's rule
+  # (instance.coalesce_batches): with graphs unless SPEC_CONTROLLER_DRAFT_KV_COALESCE is 0 / 1, eager only at >= 2
+  local n=${SPEC_CONTROLLER_DRAFT_KV_COALESCE:-}
+  if [ "${SPEC_CONTROLLER_DRAFT_KV_GRAPH:-1}" != 0 ]; then [ "${n:-8}" != 0 ] && [ "${n:-8}" != 1 ]
+  else [ -n "$n" ] && [ "$n" -ge 2 ] 2>/dev/null; fi
+}
 
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

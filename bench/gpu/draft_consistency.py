@@ -119,7 +119,7 @@ class Churn:
                  tag: str = ""):
         self.port, self.n, self.tokens, self.prompt_len, self.vocab, self.seed, self.tag = (
             port, n, tokens, prompt_len, vocab, seed, tag)
-        self.stop, self.errors, self.done = threading.Event(), [], 0
+        self.stop, self.errors, self.lock, self.done = threading.Event(), [], threading.Lock(), 0
         self.ids = itertools.count()
         self.threads: list[threading.Thread] = []
 
@@ -135,7 +135,8 @@ class Churn:
             ids = [rnd.randrange(3, self.vocab) for _ in range(self.prompt_len)]
             try:
                 stream(self.port, f"{self.tag}{CHURN}-{next(self.ids)}", ids, rnd.randint(*self.tokens))
-                self.done += 1
+                with self.lock:         # (+= on a shared int is not atomic across threads)
+                    self.done += 1
             except Exception as e:      # (an HTTP error, a server that refused it): stops every churn thread
                 self.errors.append(f"{type(e).__name__}: {e}")
                 self.stop.set()

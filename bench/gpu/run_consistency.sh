@@ -31,7 +31,7 @@ KV="kv={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": tru
 # the kv mode coalesces its graphed writes (8 a replay, the default since 12-04b; SPEC_CONTROLLER_DRAFT_KV_COALESCE=N
 # other counts, =0 or 1 none: then no kvpb); kvpb: the same per batch
 # (a mode's switches stay set for the modes after it: the lean kv mode sets the coalescing back on)
-KVPB=(); CO=""; case "${SPEC_CONTROLLER_DRAFT_KV_COALESCE:-8}" in 0|1) ;; *) CO='"spec_controller_draft_kv_coalesce": true, ' && KVPB=(--offon "kvpb={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"spec_controller_draft_kv_coalesce\": false, \"off_tokens\": 129, $KEEP}") ;; esac
+KVPB=(); CO=""; kv_coalesced && CO='"spec_controller_draft_kv_coalesce": true, ' && KVPB=(--offon "kvpb={\"spec_controller_sync_draft\": false, \"spec_controller_draft_kv\": true, \"spec_controller_draft_kv_coalesce\": false, \"off_tokens\": 129, $KEEP}")
 # SIDE=1: kvside, the kv mode with its graphs replayed on a side stream (draftkv_graph.SideStream, the default since
 # 12-03i; kv sets it off), after kv (and kvpb: coalesced again when kv is); it stays set, so the lean modes below
 # write from the side stream too

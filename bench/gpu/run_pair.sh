@@ -72,10 +72,6 @@ SIDE_YES="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_side\": true}"
 # ROTATION=side: the no-spec engine, the default state (label off: the kv replays on the side stream) and the same
 # with them in line (label inline); the engine is left as it started afterwards (SIDE=0: in line). 12-03i's call 1
 # ran it before side became the default: its labels were off (in line) and side.
-coalesces() { # does the daemon's engine coalesce its kv writes? graphed: unless COALESCE is 0 / 1; eager: COALESCE >= 2
-  local n=${COALESCE:-}
-  if [ "$KV_GRAPH" = 1 ]; then [ "${n:-8}" != 0 ] && [ "${n:-8}" != 1 ]; else [ -n "$n" ] && [ "$n" -ge 2 ] 2>/dev/null; fi
-}
 ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTORE (the daemon's engine's state after)
   local dflt=$SIDE_YES; [ "$SIDE" = 1 ] || dflt=$INLINE
   if [ "${ROTATION:-}" = pair ]; then AB="nospec=30001;off=30000:$dflt"; NAB=2; AB_RESTORE=$dflt
@@ -183,9 +179,9 @@ if start_daemon; then
         --shape open --rates "$RATES" --seconds "$OPEN_S" --tokenizer $TOK ;;
     steadyfast) load_as fast "$KV_OFF" "$KV_ON" 40 --shape steady --levels 1,16,48,128 --steady-len 192 ;;
     closedpb)   # the same closed loop / steady decode with the kv writes per batch (label perbatch)
-      coalesces || { say "skip closedpb (the writes are not coalesced: nothing to compare)"; continue; }
+      kv_coalesced || { say "skip closedpb (the writes are not coalesced: nothing to compare)"; continue; }
       closed_as perbatch "$PB_OFF" "$PB_ON" ;;
-    steadypb) coalesces || { say "skip steadypb (the writes are not coalesced: nothing to compare)"; continue; }
+    steadypb) kv_coalesced || { say "skip steadypb (the writes are not coalesced: nothing to compare)"; continue; }
       load_as perbatch "$PB_OFF" "$PB_ON" 40 --shape steady --levels 1,16,48,128 --steady-len 192 ;;
     closedkveager)  # with KV_GRAPH=1 (the kv writes from CUDA graphs): the same with them eager (label "kveager")
       closed_as kveager '{"spec_controller_draft_kv_graph": false}' '{"spec_controller_draft_kv_graph": true}' ;;

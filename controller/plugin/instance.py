@@ -14,8 +14,8 @@ from ..contract import (ALLOC_LOOP_KEY, BOOL_KEYS, DRAFT_KV_COALESCE_KEY, DRAFT_
                         FAST_OFF_KEY, LEAN_OFF_KEY, LEAN_PREFILL_KEY, OWN_KEYS, REASON_INACTIVE, SIM_ACC_KEY,
                         SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version, validate_threshold)
 from . import allocloop, offgrammar, warmsizes
-from .failures import Failures
 from .draftkv_graph import DEFAULT_COALESCE as DEFAULT_GRAPH_COALESCE
+from .failures import Failures
 from .offpath import OffPath
 from .router import Router
 from .support import DRAFT_WORKER, EAGLE_WORKER, RESULT_PROCESSOR, SCHEDULER, sglang_version
