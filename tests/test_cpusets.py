@@ -42,3 +42,26 @@ def test_more_sets_than_cores_is_refused(tmp_path):
     root = sysfs(tmp_path, "0-1", {0: "0-1", 1: "0-1"})
     with pytest.raises(ValueError, match="1 physical cores cannot make 3"):
         cpusets.split(cpusets.physical_cores(root, {0, 1}), 3)
+
+
+def test_rotated_sets_give_each_engine_each_core_set_in_turn():
+    groups = [("nospec", 11, [0, 1, 2]), ("daemon", 22, [3, 4])]
+    assert cpusets.rotated(groups, 0) == groups
+    assert cpusets.rotated(groups, 1) == [("nospec", 11, [3, 4]), ("daemon", 22, [0, 1, 2])]
+    assert cpusets.rotated(groups, 2) == groups
+    three = [("a", 1, [0]), ("b", 2, [1]), ("c", 3, [2])]
+    seen = {label: {tuple(c) for r in range(3) for lab, _, c in cpusets.rotated(three, r) if lab == label}
+            for label in "abc"}
+    assert seen == {label: {(0,), (1,), (2,)} for label in "abc"}
+
+
+@pytest.mark.parametrize("bad", ["nospec=12", "nospec=x:0-3", "=12:0", "nospec=12:"])
+def test_a_pin_rotation_that_is_not_label_pgid_cpus_is_refused(bad):
+    with pytest.raises(ValueError, match="is not label=PGID:CPULIST"):
+        cpusets.parse_rotation(f"daemon=5:4-7;{bad}")
+
+
+def test_pin_rotation_parses_kernel_cpu_lists():
+    assert cpusets.parse_rotation(" nospec=12:0-2,5;daemon=34:3 ") == [("nospec", 12, [0, 1, 2, 5]),
+                                                                      ("daemon", 34, [3])]
+    assert cpusets.parse_rotation(None) == [] == cpusets.parse_rotation("")

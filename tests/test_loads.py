@@ -11,6 +11,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -203,3 +205,51 @@ def test_steady_runs_say_how_far_apart_their_requests_ended(tmp_path):
     finally:
         server.shutdown()
     assert 250 <= row["end_spread_ms"] <= row["wall_ms"] - 150 and row["wall_ms"] >= 500   # ends apart, not the wall
+
+
+def sleeper_group() -> subprocess.Popen:
+    """A process in its own session (its own group) with a second thread, as an engine's scheduler has."""
+    return subprocess.Popen([sys.executable, "-c", "import threading, time\n"
+                             "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+                             "print('up', flush=True)\ntime.sleep(60)"],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def test_pin_rotation_swaps_the_engines_core_sets_every_repeat_for_all_their_threads(tmp_path):
+    import os
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    seen: list = []
+    a, b = engine(seen), engine(seen)
+    ga, gb = sleeper_group(), sleeper_group()
+    try:
+        assert ga.stdout.readline().strip() == "up" and gb.stdout.readline().strip() == "up"
+        rows = run_loads("--shape", "steady", "--levels", "2", "--steady-len", "3", "--repeats", "2",
+                         "--engines", f"nospec={a.server_port},off={b.server_port}",
+                         "--pin-rotate", f"nospec={ga.pid}:{cpus[0]};off={gb.pid}:{cpus[1]}", out=tmp_path / "r.jsonl")
+        after = {name: {frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{p.pid}/task")}
+                 for name, p in (("a", ga), ("b", gb))}
+    finally:
+        a.shutdown(), b.shutdown()
+        for p in (ga, gb):
+            p.kill()
+            p.wait()
+    one, two = str(cpus[0]), str(cpus[1])
+    assert [(r["label"], r["repeat"], r["cpus"]) for r in rows] == [
+        ("nospec", 0, {"nospec": one, "off": two}), ("off", 0, {"nospec": one, "off": two}),
+        ("off", 1, {"nospec": two, "off": one}), ("nospec", 1, {"nospec": two, "off": one})]
+    # the last repeat's pins hold for every thread of each group
+    assert after == {"a": {frozenset({cpus[1]})}, "b": {frozenset({cpus[0]})}}
+
+
+def test_a_bad_pin_rotation_is_refused_before_any_request(tmp_path):
+    seen: list = []
+    a = engine(seen)
+    try:
+        bad = subprocess.run([sys.executable, str(ROOT / "bench/gpu/loads.py"), "--shape", "steady", "--port",
+                              str(a.server_port), "--pin-rotate", "nospec=12"], capture_output=True, text=True)
+    finally:
+        a.shutdown()
+    assert bad.returncode != 0 and bad.stderr.strip() == "--pin-rotate: 'nospec=12' is not label=PGID:CPULIST"
+    assert seen == []

@@ -128,11 +128,9 @@ start_server() { # label port env... -- flags ; sets SERVER_PID, returns non-zer
   say "$label FAILED to start"; tail -20 "$OUT/$label.log" | tee -a "$SUM"; stop_server; return 1
 }
 
-pin_group() { # pgid cpus: every process of the group that pgid leads (an engine and its children; by PID, never by
-  # name) onto those cores, all threads; prints how many processes were pinned
-  local n=0 p
-  for p in $(ps -eo pid=,pgid= | awk -v g="$1" '$2 == g {print $1}'); do taskset -a -cp "$2" "$p" >/dev/null && n=$((n + 1)); done
-  echo "$n"
+pin_group() { # pgid cpus: every thread of every process in the group that pgid leads (an engine and its children;
+  # by PID, never by name) onto those cores; prints how many threads were pinned (cpusets.py, as loads.py's rotation)
+  python3 bench/gpu/cpusets.py pin "$1" "$2"
 }
 
 kill_group() { # pid: SIGTERM to the process group that pid leads (started with setsid), SIGKILL after 30 s

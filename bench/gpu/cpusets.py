@@ -5,7 +5,8 @@ Why whole cores: 12-03g's calibration (procspeed.py) found either idle scheduler
 ~1.6x slower in about half of its one-second looks, switching within seconds, with nothing in either process to
 explain it (no hook, no thread, same GC); a core shared with a busy sibling was the suspect. A pinning that puts two
 engines on siblings of one core (12-02c split the CPU numbers in thirds, blind to siblings) would keep that lottery.
-12-03h (a host with no siblings visible) still saw slow looks pinned (9 of 24): the cause lies below the guest. Usage: python3 cpusets.py N [SYSFS_CPU_DIR] prints N lines of taskset lists, largest first.
+12-03h (a host with no siblings visible) still saw slow looks pinned (9 of 24): the cause lies below the guest. Usage: python3 cpusets.py N [SYSFS_CPU_DIR] prints N lines of taskset lists, largest first; python3 cpusets.py pin
+PGID CPULIST pins every thread of that process group (by PID, never by name) and prints how many.
 """
 from __future__ import annotations
 
@@ -51,7 +52,61 @@ def split(cores: list[list[int]], n: int) -> list[list[int]]:
     return out
 
 
+def group_threads(pgid: int, proc: str = "/proc") -> list[int]:
+    """Every thread id of every process in process group pgid (by PID, never by name)."""
+    tids: list[int] = []
+    for entry in os.listdir(proc):
+        if not entry.isdecimal():
+            continue
+        try:
+            with open(os.path.join(proc, entry, "stat")) as f:
+                fields = f.read().rsplit(")", 1)[1].split()     # after the command name, which may hold spaces
+            if int(fields[2]) == pgid:                          # state ppid pgrp ...
+                tids.extend(int(t) for t in os.listdir(os.path.join(proc, entry, "task")))
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue                                            # gone meanwhile
+    return tids
+
+
+def pin_group(pgid: int, cpus: list[int]) -> int:
+    """All threads of the group onto cpus (taskset -a for each process); how many threads were pinned."""
+    n = 0
+    for tid in group_threads(pgid):
+        try:
+            os.sched_setaffinity(tid, cpus)
+            n += 1
+        except ProcessLookupError:
+            continue
+    return n
+
+
+def rotated(groups: list[tuple[str, int, list[int]]], rep: int) -> list[tuple[str, int, list[int]]]:
+    """Repeat rep's pins: the core sets shifted by rep over the groups, so each engine runs on each set equally often
+    (12-04c: the daemon's engine on cores 6-10 for a whole call, slow in 4 of 6 runs, no-spec on 0-5 in none)."""
+    k = rep % len(groups)
+    sets = [cpus for _, _, cpus in groups]
+    sets = sets[k:] + sets[:k]
+    return [(label, pgid, cpus) for (label, pgid, _), cpus in zip(groups, sets)]
+
+
+def parse_rotation(text: str | None) -> list[tuple[str, int, list[int]]]:
+    """"nospec=PGID:0-5;daemon=PGID:6-10" -> [(label, pgid, cpus)]; empty for None or ""."""
+    out = []
+    for part in (text or "").split(";"):
+        if not part.strip():
+            continue
+        label, _, rest = part.partition("=")
+        pgid, _, cpus = rest.partition(":")
+        if not label or not pgid.strip().isdecimal() or not cpus.strip():
+            raise ValueError(f"--pin-rotate: {part!r} is not label=PGID:CPULIST")
+        out.append((label.strip(), int(pgid), parse_list(cpus)))
+    return out
+
+
 def main() -> None:
+    if sys.argv[1] == "pin":          # cpusets.py pin PGID CPULIST: the group's threads pinned, their count printed
+        print(pin_group(int(sys.argv[2]), parse_list(sys.argv[3])))
+        return
     n = int(sys.argv[1])
     cores = physical_cores(sys.argv[2] if len(sys.argv) > 2 else SYSFS)
     print(f"{len(cores)} physical cores: {cores}", file=sys.stderr)

@@ -35,6 +35,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import cpusets
 from greedy import post, updated
 from jsonl import emit
 from proccpu import parse_groups, snapshot, usage
@@ -213,6 +214,10 @@ def main() -> None:
     ap.add_argument("--cpu-groups", default=os.environ.get("LOAD_CPU_GROUPS"),
                     help="label=PGID,...: each row's cpu_s, those process groups' CPU seconds per process name "
                     "during the run, and the host's busy share (default $LOAD_CPU_GROUPS)")
+    ap.add_argument("--pin-rotate", default=os.environ.get("LOAD_PIN_ROTATE"),
+                    help="label=PGID:CPULIST;...: before each repeat, those process groups pinned to the core sets "
+                    "shifted by the repeat (cpusets.rotated); each row's `cpus` says where its engines ran "
+                    "(default $LOAD_PIN_ROTATE)")
     ap.add_argument("--out")
     ap.add_argument("--show", metavar="FILE")
     args = ap.parse_args()
@@ -222,18 +227,32 @@ def main() -> None:
     configs = parse_configs(args.configs, args.label, args.port, args.engines)
     try:
         args.cpu_groups = parse_groups(args.cpu_groups)
+        pins = cpusets.parse_rotation(args.pin_rotate)
     except ValueError as e:
         sys.exit(str(e))
+    args.cpus = None
     if args.shape == "open":
         import sglang.benchmark.serving  # noqa: F401  (seconds of imports, outside every run's clock)
     for level in levels:                  # a level's repeats and configs complete before the next level
         for rep in range(args.repeats):
+            if pins:
+                args.cpus = repin(pins, rep + args.repeat_index)
             for label, state, port in run_order(configs, rep + args.repeat_index):
                 if state is not None:
                     apply(args, state, port)
                 if args.flush and not flush(port):
                     print("LOAD flush refused", flush=True)
                 measure(args, label, level, rep, port)
+
+
+def repin(pins: list, rep: int) -> dict[str, str]:
+    """Repeat rep's core sets applied (cpusets.rotated); label -> "cpu,cpu,..." for the rows."""
+    out = {}
+    for label, pgid, cpus in cpusets.rotated(pins, rep):
+        n = cpusets.pin_group(pgid, cpus)
+        out[label] = ",".join(map(str, cpus))
+        print(f"LOAD pinned {label} ({n} threads) on {out[label]}", flush=True)
+    return out
 
 
 def run_order(configs: list, rep: int) -> list:
@@ -264,7 +283,8 @@ def measure(args: argparse.Namespace, label: str, level: float, rep: int, port: 
         (f"-grammar{args.grammar_share:g}" if args.grammar_share else "")
     row = {"label": label, "shape": shape, "level": level if args.shape == "open" else int(level),
            "repeat": rep + args.repeat_index, "t_start": t0, "t_end": time.time(),
-           "mono_start": m0, "mono_end": time.monotonic(), **({"engines_resident": True} if args.engines else {}), "cpu_s": cpu, **res}
+           "mono_start": m0, "mono_end": time.monotonic(), **({"engines_resident": True} if args.engines else {}), "cpu_s": cpu,
+           **({"cpus": args.cpus} if getattr(args, "cpus", None) else {}), **res}
     emit("LOAD", row, args.out)
 
 

@@ -31,7 +31,7 @@
 #  the same with them eager, label kveager); `closedab`: kv (label off) and fast in one rotation with the no-spec
 #  engine (the daemon's engine switched before each run; with KV_GRAPH=1, the default, kveager in it too; `openab`
 #  the same on the open loop; LEAN=1: the lean off step in that rotation instead, below); PIN_CPUS=1: each engine's process group and the load
-#  client on a third of the physical cores each, siblings together (cpusets.py; taskset by PID); every run's row has cpu_s (both engines' process groups'
+#  client on a third of the physical cores each, siblings together (cpusets.py, by PID; the two engines' sets swapped every repeat unless PIN_ROTATE=0); every run's row has cpu_s (both engines' process groups'
 #  CPU seconds per process name, the host's busy share: proccpu.py); `closedpinned`: the closed loop
 #  with the threshold pinned at PIN_T (8) (label pinned: lean prefills above 0); `profile`: the GPU kernels of a decode step at
 #  PROFILE_BS (48) per engine (kernel_profile.py). Phases run in the order SHAPES names them, each only if
@@ -133,9 +133,12 @@ if start_daemon; then
   if [ "${PIN_CPUS:-0}" = 1 ]; then   # whole physical cores each (cpusets.py): no-spec engine, daemon + its engine, client
     mapfile -t SETS < <(python3 bench/gpu/cpusets.py 3 2>>"$SUM" || true)
     if [ ${#SETS[@]} -eq 3 ]; then
-      say "pinned: nospec $(pin_group $NOSPEC_PID "${SETS[0]}") processes on ${SETS[0]}, daemon" \
+      say "pinned: nospec $(pin_group $NOSPEC_PID "${SETS[0]}") threads on ${SETS[0]}, daemon" \
         "$(pin_group $DAEMON_PID "${SETS[1]}") on ${SETS[1]}, client ${SETS[2]}"
       CLIENT="taskset -c ${SETS[2]}"
+      # PIN_ROTATE=0 keeps these pins for the whole call; else loads.py swaps the two engines' core sets every
+      # repeat (12-04c: the daemon's engine on one set for a whole call was slow in 4 of 6 runs, no-spec in none)
+      [ "${PIN_ROTATE:-1}" = 0 ] || export LOAD_PIN_ROTATE="nospec=$NOSPEC_PID:${SETS[0]};daemon=$DAEMON_PID:${SETS[1]}"
     else say "not pinned: cpusets.py gave ${#SETS[@]} sets (its line above says why)"; fi
   fi
   n0=$([ -f "$R" ] && wc -l <"$R" || echo 0)
