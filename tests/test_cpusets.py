@@ -55,13 +55,51 @@ def test_rotated_sets_give_each_engine_each_core_set_in_turn():
     assert seen == {label: {(0,), (1,), (2,)} for label in "abc"}
 
 
-@pytest.mark.parametrize("bad", ["nospec=12", "nospec=x:0-3", "=12:0", "nospec=12:"])
+@pytest.mark.parametrize("bad", ["nospec=12", "nospec=x:0-3", "=12:0", " =12:0", "nospec=12:", "nospec=0:1",
+                                 "nospec=1:1", "daemon=7:1", "nospec=12:0-3:5", "nospec=12:9"])
 def test_a_pin_rotation_that_is_not_label_pgid_cpus_is_refused(bad):
+    # daemon=7:1 repeats a label; 0 and 1 would pin init and every kernel thread; CPU 9 is not online here
     with pytest.raises(ValueError, match="is not label=PGID:CPULIST"):
-        cpusets.parse_rotation(f"daemon=5:4-7;{bad}")
+        cpusets.parse_rotation(f"daemon=5:4-7;{bad}", online=set(range(8)))
 
 
 def test_pin_rotation_parses_kernel_cpu_lists():
-    assert cpusets.parse_rotation(" nospec=12:0-2,5;daemon=34:3 ") == [("nospec", 12, [0, 1, 2, 5]),
-                                                                      ("daemon", 34, [3])]
+    assert cpusets.parse_rotation(" nospec=12:0-2,5;daemon=34:3 ", online=set(range(8))) == [
+        ("nospec", 12, [0, 1, 2, 5]), ("daemon", 34, [3])]
     assert cpusets.parse_rotation(None) == [] == cpusets.parse_rotation("")
+
+
+def fake_proc(tmp_path, procs: dict[int, tuple[str, int, list[int]]]) -> str:
+    """A /proc with, per pid, its command name, process group and thread ids."""
+    for pid, (comm, pgid, tids) in procs.items():
+        d = tmp_path / str(pid)
+        (d / "task").mkdir(parents=True)
+        (d / "stat").write_text(f"{pid} ({comm}) S 1 {pgid} {pgid} 0 -1 4194560 0 0\n")
+        for t in tids:
+            (d / "task" / str(t)).mkdir()
+    (tmp_path / "self").mkdir()
+    return str(tmp_path)
+
+
+def test_group_threads_reads_the_group_after_a_command_name_with_parentheses_and_spaces(tmp_path):
+    proc = fake_proc(tmp_path, {100: ("sglang) S 1 9", 40, [100, 101]), 200: ("python3", 40, [200]),
+                                300: ("other", 41, [300, 301])})
+    assert sorted(cpusets.group_threads(40, proc)) == [100, 101, 200]
+    assert sorted(cpusets.group_threads(41, proc)) == [300, 301]
+
+
+def test_pin_group_counts_refused_threads_and_skips_exited_ones(tmp_path, monkeypatch):
+    proc = fake_proc(tmp_path, {100: ("a", 40, [100, 101, 102])})
+    calls = []
+
+    def setaffinity(tid, cpus):
+        calls.append((tid, list(cpus)))
+        if tid == 101:
+            raise ProcessLookupError(tid)
+        if tid == 102:
+            raise OSError(22, "Invalid argument")
+    monkeypatch.setattr(cpusets.os, "sched_setaffinity", setaffinity)
+    assert cpusets.pin_group(40, [3], proc) == (1, 1)
+    assert sorted(calls) == [(100, [3]), (101, [3]), (102, [3])]
+    with pytest.raises(ValueError, match="process group 1"):
+        cpusets.pin_group(1, [3], proc)

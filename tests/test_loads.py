@@ -215,32 +215,105 @@ def sleeper_group() -> subprocess.Popen:
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
 
 
-def test_pin_rotation_swaps_the_engines_core_sets_every_repeat_for_all_their_threads(tmp_path):
+def two_cpus() -> list[int]:
     import os
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("needs two CPUs")
+    return cpus[:2]
+
+
+def affinity(p: subprocess.Popen) -> set:
+    import os
+    return {frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{p.pid}/task")}
+
+
+def loads_with_pins(tmp_path, rotate: str, *extra: str) -> tuple[list[dict], str]:
     seen: list = []
     a, b = engine(seen), engine(seen)
+    try:
+        res = subprocess.run([sys.executable, str(ROOT / "bench/gpu/loads.py"), "--shape", "steady", "--levels", "2",
+                              "--steady-len", "3", "--engines", f"nospec={a.server_port},off={b.server_port}",
+                              "--pin-rotate", rotate, *extra, "--out", str(tmp_path / "r.jsonl")],
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        a.shutdown(), b.shutdown()
+    assert res.returncode == 0, res.stderr
+    return [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()], res.stdout
+
+
+def test_pin_rotation_swaps_the_engines_core_sets_every_repeat_for_all_their_threads(tmp_path):
+    one, two = two_cpus()
     ga, gb = sleeper_group(), sleeper_group()
     try:
         assert ga.stdout.readline().strip() == "up" and gb.stdout.readline().strip() == "up"
-        rows = run_loads("--shape", "steady", "--levels", "2", "--steady-len", "3", "--repeats", "2",
-                         "--engines", f"nospec={a.server_port},off={b.server_port}",
-                         "--pin-rotate", f"nospec={ga.pid}:{cpus[0]};off={gb.pid}:{cpus[1]}", out=tmp_path / "r.jsonl")
-        after = {name: {frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{p.pid}/task")}
-                 for name, p in (("a", ga), ("b", gb))}
+        rows, out = loads_with_pins(tmp_path, f"nospec={ga.pid}:{one};off={gb.pid}:{two}", "--repeats", "2")
+        after = {"a": affinity(ga), "b": affinity(gb)}
     finally:
-        a.shutdown(), b.shutdown()
         for p in (ga, gb):
             p.kill()
             p.wait()
-    one, two = str(cpus[0]), str(cpus[1])
-    assert [(r["label"], r["repeat"], r["cpus"]) for r in rows] == [
-        ("nospec", 0, {"nospec": one, "off": two}), ("off", 0, {"nospec": one, "off": two}),
-        ("off", 1, {"nospec": two, "off": one}), ("nospec", 1, {"nospec": two, "off": one})]
-    # the last repeat's pins hold for every thread of each group
-    assert after == {"a": {frozenset({cpus[1]})}, "b": {frozenset({cpus[0]})}}
+    first, second = {"nospec": str(one), "off": str(two)}, {"nospec": str(two), "off": str(one)}
+    assert [(r["label"], r["repeat"], r["cpus_by_group"]) for r in rows] == [
+        ("nospec", 0, first), ("off", 0, first), ("off", 1, second), ("nospec", 1, second)]
+    # each repin reached both threads of each group (main + one more)
+    assert f"LOAD pinned nospec (2 threads) on {two}" in out and f"LOAD pinned off (2 threads) on {one}" in out
+    # and at the end every thread is back on the sets as given
+    assert after == {"a": {frozenset({one})}, "b": {frozenset({two})}}
+
+
+def test_a_later_repeat_index_starts_on_the_swapped_sets(tmp_path):
+    one, two = two_cpus()
+    ga, gb = sleeper_group(), sleeper_group()
+    try:
+        assert ga.stdout.readline().strip() == "up" and gb.stdout.readline().strip() == "up"
+        rows, _ = loads_with_pins(tmp_path, f"nospec={ga.pid}:{one};off={gb.pid}:{two}", "--repeats", "1",
+                                  "--repeat-index", "1")
+    finally:
+        for p in (ga, gb):
+            p.kill()
+            p.wait()
+    assert {r["repeat"] for r in rows} == {1}
+    assert all(r["cpus_by_group"] == {"nospec": str(two), "off": str(one)} for r in rows)
+
+
+def test_a_group_that_cannot_be_pinned_is_said_and_the_runs_go_on_without_claiming_its_cores(tmp_path):
+    one, two = two_cpus()
+    ga = sleeper_group()
+    gone = sleeper_group()
+    gone.kill()
+    gone.wait()
+    try:
+        assert ga.stdout.readline().strip() == "up"
+        rows, out = loads_with_pins(tmp_path, f"nospec={ga.pid}:{one};off={gone.pid}:{two}", "--repeats", "1")
+    finally:
+        ga.kill()
+        ga.wait()
+    assert f"LOAD pin failed: off (group {gone.pid}) on {two}: 0 threads pinned" in out
+    assert len(rows) == 2 and all(r["cpus_by_group"] == {"nospec": str(one)} for r in rows)
+
+
+def test_the_pin_command_pins_a_group_and_refuses_what_it_cannot_pin(tmp_path):
+    one, _ = two_cpus()
+    g = sleeper_group()
+    try:
+        assert g.stdout.readline().strip() == "up"
+        ok = subprocess.run([sys.executable, str(ROOT / "bench/gpu/cpusets.py"), "pin", str(g.pid), str(one)],
+                            capture_output=True, text=True)
+        pinned = affinity(g)
+        bad = subprocess.run([sys.executable, str(ROOT / "bench/gpu/cpusets.py"), "pin", str(g.pid), "100000"],
+                             capture_output=True, text=True)
+        init = subprocess.run([sys.executable, str(ROOT / "bench/gpu/cpusets.py"), "pin", "1", str(one)],
+                              capture_output=True, text=True)
+        kept = affinity(g)
+    finally:
+        g.kill()
+        g.wait()
+    assert ok.returncode == 0 and ok.stdout.strip() == "2" and pinned == {frozenset({one})}
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == f"cpusets.py pin: 0 threads of group {g.pid} pinned on 100000, 2 refused"
+    assert kept == {frozenset({one})}                     # the refused pin changed nothing
+    assert init.returncode == 1 and len(init.stderr.strip().splitlines()) == 1 and "process group 1" in init.stderr
 
 
 def test_a_bad_pin_rotation_is_refused_before_any_request(tmp_path):
@@ -251,5 +324,5 @@ def test_a_bad_pin_rotation_is_refused_before_any_request(tmp_path):
                               str(a.server_port), "--pin-rotate", "nospec=12"], capture_output=True, text=True)
     finally:
         a.shutdown()
-    assert bad.returncode != 0 and bad.stderr.strip() == "--pin-rotate: 'nospec=12' is not label=PGID:CPULIST"
+    assert bad.returncode != 0 and bad.stderr.strip().startswith("--pin-rotate: 'nospec=12' is not label=PGID:CPULIST")
     assert seen == []

@@ -130,7 +130,8 @@ start_server() { # label port env... -- flags ; sets SERVER_PID, returns non-zer
 
 pin_group() { # pgid cpus: every thread of every process in the group that pgid leads (an engine and its children;
   # by PID, never by name) onto those cores; prints how many threads were pinned (cpusets.py, as loads.py's rotation)
-  python3 bench/gpu/cpusets.py pin "$1" "$2"
+  # (or FAILED, its one-line reason in the summary)
+  python3 bench/gpu/cpusets.py pin "$1" "$2" 2>>"$SUM" || echo FAILED
 }
 
 kill_group() { # pid: SIGTERM to the process group that pid leads (started with setsid), SIGKILL after 30 s

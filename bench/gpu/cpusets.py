@@ -5,8 +5,11 @@ Why whole cores: 12-03g's calibration (procspeed.py) found either idle scheduler
 ~1.6x slower in about half of its one-second looks, switching within seconds, with nothing in either process to
 explain it (no hook, no thread, same GC); a core shared with a busy sibling was the suspect. A pinning that puts two
 engines on siblings of one core (12-02c split the CPU numbers in thirds, blind to siblings) would keep that lottery.
-12-03h (a host with no siblings visible) still saw slow looks pinned (9 of 24): the cause lies below the guest. Usage: python3 cpusets.py N [SYSFS_CPU_DIR] prints N lines of taskset lists, largest first; python3 cpusets.py pin
-PGID CPULIST pins every thread of that process group (by PID, never by name) and prints how many.
+12-03h (a host with no siblings visible) still saw slow looks pinned (9 of 24): the cause lies below the guest.
+
+Usage: python3 cpusets.py N [SYSFS_CPU_DIR] prints N lines of taskset lists, largest first.
+python3 cpusets.py pin PGID CPULIST pins every thread of that process group (by PID, never by name) and prints how
+many (exit 1 with one line when none or not all could be).
 """
 from __future__ import annotations
 
@@ -68,44 +71,73 @@ def group_threads(pgid: int, proc: str = "/proc") -> list[int]:
     return tids
 
 
-def pin_group(pgid: int, cpus: list[int]) -> int:
-    """All threads of the group onto cpus (taskset -a for each process); how many threads were pinned."""
-    n = 0
-    for tid in group_threads(pgid):
-        try:
-            os.sched_setaffinity(tid, cpus)
-            n += 1
-        except ProcessLookupError:
-            continue
-    return n
+def pin_group(pgid: int, cpus: list[int], proc: str = "/proc") -> tuple[int, int]:
+    """Every thread of the group onto cpus (sched_setaffinity per thread id); (pinned, failed) thread counts. A thread
+    that appears during the pass inherits its creator's old mask: passes repeat until no new thread shows up."""
+    if pgid <= 1:
+        raise ValueError(f"process group {pgid}: not an engine's (0 and 1 would pin init and kernel threads)")
+    tried: set[int] = set()
+    pinned = failed = 0
+    for _ in range(3):
+        new = [t for t in group_threads(pgid, proc) if t not in tried]
+        if not new:
+            break
+        tried.update(new)
+        for tid in new:
+            try:
+                os.sched_setaffinity(tid, cpus)
+                pinned += 1
+            except ProcessLookupError:         # exited meanwhile
+                continue
+            except OSError:                    # EINVAL (no usable CPU in the list), EPERM
+                failed += 1
+    return pinned, failed
 
 
 def rotated(groups: list[tuple[str, int, list[int]]], rep: int) -> list[tuple[str, int, list[int]]]:
-    """Repeat rep's pins: the core sets shifted by rep over the groups, so each engine runs on each set equally often
-    (12-04c: the daemon's engine on cores 6-10 for a whole call, slow in 4 of 6 runs, no-spec on 0-5 in none)."""
+    """Repeat rep's pins: the core sets shifted by rep over the groups (12-04c: the daemon's engine on cores 6-10 for
+    a whole call, slow in 4 of 6 runs, no-spec on 0-5 in none). Each engine gets each set equally often when the
+    repeats are a multiple of the groups; with two engines loads.py's order (run_order) repeats every 4, so set and
+    order effects separate at 4 repeats, not 2."""
     k = rep % len(groups)
     sets = [cpus for _, _, cpus in groups]
     sets = sets[k:] + sets[:k]
     return [(label, pgid, cpus) for (label, pgid, _), cpus in zip(groups, sets)]
 
 
-def parse_rotation(text: str | None) -> list[tuple[str, int, list[int]]]:
-    """"nospec=PGID:0-5;daemon=PGID:6-10" -> [(label, pgid, cpus)]; empty for None or ""."""
-    out = []
+def parse_rotation(text: str | None, online: set[int] | None = None) -> list[tuple[str, int, list[int]]]:
+    """"nospec=PGID:0-5;daemon=PGID:6-10" -> [(label, pgid, cpus)]; empty for None or "". Refused (ValueError, one
+    line): a missing or repeated label, a process group <= 1, an empty CPU list or one with CPUs not online."""
+    online = set(parse_list(open(os.path.join(SYSFS, "online")).read())) if online is None else online
+    out: list[tuple[str, int, list[int]]] = []
     for part in (text or "").split(";"):
         if not part.strip():
             continue
         label, _, rest = part.partition("=")
         pgid, _, cpus = rest.partition(":")
-        if not label or not pgid.strip().isdecimal() or not cpus.strip():
-            raise ValueError(f"--pin-rotate: {part!r} is not label=PGID:CPULIST")
-        out.append((label.strip(), int(pgid), parse_list(cpus)))
+        label, pgid = label.strip(), pgid.strip()
+        try:
+            cpu_list = parse_list(cpus)
+        except ValueError:
+            cpu_list = []
+        if (not label or label in {g[0] for g in out} or not pgid.isdecimal() or int(pgid) <= 1 or not cpu_list
+                or not set(cpu_list) <= online):
+            raise ValueError(f"--pin-rotate: {part!r} is not label=PGID:CPULIST (a new label, a process group > 1, "
+                             "online CPUs)")
+        out.append((label, int(pgid), cpu_list))
     return out
 
 
 def main() -> None:
     if sys.argv[1] == "pin":          # cpusets.py pin PGID CPULIST: the group's threads pinned, their count printed
-        print(pin_group(int(sys.argv[2]), parse_list(sys.argv[3])))
+        try:
+            pinned, failed = pin_group(int(sys.argv[2]), parse_list(sys.argv[3]))
+        except ValueError as e:
+            sys.exit(f"cpusets.py pin: {e}")
+        if failed or not pinned:
+            sys.exit(f"cpusets.py pin: {pinned} threads of group {sys.argv[2]} pinned on {sys.argv[3]}, "
+                     f"{failed} refused")
+        print(pinned)
         return
     n = int(sys.argv[1])
     cores = physical_cores(sys.argv[2] if len(sys.argv) > 2 else SYSFS)

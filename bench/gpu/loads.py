@@ -216,7 +216,8 @@ def main() -> None:
                     "during the run, and the host's busy share (default $LOAD_CPU_GROUPS)")
     ap.add_argument("--pin-rotate", default=os.environ.get("LOAD_PIN_ROTATE"),
                     help="label=PGID:CPULIST;...: before each repeat, those process groups pinned to the core sets "
-                    "shifted by the repeat (cpusets.rotated); each row's `cpus` says where its engines ran "
+                    "shifted by the repeat (cpusets.rotated; a multiple of 4 repeats separates core set from order), "
+                    "back to repeat 0's at the end; each row's `cpus_by_group` says where those groups ran "
                     "(default $LOAD_PIN_ROTATE)")
     ap.add_argument("--out")
     ap.add_argument("--show", metavar="FILE")
@@ -233,25 +234,38 @@ def main() -> None:
     args.cpus = None
     if args.shape == "open":
         import sglang.benchmark.serving  # noqa: F401  (seconds of imports, outside every run's clock)
-    for level in levels:                  # a level's repeats and configs complete before the next level
-        for rep in range(args.repeats):
-            if pins:
-                args.cpus = repin(pins, rep + args.repeat_index)
-            for label, state, port in run_order(configs, rep + args.repeat_index):
-                if state is not None:
-                    apply(args, state, port)
-                if args.flush and not flush(port):
-                    print("LOAD flush refused", flush=True)
-                measure(args, label, level, rep, port)
+    try:
+        for level in levels:                  # a level's repeats and configs complete before the next level
+            for rep in range(args.repeats):
+                if pins:
+                    args.cpus = repin(pins, rep + args.repeat_index)
+                for label, state, port in run_order(configs, rep + args.repeat_index):
+                    if state is not None:
+                        apply(args, state, port)
+                    if args.flush and not flush(port):
+                        print("LOAD flush refused", flush=True)
+                    measure(args, label, level, rep, port)
+    finally:
+        if pins:          # back to the sets as given: later phases (profile, checks) run where the script said
+            repin(pins, 0)
 
 
 def repin(pins: list, rep: int) -> dict[str, str]:
-    """Repeat rep's core sets applied (cpusets.rotated); label -> "cpu,cpu,..." for the rows."""
+    """Repeat rep's core sets applied (cpusets.rotated); group label -> "cpu,cpu,..." for the rows, only for groups
+    pinned whole. A failure says so in one LOAD line and the runs go on (on the pins as they are)."""
     out = {}
     for label, pgid, cpus in cpusets.rotated(pins, rep):
-        n = cpusets.pin_group(pgid, cpus)
-        out[label] = ",".join(map(str, cpus))
-        print(f"LOAD pinned {label} ({n} threads) on {out[label]}", flush=True)
+        listed = ",".join(map(str, cpus))
+        try:
+            pinned, failed = cpusets.pin_group(pgid, cpus)
+        except (OSError, ValueError) as e:
+            pinned, failed = 0, f"{type(e).__name__}: {e}"
+        if pinned and not failed:
+            out[label] = listed
+            print(f"LOAD pinned {label} ({pinned} threads) on {listed}", flush=True)
+        else:
+            print(f"LOAD pin failed: {label} (group {pgid}) on {listed}: {pinned} threads pinned, failed {failed}",
+                  flush=True)
     return out
 
 
@@ -284,7 +298,7 @@ def measure(args: argparse.Namespace, label: str, level: float, rep: int, port: 
     row = {"label": label, "shape": shape, "level": level if args.shape == "open" else int(level),
            "repeat": rep + args.repeat_index, "t_start": t0, "t_end": time.time(),
            "mono_start": m0, "mono_end": time.monotonic(), **({"engines_resident": True} if args.engines else {}), "cpu_s": cpu,
-           **({"cpus": args.cpus} if getattr(args, "cpus", None) else {}), **res}
+           **({"cpus_by_group": args.cpus} if args.cpus else {}), **res}
     emit("LOAD", row, args.out)
 
 

@@ -133,12 +133,14 @@ if start_daemon; then
   if [ "${PIN_CPUS:-0}" = 1 ]; then   # whole physical cores each (cpusets.py): no-spec engine, daemon + its engine, client
     mapfile -t SETS < <(python3 bench/gpu/cpusets.py 3 2>>"$SUM" || true)
     if [ ${#SETS[@]} -eq 3 ]; then
-      say "pinned: nospec $(pin_group $NOSPEC_PID "${SETS[0]}") threads on ${SETS[0]}, daemon" \
-        "$(pin_group $DAEMON_PID "${SETS[1]}") on ${SETS[1]}, client ${SETS[2]}"
+      pa=$(pin_group $NOSPEC_PID "${SETS[0]}"); pb=$(pin_group $DAEMON_PID "${SETS[1]}")
+      say "pinned: nospec $pa threads on ${SETS[0]}, daemon $pb on ${SETS[1]}, client ${SETS[2]}"
       CLIENT="taskset -c ${SETS[2]}"
       # PIN_ROTATE=0 keeps these pins for the whole call; else loads.py swaps the two engines' core sets every
       # repeat (12-04c: the daemon's engine on one set for a whole call was slow in 4 of 6 runs, no-spec in none)
-      [ "${PIN_ROTATE:-1}" = 0 ] || export LOAD_PIN_ROTATE="nospec=$NOSPEC_PID:${SETS[0]};daemon=$DAEMON_PID:${SETS[1]}"
+      if [ "$pa" = FAILED ] || [ "$pb" = FAILED ]; then say "pins not rotated: an engine could not be pinned"
+      elif [ "${PIN_ROTATE:-1}" != 0 ]; then
+        export LOAD_PIN_ROTATE="nospec=$NOSPEC_PID:${SETS[0]};daemon=$DAEMON_PID:${SETS[1]}"; fi
     else say "not pinned: cpusets.py gave ${#SETS[@]} sets (its line above says why)"; fi
   fi
   n0=$([ -f "$R" ] && wc -l <"$R" || echo 0)
