@@ -4,6 +4,7 @@ closed loop's share of logprob requests."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -179,7 +180,7 @@ def test_a_run_row_carries_the_groups_cpu_and_a_bad_group_is_refused(tmp_path):
     a = engine(seen)
     try:
         rows = run_loads("--shape", "steady", "--levels", "2", "--steady-len", "3", "--repeats", "1", "--port",
-                         str(a.server_port), "--label", "nospec", "--cpu-groups", f"me={__import__('os').getpgid(0)}",
+                         str(a.server_port), "--label", "nospec", "--cpu-groups", f"me={os.getpgid(0)}",
                          out=tmp_path / "r.jsonl")
         bad = subprocess.run([sys.executable, str(ROOT / "bench/gpu/loads.py"), "--shape", "steady", "--port",
                               str(a.server_port), "--cpu-groups", "nospec=abc"], capture_output=True, text=True)
@@ -216,7 +217,6 @@ def sleeper_group() -> subprocess.Popen:
 
 
 def two_cpus() -> list[int]:
-    import os
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("needs two CPUs")
@@ -224,7 +224,6 @@ def two_cpus() -> list[int]:
 
 
 def affinity(p: subprocess.Popen) -> set:
-    import os
     return {frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{p.pid}/task")}
 
 

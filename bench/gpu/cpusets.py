@@ -29,11 +29,17 @@ def parse_list(text: str) -> list[int]:
     return out
 
 
+def online_cpus(root: str = SYSFS) -> list[int]:
+    """The host's online CPUs (the kernel's cpulist)."""
+    with open(os.path.join(root, "online")) as f:
+        return parse_list(f.read())
+
+
 def physical_cores(root: str = SYSFS, allowed: set[int] | None = None) -> list[list[int]]:
     """The online CPUs this process may use (allowed; default its affinity) grouped by physical core (each group: a
     core's sibling threads), ordered by first CPU."""
     allowed = os.sched_getaffinity(0) if allowed is None else allowed
-    online = [c for c in parse_list(open(os.path.join(root, "online")).read()) if c in allowed]
+    online = [c for c in online_cpus(root) if c in allowed]
     cores = {}
     for cpu in online:
         path = os.path.join(root, f"cpu{cpu}", "topology", "thread_siblings_list")
@@ -108,7 +114,7 @@ def rotated(groups: list[tuple[str, int, list[int]]], rep: int) -> list[tuple[st
 def parse_rotation(text: str | None, online: set[int] | None = None) -> list[tuple[str, int, list[int]]]:
     """"nospec=PGID:0-5;daemon=PGID:6-10" -> [(label, pgid, cpus)]; empty for None or "". Refused (ValueError, one
     line): a missing or repeated label, a process group <= 1, an empty CPU list or one with CPUs not online."""
-    online = set(parse_list(open(os.path.join(SYSFS, "online")).read())) if online is None else online
+    online = set(online_cpus()) if online is None else online
     out: list[tuple[str, int, list[int]]] = []
     for part in (text or "").split(";"):
         if not part.strip():

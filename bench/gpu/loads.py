@@ -231,20 +231,18 @@ def main() -> None:
         pins = cpusets.parse_rotation(args.pin_rotate)
     except ValueError as e:
         sys.exit(str(e))
-    args.cpus = None
     if args.shape == "open":
         import sglang.benchmark.serving  # noqa: F401  (seconds of imports, outside every run's clock)
     try:
         for level in levels:                  # a level's repeats and configs complete before the next level
             for rep in range(args.repeats):
-                if pins:
-                    args.cpus = repin(pins, rep + args.repeat_index)
+                cpus = repin(pins, rep + args.repeat_index) if pins else {}
                 for label, state, port in run_order(configs, rep + args.repeat_index):
                     if state is not None:
                         apply(args, state, port)
                     if args.flush and not flush(port):
                         print("LOAD flush refused", flush=True)
-                    measure(args, label, level, rep, port)
+                    measure(args, label, level, rep, port, cpus)
     finally:
         if pins:          # back to the sets as given: later phases (profile, checks) run where the script said
             repin(pins, 0)
@@ -257,15 +255,15 @@ def repin(pins: list, rep: int) -> dict[str, str]:
     for label, pgid, cpus in cpusets.rotated(pins, rep):
         listed = ",".join(map(str, cpus))
         try:
-            pinned, failed = cpusets.pin_group(pgid, cpus)
+            pinned, refused = cpusets.pin_group(pgid, cpus)
+            problem = None if pinned and not refused else f"{pinned} threads pinned, {refused} refused"
         except (OSError, ValueError) as e:
-            pinned, failed = 0, f"{type(e).__name__}: {e}"
-        if pinned and not failed:
+            problem = f"{type(e).__name__}: {e}"
+        if problem is None:
             out[label] = listed
             print(f"LOAD pinned {label} ({pinned} threads) on {listed}", flush=True)
         else:
-            print(f"LOAD pin failed: {label} (group {pgid}) on {listed}: {pinned} threads pinned, failed {failed}",
-                  flush=True)
+            print(f"LOAD pin failed: {label} (group {pgid}) on {listed}: {problem}", flush=True)
     return out
 
 
@@ -278,7 +276,8 @@ def run_order(configs: list, rep: int) -> list:
     return order[::-1] if rep % 2 else order
 
 
-def measure(args: argparse.Namespace, label: str, level: float, rep: int, port: int) -> None:
+def measure(args: argparse.Namespace, label: str, level: float, rep: int, port: int,
+            cpus_by_group: dict[str, str]) -> None:
     seed = 100 * (rep + args.repeat_index) + int(level)
     cpu0 = snapshot(args.cpu_groups)
     t0, m0 = time.time(), time.monotonic()
@@ -298,7 +297,7 @@ def measure(args: argparse.Namespace, label: str, level: float, rep: int, port: 
     row = {"label": label, "shape": shape, "level": level if args.shape == "open" else int(level),
            "repeat": rep + args.repeat_index, "t_start": t0, "t_end": time.time(),
            "mono_start": m0, "mono_end": time.monotonic(), **({"engines_resident": True} if args.engines else {}), "cpu_s": cpu,
-           **({"cpus_by_group": args.cpus} if args.cpus else {}), **res}
+           **({"cpus_by_group": cpus_by_group} if cpus_by_group else {}), **res}
     emit("LOAD", row, args.out)
 
 
