@@ -325,3 +325,23 @@ def test_a_bad_pin_rotation_is_refused_before_any_request(tmp_path):
         a.shutdown()
     assert bad.returncode != 0 and bad.stderr.strip().startswith("--pin-rotate: 'nospec=12' is not label=PGID:CPULIST")
     assert seen == []
+
+
+def test_show_pairs_each_repeat_with_the_nospec_run_of_the_same_seed(tmp_path):
+    def row(label, repeat, tok_s, t, tpot=None):
+        return {"label": label, "shape": "open", "level": 24.0, "repeat": repeat, "t_start": t, "tok_s": tok_s,
+                "tpot_ms": tpot, "e2e_ms": tpot and tpot * 100}
+    rows = [row("nospec", 0, 1000.0, 0, 8.0), row("off", 0, 900.0, 1, 8.8), row("off", 1, 1100.0, 2, 7.7),
+            row("nospec", 1, 1000.0, 3, 7.0),
+            # a later block of the same seeds: each run pairs with the no-spec run nearest in time
+            row("nospec", 0, 2000.0, 10, 8.0), row("off", 0, 2000.0, 11, 8.0)]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = subprocess.run([sys.executable, str(ROOT / "bench/gpu/loads.py"), "--show", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    table, _, ratios = res.stdout.partition("label / nospec")
+    ratio = [line for line in ratios.splitlines() if line.startswith("| open | 24.0 | off |")]
+    # medians 1100 / 1000; pairs 900/1000, 1100/1000, 2000/2000; TPOT 8.0 / 8.0 (medians of 8.8, 7.7, 8.0 and 8, 7, 8)
+    assert ratio == ["| open | 24.0 | off | 1.100 | 0.900, 1.100, 1.000 | 1.000 | 1.000 |"]
+    assert "| open | 24.0 | off | 1,100 | 900-2,000 | 3 | 8.0 | 800.0 |" in table.splitlines()

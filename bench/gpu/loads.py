@@ -36,6 +36,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import cpusets
+import traffic_table
 from greedy import post, updated
 from jsonl import emit
 from proccpu import parse_groups, snapshot, usage
@@ -173,19 +174,42 @@ def parse_configs(text: str | None, label: str | None, port: int | None,
 
 
 def show(path: str) -> None:
+    """The table per label (median of repeats, spread), then each label against `nospec` of the same file:
+    the ratio of medians and each repeat's own pair (same seed, nearest in time), whose spread says how far
+    one run's noise moves the verdict."""
     rows = [json.loads(line) for line in open(path) if line.startswith("{")]
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        if "tok_s" in r:
-            groups.setdefault((r["shape"], r["level"], r["label"]), []).append(r)
+    groups = traffic_table.grouped(rows)
     print("| shape | level | label | tok/s (median) | spread | repeats | TPOT ms | E2E ms |")
     print("|---|---|---|---|---|---|---|---|")
     for (shape, level, label), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], float(kv[0][1]), kv[0][2])):
         t = [r["tok_s"] for r in rs]
-        tp = [r["tpot_ms"] for r in rs if r.get("tpot_ms") is not None]
-        e2e = [r["e2e_ms"] for r in rs if r.get("e2e_ms") is not None]
+        tpot, e2e = traffic_table.med(rs, "tpot_ms"), traffic_table.med(rs, "e2e_ms")
         print(f"| {shape} | {level} | {label} | {statistics.median(t):,.0f} | {min(t):,.0f}-{max(t):,.0f} | {len(t)} "
-              f"| {statistics.median(tp) if tp else '-'} | {statistics.median(e2e) if e2e else '-'} |")
+              f"| {'-' if tpot is None else tpot} | {'-' if e2e is None else e2e} |")
+    ratios = ratio_lines(groups)
+    if ratios:
+        print("\n| shape | level | label / nospec | tok/s ratio of medians | per pair | TPOT ratio | E2E ratio |")
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(ratios))
+
+
+def ratio_lines(groups: dict[tuple, list[dict]]) -> list[str]:
+    """One markdown row per (shape, level, label) that has `nospec` runs beside it."""
+    out = []
+    for (shape, level, label), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], float(kv[0][1]), kv[0][2])):
+        base = groups.get((shape, level, "nospec"))
+        if label == "nospec" or not base:
+            continue
+        pairs = traffic_table.paired_runs(rs, base)
+        per_pair = traffic_table.paired_ratios(pairs, ["tok_s", "tpot_ms", "e2e_ms"])
+
+        def of_medians(key: str) -> str:
+            a, b = traffic_table.med(rs, key), traffic_table.med(base, key)
+            return f"{a / b:.3f}" if a and b else "-"
+        pair_text = ", ".join(f"{x:.3f}" for x in per_pair["pair_ratios_tok_s"]) or "-"
+        out.append(f"| {shape} | {level} | {label} | {of_medians('tok_s')} | {pair_text} "
+                   f"| {of_medians('tpot_ms')} | {of_medians('e2e_ms')} |")
+    return out
 
 
 def main() -> None:
