@@ -800,3 +800,13 @@ def test_the_stats_say_whether_threshold_0_saves_prefills_the_draft_and_go_out_o
     plug.telemetry.stats_due = False
     plug.hooks()["sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.init_cuda_graphs"][0](None, worker())
     assert plug.telemetry.stats_due
+
+
+@pytest.mark.parametrize("raw, threshold", [("7", 7), (" 12 ", 12), ("0", 0), (str(contract.MAX_THRESHOLD), contract.MAX_THRESHOLD),
+                                            ("-3", 0), ("x", 0), ("\u00b2", 0), (str(contract.MAX_THRESHOLD + 1), 0)])
+def test_the_engine_starts_at_the_daemons_threshold_or_at_0_with_a_warning(raw, threshold, caplog):
+    with caplog.at_level(logging.WARNING, logger="spec_controller.plugin"):
+        plug = Plugin({contract.ENV_INITIAL_THRESHOLD: raw})
+    assert plug.router.threshold == threshold
+    warned = [r.getMessage() for r in caplog.records if contract.ENV_INITIAL_THRESHOLD in r.getMessage()]
+    assert len(warned) == (0 if raw.strip() == str(threshold) else 1)

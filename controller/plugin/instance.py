@@ -34,6 +34,18 @@ def coalesce_batches(raw: str) -> int | None:
     return max(n, 1) if 0 <= n <= 64 else None
 
 
+def initial_threshold(raw: str) -> int:
+    """ENV_INITIAL_THRESHOLD (the daemon sets it from its validated state): 0, speculation never on, where it is
+    not an integer 0 .. MAX_THRESHOLD (logged) - a wrong value must not stop the engine from starting."""
+    value = int(raw) if raw.strip().isdecimal() else None     # (isdigit() takes "²", which int() refuses)
+    problem = "not an integer" if value is None else validate_threshold(value)
+    if problem:
+        log.warning("spec-controller: %s=%r: %s; starting at 0 (speculation off until the daemon sets it)",
+                    ENV_INITIAL_THRESHOLD, raw, problem)
+        return 0
+    return value
+
+
 def state_output(output_cls: type, updated: bool) -> Any:
     """SetInternalStateReqOutput across versions (0.5.14 also requires server_args)."""
     try:
@@ -44,10 +56,9 @@ def state_output(output_cls: type, updated: bool) -> Any:
 
 class Plugin:
     def __init__(self, env: Mapping[str, str] = os.environ, **telemetry_options: Any):
-        raw = env.get(ENV_INITIAL_THRESHOLD, "0")
         self.env = env
         self.failures = Failures()
-        self.router = Router(int(raw) if raw.isdigit() else 0, self.failures)
+        self.router = Router(initial_threshold(env.get(ENV_INITIAL_THRESHOLD, "0")), self.failures)
         self.off_path = OffPath(self.router, self.failures, enabled=env.get(ENV_FAST_OFF, "1") != "0",
                                 sync_draft=env.get(ENV_SYNC_DRAFT) == "1",
                                 lean_prefill=env.get(ENV_LEAN_PREFILL, "1") != "0",
