@@ -276,7 +276,7 @@ def test_offline_reads_close_their_connection(short_tmp):
 def test_unpin_says_when_the_policy_opens_with_a_trial():
     """The newcomer read `unpinned (now 105, policy decides)` for a trial that ended 0.3 s later at 40."""
     from controller.cli.steer import _trial_note
-    assert _trial_note({"threshold": 105, "exploit_threshold": 40}) == ": a trial, best known 40"
+    assert _trial_note({"threshold": 105, "exploit_threshold": 40}) == ": a trial; the policy's best so far is 40"
     assert _trial_note({"threshold": 40, "exploit_threshold": 40}) == ""
     assert _trial_note({"threshold": 40}) == ""
 
@@ -291,6 +291,18 @@ def test_status_shows_the_start_reapplying_a_threshold_as_no_change():
     assert "last applied: 40, restored at start" in text and "last change" not in text
     st["last_decision"].update(old=29, reason="best threshold 40")
     assert "last change: 29 -> 40, best threshold 40" in render_status(st)
+
+
+def test_status_says_a_threshold_is_a_trial_and_names_the_policys_best_unless_pinned():
+    from controller.cli.status import render_status
+    st = {"daemon": {"running": True, "pid": 1, "uptime_s": 3, "healthy": True}, "engine": {"engine": "sim"},
+          "threshold": 48, "exploit_threshold": 32, "samples": {"total": 5, "per_s": 1.0, "dropped": 0}}
+    line = [x for x in render_status(st).splitlines() if x.startswith("threshold:")]
+    assert line == ["threshold:   48 (a trial; the policy's best so far is 32)   speculate iff batch size <= 48"]
+    st["exploit_threshold"] = 48
+    assert "trial" not in render_status(st)
+    st.update(exploit_threshold=32, pinned=True)
+    assert "threshold:   48 (pinned)" in render_status(st) and "trial" not in render_status(st)
 
 
 @pytest.mark.parametrize("command", [["status", "--json"], ["history", "--json"], ["policy", "show"],

@@ -133,6 +133,12 @@ def save_offline(ctx: Ctx, key: str, value: Any) -> None:
         db.conn.close()
 
 
+def trial_note(threshold: int | None, best: int | None) -> str | None:
+    """What a threshold the policy is only trying says beside it, or None: bandits try a neighbour of their best
+    threshold now and then, so a status read during a trial must not look like a new verdict."""
+    return None if best is None or best == threshold else f"a trial; the policy's best so far is {best}"
+
+
 def alias_note(policy: dict) -> str:
     """" (= thompson)" where the policy's name (`name`) is an alias of the one it runs (`policy`)."""
     resolved = policy.get("policy")

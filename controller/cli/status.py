@@ -9,7 +9,8 @@ import click
 from ..paths import present
 from ..status import build_status, summarise
 from .client import DaemonUnreachable
-from .common import UNREADABLE, Ctx, ago, alias_note, call, emit, fail, json_option, lock_holder, offline_read
+from .common import (UNREADABLE, Ctx, ago, alias_note, call, emit, fail, json_option, lock_holder, offline_read,
+                     trial_note)
 from .holder import find_holder
 from .options import EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE
 
@@ -68,7 +69,8 @@ def _head(st: dict) -> list[str]:
 
 def _threshold(st: dict) -> str:
     t, best = st.get("threshold"), st.get("exploit_threshold")
-    notes = ["pinned"] if st.get("pinned") else ([f"trial; best known {best}"] if best is not None and best != t else [])
+    trial = None if st.get("pinned") else trial_note(t, best)
+    notes = ["pinned"] if st.get("pinned") else ([trial] if trial else [])
     last = st.get("last_decision") or {}
     if not st["daemon"]["running"] and last.get("new") not in (None, t):
         # set while the daemon was down: the last change line below is what the engine last ran

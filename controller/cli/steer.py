@@ -7,7 +7,7 @@ import time
 import click
 
 from .client import DaemonUnreachable
-from .common import Ctx, alias_note, call, emit, fail, json_option, offline_read, save_offline
+from .common import Ctx, alias_note, call, emit, fail, json_option, offline_read, save_offline, trial_note
 from .options import EXIT_USAGE, NEGATIVE_ARGS, Bounded
 
 
@@ -113,8 +113,8 @@ def threshold() -> None:
 
 def _trial_note(res: dict) -> str:
     """The policy may open with a trial right after an unpin: say so, as status does."""
-    best = res.get("exploit_threshold")
-    return f": a trial, best known {best}" if best is not None and best != res["threshold"] else ""
+    note = trial_note(res["threshold"], res.get("exploit_threshold"))
+    return f": {note}" if note else ""
 
 
 def _pin(ctx: Ctx, value: int | None) -> None:
