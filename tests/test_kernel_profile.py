@@ -60,3 +60,44 @@ def test_waits_name_what_the_forward_stream_resumed_after():
     assert w == {"[step] gemm <- -": [129.0, 1.0], "attn <- h2d": [10.0, 1.0], "norm <- -": [4.0, 1.0]}
     assert list(w) == ["[step] gemm <- -", "attn <- h2d", "norm <- -"]   # largest first
     assert waits([], 1) == {} and per_step([], 1)["waits"] == {}
+
+
+def streaming_engine(tokens: int, sent: list):
+    """/generate with stream: one SSE line per output token (meta_info.completion_tokens), then [DONE]."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            assert body["stream"] is True
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for n in range(1, tokens + 1):
+                sent.append(n)
+                self.wfile.write(f"data: {json.dumps({'text': 'x', 'meta_info': {'completion_tokens': n}})}\n\n".encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_the_profile_starts_when_the_streamed_request_reaches_the_position():
+    import pytest
+    from kernel_profile import stream_to
+    sent: list = []
+    server = streaming_engine(50, sent)
+    try:
+        with stream_to(server.server_port, {"input_ids": [1]}, 20) as at:
+            assert at == 20               # the profile would start here: 20 tokens out, not before
+        with pytest.raises(RuntimeError, match="ended at 50 tokens, before position 60"):
+            with stream_to(server.server_port, {"input_ids": [1]}, 60):
+                pass
+    finally:
+        server.shutdown()

@@ -5,6 +5,7 @@ kernels included; then per engine: kernel time per step by kernel name, busy tim
 Run it LAST in a device call: a profiled engine is not known to run as before afterwards (h200-2026-12-01e).
 
     python3 bench/gpu/kernel_profile.py --engines nospec=30001,off=30000 --batch 48 --steps 40 --out DIR
+(the profile starts when one streamed request of the batch has --position output tokens: 256)
 Prints a KERNELS JSON line per engine and, per engine after the first stored in DIR/kernels.json (which
 accumulates over invocations, so that a run-time switch can come between two), a table of the kernels
 whose time per step differs from the first's.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import glob
 import gzip
 import json
@@ -23,6 +25,7 @@ import sys
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
 
 from greedy import post, prompts
 from loads import body
@@ -139,7 +142,7 @@ def load_trace(directory: str, timeout_s: float) -> list[dict]:
     raise TimeoutError(f"no trace in {directory} after {timeout_s} s")
 
 
-def profile(port: int, batch: int, steps: int, directory: str, output_len: int) -> list[dict]:
+def profile(port: int, batch: int, steps: int, directory: str, output_len: int, position: int) -> list[dict]:
     batch_ids = prompts(batch, 16, 32000, 0)
     # The profiler's first start in a process initialises CUPTI (seconds, while decoding goes on): a short
     # warm-up profile first, so that the measured one starts at the same point of the load in each engine
@@ -149,12 +152,38 @@ def profile(port: int, batch: int, steps: int, directory: str, output_len: int) 
     post(port, "/generate", body(batch_ids[0], 8))
     load_trace(warm, 60)
     with ThreadPoolExecutor(batch) as pool:
-        futures = [pool.submit(post, port, "/generate", body(ids, output_len)) for ids in batch_ids]
-        time.sleep(2.0)                           # past the prefills: decode batches of `batch` only
-        post_raw(port, "/start_profile", {"output_dir": directory, "num_steps": steps, "activities": ["GPU"]})
+        futures = [pool.submit(post, port, "/generate", body(ids, output_len)) for ids in batch_ids[1:]]
+        # One request streams: the profile starts once it has `position` tokens, so every engine is profiled at
+        # the same KV length whatever its speed (a fixed sleep put a slower engine at shorter sequences).
+        with stream_to(port, body(batch_ids[0], output_len), position):
+            post_raw(port, "/start_profile", {"output_dir": directory, "num_steps": steps, "activities": ["GPU"]})
         for fut in futures:
             fut.result()
     return load_trace(directory, 60)
+
+
+@contextlib.contextmanager
+def stream_to(port: int, request: dict, position: int) -> Iterator[int]:
+    """/generate with stream, read until the request has `position` output tokens (meta_info.completion_tokens);
+    yields that count, then reads the stream to its end (the request runs on meanwhile). Raises when the stream
+    ends first."""
+    import urllib.request
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/generate", data=json.dumps({**request, "stream": True}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as resp:
+        done = 0
+        for line in resp:
+            payload = line.decode().strip().removeprefix("data:").strip()
+            if not payload or payload == "[DONE]":
+                continue
+            done = json.loads(payload).get("meta_info", {}).get("completion_tokens", done)
+            if done >= position:
+                break
+        else:
+            raise RuntimeError(f"the streamed request ended at {done} tokens, before position {position}")
+        yield done
+        for _ in resp:
+            pass
 
 
 def post_raw(port: int, path: str, body: dict) -> None:
@@ -170,8 +199,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=48)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--output-len", type=int, default=512)
+    ap.add_argument("--position", type=int, default=256,
+                    help="output tokens per request when the profile starts (the same KV length in every engine)")
     ap.add_argument("--out", required=True, help="directory for the traces' summaries")
     args = ap.parse_args()
+    if not 0 < args.position <= args.output_len - args.steps:
+        ap.error(f"--position {args.position}: must be 1 .. output-len - steps ({args.output_len - args.steps})")
     engines = [(lab, int(port)) for lab, port in (e.split("=") for e in args.engines.split(","))]
     os.makedirs(args.out, exist_ok=True)
     store = os.path.join(args.out, "kernels.json")      # accumulates over invocations (a switch in between)
@@ -181,7 +214,7 @@ def main() -> None:
         shutil.rmtree(directory, ignore_errors=True)     # a warm machine keeps /tmp: no old trace decides
         os.makedirs(directory)
         try:
-            s = per_step(profile(port, args.batch, args.steps, directory, args.output_len), args.steps)
+            s = per_step(profile(port, args.batch, args.steps, directory, args.output_len, args.position), args.steps)
         except Exception as e:               # one line, and the other engine still runs
             print(f"KERNELS {label}: {type(e).__name__}: {e}", file=sys.stderr)
             continue
