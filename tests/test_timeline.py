@@ -368,3 +368,15 @@ def test_the_calibration_summary_lists_every_look_per_variant():
              'CALIBRATE pid 7 901.0 us {"alloc": 901.0, "loop": 1245.3, "calls_nohook": 88.0}']
     assert procspeed.looks(lines) == "alloc 503.4,901.0 loop 663.6,1245.3 calls_nohook -,88.0"
     assert procspeed.looks([]) == "none"
+
+
+def test_pairs_set_each_run_against_the_nospec_run_of_its_repeat():
+    from timeline_summary import pair_lines
+
+    def run(label, repeat, interval, gpu, runner, level=48):
+        return {"label": label, "level": level, "repeat": repeat, "decode_interval_ms_median": interval,
+                "kinds": {"decode": {"gpu_ms": gpu}, "extend": {"runner_cpu_ms": runner}}}
+    rows = [run("nospec", 0, 5.0, 5.5, 9.0), run("off", 0, 5.1, 5.6, 8.0), run("off", 1, 5.05, 5.58, 11.0),
+            run("nospec", 1, 4.0, 5.5, 10.0), run("off", 2, 6.0, 6.0, 1.0),      # repeat 2: no nospec run, no pair
+            run("nospec", 0, 7.0, 7.0, 7.0, level=128)]                          # another level: alone
+    assert pair_lines(rows) == ["| 48 | off | 1.020, 1.262 | +100, +80 | 8.0 / 9.0; 11.0 / 10.0 |"]

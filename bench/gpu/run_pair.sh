@@ -291,4 +291,6 @@ fi
 SERVER_PID=$NOSPEC_PID; stop_server
 unset SPEC_TIMELINE
 python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"
+# the systematic part, pair by pair (the decode interval; tok/s moves with the extends' launch speed run to run)
+[ -s "$OUT/timeline.jsonl" ] && python3 bench/gpu/timeline_summary.py "$OUT/timeline.jsonl" --pairs | tee -a "$SUM"
 say "total $(($(date +%s) - T0)) s"

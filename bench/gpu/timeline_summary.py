@@ -3,6 +3,7 @@
     python3 bench/gpu/timeline_summary.py PREFIX --window T0,T1 [--label L] [--json out.jsonl]
     python3 bench/gpu/timeline_summary.py PREFIX --load-row 'LOAD_JSON' --skip 4 --seconds 20 [--json ...]
     python3 bench/gpu/timeline_summary.py FILE.jsonl[.xz] --prefill     (the simulator's prefill cost, per run)
+    python3 bench/gpu/timeline_summary.py TIMELINE.jsonl[.xz] --pairs   (each run against nospec's of its repeat)
 PREFIX: SPEC_TIMELINE's value (the files PREFIX.PID.jsonl; the one with batch rows is the scheduler's);
 T0, T1: time.monotonic() seconds; or the window of one loads.py row (its mono_start + skip .. + seconds:
 the arrivals' steady part, without the ramp and the drain). One TIMELINE line: per kind (decode, extend, ...)
@@ -155,6 +156,30 @@ def prefill_cost(run: list[list], min_extends: int = 100, idle_cap_ms: float = 5
             "prefill_s": round(per_event / 1e3, 5), "prefill_s_per_token": round(slope / 1e3, 8)}
 
 
+def pair_lines(rows: list[dict]) -> list[str]:
+    """Markdown rows: each label's run against the nospec run of the same level and repeat (the same seed), per
+    pair: the median decode-to-decode interval's ratio (what a token costs a running request: the systematic
+    part, steadier than tok/s, which the extends' launch speed moves run to run), the decode GPU span's
+    difference and both engines' extend launch CPU (the model runner's)."""
+    by = {(r.get("level"), r.get("label"), r.get("repeat")): r for r in rows if "kinds" in r}
+    out = []
+    for level, label in sorted({(lv, lab) for lv, lab, _ in by if lab != "nospec"}, key=lambda k: (float(k[0]), k[1])):
+        repeats = sorted(rep for lv, lab, rep in by if (lv, lab) == (level, label) and (level, "nospec", rep) in by)
+        pairs = [(by[(level, label, rep)], by[(level, "nospec", rep)]) for rep in repeats]
+        if not pairs:
+            continue
+
+        def kind(r: dict, name: str, key: str) -> float | None:
+            return r["kinds"].get(name, {}).get(key)
+        ratio = [f"{a['decode_interval_ms_median'] / b['decode_interval_ms_median']:.3f}" for a, b in pairs
+                 if a.get("decode_interval_ms_median") and b.get("decode_interval_ms_median")]
+        gpu = [f"{(kind(a, 'decode', 'gpu_ms') - kind(b, 'decode', 'gpu_ms')) * 1e3:+.0f}" for a, b in pairs
+               if kind(a, "decode", "gpu_ms") is not None and kind(b, "decode", "gpu_ms") is not None]
+        ext = [f"{kind(a, 'extend', 'runner_cpu_ms')} / {kind(b, 'extend', 'runner_cpu_ms')}" for a, b in pairs]
+        out.append(f"| {level} | {label} | {', '.join(ratio) or '-'} | {', '.join(gpu) or '-'} | {'; '.join(ext)} |")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("prefix")
@@ -163,9 +188,17 @@ def main() -> None:
     ap.add_argument("--skip", type=float, default=4.0)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--prefill", action="store_true", help="per run: what an extend batch costs (profile keys)")
+    ap.add_argument("--pairs", action="store_true", help="PREFIX is a timeline.jsonl: each run against nospec's")
     ap.add_argument("--label", default="")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.pairs:
+        lines = pair_lines([r for r in rows_of(args.prefix) if isinstance(r, dict)])
+        if lines:
+            print("| level | label / nospec | decode interval ratio per pair | decode GPU us per step, difference "
+                  "| extend runner CPU ms (label / nospec) |\n|---|---|---|---|---|")
+            print("\n".join(lines))
+        return
     if args.prefill:
         costs = [c for c in map(prefill_cost, runs_of(read(args.prefix))) if c]
         for c in costs:
