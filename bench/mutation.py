@@ -138,6 +138,11 @@ GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
     # bench/gpu/logprob_check.py compares the off path's logprobs with an engine without speculation.
     "offlogprob": (["controller/plugin/offlogprob.py"], ["controller.plugin.offlogprob.*"],
                    ["tests/test_fastoff_cpu.py", "tests/test_offlogprob_cpu.py"]),
+    # what the engine starts at from its environment, and how a trial reads in status / unpin
+    "startup-trial": (["controller/plugin/instance.py", "controller/cli/common.py"],
+                      ["controller.plugin.instance.x_initial_threshold*", "controller.plugin.instance.x_coalesce_batches*",
+                       "controller.cli.common.x_trial_note*"],
+                      ["tests/test_plugin_cpu.py", "tests/test_draftkv_coalesce.py", "tests/test_cli_daemon.py"]),
 }
 # mutmut 3 leaves every decorated function unmutated (but @staticmethod / @classmethod). In the group's
 # scratch copy these decorators are applied after the module's last line instead (name = decorator(name):

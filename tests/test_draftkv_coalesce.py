@@ -3,6 +3,7 @@ slot written twice keeps its later row, and that the off path flushes before any
 draft's pool (the GPU run is bench/gpu's: SPEC_CONTROLLER_DRAFT_KV_COALESCE=N)."""
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 
 import numpy as np
@@ -122,8 +123,11 @@ def test_the_buffer_holds_n_batches_of_the_largest_batch_within_its_limit():
 
 @pytest.mark.parametrize("raw, n", [("", None), ("8", 8), ("2", 2), ("64", 64), ("1", 1), ("0", 1),
                                     ("65", None), ("x", None), (" 4 ", 4), ("\u00b2", None)])   # (isdigit: "²")
-def test_the_environment_names_the_batches_per_write_or_leaves_the_default(raw, n):
-    assert coalesce_batches(raw) == n
+def test_the_environment_names_the_batches_per_write_or_leaves_the_default(raw, n, caplog):
+    with caplog.at_level(logging.WARNING, logger="spec_controller.plugin"):
+        assert coalesce_batches(raw) == n
+    # a value given and refused is said once; unset says nothing
+    assert len([r for r in caplog.records if "COALESCE" in r.getMessage()]) == (n is None and raw != "")
 
 
 def test_last_write_wins_on_torch():

@@ -810,3 +810,6 @@ def test_the_engine_starts_at_the_daemons_threshold_or_at_0_with_a_warning(raw, 
     assert plug.router.threshold == threshold
     warned = [r.getMessage() for r in caplog.records if contract.ENV_INITIAL_THRESHOLD in r.getMessage()]
     assert len(warned) == (0 if raw.strip() == str(threshold) else 1)
+    if warned:          # it says why: not a number at all, or a number out of range
+        why = "out of range" if raw.strip().isdecimal() else ": not an integer;"
+        assert why in warned[0] and "starting at 0" in warned[0], warned
