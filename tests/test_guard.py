@@ -198,13 +198,13 @@ def test_a_shift_trial_stays_when_the_policy_proposes_its_threshold_whatever_the
     for live in ([96], ()):          # no batch size in the coalescing window: nothing tells them apart either
         g = _in_shift_trial()
         out = g.apply(1.5, Decision(105, 105, "best: 105", gain=0.03), 1.5, 105, live, True)
-        assert out == (105, "105 stays, the trial showed it pays: best: 105", False) and g.exploit == 105
+        assert out == (105, "105 stays, the trial showed it pays (the policy's own estimate: best: 105)", False) and g.exploit == 105
 
 
 def test_a_shift_trial_stays_when_the_proposal_differs_from_it_only_where_no_live_batch_size_lies():
     g = _in_shift_trial()                # the trend's guessed edge moved past the trial's: 105 -> 110, no batch there
     out = g.apply(1.5, Decision(110, 110, "best: 110", gain=0.03), 1.5, 105, [96], True)
-    assert out == (105, "105 stays, the trial showed it pays: best: 110", False) and g.exploit == 105
+    assert out == (105, "105 stays, the trial showed it pays (the policy's own estimate: best: 110)", False) and g.exploit == 105
     g = _in_shift_trial()                # a live batch at 108 tells them apart: not the trial's
     out = g.apply(1.5, Decision(110, 110, "best: 110", gain=0.03), 1.5, 105, [96, 108], True)
     assert not out[1].startswith("105 stays")

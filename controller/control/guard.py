@@ -138,7 +138,7 @@ class Guard:
         threshold, reason, exploratory = self._guarded(now, decision)
         if exploring and not exploratory and applied is not None and threshold != applied \
                 and self._shift_trial_pays(now, decision, applied, live):
-            return applied, f"{applied} stays, the trial showed it pays: {decision.reason}", False
+            return applied, f"{applied} stays, the trial showed it pays (the policy's own estimate: {decision.reason})", False
         if applied is None or threshold == applied:
             trial = self._live_shift_trial(now)
             if exploratory and decision.shift and (trial is None or trial[1] != threshold):
