@@ -81,6 +81,24 @@ def test_the_command_line_takes_the_log_levels_the_config_takes():
     assert res.exit_code == 2 and "LOUD" in res.output and "critical" in res.output.lower()
 
 
+@pytest.mark.parametrize("args, said", [
+    (["--policy", "bandti"], "(given on the command line: --policy)"),
+    (["--set", 'policy.name="bandti"'], """(given on the command line: --set policy.name="bandti")"""),
+    (["--speed", "0", "--policy", "bandit"], "(given on the command line: --speed)"),   # only the refused section's
+    (["--config", "FILE"], None)])                                                    # the file's: no such note
+def test_a_refused_value_given_on_the_command_line_says_so(short_tmp, args, said):
+    """A newcomer's `run --policy bandti` read 'config: [policy] unknown policy' with no config file given."""
+    from click.testing import CliRunner
+
+    from controller.daemon.main import main
+    (short_tmp / "bad.toml").write_text('[policy]\nname = "bandti"\n')
+    args = [str(short_tmp / "bad.toml") if a == "FILE" else a for a in args]
+    res = CliRunner().invoke(main, ["run", *args, "--db", str(short_tmp / "x.db"), "--socket", str(short_tmp / "s")])
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert ("given on the command line" not in lines[0]) if said is None else lines[0].endswith(said), lines
+
+
 @pytest.mark.parametrize("level", ["CRITICAL", "critical"])
 def test_log_level_critical_on_the_command_line_starts_the_daemon(short_tmp, level):
     d = DaemonProc(short_tmp, "--concurrency", "1", "--log-level", level)

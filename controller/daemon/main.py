@@ -46,7 +46,7 @@ def run(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
                 overrides.setdefault(section, {})[key] = flags[name]
         cfg = load_config(config_path, overrides)
     except ConfigError as e:
-        fail_as("spec-controller", str(e), EXIT_USAGE)
+        fail_as("spec-controller", str(e) + _from_command_line(str(e), flags, settings), EXIT_USAGE)
     cfg["_overrides"] = overrides
     logs.setup(cfg["control"]["log_level"])
     try:
@@ -54,6 +54,15 @@ def run(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
     except (StoreError, Fatal, RuntimeError) as e:
         fail_as("spec-controller", str(e), getattr(e, "code", 1))
     raise SystemExit(code)
+
+
+def _from_command_line(message: str, flags: dict, settings: tuple[str, ...]) -> str:
+    """' (given on the command line: --policy)' where the section a refusal names holds values from flags or --set:
+    the message says 'config:', and an operator who gave no file would look for one."""
+    options = {p.name: p.opts[0] for p in run.params}
+    given = [options[name] for name, (section, _) in FLAGS.items() if flags[name] is not None and f"[{section}]" in message]
+    given += [f"--set {pair}" for pair in settings if f"[{pair.split('.', 1)[0].strip()}]" in message]
+    return f" (given on the command line: {', '.join(given)})" if given else ""
 
 
 if __name__ == "__main__":
