@@ -140,8 +140,9 @@ GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
                    ["tests/test_fastoff_cpu.py", "tests/test_offlogprob_cpu.py"]),
     # what the engine starts at from its environment, and how a trial reads in status / unpin
     "startup-trial": (["controller/plugin/instance.py", "controller/cli/common.py"],
-                      ["controller.plugin.instance.x_initial_threshold*", "controller.plugin.instance.x_coalesce_batches*",
-                       "controller.cli.common.x_trial_note*"],
+                      ["controller.plugin.instance.x_initial_threshold__mutmut_*",
+                       "controller.plugin.instance.x_coalesce_batches__mutmut_*", "controller.plugin.instance.x_env_int__mutmut_*",
+                       "controller.plugin.instance.x_shown__mutmut_*", "controller.cli.common.x_trial_note__mutmut_*"],
                       ["tests/test_plugin_cpu.py", "tests/test_draftkv_coalesce.py", "tests/test_cli_daemon.py"]),
 }
 # mutmut 3 leaves every decorated function unmutated (but @staticmethod / @classmethod). In the group's

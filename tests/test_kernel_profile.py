@@ -62,8 +62,9 @@ def test_waits_name_what_the_forward_stream_resumed_after():
     assert waits([], 1) == {} and per_step([], 1)["waits"] == {}
 
 
-def streaming_engine(tokens: int, sent: list):
-    """/generate with stream: one SSE line per output token (meta_info.completion_tokens), then [DONE]."""
+def streaming_engine(tokens: int, sent: list, gate=None, gate_at: int = 0, error: str | None = None):
+    """/generate with stream: one SSE line per output token (meta_info.completion_tokens), then [DONE]; after token
+    gate_at it waits for `gate` (what the client has read by then is exactly that); `error`: SGLang's error chunk."""
     import json
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -78,10 +79,16 @@ def streaming_engine(tokens: int, sent: list):
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
+            if error:
+                self.wfile.write(f"data: {json.dumps({'error': {'message': error}})}\n\ndata: [DONE]\n\n".encode())
+                return
             for n in range(1, tokens + 1):
                 sent.append(n)
-                self.wfile.write(f"data: {json.dumps({'text': 'x', 'meta_info': {'completion_tokens': n}})}\n\n".encode())
+                meta = {"completion_tokens": n} if n > 1 else {"completion_tokens": None}   # a chunk without a count
+                self.wfile.write(f"data: {json.dumps({'text': 'x', 'meta_info': meta})}\n\n".encode())
                 self.wfile.flush()
+                if gate is not None and n == gate_at:
+                    gate.wait(10)
             self.wfile.write(b"data: [DONE]\n\n")
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -89,15 +96,32 @@ def streaming_engine(tokens: int, sent: list):
 
 
 def test_the_profile_starts_when_the_streamed_request_reaches_the_position():
+    import threading
+
     import pytest
     from kernel_profile import stream_to
     sent: list = []
-    server = streaming_engine(50, sent)
+    gate = threading.Event()
+    server = streaming_engine(50, sent, gate=gate, gate_at=20)
     try:
         with stream_to(server.server_port, {"input_ids": [1]}, 20) as at:
-            assert at == 20               # the profile would start here: 20 tokens out, not before
+            # the server holds token 21 back until the profile has started: the client stopped reading at 20
+            assert at == 20 and sent[-1] == 20
+            gate.set()
         with pytest.raises(RuntimeError, match="ended at 50 tokens, before position 60"):
             with stream_to(server.server_port, {"input_ids": [1]}, 60):
+                pass
+    finally:
+        server.shutdown()
+
+
+def test_a_request_that_fails_in_the_stream_says_why():
+    import pytest
+    from kernel_profile import stream_to
+    server = streaming_engine(0, [], error="out of memory")
+    try:
+        with pytest.raises(RuntimeError, match="failed: .*out of memory"):
+            with stream_to(server.server_port, {"input_ids": [1]}, 5):
                 pass
     finally:
         server.shutdown()

@@ -328,20 +328,24 @@ def test_a_bad_pin_rotation_is_refused_before_any_request(tmp_path):
 
 
 def test_show_pairs_each_repeat_with_the_nospec_run_of_the_same_seed(tmp_path):
-    def row(label, repeat, tok_s, t, tpot=None):
+    def row(label, repeat, tok_s, t, tpot=None, e2e=None):
         return {"label": label, "shape": "open", "level": 24.0, "repeat": repeat, "t_start": t, "tok_s": tok_s,
-                "tpot_ms": tpot, "e2e_ms": tpot and tpot * 100}
-    rows = [row("nospec", 0, 1000.0, 0, 8.0), row("off", 0, 900.0, 1, 8.8), row("off", 1, 1100.0, 2, 7.7),
-            row("nospec", 1, 1000.0, 3, 7.0),
+                "tpot_ms": tpot, "e2e_ms": e2e}
+    rows = [row("nospec", 0, 1000.0, 0, 8.0, 400.0), row("off", 0, 900.0, 1, 8.8, 500.0),
+            row("off", 1, 1100.0, 2, 7.7, 600.0), row("nospec", 1, 1000.0, 3, 7.0, 500.0),
             # a later block of the same seeds: each run pairs with the no-spec run nearest in time
-            row("nospec", 0, 2000.0, 10, 8.0), row("off", 0, 2000.0, 11, 8.0)]
+            row("nospec", 0, 2000.0, 10, 8.0, 500.0), row("off", 0, 2000.0, 11, 9.0, 700.0),
+            # another variant's block against the same no-spec engine: not part of off's comparison
+            row("nospec", 0, 3000.0, 20, 1.0, 100.0), row("fast", 0, 1500.0, 21, 2.0, 300.0)]
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = subprocess.run([sys.executable, str(ROOT / "bench/gpu/loads.py"), "--show", str(path)],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     table, _, ratios = res.stdout.partition("label / nospec")
-    ratio = [line for line in ratios.splitlines() if line.startswith("| open | 24.0 | off |")]
-    # medians 1100 / 1000; pairs 900/1000, 1100/1000, 2000/2000; TPOT 8.0 / 8.0 (medians of 8.8, 7.7, 8.0 and 8, 7, 8)
-    assert ratio == ["| open | 24.0 | off | 1.100 | 0.900, 1.100, 1.000 | 1.000 | 1.000 |"]
-    assert "| open | 24.0 | off | 1,100 | 900-2,000 | 3 | 8.0 | 800.0 |" in table.splitlines()
+    ratio = [line for line in ratios.splitlines() if line.startswith("| open | 24.0 |")]
+    # off: medians 1100 / 1000 (its own no-spec runs 1000, 1000, 2000), pairs 900/1000, 1100/1000, 2000/2000,
+    # TPOT 8.8 / 8.0, E2E 600 / 500; fast: its one block, 1500 / 3000, 2 / 1, 300 / 100
+    assert ratio == ["| open | 24.0 | fast | 0.500 | 0.500 | 2.000 | 3.000 |",
+                     "| open | 24.0 | off | 1.100 | 0.900, 1.100, 1.000 | 1.100 | 1.200 |"]
+    assert "| open | 24.0 | off | 1,100 | 900-2,000 | 3 | 8.8 | 600.0 |" in table.splitlines()

@@ -803,7 +803,8 @@ def test_the_stats_say_whether_threshold_0_saves_prefills_the_draft_and_go_out_o
 
 
 @pytest.mark.parametrize("raw, threshold", [("7", 7), (" 12 ", 12), ("0", 0), (str(contract.MAX_THRESHOLD), contract.MAX_THRESHOLD),
-                                            ("-3", 0), ("x", 0), ("\u00b2", 0), (str(contract.MAX_THRESHOLD + 1), 0)])
+                                            ("-3", 0), ("x", 0), ("\u00b2", 0), (str(contract.MAX_THRESHOLD + 1), 0),
+                                            ("9" * 5000, 0)])     # (int() of 5,000 digits raises)
 def test_the_engine_starts_at_the_daemons_threshold_or_at_0_with_a_warning(raw, threshold, caplog):
     with caplog.at_level(logging.WARNING, logger="spec_controller.plugin"):
         plug = Plugin({contract.ENV_INITIAL_THRESHOLD: raw})
@@ -811,5 +812,13 @@ def test_the_engine_starts_at_the_daemons_threshold_or_at_0_with_a_warning(raw, 
     warned = [r.getMessage() for r in caplog.records if contract.ENV_INITIAL_THRESHOLD in r.getMessage()]
     assert len(warned) == (0 if raw.strip() == str(threshold) else 1)
     if warned:          # it says why: not a number at all, or a number out of range
-        why = "out of range" if raw.strip().isdecimal() else ": not an integer;"
-        assert why in warned[0] and "starting at 0" in warned[0], warned
+        why = "out of range" if raw.strip().isdecimal() and len(raw) < 10 else ": not a non-negative integer;"
+        assert why in warned[0] and "starting at 0" in warned[0] and len(warned[0]) < 300, warned
+
+
+def test_environment_integers_are_decimal_digits_nine_at_most_and_are_shown_cut():
+    from controller.plugin.instance import env_int, shown
+    assert [env_int(x) for x in ("123456789", " 7 ", "1234567890", "\u00b2", "-1", "", "0")] == \
+        [123456789, 7, None, None, None, None, 0]
+    assert shown("abc") == "'abc'" and shown("x" * 40) == repr("x" * 40)
+    assert shown("x" * 41) == repr("x" * 40) + "... (41 characters)"

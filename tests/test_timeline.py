@@ -370,13 +370,22 @@ def test_the_calibration_summary_lists_every_look_per_variant():
     assert procspeed.looks([]) == "none"
 
 
-def test_pairs_set_each_run_against_the_nospec_run_of_its_repeat():
+def test_pairs_set_each_run_against_the_nospec_run_of_its_shape_level_and_repeat():
     from timeline_summary import pair_lines
 
-    def run(label, repeat, interval, gpu, runner, level=48):
-        return {"label": label, "level": level, "repeat": repeat, "decode_interval_ms_median": interval,
+    def run(label, repeat, interval, gpu, runner, level=48, shape="closed", t=0.0):
+        return {"label": label, "shape": shape, "level": level, "repeat": repeat, "t_start": t,
+                "decode_interval_ms_median": interval,
                 "kinds": {"decode": {"gpu_ms": gpu}, "extend": {"runner_cpu_ms": runner}}}
-    rows = [run("nospec", 0, 5.0, 5.5, 9.0), run("off", 0, 5.1, 5.6, 8.0), run("off", 1, 5.05, 5.58, 11.0),
-            run("nospec", 1, 4.0, 5.5, 10.0), run("off", 2, 6.0, 6.0, 1.0),      # repeat 2: no nospec run, no pair
-            run("nospec", 0, 7.0, 7.0, 7.0, level=128)]                          # another level: alone
-    assert pair_lines(rows) == ["| 48 | off | 1.020, 1.262 | +100, +80 | 8.0 / 9.0; 11.0 / 10.0 |"]
+    rows = [run("nospec", 0, 5.0, 5.5, 9.0, t=0), run("off", 0, 5.1, 5.6, 8.0, t=1),
+            run("off", 1, 5.05, 5.58, 11.0, t=2), run("nospec", 1, 4.0, 5.5, 10.0, t=3),
+            run("off", 2, 6.0, 6.0, 1.0, t=4),                                   # repeat 2: no nospec run, no pair
+            run("nospec", 0, 7.0, 7.0, 7.0, level=128),                          # another level: alone
+            # steady decode at the same level: its own pairs, not closed's
+            run("nospec", 0, 2.0, 2.0, 3.0, shape="steady", t=10), run("off", 0, 2.2, 2.1, 3.0, shape="steady", t=11),
+            # a second closed block of the same seeds (e.g. closedfast's): the nearest no-spec run in time
+            run("nospec", 0, 10.0, 9.0, 1.0, t=20), run("fast", 0, 11.0, 9.5, 2.0, t=21)]
+    rows[8]["kinds"].pop("extend")                                               # a run without extends: '-'
+    assert pair_lines(rows) == ["| closed | 48 | fast | 1.100 | +500 | 2.0 / - |",
+                                "| closed | 48 | off | 1.020, 1.262 | +100, +80 | 8.0 / 9.0; 11.0 / 10.0 |",
+                                "| steady | 48 | off | 1.100 | +100 | 3.0 / 3.0 |"]

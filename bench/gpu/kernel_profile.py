@@ -176,7 +176,10 @@ def stream_to(port: int, request: dict, position: int) -> Iterator[int]:
             payload = line.decode().strip().removeprefix("data:").strip()
             if not payload or payload == "[DONE]":
                 continue
-            done = json.loads(payload).get("meta_info", {}).get("completion_tokens", done)
+            chunk = json.loads(payload)
+            if "error" in chunk:          # SGLang reports a failed request inside the 200 stream
+                raise RuntimeError(f"the streamed request failed: {chunk['error']}")
+            done = (chunk.get("meta_info") or {}).get("completion_tokens") or done
             if done >= position:
                 break
         else:

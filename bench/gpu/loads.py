@@ -194,20 +194,23 @@ def show(path: str) -> None:
 
 
 def ratio_lines(groups: dict[tuple, list[dict]]) -> list[str]:
-    """One markdown row per (shape, level, label) that has `nospec` runs beside it."""
+    """One markdown row per (shape, level, label) with no-spec runs beside it: tok/s, TPOT and E2E as ratios of
+    medians against the no-spec runs it pairs with (traffic_table.beside, as offpath-traffic.json records them),
+    and each repeat's own tok/s pair."""
     out = []
-    for (shape, level, label), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], float(kv[0][1]), kv[0][2])):
-        base = groups.get((shape, level, "nospec"))
-        if label == "nospec" or not base:
+    for key, rs in sorted(groups.items(), key=lambda kv: (kv[0][0], float(kv[0][1]), kv[0][2])):
+        shape, level, label = key
+        if label.startswith("nospec"):
             continue
-        pairs = traffic_table.paired_runs(rs, base)
-        per_pair = traffic_table.paired_ratios(pairs, ["tok_s", "tpot_ms", "e2e_ms"])
+        pairs, base = traffic_table.beside(groups, key)
+        if not base:
+            continue
 
-        def of_medians(key: str) -> str:
-            a, b = traffic_table.med(rs, key), traffic_table.med(base, key)
+        def of_medians(name: str) -> str:
+            a, b = traffic_table.med(rs, name), traffic_table.med(base, name)
             return f"{a / b:.3f}" if a and b else "-"
-        pair_text = ", ".join(f"{x:.3f}" for x in per_pair["pair_ratios_tok_s"]) or "-"
-        out.append(f"| {shape} | {level} | {label} | {of_medians('tok_s')} | {pair_text} "
+        per_pair = traffic_table.paired_ratios(pairs, ["tok_s"])["pair_ratios_tok_s"]
+        out.append(f"| {shape} | {level} | {label} | {of_medians('tok_s')} | {', '.join(f'{x:.3f}' for x in per_pair) or '-'} "
                    f"| {of_medians('tpot_ms')} | {of_medians('e2e_ms')} |")
     return out
 

@@ -22,6 +22,7 @@ import lzma
 import statistics
 from collections import defaultdict
 
+import traffic_table
 from jsonl import emit
 
 
@@ -157,26 +158,39 @@ def prefill_cost(run: list[list], min_extends: int = 100, idle_cap_ms: float = 5
 
 
 def pair_lines(rows: list[dict]) -> list[str]:
-    """Markdown rows: each label's run against the nospec run of the same level and repeat (the same seed), per
-    pair: the median decode-to-decode interval's ratio (what a token costs a running request: the systematic
-    part, steadier than tok/s, which the extends' launch speed moves run to run), the decode GPU span's
-    difference and both engines' extend launch CPU (the model runner's)."""
-    by = {(r.get("level"), r.get("label"), r.get("repeat")): r for r in rows if "kinds" in r}
-    out = []
-    for level, label in sorted({(lv, lab) for lv, lab, _ in by if lab != "nospec"}, key=lambda k: (float(k[0]), k[1])):
-        repeats = sorted(rep for lv, lab, rep in by if (lv, lab) == (level, label) and (level, "nospec", rep) in by)
-        pairs = [(by[(level, label, rep)], by[(level, "nospec", rep)]) for rep in repeats]
-        if not pairs:
-            continue
+    """Markdown rows: each label's runs against the nospec runs of the same shape, level and repeat (the same seed;
+    the nearest in time where a call ran a shape twice: traffic_table.beside), per pair: the median
+    decode-to-decode interval's ratio (what a token costs a running request: the systematic part, steadier than
+    tok/s, which the extends' launch speed moves run to run), the decode GPU span's difference and both engines'
+    extend launch CPU (the model runner's); '-' where a run lacks the figure."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if "kinds" in r and r.get("level") is not None:
+            groups.setdefault((r.get("shape") or "-", r["level"], r.get("label")), []).append(r)
 
-        def kind(r: dict, name: str, key: str) -> float | None:
-            return r["kinds"].get(name, {}).get(key)
-        ratio = [f"{a['decode_interval_ms_median'] / b['decode_interval_ms_median']:.3f}" for a, b in pairs
-                 if a.get("decode_interval_ms_median") and b.get("decode_interval_ms_median")]
-        gpu = [f"{(kind(a, 'decode', 'gpu_ms') - kind(b, 'decode', 'gpu_ms')) * 1e3:+.0f}" for a, b in pairs
-               if kind(a, "decode", "gpu_ms") is not None and kind(b, "decode", "gpu_ms") is not None]
-        ext = [f"{kind(a, 'extend', 'runner_cpu_ms')} / {kind(b, 'extend', 'runner_cpu_ms')}" for a, b in pairs]
-        out.append(f"| {level} | {label} | {', '.join(ratio) or '-'} | {', '.join(gpu) or '-'} | {'; '.join(ext)} |")
+    def kind(r: dict, name: str, key: str) -> float | None:
+        return r["kinds"].get(name, {}).get(key)
+
+    def ratio(a: dict, b: dict) -> str:
+        x, y = a.get("decode_interval_ms_median"), b.get("decode_interval_ms_median")
+        return f"{x / y:.3f}" if x and y else "-"
+
+    def gpu(a: dict, b: dict) -> str:
+        x, y = kind(a, "decode", "gpu_ms"), kind(b, "decode", "gpu_ms")
+        return "-" if x is None or y is None else f"{(x - y) * 1e3:+.0f}"
+
+    def ext(a: dict, b: dict) -> str:
+        return " / ".join("-" if v is None else f"{v}" for v in (kind(a, "extend", "runner_cpu_ms"),
+                                                                  kind(b, "extend", "runner_cpu_ms")))
+    out = []
+    for key in sorted(groups, key=lambda k: (k[0], float(k[1]), str(k[2]))):
+        shape, level, label = key
+        if str(label).startswith("nospec"):
+            continue
+        pairs, _ = traffic_table.beside(groups, key)
+        if pairs:
+            out.append(f"| {shape} | {level} | {label} | {', '.join(ratio(a, b) for a, b in pairs)} "
+                       f"| {', '.join(gpu(a, b) for a, b in pairs)} | {'; '.join(ext(a, b) for a, b in pairs)} |")
     return out
 
 
@@ -195,8 +209,8 @@ def main() -> None:
     if args.pairs:
         lines = pair_lines([r for r in rows_of(args.prefix) if isinstance(r, dict)])
         if lines:
-            print("| level | label / nospec | decode interval ratio per pair | decode GPU us per step, difference "
-                  "| extend runner CPU ms (label / nospec) |\n|---|---|---|---|---|")
+            print("| shape | level | label / nospec | decode interval ratio per pair | decode GPU us per step, difference "
+                  "| extend runner CPU ms (label / nospec) |\n|---|---|---|---|---|---|")
             print("\n".join(lines))
         return
     if args.prefill:
@@ -213,8 +227,8 @@ def main() -> None:
         row = json.loads(args.load_row)
         t0, t1 = row["mono_start"] + args.skip, row["mono_start"] + args.seconds
         label = label or row["label"]
-        extra = {"level": row.get("level"), "repeat": row.get("repeat"), "tok_s": row.get("tok_s"),
-                 "tpot_ms": row.get("tpot_ms")}
+        extra = {"shape": row.get("shape"), "level": row.get("level"), "repeat": row.get("repeat"),
+                 "t_start": row.get("t_start"), "tok_s": row.get("tok_s"), "tpot_ms": row.get("tpot_ms")}
     else:
         t0, t1 = map(float, args.window.split(","))
     out = summarise(read(args.prefix), int(t0 * 1e9), int(t1 * 1e9))

@@ -33,15 +33,29 @@ def med(rs: list[dict], key: str) -> float | None:
     return round(statistics.median(values), 2) if values else None
 
 
+def nospec_label(label: str) -> str:
+    """The no-spec engine's label beside `label` (after run_pair's gcfreeze phase both end in -gcf)."""
+    return "nospec-gcf" if label.endswith("-gcf") else "nospec"
+
+
+def beside(groups: dict[tuple, list[dict]], key: tuple, paired: bool = True) -> tuple[list[tuple[dict, dict]], list[dict]]:
+    """(pairs, base) for the runs groups[key] = (shape, level, label): each paired with the no-spec run of the same
+    shape, level and repeat nearest in time, and the no-spec runs to compare with: those paired (a call runs several
+    variants against one no-spec engine, each with its own blocks), or all of them when nothing pairs."""
+    shape, level, label = key
+    base = groups.get((shape, level, nospec_label(label)), [])
+    pairs = paired_runs(groups[key], base) if paired and base else []
+    if pairs:
+        base = list({id(b): b for _, b in pairs}.values())
+    return pairs, base
+
+
 def offpath_rows(groups: dict[tuple, list[dict]], call: str, paired: bool = False) -> list[dict]:
     out = []
     for (shape, level, label), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], float(kv[0][1]), kv[0][2])):
-        base = groups.get((shape, level, "nospec"))
-        if label not in OFF_MODES or not base:
+        if label not in OFF_MODES or not groups.get((shape, level, nospec_label(label))):
             continue
-        pairs = paired_runs(rs, base) if paired or any(r.get("engines_resident") for r in rs) else []
-        if pairs:    # the no-spec runs of this variant's own blocks (a call runs several variants against it)
-            base = list({id(b): b for _, b in pairs}.values())
+        pairs, base = beside(groups, (shape, level, label), paired or any(r.get("engines_resident") for r in rs))
         off, nospec = med(rs, "tok_s"), med(base, "tok_s")
         out.append({"shape": shape, "level": level, "mode": label, "off_tok_s": off, "nospec_tok_s": nospec,
                     "ratio": round(off / nospec, 3), "repeats": len(rs), "nospec_repeats": len(base),

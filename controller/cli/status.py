@@ -69,8 +69,7 @@ def _head(st: dict) -> list[str]:
 
 def _threshold(st: dict) -> str:
     t, best = st.get("threshold"), st.get("exploit_threshold")
-    trial = None if st.get("pinned") else trial_note(t, best)
-    notes = ["pinned"] if st.get("pinned") else ([trial] if trial else [])
+    notes = ["pinned"] if st.get("pinned") else [n for n in [trial_note(t, best)] if n]
     last = st.get("last_decision") or {}
     if not st["daemon"]["running"] and last.get("new") not in (None, t):
         # set while the daemon was down: the last change line below is what the engine last ran

@@ -24,24 +24,37 @@ from .telemetry import TelemetrySender
 log = logging.getLogger("spec_controller.plugin")
 
 
+def env_int(raw: str) -> int | None:
+    """An environment value as an integer, or None: decimal digits only, at most 9 of them ('²' passes isdigit()
+    and not int(); int() of thousands of digits raises, which would stop the scheduler's start-up)."""
+    text = raw.strip()
+    return int(text) if text.isdecimal() and len(text) <= 9 else None
+
+
+def shown(raw: str) -> str:
+    """An environment value for a log line: repr, cut at 40 characters."""
+    return repr(raw) if len(raw) <= 40 else repr(raw[:40]) + f"... ({len(raw)} characters)"
+
+
 def coalesce_batches(raw: str) -> int | None:
     """ENV_DRAFT_KV_COALESCE: draft-KV writes per write (1, or 0 as every other switch's "off": each its own); None
     where unset or not an integer 0 .. 64 (logged): the default (OffPath: the graphs coalesce, the eager writer not)."""
-    n = int(raw) if raw.strip().isdecimal() else -1     # (isdigit() takes "²", which int() refuses)
+    n = env_int(raw)
+    n = -1 if n is None else n
     if raw.strip() and not 0 <= n <= 64:
-        log.warning("spec-controller: %s=%r is not an integer 0 .. 64; ignored (the default: %d writes per graph "
-                    "replay where the writes are graphed)", ENV_DRAFT_KV_COALESCE, raw, DEFAULT_GRAPH_COALESCE)
+        log.warning("spec-controller: %s=%s is not an integer 0 .. 64; ignored (the default: %d writes per graph "
+                    "replay where the writes are graphed)", ENV_DRAFT_KV_COALESCE, shown(raw), DEFAULT_GRAPH_COALESCE)
     return max(n, 1) if 0 <= n <= 64 else None
 
 
 def initial_threshold(raw: str) -> int:
     """ENV_INITIAL_THRESHOLD (the daemon sets it from its validated state): 0, speculation never on, where it is
     not an integer 0 .. MAX_THRESHOLD (logged) - a wrong value must not stop the engine from starting."""
-    value = int(raw) if raw.strip().isdecimal() else None     # (isdigit() takes "²", which int() refuses)
-    problem = "not an integer" if value is None else validate_threshold(value)
+    value = env_int(raw)
+    problem = "not a non-negative integer" if value is None else validate_threshold(value)
     if problem:
-        log.warning("spec-controller: %s=%r: %s; starting at 0 (speculation off until the daemon sets it)",
-                    ENV_INITIAL_THRESHOLD, raw, problem)
+        log.warning("spec-controller: %s=%s: %s; starting at 0 (speculation off until the daemon sets it)",
+                    ENV_INITIAL_THRESHOLD, shown(raw), problem)
         return 0
     return value
 
