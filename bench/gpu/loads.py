@@ -6,7 +6,7 @@
         --tokenizer DIR --out r.jsonl
     python3 bench/gpu/loads.py --port 30000 --shape closed --configs 'synced={"spec_controller_sync_draft": true};
         lean={"spec_controller_sync_draft": false, "spec_controller_lean_prefill": true}' --out r.jsonl
-    python3 bench/gpu/loads.py --show r.jsonl              # the table (median of repeats, spread)
+    python3 bench/gpu/loads.py --show r.jsonl              # the table (median of repeats, spread), then each label / nospec
 
 --configs: several set_internal_state bodies (or '@threshold pin N' / '@policy set bandit && threshold unpin':
 specctl commands to the daemon at --socket, run in order) measured in one engine, interleaved inside each level (order reversed in odd repeats and rotated every two, so
