@@ -190,11 +190,12 @@ DRAFT_KV_COALESCE_KEY = "spec_controller_draft_kv_coalesce"   # ... coalesced (t
 DRAFT_KV_SIDE_KEY = "spec_controller_draft_kv_side"    # ... the graphs replayed beside the next forward (side stream)
 LEAN_OFF_KEY = "spec_controller_lean_off"              # off batches' results from per-engine stubs (plugin/offstubs.py)
 ALLOC_LOOP_KEY = "spec_controller_alloc_loop"          # SGLang 0.5.19's decode allocation loop (plugin/allocloop.py)
+DEFER_PROMPT_KV_KEY = "spec_controller_defer_prompt_kv"  # a prompt's draft-KV write after the next forward (promptkv)
 OWN_KEYS = (THRESHOLD_KEY, FAST_OFF_KEY, SIM_ACC_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY, DRAFT_KV_KEY, DRAFT_KV_GRAPH_KEY,
-            DRAFT_KV_COALESCE_KEY, DRAFT_KV_SIDE_KEY, LEAN_OFF_KEY, ALLOC_LOOP_KEY)
+            DRAFT_KV_COALESCE_KEY, DRAFT_KV_SIDE_KEY, LEAN_OFF_KEY, ALLOC_LOOP_KEY, DEFER_PROMPT_KV_KEY)
 EXPERIMENT_KEYS = (SIM_ACC_KEY,)
 BOOL_KEYS = (FAST_OFF_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY, DRAFT_KV_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_COALESCE_KEY,
-             DRAFT_KV_SIDE_KEY, LEAN_OFF_KEY, ALLOC_LOOP_KEY)
+             DRAFT_KV_SIDE_KEY, LEAN_OFF_KEY, ALLOC_LOOP_KEY, DEFER_PROMPT_KV_KEY)
 # The engine's start-up choices (environment of the SGLang process; the daemon's [plugin] settings)
 ENV_FAST_OFF = "SPEC_CONTROLLER_FAST_OFF"              # "0": off batches take SGLang's steps-0 path
 ENV_SYNC_DRAFT = "SPEC_CONTROLLER_SYNC_DRAFT"          # "1": keep the draft in step while off
@@ -204,6 +205,7 @@ ENV_DRAFT_KV_COALESCE = "SPEC_CONTROLLER_DRAFT_KV_COALESCE"  # "N": ... N off ba
 ENV_DRAFT_KV_SIDE = "SPEC_CONTROLLER_DRAFT_KV_SIDE"    # "0": the graphs' replays in line, not on a side stream
 ENV_LEAN_PREFILL = "SPEC_CONTROLLER_LEAN_PREFILL"      # "0": prefills run the draft even while nothing speculates
 ENV_LEAN_OFF = "SPEC_CONTROLLER_LEAN_OFF"              # "0": off batches' results made per batch (plugin/offstubs.py)
+ENV_DEFER_PROMPT_KV = "SPEC_CONTROLLER_DEFER_PROMPT_KV"  # "1": prompts' draft-KV writes after the next forward (promptkv)
 MAX_THRESHOLD = 1 << 20
 
 

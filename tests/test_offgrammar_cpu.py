@@ -272,7 +272,8 @@ def plugin_run(monkeypatch):
         plug.off_path.fast = fastoff.FastOff(None, None, grammar=grammar)
         ran = []
 
-        def fake_run(worker, fast, batch, on_publish, sync=False, kv=None, grammar_barrier=None, lean=False):
+        def fake_run(worker, fast, batch, on_publish, sync=False, kv=None, grammar_barrier=None, lean=False,
+                     before_write=None):
             ran.append(grammar_barrier)
             return "fast-result"
         monkeypatch.setattr(fastoff, "run", fake_run)

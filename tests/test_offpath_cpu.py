@@ -196,7 +196,7 @@ def test_the_fast_path_gets_the_worker_and_a_positional_on_publish(fast, monkeyp
     plug, _ = fast
     got = []
 
-    def run(worker, f, batch, on_publish, sync=False, kv=None, grammar_barrier=None, lean=False):
+    def run(worker, f, batch, on_publish, sync=False, kv=None, grammar_barrier=None, lean=False, before_write=None):
         got.append((worker, batch, on_publish, grammar_barrier, lean))
         f.batches += 1
         return "fast"
@@ -223,8 +223,8 @@ def test_counters_name_every_off_path_figure(fast):
     plug, _ = fast
     off = plug.off_path
     off.lean_prefills, off.kv_writes, off.fast.cpu_ns, off.fast.graph_batches = 5, 7, 11, 3
-    off.fast.target_ns, off.fast.kv_ns, off.prefill_kv_ns = 6, 4, 13
-    off.prefill_kv_eager, off.prefill_kv_eager_ns, off.fast.lean_batches = 2, 9, 8
+    off.fast.target_ns, off.fast.kv_ns, off.prompts.ns = 6, 4, 13
+    off.prompts.eager, off.prompts.eager_ns, off.fast.lean_batches = 2, 9, 8
     assert off.counters() == {"off_fallbacks": 0, "lean_prefills": 5, "off_fallbacks_logprob": 0,
                               "off_fallbacks_grammar": 0, "draft_kv_writes": 7, "fast_off_batches": 0,
                               "fast_off_graph_batches": 3, "fast_off_cpu_ns": 11, "fast_off_target_ns": 6,
@@ -326,7 +326,7 @@ def test_side_stream_writes_are_waited_for_before_sglangs_own_batches_not_before
     off.kv_graph, log = sided()
     off.kv_graph.overlap, off.kv_writer, off.draft_kv = True, "eager", True
 
-    def run(worker, f, batch, on_publish, sync=False, kv=None, grammar_barrier=None, lean=False):
+    def run(worker, f, batch, on_publish, sync=False, kv=None, grammar_barrier=None, lean=False, before_write=None):
         log.append(("fast", batch.seq_lens.shape[0]))
         if kv is off.kv_graph:
             kv.side.pending = True                      # as a replay on the side stream leaves it
@@ -356,7 +356,7 @@ def test_a_fast_path_failure_waits_for_the_side_stream_before_sglangs_path(fast,
     off.kv_graph, log = sided()
     off.kv_graph.overlap, off.kv_writer, off.draft_kv = True, "eager", True
 
-    def run(worker, f, batch, on_publish, sync=False, kv=None, grammar_barrier=None, lean=False):
+    def run(worker, f, batch, on_publish, sync=False, kv=None, grammar_barrier=None, lean=False, before_write=None):
         kv.side.pending = True                          # a replay went out, then the step failed
         raise RuntimeError("boom")
     monkeypatch.setattr(fastoff, "run", run)

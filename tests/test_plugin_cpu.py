@@ -376,7 +376,8 @@ def fast(plug, monkeypatch):
     plug.off_path.fast = fastoff.FastOff(attn_backend=None, graph_runner=None)
     ran = []
 
-    def fake_run(worker, fast, batch, on_publish, sync_draft=False, kv_writer=None, grammar_barrier=None, lean=False):
+    def fake_run(worker, fast, batch, on_publish, sync_draft=False, kv_writer=None, grammar_barrier=None, lean=False,
+                 before_write=None):
         ran.append((batch.seq_lens.shape[0], on_publish))
         fast.batches += 1
         return "fast-result"
@@ -636,9 +637,9 @@ def test_the_draft_kv_writer_reaches_the_fast_path_and_lean_prefills(fast, monke
     monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: ("stub", ids))
     original = lambda worker, batch, hidden, ids, *a, **k: ("draft forward", ids)
     plug.router.threshold = 0                           # nothing speculates: the draft's prompt pass is skipped,
-    from controller.plugin import offpath
+    from controller.plugin import promptkv
     clock = iter([10, 35, 50, 60])                      # around each prompt write: their CPU, for status
-    monkeypatch.setattr(offpath, "time", SimpleNamespace(perf_counter_ns=lambda: next(clock)))
+    monkeypatch.setattr(promptkv, "time", SimpleNamespace(perf_counter_ns=lambda: next(clock)))
     assert off.draft_extend_for_prefill(original, None, "batch", "hidden", [7]) == ("stub", [7])
     assert written == [(writer, "batch", "hidden", [7])] and off.kv_writes == 2   # but its KV written
     assert off.draft_extend_for_prefill(original, None, "idle", "hidden", [7]) == ("stub", [7])
@@ -756,7 +757,7 @@ def test_the_lean_prefill_rule(threshold, last, joining, kv, skips):
 def test_prompt_writes_a_graph_held_are_not_counted_eager(fast, monkeypatch):
     """The status splits the prompt writes' CPU by whether a CUDA graph held them (GraphedKVWriter.replays moved)."""
     from types import SimpleNamespace
-    from controller.plugin import offpath
+    from controller.plugin import promptkv
     plug, _ = fast
     off = plug.off_path
     writer = SimpleNamespace(replays=0, side_replays=0, launches=0)
@@ -770,7 +771,7 @@ def test_prompt_writes_a_graph_held_are_not_counted_eager(fast, monkeypatch):
     monkeypatch.setattr(draftkv, "write_prefill", write)
     monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: ("stub", ids))
     clock = iter([0, 100, 200, 5200])
-    monkeypatch.setattr(offpath, "time", SimpleNamespace(perf_counter_ns=lambda: next(clock)))
+    monkeypatch.setattr(promptkv, "time", SimpleNamespace(perf_counter_ns=lambda: next(clock)))
     original = lambda *a, **k: "draft forward"
     assert off.draft_extend_for_prefill(original, None, "small", "hidden", [7]) == ("stub", [7])
     assert off.draft_extend_for_prefill(original, None, "huge", "hidden", [7]) == ("stub", [7])
@@ -822,3 +823,54 @@ def test_environment_integers_are_decimal_digits_nine_at_most_and_are_shown_cut(
         [123456789, 7, None, None, None, None, 0]
     assert shown("abc") == "'abc'" and shown("x" * 40) == repr("x" * 40)
     assert shown("x" * 41) == repr("x" * 40) + "... (41 characters)"
+
+
+def test_a_held_prompt_is_staged_after_the_next_decodes_forward_and_before_anything_else_reads_the_draft(
+        fast, monkeypatch):
+    """spec_controller_defer_prompt_kv (promptkv): a lean prefill's draft-KV rows wait until the next off decode's
+    forward is queued, go in before that decode's own rows, and before any other batch that touches the draft."""
+    plug, _ = fast
+    off, writer, log = plug.off_path, object(), []
+    off.fast.with_hidden, off.kv_writer = True, writer
+    plug.apply_own_keys({contract.DRAFT_KV_KEY: True, contract.SYNC_DRAFT_KEY: False, contract.LEAN_PREFILL_KEY: True,
+                         contract.DEFER_PROMPT_KV_KEY: True})
+    plug.router.threshold = 0
+    monkeypatch.setattr(draftkv, "prompt_rows_of", lambda batch, hidden, ids, keep=False:
+                        None if batch == "idle" else log.append(("held", batch, keep)) or ("rows", batch))
+    monkeypatch.setattr(draftkv, "stage_prefill", lambda w, rows: log.append(("staged", rows[1], w is writer)))
+    monkeypatch.setattr(draftkv, "write_prefill", lambda *a: pytest.fail("written at once while deferred"))
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: ("stub", ids))
+
+    def run(worker, f, batch, pub, sync=False, kv=None, grammar_barrier=None, lean=False, before_write=None):
+        log.append("decode forward queued")
+        before_write()                               # fastoff.run: after the forward, before its own write
+        log.append("decode rows")
+        return "fast"
+    monkeypatch.setattr(fastoff, "run", run)
+    draft_pass = lambda *a, **k: "draft forward"
+    assert off.draft_extend_for_prefill(draft_pass, None, "p1", "hidden", [7]) == ("stub", [7])
+    assert off.draft_extend_for_prefill(draft_pass, None, "p2", "hidden", [7]) == ("stub", [7])   # p1 goes in first
+    assert off.draft_extend_for_prefill(draft_pass, None, "idle", "hidden", [7]) == ("stub", [7])  # nothing to hold
+    assert off.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30)) == "fast"
+    assert log == [("held", "p1", True), ("held", "p2", True), ("staged", "p1", True),
+                   "decode forward queued", ("staged", "p2", True), "decode rows"]
+    assert off.kv_writes == 3 and off.prompts.rows is None
+    del log[:]                                       # a batch that speculates: the held rows before SGLang's batch
+    off.draft_extend_for_prefill(draft_pass, None, "p3", "hidden", [7])
+    plug.router.threshold = 64
+    off.forward_batch_generation(lambda *a, **k: log.append("speculating batch"), routed_worker(plug), decode_batch(30))
+    assert log == [("held", "p3", True), ("staged", "p3", True), "speculating batch"]
+    del log[:]                                       # a failed staging: recorded, the writer dropped, SGLang goes on
+    plug.router.threshold = 0
+    off.draft_extend_for_prefill(draft_pass, None, "p4", "hidden", [7])
+    monkeypatch.setattr(draftkv, "stage_prefill", lambda w, rows: (_ for _ in ()).throw(RuntimeError("boom")))
+    off.forward_batch_generation(lambda *a, **k: log.append("sglang batch"), routed_worker(plug),
+                                 decode_batch(30, is_extend_in_batch=True))
+    assert off.kv_writer is None and off.prompts.rows is None and "sglang batch" in log
+    assert "draft KV prefill" in plug.failures.places
+    del log[:]                                       # switched off: written at once again
+    monkeypatch.setattr(draftkv, "write_prefill", lambda w, batch, hidden, ids: log.append(("written", batch)) or True)
+    off.kv_writer = writer
+    plug.apply_own_keys({contract.DEFER_PROMPT_KV_KEY: False})
+    off.draft_extend_for_prefill(draft_pass, None, "p5", "hidden", [7])
+    assert log == [("written", "p5")] and off.prompts.rows is None

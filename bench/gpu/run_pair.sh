@@ -64,6 +64,8 @@ LEANALLOC='"spec_controller_lean_off": true, "spec_controller_alloc_loop": true'
 BOTH_YES="{$KVG, $LEANALLOC}"; FAST_YES="{\"spec_controller_draft_kv\": false, $LEANALLOC}"
 INLINE="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_side\": false}"
 SIDE_YES="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_side\": true}"
+# ROTATION=defer: the no-spec engine, the default state (off) and the same with the prompts' draft-KV writes held
+# until the next decode's forward is queued (defer; spec_controller_defer_prompt_kv, plugin/promptkv.py).
 # ROTATION=pair: only the no-spec engine and the daemon's engine in its default state (kv graphs, lean step,
 # allocation loop; label off): twice the runs per mode in the same time, for longer windows (12-03f: 5 s windows of
 # 128 clients moved 12-39 % run to run). ROTATION=fast: the same plus that state without the kv writes (label fast).
@@ -75,6 +77,10 @@ SIDE_YES="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_side\": true}"
 ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTORE (the daemon's engine's state after)
   local dflt=$SIDE_YES; [ "$SIDE" = 1 ] || dflt=$INLINE
   if [ "${ROTATION:-}" = pair ]; then AB="nospec=30001;off=30000:$dflt"; NAB=2; AB_RESTORE=$dflt
+  elif [ "${ROTATION:-}" = defer ]; then   # the default state, the same with the prompts' draft-KV writes held (promptkv)
+    AB="nospec=30001;off=30000:{$KVG, $LEANALLOC, \"spec_controller_defer_prompt_kv\": false}"
+    AB="$AB;defer=30000:{$KVG, $LEANALLOC, \"spec_controller_defer_prompt_kv\": true}"; NAB=3
+    AB_RESTORE="{$KVG, $LEANALLOC, \"spec_controller_defer_prompt_kv\": false}"
   elif [ "${ROTATION:-}" = side ]; then
     AB="nospec=30001;off=30000:$SIDE_YES;inline=30000:$INLINE"; NAB=3; AB_RESTORE=$dflt
   elif [ "${ROTATION:-}" = coalesce ]; then    # the writes coalesced (off), per batch, no-spec

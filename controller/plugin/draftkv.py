@@ -195,28 +195,57 @@ def prompt_rows(extend_lens: Any, prefix_lens: Any) -> Any:
     return np.concatenate([positions, ends])
 
 
-def write_prefill(writer: DraftKVWriter, batch: Any, aux_hidden: Any, next_token_ids: Any) -> bool:
-    """A prefill's draft KV, as SGLang's draft prefill would write it (EagleDraftWorker._draft_extend_for_prefill):
-    at each prompt position the following token (the chunk's last position: the request's first output
-    token, or the next chunk's first prompt token), vectorised instead of its loop over requests.
-    False for an idle batch (nothing to write)."""
+@dataclass
+class PromptRows:
+    """What a prefill's draft-KV write needs, taken from its batch (write_prefill now, or later: promptkv)."""
+    ids: Any            # the extend's input ids [n]
+    extend_lens: list   # per request (host lists)
+    prefix_lens: list
+    tail: Any           # each request's tail token (its first output, or the next chunk's first prompt token) [R]
+    aux: Any            # the target's auxiliary hidden states [n, 3 x hidden]
+    loc: Any            # the KV slots of the n tokens
+
+
+def prompt_rows_of(batch: Any, aux_hidden: Any, next_token_ids: Any, keep: bool = False) -> PromptRows | None:
+    """A prefill's rows, None for an idle batch. keep: copies of the device tensors, for a write after later batches
+    (the target's output may sit in a buffer that its next forward reuses; the batch's tensors are SGLang's)."""
     if batch.forward_mode.is_idle():
-        return False
-    import torch
+        return None
     from sglang.srt.speculative.eagle_utils import _eagle_prefill_tail_tokens
-    ids = batch.input_ids
+    ids, loc = batch.input_ids, batch.out_cache_loc
+    tail = _eagle_prefill_tail_tokens(batch, next_token_ids).to(ids.dtype)
+    if keep:
+        ids, loc, tail, aux_hidden = ids.clone(), loc.clone(), tail.clone(), aux_hidden.clone()
+    return PromptRows(ids, list(batch.extend_lens), list(batch.prefix_lens), tail, aux_hidden, loc)
+
+
+def stage_prefill(writer: DraftKVWriter, rows: PromptRows) -> None:
+    """The rows into the writer: at each prompt position the following token (the chunk's last position: its tail
+    token), vectorised instead of SGLang's loop over requests."""
+    import torch
+    ids = rows.ids
     n = ids.numel()
-    rows = prompt_rows(batch.extend_lens, batch.prefix_lens)
-    tokens = rows.size - len(batch.extend_lens)      # the rows: a position per token, then a tail row per request
+    host = prompt_rows(rows.extend_lens, rows.prefix_lens)
+    tokens = host.size - len(rows.extend_lens)      # the rows: a position per token, then a tail row per request
     if tokens != n:
         raise ValueError(f"the extend lengths sum to {tokens}, the batch holds {n} tokens")
-    # pinned (PyTorch's caching host allocator reuses a block only once its copy has run): copied asynchronously
-    staged = torch.from_numpy(rows).pin_memory().to(ids.device, non_blocking=True)
+    staged = torch.from_numpy(host)
+    if ids.is_cuda:      # pinned (the caching host allocator reuses a block once its copy has run): asynchronous
+        staged = staged.pin_memory().to(ids.device, non_blocking=True)
     positions, ends = staged[:n], staged[n:]
     shifted = torch.empty_like(ids)
     shifted[:-1] = ids[1:]
-    shifted[ends] = _eagle_prefill_tail_tokens(batch, next_token_ids).to(ids.dtype)
-    writer.write(aux_hidden, shifted, positions, batch.out_cache_loc)
+    shifted[ends] = rows.tail
+    writer.write(rows.aux, shifted, positions, rows.loc)
+
+
+def write_prefill(writer: DraftKVWriter, batch: Any, aux_hidden: Any, next_token_ids: Any) -> bool:
+    """A prefill's draft KV, as SGLang's draft prefill would write it (EagleDraftWorker._draft_extend_for_prefill).
+    False for an idle batch (nothing to write)."""
+    rows = prompt_rows_of(batch, aux_hidden, next_token_ids)
+    if rows is None:
+        return False
+    stage_prefill(writer, rows)
     return True
 
 

@@ -146,14 +146,16 @@ def _tp_min(value: int) -> int:
 
 
 def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, sync_draft: bool = False,
-        kv_writer: Any = None, grammar_barrier: Callable[[], None] | None = None, lean: bool = False) -> Any:
+        kv_writer: Any = None, grammar_barrier: Callable[[], None] | None = None, lean: bool = False,
+        before_write: Callable[[], None] | None = None) -> Any:
     """One off decode batch as plain decode; returns a steps-0-shaped GenerationBatchResult.
     sync_draft (needs fast.with_hidden): the draft's extend runs on the new token too, as in SGLang's
     steps-0 state, so its KV holds every position when speculation resumes. kv_writer (a
     draftkv.DraftKVWriter, needs fast.with_hidden): instead, only the draft's KV for the decoded position
     is written (no draft forward). grammar_barrier: the scheduler's, for a grammar batch (offgrammar.py).
     lean: where offstubs.applies, the result points at per-engine stubs, keeps the sampler's tokens and the new
-    lengths are published before the forward (an off step accepts exactly one token: they are known)."""
+    lengths are published before the forward (an off step accepts exactly one token: they are known).
+    before_write: called once the forward is queued, before kv_writer's write (a held prompt's rows go first)."""
     torch = _sg["torch"]
     runner = worker.target_worker.model_runner
     seq_lens, bonus, event = batch.seq_lens, batch.spec_info.bonus_tokens, fast.names.read_done_event
@@ -179,6 +181,10 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
     if kv_writer is not None and not sync_draft:
         t0 = time.perf_counter_ns()
         with fast.names.draft_context.enter(worker.draft_worker):      # the draft's TP context (embedding)
+            if before_write is not None:     # (its CPU is counted as the prompt writes', not this batch's write)
+                t1 = time.perf_counter_ns()
+                before_write()
+                t0 += time.perf_counter_ns() - t1
             kv_writer.write(out.logits_output.hidden_states, out.next_token_ids, seq_lens.to(torch.int64), loc)
         fast.kv_ns += time.perf_counter_ns() - t0
     if sync_draft:            # the draft's extend graph publishes the event the scheduler waits on

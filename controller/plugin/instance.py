@@ -7,9 +7,9 @@ import os
 import time
 from typing import Any, Callable, Mapping
 
-from ..contract import (ALLOC_LOOP_KEY, BOOL_KEYS, DRAFT_KV_COALESCE_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_KEY,
+from ..contract import (ALLOC_LOOP_KEY, BOOL_KEYS, DEFER_PROMPT_KV_KEY, DRAFT_KV_COALESCE_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_KEY,
                         DRAFT_KV_SIDE_KEY, ENV_ADDRESS, ENV_DRAFT_KV, ENV_DRAFT_KV_COALESCE, ENV_DRAFT_KV_GRAPH,
-                        ENV_DRAFT_KV_SIDE, ENV_FAST_OFF,
+                        ENV_DEFER_PROMPT_KV, ENV_DRAFT_KV_SIDE, ENV_FAST_OFF,
                         ENV_INITIAL_THRESHOLD, ENV_LEAN_OFF, ENV_LEAN_PREFILL, ENV_SYNC_DRAFT, EXPERIMENT_KEYS,
                         FAST_OFF_KEY, LEAN_OFF_KEY, LEAN_PREFILL_KEY, OWN_KEYS, REASON_INACTIVE, SIM_ACC_KEY,
                         SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version, validate_threshold)
@@ -81,6 +81,7 @@ class Plugin:
                                 draft_kv_side=env.get(ENV_DRAFT_KV_SIDE, "1") != "0",   # the default since 2026-12-03i
                                 fast_grammar=env.get(offgrammar.ENV, "1") != "0",   # checked on a GPU
                                 lean_off=env.get(ENV_LEAN_OFF, "1") != "0",         # measured: offstubs.py
+                                defer_prompt_kv=env.get(ENV_DEFER_PROMPT_KV) == "1",   # not yet on a GPU
                                 capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
         self.alloc_loop = allocloop.AllocLoop(registered=allocloop.wanted(env, parse_version(sglang_version())))
@@ -202,6 +203,8 @@ class Plugin:
             self.off_path.lean_off = bool(ours[LEAN_OFF_KEY])
         if ALLOC_LOOP_KEY in ours:
             self.alloc_loop.enabled = bool(ours[ALLOC_LOOP_KEY])
+        if DEFER_PROMPT_KV_KEY in ours:    # rows held now are staged at the next forward or flush either way
+            self.off_path.prompts.defer = bool(ours[DEFER_PROMPT_KV_KEY])
         if SIM_ACC_KEY in ours:   # SGLang's benchmark knob, read by every verify (spec_utils.SIMULATE_ACC_LEN)
             from sglang.srt.speculative import spec_utils
             spec_utils.SIMULATE_ACC_LEN = float(ours[SIM_ACC_KEY])

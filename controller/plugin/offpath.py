@@ -11,7 +11,7 @@ from ..contract import (KV_PATH, PAYS_DRAFT, REASON_CAPTURE_FAILED, REASON_CONFI
                         REASON_KV_UNSUPPORTED, REASON_MISSING_INTERNAL, REASON_NONE, REASON_OTHER_RANK,
                         REASON_REJECTION_SAMPLING, REASON_RUN_FAILED, SAME_AT_ZERO, parse_version,
                         prefill_skips_draft, zero_saves_prefill_draft)
-from . import draftkv, draftkv_coalesce, draftkv_graph, fastoff, internals, offgrammar
+from . import draftkv, draftkv_coalesce, draftkv_graph, fastoff, internals, offgrammar, promptkv
 from .failures import Failures
 from .router import Router
 
@@ -39,7 +39,7 @@ class OffPath:
     def __init__(self, router: Router, failures: Failures, enabled: bool = True, sync_draft: bool = False,
                  lean_prefill: bool = False, capture_hidden: bool = False, draft_kv: bool = False,
                  draft_kv_graph: bool = False, fast_grammar: bool = False, draft_kv_coalesce: int | None = None,
-                 lean_off: bool = False, draft_kv_side: bool = False):
+                 lean_off: bool = False, draft_kv_side: bool = False, defer_prompt_kv: bool = False):
         self.router, self.failures, self.enabled, self.fast_grammar = router, failures, enabled, fast_grammar
         self.sync_draft, self.lean_prefill, self.draft_kv, self.lean_off = sync_draft, lean_prefill, draft_kv, lean_off
         self.capture_hidden = capture_hidden or sync_draft or draft_kv   # graphs that can feed the draft
@@ -52,8 +52,7 @@ class OffPath:
         self.kv_coalesced: draftkv_coalesce.CoalescedKVWriter | None = None   # eager, coalesced: only where asked
         self.use_coalesce = True                             # run-time switch, once built
         self.kv_writes = 0
-        self.prefill_kv_ns = 0                               # CPU of the prompt writes (write_prefill) ...
-        self.prefill_kv_eager = self.prefill_kv_eager_ns = 0  # ... of those no CUDA graph held (count, CPU)
+        self.prompts = promptkv.PromptWrites(defer_prompt_kv)   # the prompt writes (held: after the next forward)
         self.tp_size = 1
         self.fast: fastoff.FastOff | None = None   # built after SGLang's graph capture, if supported
         self.reason = REASON_CONFIG if not enabled else REASON_NONE   # contract.OFF_REASONS: why not fast
@@ -100,10 +99,11 @@ class OffPath:
                 or draftkv_coalesce.unsupported_reason(None, self.tp_size))
 
     def _flush_kv(self, draft_worker: Any, keep: Any = None) -> None:
-        """The writes still buffered (coalesced) or running beside (the graphs' side stream), except `keep`'s (the
-        writer of the off batch about to run), before anything else touches the draft's pool: every batch that is
-        not an off decode batch comes here first, except a prefill, whose draft pass does (draft_extend_for_prefill:
-        a lean prefill adds its rows to the held ones instead, so prefills do not close a coalescing window)."""
+        """A held prompt's rows (promptkv), the writes buffered (coalesced) or running beside (side stream), except
+        `keep`'s (the off batch's writer), before anything else touches the draft's pool: every batch but an off decode
+        comes here, a prefill in its draft pass (a lean one adds its rows instead: prefills do not end a window)."""
+        if self.prompts.rows is not None and not self.prompts.pending_for(keep):
+            self._stage_held()
         if self.kv_graph is not None and keep is not self.kv_graph:
             self.kv_graph.wait()
         if self.kv_coalesced is None or keep is self.kv_coalesced:
@@ -115,6 +115,13 @@ class OffPath:
             self.kv_coalesced = None
             if self.tp_size > 1:
                 raise
+
+    def _stage_held(self) -> None:      # a held prompt's rows into their writer; a failure leaves them unwritten
+        try:
+            self.prompts.stage()
+        except Exception as e:
+            self.failures.record("draft KV prefill", e)
+            self.kv_writer = None
 
     def after_init_cuda_graphs(self, result: Any, worker: Any, *args, **kwargs) -> None:
         """AFTER EAGLEWorkerV2.init_cuda_graphs, every rank, once: capture the target's decode graphs."""
@@ -233,7 +240,8 @@ class OffPath:
             writer = self._writer()
             self._flush_kv(draft, keep=writer)   # another writer's rows first
             result = fastoff.run(worker, fast, batch, on_publish, self.sync_draft and fast.with_hidden, writer,
-                                 grammar_barrier=barrier, lean=self.lean_off)
+                                 grammar_barrier=barrier, lean=self.lean_off,
+                                 before_write=self._stage_held if self.prompts.rows is not None else None)
         except Exception as e:      # restored batch fields: SGLang's own path can still take this batch
             self.failures.record("fast off", e)
             self.fast, self.reason = None, REASON_RUN_FAILED
@@ -265,15 +273,9 @@ class OffPath:
         self.lean_prefills += 1
         if writer is not None:
             self._flush_kv(draft_worker, keep=writer)    # another writer's rows before this one's
-            t0, replays = time.perf_counter_ns(), getattr(writer, "replays", None)
             try:
-                wrote = draftkv.write_prefill(writer, batch, target_hidden_states, next_token_ids)
-                spent = time.perf_counter_ns() - t0
-                self.kv_writes += wrote
-                self.prefill_kv_ns += spent
-                if wrote and (replays is None or writer.replays == replays):    # eager writer, or too many rows
-                    self.prefill_kv_eager += 1
-                    self.prefill_kv_eager_ns += spent
+                self.kv_writes += self.prompts.write(writer, batch, target_hidden_states, next_token_ids,
+                                                     self.tp_size == 1)
             except Exception as e:     # this prompt's draft KV stays unwritten; later ones run the draft
                 self.failures.record("draft KV prefill", e)
                 self.kv_writer = None
@@ -305,8 +307,8 @@ class OffPath:
         out = {"off_fallbacks": self.fallbacks, "lean_prefills": self.lean_prefills,
                "off_fallbacks_logprob": self.fallback_reasons.get(fastoff.LOGPROB, 0),
                "off_fallbacks_grammar": self.fallback_reasons.get(fastoff.GRAMMAR, 0),
-               "draft_kv_writes": self.kv_writes, "draft_kv_prefill_ns": self.prefill_kv_ns,
-               "draft_kv_prefill_eager": self.prefill_kv_eager, "draft_kv_prefill_eager_ns": self.prefill_kv_eager_ns,
+               "draft_kv_writes": self.kv_writes, "draft_kv_prefill_ns": self.prompts.ns,
+               "draft_kv_prefill_eager": self.prompts.eager, "draft_kv_prefill_eager_ns": self.prompts.eager_ns,
                "draft_kv_graph_writes": self.kv_graph.replays if self.kv_graph is not None else 0,
                "draft_kv_side_writes": self.kv_graph.side_replays if self.kv_graph is not None else 0,
                "draft_kv_graph_launches": self.kv_graph.launches if self.kv_graph is not None else 0,

@@ -1,0 +1,67 @@
+"""A prefill's draft-KV write held until the next batch's forward is queued (run-time switch
+spec_controller_defer_prompt_kv, off by default). Runs inside SGLang's scheduler.
+
+Why: an extend's launch is CPU-bound (SGLang's prefill graphs are breakable), so the ~0.4-0.5 ms of CPU the
+prompt's write takes inside it (draftkv.write_prefill) lengthens the extend on the GPU too: each extend's launch
+outside the target was +0.3-1.0 ms in every pair of bench/results/h200-2026-12-04d, ~1 % of a closed loop. Held,
+the write is staged right after the next off decode's forward is queued, while the GPU runs that step.
+
+Order, which keeps the draft's pool as an immediate write would: the held rows go into the writer before that
+decode's own rows (a slot freed and given to it keeps the later row) and before anything else touches the draft's
+pool (OffPath._flush_kv stages them first: speculating batches, steps-0 batches, a prefill's own draft pass).
+At most one prefill is held: a second one stages the first (an aux copy per prompt: memory). prompt_rows_of(keep)
+copies the device tensors, since the target's prefill output may sit in a buffer that a later forward reuses.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import draftkv
+
+
+class PromptWrites:
+    """The prompts' draft-KV writes of one engine: written at once, or held (defer) until the next forward is queued;
+    their CPU time and how many no CUDA graph held (the eager writer, or more rows than any graph), for status."""
+
+    def __init__(self, defer: bool = False) -> None:
+        self.defer = defer                  # run-time switch (spec_controller_defer_prompt_kv)
+        self.writer: Any = None
+        self.rows: draftkv.PromptRows | None = None
+        self.ns = self.eager = self.eager_ns = 0
+
+    def write(self, writer: Any, batch: Any, aux_hidden: Any, next_token_ids: Any, may_hold: bool = True) -> bool:
+        """A prefill's draft KV: written now, or (defer, where it may be held: TP 1) its rows held, the one held
+        before staged first. Returns whether there was anything to write; raises what the write raises."""
+        t0, replays = time.perf_counter_ns(), getattr(writer, "replays", None)
+        if self.defer and may_hold:
+            rows = draftkv.prompt_rows_of(batch, aux_hidden, next_token_ids, keep=True)
+            if rows is not None:
+                self.stage()
+                self.writer, self.rows = writer, rows
+            self.ns += time.perf_counter_ns() - t0
+            return rows is not None
+        wrote = draftkv.write_prefill(writer, batch, aux_hidden, next_token_ids)
+        spent = time.perf_counter_ns() - t0
+        self.ns += spent
+        if wrote and (replays is None or writer.replays == replays):    # eager writer, or too many rows
+            self.eager += 1
+            self.eager_ns += spent
+        return wrote
+
+    def pending_for(self, writer: Any) -> bool:
+        return self.rows is not None and self.writer is writer
+
+    def stage(self) -> bool:
+        """The held rows into their writer, now (none held: nothing). Raises what the write raises; the rows are
+        dropped either way (a failed write is not retried over newer rows)."""
+        writer, rows = self.writer, self.rows
+        self.writer = self.rows = None
+        if rows is None:
+            return False
+        t0 = time.perf_counter_ns()
+        try:
+            draftkv.stage_prefill(writer, rows)
+        finally:
+            self.ns += time.perf_counter_ns() - t0
+        return True

@@ -1,0 +1,74 @@
+"""controller/plugin/draftkv.prompt_rows_of / stage_prefill on torch (CPU): the rows a prefill's draft-KV write hands
+the writer, whether written at once or held (promptkv), against SGLang's own loop over requests; held rows are
+copies, so what the batch's tensors become later does not reach them."""
+from __future__ import annotations
+
+import sys
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from controller.plugin import draftkv, promptkv  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def eagle_utils(monkeypatch):
+    """SGLang's _eagle_prefill_tail_tokens: the request's first output token (no chunked request here)."""
+    mod = ModuleType("sglang.srt.speculative.eagle_utils")
+    mod._eagle_prefill_tail_tokens = lambda batch, next_ids: next_ids
+    for name in ("sglang", "sglang.srt", "sglang.srt.speculative"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or ModuleType(name))
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+
+
+class Writer:
+    def __init__(self):
+        self.calls = []
+
+    def write(self, aux, tokens, positions, loc):
+        self.calls.append((aux.clone(), tokens.clone(), positions.clone(), loc.clone()))
+
+
+def batch():
+    """Two requests: 3 new tokens after a cached prefix of 5, and 2 from scratch."""
+    return SimpleNamespace(forward_mode=SimpleNamespace(is_idle=lambda: False),
+                           input_ids=torch.tensor([11, 12, 13, 21, 22]), out_cache_loc=torch.tensor([50, 51, 52, 60, 61]),
+                           extend_lens=[3, 2], prefix_lens=[5, 0])
+
+
+def sglang_rows(b, next_ids):
+    """SGLang's draft prefill, per request: at each position the following token, the last one the tail token."""
+    tokens, positions, start = [], [], 0
+    for r, (n, prefix) in enumerate(zip(b.extend_lens, b.prefix_lens)):
+        ids = b.input_ids[start:start + n].tolist()
+        tokens += ids[1:] + [int(next_ids[r])]
+        positions += list(range(prefix, prefix + n))
+        start += n
+    return tokens, positions
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_prompts_rows_are_sglangs_whether_written_at_once_or_held(held):
+    b, next_ids, aux = batch(), torch.tensor([99, 98]), torch.arange(10.0).reshape(5, 2)
+    writes, writer = promptkv.PromptWrites(defer=held), Writer()
+    assert writes.write(writer, b, aux, next_ids)
+    if held:
+        assert writer.calls == [] and writes.pending_for(writer)
+        b.input_ids[:] = 0                       # the batch's tensors reused after the prefill ...
+        b.out_cache_loc[:] = 0
+        aux[:] = -1                              # ... and the target's output buffer overwritten
+        b = batch()
+        assert writes.stage() and not writes.pending_for(writer)
+    (got_aux, tokens, positions, loc), = writer.calls
+    assert (tokens.tolist(), positions.tolist()) == sglang_rows(b, next_ids)
+    assert loc.tolist() == [50, 51, 52, 60, 61] and got_aux.tolist() == torch.arange(10.0).reshape(5, 2).tolist()
+
+
+def test_an_idle_batch_holds_nothing():
+    b = batch()
+    b.forward_mode = SimpleNamespace(is_idle=lambda: True)
+    writes = promptkv.PromptWrites(defer=True)
+    assert not writes.write(Writer(), b, torch.zeros(5, 2), torch.tensor([1, 2])) and writes.rows is None
+    assert draftkv.prompt_rows_of(b, None, None) is None and not writes.stage()
