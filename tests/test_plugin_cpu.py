@@ -832,6 +832,9 @@ def test_a_held_prompt_is_staged_after_the_next_decodes_forward_and_before_anyth
     plug, _ = fast
     off, writer, log = plug.off_path, object(), []
     off.fast.with_hidden, off.kv_writer = True, writer
+    assert "not in this engine: not started" in plug.validate_own_keys({contract.DEFER_PROMPT_KV_KEY: True})
+    off.prompts.why_not = None                       # what the start finds in a TP 1 engine without outside readers
+    assert plug.validate_own_keys({contract.DEFER_PROMPT_KV_KEY: True}) is None
     plug.apply_own_keys({contract.DRAFT_KV_KEY: True, contract.SYNC_DRAFT_KEY: False, contract.LEAN_PREFILL_KEY: True,
                          contract.DEFER_PROMPT_KV_KEY: True})
     plug.router.threshold = 0
@@ -868,9 +871,23 @@ def test_a_held_prompt_is_staged_after_the_next_decodes_forward_and_before_anyth
                                  decode_batch(30, is_extend_in_batch=True))
     assert off.kv_writer is None and off.prompts.rows is None and "sglang batch" in log
     assert "draft KV prefill" in plug.failures.places
-    del log[:]                                       # switched off: written at once again
-    monkeypatch.setattr(draftkv, "write_prefill", lambda w, batch, hidden, ids: log.append(("written", batch)) or True)
+    del log[:]                                       # switched off with a prompt held: it goes in before the next
     off.kv_writer = writer
-    plug.apply_own_keys({contract.DEFER_PROMPT_KV_KEY: False})
+    monkeypatch.setattr(draftkv, "stage_prefill", lambda w, rows: log.append(("staged", rows[1], w is writer)))
     off.draft_extend_for_prefill(draft_pass, None, "p5", "hidden", [7])
-    assert log == [("written", "p5")] and off.prompts.rows is None
+    monkeypatch.setattr(draftkv, "write_prefill", lambda w, batch, hidden, ids: log.append(("written", batch)) or True)
+    plug.apply_own_keys({contract.DEFER_PROMPT_KV_KEY: False})
+    off.draft_extend_for_prefill(draft_pass, None, "p6", "hidden", [7])
+    assert log == [("held", "p5", True), ("staged", "p5", True), ("written", "p6")] and off.prompts.rows is None
+
+
+def test_an_engine_whose_draft_pool_has_outside_readers_writes_its_prompts_at_once(plug):
+    """The hierarchical cache and disaggregation copy the draft's KV outside the plugin's flushes: no held rows."""
+    from controller.plugin import offpath
+    for args, tp in ((SimpleNamespace(enable_hierarchical_cache=True), 1),
+                     (SimpleNamespace(disaggregation_mode="prefill"), 1), (SimpleNamespace(), 2)):
+        off = offpath.OffPath(plug.router, plug.failures, defer_prompt_kv=True)
+        off.after_init_cuda_graphs(None, SimpleNamespace(server_args=SimpleNamespace(tp_size=tp, **vars(args))))
+        assert off.prompts.why_not and off.prompts.defer
+    off.after_init_cuda_graphs(None, SimpleNamespace(server_args=SimpleNamespace(tp_size=1)))
+    assert off.prompts.why_not is None

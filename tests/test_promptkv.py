@@ -53,6 +53,7 @@ def sglang_rows(b, next_ids):
 def test_a_prompts_rows_are_sglangs_whether_written_at_once_or_held(held):
     b, next_ids, aux = batch(), torch.tensor([99, 98]), torch.arange(10.0).reshape(5, 2)
     writes, writer = promptkv.PromptWrites(defer=held), Writer()
+    writes.why_not = None                        # a TP 1 engine without outside readers of the draft's pool
     assert writes.write(writer, b, aux, next_ids)
     if held:
         assert writer.calls == [] and writes.pending_for(writer)
@@ -70,5 +71,6 @@ def test_an_idle_batch_holds_nothing():
     b = batch()
     b.forward_mode = SimpleNamespace(is_idle=lambda: True)
     writes = promptkv.PromptWrites(defer=True)
+    writes.why_not = None
     assert not writes.write(Writer(), b, torch.zeros(5, 2), torch.tensor([1, 2])) and writes.rows is None
     assert draftkv.prompt_rows_of(b, None, None) is None and not writes.stage()

@@ -159,6 +159,8 @@ class Plugin:
                     f"{ENV_DRAFT_KV_GRAPH} unset or 1; TP 1 with decode CUDA graphs; the engine log says why not)")
         if ours.get(DRAFT_KV_SIDE_KEY) and built and self.off_path.kv_graph is None:
             return f"{DRAFT_KV_SIDE_KEY}: no draft KV graphs were captured to replay beside (see {DRAFT_KV_GRAPH_KEY})"
+        if ours.get(DEFER_PROMPT_KV_KEY) and built and self.off_path.prompts.why_not:
+            return f"{DEFER_PROMPT_KV_KEY}: not in this engine: {self.off_path.prompts.why_not}"
         if ours.get(DRAFT_KV_SIDE_KEY) and getattr(self.off_path.kv_graph, "side_why", None):
             return f"{DRAFT_KV_SIDE_KEY}: not in this engine: {self.off_path.kv_graph.side_why}"
         if ours.get(DRAFT_KV_COALESCE_KEY) and built and not self.off_path.coalesces():

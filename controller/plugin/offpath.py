@@ -129,6 +129,7 @@ class OffPath:
         # skipped while off (fast path, lean prefill) leaves stale probabilities and sampled outputs drift.
         self.rejection = rejection_sampling(worker)
         self.tp_size = int(getattr(getattr(worker, "server_args", None), "tp_size", 1) or 1)
+        self.prompts.why_not = draftkv_coalesce.unsupported_reason(getattr(worker, "server_args", None), self.tp_size)
         if not self.enabled:
             return None
         if not self.router.check(worker):
@@ -274,8 +275,7 @@ class OffPath:
         if writer is not None:
             self._flush_kv(draft_worker, keep=writer)    # another writer's rows before this one's
             try:
-                self.kv_writes += self.prompts.write(writer, batch, target_hidden_states, next_token_ids,
-                                                     self.tp_size == 1)
+                self.kv_writes += self.prompts.write(writer, batch, target_hidden_states, next_token_ids)
             except Exception as e:     # this prompt's draft KV stays unwritten; later ones run the draft
                 self.failures.record("draft KV prefill", e)
                 self.kv_writer = None

@@ -11,6 +11,11 @@ decode's own rows (a slot freed and given to it keeps the later row) and before 
 pool (OffPath._flush_kv stages them first: speculating batches, steps-0 batches, a prefill's own draft pass).
 At most one prefill is held: a second one stages the first (an aux copy per prompt: memory). prompt_rows_of(keep)
 copies the device tensors, since the target's prefill output may sit in a buffer that a later forward reuses.
+Not where other readers copy the draft's pool outside the plugin's flushes (hierarchical cache, disaggregation) or
+at TP > 1: why_not, as for coalescing. Counted: the staging's CPU as the prompt writes' (draft_kv_prefill_ns) and,
+staged inside an off decode, in that batch's launch CPU too (fast_off_cpu_ns); a failed staging loses those rows'
+draft KV (recorded; the writer is dropped, so later prompts run the draft's pass) - an immediate write's failure
+runs the draft's pass for that prompt instead.
 """
 from __future__ import annotations
 
@@ -26,21 +31,27 @@ class PromptWrites:
 
     def __init__(self, defer: bool = False) -> None:
         self.defer = defer                  # run-time switch (spec_controller_defer_prompt_kv)
+        # why this engine's prompt rows may not wait (other readers of the draft's pool, TP > 1: the same as for
+        # coalescing, draftkv_coalesce.unsupported_reason); set at start
+        self.why_not: str | None = "not started"
         self.writer: Any = None
         self.rows: draftkv.PromptRows | None = None
         self.ns = self.eager = self.eager_ns = 0
 
-    def write(self, writer: Any, batch: Any, aux_hidden: Any, next_token_ids: Any, may_hold: bool = True) -> bool:
-        """A prefill's draft KV: written now, or (defer, where it may be held: TP 1) its rows held, the one held
-        before staged first. Returns whether there was anything to write; raises what the write raises."""
-        t0, replays = time.perf_counter_ns(), getattr(writer, "replays", None)
-        if self.defer and may_hold:
+    def write(self, writer: Any, batch: Any, aux_hidden: Any, next_token_ids: Any) -> bool:
+        """A prefill's draft KV: written now, or (defer, where this engine allows it) its rows held. Either way a
+        row held before goes in first (a slot it freed and this prompt reuses keeps this prompt's row). Returns
+        whether there was anything to write; raises what the write raises."""
+        if self.defer and self.why_not is None:
+            t0 = time.perf_counter_ns()
             rows = draftkv.prompt_rows_of(batch, aux_hidden, next_token_ids, keep=True)
+            self.ns += time.perf_counter_ns() - t0
             if rows is not None:
                 self.stage()
                 self.writer, self.rows = writer, rows
-            self.ns += time.perf_counter_ns() - t0
             return rows is not None
+        self.stage()
+        t0, replays = time.perf_counter_ns(), getattr(writer, "replays", None)
         wrote = draftkv.write_prefill(writer, batch, aux_hidden, next_token_ids)
         spent = time.perf_counter_ns() - t0
         self.ns += spent
