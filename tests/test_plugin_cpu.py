@@ -881,7 +881,7 @@ def test_a_held_prompt_is_staged_after_the_next_decodes_forward_and_before_anyth
     assert log == [("held", "p5", True), ("staged", "p5", True), ("written", "p6")] and off.prompts.rows is None
 
 
-def test_an_engine_whose_draft_pool_has_outside_readers_writes_its_prompts_at_once(plug):
+def test_an_engine_whose_draft_pool_has_outside_readers_writes_its_prompts_at_once(plug, caplog):
     """The hierarchical cache and disaggregation copy the draft's KV outside the plugin's flushes: no held rows."""
     from controller.plugin import offpath
     for args, tp in ((SimpleNamespace(enable_hierarchical_cache=True), 1),
@@ -889,5 +889,6 @@ def test_an_engine_whose_draft_pool_has_outside_readers_writes_its_prompts_at_on
         off = offpath.OffPath(plug.router, plug.failures, defer_prompt_kv=True)
         off.after_init_cuda_graphs(None, SimpleNamespace(server_args=SimpleNamespace(tp_size=tp, **vars(args))))
         assert off.prompts.why_not and off.prompts.defer
+    assert len([r for r in caplog.records if "not held" in r.getMessage()]) == 3
     off.after_init_cuda_graphs(None, SimpleNamespace(server_args=SimpleNamespace(tp_size=1)))
     assert off.prompts.why_not is None

@@ -129,7 +129,7 @@ class OffPath:
         # skipped while off (fast path, lean prefill) leaves stale probabilities and sampled outputs drift.
         self.rejection = rejection_sampling(worker)
         self.tp_size = int(getattr(getattr(worker, "server_args", None), "tp_size", 1) or 1)
-        self.prompts.why_not = draftkv_coalesce.unsupported_reason(getattr(worker, "server_args", None), self.tp_size)
+        self.prompts.decide(draftkv_coalesce.unsupported_reason(getattr(worker, "server_args", None), self.tp_size))
         if not self.enabled:
             return None
         if not self.router.check(worker):

@@ -19,10 +19,13 @@ runs the draft's pass for that prompt instead.
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from . import draftkv
+
+log = logging.getLogger("spec_controller.plugin")
 
 
 class PromptWrites:
@@ -59,6 +62,12 @@ class PromptWrites:
             self.eager += 1
             self.eager_ns += spent
         return wrote
+
+    def decide(self, why_not: str | None) -> None:
+        """At start: may this engine's prompt rows wait (None), or why not (said once where it was asked for)."""
+        self.why_not = why_not
+        if why_not and self.defer:
+            log.warning("spec-controller: prompts' draft-KV writes not held (%s): written at once", why_not)
 
     def pending_for(self, writer: Any) -> bool:
         return self.rows is not None and self.writer is writer
