@@ -192,6 +192,17 @@ def test_run_writes_the_draft_kv_of_the_decoded_position_before_it_publishes(fak
     assert seen["hidden"] == "FULL"                         # the decode returned the hidden states
     assert order == ["enter", ("write", "aux", [7, 8], [3, 5], [13, 25]), "exit", ("publish", [4, 6])]
     assert seen["stubbed"]                                  # the draft's next proposal: SGLang's stub
+    # a held prompt (promptkv): staged once the forward is queued, before this batch's own rows; its CPU is not
+    # this batch's write's
+    del order[:]
+    batch = decode_batch(2, seq_lens=tensor([3, 5]), seq_lens_cpu=None, seq_lens_sum=None,
+                         req_pool_indices=tensor([1, 2]), spec_info=SimpleNamespace(bonus_tokens=tensor([4, 6])))
+    clock = iter([2000, 2500, 3000, 3100, 3250, 3400])    # forward; writes 3000-3400 with the staging 3100-3250 inside
+    monkeypatch.setattr(fastoff, "time", SimpleNamespace(perf_counter_ns=lambda: next(clock)))
+    fastoff.run(w, fast, batch, on_publish=lambda lens: order.append(("publish", list(lens))), kv_writer=writer,
+                before_write=lambda: order.append("staged"))
+    assert order == ["enter", "staged", ("write", "aux", [7, 8], [3, 5], [13, 25]), "exit", ("publish", [4, 6])]
+    assert (fast.target_ns, fast.kv_ns) == (1000, 300 + 250)
 
 
 # --- the build-time check of the live engine, on fake SGLang modules ------------------------------
