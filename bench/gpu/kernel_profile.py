@@ -168,9 +168,7 @@ def stream_to(port: int, request: dict, position: int) -> Iterator[int]:
     yields that count, then reads the stream to its end (the request runs on meanwhile). Raises when the stream
     ends first."""
     import urllib.request
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/generate", data=json.dumps({**request, "stream": True}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=600) as resp:
+    with urllib.request.urlopen(json_request(port, "/generate", {**request, "stream": True}), timeout=600) as resp:
         done = 0
         for line in resp:
             payload = line.decode().strip().removeprefix("data:").strip()
@@ -189,11 +187,15 @@ def stream_to(port: int, request: dict, position: int) -> Iterator[int]:
             pass
 
 
+def json_request(port: int, path: str, body: dict) -> "urllib.request.Request":
+    import urllib.request
+    return urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                  headers={"Content-Type": "application/json"})
+
+
 def post_raw(port: int, path: str, body: dict) -> None:
     import urllib.request
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    urllib.request.urlopen(req, timeout=60).read()
+    urllib.request.urlopen(json_request(port, path, body), timeout=60).read()
 
 
 def main() -> None:

@@ -181,7 +181,7 @@ def show(path: str) -> None:
     groups = traffic_table.grouped(rows)
     print("| shape | level | label | tok/s (median) | spread | repeats | TPOT ms | E2E ms |")
     print("|---|---|---|---|---|---|---|---|")
-    for (shape, level, label), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], float(kv[0][1]), kv[0][2])):
+    for (shape, level, label), rs in traffic_table.in_order(groups):
         t = [r["tok_s"] for r in rs]
         tpot, e2e = traffic_table.med(rs, "tpot_ms"), traffic_table.med(rs, "e2e_ms")
         print(f"| {shape} | {level} | {label} | {statistics.median(t):,.0f} | {min(t):,.0f}-{max(t):,.0f} | {len(t)} "
@@ -198,7 +198,7 @@ def ratio_lines(groups: dict[tuple, list[dict]]) -> list[str]:
     medians against the no-spec runs it pairs with (traffic_table.beside, as offpath-traffic.json records them),
     and each repeat's own tok/s pair."""
     out = []
-    for key, rs in sorted(groups.items(), key=lambda kv: (kv[0][0], float(kv[0][1]), kv[0][2])):
+    for key, rs in traffic_table.in_order(groups):
         shape, level, label = key
         if label.startswith("nospec"):
             continue

@@ -183,7 +183,7 @@ def pair_lines(rows: list[dict]) -> list[str]:
         return " / ".join("-" if v is None else f"{v}" for v in (kind(a, "extend", "runner_cpu_ms"),
                                                                   kind(b, "extend", "runner_cpu_ms")))
     out = []
-    for key in sorted(groups, key=lambda k: (k[0], float(k[1]), str(k[2]))):
+    for key, _ in traffic_table.in_order(groups):
         shape, level, label = key
         if str(label).startswith("nospec"):
             continue

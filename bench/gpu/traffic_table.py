@@ -28,6 +28,11 @@ def grouped(rows: list[dict]) -> dict[tuple, list[dict]]:
     return out
 
 
+def in_order(groups: dict[tuple, list[dict]]) -> list[tuple[tuple, list[dict]]]:
+    """The (shape, level, label) groups by shape, then level as a number, then label."""
+    return sorted(groups.items(), key=lambda kv: (kv[0][0], float(kv[0][1]), str(kv[0][2])))
+
+
 def med(rs: list[dict], key: str) -> float | None:
     values = [r[key] for r in rs if r.get(key) is not None]
     return round(statistics.median(values), 2) if values else None
@@ -52,7 +57,7 @@ def beside(groups: dict[tuple, list[dict]], key: tuple, paired: bool = True) -> 
 
 def offpath_rows(groups: dict[tuple, list[dict]], call: str, paired: bool = False) -> list[dict]:
     out = []
-    for (shape, level, label), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], float(kv[0][1]), kv[0][2])):
+    for (shape, level, label), rs in in_order(groups):
         if label not in OFF_MODES or not groups.get((shape, level, nospec_label(label))):
             continue
         pairs, base = beside(groups, (shape, level, label), paired or any(r.get("engines_resident") for r in rs))

@@ -69,7 +69,8 @@ def _head(st: dict) -> list[str]:
 
 def _threshold(st: dict) -> str:
     t, best = st.get("threshold"), st.get("exploit_threshold")
-    notes = ["pinned"] if st.get("pinned") else [n for n in [trial_note(t, best)] if n]
+    note = "pinned" if st.get("pinned") else trial_note(t, best)
+    notes = [note] if note else []
     last = st.get("last_decision") or {}
     if not st["daemon"]["running"] and last.get("new") not in (None, t):
         # set while the daemon was down: the last change line below is what the engine last ran

@@ -40,11 +40,11 @@ def coalesce_batches(raw: str) -> int | None:
     """ENV_DRAFT_KV_COALESCE: draft-KV writes per write (1, or 0 as every other switch's "off": each its own); None
     where unset or not an integer 0 .. 64 (logged): the default (OffPath: the graphs coalesce, the eager writer not)."""
     n = env_int(raw)
-    n = -1 if n is None else n
-    if raw.strip() and not 0 <= n <= 64:
+    valid = n is not None and 0 <= n <= 64
+    if raw.strip() and not valid:
         log.warning("spec-controller: %s=%s is not an integer 0 .. 64; ignored (the default: %d writes per graph "
                     "replay where the writes are graphed)", ENV_DRAFT_KV_COALESCE, shown(raw), DEFAULT_GRAPH_COALESCE)
-    return max(n, 1) if 0 <= n <= 64 else None
+    return max(n, 1) if valid else None
 
 
 def initial_threshold(raw: str) -> int:
