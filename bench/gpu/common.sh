@@ -97,10 +97,12 @@ COMMON=(--model-path $M/target --host 127.0.0.1 --attention-backend triton --mem
   --cuda-graph-max-bs-decode $MAXBS "${PREFILL_FLAG[@]}" --grammar-backend "$GRAMMAR_BACKEND"
   --sampling-backend pytorch --max-running-requests $MAXBS --random-seed 0 --tp-size $TP
   ${DUMMY:+--load-format dummy})
-# SLEEP_ON_IDLE=1: every engine started with SGLang's --sleep-on-idle (its idle scheduler waits on its sockets
-# instead of polling a full CPU: 12-03g's idle schedulers burned ~100 ticks a second each, and one engine sits
-# idle while run_pair measures the other; off by default, as in SGLang)
-[ "${SLEEP_ON_IDLE:-0}" = 1 ] && COMMON+=(--sleep-on-idle)
+# SLEEP_ON_IDLE (1 by default; 0: SGLang's own default): every engine started with SGLang's --sleep-on-idle (its idle
+# scheduler waits on its sockets instead of polling a full CPU, which the idle engine did while run_pair measured the
+# other: 12-04d rows' cpu_s ~12 s in a 15 s run, 12-04e 0.13-0.19 s; the no-spec engine's run-to-run spread at closed
+# 128 went from 19 % (12-04d) to 3.6 / 4.8 % (12-04e))
+SLEEP_ON_IDLE=${SLEEP_ON_IDLE:-1}
+[ "$SLEEP_ON_IDLE" = 1 ] && COMMON+=(--sleep-on-idle)
 SPEC=(--speculative-algorithm EAGLE3 --speculative-draft-model-path $M/eagle3 --speculative-num-steps 3
   --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 ${DUMMY:+--speculative-draft-load-format dummy})
 
@@ -219,7 +221,7 @@ tp_size = $TP
 $([ -n "$DUMMY" ] && printf 'load_format = "dummy"\nspeculative_draft_load_format = "dummy"')
 random_seed = 0
 $([ -n "${OFF_PATH:-}" ] && echo "off_path = \"$OFF_PATH\"")
-$([ "${SLEEP_ON_IDLE:-0}" = 1 ] && echo "sleep_on_idle = true")
+$([ "$SLEEP_ON_IDLE" = 1 ] && echo "sleep_on_idle = true")
 ready_timeout_s = 420
 probe_s = ${PROBE_S:-30}
 hang_after_s = ${HANG_AFTER_S:-180}

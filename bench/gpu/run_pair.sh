@@ -126,7 +126,7 @@ export SPEC_CALIBRATE=/tmp/tl/calibrate.flag      # phase calibrate creates it
 rm -f "$SPEC_GC_FREEZE" "$SPEC_CALIBRATE"         # a warm machine keeps /tmp: never start frozen
 PAIR=(--engines nospec=30001,off=30000 --repeats "${REPEATS:-2}" --flush --out "$R")
 
-say "prefill graphs $PREFILL_GRAPH, off path ${OFF_PATH:-default}, grammar backend $GRAMMAR_BACKEND, sleep on idle ${SLEEP_ON_IDLE:-0}"
+say "prefill graphs $PREFILL_GRAPH, off path ${OFF_PATH:-default}, grammar backend $GRAMMAR_BACKEND, sleep on idle $SLEEP_ON_IDLE"
 start_server nospec 30001 SPEC_TIMELINE=/tmp/tl/nospec -- --mem-fraction-static 0.30 || exit 1
 NOSPEC_PID=$SERVER_PID
 export SPEC_TIMELINE=/tmp/tl/off MEMFRAC=0.64     # the daemon's SGLang child inherits the timeline prefix
