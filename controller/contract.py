@@ -84,6 +84,7 @@ STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and t
                 "fast_off_target_ns", "draft_kv_ns",     # of fast_off_cpu_ns: the target's forward, the KV writes
                 "draft_kv_prefill_ns",                   # CPU of the lean prefills' prompt writes
                 "draft_kv_prefill_eager", "draft_kv_prefill_eager_ns",   # of those: written eagerly (no graph held them)
+                "draft_kv_prefill_held",                 # of those: held until the next decode (plugin/promptkv.py)
                 "draft_kv_graph_writes",                 # draft KV writes replayed from CUDA graphs (decode and prompt)
                 "prefills_pay_draft",                    # how prefills pay the draft's pass (PAYS_DRAFT below)
                 "fast_off_lean_batches",                 # fast off batches that took the lean step (plugin/offstubs.py)

@@ -309,7 +309,8 @@ def test_telemetry_codec_round_trip_and_refusal():
                      "fast_off_cpu_ns": 0, "switches": 0, "switch_ns": 0, "lean_prefills": 0,
                      "off_fallbacks_logprob": 0, "off_fallbacks_grammar": 0, "draft_kv_writes": 0,
                      "fast_off_target_ns": 0, "draft_kv_ns": 0, "draft_kv_prefill_ns": 0,
-                     "draft_kv_prefill_eager": 0, "draft_kv_prefill_eager_ns": 0, "draft_kv_graph_writes": 0,
+                     "draft_kv_prefill_eager": 0, "draft_kv_prefill_eager_ns": 0, "draft_kv_prefill_held": 0,
+                     "draft_kv_graph_writes": 0,
                      "prefills_pay_draft": 0, "fast_off_lean_batches": 0, "alloc_loop_batches": 0,
                      "draft_kv_side_writes": 0, "draft_kv_graph_launches": 0,
                      "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
@@ -515,6 +516,10 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(plug):
     assert "written eagerly" not in render_status({**st, "engine": {**st["engine"], "plugin": split}})
     split.update(draft_kv_prefill_eager=2, draft_kv_prefill_eager_ns=2 * 4_000_000)
     assert "prompt KV writes 900.0 us per prefill (2 written eagerly, 4000.0 us each)" in \
+        render_status({**st, "engine": {**st["engine"], "plugin": split}})
+    assert "held until" not in render_status({**st, "engine": {**st["engine"], "plugin": split}})
+    split.update(draft_kv_prefill_held=7)
+    assert "(2 written eagerly, 4000.0 us each) (7 held until the next decode's forward)" in \
         render_status({**st, "engine": {**st["engine"], "plugin": split}})
     assert "draft KV written" not in out
     kv = {**stats, "off_path": "fast, draft KV written", "draft_kv_writes": 97}
@@ -777,6 +782,7 @@ def test_prompt_writes_a_graph_held_are_not_counted_eager(fast, monkeypatch):
     assert off.draft_extend_for_prefill(original, None, "huge", "hidden", [7]) == ("stub", [7])
     got = off.counters()
     assert (got["draft_kv_prefill_ns"], got["draft_kv_prefill_eager"], got["draft_kv_prefill_eager_ns"]) == (5100, 1, 5000)
+    assert got["draft_kv_prefill_held"] == 0                    # written at once
 
 
 def test_the_stats_say_whether_threshold_0_saves_prefills_the_draft_and_go_out_once_the_path_is_decided(plug,
@@ -858,6 +864,7 @@ def test_a_held_prompt_is_staged_after_the_next_decodes_forward_and_before_anyth
     assert log == [("held", "p1", True), ("held", "p2", True), ("staged", "p1", True),
                    "decode forward queued", ("staged", "p2", True), "decode rows"]
     assert off.kv_writes == 3 and off.prompts.rows is None
+    assert off.counters()["draft_kv_prefill_held"] == 2          # p1, p2 waited; "idle" had nothing to hold
     del log[:]                                       # a batch that speculates: the held rows before SGLang's batch
     off.draft_extend_for_prefill(draft_pass, None, "p3", "hidden", [7])
     plug.router.threshold = 64
@@ -879,6 +886,7 @@ def test_a_held_prompt_is_staged_after_the_next_decodes_forward_and_before_anyth
     plug.apply_own_keys({contract.DEFER_PROMPT_KV_KEY: False})
     off.draft_extend_for_prefill(draft_pass, None, "p6", "hidden", [7])
     assert log == [("held", "p5", True), ("staged", "p5", True), ("written", "p6")] and off.prompts.rows is None
+    assert off.counters()["draft_kv_prefill_held"] == 5          # p3, p4, p5 as well; p6 was written at once
 
 
 def test_an_engine_whose_draft_pool_has_outside_readers_writes_its_prompts_at_once(plug, caplog):

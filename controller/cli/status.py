@@ -138,10 +138,11 @@ def _prompt_writes(plugin: dict) -> str:
     """The lean prefills' prompt writes: CPU per prefill, and the eager ones' apart."""
     if not plugin.get("draft_kv_prefill_ns"):
         return ""
-    eager = plugin.get("draft_kv_prefill_eager")
+    eager, held = plugin.get("draft_kv_prefill_eager"), plugin.get("draft_kv_prefill_held")
     return (f"; prompt KV writes {_per(plugin['draft_kv_prefill_ns'], plugin['lean_prefills'])} us per prefill"
             + (f" ({eager} written eagerly, {_per(plugin.get('draft_kv_prefill_eager_ns', 0), eager)} us each)"
-               if eager else ""))
+               if eager else "")
+            + (f" ({held} held until the next decode's forward)" if held else ""))
 
 
 def _plugin_lines(plugin: dict) -> list[str]:

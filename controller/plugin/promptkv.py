@@ -30,7 +30,8 @@ log = logging.getLogger("spec_controller.plugin")
 
 class PromptWrites:
     """The prompts' draft-KV writes of one engine: written at once, or held (defer) until the next forward is queued;
-    their CPU time and how many no CUDA graph held (the eager writer, or more rows than any graph), for status."""
+    their CPU time, how many no CUDA graph held (the eager writer, or more rows than any graph) and how many waited
+    for the next decode, for status."""
 
     def __init__(self, defer: bool = False) -> None:
         self.defer = defer                  # run-time switch (spec_controller_defer_prompt_kv)
@@ -39,7 +40,7 @@ class PromptWrites:
         self.why_not: str | None = "not started"
         self.writer: Any = None
         self.rows: draftkv.PromptRows | None = None
-        self.ns = self.eager = self.eager_ns = 0
+        self.ns = self.eager = self.eager_ns = self.held = 0
 
     def write(self, writer: Any, batch: Any, aux_hidden: Any, next_token_ids: Any) -> bool:
         """A prefill's draft KV: written now, or (defer, where this engine allows it) its rows held. Either way a
@@ -52,6 +53,7 @@ class PromptWrites:
             if rows is not None:
                 self.stage()
                 self.writer, self.rows = writer, rows
+                self.held += 1
             return rows is not None
         self.stage()
         t0, replays = time.perf_counter_ns(), getattr(writer, "replays", None)
@@ -62,6 +64,10 @@ class PromptWrites:
             self.eager += 1
             self.eager_ns += spent
         return wrote
+
+    def counters(self) -> dict[str, int]:
+        return {"draft_kv_prefill_ns": self.ns, "draft_kv_prefill_eager": self.eager,
+                "draft_kv_prefill_eager_ns": self.eager_ns, "draft_kv_prefill_held": self.held}
 
     def decide(self, why_not: str | None) -> None:
         """At start: may this engine's prompt rows wait (None), or why not (said once where it was asked for)."""
