@@ -112,11 +112,39 @@ load_as() { # label state-json restore-json need-s loads.py-args...: one load ag
   internal_state 30000 "$restore" | tee -a "$SUM"; say "$label $2 done"
 }
 closed_as() { # label state-json restore-json: the closed loop with the daemon's engine switched to state, then back
-  load_as "$1" "$2" "$3" $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) \
+  load_as "$1" "$2" "$3" "$(phase_need closed)" \
     --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP"
 }
 OPEN_S=${OPEN_S:-12}; SHAPES=${SHAPES:-open,closed,steady}   # SHAPES: the phases to run
 CLOSED_S=${CLOSED_S:-4}; CLOSED_WARMUP=${CLOSED_WARMUP:-2}     # at C = 128 a request lives ~3-4 s: use >= 8 s of warm-up
+CLOSED=${CLOSED_LEVELS:-1,16,48,128}; RATES=${OPEN_RATES:-2,12,24}
+nlev=$(echo "$CLOSED" | tr ',' '\n' | wc -l); nrates=$(echo "$RATES" | tr ',' '\n' | wc -l)
+phase_need() { # phase: the seconds it needs once both engines are up (what fits checks; 0: not reckoned here). open: 4
+  # runs a rate (2 repeats, 2 engines) of OPEN_S + ~8 s; closed: 4 runs a level of CLOSED_WARMUP + CLOSED_S + ~3 s; the
+  # ab phases: NAB labels (ab_rotation) a repeat
+  case $1 in
+    open) echo $((RUNS * nrates * (OPEN_S + 8))) ;;
+    closed|closedpinned) echo $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) ;;
+    logprob|grammar) echo $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) ;;
+    closedab) ab_rotation; echo $((NAB * ${REPEATS:-2} * (CLOSED_WARMUP + CLOSED_S + 4) * nlev + 30)) ;;
+    openab) ab_rotation; echo $((NAB * ${REPEATS:-2} * nrates * (OPEN_S + 8) + 30)) ;;
+    steadyab) ab_rotation; echo $((NAB * ${REPEATS:-2} * 4 * 3 + 30)) ;;
+    profile) echo 90 ;;
+    greedy) echo 70 ;;
+    syncdebug|cprofile|grcheck|lpcheck|penalty) echo 60 ;;
+    steady) echo 40 ;;
+    gcfreeze) echo 25 ;;
+    calibrate) echo 15 ;;
+    *) echo 0 ;;
+  esac
+}
+# Before any engine starts: a call whose first phase cannot fit after the engines' start (ENGINES_UP_S: ~170 s on a
+# warm machine, ~200-250 cold) would measure nothing (12-04e's call 2: 220 s of device time for "skip closedab").
+first=${SHAPES%%,*}; need=$(phase_need "$first"); up=${ENGINES_UP_S:-200}
+if [ $((need + up)) -gt "$DEADLINE" ]; then
+  say "not started: $first needs $need s after the engines are up (~$up s, ENGINES_UP_S), DEADLINE_S is $DEADLINE"
+  exit 2
+fi
 make_model $M --crafted $MODEL7B
 timeline_plugin
 export SPEC_SYNC_DEBUG=/tmp/tl/syncdebug.flag    # phase syncdebug creates it (timeline_plugin empties /tmp/tl)
@@ -150,15 +178,12 @@ if start_daemon; then
     else say "not pinned: cpusets.py gave ${#SETS[@]} sets (its line above says why)"; fi
   fi
   n0=$([ -f "$R" ] && wc -l <"$R" || echo 0)
-  CLOSED=${CLOSED_LEVELS:-1,16,48,128}; RATES=${OPEN_RATES:-2,12,24}
-  nlev=$(echo "$CLOSED" | tr ',' '\n' | wc -l); nrates=$(echo "$RATES" | tr ',' '\n' | wc -l)
-  # the phases in the order SHAPES names them, each only if its time is left (s): open: 4 runs a rate
-  # (2 repeats, 2 engines) of OPEN_S + ~8 s; closed: 4 runs a level of CLOSED_WARMUP + CLOSED_S + ~3 s
+  # the phases in the order SHAPES names them, each only if its time is left (phase_need)
   for phase in ${SHAPES//,/ }; do
     case $phase in
-    open) fits $((RUNS * nrates * (OPEN_S + 8))) open || continue
+    open) fits "$(phase_need open)" open || continue
       load_sum --shape open --rates "$RATES" --seconds "$OPEN_S" --tokenizer $TOK "${PAIR[@]}"; say "open done" ;;
-    closed) fits $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) closed || continue
+    closed) fits "$(phase_need closed)" closed || continue
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
       say "closed done" ;;
     closedfast)  # the same closed loop with the kv writes switched off at run time (label "fast"): what kv costs
@@ -167,21 +192,21 @@ if start_daemon; then
       # switched before each run, so that the host's drift between phases (12-02b) cannot decide kv against fast
       # with KV_GRAPH=1 a fourth in the rotation: the writes eager (label kveager), each state set in full
       ab_rotation
-      fits $((NAB * ${REPEATS:-2} * (CLOSED_WARMUP + CLOSED_S + 4) * nlev + 30)) closedab || continue
+      fits "$(phase_need closedab)" closedab || continue
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
         --engines "$AB" --repeats "${REPEATS:-2}" --flush --out "$R"
       internal_state 30000 "$AB_RESTORE" | tee -a "$SUM"
       say "closedab done" ;;
     openab)      # the same rotation on the open loop (Poisson arrivals at OPEN_RATES)
       ab_rotation
-      fits $((NAB * ${REPEATS:-2} * nrates * (OPEN_S + 8) + 30)) openab || continue
+      fits "$(phase_need openab)" openab || continue
       load_sum --shape open --rates "$RATES" --seconds "$OPEN_S" --tokenizer $TOK \
         --engines "$AB" --repeats "${REPEATS:-2}" --flush --out "$R"
       internal_state 30000 "$AB_RESTORE" | tee -a "$SUM"
       say "openab done" ;;
     steadyab)    # closedab's rotation on steady decode: graphs / eager / no writes against no-spec, one engine switched
       ab_rotation
-      fits $((NAB * ${REPEATS:-2} * 4 * 3 + 30)) steadyab || continue
+      fits "$(phase_need steadyab)" steadyab || continue
       load_sum --shape steady --levels 1,16,48,128 --steady-len 192 --engines "$AB" --repeats "${REPEATS:-2}" --flush --out "$R"
       internal_state 30000 "$AB_RESTORE" | tee -a "$SUM"
       say "steadyab done" ;;
@@ -198,14 +223,14 @@ if start_daemon; then
       closed_as kveager '{"spec_controller_draft_kv_graph": false}' '{"spec_controller_draft_kv_graph": true}' ;;
     closedpinned)  # the closed loop with the threshold pinned at PIN_T (8), label pinned: batches above it run off,
       # and with kv their prefills skip the draft's pass (contract.prefill_skips_draft); status counts the lean prefills
-      fits $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) * nlev + 30)) closedpinned || continue
+      fits "$(phase_need closedpinned)" closedpinned || continue
       specctl threshold pin "${PIN_T:-8}" | tee -a "$SUM"
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
         --engines nospec=30001,pinned=30000 --repeats "${REPEATS:-2}" --flush --out "$R"
       specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"
       specctl threshold pin 0 | tee -a "$SUM"; say "closedpinned done" ;;
     profile)   # issue 12 item 1: the kernels of a steady decode step at PROFILE_BS, no-spec vs kv vs fast (kernel_profile.py)
-      fits 90 profile || continue
+      fits "$(phase_need profile)" profile || continue
       python3 bench/gpu/kernel_profile.py --engines nospec=30001,off=30000 --batch "${PROFILE_BS:-48}" --out "$OUT" \
         2>&1 | cut -c1-900 | tee -a "$SUM"
       internal_state 30000 '{"spec_controller_draft_kv": false}' >/dev/null
@@ -213,13 +238,13 @@ if start_daemon; then
         2>&1 | cut -c1-900 | tee -a "$SUM"
       internal_state 30000 '{"spec_controller_draft_kv": true}' | tee -a "$SUM"; say "profile done" ;;
     logprob)   # issue 12 item 4: a share of the requests ask for logprobs; status says how many off batches fell back
-      fits $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) logprob || continue
+      fits "$(phase_need logprob)" logprob || continue
       load_sum --shape closed --levels "${LOGPROB_LEVELS:-48}" --logprob-share "${LOGPROB_SHARE:-0.1}" \
         --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
       specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"; say "logprob done" ;;
     syncdebug) # where the scheduler thread waits on the GPU: torch's sync debug mode switched on in both engines
       # (timeline.py, once the flag file exists), a short closed loop on each, the call sites into $OUT/syncs.txt
-      fits 60 syncdebug || continue
+      fits "$(phase_need syncdebug)" syncdebug || continue
       touch "$SPEC_SYNC_DEBUG"
       load_sum --shape closed --levels "${SYNC_LEVELS:-16}" --seconds 3 --warmup 2 \
         --engines nospec=30001,off=30000 --repeats 1 --out /tmp/tl/syncdebug.jsonl
@@ -229,7 +254,7 @@ if start_daemon; then
     cprofile)  # where the decode launch's CPU goes: cProfile around each decode batch's run_batch in both engines
       # (timeline.py; SPEC_CPROFILE_KINDS=extend for the prefills' instead) under a closed loop at CPROFILE_LEVELS
       # (128), the top functions by own time into $OUT/cprofile.txt
-      fits 60 cprofile || continue
+      fits "$(phase_need cprofile)" cprofile || continue
       touch "$SPEC_CPROFILE"
       load_sum --shape closed --levels "${CPROFILE_LEVELS:-128}" --seconds 4 --warmup 3 \
         --engines nospec=30001,off=30000 --repeats 1 --out /tmp/tl/cprofile.jsonl
@@ -239,7 +264,7 @@ if start_daemon; then
       say "cprofile done ($(grep -c 'CPROFILE pid' "$OUT/cprofile.txt") profiles)" ;;
     calibrate) # the same pure-Python loop timed in both idle schedulers, once a second for 6 s (timeline.py): one
       # engine's process slower as a whole (12-03f: its extends' model runner +2.4 ms with no code to explain it)
-      fits 15 calibrate || continue
+      fits "$(phase_need calibrate)" calibrate || continue
       declare -A seen procs; for f in nospec daemon; do seen[$f]=$(grep -c '^CALIBRATE' "$OUT/$f.log")
         procs[$f]=$(grep -c '^PROC' "$OUT/$f.log"); done
       touch "$SPEC_CALIBRATE"; sleep 6; rm -f "$SPEC_CALIBRATE"
@@ -252,39 +277,39 @@ if start_daemon; then
       done | tee -a "$SUM" ;;
     gcfreeze)  # both engines' scheduler processes frozen out of garbage collection (timeline.py, gc.freeze) for the
       # phases after it, whose rotations label their rows NAME-gcf (SHAPES=openab,gcfreeze,openab: both ways, one call)
-      fits 25 gcfreeze || continue
+      fits "$(phase_need gcfreeze)" gcfreeze || continue
       frozen=$(engine_lines '^GCFREEZE pid [0-9]* on')
       touch "$SPEC_GC_FREEZE"; SUFFIX=-gcf; wait_engine_lines '^GCFREEZE pid [0-9]* on' "$frozen" 20
       say "gcfreeze: $(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep '^GCFREEZE' | cut -c1-100 | tr '\n' ';')" ;;
     grammar)   # issue 12 item 4: a share of the requests carry a regex; status says how many off batches fell back
-      fits $((RUNS * (CLOSED_WARMUP + CLOSED_S + 3) + 30)) grammar || continue
+      fits "$(phase_need grammar)" grammar || continue
       load_sum --shape closed --levels "${GRAMMAR_LEVELS:-48}" --grammar-share "${GRAMMAR_SHARE:-0.1}" \
         ${GRAMMAR_REGEX:+--grammar-regex "$GRAMMAR_REGEX"} --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
       specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"; say "grammar done" ;;
     grcheck)   # grammar-constrained outputs: the off engine against the no-spec engine and the forced sequence;
       # GRCHECK_ARGS=--no-logprobs: no request asks for logprobs, so that the off batches may take the lean step
       # (a batch holding one logprob request does not; the status lines before and after count the lean ones)
-      fits 60 grcheck || continue
+      fits "$(phase_need grcheck)" grcheck || continue
       specctl status 2>&1 | grep -E "off path" | sed 's/^/before grcheck: /' | tee -a "$SUM"
       python3 bench/gpu/grammar_check.py --port-a 30001 --port-b 30000 --chain $M/target/next.json --prompts 48 \
         --concurrency 16 --output-len 64 --temperatures 0,0.8 ${GRCHECK_ARGS:-} --out "$OUT/grammar.jsonl" 2>&1 \
         | grep -E "GRAMMAR|Error|MALFORMED" | cut -c1-500 | tee -a "$SUM"
       specctl status 2>&1 | grep -E "off path" | tee -a "$SUM"; say "grcheck done" ;;
     lpcheck)   # the off engine's output logprobs against the no-spec engine's, greedy and sampled
-      fits 60 lpcheck || continue
+      fits "$(phase_need lpcheck)" lpcheck || continue
       python3 bench/gpu/logprob_check.py --port-a 30001 --port-b 30000 --prompts 64 --concurrency 16 \
         --output-len 64 --temperatures 0,0.8 --out "$OUT/logprob.jsonl" 2>&1 | grep -E "LOGPROB|Error|Malformed" | cut -c1-400 | tee -a "$SUM" ;;
     penalty)   # sampling penalties on the off engine against the no-spec engine, greedy and sampled (exit 3: no effect)
-      fits 60 penalty || continue
+      fits "$(phase_need penalty)" penalty || continue
       python3 bench/gpu/penalty_check.py --port-a 30001 --port-b 30000 --chain $M/target/next.json --prompts 48 \
         --batch 16 --output-len 64 --temperatures 0,0.8 --out "$OUT/logprob.jsonl" 2>&1 \
         | grep -E "PENALTY|Error|MALFORMED" | cut -c1-400 | tee -a "$SUM"; say "penalty done" ;;
     greedy)    # issue 12 item 5: outputs identical to the crafted chain while the threshold flips 0 <-> MAXBS every 5 ms
-      fits 70 greedy || continue
+      fits "$(phase_need greedy)" greedy || continue
       greedy 30000 "switching-${OFF_PATH:-default}" --prompts 200 --concurrency 32 --input-len 32 --output-len 96 \
         --output-len-min 16 --chain $M/target/next.json --toggle 0,$MAXBS --toggle-ms 5
       internal_state 30000 '{"speculative_disable_batch_threshold": 0}' >/dev/null; specctl threshold pin 0 >/dev/null ;;
-    steady) fits 40 steady || continue
+    steady) fits "$(phase_need steady)" steady || continue
       load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done" ;;
     *) say "unknown phase $phase" ;;
     esac

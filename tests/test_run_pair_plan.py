@@ -1,0 +1,60 @@
+"""bench/gpu/run_pair.sh's plan: a call whose first phase cannot fit after the engines' start is refused before any
+engine starts (12-04e's call 2 spent 220 s of device time on "skip closedab"), by the same phase_need that each phase's
+own check uses. Runs the script's own functions in bash, sed-extracted (its head installs wheels and needs a GPU)."""
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "run_pair.sh"
+HARNESS = r"""
+set -u
+say() { echo "SAY $*"; }
+DEADLINE=${DEADLINE_S:-560}; RUNS=$((2 * ${REPEATS:-2})); SIDE=1
+eval "$(sed -n '/^KVG=/,/^LEANALLOC=/p;/^BOTH_YES=/,/^SIDE_YES=/p' "$SCRIPT")"
+eval "$(sed -n '/^ab_rotation()/,/^}/p' "$SCRIPT")"
+eval "$(sed -n '/^OPEN_S=/,/^fi$/p' "$SCRIPT")"
+echo "went on: $first needs $need"
+"""
+
+
+def plan(**env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", HARNESS], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), **env},
+                          capture_output=True, text=True, timeout=30)
+
+
+CLOSED = {"SHAPES": "closedab", "CLOSED_LEVELS": "48,128", "CLOSED_WARMUP": "5", "CLOSED_S": "12"}
+
+
+@pytest.mark.parametrize("rotation, repeats, deadline, need, started", [
+    ("defer", "3", "585", 408, False),      # 12-04e call 2: three labels, 3 x 3 x 21 x 2 + 30
+    ("defer", "2", "590", 282, True),       # its call 3
+    ("pair", "3", "585", 282, True),        # two labels
+    ("fast", "3", "430", 408, False),
+])
+def test_the_first_phase_must_fit_after_the_engines_start(rotation, repeats, deadline, need, started):
+    got = plan(ROTATION=rotation, REPEATS=repeats, DEADLINE_S=deadline, **CLOSED)
+    assert got.returncode == (0 if started else 2), got.stderr
+    if started:
+        assert got.stdout.strip() == f"went on: closedab needs {need}"
+    else:
+        assert got.stdout.strip() == (f"SAY not started: closedab needs {need} s after the engines are up "
+                                      f"(~200 s, ENGINES_UP_S), DEADLINE_S is {deadline}")
+
+
+def test_the_engines_start_time_is_the_operators_to_say_and_only_the_first_phase_decides():
+    assert plan(ROTATION="defer", REPEATS="3", DEADLINE_S="585", ENGINES_UP_S="170", **CLOSED).returncode == 0
+    later = plan(ROTATION="pair", REPEATS="2", DEADLINE_S="400", SHAPES="cprofile,closedab,steadyab",
+                 CLOSED_LEVELS="1,16,48,128", CLOSED_WARMUP="5", CLOSED_S="15")
+    assert later.returncode == 0 and later.stdout.strip() == "went on: cprofile needs 60"
+
+
+@pytest.mark.parametrize("shape, env, need", [
+    ("openab", {"OPEN_RATES": "2,12,24", "OPEN_S": "10", "ROTATION": "pair"}, 2 * 2 * 3 * 18 + 30),
+    ("steadyab", {"ROTATION": "fast"}, 3 * 2 * 12 + 30),
+    ("open", {"OPEN_RATES": "24", "OPEN_S": "10"}, 4 * 18),
+    ("closed", {"CLOSED_LEVELS": "128", "CLOSED_WARMUP": "5", "CLOSED_S": "15"}, 4 * 23 + 30),
+])
+def test_each_phases_need(shape, env, need):
+    got = plan(SHAPES=shape, REPEATS="2", DEADLINE_S="900", **env)
+    assert got.stdout.strip() == f"went on: {shape} needs {need}"
