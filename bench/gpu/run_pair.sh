@@ -261,6 +261,7 @@ if start_daemon; then
       printed=$(engine_lines '^CPROFILE pid')
       rm -f "$SPEC_CPROFILE"; wait_engine_lines '^CPROFILE pid' "$printed" 30    # each prints its stats then
       for f in nospec daemon; do echo "== $f"; grep "^CPROFILE" "$OUT/$f.log" | cut -c1-220; done >"$OUT/cprofile.txt"
+      cp /tmp/tl/*.prof "$OUT/" 2>/dev/null    # whole stats (callers, cumulative times): python3 -m pstats
       say "cprofile done ($(grep -c 'CPROFILE pid' "$OUT/cprofile.txt") profiles)" ;;
     calibrate) # the same pure-Python loop timed in both idle schedulers, once a second for 6 s (timeline.py): one
       # engine's process slower as a whole (12-03f: its extends' model runner +2.4 ms with no code to explain it)
