@@ -85,6 +85,7 @@ STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and t
                 "draft_kv_prefill_ns",                   # CPU of the lean prefills' prompt writes
                 "draft_kv_prefill_eager", "draft_kv_prefill_eager_ns",   # of those: written eagerly (no graph held them)
                 "draft_kv_prefill_held",                 # of those: held until the next decode (plugin/promptkv.py)
+                "lean_resolves",                         # off batches whose draft extras were not gathered (offresolve)
                 "draft_kv_graph_writes",                 # draft KV writes replayed from CUDA graphs (decode and prompt)
                 "prefills_pay_draft",                    # how prefills pay the draft's pass (PAYS_DRAFT below)
                 "fast_off_lean_batches",                 # fast off batches that took the lean step (plugin/offstubs.py)
@@ -192,11 +193,12 @@ DRAFT_KV_SIDE_KEY = "spec_controller_draft_kv_side"    # ... the graphs replayed
 LEAN_OFF_KEY = "spec_controller_lean_off"              # off batches' results from per-engine stubs (plugin/offstubs.py)
 ALLOC_LOOP_KEY = "spec_controller_alloc_loop"          # SGLang 0.5.19's decode allocation loop (plugin/allocloop.py)
 DEFER_PROMPT_KV_KEY = "spec_controller_defer_prompt_kv"  # a prompt's draft-KV write after the next forward (promptkv)
+LEAN_RESOLVE_KEY = "spec_controller_lean_resolve"      # off batches' bonus tokens gathered alone (plugin/offresolve.py)
 OWN_KEYS = (THRESHOLD_KEY, FAST_OFF_KEY, SIM_ACC_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY, DRAFT_KV_KEY, DRAFT_KV_GRAPH_KEY,
-            DRAFT_KV_COALESCE_KEY, DRAFT_KV_SIDE_KEY, LEAN_OFF_KEY, ALLOC_LOOP_KEY, DEFER_PROMPT_KV_KEY)
+            DRAFT_KV_COALESCE_KEY, DRAFT_KV_SIDE_KEY, LEAN_OFF_KEY, ALLOC_LOOP_KEY, DEFER_PROMPT_KV_KEY, LEAN_RESOLVE_KEY)
 EXPERIMENT_KEYS = (SIM_ACC_KEY,)
 BOOL_KEYS = (FAST_OFF_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY, DRAFT_KV_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_COALESCE_KEY,
-             DRAFT_KV_SIDE_KEY, LEAN_OFF_KEY, ALLOC_LOOP_KEY, DEFER_PROMPT_KV_KEY)
+             DRAFT_KV_SIDE_KEY, LEAN_OFF_KEY, ALLOC_LOOP_KEY, DEFER_PROMPT_KV_KEY, LEAN_RESOLVE_KEY)
 # The engine's start-up choices (environment of the SGLang process; the daemon's [plugin] settings)
 ENV_FAST_OFF = "SPEC_CONTROLLER_FAST_OFF"              # "0": off batches take SGLang's steps-0 path
 ENV_SYNC_DRAFT = "SPEC_CONTROLLER_SYNC_DRAFT"          # "1": keep the draft in step while off
@@ -207,6 +209,7 @@ ENV_DRAFT_KV_SIDE = "SPEC_CONTROLLER_DRAFT_KV_SIDE"    # "0": the graphs' replay
 ENV_LEAN_PREFILL = "SPEC_CONTROLLER_LEAN_PREFILL"      # "0": prefills run the draft even while nothing speculates
 ENV_LEAN_OFF = "SPEC_CONTROLLER_LEAN_OFF"              # "0": off batches' results made per batch (plugin/offstubs.py)
 ENV_DEFER_PROMPT_KV = "SPEC_CONTROLLER_DEFER_PROMPT_KV"  # "1": prompts' draft-KV writes after the next forward (promptkv)
+ENV_LEAN_RESOLVE = "SPEC_CONTROLLER_LEAN_RESOLVE"      # "1": off batches' bonus tokens gathered alone (offresolve)
 MAX_THRESHOLD = 1 << 20
 
 

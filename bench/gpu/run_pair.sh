@@ -66,6 +66,8 @@ INLINE="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_side\": false}"
 SIDE_YES="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_side\": true}"
 # ROTATION=defer: the no-spec engine, the default state (off) and the same with the prompts' draft-KV writes held
 # until the next decode's forward is queued (defer; spec_controller_defer_prompt_kv, plugin/promptkv.py).
+# ROTATION=resolve: the no-spec engine, the default state (off) and the same with the future map gathering only the
+# bonus tokens of an off batch (resolve; spec_controller_lean_resolve, plugin/offresolve.py; status counts them).
 # ROTATION=pair: only the no-spec engine and the daemon's engine in its default state (kv graphs, lean step,
 # allocation loop; label off): twice the runs per mode in the same time, for longer windows (12-03f: 5 s windows of
 # 128 clients moved 12-39 % run to run). ROTATION=fast: the same plus that state without the kv writes (label fast).
@@ -81,6 +83,10 @@ ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTOR
     AB="nospec=30001;off=30000:{$KVG, $LEANALLOC, \"spec_controller_defer_prompt_kv\": false}"
     AB="$AB;defer=30000:{$KVG, $LEANALLOC, \"spec_controller_defer_prompt_kv\": true}"; NAB=3
     AB_RESTORE="{$KVG, $LEANALLOC, \"spec_controller_defer_prompt_kv\": false}"
+  elif [ "${ROTATION:-}" = resolve ]; then   # the default state, the same with the bonus tokens gathered alone (offresolve)
+    AB="nospec=30001;off=30000:{$KVG, $LEANALLOC, \"spec_controller_lean_resolve\": false}"
+    AB="$AB;resolve=30000:{$KVG, $LEANALLOC, \"spec_controller_lean_resolve\": true}"; NAB=3
+    AB_RESTORE="{$KVG, $LEANALLOC, \"spec_controller_lean_resolve\": false}"
   elif [ "${ROTATION:-}" = side ]; then
     AB="nospec=30001;off=30000:$SIDE_YES;inline=30000:$INLINE"; NAB=3; AB_RESTORE=$dflt
   elif [ "${ROTATION:-}" = coalesce ]; then    # the writes coalesced (off), per batch, no-spec

@@ -13,7 +13,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 MODE_NAMES = {"ema": "sglang-ema"}      # the simulator's name for the daemon's EMA policy
-OFF_MODES = ("synced", "lean", "leanalloc", "fast", "off", "side", "inline", "off-nodraftprefill", "never", "pinned", "kveager", "perbatch", "defer")   # never: pinned at 0; pinned: at PIN_T
+OFF_MODES = ("synced", "lean", "leanalloc", "fast", "off", "side", "inline", "off-nodraftprefill", "never", "pinned", "kveager", "perbatch", "defer", "resolve")   # never: pinned at 0; pinned: at PIN_T
 
 
 def rows_of(path: str) -> list[dict]:

@@ -10,15 +10,15 @@ from typing import Any, Callable, Mapping
 from ..contract import (ALLOC_LOOP_KEY, BOOL_KEYS, DEFER_PROMPT_KV_KEY, DRAFT_KV_COALESCE_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_KEY,
                         DRAFT_KV_SIDE_KEY, ENV_ADDRESS, ENV_DRAFT_KV, ENV_DRAFT_KV_COALESCE, ENV_DRAFT_KV_GRAPH,
                         ENV_DEFER_PROMPT_KV, ENV_DRAFT_KV_SIDE, ENV_FAST_OFF,
-                        ENV_INITIAL_THRESHOLD, ENV_LEAN_OFF, ENV_LEAN_PREFILL, ENV_SYNC_DRAFT, EXPERIMENT_KEYS,
-                        FAST_OFF_KEY, LEAN_OFF_KEY, LEAN_PREFILL_KEY, OWN_KEYS, REASON_INACTIVE, SIM_ACC_KEY,
+                        ENV_INITIAL_THRESHOLD, ENV_LEAN_OFF, ENV_LEAN_PREFILL, ENV_LEAN_RESOLVE, ENV_SYNC_DRAFT,
+                        EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_OFF_KEY, LEAN_PREFILL_KEY, LEAN_RESOLVE_KEY, OWN_KEYS, REASON_INACTIVE, SIM_ACC_KEY,
                         SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version, validate_threshold)
 from . import allocloop, offgrammar, warmsizes
 from .draftkv_graph import DEFAULT_COALESCE as DEFAULT_GRAPH_COALESCE
 from .failures import Failures
 from .offpath import OffPath
 from .router import Router
-from .support import DRAFT_WORKER, EAGLE_WORKER, RESULT_PROCESSOR, SCHEDULER, sglang_version
+from .support import DRAFT_WORKER, EAGLE_WORKER, FUTURE_MAP, RESULT_PROCESSOR, SCHEDULER, sglang_version
 from .telemetry import TelemetrySender
 
 log = logging.getLogger("spec_controller.plugin")
@@ -81,7 +81,8 @@ class Plugin:
                                 draft_kv_side=env.get(ENV_DRAFT_KV_SIDE, "1") != "0",   # the default since 2026-12-03i
                                 fast_grammar=env.get(offgrammar.ENV, "1") != "0",   # checked on a GPU
                                 lean_off=env.get(ENV_LEAN_OFF, "1") != "0",         # measured: offstubs.py
-                                defer_prompt_kv=env.get(ENV_DEFER_PROMPT_KV) == "1",   # not yet on a GPU
+                                defer_prompt_kv=env.get(ENV_DEFER_PROMPT_KV) == "1",   # measured: no gain (12-04e)
+                                lean_resolve=env.get(ENV_LEAN_RESOLVE) == "1",         # not yet on a GPU
                                 capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
         self.alloc_loop = allocloop.AllocLoop(registered=allocloop.wanted(env, parse_version(sglang_version())))
@@ -134,6 +135,7 @@ class Plugin:
             f"{RESULT_PROCESSOR}.process_batch_result_prefill": (tel.before_prefill_result, "BEFORE"),
             f"{RESULT_PROCESSOR}._resolve_spec_v2_tokens": (tel.after_spec_result, "AFTER"),
             f"{SCHEDULER}.on_idle": (tel.flush, "BEFORE"),
+            f"{FUTURE_MAP}._resolve_spec_extras": (off.resolve.around, "AROUND"),
         }
 
     # --- set_internal_state --------------------------------------------------------------------
@@ -145,7 +147,7 @@ class Plugin:
             if key in ours and ours[key] not in (True, False):
                 return f"{key} must be true or false, got {ours[key]!r}"
         built = not self.router.checked or self.off_path.fast is not None
-        for key in (FAST_OFF_KEY, LEAN_OFF_KEY):
+        for key in (FAST_OFF_KEY, LEAN_OFF_KEY, LEAN_RESOLVE_KEY):
             if ours.get(key) and not built:
                 return f"{key}: the fast off path is not available in this engine (see its log)"
         if ours.get(SYNC_DRAFT_KEY) and not (built and self.off_path.can_sync()):
@@ -207,6 +209,8 @@ class Plugin:
             self.alloc_loop.enabled = bool(ours[ALLOC_LOOP_KEY])
         if DEFER_PROMPT_KV_KEY in ours:    # rows held now are staged at the next forward or flush either way
             self.off_path.prompts.defer = bool(ours[DEFER_PROMPT_KV_KEY])
+        if LEAN_RESOLVE_KEY in ours:
+            self.off_path.resolve.enabled = bool(ours[LEAN_RESOLVE_KEY])
         if SIM_ACC_KEY in ours:   # SGLang's benchmark knob, read by every verify (spec_utils.SIMULATE_ACC_LEN)
             from sglang.srt.speculative import spec_utils
             spec_utils.SIMULATE_ACC_LEN = float(ours[SIM_ACC_KEY])

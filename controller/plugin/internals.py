@@ -38,8 +38,8 @@ from typing import Any, Callable
 
 from ..contract import REASON_0_5_16, REASON_NO_CAPTURE_MODE
 from . import offgrammar
-from .sglang_names import (DECODE_RUNNER, EAGLE_V2, GRAMMAR_FACTS, HIDDEN_MODE, LEAN_OFF_FACTS, LOGPROB_FACTS,
-                           RESULTS, RUNNER, SAMPLING_INFO, SPEC_LOGPROBS, SPEC_V2_LOGPROBS, TP_WORKER, VERIFY,
+from .sglang_names import (DECODE_RUNNER, EAGLE_V2, GRAMMAR_FACTS, HIDDEN_MODE, LEAN_OFF_FACTS, LEAN_RESOLVE_FACTS,
+                           LOGPROB_FACTS, RESULTS, RUNNER, SAMPLING_INFO, SPEC_LOGPROBS, SPEC_V2_LOGPROBS, TP_WORKER, VERIFY,
                            WAR_BARRIER, WORKER_FORWARD, V17_LOGPROB_FACTS, V18_LOGPROB_FACTS, WATERMARK_FACTS)
 
 FIRST_FAST = (0, 5, 17)
@@ -152,7 +152,7 @@ _COMMON_FACTS = (
      "synced mode runs SGLang's own draft extend of the steps-0 state"),
     (VERIFY, "next_draft_input = EagleDraftInput(bonus_tokens=bonus_tokens)",
      "a verify hands on only the bonus tokens, as the fast path does"),
-) + LOGPROB_FACTS + GRAMMAR_FACTS + LEAN_OFF_FACTS
+) + LOGPROB_FACTS + GRAMMAR_FACTS + LEAN_OFF_FACTS + LEAN_RESOLVE_FACTS
 FAST_OFF_INTERNALS = FastOffInternals(
     versions=("0.5.17", "0.5.17"),
     read_done_event="war_fastpath_read_done_event",

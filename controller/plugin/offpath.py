@@ -7,11 +7,10 @@ import logging
 import time
 from typing import Any, Callable
 
-from ..contract import (KV_PATH, PAYS_DRAFT, REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE,
-                        REASON_KV_UNSUPPORTED, REASON_MISSING_INTERNAL, REASON_NONE, REASON_OTHER_RANK,
-                        REASON_REJECTION_SAMPLING, REASON_RUN_FAILED, SAME_AT_ZERO, parse_version,
-                        prefill_skips_draft, zero_saves_prefill_draft)
-from . import draftkv, draftkv_coalesce, draftkv_graph, fastoff, internals, offgrammar, promptkv
+from ..contract import (REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_KV_UNSUPPORTED,
+                        REASON_MISSING_INTERNAL, REASON_NONE, REASON_OTHER_RANK, REASON_REJECTION_SAMPLING,
+                        REASON_RUN_FAILED, parse_version, prefill_skips_draft)
+from . import draftkv, draftkv_coalesce, draftkv_graph, fastoff, internals, offgrammar, offresolve, offstatus, promptkv
 from .failures import Failures
 from .router import Router
 
@@ -34,12 +33,14 @@ class OffPath:
     (controller.plugin.draftkv) instead of running the draft: its KV is complete when speculation
     resumes, for a few kernels per batch; sync_draft wins where both are set. fast_grammar: grammar batches
     take the fast path where SGLang's delayed grammar sample allows it (offgrammar.py), else steps-0.
-    lean_off: off batches' results from per-engine stubs (offstubs.py; run-time switch)."""
+    lean_off: off batches' results from per-engine stubs (offstubs.py; run-time switch). lean_resolve: the future
+    map gathers only the bonus tokens of a batch this path takes (offresolve.py; run-time switch)."""
 
     def __init__(self, router: Router, failures: Failures, enabled: bool = True, sync_draft: bool = False,
                  lean_prefill: bool = False, capture_hidden: bool = False, draft_kv: bool = False,
                  draft_kv_graph: bool = False, fast_grammar: bool = False, draft_kv_coalesce: int | None = None,
-                 lean_off: bool = False, draft_kv_side: bool = False, defer_prompt_kv: bool = False):
+                 lean_off: bool = False, draft_kv_side: bool = False, defer_prompt_kv: bool = False,
+                 lean_resolve: bool = False):
         self.router, self.failures, self.enabled, self.fast_grammar = router, failures, enabled, fast_grammar
         self.sync_draft, self.lean_prefill, self.draft_kv, self.lean_off = sync_draft, lean_prefill, draft_kv, lean_off
         self.capture_hidden = capture_hidden or sync_draft or draft_kv   # graphs that can feed the draft
@@ -53,6 +54,7 @@ class OffPath:
         self.use_coalesce = True                             # run-time switch, once built
         self.kv_writes = 0
         self.prompts = promptkv.PromptWrites(defer_prompt_kv)   # the prompt writes (held: after the next forward)
+        self.resolve = offresolve.LeanResolve(self.takes_resolved, lean_resolve)   # the future map's gather
         self.tp_size = 1
         self.fast: fastoff.FastOff | None = None   # built after SGLang's graph capture, if supported
         self.reason = REASON_CONFIG if not enabled else REASON_NONE   # contract.OFF_REASONS: why not fast
@@ -208,12 +210,28 @@ class OffPath:
             self.reason = REASON_CAPTURE_FAILED
         return None
 
+    def _off_decode(self, batch: Any) -> bool:
+        return not (self.fast is None or not self.enabled or batch.forward_mode.is_extend() or batch.is_extend_in_batch
+                    or batch.forward_mode.is_idle())
+
     def _ours(self, worker: Any, batch: Any) -> bool:
         """An off decode batch the fast path may take."""
-        if (self.fast is None or not self.enabled or batch.forward_mode.is_extend()
-                or batch.is_extend_in_batch or batch.forward_mode.is_idle() or not self.router.check(worker)):
-            return False
-        return not self.router.speculates(batch.seq_lens.shape[0])
+        return self._off_decode(batch) and self.router.check(worker) and not self.router.speculates(batch.seq_lens.shape[0])
+
+    def takes_resolved(self, batch: Any) -> bool:
+        """At the future map's resolve, before the forward (no worker there: the router decided at the first decode
+        batch; grammar batches as under overlap): the fast path will take this batch."""
+        r, grammar = self.router, self.fast_grammar and getattr(self.fast, "grammar", False)
+        return (self._off_decode(batch) and r.checked and r.inert_reason is None and not r.speculates(
+            batch.seq_lens.shape[0]) and fastoff.batch_unsupported_reason(batch, grammar) is None)
+
+    def _sglangs(self, original: Callable, worker: Any, batch: Any, args: tuple, kwargs: dict, flush: bool = True) -> Any:
+        """SGLang's own path for this batch: the extras' gather first where it was skipped (offresolve), and the
+        coalesced draft-KV rows written before its draft reads the pool."""
+        self.resolve.restore(batch)
+        if flush:
+            self._flush_kv(getattr(worker, "draft_worker", None))
+        return original(worker, batch, *args, **kwargs)
 
     def forward_batch_generation(self, original: Callable, worker: Any, batch: Any, *args, **kwargs) -> Any:
         """AROUND EAGLEWorkerV2.forward_batch_generation."""
@@ -221,9 +239,7 @@ class OffPath:
         if not self._ours(worker, batch):
             # a prefill flushes in its draft pass (draft_extend_for_prefill); a decode batch with a prefill elsewhere
             # (is_extend_in_batch: 0.5.23's DP coordination drafts outside that hook) here
-            if not batch.forward_mode.is_extend():
-                self._flush_kv(draft)
-            return original(worker, batch, *args, **kwargs)
+            return self._sglangs(original, worker, batch, args, kwargs, flush=not batch.forward_mode.is_extend())
         barrier = kwargs.get("grammar_barrier", args[1] if len(args) > 1 else None)   # the scheduler's, or None
         grammar = (self.fast_grammar and getattr(batch, "has_grammar", False)
                    and offgrammar.served(self.fast, worker, barrier))
@@ -231,8 +247,7 @@ class OffPath:
         if why is not None:
             self.fallbacks += 1
             self.fallback_reasons[why] = self.fallback_reasons.get(why, 0) + 1
-            self._flush_kv(draft)
-            return original(worker, batch, *args, **kwargs)
+            return self._sglangs(original, worker, batch, args, kwargs)
         fast = self.fast
         worker.activate_step_by_batch(batch.seq_lens.shape[0])   # steps-0 state: allocation and stride as SGLang's off
         on_publish = kwargs.get("on_publish", args[0] if args else None)
@@ -248,8 +263,7 @@ class OffPath:
             self.fast, self.reason = None, REASON_RUN_FAILED
             if self.tp_size > 1:    # this rank alone on steps-0 would issue other collectives: fail loudly
                 raise
-            self._flush_kv(draft)
-            return original(worker, batch, *args, **kwargs)
+            return self._sglangs(original, worker, batch, args, kwargs)
         self.kv_writes += writer is not None
         fast.cpu_ns += time.perf_counter_ns() - t0        # CPU time to launch it (the GPU runs on, overlapped)
         if fast.batches % LOG_EVERY == 1:
@@ -286,34 +300,10 @@ class OffPath:
         return fastoff.stub_draft_input(draft_worker, next_token_ids)
 
     def prefills_pay_draft(self) -> bool:
-        """Does a prefill joining an off batch run the draft's pass above 0 and skip it at 0 (draft_extend_for_prefill)?
-        Not with the KV writer (skipped at any threshold), lean prefill off or rejection sampling (run at 0 too), nor
-        once the plugin found the engine is not its own (inert: SGLang's own path at every threshold)."""
-        lean = self.lean_prefill and not self.rejection and self.router.inert_reason is None
-        return zero_saves_prefill_draft(lean, self._writer() is not None)
+        return offstatus.prefills_pay_draft(self)
 
     def path_index(self) -> int:
-        """Index into contract.OFF_PATHS: steps-0, fast, fast built but switched off, fast + draft synced,
-        fast + the draft's KV written by the plugin."""
-        if self.fast is None:
-            return 0
-        if not self.enabled:
-            return 2
-        if self.sync_draft and self.fast.with_hidden:
-            return 3
-        return KV_PATH if self._writer() is not None else 1
+        return offstatus.path_index(self)
 
     def counters(self) -> dict[str, int]:
-        out = {"off_fallbacks": self.fallbacks, "lean_prefills": self.lean_prefills,
-               "off_fallbacks_logprob": self.fallback_reasons.get(fastoff.LOGPROB, 0),
-               "off_fallbacks_grammar": self.fallback_reasons.get(fastoff.GRAMMAR, 0),
-               "draft_kv_writes": self.kv_writes, **self.prompts.counters(),
-               "draft_kv_graph_writes": self.kv_graph.replays if self.kv_graph is not None else 0,
-               "draft_kv_side_writes": self.kv_graph.side_replays if self.kv_graph is not None else 0,
-               "draft_kv_graph_launches": self.kv_graph.launches if self.kv_graph is not None else 0,
-               "prefills_pay_draft": PAYS_DRAFT if self.prefills_pay_draft() else SAME_AT_ZERO}
-        if self.fast is not None:
-            out.update(fast_off_batches=self.fast.batches, fast_off_graph_batches=self.fast.graph_batches,
-                       fast_off_cpu_ns=self.fast.cpu_ns, fast_off_target_ns=self.fast.target_ns,
-                       draft_kv_ns=self.fast.kv_ns, fast_off_lean_batches=self.fast.lean_batches)
-        return out
+        return offstatus.counters(self)

@@ -111,3 +111,16 @@ LEAN_OFF_FACTS = (
      "self.new_seq_lens_buf[indices] = new_seq_lens.to(self.new_seq_lens_buf.dtype)",
      "publish copies the new lengths, so the decode's own tensor can be published before the forward"),
 )
+LEAN_RESOLVE_FACTS = (
+    # the future map's gather left out for a batch the fast path takes (offresolve.py)
+    (f"{SCHEDULER}.run_batch", "resolve_forward_inputs(batch, self.future_map)",
+     "the scheduler resolves a batch's inputs in run_batch, right before the worker's forward of that batch"),
+    (f"{OVERLAP}.FutureMap._resolve_spec_extras", "draft_input.bonus_tokens = self.output_tokens_buf[indices]",
+     "without topk the relay gathers the bonus tokens alone, as offresolve does for an off batch"),
+    (f"{OVERLAP}.FutureMap._resolve_spec_extras",
+     "indices.record_stream(torch.get_device_module(self.device).current_stream())",
+     "the relay keeps the indices alive for the stream that reads them (offresolve does the same)"),
+    (f"{OVERLAP}.FutureMap._resolve_spec_extras", "draft_input.dsa_topk_indices = None",
+     "a batch without relayed DSA indices gets None (offresolve sets the same)"),
+    (OVERLAP, "_DEBUG_ASSERT = ", "the module's debug asserts, a global offresolve reads (then it never skips)"),
+)

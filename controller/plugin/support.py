@@ -8,6 +8,7 @@ EAGLE_WORKER = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2"
 DRAFT_WORKER = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker"
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 RESULT_PROCESSOR = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
+FUTURE_MAP = "sglang.srt.managers.overlap_utils.FutureMap"
 # target -> the parameters the hook expects
 HOOK_TARGETS: dict[str, tuple[str, ...]] = {
     f"{EAGLE_WORKER}.forward_batch_generation": ("self", "batch", "on_publish"),
@@ -19,6 +20,7 @@ HOOK_TARGETS: dict[str, tuple[str, ...]] = {
     f"{RESULT_PROCESSOR}.process_batch_result_prefill": ("self", "batch", "result"),
     f"{SCHEDULER}.set_internal_state": ("self", "recv_req"),
     f"{SCHEDULER}.on_idle": ("self",),
+    f"{FUTURE_MAP}._resolve_spec_extras": ("self", "batch"),
 }
 # called, not hooked
 USED_CALLABLES: dict[str, tuple[str, ...]] = {

@@ -1,0 +1,63 @@
+"""The future map's gather of the draft's extras, skipped for a batch the fast off path takes (run-time switch
+spec_controller_lean_resolve; SGLang's spec-v2 overlap scheduler).
+
+Before every decode batch SGLang's scheduler gathers each request's last draft extras (topk_p, topk_index, the
+draft's hidden state) beside its bonus token, in one Triton launch whose Python launch path was the largest item of
+the off engine's extra decode-launch CPU in 12-04e's cProfile at closed 128 (~185 us a batch, profiled). An off batch
+reads only the bonus tokens (fastoff.run), and its result carries new extras (the stubs). So for a batch the fast path
+will take, only the bonus tokens are gathered, as SGLang does itself where a draft has no topk. Should that batch end
+up on SGLang's own path after all (a fallback, a failed fast step), restore() runs SGLang's gather first. Runs in the
+scheduler process, once per decode batch.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+
+class LeanResolve:
+    """AROUND FutureMap._resolve_spec_extras for one engine."""
+
+    def __init__(self, takes: Callable[[Any], bool], enabled: bool = False) -> None:
+        self.takes = takes           # the fast path will take this batch (OffPath.takes_resolved)
+        self.enabled = enabled
+        self.batches = 0             # gathers skipped (status)
+        self.restored = 0            # ... of which SGLang's path took the batch after all: gathered then
+        self._pending: tuple | None = None        # (draft input, SGLang's function, future map) of the last skip
+        self._debug: dict[type, bool] = {}        # per future-map class: its module asserts (then never skip)
+
+    def around(self, original: Callable, future_map: Any, batch: Any, *args, **kwargs) -> Any:
+        self._pending = None
+        draft = getattr(batch, "spec_info", None)
+        if not (self.enabled and draft is not None and self._plain_map(future_map) and self.takes(batch)):
+            return original(future_map, batch, *args, **kwargs)
+        indices = getattr(draft, "future_indices", None)
+        if indices is None or indices.shape[0] == 0 or getattr(draft, "future_dsa_topk_indices_available", False):
+            return original(future_map, batch, *args, **kwargs)
+        import torch       # (loaded long before: the engine's; a dictionary lookup here)
+        indices.record_stream(torch.get_device_module(future_map.device).current_stream())   # as SGLang's own
+        draft.bonus_tokens = future_map.output_tokens_buf[indices]
+        if hasattr(draft, "dsa_topk_indices"):
+            draft.dsa_topk_indices = None        # SGLang's value where the batch has none relayed
+        self._pending = (draft, original, future_map)
+        self.batches += 1
+        return None
+
+    def restore(self, batch: Any) -> None:
+        """Before SGLang's own path takes `batch`: the gather skipped for it, now (nothing if none was)."""
+        pending, self._pending = self._pending, None
+        if pending is not None and pending[0] is getattr(batch, "spec_info", None):
+            pending[1](pending[2], batch)
+            self.restored += 1
+
+    def _plain_map(self, future_map: Any) -> bool:
+        """A future map whose extras are topk and hidden states only (no DSA indices, draft probs, verified ids or
+        n-gram relay) and whose module does not assert on what it gathers (SGLang's debug asserts)."""
+        cls = type(future_map)
+        if cls not in self._debug:
+            self._debug[cls] = bool(getattr(sys.modules.get(cls.__module__), "_DEBUG_ASSERT", True))
+        return (not self._debug[cls] and getattr(future_map, "need_topk", False)
+                and not getattr(future_map, "need_verified_id", False)         # (0.5.14-0.5.15 relay)
+                and getattr(future_map, "dsa_topk_indices_buf", None) is None
+                and getattr(future_map, "draft_probs_buf", None) is None
+                and not future_map.spec_algo.is_ngram())

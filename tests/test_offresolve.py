@@ -1,0 +1,152 @@
+"""offresolve: the future map gathers only the bonus tokens of a batch the fast off path takes, SGLang's whole gather
+otherwise, and SGLang's gather after all where such a batch ends up on SGLang's own path. No torch: the buffers are
+lists indexed by a list of rows, the stream a recorder (a fake torch module for the record_stream SGLang does too)."""
+import sys
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+from controller import contract
+from controller.plugin import fastoff, offresolve
+from tests.test_plugin_cpu import decode_batch, fast, plug, routed_worker  # noqa: F401 (fixtures)
+
+
+class Rows(list):
+    """indices: .shape and the rows, recording the stream it was kept alive for."""
+    def __init__(self, rows):
+        super().__init__(rows)
+        self.shape, self.streams = (len(rows),), []
+
+    def record_stream(self, stream):
+        self.streams.append(stream)
+
+
+class Buffer(list):
+    def __getitem__(self, rows):
+        return [list.__getitem__(self, r) for r in rows] if isinstance(rows, list) else list.__getitem__(self, rows)
+
+
+class FutureMap:
+    need_topk, dsa_topk_indices_buf, draft_probs_buf, device = True, None, None, "cuda:0"
+    spec_algo = SimpleNamespace(is_ngram=lambda: False)
+
+    def __init__(self):
+        self.output_tokens_buf = Buffer([100 + i for i in range(16)])
+        self.calls = []
+
+
+def sglangs_gather(future_map, batch, *args, **kwargs):
+    """SGLang's _resolve_spec_extras, as far as these tests read it."""
+    future_map.calls.append(batch)
+    draft = batch.spec_info
+    draft.topk_p, draft.bonus_tokens = "gathered", future_map.output_tokens_buf[list(draft.future_indices)]
+
+
+@pytest.fixture
+def fake_torch(monkeypatch):
+    torch = ModuleType("torch")
+    torch.get_device_module = lambda device: SimpleNamespace(current_stream=lambda: f"forward stream of {device}")
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(offresolve, "sys", SimpleNamespace(modules={**sys.modules, __name__: sys.modules[__name__]}))
+
+
+def batch_of(rows, **draft):
+    return SimpleNamespace(spec_info=SimpleNamespace(future_indices=Rows(rows), topk_p="stale", bonus_tokens=None,
+                                                     dsa_topk_indices="stale", **draft))
+
+
+_DEBUG_ASSERT = False      # what FutureMap's module (this one, for the stand-in) says of SGLang's debug asserts
+
+
+def test_a_taken_batch_gets_its_bonus_tokens_alone_and_sglangs_gather_if_sglang_takes_it_after_all(fake_torch):
+    fm, lean = FutureMap(), offresolve.LeanResolve(takes=lambda batch: True, enabled=True)
+    batch = batch_of([3, 5])
+    assert lean.around(sglangs_gather, fm, batch) is None
+    assert batch.spec_info.bonus_tokens == [103, 105] and batch.spec_info.topk_p == "stale" and fm.calls == []
+    assert batch.spec_info.dsa_topk_indices is None and batch.spec_info.future_indices.streams == ["forward stream of cuda:0"]
+    assert (lean.batches, lean.restored) == (1, 0)
+    lean.restore(batch_of([3, 5]))                 # another batch's draft input: nothing of ours to redo
+    assert fm.calls == [] and lean.restored == 0
+    lean.around(sglangs_gather, fm, batch)
+    lean.restore(batch)                            # SGLang's path takes it after all: its gather first
+    assert fm.calls == [batch] and batch.spec_info.topk_p == "gathered" and lean.restored == 1
+    lean.restore(batch)                            # once
+    assert fm.calls == [batch]
+
+
+@pytest.mark.parametrize("why", ["switched off", "not taken", "no topk", "dsa indices", "draft probs", "verified ids",
+                                 "n-gram", "debug asserts", "dsa relayed", "empty batch"])
+def test_sglangs_whole_gather_wherever_the_off_path_may_need_more_than_the_bonus_tokens(fake_torch, monkeypatch, why):
+    fm, lean = FutureMap(), offresolve.LeanResolve(takes=lambda batch: why != "not taken", enabled=why != "switched off")
+    batch = batch_of([] if why == "empty batch" else [2],
+                     future_dsa_topk_indices_available=why == "dsa relayed")
+    fm.need_topk = why != "no topk"
+    fm.dsa_topk_indices_buf = "buffer" if why == "dsa indices" else None
+    fm.draft_probs_buf = "buffer" if why == "draft probs" else None
+    fm.need_verified_id = why == "verified ids"
+    fm.spec_algo = SimpleNamespace(is_ngram=lambda: why == "n-gram")
+    monkeypatch.setitem(globals(), "_DEBUG_ASSERT", why == "debug asserts")
+    lean.around(sglangs_gather, fm, batch)
+    assert fm.calls == [batch] and lean.batches == 0
+
+
+def engine(plug, threshold):
+    """The plugin's off path with a fast path built and the router decided (the first decode batch checked)."""
+    off = plug.off_path
+    off.resolve.enabled, plug.router.threshold = True, threshold
+    plug.router.check(routed_worker(plug))
+    return off
+
+
+@pytest.mark.parametrize("threshold, size, extra, taken", [
+    (0, 30, {}, True),                                  # off: the fast path takes it
+    (64, 30, {}, False),                                # speculating: SGLang's verify reads the extras
+    (16, 16, {}, False),                                # at the threshold it speculates
+    (16, 17, {}, True),
+    (0, 30, {"is_extend_in_batch": True}, False),       # a prefill inside the batch
+    (0, 30, {"return_hidden_states": True}, False),     # steps-0's (fastoff.batch_unsupported_reason)
+    (0, 30, {"return_logprob": True}, None),            # logprobs: the fast path's own rule decides
+])
+def test_the_resolve_takes_exactly_the_batches_the_forward_takes(fast, threshold, size, extra, taken):
+    plug, _ = fast
+    off = engine(plug, threshold)
+    batch = decode_batch(size, **extra)
+    ours = off._off_decode(batch) and not plug.router.speculates(size)
+    forward_takes = ours and fastoff.batch_unsupported_reason(batch, off.fast_grammar and off.fast.grammar) is None
+    assert off.takes_resolved(batch) is forward_takes
+    if taken is not None:
+        assert forward_takes is taken
+
+
+def test_an_engine_the_router_has_not_decided_gathers_as_sglang(fast):
+    plug, _ = fast
+    plug.router.checked = False
+    plug.off_path.resolve.enabled = True
+    assert not plug.off_path.takes_resolved(decode_batch(30))
+
+
+@pytest.mark.parametrize("failure", ["unsupported", "fast step raised"])
+def test_a_skipped_batch_that_sglang_takes_after_all_is_gathered_before_sglangs_path(fast, fake_torch, monkeypatch,
+                                                                                    failure):
+    plug, _ = fast
+    off, log, fm = engine(plug, 0), [], FutureMap()
+    batch = decode_batch(2)
+    batch.spec_info.future_indices = Rows([1, 2])
+    off.resolve.around(lambda m, b: log.append("gather"), fm, batch)
+    assert log == [] and off.resolve.batches == 1
+    if failure == "unsupported":
+        monkeypatch.setattr(fastoff, "batch_unsupported_reason", lambda batch, grammar=False: "hidden states requested")
+    else:
+        monkeypatch.setattr(fastoff, "run", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    off.forward_batch_generation(lambda worker, b, *a, **k: log.append("sglang's path"), routed_worker(plug), batch)
+    assert log == ["gather", "sglang's path"] and off.resolve.restored == 1
+
+
+def test_the_switch_is_a_plugin_key(fast):
+    plug, _ = fast
+    assert contract.LEAN_RESOLVE_KEY in contract.BOOL_KEYS
+    assert plug.validate_own_keys({contract.LEAN_RESOLVE_KEY: 1.5})
+    plug.apply_own_keys({contract.LEAN_RESOLVE_KEY: True})
+    assert plug.off_path.resolve.enabled
+    plug.apply_own_keys({contract.LEAN_RESOLVE_KEY: False})
+    assert not plug.off_path.resolve.enabled
