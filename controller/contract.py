@@ -84,14 +84,14 @@ STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and t
                 "fast_off_target_ns", "draft_kv_ns",     # of fast_off_cpu_ns: the target's forward, the KV writes
                 "draft_kv_prefill_ns",                   # CPU of the lean prefills' prompt writes
                 "draft_kv_prefill_eager", "draft_kv_prefill_eager_ns",   # of those: written eagerly (no graph held them)
-                "draft_kv_prefill_held",                 # of those: held until the next decode (plugin/promptkv.py)
-                "lean_resolves",                         # off batches whose draft extras were not gathered (offresolve)
                 "draft_kv_graph_writes",                 # draft KV writes replayed from CUDA graphs (decode and prompt)
                 "prefills_pay_draft",                    # how prefills pay the draft's pass (PAYS_DRAFT below)
                 "fast_off_lean_batches",                 # fast off batches that took the lean step (plugin/offstubs.py)
                 "alloc_loop_batches",                    # decode allocations by 0.5.19's loop (plugin/allocloop.py)
                 "draft_kv_side_writes",                  # of draft_kv_graph_writes: replayed on the side stream
-                "draft_kv_graph_launches")               # graph replays holding them (fewer while coalescing)
+                "draft_kv_graph_launches",               # graph replays holding them (fewer while coalescing)
+                "draft_kv_prefill_held",                 # prompt writes held until the next decode (plugin/promptkv.py)
+                "lean_resolves")                         # off batches whose draft extras were not gathered (offresolve)
 # prefills_pay_draft: 1: off batches' prefills run the draft above 0 only (lean
 # prefill, no KV writer, no rejection sampling: threshold 0 saves that pass); 2: not (at 0 as well, or never); 0: a
 # plugin before it. The daemon's zero verdict follows it (policies.types.Snapshot.prefills_pay_draft).

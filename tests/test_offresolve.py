@@ -8,14 +8,14 @@ import pytest
 
 from controller import contract
 from controller.plugin import fastoff, offresolve
-from tests.test_plugin_cpu import decode_batch, fast, plug, routed_worker  # noqa: F401 (fixtures)
+from tests.test_plugin_cpu import Mode, decode_batch, fast, plug, routed_worker  # noqa: F401 (fixtures)
 
 
 class Rows(list):
     """indices: .shape and the rows, recording the stream it was kept alive for."""
     def __init__(self, rows):
         super().__init__(rows)
-        self.shape, self.streams = (len(rows),), []
+        self.shape, self.streams, self.device = (len(rows),), [], SimpleNamespace(type="cuda")
 
     def record_stream(self, stream):
         self.streams.append(stream)
@@ -31,7 +31,7 @@ class FutureMap:
     spec_algo = SimpleNamespace(is_ngram=lambda: False)
 
     def __init__(self):
-        self.output_tokens_buf = Buffer([100 + i for i in range(16)])
+        self.output_tokens_buf = Buffer([100 + i for i in range(256)])
         self.calls = []
 
 
@@ -98,24 +98,36 @@ def engine(plug, threshold):
     return off
 
 
-@pytest.mark.parametrize("threshold, size, extra, taken", [
-    (0, 30, {}, True),                                  # off: the fast path takes it
-    (64, 30, {}, False),                                # speculating: SGLang's verify reads the extras
+@pytest.mark.parametrize("threshold, size, extra, grammar_served", [  # (a copy per case: extra is popped)
+    (0, 30, {}, False),                                 # off: the fast path takes it
+    (64, 30, {}, False),                                # speculating: SGLang's verify
     (16, 16, {}, False),                                # at the threshold it speculates
-    (16, 17, {}, True),
+    (16, 17, {}, False),
     (0, 30, {"is_extend_in_batch": True}, False),       # a prefill inside the batch
+    (0, 30, {"forward_mode": Mode("idle")}, False),
     (0, 30, {"return_hidden_states": True}, False),     # steps-0's (fastoff.batch_unsupported_reason)
-    (0, 30, {"return_logprob": True}, None),            # logprobs: the fast path's own rule decides
+    (0, 30, {"has_grammar": True}, True),               # grammar: served where SGLang's delayed sample was found
+    (0, 30, {"has_grammar": True}, False),
+    (0, 30, {"inert": "not this plugin's engine"}, False),   # the router found the engine is not ours
 ])
-def test_the_resolve_takes_exactly_the_batches_the_forward_takes(fast, threshold, size, extra, taken):
-    plug, _ = fast
-    off = engine(plug, threshold)
+def test_the_resolve_skips_the_gather_exactly_for_the_batches_the_forward_gives_the_fast_path(
+        fast, fake_torch, threshold, size, extra, grammar_served):
+    """Resolve, then SGLang's run_batch's forward: a skipped gather goes with the fast path taking the batch, a
+    batch SGLang takes had its whole gather (before its path ran)."""
+    plug, ran = fast
+    off, log, fm = engine(plug, threshold), [], FutureMap()
+    off.fast.grammar = grammar_served
+    plug.router.inert_reason = extra.pop("inert", None)
     batch = decode_batch(size, **extra)
-    ours = off._off_decode(batch) and not plug.router.speculates(size)
-    forward_takes = ours and fastoff.batch_unsupported_reason(batch, off.fast_grammar and off.fast.grammar) is None
-    assert off.takes_resolved(batch) is forward_takes
-    if taken is not None:
-        assert forward_takes is taken
+    batch.spec_info.future_indices = Rows(list(range(size)))
+    off.resolve.around(lambda m, b: log.append("gather"), fm, batch)
+    skipped = log == []
+    w = routed_worker(plug)
+    w.target_worker = SimpleNamespace(enable_overlap=True)     # the overlap scheduler: it hands over its barrier
+    off.forward_batch_generation(lambda worker, b, *a, **k: log.append("sglang"), w, batch, "publish", lambda: None)
+    assert skipped is bool(ran)                      # skipped <=> the fast path ran it
+    assert log == ([] if ran else ["gather", "sglang"])
+    assert off.resolve.restored == 0                 # never a skip that SGLang's path had to undo
 
 
 def test_an_engine_the_router_has_not_decided_gathers_as_sglang(fast):
@@ -125,7 +137,7 @@ def test_an_engine_the_router_has_not_decided_gathers_as_sglang(fast):
     assert not plug.off_path.takes_resolved(decode_batch(30))
 
 
-@pytest.mark.parametrize("failure", ["unsupported", "fast step raised"])
+@pytest.mark.parametrize("failure", ["speculates after all", "unsupported", "fast step raised"])
 def test_a_skipped_batch_that_sglang_takes_after_all_is_gathered_before_sglangs_path(fast, fake_torch, monkeypatch,
                                                                                     failure):
     plug, _ = fast
@@ -134,7 +146,9 @@ def test_a_skipped_batch_that_sglang_takes_after_all_is_gathered_before_sglangs_
     batch.spec_info.future_indices = Rows([1, 2])
     off.resolve.around(lambda m, b: log.append("gather"), fm, batch)
     assert log == [] and off.resolve.batches == 1
-    if failure == "unsupported":
+    if failure == "speculates after all":          # (no set_internal_state runs inside run_batch: belt and braces)
+        plug.router.threshold = 64
+    elif failure == "unsupported":
         monkeypatch.setattr(fastoff, "batch_unsupported_reason", lambda batch, grammar=False: "hidden states requested")
     else:
         monkeypatch.setattr(fastoff, "run", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
@@ -150,3 +164,9 @@ def test_the_switch_is_a_plugin_key(fast):
     assert plug.off_path.resolve.enabled
     plug.apply_own_keys({contract.LEAN_RESOLVE_KEY: False})
     assert not plug.off_path.resolve.enabled
+
+
+def test_off_unless_the_engine_is_started_with_it():
+    from controller.plugin.instance import Plugin
+    assert not Plugin({}).off_path.resolve.enabled
+    assert Plugin({contract.ENV_LEAN_RESOLVE: "1"}).off_path.resolve.enabled

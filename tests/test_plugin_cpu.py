@@ -327,6 +327,19 @@ def test_telemetry_codec_round_trip_and_refusal():
     more = struct.pack("<B" + "Q" * (n + 2) + "BB3H", contract.KIND_STATS, *range(1, n + 3), 3, 0, 0, 5, 22)
     got = decode(more)
     assert [got[k] for k in contract.STATS_FIELDS] == list(range(1, n + 1)) and got["off_path"] == "fast, draft synced"
+    # ... by position: the counters of a released plugin (the twenty-sixth session's, 28) stay where they were
+    released = ("decisions", "decision_ns", "switches", "switch_ns", "sent", "dropped", "telemetry_calls",
+                "telemetry_ns", "fast_off_batches", "fast_off_graph_batches", "fast_off_cpu_ns", "off_fallbacks",
+                "lean_prefills", "off_fallbacks_logprob", "off_fallbacks_grammar", "draft_kv_writes",
+                "fast_off_target_ns", "draft_kv_ns", "draft_kv_prefill_ns", "draft_kv_prefill_eager",
+                "draft_kv_prefill_eager_ns", "draft_kv_graph_writes", "prefills_pay_draft", "fast_off_lean_batches",
+                "alloc_loop_batches", "draft_kv_side_writes", "draft_kv_graph_launches")
+    assert contract.STATS_FIELDS[:len(released)] == released
+    older = struct.pack("<B" + "Q" * len(released) + "BB3H", contract.KIND_STATS, *range(1, len(released) + 1),
+                        4, 0, 0, 5, 17)
+    got = decode(older)
+    assert [got[k] for k in released] == list(range(1, len(released) + 1))
+    assert got["draft_kv_prefill_held"] == got["lean_resolves"] == 0
     for bad in (fewer[:-1], bytes([contract.KIND_STATS]) + bytes(8), bytes([9]) + fewer[1:]):
         with pytest.raises(ValueError):
             decode(bad)

@@ -21,7 +21,7 @@ class LeanResolve:
     def __init__(self, takes: Callable[[Any], bool], enabled: bool = False) -> None:
         self.takes = takes           # the fast path will take this batch (OffPath.takes_resolved)
         self.enabled = enabled
-        self.batches = 0             # gathers skipped (status)
+        self.batches = 0             # gathers skipped (status; less `restored`: the saving)
         self.restored = 0            # ... of which SGLang's path took the batch after all: gathered then
         self._pending: tuple | None = None        # (draft input, SGLang's function, future map) of the last skip
         self._debug: dict[type, bool] = {}        # per future-map class: its module asserts (then never skip)
@@ -35,7 +35,8 @@ class LeanResolve:
         if indices is None or indices.shape[0] == 0 or getattr(draft, "future_dsa_topk_indices_available", False):
             return original(future_map, batch, *args, **kwargs)
         import torch       # (loaded long before: the engine's; a dictionary lookup here)
-        indices.record_stream(torch.get_device_module(future_map.device).current_stream())   # as SGLang's own
+        if indices.device.type != "cpu":   # as SGLang's own (0.5.22+: record_stream rejects CPU tensors)
+            indices.record_stream(torch.get_device_module(future_map.device).current_stream())
         draft.bonus_tokens = future_map.output_tokens_buf[indices]
         if hasattr(draft, "dsa_topk_indices"):
             draft.dsa_topk_indices = None        # SGLang's value where the batch has none relayed
