@@ -156,17 +156,20 @@ def test_a_skipped_batch_that_sglang_takes_after_all_is_gathered_before_sglangs_
     assert log == ["gather", "sglang's path"] and off.resolve.restored == 1
 
 
-def test_the_switch_is_a_plugin_key(fast):
+def test_the_switch_is_a_plugin_key_of_engines_started_with_it(fast):
+    from controller.plugin.instance import Plugin
+    from controller.plugin.support import FUTURE_MAP
     plug, _ = fast
     assert contract.LEAN_RESOLVE_KEY in contract.BOOL_KEYS
-    assert plug.validate_own_keys({contract.LEAN_RESOLVE_KEY: 1.5})
-    plug.apply_own_keys({contract.LEAN_RESOLVE_KEY: True})
-    assert plug.off_path.resolve.enabled
-    plug.apply_own_keys({contract.LEAN_RESOLVE_KEY: False})
-    assert not plug.off_path.resolve.enabled
-
-
-def test_off_unless_the_engine_is_started_with_it():
-    from controller.plugin.instance import Plugin
-    assert not Plugin({}).off_path.resolve.enabled
-    assert Plugin({contract.ENV_LEAN_RESOLVE: "1"}).off_path.resolve.enabled
+    target = f"{FUTURE_MAP}._resolve_spec_extras"
+    assert target not in plug.hooks() and not plug.off_path.resolve.enabled      # the default: not even hooked
+    assert "start it with SPEC_CONTROLLER_LEAN_RESOLVE=1" in plug.validate_own_keys({contract.LEAN_RESOLVE_KEY: True})
+    started = Plugin({contract.ENV_LEAN_RESOLVE: "1"})
+    assert started.off_path.resolve.enabled and started.hooks()[target] == (started.off_path.resolve.around, "AROUND")
+    assert started.validate_own_keys({contract.LEAN_RESOLVE_KEY: 1.5})
+    started.router.checked = False                 # (before the first decode batch: keys are accepted)
+    assert started.validate_own_keys({contract.LEAN_RESOLVE_KEY: False}) is None
+    started.apply_own_keys({contract.LEAN_RESOLVE_KEY: False})
+    assert not started.off_path.resolve.enabled and started.off_path.resolve.registered
+    started.apply_own_keys({contract.LEAN_RESOLVE_KEY: True})
+    assert started.off_path.resolve.enabled

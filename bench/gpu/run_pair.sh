@@ -49,6 +49,8 @@ KV_GRAPH=${KV_GRAPH:-1}; export SPEC_CONTROLLER_DRAFT_KV_GRAPH=$KV_GRAPH
 # SIDE (1, the plugin's default since 12-03i): the daemon's engine replays the kv graphs on a side stream
 # (draftkv_graph.SideStream); SIDE=0 starts it with them in line
 SIDE=${SIDE:-1}; export SPEC_CONTROLLER_DRAFT_KV_SIDE=$SIDE
+# ROTATION=resolve needs the hook, which an engine registers only when started with it (then switched per label)
+[ "${ROTATION:-}" = resolve ] && export SPEC_CONTROLLER_LEAN_RESOLVE=1
 PB_OFF='{"spec_controller_draft_kv_coalesce": false}'; PB_ON='{"spec_controller_draft_kv_coalesce": true}'
 KV_OFF='{"spec_controller_draft_kv": false}'; KV_ON='{"spec_controller_draft_kv": true}'
 KV_GRAPH_ON='{"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": true}'

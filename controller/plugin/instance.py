@@ -125,6 +125,8 @@ class Plugin:
         """target -> (bound hook, HookType name); the targets are support.HOOK_TARGETS."""
         r, off, tel = self.router, self.off_path, self.telemetry
         extra = {allocloop.TARGET: (self.alloc_loop.around, "AROUND")} if self.alloc_loop.registered else {}
+        if off.resolve.enabled:      # started with it (ENV_LEAN_RESOLVE=1): a call per decode batch otherwise saved
+            extra[f"{FUTURE_MAP}._resolve_spec_extras"] = (off.resolve.around, "AROUND")
         return {**extra,
             f"{EAGLE_WORKER}.activate_step_by_batch": (r.activate_step_by_batch, "AROUND"),
             f"{EAGLE_WORKER}.forward_batch_generation": (off.forward_batch_generation, "AROUND"),
@@ -135,7 +137,6 @@ class Plugin:
             f"{RESULT_PROCESSOR}.process_batch_result_prefill": (tel.before_prefill_result, "BEFORE"),
             f"{RESULT_PROCESSOR}._resolve_spec_v2_tokens": (tel.after_spec_result, "AFTER"),
             f"{SCHEDULER}.on_idle": (tel.flush, "BEFORE"),
-            f"{FUTURE_MAP}._resolve_spec_extras": (off.resolve.around, "AROUND"),
         }
 
     # --- set_internal_state --------------------------------------------------------------------
@@ -161,6 +162,8 @@ class Plugin:
                     f"{ENV_DRAFT_KV_GRAPH} unset or 1; TP 1 with decode CUDA graphs; the engine log says why not)")
         if ours.get(DRAFT_KV_SIDE_KEY) and built and self.off_path.kv_graph is None:
             return f"{DRAFT_KV_SIDE_KEY}: no draft KV graphs were captured to replay beside (see {DRAFT_KV_GRAPH_KEY})"
+        if LEAN_RESOLVE_KEY in ours and not self.off_path.resolve.registered:
+            return f"{LEAN_RESOLVE_KEY}: not in this engine (start it with {ENV_LEAN_RESOLVE}=1)"
         if ours.get(DEFER_PROMPT_KV_KEY) and built and self.off_path.prompts.why_not:
             return f"{DEFER_PROMPT_KV_KEY}: not in this engine: {self.off_path.prompts.why_not}"
         if ours.get(DRAFT_KV_SIDE_KEY) and getattr(self.off_path.kv_graph, "side_why", None):

@@ -20,7 +20,8 @@ class LeanResolve:
 
     def __init__(self, takes: Callable[[Any], bool], enabled: bool = False) -> None:
         self.takes = takes           # the fast path will take this batch (OffPath.takes_resolved)
-        self.enabled = enabled
+        self.enabled = enabled       # run-time switch ...
+        self.registered = enabled    # ... where the hook was registered: engines started with it
         self.batches = 0             # gathers skipped (status; less `restored`: the saving)
         self.restored = 0            # ... of which SGLang's path took the batch after all: gathered then
         self._pending: tuple | None = None        # (draft input, SGLang's function, future map) of the last skip
