@@ -1,6 +1,6 @@
 """Mutation testing (mutmut 3) of the decision code, within a 2-core machine's limits.
 
-    python bench/mutation.py [--groups speculates,guard,writer,policies,prefill-cost,oracle-profile,oracle-eval,offpath,offlogprob]
+    python bench/mutation.py [--groups speculates,guard,writer,policies,prefill-cost,oracle-profile,oracle-eval,offpath,offlogprob,lean-resolve]
                              [--workdir DIR] [--out FILE]
                              [--mode full|survivors|collect]
 
@@ -144,6 +144,17 @@ GROUPS: dict[str, tuple[list[str], list[str] | None, list[str]]] = {
                        "controller.plugin.instance.x_coalesce_batches__mutmut_*", "controller.plugin.instance.x_env_int__mutmut_*",
                        "controller.plugin.instance.x_shown__mutmut_*", "controller.cli.common.x_trial_note__mutmut_*"],
                       ["tests/test_plugin_cpu.py", "tests/test_draftkv_coalesce.py", "tests/test_cli_daemon.py"]),
+    # The lean resolve (offresolve.py, every function: the future map's gather skipped for a batch the fast off path
+    # takes, SGLang's gather redone where its path takes that batch after all) and the off path's choices it rests on:
+    # which batch is an off decode batch, which the fast path takes (at the forward, and at the resolve before it),
+    # and SGLang's own path restoring the skipped gather first.
+    "lean-resolve": (["controller/plugin/offresolve.py", "controller/plugin/offpath.py"],
+                     ["controller.plugin.offresolve.*", "controller.plugin.offpath.xǁOffPathǁ_off_decode__mutmut_*",
+                      "controller.plugin.offpath.xǁOffPathǁ_ours__mutmut_*",
+                      "controller.plugin.offpath.xǁOffPathǁtakes_resolved__mutmut_*",
+                      "controller.plugin.offpath.xǁOffPathǁ_sglangs__mutmut_*"],
+                     ["tests/test_offresolve.py", "tests/test_offpath_cpu.py", "tests/test_plugin_cpu.py",
+                      "tests/test_draftkv_coalesce.py"]),    # _sglangs flushes the coalesced rows, in the draft's context
 }
 # mutmut 3 leaves every decorated function unmutated (but @staticmethod / @classmethod). In the group's
 # scratch copy these decorators are applied after the module's last line instead (name = decorator(name):

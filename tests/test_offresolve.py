@@ -26,20 +26,26 @@ class Buffer(list):
         return [list.__getitem__(self, r) for r in rows] if isinstance(rows, list) else list.__getitem__(self, rows)
 
 
-class FutureMap:
-    need_topk, dsa_topk_indices_buf, draft_probs_buf, device = True, None, None, "cuda:0"
-    spec_algo = SimpleNamespace(is_ngram=lambda: False)
+class BareFutureMap:
+    """A future map without the optional fields (a release or configuration that lacks them)."""
+    device, spec_algo = "cuda:0", SimpleNamespace(is_ngram=lambda: False)
 
     def __init__(self):
         self.output_tokens_buf = Buffer([100 + i for i in range(256)])
-        self.calls = []
+        self.calls, self.passed = [], []
+
+
+class FutureMap(BareFutureMap):
+    need_topk, dsa_topk_indices_buf, draft_probs_buf = True, None, None
 
 
 def sglangs_gather(future_map, batch, *args, **kwargs):
-    """SGLang's _resolve_spec_extras, as far as these tests read it."""
+    """SGLang's _resolve_spec_extras, as far as these tests read it (the arguments it was handed recorded)."""
     future_map.calls.append(batch)
-    draft = batch.spec_info
-    draft.topk_p, draft.bonus_tokens = "gathered", future_map.output_tokens_buf[list(draft.future_indices)]
+    future_map.passed.append((args, kwargs))
+    draft = getattr(batch, "spec_info", None)
+    if hasattr(draft, "future_indices"):
+        draft.topk_p, draft.bonus_tokens = "gathered", future_map.output_tokens_buf[list(draft.future_indices)]
 
 
 @pytest.fixture
@@ -68,26 +74,68 @@ def test_a_taken_batch_gets_its_bonus_tokens_alone_and_sglangs_gather_if_sglang_
     lean.restore(batch_of([3, 5]))                 # another batch's draft input: nothing of ours to redo
     assert fm.calls == [] and lean.restored == 0
     lean.around(sglangs_gather, fm, batch)
+    lean.restore(SimpleNamespace())                # a batch without a draft input: nothing of ours either
+    assert fm.calls == [] and lean.restored == 0 and lean.batches == 2
+    lean.around(sglangs_gather, fm, batch)
     lean.restore(batch)                            # SGLang's path takes it after all: its gather first
     assert fm.calls == [batch] and batch.spec_info.topk_p == "gathered" and lean.restored == 1
     lean.restore(batch)                            # once
     assert fm.calls == [batch]
+    lean.around(sglangs_gather, fm, batch)         # every skip and every restore counted
+    lean.restore(batch)
+    assert fm.calls == [batch, batch] and (lean.batches, lean.restored) == (4, 2)
 
 
-@pytest.mark.parametrize("why", ["switched off", "not taken", "no topk", "dsa indices", "draft probs", "verified ids",
-                                 "n-gram", "debug asserts", "dsa relayed", "empty batch"])
+def test_indices_on_the_cpu_are_gathered_without_a_stream_record(fake_torch):
+    """As SGLang's own gather (0.5.22+): record_stream is for device tensors, torch rejects it on a CPU tensor."""
+    fm, lean = FutureMap(), offresolve.LeanResolve(takes=lambda batch: True, enabled=True)
+    batch = batch_of([7])
+    batch.spec_info.future_indices.device = SimpleNamespace(type="cpu")
+    batch.spec_info.future_indices.record_stream = lambda stream: pytest.fail("record_stream on a CPU tensor")
+    assert lean.around(sglangs_gather, fm, batch) is None
+    assert batch.spec_info.bonus_tokens == [107] and fm.calls == [] and lean.batches == 1
+
+
+@pytest.mark.parametrize("why", ["switched off", "not switched on", "not taken", "no topk", "no topk field",
+                                 "dsa indices", "draft probs", "verified ids", "n-gram", "debug asserts",
+                                 "no debug flag", "dsa relayed", "empty batch", "no draft input", "no future indices"])
 def test_sglangs_whole_gather_wherever_the_off_path_may_need_more_than_the_bonus_tokens(fake_torch, monkeypatch, why):
-    fm, lean = FutureMap(), offresolve.LeanResolve(takes=lambda batch: why != "not taken", enabled=why != "switched off")
+    def takes(batch):
+        return why != "not taken"
+    lean = (offresolve.LeanResolve(takes) if why == "not switched on"       # (the default: off)
+            else offresolve.LeanResolve(takes=takes, enabled=why != "switched off"))
+    if why == "no debug flag":       # a future map whose module does not say whether it asserts: as if it did
+        module = ModuleType("overlap_utils_without_the_flag")
+        monkeypatch.setitem(offresolve.sys.modules, module.__name__, module)
+        fm = type("FutureMap", (FutureMap,), {"__module__": module.__name__})()
+    else:
+        fm = BareFutureMap() if why == "no topk field" else FutureMap()
     batch = batch_of([] if why == "empty batch" else [2],
                      future_dsa_topk_indices_available=why == "dsa relayed")
-    fm.need_topk = why != "no topk"
+    if why == "no draft input":
+        del batch.spec_info
+    elif why == "no future indices":
+        del batch.spec_info.future_indices
+    if why != "no topk field":
+        fm.need_topk = why != "no topk"
     fm.dsa_topk_indices_buf = "buffer" if why == "dsa indices" else None
     fm.draft_probs_buf = "buffer" if why == "draft probs" else None
     fm.need_verified_id = why == "verified ids"
     fm.spec_algo = SimpleNamespace(is_ngram=lambda: why == "n-gram")
     monkeypatch.setitem(globals(), "_DEBUG_ASSERT", why == "debug asserts")
-    lean.around(sglangs_gather, fm, batch)
+    lean.around(sglangs_gather, fm, batch, "an argument", key="a keyword")
     assert fm.calls == [batch] and lean.batches == 0
+    assert fm.passed == [(("an argument",), {"key": "a keyword"})]      # SGLang's call, as it was made
+
+
+def test_a_future_map_without_the_optional_buffers_has_nothing_more_to_gather(fake_torch):
+    """No DSA indices, draft probs or verified-id relay buffers at all (a release without them): the bonus tokens
+    are all an off batch needs."""
+    fm = type("OlderFutureMap", (BareFutureMap,), {"need_topk": True})()
+    lean = offresolve.LeanResolve(takes=lambda batch: True, enabled=True)
+    batch = batch_of([4, 1])
+    assert lean.around(sglangs_gather, fm, batch) is None
+    assert batch.spec_info.bonus_tokens == [104, 101] and fm.calls == [] and lean.batches == 1
 
 
 def engine(plug, threshold):
@@ -154,6 +202,26 @@ def test_a_skipped_batch_that_sglang_takes_after_all_is_gathered_before_sglangs_
         monkeypatch.setattr(fastoff, "run", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
     off.forward_batch_generation(lambda worker, b, *a, **k: log.append("sglang's path"), routed_worker(plug), batch)
     assert log == ["gather", "sglang's path"] and off.resolve.restored == 1
+
+
+def test_after_a_failed_fast_step_the_next_batches_gather_as_sglang(fast, fake_torch, monkeypatch):
+    """The fast path gone (fast is None) on an engine serving grammar batches on it: every later batch is SGLang's,
+    its whole gather included."""
+    plug, _ = fast
+    off, log, fm = engine(plug, 0), [], FutureMap()
+    off.fast_grammar = off.fast.grammar = True
+    monkeypatch.setattr(fastoff, "run", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    batch = decode_batch(2)
+    batch.spec_info.future_indices = Rows([1, 2])
+    off.resolve.around(lambda m, b: log.append("gather"), fm, batch)
+    off.forward_batch_generation(lambda worker, b, *a, **k: log.append("sglang's path"), routed_worker(plug), batch)
+    assert off.fast is None and log == ["gather", "sglang's path"]
+    log.clear()
+    later = decode_batch(2, has_grammar=True)
+    later.spec_info.future_indices = Rows([3, 4])
+    assert not off.takes_resolved(later)
+    off.resolve.around(lambda m, b: log.append("gather"), fm, later)
+    assert log == ["gather"] and off.resolve.batches == 1
 
 
 def test_the_switch_is_a_plugin_key_of_engines_started_with_it(fast):
