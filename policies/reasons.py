@@ -13,6 +13,7 @@ def gain_text(gain: float | None, guessed: bool = False) -> str:
     """The gain in words; guessed: from the step-time trend (policies.trend), not measured in the bucket."""
     if gain is None:
         return "not measured"
+    gain = round(gain, 2) + 0.0         # a loss that rounds to 0 % reads "+0%", not "-0%" (+ 0.0 drops the sign)
     return f"the trend says speculation {gain:+.0%} tok/s" if guessed else f"speculation {gain:+.0%} tok/s"
 
 

@@ -85,3 +85,10 @@ def test_ucb_indifference_margin_keeps_the_incumbent_on_near_ties():
     assert p.choose_arm(b, 1.0, incumbent=OFF) == OFF and p.choose_arm(b, 1.0, incumbent=SPEC) == SPEC
     p, b = policy(0.0)
     assert p.choose_arm(b, 1.0, incumbent=OFF) == SPEC
+
+
+def test_a_gain_that_rounds_to_zero_has_no_sign():
+    assert reasons.gain_text(-0.004) == "speculation +0% tok/s"
+    assert reasons.gain_text(-0.006, guessed=True) == "the trend says speculation -1% tok/s"
+    assert reasons.gain_text(0.254) == "speculation +25% tok/s"
+
