@@ -58,3 +58,25 @@ def test_the_engines_start_time_is_the_operators_to_say_and_only_the_first_phase
 def test_each_phases_need(shape, env, need):
     got = plan(SHAPES=shape, REPEATS="2", DEADLINE_S="900", **env)
     assert got.stdout.strip() == f"went on: {shape} needs {need}"
+
+
+ISSUE12 = SCRIPT.parent / "run_issue12.sh"
+
+
+@pytest.mark.parametrize("part", ["a", "b", "all"])
+def test_issue_12s_table_fits_the_calls_it_promises(part):
+    """run_issue12.sh: PART=a and PART=b each fit one 600 s device call after a cold start (~250 s); all of it
+    fits its own deadline. Every phase's need summed with run_pair's own phase_need."""
+    harness = HARNESS.replace('echo "went on: $first needs $need"', """total=0
+for phase in ${SHAPES//,/ }; do total=$((total + $(phase_need "$phase"))); done
+echo "$total $DEADLINE" """)
+    setup = subprocess.run(["bash", "-c", 'source <(sed -n "/^case/,/^export DEADLINE_S/p" "$ISSUE12"); env'],
+                           env={"PATH": "/usr/bin:/bin", "ISSUE12": str(ISSUE12), "PART": part},
+                           capture_output=True, text=True, timeout=30)
+    env = dict(line.split("=", 1) for line in setup.stdout.splitlines() if "=" in line)
+    got = subprocess.run(["bash", "-c", harness], env={**env, "SCRIPT": str(SCRIPT)}, capture_output=True, text=True,
+                         timeout=30)
+    total, deadline = map(int, got.stdout.split())
+    assert total + 250 <= deadline and (part == "all" or deadline <= 600), (total, deadline)
+    assert set(env["SHAPES"].split(",")) == {"a": {"steadyab", "openab"}, "b": {"closedab"},
+                                             "all": {"steadyab", "openab", "closedab"}}[part]
