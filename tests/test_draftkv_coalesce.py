@@ -201,7 +201,7 @@ def test_a_failed_flush_is_recorded_and_leaves_the_writes_per_batch(fast):
     w.draft_worker = "draft"
     assert off.forward_batch_generation(Recorder().original, w, decode_batch(4)) == "sglang-result"
     assert plug.failures.places == {"draft KV flush"} and off.kv_coalesced is None
-    assert off._writer() is off.kv_writer
+    assert off.active_writer() is off.kv_writer
 
 
 def test_the_plugin_builds_the_coalesced_writer_only_when_asked():
@@ -255,12 +255,12 @@ def test_the_build_makes_the_coalesced_writer_sized_by_the_engines_batch(fast, m
                                           server_args=SimpleNamespace(max_running_requests=64, **server_args)))
         return off.kv_coalesced
     c = build()
-    assert (c.eager, c.batches, c.capacity) == ("eager writer", 8, 512) and off._writer() is c
+    assert (c.eager, c.batches, c.capacity) == ("eager writer", 8, 512) and off.active_writer() is c
     c.enter("draft")
     assert entered == ["draft"]
-    assert build(enable_hierarchical_cache=True) is None and off._writer() == "eager writer"
+    assert build(enable_hierarchical_cache=True) is None and off.active_writer() == "eager writer"
     monkeypatch.setattr(draftkv_coalesce, "build", lambda *a: (_ for _ in ()).throw(RuntimeError("out of memory")))
-    assert build() is None and off._writer() == "eager writer" and "draft KV coalescing" in plug.failures.places
+    assert build() is None and off.active_writer() == "eager writer" and "draft KV coalescing" in plug.failures.places
 
 
 def test_the_run_time_switch_needs_a_built_writer_and_picks_it(fast):
@@ -270,11 +270,11 @@ def test_the_run_time_switch_needs_a_built_writer_and_picks_it(fast):
     off.kv_writer, off.draft_kv = "eager", True
     assert "SPEC_CONTROLLER_DRAFT_KV_COALESCE=1" in plug.validate_own_keys({contract.DRAFT_KV_COALESCE_KEY: True})
     off.kv_coalesced = "coalesced"
-    assert plug.validate_own_keys({contract.DRAFT_KV_COALESCE_KEY: True}) is None and off._writer() == "coalesced"
+    assert plug.validate_own_keys({contract.DRAFT_KV_COALESCE_KEY: True}) is None and off.active_writer() == "coalesced"
     plug.apply_own_keys({contract.DRAFT_KV_COALESCE_KEY: False})
-    assert off._writer() == "eager"
+    assert off.active_writer() == "eager"
     plug.apply_own_keys({contract.DRAFT_KV_COALESCE_KEY: True})
-    assert off._writer() == "coalesced"
+    assert off.active_writer() == "coalesced"
 
 
 def test_last_write_wins_on_torch_for_many_duplicates():

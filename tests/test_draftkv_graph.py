@@ -101,16 +101,16 @@ def test_the_plugin_uses_the_graphs_only_when_captured_and_switched_on():
     assert off.want_kv_graph and off.use_kv_graph
     off.fast, off.kv_writer, off.draft_kv = object(), "eager", True
     plug.router.checked, plug.router.k = True, 3
-    assert off._writer() == "eager"                              # nothing captured: the eager writer
+    assert off.active_writer() == "eager"                              # nothing captured: the eager writer
     problem = plug.validate_own_keys({contract.DRAFT_KV_GRAPH_KEY: True})
     assert "no draft KV graphs were captured" in problem and contract.ENV_DRAFT_KV_GRAPH in problem
     off.kv_graph = "graphs"
-    assert off._writer() == "graphs" and plug.validate_own_keys({contract.DRAFT_KV_GRAPH_KEY: False}) is None
+    assert off.active_writer() == "graphs" and plug.validate_own_keys({contract.DRAFT_KV_GRAPH_KEY: False}) is None
     plug.apply_own_keys({contract.DRAFT_KV_GRAPH_KEY: False})
-    assert off._writer() == "eager"
+    assert off.active_writer() == "eager"
     plug.apply_own_keys({contract.DRAFT_KV_GRAPH_KEY: True})
     off.kv_writer = None                                         # a writer failure drops the graphs with it
-    assert off._writer() is None
+    assert off.active_writer() is None
     assert Plugin({}).off_path.want_kv_graph                     # on by default (2026-12-02e)
     assert not Plugin({contract.ENV_DRAFT_KV_GRAPH: "0"}).off_path.want_kv_graph
 

@@ -69,7 +69,7 @@ class OffPath:
     def can_write_kv(self) -> bool:
         return self.kv_writer is not None if self.fast is not None else self.capture_hidden
 
-    def _writer(self) -> Any:
+    def active_writer(self) -> Any:
         """The KV writer, when this batch should use it."""
         if self.kv_writer is None or not self.draft_kv or self.sync_draft:
             return None
@@ -253,7 +253,7 @@ class OffPath:
         on_publish = kwargs.get("on_publish", args[0] if args else None)
         t0 = time.perf_counter_ns()
         try:
-            writer = self._writer()
+            writer = self.active_writer()
             self._flush_kv(draft, keep=writer)   # another writer's rows first
             result = fastoff.run(worker, fast, batch, on_publish, self.sync_draft and fast.with_hidden, writer,
                                  grammar_barrier=barrier, lean=self.lean_off,
@@ -277,7 +277,7 @@ class OffPath:
         forward over the prompt while no batch size speculates (without the kv writer its draft KV stays
         unwritten) and, with the writer, whenever the batch it joins will not speculate
         (contract.prefill_skips_draft): a busy server at a small threshold pays no draft pass per prefill."""
-        writer = self._writer()
+        writer = self.active_writer()
         joining = len(getattr(batch, "extend_lens", None) or ())      # requests in this extend (draftkv.ATTRIBUTES)
         lean = self.lean_prefill and not self.rejection and self.router.active and prefill_skips_draft(
             self.router.threshold, self.router.last_batch_size, joining, writer is not None)

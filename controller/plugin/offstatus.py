@@ -13,7 +13,7 @@ def prefills_pay_draft(off: Any) -> bool:
     Not with the KV writer (skipped at any threshold), lean prefill off or rejection sampling (run at 0 too), nor
     once the plugin found the engine is not its own (inert: SGLang's own path at every threshold)."""
     lean = off.lean_prefill and not off.rejection and off.router.inert_reason is None
-    return zero_saves_prefill_draft(lean, off._writer() is not None)
+    return zero_saves_prefill_draft(lean, off.active_writer() is not None)
 
 
 def path_index(off: Any) -> int:
@@ -25,7 +25,7 @@ def path_index(off: Any) -> int:
         return 2
     if off.sync_draft and off.fast.with_hidden:
         return 3
-    return KV_PATH if off._writer() is not None else 1
+    return KV_PATH if off.active_writer() is not None else 1
 
 
 def counters(off: Any) -> dict[str, int]:
