@@ -1,8 +1,10 @@
 """offresolve: the future map gathers only the bonus tokens of a batch the fast off path takes, SGLang's whole gather
 otherwise, and SGLang's gather after all where such a batch ends up on SGLang's own path. No torch: the buffers are
 lists indexed by a list of rows, the stream a recorder (a fake torch module for the record_stream SGLang does too)."""
+import dataclasses
 import sys
 from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -241,3 +243,131 @@ def test_the_switch_is_a_plugin_key_of_engines_started_with_it(fast):
     assert not started.off_path.resolve.enabled and started.off_path.resolve.registered
     started.apply_own_keys({contract.LEAN_RESOLVE_KEY: True})
     assert started.off_path.resolve.enabled
+
+
+# --- the light forward isolation -------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Batch:
+    """A ScheduleBatch's shape for the isolation: its fields, a sampling info and a speculative algorithm."""
+    spec_algorithm: Any
+    spec_info: Any = None
+    sampling_info: Any = None
+    input_ids: Any = "input ids"
+    out_cache_loc: Any = "slots"
+    seq_lens: Any = "lens"
+    seq_lens_cpu: Any = "cpu lens"
+    seq_lens_sum: Any = 7
+    forward_mode: Any = "target verify"
+    reqs: Any = "requests"
+    return_logprob: bool = False
+
+
+class Info:
+    def copy_for_forward(self):
+        return ("forward copy of", self)
+
+
+class Scheduler:
+    def __init__(self):
+        self.pinned = []
+
+    def record_batch_in_overlap(self, batch):
+        self.pinned.append((batch, batch.sampling_info))
+
+
+SPEC, PLAIN = SimpleNamespace(is_none=lambda: False), SimpleNamespace(is_none=lambda: True)
+
+
+def sglangs_isolation(version):
+    """Scheduler._forward_isolation as the wheel writes it, compiled (its module's names: contextmanager, dataclasses)."""
+    from contextlib import contextmanager
+    from tests.sglang_wheels import source
+    import ast
+    fn = source(version).function("sglang.srt.managers.scheduler.Scheduler._forward_isolation")
+    module = ast.Module(body=[fn], type_ignores=[])
+    scope = {"contextmanager": contextmanager, "dataclasses": dataclasses, "ScheduleBatch": Batch}
+    exec(compile(ast.fix_missing_locations(module), f"<sglang {version}>", "exec"), scope)
+    return scope["_forward_isolation"]
+
+
+def shallow(batch):
+    return tuple(getattr(batch, f.name) for f in dataclasses.fields(batch))     # (astuple deep-copies)
+
+
+def rebind(batch, fields):
+    for name in fields:
+        setattr(batch, name, f"rebound {name}")
+
+
+@pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
+@pytest.mark.parametrize("overlap", [True, False])
+def test_the_light_isolation_is_sglangs_plain_branch_and_puts_back_what_the_fast_path_rebinds(version, overlap):
+    """Against the wheel's own function: for what the fast path touches, the light isolation ends as SGLang's full
+    one (every FAST_FIELDS value put back); before and around the forward it does what SGLang's non-speculative
+    branch does (the sampling info's forward-only copy, the pin)."""
+    isolation = sglangs_isolation(version)
+    runs = {}
+    for kind in ("sglang plain", "sglang full", "light"):
+        info, scheduler = Info(), Scheduler()
+        batch = Batch(SPEC if kind == "sglang full" else PLAIN, spec_info="draft input", sampling_info=info)
+        lean = offresolve.LeanResolve(takes=lambda b: True, enabled=True)
+        lean._pending = (batch.spec_info, None, None)
+        manager = (lean.isolation(pytest.fail, scheduler, batch, overlap=overlap) if kind == "light"
+                   else isolation(scheduler, batch, overlap=overlap))
+        with manager:
+            copied = batch.sampling_info == ("forward copy of", info)
+            pinned = scheduler.pinned == ([(batch, ("forward copy of", info))] if overlap else [])
+            rebind(batch, offresolve.FAST_FIELDS)
+        fields = dataclasses.astuple(dataclasses.replace(batch, spec_algorithm=None, sampling_info=None))
+        runs[kind] = (copied, pinned, batch.sampling_info is info, fields)
+    plain, full, light = runs["sglang plain"], runs["sglang full"], runs["light"]
+    assert light[:3] == plain[:3] == (True, True, True)    # the forward-only copy inside, the pin, put back after
+    assert light[3] == full[3]                               # every field as SGLang's full snapshot leaves it
+    assert plain[3] != full[3]                               # (SGLang's plain branch alone would not)
+
+
+def test_the_light_isolation_is_only_for_the_batch_whose_gather_was_skipped():
+    lean, scheduler = offresolve.LeanResolve(takes=lambda b: True, enabled=True), Scheduler()
+    batch = Batch(SPEC, spec_info="draft input", sampling_info=Info())
+    sglangs = lambda sched, b, *a, **k: ("sglang's isolation", b, k)
+    assert lean.isolation(sglangs, scheduler, batch, overlap=True) == ("sglang's isolation", batch, {"overlap": True})
+    lean._pending = ("another batch's draft input", None, None)
+    assert lean.isolation(sglangs, scheduler, batch, overlap=True)[0] == "sglang's isolation"
+    lean._pending, lean.enabled = (batch.spec_info, None, None), False
+    assert lean.isolation(sglangs, scheduler, batch, overlap=True)[0] == "sglang's isolation"
+
+
+def test_a_failing_forward_inside_the_light_isolation_leaves_the_batch_as_it_found_it():
+    lean, info = offresolve.LeanResolve(takes=lambda b: True, enabled=True), Info()
+    batch = Batch(SPEC, spec_info="draft input", sampling_info=info)
+    before = shallow(batch)
+    lean._pending = (batch.spec_info, None, None)
+    with pytest.raises(RuntimeError):
+        with lean.isolation(None, Scheduler(), batch, overlap=True):
+            rebind(batch, offresolve.FAST_FIELDS)
+            raise RuntimeError("boom")
+    assert shallow(batch) == before and lean.light is None
+
+
+def test_sglangs_path_inside_a_light_isolation_gets_the_full_snapshot_and_the_gather(fake_torch):
+    """A batch the resolve took for the fast path's that SGLang's worker takes after all (a failed fast step): its
+    worker's mid-forward rebinding of any field is undone as SGLang's own isolation would, its extras gathered."""
+    lean, log = offresolve.LeanResolve(takes=lambda b: True, enabled=True), []
+    batch = Batch(SPEC, spec_info=SimpleNamespace(future_indices=Rows([1]), bonus_tokens=None), sampling_info=Info())
+    lean.around(lambda fm, b: log.append("gather"), FutureMap(), batch)
+    with lean.isolation(None, Scheduler(), batch, overlap=True):
+        before = shallow(batch)
+        assert lean.guard(batch, lambda: rebind(batch, ["reqs", "return_logprob", "seq_lens"]) or "sglang") == "sglang"
+        assert shallow(batch) == before and log == ["gather"]
+    outside = Batch(SPEC, sampling_info=Info())
+    assert lean.guard(outside, lambda: rebind(outside, ["reqs"]) or "sglang") == "sglang"
+    assert outside.reqs == "rebound reqs"          # outside a light isolation SGLang's own isolation does that
+
+
+def test_not_with_the_draft_synced_whose_extend_rebinds_more_than_the_fast_paths_fields(fast):
+    plug, _ = fast
+    off = engine(plug, 0)
+    assert off.takes_resolved(decode_batch(30))
+    off.sync_draft = True
+    assert not off.takes_resolved(decode_batch(30))

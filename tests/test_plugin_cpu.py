@@ -577,9 +577,9 @@ def test_load_registers_every_hook_once_per_process(monkeypatch):
     entry.load()
     entry.load()                                           # SGLang may call it again: idempotent
     from controller.plugin import allocloop                # 0.5.17: plus SGLang 0.5.19's allocation loop
-    lean_resolve = next(t for t in HOOK_TARGETS if t.endswith("._resolve_spec_extras"))   # only where started so
-    assert sorted(t for t, _ in registered) == sorted([*(t for t in HOOK_TARGETS if t != lean_resolve),
-                                                       allocloop.TARGET])
+    lean = {t for t in HOOK_TARGETS if t.endswith(("._resolve_spec_extras", "._forward_isolation"))}   # where asked
+    assert len(lean) == 2
+    assert sorted(t for t, _ in registered) == sorted([*(t for t in HOOK_TARGETS if t not in lean), allocloop.TARGET])
     assert isinstance(entry._loaded[0], Plugin)
 
 

@@ -127,6 +127,7 @@ class Plugin:
         extra = {allocloop.TARGET: (self.alloc_loop.around, "AROUND")} if self.alloc_loop.registered else {}
         if off.resolve.enabled:      # started with it (ENV_LEAN_RESOLVE=1): a call per decode batch otherwise saved
             extra[f"{FUTURE_MAP}._resolve_spec_extras"] = (off.resolve.around, "AROUND")
+            extra[f"{SCHEDULER}._forward_isolation"] = (off.resolve.isolation, "AROUND")
         return {**extra,
             f"{EAGLE_WORKER}.activate_step_by_batch": (r.activate_step_by_batch, "AROUND"),
             f"{EAGLE_WORKER}.forward_batch_generation": (off.forward_batch_generation, "AROUND"),

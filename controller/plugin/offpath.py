@@ -220,18 +220,18 @@ class OffPath:
 
     def takes_resolved(self, batch: Any) -> bool:
         """At the future map's resolve, before the forward (no worker there: the router decided at the first decode
-        batch; grammar batches as under overlap): the fast path will take this batch."""
+        batch; grammar batches as under overlap; not with the draft synced, whose extend rebinds more fields): the fast
+        path will take this batch."""
         r, grammar = self.router, self.fast_grammar and getattr(self.fast, "grammar", False)
-        return (self._off_decode(batch) and r.checked and r.inert_reason is None and not r.speculates(
-            batch.seq_lens.shape[0]) and fastoff.batch_unsupported_reason(batch, grammar) is None)
+        return (self._off_decode(batch) and r.checked and r.inert_reason is None and not self.sync_draft
+                and not r.speculates(batch.seq_lens.shape[0]) and fastoff.batch_unsupported_reason(batch, grammar) is None)
 
     def _sglangs(self, original: Callable, worker: Any, batch: Any, args: tuple, kwargs: dict, flush: bool = True) -> Any:
-        """SGLang's own path for this batch: the extras' gather first where it was skipped (offresolve), and the
-        coalesced draft-KV rows written before its draft reads the pool."""
-        self.resolve.restore(batch)
+        """SGLang's own path for this batch: the coalesced draft-KV rows written before its draft reads the pool, and
+        what offresolve left out for a batch it took for the fast path's (the extras' gather, the full isolation)."""
         if flush:
             self._flush_kv(getattr(worker, "draft_worker", None))
-        return original(worker, batch, *args, **kwargs)
+        return self.resolve.guard(batch, lambda: original(worker, batch, *args, **kwargs))
 
     def forward_batch_generation(self, original: Callable, worker: Any, batch: Any, *args, **kwargs) -> Any:
         """AROUND EAGLEWorkerV2.forward_batch_generation."""

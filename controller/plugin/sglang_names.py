@@ -123,4 +123,17 @@ LEAN_RESOLVE_FACTS = (
     (f"{OVERLAP}.FutureMap._resolve_spec_extras", "draft_input.dsa_topk_indices = None",
      "a batch without relayed DSA indices gets None (offresolve sets the same)"),
     (OVERLAP, "_DEBUG_ASSERT = ", "the module's debug asserts, a global offresolve reads (then it never skips)"),
+    # ... and the light isolation: SGLang's own non-speculative branch of _forward_isolation, as offresolve._light
+    (f"{SCHEDULER}.run_batch", "with self._forward_isolation(batch, overlap=True):",
+     "the overlap scheduler isolates the batch's fields around the forward, after resolving its inputs"),
+    (f"{SCHEDULER}._forward_isolation", "snapshot_v2_full = not batch.spec_algorithm.is_none()",
+     "a speculative batch gets the full snapshot of its fields, ..."),
+    (f"{SCHEDULER}._forward_isolation", "batch.sampling_info = sched_sampling_info.copy_for_forward()",
+     "... every batch the sampling info's forward-only copy, ..."),
+    (f"{SCHEDULER}._forward_isolation", "self.record_batch_in_overlap(batch)", "... the two-iteration pin (overlap), ..."),
+    (f"{SCHEDULER}._forward_isolation", "batch.sampling_info = sched_sampling_info",
+     "... and a non-speculative one only its sampling info put back"),
+    ("sglang.srt.model_executor.forward_batch_info.ForwardBatch.init_new",
+     "if batch.seq_lens_sum is None and seq_lens_cpu is not None:",
+     "the plain decode's only ScheduleBatch write besides the sampling-info copy: seq_lens_sum, put back by the fast path"),
 )

@@ -21,6 +21,7 @@ HOOK_TARGETS: dict[str, tuple[str, ...]] = {
     f"{SCHEDULER}.set_internal_state": ("self", "recv_req"),
     f"{SCHEDULER}.on_idle": ("self",),
     f"{FUTURE_MAP}._resolve_spec_extras": ("self", "batch"),
+    f"{SCHEDULER}._forward_isolation": ("self", "batch", "overlap"),
 }
 # called, not hooked
 USED_CALLABLES: dict[str, tuple[str, ...]] = {
