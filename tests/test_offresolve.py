@@ -371,3 +371,19 @@ def test_not_with_the_draft_synced_whose_extend_rebinds_more_than_the_fast_paths
     assert off.takes_resolved(decode_batch(30))
     off.sync_draft = True
     assert not off.takes_resolved(decode_batch(30))
+
+
+def test_the_isolation_hook_hands_sglang_its_arguments_and_reads_overlap_as_sglang_passes_it():
+    lean, scheduler, calls = offresolve.LeanResolve(takes=lambda b: True, enabled=True), Scheduler(), []
+    batch = Batch(SPEC, spec_info="draft input", sampling_info=Info())
+    sglangs = lambda *a, **k: calls.append((a, k)) or "sglang's isolation"
+    assert lean.isolation(sglangs, scheduler, batch, True, extra=1) == "sglang's isolation"
+    assert calls == [((scheduler, batch, True), {"extra": 1})]
+    assert lean.isolation(sglangs, scheduler, SimpleNamespace(), overlap=True) == "sglang's isolation"  # no draft input
+    lean._pending = (batch.spec_info, None, None)
+    assert lean.isolation(sglangs, scheduler, SimpleNamespace(), overlap=True) == "sglang's isolation"
+    for args, kwargs, pinned in (((True,), {}, 1), ((), {}, 0), ((False,), {}, 0), ((), {"overlap": True}, 1)):
+        scheduler.pinned = []
+        with lean.isolation(None, scheduler, batch, *args, **kwargs):
+            pass
+        assert len(scheduler.pinned) == pinned, (args, kwargs)
