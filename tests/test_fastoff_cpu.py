@@ -466,3 +466,27 @@ def test_each_table_names_its_releases_steps_0_logprob_function():
     assert V17.spec_logprobs == internals.SPEC_V2_LOGPROBS
     assert all(t.spec_logprobs == internals.SPEC_LOGPROBS for t in internals.TABLES[1:])
     assert all(t.spec_logprobs in t.callables for t in internals.TABLES)
+
+
+class RecordingBatch(SimpleNamespace):
+    """A batch that lists every field anyone sets on it."""
+    def __setattr__(self, name, value):
+        self.__dict__.setdefault("_set", set()).add(name)
+        super().__setattr__(name, value)
+
+
+@pytest.mark.parametrize("lean", [False, True])
+def test_the_fast_step_sets_no_batch_field_but_the_ones_the_light_isolation_puts_back(fake_torch, monkeypatch, lean):
+    """offresolve's light forward isolation puts back fastoff.FAST_FIELDS only: run() may set nothing else."""
+    from controller.plugin import offstubs
+    w, runner, last, seen = engine(V17, True)
+    batch = decode_batch(2, seq_lens=tensor([3, 5]), seq_lens_cpu=tensor([3, 5]), seq_lens_sum=8,
+                         req_pool_indices=tensor([1, 2]), spec_info=SimpleNamespace(bonus_tokens=tensor([4, 6])))
+    batch = RecordingBatch(**vars(batch))
+    batch.__dict__["_set"] = set()
+    if lean:
+        monkeypatch.setattr(offstubs, "applies", lambda *a: True)
+        monkeypatch.setattr(fastoff, "_stubs", lambda worker, fast: SimpleNamespace(fields=lambda bs, device: ("ones", {})))
+    fastoff.run(w, fastoff.FastOff("decode backend", "decode graphs", names=V17), batch,
+                on_publish=(lambda lens: None) if lean else None, lean=lean)
+    assert batch._set and batch._set <= set(fastoff.FAST_FIELDS), batch._set - set(fastoff.FAST_FIELDS)

@@ -10,7 +10,7 @@ import pytest
 
 from controller import contract
 from controller.plugin import fastoff, offresolve
-from tests.test_plugin_cpu import Mode, decode_batch, fast, plug, routed_worker  # noqa: F401 (fixtures)
+from tests.test_plugin_cpu import Lens, Mode, decode_batch, fast, plug, routed_worker  # noqa: F401 (fixtures)
 
 
 class Rows(list):
@@ -279,6 +279,13 @@ class Scheduler:
 SPEC, PLAIN = SimpleNamespace(is_none=lambda: False), SimpleNamespace(is_none=lambda: True)
 
 
+def _fast_versions():
+    from controller.contract import parse_version
+    from controller.plugin import internals
+    from tests.sglang_wheels import VERSIONS
+    return [v for v in VERSIONS if internals.for_version(parse_version(v))]
+
+
 def sglangs_isolation(version):
     """Scheduler._forward_isolation as the wheel writes it, compiled (its module's names: contextmanager, dataclasses)."""
     from contextlib import contextmanager
@@ -300,7 +307,7 @@ def rebind(batch, fields):
         setattr(batch, name, f"rebound {name}")
 
 
-@pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
+@pytest.mark.parametrize("version", _fast_versions())
 @pytest.mark.parametrize("overlap", [True, False])
 def test_the_light_isolation_is_sglangs_plain_branch_and_puts_back_what_the_fast_path_rebinds(version, overlap):
     """Against the wheel's own function: for what the fast path touches, the light isolation ends as SGLang's full
@@ -387,3 +394,49 @@ def test_the_isolation_hook_hands_sglang_its_arguments_and_reads_overlap_as_sgla
         with lean.isolation(None, scheduler, batch, *args, **kwargs):
             pass
         assert len(scheduler.pinned) == pinned, (args, kwargs)
+
+
+@pytest.mark.parametrize("failure", ["unsupported", "fast step raised"])
+def test_sglangs_path_taken_inside_the_light_isolation_ends_the_batch_as_sglangs_isolation_would(
+        fast, fake_torch, monkeypatch, failure):
+    """The whole run_batch order on OffPath: resolve (skipped), the light isolation, the forward that falls back to
+    SGLang's worker, which rebinds fields outside the fast path's: after the isolation every field is as before."""
+    plug, _ = fast
+    off, log = engine(plug, 0), []
+    batch = Batch(SPEC, spec_info=SimpleNamespace(future_indices=Rows([1, 2]), bonus_tokens=[0, 0]),
+                  sampling_info=Info(), seq_lens=Lens(2))
+    batch.forward_mode, batch.is_extend_in_batch, batch.has_grammar, batch.return_hidden_states = \
+        Mode("decode"), False, False, False
+    off.resolve.around(lambda m, b: log.append("gather"), FutureMap(), batch)
+    before = shallow(batch)
+    if failure == "unsupported":
+        monkeypatch.setattr(fastoff, "batch_unsupported_reason", lambda batch, grammar=False: "hidden states requested")
+    else:
+        monkeypatch.setattr(fastoff, "run", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+
+    def sglangs_worker(worker, b, *a, **k):      # EAGLE's v2 worker rebinds fields mid-forward
+        rebind(b, ["reqs", "return_logprob", "seq_lens", "spec_info"])
+        return "sglang's result"
+    with off.resolve.isolation(None, Scheduler(), batch, overlap=True):
+        assert off.forward_batch_generation(sglangs_worker, routed_worker(plug), batch) == "sglang's result"
+    assert shallow(batch) == before and log == ["gather"]
+
+
+@pytest.mark.parametrize("version", _fast_versions())
+def test_the_plain_decode_sets_no_batch_field_outside_the_fast_paths_but_the_sum_it_puts_back(version):
+    """Per wheel: what SGLang's side of the plain decode (the target worker, ForwardBatch.init_new) assigns on the
+    ScheduleBatch directly: seq_lens_sum only (in fastoff.FAST_FIELDS); sampling_info's own fields land on the
+    forward-only copy in both isolations."""
+    import ast
+    from tests.sglang_wheels import source
+    src, written = source(version), set()
+    for dotted in ("sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation",
+                   "sglang.srt.model_executor.forward_batch_info.ForwardBatch.init_new"):
+        for node in ast.walk(src.function(dotted)):
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+            for target in targets:
+                for t in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "batch":
+                        written.add(t.attr)
+    assert written <= set(fastoff.FAST_FIELDS), (version, written)

@@ -47,6 +47,10 @@ class FastOff:
     stubs: offstubs.OffStubs | None = None   # made at the first lean batch
 
 
+# the ScheduleBatch fields run() sets (all but the first two put back by _plain_decode; offresolve's light isolation
+# puts back all seven)
+FAST_FIELDS = ("input_ids", "out_cache_loc", "seq_lens", "seq_lens_cpu", "seq_lens_sum", "spec_info", "forward_mode")
+
 # counted apart (contract.STATS_FIELDS): logprob and grammar batches the fast path does not cover
 LOGPROB, GRAMMAR = offlogprob.WATERMARK, "grammar-constrained request"
 

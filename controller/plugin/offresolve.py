@@ -22,8 +22,7 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-# what the fast off path sets on the ScheduleBatch (fastoff._plain_decode; it restores all but the first two itself)
-FAST_FIELDS = ("input_ids", "out_cache_loc", "seq_lens", "seq_lens_cpu", "seq_lens_sum", "spec_info", "forward_mode")
+from .fastoff import FAST_FIELDS    # what the fast off path sets on the ScheduleBatch
 
 
 class LeanResolve:
