@@ -26,12 +26,13 @@ from .fastoff import FAST_FIELDS    # what the fast off path sets on the Schedul
 
 
 class LeanResolve:
-    """AROUND FutureMap._resolve_spec_extras for one engine."""
+    """One engine's AROUND hooks on FutureMap._resolve_spec_extras (around) and Scheduler._forward_isolation
+    (isolation), both registered only where the engine was started with SPEC_CONTROLLER_LEAN_RESOLVE=1."""
 
     def __init__(self, takes: Callable[[Any], bool], enabled: bool = False) -> None:
         self.takes = takes           # the fast path will take this batch (OffPath.takes_resolved)
         self.enabled = enabled       # run-time switch ...
-        self.registered = enabled    # ... where the hook was registered: engines started with it
+        self.registered = enabled    # ... where the hooks were registered: engines started with it
         self.batches = 0             # gathers skipped (status; less `restored`: the saving)
         self.restored = 0            # ... of which SGLang's path took the batch after all: gathered then
         self._pending: tuple | None = None        # (draft input, SGLang's function, future map) of the last skip
