@@ -440,3 +440,14 @@ def test_the_plain_decode_sets_no_batch_field_outside_the_fast_paths_but_the_sum
                     if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "batch":
                         written.add(t.attr)
     assert written <= set(fastoff.FAST_FIELDS), (version, written)
+
+
+def test_the_engine_log_says_once_that_it_engaged(fake_torch, caplog):
+    import logging
+    caplog.set_level(logging.INFO, logger="spec_controller.plugin")
+    fm, lean = FutureMap(), offresolve.LeanResolve(takes=lambda batch: True, enabled=True)
+    for _ in range(3):
+        lean.around(sglangs_gather, fm, batch_of([1]))
+    assert [r.getMessage() for r in caplog.records].count(
+        "spec-controller: fast-path batches get their bonus tokens alone and a light forward isolation "
+        "(SPEC_CONTROLLER_LEAN_RESOLVE)") == 1

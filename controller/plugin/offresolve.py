@@ -18,11 +18,14 @@ it after all, the full snapshot around that (guard()).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from .fastoff import FAST_FIELDS    # what the fast off path sets on the ScheduleBatch
+
+log = logging.getLogger("spec_controller.plugin")
 
 
 class LeanResolve:
@@ -55,6 +58,9 @@ class LeanResolve:
             draft.dsa_topk_indices = None        # SGLang's value where the batch has none relayed
         self._pending = (draft, original, future_map)
         self.batches += 1
+        if self.batches == 1:       # the engine's log says it engaged (status counts it where a daemon runs)
+            log.info("spec-controller: fast-path batches get their bonus tokens alone and a light forward isolation "
+                     "(SPEC_CONTROLLER_LEAN_RESOLVE)")
         return None
 
     def restore(self, batch: Any) -> None:
