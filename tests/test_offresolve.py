@@ -446,8 +446,8 @@ def test_the_engine_log_says_once_that_it_engaged(fake_torch, caplog):
     import logging
     caplog.set_level(logging.INFO, logger="spec_controller.plugin")
     fm, lean = FutureMap(), offresolve.LeanResolve(takes=lambda batch: True, enabled=True)
-    for _ in range(3):
+    line = ("spec-controller: fast-path batches get their bonus tokens alone and a light forward isolation "
+            "(SPEC_CONTROLLER_LEAN_RESOLVE)")
+    for n in range(3):
         lean.around(sglangs_gather, fm, batch_of([1]))
-    assert [r.getMessage() for r in caplog.records].count(
-        "spec-controller: fast-path batches get their bonus tokens alone and a light forward isolation "
-        "(SPEC_CONTROLLER_LEAN_RESOLVE)") == 1
+        assert [r.getMessage() for r in caplog.records].count(line) == 1, n      # at the first, and only then
