@@ -55,6 +55,7 @@ def fake_torch(monkeypatch):
     torch = ModuleType("torch")
     torch.get_device_module = lambda device: SimpleNamespace(current_stream=lambda: f"forward stream of {device}")
     monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(fastoff._sg, "torch", torch)            # as the fast path's build binds it
     monkeypatch.setattr(offresolve, "sys", SimpleNamespace(modules={**sys.modules, __name__: sys.modules[__name__]}))
 
 

@@ -23,6 +23,7 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from . import fastoff
 from .fastoff import FAST_FIELDS    # what the fast off path sets on the ScheduleBatch
 
 log = logging.getLogger("spec_controller.plugin")
@@ -40,19 +41,21 @@ class LeanResolve:
         self.restored = 0            # ... of which SGLang's path took the batch after all: gathered then
         self._pending: tuple | None = None        # (draft input, SGLang's function, future map) of the last skip
         self.light: Any = None                    # the batch inside a light isolation now
-        self._debug: dict[type, bool] = {}        # per future-map class: its module asserts (then never skip)
+        self._map: tuple[Any, bool] = (None, False)   # the engine's future map and whether _plain_map holds for it
 
     def around(self, original: Callable, future_map: Any, batch: Any, *args, **kwargs) -> Any:
         self._pending = None
         draft = getattr(batch, "spec_info", None)
-        if not (self.enabled and draft is not None and self._plain_map(future_map) and self.takes(batch)):
+        if self._map[0] is not future_map:           # (one per engine: its settings do not change)
+            self._map = (future_map, self._plain_map(future_map))
+        if not (self.enabled and draft is not None and self._map[1] and self.takes(batch)):
             return original(future_map, batch, *args, **kwargs)
         indices = getattr(draft, "future_indices", None)
         if indices is None or indices.shape[0] == 0 or getattr(draft, "future_dsa_topk_indices_available", False):
             return original(future_map, batch, *args, **kwargs)
-        import torch       # (loaded long before: the engine's; a dictionary lookup here)
         if indices.device.type != "cpu":   # as SGLang's own (0.5.22+: record_stream rejects CPU tensors)
-            indices.record_stream(torch.get_device_module(future_map.device).current_stream())
+            # (torch as the fast path bound it at build: takes() holds only where it was built)
+            indices.record_stream(fastoff._sg["torch"].get_device_module(future_map.device).current_stream())
         draft.bonus_tokens = future_map.output_tokens_buf[indices]
         if hasattr(draft, "dsa_topk_indices"):
             draft.dsa_topk_indices = None        # SGLang's value where the batch has none relayed
@@ -63,17 +66,21 @@ class LeanResolve:
                      "(SPEC_CONTROLLER_LEAN_RESOLVE)")
         return None
 
+    def _skipped(self, batch: Any) -> bool:
+        """Was the last gather skipped for this batch (its draft input)?"""
+        return self._pending is not None and self._pending[0] is getattr(batch, "spec_info", None)
+
     def restore(self, batch: Any) -> None:
         """Before SGLang's own path takes `batch`: the gather skipped for it, now (nothing if none was)."""
-        pending, self._pending = self._pending, None
-        if pending is not None and pending[0] is getattr(batch, "spec_info", None):
+        skipped, pending, self._pending = self._skipped(batch), self._pending, None
+        if skipped:
             pending[1](pending[2], batch)
             self.restored += 1
 
     def isolation(self, original: Callable, scheduler: Any, batch: Any, *args, **kwargs) -> Any:
         """AROUND Scheduler._forward_isolation (a context manager): the light one for a batch whose gather was
         skipped (it goes to the fast path), SGLang's own otherwise."""
-        if not (self.enabled and self._pending is not None and self._pending[0] is getattr(batch, "spec_info", None)):
+        if not (self.enabled and self._skipped(batch)):
             return original(scheduler, batch, *args, **kwargs)
         return self._light(scheduler, batch, bool(kwargs.get("overlap", args[0] if args else False)))
 
@@ -112,10 +119,8 @@ class LeanResolve:
     def _plain_map(self, future_map: Any) -> bool:
         """A future map whose extras are topk and hidden states only (no DSA indices, draft probs, verified ids or
         n-gram relay) and whose module does not assert on what it gathers (SGLang's debug asserts)."""
-        cls = type(future_map)
-        if cls not in self._debug:
-            self._debug[cls] = bool(getattr(sys.modules.get(cls.__module__), "_DEBUG_ASSERT", True))
-        return (not self._debug[cls] and getattr(future_map, "need_topk", False)
+        debug = getattr(sys.modules.get(type(future_map).__module__), "_DEBUG_ASSERT", True)
+        return bool(not debug and getattr(future_map, "need_topk", False)
                 and not getattr(future_map, "need_verified_id", False)         # (0.5.14-0.5.15 relay)
                 and getattr(future_map, "dsa_topk_indices_buf", None) is None
                 and getattr(future_map, "draft_probs_buf", None) is None
