@@ -131,6 +131,23 @@ def test_sglangs_whole_gather_wherever_the_off_path_may_need_more_than_the_bonus
     assert fm.passed == [(("an argument",), {"key": "a keyword"})]      # SGLang's call, as it was made
 
 
+def test_the_map_is_read_again_until_sglangs_first_stash_has_set_its_buffers(fake_torch):
+    """SGLang sets need_topk (and the draft-probs buffer) at the map's first stash, after the first prefill's resolve:
+    a map read once before that would never skip (12-04f's first GPU call: 0 of 12,036 off batches skipped)."""
+    fm = BareFutureMap()                      # as __init__ leaves it: no need_topk yet
+    fm.dsa_topk_indices_buf, fm._forward_buf_initialized = None, False
+    lean = offresolve.LeanResolve(takes=lambda batch: True, enabled=True)
+    prefill = SimpleNamespace(spec_info=None)
+    lean.around(sglangs_gather, fm, prefill)
+    early = batch_of([1])                     # (a decode before any stash: none in SGLang, but whole gather if so)
+    lean.around(sglangs_gather, fm, early)
+    assert fm.calls == [prefill, early] and lean.batches == 0
+    fm.need_topk, fm.draft_probs_buf, fm._forward_buf_initialized = True, None, True     # the first stash
+    batch = batch_of([4])
+    assert lean.around(sglangs_gather, fm, batch) is None
+    assert batch.spec_info.bonus_tokens == [104] and fm.calls == [prefill, early] and lean.batches == 1
+
+
 def test_a_future_map_without_the_optional_buffers_has_nothing_more_to_gather(fake_torch):
     """No DSA indices, draft probs or verified-id relay buffers at all (a release without them): the bonus tokens
     are all an off batch needs."""

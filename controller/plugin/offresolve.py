@@ -46,9 +46,13 @@ class LeanResolve:
     def around(self, original: Callable, future_map: Any, batch: Any, *args, **kwargs) -> Any:
         self._pending = None
         draft = getattr(batch, "spec_info", None)
-        if self._map[0] is not future_map:           # (one per engine: its settings do not change)
+        if not (self.enabled and draft is not None):
+            return original(future_map, batch, *args, **kwargs)
+        if self._map[0] is not future_map or not self._map[1]:
+            # read again until it holds: SGLang sets need_topk and the draft-probs buffer at the map's first stash
+            # (_lazy_init_forward_buf), after the first batch's resolve; once it holds it stays (one per engine)
             self._map = (future_map, self._plain_map(future_map))
-        if not (self.enabled and draft is not None and self._map[1] and self.takes(batch)):
+        if not (self._map[1] and self.takes(batch)):
             return original(future_map, batch, *args, **kwargs)
         indices = getattr(draft, "future_indices", None)
         if indices is None or indices.shape[0] == 0 or getattr(draft, "future_dsa_topk_indices_available", False):
