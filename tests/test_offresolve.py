@@ -148,6 +148,18 @@ def test_the_map_is_read_again_until_sglangs_first_stash_has_set_its_buffers(fak
     assert batch.spec_info.bonus_tokens == [104] and fm.calls == [prefill, early] and lean.batches == 1
 
 
+def test_what_was_read_of_one_map_is_not_taken_for_another(fake_torch):
+    """The settings are read per map: a map that holds does not vouch for the next one (one per engine in SGLang,
+    but a cache keyed on nothing would skip a gather that map needs)."""
+    lean = offresolve.LeanResolve(takes=lambda batch: True, enabled=True)
+    plain, with_probs = FutureMap(), FutureMap()
+    with_probs.draft_probs_buf = "buffer"
+    assert lean.around(sglangs_gather, plain, batch_of([1])) is None and lean.batches == 1
+    batch = batch_of([2])
+    lean.around(sglangs_gather, with_probs, batch)
+    assert with_probs.calls == [batch] and lean.batches == 1
+
+
 def test_a_future_map_without_the_optional_buffers_has_nothing_more_to_gather(fake_torch):
     """No DSA indices, draft probs or verified-id relay buffers at all (a release without them): the bonus tokens
     are all an off batch needs."""
