@@ -80,3 +80,20 @@ echo "$total $DEADLINE" """)
     assert total + 250 <= deadline and (part == "all" or deadline <= 600), (total, deadline)
     assert set(env["SHAPES"].split(",")) == {"a": {"steadyab", "openab"}, "b": {"closedab"},
                                              "all": {"steadyab", "openab", "closedab"}}[part]
+
+
+def test_leanall_rotates_off_against_both_lean_switches_on_and_leaves_them_off():
+    """ROTATION=leanall: the label leanall has the lean resolve and the held prompts on, off has both off, and so does
+    the state the engine is left in; three labels, so its budget counts three."""
+    assert plan(ROTATION="leanall", REPEATS="3", DEADLINE_S="585", **CLOSED).returncode == 2    # 408 s: no fit
+    assert plan(ROTATION="leanall", REPEATS="2", DEADLINE_S="590", **CLOSED).stdout.strip() == "went on: closedab needs 282"
+    shown = HARNESS.replace('echo "went on', 'ab_rotation; echo "AB=$AB|$AB_RESTORE|$NAB"; echo "went on')
+    out = subprocess.run(["bash", "-c", shown], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "ROTATION": "leanall",
+                                                     "REPEATS": "2", "DEADLINE_S": "590", **CLOSED},
+                         capture_output=True, text=True, timeout=30).stdout
+    ab, restore, nab = out.split("AB=", 1)[1].splitlines()[0].split("|")
+    labels = dict(part.split("=", 1) for part in ab.split(";"))
+    assert set(labels) == {"nospec", "off", "leanall"} and nab == "3"
+    for key in ("spec_controller_lean_resolve", "spec_controller_defer_prompt_kv"):
+        assert f'"{key}": true' in labels["leanall"] and f'"{key}": false' in labels["off"]
+        assert f'"{key}": false' in restore

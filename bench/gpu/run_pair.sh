@@ -50,7 +50,7 @@ KV_GRAPH=${KV_GRAPH:-1}; export SPEC_CONTROLLER_DRAFT_KV_GRAPH=$KV_GRAPH
 # (draftkv_graph.SideStream); SIDE=0 starts it with them in line
 SIDE=${SIDE:-1}; export SPEC_CONTROLLER_DRAFT_KV_SIDE=$SIDE
 # ROTATION=resolve needs the hook, which an engine registers only when started with it (then switched per label)
-[ "${ROTATION:-}" = resolve ] && export SPEC_CONTROLLER_LEAN_RESOLVE=1
+case "${ROTATION:-}" in resolve|leanall) export SPEC_CONTROLLER_LEAN_RESOLVE=1 ;; esac
 PB_OFF='{"spec_controller_draft_kv_coalesce": false}'; PB_ON='{"spec_controller_draft_kv_coalesce": true}'
 KV_OFF='{"spec_controller_draft_kv": false}'; KV_ON='{"spec_controller_draft_kv": true}'
 KV_GRAPH_ON='{"spec_controller_draft_kv": true, "spec_controller_draft_kv_graph": true}'
@@ -70,6 +70,8 @@ SIDE_YES="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_side\": true}"
 # until the next decode's forward is queued (defer; spec_controller_defer_prompt_kv, plugin/promptkv.py).
 # ROTATION=resolve: the no-spec engine, the default state (off) and the same with the future map gathering only the
 # bonus tokens of an off batch (resolve; spec_controller_lean_resolve, plugin/offresolve.py; status counts them).
+# ROTATION=leanall: the no-spec engine, the default state (off) and the same with both of the above on (leanall: the
+# lean resolve and the prompts' writes held; each measured alone within the spread in 12-04e/f).
 # ROTATION=pair: only the no-spec engine and the daemon's engine in its default state (kv graphs, lean step,
 # allocation loop; label off): twice the runs per mode in the same time, for longer windows (12-03f: 5 s windows of
 # 128 clients moved 12-39 % run to run). ROTATION=fast: the same plus that state without the kv writes (label fast).
@@ -89,6 +91,11 @@ ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTOR
     AB="nospec=30001;off=30000:{$KVG, $LEANALLOC, \"spec_controller_lean_resolve\": false}"
     AB="$AB;resolve=30000:{$KVG, $LEANALLOC, \"spec_controller_lean_resolve\": true}"; NAB=3
     AB_RESTORE="{$KVG, $LEANALLOC, \"spec_controller_lean_resolve\": false}"
+  elif [ "${ROTATION:-}" = leanall ]; then   # the default state, the same with the lean resolve and the held prompts
+    local none="\"spec_controller_lean_resolve\": false, \"spec_controller_defer_prompt_kv\": false"
+    AB="nospec=30001;off=30000:{$KVG, $LEANALLOC, $none}"
+    AB="$AB;leanall=30000:{$KVG, $LEANALLOC, \"spec_controller_lean_resolve\": true, \"spec_controller_defer_prompt_kv\": true}"
+    NAB=3; AB_RESTORE="{$KVG, $LEANALLOC, $none}"
   elif [ "${ROTATION:-}" = side ]; then
     AB="nospec=30001;off=30000:$SIDE_YES;inline=30000:$INLINE"; NAB=3; AB_RESTORE=$dflt
   elif [ "${ROTATION:-}" = coalesce ]; then    # the writes coalesced (off), per batch, no-spec
