@@ -78,6 +78,12 @@ def test_summary_reads_only_the_window_and_tables_each_kind():
     assert dec["schedule_cpu_ms"] == pytest.approx(0.25)
     assert dec["target_cpu_ms"] == pytest.approx(0.7) and dec["runner_cpu_ms"] == pytest.approx(0.4)
     assert ext["target_cpu_ms"] == pytest.approx(9.0) and ext["runner_cpu_ms"] is None   # per batch: summed
+    # decodes by the batch before them: the one after each extend carries the idle and the extra
+    after = out["decode_after"]
+    assert after["extend"]["n"] == 150 and after["decode"]["n"] == 450
+    assert after["extend"]["gpu_ms"] == pytest.approx(6.0) and after["extend"]["idle_before_ms"] == pytest.approx(2.0)
+    assert after["decode"]["gpu_ms"] == pytest.approx(5.0) and after["decode"]["idle_before_ms"] == pytest.approx(0.0)
+    assert after["extend"]["launch_cpu_ms"] == pytest.approx(1.0)
     cycle = 1.0 + 24.0 + 2.0 + 6.0 + 3 * 5.0
     assert dec["gpu_share"] + ext["gpu_share"] + dec["idle_share"] + ext["idle_share"] == pytest.approx(1.0, abs=0.01)
     assert ext["gpu_share"] == pytest.approx(24.0 / cycle, rel=0.01)
@@ -386,6 +392,8 @@ def test_pairs_set_each_run_against_the_nospec_run_of_its_shape_level_and_repeat
             # a second closed block of the same seeds (e.g. closedfast's): the nearest no-spec run in time
             run("nospec", 0, 10.0, 9.0, 1.0, t=20), run("fast", 0, 11.0, 9.5, 2.0, t=21)]
     rows[8]["kinds"].pop("extend")                                               # a run without extends: '-'
-    assert pair_lines(rows) == ["| closed | 48 | fast | 1.100 | +500 | 2.0 / - |",
-                                "| closed | 48 | off | 1.020, 1.262 | +100, +80 | 8.0 / 9.0; 11.0 / 10.0 |",
-                                "| steady | 48 | off | 1.100 | +100 | 3.0 / 3.0 |"]
+    for r, (span, idle) in zip(rows[:4], ((6.0, 0.5), (6.3, 0.9), (6.0, 0.4), (6.1, 0.6))):   # decodes after extends
+        r["decode_after"] = {"extend": {"gpu_ms": span, "idle_before_ms": idle}}
+    assert pair_lines(rows) == ["| closed | 48 | fast | 1.100 | +500 | - | 2.0 / - |",
+                                "| closed | 48 | off | 1.020, 1.262 | +100, +80 | +700, -300 | 8.0 / 9.0; 11.0 / 10.0 |",
+                                "| steady | 48 | off | 1.100 | +100 | - | 3.0 / 3.0 |"]

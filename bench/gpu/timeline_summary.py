@@ -54,10 +54,18 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
     if len(batches) < 2:
         return {"error": f"{len(batches)} batches in the window"}
     per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    # decodes by the batch before them: after an extend (a launch-bound prefill) the GPU has drained, so the decode's
+    # launch CPU before its forward shows as idle and span (12-04f); after a decode it hides behind that forward
+    after: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     prev = None
     for b in batches:
         k, bs, ext, c0, c1 = b[1:6]
         span, gap = span_gap(b, prev)
+        if k == "decode" and prev is not None:
+            a = after[prev[1]]
+            a["gpu"].append(span)
+            a["gap"].append(gap)
+            a["launch"].append((c1 - c0) / 1e6)
         p = per[k]
         p["bs"].append(bs)
         p["ext"].append(ext)
@@ -108,9 +116,11 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
                     "launch_oncpu_ms": mean(p.get("launch_oncpu", [])), "runner_oncpu_ms": mean(p.get("runner_oncpu", [])),
                     "gc_ms": round(gc_ms.get(k, 0.0) / len(p["gpu"]), 3),    # garbage collection per launch
                     "gpu_share": round(sum(p["gpu"]) / window, 4), "idle_share": round(sum(p["gap"]) / window, 4)}
+    decode_after = {k: {"n": len(a["gpu"]), "gpu_ms": mean(a["gpu"]), "idle_before_ms": mean(a["gap"]),
+                        "launch_cpu_ms": mean(a["launch"])} for k, a in sorted(after.items())}
     dec = [b[7] for b in batches if b[1] == "decode"]
     intervals = [b - a for a, b in zip(dec, dec[1:])]
-    return {"window_ms": round(window, 1), "batches": len(batches), "kinds": kinds,
+    return {"window_ms": round(window, 1), "batches": len(batches), "kinds": kinds, "decode_after": decode_after,
             "decode_interval_ms_median": round(statistics.median(intervals), 3) if intervals else None,
             "decode_interval_ms_mean": mean(intervals), "recv_cpu_ms_total": round(sum(recv), 1),
             "gc_ms_total": round(sum(gc_ms.values()), 1), "allocator": allocator}
@@ -161,8 +171,9 @@ def pair_lines(rows: list[dict]) -> list[str]:
     """Markdown rows: each label's runs against the nospec runs of the same shape, level and repeat (the same seed;
     the nearest in time where a call ran a shape twice: traffic_table.beside), per pair: the median
     decode-to-decode interval's ratio (what a token costs a running request: the systematic part, steadier than
-    tok/s, which the extends' launch speed moves run to run), the decode GPU span's difference and both engines'
-    extend launch CPU (the model runner's); '-' where a run lacks the figure."""
+    tok/s, which the extends' launch speed moves run to run), the decode GPU span's difference, that of a decode
+    right after an extend (span + idle before it) and both engines' extend launch CPU (the model runner's); '-' where
+    a run lacks the figure."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         if "kinds" in r and r.get("level") is not None:
@@ -179,6 +190,13 @@ def pair_lines(rows: list[dict]) -> list[str]:
         x, y = kind(a, "decode", "gpu_ms"), kind(b, "decode", "gpu_ms")
         return "-" if x is None or y is None else f"{(x - y) * 1e3:+.0f}"
 
+    def after_extend(a: dict, b: dict) -> str:
+        def cost(r: dict) -> float | None:
+            d = r.get("decode_after", {}).get("extend")
+            return None if not d or d["gpu_ms"] is None else d["gpu_ms"] + d["idle_before_ms"]
+        x, y = cost(a), cost(b)
+        return "-" if x is None or y is None else f"{(x - y) * 1e3:+.0f}"
+
     def ext(a: dict, b: dict) -> str:
         return " / ".join("-" if v is None else f"{v}" for v in (kind(a, "extend", "runner_cpu_ms"),
                                                                   kind(b, "extend", "runner_cpu_ms")))
@@ -190,7 +208,8 @@ def pair_lines(rows: list[dict]) -> list[str]:
         pairs, _ = traffic_table.beside(groups, key)
         if pairs:
             out.append(f"| {shape} | {level} | {label} | {', '.join(ratio(a, b) for a, b in pairs)} "
-                       f"| {', '.join(gpu(a, b) for a, b in pairs)} | {'; '.join(ext(a, b) for a, b in pairs)} |")
+                       f"| {', '.join(gpu(a, b) for a, b in pairs)} | {', '.join(after_extend(a, b) for a, b in pairs)} "
+                       f"| {'; '.join(ext(a, b) for a, b in pairs)} |")
     return out
 
 
@@ -210,7 +229,8 @@ def main() -> None:
         lines = pair_lines([r for r in rows_of(args.prefix) if isinstance(r, dict)])
         if lines:
             print("| shape | level | label / nospec | decode interval ratio per pair | decode GPU us per step, difference "
-                  "| extend runner CPU ms (label / nospec) |\n|---|---|---|---|---|---|")
+                  "| a decode after an extend: span + idle us, difference | extend runner CPU ms (label / nospec) |\n"
+                  "|---|---|---|---|---|---|---|")
             print("\n".join(lines))
         return
     if args.prefill:
