@@ -397,3 +397,33 @@ def test_pairs_set_each_run_against_the_nospec_run_of_its_shape_level_and_repeat
     assert pair_lines(rows) == ["| closed | 48 | fast | 1.100 | +500 | - | 2.0 / - |",
                                 "| closed | 48 | off | 1.020, 1.262 | +100, +80 | +700, -300 | 8.0 / 9.0; 11.0 / 10.0 |",
                                 "| steady | 48 | off | 1.100 | +100 | - | 3.0 / 3.0 |"]
+
+
+def test_the_cpu_dose_spins_only_this_engines_named_kinds_before_the_launch_while_its_file_says_so(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", fake_torch())
+    import timeline
+    spun, order = [], []
+    monkeypatch.setattr(timeline, "spin", lambda ns: (spun.append(ns), order.append("spin")))
+    doses = tmp_path / "spin.json"
+    monkeypatch.setenv("SPEC_SPIN", str(doses))
+    tl = timeline.Timeline(str(tmp_path / "nospec"))
+    batch = lambda kind: types.SimpleNamespace(forward_mode=Mode(kind), reqs=[1], extend_num_tokens=4)
+    launch = lambda s, b: order.append("launch")
+    tl.check_flags()
+    tl.run_batch(launch, types.SimpleNamespace(forward_stream=None), batch("decode"))
+    assert spun == [] and "SPIN" not in capsys.readouterr().out            # no file: no dose
+    doses.write_text(json.dumps({"nospec": {"decode": 400}, "off": {"decode": 900, "extend": 50}}))
+    tl.check_flags()
+    assert "SPIN pid" in capsys.readouterr().out
+    order.clear()
+    tl.run_batch(launch, types.SimpleNamespace(forward_stream=None), batch("decode"))
+    tl.run_batch(launch, types.SimpleNamespace(forward_stream=None), batch("extend"))
+    assert spun == [400_000] and order == ["spin", "launch", "launch"]     # this engine's decodes, before the launch
+    doses.write_text("{not json")                                          # unreadable: no dose, the scheduler runs on
+    tl.check_flags()
+    tl.run_batch(launch, types.SimpleNamespace(forward_stream=None), batch("decode"))
+    assert spun == [400_000] and tl.spin_ns == {}
+    assert timeline.spin_doses(str(doses), "off") == {} and timeline.spin_doses(None, "off") == {}
+    doses.write_text(json.dumps({"off": {"decode": 900, "extend": 0}}))
+    assert timeline.spin_doses(str(doses), "off") == {"decode": 900_000}

@@ -41,3 +41,15 @@ def test_a_steady_run_whose_requests_ended_apart_is_flagged_not_steady():
     assert row["not_steady"] == [1, "nospec 1"]          # 380 and 51 ms of a 1,000 ms run; 2 ms is one step
     closed = [run("nospec", 0, 0, 1000), run("off", 0, 10, 900)]
     assert "not_steady" not in traffic_table.offpath_rows(traffic_table.grouped(closed), "call")[0]
+
+
+def test_after_a_phase_that_changes_both_engines_each_label_pairs_with_the_no_spec_runs_of_that_phase():
+    """run_pair's gcfreeze and spin phases suffix every later label: off-spin against nospec-spin (the no-spec engine
+    spinning too), never against the plain nospec runs of the block before."""
+    rows = [run("nospec", 0, 0, 1000.0), run("off", 0, 1, 950.0),
+            run("nospec-spin", 0, 10, 900.0), run("off-spin", 0, 11, 945.0),
+            run("nospec-gcf", 0, 20, 1100.0), run("off-gcf", 0, 21, 1000.0)]
+    groups = traffic_table.grouped(rows)
+    for label, base in (("off", 1000.0), ("off-spin", 900.0), ("off-gcf", 1100.0)):
+        pairs, _ = traffic_table.beside(groups, ("closed", 16, label))
+        assert [b["tok_s"] for _, b in pairs] == [base], label

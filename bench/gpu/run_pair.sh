@@ -16,6 +16,8 @@
 #  SPEC_CPROFILE_KINDS=extend: the prefills'); `gcfreeze`: gc.freeze() in both engines' schedulers for the phases
 #  after it (their rotations' labels end in -gcf); every TIMELINE line counts garbage collection (gc_ms per launch)
 #  and the CUDA allocator's device calls (allocator); `calibrate`: a fixed pure-Python loop timed in both schedulers;
+#  `spin`: CPU spun before each launch for the phases after it (SPIN_DOSES, timeline.py's SPEC_SPIN; default: the
+#  no-spec engine's decodes 400 us) with their labels ending in -spin (SHAPES=closedab,spin,closedab: with and without);
 #  `grammar`: the same closed loop at GRAMMAR_LEVELS (48) where GRAMMAR_SHARE (0.1) of the requests carry a regex
 #  (loads.py GRAMMAR_REGEX, or GRAMMAR_REGEX; SPEC_CONTROLLER_FAST_GRAMMAR=0 in the environment keeps grammar
 #  batches on steps-0 to measure that fallback); `grcheck`: grammar-constrained outputs of the off engine
@@ -148,7 +150,7 @@ phase_need() { # phase: the seconds it needs once both engines are up (what fits
     greedy) echo 70 ;;
     syncdebug|cprofile|grcheck|lpcheck|penalty) echo 60 ;;
     steady) echo 40 ;;
-    gcfreeze) echo 25 ;;
+    gcfreeze|spin) echo 25 ;;
     calibrate) echo 15 ;;
     *) echo 0 ;;
   esac
@@ -166,7 +168,9 @@ export SPEC_SYNC_DEBUG=/tmp/tl/syncdebug.flag    # phase syncdebug creates it (t
 export SPEC_CPROFILE=/tmp/tl/cprofile.flag        # phase cprofile creates it
 export SPEC_GC_FREEZE=/tmp/tl/gcfreeze.flag       # phase gcfreeze creates it
 export SPEC_CALIBRATE=/tmp/tl/calibrate.flag      # phase calibrate creates it
-rm -f "$SPEC_GC_FREEZE" "$SPEC_CALIBRATE"         # a warm machine keeps /tmp: never start frozen
+export SPEC_SPIN=/tmp/tl/spin.json                # phase spin writes it (SPIN_DOSES, else DEFAULT_SPIN)
+DEFAULT_SPIN='{"nospec": {"decode": 400}}'        # us before each launch, per engine (timeline prefix) and batch kind
+rm -f "$SPEC_GC_FREEZE" "$SPEC_CALIBRATE" "$SPEC_SPIN"   # a warm machine keeps /tmp: never start frozen or spinning
 PAIR=(--engines nospec=30001,off=30000 --repeats "${REPEATS:-2}" --flush --out "$R")
 
 say "prefill graphs $PREFILL_GRAPH, off path ${OFF_PATH:-default}, grammar backend $GRAMMAR_BACKEND, sleep on idle $SLEEP_ON_IDLE"
@@ -297,6 +301,15 @@ if start_daemon; then
       frozen=$(engine_lines '^GCFREEZE pid [0-9]* on')
       touch "$SPEC_GC_FREEZE"; SUFFIX=-gcf; wait_engine_lines '^GCFREEZE pid [0-9]* on' "$frozen" 20
       say "gcfreeze: $(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep '^GCFREEZE' | cut -c1-100 | tr '\n' ';')" ;;
+    spin)      # CPU spun on the scheduler thread before each launch of the kinds SPIN_DOSES names, per engine (timeline.py
+      # SPEC_SPIN), for the phases after it, whose rotations label their rows NAME-spin: the no-spec engine given the
+      # off engine's extra decode-launch CPU (12-04f: ~0.6 ms) says whether that CPU is the closed-128 gap
+      fits "$(phase_need spin)" spin || continue
+      spun=$(engine_lines '^SPIN pid'); doses=${SPIN_DOSES:-$DEFAULT_SPIN}
+      engines=$(python3 -c 'import json, sys; print(len(json.loads(sys.argv[1])))' "$doses") || continue
+      echo "$doses" >"$SPEC_SPIN.tmp" && mv "$SPEC_SPIN.tmp" "$SPEC_SPIN"
+      SUFFIX=-spin; wait_engine_lines '^SPIN pid' $((spun + engines - 2)) 20    # (each engine a dose names prints)
+      say "spin $(cat "$SPEC_SPIN"): $(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep '^SPIN pid' | tail -2 | tr '\n' ';')" ;;
     grammar)   # issue 12 item 4: a share of the requests carry a regex; status says how many off batches fell back
       fits "$(phase_need grammar)" grammar || continue
       load_sum --shape closed --levels "${GRAMMAR_LEVELS:-48}" --grammar-share "${GRAMMAR_SHARE:-0.1}" \

@@ -37,6 +37,11 @@ its larger heap is one suspect). While the file SPEC_GC_FREEZE names exists (che
 objects are frozen out of collection (gc.freeze(), "GCFREEZE pid ..." printed); unfrozen once it is gone.
 The CUDA caching allocator's counters at every flush: ["M", cpu_ns, alloc_retries, device_allocs, device_frees]
 (cumulative; a cudaMalloc / cudaFree on the scheduler thread is a hidden stall that sync debug mode does not see).
+CPU dose: while the JSON file SPEC_SPIN names exists, {"ENGINE": {"decode": US, "extend": US}} (ENGINE: the basename
+of this engine's SPEC_TIMELINE prefix, nospec / off), every run_batch of that kind first spins US microseconds on
+the scheduler thread (holding the GIL, as Python work does) before it launches anything ("SPIN pid ..." printed at
+each change). Giving the no-spec engine the off engine's extra decode-launch CPU says whether that CPU is what
+costs the off engine its tok/s under arrivals (12-04f: ~0.6 ms more a decode launch, closed 128 at ~0.95).
 Process speed: while the file SPEC_CALIBRATE names exists, each look at the flags times a fixed pure-Python loop
 ("CALIBRATE pid ... us {variants}" and a "PROC pid {...}" report of threads, GC, hooks printed; procspeed.py): the
 same loop slower in one engine means its whole process runs slower (12-03g: either engine ~1.6x slower in about half the looks).
@@ -93,6 +98,7 @@ class Timeline:
         self.gc_frozen = False               # gc.freeze() in force (SPEC_GC_FREEZE)
         self.flags_checked = 0               # perf_counter_ns of the last look at the flag files
         self.gc_watched = False              # on_gc registered (at the first batch: in a scheduler process)
+        self.spin_ns: dict[str, int] = {}    # batch kind -> CPU spun before its launch (SPEC_SPIN)
 
     def on_gc(self, phase: str, info: dict) -> None:
         """gc.callbacks: one "C" row per collection, filed under the batch being launched (or "-")."""
@@ -119,6 +125,8 @@ class Timeline:
         self.launching = (k, self.batches)
         profile = self.profile if k in self.profiled_kinds else None
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        if k in self.spin_ns:
+            spin(self.spin_ns[k])
         if profile is not None:
             profile.enable()
         try:
@@ -172,6 +180,10 @@ class Timeline:
             self.sync_debug = not self.sync_debug
             switch_sync_debug(self.sync_debug)
         self.profile = switch_cprofile(self.profile, flag_exists("SPEC_CPROFILE"), f"{self.prefix}.{os.getpid()}.prof")
+        doses = spin_doses(os.environ.get("SPEC_SPIN"), os.path.basename(self.prefix))
+        if doses != self.spin_ns:
+            self.spin_ns = doses
+            print(f"SPIN pid {os.getpid()} {json.dumps({k: ns // 1000 for k, ns in doses.items()})} us", flush=True)
         if flag_exists("SPEC_CALIBRATE"):
             speeds = procspeed.calibrate()       # field 4: the allocating loop, the reading since 12-03f
             print(f"CALIBRATE pid {os.getpid()} {speeds['alloc']:.1f} us {json.dumps(speeds)}", flush=True)
@@ -211,6 +223,26 @@ def allocator_counters() -> list[int]:
     except Exception:        # a bench reading must never stop the scheduler: no counters then
         return []
     return [int(stats.get(k, 0)) for k in ("num_alloc_retries", "num_device_alloc", "num_device_free")]
+
+
+def spin_doses(path: str | None, engine: str) -> dict[str, int]:
+    """This engine's CPU doses (batch kind -> ns) from SPEC_SPIN's JSON file; none where the file is absent or
+    says nothing valid for it (a bench reading must never stop the scheduler)."""
+    if not path or not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as f:
+            mine = json.load(f).get(engine, {})
+        return {str(k): int(float(us) * 1000) for k, us in mine.items() if float(us) > 0}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def spin(ns: int) -> None:
+    """Busy for ns on this thread, holding the GIL (as the launch's Python does)."""
+    end = time.perf_counter_ns() + ns
+    while time.perf_counter_ns() < end:
+        pass
 
 
 def flag_exists(variable: str) -> bool:

@@ -38,9 +38,12 @@ def med(rs: list[dict], key: str) -> float | None:
     return round(statistics.median(values), 2) if values else None
 
 
+PHASE_SUFFIXES = ("-gcf", "-spin")     # run_pair's gcfreeze / spin phases: every label after them ends so
+
+
 def nospec_label(label: str) -> str:
-    """The no-spec engine's label beside `label` (after run_pair's gcfreeze phase both end in -gcf)."""
-    return "nospec-gcf" if label.endswith("-gcf") else "nospec"
+    """The no-spec engine's label beside `label` (after run_pair's gcfreeze or spin phase both end in its suffix)."""
+    return "nospec" + next((s for s in PHASE_SUFFIXES if label.endswith(s)), "")
 
 
 def beside(groups: dict[tuple, list[dict]], key: tuple, paired: bool = True) -> tuple[list[tuple[dict, dict]], list[dict]]:
