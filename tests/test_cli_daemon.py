@@ -68,6 +68,17 @@ def test_bad_input_changes_nothing(daemon, args, code, needle):
     assert json.loads(specctl(daemon, "policy", "show", "--json").stdout) == before
 
 
+def test_threshold_alone_shows_statuss_threshold_line(daemon):
+    assert specctl(daemon, "threshold", "pin", "4").exit_code == 0      # (pinned: no policy moves it in between)
+    try:
+        res = specctl(daemon, "threshold")
+        line = next(l for l in specctl(daemon, "status").stdout.splitlines() if l.startswith("threshold:"))
+        assert res.exit_code == 0 and res.stdout.strip() == line == (
+            "threshold:   4 (pinned)   speculate iff batch size <= 4")
+    finally:
+        assert specctl(daemon, "threshold", "unpin").exit_code == 0
+
+
 def test_pin_unpin_and_history(daemon):
     assert specctl(daemon, "threshold", "pin", "2").exit_code == 0
     st = json.loads(specctl(daemon, "status", "--json").stdout)
@@ -220,6 +231,9 @@ def test_offline_policy_and_pin_are_saved_for_the_next_start(short_tmp):
     assert f"daemon:      NOT RUNNING (read from {db})" in res.stdout
     assert "threshold:   3 (pinned)" in res.stdout and "policy:      ucb" in res.stdout
     assert CliRunner().invoke(cli, [*base, "threshold", "pin", "5"]).exit_code == 0     # pinned while down
+    res = CliRunner().invoke(cli, [*base, "threshold"])     # alone: status's threshold line, and its exit code
+    assert res.exit_code == 3 and res.stderr.startswith("specctl: daemon is not running")
+    assert res.stdout.strip() == "threshold:   5 (pinned, at next start; last run at 3)   speculate iff batch size <= 5"
     res = CliRunner().invoke(cli, [*base, "status"])     # the saved pin, and what the engine last ran
     assert "threshold:   5 (pinned, at next start; last run at 3)" in res.stdout, res.stdout
     res = CliRunner().invoke(cli, [*base, "threshold", "unpin"])

@@ -204,13 +204,12 @@ def _from_db(ctx: Ctx, db) -> dict:
                         {"total": db["samples"].count})
 
 
-@click.command()
-@json_option
-@click.pass_obj
-def status(ctx: Ctx, as_json: bool) -> None:
-    """Current threshold, policy, acceptance, throughput and health (exit 3: daemon not running)."""
+def current_status(ctx: Ctx, explain: bool) -> tuple[dict, int]:
+    """The daemon's live status document, or the database's while it is down or still starting, with the exit code
+    status ends with (0; EXIT_STARTING: a daemon holds the database but does not serve yet; EXIT_NOT_RUNNING).
+    explain: say on stderr why the document is the database's."""
     try:
-        st = call(ctx, "GET", "/status")
+        return call(ctx, "GET", "/status"), 0
     except DaemonUnreachable as e:
         if not present(ctx.db):
             fail(f"daemon is not running ({e}) and there is no database at {ctx.db}", EXIT_NOT_RUNNING)
@@ -222,7 +221,7 @@ def status(ctx: Ctx, as_json: bool) -> None:
         st = offline_status(ctx)
         if holder:      # alive but not serving: the engine is still loading (or the daemon is wedged)
             st["daemon"].update(starting=True, pid=int(holder) if holder.isdigit() else holder)
-        if not as_json:
+        if explain:
             if not holder:
                 why = f"daemon is not running ({e})"
             elif found.socket is not None:      # its own socket, as recorded: not open yet
@@ -231,8 +230,20 @@ def status(ctx: Ctx, as_json: bool) -> None:
                 why = (f"daemon pid {holder} holds the database but does not answer on {ctx.socket} "
                        "(engine starting, or is its socket another one? see --socket)")
             click.echo(f"specctl: {why}; last state from the database:", err=True)
-        emit(st, as_json, render_status)
-        raise SystemExit(EXIT_STARTING if holder else EXIT_NOT_RUNNING)
+        return st, EXIT_STARTING if holder else EXIT_NOT_RUNNING
+
+
+def threshold_line(st: dict) -> str:
+    """The status's threshold line: the value, pinned or a trial, and what it means."""
+    return _threshold(st)
+
+
+@click.command()
+@json_option
+@click.pass_obj
+def status(ctx: Ctx, as_json: bool) -> None:
+    """Current threshold, policy, acceptance, throughput and health (exit 3: daemon not running)."""
+    st, code = current_status(ctx, explain=not as_json)
     emit(st, as_json, render_status)
-
-
+    if code:
+        raise SystemExit(code)

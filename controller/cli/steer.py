@@ -106,9 +106,16 @@ def _params_note(kv: dict) -> str:
 
 
 # --- threshold ----------------------------------------------------------------
-@click.group()
-def threshold() -> None:
-    """Pin the threshold by hand, or unpin it."""
+@click.group(invoke_without_command=True)
+@click.pass_context
+def threshold(click_ctx: click.Context) -> None:
+    """Show the threshold (no command: status's threshold line and exit code), pin it by hand, or unpin it."""
+    if click_ctx.invoked_subcommand is None:
+        from .status import current_status, threshold_line
+        st, code = current_status(click_ctx.obj, explain=True)
+        click.echo(threshold_line(st))
+        if code:
+            raise SystemExit(code)
 
 
 def _trial_note(res: dict) -> str:
