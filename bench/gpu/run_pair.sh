@@ -17,7 +17,7 @@
 #  after it (their rotations' labels end in -gcf); every TIMELINE line counts garbage collection (gc_ms per launch)
 #  and the CUDA allocator's device calls (allocator); `calibrate`: a fixed pure-Python loop timed in both schedulers;
 #  `spin`: CPU spun before each launch for the phases after it (SPIN_DOSES, timeline.py's SPEC_SPIN; default: the
-#  no-spec engine's decodes 400 us) with their labels ending in -spin (SHAPES=closedab,spin,closedab: with and without);
+#  no-spec engine's decodes 1000 us) with their labels ending in -spin (SHAPES=closedab,spin,closedab: with and without);
 #  `grammar`: the same closed loop at GRAMMAR_LEVELS (48) where GRAMMAR_SHARE (0.1) of the requests carry a regex
 #  (loads.py GRAMMAR_REGEX, or GRAMMAR_REGEX; SPEC_CONTROLLER_FAST_GRAMMAR=0 in the environment keeps grammar
 #  batches on steps-0 to measure that fallback); `grcheck`: grammar-constrained outputs of the off engine
@@ -169,7 +169,7 @@ export SPEC_CPROFILE=/tmp/tl/cprofile.flag        # phase cprofile creates it
 export SPEC_GC_FREEZE=/tmp/tl/gcfreeze.flag       # phase gcfreeze creates it
 export SPEC_CALIBRATE=/tmp/tl/calibrate.flag      # phase calibrate creates it
 export SPEC_SPIN=/tmp/tl/spin.json                # phase spin writes it (SPIN_DOSES, else DEFAULT_SPIN)
-DEFAULT_SPIN='{"nospec": {"decode": 400}}'        # us before each launch, per engine (timeline prefix) and batch kind
+DEFAULT_SPIN='{"nospec": {"decode": 1000}}'        # us before each launch, per engine (timeline prefix) and batch kind
 rm -f "$SPEC_GC_FREEZE" "$SPEC_CALIBRATE" "$SPEC_SPIN"   # a warm machine keeps /tmp: never start frozen or spinning
 PAIR=(--engines nospec=30001,off=30000 --repeats "${REPEATS:-2}" --flush --out "$R")
 
