@@ -97,3 +97,24 @@ def test_leanall_rotates_off_against_both_lean_switches_on_and_leaves_them_off()
     for key in ("spec_controller_lean_resolve", "spec_controller_defer_prompt_kv"):
         assert f'"{key}": true' in labels["leanall"] and f'"{key}": false' in labels["off"]
         assert f'"{key}": false' in restore
+
+
+@pytest.mark.parametrize("doses, started, says", [
+    (None, True, ""),                                             # the default: the no-spec engine's decodes
+    ('{"daemon": {"decode": 1000}}', False, "not started: SPIN_DOSES: engine 'daemon'"),
+    ('{"nospec": {"decode": 1e400}}', False, "not started: SPIN_DOSES: nospec.decode: inf us"),
+    ("{nope", False, "not started: SPIN_DOSES: not JSON"),
+])
+def test_a_call_with_the_spin_phase_checks_its_doses_before_any_engine_starts(doses, started, says):
+    check = 'eval "$(sed -n \'/^DEFAULT_SPIN=/,/^esac$/p\' "$SCRIPT")"; echo "engines $spin_engines"'
+    env = {"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "SHAPES": "closedab,spin,closedab"}
+    if doses is not None:
+        env["SPIN_DOSES"] = doses
+    got = subprocess.run(["bash", "-c", "say() { echo \"SAY $*\"; }; " + check], env=env, capture_output=True,
+                         text=True, timeout=30, cwd=SCRIPT.parents[2])
+    assert got.returncode == (0 if started else 2), got.stdout + got.stderr
+    assert (got.stdout.strip() == "engines 1") if started else got.stdout.startswith(f"SAY {says}"), got.stdout
+    quiet = subprocess.run(["bash", "-c", "say() { echo \"SAY $*\"; }; " + check],
+                           env={**env, "SHAPES": "closedab", "SPIN_DOSES": "{nope"}, capture_output=True, text=True,
+                           timeout=30, cwd=SCRIPT.parents[2])
+    assert quiet.returncode == 0            # without the phase its doses are not read

@@ -84,6 +84,10 @@ def test_summary_reads_only_the_window_and_tables_each_kind():
     assert after["extend"]["gpu_ms"] == pytest.approx(6.0) and after["extend"]["idle_before_ms"] == pytest.approx(2.0)
     assert after["decode"]["gpu_ms"] == pytest.approx(5.0) and after["decode"]["idle_before_ms"] == pytest.approx(0.0)
     assert after["extend"]["launch_cpu_ms"] == pytest.approx(1.0)
+    # a decode after an idle spell (the engine waited for arrivals) is not a decode after its predecessor's cost
+    late = rows[-1][7] + 400.0
+    waited = summarise(rows + [["B", "decode", 30, 0, cpu - 1, cpu - 1, late, late + 5.0]], 0, cpu)["decode_after"]
+    assert waited["decode"]["n"] == 450 and waited["decode"]["idle_before_ms"] == pytest.approx(0.0)
     cycle = 1.0 + 24.0 + 2.0 + 6.0 + 3 * 5.0
     assert dec["gpu_share"] + ext["gpu_share"] + dec["idle_share"] + ext["idle_share"] == pytest.approx(1.0, abs=0.01)
     assert ext["gpu_share"] == pytest.approx(24.0 / cycle, rel=0.01)
@@ -425,5 +429,33 @@ def test_the_cpu_dose_spins_only_this_engines_named_kinds_before_the_launch_whil
     tl.run_batch(launch, types.SimpleNamespace(forward_stream=None), batch("decode"))
     assert spun == [400_000] and tl.spin_ns == {}
     assert timeline.spin_doses(str(doses), "off") == {} and timeline.spin_doses(None, "off") == {}
-    doses.write_text(json.dumps({"off": {"decode": 900, "extend": 0}}))
-    assert timeline.spin_doses(str(doses), "off") == {"decode": 900_000}
+    doses.write_text(json.dumps({"off": {"decode": 900, "extend": 0.5}}))
+    assert timeline.spin_doses(str(doses), "off") == {"decode": 900_000, "extend": 500}
+    doses.write_text('{"off": {"decode": 1e400}}')             # infinite: refused, not an overflow in the scheduler
+    assert timeline.spin_doses(str(doses), "off") == {}
+
+
+@pytest.mark.parametrize("text, says", [
+    ("{nope", "not JSON"), ("[]", "not an object"), ("{}", "not an object"),
+    ('{"daemon": {"decode": 1000}}', "engine 'daemon': one of nospec, off"),
+    ('{"nospec": {"verify": 10}}', "batch kind 'verify'"), ('{"nospec": []}', "not an object of batch kind"),
+    ('{"nospec": {"decode": 0}}', "nospec.decode: 0 us"), ('{"nospec": {"decode": -5}}', "-5 us"),
+    ('{"nospec": {"decode": 20001}}', "allowed above 0 up to 20000"), ('{"nospec": {"decode": true}}', "True us"),
+    ('{"nospec": {"decode": "100"}}', "'100' us"), ('{"off": {"extend": NaN}}', "nan us"),
+])
+def test_a_dose_that_is_not_valid_is_named_in_one_line(text, says):
+    import timeline
+    with pytest.raises(ValueError, match=".*") as e:
+        timeline.parse_doses(text)
+    assert says in str(e.value) and "\n" not in str(e.value)
+    assert timeline.parse_doses('{"nospec": {"decode": 20000}, "off": {"extend": 1}}') == {
+        "nospec": {"decode": 20_000_000}, "off": {"extend": 1000}}
+
+
+def test_the_dose_check_prints_how_many_engines_it_names_or_why_not(capsys):
+    import timeline
+    assert timeline.main(["--check-spin", '{"nospec": {"decode": 1000}, "off": {"decode": 5}}']) == 0
+    assert capsys.readouterr().out.strip() == "2"
+    assert timeline.main(["--check-spin", '{"off": {"decode": -1}}']) == 2
+    assert capsys.readouterr().err.strip() == "SPIN_DOSES: off.decode: -1 us, allowed above 0 up to 20000"
+    assert timeline.main([]) == 2

@@ -50,6 +50,10 @@ def test_after_a_phase_that_changes_both_engines_each_label_pairs_with_the_no_sp
             run("nospec-spin", 0, 10, 900.0), run("off-spin", 0, 11, 945.0),
             run("nospec-gcf", 0, 20, 1100.0), run("off-gcf", 0, 21, 1000.0)]
     groups = traffic_table.grouped(rows)
-    for label, base in (("off", 1000.0), ("off-spin", 900.0), ("off-gcf", 1100.0)):
-        pairs, _ = traffic_table.beside(groups, ("closed", 16, label))
+    for label, base in (("off", 1000.0), ("off-spin", 900.0), ("off-gcf", 1100.0), ("nospec-spin", 1000.0)):
+        pairs, _ = traffic_table.beside(groups, ("closed", 16, label))     # nospec-spin: what the dose did to it
         assert [b["tok_s"] for _, b in pairs] == [base], label
+    recorded = traffic_table.offpath_rows(groups, "call", paired=True)       # the record: off against no-spec only
+    assert [(r["mode"], r["ratio"]) for r in recorded] == [("off", 0.95)]
+    leanall = traffic_table.grouped([run("nospec", 0, 0, 1000.0), run("leanall", 0, 1, 980.0)])
+    assert [r["mode"] for r in traffic_table.offpath_rows(leanall, "call", paired=True)] == ["leanall"]

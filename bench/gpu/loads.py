@@ -200,7 +200,7 @@ def ratio_lines(groups: dict[tuple, list[dict]]) -> list[str]:
     out = []
     for key, rs in traffic_table.in_order(groups):
         shape, level, label = key
-        if label.startswith("nospec"):
+        if label == "nospec":      # (nospec-spin, nospec-gcf: against nospec, what the phase did to that engine)
             continue
         pairs, base = traffic_table.beside(groups, key)
         if not base:

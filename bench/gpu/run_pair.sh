@@ -162,14 +162,19 @@ if [ $((need + up)) -gt "$DEADLINE" ]; then
   say "not started: $first needs $need s after the engines are up (~$up s, ENGINES_UP_S), DEADLINE_S is $DEADLINE"
   exit 2
 fi
+DEFAULT_SPIN='{"nospec": {"decode": 1000}}'        # us before each launch, per engine (timeline prefix) and batch kind
+SPIN_JSON=${SPIN_DOSES:-$DEFAULT_SPIN}             # phase spin's doses, checked here: a bad one measures nothing
+case ",$SHAPES," in *,spin,*)
+  spin_engines=$(python3 bench/gpu/timeline.py --check-spin "$SPIN_JSON" 2>&1) \
+    || { say "not started: $spin_engines"; exit 2; } ;;
+esac
 make_model $M --crafted $MODEL7B
 timeline_plugin
 export SPEC_SYNC_DEBUG=/tmp/tl/syncdebug.flag    # phase syncdebug creates it (timeline_plugin empties /tmp/tl)
 export SPEC_CPROFILE=/tmp/tl/cprofile.flag        # phase cprofile creates it
 export SPEC_GC_FREEZE=/tmp/tl/gcfreeze.flag       # phase gcfreeze creates it
 export SPEC_CALIBRATE=/tmp/tl/calibrate.flag      # phase calibrate creates it
-export SPEC_SPIN=/tmp/tl/spin.json                # phase spin writes it (SPIN_DOSES, else DEFAULT_SPIN)
-DEFAULT_SPIN='{"nospec": {"decode": 1000}}'        # us before each launch, per engine (timeline prefix) and batch kind
+export SPEC_SPIN=/tmp/tl/spin.json                # phase spin writes it (SPIN_JSON)
 rm -f "$SPEC_GC_FREEZE" "$SPEC_CALIBRATE" "$SPEC_SPIN"   # a warm machine keeps /tmp: never start frozen or spinning
 PAIR=(--engines nospec=30001,off=30000 --repeats "${REPEATS:-2}" --flush --out "$R")
 
@@ -303,13 +308,19 @@ if start_daemon; then
       say "gcfreeze: $(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep '^GCFREEZE' | cut -c1-100 | tr '\n' ';')" ;;
     spin)      # CPU spun on the scheduler thread before each launch of the kinds SPIN_DOSES names, per engine (timeline.py
       # SPEC_SPIN), for the phases after it, whose rotations label their rows NAME-spin: the no-spec engine given the
-      # off engine's extra decode-launch CPU (12-04f: ~0.6 ms) says whether that CPU is the closed-128 gap
+      # off engine's extra decode-launch CPU (12-04f: ~0.6 ms) says whether that CPU is the closed-128 gap. Labels
+      # change only once every engine named confirmed the dose ("SPIN pid" lines; idle engines look once a second)
       fits "$(phase_need spin)" spin || continue
-      spun=$(engine_lines '^SPIN pid'); doses=${SPIN_DOSES:-$DEFAULT_SPIN}
-      engines=$(python3 -c 'import json, sys; print(len(json.loads(sys.argv[1])))' "$doses") || continue
-      echo "$doses" >"$SPEC_SPIN.tmp" && mv "$SPEC_SPIN.tmp" "$SPEC_SPIN"
-      SUFFIX=-spin; wait_engine_lines '^SPIN pid' $((spun + engines - 2)) 20    # (each engine a dose names prints)
-      say "spin $(cat "$SPEC_SPIN"): $(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep '^SPIN pid' | tail -2 | tr '\n' ';')" ;;
+      spun=$(engine_lines '^SPIN pid')
+      echo "$SPIN_JSON" >"$SPEC_SPIN.tmp" && mv "$SPEC_SPIN.tmp" "$SPEC_SPIN"
+      wait_engine_lines '^SPIN pid' $((spun + spin_engines - 2)) 20
+      got=$(($(engine_lines '^SPIN pid') - spun))
+      if [ "$got" -lt "$spin_engines" ]; then
+        rm -f "$SPEC_SPIN"; say "spin: $got of $spin_engines engine(s) confirmed $SPIN_JSON in 20 s: dose removed, labels unchanged"
+        continue
+      fi
+      SUFFIX=-spin
+      say "spin $SPIN_JSON: $(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep '^SPIN pid' | tail -"$got" | tr '\n' ';')" ;;
     grammar)   # issue 12 item 4: a share of the requests carry a regex; status says how many off batches fell back
       fits "$(phase_need grammar)" grammar || continue
       load_sum --shape closed --levels "${GRAMMAR_LEVELS:-48}" --grammar-share "${GRAMMAR_SHARE:-0.1}" \

@@ -54,6 +54,7 @@ import io
 import json
 import os
 import pstats
+import sys
 import time
 import traceback
 import warnings
@@ -225,16 +226,43 @@ def allocator_counters() -> list[int]:
     return [int(stats.get(k, 0)) for k in ("num_alloc_retries", "num_device_alloc", "num_device_free")]
 
 
+SPIN_ENGINES, SPIN_KINDS, MAX_SPIN_US = ("nospec", "off"), ("decode", "extend"), 20_000
+
+
+def parse_doses(text: str) -> dict[str, dict[str, int]]:
+    """SPEC_SPIN's JSON, {engine: {kind: us}} (engine: a timeline prefix's basename, SPIN_ENGINES; kind: SPIN_KINDS;
+    0 < us <= MAX_SPIN_US), as ns per engine and kind; ValueError saying what is wrong (run_pair checks SPIN_DOSES
+    with it before any engine starts, the engines read the file with it)."""
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"not JSON ({e})") from None
+    if not isinstance(data, dict) or not data:
+        raise ValueError("not an object naming an engine")
+    out: dict[str, dict[str, int]] = {}
+    for engine, kinds in data.items():
+        if engine not in SPIN_ENGINES:
+            raise ValueError(f"engine {engine!r}: one of {', '.join(SPIN_ENGINES)} (the timeline prefixes)")
+        if not isinstance(kinds, dict) or not kinds:
+            raise ValueError(f"{engine}: not an object of batch kind -> us")
+        for kind, us in kinds.items():
+            if kind not in SPIN_KINDS:
+                raise ValueError(f"{engine}: batch kind {kind!r}: one of {', '.join(SPIN_KINDS)}")
+            if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 < us <= MAX_SPIN_US:
+                raise ValueError(f"{engine}.{kind}: {us!r} us, allowed above 0 up to {MAX_SPIN_US}")
+            out.setdefault(engine, {})[kind] = int(us * 1000)
+    return out
+
+
 def spin_doses(path: str | None, engine: str) -> dict[str, int]:
-    """This engine's CPU doses (batch kind -> ns) from SPEC_SPIN's JSON file; none where the file is absent or
-    says nothing valid for it (a bench reading must never stop the scheduler)."""
+    """This engine's CPU doses (batch kind -> ns) from SPEC_SPIN's file; none where the file is absent or not valid
+    (a bench reading must never stop the scheduler: run_pair refuses a bad SPIN_DOSES before the engines start)."""
     if not path or not os.path.exists(path):
         return {}
     try:
         with open(path) as f:
-            mine = json.load(f).get(engine, {})
-        return {str(k): int(float(us) * 1000) for k, us in mine.items() if float(us) > 0}
-    except (OSError, ValueError, TypeError, AttributeError):
+            return parse_doses(f.read()).get(engine, {})
+    except (OSError, ValueError):
         return {}
 
 
@@ -287,6 +315,19 @@ def switch_sync_debug(on: bool) -> None:
     print(f"SYNC debug on in pid {os.getpid()}", flush=True)
 
 
+def main(argv: list[str]) -> int:
+    """`timeline.py --check-spin JSON`: how many engines the doses name, or one line saying what is wrong (exit 2)."""
+    if len(argv) != 2 or argv[0] != "--check-spin":
+        print("usage: timeline.py --check-spin JSON", file=sys.stderr)
+        return 2
+    try:
+        print(len(parse_doses(argv[1])))
+    except ValueError as e:
+        print(f"SPIN_DOSES: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def load() -> None:
     prefix = os.environ.get("SPEC_TIMELINE")
     if not prefix:
@@ -299,3 +340,7 @@ def load() -> None:
     HookRegistry.register(f"{SCHEDULER}.process_input_requests", tl.span("R"), HookType.AROUND)
     for tag, target in INNER.items():
         HookRegistry.register(target, tl.inner(tag), HookType.AROUND)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -41,6 +41,9 @@ def read(prefix: str) -> list[list]:
     return best
 
 
+IDLE_CAP_MS = 50.0    # a gap longer than this before a batch is an engine waiting for arrivals, not a cost of the last
+
+
 def span_gap(row: list, prev: list | None) -> tuple[float, float]:
     """A batch's GPU span and the gap since the previous batch's end (ms): the exact fields of newer rows,
     else the difference of the coarse axis."""
@@ -61,7 +64,7 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
     for b in batches:
         k, bs, ext, c0, c1 = b[1:6]
         span, gap = span_gap(b, prev)
-        if k == "decode" and prev is not None:
+        if k == "decode" and prev is not None and gap <= IDLE_CAP_MS:     # (longer: an engine waiting for arrivals)
             a = after[prev[1]]
             a["gpu"].append(span)
             a["gap"].append(gap)
@@ -137,7 +140,7 @@ def runs_of(rows: list[list], gap_ms: float = 1000.0) -> list[list[list]]:
     return [r for r in runs if r]
 
 
-def prefill_cost(run: list[list], min_extends: int = 100, idle_cap_ms: float = 50.0) -> dict | None:
+def prefill_cost(run: list[list], min_extends: int = 100, idle_cap_ms: float = IDLE_CAP_MS) -> dict | None:
     """What an extend batch costs the running decodes: its GPU span as a line in its prompt tokens (least
     squares: a + b tokens), plus the GPU idle before it and before the decode that follows and that decode's
     extra GPU time over the others. Gaps over idle_cap_ms are an engine waiting for arrivals, not a cost of

@@ -13,7 +13,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 MODE_NAMES = {"ema": "sglang-ema"}      # the simulator's name for the daemon's EMA policy
-OFF_MODES = ("synced", "lean", "leanalloc", "fast", "off", "side", "inline", "off-nodraftprefill", "never", "pinned", "kveager", "perbatch", "defer", "resolve")   # never: pinned at 0; pinned: at PIN_T
+OFF_MODES = ("synced", "lean", "leanalloc", "fast", "off", "side", "inline", "off-nodraftprefill", "never", "pinned", "kveager", "perbatch", "defer", "resolve", "leanall")   # never: pinned at 0; pinned: at PIN_T
 
 
 def rows_of(path: str) -> list[dict]:
@@ -42,7 +42,10 @@ PHASE_SUFFIXES = ("-gcf", "-spin")     # run_pair's gcfreeze / spin phases: ever
 
 
 def nospec_label(label: str) -> str:
-    """The no-spec engine's label beside `label` (after run_pair's gcfreeze or spin phase both end in its suffix)."""
+    """The no-spec engine's label beside `label` (after run_pair's gcfreeze or spin phase both end in its suffix;
+    the no-spec engine's own runs after such a phase are set beside its runs before it: what the phase did to it)."""
+    if label.startswith("nospec"):
+        return "nospec"
     return "nospec" + next((s for s in PHASE_SUFFIXES if label.endswith(s)), "")
 
 

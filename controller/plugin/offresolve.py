@@ -50,7 +50,9 @@ class LeanResolve:
             return original(future_map, batch, *args, **kwargs)
         if self._map[0] is not future_map or not self._map[1]:
             # read again until it holds: SGLang sets need_topk and the draft-probs buffer at the map's first stash
-            # (_lazy_init_forward_buf), after the first batch's resolve; once it holds it stays (one per engine)
+            # (_lazy_init_forward_buf), after the first batch's resolve. Kept once it holds: a later DSA buffer is
+            # each batch's own flag (below); a draft-probs buffer made later (0.5.20+) comes with rejection
+            # sampling, which keeps every batch off the fast path (OffPath.rejection), so takes() is False
             self._map = (future_map, self._plain_map(future_map))
         if not (self._map[1] and self.takes(batch)):
             return original(future_map, batch, *args, **kwargs)
