@@ -8,7 +8,8 @@ from typing import Any, Mapping
 from . import __version__ as VERSION
 DAEMON_KEYS = ("running", "starting", "pid", "version", "uptime_s", "db", "socket", "healthy", "problems")
 WINDOW_KEYS = ("mean_accept_length", "acceptance_rate", "last_accept_length", "last_accept_age_s", "tok_per_s",
-               "spec_share", "window_s", "figures_age_s")
+               "spec_share", "window_s", "figures_age_s",
+               "clock_speed")     # the engine clock's rate against real time (the simulator's --speed; 1 on a GPU)
 SAMPLE_KEYS = ("total", "per_s", "dropped", "rejected", "ingest_errors", "written", "write_dropped", "write_errors")
 # The sums a window of samples is summarised from (LiveStats in memory, queries.sample_sums in SQL).
 SUM_KEYS = ("batches", "tokens", "spec_batches", "busy_s", "spec_tokens", "spec_requests", "max_steps")

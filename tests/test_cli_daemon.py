@@ -117,6 +117,9 @@ def test_socket_missing_falls_back_to_database(daemon, tmp_path):
     assert res.exit_code == 3           # nobody holds the copy: not running, the database's last state
     st = json.loads(res.stdout)
     assert st["daemon"]["running"] is False and st["threshold"] is not None
+    assert st["clock_speed"] == 20.0 == json.loads(specctl(daemon, "status", "--json").stdout)["clock_speed"]
+    text = CliRunner().invoke(cli, ["--socket", str(tmp_path / "no.sock"), "--db", str(db), "status"]).stdout
+    assert "tok/s (simulated time)" in text        # the rates are the simulator's, running or not (helper-37)
     assert st["policy"]["name"] == "thompson" and float(st["policy"]["params"]["scale"]) == 1.3, st["policy"]
     assert st["tok_per_s"] > 0 and st["spec_share"] is not None and st["figures_age_s"] >= 0
 

@@ -100,7 +100,8 @@ def _last_change(st: dict) -> list[str]:
 def render_status(st: dict) -> str:
     eng = st.get("engine") or {}
     pol = st.get("policy") or {}
-    per = " (simulated time)" if eng.get("speed") not in (None, 1, 1.0) else ""
+    speed = st.get("clock_speed") or eng.get("speed")      # (engine's: a daemon from before clock_speed)
+    per = " (simulated time)" if speed not in (None, 1, 1.0) else ""
     samples = st.get("samples") or {}
     lines = _head(st) + [
         _threshold(st),
@@ -194,7 +195,8 @@ def _from_db(ctx: Ctx, db) -> dict:
     pol = saved.get("policy") or {}
     window = summarise(sums, sums.get("span_s"))
     last_write = queries.last_wall(db)      # the daemon's last checkpoint or decision
-    window.update(window_s=60.0, figures_age_s=round(time.time() - last_write, 1) if last_write else None)
+    window.update(window_s=60.0, figures_age_s=round(time.time() - last_write, 1) if last_write else None,
+                  clock_speed=(saved.get("clock") or {}).get("speed"))     # (absent: a database from before 12-04f)
     control = {"threshold": saved["pinned"] if saved.get("pinned") is not None else saved.get("threshold"),
                "pinned": saved.get("pinned") is not None,
                "policy": {"name": pol.get("name"), "policy": queries.latest_policy(db),

@@ -69,6 +69,8 @@ class Service:
         self._rollups = Rollups(cfg["storage"]["rollup_s"], policy.buckets.edges)
         if "policy" not in saved:        # first start: record the configured policy as the active one
             writer.setting("policy", {"name": pol["name"], "params": dict(pol.get("params") or {})})
+        self.clock_speed = float(getattr(engine, "speed", 1.0) or 1.0)
+        writer.setting("clock", {"speed": self.clock_speed})    # offline status: whose time the rates are in
 
     # --- restore ------------------------------------------------------------
     def reader(self):
@@ -284,7 +286,8 @@ class Service:
 
     def status(self) -> dict:
         with self.lock:
-            window = self.stats.snapshot(self.clock.now(), getattr(self.engine, "speed", 1.0))
+            window = self.stats.snapshot(self.clock.now(), self.clock_speed)
+            window["clock_speed"] = self.clock_speed
             loop, guard = self.loop, self.loop.guard
             control = {"threshold": loop.threshold, "pinned": loop.pinned is not None, "exploit_threshold": guard.exploit,
                        "policy": {"name": self.policy_name, "policy": loop.policy.name,
