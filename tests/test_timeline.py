@@ -459,3 +459,21 @@ def test_the_dose_check_prints_how_many_engines_it_names_or_why_not(capsys):
     assert timeline.main(["--check-spin", '{"off": {"decode": -1}}']) == 2
     assert capsys.readouterr().err.strip() == "SPIN_DOSES: off.decode: -1 us, allowed above 0 up to 20000"
     assert timeline.main([]) == 2
+
+
+def test_the_cpu_before_the_target_forward_per_kind_and_for_the_decode_after_an_extend():
+    """pretarget_cpu_ms: from the launch's start to its first target-worker span (what a drained GPU waits for);
+    a span outside every launch, or of another kind, counts for none."""
+    ms = 1_000_000
+    rows = [["B", "extend", 1, 100, 0, 9 * ms, 0.0, 8.0, 8.0, 0.0],
+            ["B", "decode", 30, 0, 10 * ms, 12 * ms, 9.0, 16.0, 7.0, 1.0],
+            ["B", "decode", 30, 0, 20 * ms, 21 * ms, 16.0, 23.0, 7.0, 0.0],
+            ["T", "extend", 1 * ms, 8 * ms, 1], ["T", "extend", int(8.5 * ms), 9 * ms, 1],    # two: the first counts
+            ["T", "decode", int(10.9 * ms), int(11.5 * ms), 2], ["T", "decode", int(20.3 * ms), int(20.8 * ms), 3],
+            ["T", "decode", 15 * ms, 16 * ms, 9],                                         # between launches: none
+            ["T", "extend", int(20.5 * ms), int(20.6 * ms), 9]]                           # another kind: none
+    out = summarise(rows, 0, 2**62)
+    assert out["kinds"]["extend"]["pretarget_cpu_ms"] == pytest.approx(1.0)
+    assert out["kinds"]["decode"]["pretarget_cpu_ms"] == pytest.approx((0.9 + 0.3) / 2)
+    assert out["decode_after"]["extend"]["pretarget_cpu_ms"] == pytest.approx(0.9)
+    assert out["decode_after"]["decode"]["pretarget_cpu_ms"] == pytest.approx(0.3)

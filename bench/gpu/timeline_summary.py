@@ -16,6 +16,7 @@ request waits per token: its own step, plus every extend and idle gap in between
 from __future__ import annotations
 
 import argparse
+import bisect
 import glob
 import json
 import lzma
@@ -60,6 +61,7 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
     # decodes by the batch before them: after an extend (a launch-bound prefill) the GPU has drained, so the decode's
     # launch CPU before its forward shows as idle and span (12-04f); after a decode it hides behind that forward
     after: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    pretarget = pre_target_ms(rows, batches)
     prev = None
     for b in batches:
         k, bs, ext, c0, c1 = b[1:6]
@@ -69,6 +71,10 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
             a["gpu"].append(span)
             a["gap"].append(gap)
             a["launch"].append((c1 - c0) / 1e6)
+            if id(b) in pretarget:
+                a["pretarget"].append(pretarget[id(b)])
+        if id(b) in pretarget:
+            per[k]["pretarget"].append(pretarget[id(b)])
         p = per[k]
         p["bs"].append(bs)
         p["ext"].append(ext)
@@ -115,18 +121,36 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
                     "process_cpu_ms": mean(p.get("process", [])), "schedule_cpu_ms": mean(p.get("schedule", [])),
                     # inside the launch, per batch that made them: the target worker's forward(s), the runner's
                     "target_cpu_ms": mean(p.get("target", [])), "runner_cpu_ms": mean(p.get("runner", [])),
+                    # the launch's CPU before its target forward began (what a drained GPU waits for first)
+                    "pretarget_cpu_ms": mean(p.get("pretarget", [])),
                     # of those wall times, the scheduler thread's own CPU (the rest: off the CPU, waiting)
                     "launch_oncpu_ms": mean(p.get("launch_oncpu", [])), "runner_oncpu_ms": mean(p.get("runner_oncpu", [])),
                     "gc_ms": round(gc_ms.get(k, 0.0) / len(p["gpu"]), 3),    # garbage collection per launch
                     "gpu_share": round(sum(p["gpu"]) / window, 4), "idle_share": round(sum(p["gap"]) / window, 4)}
     decode_after = {k: {"n": len(a["gpu"]), "gpu_ms": mean(a["gpu"]), "idle_before_ms": mean(a["gap"]),
-                        "launch_cpu_ms": mean(a["launch"])} for k, a in sorted(after.items())}
+                        "launch_cpu_ms": mean(a["launch"]), "pretarget_cpu_ms": mean(a.get("pretarget", []))}
+                    for k, a in sorted(after.items())}
     dec = [b[7] for b in batches if b[1] == "decode"]
     intervals = [b - a for a, b in zip(dec, dec[1:])]
     return {"window_ms": round(window, 1), "batches": len(batches), "kinds": kinds, "decode_after": decode_after,
             "decode_interval_ms_median": round(statistics.median(intervals), 3) if intervals else None,
             "decode_interval_ms_mean": mean(intervals), "recv_cpu_ms_total": round(sum(recv), 1),
             "gc_ms_total": round(sum(gc_ms.values()), 1), "allocator": allocator}
+
+
+def pre_target_ms(rows: list[list], batches: list[list]) -> dict[int, float]:
+    """For each batch row (by id) whose launch holds a target-worker span ("T"): the CPU from the launch's start to
+    that span's start (ms): SGLang's relay and the plugin's work before the target forward is queued."""
+    launches = sorted(((b[4], b[5], b[1], id(b)) for b in batches), key=lambda x: x[0])
+    starts = [x[0] for x in launches]
+    out: dict[int, float] = {}
+    for r in rows:
+        if r[0] != "T":
+            continue
+        i = bisect.bisect_right(starts, r[2]) - 1      # the latest launch started at or before this span
+        if i >= 0 and launches[i][1] >= r[2] and launches[i][2] == r[1] and launches[i][3] not in out:
+            out[launches[i][3]] = (r[2] - launches[i][0]) / 1e6
+    return out
 
 
 def runs_of(rows: list[list], gap_ms: float = 1000.0) -> list[list[list]]:
