@@ -17,7 +17,8 @@
 #  after it (their rotations' labels end in -gcf); every TIMELINE line counts garbage collection (gc_ms per launch)
 #  and the CUDA allocator's device calls (allocator); `calibrate`: a fixed pure-Python loop timed in both schedulers;
 #  `spin`: CPU spun before each launch for the phases after it (SPIN_DOSES, timeline.py's SPEC_SPIN; default: the
-#  no-spec engine's decodes 1000 us) with their labels ending in -spin (SHAPES=closedab,spin,closedab: with and without);
+#  no-spec engine's decodes 1000 us; one spin phase per call) with the ab rotations' labels ending in -spin (only those:
+#  SHAPES=closedab,spin,closedab measures with and without);
 #  `grammar`: the same closed loop at GRAMMAR_LEVELS (48) where GRAMMAR_SHARE (0.1) of the requests carry a regex
 #  (loads.py GRAMMAR_REGEX, or GRAMMAR_REGEX; SPEC_CONTROLLER_FAST_GRAMMAR=0 in the environment keeps grammar
 #  batches on steps-0 to measure that fallback); `grcheck`: grammar-constrained outputs of the off engine
