@@ -876,12 +876,12 @@ def test_a_held_prompt_is_staged_after_the_next_decodes_forward_and_before_anyth
     monkeypatch.setattr(fastoff, "run", run)
     draft_pass = lambda *a, **k: "draft forward"
     assert off.draft_extend_for_prefill(draft_pass, None, "p1", "hidden", [7]) == ("stub", [7])
-    assert off.draft_extend_for_prefill(draft_pass, None, "p2", "hidden", [7]) == ("stub", [7])   # p1 goes in first
+    assert off.draft_extend_for_prefill(draft_pass, None, "p2", "hidden", [7]) == ("stub", [7])   # held beside p1
     assert off.draft_extend_for_prefill(draft_pass, None, "idle", "hidden", [7]) == ("stub", [7])  # nothing to hold
     assert off.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30)) == "fast"
-    assert log == [("held", "p1", True), ("held", "p2", True), ("staged", "p1", True),
-                   "decode forward queued", ("staged", "p2", True), "decode rows"]
-    assert off.kv_writes == 3 and off.prompts.rows is None
+    assert log == [("held", "p1", True), ("held", "p2", True),      # back to back: neither extend pays a write
+                   "decode forward queued", ("staged", "p1", True), ("staged", "p2", True), "decode rows"]
+    assert off.kv_writes == 3 and not off.prompts.holding()
     assert off.counters()["draft_kv_prefill_held"] == 2          # p1, p2 waited; "idle" had nothing to hold
     del log[:]                                       # a batch that speculates: the held rows before SGLang's batch
     off.draft_extend_for_prefill(draft_pass, None, "p3", "hidden", [7])
@@ -894,7 +894,7 @@ def test_a_held_prompt_is_staged_after_the_next_decodes_forward_and_before_anyth
     monkeypatch.setattr(draftkv, "stage_prefill", lambda w, rows: (_ for _ in ()).throw(RuntimeError("boom")))
     off.forward_batch_generation(lambda *a, **k: log.append("sglang batch"), routed_worker(plug),
                                  decode_batch(30, is_extend_in_batch=True))
-    assert off.kv_writer is None and off.prompts.rows is None and "sglang batch" in log
+    assert off.kv_writer is None and not off.prompts.holding() and "sglang batch" in log
     assert "draft KV prefill" in plug.failures.places
     del log[:]                                       # switched off with a prompt held: it goes in before the next
     off.kv_writer = writer
@@ -903,7 +903,7 @@ def test_a_held_prompt_is_staged_after_the_next_decodes_forward_and_before_anyth
     monkeypatch.setattr(draftkv, "write_prefill", lambda w, batch, hidden, ids: log.append(("written", batch)) or True)
     plug.apply_own_keys({contract.DEFER_PROMPT_KV_KEY: False})
     off.draft_extend_for_prefill(draft_pass, None, "p6", "hidden", [7])
-    assert log == [("held", "p5", True), ("staged", "p5", True), ("written", "p6")] and off.prompts.rows is None
+    assert log == [("held", "p5", True), ("staged", "p5", True), ("written", "p6")] and not off.prompts.holding()
     assert off.counters()["draft_kv_prefill_held"] == 5          # p3, p4, p5 as well; p6 was written at once
 
 

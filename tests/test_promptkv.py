@@ -72,5 +72,44 @@ def test_an_idle_batch_holds_nothing():
     b.forward_mode = SimpleNamespace(is_idle=lambda: True)
     writes = promptkv.PromptWrites(defer=True)
     writes.why_not = None
-    assert not writes.write(Writer(), b, torch.zeros(5, 2), torch.tensor([1, 2])) and writes.rows is None
+    assert not writes.write(Writer(), b, torch.zeros(5, 2), torch.tensor([1, 2])) and not writes.holding()
     assert draftkv.prompt_rows_of(b, None, None) is None and not writes.stage()
+
+
+def test_prompts_back_to_back_are_held_together_up_to_the_caps_and_staged_oldest_first(monkeypatch):
+    """Prefills often follow each other under arrivals: each is held (none staged inside the next extend's launch)
+    until MAX_HELD_PROMPTS or MAX_HELD_ROWS would be passed, or another writer takes rows; then those held go first."""
+    writes, writer, other = promptkv.PromptWrites(defer=True), Writer(), Writer()
+    writes.why_not = None
+    monkeypatch.setattr(promptkv, "MAX_HELD_ROWS", 12)
+    firsts = []
+    for first in (11, 31, 41):                   # 5 tokens each: 15 would pass 12 rows
+        b = batch()
+        b.input_ids = torch.tensor([first, first + 1, first + 2, 21, 22])
+        firsts.append(first)
+        assert writes.write(writer, b, torch.zeros(5, 2), torch.tensor([99, 98]))
+        if first == 31:
+            assert writer.calls == [] and len(writes.queue) == 2 and writes.queued_rows == 10
+    assert [c[1][0].item() for c in writer.calls] == [12, 32]      # the two held went in, oldest first ...
+    assert len(writes.queue) == 1 and writes.queued_rows == 5       # ... when the third would pass the rows' cap
+    assert writes.write(other, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))   # another writer: staged first
+    assert [c[1][0].item() for c in writer.calls] == [12, 32, 42] and other.calls == [] and writes.pending_for(other)
+    monkeypatch.setattr(promptkv, "MAX_HELD_ROWS", 1000)
+    for _ in range(promptkv.MAX_HELD_PROMPTS):                     # the prompts' cap
+        writes.write(other, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))
+    assert len(other.calls) == promptkv.MAX_HELD_PROMPTS and len(writes.queue) == 1
+    assert writes.stage() and not writes.holding() and writes.queued_rows == 0 and not writes.stage()
+    assert writes.held == 3 + 1 + promptkv.MAX_HELD_PROMPTS
+
+
+def test_a_failed_staging_drops_every_held_prompt(monkeypatch):
+    writes = promptkv.PromptWrites(defer=True)
+    writes.why_not = None
+    writer = Writer()
+    for _ in range(3):
+        writes.write(writer, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))
+    assert len(writes.queue) == 3 and writer.calls == []
+    monkeypatch.setattr(draftkv, "stage_prefill", lambda w, rows: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError):
+        writes.stage()
+    assert not writes.holding() and writes.queued_rows == 0

@@ -104,7 +104,7 @@ class OffPath:
         """A held prompt's rows (promptkv), the writes buffered (coalesced) or running beside (side stream), except
         `keep`'s (the off batch's writer), before anything else touches the draft's pool: every batch but an off decode
         comes here, a prefill in its draft pass (a lean one adds its rows instead: prefills do not end a window)."""
-        if self.prompts.rows is not None and not self.prompts.pending_for(keep):
+        if self.prompts.holding() and not self.prompts.pending_for(keep):
             self._stage_held()
         if self.kv_graph is not None and keep is not self.kv_graph:
             self.kv_graph.wait()
@@ -257,7 +257,7 @@ class OffPath:
             self._flush_kv(draft, keep=writer)   # another writer's rows first
             result = fastoff.run(worker, fast, batch, on_publish, self.sync_draft and fast.with_hidden, writer,
                                  grammar_barrier=barrier, lean=self.lean_off,
-                                 before_write=self._stage_held if self.prompts.rows is not None else None)
+                                 before_write=self._stage_held if self.prompts.holding() else None)
         except Exception as e:      # restored batch fields: SGLang's own path can still take this batch
             self.failures.record("fast off", e)
             self.fast, self.reason = None, REASON_RUN_FAILED
