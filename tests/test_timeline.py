@@ -477,3 +477,6 @@ def test_the_cpu_before_the_target_forward_per_kind_and_for_the_decode_after_an_
     assert out["kinds"]["decode"]["pretarget_cpu_ms"] == pytest.approx((0.9 + 0.3) / 2)
     assert out["decode_after"]["extend"]["pretarget_cpu_ms"] == pytest.approx(0.9)
     assert out["decode_after"]["decode"]["pretarget_cpu_ms"] == pytest.approx(0.3)
+    assert out["transitions"] == {"decode>decode": 1, "extend>decode": 1}
+    two = summarise(rows[:1] + [["B", "extend", 1, 50, 9 * ms, 10 * ms, 8.0, 9.0, 1.0, 0.0]] + rows[1:], 0, 2**62)
+    assert two["transitions"] == {"decode>decode": 1, "extend>decode": 1, "extend>extend": 1}

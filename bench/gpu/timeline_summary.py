@@ -62,6 +62,7 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
     # launch CPU before its forward shows as idle and span (12-04f); after a decode it hides behind that forward
     after: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     pretarget = pre_target_ms(rows, batches)
+    transitions: dict[str, int] = defaultdict(int)
     prev = None
     for b in batches:
         k, bs, ext, c0, c1 = b[1:6]
@@ -75,6 +76,8 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
                 a["pretarget"].append(pretarget[id(b)])
         if id(b) in pretarget:
             per[k]["pretarget"].append(pretarget[id(b)])
+        if prev is not None:        # how often a prefill follows a prefill (promptkv holds several for that)
+            transitions[f"{prev[1]}>{k}"] += 1
         p = per[k]
         p["bs"].append(bs)
         p["ext"].append(ext)
@@ -133,6 +136,7 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
     dec = [b[7] for b in batches if b[1] == "decode"]
     intervals = [b - a for a, b in zip(dec, dec[1:])]
     return {"window_ms": round(window, 1), "batches": len(batches), "kinds": kinds, "decode_after": decode_after,
+            "transitions": dict(sorted(transitions.items())),
             "decode_interval_ms_median": round(statistics.median(intervals), 3) if intervals else None,
             "decode_interval_ms_mean": mean(intervals), "recv_cpu_ms_total": round(sum(recv), 1),
             "gc_ms_total": round(sum(gc_ms.values()), 1), "allocator": allocator}
