@@ -82,6 +82,8 @@ def test_prompts_back_to_back_are_held_together_up_to_the_caps_and_staged_oldest
     writes, writer, other = promptkv.PromptWrites(defer=True), Writer(), Writer()
     writes.why_not = None
     monkeypatch.setattr(promptkv, "MAX_HELD_ROWS", 12)
+    engaged = []
+    monkeypatch.setattr(promptkv.log, "info", lambda msg, *a: engaged.append("held until the next decode" in msg))
     firsts = []
     for first in (11, 31, 41):                   # 5 tokens each: 15 would pass 12 rows
         b = batch()
@@ -100,6 +102,7 @@ def test_prompts_back_to_back_are_held_together_up_to_the_caps_and_staged_oldest
     assert len(other.calls) == promptkv.MAX_HELD_PROMPTS and len(writes.queue) == 1
     assert writes.stage() and not writes.holding() and writes.queued_rows == 0 and not writes.stage()
     assert writes.held == 3 + 1 + promptkv.MAX_HELD_PROMPTS
+    assert engaged.count(True) == 1                            # said once, at the first prompt held
 
 
 def test_a_failed_staging_drops_every_held_prompt(monkeypatch):

@@ -65,6 +65,9 @@ class PromptWrites:
                 self.queue.append(rows)
                 self.queued_rows += n
                 self.held += 1
+                if self.held == 1:      # the engine's log says it engaged (run_consistency has no daemon's status)
+                    log.info("spec-controller: prompts' draft-KV writes held until the next decode's forward "
+                             "(spec_controller_defer_prompt_kv)")
             return rows is not None
         self.stage()
         t0, replays = time.perf_counter_ns(), getattr(writer, "replays", None)
