@@ -101,7 +101,19 @@ def test_prompts_back_to_back_are_held_together_up_to_the_caps_and_staged_oldest
         writes.write(other, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))
     assert len(other.calls) == promptkv.MAX_HELD_PROMPTS and len(writes.queue) == 1
     assert writes.stage() and not writes.holding() and writes.queued_rows == 0 and not writes.stage()
-    assert writes.held == 3 + 1 + promptkv.MAX_HELD_PROMPTS
+    monkeypatch.setattr(promptkv, "MAX_HELD_ROWS", 10)             # exactly the cap: held together
+    writes.write(other, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))
+    writes.write(other, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))
+    assert len(writes.queue) == 2 and writes.queued_rows == 10
+    writes.stage()
+    monkeypatch.setattr(promptkv, "MAX_HELD_ROWS", 3)              # a prompt over the cap is held alone
+    writes.write(other, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))
+    assert len(writes.queue) == 1 and writes.queued_rows == 5
+    calls = len(other.calls)
+    writes.write(other, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))      # the next one stages it first
+    assert len(other.calls) == calls + 1 and len(writes.queue) == 1
+    writes.stage()
+    assert writes.held == 3 + 1 + promptkv.MAX_HELD_PROMPTS + 4
     assert engaged.count(True) == 1                            # said once, at the first prompt held
 
 
@@ -116,3 +128,16 @@ def test_a_failed_staging_drops_every_held_prompt(monkeypatch):
     with pytest.raises(RuntimeError):
         writes.stage()
     assert not writes.holding() and writes.queued_rows == 0
+
+
+def test_a_prompt_that_passes_a_cap_stages_the_held_ones_before_it_is_copied(monkeypatch):
+    """The held prompts' memory goes back before the next prompt's copies are made (peak: the cap, not cap + one)."""
+    writes, writer, order = promptkv.PromptWrites(defer=True), Writer(), []
+    writes.why_not = None
+    monkeypatch.setattr(promptkv, "MAX_HELD_PROMPTS", 1)
+    real = draftkv.prompt_rows_of
+    monkeypatch.setattr(draftkv, "prompt_rows_of", lambda *a, **k: order.append("copy") or real(*a, **k))
+    monkeypatch.setattr(writer, "write", lambda *a: order.append("staged"))
+    writes.write(writer, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))
+    writes.write(writer, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))
+    assert order == ["copy", "staged", "copy"]

@@ -30,7 +30,8 @@ from . import draftkv
 
 log = logging.getLogger("spec_controller.plugin")
 MAX_HELD_PROMPTS = 4         # prefills held at once ...
-MAX_HELD_ROWS = 4096         # ... and their tokens: ~100 MB of aux copies at hidden 4096 (3 x 4096 bf16 a row)
+MAX_HELD_ROWS = 4096         # ... and their tokens: ~100 MB of aux copies at hidden 4096, ~200 MB at 8192 (3 x hidden
+                             # bf16 a row); a prompt over it is held alone
 
 
 class PromptWrites:
@@ -53,14 +54,14 @@ class PromptWrites:
         row held before goes in first (a slot it freed and this prompt reuses keeps this prompt's row). Returns
         whether there was anything to write; raises what the write raises."""
         if self.defer and self.why_not is None:
+            n = sum(getattr(batch, "extend_lens", None) or ())
+            if self.queue and (writer is not self.writer or len(self.queue) >= MAX_HELD_PROMPTS
+                               or self.queued_rows + n > MAX_HELD_ROWS):
+                self.stage()          # (before this prompt's copies: the held ones' memory first given back)
             t0 = time.perf_counter_ns()
             rows = draftkv.prompt_rows_of(batch, aux_hidden, next_token_ids, keep=True)
             self.ns += time.perf_counter_ns() - t0
             if rows is not None:
-                n = sum(getattr(rows, "extend_lens", ()))
-                if self.queue and (writer is not self.writer or len(self.queue) >= MAX_HELD_PROMPTS
-                                   or self.queued_rows + n > MAX_HELD_ROWS):
-                    self.stage()
                 self.writer = writer
                 self.queue.append(rows)
                 self.queued_rows += n
