@@ -67,15 +67,16 @@ def summarise(rows: list[list], t0_ns: int, t1_ns: int) -> dict:
     for b in batches:
         k, bs, ext, c0, c1 = b[1:6]
         span, gap = span_gap(b, prev)
+        pt = pretarget.get(id(b))
         if k == "decode" and prev is not None and gap <= IDLE_CAP_MS:     # (longer: an engine waiting for arrivals)
             a = after[prev[1]]
             a["gpu"].append(span)
             a["gap"].append(gap)
             a["launch"].append((c1 - c0) / 1e6)
-            if id(b) in pretarget:
-                a["pretarget"].append(pretarget[id(b)])
-        if id(b) in pretarget:
-            per[k]["pretarget"].append(pretarget[id(b)])
+            if pt is not None:
+                a["pretarget"].append(pt)
+        if pt is not None:
+            per[k]["pretarget"].append(pt)
         if prev is not None:        # how often a prefill follows a prefill (promptkv holds several for that)
             transitions[f"{prev[1]}>{k}"] += 1
         p = per[k]
@@ -217,16 +218,17 @@ def pair_lines(rows: list[dict]) -> list[str]:
         x, y = a.get("decode_interval_ms_median"), b.get("decode_interval_ms_median")
         return f"{x / y:.3f}" if x and y else "-"
 
-    def gpu(a: dict, b: dict) -> str:
-        x, y = kind(a, "decode", "gpu_ms"), kind(b, "decode", "gpu_ms")
+    def diff_us(x: float | None, y: float | None) -> str:
         return "-" if x is None or y is None else f"{(x - y) * 1e3:+.0f}"
+
+    def gpu(a: dict, b: dict) -> str:
+        return diff_us(kind(a, "decode", "gpu_ms"), kind(b, "decode", "gpu_ms"))
 
     def after_extend(a: dict, b: dict) -> str:
         def cost(r: dict) -> float | None:
             d = r.get("decode_after", {}).get("extend")
             return None if not d or d["gpu_ms"] is None else d["gpu_ms"] + d["idle_before_ms"]
-        x, y = cost(a), cost(b)
-        return "-" if x is None or y is None else f"{(x - y) * 1e3:+.0f}"
+        return diff_us(cost(a), cost(b))
 
     def ext(a: dict, b: dict) -> str:
         return " / ".join("-" if v is None else f"{v}" for v in (kind(a, "extend", "runner_cpu_ms"),

@@ -67,7 +67,8 @@ def _head(st: dict) -> list[str]:
             f"engine:      {eng.get('engine', '?')} - {eng.get('detail', '')}" + (f" ({', '.join(load)})" if load else "")]
 
 
-def _threshold(st: dict) -> str:
+def threshold_line(st: dict) -> str:
+    """The status's threshold line: the value, pinned or a trial, and what it means (also `specctl threshold`)."""
     t, best = st.get("threshold"), st.get("exploit_threshold")
     note = "pinned" if st.get("pinned") else trial_note(t, best)
     notes = [note] if note else []
@@ -104,7 +105,7 @@ def render_status(st: dict) -> str:
     per = " (simulated time)" if speed not in (None, 1, 1.0) else ""
     samples = st.get("samples") or {}
     lines = _head(st) + [
-        _threshold(st),
+        threshold_line(st),
         f"policy:      {pol.get('name') or '-'}{alias_note(pol)}",
         f"acceptance:  {_acceptance(st)}{_aged(st)}",
         f"throughput:  {_fmt(st.get('tok_per_s'), ',.0f')} tok/s{per}, speculating {_fmt(st.get('spec_share'), '.0%')}"
@@ -233,11 +234,6 @@ def current_status(ctx: Ctx, explain: bool) -> tuple[dict, int]:
                        "(engine starting, or is its socket another one? see --socket)")
             click.echo(f"specctl: {why}; last state from the database:", err=True)
         return st, EXIT_STARTING if holder else EXIT_NOT_RUNNING
-
-
-def threshold_line(st: dict) -> str:
-    """The status's threshold line: the value, pinned or a trial, and what it means."""
-    return _threshold(st)
 
 
 @click.command()
