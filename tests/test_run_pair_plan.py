@@ -118,3 +118,44 @@ def test_a_call_with_the_spin_phase_checks_its_doses_before_any_engine_starts(do
                            env={**env, "SHAPES": "closedab", "SPIN_DOSES": "{nope"}, capture_output=True, text=True,
                            timeout=30, cwd=SCRIPT.parents[2])
     assert quiet.returncode == 0            # without the phase its doses are not read
+
+
+@pytest.mark.parametrize("shapes, started, says", [
+    ("closed", True, "went on: closed needs 122"),
+    ("calibrate,closed,spin,closed", True, "went on: calibrate needs 15"),
+    ("closed,closedab", False, "SAY not started: TWIN=1 has no daemon for phase closedab"),
+    ("greedy", False, "SAY not started: TWIN=1 has no daemon for phase greedy"),
+    ("closedfast", False, "SAY not started: TWIN=1 has no daemon for phase closedfast"),
+])
+def test_the_a_a_call_refuses_a_phase_that_needs_the_daemon_before_any_engine_starts(shapes, started, says):
+    """TWIN=1 (a second engine without speculation in the daemon's place) has no daemon and no plugin to switch: a
+    phase that needs them is refused with one line and exit 2, before the engines' minutes are spent."""
+    got = plan(TWIN="1", SHAPES=shapes, REPEATS="2", DEADLINE_S="590", CLOSED_LEVELS="128", CLOSED_WARMUP="5",
+               CLOSED_S="15")
+    assert got.returncode == (0 if started else 2), got.stderr
+    assert got.stdout.strip().startswith(says), got.stdout
+    assert plan(SHAPES="closed,closedab", REPEATS="2", DEADLINE_S="590", CLOSED_LEVELS="128", CLOSED_WARMUP="5",
+                CLOSED_S="15").returncode == 0      # without TWIN the daemon's phases are fine
+
+
+def test_the_a_a_call_starts_a_second_engine_without_speculation_where_the_daemon_would_be():
+    """start_b with TWIN=1: start_server twin on the daemon's port with the daemon's mem fraction (no speculative
+    flags, no daemon); without TWIN: start_daemon. Labels and the CPU group's name follow."""
+    harness = r"""
+set -u
+say() { echo "SAY $*"; }
+start_server() { echo "start_server $*"; SERVER_PID=4242; }
+start_daemon() { echo "start_daemon"; DAEMON_PID=77; }
+R=/tmp/r
+eval "$(sed -n '/^B=off;/,/^}$/p' "$SCRIPT")"
+MEMFRAC=0.64 start_b; echo "B=$B GROUP_B=$GROUP_B DAEMON_PID=$DAEMON_PID PAIR=${PAIR[*]}"
+"""
+    def run(**env: str) -> str:
+        return subprocess.run(["bash", "-c", harness], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), **env},
+                              capture_output=True, text=True, timeout=30).stdout
+    twin = run(TWIN="1")
+    assert "start_server twin 30000 -- --mem-fraction-static 0.64" in twin and "start_daemon" not in twin
+    assert "B=twin GROUP_B=twin DAEMON_PID=4242 PAIR=--engines nospec=30001,twin=30000" in twin
+    daemon = run()
+    assert "start_daemon" in daemon and "start_server" not in daemon
+    assert "B=off GROUP_B=daemon DAEMON_PID=77 PAIR=--engines nospec=30001,off=30000" in daemon

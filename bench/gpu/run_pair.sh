@@ -39,6 +39,10 @@
 #  with the threshold pinned at PIN_T (8) (label pinned: lean prefills above 0); `profile`: the GPU kernels of a decode step at
 #  PROFILE_BS (48) per engine (kernel_profile.py). Phases run in the order SHAPES names them, each only if
 #  its time is left; OPEN_RATES (2,12,24); OFF_PATH sets the daemon's [sglang] off_path.
+# TWIN=1 (the A/A): instead of the daemon, a second engine WITHOUT speculation started as the daemon's is (second,
+#  mem fraction 0.64, port 30000, timeline prefix off, pinned and rotated the same), label twin: twin / nospec is what
+#  the harness reads for a second engine as fast as plain decoding (its median: the harness's own bias; its spread: the
+#  noise a 0.97 verdict must clear). Only the phases that need no daemon: TWIN_PHASES.
 # requests with a regex need a grammar backend in both engines (common.sh reads GRAMMAR_BACKEND)
 case ",${SHAPES:-}," in *,grammar,*|*,grcheck,*) export GRAMMAR_BACKEND=${GRAMMAR_BACKEND:-xgrammar} ;; esac
 source bench/gpu/common.sh
@@ -115,7 +119,7 @@ ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTOR
   AB=$(echo "$AB" | sed "s/\([a-z]*\)=3000/\1${SUFFIX:-}=3000/g")    # after phase gcfreeze: labels end in -gcf
 }
 engine_lines() { # pattern: lines matching it in both engines' logs so far
-  cat "$OUT/nospec.log" "$OUT/daemon.log" | grep -c "$1"
+  cat "$OUT/nospec.log" "$OUT/$GROUP_B.log" | grep -c "$1"
 }
 wait_engine_lines() { # pattern count-before seconds: until both engines printed one more such line (each looks
   # at its flag files at its next flush, or within a second while idle)
@@ -158,6 +162,11 @@ phase_need() { # phase: the seconds it needs once both engines are up (what fits
 }
 # Before any engine starts: a call whose first phase cannot fit after the engines' start (ENGINES_UP_S: ~170 s on a
 # warm machine, ~200-250 cold) would measure nothing (12-04e's call 2: 220 s of device time for "skip closedab").
+TWIN_PHASES=" open closed steady calibrate spin cprofile syncdebug gcfreeze "
+for phase in ${SHAPES//,/ }; do
+  [ "${TWIN:-0}" = 1 ] && [ "${TWIN_PHASES/ $phase /}" = "$TWIN_PHASES" ] && {
+    say "not started: TWIN=1 has no daemon for phase $phase (TWIN=1 runs:$TWIN_PHASES)"; exit 2; }
+done
 first=${SHAPES%%,*}; need=$(phase_need "$first"); up=${ENGINES_UP_S:-200}
 if [ $((need + up)) -gt "$DEADLINE" ]; then
   say "not started: $first needs $need s after the engines are up (~$up s, ENGINES_UP_S), DEADLINE_S is $DEADLINE"
@@ -177,29 +186,36 @@ export SPEC_GC_FREEZE=/tmp/tl/gcfreeze.flag       # phase gcfreeze creates it
 export SPEC_CALIBRATE=/tmp/tl/calibrate.flag      # phase calibrate creates it
 export SPEC_SPIN=/tmp/tl/spin.json                # phase spin writes it (SPIN_JSON)
 rm -f "$SPEC_GC_FREEZE" "$SPEC_CALIBRATE" "$SPEC_SPIN"   # a warm machine keeps /tmp: never start frozen or spinning
-PAIR=(--engines nospec=30001,off=30000 --repeats "${REPEATS:-2}" --flush --out "$R")
+B=off; GROUP_B=daemon     # the label of the engine beside the no-spec one; its process group and log ($OUT/NAME.log)
+[ "${TWIN:-0}" = 1 ] && B=twin GROUP_B=twin
+PAIR=(--engines nospec=30001,$B=30000 --repeats "${REPEATS:-2}" --flush --out "$R")
+start_b() { # the engine beside the no-spec one: the daemon (sglang engine + plugin), or with TWIN=1 a second no-spec
+  # engine started as the daemon's is; sets DAEMON_PID (either way: the group that pins and CPU counts follow)
+  if [ "$B" = twin ]; then start_server twin 30000 -- --mem-fraction-static "$MEMFRAC" && DAEMON_PID=$SERVER_PID
+  else start_daemon; fi
+}
 
 say "prefill graphs $PREFILL_GRAPH, off path ${OFF_PATH:-default}, grammar backend $GRAMMAR_BACKEND, sleep on idle $SLEEP_ON_IDLE"
 start_server nospec 30001 SPEC_TIMELINE=/tmp/tl/nospec -- --mem-fraction-static 0.30 || exit 1
 NOSPEC_PID=$SERVER_PID
 export SPEC_TIMELINE=/tmp/tl/off MEMFRAC=0.64     # the daemon's SGLang child inherits the timeline prefix
-if start_daemon; then
-  specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
-  specctl threshold pin 0 | tee -a "$SUM"
+if start_b; then
+  [ "$B" = off ] && { specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
+    specctl threshold pin 0 | tee -a "$SUM"; }
   # every run's row: both groups' CPU seconds per process name and the host's busy share (proccpu.py)
-  export LOAD_CPU_GROUPS="nospec=$NOSPEC_PID,daemon=$DAEMON_PID"
+  export LOAD_CPU_GROUPS="nospec=$NOSPEC_PID,$GROUP_B=$DAEMON_PID"
   CLIENT=""
   if [ "${PIN_CPUS:-0}" = 1 ]; then   # whole physical cores each (cpusets.py): no-spec engine, daemon + its engine, client
     mapfile -t SETS < <(python3 bench/gpu/cpusets.py 3 2>>"$SUM" || true)
     if [ ${#SETS[@]} -eq 3 ]; then
       pa=$(pin_group $NOSPEC_PID "${SETS[0]}"); pb=$(pin_group $DAEMON_PID "${SETS[1]}")
-      say "pinned: nospec $pa threads on ${SETS[0]}, daemon $pb on ${SETS[1]}, client ${SETS[2]}"
+      say "pinned: nospec $pa threads on ${SETS[0]}, $GROUP_B $pb on ${SETS[1]}, client ${SETS[2]}"
       CLIENT="taskset -c ${SETS[2]}"
       # PIN_ROTATE=0 keeps these pins for the whole call; else loads.py swaps the two engines' core sets every
       # repeat (12-04c: the daemon's engine on one set for a whole call was slow in 4 of 6 runs, no-spec in none)
       if [ "$pa" = FAILED ] || [ "$pb" = FAILED ]; then say "pins not rotated: an engine could not be pinned"
       elif [ "${PIN_ROTATE:-1}" != 0 ]; then
-        export LOAD_PIN_ROTATE="nospec=$NOSPEC_PID:${SETS[0]};daemon=$DAEMON_PID:${SETS[1]}"; fi
+        export LOAD_PIN_ROTATE="nospec=$NOSPEC_PID:${SETS[0]};$GROUP_B=$DAEMON_PID:${SETS[1]}"; fi
     else say "not pinned: cpusets.py gave ${#SETS[@]} sets (its line above says why)"; fi
   fi
   n0=$([ -f "$R" ] && wc -l <"$R" || echo 0)
@@ -272,9 +288,9 @@ if start_daemon; then
       fits "$(phase_need syncdebug)" syncdebug || continue
       touch "$SPEC_SYNC_DEBUG"
       load_sum --shape closed --levels "${SYNC_LEVELS:-16}" --seconds 3 --warmup 2 \
-        --engines nospec=30001,off=30000 --repeats 1 --out /tmp/tl/syncdebug.jsonl
-      for f in nospec daemon; do echo "== $f"; grep -A14 "^SYNC" "$OUT/$f.log" | cut -c1-240; done >"$OUT/syncs.txt"
-      grep -c "^SYNC pid" "$OUT"/nospec.log "$OUT"/daemon.log | tee -a "$SUM"
+        --engines nospec=30001,$B=30000 --repeats 1 --out /tmp/tl/syncdebug.jsonl
+      for f in nospec $GROUP_B; do echo "== $f"; grep -A14 "^SYNC" "$OUT/$f.log" | cut -c1-240; done >"$OUT/syncs.txt"
+      grep -c "^SYNC pid" "$OUT"/nospec.log "$OUT/$GROUP_B.log" | tee -a "$SUM"
       rm -f "$SPEC_SYNC_DEBUG"; say "syncdebug done (switched off at each engine's next flush)" ;;
     cprofile)  # where the decode launch's CPU goes: cProfile around each decode batch's run_batch in both engines
       # (timeline.py; SPEC_CPROFILE_KINDS=extend for the prefills' instead) under a closed loop at CPROFILE_LEVELS
@@ -282,21 +298,21 @@ if start_daemon; then
       fits "$(phase_need cprofile)" cprofile || continue
       touch "$SPEC_CPROFILE"
       load_sum --shape closed --levels "${CPROFILE_LEVELS:-128}" --seconds 4 --warmup 3 \
-        --engines nospec=30001,off=30000 --repeats 1 --out /tmp/tl/cprofile.jsonl
+        --engines nospec=30001,$B=30000 --repeats 1 --out /tmp/tl/cprofile.jsonl
       printed=$(engine_lines '^CPROFILE pid')
       rm -f "$SPEC_CPROFILE"; wait_engine_lines '^CPROFILE pid' "$printed" 30    # each prints its stats then
-      for f in nospec daemon; do echo "== $f"; grep "^CPROFILE" "$OUT/$f.log" | cut -c1-220; done >"$OUT/cprofile.txt"
+      for f in nospec $GROUP_B; do echo "== $f"; grep "^CPROFILE" "$OUT/$f.log" | cut -c1-220; done >"$OUT/cprofile.txt"
       cp /tmp/tl/*.prof "$OUT/" 2>/dev/null    # whole stats (callers, cumulative times): python3 -m pstats
       say "cprofile done ($(grep -c 'CPROFILE pid' "$OUT/cprofile.txt") profiles)" ;;
     calibrate) # the same pure-Python loop timed in both idle schedulers, once a second for 6 s (timeline.py): one
       # engine's process slower as a whole (12-03f: its extends' model runner +2.4 ms with no code to explain it)
       fits "$(phase_need calibrate)" calibrate || continue
-      declare -A seen procs; for f in nospec daemon; do seen[$f]=$(grep -c '^CALIBRATE' "$OUT/$f.log")
+      declare -A seen procs; for f in nospec $GROUP_B; do seen[$f]=$(grep -c '^CALIBRATE' "$OUT/$f.log")
         procs[$f]=$(grep -c '^PROC' "$OUT/$f.log"); done
       touch "$SPEC_CALIBRATE"; sleep 6; rm -f "$SPEC_CALIBRATE"
       # the host's cores (sibling threads together): a slow look's cpu against its neighbours' (procspeed.py)
       { python3 bench/gpu/cpusets.py 1 2>&1 >/dev/null || true; } | sed 's/^/calibrate host: /' | tee -a "$SUM"
-      for f in nospec daemon; do     # this phase's lines only (it may run twice: before and after gcfreeze)
+      for f in nospec $GROUP_B; do     # this phase's lines only (it may run twice: before and after gcfreeze)
         echo "calibrate $f${SUFFIX:-}: $(grep '^CALIBRATE' "$OUT/$f.log" | tail -n +$((seen[$f] + 1)) \
           | python3 bench/gpu/procspeed.py) us (every look)"
         echo "proc $f${SUFFIX:-}: $(grep '^PROC' "$OUT/$f.log" | tail -n +$((procs[$f] + 1)) | tail -1 | cut -c1-900)"
@@ -306,7 +322,7 @@ if start_daemon; then
       fits "$(phase_need gcfreeze)" gcfreeze || continue
       frozen=$(engine_lines '^GCFREEZE pid [0-9]* on')
       touch "$SPEC_GC_FREEZE"; SUFFIX=-gcf; wait_engine_lines '^GCFREEZE pid [0-9]* on' "$frozen" 20
-      say "gcfreeze: $(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep '^GCFREEZE' | cut -c1-100 | tr '\n' ';')" ;;
+      say "gcfreeze: $(cat "$OUT/nospec.log" "$OUT/$GROUP_B.log" | grep '^GCFREEZE' | cut -c1-100 | tr '\n' ';')" ;;
     spin)      # CPU spun on the scheduler thread before each launch of the kinds SPIN_DOSES names, per engine (timeline.py
       # SPEC_SPIN), for the phases after it, whose rotations label their rows NAME-spin: the no-spec engine given the
       # off engine's extra decode-launch CPU (12-04f: ~0.6 ms) says whether that CPU is the closed-128 gap. Labels
@@ -321,7 +337,7 @@ if start_daemon; then
         continue
       fi
       SUFFIX=-spin
-      say "spin $SPIN_JSON: $(cat "$OUT/nospec.log" "$OUT/daemon.log" | grep '^SPIN pid' | tail -"$got" | tr '\n' ';')" ;;
+      say "spin $SPIN_JSON: $(cat "$OUT/nospec.log" "$OUT/$GROUP_B.log" | grep '^SPIN pid' | tail -"$got" | tr '\n' ';')" ;;
     grammar)   # issue 12 item 4: a share of the requests carry a regex; status says how many off batches fell back
       fits "$(phase_need grammar)" grammar || continue
       load_sum --shape closed --levels "${GRAMMAR_LEVELS:-48}" --grammar-share "${GRAMMAR_SHARE:-0.1}" \
@@ -357,8 +373,9 @@ if start_daemon; then
   done
   # a TIMELINE line per open and closed run (open: after 3 s; closed: their window); TIMELINE=0: none
   [ "${TIMELINE:-1}" != 0 ] && timeline_lines "$n0" 3 "$OPEN_S" "$CLOSED_WARMUP" "$CLOSED_S"
-  specctl status 2>&1 | grep -E "off path|plugin cost|off launch|samples" | tee -a "$SUM"
-  stop_daemon
+  if [ "$B" = off ]; then specctl status 2>&1 | grep -E "off path|plugin cost|off launch|samples" | tee -a "$SUM"
+    stop_daemon
+  else SERVER_PID=$DAEMON_PID; stop_server; fi
 fi
 SERVER_PID=$NOSPEC_PID; stop_server
 unset SPEC_TIMELINE
