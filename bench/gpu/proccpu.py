@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 TICK = os.sysconf("SC_CLK_TCK")
+STEAL_SHOWN = 0.01     # a core's steal share that a row names it for
 
 
 def parse_groups(text: str | None) -> dict[str, int]:
@@ -47,11 +48,27 @@ def _stat(pid: str) -> tuple[str, int, float] | None:
     return comm, int(rest[PGRP]), (int(rest[UTIME]) + int(rest[STIME])) / TICK
 
 
-def _host() -> tuple[float, float]:
-    """(busy, total) jiffies of all cores since boot."""
-    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)      # idle + iowait
-    return sum(fields) - idle, sum(fields)
+STEAL = 7       # /proc/stat's cpu fields: user nice system idle iowait irq softirq steal guest guest_nice
+
+
+def parse_proc_stat(text: str) -> dict[str, tuple[int, int, int]]:
+    """(busy, total, steal) jiffies since boot per /proc/stat cpu line: "cpu" (all cores), "cpu0", ... Steal is the
+    time a virtual machine's core was ready to run but the hypervisor ran someone else (counted busy here): a run
+    slower with the same CPU seconds is what steal would explain (12-04g: prefills launched 8-16 ms run to run)."""
+    out = {}
+    for line in text.splitlines():
+        name, *rest = line.split() or [""]
+        if not name.startswith("cpu"):
+            continue
+        fields = [int(x) for x in rest]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)      # idle + iowait
+        out[name] = (sum(fields) - idle, sum(fields), fields[STEAL] if len(fields) > STEAL else 0)
+    return out
+
+
+def _host() -> dict[str, tuple[int, int, int]]:
+    with open("/proc/stat") as f:
+        return parse_proc_stat(f.read())
 
 
 def snapshot(groups: dict[str, int]) -> dict:
@@ -67,9 +84,16 @@ def snapshot(groups: dict[str, int]) -> dict:
 
 def usage(before: dict, after: dict) -> dict:
     """CPU seconds spent between the snapshots per group and process name (a process that started in
-    between counts from 0), and the host's busy share of all cores."""
-    busy, total = (a - b for a, b in zip(after["host"], before["host"]))
-    out: dict = {"host_busy": round(busy / total, 3) if total else None}
+    between counts from 0), the host's busy share of all cores, its steal share, and the cores whose steal share
+    reached STEAL_SHOWN (steal_cpus; absent when none did)."""
+    out: dict = {}
+    for name, now in after["host"].items():
+        busy, total, steal = (x - y for x, y in zip(now, before["host"].get(name, (0, 0, 0))))
+        if name == "cpu":
+            out["host_busy"] = round(busy / total, 3) if total else None
+            out["host_steal"] = round(steal / total, 3) if total else None
+        elif total and steal / total >= STEAL_SHOWN:
+            out.setdefault("steal_cpus", {})[name[3:]] = round(steal / total, 3)
     for (label, pid, comm), seconds in after["procs"].items():
         spent = seconds - before["procs"].get((label, pid, comm), 0.0)
         group = out.setdefault(label, {})
