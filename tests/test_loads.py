@@ -378,3 +378,12 @@ def test_show_pairs_each_repeat_with_the_nospec_run_of_the_same_seed(tmp_path):
     assert ratio == ["| open | 24.0 | fast | 0.500 | 0.500 | 2.000 | 3.000 |",
                      "| open | 24.0 | off | 1.100 | 0.900, 1.100, 1.000 | 1.100 | 1.200 |"]
     assert "| open | 24.0 | off | 1,100 | 900-2,000 | 3 | 8.8 | 600.0 |" in table.splitlines()
+
+
+def test_show_of_a_call_that_measured_nothing_says_so_in_one_line(tmp_path):
+    """A run_pair call whose phases all skipped for time writes no results file: --show says so (exit 1), no traceback."""
+    missing = tmp_path / "results.jsonl"
+    got = subprocess.run([sys.executable, str(ROOT / "bench/gpu/loads.py"), "--show", str(missing)],
+                         capture_output=True, text=True)
+    assert got.returncode == 1 and got.stdout == ""
+    assert got.stderr.strip() == f"loads.py --show: {missing}: no such file (no run wrote a row)"

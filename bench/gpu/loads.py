@@ -250,6 +250,8 @@ def main() -> None:
     ap.add_argument("--show", metavar="FILE")
     args = ap.parse_args()
     if args.show:
+        if not os.path.isfile(args.show):     # (run_pair's call whose phases all skipped writes no rows)
+            sys.exit(f"loads.py --show: {args.show}: no such file (no run wrote a row)")
         return show(args.show)
     levels = [float(x) for x in (args.rates if args.shape == "open" else args.levels).split(",")]
     configs = parse_configs(args.configs, args.label, args.port, args.engines)

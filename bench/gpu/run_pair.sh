@@ -195,7 +195,8 @@ start_b() { # the engine beside the no-spec one: the daemon (sglang engine + plu
   else start_daemon; fi
 }
 
-say "prefill graphs $PREFILL_GRAPH, off path ${OFF_PATH:-default}, grammar backend $GRAMMAR_BACKEND, sleep on idle $SLEEP_ON_IDLE"
+beside="off path ${OFF_PATH:-default}"; [ "$B" = twin ] && beside="beside it a twin without speculation (TWIN=1)"
+say "prefill graphs $PREFILL_GRAPH, $beside, grammar backend $GRAMMAR_BACKEND, sleep on idle $SLEEP_ON_IDLE"
 start_server nospec 30001 SPEC_TIMELINE=/tmp/tl/nospec -- --mem-fraction-static 0.30 || exit 1
 NOSPEC_PID=$SERVER_PID
 export SPEC_TIMELINE=/tmp/tl/off MEMFRAC=0.64     # the daemon's SGLang child inherits the timeline prefix
@@ -372,14 +373,14 @@ if start_b; then
     esac
   done
   # a TIMELINE line per open and closed run (open: after 3 s; closed: their window); TIMELINE=0: none
-  [ "${TIMELINE:-1}" != 0 ] && timeline_lines "$n0" 3 "$OPEN_S" "$CLOSED_WARMUP" "$CLOSED_S"
+  [ "${TIMELINE:-1}" != 0 ] && [ -s "$R" ] && timeline_lines "$n0" 3 "$OPEN_S" "$CLOSED_WARMUP" "$CLOSED_S"
   if [ "$B" = off ]; then specctl status 2>&1 | grep -E "off path|plugin cost|off launch|samples" | tee -a "$SUM"
     stop_daemon
   else SERVER_PID=$DAEMON_PID; stop_server; fi
 fi
 SERVER_PID=$NOSPEC_PID; stop_server
 unset SPEC_TIMELINE
-python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"
+if [ -s "$R" ]; then python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"; else say "no run measured: no tables"; fi
 # the systematic part, pair by pair (the decode interval; tok/s moves with the extends' launch speed run to run)
 [ -s "$OUT/timeline.jsonl" ] && python3 bench/gpu/timeline_summary.py "$OUT/timeline.jsonl" --pairs | tee -a "$SUM"
 say "total $(($(date +%s) - T0)) s"
