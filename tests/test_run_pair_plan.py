@@ -147,8 +147,9 @@ say() { echo "SAY $*"; }
 start_server() { echo "start_server $*"; SERVER_PID=4242; }
 start_daemon() { echo "start_daemon"; DAEMON_PID=77; }
 R=/tmp/r
-eval "$(sed -n '/^B=off;/,/^}$/p' "$SCRIPT")"
+eval "$(sed -n '/^B=off;/,/^pair_labels$/p' "$SCRIPT")"
 MEMFRAC=0.64 start_b; echo "B=$B GROUP_B=$GROUP_B DAEMON_PID=$DAEMON_PID PAIR=${PAIR[*]}"
+SUFFIX=-spin; pair_labels; echo "after a spin phase: ${PAIR[*]}"
 """
     def run(**env: str) -> str:
         return subprocess.run(["bash", "-c", harness], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), **env},
@@ -159,3 +160,6 @@ MEMFRAC=0.64 start_b; echo "B=$B GROUP_B=$GROUP_B DAEMON_PID=$DAEMON_PID PAIR=${
     daemon = run()
     assert "start_daemon" in daemon and "start_server" not in daemon
     assert "B=off GROUP_B=daemon DAEMON_PID=77 PAIR=--engines nospec=30001,off=30000" in daemon
+    # the plain phases after a spin (or gcfreeze) phase label their rows as the ab rotations do
+    assert "after a spin phase: --engines nospec-spin=30001,twin-spin=30000" in twin
+    assert "after a spin phase: --engines nospec-spin=30001,off-spin=30000" in daemon

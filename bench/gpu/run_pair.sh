@@ -14,11 +14,11 @@
 #  `syncdebug`: torch's sync debug mode in both engines under a short closed loop ($OUT/syncs.txt); `cprofile`:
 #  cProfile of the decode batches' launch in both engines under a short closed loop ($OUT/cprofile.txt;
 #  SPEC_CPROFILE_KINDS=extend: the prefills'); `gcfreeze`: gc.freeze() in both engines' schedulers for the phases
-#  after it (their rotations' labels end in -gcf); every TIMELINE line counts garbage collection (gc_ms per launch)
+#  after it (their labels end in -gcf); every TIMELINE line counts garbage collection (gc_ms per launch)
 #  and the CUDA allocator's device calls (allocator); `calibrate`: a fixed pure-Python loop timed in both schedulers;
 #  `spin`: CPU spun before each launch for the phases after it (SPIN_DOSES, timeline.py's SPEC_SPIN; default: the
-#  no-spec engine's decodes 1000 us; one spin phase per call) with the ab rotations' labels ending in -spin (only those:
-#  SHAPES=closedab,spin,closedab measures with and without);
+#  no-spec engine's decodes 1000 us; one spin phase per call) with the labels of every phase after it ending in -spin
+#  (SHAPES=closedab,spin,closedab or closed,spin,closed measures with and without);
 #  `grammar`: the same closed loop at GRAMMAR_LEVELS (48) where GRAMMAR_SHARE (0.1) of the requests carry a regex
 #  (loads.py GRAMMAR_REGEX, or GRAMMAR_REGEX; SPEC_CONTROLLER_FAST_GRAMMAR=0 in the environment keeps grammar
 #  batches on steps-0 to measure that fallback); `grcheck`: grammar-constrained outputs of the off engine
@@ -188,12 +188,16 @@ export SPEC_SPIN=/tmp/tl/spin.json                # phase spin writes it (SPIN_J
 rm -f "$SPEC_GC_FREEZE" "$SPEC_CALIBRATE" "$SPEC_SPIN"   # a warm machine keeps /tmp: never start frozen or spinning
 B=off; GROUP_B=daemon     # the label of the engine beside the no-spec one; its process group and log ($OUT/NAME.log)
 [ "${TWIN:-0}" = 1 ] && B=twin GROUP_B=twin
-PAIR=(--engines nospec=30001,$B=30000 --repeats "${REPEATS:-2}" --flush --out "$R")
 start_b() { # the engine beside the no-spec one: the daemon (sglang engine + plugin), or with TWIN=1 a second no-spec
   # engine started as the daemon's is; sets DAEMON_PID (either way: the group that pins and CPU counts follow)
   if [ "$B" = twin ]; then start_server twin 30000 -- --mem-fraction-static "$MEMFRAC" && DAEMON_PID=$SERVER_PID
   else start_daemon; fi
 }
+pair_labels() { # PAIR: the two engines for the plain phases (open, closed, steady, logprob, grammar), their labels
+  # ending in SUFFIX after a gcfreeze or spin phase as the ab rotations' do (dosed runs never share a label with undosed)
+  PAIR=(--engines "nospec${SUFFIX:-}=30001,$B${SUFFIX:-}=30000" --repeats "${REPEATS:-2}" --flush --out "$R")
+}
+pair_labels
 
 beside="off path ${OFF_PATH:-default}"; [ "$B" = twin ] && beside="beside it a twin without speculation (TWIN=1)"
 say "prefill graphs $PREFILL_GRAPH, $beside, grammar backend $GRAMMAR_BACKEND, sleep on idle $SLEEP_ON_IDLE"
@@ -319,13 +323,13 @@ if start_b; then
         echo "proc $f${SUFFIX:-}: $(grep '^PROC' "$OUT/$f.log" | tail -n +$((procs[$f] + 1)) | tail -1 | cut -c1-900)"
       done | tee -a "$SUM" ;;
     gcfreeze)  # both engines' scheduler processes frozen out of garbage collection (timeline.py, gc.freeze) for the
-      # phases after it, whose rotations label their rows NAME-gcf (SHAPES=openab,gcfreeze,openab: both ways, one call)
+      # phases after it, which label their rows NAME-gcf (SHAPES=openab,gcfreeze,openab: both ways, one call)
       fits "$(phase_need gcfreeze)" gcfreeze || continue
       frozen=$(engine_lines '^GCFREEZE pid [0-9]* on')
-      touch "$SPEC_GC_FREEZE"; SUFFIX=-gcf; wait_engine_lines '^GCFREEZE pid [0-9]* on' "$frozen" 20
+      touch "$SPEC_GC_FREEZE"; SUFFIX=-gcf; pair_labels; wait_engine_lines '^GCFREEZE pid [0-9]* on' "$frozen" 20
       say "gcfreeze: $(cat "$OUT/nospec.log" "$OUT/$GROUP_B.log" | grep '^GCFREEZE' | cut -c1-100 | tr '\n' ';')" ;;
     spin)      # CPU spun on the scheduler thread before each launch of the kinds SPIN_DOSES names, per engine (timeline.py
-      # SPEC_SPIN), for the phases after it, whose rotations label their rows NAME-spin: the no-spec engine given the
+      # SPEC_SPIN), for the phases after it, which label their rows NAME-spin: the no-spec engine given the
       # off engine's extra decode-launch CPU (12-04f: ~0.6 ms) says whether that CPU is the closed-128 gap. Labels
       # change only once every engine named confirmed the dose ("SPIN pid" lines; idle engines look once a second)
       fits "$(phase_need spin)" spin || continue
@@ -337,7 +341,7 @@ if start_b; then
         rm -f "$SPEC_SPIN"; say "spin: $got of $spin_engines engine(s) confirmed $SPIN_JSON in 20 s: dose removed, labels unchanged"
         continue
       fi
-      SUFFIX=-spin
+      SUFFIX=-spin; pair_labels
       say "spin $SPIN_JSON: $(cat "$OUT/nospec.log" "$OUT/$GROUP_B.log" | grep '^SPIN pid' | tail -"$got" | tr '\n' ';')" ;;
     grammar)   # issue 12 item 4: a share of the requests carry a regex; status says how many off batches fell back
       fits "$(phase_need grammar)" grammar || continue
