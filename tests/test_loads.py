@@ -202,6 +202,8 @@ def test_a_run_row_says_how_much_of_the_host_the_hypervisor_stole_and_on_which_c
                    "steal_cpus": {"1": round(298 / 948, 3)}}
     quiet = usage({"procs": {}, "host": before}, {"procs": {}, "host": before})
     assert quiet == {"host_busy": None, "host_steal": None}
+    online = parse_proc_stat(STAT_AFTER + "cpu2 100 0 50 1000 0 0 0 900 0 0\n")     # a core new since the first look
+    assert usage({"procs": {}, "host": before}, {"procs": {}, "host": online}) == got
 
 
 def test_a_run_row_carries_the_groups_cpu_and_a_bad_group_is_refused(tmp_path):

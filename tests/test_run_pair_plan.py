@@ -146,6 +146,7 @@ set -u
 say() { echo "SAY $*"; }
 start_server() { echo "start_server $*"; SERVER_PID=4242; }
 start_daemon() { echo "start_daemon"; DAEMON_PID=77; }
+save_caches() { echo "save_caches"; }
 R=/tmp/r
 eval "$(sed -n '/^B=off;/,/^pair_labels$/p' "$SCRIPT")"
 MEMFRAC=0.64 start_b; echo "B=$B GROUP_B=$GROUP_B DAEMON_PID=$DAEMON_PID PAIR=${PAIR[*]}"
@@ -156,6 +157,7 @@ SUFFIX=-spin; pair_labels; echo "after a spin phase: ${PAIR[*]}"
                               capture_output=True, text=True, timeout=30).stdout
     twin = run(TWIN="1")
     assert "start_server twin 30000 -- --mem-fraction-static 0.64" in twin and "start_daemon" not in twin
+    assert "save_caches" in twin             # a cold TWIN call saves the JIT caches for the next one, as the daemon's
     assert "B=twin GROUP_B=twin DAEMON_PID=4242 PAIR=--engines nospec=30001,twin=30000" in twin
     daemon = run()
     assert "start_daemon" in daemon and "start_server" not in daemon

@@ -88,7 +88,9 @@ def usage(before: dict, after: dict) -> dict:
     reached STEAL_SHOWN (steal_cpus; absent when none did)."""
     out: dict = {}
     for name, now in after["host"].items():
-        busy, total, steal = (x - y for x, y in zip(now, before["host"].get(name, (0, 0, 0))))
+        if name not in before["host"]:       # a core brought online in between: its counts are since boot
+            continue
+        busy, total, steal = (x - y for x, y in zip(now, before["host"][name]))
         if name == "cpu":
             out["host_busy"] = round(busy / total, 3) if total else None
             out["host_steal"] = round(steal / total, 3) if total else None

@@ -190,7 +190,8 @@ B=off; GROUP_B=daemon     # the label of the engine beside the no-spec one; its 
 [ "${TWIN:-0}" = 1 ] && B=twin GROUP_B=twin
 start_b() { # the engine beside the no-spec one: the daemon (sglang engine + plugin), or with TWIN=1 a second no-spec
   # engine started as the daemon's is; sets DAEMON_PID (either way: the group that pins and CPU counts follow)
-  if [ "$B" = twin ]; then start_server twin 30000 -- --mem-fraction-static "$MEMFRAC" && DAEMON_PID=$SERVER_PID
+  if [ "$B" = twin ]; then start_server twin 30000 -- --mem-fraction-static "$MEMFRAC" && DAEMON_PID=$SERVER_PID \
+    && save_caches        # (as start_daemon does: a cold call's JIT caches for the next call to carry)
   else start_daemon; fi
 }
 pair_labels() { # PAIR: the two engines for the plain phases (open, closed, steady, logprob, grammar), their labels
