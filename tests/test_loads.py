@@ -377,8 +377,8 @@ def test_show_pairs_each_repeat_with_the_nospec_run_of_the_same_seed(tmp_path):
     ratio = [line for line in ratios.splitlines() if line.startswith("| open | 24.0 |")]
     # off: medians 1100 / 1000 (its own no-spec runs 1000, 1000, 2000), pairs 900/1000, 1100/1000, 2000/2000,
     # TPOT 8.8 / 8.0, E2E 600 / 500; fast: its one block, 1500 / 3000, 2 / 1, 300 / 100
-    assert ratio == ["| open | 24.0 | fast | 0.500 | 0.500 | 2.000 | 3.000 |",
-                     "| open | 24.0 | off | 1.100 | 0.900, 1.100, 1.000 | 1.100 | 1.200 |"]
+    assert ratio == ["| open | 24.0 | fast | 0.500 | 0.500 | 0.500 [0.500-0.500, 0%] | 2.000 | 3.000 |",
+                     "| open | 24.0 | off | 1.100 | 0.900, 1.100, 1.000 | 1.000 [0.900-1.100, 75%] | 1.100 | 1.200 |"]
     assert "| open | 24.0 | off | 1,100 | 900-2,000 | 3 | 8.8 | 600.0 |" in table.splitlines()
 
 
@@ -389,3 +389,20 @@ def test_show_of_a_call_that_measured_nothing_says_so_in_one_line(tmp_path):
                          capture_output=True, text=True)
     assert got.returncode == 1 and got.stdout == ""
     assert got.stderr.strip() == f"loads.py --show: {missing}: no such file (no run wrote a row)"
+
+
+@pytest.mark.parametrize("ratios, expected", [
+    ([0.95, 0.97], (0.96, 0.95, 0.97, 0.5)),                           # too few: the range, 50 %
+    ([1.0, 0.9, 0.95, 0.99, 0.97], (0.97, 0.9, 1.0, 1 - 2 / 32)),      # 5: still the range, 93.75 %
+    # 8 pairs: x(2)..x(7) holds the median with 1 - 2 * 9 / 256 = 93.0 % (x(3)..x(6): 71 %, under 90 %)
+    ([0.84, 0.95, 0.96, 0.97, 0.97, 0.98, 0.99, 1.06], (0.97, 0.95, 0.99, 1 - 2 * 9 / 256)),
+])
+def test_the_pairs_median_interval_is_distribution_free_and_narrows_with_more_pairs(ratios, expected):
+    """traffic_table.median_interval: the order statistics' interval for the median at >= 90 % coverage (binomial),
+    so one slow-host pair (0.84, 1.06 above) moves an end by one rank, not by its size."""
+    sys.path.insert(0, str(ROOT / "bench/gpu"))
+    from traffic_table import median_interval
+    got = median_interval(ratios)
+    assert got == pytest.approx(expected)
+    with pytest.raises(ValueError):
+        median_interval([])

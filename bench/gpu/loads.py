@@ -188,9 +188,19 @@ def show(path: str) -> None:
               f"| {'-' if tpot is None else tpot} | {'-' if e2e is None else e2e} |")
     ratios = ratio_lines(groups)
     if ratios:
-        print("\n| shape | level | label / nospec | tok/s ratio of medians | per pair | TPOT ratio | E2E ratio |")
-        print("|---|---|---|---|---|---|---|")
+        print("\n| shape | level | label / nospec | tok/s ratio of medians | per pair | median of pairs [interval, coverage] "
+              "| TPOT ratio | E2E ratio |")
+        print("|---|---|---|---|---|---|---|---|")
         print("\n".join(ratios))
+
+
+def pairs_median(ratios: list[float]) -> str:
+    """The pairs' median and its distribution-free interval (traffic_table.median_interval): what a verdict such as
+    ">= 0.97" can rest on, given how many pairs there are."""
+    if not ratios:
+        return "-"
+    mid, lo, hi, cover = traffic_table.median_interval(ratios)
+    return f"{mid:.3f} [{lo:.3f}-{hi:.3f}, {cover:.0%}]"
 
 
 def ratio_lines(groups: dict[tuple, list[dict]]) -> list[str]:
@@ -211,7 +221,7 @@ def ratio_lines(groups: dict[tuple, list[dict]]) -> list[str]:
             return f"{a / b:.3f}" if a and b else "-"
         per_pair = traffic_table.paired_ratios(pairs, ["tok_s"])["pair_ratios_tok_s"]
         out.append(f"| {shape} | {level} | {label} | {of_medians('tok_s')} | {', '.join(f'{x:.3f}' for x in per_pair) or '-'} "
-                   f"| {of_medians('tpot_ms')} | {of_medians('e2e_ms')} |")
+                   f"| {pairs_median(per_pair)} | {of_medians('tpot_ms')} | {of_medians('e2e_ms')} |")
     return out
 
 
