@@ -1,0 +1,112 @@
+"""Each label against the no-spec engine at equal host speed: a fit over many runs instead of one ratio per pair.
+
+    python3 bench/gpu/host_adjusted.py TIMELINE.jsonl[.xz] [MORE ...]      (run_pair's timeline.jsonl, any calls)
+
+Why: on the lent H200 a run's tok/s moves with how fast the host's CPU ran that run's prefills (they launch slower
+than the GPU runs them): the target-runner CPU of an extend took 8-16 ms for the same work in either engine, one
+10-20 s window at a time (bench/results/h200-2026-12-04g §3), so a pair's ratio carries +-5-15 % of host noise. That
+CPU is the same code in both engines (the target model's forward), so it measures the host, not the engine. Per
+shape and level, over every run of a label and of the no-spec engine in the files given:
+
+    log(tok/s) = call + effect * [run is the label's] + elasticity * log(extend runner CPU ms)
+
+(least squares; `call` a level per file, so calls on different hosts are not compared directly). exp(effect) is
+the label's tok/s over no-spec's at equal host speed, with a 95 % interval (Student t). The same fit without the
+covariate is printed beside it: what the pairs alone support. Runs without extends (steady decode) have no
+covariate: only the unadjusted fit there.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from traffic_table import nospec_label  # noqa: E402
+
+MIN_FREE = 2        # residual degrees of freedom a fit needs before it says anything
+
+
+def runs_of(paths: list[str]) -> list[dict]:
+    """One dict per TIMELINE row: call (its file), label, shape, level, tok_s, the extends' mean runner CPU (ms;
+    None without extends)."""
+    out = []
+    for path in paths:
+        with (lzma.open if path.endswith(".xz") else open)(path, "rt") as f:
+            for line in f:
+                t = json.loads(line)
+                extend = t.get("kinds", {}).get("extend") or {}
+                cpu = extend.get("runner_cpu_ms")
+                out.append({"call": path, "label": t["label"], "shape": t.get("shape", "closed"),
+                            "level": float(t["level"]), "tok_s": t["tok_s"],
+                            "runner_cpu_ms": cpu if cpu and extend.get("n", 0) > 0 else None})
+    return out
+
+
+def fit(runs: list[dict], label: str, covariate: bool) -> dict | None:
+    """The model above for `label` against its no-spec engine (traffic_table.nospec_label) over `runs` (one shape
+    and level); None when the runs leave fewer than MIN_FREE degrees of freedom."""
+    base = nospec_label(label)
+    rows = [r for r in runs if r["label"] in (label, base) and r["tok_s"] and r["tok_s"] > 0
+            and (not covariate or r["runner_cpu_ms"])]
+    calls = sorted({r["call"] for r in rows if r["label"] == label} & {r["call"] for r in rows if r["label"] == base})
+    rows = [r for r in rows if r["call"] in calls]
+    columns = [[1.0 if r["call"] == c else 0.0 for r in rows] for c in calls]
+    columns.append([1.0 if r["label"] == label else 0.0 for r in rows])
+    if covariate:
+        columns.append([math.log(r["runner_cpu_ms"]) for r in rows])
+    x, y = np.array(columns, dtype=float).T.reshape(len(rows), len(columns)), np.log([r["tok_s"] for r in rows])
+    free = len(rows) - len(columns)
+    if not calls or free < MIN_FREE or np.linalg.matrix_rank(x) < len(columns):
+        return None
+    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ beta
+    cov = (resid @ resid / free) * np.linalg.inv(x.T @ x)
+    t = stats.t.ppf(0.975, free)
+    i = len(calls)                      # the label's column
+    se = math.sqrt(cov[i, i])
+    out = {"ratio": math.exp(beta[i]), "low": math.exp(beta[i] - t * se), "high": math.exp(beta[i] + t * se),
+           "runs": sum(r["label"] == label for r in rows), "base_runs": sum(r["label"] == base for r in rows),
+           "calls": len(calls)}
+    if covariate:
+        out["elasticity"], out["elasticity_se"] = beta[i + 1], math.sqrt(cov[i + 1, i + 1])
+    return out
+
+
+def table(runs: list[dict]) -> list[str]:
+    """Markdown rows per (shape, level, label other than a no-spec one): adjusted and unadjusted fits."""
+    lines = ["| shape | level | label / nospec | runs (label / nospec, calls) | at equal host speed [95 %] "
+             "| tok/s vs the host's prefill CPU (elasticity) | without the covariate [95 %] |",
+             "|---|---|---|---|---|---|---|"]
+    keys = sorted({(r["shape"], r["level"], r["label"]) for r in runs if not r["label"].startswith("nospec")})
+    for shape, level, label in keys:
+        here = [r for r in runs if r["shape"] == shape and r["level"] == level]
+        plain, adjusted = fit(here, label, False), fit(here, label, True)
+        if plain is None:
+            continue
+        def interval(f: dict | None) -> str:
+            return "-" if f is None else f"{f['ratio']:.3f} [{f['low']:.3f}-{f['high']:.3f}]"
+        slope = "-" if adjusted is None else f"{adjusted['elasticity']:.2f} +- {adjusted['elasticity_se']:.2f}"
+        lines.append(f"| {shape} | {level:g} | {label} | {plain['runs']} / {plain['base_runs']}, {plain['calls']} "
+                     f"| {interval(adjusted)} | {slope} | {interval(plain)} |")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("timelines", nargs="+", help="run_pair's timeline.jsonl files (.xz too), one per call")
+    args = ap.parse_args()
+    missing = [p for p in args.timelines if not Path(p).is_file()]
+    if missing:
+        sys.exit(f"host_adjusted.py: no such file: {missing[0]}")
+    print("\n".join(table(runs_of(args.timelines))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""bench/gpu/host_adjusted.py: each label against the no-spec engine at equal host speed. Synthetic runs whose
+tok/s follows a known engine effect and a host speed that moves both engines (as the lent H200's did): the fit
+recovers the effect, and without the covariate it cannot say as much."""
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench/gpu"))
+from host_adjusted import fit, runs_of, table  # noqa: E402
+
+
+def timeline(path: Path, effect: float, seed: int, level: int = 128, runs: int = 3, extends: bool = True,
+             call_speed: float = 1.0) -> None:
+    """A call's TIMELINE rows: per repeat a nospec and an off run, each on a host whose speed h moves its prefills'
+    runner CPU (9 ms / h) and its tok/s (h ** 0.4, the elasticity seen on the H200), off times `effect`."""
+    rnd, rows = random.Random(seed), []
+    for repeat in range(runs):
+        for label in ("nospec", "off"):
+            h = rnd.choice([1.0, 1.0, 0.9, 0.6])                  # now and then a slow spell
+            tok = 12000 * call_speed * (effect if label == "off" else 1.0) * h ** 0.4 * rnd.gauss(1, 0.003)
+            kinds = {"decode": {"n": 900}}
+            if extends:
+                kinds["extend"] = {"n": 300, "runner_cpu_ms": 9.0 / h * rnd.gauss(1, 0.01)}
+            rows.append({"label": label, "shape": "closed", "level": level, "repeat": repeat, "tok_s": tok,
+                         "kinds": kinds})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.mark.parametrize("effect", [0.965, 1.0])
+def test_the_fit_recovers_the_engines_effect_through_the_hosts_noise(tmp_path, effect):
+    paths = []
+    for call, speed in enumerate([1.0, 0.92, 1.05]):              # calls on hosts of different speed
+        p = tmp_path / f"call{call}.jsonl"
+        timeline(p, effect, seed=call, call_speed=speed)
+        paths.append(str(p))
+    runs = [r for r in runs_of(paths) if r["level"] == 128]
+    adjusted, plain = fit(runs, "off", True), fit(runs, "off", False)
+    assert adjusted["runs"] == adjusted["base_runs"] == 9 and adjusted["calls"] == 3
+    assert adjusted["ratio"] == pytest.approx(effect, abs=0.005)
+    assert adjusted["low"] < effect < adjusted["high"] and adjusted["high"] - adjusted["low"] < 0.02
+    assert adjusted["elasticity"] == pytest.approx(-0.4, abs=0.05)
+    # the pairs alone: the slow spells widen the interval several times over
+    assert (plain["high"] - plain["low"]) > 3 * (adjusted["high"] - adjusted["low"])
+
+
+def test_without_extends_only_the_plain_fit_and_too_few_runs_say_nothing(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    timeline(a, 0.97, seed=1, level=48, extends=False)
+    timeline(b, 0.97, seed=2, level=16, runs=1)
+    runs = runs_of([str(a), str(b)])
+    steady = [r for r in runs if r["level"] == 48]
+    assert fit(steady, "off", True) is None and fit(steady, "off", False) is not None
+    assert fit([r for r in runs if r["level"] == 16], "off", False) is None      # 2 runs: no degrees of freedom
+    rows = table(runs)
+    assert len(rows) == 3 and rows[2].startswith("| closed | 48 | off | 3 / 3, 1 | - | - | 0.9")
+
+
+def test_a_missing_file_is_one_line_and_a_non_zero_exit(tmp_path):
+    got = subprocess.run([sys.executable, str(ROOT / "bench/gpu/host_adjusted.py"), str(tmp_path / "none.jsonl")],
+                         capture_output=True, text=True)
+    assert got.returncode == 1 and got.stderr.strip() == f"host_adjusted.py: no such file: {tmp_path / 'none.jsonl'}"
