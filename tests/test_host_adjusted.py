@@ -64,3 +64,23 @@ def test_a_missing_file_is_one_line_and_a_non_zero_exit(tmp_path):
     got = subprocess.run([sys.executable, str(ROOT / "bench/gpu/host_adjusted.py"), str(tmp_path / "none.jsonl")],
                          capture_output=True, text=True)
     assert got.returncode == 1 and got.stderr.strip() == f"host_adjusted.py: no such file: {tmp_path / 'none.jsonl'}"
+
+
+def test_against_another_label_and_rows_from_before_the_shape_field(tmp_path):
+    """--base fast: off against the same engine without its writes (the no-spec runs become a label); a row without
+    a shape (timelines before 12-04c) is an open-loop run when it has a TPOT."""
+    rnd, rows = random.Random(3), []
+    for call in range(2):
+        for repeat in range(3):
+            for label, effect in (("nospec", 1.0), ("off", 0.96), ("fast", 0.98)):
+                h = rnd.choice([1.0, 0.7])
+                rows.append({"label": label, "level": 24.0, "repeat": repeat, "tpot_ms": 8.0,
+                             "tok_s": 5000 * effect * h ** 0.4 * rnd.gauss(1, 0.002),
+                             "kinds": {"extend": {"n": 100, "runner_cpu_ms": 9 / h}}})
+        (tmp_path / f"c{call}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[-9:]))
+    runs = runs_of([str(tmp_path / "c0.jsonl"), str(tmp_path / "c1.jsonl")])
+    assert {r["shape"] for r in runs} == {"open"}
+    assert fit(runs, "off", True, base="fast")["ratio"] == pytest.approx(0.96 / 0.98, abs=0.004)
+    lines = table(runs, base="fast")
+    assert lines[0].startswith("| shape | level | label / fast |")
+    assert [line.split(" | ")[2] for line in lines[2:]] == ["nospec", "off"]      # fast itself is the base

@@ -43,16 +43,18 @@ def runs_of(paths: list[str]) -> list[dict]:
                 t = json.loads(line)
                 extend = t.get("kinds", {}).get("extend") or {}
                 cpu = extend.get("runner_cpu_ms")
-                out.append({"call": path, "label": t["label"], "shape": t.get("shape", "closed"),
+                # (rows before 12-04c carry no shape: an open-loop run is the one with a TPOT)
+                shape = t.get("shape") or ("open" if t.get("tpot_ms") is not None else "closed")
+                out.append({"call": path, "label": t["label"], "shape": shape,
                             "level": float(t["level"]), "tok_s": t["tok_s"],
                             "runner_cpu_ms": cpu if cpu and extend.get("n", 0) > 0 else None})
     return out
 
 
-def fit(runs: list[dict], label: str, covariate: bool) -> dict | None:
-    """The model above for `label` against its no-spec engine (traffic_table.nospec_label) over `runs` (one shape
-    and level); None when the runs leave fewer than MIN_FREE degrees of freedom."""
-    base = nospec_label(label)
+def fit(runs: list[dict], label: str, covariate: bool, base: str | None = None) -> dict | None:
+    """The model above for `label` against `base` (default: its no-spec engine, traffic_table.nospec_label) over
+    `runs` (one shape and level); None when the runs leave fewer than MIN_FREE degrees of freedom."""
+    base = base or nospec_label(label)
     rows = [r for r in runs if r["label"] in (label, base) and r["tok_s"] and r["tok_s"] > 0
             and (not covariate or r["runner_cpu_ms"])]
     calls = sorted({r["call"] for r in rows if r["label"] == label} & {r["call"] for r in rows if r["label"] == base})
@@ -79,15 +81,18 @@ def fit(runs: list[dict], label: str, covariate: bool) -> dict | None:
     return out
 
 
-def table(runs: list[dict]) -> list[str]:
-    """Markdown rows per (shape, level, label other than a no-spec one): adjusted and unadjusted fits."""
-    lines = ["| shape | level | label / nospec | runs (label / nospec, calls) | at equal host speed [95 %] "
+def table(runs: list[dict], base: str | None = None) -> list[str]:
+    """Markdown rows per (shape, level, label other than the base: a no-spec one unless `base` names a label):
+    adjusted and unadjusted fits."""
+    name = base or "nospec"
+    lines = [f"| shape | level | label / {name} | runs (label / {name}, calls) | at equal host speed [95 %] "
              "| tok/s vs the host's prefill CPU (elasticity) | without the covariate [95 %] |",
              "|---|---|---|---|---|---|---|"]
-    keys = sorted({(r["shape"], r["level"], r["label"]) for r in runs if not r["label"].startswith("nospec")})
+    keys = sorted({(r["shape"], r["level"], r["label"]) for r in runs
+                   if r["label"] != base and not (base is None and r["label"].startswith("nospec"))})
     for shape, level, label in keys:
         here = [r for r in runs if r["shape"] == shape and r["level"] == level]
-        plain, adjusted = fit(here, label, False), fit(here, label, True)
+        plain, adjusted = fit(here, label, False, base), fit(here, label, True, base)
         if plain is None:
             continue
         def interval(f: dict | None) -> str:
@@ -101,11 +106,13 @@ def table(runs: list[dict]) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("timelines", nargs="+", help="run_pair's timeline.jsonl files (.xz too), one per call")
+    ap.add_argument("--base", help="compare against this label instead of the no-spec engine (e.g. fast: what the "
+                    "draft-KV writes cost); the no-spec runs then count as a label too")
     args = ap.parse_args()
     missing = [p for p in args.timelines if not Path(p).is_file()]
     if missing:
         sys.exit(f"host_adjusted.py: no such file: {missing[0]}")
-    print("\n".join(table(runs_of(args.timelines))))
+    print("\n".join(table(runs_of(args.timelines), args.base)))
 
 
 if __name__ == "__main__":
