@@ -15,7 +15,7 @@ from host_adjusted import fit, runs_of, table  # noqa: E402
 
 
 def timeline(path: Path, effect: float, seed: int, level: int = 128, runs: int = 3, extends: bool = True,
-             call_speed: float = 1.0) -> None:
+             call_speed: float = 1.0, cpu_excess: float = 1.0) -> None:
     """A call's TIMELINE rows: per repeat a nospec and an off run, each on a host whose speed h moves its prefills'
     runner CPU (9 ms / h) and its tok/s (h ** 0.4, the elasticity seen on the H200), off times `effect`."""
     rnd, rows = random.Random(seed), []
@@ -25,7 +25,8 @@ def timeline(path: Path, effect: float, seed: int, level: int = 128, runs: int =
             tok = 12000 * call_speed * (effect if label == "off" else 1.0) * h ** 0.4 * rnd.gauss(1, 0.003)
             kinds = {"decode": {"n": 900}}
             if extends:
-                kinds["extend"] = {"n": 300, "runner_cpu_ms": 9.0 / h * rnd.gauss(1, 0.01)}
+                own = cpu_excess if label == "off" else 1.0          # the engine's own share of that CPU
+                kinds["extend"] = {"n": 300, "runner_cpu_ms": 9.0 / h * own * rnd.gauss(1, 0.01)}
             rows.append({"label": label, "shape": "closed", "level": level, "repeat": repeat, "tok_s": tok,
                          "kinds": kinds})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -57,7 +58,7 @@ def test_without_extends_only_the_plain_fit_and_too_few_runs_say_nothing(tmp_pat
     assert fit(steady, "off", True) is None and fit(steady, "off", False) is not None
     assert fit([r for r in runs if r["level"] == 16], "off", False) is None      # 2 runs: no degrees of freedom
     rows = table(runs)
-    assert len(rows) == 3 and rows[2].startswith("| closed | 48 | off | 3 / 3, 1 | - | - | 0.9")
+    assert len(rows) == 3 and rows[2].startswith("| closed | 48 | off | 3 / 3, 1 | - | - | - | 0.9")
 
 
 def test_a_missing_file_is_one_line_and_a_non_zero_exit(tmp_path):
@@ -84,3 +85,17 @@ def test_against_another_label_and_rows_from_before_the_shape_field(tmp_path):
     lines = table(runs, base="fast")
     assert lines[0].startswith("| shape | level | label / fast |")
     assert [line.split(" | ")[2] for line in lines[2:]] == ["nospec", "off"]      # fast itself is the base
+
+
+@pytest.mark.parametrize("excess", [1.0, 1.15])
+def test_the_labels_own_prefill_cpu_is_reported_beside_the_effect(tmp_path, excess):
+    """Where the label's prefill CPU is its own doing (not the host's), the covariate is partly the engine's: the fit
+    says by how much (cpu_ratio), so the reader knows the adjusted ratio is optimistic by elasticity x log of it."""
+    paths = []
+    for call in range(3):
+        p = tmp_path / f"call{call}.jsonl"
+        timeline(p, 0.97, seed=10 + call, runs=4, cpu_excess=excess)
+        paths.append(str(p))
+    got = fit(runs_of(paths), "off", True)
+    assert got["cpu_low"] < excess < got["cpu_high"]
+    assert got["cpu_ratio"] == pytest.approx(excess, rel=0.06)

@@ -12,8 +12,10 @@ shape and level, over every run of a label and of the no-spec engine in the file
 
 (least squares; `call` a level per file, so calls on different hosts are not compared directly). exp(effect) is
 the label's tok/s over no-spec's at equal host speed, with a 95 % interval (Student t). The same fit without the
-covariate is printed beside it: what the pairs alone support. Runs without extends (steady decode) have no
-covariate: only the unadjusted fit there.
+covariate is printed beside it: what the pairs alone support; and the label's own prefill CPU over the base's (the
+same fit for log CPU): where that is not ~1, part of the covariate is the engine's and the adjusted ratio is
+optimistic by about elasticity x its log. Runs without extends (steady decode) have no covariate: only the
+unadjusted fit there.
 """
 from __future__ import annotations
 
@@ -64,21 +66,34 @@ def fit(runs: list[dict], label: str, covariate: bool, base: str | None = None) 
     if covariate:
         columns.append([math.log(r["runner_cpu_ms"]) for r in rows])
     x, y = np.array(columns, dtype=float).T.reshape(len(rows), len(columns)), np.log([r["tok_s"] for r in rows])
-    free = len(rows) - len(columns)
-    if not calls or free < MIN_FREE or np.linalg.matrix_rank(x) < len(columns):
+    if not calls or len(rows) - len(columns) < MIN_FREE or np.linalg.matrix_rank(x) < len(columns):
         return None
-    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
-    resid = y - x @ beta
-    cov = (resid @ resid / free) * np.linalg.inv(x.T @ x)
-    t = stats.t.ppf(0.975, free)
     i = len(calls)                      # the label's column
-    se = math.sqrt(cov[i, i])
-    out = {"ratio": math.exp(beta[i]), "low": math.exp(beta[i] - t * se), "high": math.exp(beta[i] + t * se),
-           "runs": sum(r["label"] == label for r in rows), "base_runs": sum(r["label"] == base for r in rows),
-           "calls": len(calls)}
+    out = {**_effect(x, y, i), "runs": sum(r["label"] == label for r in rows),
+           "base_runs": sum(r["label"] == base for r in rows), "calls": len(calls)}
     if covariate:
+        beta, cov, _ = _ols(x, y)
         out["elasticity"], out["elasticity_se"] = beta[i + 1], math.sqrt(cov[i + 1, i + 1])
+        # the label's own prefill CPU over the base's, same calls: near 1 if the covariate is the host's alone; where
+        # not, that share of the effect is the engine's and the adjusted ratio is optimistic by elasticity x its log
+        cpu = _effect(x[:, :-1], x[:, -1], i)
+        out["cpu_ratio"], out["cpu_low"], out["cpu_high"] = cpu["ratio"], cpu["low"], cpu["high"]
     return out
+
+
+def _ols(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Least squares: coefficients, their covariance, residual degrees of freedom."""
+    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
+    free = x.shape[0] - x.shape[1]
+    resid = y - x @ beta
+    return beta, (resid @ resid / free) * np.linalg.inv(x.T @ x), free
+
+
+def _effect(x: np.ndarray, y: np.ndarray, i: int) -> dict:
+    """exp of column i's coefficient with its 95 % interval (Student t)."""
+    beta, cov, free = _ols(x, y)
+    half = stats.t.ppf(0.975, free) * math.sqrt(cov[i, i])
+    return {"ratio": math.exp(beta[i]), "low": math.exp(beta[i] - half), "high": math.exp(beta[i] + half)}
 
 
 def table(runs: list[dict], base: str | None = None) -> list[str]:
@@ -86,8 +101,9 @@ def table(runs: list[dict], base: str | None = None) -> list[str]:
     adjusted and unadjusted fits."""
     name = base or "nospec"
     lines = [f"| shape | level | label / {name} | runs (label / {name}, calls) | at equal host speed [95 %] "
-             "| tok/s vs the host's prefill CPU (elasticity) | without the covariate [95 %] |",
-             "|---|---|---|---|---|---|---|"]
+             "| tok/s vs the host's prefill CPU (elasticity) | its prefill CPU / the base's [95 %] "
+             "| without the covariate [95 %] |",
+             "|---|---|---|---|---|---|---|---|"]
     keys = sorted({(r["shape"], r["level"], r["label"]) for r in runs
                    if r["label"] != base and not (base is None and r["label"].startswith("nospec"))})
     for shape, level, label in keys:
@@ -98,8 +114,9 @@ def table(runs: list[dict], base: str | None = None) -> list[str]:
         def interval(f: dict | None) -> str:
             return "-" if f is None else f"{f['ratio']:.3f} [{f['low']:.3f}-{f['high']:.3f}]"
         slope = "-" if adjusted is None else f"{adjusted['elasticity']:.2f} +- {adjusted['elasticity_se']:.2f}"
+        cpu = "-" if adjusted is None else f"{adjusted['cpu_ratio']:.3f} [{adjusted['cpu_low']:.3f}-{adjusted['cpu_high']:.3f}]"
         lines.append(f"| {shape} | {level:g} | {label} | {plain['runs']} / {plain['base_runs']}, {plain['calls']} "
-                     f"| {interval(adjusted)} | {slope} | {interval(plain)} |")
+                     f"| {interval(adjusted)} | {slope} | {cpu} | {interval(plain)} |")
     return lines
 
 
