@@ -99,3 +99,14 @@ def test_the_labels_own_prefill_cpu_is_reported_beside_the_effect(tmp_path, exce
     got = fit(runs_of(paths), "off", True)
     assert got["cpu_low"] < excess < got["cpu_high"]
     assert got["cpu_ratio"] == pytest.approx(excess, rel=0.06)
+
+
+def test_the_t_table_used_without_scipy_is_scipys(monkeypatch):
+    from scipy import stats
+    import host_adjusted
+    for free in range(1, 61):
+        exact = stats.t.ppf(0.975, free)
+        assert host_adjusted.t975(free) == pytest.approx(exact, abs=1e-9)
+        monkeypatch.setitem(sys.modules, "scipy", None)       # an image without scipy: the table
+        assert host_adjusted.t975(free) == pytest.approx(exact, abs=0.002 if free <= 30 else 0.01)
+        monkeypatch.delitem(sys.modules, "scipy")

@@ -27,12 +27,24 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from traffic_table import nospec_label  # noqa: E402
 
 MIN_FREE = 2        # residual degrees of freedom a fit needs before it says anything
+# Student t's 97.5 % point for 1-30 degrees of freedom (run_pair prints this table on the GPU host, whose image may
+# lack scipy; tests/test_host_adjusted.py checks it against scipy)
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(free: int) -> float:
+    """Student t's 97.5 % point (scipy's where it is installed)."""
+    try:
+        from scipy import stats
+    except ImportError:
+        return T975[free - 1] if free <= len(T975) else 1.96 + 2.4 / free
+    return float(stats.t.ppf(0.975, free))
 
 
 def runs_of(paths: list[str]) -> list[dict]:
@@ -92,7 +104,7 @@ def _ols(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
 def _effect(x: np.ndarray, y: np.ndarray, i: int) -> dict:
     """exp of column i's coefficient with its 95 % interval (Student t)."""
     beta, cov, free = _ols(x, y)
-    half = stats.t.ppf(0.975, free) * math.sqrt(cov[i, i])
+    half = t975(free) * math.sqrt(cov[i, i])
     return {"ratio": math.exp(beta[i]), "low": math.exp(beta[i] - half), "high": math.exp(beta[i] + half)}
 
 
