@@ -35,13 +35,13 @@ def timeline(path: Path, effect: float, seed: int, level: int = 128, runs: int =
 @pytest.mark.parametrize("effect", [0.965, 1.0])
 def test_the_fit_recovers_the_engines_effect_through_the_hosts_noise(tmp_path, effect):
     paths = []
-    for call, speed in enumerate([1.0, 0.92, 1.05]):              # calls on hosts of different speed
+    for call, speed in enumerate([1.0, 0.92, 1.05, 0.97, 1.02, 0.95]):      # calls on hosts of different speed
         p = tmp_path / f"call{call}.jsonl"
         timeline(p, effect, seed=call, call_speed=speed)
         paths.append(str(p))
     runs = [r for r in runs_of(paths) if r["level"] == 128]
     adjusted, plain = fit(runs, "off", True), fit(runs, "off", False)
-    assert adjusted["runs"] == adjusted["base_runs"] == 9 and adjusted["calls"] == 3
+    assert adjusted["runs"] == adjusted["base_runs"] == 18 and adjusted["calls"] == 6
     assert adjusted["ratio"] == pytest.approx(effect, abs=0.005)
     assert adjusted["low"] < effect < adjusted["high"] and adjusted["high"] - adjusted["low"] < 0.02
     assert adjusted["elasticity"] == pytest.approx(-0.4, abs=0.05)
@@ -110,3 +110,26 @@ def test_the_t_table_used_without_scipy_is_scipys(monkeypatch):
         monkeypatch.setitem(sys.modules, "scipy", None)       # an image without scipy: the table
         assert host_adjusted.t975(free) == pytest.approx(exact, abs=0.002 if free <= 30 else 0.01)
         monkeypatch.delitem(sys.modules, "scipy")
+
+
+def test_runs_of_one_call_are_not_counted_as_independent(tmp_path):
+    """From MIN_CLUSTERS calls on, the interval is clustered by call: where the engine's effect itself moves from call
+    to call (each call's host), the classical interval of the same fit is too narrow and the clustered one is not."""
+    import host_adjusted
+    paths = []
+    for call in range(6):
+        p = tmp_path / f"call{call}.jsonl"
+        timeline(p, 0.97 * (1.03 if call % 2 else 0.97), seed=20 + call, runs=4)   # +-3 % call to call
+        paths.append(str(p))
+    runs = runs_of(paths)
+    clustered = fit(runs, "off", True)
+    monkey = host_adjusted.MIN_CLUSTERS
+    try:
+        host_adjusted.MIN_CLUSTERS = 99                        # the same fit with the runs taken as independent
+        classical = fit(runs, "off", True)
+    finally:
+        host_adjusted.MIN_CLUSTERS = monkey
+    assert clustered["ratio"] == pytest.approx(classical["ratio"])
+    width = lambda f: f["high"] - f["low"]
+    assert width(clustered) > 1.5 * width(classical)
+    assert clustered["low"] < 0.97 < clustered["high"]
