@@ -875,9 +875,10 @@ def test_a_held_prompt_is_staged_after_the_next_decodes_forward_and_before_anyth
         return "fast"
     monkeypatch.setattr(fastoff, "run", run)
     draft_pass = lambda *a, **k: "draft forward"
-    assert off.draft_extend_for_prefill(draft_pass, None, "p1", "hidden", [7]) == ("stub", [7])
-    assert off.draft_extend_for_prefill(draft_pass, None, "p2", "hidden", [7]) == ("stub", [7])   # held beside p1
-    assert off.draft_extend_for_prefill(draft_pass, None, "idle", "hidden", [7]) == ("stub", [7])  # nothing to hold
+    hidden = SimpleNamespace(shape=(5, 12288), element_size=lambda: 2)     # the target's aux hidden states (bf16)
+    assert off.draft_extend_for_prefill(draft_pass, None, "p1", hidden, [7]) == ("stub", [7])
+    assert off.draft_extend_for_prefill(draft_pass, None, "p2", hidden, [7]) == ("stub", [7])   # held beside p1
+    assert off.draft_extend_for_prefill(draft_pass, None, "idle", hidden, [7]) == ("stub", [7])  # nothing to hold
     assert off.forward_batch_generation(Recorder().original, routed_worker(plug), decode_batch(30)) == "fast"
     assert log == [("held", "p1", True), ("held", "p2", True),      # back to back: neither extend pays a write
                    "decode forward queued", ("staged", "p1", True), ("staged", "p2", True), "decode rows"]

@@ -78,10 +78,11 @@ def test_an_idle_batch_holds_nothing():
 
 def test_prompts_back_to_back_are_held_together_up_to_the_caps_and_staged_oldest_first(monkeypatch):
     """Prefills often follow each other under arrivals: each is held (none staged inside the next extend's launch)
-    until MAX_HELD_PROMPTS or MAX_HELD_ROWS would be passed, or another writer takes rows; then those held go first."""
+    until MAX_HELD_PROMPTS or MAX_HELD_BYTES would be passed, or another writer takes rows; then those held go first.
+    (The rows here: 2 float32 aux values, 8 bytes each.)"""
     writes, writer, other = promptkv.PromptWrites(defer=True), Writer(), Writer()
     writes.why_not = None
-    monkeypatch.setattr(promptkv, "MAX_HELD_ROWS", 12)
+    monkeypatch.setattr(promptkv, "MAX_HELD_BYTES", 12 * 8)
     engaged = []
     monkeypatch.setattr(promptkv.log, "info", lambda msg, *a: engaged.append("held until the next decode" in msg))
     firsts = []
@@ -96,17 +97,17 @@ def test_prompts_back_to_back_are_held_together_up_to_the_caps_and_staged_oldest
     assert len(writes.queue) == 1 and writes.queued_rows == 5       # ... when the third would pass the rows' cap
     assert writes.write(other, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))   # another writer: staged first
     assert [c[1][0].item() for c in writer.calls] == [12, 32, 42] and other.calls == [] and writes.pending_for(other)
-    monkeypatch.setattr(promptkv, "MAX_HELD_ROWS", 1000)
+    monkeypatch.setattr(promptkv, "MAX_HELD_BYTES", 1000 * 8)
     for _ in range(promptkv.MAX_HELD_PROMPTS):                     # the prompts' cap
         writes.write(other, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))
     assert len(other.calls) == promptkv.MAX_HELD_PROMPTS and len(writes.queue) == 1
     assert writes.stage() and not writes.holding() and writes.queued_rows == 0 and not writes.stage()
-    monkeypatch.setattr(promptkv, "MAX_HELD_ROWS", 10)             # exactly the cap: held together
+    monkeypatch.setattr(promptkv, "MAX_HELD_BYTES", 10 * 8)             # exactly the cap: held together
     writes.write(other, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))
     writes.write(other, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))
     assert len(writes.queue) == 2 and writes.queued_rows == 10
     writes.stage()
-    monkeypatch.setattr(promptkv, "MAX_HELD_ROWS", 3)              # a prompt over the cap is held alone
+    monkeypatch.setattr(promptkv, "MAX_HELD_BYTES", 3 * 8)              # a prompt over the cap is held alone
     writes.write(other, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))
     assert len(writes.queue) == 1 and writes.queued_rows == 5
     calls = len(other.calls)
@@ -141,3 +142,15 @@ def test_a_prompt_that_passes_a_cap_stages_the_held_ones_before_it_is_copied(mon
     writes.write(writer, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))
     writes.write(writer, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))
     assert order == ["copy", "staged", "copy"]
+
+
+def test_the_held_rows_cap_is_in_bytes_so_a_wider_model_holds_fewer_tokens(monkeypatch):
+    """The aux copies' memory, not their token count, is capped: at twice the width half the tokens are held."""
+    monkeypatch.setattr(promptkv, "MAX_HELD_BYTES", 10 * 8)        # 10 rows of 2 float32 values
+    for width, held_together in ((2, 2), (4, 1)):                  # two 5-token prompts: 80 bytes, then 160
+        writes, writer = promptkv.PromptWrites(defer=True), Writer()
+        writes.why_not = None
+        for _ in range(2):
+            writes.write(writer, batch(), torch.zeros(5, width), torch.tensor([99, 98]))
+        assert len(writes.queue) == held_together and len(writer.calls) == 2 - held_together
+        assert promptkv.row_bytes(torch.zeros(5, width)) == 4 * width

@@ -9,7 +9,7 @@ the write is staged right after the next off decode's forward is queued, while t
 Order, which keeps the draft's pool as an immediate write would: the held rows go into the writer before that
 decode's own rows (a slot freed and given to it keeps the later row) and before anything else touches the draft's
 pool (OffPath._flush_kv stages them first: speculating batches, steps-0 batches, a prefill's own draft pass).
-Up to MAX_HELD_PROMPTS prefills, MAX_HELD_ROWS tokens together, are held (an aux copy per prompt: memory), in order:
+Up to MAX_HELD_PROMPTS prefills, MAX_HELD_BYTES of aux copies together, are held (an aux copy per prompt), in order:
 prefills often come back to back under arrivals, and with one held the second extend staged the first inside its
 launch (12-04e: the held write took only ~0.25 of the write's ~0.6 ms off each extend). A prompt that would pass
 either cap stages those held first. prompt_rows_of(keep) copies the device tensors, since the target's prefill
@@ -30,8 +30,13 @@ from . import draftkv
 
 log = logging.getLogger("spec_controller.plugin")
 MAX_HELD_PROMPTS = 4         # prefills held at once ...
-MAX_HELD_ROWS = 4096         # ... and their tokens: ~100 MB of aux copies at hidden 4096, ~200 MB at 8192 (3 x hidden
-                             # bf16 a row); a prompt over it is held alone
+MAX_HELD_BYTES = 96 << 20    # ... and their aux copies' bytes (3 x hidden bf16 a row: 4,096 rows at hidden 4096, 2,048 at
+                             # 8192); a prompt over it is held alone
+
+
+def row_bytes(aux_hidden: Any) -> int:
+    """Bytes a held prompt's aux copy takes per token (the target's aux hidden states: its width x element size)."""
+    return int(aux_hidden.shape[-1]) * aux_hidden.element_size()
 
 
 class PromptWrites:
@@ -56,7 +61,7 @@ class PromptWrites:
         if self.defer and self.why_not is None:
             n = sum(getattr(batch, "extend_lens", None) or ())
             if self.queue and (writer is not self.writer or len(self.queue) >= MAX_HELD_PROMPTS
-                               or self.queued_rows + n > MAX_HELD_ROWS):
+                               or (self.queued_rows + n) * row_bytes(aux_hidden) > MAX_HELD_BYTES):
                 self.stage()          # (before this prompt's copies: the held ones' memory first given back)
             t0 = time.perf_counter_ns()
             rows = draftkv.prompt_rows_of(batch, aux_hidden, next_token_ids, keep=True)
