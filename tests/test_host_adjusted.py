@@ -23,7 +23,7 @@ def timeline(path: Path, effect: float, seed: int, level: int = 128, runs: int =
         for label in ("nospec", "off"):
             h = rnd.choice([1.0, 1.0, 0.9, 0.6])                  # now and then a slow spell
             tok = 12000 * call_speed * (effect if label == "off" else 1.0) * h ** 0.4 * rnd.gauss(1, 0.003)
-            kinds = {"decode": {"n": 900}}
+            kinds = {"decode": {"n": 900, "runner_cpu_ms": 0.5 / h}}     # the host moves it too
             if extends:
                 own = cpu_excess if label == "off" else 1.0          # the engine's own share of that CPU
                 kinds["extend"] = {"n": 300, "runner_cpu_ms": 9.0 / h * own * rnd.gauss(1, 0.01)}
@@ -40,7 +40,7 @@ def test_the_fit_recovers_the_engines_effect_through_the_hosts_noise(tmp_path, e
         timeline(p, effect, seed=call, call_speed=speed)
         paths.append(str(p))
     runs = [r for r in runs_of(paths) if r["level"] == 128]
-    adjusted, plain = fit(runs, "off", True), fit(runs, "off", False)
+    adjusted, plain = fit(runs, "off", "prefill"), fit(runs, "off", None)
     assert adjusted["runs"] == adjusted["base_runs"] == 18 and adjusted["calls"] == 6
     assert adjusted["ratio"] == pytest.approx(effect, abs=0.005)
     assert adjusted["low"] < effect < adjusted["high"] and adjusted["high"] - adjusted["low"] < 0.02
@@ -55,8 +55,8 @@ def test_without_extends_only_the_plain_fit_and_too_few_runs_say_nothing(tmp_pat
     timeline(b, 0.97, seed=2, level=16, runs=1)
     runs = runs_of([str(a), str(b)])
     steady = [r for r in runs if r["level"] == 48]
-    assert fit(steady, "off", True) is None and fit(steady, "off", False) is not None
-    assert fit([r for r in runs if r["level"] == 16], "off", False) is None      # 2 runs: no degrees of freedom
+    assert fit(steady, "off", "prefill") is None and fit(steady, "off", None) is not None
+    assert fit([r for r in runs if r["level"] == 16], "off", None) is None      # 2 runs: no degrees of freedom
     rows = table(runs)
     assert len(rows) == 3 and rows[2].startswith("| closed | 48 | off | 3 / 3, 1 | - | - | - | 0.9")
 
@@ -81,7 +81,7 @@ def test_against_another_label_and_rows_from_before_the_shape_field(tmp_path):
         (tmp_path / f"c{call}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[-9:]))
     runs = runs_of([str(tmp_path / "c0.jsonl"), str(tmp_path / "c1.jsonl")])
     assert {r["shape"] for r in runs} == {"open"}
-    assert fit(runs, "off", True, base="fast")["ratio"] == pytest.approx(0.96 / 0.98, abs=0.004)
+    assert fit(runs, "off", "prefill", base="fast")["ratio"] == pytest.approx(0.96 / 0.98, abs=0.004)
     lines = table(runs, base="fast")
     assert lines[0].startswith("| shape | level | label / fast |")
     assert [line.split(" | ")[2] for line in lines[2:]] == ["nospec", "off"]      # fast itself is the base
@@ -96,7 +96,7 @@ def test_the_labels_own_prefill_cpu_is_reported_beside_the_effect(tmp_path, exce
         p = tmp_path / f"call{call}.jsonl"
         timeline(p, 0.97, seed=10 + call, runs=4, cpu_excess=excess)
         paths.append(str(p))
-    got = fit(runs_of(paths), "off", True)
+    got = fit(runs_of(paths), "off", "prefill")
     assert got["cpu_low"] < excess < got["cpu_high"]
     assert got["cpu_ratio"] == pytest.approx(excess, rel=0.06)
 
@@ -122,14 +122,31 @@ def test_runs_of_one_call_are_not_counted_as_independent(tmp_path):
         timeline(p, 0.97 * (1.03 if call % 2 else 0.97), seed=20 + call, runs=4)   # +-3 % call to call
         paths.append(str(p))
     runs = runs_of(paths)
-    clustered = fit(runs, "off", True)
+    clustered = fit(runs, "off", "prefill")
     monkey = host_adjusted.MIN_CLUSTERS
     try:
         host_adjusted.MIN_CLUSTERS = 99                        # the same fit with the runs taken as independent
-        classical = fit(runs, "off", True)
+        classical = fit(runs, "off", "prefill")
     finally:
         host_adjusted.MIN_CLUSTERS = monkey
     assert clustered["ratio"] == pytest.approx(classical["ratio"])
     width = lambda f: f["high"] - f["low"]
     assert width(clustered) > 1.5 * width(classical)
     assert clustered["low"] < 0.97 < clustered["high"]
+
+
+def test_the_decodes_cpu_may_stand_for_the_hosts_speed_instead(tmp_path):
+    """--host decode: the decodes' runner CPU as the host's measure (12-04g's review: the prefills' and the decodes'
+    bracket the estimate); here both follow the same host, so both recover the effect."""
+    paths = []
+    for call in range(4):
+        p = tmp_path / f"call{call}.jsonl"
+        timeline(p, 0.96, seed=40 + call, runs=4)
+        paths.append(str(p))
+    runs = runs_of(paths)
+    assert fit(runs, "off", "decode")["ratio"] == pytest.approx(0.96, abs=0.006)
+    assert fit(runs, "off", "prefill")["ratio"] == pytest.approx(0.96, abs=0.006)
+    assert "| tok/s vs the decodes' runner CPU (elasticity) | its decode CPU / the base's" in table(runs, host="decode")[0]
+    got = subprocess.run([sys.executable, str(ROOT / "bench/gpu/host_adjusted.py"), "--host", "decode", *paths],
+                         capture_output=True, text=True)
+    assert got.returncode == 0 and "| closed | 128 | off | 16 / 16, 4 | 0.96" in got.stdout

@@ -50,36 +50,40 @@ def t975(free: int) -> float:
     return float(stats.t.ppf(0.975, free))
 
 
+HOSTS = ("prefill", "decode")      # whose target-runner CPU stands for the host's speed (--host)
+
+
 def runs_of(paths: list[str]) -> list[dict]:
-    """One dict per TIMELINE row: call (its file), label, shape, level, tok_s, the extends' mean runner CPU (ms;
-    None without extends)."""
+    """One dict per TIMELINE row: call (its file), label, shape, level, tok_s, and per batch kind in HOSTS its mean
+    target-runner CPU (ms; None without such batches)."""
     out = []
     for path in paths:
         with (lzma.open if path.endswith(".xz") else open)(path, "rt") as f:
             for line in f:
                 t = json.loads(line)
-                extend = t.get("kinds", {}).get("extend") or {}
-                cpu = extend.get("runner_cpu_ms")
+                kinds = t.get("kinds", {})
+                cpu = {host: (kinds.get(kind) or {}).get("runner_cpu_ms") if (kinds.get(kind) or {}).get("n", 0) > 0
+                       else None for host, kind in zip(HOSTS, ("extend", "decode"))}
                 # (rows before 12-04c carry no shape: an open-loop run is the one with a TPOT)
                 shape = t.get("shape") or ("open" if t.get("tpot_ms") is not None else "closed")
                 out.append({"call": path, "label": t["label"], "shape": shape,
-                            "level": float(t["level"]), "tok_s": t["tok_s"],
-                            "runner_cpu_ms": cpu if cpu and extend.get("n", 0) > 0 else None})
+                            "level": float(t["level"]), "tok_s": t["tok_s"], "cpu_ms": cpu})
     return out
 
 
-def fit(runs: list[dict], label: str, covariate: bool, base: str | None = None) -> dict | None:
+def fit(runs: list[dict], label: str, covariate: str | None, base: str | None = None) -> dict | None:
     """The model above for `label` against `base` (default: its no-spec engine, traffic_table.nospec_label) over
-    `runs` (one shape and level); None when the runs leave fewer than MIN_FREE degrees of freedom."""
+    `runs` (one shape and level), with the target-runner CPU of the batch kind `covariate` names (HOSTS) as the
+    host's speed, or none; None when the runs leave fewer than MIN_FREE degrees of freedom."""
     base = base or nospec_label(label)
     rows = [r for r in runs if r["label"] in (label, base) and r["tok_s"] and r["tok_s"] > 0
-            and (not covariate or r["runner_cpu_ms"])]
+            and (not covariate or r["cpu_ms"][covariate])]
     calls = sorted({r["call"] for r in rows if r["label"] == label} & {r["call"] for r in rows if r["label"] == base})
     rows = [r for r in rows if r["call"] in calls]
     columns = [[1.0 if r["call"] == c else 0.0 for r in rows] for c in calls]
     columns.append([1.0 if r["label"] == label else 0.0 for r in rows])
     if covariate:
-        columns.append([math.log(r["runner_cpu_ms"]) for r in rows])
+        columns.append([math.log(r["cpu_ms"][covariate]) for r in rows])
     x, y = np.array(columns, dtype=float).T.reshape(len(rows), len(columns)), np.log([r["tok_s"] for r in rows])
     if not calls or len(rows) - len(columns) < MIN_FREE or np.linalg.matrix_rank(x) < len(columns):
         return None
@@ -89,7 +93,7 @@ def fit(runs: list[dict], label: str, covariate: bool, base: str | None = None) 
     if covariate:
         beta, cov, _ = _ols(x, y, groups)
         out["elasticity"], out["elasticity_se"] = beta[i + 1], math.sqrt(cov[i + 1, i + 1])
-        # the label's own prefill CPU over the base's, same calls: near 1 if the covariate is the host's alone; where
+        # the label's own CPU there over the base's, same calls: near 1 if the covariate is the host's alone; where
         # not, that share of the effect is the engine's and the adjusted ratio is optimistic by elasticity x its log
         cpu = _effect(x[:, :-1], x[:, -1], i, groups)
         out["cpu_ratio"], out["cpu_low"], out["cpu_high"] = cpu["ratio"], cpu["low"], cpu["high"]
@@ -126,19 +130,19 @@ def _effect(x: np.ndarray, y: np.ndarray, i: int, groups: list | None = None) ->
     return {"ratio": math.exp(beta[i]), "low": math.exp(beta[i] - half), "high": math.exp(beta[i] + half)}
 
 
-def table(runs: list[dict], base: str | None = None) -> list[str]:
+def table(runs: list[dict], base: str | None = None, host: str = "prefill") -> list[str]:
     """Markdown rows per (shape, level, label other than the base: a no-spec one unless `base` names a label):
-    adjusted and unadjusted fits."""
+    adjusted (the `host` batches' runner CPU as the host's speed) and unadjusted fits."""
     name = base or "nospec"
     lines = [f"| shape | level | label / {name} | runs (label / {name}, calls) | at equal host speed [95 %, by call from 3 calls] "
-             "| tok/s vs the host's prefill CPU (elasticity) | its prefill CPU / the base's [95 %] "
+             f"| tok/s vs the {host}s' runner CPU (elasticity) | its {host} CPU / the base's [95 %] "
              "| without the covariate [95 %] |",
              "|---|---|---|---|---|---|---|---|"]
     keys = sorted({(r["shape"], r["level"], r["label"]) for r in runs
                    if r["label"] != base and not (base is None and r["label"].startswith("nospec"))})
     for shape, level, label in keys:
         here = [r for r in runs if r["shape"] == shape and r["level"] == level]
-        plain, adjusted = fit(here, label, False, base), fit(here, label, True, base)
+        plain, adjusted = fit(here, label, None, base), fit(here, label, host, base)
         if plain is None:
             continue
         def interval(f: dict | None) -> str:
@@ -155,11 +159,13 @@ def main() -> None:
     ap.add_argument("timelines", nargs="+", help="run_pair's timeline.jsonl files (.xz too), one per call")
     ap.add_argument("--base", help="compare against this label instead of the no-spec engine (e.g. fast: what the "
                     "draft-KV writes cost); the no-spec runs then count as a label too")
+    ap.add_argument("--host", choices=HOSTS, default="prefill", help="whose target-runner CPU stands for the host's "
+                    "speed: the prefills' (default) or the decodes' (12-04g's review: the two bracket the estimate)")
     args = ap.parse_args()
     missing = [p for p in args.timelines if not Path(p).is_file()]
     if missing:
         sys.exit(f"host_adjusted.py: no such file: {missing[0]}")
-    print("\n".join(table(runs_of(args.timelines), args.base)))
+    print("\n".join(table(runs_of(args.timelines), args.base, args.host)))
 
 
 if __name__ == "__main__":
