@@ -146,7 +146,27 @@ def test_the_decodes_cpu_may_stand_for_the_hosts_speed_instead(tmp_path):
     runs = runs_of(paths)
     assert fit(runs, "off", "decode")["ratio"] == pytest.approx(0.96, abs=0.006)
     assert fit(runs, "off", "prefill")["ratio"] == pytest.approx(0.96, abs=0.006)
-    assert "| tok/s vs the decodes' runner CPU (elasticity) | its decode CPU / the base's" in table(runs, host="decode")[0]
+    assert "| tok_s vs the decodes' runner CPU (elasticity) | its decode CPU / the base's" in table(runs, host="decode")[0]
     got = subprocess.run([sys.executable, str(ROOT / "bench/gpu/host_adjusted.py"), "--host", "decode", *paths],
                          capture_output=True, text=True)
     assert got.returncode == 0 and "| closed | 128 | off | 16 / 16, 4 | 0.96" in got.stdout
+
+
+def test_the_open_loops_tpot_is_fitted_the_same_way(tmp_path):
+    """--metric tpot_ms: the median TPOT of open-loop runs against the host's speed (a ratio above 1: slower)."""
+    rnd, paths = random.Random(5), []
+    for call in range(3):
+        rows = []
+        for repeat in range(3):
+            for label, slower in (("nospec", 1.0), ("off", 1.05)):
+                h = rnd.choice([1.0, 0.7])
+                rows.append({"label": label, "shape": "open", "level": 24.0, "repeat": repeat, "tok_s": 5000.0,
+                             "tpot_ms": 8.0 * slower * h ** -0.3 * rnd.gauss(1, 0.002),
+                             "kinds": {"extend": {"n": 100, "runner_cpu_ms": 9 / h}}})
+        p = tmp_path / f"c{call}.jsonl"
+        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        paths.append(str(p))
+    runs = runs_of(paths)
+    assert fit(runs, "off", "prefill", metric="tpot_ms")["ratio"] == pytest.approx(1.05, abs=0.006)
+    assert fit(runs, "off", "prefill")["ratio"] == pytest.approx(1.0, abs=1e-9)         # tok/s did not move
+    assert table(runs, metric="tpot_ms")[0].startswith("| shape | level | label / nospec | runs (label / nospec, calls) | tpot_ms at")

@@ -51,11 +51,12 @@ def t975(free: int) -> float:
 
 
 HOSTS = ("prefill", "decode")      # whose target-runner CPU stands for the host's speed (--host)
+METRICS = ("tok_s", "tpot_ms")     # what is fitted (--metric; TPOT: the open loop's median, bench_serving's)
 
 
 def runs_of(paths: list[str]) -> list[dict]:
-    """One dict per TIMELINE row: call (its file), label, shape, level, tok_s, and per batch kind in HOSTS its mean
-    target-runner CPU (ms; None without such batches)."""
+    """One dict per TIMELINE row: call (its file), label, shape, level, each of METRICS (None where the row has none),
+    and per batch kind in HOSTS its mean target-runner CPU (ms; None without such batches)."""
     out = []
     for path in paths:
         with (lzma.open if path.endswith(".xz") else open)(path, "rt") as f:
@@ -67,16 +68,17 @@ def runs_of(paths: list[str]) -> list[dict]:
                 # (rows before 12-04c carry no shape: an open-loop run is the one with a TPOT)
                 shape = t.get("shape") or ("open" if t.get("tpot_ms") is not None else "closed")
                 out.append({"call": path, "label": t["label"], "shape": shape,
-                            "level": float(t["level"]), "tok_s": t["tok_s"], "cpu_ms": cpu})
+                            "level": float(t["level"]), **{m: t.get(m) for m in METRICS}, "cpu_ms": cpu})
     return out
 
 
-def fit(runs: list[dict], label: str, covariate: str | None, base: str | None = None) -> dict | None:
+def fit(runs: list[dict], label: str, covariate: str | None, base: str | None = None,
+        metric: str = "tok_s") -> dict | None:
     """The model above for `label` against `base` (default: its no-spec engine, traffic_table.nospec_label) over
     `runs` (one shape and level), with the target-runner CPU of the batch kind `covariate` names (HOSTS) as the
     host's speed, or none; None when the runs leave fewer than MIN_FREE degrees of freedom."""
     base = base or nospec_label(label)
-    rows = [r for r in runs if r["label"] in (label, base) and r["tok_s"] and r["tok_s"] > 0
+    rows = [r for r in runs if r["label"] in (label, base) and r[metric] and r[metric] > 0
             and (not covariate or r["cpu_ms"][covariate])]
     calls = sorted({r["call"] for r in rows if r["label"] == label} & {r["call"] for r in rows if r["label"] == base})
     rows = [r for r in rows if r["call"] in calls]
@@ -84,7 +86,7 @@ def fit(runs: list[dict], label: str, covariate: str | None, base: str | None = 
     columns.append([1.0 if r["label"] == label else 0.0 for r in rows])
     if covariate:
         columns.append([math.log(r["cpu_ms"][covariate]) for r in rows])
-    x, y = np.array(columns, dtype=float).T.reshape(len(rows), len(columns)), np.log([r["tok_s"] for r in rows])
+    x, y = np.array(columns, dtype=float).T.reshape(len(rows), len(columns)), np.log([r[metric] for r in rows])
     if not calls or len(rows) - len(columns) < MIN_FREE or np.linalg.matrix_rank(x) < len(columns):
         return None
     i, groups = len(calls), [r["call"] for r in rows]      # the label's column; the runs' calls
@@ -130,19 +132,19 @@ def _effect(x: np.ndarray, y: np.ndarray, i: int, groups: list | None = None) ->
     return {"ratio": math.exp(beta[i]), "low": math.exp(beta[i] - half), "high": math.exp(beta[i] + half)}
 
 
-def table(runs: list[dict], base: str | None = None, host: str = "prefill") -> list[str]:
+def table(runs: list[dict], base: str | None = None, host: str = "prefill", metric: str = "tok_s") -> list[str]:
     """Markdown rows per (shape, level, label other than the base: a no-spec one unless `base` names a label):
-    adjusted (the `host` batches' runner CPU as the host's speed) and unadjusted fits."""
+    adjusted (the `host` batches' runner CPU as the host's speed) and unadjusted fits of `metric`."""
     name = base or "nospec"
-    lines = [f"| shape | level | label / {name} | runs (label / {name}, calls) | at equal host speed [95 %, by call from 3 calls] "
-             f"| tok/s vs the {host}s' runner CPU (elasticity) | its {host} CPU / the base's [95 %] "
+    lines = [f"| shape | level | label / {name} | runs (label / {name}, calls) | {metric} at equal host speed [95 %, by call "
+             f"from 3 calls] | {metric} vs the {host}s' runner CPU (elasticity) | its {host} CPU / the base's [95 %] "
              "| without the covariate [95 %] |",
              "|---|---|---|---|---|---|---|---|"]
     keys = sorted({(r["shape"], r["level"], r["label"]) for r in runs
                    if r["label"] != base and not (base is None and r["label"].startswith("nospec"))})
     for shape, level, label in keys:
         here = [r for r in runs if r["shape"] == shape and r["level"] == level]
-        plain, adjusted = fit(here, label, None, base), fit(here, label, host, base)
+        plain, adjusted = fit(here, label, None, base, metric), fit(here, label, host, base, metric)
         if plain is None:
             continue
         def interval(f: dict | None) -> str:
@@ -161,11 +163,13 @@ def main() -> None:
                     "draft-KV writes cost); the no-spec runs then count as a label too")
     ap.add_argument("--host", choices=HOSTS, default="prefill", help="whose target-runner CPU stands for the host's "
                     "speed: the prefills' (default) or the decodes' (12-04g's review: the two bracket the estimate)")
+    ap.add_argument("--metric", choices=METRICS, default="tok_s", help="what to fit: throughput (default) or the open "
+                    "loop's median TPOT (a ratio above 1 is slower)")
     args = ap.parse_args()
     missing = [p for p in args.timelines if not Path(p).is_file()]
     if missing:
         sys.exit(f"host_adjusted.py: no such file: {missing[0]}")
-    print("\n".join(table(runs_of(args.timelines), args.base, args.host)))
+    print("\n".join(table(runs_of(args.timelines), args.base, args.host, args.metric)))
 
 
 if __name__ == "__main__":
