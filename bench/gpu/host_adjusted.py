@@ -23,8 +23,6 @@ unadjusted fit there.
 from __future__ import annotations
 
 import argparse
-import json
-import lzma
 import math
 import sys
 from pathlib import Path
@@ -32,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timeline_summary import rows_of  # noqa: E402
 from traffic_table import nospec_label  # noqa: E402
 
 MIN_FREE = 2        # residual degrees of freedom a fit needs before it says anything
@@ -59,16 +58,13 @@ def runs_of(paths: list[str]) -> list[dict]:
     and per batch kind in HOSTS its mean target-runner CPU (ms; None without such batches)."""
     out = []
     for path in paths:
-        with (lzma.open if path.endswith(".xz") else open)(path, "rt") as f:
-            for line in f:
-                t = json.loads(line)
-                kinds = t.get("kinds", {})
-                cpu = {host: (kinds.get(kind) or {}).get("runner_cpu_ms") if (kinds.get(kind) or {}).get("n", 0) > 0
-                       else None for host, kind in zip(HOSTS, ("extend", "decode"))}
-                # (rows before 12-04c carry no shape: an open-loop run is the one with a TPOT)
-                shape = t.get("shape") or ("open" if t.get("tpot_ms") is not None else "closed")
-                out.append({"call": path, "label": t["label"], "shape": shape,
-                            "level": float(t["level"]), **{m: t.get(m) for m in METRICS}, "cpu_ms": cpu})
+        for t in rows_of(path):
+            kinds = {host: t.get("kinds", {}).get(kind) or {} for host, kind in zip(HOSTS, ("extend", "decode"))}
+            # (rows before 12-04c carry no shape: an open-loop run is the one with a TPOT)
+            shape = t.get("shape") or ("open" if t.get("tpot_ms") is not None else "closed")
+            out.append({"call": path, "label": t["label"], "shape": shape, "level": float(t["level"]),
+                        **{m: t.get(m) for m in METRICS},
+                        "cpu_ms": {h: k.get("runner_cpu_ms") if k.get("n", 0) > 0 else None for h, k in kinds.items()}})
     return out
 
 
