@@ -226,7 +226,8 @@ def test_counters_name_every_off_path_figure(fast):
     off.fast.target_ns, off.fast.kv_ns, off.prompts.ns = 6, 4, 13
     off.prompts.eager, off.prompts.eager_ns, off.prompts.held, off.fast.lean_batches = 2, 9, 4, 8
     off.resolve.batches = 6
-    assert off.counters() == {"off_fallbacks": 0, "lean_prefills": 5, "off_fallbacks_logprob": 0,
+    off.plain = SimpleNamespace(batches=5)       # (plainoff.PlainOff where the engine was started with it)
+    assert off.counters() == {"plain_off_batches": 5, "off_fallbacks": 0, "lean_prefills": 5, "off_fallbacks_logprob": 0,
                               "off_fallbacks_grammar": 0, "draft_kv_writes": 7, "fast_off_batches": 0,
                               "fast_off_graph_batches": 3, "fast_off_cpu_ns": 11, "fast_off_target_ns": 6,
                               "draft_kv_ns": 4, "draft_kv_prefill_ns": 13, "draft_kv_prefill_eager": 2,

@@ -1,12 +1,13 @@
-"""The SGLang facts that running an off batch as a non-speculative batch would rest on (docs/off-as-plain-batch.md,
-not built), checked against every wheel from the first with a fast table: each fact holds exactly in the releases the
+"""The SGLang facts that running an off batch as a non-speculative batch rests on (docs/off-as-plain-batch.md; built
+for 0.5.17-0.5.18 as controller/plugin/plainoff.py), checked against every wheel from the first with a fast table: each fact holds exactly in the releases the
 study's version table says. When a release moves one, this goes red and the study (and whatever is built on it)
 gets read again. Quoted source, as sglang_names' facts; never imports SGLang."""
 import pytest
 
 from controller.contract import parse_version
-from controller.plugin import internals
-from tests.sglang_wheels import VERSIONS, source
+from controller.plugin import internals, plainoff
+from controller.plugin.support import PLAIN_OFF_TARGETS
+from tests.sglang_wheels import VERSIONS, params, source
 
 FAST = [v for v in VERSIONS if internals.for_version(parse_version(v))]
 OU = "sglang.srt.managers.overlap_utils"
@@ -56,4 +57,38 @@ def test_each_fact_holds_in_the_releases_the_study_names_and_only_there(version)
             there = False
         if there != holds(version, span):
             wrong.append(f"{fn}: {quote!r} {'present' if there else 'absent'} ({why})")
+    assert wrong == [], version
+
+
+# What plainoff.py's switches rest on besides the study's table, in the releases it is registered for.
+PLAIN_OFF_FACTS = (
+    ("sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.forward_batch_generation",
+     "batch_output.new_seq_lens = batch.seq_lens",
+     "a prefill publishes its lengths as they are: what a plain batch publishes too (its lengths advanced)"),
+    (f"{SB}.prepare_for_extend", "req.kv_committed_len = seq_len",
+     "straight from its prefill a request's committed length is its KV length ..."),
+    ("sglang.srt.mem_cache.allocation.alloc_for_extend", "req.kv.kv_allocated_len = seq_len",
+     "... and so is its allocation: the plain preparation may take it over"),
+    (f"{SB}.merge_batch", "if self.spec_info:",
+     "a plain batch merging a prefill keeps no draft input (and its algorithm: merge never sets it)"),
+    (f"{SB}.new_tokens_required_next_decode", "return self._new_tokens_required_next_decode_spec_v2(requests, page_size)",
+     "spec-v2's memory estimate, which plainoff.memory asks for a plain batch about to speculate"),
+    (f"{OU}.FutureMap.stash", "if not self._forward_buf_initialized:", "the stash hook's guard"),
+    ("sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor."
+     "process_batch_result_decode", "if not batch.spec_algorithm.is_none():",
+     "the accept-length metrics are counted for speculative batches only: plainoff counts plain ones as steps 0"),
+    ("sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor."
+     "_normalize_decode_outputs", "next_token_ids = [[t] for t in ids]",
+     "a plain result's tokens are wrapped one per request (and _resolve_spec_v2_tokens, the telemetry's hook, skipped)"),
+)
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if parse_version(v)[:3] in plainoff.VERSIONS])
+def test_plain_off_seams_and_facts_hold_where_it_is_registered(version):
+    src = source(version)
+    for target, expected in PLAIN_OFF_TARGETS.items():
+        names = params(src.function(target))
+        assert names[:len(expected)] == list(expected), f"sglang {version}: {target}{tuple(names)}"
+    wrong = [f"{fn}: {quote!r} ({why})" for fn, quote, why in PLAIN_OFF_FACTS
+             if quote not in src.text(fn).replace('"', "'")]
     assert wrong == [], version

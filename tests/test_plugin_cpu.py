@@ -310,7 +310,7 @@ def test_telemetry_codec_round_trip_and_refusal():
                      "off_fallbacks_logprob": 0, "off_fallbacks_grammar": 0, "draft_kv_writes": 0,
                      "fast_off_target_ns": 0, "draft_kv_ns": 0, "draft_kv_prefill_ns": 0,
                      "draft_kv_prefill_eager": 0, "draft_kv_prefill_eager_ns": 0, "draft_kv_prefill_held": 0,
-                     "lean_resolves": 0, "draft_kv_graph_writes": 0,
+                     "lean_resolves": 0, "draft_kv_graph_writes": 0, "plain_off_batches": 0,
                      "prefills_pay_draft": 0, "fast_off_lean_batches": 0, "alloc_loop_batches": 0,
                      "draft_kv_side_writes": 0, "draft_kv_graph_launches": 0,
                      "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
@@ -540,6 +540,9 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(plug):
     assert "gather" not in render_status({**st, "engine": {**st["engine"], "plugin": kv}})
     assert "120 fast batches (118 on CUDA graphs, 96 without the draft extras' gather), 3 on steps-0" in \
         render_status({**st, "engine": {**st["engine"], "plugin": {**kv, "lean_resolves": 96}}})
+    assert "non-speculative" not in render_status({**st, "engine": {**st["engine"], "plugin": kv}})
+    assert "120 fast batches (118 on CUDA graphs, 100 as non-speculative batches), 3 on steps-0" in \
+        render_status({**st, "engine": {**st["engine"], "plugin": {**kv, "plain_off_batches": 100}}})
     assert "draft KV written by the plugin for 97 batches" in render_status({**st, "engine": {**st["engine"], "plugin": kv}})
     assert "from CUDA graphs" not in render_status({**st, "engine": {**st["engine"], "plugin": kv}})
     assert "draft KV written by the plugin for 97 batches (90 from CUDA graphs)" in \

@@ -152,7 +152,7 @@ phase_need() { # phase: the seconds it needs once both engines are up (what fits
     openab) ab_rotation; echo $((NAB * ${REPEATS:-2} * nrates * (OPEN_S + 8) + 30)) ;;
     steadyab) ab_rotation; echo $((NAB * ${REPEATS:-2} * 4 * 3 + 30)) ;;
     profile) echo 90 ;;
-    greedy) echo 70 ;;
+    greedy) echo $((70 + 50 * ${PLAIN:-0})) ;;
     syncdebug|cprofile|grcheck|lpcheck|penalty) echo 60 ;;
     steady) echo 40 ;;
     gcfreeze|spin) echo 25 ;;
@@ -190,7 +190,7 @@ B=off; GROUP_B=daemon     # the label of the engine beside the no-spec one; its 
 [ "${TWIN:-0}" = 1 ] && B=twin GROUP_B=twin
 start_b() { # the engine beside the no-spec one: the daemon (sglang engine + plugin), or with TWIN=1 a second no-spec
   # engine started as the daemon's is; sets DAEMON_PID (either way: the group that pins and CPU counts follow)
-  if [ "$B" = twin ]; then start_server twin 30000 -- --mem-fraction-static "$MEMFRAC" && DAEMON_PID=$SERVER_PID \
+  if [ "$B" = twin ]; then start_server twin 30000 SPEC_CONTROLLER_PLAIN_OFF=0 -- --mem-fraction-static "$MEMFRAC" && DAEMON_PID=$SERVER_PID \
     && save_caches        # (as start_daemon does: a cold call's JIT caches for the next call to carry)
   else start_daemon; fi
 }
@@ -201,8 +201,14 @@ pair_labels() { # PAIR: the two engines for the plain phases (open, closed, stea
 pair_labels
 
 beside="off path ${OFF_PATH:-default}"; [ "$B" = twin ] && beside="beside it a twin without speculation (TWIN=1)"
+# PLAIN=1: the daemon's engine runs its off batches as SGLang's non-speculative batches (plugin/plainoff.py; a start-time
+# switch); MEMCHECK=1: its scheduler checks the KV pool for leaks after every batch (SGLang's strict busy check and its
+# page invariants: slower, for correctness calls only)
+[ "${PLAIN:-0}" = 1 ] && { export SPEC_CONTROLLER_PLAIN_OFF=1; beside="$beside, off batches as plain batches (PLAIN=1)"; }
+[ "${MEMCHECK:-0}" = 1 ] && { export SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY=1 SGLANG_CHECK_KV_PAGE_INVARIANTS=1
+  beside="$beside, KV leak checks after every batch (MEMCHECK=1)"; }
 say "prefill graphs $PREFILL_GRAPH, $beside, grammar backend $GRAMMAR_BACKEND, sleep on idle $SLEEP_ON_IDLE"
-start_server nospec 30001 SPEC_TIMELINE=/tmp/tl/nospec -- --mem-fraction-static 0.30 || exit 1
+start_server nospec 30001 SPEC_TIMELINE=/tmp/tl/nospec SPEC_CONTROLLER_PLAIN_OFF=0 -- --mem-fraction-static 0.30 || exit 1
 NOSPEC_PID=$SERVER_PID
 export SPEC_TIMELINE=/tmp/tl/off MEMFRAC=0.64     # the daemon's SGLang child inherits the timeline prefix
 if start_b; then
@@ -369,6 +375,8 @@ if start_b; then
         | grep -E "PENALTY|Error|MALFORMED" | cut -c1-400 | tee -a "$SUM"; say "penalty done" ;;
     greedy)    # issue 12 item 5: outputs identical to the crafted chain while the threshold flips 0 <-> MAXBS every 5 ms
       fits "$(phase_need greedy)" greedy || continue
+      [ "${PLAIN:-0}" = 1 ] && greedy 30000 "never-${OFF_PATH:-default}-plain" --prompts 200 --concurrency 32 \
+        --input-len 32 --output-len 96 --output-len-min 16 --chain $M/target/next.json   # pinned at 0: every decode off
       greedy 30000 "switching-${OFF_PATH:-default}" --prompts 200 --concurrency 32 --input-len 32 --output-len 96 \
         --output-len-min 16 --chain $M/target/next.json --toggle 0,$MAXBS --toggle-ms 5
       internal_state 30000 '{"speculative_disable_batch_threshold": 0}' >/dev/null; specctl threshold pin 0 >/dev/null ;;
@@ -380,6 +388,8 @@ if start_b; then
   # a TIMELINE line per open and closed run (open: after 3 s; closed: their window); TIMELINE=0: none
   [ "${TIMELINE:-1}" != 0 ] && [ -s "$R" ] && timeline_lines "$n0" 3 "$OPEN_S" "$CLOSED_WARMUP" "$CLOSED_S"
   if [ "$B" = off ]; then specctl status 2>&1 | grep -E "off path|plugin cost|off launch|samples" | tee -a "$SUM"
+    # the plain mode's engagement and anything that went wrong in the daemon's engine
+    grep -E "non-speculative batches|plain off|Leak|Traceback|Error" "$OUT/$GROUP_B.log" | head -8 | cut -c1-300 | tee -a "$SUM"
     stop_daemon
   else SERVER_PID=$DAEMON_PID; stop_server; fi
 fi

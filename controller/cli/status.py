@@ -156,6 +156,7 @@ def _plugin_lines(plugin: dict) -> list[str]:
             f"({plugin['fast_off_graph_batches']} on CUDA graphs"
             + (f", {plugin['fast_off_lean_batches']} lean" if plugin.get("fast_off_lean_batches") else "")
             + (f", {plugin['lean_resolves']} without the draft extras' gather" if plugin.get("lean_resolves") else "")
+            + (f", {plugin['plain_off_batches']} as non-speculative batches" if plugin.get("plain_off_batches") else "")
             + f"), {plugin['off_fallbacks']} on steps-0"
             + _fallback_split(plugin)
             + (f"; {plugin['lean_prefills']} prefills skipped the draft (their batch did not speculate)"

@@ -13,7 +13,7 @@ from ..contract import (ALLOC_LOOP_KEY, BOOL_KEYS, DEFER_PROMPT_KV_KEY, DRAFT_KV
                         ENV_INITIAL_THRESHOLD, ENV_LEAN_OFF, ENV_LEAN_PREFILL, ENV_LEAN_RESOLVE, ENV_SYNC_DRAFT,
                         EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_OFF_KEY, LEAN_PREFILL_KEY, LEAN_RESOLVE_KEY, OWN_KEYS, REASON_INACTIVE, SIM_ACC_KEY,
                         SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version, validate_threshold)
-from . import allocloop, offgrammar, warmsizes
+from . import allocloop, offgrammar, plainoff, warmsizes
 from .draftkv_graph import DEFAULT_COALESCE as DEFAULT_GRAPH_COALESCE
 from .failures import Failures
 from .offpath import OffPath
@@ -86,6 +86,9 @@ class Plugin:
                                 capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
         self.alloc_loop = allocloop.AllocLoop(registered=allocloop.wanted(env, parse_version(sglang_version())))
+        self.plain = plainoff.PlainOff(self.off_path, plainoff.wanted(env, sglang_version()), sample=self.telemetry.sample)
+        if self.plain.registered:          # (else the worker hook does not even look for plain batches)
+            self.off_path.plain = self.plain
 
     def stats(self) -> tuple[dict[str, int], dict[str, Any]]:
         """(counters, what the stats message says about the off path: contract.encode_stats's keywords)."""
@@ -128,6 +131,8 @@ class Plugin:
         if off.resolve.enabled:      # started with it (ENV_LEAN_RESOLVE=1): a call per decode batch otherwise saved
             extra[f"{FUTURE_MAP}._resolve_spec_extras"] = (off.resolve.around, "AROUND")
             extra[f"{SCHEDULER}._forward_isolation"] = (off.resolve.isolation, "AROUND")
+        if self.plain.registered:    # started with it (plainoff.ENV=1, a supported SGLang)
+            extra.update(plainoff.hooks(self.plain))
         return {**extra,
             f"{EAGLE_WORKER}.activate_step_by_batch": (r.activate_step_by_batch, "AROUND"),
             f"{EAGLE_WORKER}.forward_batch_generation": (off.forward_batch_generation, "AROUND"),

@@ -55,6 +55,7 @@ class OffPath:
         self.kv_writes = 0
         self.prompts = promptkv.PromptWrites(defer_prompt_kv)   # the prompt writes (held: after the next forward)
         self.resolve = offresolve.LeanResolve(self.takes_resolved, lean_resolve)   # the future map's gather
+        self.plain: Any = None                     # plainoff.PlainOff where the engine runs off batches as plain ones
         self.tp_size = 1
         self.fast: fastoff.FastOff | None = None   # built after SGLang's graph capture, if supported
         self.reason = REASON_CONFIG if not enabled else REASON_NONE   # contract.OFF_REASONS: why not fast
@@ -235,6 +236,8 @@ class OffPath:
 
     def forward_batch_generation(self, original: Callable, worker: Any, batch: Any, *args, **kwargs) -> Any:
         """AROUND EAGLEWorkerV2.forward_batch_generation."""
+        if self.plain is not None and batch.spec_algorithm.is_none():   # made plain by plainoff (SGLang makes none)
+            return self.plain.forward(worker, batch)
         draft = getattr(worker, "draft_worker", None)      # (the eager coalesced writes flush in its context)
         if not self._ours(worker, batch):
             # a prefill flushes in its draft pass (draft_extend_for_prefill); a decode batch with a prefill elsewhere

@@ -9,6 +9,7 @@ DRAFT_WORKER = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker"
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 RESULT_PROCESSOR = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
 FUTURE_MAP = "sglang.srt.managers.overlap_utils.FutureMap"
+SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch.ScheduleBatch"
 # target -> the parameters the hook expects
 HOOK_TARGETS: dict[str, tuple[str, ...]] = {
     f"{EAGLE_WORKER}.forward_batch_generation": ("self", "batch", "on_publish"),
@@ -22,6 +23,14 @@ HOOK_TARGETS: dict[str, tuple[str, ...]] = {
     f"{SCHEDULER}.on_idle": ("self",),
     f"{FUTURE_MAP}._resolve_spec_extras": ("self", "batch"),
     f"{SCHEDULER}._forward_isolation": ("self", "batch", "overlap"),
+}
+# registered only where off batches run as plain ones (plainoff.py; SGLang 0.5.17-0.5.18)
+PLAIN_OFF_TARGETS: dict[str, tuple[str, ...]] = {
+    f"{SCHEDULE_BATCH}.prepare_for_decode": ("self",),
+    f"{SCHEDULE_BATCH}.new_tokens_required_next_decode": ("self", "selected_indices"),
+    f"{FUTURE_MAP}.publish": ("self", "future_indices", "new_seq_lens"),
+    f"{FUTURE_MAP}.stash": ("self", "future_indices", "payload"),
+    f"{RESULT_PROCESSOR}._normalize_decode_outputs": ("self", "batch", "result", "logits_output", "next_token_ids"),
 }
 # called, not hooked
 USED_CALLABLES: dict[str, tuple[str, ...]] = {

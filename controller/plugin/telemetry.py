@@ -74,10 +74,12 @@ class TelemetrySender:
 
     def after_spec_result(self, result_tokens: Any, processor: Any, *args, **kwargs) -> None:
         """AFTER _resolve_spec_v2_tokens: one sample per decode batch."""
+        self.sample(kwargs["result"] if "result" in kwargs else args[0], kwargs["batch"] if "batch" in kwargs else args[1])
+
+    def sample(self, result: Any, batch: Any) -> None:
+        """One decode batch's sample (a speculative batch's, or a plain off batch's: plainoff.py)."""
         t0 = time.perf_counter_ns()
         try:
-            result = kwargs["result"] if "result" in kwargs else args[0]
-            batch = kwargs["batch"] if "batch" in kwargs else args[1]
             self.emit(result, batch)
         except Exception as e:                      # never raise into the scheduler
             self.failures.record("telemetry", e)
