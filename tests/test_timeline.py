@@ -480,3 +480,18 @@ def test_the_cpu_before_the_target_forward_per_kind_and_for_the_decode_after_an_
     assert out["transitions"] == {"decode>decode": 1, "extend>decode": 1}
     two = summarise(rows[:1] + [["B", "extend", 1, 50, 9 * ms, 10 * ms, 8.0, 9.0, 1.0, 0.0]] + rows[1:], 0, 2**62)
     assert two["transitions"] == {"decode>decode": 1, "extend>decode": 1, "extend>extend": 1}
+
+
+def test_decode_cost_is_each_labels_median_decode_per_shape_and_level():
+    from timeline_summary import decode_cost_lines
+
+    def run(label, pretarget, gpu, level=128, shape="closed", **more):
+        return {"label": label, "shape": shape, "level": level,
+                "kinds": {"decode": {"pretarget_cpu_ms": pretarget, "launch_cpu_ms": 1.0, "process_cpu_ms": 3.0,
+                                     "gpu_ms": gpu, **more}, "extend": {"gpu_ms": 99.0}}}
+    rows = [run("off", 0.5, 7.5), run("off", 0.6, 7.7), run("off", 0.4, 7.6), run("nospec", 0.2, 7.4),
+            run("nospec", 0.3, 7.4, idle_before_ms=0.5), run("off", 9.0, 9.0, level=48),
+            {"label": "off", "shape": "closed", "level": 16, "kinds": {"extend": {"gpu_ms": 1.0}}}]   # no decodes
+    assert decode_cost_lines(rows) == ["| closed | 48 | off | 1 | 9.000 | 1.000 | 3.000 | 9.000 | - |",
+                                       "| closed | 128 | nospec | 2 | 0.250 | 1.000 | 3.000 | 7.400 | 0.500 |",
+                                       "| closed | 128 | off | 3 | 0.500 | 1.000 | 3.000 | 7.600 | - |"]

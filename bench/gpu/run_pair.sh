@@ -398,6 +398,8 @@ unset SPEC_TIMELINE
 if [ -s "$R" ]; then python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"; else say "no run measured: no tables"; fi
 # the systematic part, pair by pair (the decode interval; tok/s moves with the extends' launch speed run to run)
 [ -s "$OUT/timeline.jsonl" ] && python3 bench/gpu/timeline_summary.py "$OUT/timeline.jsonl" --pairs | tee -a "$SUM"
+# what a decode batch costs each engine: the launch CPU before the target's forward, the launch, the result processing
+[ -s "$OUT/timeline.jsonl" ] && python3 bench/gpu/timeline_summary.py "$OUT/timeline.jsonl" --decode-cost | tee -a "$SUM"
 # each label at equal host speed (the extends' target CPU as the host's speed, fitted over the call's runs; with
 # earlier calls' timelines it narrows further: host_adjusted.py A B ...)
 [ -s "$OUT/timeline.jsonl" ] && python3 bench/gpu/host_adjusted.py "$OUT/timeline.jsonl" 2>&1 | tee -a "$SUM"

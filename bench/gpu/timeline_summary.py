@@ -246,6 +246,27 @@ def pair_lines(rows: list[dict]) -> list[str]:
     return out
 
 
+DECODE_CPU = ("pretarget_cpu_ms", "launch_cpu_ms", "process_cpu_ms", "gpu_ms", "idle_before_ms")
+
+
+def decode_cost_lines(rows: list[dict]) -> list[str]:
+    """Markdown rows: per shape, level and label, the median over its runs of what a decode batch costs (DECODE_CPU:
+    the launch CPU before the target's forward, all of the launch, the result processing, the GPU span, the idle
+    before it), '-' where no run has the figure."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("kinds", {}).get("decode") and r.get("level") is not None:
+            groups.setdefault((r.get("shape") or "-", r["level"], r.get("label")), []).append(r["kinds"]["decode"])
+    out = []
+    for (shape, level, label), ds in traffic_table.in_order(groups):
+        cells = []
+        for key in DECODE_CPU:
+            values = [d[key] for d in ds if d.get(key) is not None]
+            cells.append(f"{statistics.median(values):.3f}" if values else "-")
+        out.append(f"| {shape} | {level} | {label} | {len(ds)} | {' | '.join(cells)} |")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("prefix")
@@ -255,6 +276,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--prefill", action="store_true", help="per run: what an extend batch costs (profile keys)")
     ap.add_argument("--pairs", action="store_true", help="PREFIX is a timeline.jsonl: each run against nospec's")
+    ap.add_argument("--decode-cost", action="store_true",
+                    help="PREFIX is a timeline.jsonl: per label, the median decode batch's CPU and GPU (DECODE_CPU)")
     ap.add_argument("--label", default="")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -264,6 +287,13 @@ def main() -> None:
             print("| shape | level | label / nospec | decode interval ratio per pair | decode GPU us per step, difference "
                   "| a decode after an extend: span + idle us, difference | extend runner CPU ms (label / nospec) |\n"
                   "|---|---|---|---|---|---|---|")
+            print("\n".join(lines))
+        return
+    if args.decode_cost:
+        lines = decode_cost_lines([r for r in rows_of(args.prefix) if isinstance(r, dict)])
+        if lines:
+            print("| shape | level | label | runs | " + " | ".join(k.replace("_ms", " ms") for k in DECODE_CPU)
+                  + " |\n|---|---|---|---|" + "---|" * len(DECODE_CPU))
             print("\n".join(lines))
         return
     if args.prefill:
