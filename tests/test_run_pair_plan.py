@@ -156,7 +156,7 @@ SUFFIX=-spin; pair_labels; echo "after a spin phase: ${PAIR[*]}"
         return subprocess.run(["bash", "-c", harness], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), **env},
                               capture_output=True, text=True, timeout=30).stdout
     twin = run(TWIN="1")
-    assert "start_server twin 30000 -- --mem-fraction-static 0.64" in twin and "start_daemon" not in twin
+    assert "start_server twin 30000 SPEC_CONTROLLER_PLAIN_OFF=0 -- --mem-fraction-static 0.64" in twin and "start_daemon" not in twin
     assert "save_caches" in twin             # a cold TWIN call saves the JIT caches for the next one, as the daemon's
     assert "B=twin GROUP_B=twin DAEMON_PID=4242 PAIR=--engines nospec=30001,twin=30000" in twin
     daemon = run()
@@ -165,3 +165,24 @@ SUFFIX=-spin; pair_labels; echo "after a spin phase: ${PAIR[*]}"
     # the plain phases after a spin (or gcfreeze) phase label their rows as the ab rotations do
     assert "after a spin phase: --engines nospec-spin=30001,twin-spin=30000" in twin
     assert "after a spin phase: --engines nospec-spin=30001,off-spin=30000" in daemon
+
+
+def test_plain_off_batches_are_the_daemons_engines_alone():
+    """PLAIN=1 exports SPEC_CONTROLLER_PLAIN_OFF=1 (the daemon's SGLang child inherits it); the no-spec engine is started
+    with it 0, so its scheduler registers none of the plain hooks (their pass-through would be its CPU, not the off
+    engine's); MEMCHECK=1 turns on SGLang's strict KV checks."""
+    harness = r"""
+set -u
+say() { echo "SAY $*"; }
+start_server() { echo "start_server $*"; SERVER_PID=4242; }
+B=off; OFF_PATH=kv; GRAMMAR_BACKEND=none; PREFILL_GRAPH=default; SLEEP_ON_IDLE=1
+eval "$(sed -n '/^beside=/,/^start_server nospec/p' "$SCRIPT")"
+echo "PLAIN_OFF=${SPEC_CONTROLLER_PLAIN_OFF:-unset} STRICT=${SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY:-unset}"
+"""
+    def run(**env: str) -> str:
+        return subprocess.run(["bash", "-c", harness], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), **env},
+                              capture_output=True, text=True, timeout=30).stdout
+    plain = run(PLAIN="1", MEMCHECK="1")
+    assert "PLAIN_OFF=1 STRICT=1" in plain and "off batches as plain batches (PLAIN=1)" in plain
+    assert "start_server nospec 30001 SPEC_TIMELINE=/tmp/tl/nospec SPEC_CONTROLLER_PLAIN_OFF=0 --" in plain
+    assert "PLAIN_OFF=unset STRICT=unset" in run()
