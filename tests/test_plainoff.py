@@ -88,6 +88,20 @@ def test_requests_that_need_the_speculative_path_keep_a_batch_speculative(plain,
     assert prepared(plain, batch(**{flag: True})) == [EAGLE3]
 
 
+@pytest.mark.parametrize("extra, why", [
+    (dict(req_to_token_pool=SimpleNamespace(mamba_pool=object())), "hybrid (mamba) model"),
+    (dict(hisparse_coordinator=object()), "hierarchical sparse attention"),
+    (dict(model_config=SimpleNamespace(is_encoder_decoder=True)), "encoder-decoder model"),
+    (dict(multimodal_inputs=[None, object()]), "multimodal request"),
+    (dict(enable_overlap=False), "overlap scheduler off"),
+    (dict(token_to_kv_pool_allocator=SimpleNamespace(page_size=16)), "page size above 1")])
+def test_models_and_engines_whose_plain_state_sglang_keeps_apart_stay_speculative(plain, extra, why):
+    assert plainoff.batch_unsupported_reason(batch(**extra)) == why
+    assert prepared(plain, batch(**extra)) == [EAGLE3]
+    assert plainoff.batch_unsupported_reason(batch(multimodal_inputs=[None, None],
+                                                   req_to_token_pool=SimpleNamespace(mamba_pool=None))) is None
+
+
 def test_a_plain_batch_goes_back_when_it_speculates_with_a_draft_input_over_its_rows(plain):
     b = batch(extend=False, algo=NONE, spec_info=None)
     assert prepared(plain, b) == [NONE] and plain.left == 0   # still off: stays plain
@@ -115,13 +129,17 @@ def test_the_memory_estimate_follows_the_mode_of_the_next_preparation(plain):
     assert plain.memory(original, b) == 3                   # a speculative batch: SGLang's own estimate
 
 
-def test_a_plain_batch_publishes_its_advanced_lengths_once(plain):
+def test_a_plain_batch_publishes_its_advanced_lengths_once_for_its_own_rows(plain, caplog):
     got = []
     publish = lambda fm, idx, lens, *a, **k: got.append(lens)
-    plain.publish_lens = "seq_lens after prepare"
-    plain.publish(publish, "map", "rows", "seq_lens + 1")
-    plain.publish(publish, "map", "rows", "a prefill's lengths")
+    rows = ["the plain batch's req_pool_indices"]
+    plain.publish_lens = (rows, "seq_lens after prepare")
+    plain.publish(publish, "map", rows, "seq_lens + 1")
+    plain.publish(publish, "map", rows, "a prefill's lengths")
     assert got == ["seq_lens after prepare", "a prefill's lengths"] and plain.future_map == "map"
+    plain.publish_lens = (rows, "seq_lens after prepare")
+    plain.publish(publish, "map", ["other rows"], "theirs")          # not the plain batch's publish: SGLang's lengths
+    assert got[-1] == "theirs" and plain.publish_lens is None and "was not the next one" in caplog.text
 
 
 class Rows:
@@ -210,7 +228,8 @@ def test_the_forward_gathers_inputs_runs_the_fast_graphs_writes_the_draft_kv_and
     # the draft's KV at the decoded positions (the lengths after prepare, less one) and the slots SGLang allocated
     assert writes == [("aux", [7, 8], torch.int64, [4, 8], torch.int64)]
     assert worker.draft_worker.ev == "forward's event" and runner.ev is None     # the WAR barrier's event handed over
-    assert plain.publish_lens is b.seq_lens and out.next_token_ids.tolist() == [7, 8]
+    assert plain.publish_lens[0] is b.req_pool_indices and plain.publish_lens[1] is b.seq_lens
+    assert out.next_token_ids.tolist() == [7, 8]
     assert (plain.batches, fast.batches, fast.graph_batches, plain.off.kv_writes) == (1, 1, 1, 1)
 
 

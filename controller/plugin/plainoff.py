@@ -70,6 +70,16 @@ def batch_unsupported_reason(batch: Any) -> str | None:
         return "overlap scheduler off"
     if getattr(batch.token_to_kv_pool_allocator, "page_size", 1) != 1:
         return "page size above 1"
+    # SGLang's non-speculative preparation and result processing keep state of their own for these (mamba tracks,
+    # hierarchical sparse attention, encoder lengths, multimodal embeddings) that a speculative engine keeps otherwise
+    if getattr(getattr(batch, "req_to_token_pool", None), "mamba_pool", None) is not None:
+        return "hybrid (mamba) model"
+    if getattr(batch, "hisparse_coordinator", None) is not None:
+        return "hierarchical sparse attention"
+    if getattr(getattr(batch, "model_config", None), "is_encoder_decoder", False):
+        return "encoder-decoder model"
+    if any(m is not None for m in getattr(batch, "multimodal_inputs", None) or ()):
+        return "multimodal request"
     return None
 
 
@@ -84,7 +94,7 @@ class PlainOff:
         self.spec_algorithm: Any = None  # the engine's algorithm, kept from the first batch made plain
         self.none: Any = None            # SpeculativeAlgorithm.NONE
         self.future_map: Any = None      # the engine's, seen at its first publish (a prefill's, before any plain batch)
-        self.publish_lens: Any = None    # the lengths the plain batch in flight publishes (spec-v2's convention)
+        self.publish_lens: Any = None    # (rows, lengths) the plain batch in flight publishes (spec-v2's convention)
         self.batches = self.entered = self.left = 0
 
     # --- the decision (the same on every TP rank: the router's threshold, the batch's requests) -------------------
@@ -141,7 +151,13 @@ class PlainOff:
         lengths already advanced); a speculative batch resolving them next expects the KV length before its step."""
         self.future_map = future_map
         if self.publish_lens is not None:
-            new_seq_lens, self.publish_lens = self.publish_lens, None
+            rows, lens = self.publish_lens
+            self.publish_lens = None
+            if rows is indices:            # run_batch's publish right after the plain forward, of its requests
+                new_seq_lens = lens
+            else:                          # not that publish: SGLang's lengths, and said (the next resolve may be off)
+                log.warning("spec-controller: a plain batch's publish was not the next one; its lengths were not "
+                            "put in spec-v2's convention")
         return original(future_map, indices, new_seq_lens, *args, **kwargs)
 
     def stash(self, original: Callable, future_map: Any, indices: Any, payload: Any, *args, **kwargs) -> Any:
@@ -205,7 +221,7 @@ class PlainOff:
             fast.kv_ns += time.perf_counter_ns() - t2
             off.kv_writes += 1
         fastoff._hand_over_read_done_event(worker, runner, fast.names)
-        self.publish_lens = batch.seq_lens
+        self.publish_lens = (batch.req_pool_indices, batch.seq_lens)   # run_batch publishes batch.req_pool_indices
         self.batches += 1
         fast.batches += 1
         fast.graph_batches += bool(out.can_run_cuda_graph)
