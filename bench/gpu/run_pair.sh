@@ -375,10 +375,9 @@ if start_b; then
         | grep -E "PENALTY|Error|MALFORMED" | cut -c1-400 | tee -a "$SUM"; say "penalty done" ;;
     greedy)    # issue 12 item 5: outputs identical to the crafted chain while the threshold flips 0 <-> MAXBS every 5 ms
       fits "$(phase_need greedy)" greedy || continue
-      [ "${PLAIN:-0}" = 1 ] && greedy 30000 "never-${OFF_PATH:-default}-plain" --prompts 200 --concurrency 32 \
-        --input-len 32 --output-len 96 --output-len-min 16 --chain $M/target/next.json   # pinned at 0: every decode off
-      greedy 30000 "switching-${OFF_PATH:-default}" --prompts 200 --concurrency 32 --input-len 32 --output-len 96 \
-        --output-len-min 16 --chain $M/target/next.json --toggle 0,$MAXBS --toggle-ms 5
+      GREEDY=(--prompts 200 --concurrency 32 --input-len 32 --output-len 96 --output-len-min 16 --chain $M/target/next.json)
+      [ "${PLAIN:-0}" = 1 ] && greedy 30000 "never-${OFF_PATH:-default}-plain" "${GREEDY[@]}"   # pinned 0: every decode off
+      greedy 30000 "switching-${OFF_PATH:-default}" "${GREEDY[@]}" --toggle 0,$MAXBS --toggle-ms 5
       internal_state 30000 '{"speculative_disable_batch_threshold": 0}' >/dev/null; specctl threshold pin 0 >/dev/null ;;
     steady) fits "$(phase_need steady)" steady || continue
       load_sum --shape steady --levels 1,16,48,128 --steady-len 192 "${PAIR[@]}"; say "steady done" ;;

@@ -199,6 +199,15 @@ def prefill_cost(run: list[list], min_extends: int = 100, idle_cap_ms: float = I
             "prefill_s": round(per_event / 1e3, 5), "prefill_s_per_token": round(slope / 1e3, 8)}
 
 
+def label_groups(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """The runs with batch kinds and a level, by (shape, level, label)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if "kinds" in r and r.get("level") is not None:
+            groups.setdefault((r.get("shape") or "-", r["level"], r.get("label")), []).append(r)
+    return groups
+
+
 def pair_lines(rows: list[dict]) -> list[str]:
     """Markdown rows: each label's runs against the nospec runs of the same shape, level and repeat (the same seed;
     the nearest in time where a call ran a shape twice: traffic_table.beside), per pair: the median
@@ -206,10 +215,7 @@ def pair_lines(rows: list[dict]) -> list[str]:
     tok/s, which the extends' launch speed moves run to run), the decode GPU span's difference, that of a decode
     right after an extend (span + idle before it) and both engines' extend launch CPU (the model runner's); '-' where
     a run lacks the figure."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        if "kinds" in r and r.get("level") is not None:
-            groups.setdefault((r.get("shape") or "-", r["level"], r.get("label")), []).append(r)
+    groups = label_groups(rows)
 
     def kind(r: dict, name: str, key: str) -> float | None:
         return r["kinds"].get(name, {}).get(key)
@@ -253,12 +259,11 @@ def decode_cost_lines(rows: list[dict]) -> list[str]:
     """Markdown rows: per shape, level and label, the median over its runs of what a decode batch costs (DECODE_CPU:
     the launch CPU before the target's forward, all of the launch, the result processing, the GPU span, the idle
     before it), '-' where no run has the figure."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        if r.get("kinds", {}).get("decode") and r.get("level") is not None:
-            groups.setdefault((r.get("shape") or "-", r["level"], r.get("label")), []).append(r["kinds"]["decode"])
     out = []
-    for (shape, level, label), ds in traffic_table.in_order(groups):
+    for (shape, level, label), runs in traffic_table.in_order(label_groups(rows)):
+        ds = [r["kinds"]["decode"] for r in runs if r["kinds"].get("decode")]
+        if not ds:
+            continue
         cells = []
         for key in DECODE_CPU:
             values = [d[key] for d in ds if d.get(key) is not None]

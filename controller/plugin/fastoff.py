@@ -183,14 +183,7 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
     if kept is not None:      # return_logprob: steps-0's logprobs and layout, by SGLang's own function
         offlogprob.fill(fast.names, batch, out.logits_output, kept, tokens, torch)
     if kv_writer is not None and not sync_draft:
-        t0 = time.perf_counter_ns()
-        with fast.names.draft_context.enter(worker.draft_worker):      # the draft's TP context (embedding)
-            if before_write is not None:     # (its CPU is counted as the prompt writes', not this batch's write)
-                t1 = time.perf_counter_ns()
-                before_write()
-                t0 += time.perf_counter_ns() - t1
-            kv_writer.write(out.logits_output.hidden_states, out.next_token_ids, seq_lens.to(torch.int64), loc)
-        fast.kv_ns += time.perf_counter_ns() - t0
+        write_draft_kv(worker, fast, kv_writer, out, seq_lens.to(torch.int64), loc, before_write)
     if sync_draft:            # the draft's extend graph publishes the event the scheduler waits on
         setattr(runner, event, None)
     else:
@@ -222,6 +215,33 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
     return result
 
 
+def write_draft_kv(worker: Any, fast: FastOff, kv_writer: Any, out: Any, positions: Any, loc: Any,
+                   before_write: Callable[[], None] | None = None) -> None:
+    """The draft's KV for the positions a plain decode forward (`out`, with hidden states) just wrote to slots `loc`
+    (int64 both), in the draft's TP context (its embedding); before_write first (its CPU not counted as the write's)."""
+    t0 = time.perf_counter_ns()
+    with fast.names.draft_context.enter(worker.draft_worker):
+        if before_write is not None:
+            t1 = time.perf_counter_ns()
+            before_write()
+            t0 += time.perf_counter_ns() - t1
+        kv_writer.write(out.logits_output.hidden_states, out.next_token_ids, positions, loc)
+    fast.kv_ns += time.perf_counter_ns() - t0
+
+
+def target_forward(target: Any, fast: FastOff, batch: Any, with_hidden: bool) -> Any:
+    """The target's forward of a DECODE-mode batch through the fast path's backend and graphs (put back after it)."""
+    runner = target.model_runner
+    swapped = runner.attn_backend, runner.decode_cuda_graph_runner
+    runner.attn_backend, runner.decode_cuda_graph_runner = fast.attn_backend, fast.graph_runner
+    t0 = time.perf_counter_ns()
+    try:
+        return target.forward_batch_generation(batch, capture_hidden_mode=_sg["FULL_HIDDEN" if with_hidden else "NO_HIDDEN"])
+    finally:
+        fast.target_ns += time.perf_counter_ns() - t0
+        runner.attn_backend, runner.decode_cuda_graph_runner = swapped
+
+
 def _stubs(worker: Any, fast: FastOff) -> offstubs.OffStubs:
     if fast.stubs is None:
         draft = worker.draft_worker
@@ -242,7 +262,6 @@ def _plain_decode(target: Any, fast: FastOff, batch: Any, with_hidden: bool, new
     # the KV slot the scheduler reserved for this step's first token
     loc = runner.req_to_token_pool.req_to_token[batch.req_pool_indices, seq_lens].to(torch.int64)
     saved = (batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info, batch.forward_mode)
-    swapped = runner.attn_backend, runner.decode_cuda_graph_runner
     batch.input_ids, batch.out_cache_loc = batch.spec_info.bonus_tokens, loc
     batch.forward_mode = _sg["DECODE"]
     batch.seq_lens = new_seq_lens                      # decode convention: length including this token
@@ -251,13 +270,9 @@ def _plain_decode(target: Any, fast: FastOff, batch: Any, with_hidden: bool, new
     if saved[2] is not None:
         batch.seq_lens_sum = saved[2] + seq_lens.shape[0]
     batch.spec_info = None
-    runner.attn_backend, runner.decode_cuda_graph_runner = fast.attn_backend, fast.graph_runner
-    t0 = time.perf_counter_ns()
     try:
-        out = target.forward_batch_generation(batch, capture_hidden_mode=_sg["FULL_HIDDEN" if with_hidden else "NO_HIDDEN"])
+        out = target_forward(target, fast, batch, with_hidden)
     finally:
-        fast.target_ns += time.perf_counter_ns() - t0
-        runner.attn_backend, runner.decode_cuda_graph_runner = swapped
         batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info, batch.forward_mode = saved
     return out, loc
 

@@ -200,25 +200,12 @@ class PlainOff:
         setattr(runner, fast.names.read_done_event, None)     # (fastoff.run: a verify's event left from 0.5.18)
         writer = off.active_writer()
         off._flush_kv(worker.draft_worker, keep=writer)
-        swapped = runner.attn_backend, runner.decode_cuda_graph_runner
-        runner.attn_backend, runner.decode_cuda_graph_runner = fast.attn_backend, fast.graph_runner
-        t1 = time.perf_counter_ns()
-        try:
-            out = target.forward_batch_generation(
-                batch, capture_hidden_mode=fastoff._sg["FULL_HIDDEN" if writer is not None else "NO_HIDDEN"])
-        finally:
-            fast.target_ns += time.perf_counter_ns() - t1
-            runner.attn_backend, runner.decode_cuda_graph_runner = swapped
+        out = fastoff.target_forward(target, fast, batch, writer is not None)
         if writer is not None:
-            t2 = time.perf_counter_ns()
-            with fast.names.draft_context.enter(worker.draft_worker):
-                if off.prompts.holding():
-                    off._stage_held()
-                    t2 = time.perf_counter_ns()
-                loc = batch.out_cache_loc
-                writer.write(out.logits_output.hidden_states, out.next_token_ids,
-                             (batch.seq_lens - 1).to(torch.int64), loc if loc.dtype == torch.int64 else loc.to(torch.int64))
-            fast.kv_ns += time.perf_counter_ns() - t2
+            loc = batch.out_cache_loc
+            fastoff.write_draft_kv(worker, fast, writer, out, (batch.seq_lens - 1).to(torch.int64),
+                                   loc if loc.dtype == torch.int64 else loc.to(torch.int64),
+                                   off._stage_held if off.prompts.holding() else None)
             off.kv_writes += 1
         fastoff._hand_over_read_done_event(worker, runner, fast.names)
         self.publish_lens = (batch.req_pool_indices, batch.seq_lens)   # run_batch publishes batch.req_pool_indices
@@ -227,6 +214,3 @@ class PlainOff:
         fast.graph_batches += bool(out.can_run_cuda_graph)
         fast.cpu_ns += time.perf_counter_ns() - t0
         return out
-
-    def counters(self) -> dict[str, int]:
-        return {"plain_off_batches": self.batches, "plain_off_entered": self.entered, "plain_off_left": self.left}
