@@ -176,7 +176,8 @@ set -u
 say() { echo "SAY $*"; }
 start_server() { echo "start_server $*"; SERVER_PID=4242; }
 B=off; OFF_PATH=kv; GRAMMAR_BACKEND=none; PREFILL_GRAPH=default; SLEEP_ON_IDLE=1
-eval "$(sed -n '/^beside=/,/^start_server nospec/p' "$SCRIPT")"
+eval "$(sed -n '/^beside=/,/^say "prefill graphs/p;/^start_nospec()/,/; }$/p' "$SCRIPT")"
+start_nospec 0.30
 echo "PLAIN_OFF=${SPEC_CONTROLLER_PLAIN_OFF:-unset} STRICT=${SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY:-unset}"
 """
     def run(**env: str) -> str:
@@ -186,3 +187,36 @@ echo "PLAIN_OFF=${SPEC_CONTROLLER_PLAIN_OFF:-unset} STRICT=${SGLANG_ENABLE_STRIC
     assert "PLAIN_OFF=1 STRICT=1" in plain and "off batches as plain batches (PLAIN=1)" in plain
     assert "start_server nospec 30001 SPEC_TIMELINE=/tmp/tl/nospec SPEC_CONTROLLER_PLAIN_OFF=0 --" in plain
     assert "PLAIN_OFF=unset STRICT=unset" in run()
+
+
+START = r"""
+set -u
+say() { echo "SAY $*"; }
+start_server() { echo "server $1 port $2 mem ${!#} timeline ${3#SPEC_TIMELINE=}"; SERVER_PID=11; return ${NOSPEC_FAILS:-0}; }
+start_b() { echo "b mem $MEMFRAC timeline $SPEC_TIMELINE"; DAEMON_PID=22; return ${B_FAILS:-0}; }
+B=off
+eval "$(sed -n '/^start_nospec()/,/; }$/p;/^start_engines()/,/^}/p' "$SCRIPT")"
+start_engines; echo "rc $? nospec $NOSPEC_PID"
+"""
+
+
+def start(**env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", START], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), **env},
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_engines_start_no_spec_first_by_default_and_the_other_way_round_with_b_first():
+    # the pools stay the same either way: the second engine's 0.64 holds the first's ~0.30 (SGLang counts every
+    # process's memory against the fraction), so only the start order changes between the two calls
+    assert start().stdout.splitlines() == [
+        "server nospec port 30001 mem 0.30 timeline /tmp/tl/nospec", "b mem 0.64 timeline /tmp/tl/off", "rc 0 nospec 11"]
+    assert start(B_FIRST="1").stdout.splitlines() == [
+        "SAY started first: off (B_FIRST=1)", "b mem 0.34 timeline /tmp/tl/off",
+        "server nospec port 30001 mem 0.64 timeline /tmp/tl/nospec", "rc 0 nospec 11"]
+
+
+def test_a_b_engine_that_fails_first_still_fails_the_start_and_no_spec_failing_ends_the_call():
+    assert start(B_FIRST="1", B_FAILS="1").stdout.splitlines()[-1] == "rc 1 nospec 11"
+    assert start(B_FAILS="1").stdout.splitlines()[-1] == "rc 1 nospec 11"
+    got = start(B_FIRST="1", NOSPEC_FAILS="1")
+    assert got.returncode == 1 and "rc" not in got.stdout

@@ -33,6 +33,8 @@ kv_coalesced() { # do the engines started from here coalesce their draft-KV writ
 
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  # the host's CPU topology (sockets, NUMA nodes, threads per core): where pinned core sets may differ in speed
+  lscpu 2>/dev/null | grep -E '^(Model name|Socket|Core|Thread|NUMA node)' | tr -s ' ' | paste -sd';'
   # a warm machine keeps /tmp: the wheel set is installed once per machine (the project itself every call)
   WHEELS=$(stat -c '%n %s' .whl/*.whl | md5sum)   # the carried set (names, sizes): a changed one is installed again
   [ "$(cat /tmp/site/.wheels-installed 2>/dev/null)" = "$WHEELS" ] || { python3 -m pip install -q --no-index \

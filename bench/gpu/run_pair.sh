@@ -4,7 +4,8 @@
 # seeds' workloads do not decide the ratio:
 #   DEADLINE_S=540 bash bench/gpu/run_pair.sh                  (carry .whl, .jitcache)
 # Engines: a no-spec engine (mem fraction 0.30) started first, then the daemon (sglang engine + plugin, the
-# default off path, mem fraction 0.64 of which its own share is 0.34), `specctl threshold pin 0`. Both carry
+# default off path, mem fraction 0.64 of which its own share is 0.34; B_FIRST=1: the daemon first at 0.34, then
+# no-spec at 0.64), `specctl threshold pin 0`. Both carry
 # the bench-only timeline plugin (bench/gpu/timeline.py). Loads (bench/gpu/loads.py --engines), in order:
 #  open loop `sglang.bench_serving --request-rate R` at 2 / 12 / 24 req/s, OPEN_S s of arrivals, 2 repeats,
 #  closed loop at C = CLOSED_LEVELS (default 1 / 16 / 48 / 128; prompt 32-256, output 64-512, CLOSED_S s after
@@ -208,10 +209,24 @@ beside="off path ${OFF_PATH:-default}"; [ "$B" = twin ] && beside="beside it a t
 [ "${MEMCHECK:-0}" = 1 ] && { export SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY=1 SGLANG_CHECK_KV_PAGE_INVARIANTS=1
   beside="$beside, KV leak checks after every batch (MEMCHECK=1)"; }
 say "prefill graphs $PREFILL_GRAPH, $beside, grammar backend $GRAMMAR_BACKEND, sleep on idle $SLEEP_ON_IDLE"
-start_server nospec 30001 SPEC_TIMELINE=/tmp/tl/nospec SPEC_CONTROLLER_PLAIN_OFF=0 -- --mem-fraction-static 0.30 || exit 1
-NOSPEC_PID=$SERVER_PID
-export SPEC_TIMELINE=/tmp/tl/off MEMFRAC=0.64     # the daemon's SGLang child inherits the timeline prefix
-if start_b; then
+# B_FIRST=1: the engine beside no-spec starts first (0.34) and no-spec second (0.64, of which its own share ~0.30),
+# the same pools the other way round: whether a per-op CPU excess follows the engine or the second start (12-04i:
+# the second-started engine's prefills ran +9-16 % CPU for the same code, the A/A's twin too)
+start_nospec() { start_server nospec 30001 SPEC_TIMELINE=/tmp/tl/nospec SPEC_CONTROLLER_PLAIN_OFF=0 -- \
+  --mem-fraction-static "$1" && NOSPEC_PID=$SERVER_PID; }
+start_engines() { # both engines in the order B_FIRST says; exits when no-spec cannot start, fails when B did not
+  export SPEC_TIMELINE=/tmp/tl/off     # the daemon's SGLang child inherits the timeline prefix
+  if [ "${B_FIRST:-0}" = 1 ]; then
+    say "started first: $B (B_FIRST=1)"; export MEMFRAC=0.34
+    local b_up=0; start_b && b_up=1
+    start_nospec 0.64 || exit 1
+    [ "$b_up" = 1 ]
+  else
+    start_nospec 0.30 || exit 1
+    export MEMFRAC=0.64; start_b
+  fi
+}
+if start_engines; then
   [ "$B" = off ] && { specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
     specctl threshold pin 0 | tee -a "$SUM"; }
   # every run's row: both groups' CPU seconds per process name and the host's busy share (proccpu.py)
@@ -314,7 +329,8 @@ if start_b; then
       printed=$(engine_lines '^CPROFILE pid')
       rm -f "$SPEC_CPROFILE"; wait_engine_lines '^CPROFILE pid' "$printed" 30    # each prints its stats then
       for f in nospec $GROUP_B; do echo "== $f"; grep "^CPROFILE" "$OUT/$f.log" | cut -c1-220; done >"$OUT/cprofile.txt"
-      cp /tmp/tl/*.prof "$OUT/" 2>/dev/null    # whole stats (callers, cumulative times): python3 -m pstats
+      # whole stats (callers, cumulative times: python3 -m pstats), one file: a call brings back 8 files at most
+      (cd /tmp/tl && tar cJf "$OUT/cprofile-stats.tar.xz" ./*.prof 2>/dev/null && rm -f ./*.prof)
       say "cprofile done ($(grep -c 'CPROFILE pid' "$OUT/cprofile.txt") profiles)" ;;
     calibrate) # the same pure-Python loop timed in both idle schedulers, once a second for 6 s (timeline.py): one
       # engine's process slower as a whole (12-03f: its extends' model runner +2.4 ms with no code to explain it)
