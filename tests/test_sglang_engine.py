@@ -259,3 +259,25 @@ def test_the_engine_says_whether_threshold_0_saves_off_batches_prefills_the_draf
     if said is not None:
         eng.plugin_stats = contract.decode(contract.encode_stats({"prefills_pay_draft": said}, 1))
     assert eng.prefills_pay_draft() is pays
+
+
+def test_a_sample_still_on_its_way_when_the_engine_has_stopped_is_read(short_tmp, monkeypatch):
+    """What the engine sent just before it exited can reach the daemon's queue after the stop began (zmq's I/O thread
+    hands it over): the receiver reads until the socket has been quiet, so the drain's last batches are kept."""
+    from controller.contract import pack_sample
+    from controller.daemon.engines import sglang as engine_module
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3"})
+    pull = zmq.Context.instance().socket(zmq.PULL)
+    pull.bind(f"ipc://{short_tmp}/late.ipc")
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.connect(f"ipc://{short_tmp}/late.ipc")
+    got = []
+    monkeypatch.setattr(engine_module, "STOP_QUIET_S", 2.0)     # room for a loaded CI host between the two steps
+    eng._stop.set()                            # the stop has begun before the sample is in the queue
+    rx = threading.Thread(target=eng._receive, args=(pull, got.append), daemon=True)
+    rx.start()
+    time.sleep(0.05)                           # the receiver has looked once and found the queue empty
+    push.send(pack_sample(7.0, 2, 0, 2, 0.01, True))
+    push.close(linger=2000)
+    rx.join(engine_module.STOP_READ_S + 1)
+    assert not rx.is_alive() and [s.t for s in got] == [7.0]

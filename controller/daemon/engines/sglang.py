@@ -37,6 +37,8 @@ OFF_PATH_ENV = {"kv": {ENV_DRAFT_KV: "1", ENV_SYNC_DRAFT: "0"}, "synced": {ENV_S
 # kv: the draft's KV complete when speculation resumes (issue 12 item 3), at a few kernels per off batch;
 # synced costs 21 % at steady batch 128, fast leaves the draft stale (docs/sglang.md#the-off-path)
 DEFAULT_OFF_PATH = "kv"
+STOP_QUIET_S = 0.5     # on stop, telemetry is read until quiet this long (the engine's drain reports last) ...
+STOP_READ_S = 5.0      # ... or this long at most
 # the defaults of those own keys (systemd/config.example.toml shows them; python: the daemon's interpreter)
 OWN_DEFAULTS = {"ready_timeout_s": Engine.ready_timeout_s, "probe_s": 30.0, "hang_after_s": 180.0, "off_path": DEFAULT_OFF_PATH,
                 "lean_prefill": True, "extra_args": [], "env": {}}
@@ -197,12 +199,19 @@ class SGLangEngine(Engine):
 
     def _receive(self, pull, on_sample: SampleSink) -> None:
         import zmq
+        last_read_by = None
         while True:
-            stopping = self._stop.is_set()          # then read what is queued, and end
-            if not pull.poll(0 if stopping else 200):
+            # once stopping: read until the socket has been quiet for STOP_QUIET_S (what the engine sent just before
+            # it exited may still be in zmq's I/O thread, not yet in the queue), STOP_READ_S at most
+            stopping = self._stop.is_set()
+            if stopping and last_read_by is None:
+                last_read_by = time.monotonic() + STOP_READ_S
+            if not pull.poll(int(STOP_QUIET_S * 1000) if stopping else 200):
                 if stopping:
                     break
                 continue
+            if stopping and time.monotonic() > last_read_by:
+                break
             try:
                 msg = decode(pull.recv(zmq.NOBLOCK))
             except (ValueError, zmq.Again):
@@ -306,4 +315,4 @@ class SGLangEngine(Engine):
         # Telemetry is received until SGLang is gone: its schedulers report the batches of its drain.
         self._stop.set()
         if self._rx is not None:
-            self._rx.join(5)
+            self._rx.join(STOP_READ_S + 1)
