@@ -181,7 +181,7 @@ def test_reasons_say_why_the_applied_threshold_is_what_it_is():
 
 def test_min_gain_is_the_smallest_move_made():
     assert guard(stabilisation_s=0).apply(1.0, Decision(12, 12, "small", gain=0.0029), 1.0) == (
-        8, "guard: 8 held, the move to 12 would gain +0.29% (under 0.30%); the policy: small", False)
+        8, "guard: 8 held, the move to 12 would gain +0.29% of the current traffic's tok/s (under 0.30%); the policy: small", False)
     assert guard(stabilisation_s=0).apply(1.0, Decision(12, 12, "enough", gain=0.003), 1.0) == (12, "enough", False)
     assert guard(stabilisation_s=0).apply(1.0, Decision(12, 12, "unknown"), 1.0)[0] == 12     # no estimate: made
 

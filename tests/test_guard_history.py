@@ -67,7 +67,7 @@ def test_a_move_held_for_too_small_a_gain_says_so_not_the_policys_move():
     assert [(old, new) for _, old, new, _ in changes] == [(105, 169), (169, 105)]
     reason = changes[1][3]
     # before: "trial over; speculate only up to batch 94: ..." and the threshold went to 105
-    assert reason.startswith("trial over, back to 105; guard: 105 held, the move to 94 would gain +0.10% (under 0.30%); "
+    assert reason.startswith("trial over, back to 105; guard: 105 held, the move to 94 would gain +0.10% of the current traffic's tok/s (under 0.30%); "
                              "the policy: speculate only up to batch 94"), reason
     assert loop.threshold == 105
 

@@ -253,8 +253,11 @@ class Guard:
                                   f"({self.cfg.explore_share:.0%} of batches) spent"), False
         if self.exploit == wanted != proposed:
             # The policy's reason describes its move, which is not made: say what is applied first.
+            # the gain is over the whole current traffic (policies.learner.move_gain), not the moved buckets' own
+            # edge, which the policy's reason quotes: a big edge on rarely seen batch sizes gains little
             return self.exploit, (f"guard: {self.exploit} held, the move to {proposed} would gain "
-                                  f"{decision.gain:+.2%} (under {self.cfg.min_gain:.2%}); the policy: "
+                                  f"{decision.gain:+.2%} of the current traffic's tok/s (under {self.cfg.min_gain:.2%});"
+                                  f" the policy: "
                                   f"{decision.reason}"), False
         if self.exploit == wanted:
             return self.exploit, decision.reason, False
