@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench/gpu"))
-from host_adjusted import fit, runs_of, table  # noqa: E402
+from host_adjusted import fit, over_aa, runs_of, table  # noqa: E402
 
 
 def timeline(path: Path, effect: float, seed: int, level: int = 128, runs: int = 3, extends: bool = True,
@@ -170,3 +170,67 @@ def test_the_open_loops_tpot_is_fitted_the_same_way(tmp_path):
     assert fit(runs, "off", "prefill", metric="tpot_ms")["ratio"] == pytest.approx(1.05, abs=0.006)
     assert fit(runs, "off", "prefill")["ratio"] == pytest.approx(1.0, abs=1e-9)         # tok/s did not move
     assert table(runs, metric="tpot_ms")[0].startswith("| shape | level | label / nospec | runs (label / nospec, calls) | tpot_ms at")
+
+
+def crossover_call(path: Path, b_first: bool, seed: int, effect: float = 0.97, slot: float = 0.90) -> None:
+    """A call whose second-started engine runs every CPU op `slot` times as fast (its prefills' runner CPU 1/slot,
+    its tok/s slot ** 0.4 lower through the CPU-bound prefills), whichever code it runs: 12-04i's reading. The off
+    engine's own effect `effect` comes on top. b_first: off started first (run_pair's B_FIRST=1)."""
+    rnd, rows = random.Random(seed), []
+    for repeat in range(4):
+        for label in ("nospec", "off"):
+            second = (label == "nospec") == b_first
+            speed = slot if second else 1.0
+            tok = 12000 * (effect if label == "off" else 1.0) * speed ** 0.4 * rnd.gauss(1, 0.002)
+            rows.append({"label": label, "shape": "closed", "level": 128, "repeat": repeat, "tok_s": tok,
+                         **({"b_first": True} if b_first else {}),
+                         "kinds": {"extend": {"n": 300, "runner_cpu_ms": 9.0 / speed * rnd.gauss(1, 0.005)},
+                                   "decode": {"n": 900, "runner_cpu_ms": 0.5 / speed}}})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_calls_started_both_ways_round_separate_the_start_order_from_the_engine(tmp_path):
+    """12-04i: the engine started second is slower whichever code it runs (the A/A's twin too). From calls of one order
+    the pairs alone read the engine and the start order together; with B_FIRST calls beside them the fit has a term
+    for the start order and reads the engine's effect alone, with or without the host's CPU as covariate."""
+    default = [tmp_path / f"d{i}.jsonl" for i in range(2)]
+    flipped = [tmp_path / f"f{i}.jsonl" for i in range(2)]
+    for i, p in enumerate(default):
+        crossover_call(p, b_first=False, seed=i)
+    for i, p in enumerate(flipped):
+        crossover_call(p, b_first=True, seed=10 + i)
+    one_order = fit(runs_of([str(p) for p in default]), "off", None)
+    assert one_order["second_start"] is None
+    assert one_order["ratio"] == pytest.approx(0.97 * 0.90 ** 0.4, abs=0.004)      # the start order inside it
+    both = runs_of([str(p) for p in default + flipped])
+    plain, adjusted = fit(both, "off", None), fit(both, "off", "prefill")
+    assert plain["ratio"] == pytest.approx(0.97, abs=0.004) and plain["low"] < 0.97 < plain["high"]
+    assert plain["second_start"] == pytest.approx(0.90 ** 0.4, abs=0.004)
+    assert adjusted["ratio"] == pytest.approx(0.97, abs=0.004)
+    # net of the start order the off engine's prefill CPU is no-spec's: the covariate is the host's alone
+    assert adjusted["cpu_ratio"] == pytest.approx(1.0, abs=0.01)
+    row = next(line for line in table(both) if "| off |" in line)
+    assert row.endswith(f"| {plain['second_start']:.3f} [{plain['second_low']:.3f}-{plain['second_high']:.3f}] |")
+
+
+def test_each_label_over_the_aa_reads_the_engine_without_the_second_starts_cost(tmp_path):
+    """TWIN=1 calls (an engine without speculation where the daemon's stands, label twin) measure the second start
+    alone; the off calls measure it with the engine's effect: off over twin is the engine's, and the interval holds
+    both calls' spread (independent calls: variances add)."""
+    paths = []
+    for i in range(3):
+        p = tmp_path / f"off{i}.jsonl"
+        crossover_call(p, b_first=False, seed=20 + i)
+        paths.append(p)
+    twin = tmp_path / "twin.jsonl"
+    crossover_call(twin, b_first=False, seed=30, effect=1.0)
+    twin.write_text(twin.read_text().replace('"label": "off"', '"label": "twin"'))
+    runs = runs_of([str(p) for p in paths + [twin]])
+    off, aa = fit(runs, "off", None), fit(runs, "twin", None)
+    both = over_aa(off, aa)
+    assert both["ratio"] == pytest.approx(0.97, abs=0.004) and both["low"] < 0.97 < both["high"]
+    assert both["high"] / both["low"] > off["high"] / off["low"]        # the A/A's own spread is in it
+    lines = table(runs)
+    at = lines.index(next(line for line in lines if "label / twin" in line))
+    assert lines[at + 2].startswith("| closed | 128 | off | ") and f"| {both['ratio']:.3f} [" in lines[at + 2]
+    assert over_aa(off, None) is None and not any("label / twin" in line for line in table(runs_of([str(paths[0])])))

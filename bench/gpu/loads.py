@@ -251,6 +251,9 @@ def main() -> None:
     ap.add_argument("--cpu-groups", default=os.environ.get("LOAD_CPU_GROUPS"),
                     help="label=PGID,...: each row's cpu_s, those process groups' CPU seconds per process name "
                     "during the run, and the host's busy share (default $LOAD_CPU_GROUPS)")
+    ap.add_argument("--b-first", action="store_true", default=os.environ.get("LOAD_B_FIRST") == "1",
+                    help="the engine beside no-spec was started first (run_pair's B_FIRST=1, $LOAD_B_FIRST): each row "
+                    "says so (b_first), for host_adjusted.py's start-order term")
     ap.add_argument("--pin-rotate", default=os.environ.get("LOAD_PIN_ROTATE"),
                     help="label=PGID:CPULIST;...: before each repeat, those process groups pinned to the core sets "
                     "shifted by the repeat (cpusets.rotated; a multiple of 4 repeats separates core set from order), "
@@ -335,7 +338,8 @@ def measure(args: argparse.Namespace, label: str, level: float, rep: int, port: 
         (f"-grammar{args.grammar_share:g}" if args.grammar_share else "")
     row = {"label": label, "shape": shape, "level": level if args.shape == "open" else int(level),
            "repeat": rep + args.repeat_index, "t_start": t0, "t_end": time.time(),
-           "mono_start": m0, "mono_end": time.monotonic(), **({"engines_resident": True} if args.engines else {}), "cpu_s": cpu,
+           "mono_start": m0, "mono_end": time.monotonic(), **({"engines_resident": True} if args.engines else {}),
+           **({"b_first": True} if args.b_first else {}), "cpu_s": cpu,
            **({"cpus_by_group": cpus_by_group} if cpus_by_group else {}), **res}
     emit("LOAD", row, args.out)
 

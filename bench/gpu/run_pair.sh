@@ -217,7 +217,7 @@ start_nospec() { start_server nospec 30001 SPEC_TIMELINE=/tmp/tl/nospec SPEC_CON
 start_engines() { # both engines in the order B_FIRST says; exits when no-spec cannot start, fails when B did not
   export SPEC_TIMELINE=/tmp/tl/off     # the daemon's SGLang child inherits the timeline prefix
   if [ "${B_FIRST:-0}" = 1 ]; then
-    say "started first: $B (B_FIRST=1)"; export MEMFRAC=0.34
+    say "started first: $B (B_FIRST=1)"; export MEMFRAC=0.34 LOAD_B_FIRST=1    # (loads.py's rows say b_first)
     local b_up=0; start_b && b_up=1
     start_nospec 0.64 || exit 1
     [ "$b_up" = 1 ]
