@@ -234,3 +234,24 @@ def test_each_label_over_the_aa_reads_the_engine_without_the_second_starts_cost(
     at = lines.index(next(line for line in lines if "label / twin" in line))
     assert lines[at + 2].startswith("| closed | 128 | off | ") and f"| {both['ratio']:.3f} [" in lines[at + 2]
     assert over_aa(off, None) is None and not any("label / twin" in line for line in table(runs_of([str(paths[0])])))
+
+
+def test_a_run_pair_summary_stands_in_for_a_timeline_that_did_not_come_back(tmp_path):
+    """A device call returns 8 files at most (12-04i call 2 lost its timeline.jsonl): its summary's TIMELINE lines,
+    among the others, are the same rows."""
+    jsonl = tmp_path / "call-timeline.jsonl"
+    crossover_call(jsonl, b_first=False, seed=5)
+    summary = tmp_path / "call-summary.txt"
+    summary.write_text("[t+1s] start nospec\n" + "".join(f"TIMELINE {line}\n" for line in jsonl.read_text().splitlines())
+                       + "| shape | level | TIMELINE |\nsamples: 1/s\n")
+    assert runs_of([str(summary)]) == [{**r, "call": str(summary)} for r in runs_of([str(jsonl)])]
+
+
+def test_a_summary_whose_timeline_lines_were_cut_short_is_one_line_and_a_non_zero_exit(tmp_path):
+    summary = tmp_path / "old-summary.txt"
+    summary.write_text('TIMELINE {"label": "off", "shape": "closed", "level": 128, "kinds": {"decode": {"n": 7\n')
+    res = subprocess.run([sys.executable, str(ROOT / "bench/gpu/host_adjusted.py"), str(summary)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr == (f"host_adjusted.py: {summary}:1: the TIMELINE line is cut short (summaries before 12-04i "
+                          "cut them at 800 characters): use the call's timeline.jsonl\n")

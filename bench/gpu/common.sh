@@ -297,7 +297,8 @@ timeline_lines() { # from_line open_skip open_s [closed_warmup closed_s]: a TIME
     case $label in nospec|nospec-*) label=nospec ;; *) label=off ;; esac   # run_pair.sh's variants (fast, perbatch,
     # pinned, ..., and -gcf after its gcfreeze phase): the daemon's engine; nospec and nospec-gcf: the no-spec engine
     python3 bench/gpu/timeline_summary.py /tmp/tl/"$label" --load-row "$row" "${win[@]}" \
-      --json "$OUT/timeline.jsonl" | cut -c1-800 >>"$SUM"
+      --json "$OUT/timeline.jsonl" | cut -c1-1800 >>"$SUM"   # whole (~1.5 kB): the summary stands in when a
+    # call brings back no timeline.jsonl (8 files at most: 12-04i call 2)
   done
 }
 

@@ -226,7 +226,11 @@ def main() -> None:
     missing = [p for p in args.timelines if not Path(p).is_file()]
     if missing:
         sys.exit(f"host_adjusted.py: no such file: {missing[0]}")
-    print("\n".join(table(runs_of(args.timelines), args.base, args.host, args.metric)))
+    try:
+        runs = runs_of(args.timelines)
+    except ValueError as e:         # a summary whose TIMELINE lines were cut short
+        sys.exit(f"host_adjusted.py: {e}")
+    print("\n".join(table(runs, args.base, args.host, args.metric)))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import glob
 import json
 import lzma
 import statistics
+import sys
 from collections import defaultdict
 
 import traffic_table
@@ -28,9 +29,21 @@ from jsonl import emit
 
 
 def rows_of(path: str) -> list[list]:
+    """A JSON-lines file's rows (.xz too); from a run_pair summary (*summary.txt) its TIMELINE lines' rows, which
+    stand in for a timeline.jsonl that did not come back."""
     opener = lzma.open if path.endswith(".xz") else open
     with opener(path, "rt") as f:
+        if path.endswith("summary.txt"):
+            return [_timeline_line(path, n, line) for n, line in enumerate(f, 1) if line.startswith("TIMELINE {")]
         return [json.loads(line) for line in f if line.strip()]
+
+
+def _timeline_line(path: str, n: int, line: str) -> dict:
+    try:
+        return json.loads(line[len("TIMELINE "):])
+    except json.JSONDecodeError:
+        raise ValueError(f"{path}:{n}: the TIMELINE line is cut short (summaries before 12-04i cut them at 800 "
+                         "characters): use the call's timeline.jsonl") from None
 
 
 def read(prefix: str) -> list[list]:
@@ -325,4 +338,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ValueError as e:     # rows_of: a summary whose TIMELINE lines were cut short
+        sys.exit(f"timeline_summary.py: {e}")
