@@ -2,6 +2,7 @@
 tok/s follows a known engine effect and a host speed that moves both engines (as the lent H200's did): the fit
 recovers the effect, and without the covariate it cannot say as much."""
 import json
+import math
 import random
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench/gpu"))
-from host_adjusted import fit, over_aa, runs_of, table  # noqa: E402
+from host_adjusted import fit, interval, over_aa, runs_of, t975, table  # noqa: E402
 
 
 def timeline(path: Path, effect: float, seed: int, level: int = 128, runs: int = 3, extends: bool = True,
@@ -255,3 +256,52 @@ def test_a_summary_whose_timeline_lines_were_cut_short_is_one_line_and_a_non_zer
     assert res.returncode == 1 and res.stdout == ""
     assert res.stderr == (f"host_adjusted.py: {summary}:1: the TIMELINE line is cut short (summaries before 12-04i "
                           "cut them at 800 characters): use the call's timeline.jsonl\n")
+
+
+def test_with_both_start_orders_the_elasticity_is_still_the_covariates(tmp_path):
+    paths = []
+    for call in range(4):
+        p = tmp_path / f"call{call}.jsonl"
+        timeline(p, 0.965, seed=50 + call, runs=4)
+        if call % 2:   # B_FIRST calls
+            p.write_text(
+                "".join(json.dumps({**json.loads(line), "b_first": True}) + "\n" for line in p.read_text().splitlines()))
+        paths.append(str(p))
+    got = fit(runs_of(paths), "off", "prefill")
+    assert got["second_start"] is not None and got["elasticity"] == pytest.approx(-0.4, abs=0.05)
+
+
+def test_over_the_aa_the_variances_add_on_the_smaller_degrees_of_freedom():
+    got = over_aa({"ratio": 0.9, "se": 0.03, "free": 2}, {"ratio": 1.0, "se": 0.04, "free": 10})
+    half = 4.303 * 0.05                                   # t975(2) x hypot(0.03, 0.04)
+    assert got["ratio"] == pytest.approx(0.9)
+    assert got["low"] == pytest.approx(0.9 * math.exp(-half), rel=1e-3)
+    assert got["high"] == pytest.approx(0.9 * math.exp(half), rel=1e-3)
+
+
+def aa_runs(tmp_path):
+    paths = []
+    for i in range(3):
+        p = tmp_path / f"off{i}.jsonl"
+        crossover_call(p, b_first=False, seed=20 + i)
+        paths.append(p)
+    twin = tmp_path / "twin.jsonl"
+    crossover_call(twin, b_first=False, seed=30, effect=1.0)
+    twin.write_text(twin.read_text().replace('"label": "off"', '"label": "twin"'))
+    return runs_of([str(p) for p in paths + [twin]])
+
+
+def test_an_effect_reports_the_standard_error_and_freedom_its_interval_used(tmp_path):
+    off = fit(aa_runs(tmp_path), "off", None)
+    assert off["free"] == 2                                   # 3 calls, clustered: G - 1
+    assert math.log(off["high"] / off["ratio"]) == pytest.approx(t975(off["free"]) * off["se"], rel=1e-6)
+
+
+def test_the_aa_table_has_a_row_per_other_label_with_both_fits_over_the_aas(tmp_path):
+    runs = aa_runs(tmp_path)
+    lines = table(runs)
+    at = lines.index(next(line for line in lines if "label / twin" in line))
+    assert len(lines) == at + 3                               # off only: no twin over twin
+    cells = lines[at + 2].strip("| ").split(" | ")
+    assert cells[3] == interval(over_aa(fit(runs, "off", "prefill"), fit(runs, "twin", "prefill")))
+    assert cells[4] == interval(over_aa(fit(runs, "off", None), fit(runs, "twin", None)))

@@ -406,3 +406,18 @@ def test_the_pairs_median_interval_is_distribution_free_and_narrows_with_more_pa
     assert got == pytest.approx(expected)
     with pytest.raises(ValueError):
         median_interval([])
+
+
+@pytest.mark.parametrize("args, env, expect", [((), {}, False), (("--b-first",), {}, True),
+                                               ((), {"LOAD_B_FIRST": "1"}, True), ((), {"LOAD_B_FIRST": "0"}, False)])
+def test_rows_say_whether_the_engine_beside_no_spec_started_first(tmp_path, monkeypatch, args, env, expect):
+    monkeypatch.delenv("LOAD_B_FIRST", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    a = engine([])
+    try:
+        rows = run_loads("--shape", "steady", "--levels", "2", "--steady-len", "3", "--repeats", "1",
+                         "--engines", f"nospec={a.server_port}", *args, out=tmp_path / "r.jsonl")
+    finally:
+        a.shutdown()
+    assert rows and all(r.get("b_first", False) is expect for r in rows)

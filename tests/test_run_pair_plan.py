@@ -220,3 +220,16 @@ def test_a_b_engine_that_fails_first_still_fails_the_start_and_no_spec_failing_e
     assert start(B_FAILS="1").stdout.splitlines()[-1] == "rc 1 nospec 11"
     got = start(B_FIRST="1", NOSPEC_FAILS="1")
     assert got.returncode == 1 and "rc" not in got.stdout
+
+
+def test_no_spec_failing_first_ends_the_call_before_the_other_starts():
+    got = start(NOSPEC_FAILS="1")
+    assert got.returncode == 1 and got.stdout.splitlines() == ["server nospec port 30001 mem 0.30 timeline /tmp/tl/nospec"]
+
+
+def test_b_first_marks_loads_rows():
+    def marked(**env):
+        return subprocess.run(["bash", "-c", START.replace('echo "rc $?', 'echo "b_first ${LOAD_B_FIRST:-unset} rc $?')],
+                              env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), **env},
+                              capture_output=True, text=True, timeout=30).stdout.splitlines()[-1]
+    assert marked(B_FIRST="1").startswith("b_first 1 ") and marked().startswith("b_first unset ")

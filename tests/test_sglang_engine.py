@@ -9,6 +9,7 @@ import zmq
 
 from controller import contract
 from controller.daemon.engines.base import EngineError
+from controller.daemon.engines import sglang as engine_module
 from controller.daemon.engines.sglang import SGLangEngine, server_flags
 
 
@@ -264,20 +265,71 @@ def test_the_engine_says_whether_threshold_0_saves_off_batches_prefills_the_draf
 def test_a_sample_still_on_its_way_when_the_engine_has_stopped_is_read(short_tmp, monkeypatch):
     """What the engine sent just before it exited can reach the daemon's queue after the stop began (zmq's I/O thread
     hands it over): the receiver reads until the socket has been quiet, so the drain's last batches are kept."""
-    from controller.contract import pack_sample
-    from controller.daemon.engines import sglang as engine_module
-    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3"})
-    pull = zmq.Context.instance().socket(zmq.PULL)
-    pull.bind(f"ipc://{short_tmp}/late.ipc")
-    push = zmq.Context.instance().socket(zmq.PUSH)
-    push.connect(f"ipc://{short_tmp}/late.ipc")
+    eng, pull, push = receiver_pair(short_tmp, "late")
     got = []
     monkeypatch.setattr(engine_module, "STOP_QUIET_S", 2.0)     # room for a loaded CI host between the two steps
     eng._stop.set()                            # the stop has begun before the sample is in the queue
     rx = threading.Thread(target=eng._receive, args=(pull, got.append), daemon=True)
     rx.start()
     time.sleep(0.05)                           # the receiver has looked once and found the queue empty
-    push.send(pack_sample(7.0, 2, 0, 2, 0.01, True))
+    push.send(contract.pack_sample(7.0, 2, 0, 2, 0.01, True))
     push.close(linger=2000)
     rx.join(engine_module.STOP_READ_S + 1)
     assert not rx.is_alive() and [s.t for s in got] == [7.0]
+
+
+def receiver_pair(short_tmp, name):
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3"})
+    pull = zmq.Context.instance().socket(zmq.PULL)
+    pull.bind(f"ipc://{short_tmp}/{name}.ipc")
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.connect(f"ipc://{short_tmp}/{name}.ipc")
+    return eng, pull, push
+
+
+def test_the_read_limit_counts_from_the_stop_not_from_the_receivers_start(short_tmp, monkeypatch):
+    monkeypatch.setattr(engine_module, "STOP_READ_S", 1.0)
+    monkeypatch.setattr(engine_module, "STOP_QUIET_S", 1.5)
+    eng, pull, push = receiver_pair(short_tmp, "lim")
+    got = []
+    rx = threading.Thread(target=eng._receive, args=(pull, got.append), daemon=True)
+    rx.start()
+    time.sleep(1.5)                       # running longer than STOP_READ_S before any stop
+    eng._stop.set()
+    time.sleep(0.3)                       # the receiver has seen the stop and waits for quiet
+    push.send(contract.pack_sample(7.0, 2, 0, 2, 0.01, True))
+    push.close(linger=2000)
+    rx.join(5)
+    assert not rx.is_alive() and [s.t for s in got] == [7.0]
+
+
+def test_a_sender_that_never_goes_quiet_cannot_hold_the_stop_past_stop_read_s(short_tmp, monkeypatch):
+    monkeypatch.setattr(engine_module, "STOP_READ_S", 0.5)
+    eng, pull, push = receiver_pair(short_tmp, "flood")
+    done = threading.Event()
+    def flood():
+        while not done.is_set():
+            push.send(contract.pack_sample(1.0, 2, 0, 2, 0.01, True))
+            time.sleep(0.02)
+    threading.Thread(target=flood, daemon=True).start()
+    rx = threading.Thread(target=eng._receive, args=(pull, lambda s: None), daemon=True)
+    rx.start()
+    eng._stop.set()
+    rx.join(3)
+    alive = rx.is_alive()
+    done.set()
+    assert not alive
+
+
+def test_the_default_quiet_window_is_a_wait():
+    assert 0 < engine_module.STOP_QUIET_S < engine_module.STOP_READ_S
+
+
+def test_stop_waits_for_a_quiet_window_longer_than_a_second(short_tmp, monkeypatch):
+    monkeypatch.setattr(engine_module, "STOP_QUIET_S", 1.5)
+    eng, pull, push = receiver_pair(short_tmp, "join")
+    eng._rx = threading.Thread(target=eng._receive, args=(pull, lambda s: None), daemon=True)
+    eng._rx.start()
+    eng.stop()                            # no process: only the receiver's wind-down
+    assert not eng._rx.is_alive()
+    push.close(linger=0)

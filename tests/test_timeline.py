@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import types
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "gpu"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench" / "gpu"))
 from timeline_summary import prefill_cost, read, runs_of, summarise  # noqa: E402
 
 TOKENS = (200, 400, 600)
@@ -495,3 +497,19 @@ def test_decode_cost_is_each_labels_median_decode_per_shape_and_level():
     assert decode_cost_lines(rows) == ["| closed | 48 | off | 1 | 9.000 | 1.000 | 3.000 | 9.000 | - |",
                                        "| closed | 128 | nospec | 2 | 0.250 | 1.000 | 3.000 | 7.400 | 0.500 |",
                                        "| closed | 128 | off | 3 | 0.500 | 1.000 | 3.000 | 7.600 | - |"]
+
+
+@pytest.mark.parametrize("b_first", [False, True])
+def test_a_load_rows_b_first_reaches_the_timeline_row(tmp_path, b_first):
+    tl = tmp_path / "tl.jsonl"
+    tl.write_text("".join(json.dumps(["B", "decode", 4, 0, int(t * 1e9), int(t * 1e9) + 1000, t * 1e3, t * 1e3 + 5]) + "\n"
+                          for t in (1.0, 1.5, 2.0)))
+    row = {"label": "off", "shape": "closed", "level": 16, "repeat": 0, "mono_start": 0.0, "tok_s": 1.0,
+           **({"b_first": True} if b_first else {})}
+    out = tmp_path / "o.jsonl"
+    subprocess.run([sys.executable, str(ROOT / "bench/gpu/timeline_summary.py"), str(tl), "--load-row", json.dumps(row),
+                    "--skip", "0", "--seconds", "3", "--json", str(out)], check=True, capture_output=True)
+    got = json.loads(out.read_text().splitlines()[-1])
+    assert got["label"] == "off" and ("b_first" in got) is b_first and got.get("b_first", True) is True
+    from host_adjusted import runs_of as fitted_runs
+    assert fitted_runs([str(out)])[0]["second"] is not b_first     # host_adjusted reads it back: off second unless b_first
