@@ -218,15 +218,7 @@ def test_each_label_over_the_aa_reads_the_engine_without_the_second_starts_cost(
     """TWIN=1 calls (an engine without speculation where the daemon's stands, label twin) measure the second start
     alone; the off calls measure it with the engine's effect: off over twin is the engine's, and the interval holds
     both calls' spread (independent calls: variances add)."""
-    paths = []
-    for i in range(3):
-        p = tmp_path / f"off{i}.jsonl"
-        crossover_call(p, b_first=False, seed=20 + i)
-        paths.append(p)
-    twin = tmp_path / "twin.jsonl"
-    crossover_call(twin, b_first=False, seed=30, effect=1.0)
-    twin.write_text(twin.read_text().replace('"label": "off"', '"label": "twin"'))
-    runs = runs_of([str(p) for p in paths + [twin]])
+    runs = aa_runs(tmp_path)
     off, aa = fit(runs, "off", None), fit(runs, "twin", None)
     both = over_aa(off, aa)
     assert both["ratio"] == pytest.approx(0.97, abs=0.004) and both["low"] < 0.97 < both["high"]
@@ -234,7 +226,8 @@ def test_each_label_over_the_aa_reads_the_engine_without_the_second_starts_cost(
     lines = table(runs)
     at = lines.index(next(line for line in lines if "label / twin" in line))
     assert lines[at + 2].startswith("| closed | 128 | off | ") and f"| {both['ratio']:.3f} [" in lines[at + 2]
-    assert over_aa(off, None) is None and not any("label / twin" in line for line in table(runs_of([str(paths[0])])))
+    one_call = [r for r in runs if r["call"].endswith("off0.jsonl")]
+    assert over_aa(off, None) is None and not any("label / twin" in line for line in table(one_call))
 
 
 def test_a_run_pair_summary_stands_in_for_a_timeline_that_did_not_come_back(tmp_path):
@@ -279,7 +272,8 @@ def test_over_the_aa_the_variances_add_on_the_smaller_degrees_of_freedom():
     assert got["high"] == pytest.approx(0.9 * math.exp(half), rel=1e-3)
 
 
-def aa_runs(tmp_path):
+def aa_runs(tmp_path: Path) -> list[dict]:
+    """Three calls of off against no-spec and one A/A call (twin: no engine effect, the same start-order cost)."""
     paths = []
     for i in range(3):
         p = tmp_path / f"off{i}.jsonl"
