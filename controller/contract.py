@@ -92,7 +92,8 @@ STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and t
                 "draft_kv_graph_launches",               # graph replays holding them (fewer while coalescing)
                 "draft_kv_prefill_held",                 # prompt writes held until the next decode (plugin/promptkv.py)
                 "lean_resolves",                         # off batches whose draft extras were not gathered (offresolve)
-                "plain_off_batches")                     # off batches run as SGLang's non-speculative ones (plainoff)
+                "plain_off_batches",                     # off batches run as SGLang's non-speculative ones (plainoff)
+                "draft_kv_prefill_writer_ns")            # of draft_kv_prefill_ns: in the graphed writer's write()
 # prefills_pay_draft: 1: off batches' prefills run the draft above 0 only (lean
 # prefill, no KV writer, no rejection sampling: threshold 0 saves that pass); 2: not (at 0 as well, or never); 0: a
 # plugin before it. The daemon's zero verdict follows it (policies.types.Snapshot.prefills_pay_draft).

@@ -502,3 +502,15 @@ def test_a_capture_coalesces_as_started_unless_the_pool_has_outside_readers(monk
         off._capture_kv_graphs(SimpleNamespace(server_args=SimpleNamespace(**args)))
     assert off.kv_graph.batches == batches and off.coalesces() is (batches > 1)
     assert ("not coalesced" in caplog.text) is warned
+
+
+def test_the_writers_cpu_is_counted_once_a_write_chunked_or_not(monkeypatch):
+    """write_ns: what status reports as a prompt write's share in the graphed writer. A write of more rows than any
+    graph goes chunk by chunk inside it: still one write's time, not one per chunk on top of the whole."""
+    clock = iter(range(0, 10_000_000, 1000))
+    monkeypatch.setattr(draftkv_graph.time, "perf_counter_ns", lambda: next(clock))
+    w, log = graphed()
+    w.write(t(np.ones((3, 3)), np.float32), t([1, 2, 3]), t([0, 1, 2]), t([5, 6, 7]))
+    assert w.write_ns == 1000
+    w.write(t(np.ones((9, 3)), np.float32), t(range(9)), t(range(9)), t(range(10, 19)))     # 8 + 1 rows
+    assert w.write_ns == 2000 and log.count(8) >= 1

@@ -225,13 +225,14 @@ def test_counters_name_every_off_path_figure(fast):
     off.lean_prefills, off.kv_writes, off.fast.cpu_ns, off.fast.graph_batches = 5, 7, 11, 3
     off.fast.target_ns, off.fast.kv_ns, off.prompts.ns = 6, 4, 13
     off.prompts.eager, off.prompts.eager_ns, off.prompts.held, off.fast.lean_batches = 2, 9, 4, 8
-    off.resolve.batches = 6
+    off.resolve.batches, off.prompts.writer_ns = 6, 10
     off.plain = SimpleNamespace(batches=5)       # (plainoff.PlainOff where the engine was started with it)
     assert off.counters() == {"plain_off_batches": 5, "off_fallbacks": 0, "lean_prefills": 5, "off_fallbacks_logprob": 0,
                               "off_fallbacks_grammar": 0, "draft_kv_writes": 7, "fast_off_batches": 0,
                               "fast_off_graph_batches": 3, "fast_off_cpu_ns": 11, "fast_off_target_ns": 6,
                               "draft_kv_ns": 4, "draft_kv_prefill_ns": 13, "draft_kv_prefill_eager": 2,
                               "draft_kv_prefill_eager_ns": 9, "draft_kv_prefill_held": 4, "lean_resolves": 6,
+                              "draft_kv_prefill_writer_ns": 10,
                               "draft_kv_graph_writes": 0,
                               "draft_kv_side_writes": 0,
                               "draft_kv_graph_launches": 0,

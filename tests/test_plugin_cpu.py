@@ -311,6 +311,7 @@ def test_telemetry_codec_round_trip_and_refusal():
                      "fast_off_target_ns": 0, "draft_kv_ns": 0, "draft_kv_prefill_ns": 0,
                      "draft_kv_prefill_eager": 0, "draft_kv_prefill_eager_ns": 0, "draft_kv_prefill_held": 0,
                      "lean_resolves": 0, "draft_kv_graph_writes": 0, "plain_off_batches": 0,
+                     "draft_kv_prefill_writer_ns": 0,
                      "prefills_pay_draft": 0, "fast_off_lean_batches": 0, "alloc_loop_batches": 0,
                      "draft_kv_side_writes": 0, "draft_kv_graph_launches": 0,
                      "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
@@ -527,6 +528,9 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(plug):
     assert ("off launch:  1500.0 us CPU per fast off batch: target forward 600.0, draft KV writes 400.0; "
             "prompt KV writes 900.0 us per prefill") in render_status({**st, "engine": {**st["engine"], "plugin": split}})
     assert "written eagerly" not in render_status({**st, "engine": {**st["engine"], "plugin": split}})
+    assert "graphed writer" not in render_status({**st, "engine": {**st["engine"], "plugin": split}})
+    assert "prompt KV writes 900.0 us per prefill (350.0 of it in the graphed writer)" in render_status(
+        {**st, "engine": {**st["engine"], "plugin": {**split, "draft_kv_prefill_writer_ns": 10 * 350_000}}})
     split.update(draft_kv_prefill_eager=2, draft_kv_prefill_eager_ns=2 * 4_000_000)
     assert "prompt KV writes 900.0 us per prefill (2 written eagerly, 4000.0 us each)" in \
         render_status({**st, "engine": {**st["engine"], "plugin": split}})
@@ -922,3 +926,27 @@ def test_an_engine_whose_draft_pool_has_outside_readers_writes_its_prompts_at_on
     assert len([r for r in caplog.records if "not held" in r.getMessage()]) == 3
     off.after_init_cuda_graphs(None, SimpleNamespace(server_args=SimpleNamespace(tp_size=1)))
     assert off.prompts.why_not is None
+
+
+def test_a_prompt_writes_share_in_the_graphed_writer_is_counted_at_once_and_held(monkeypatch):
+    """draft_kv_prefill_writer_ns: of the prompt writes' CPU, what the graphed writer's write() took (its write_ns
+    before and after), written at once or staged later; an eager writer has no such count (0)."""
+    from controller.plugin import promptkv
+
+    def spend(w, ns):
+        w.write_ns += ns
+        return True
+    monkeypatch.setattr(draftkv, "write_prefill", lambda w, batch, hidden, ids: spend(w, 300))
+    monkeypatch.setattr(draftkv, "stage_prefill", lambda w, rows: spend(w, 200))
+    monkeypatch.setattr(draftkv, "prompt_rows_of", lambda batch, hidden, ids, keep=False: ("rows", batch))
+    graphed, eager = SimpleNamespace(write_ns=5000, replays=0), SimpleNamespace()
+    writes = promptkv.PromptWrites()
+    writes.why_not = None
+    assert writes.write(graphed, "p1", "hidden", [7])
+    assert writes.counters()["draft_kv_prefill_writer_ns"] == 300          # not the writer's 5,000 before it
+    writes.defer = True
+    writes.write(graphed, SimpleNamespace(extend_lens=[4]), SimpleNamespace(shape=(4, 12), element_size=lambda: 2), [7])
+    assert writes.stage() and writes.counters()["draft_kv_prefill_writer_ns"] == 500
+    writes.defer = False
+    monkeypatch.setattr(draftkv, "write_prefill", lambda w, batch, hidden, ids: True)
+    assert writes.write(eager, "p3", "hidden", [7]) and writes.counters()["draft_kv_prefill_writer_ns"] == 500

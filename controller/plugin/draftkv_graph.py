@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -129,6 +130,7 @@ class GraphedKVWriter:
     rows: int = 0                       # rows buffered in the static inputs, not replayed yet
     held: int = 0                       # writes among them
     dedupe: Callable[[Any], Any] = draftkv_coalesce.last_write_wins
+    write_ns: int = 0                   # CPU in write() (static-input copies, replays): a prompt's share, for status
 
     def use_side(self, on: bool) -> None:
         """Replays beside the next forward (on), unless this engine has outside readers of the draft's pool."""
@@ -146,6 +148,13 @@ class GraphedKVWriter:
             self.side.wait()
 
     def write(self, aux_hidden: Any, next_tokens: Any, positions: Any, loc: Any) -> None:
+        t0 = time.perf_counter_ns()
+        try:
+            self._write(aux_hidden, next_tokens, positions, loc)
+        finally:
+            self.write_ns += time.perf_counter_ns() - t0
+
+    def _write(self, aux_hidden: Any, next_tokens: Any, positions: Any, loc: Any) -> None:
         n, top = positions.shape[0], self.sizes[-1]
         other_width = aux_hidden.shape[-1] != self.aux.shape[-1]
         if other_width or n > top:
@@ -153,7 +162,7 @@ class GraphedKVWriter:
             if other_width:
                 return self.eager.write(aux_hidden, next_tokens, positions, loc)
             for s in range(0, n, top):   # more rows than every graph: the largest, chunk by chunk (a row's k, v is its own)
-                self.write(aux_hidden[s:s + top], next_tokens[s:s + top], positions[s:s + top], loc[s:s + top])
+                self._write(aux_hidden[s:s + top], next_tokens[s:s + top], positions[s:s + top], loc[s:s + top])
             return None
         if self.rows + n > top:
             self._launch()

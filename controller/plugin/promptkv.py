@@ -39,6 +39,11 @@ def row_bytes(aux_hidden: Any) -> int:
     return int(aux_hidden.shape[-1]) * aux_hidden.element_size()
 
 
+def writer_ns(writer: Any) -> int:
+    """CPU a writer has spent in write() so far (the graphed writer counts it; the eager one: 0)."""
+    return getattr(writer, "write_ns", 0) or 0
+
+
 class PromptWrites:
     """The prompts' draft-KV writes of one engine: written at once, or held (defer) until the next forward is queued;
     their CPU time, how many no CUDA graph held (the eager writer, or more rows than any graph) and how many waited
@@ -53,6 +58,7 @@ class PromptWrites:
         self.queue: list[draftkv.PromptRows] = []    # held, oldest first, all for self.writer
         self.queued_rows = 0
         self.ns = self.eager = self.eager_ns = self.held = 0
+        self.writer_ns = 0                  # of ns: in the graphed writer's write() (its static-input copies, replays)
 
     def write(self, writer: Any, batch: Any, aux_hidden: Any, next_token_ids: Any) -> bool:
         """A prefill's draft KV: written now, or (defer, where this engine allows it) its rows held. Either way a
@@ -76,10 +82,11 @@ class PromptWrites:
                              "(spec_controller_defer_prompt_kv)")
             return rows is not None
         self.stage()
-        t0, replays = time.perf_counter_ns(), getattr(writer, "replays", None)
+        t0, replays, in_writer = time.perf_counter_ns(), getattr(writer, "replays", None), writer_ns(writer)
         wrote = draftkv.write_prefill(writer, batch, aux_hidden, next_token_ids)
         spent = time.perf_counter_ns() - t0
         self.ns += spent
+        self.writer_ns += writer_ns(writer) - in_writer
         if wrote and (replays is None or writer.replays == replays):    # eager writer, or too many rows
             self.eager += 1
             self.eager_ns += spent
@@ -87,7 +94,8 @@ class PromptWrites:
 
     def counters(self) -> dict[str, int]:
         return {"draft_kv_prefill_ns": self.ns, "draft_kv_prefill_eager": self.eager,
-                "draft_kv_prefill_eager_ns": self.eager_ns, "draft_kv_prefill_held": self.held}
+                "draft_kv_prefill_eager_ns": self.eager_ns, "draft_kv_prefill_held": self.held,
+                "draft_kv_prefill_writer_ns": self.writer_ns}
 
     def decide(self, why_not: str | None) -> None:
         """At start: may this engine's prompt rows wait (None), or why not (said once where it was asked for)."""
@@ -108,10 +116,11 @@ class PromptWrites:
         self.writer, self.queue, self.queued_rows = None, [], 0
         if not queue:
             return False
-        t0 = time.perf_counter_ns()
+        t0, in_writer = time.perf_counter_ns(), writer_ns(writer)
         try:
             for rows in queue:
                 draftkv.stage_prefill(writer, rows)
         finally:
             self.ns += time.perf_counter_ns() - t0
+            self.writer_ns += writer_ns(writer) - in_writer
         return True
