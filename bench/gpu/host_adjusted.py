@@ -10,7 +10,11 @@ shape and level, over every run of a label and of the no-spec engine in the file
 
     log(tok/s) = call + effect * [run is the label's] + elasticity * log(extend runner CPU ms)
 
-(least squares; `call` a level per file, so calls on different hosts are not compared directly). Where the files
+(least squares; `call` a level per file, so calls on different hosts are not compared directly). From
+MIN_CLUSTERS calls on, the effect's estimate and interval come from a second stage over the calls themselves
+(call_gaps: each call's label-over-base gap at the pooled elasticity, one row a call, classical on G - p degrees of
+freedom): a call is one draw of its host, and 12-04i's review found the run-level fit clustered by call ~2x too
+narrow where one call stood alone for a start order. Where the files
 hold calls that started the engines both ways round (run_pair's B_FIRST=1 marks its rows b_first), a term
 `+ slot x [run's engine started second]` joins the model: 12-04i found the engine started second ~1.15x slower in every
 CPU op whichever code it runs, so the label's effect is then the engine's alone, and the last column says what the
@@ -104,18 +108,55 @@ def fit(runs: list[dict], label: str, covariate: str | None, base: str | None = 
     i, groups = len(calls), [r["call"] for r in rows]      # the label's column; the runs' calls
     out = {**_effect(x, y, i, groups), "runs": sum(r["label"] == label for r in rows),
            "base_runs": sum(r["label"] == base for r in rows), "calls": len(calls), "second_start": None}
-    if both_orders:
-        slot = _effect(x, y, i + 1, groups)
-        out["second_start"], out["second_low"], out["second_high"] = slot["ratio"], slot["low"], slot["high"]
+    elasticity = 0.0
     if covariate:
         beta, cov, _ = _ols(x, y, groups)
         k = len(columns) - 1                                # the covariate's column
+        elasticity = beta[k]
         out["elasticity"], out["elasticity_se"] = beta[k], math.sqrt(cov[k, k])
+    by_call = len(calls) >= MIN_CLUSTERS
+    if by_call:     # the effect (and the start order) from the calls' own gaps: see call_gaps
+        gaps = call_gaps(rows, label, base, metric, covariate, elasticity)
+        out.update(_effect(*_gap_design({label: gaps}, both_orders), 0))
+    if both_orders:
+        slot = _effect(*_gap_design({label: gaps}, True), 1) if by_call else _effect(x, y, i + 1, groups)
+        out["second_start"], out["second_low"], out["second_high"] = slot["ratio"], slot["low"], slot["high"]
+    if covariate:
         # the label's own CPU there over the base's, same calls: near 1 if the covariate is the host's alone; where
         # not, that share of the effect is the engine's and the adjusted ratio is optimistic by elasticity x its log
-        cpu = _effect(x[:, :-1], x[:, -1], i, groups)
+        cpu = _effect(*_gap_design({label: call_gaps(rows, label, base, None, covariate, -1.0)}, both_orders), 0) \
+            if by_call else _effect(x[:, :-1], x[:, -1], i, groups)
         out["cpu_ratio"], out["cpu_low"], out["cpu_high"] = cpu["ratio"], cpu["low"], cpu["high"]
     return out
+
+
+def call_gaps(rows: list[dict], label: str, base: str, metric: str | None, covariate: str | None,
+              elasticity: float) -> list[tuple[float, float]]:
+    """Per call holding both: (the label's mean log metric over the base's, at equal host speed: each run's log
+    metric less elasticity x its log CPU; +1 if the label's engine started second there, else -1). metric None: the
+    log CPU alone (elasticity -1 then reads it). From MIN_CLUSTERS calls on the effect is fitted on these, one row a
+    call, classical least squares on G - p degrees of freedom: a call's gap is one draw of the host and the engine,
+    and an order run in one call only borrows the spread of the others' (12-04i's review: clustering the run-level fit
+    by call read 9 calls of one order and 1 of the other ~2x too narrow)."""
+    def level(r: dict) -> float:
+        y = math.log(r[metric]) if metric else 0.0
+        return y - (elasticity * math.log(r["cpu_ms"][covariate]) if covariate else 0.0)
+    out = []
+    for c in sorted({r["call"] for r in rows}):
+        mine = [level(r) for r in rows if r["call"] == c and r["label"] == label]
+        theirs = [level(r) for r in rows if r["call"] == c and r["label"] == base]
+        second = next(r["second"] for r in rows if r["call"] == c and r["label"] == label)
+        out.append((sum(mine) / len(mine) - sum(theirs) / len(theirs), 1.0 if second else -1.0))
+    return out
+
+
+def _gap_design(gaps: dict[str, list[tuple[float, float]]], both_orders: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Stage two's design over the calls' gaps: a column per label (its effect), then the shared start-order column
+    (+-1: half the gap between the orders; the second start's log cost)."""
+    labels = list(gaps)
+    rows = [([1.0 if lab == other else 0.0 for other in labels] + ([z] if both_orders else []), d)
+            for lab in labels for d, z in gaps[lab]]
+    return np.array([r for r, _ in rows], dtype=float), np.array([d for _, d in rows], dtype=float)
 
 
 def _collinear(columns: list[list[float]], extra: list[float]) -> bool:
@@ -133,6 +174,8 @@ def _ols(x: np.ndarray, y: np.ndarray, groups: list | None = None) -> tuple[np.n
     12-04g's review found the plain one ~1.7x too narrow) on G - 1 degrees of freedom; else the classical one."""
     beta, *_ = np.linalg.lstsq(x, y, rcond=None)
     n, k = x.shape
+    if n <= k:                          # exactly determined: no variance to estimate
+        return beta, np.full((k, k), np.nan), 0
     resid = y - x @ beta
     bread = np.linalg.inv(x.T @ x)
     names = sorted(set(groups or ()))
@@ -149,31 +192,57 @@ def _ols(x: np.ndarray, y: np.ndarray, groups: list | None = None) -> tuple[np.n
 
 def _effect(x: np.ndarray, y: np.ndarray, i: int, groups: list | None = None) -> dict:
     """exp of column i's coefficient with its 95 % interval (Student t; clustered by call where _ols does), and
-    the log's standard error with its degrees of freedom (over_aa combines two)."""
+    the log's standard error with its degrees of freedom. No interval (None) where there is no degree of freedom
+    left, or where clustering leaves the column no variance (identified by one call alone: its cluster's residuals
+    are zero, which is not certainty)."""
     beta, cov, free = _ols(x, y, groups)
-    se = math.sqrt(max(cov[i, i], 0.0))
+    out = {"ratio": math.exp(beta[i]), "low": None, "high": None, "se": None, "free": free}
+    if free < 1 or not cov[i, i] >= 0 or (groups and cov[i, i] <= 1e-9 * _ols(x, y)[1][i, i]):
+        return out
+    se = math.sqrt(cov[i, i])
     half = t975(free) * se
-    return {"ratio": math.exp(beta[i]), "low": math.exp(beta[i] - half), "high": math.exp(beta[i] + half),
-            "se": se, "free": free}
+    return {**out, "low": math.exp(beta[i] - half), "high": math.exp(beta[i] + half), "se": se}
 
 
-def over_aa(label_fit: dict | None, aa_fit: dict | None) -> dict | None:
-    """The label's effect over the A/A's (both against no-spec, from separate calls): what the engine costs over an
-    engine without speculation in the same place (started second, on the daemon's port). Independent calls: the
-    logs' variances add; Student t on the smaller of the two degrees of freedom."""
-    if label_fit is None or aa_fit is None:
+def over_aa(runs: list[dict], label: str, covariate: str | None, metric: str = "tok_s") -> dict | None:
+    """The label's effect over the A/A's (AA_LABEL's runs, separate calls, both against no-spec): what the engine
+    costs over an engine without speculation in the same place (started second, on the daemon's port). One stage-two
+    fit over both labels' calls (call_gaps, each at its own pooled elasticity): a column per label and, where the
+    calls hold both start orders, one start-order column shared by the two, so that an A/A of one order still reads
+    against a label fitted over both; classical on G - p degrees of freedom (the A/A's few calls borrow the label's
+    call-to-call spread). None without both; no interval without a degree of freedom left."""
+    base = nospec_label(label)
+    fits = {lab: fit(runs, lab, covariate, base, metric) for lab in (label, AA_LABEL)}
+    if any(f is None for f in fits.values()):
         return None
-    log = math.log(label_fit["ratio"]) - math.log(aa_fit["ratio"])
-    half = t975(min(label_fit["free"], aa_fit["free"])) * math.hypot(label_fit["se"], aa_fit["se"])
-    return {"ratio": math.exp(log), "low": math.exp(log - half), "high": math.exp(log + half)}
+    gaps = {}
+    for lab, f in fits.items():
+        rows = [r for r in runs if r["label"] in (lab, base) and r[metric] and r[metric] > 0
+                and (not covariate or r["cpu_ms"][covariate])]
+        calls = {r["call"] for r in rows if r["label"] == lab} & {r["call"] for r in rows if r["label"] == base}
+        gaps[lab] = call_gaps([r for r in rows if r["call"] in calls], lab, base, metric, covariate,
+                              f.get("elasticity", 0.0) if covariate else 0.0)
+    zs = [z for lab in gaps for _, z in gaps[lab]]
+    labels_only = _gap_design(gaps, False)[0]
+    x, y = _gap_design(gaps, not _collinear(labels_only.T.tolist(), zs))
+    contrast = np.zeros(x.shape[1])
+    contrast[0], contrast[1] = 1.0, -1.0
+    beta, cov, free = _ols(x, y)
+    log = float(contrast @ beta)
+    out = {"ratio": math.exp(log), "low": None, "high": None}
+    var = float(contrast @ cov @ contrast)
+    if free >= 1 and var >= 0:
+        half = t975(free) * math.sqrt(var)
+        out.update(low=math.exp(log - half), high=math.exp(log + half))
+    return out
 
 
 def table(runs: list[dict], base: str | None = None, host: str = "prefill", metric: str = "tok_s") -> list[str]:
     """Markdown rows per (shape, level, label other than the base: a no-spec one unless `base` names a label):
     adjusted (the `host` batches' runner CPU as the host's speed) and unadjusted fits of `metric`."""
     name = base or "nospec"
-    lines = [f"| shape | level | label / {name} | runs (label / {name}, calls) | {metric} at equal host speed [95 %, by call "
-             f"from 3 calls] | {metric} vs the {host}s' runner CPU (elasticity) | its {host} CPU / the base's [95 %] "
+    lines = [f"| shape | level | label / {name} | runs (label / {name}, calls) | {metric} at equal host speed [95 %, over the "
+             f"calls' gaps from 3 calls] | {metric} vs the {host}s' runner CPU (elasticity) | its {host} CPU / the base's [95 %] "
              "| without the covariate [95 %] | the engine started second, without the covariate [95 %] |",
              "|---|---|---|---|---|---|---|---|---|"]
     keys = sorted({(r["shape"], r["level"], r["label"]) for r in runs
@@ -191,25 +260,28 @@ def table(runs: list[dict], base: str | None = None, host: str = "prefill", metr
             f"{plain['second_start']:.3f} [{plain['second_low']:.3f}-{plain['second_high']:.3f}]"
         lines.append(f"| {shape} | {level:g} | {label} | {plain['runs']} / {plain['base_runs']}, {plain['calls']} "
                      f"| {interval(adjusted)} | {slope} | {cpu} | {interval(plain)} | {slot} |")
-    return lines + aa_lines(fits, metric) if base is None else lines
+    return lines + aa_lines(runs, fits, host, metric) if base is None else lines
 
 
 def interval(f: dict | None) -> str:
-    return "-" if f is None else f"{f['ratio']:.3f} [{f['low']:.3f}-{f['high']:.3f}]"
+    """A fit's ratio and 95 % interval; '-' for none, the ratio alone where there is no interval."""
+    if f is None:
+        return "-"
+    return f"{f['ratio']:.3f}" + ("" if f.get("low") is None else f" [{f['low']:.3f}-{f['high']:.3f}]")
 
 
-def aa_lines(fits: dict[tuple, tuple[dict, dict | None]], metric: str) -> list[str]:
-    """Where the files hold an A/A (AA_LABEL's runs): each other label over it at the same shape and level, both
-    fits (over_aa); none without one."""
-    rows = [(key, fits[key], fits[(key[0], key[1], AA_LABEL)]) for key in fits
-            if key[2] != AA_LABEL and (key[0], key[1], AA_LABEL) in fits]
-    if not rows:
+def aa_lines(runs: list[dict], fits: dict[tuple, tuple[dict, dict | None]], host: str, metric: str) -> list[str]:
+    """Where the files hold an A/A (AA_LABEL's runs): each other label over it at the same shape and level, with
+    and without the covariate (over_aa); none without one."""
+    keys = [key for key in fits if key[2] != AA_LABEL and (key[0], key[1], AA_LABEL) in fits]
+    if not keys:
         return []
     lines = ["", f"| shape | level | label / {AA_LABEL} (the A/A's engine without speculation in its place) | {metric} "
              "at equal host speed [95 %] | without the covariate [95 %] |", "|---|---|---|---|---|"]
-    for (shape, level, label), (plain, adjusted), (aa_plain, aa_adjusted) in rows:
-        lines.append(f"| {shape} | {level:g} | {label} | {interval(over_aa(adjusted, aa_adjusted))} "
-                     f"| {interval(over_aa(plain, aa_plain))} |")
+    for shape, level, label in keys:
+        here = [r for r in runs if r["shape"] == shape and r["level"] == level]
+        lines.append(f"| {shape} | {level:g} | {label} | {interval(over_aa(here, label, host, metric))} "
+                     f"| {interval(over_aa(here, label, None, metric))} |")
     return lines
 
 
