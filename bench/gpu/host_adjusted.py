@@ -10,24 +10,26 @@ shape and level, over every run of a label and of the no-spec engine in the file
 
     log(tok/s) = call + effect * [run is the label's] + elasticity * log(extend runner CPU ms)
 
-(least squares; `call` a level per file, so calls on different hosts are not compared directly). From
-MIN_CLUSTERS calls on, the effect's estimate and interval come from a second stage over the calls themselves
-(call_gaps: each call's label-over-base gap at the pooled elasticity, one row a call, classical on G - p degrees of
-freedom): a call is one draw of its host, and 12-04i's review found the run-level fit clustered by call ~2x too
-narrow where one call stood alone for a start order. Where the files
-hold calls that started the engines both ways round (run_pair's B_FIRST=1 marks its rows b_first), a term
-`+ slot x [run's engine started second]` joins the model: 12-04i found the engine started second ~1.15x slower in every
-CPU op whichever code it runs, so the label's effect is then the engine's alone, and the last column says what the
-start order itself cost (from one order it is the label's own column, and the pairs read both together). Where the
-files hold an A/A (TWIN=1 calls: label twin, an engine without speculation where the daemon's stands), a second
-table gives each label over it: the engine's cost over an engine without speculation in the same place, both fits. exp(effect) is
-the label's tok/s over no-spec's at equal host speed, with a 95 % interval (Student t; from 3 calls on, clustered by
-call). Caveats (12-04g's review): the extends' runner CPU is not quite the same code in both engines (the speculative
+(least squares; `call` a level per file, so calls on different hosts are not compared directly). exp(effect) is
+the label's tok/s over no-spec's at equal host speed, with a 95 % interval (Student t). From MIN_CLUSTERS calls on,
+effect and interval come from a second stage over the calls themselves (call_gaps: each call's label-over-base gap at
+the pooled elasticity, one row a call, classical on G - p degrees of freedom): a call is one draw of its host, and
+12-04i's review found the run-level fit clustered by call ~2x too narrow where one call stood alone for a start
+order; below that the runs of a call count as independent, which they are not quite.
+
+Start order: where the files hold calls that started the engines both ways round (run_pair's B_FIRST=1 marks its rows
+b_first), a term `+ slot x [run's engine started second]` joins the model (12-04i: the engine started second ran every
+CPU op ~1.15x slower whichever code it ran), so the label's effect is the engine's alone; the last column says what
+starting second cost. From one order it is the label's own column, and the pairs read both together. Where the files
+hold an A/A (TWIN=1 calls: label twin, an engine without speculation where the daemon's stands), a second table gives
+each label over it (over_aa), with and without the covariate.
+
+Caveats (12-04g's review): the extends' runner CPU is not quite the same code in both engines (the speculative
 engine's prefill forward captures hidden states), which the next column shows; another CPU taken as the host's (the
-decodes' runner CPU) moved closed 128 from 0.965 to 0.942; read the effect as a size, not a verdict to 0.01. The same fit without the
-covariate is printed beside it: what the pairs alone support; and the label's own prefill CPU over the base's (the
-same fit for log CPU): where that is not ~1, part of the covariate is the engine's and the adjusted ratio is
-optimistic by about elasticity x its log. Runs without extends (steady decode) have no covariate: only the
+decodes' runner CPU) moved closed 128 from 0.965 to 0.942; read the effect as a size, not a verdict to 0.01. The same
+fit without the covariate is printed beside it: what the pairs alone support; and the label's own prefill CPU over
+the base's (the same fit for log CPU): where that is not ~1, part of the covariate is the engine's and the adjusted
+ratio is optimistic by about elasticity x its log. Runs without extends (steady decode) have no covariate: only the
 unadjusted fit there.
 """
 from __future__ import annotations
@@ -255,9 +257,10 @@ def table(runs: list[dict], base: str | None = None, host: str = "prefill", metr
             continue
         fits[(shape, level, label)] = plain, adjusted
         slope = "-" if adjusted is None else f"{adjusted['elasticity']:.2f} +- {adjusted['elasticity_se']:.2f}"
-        cpu = "-" if adjusted is None else f"{adjusted['cpu_ratio']:.3f} [{adjusted['cpu_low']:.3f}-{adjusted['cpu_high']:.3f}]"
-        slot = "-" if plain["second_start"] is None else \
-            f"{plain['second_start']:.3f} [{plain['second_low']:.3f}-{plain['second_high']:.3f}]"
+        cpu = "-" if adjusted is None else interval(
+            {"ratio": adjusted["cpu_ratio"], "low": adjusted["cpu_low"], "high": adjusted["cpu_high"]})
+        slot = "-" if plain["second_start"] is None else interval(
+            {"ratio": plain["second_start"], "low": plain["second_low"], "high": plain["second_high"]})
         lines.append(f"| {shape} | {level:g} | {label} | {plain['runs']} / {plain['base_runs']}, {plain['calls']} "
                      f"| {interval(adjusted)} | {slope} | {cpu} | {interval(plain)} | {slot} |")
     return lines + aa_lines(runs, fits, host, metric) if base is None else lines
