@@ -293,7 +293,7 @@ class OffPath:
             self._flush_kv(draft_worker, keep=writer)    # another writer's rows before this one's
             try:
                 self.kv_writes += self.prompts.write(writer, batch, target_hidden_states, next_token_ids)
-            except Exception as e:     # this prompt's draft KV stays unwritten; later ones run the draft
+            except Exception as e:     # this prompt runs the draft's pass; later ones too above threshold 0
                 self.failures.record("draft KV prefill", e)
                 self.kv_writer = None
                 if self.tp_size > 1:   # the other ranks' writers ran collectives this rank did not: fail loudly

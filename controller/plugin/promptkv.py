@@ -17,8 +17,9 @@ output may sit in a buffer that a later forward reuses.
 Not where other readers copy the draft's pool outside the plugin's flushes (hierarchical cache, disaggregation) or
 at TP > 1: why_not, as for coalescing. Counted: the staging's CPU as the prompt writes' (draft_kv_prefill_ns) and,
 staged inside an off decode, in that batch's launch CPU too (fast_off_cpu_ns); a failed staging loses those rows'
-draft KV (recorded; the writer is dropped, so later prompts run the draft's pass) - an immediate write's failure
-runs the draft's pass for that prompt instead.
+draft KV (recorded; the writer is dropped, so later prompts run the draft's pass above threshold 0 and go without
+draft KV at 0, where lean prefill skips the pass: acceptance only, the target verifies every token) - an immediate
+write's failure runs the draft's pass for that prompt instead.
 """
 from __future__ import annotations
 
