@@ -892,13 +892,13 @@ def test_a_held_prompt_is_staged_after_the_next_decodes_forward_and_before_anyth
     assert off.kv_writes == 3 and not off.prompts.holding()
     assert off.counters()["draft_kv_prefill_held"] == 2          # p1, p2 waited; "idle" had nothing to hold
     del log[:]                                       # a batch that speculates: the held rows before SGLang's batch
-    off.draft_extend_for_prefill(draft_pass, None, "p3", "hidden", [7])
+    off.draft_extend_for_prefill(draft_pass, None, "p3", hidden, [7])
     plug.router.threshold = 64
     off.forward_batch_generation(lambda *a, **k: log.append("speculating batch"), routed_worker(plug), decode_batch(30))
     assert log == [("held", "p3", True), ("staged", "p3", True), "speculating batch"]
     del log[:]                                       # a failed staging: recorded, the writer dropped, SGLang goes on
     plug.router.threshold = 0
-    off.draft_extend_for_prefill(draft_pass, None, "p4", "hidden", [7])
+    off.draft_extend_for_prefill(draft_pass, None, "p4", hidden, [7])
     monkeypatch.setattr(draftkv, "stage_prefill", lambda w, rows: (_ for _ in ()).throw(RuntimeError("boom")))
     off.forward_batch_generation(lambda *a, **k: log.append("sglang batch"), routed_worker(plug),
                                  decode_batch(30, is_extend_in_batch=True))
@@ -907,10 +907,10 @@ def test_a_held_prompt_is_staged_after_the_next_decodes_forward_and_before_anyth
     del log[:]                                       # switched off with a prompt held: it goes in before the next
     off.kv_writer = writer
     monkeypatch.setattr(draftkv, "stage_prefill", lambda w, rows: log.append(("staged", rows[1], w is writer)))
-    off.draft_extend_for_prefill(draft_pass, None, "p5", "hidden", [7])
+    off.draft_extend_for_prefill(draft_pass, None, "p5", hidden, [7])
     monkeypatch.setattr(draftkv, "write_prefill", lambda w, batch, hidden, ids: log.append(("written", batch)) or True)
     plug.apply_own_keys({contract.DEFER_PROMPT_KV_KEY: False})
-    off.draft_extend_for_prefill(draft_pass, None, "p6", "hidden", [7])
+    off.draft_extend_for_prefill(draft_pass, None, "p6", hidden, [7])
     assert log == [("held", "p5", True), ("staged", "p5", True), ("written", "p6")] and not off.prompts.holding()
     assert off.counters()["draft_kv_prefill_held"] == 5          # p3, p4, p5 as well; p6 was written at once
 

@@ -107,14 +107,14 @@ def test_prompts_back_to_back_are_held_together_up_to_the_caps_and_staged_oldest
     writes.write(other, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))
     assert len(writes.queue) == 2 and writes.queued_rows == 10
     writes.stage()
-    monkeypatch.setattr(promptkv, "MAX_HELD_BYTES", 3 * 8)              # a prompt over the cap is held alone
+    monkeypatch.setattr(promptkv, "MAX_HELD_BYTES", 5 * 8)              # one prompt fits, held
     writes.write(other, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))
     assert len(writes.queue) == 1 and writes.queued_rows == 5
     calls = len(other.calls)
-    writes.write(other, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))      # the next one stages it first
-    assert len(other.calls) == calls + 1 and len(writes.queue) == 1
-    writes.stage()
-    assert writes.held == 3 + 1 + promptkv.MAX_HELD_PROMPTS + 4
+    monkeypatch.setattr(promptkv, "MAX_HELD_BYTES", 3 * 8)              # a prompt over the cap: written at once,
+    writes.write(other, batch(), torch.zeros(5, 2), torch.tensor([99, 98]))      # after the one held
+    assert len(other.calls) == calls + 2 and not writes.holding() and writes.queued_rows == 0
+    assert writes.held == 3 + 1 + promptkv.MAX_HELD_PROMPTS + 3
     assert engaged.count(True) == 1                            # said once, at the first prompt held
 
 

@@ -32,7 +32,7 @@ from . import draftkv
 log = logging.getLogger("spec_controller.plugin")
 MAX_HELD_PROMPTS = 4         # prefills held at once ...
 MAX_HELD_BYTES = 96 << 20    # ... and their aux copies' bytes (3 x hidden bf16 a row: 4,096 rows at hidden 4096, 2,048 at
-                             # 8192); a prompt over it is held alone
+                             # 8192), outside SGLang's memory budget; a prompt over it is written at once
 
 
 def row_bytes(aux_hidden: Any) -> int:
@@ -65,8 +65,9 @@ class PromptWrites:
         """A prefill's draft KV: written now, or (defer, where this engine allows it) its rows held. Either way a
         row held before goes in first (a slot it freed and this prompt reuses keeps this prompt's row). Returns
         whether there was anything to write; raises what the write raises."""
-        if self.defer and self.why_not is None:
-            n = sum(getattr(batch, "extend_lens", None) or ())
+        n = sum(getattr(batch, "extend_lens", None) or ())
+        # a prompt whose own aux copy would pass MAX_HELD_BYTES is written at once: held memory stays under the cap
+        if self.defer and self.why_not is None and n * row_bytes(aux_hidden) <= MAX_HELD_BYTES:
             if self.queue and (writer is not self.writer or len(self.queue) >= MAX_HELD_PROMPTS
                                or (self.queued_rows + n) * row_bytes(aux_hidden) > MAX_HELD_BYTES):
                 self.stage()          # (before this prompt's copies: the held ones' memory first given back)
