@@ -196,11 +196,13 @@ LEAN_OFF_KEY = "spec_controller_lean_off"              # off batches' results fr
 ALLOC_LOOP_KEY = "spec_controller_alloc_loop"          # SGLang 0.5.19's decode allocation loop (plugin/allocloop.py)
 DEFER_PROMPT_KV_KEY = "spec_controller_defer_prompt_kv"  # a prompt's draft-KV write after the next forward (promptkv)
 LEAN_RESOLVE_KEY = "spec_controller_lean_resolve"      # off batches' bonus tokens gathered alone (plugin/offresolve.py)
+PLAIN_OFF_KEY = "spec_controller_plain_off"            # off batches as SGLang's non-speculative ones (plugin/plainoff.py)
 OWN_KEYS = (THRESHOLD_KEY, FAST_OFF_KEY, SIM_ACC_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY, DRAFT_KV_KEY, DRAFT_KV_GRAPH_KEY,
-            DRAFT_KV_COALESCE_KEY, DRAFT_KV_SIDE_KEY, LEAN_OFF_KEY, ALLOC_LOOP_KEY, DEFER_PROMPT_KV_KEY, LEAN_RESOLVE_KEY)
+            DRAFT_KV_COALESCE_KEY, DRAFT_KV_SIDE_KEY, LEAN_OFF_KEY, ALLOC_LOOP_KEY, DEFER_PROMPT_KV_KEY, LEAN_RESOLVE_KEY,
+            PLAIN_OFF_KEY)
 EXPERIMENT_KEYS = (SIM_ACC_KEY,)
 BOOL_KEYS = (FAST_OFF_KEY, LEAN_PREFILL_KEY, SYNC_DRAFT_KEY, DRAFT_KV_KEY, DRAFT_KV_GRAPH_KEY, DRAFT_KV_COALESCE_KEY,
-             DRAFT_KV_SIDE_KEY, LEAN_OFF_KEY, ALLOC_LOOP_KEY, DEFER_PROMPT_KV_KEY, LEAN_RESOLVE_KEY)
+             DRAFT_KV_SIDE_KEY, LEAN_OFF_KEY, ALLOC_LOOP_KEY, DEFER_PROMPT_KV_KEY, LEAN_RESOLVE_KEY, PLAIN_OFF_KEY)
 # The engine's start-up choices (environment of the SGLang process; the daemon's [plugin] settings)
 ENV_FAST_OFF = "SPEC_CONTROLLER_FAST_OFF"              # "0": off batches take SGLang's steps-0 path
 ENV_SYNC_DRAFT = "SPEC_CONTROLLER_SYNC_DRAFT"          # "1": keep the draft in step while off

@@ -110,6 +110,24 @@ def test_a_plain_batch_goes_back_when_it_speculates_with_a_draft_input_over_its_
     assert b.spec_info.future_indices == "rows-of-3" and plain.left == 1
 
 
+def test_the_run_time_key_switches_plain_batches_where_the_engine_was_started_with_them(monkeypatch):
+    """spec_controller_plain_off: off batches as plain ones or not in one engine (so that the two can be measured in
+    one engine's rotation); refused, changing nothing, where the engine was not started with plainoff.ENV=1."""
+    from controller.contract import PLAIN_OFF_KEY
+    monkeypatch.setattr("controller.plugin.instance.sglang_version", lambda: "0.5.17")
+    on = Plugin({plainoff.ENV: "1"})
+    assert on.validate_own_keys({PLAIN_OFF_KEY: False}) is None
+    on.apply_own_keys({PLAIN_OFF_KEY: False})
+    assert not on.plain.enabled and on.plain.registered
+    on.apply_own_keys({PLAIN_OFF_KEY: True})
+    assert on.plain.enabled
+    assert on.validate_own_keys({PLAIN_OFF_KEY: 1.5}) == f"{PLAIN_OFF_KEY} must be true or false, got 1.5"
+    off = Plugin({})
+    assert off.validate_own_keys({PLAIN_OFF_KEY: True}) == (f"{PLAIN_OFF_KEY}: not in this engine (start it with "
+                                                            f"{plainoff.ENV}=1; SGLang 0.5.17-0.5.18)")
+    assert not off.plain.enabled
+
+
 def test_a_plain_batch_goes_back_when_a_grammar_request_joins_or_the_switch_is_off(plain):
     b = batch(extend=False, algo=NONE, spec_info=None, has_grammar=True)
     assert prepared(plain, b) == [EAGLE3]

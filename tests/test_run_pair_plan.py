@@ -233,3 +233,29 @@ def test_b_first_marks_loads_rows():
                               env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), **env},
                               capture_output=True, text=True, timeout=30).stdout.splitlines()[-1]
     assert marked(B_FIRST="1").startswith("b_first 1 ") and marked().startswith("b_first unset ")
+
+
+def test_the_plain_rotation_switches_the_plain_batches_in_one_engine_and_needs_plain_1():
+    harness = r"""
+set -u
+KVG='"kvg": 1'; LEANALLOC='"lean": 1'; SIDE=1; SIDE_YES=side; INLINE=inline
+eval "$(sed -n '/^ab_rotation()/,/^}/p' "$SCRIPT")"
+ab_rotation; echo "$NAB|$AB|$AB_RESTORE"
+"""
+    got = subprocess.run(["bash", "-c", harness], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "ROTATION": "plain"},
+                         capture_output=True, text=True, timeout=30).stdout.strip()
+    assert got == ('3|nospec=30001;off=30000:{"kvg": 1, "lean": 1, "spec_controller_plain_off": false};'
+                   'plain=30000:{"kvg": 1, "lean": 1, "spec_controller_plain_off": true}'
+                   '|{"kvg": 1, "lean": 1, "spec_controller_plain_off": true}')
+    refuse = r"""
+set -u
+say() { echo "SAY $*"; }
+beside=x
+eval "$(sed -n '/^\[ "${PLAIN:-0}" = 1 \]/,/exit 2; }$/p' "$SCRIPT")"
+echo went on
+"""
+    run = lambda **env: subprocess.run(["bash", "-c", refuse], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), **env},
+                                       capture_output=True, text=True, timeout=30)
+    no = run(ROTATION="plain")
+    assert no.returncode == 2 and no.stdout.startswith("SAY not started: ROTATION=plain needs PLAIN=1")
+    assert run(ROTATION="plain", PLAIN="1").stdout.strip() == "went on"

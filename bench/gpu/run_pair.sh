@@ -76,6 +76,9 @@ INLINE="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_side\": false}"
 SIDE_YES="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_side\": true}"
 # ROTATION=defer: the no-spec engine, the default state (off) and the same with the prompts' draft-KV writes held
 # until the next decode's forward is queued (defer; spec_controller_defer_prompt_kv, plugin/promptkv.py).
+# ROTATION=plain (with PLAIN=1): the no-spec engine, off batches on the fast path (off) and as SGLang's own
+# non-speculative batches (plain; spec_controller_plain_off, plugin/plainoff.py) in the same engine: no start order
+# between the two.
 # ROTATION=resolve: the no-spec engine, the default state (off) and the same with the future map gathering only the
 # bonus tokens of an off batch (resolve; spec_controller_lean_resolve, plugin/offresolve.py; status counts them).
 # ROTATION=leanall: the no-spec engine, the default state (off) and the same with both of the above on (leanall: the
@@ -104,6 +107,10 @@ ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTOR
     AB="nospec=30001;off=30000:{$KVG, $LEANALLOC, $none}"
     AB="$AB;leanall=30000:{$KVG, $LEANALLOC, \"spec_controller_lean_resolve\": true, \"spec_controller_defer_prompt_kv\": true}"
     NAB=3; AB_RESTORE="{$KVG, $LEANALLOC, $none}"
+  elif [ "${ROTATION:-}" = plain ]; then   # (PLAIN=1) off batches on the fast path against SGLang's non-speculative ones
+    AB="nospec=30001;off=30000:{$KVG, $LEANALLOC, \"spec_controller_plain_off\": false}"
+    AB="$AB;plain=30000:{$KVG, $LEANALLOC, \"spec_controller_plain_off\": true}"; NAB=3
+    AB_RESTORE="{$KVG, $LEANALLOC, \"spec_controller_plain_off\": true}"
   elif [ "${ROTATION:-}" = side ]; then
     AB="nospec=30001;off=30000:$SIDE_YES;inline=30000:$INLINE"; NAB=3; AB_RESTORE=$dflt
   elif [ "${ROTATION:-}" = coalesce ]; then    # the writes coalesced (off), per batch, no-spec
@@ -206,6 +213,8 @@ beside="off path ${OFF_PATH:-default}"; [ "$B" = twin ] && beside="beside it a t
 # switch); MEMCHECK=1: its scheduler checks the KV pool for leaks after every batch (SGLang's strict busy check and its
 # page invariants: slower, for correctness calls only)
 [ "${PLAIN:-0}" = 1 ] && { export SPEC_CONTROLLER_PLAIN_OFF=1; beside="$beside, off batches as plain batches (PLAIN=1)"; }
+[ "${ROTATION:-}" = plain ] && [ "${PLAIN:-0}" != 1 ] && { say "not started: ROTATION=plain needs PLAIN=1 (the plain \
+batches' hooks are registered at start only)"; exit 2; }
 [ "${MEMCHECK:-0}" = 1 ] && { export SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY=1 SGLANG_CHECK_KV_PAGE_INVARIANTS=1
   beside="$beside, KV leak checks after every batch (MEMCHECK=1)"; }
 say "prefill graphs $PREFILL_GRAPH, $beside, grammar backend $GRAMMAR_BACKEND, sleep on idle $SLEEP_ON_IDLE"

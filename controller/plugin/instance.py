@@ -11,7 +11,8 @@ from ..contract import (ALLOC_LOOP_KEY, BOOL_KEYS, DEFER_PROMPT_KV_KEY, DRAFT_KV
                         DRAFT_KV_SIDE_KEY, ENV_ADDRESS, ENV_DRAFT_KV, ENV_DRAFT_KV_COALESCE, ENV_DRAFT_KV_GRAPH,
                         ENV_DEFER_PROMPT_KV, ENV_DRAFT_KV_SIDE, ENV_FAST_OFF,
                         ENV_INITIAL_THRESHOLD, ENV_LEAN_OFF, ENV_LEAN_PREFILL, ENV_LEAN_RESOLVE, ENV_SYNC_DRAFT,
-                        EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_OFF_KEY, LEAN_PREFILL_KEY, LEAN_RESOLVE_KEY, OWN_KEYS, REASON_INACTIVE, SIM_ACC_KEY,
+                        EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_OFF_KEY, LEAN_PREFILL_KEY, LEAN_RESOLVE_KEY, OWN_KEYS, PLAIN_OFF_KEY,
+                        REASON_INACTIVE, SIM_ACC_KEY,
                         SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version, validate_threshold)
 from . import allocloop, offgrammar, plainoff, warmsizes
 from .draftkv_graph import DEFAULT_COALESCE as DEFAULT_GRAPH_COALESCE
@@ -170,6 +171,9 @@ class Plugin:
             return f"{DRAFT_KV_SIDE_KEY}: no draft KV graphs were captured to replay beside (see {DRAFT_KV_GRAPH_KEY})"
         if LEAN_RESOLVE_KEY in ours and not self.off_path.resolve.registered:
             return f"{LEAN_RESOLVE_KEY}: not in this engine (start it with {ENV_LEAN_RESOLVE}=1)"
+        if PLAIN_OFF_KEY in ours and not self.plain.registered:
+            return (f"{PLAIN_OFF_KEY}: not in this engine (start it with {plainoff.ENV}=1; SGLang "
+                    f"{'-'.join('.'.join(map(str, v)) for v in plainoff.VERSIONS)})")
         if ours.get(DEFER_PROMPT_KV_KEY) and built and self.off_path.prompts.why_not:
             return f"{DEFER_PROMPT_KV_KEY}: not in this engine: {self.off_path.prompts.why_not}"
         if ours.get(DRAFT_KV_SIDE_KEY) and getattr(self.off_path.kv_graph, "side_why", None):
@@ -220,6 +224,8 @@ class Plugin:
             self.off_path.prompts.defer = bool(ours[DEFER_PROMPT_KV_KEY])
         if LEAN_RESOLVE_KEY in ours:
             self.off_path.resolve.enabled = bool(ours[LEAN_RESOLVE_KEY])
+        if PLAIN_OFF_KEY in ours:          # a plain batch goes back to speculative at its next preparation
+            self.plain.enabled = bool(ours[PLAIN_OFF_KEY])
         if SIM_ACC_KEY in ours:   # SGLang's benchmark knob, read by every verify (spec_utils.SIMULATE_ACC_LEN)
             from sglang.srt.speculative import spec_utils
             spec_utils.SIMULATE_ACC_LEN = float(ours[SIM_ACC_KEY])
