@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-import sys
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
 
@@ -24,14 +23,7 @@ from controller.plugin.failures import Failures  # noqa: E402
 SLOTS = 64
 
 
-@pytest.fixture(autouse=True)
-def eagle_utils(monkeypatch):
-    """SGLang's _eagle_prefill_tail_tokens: the request's first output token (no chunked request here)."""
-    mod = ModuleType("sglang.srt.speculative.eagle_utils")
-    mod._eagle_prefill_tail_tokens = lambda batch, next_ids: next_ids
-    for name in ("sglang", "sglang.srt", "sglang.srt.speculative"):
-        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or ModuleType(name))
-    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+pytestmark = pytest.mark.usefixtures("sglang_eagle_utils")     # (tests/conftest.py)
 
 
 class Mode:

@@ -3,8 +3,7 @@ the writer, whether written at once or held (promptkv), against SGLang's own loo
 copies, so what the batch's tensors become later does not reach them."""
 from __future__ import annotations
 
-import sys
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,14 +12,7 @@ torch = pytest.importorskip("torch")
 from controller.plugin import draftkv, promptkv  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def eagle_utils(monkeypatch):
-    """SGLang's _eagle_prefill_tail_tokens: the request's first output token (no chunked request here)."""
-    mod = ModuleType("sglang.srt.speculative.eagle_utils")
-    mod._eagle_prefill_tail_tokens = lambda batch, next_ids: next_ids
-    for name in ("sglang", "sglang.srt", "sglang.srt.speculative"):
-        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or ModuleType(name))
-    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+pytestmark = pytest.mark.usefixtures("sglang_eagle_utils")     # (tests/conftest.py)
 
 
 class Writer:
