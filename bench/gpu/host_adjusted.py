@@ -90,10 +90,7 @@ def fit(runs: list[dict], label: str, covariate: str | None, base: str | None = 
     `runs` (one shape and level), with the target-runner CPU of the batch kind `covariate` names (HOSTS) as the
     host's speed, or none; None when the runs leave fewer than MIN_FREE degrees of freedom."""
     base = base or nospec_label(label)
-    rows = [r for r in runs if r["label"] in (label, base) and r[metric] and r[metric] > 0
-            and (not covariate or r["cpu_ms"][covariate])]
-    calls = sorted({r["call"] for r in rows if r["label"] == label} & {r["call"] for r in rows if r["label"] == base})
-    rows = [r for r in rows if r["call"] in calls]
+    rows, calls = paired_rows(runs, label, base, metric, covariate)
     columns = [[1.0 if r["call"] == c else 0.0 for r in rows] for c in calls]
     columns.append([1.0 if r["label"] == label else 0.0 for r in rows])
     # the start order's own term where the calls started the engines both ways round (else it is the label's column
@@ -108,8 +105,8 @@ def fit(runs: list[dict], label: str, covariate: str | None, base: str | None = 
     if not calls or len(rows) - len(columns) < MIN_FREE or np.linalg.matrix_rank(x) < len(columns):
         return None
     i, groups = len(calls), [r["call"] for r in rows]      # the label's column; the runs' calls
-    out = {**_effect(x, y, i, groups), "runs": sum(r["label"] == label for r in rows),
-           "base_runs": sum(r["label"] == base for r in rows), "calls": len(calls), "second_start": None}
+    out = {"runs": sum(r["label"] == label for r in rows), "base_runs": sum(r["label"] == base for r in rows),
+           "calls": len(calls), "second_start": None}
     elasticity = 0.0
     if covariate:
         beta, cov, _ = _ols(x, y, groups)
@@ -118,10 +115,12 @@ def fit(runs: list[dict], label: str, covariate: str | None, base: str | None = 
         out["elasticity"], out["elasticity_se"] = beta[k], math.sqrt(cov[k, k])
     by_call = len(calls) >= MIN_CLUSTERS
     if by_call:     # the effect (and the start order) from the calls' own gaps: see call_gaps
-        gaps = call_gaps(rows, label, base, metric, covariate, elasticity)
-        out.update(_effect(*_gap_design({label: gaps}, both_orders), 0))
+        gx, gy = _gap_design({label: call_gaps(rows, label, base, metric, covariate, elasticity)}, both_orders)
+        out.update(_effect(gx, gy, 0))
+    else:
+        out.update(_effect(x, y, i, groups))
     if both_orders:
-        slot = _effect(*_gap_design({label: gaps}, True), 1) if by_call else _effect(x, y, i + 1, groups)
+        slot = _effect(gx, gy, 1) if by_call else _effect(x, y, i + 1, groups)
         out["second_start"], out["second_low"], out["second_high"] = slot["ratio"], slot["low"], slot["high"]
     if covariate:
         # the label's own CPU there over the base's, same calls: near 1 if the covariate is the host's alone; where
@@ -130,6 +129,15 @@ def fit(runs: list[dict], label: str, covariate: str | None, base: str | None = 
             if by_call else _effect(x[:, :-1], x[:, -1], i, groups)
         out["cpu_ratio"], out["cpu_low"], out["cpu_high"] = cpu["ratio"], cpu["low"], cpu["high"]
     return out
+
+
+def paired_rows(runs: list[dict], label: str, base: str, metric: str, covariate: str | None) -> tuple[list[dict], list]:
+    """The label's and the base's runs with a metric (and the covariate's CPU), in the calls that hold both; those
+    calls, sorted."""
+    rows = [r for r in runs if r["label"] in (label, base) and r[metric] and r[metric] > 0
+            and (not covariate or r["cpu_ms"][covariate])]
+    calls = sorted({r["call"] for r in rows if r["label"] == label} & {r["call"] for r in rows if r["label"] == base})
+    return [r for r in rows if r["call"] in calls], calls
 
 
 def call_gaps(rows: list[dict], label: str, base: str, metric: str | None, covariate: str | None,
@@ -219,10 +227,7 @@ def over_aa(runs: list[dict], label: str, covariate: str | None, metric: str = "
         return None
     gaps = {}
     for lab, f in fits.items():
-        rows = [r for r in runs if r["label"] in (lab, base) and r[metric] and r[metric] > 0
-                and (not covariate or r["cpu_ms"][covariate])]
-        calls = {r["call"] for r in rows if r["label"] == lab} & {r["call"] for r in rows if r["label"] == base}
-        gaps[lab] = call_gaps([r for r in rows if r["call"] in calls], lab, base, metric, covariate,
+        gaps[lab] = call_gaps(paired_rows(runs, lab, base, metric, covariate)[0], lab, base, metric, covariate,
                               f.get("elasticity", 0.0) if covariate else 0.0)
     zs = [z for lab in gaps for _, z in gaps[lab]]
     labels_only = _gap_design(gaps, False)[0]

@@ -93,24 +93,22 @@ SIDE_YES="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_side\": true}"
 # ran it before side became the default: its labels were off (in line) and side.
 ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTORE (the daemon's engine's state after)
   local dflt=$SIDE_YES; [ "$SIDE" = 1 ] || dflt=$INLINE
+  one_key() { # label key restore: no-spec, the daemon's engine with run-time key false (off) and true (label)
+    AB="nospec=30001;off=30000:{$KVG, $LEANALLOC, \"$2\": false};$1=30000:{$KVG, $LEANALLOC, \"$2\": true}"; NAB=3
+    AB_RESTORE="{$KVG, $LEANALLOC, \"$2\": $3}"
+  }
   if [ "${ROTATION:-}" = pair ]; then AB="nospec=30001;off=30000:$dflt"; NAB=2; AB_RESTORE=$dflt
   elif [ "${ROTATION:-}" = defer ]; then   # the default state, the same with the prompts' draft-KV writes held (promptkv)
-    AB="nospec=30001;off=30000:{$KVG, $LEANALLOC, \"spec_controller_defer_prompt_kv\": false}"
-    AB="$AB;defer=30000:{$KVG, $LEANALLOC, \"spec_controller_defer_prompt_kv\": true}"; NAB=3
-    AB_RESTORE="{$KVG, $LEANALLOC, \"spec_controller_defer_prompt_kv\": false}"
+    one_key defer spec_controller_defer_prompt_kv false
   elif [ "${ROTATION:-}" = resolve ]; then   # the default state, the same with the bonus tokens gathered alone (offresolve)
-    AB="nospec=30001;off=30000:{$KVG, $LEANALLOC, \"spec_controller_lean_resolve\": false}"
-    AB="$AB;resolve=30000:{$KVG, $LEANALLOC, \"spec_controller_lean_resolve\": true}"; NAB=3
-    AB_RESTORE="{$KVG, $LEANALLOC, \"spec_controller_lean_resolve\": false}"
+    one_key resolve spec_controller_lean_resolve false
   elif [ "${ROTATION:-}" = leanall ]; then   # the default state, the same with the lean resolve and the held prompts
     local none="\"spec_controller_lean_resolve\": false, \"spec_controller_defer_prompt_kv\": false"
     AB="nospec=30001;off=30000:{$KVG, $LEANALLOC, $none}"
     AB="$AB;leanall=30000:{$KVG, $LEANALLOC, \"spec_controller_lean_resolve\": true, \"spec_controller_defer_prompt_kv\": true}"
     NAB=3; AB_RESTORE="{$KVG, $LEANALLOC, $none}"
   elif [ "${ROTATION:-}" = plain ]; then   # (PLAIN=1) off batches on the fast path against SGLang's non-speculative ones
-    AB="nospec=30001;off=30000:{$KVG, $LEANALLOC, \"spec_controller_plain_off\": false}"
-    AB="$AB;plain=30000:{$KVG, $LEANALLOC, \"spec_controller_plain_off\": true}"; NAB=3
-    AB_RESTORE="{$KVG, $LEANALLOC, \"spec_controller_plain_off\": true}"
+    one_key plain spec_controller_plain_off true
   elif [ "${ROTATION:-}" = side ]; then
     AB="nospec=30001;off=30000:$SIDE_YES;inline=30000:$INLINE"; NAB=3; AB_RESTORE=$dflt
   elif [ "${ROTATION:-}" = coalesce ]; then    # the writes coalesced (off), per batch, no-spec
