@@ -169,10 +169,43 @@ def test_cpu_seconds_are_counted_for_the_named_process_group_only(tmp_path):
     finally:
         burner.kill()
         burner.wait()
-    assert set(spent) - {"steal_cpus"} == {"host_busy", "host_steal", "burner"}
+    assert set(spent) - {"steal_cpus"} == {"host_busy", "host_steal", "burner", "preempted", "minflt"}
     (name, seconds), = spent["burner"].items()
     assert name.startswith("python") and 0.18 <= seconds <= 0.5
     assert 0 < spent["host_busy"] <= 1
+
+
+def test_a_run_row_counts_the_main_threads_preemptions_and_the_page_faults_of_each_process():
+    """Two processes of one group spin on the same core for 0.3 s (each its own clock): the scheduler takes the
+    core from each many times (involuntary switches of its main thread); a third touches 64 MiB (minor faults,
+    one per 4 KiB page at least unless huge pages back it). Per group and process name, as cpu seconds are."""
+    sys.path.insert(0, str(ROOT / "bench/gpu"))
+    from proccpu import involuntary_switches, snapshot, usage
+    cpu = min(os.sched_getaffinity(0))
+    spin = ("import os, sys, time\nos.sched_setaffinity(0, {%d})\nsys.stdin.readline()\nt = time.process_time()\n"
+            "while time.process_time() - t < 0.3:\n    pass\nprint('done', flush=True)\ntime.sleep(60)" % cpu)
+    touch = ("import sys, time\nsys.stdin.readline()\nb = bytearray(64 << 20)\nfor i in range(0, len(b), 4096):\n"
+             "    b[i] = 1\nprint('done', flush=True)\ntime.sleep(60)")
+    first = subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             process_group=0)
+    procs = [first] + [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True, process_group=first.pid) for code in (spin, touch)]
+    try:
+        before = snapshot({"g": first.pid})
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        assert [p.stdout.readline().strip() for p in procs] == ["done"] * 3
+        spent = usage(before, snapshot({"g": first.pid}))
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    (name, preempted), = spent["preempted"]["g"].items()      # all three are "python..."
+    assert name.startswith("python") and preempted >= 10
+    assert spent["minflt"]["g"][name] >= (64 << 20) // (2 << 20)     # a fault per huge page at the very least
+    assert involuntary_switches("Name:\tx\nvoluntary_ctxt_switches:\t7\nnonvoluntary_ctxt_switches:\t12\n") == 12
+    assert involuntary_switches("Name:\tx\n") == 0
 
 
 STAT_BEFORE = """cpu  1000 0 500 8000 100 0 0 400 0 0

@@ -4,7 +4,13 @@ CPU (12-02c: the engine with speculation varied 6 % run to run, the one without 
 
     groups = parse_groups("nospec=1234,daemon=5678")
     before = snapshot(groups); ...; usage(before, snapshot(groups))
-    -> {"host_busy": 0.31, "nospec": {"sglang::schedul": 5.9, ...}, "daemon": {...}}
+    -> {"host_busy": 0.31, "nospec": {"sglang::schedul": 5.9, ...}, "daemon": {...},
+        "preempted": {"nospec": {"sglang::schedul": 120, ...}, ...}, "minflt": {...}}
+
+preempted: each process's main thread's involuntary context switches (another thread or process took its core;
+/proc/PID/status counts the leader thread only, which is where SGLang's scheduler loop runs), and minflt the
+process's minor page faults: the second-started engine ran every CPU op ~1.15x slower (12-04h/i) with its core set
+swapped every repeat; these say whether something shared its cores, or its memory was being faulted in, meanwhile.
 """
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ def parse_groups(text: str | None) -> dict[str, int]:
 
 # indices into stat_fields' list (after the comm: state ppid pgrp session tty tpgid flags minflt cminflt majflt
 # cmajflt utime stime ... processor, the 39th field)
-PGRP, UTIME, STIME, PROCESSOR = 2, 11, 12, 36
+PGRP, MINFLT, UTIME, STIME, PROCESSOR = 2, 7, 11, 12, 36
 
 
 def stat_fields(path: str) -> tuple[str, list[str]] | None:
@@ -39,13 +45,29 @@ def stat_fields(path: str) -> tuple[str, list[str]] | None:
     return raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
 
 
-def _stat(pid: str) -> tuple[str, int, float] | None:
-    """(comm, pgid, CPU seconds of all its threads) of one process; None once it is gone."""
+def _stat(pid: str) -> tuple[str, int, float, int] | None:
+    """(comm, pgid, CPU seconds of all its threads, minor page faults) of one process; None once it is gone."""
     st = stat_fields(f"/proc/{pid}/stat")
     if st is None:
         return None
     comm, rest = st
-    return comm, int(rest[PGRP]), (int(rest[UTIME]) + int(rest[STIME])) / TICK
+    return comm, int(rest[PGRP]), (int(rest[UTIME]) + int(rest[STIME])) / TICK, int(rest[MINFLT])
+
+
+def involuntary_switches(status_text: str) -> int:
+    """nonvoluntary_ctxt_switches of a /proc/PID/status text (0 where the kernel does not say)."""
+    for line in status_text.splitlines():
+        if line.startswith("nonvoluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _preempted(pid: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return involuntary_switches(f.read())
+    except OSError:          # gone in between
+        return 0
 
 
 STEAL = 7       # /proc/stat's cpu fields: user nice system idle iowait irq softirq steal guest guest_nice
@@ -72,20 +94,24 @@ def _host() -> dict[str, tuple[int, int, int]]:
 
 
 def snapshot(groups: dict[str, int]) -> dict:
-    """CPU seconds per (label, pid, comm) of every process in the groups, and the host's jiffies."""
-    procs = {}
+    """CPU seconds per (label, pid, comm) of every process in the groups, their counts (involuntary switches of
+    the main thread, minor faults), and the host's jiffies."""
+    procs, counts = {}, {}
     by_pgid = {pgid: label for label, pgid in groups.items()}
     for pid in filter(str.isdigit, os.listdir("/proc") if groups else ()):
         st = _stat(pid)
         if st and st[1] in by_pgid:
-            procs[(by_pgid[st[1]], pid, st[0])] = st[2]
-    return {"procs": procs, "host": _host()}
+            key = (by_pgid[st[1]], pid, st[0])
+            procs[key] = st[2]
+            counts[key] = (_preempted(pid), st[3])
+    return {"procs": procs, "counts": counts, "host": _host()}
 
 
 def usage(before: dict, after: dict) -> dict:
     """CPU seconds spent between the snapshots per group and process name (a process that started in
     between counts from 0), the host's busy share of all cores, its steal share, and the cores whose steal share
-    reached STEAL_SHOWN (steal_cpus; absent when none did)."""
+    reached STEAL_SHOWN (steal_cpus; absent when none did); per group and process name its main threads'
+    involuntary switches (preempted) and minor faults (minflt), where the snapshots have them."""
     out: dict = {}
     for name, now in after["host"].items():
         if name not in before["host"]:       # a core brought online in between: its counts are since boot
@@ -100,4 +126,9 @@ def usage(before: dict, after: dict) -> dict:
         spent = seconds - before["procs"].get((label, pid, comm), 0.0)
         group = out.setdefault(label, {})
         group[comm] = round(group.get(comm, 0.0) + spent, 2)
+    for key, now in after.get("counts", {}).items():
+        was = before.get("counts", {}).get(key, (0, 0))
+        for i, what in enumerate(("preempted", "minflt")):
+            group = out.setdefault(what, {}).setdefault(key[0], {})
+            group[key[2]] = group.get(key[2], 0) + now[i] - was[i]
     return out

@@ -252,6 +252,8 @@ if start_engines; then
         export LOAD_PIN_ROTATE="nospec=$NOSPEC_PID:${SETS[0]};$GROUP_B=$DAEMON_PID:${SETS[1]}"; fi
     else say "not pinned: cpusets.py gave ${#SETS[@]} sets (its line above says why)"; fi
   fi
+  # where each engine's memory is (resident, huge pages, NUMA nodes): pins move threads, not pages (procmem.py)
+  python3 bench/gpu/procmem.py "$LOAD_CPU_GROUPS" 2>&1 | sed 's/^/memory: /' | tee -a "$SUM"
   n0=$([ -f "$R" ] && wc -l <"$R" || echo 0)
   # the phases in the order SHAPES names them, each only if its time is left (phase_need)
   for phase in ${SHAPES//,/ }; do
@@ -409,6 +411,7 @@ if start_engines; then
   done
   # a TIMELINE line per open and closed run (open: after 3 s; closed: their window); TIMELINE=0: none
   [ "${TIMELINE:-1}" != 0 ] && [ -s "$R" ] && timeline_lines "$n0" 3 "$OPEN_S" "$CLOSED_WARMUP" "$CLOSED_S"
+  python3 bench/gpu/procmem.py "$LOAD_CPU_GROUPS" 2>&1 | sed 's/^/memory at the end: /' | tee -a "$SUM"
   if [ "$B" = off ]; then specctl status 2>&1 | grep -E "off path|plugin cost|off launch|samples" | tee -a "$SUM"
     # the plain mode's engagement and anything that went wrong in the daemon's engine
     grep -E "non-speculative batches|plain off|Leak|Traceback|Error" "$OUT/$GROUP_B.log" | head -8 | cut -c1-300 | tee -a "$SUM"
