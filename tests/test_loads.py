@@ -454,3 +454,29 @@ def test_rows_say_whether_the_engine_beside_no_spec_started_first(tmp_path, monk
     finally:
         a.shutdown()
     assert rows and all(r.get("b_first", False) is expect for r in rows)
+
+
+def test_show_gives_each_label_its_serving_engines_scheduler_counts(tmp_path):
+    """Rows with proccpu's counts: no-spec rows read the `nospec` group, the others the one other group (daemon or
+    twin); the scheduler's processes only (the daemon's own process is not the engine's); medians over the runs.
+    Rows without counts (older calls) add no table."""
+    def row(label, repeat, t, nospec, daemon):
+        def counts(i):
+            return {"nospec": {"sglang::schedul": nospec[i], "python3": 1000}, "daemon": {"sglang::schedul": daemon[i],
+                                                                                          "specctl-daemon": 500}}
+        return {"label": label, "shape": "closed", "level": 128, "repeat": repeat, "t_start": t, "tok_s": 1.0,
+                "cpu_s": {"host_busy": 0.5, **counts(0), "preempted": counts(1), "minflt": counts(2)}}
+    rows = [row("nospec", 0, 0, (5.0, 10, 100), (0.5, 1, 1)), row("off", 0, 1, (0.4, 2, 2), (6.0, 40, 300)),
+            row("off", 1, 2, (0.4, 2, 2), (7.0, 60, 500)), row("nospec", 1, 3, (6.0, 30, 200), (0.5, 1, 1)),
+            row("off", 2, 4, (0.4, 2, 2), (8.0, 90, 900))]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    old = tmp_path / "old.jsonl"
+    old.write_text("".join(json.dumps({**r, "cpu_s": {"host_busy": 0.5}}) + "\n" for r in rows))
+    show = [subprocess.run([sys.executable, str(ROOT / "bench/gpu/loads.py"), "--show", str(p)], capture_output=True,
+                           text=True, timeout=60) for p in (path, old)]
+    assert [r.returncode for r in show] == [0, 0], show[0].stderr
+    table = show[0].stdout.partition("scheduler CPU s")[2].splitlines()
+    assert [line for line in table if line.startswith("| closed")] == [
+        "| closed | 128 | nospec | 5.50 | 20 | 150 |", "| closed | 128 | off | 7.00 | 60 | 500 |"]
+    assert "scheduler CPU s" not in show[1].stdout

@@ -192,6 +192,43 @@ def show(path: str) -> None:
               "| TPOT ratio | E2E ratio |")
         print("|---|---|---|---|---|---|---|---|")
         print("\n".join(ratios))
+    counts = scheduler_lines(groups)
+    if counts:
+        print("\n| shape | level | label | scheduler CPU s | preempted | minor faults |  (medians over the runs, the "
+              "serving engine's scheduler process: its main thread's involuntary switches)")
+        print("|---|---|---|---|---|---|")
+        print("\n".join(counts))
+
+
+SCHEDULER = "sglang::schedul"    # SGLang's scheduler process name as /proc/PID/stat has it (15 characters)
+
+
+def serving_group(row: dict) -> str | None:
+    """The process group (run_pair's LOAD_CPU_GROUPS label) of the engine a row measured: no-spec rows are the
+    `nospec` group's, every other label the other group's (the daemon's engine or the A/A's twin)."""
+    named = list(row.get("cpu_s", {}).get("preempted", {}))
+    if row["label"].startswith("nospec"):
+        return "nospec" if "nospec" in named else None
+    others = [g for g in named if g != "nospec"]
+    return others[0] if len(others) == 1 else None
+
+
+def scheduler_lines(groups: dict[tuple, list[dict]]) -> list[str]:
+    """One markdown row per (shape, level, label) whose runs counted their processes (proccpu: preempted, minflt):
+    the serving engine's scheduler CPU seconds, main-thread preemptions and minor faults, medians over the runs."""
+    out = []
+    for (shape, level, label), rs in traffic_table.in_order(groups):
+        vals = []
+        for r in rs:
+            group, cpu = serving_group(r), r.get("cpu_s", {})
+            if group is None:
+                continue
+            vals.append([sum(v for comm, v in (cpu.get(what, {}) if what else cpu).get(group, {}).items()
+                             if comm.startswith(SCHEDULER)) for what in (None, "preempted", "minflt")])
+        if vals:
+            mid = [statistics.median(v[i] for v in vals) for i in range(3)]
+            out.append(f"| {shape} | {level} | {label} | {mid[0]:.2f} | {mid[1]:,.0f} | {mid[2]:,.0f} |")
+    return out
 
 
 def pairs_median(ratios: list[float]) -> str:
