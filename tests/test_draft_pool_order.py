@@ -80,8 +80,8 @@ class Pool:
 def graphed_writer(pool: Pool, sizes=(4, 8, 16)) -> draftkv_graph.GraphedKVWriter:
     top = sizes[-1]
     w = draftkv_graph.GraphedKVWriter(pool, sizes, torch.zeros(top, 2, dtype=torch.float64),
-                                      torch.zeros(top, dtype=torch.int64), torch.zeros(top, dtype=torch.int64),
-                                      torch.zeros(top, dtype=torch.int64))
+                                      torch.zeros(top, dtype=torch.int64), torch.zeros(2 * top, dtype=torch.int64),
+                                      torch.zeros(top, dtype=torch.int64))     # positions as capture() makes them
     for s in sizes:
         w.graphs[s] = SimpleNamespace(replay=lambda s=s: pool.write(w.aux[:s], w.tokens[:s], w.positions[:s], w.loc[:s]))
     stream = SimpleNamespace(wait_event=lambda event: None)

@@ -146,3 +146,155 @@ def test_the_held_rows_cap_is_in_bytes_so_a_wider_model_holds_fewer_tokens(monke
             writes.write(writer, batch(), torch.zeros(5, width), torch.tensor([99, 98]))
         assert len(writes.queue) == held_together and len(writer.calls) == 2 - held_together
         assert promptkv.row_bytes(torch.zeros(5, width)) == 4 * width
+
+
+class SlotPool:
+    """A draft pool keeping, per slot, the (aux row sum, token, position) its last write stored."""
+
+    def __init__(self, slots: int = 400):
+        self.kv = torch.full((slots, 3), -1.0, dtype=torch.float64)
+
+    def write(self, aux, tokens, positions, loc):
+        self.kv[loc] = torch.stack([aux.sum(-1).double(), tokens.double(), positions.double()], dim=1)
+
+
+def graphed(pool, sizes=(1, 2, 4, 8, 16, 32), batches=3, room=2):
+    """The graphed writer as capture() builds it (positions `room` x the largest graph), its graphs the eager
+    write of their static inputs' first `size` rows; writes coalesced `batches` to a replay."""
+    from controller.plugin import draftkv_graph
+    top = sizes[-1]
+    w = draftkv_graph.GraphedKVWriter(pool, sizes, torch.zeros(top, 2), torch.zeros(top, dtype=torch.int64),
+                                      torch.zeros(room * top, dtype=torch.int64), torch.zeros(top, dtype=torch.int64))
+    w.graphs = {s: SimpleNamespace(replay=lambda s=s: pool.write(w.aux[:s], w.tokens[:s], w.positions[:s], w.loc[:s]))
+                for s in sizes}
+    w.coalesce_batches = batches
+    w.use_coalesce(True)
+    return w
+
+
+def test_a_prompt_written_straight_into_the_graphs_inputs_leaves_the_pool_as_the_generic_write_does():
+    """Random prompts (1-4 requests, cached prefixes, 1-40 tokens: some above the largest graph, which the generic
+    write chunks) between decode writes, slots reused, replays coalesced: the pool after the direct writes
+    (write_prompt) equals the pool after the generic ones and holds SGLang's rows for every prompt's slots."""
+    import random
+    from controller.plugin import draftkv_graph
+    rnd = random.Random(7)
+    direct_pool, generic_pool, expected = SlotPool(), SlotPool(), {}
+    direct, generic = graphed(direct_pool), graphed(generic_pool, room=1)     # room 1: write_prompt declines
+    took = []
+    real = draftkv_graph.GraphedKVWriter.write_prompt
+    for step in range(60):
+        if rnd.random() < 0.4:             # an off decode batch: one row a request
+            n = rnd.randint(1, 12)
+            loc = torch.tensor(rnd.sample(range(1, 400), n))
+            args = (torch.rand(n, 2), torch.randint(0, 1000, (n,)), torch.randint(0, 5000, (n,)), loc)
+            for w in (direct, generic):
+                w.write(*args)
+            for i, slot in enumerate(loc.tolist()):
+                expected[slot] = (float(args[0][i].sum()), float(args[1][i]), float(args[2][i]))
+            continue
+        extend = [rnd.randint(1, 16) for _ in range(rnd.randint(1, 4))]
+        prefix = [rnd.choice([0, 0, rnd.randint(1, 300)]) for _ in extend]
+        n = sum(extend)
+        b = SimpleNamespace(forward_mode=SimpleNamespace(is_idle=lambda: False), extend_lens=extend, prefix_lens=prefix,
+                            input_ids=torch.randint(0, 1000, (n,)),
+                            out_cache_loc=torch.tensor(rnd.sample(range(1, 400), n)))
+        aux, next_ids = torch.rand(n, 2), torch.randint(0, 1000, (len(extend),))
+        for w in (direct, generic):
+            calls = []
+            w.write_prompt = lambda *a, w=w: calls.append(real(w, *a)) or calls[-1]
+            assert draftkv.write_prefill(w, b, aux, next_ids)
+            took.append(calls)
+        tokens, positions = sglang_rows(b, next_ids)
+        for i, slot in enumerate(b.out_cache_loc.tolist()):
+            expected[slot] = (float(aux[i].sum()), float(tokens[i]), float(positions[i]))
+    for w in (direct, generic):
+        w.wait()
+    assert torch.allclose(direct_pool.kv, generic_pool.kv)
+    want = torch.tensor([expected[s] for s in sorted(expected)], dtype=torch.float64)
+    assert torch.allclose(direct_pool.kv[sorted(expected)], want)
+    # both paths ran: the direct write took the prompts that fit a graph, declined those above it (chunked)
+    direct_took, generic_took = took[0::2], took[1::2]
+    assert {tuple(c) for c in generic_took} == {(False,)} and [True] in direct_took and [False] in direct_took
+    assert direct.launches < direct.replays
+
+
+def test_the_direct_prompt_write_launches_five_kernels_and_the_generic_one_seven():
+    """What the direct path is for: fewer device operations inside each prefill's CPU-bound launch (slices and
+    views are free on the device; copies, index_put and allocations are not)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.__name__.split(".")[0]
+            if name not in ("slice", "view", "lift_fresh", "alias", "select", "detach"):
+                self.ops.append(name)
+            return func(*args, **(kwargs or {}))
+    b = batch()
+    counts = []
+    aux, next_ids = torch.rand(5, 2), torch.tensor([99, 98])
+    for room in (2, 1):
+        w = graphed(SlotPool(), batches=8, room=room)
+        with Count() as c:
+            draftkv.write_prefill(w, b, aux, next_ids)
+        counts.append(sorted(c.ops))
+    assert counts[0] == ["copy_"] * 4 + ["index_put_"]
+    assert counts[1] == ["copy_"] * 5 + ["empty_like", "index_put_"]
+
+
+def test_captured_graphs_replay_the_eager_write_of_their_rows_for_prompts_and_decodes(monkeypatch):
+    """draftkv_graph.capture on CPU torch with torch.cuda's graph API stood in (a graph records the eager write it
+    captured, with the static inputs' views, and replays it): the warm-up and every graph see inputs of one row
+    count, and prompts written straight into the static inputs land in the pool as SGLang's rows."""
+    import contextlib
+    from controller.plugin import draftkv_graph
+
+    class Eager:
+        model = SimpleNamespace(fc=SimpleNamespace(weight=torch.zeros(4, 2)))      # aux width 2
+
+        def __init__(self):
+            self.pool, self.capturing, self.shapes = SlotPool(), None, []
+
+        def write(self, aux, tokens, positions, loc):
+            self.shapes.append((aux.shape[0], tokens.shape[0], positions.shape[0], loc.shape[0]))
+            if self.capturing is not None:
+                self.capturing.body = lambda: self.pool.write(aux, tokens, positions, loc)
+            else:
+                self.pool.write(aux, tokens, positions, loc)
+
+    eager = Eager()
+
+    class Graph:
+        body = None
+
+        def replay(self):
+            self.body()
+
+    @contextlib.contextmanager
+    def graph(g, pool=None, stream=None):
+        eager.capturing = g
+        yield
+        eager.capturing = None
+    stream = SimpleNamespace(wait_stream=lambda s: None, wait_event=lambda e: None)
+    fakes = dict(CUDAGraph=Graph, graph=graph, graph_pool_handle=lambda: None, synchronize=lambda: None,
+                 current_stream=lambda: stream, stream=lambda s: contextlib.nullcontext(),
+                 Stream=lambda priority=0: stream, Event=lambda: SimpleNamespace(record=lambda s=None: None))
+    for name, fake in fakes.items():
+        monkeypatch.setattr(torch.cuda, name, fake, raising=False)
+    w = draftkv_graph.capture(eager, (1, 2, 4, 8), contextlib.nullcontext)
+    assert all(a == t == p == c for a, t, p, c in eager.shapes) and [s[0] for s in eager.shapes] == [8, 8, 4, 2, 1]
+    assert sorted(w.graphs) == [1, 2, 4, 8] and w.positions.shape[0] == 16
+    w.coalesce_batches = 2
+    w.use_coalesce(True)
+    b = batch()
+    aux, next_ids = torch.rand(5, 2), torch.tensor([99, 98])
+    w.write(torch.rand(2, 2), torch.tensor([5, 6]), torch.tensor([40, 41]), torch.tensor([70, 71]))   # a decode's
+    assert draftkv.write_prefill(w, b, aux, next_ids) and w.launches == 1    # replayed with the decode's rows
+    tokens, positions = sglang_rows(b, next_ids)
+    assert eager.pool.kv[[50, 51, 52, 60, 61], 1].tolist() == tokens
+    assert eager.pool.kv[[50, 51, 52, 60, 61], 2].tolist() == positions
+    assert eager.pool.kv[[70, 71], 1].tolist() == [5, 6]

@@ -229,6 +229,9 @@ def stage_prefill(writer: DraftKVWriter, rows: PromptRows) -> None:
     tokens = host.size - len(rows.extend_lens)      # the rows: a position per token, then a tail row per request
     if tokens != n:
         raise ValueError(f"the extend lengths sum to {tokens}, the batch holds {n} tokens")
+    direct = getattr(writer, "write_prompt", None)       # the graphed writer: straight into its static inputs
+    if direct is not None and direct(rows.aux, ids, rows.tail, host, rows.loc):
+        return
     staged = torch.from_numpy(host)
     if ids.is_cuda:      # pinned (the caching host allocator reuses a block once its copy has run): asynchronous
         staged = staged.pin_memory().to(ids.device, non_blocking=True)

@@ -13,7 +13,10 @@ inputs. Rows past the batch (the graph's size is the next captured one up) write
 as its own graphs' padded tokens do; a batch larger than every graph (a prompt above 2048 tokens) replays the
 largest in chunks (each row's k, v depends on that row alone): written eagerly, such a write (the 8,192-token chunks
 of a burst of arrivals) cost 55-117 ms of CPU each on the H200 (12-02f, 12-03e; its large temporaries are the guess:
-the graphs' own pool needs none); hidden states of another width are written eagerly.
+the graphs' own pool needs none); hidden states of another width are written eagerly. A prompt that fits a graph goes
+straight into the static inputs (write_prompt: its positions and tail rows in one host copy, the shifted tokens in
+place), five kernels inside the prefill's CPU-bound launch where the generic write took seven and a temporary
+(not yet run on a GPU).
 
 While `spec_controller_draft_kv_side` is on (the default since 2026-12-03i; SPEC_CONTROLLER_DRAFT_KV_SIDE=0 at start:
 in line) a replay runs on a stream of its own (SideStream), beside the next target forward instead of after this one:
@@ -116,7 +119,7 @@ class GraphedKVWriter:
     sizes: tuple[int, ...]      # ascending
     aux: Any                    # [max, aux width] the target's aux hidden states
     tokens: Any                 # [max] int64: the token after each position
-    positions: Any              # [max] int64
+    positions: Any              # [2 x max] int64 (graphs read [:size]; write_prompt stages a prompt's tail rows past its own)
     loc: Any                    # [max] int64: KV slots
     graphs: dict[int, Any] = field(default_factory=dict)
     replays: int = 0                    # writes held by the graphs (batches and prompt chunks)
@@ -164,20 +167,58 @@ class GraphedKVWriter:
             for s in range(0, n, top):   # more rows than every graph: the largest, chunk by chunk (a row's k, v is its own)
                 self._write(aux_hidden[s:s + top], next_tokens[s:s + top], positions[s:s + top], loc[s:s + top])
             return None
-        if self.rows + n > top:
-            self._launch()
-        if self.rows == 0 and self.side is not None:
-            self.side.wait()     # the static inputs are refilled after the last replay read them
-        r = self.rows
+        r = self._take(n)
         self.aux[r:r + n].copy_(aux_hidden[:n])
         self.tokens[r:r + n].copy_(next_tokens[:n])
         self.positions[r:r + n].copy_(positions)
         self.loc[r:r + n].copy_(loc)
-        self.rows, self.held = r + n, self.held + 1
-        self.replays += 1
-        if self.held >= self.batches or self.rows == top:
+        return self._added(n)
+
+    def write_prompt(self, aux_hidden: Any, ids: Any, tail: Any, host: Any, loc: Any) -> bool:
+        """A prompt's rows (draftkv.stage_prefill's: its n input ids, each request's tail token, the host rows of
+        draftkv.prompt_rows) straight into the static inputs: the positions and the tail rows cross in one copy into
+        `positions` (the tail rows past the prompt's own, where only padding rows read), the tokens are the ids
+        shifted by one with the tail tokens put at each request's last row. Five kernels instead of the generic
+        write's seven, no temporaries (12-04i: the prompt write's ~0.4-0.8 ms of CPU sits in each prefill's
+        CPU-bound launch). False, nothing done, where the generic write must take it (another width, more rows
+        than a graph or than `positions` holds past them)."""
+        n, top = ids.shape[0], self.sizes[-1]
+        requests = host.size - n
+        if aux_hidden.shape[-1] != self.aux.shape[-1] or n > top or top + requests > self.positions.shape[0]:
+            return False
+        import torch
+        t0 = time.perf_counter_ns()
+        try:
+            r = self._take(n)
+            host[n:] += r                               # each request's last row, in the static inputs' rows
+            staged = torch.from_numpy(host)
+            if self.positions.is_cuda:     # pinned (the caching host allocator reuses it once the copy has run)
+                staged = staged.pin_memory()
+            self.positions[r:r + n + requests].copy_(staged, non_blocking=True)
+            self.aux[r:r + n].copy_(aux_hidden)
+            self.loc[r:r + n].copy_(loc)
+            self.tokens[r:r + n - 1].copy_(ids[1:])
+            self.tokens.index_put_((self.positions[r + n:r + n + requests],), tail.to(self.tokens.dtype))
+            self._added(n)
+        finally:
+            self.write_ns += time.perf_counter_ns() - t0
+        return True
+
+    def _take(self, n: int) -> int:
+        """The row n more rows start at in the static inputs: the buffered ones replayed first where they would not
+        fit beside them, and the last replay done reading before the inputs are refilled."""
+        if self.rows + n > self.sizes[-1]:
             self._launch()
-        return None
+        if self.rows == 0 and self.side is not None:
+            self.side.wait()
+        return self.rows
+
+    def _added(self, n: int) -> None:
+        """n rows of one write are in: replayed once the writes per replay are reached or the largest graph is full."""
+        self.rows, self.held = self.rows + n, self.held + 1
+        self.replays += 1
+        if self.held >= self.batches or self.rows == self.sizes[-1]:
+            self._launch()
 
     def _launch(self) -> None:
         """Replay the graph that holds the buffered rows (none: nothing), its padding rows at the pad slot."""
@@ -233,14 +274,14 @@ def capture(eager: Any, sizes: Sequence[int], enter: Callable[[], Any]) -> Graph
     top, device = sizes[-1], weight.device
     i64 = dict(dtype=torch.int64, device=device)
     out = GraphedKVWriter(eager, sizes, torch.zeros((top, weight.shape[1]), dtype=weight.dtype, device=device),
-                          torch.zeros(top, **i64), torch.zeros(top, **i64), torch.full((top,), PAD_SLOT, **i64))
+                          torch.zeros(top, **i64), torch.zeros(2 * top, **i64), torch.full((top,), PAD_SLOT, **i64))
     side = SideStream.create(torch.cuda)
     out.side = side
     pool, stream = torch.cuda.graph_pool_handle(), side.stream     # captured where they may replay (its workspace)
     with enter():
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):     # warm-up (lazy inits, workspaces): writes the padding slot only
-            eager.write(out.aux, out.tokens, out.positions, out.loc)
+            eager.write(out.aux, out.tokens, out.positions[:top], out.loc)
         torch.cuda.current_stream().wait_stream(stream)
         for size in reversed(sizes):        # largest first: the smaller ones reuse its pool
             graph = torch.cuda.CUDAGraph()
