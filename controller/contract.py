@@ -123,10 +123,13 @@ OFF_REASONS = (
     "skew sampled outputs after speculation resumes)",
     "the plugin cannot write this draft's KV (the engine log says why): SGLang's draft extend keeps it in step "
     "instead, at its cost (off_path = \"fast\" skips the draft)",
+    "a prompt's draft-KV write failed (the engine log says why): the draft's KV is no longer written while off, so a "
+    "request that lives through off -> on drafts from stale KV (poorer acceptance, same outputs) until the engine "
+    "restarts",
 )
 (REASON_NONE, REASON_CONFIG, REASON_NO_CAPTURE_MODE, REASON_0_5_16, REASON_MISSING_INTERNAL, REASON_CAPTURE_FAILED,
  REASON_OTHER_RANK, REASON_RUN_FAILED, REASON_INACTIVE, REASON_REJECTION_SAMPLING,
- REASON_KV_UNSUPPORTED) = range(len(OFF_REASONS))
+ REASON_KV_UNSUPPORTED, REASON_KV_WRITE_FAILED) = range(len(OFF_REASONS))
 # Where the fast off path was measured on a GPU (H200, bench/results/); elsewhere contract-checked only
 GPU_MEASURED = ((0, 5, 17),)
 

@@ -295,6 +295,7 @@ def test_every_draft_prefill_path_gets_the_hooks_own_arguments(fast, monkeypatch
     plug.router.threshold = 0
     off.fast.with_hidden, off.kv_writer = True, object()
     off.draft_extend_for_prefill(rec, "draft", "batch", "hidden", [7], "mm", x=1)   # multimodal: the draft
+    assert decode(plug.telemetry.stats_message())["off_reason"] == ""
     err = RuntimeError("no pool")
     monkeypatch.setattr(draftkv, "write_prefill", lambda *a: (_ for _ in ()).throw(err))
     with caplog.at_level(logging.ERROR, logger="spec_controller.plugin"):
@@ -303,6 +304,10 @@ def test_every_draft_prefill_path_gets_the_hooks_own_arguments(fast, monkeypatch
         [(("draft", "batch", "hidden", [7], None), {"x": 1})]
     assert plug.failures.places == {"draft KV prefill"}
     logged_failure(caplog, "draft KV prefill", err)
+    # the operator's status says why the draft is no longer written while off (the path alone would not)
+    stats = decode(plug.telemetry.stats_message())
+    assert stats["off_path"] == contract.OFF_PATHS[1]
+    assert stats["off_reason"] == contract.OFF_REASONS[contract.REASON_KV_WRITE_FAILED]
 
 
 def test_lean_prefills_stub_the_draft_workers_input_and_are_counted(fast, monkeypatch):

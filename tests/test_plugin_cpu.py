@@ -903,7 +903,7 @@ def test_a_held_prompt_is_staged_after_the_next_decodes_forward_and_before_anyth
     off.forward_batch_generation(lambda *a, **k: log.append("sglang batch"), routed_worker(plug),
                                  decode_batch(30, is_extend_in_batch=True))
     assert off.kv_writer is None and not off.prompts.holding() and "sglang batch" in log
-    assert "draft KV prefill" in plug.failures.places
+    assert "draft KV prefill" in plug.failures.places and off.reason == contract.REASON_KV_WRITE_FAILED
     del log[:]                                       # switched off with a prompt held: it goes in before the next
     off.kv_writer = writer
     monkeypatch.setattr(draftkv, "stage_prefill", lambda w, rows: log.append(("staged", rows[1], w is writer)))

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from ..contract import (REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_KV_UNSUPPORTED,
                         REASON_MISSING_INTERNAL, REASON_NONE, REASON_OTHER_RANK, REASON_REJECTION_SAMPLING,
-                        REASON_RUN_FAILED, parse_version, prefill_skips_draft)
+                        REASON_KV_WRITE_FAILED, REASON_RUN_FAILED, parse_version, prefill_skips_draft)
 from . import draftkv, draftkv_coalesce, draftkv_graph, fastoff, internals, offgrammar, offresolve, offstatus, promptkv
 from .failures import Failures
 from .router import Router
@@ -123,8 +123,15 @@ class OffPath:
         try:
             self.prompts.stage()
         except Exception as e:
-            self.failures.record("draft KV prefill", e)
-            self.kv_writer = None
+            self._drop_writer(e)
+
+    def _drop_writer(self, e: Exception) -> None:
+        """A prompt's draft-KV write failed: no more draft-KV writes in this process (a failed write is not retried
+        over newer rows), and the status says so (its off path line's reason)."""
+        self.failures.record("draft KV prefill", e)
+        self.kv_writer = None
+        if self.reason == REASON_NONE:
+            self.reason = REASON_KV_WRITE_FAILED
 
     def after_init_cuda_graphs(self, result: Any, worker: Any, *args, **kwargs) -> None:
         """AFTER EAGLEWorkerV2.init_cuda_graphs, every rank, once: capture the target's decode graphs."""
@@ -294,8 +301,7 @@ class OffPath:
             try:
                 self.kv_writes += self.prompts.write(writer, batch, target_hidden_states, next_token_ids)
             except Exception as e:     # this prompt runs the draft's pass; later ones too above threshold 0
-                self.failures.record("draft KV prefill", e)
-                self.kv_writer = None
+                self._drop_writer(e)
                 if self.tp_size > 1:   # the other ranks' writers ran collectives this rank did not: fail loudly
                     raise
                 self._flush_kv(draft_worker)    # rows held or replayed before the failure: in before SGLang's writes
