@@ -120,7 +120,7 @@ class Engine:
         monkeypatch.setitem(fastoff._sg, "NO_HIDDEN", "none")
         monkeypatch.setattr(fastoff, "run", self.fast_run)
         monkeypatch.setattr(fastoff, "target_forward", self.target_forward)
-        monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: "stub")
+        monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids, *stubs: "stub")
         stage = draftkv.stage_prefill
 
         def maybe_failing(writer, rows):

@@ -171,7 +171,7 @@ def test_the_off_path_flushes_before_every_batch_it_does_not_write_and_before_a_
     assert log == [("flush", "draft")] and len(ran) == 2
     log.clear()
     plug.router.threshold = 0
-    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: "stub")
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids, *stubs: "stub")
     monkeypatch.setattr(draftkv, "write_prefill", lambda *a: log.append("prefill write") or True)
     off.draft_kv = True
     prefill = decode_batch(1, extend_lens=[5], forward_mode=Mode("extend"))

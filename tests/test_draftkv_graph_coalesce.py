@@ -161,7 +161,7 @@ def prefill_engine(monkeypatch, writer, env: dict, prompt_slot: int = 80):
     off.fast = SimpleNamespace(batches=0, graph_batches=0, cpu_ns=0, with_hidden=True, grammar=False)
     off.kv_graph, off.kv_writer, off.draft_kv, off.lean_prefill = writer, "eager", True, True
     monkeypatch.setattr(fastoff, "run", lambda worker, f, batch, *a, **k: a[2].write(*one_row(7, 70)) or "fast")
-    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: "stub")
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids, *stubs: "stub")
     monkeypatch.setattr(draftkv, "write_prefill", lambda wr, *a: wr.write(*one_row(8, prompt_slot)) or True)
     plug.router.checked, plug.router.k, plug.router.threshold = True, 3, 0
     return plug, routed_worker(plug), decode_batch(1, extend_lens=[5], forward_mode=Mode("extend")), decode_batch(30)

@@ -486,7 +486,8 @@ def test_the_fast_step_sets_no_batch_field_but_the_ones_the_light_isolation_puts
     batch.__dict__["_set"] = set()
     if lean:
         monkeypatch.setattr(offstubs, "applies", lambda *a: True)
-        monkeypatch.setattr(fastoff, "_stubs", lambda worker, fast: SimpleNamespace(fields=lambda bs, device: ("ones", {})))
+        w.draft_worker = "draft worker"
+        monkeypatch.setattr(fastoff, "_stubs", lambda draft, fast: SimpleNamespace(fields=lambda bs, device: ("ones", {})))
     fastoff.run(w, fastoff.FastOff("decode backend", "decode graphs", names=V17), batch,
                 on_publish=(lambda lens: None) if lean else None, lean=lean)
     assert batch._set and batch._set <= set(fastoff.FAST_FIELDS), batch._set - set(fastoff.FAST_FIELDS)

@@ -314,11 +314,16 @@ def test_lean_prefills_stub_the_draft_workers_input_and_are_counted(fast, monkey
     plug, _ = fast
     off = plug.off_path
     plug.router.threshold = 0
-    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: ("stub", draft, ids))
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids, *stubs: ("stub", draft, ids, *stubs))
     original = ArgsRecorder("draft forward")
     for _ in range(2):
-        assert off.draft_extend_for_prefill(original, "draft", "batch", "hidden", [7]) == ("stub", "draft", [7])
+        assert off.draft_extend_for_prefill(original, "draft", "batch", "hidden", [7]) == ("stub", "draft", [7], None)
     assert off.lean_prefills == 2 and off.counters()["lean_prefills"] == 2 and original.calls == []
+    # under the overlap scheduler with the lean off step on (the default): the fast path's made-once stubs
+    from types import SimpleNamespace
+    overlapped = SimpleNamespace(enable_overlap=True)
+    assert off.lean_off and off.fast is not None
+    assert off.draft_extend_for_prefill(original, "draft", overlapped, "hidden", [7]) == ("stub", "draft", [7], off.fast)
 
 
 def test_counters_count_the_writes_replayed_from_graphs(fast):

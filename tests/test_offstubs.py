@@ -173,3 +173,52 @@ def test_a_lean_grammar_batch_publishes_then_forwards_then_waits_on_the_barrier_
     assert log == [("publish", [4]), "forward", "barrier", ("accept", 3), ("mask", [[1]])]
     assert np.asarray(result.next_token_ids).tolist() == [1] and fast.lean_batches == 1
     assert result.next_token_ids is result.next_draft_input.bonus_tokens and list(result.accept_lens) == [1]
+
+
+@pytest.fixture
+def eagle_v2(monkeypatch, lean_torch):
+    """SGLang's eagle_worker_v2 as stub_draft_input imports it (its draft input a namespace), torch the fixture's."""
+    import sys
+    from types import ModuleType
+    mod = ModuleType("sglang.srt.speculative.eagle_worker_v2")
+    mod.EagleDraftInput = lambda **kw: SimpleNamespace(**kw)
+    mod.get_draft_recurrent_hidden_state_spec = lambda runner: (HIDDEN, "bf16")
+    for name in ("sglang", "sglang.srt", "sglang.srt.speculative"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or ModuleType(name))
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    monkeypatch.setitem(sys.modules, "torch", fastoff._sg["torch"])
+    return lean_torch
+
+
+def test_a_lean_prefills_draft_input_points_at_the_stubs_where_the_lean_step_would_else_fresh_zeros(eagle_v2):
+    """The prefill's stub extras are zeros either way (SGLang's _stub_skipped_draft_extend); where the lean off step's
+    stubs are safe (overlap scheduler, lean step on, draft not synced) they are slices of the engine's made-once
+    zeros: no tensor made per prefill. Bonus tokens: the real ones."""
+    draft = SimpleNamespace(topk=TOPK, draft_runner="draft runner")
+    fast = fastoff.FastOff("decode backend", "decode graphs", names=V17)
+    ids = tensor([7, 8])
+    first = fastoff.stub_draft_input(draft, ids, fast)
+    made = list(eagle_v2)
+    second = fastoff.stub_draft_input(draft, tensor([9]), fast)
+    assert eagle_v2 == made and fast.stubs is not None        # nothing made for the second prefill
+    assert np.shares_memory(first.topk_p, second.topk_p) and np.shares_memory(first.hidden_states, second.hidden_states)
+    assert first.bonus_tokens is ids and first.topk_p.shape == (2, TOPK) and second.hidden_states.shape == (1, HIDDEN)
+    fresh = [fastoff.stub_draft_input(draft, ids) for _ in range(2)]
+    assert len(eagle_v2) == len(made) + 6                    # three zero fills a prefill without the stubs
+    assert not np.shares_memory(fresh[0].topk_p, fresh[1].topk_p)
+    for d in (first, second, *fresh):
+        assert not (d.topk_p.any() or d.topk_index.any() or d.hidden_states.any())
+        dtypes = [getattr(t, "torch_dtype", None) or t.base.torch_dtype for t in (d.topk_p, d.topk_index, d.hidden_states)]
+        assert dtypes == ["float32", "int64", "bf16"]       # (a slice's dtype is its stub's)
+
+
+@pytest.mark.parametrize("overlap, lean_off, sync, built, stubs", [
+    (True, True, False, True, True), (False, True, False, True, False), (True, False, False, True, False),
+    (True, True, True, True, False), (True, True, False, False, False)])
+def test_a_lean_prefill_takes_the_stubs_only_where_the_lean_off_step_may(overlap, lean_off, sync, built, stubs):
+    plug = active(Plugin({}))
+    off = plug.off_path
+    off.fast = fastoff.FastOff(None, None, names=V17) if built else None
+    off.lean_off, off.sync_draft = lean_off, sync
+    got = off.prefill_stubs(SimpleNamespace(enable_overlap=overlap))
+    assert (got is off.fast and got is not None) if stubs else got is None

@@ -609,7 +609,7 @@ def test_load_refuses_an_unsupported_version_and_registers_nothing(monkeypatch):
 
 def test_lean_prefill_skips_the_draft_only_while_nothing_speculates(monkeypatch):
     plug = active(Plugin({contract.ENV_LEAN_PREFILL: "0"}), threshold=0)
-    monkeypatch.setattr(fastoff, "stub_draft_input", lambda worker, ids: ("stub", ids))
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda worker, ids, *stubs: ("stub", ids))
     original = lambda worker, batch, hidden, ids: ("draft forward", ids)
     off = plug.off_path
     assert off.draft_extend_for_prefill(original, None, None, None, [7]) == ("draft forward", [7])   # not lean
@@ -664,7 +664,7 @@ def test_the_draft_kv_writer_reaches_the_fast_path_and_lean_prefills(fast, monke
     written = []
     monkeypatch.setattr(draftkv, "write_prefill",
                         lambda w, batch, hidden, ids: written.append((w, batch, hidden, ids)) or batch != "idle")
-    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: ("stub", ids))
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids, *stubs: ("stub", ids))
     original = lambda worker, batch, hidden, ids, *a, **k: ("draft forward", ids)
     plug.router.threshold = 0                           # nothing speculates: the draft's prompt pass is skipped,
     from controller.plugin import promptkv
@@ -757,7 +757,7 @@ def test_with_the_kv_writer_a_prefill_into_a_batch_that_will_not_speculate_skips
     off = plug.off_path
     off.fast.with_hidden, off.kv_writer, off.draft_kv, off.lean_prefill = True, "writer", True, True
     monkeypatch.setattr(draftkv, "write_prefill", lambda w, batch, hidden, ids: True)
-    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: ("stub", ids))
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids, *stubs: ("stub", ids))
     original = lambda worker, batch, hidden, ids, *a, **k: ("draft forward", ids)
     two_new = SimpleNamespace(extend_lens=[40, 60])
     worker = SimpleNamespace(speculative_num_steps=0, adaptive_controller=SimpleNamespace(_activate=lambda s: None))
@@ -799,7 +799,7 @@ def test_prompt_writes_a_graph_held_are_not_counted_eager(fast, monkeypatch):
         w.replays += batch == "small"          # the graphed writer replays only where a graph holds the rows
         return True
     monkeypatch.setattr(draftkv, "write_prefill", write)
-    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: ("stub", ids))
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids, *stubs: ("stub", ids))
     clock = iter([0, 100, 200, 5200])
     monkeypatch.setattr(promptkv, "time", SimpleNamespace(perf_counter_ns=lambda: next(clock)))
     original = lambda *a, **k: "draft forward"
@@ -873,7 +873,7 @@ def test_a_held_prompt_is_staged_after_the_next_decodes_forward_and_before_anyth
                         None if batch == "idle" else log.append(("held", batch, keep)) or ("rows", batch))
     monkeypatch.setattr(draftkv, "stage_prefill", lambda w, rows: log.append(("staged", rows[1], w is writer)))
     monkeypatch.setattr(draftkv, "write_prefill", lambda *a: pytest.fail("written at once while deferred"))
-    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids: ("stub", ids))
+    monkeypatch.setattr(fastoff, "stub_draft_input", lambda draft, ids, *stubs: ("stub", ids))
 
     def run(worker, f, batch, pub, sync=False, kv=None, grammar_barrier=None, lean=False, before_write=None):
         log.append("decode forward queued")

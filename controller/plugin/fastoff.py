@@ -192,7 +192,7 @@ def run(worker: Any, fast: FastOff, batch: Any, on_publish: Callable | None, syn
     if on_publish is not None and not lean:
         on_publish(new_seq_lens)
     if lean:
-        accept_lens, extras = _stubs(worker, fast).fields(seq_lens.shape[0], tokens.device)
+        accept_lens, extras = _stubs(worker.draft_worker, fast).fields(seq_lens.shape[0], tokens.device)
         fast.lean_batches += 1
     else:
         accept_lens, extras = torch.ones(seq_lens.shape[0], dtype=torch.int32, device=tokens.device), {}
@@ -242,9 +242,8 @@ def target_forward(target: Any, fast: FastOff, batch: Any, with_hidden: bool) ->
         runner.attn_backend, runner.decode_cuda_graph_runner = swapped
 
 
-def _stubs(worker: Any, fast: FastOff) -> offstubs.OffStubs:
+def _stubs(draft: Any, fast: FastOff) -> offstubs.OffStubs:
     if fast.stubs is None:
-        draft = worker.draft_worker
         fast.stubs = offstubs.OffStubs(_sg["torch"], draft,
                                        _sg["worker_module"].get_draft_recurrent_hidden_state_spec(draft.draft_runner))
     return fast.stubs
@@ -286,13 +285,19 @@ def _draft_extend(worker: Any, batch: Any, result: Any, fast: FastOff) -> None:
         draft._draft_extend_for_decode(batch, result)   # no kv_loc_plan (0.5.22+): as steps-0 passes
 
 
-def stub_draft_input(draft_worker: Any, next_token_ids: Any) -> Any:
+def stub_draft_input(draft_worker: Any, next_token_ids: Any, fast: FastOff | None = None) -> Any:
     """A shape-valid EagleDraftInput for requests whose draft forward was skipped (zeroed extras,
-    as SGLang's _stub_skipped_draft_extend writes them); the bonus tokens are the real ones."""
-    import torch
+    as SGLang's _stub_skipped_draft_extend writes them); the bonus tokens are the real ones. With `fast` (where the
+    lean off step's read-only stubs are safe: OffPath.prefill_stubs) the extras are slices of its zeros instead of
+    three new zero-filled tensors, three allocations and fills fewer inside each lean prefill's CPU-bound launch."""
     from sglang.srt.speculative import eagle_worker_v2 as w
-    hidden_spec = w.get_draft_recurrent_hidden_state_spec(draft_worker.draft_runner)
-    extras = offstubs.zero_extras(torch, next_token_ids.shape[0], draft_worker.topk, hidden_spec, next_token_ids.device)
+    if fast is not None:
+        _, extras = _stubs(draft_worker, fast).fields(next_token_ids.shape[0], next_token_ids.device)
+    else:
+        import torch
+        hidden_spec = w.get_draft_recurrent_hidden_state_spec(draft_worker.draft_runner)
+        extras = offstubs.zero_extras(torch, next_token_ids.shape[0], draft_worker.topk, hidden_spec,
+                                      next_token_ids.device)
     return w.EagleDraftInput(bonus_tokens=next_token_ids, num_tokens_per_req=1, num_tokens_for_logprob_per_req=1,
                              **extras)
 

@@ -306,7 +306,16 @@ class OffPath:
                     raise
                 self._flush_kv(draft_worker)    # rows held or replayed before the failure: in before SGLang's writes
                 return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
-        return fastoff.stub_draft_input(draft_worker, next_token_ids)
+        return fastoff.stub_draft_input(draft_worker, next_token_ids, self.prefill_stubs(batch))
+
+    def prefill_stubs(self, batch: Any) -> Any:
+        """The fast path whose read-only stubs a lean prefill's draft input may point at, or None (fresh zeros): as
+        for the lean off step (offstubs.applies), only under the overlap scheduler, whose future map stashes and
+        gathers the extras by copy and whose draft inputs merge and filter into new tensors (LEAN_OFF_FACTS), and
+        never with the draft synced."""
+        if self.lean_off and self.fast is not None and not self.sync_draft and getattr(batch, "enable_overlap", False):
+            return self.fast
+        return None
 
     def prefills_pay_draft(self) -> bool:
         return offstatus.prefills_pay_draft(self)

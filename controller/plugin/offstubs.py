@@ -18,6 +18,8 @@ checked against every wheel); never with logprobs (offlogprob lays out steps-0's
 synced (its extend writes real extras). Grammar batches take it too: the lengths an off step publishes do not depend
 on which token the delayed sample picks, and the barrier and the sample still run after the forward. On by default
 (SPEC_CONTROLLER_LEAN_OFF=0 at start or the run-time switch turn it off); what it saved on the H200: docs/sglang.md.
+A lean prefill's draft input (fastoff.stub_draft_input) takes the same stubs where the step would (OffPath.prefill_stubs:
+three zero fills fewer inside each prefill's CPU-bound launch; not yet run on a GPU).
 """
 from __future__ import annotations
 
