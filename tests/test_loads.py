@@ -480,3 +480,12 @@ def test_show_gives_each_label_its_serving_engines_scheduler_counts(tmp_path):
     assert [line for line in table if line.startswith("| closed")] == [
         "| closed | 128 | nospec | 5.50 | 20 | 150 |", "| closed | 128 | off | 7.00 | 60 | 500 |"]
     assert "scheduler CPU s" not in show[1].stdout
+
+
+def test_a_group_named_like_a_rows_own_figure_is_refused():
+    """cpu_s holds the groups beside its own keys: a group called `preempted` would be overwritten."""
+    sys.path.insert(0, str(ROOT / "bench/gpu"))
+    from proccpu import parse_groups
+    with pytest.raises(ValueError, match="'preempted' is a name of the row's own figures"):
+        parse_groups("nospec=12,preempted=13")
+    assert parse_groups("nospec=12,daemon=13") == {"nospec": 12, "daemon": 13}

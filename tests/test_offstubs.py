@@ -220,5 +220,5 @@ def test_a_lean_prefill_takes_the_stubs_only_where_the_lean_off_step_may(overlap
     off = plug.off_path
     off.fast = fastoff.FastOff(None, None, names=V17) if built else None
     off.lean_off, off.sync_draft = lean_off, sync
-    got = off.prefill_stubs(SimpleNamespace(enable_overlap=overlap))
+    got = offstubs.for_prefill(off, SimpleNamespace(enable_overlap=overlap))
     assert (got is off.fast and got is not None) if stubs else got is None

@@ -19,15 +19,16 @@ AnonHugePages:   1048576 kB
 NUMA_MAPS = """7f0000000000 default anon=1000 dirty=1000 N0=900 N1=100 kernelpagesize_kB=4
 7f1000000000 interleave:0-1 anon=20 dirty=20 N1=20 kernelpagesize_kB=4
 7f2000000000 default file=/usr/lib/libpython3.so mapped=80 N0=80 kernelpagesize_kB=4
+7f3000000000 default file=/dev/hugepages/x huge dirty=2 N1=2 kernelpagesize_kB=2048
 """
 
 
 def test_a_two_node_process_says_its_share_per_node_and_its_huge_pages():
-    assert numa_pages(NUMA_MAPS) == {0: 980, 1: 120}
+    assert numa_pages(NUMA_MAPS) == {0: 980 * 4, 1: 120 * 4 + 2 * 2048}     # KiB: a huge page counts as 2 MiB
     assert rollup_kib(ROLLUP, "Rss") == 3145728 and rollup_kib(ROLLUP, "AnonHugePages") == 1048576
     assert rollup_kib(ROLLUP, "Swap") == 0
     assert describe("nospec", 12, "sglang::schedul", ROLLUP, NUMA_MAPS) == (
-        "nospec sglang::schedul pid 12: 3,072 MiB resident, 1,024 MiB in huge pages, nodes N0 89 % N1 11 %")
+        "nospec sglang::schedul pid 12: 3,072 MiB resident, 1,024 MiB in huge pages, nodes N0 46 % N1 54 %")
     assert describe("daemon", 13, "x", ROLLUP, "").endswith("nodes unknown")     # no numa_maps on this kernel
     assert describe("daemon", 14, "small", "Rss: 1024 kB\n", NUMA_MAPS) is None   # helpers are not listed
 

@@ -199,7 +199,8 @@ def test_a_prompt_written_straight_into_the_graphs_inputs_leaves_the_pool_as_the
         b = SimpleNamespace(forward_mode=SimpleNamespace(is_idle=lambda: False), extend_lens=extend, prefix_lens=prefix,
                             input_ids=torch.randint(0, 1000, (n,)),
                             out_cache_loc=torch.tensor(rnd.sample(range(1, 400), n)))
-        aux, next_ids = torch.rand(n, 2), torch.randint(0, 1000, (len(extend),))
+        # (hidden states with rows past the prompt's: a padded prefill output, of which the write takes n)
+        aux, next_ids = torch.rand(n + rnd.choice([0, 0, 3]), 2), torch.randint(0, 1000, (len(extend),))
         for w in (direct, generic):
             calls = []
             w.write_prompt = lambda *a, w=w: calls.append(real(w, *a)) or calls[-1]
@@ -298,3 +299,38 @@ def test_captured_graphs_replay_the_eager_write_of_their_rows_for_prompts_and_de
     assert eager.pool.kv[[50, 51, 52, 60, 61], 1].tolist() == tokens
     assert eager.pool.kv[[50, 51, 52, 60, 61], 2].tolist() == positions
     assert eager.pool.kv[[70, 71], 1].tolist() == [5, 6]
+
+
+def test_a_direct_prompt_write_waits_for_the_last_side_replay_before_refilling_the_inputs(monkeypatch):
+    """With the replays on a side stream, the static inputs are refilled only once the forward stream waits for the
+    last replay (it may still be reading them): write_prompt as write(). On a GPU the host rows are a pinned COPY
+    (draftkv.host_to): the row offset goes into them before they are copied."""
+    from controller.plugin import draftkv_graph
+    log: list = []
+    w = graphed(SlotPool(), batches=1)
+
+    class Side:
+        pending = False
+
+        def wait(self):
+            if self.pending:                    # what the inputs hold when the forward stream waits
+                log.append(("wait", w.loc[:3].tolist()))
+                self.pending = False
+
+        def replay(self, graph, before=None):
+            graph.replay()
+            self.pending = True
+            log.append("replay")
+    w.side = Side()
+    w.use_side(True)
+    monkeypatch.setattr(draftkv_graph, "host_to", lambda host, like: torch.from_numpy(host.copy()))   # a pinned copy
+    w.write(torch.rand(3, 2), torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]), torch.tensor([70, 71, 72]))
+    w.rows, w.held, w.batches = 0, 0, 8
+    assert log == ["replay"] and w.side.pending
+    b = batch()
+    assert draftkv.write_prefill(w, b, torch.rand(5, 2), torch.tensor([99, 98]))
+    assert log == ["replay", ("wait", [70, 71, 72])]          # waited before the prompt's rows went in
+    w.write(torch.rand(1, 2), torch.tensor([9]), torch.tensor([9]), torch.tensor([80]))    # behind buffered rows: r > 0
+    assert draftkv.write_prefill(w, b, torch.rand(5, 2), torch.tensor([97, 96]))
+    tokens, _ = sglang_rows(b, torch.tensor([97, 96]))
+    assert w.tokens[6:11].tolist() == tokens                  # its tail tokens at its own rows, not the first prompt's

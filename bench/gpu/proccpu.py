@@ -17,16 +17,19 @@ from __future__ import annotations
 import os
 
 TICK = os.sysconf("SC_CLK_TCK")
+RESERVED = ("host_busy", "host_steal", "steal_cpus", "preempted", "minflt")     # usage()'s keys beside the groups
 STEAL_SHOWN = 0.01     # a core's steal share that a row names it for
 
 
 def parse_groups(text: str | None) -> dict[str, int]:
-    """label=PGID,label=PGID (empty or None: no groups)."""
+    """label=PGID,label=PGID (empty or None: no groups; a label may not be one of usage()'s own keys)."""
     out = {}
     for part in filter(None, (text or "").split(",")):
         label, _, pgid = part.partition("=")
         if not label or not pgid.isdigit():
             raise ValueError(f"--cpu-groups: {part!r} is not label=PGID")
+        if label in RESERVED:
+            raise ValueError(f"--cpu-groups: {label!r} is a name of the row's own figures ({', '.join(RESERVED)})")
         out[label] = int(pgid)
     return out
 
@@ -62,12 +65,12 @@ def involuntary_switches(status_text: str) -> int:
     return 0
 
 
-def _preempted(pid: str) -> int:
+def _preempted(pid: str) -> int | None:
     try:
         with open(f"/proc/{pid}/status") as f:
             return involuntary_switches(f.read())
-    except OSError:          # gone in between
-        return 0
+    except OSError:          # gone in between: no count (a 0 would read as a negative count over the run)
+        return None
 
 
 STEAL = 7       # /proc/stat's cpu fields: user nice system idle iowait irq softirq steal guest guest_nice
@@ -103,7 +106,9 @@ def snapshot(groups: dict[str, int]) -> dict:
         if st and st[1] in by_pgid:
             key = (by_pgid[st[1]], pid, st[0])
             procs[key] = st[2]
-            counts[key] = (_preempted(pid), st[3])
+            preempted = _preempted(pid)
+            if preempted is not None:
+                counts[key] = (preempted, st[3])
     return {"procs": procs, "counts": counts, "host": _host()}
 
 

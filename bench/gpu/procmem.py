@@ -7,7 +7,7 @@ the A/A's twin too). Pins move threads, not pages: memory first touched on one n
 whose heap is on the far node, or in 4 KiB pages where the other's is in huge pages, is slower for every op.
 
     python3 bench/gpu/procmem.py nospec=1234,daemon=5678
-    -> nospec sglang::scheduler pid 1240: 3,912 MiB resident, 1,024 MiB in huge pages, nodes N0 98 % N1 2 %
+    -> nospec sglang::schedul pid 1240: 3,912 MiB resident, 1,024 MiB in huge pages, nodes N0 98 % N1 2 %
 """
 from __future__ import annotations
 
@@ -19,13 +19,17 @@ from proccpu import PGRP, parse_groups, stat_fields     # beside this file
 
 MIN_RSS_MIB = 64
 NODE = re.compile(r"\bN(\d+)=(\d+)")
+PAGE_KIB = re.compile(r"\bkernelpagesize_kB=(\d+)")
 
 
 def numa_pages(numa_maps: str) -> dict[int, int]:
-    """Pages per NUMA node summed over a /proc/PID/numa_maps text (each mapping's N<node>=<pages>)."""
+    """KiB per NUMA node summed over a /proc/PID/numa_maps text (each mapping's N<node>=<pages> times its
+    kernelpagesize_kB: hugetlbfs mappings count their 2 MiB pages as such)."""
     out: dict[int, int] = {}
-    for node, pages in NODE.findall(numa_maps):
-        out[int(node)] = out.get(int(node), 0) + int(pages)
+    for line in numa_maps.splitlines():
+        size = PAGE_KIB.search(line)
+        for node, pages in NODE.findall(line):
+            out[int(node)] = out.get(int(node), 0) + int(pages) * (int(size.group(1)) if size else 4)
     return out
 
 

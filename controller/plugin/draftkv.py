@@ -232,14 +232,22 @@ def stage_prefill(writer: DraftKVWriter, rows: PromptRows) -> None:
     direct = getattr(writer, "write_prompt", None)       # the graphed writer: straight into its static inputs
     if direct is not None and direct(rows.aux, ids, rows.tail, host, rows.loc):
         return
-    staged = torch.from_numpy(host)
-    if ids.is_cuda:      # pinned (the caching host allocator reuses a block once its copy has run): asynchronous
-        staged = staged.pin_memory().to(ids.device, non_blocking=True)
+    staged = host_to(host, ids)
+    if ids.is_cuda:
+        staged = staged.to(ids.device, non_blocking=True)
     positions, ends = staged[:n], staged[n:]
     shifted = torch.empty_like(ids)
     shifted[:-1] = ids[1:]
     shifted[ends] = rows.tail
     writer.write(rows.aux, shifted, positions, rows.loc)
+
+
+def host_to(host: Any, like: Any) -> Any:
+    """Host rows (numpy) as a tensor for a non_blocking copy to `like`'s device: on a GPU a pinned copy of them (the
+    caching host allocator reuses its block once the copy has run; later changes to `host` do not reach it)."""
+    import torch
+    staged = torch.from_numpy(host)
+    return staged.pin_memory() if like.is_cuda else staged
 
 
 def write_prefill(writer: DraftKVWriter, batch: Any, aux_hidden: Any, next_token_ids: Any) -> bool:

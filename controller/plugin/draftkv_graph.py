@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from . import draftkv_coalesce
-from .draftkv import PAD_SLOT, fc_weight
+from .draftkv import PAD_SLOT, fc_weight, host_to
 
 log = logging.getLogger("spec_controller.plugin")
 
@@ -133,7 +133,8 @@ class GraphedKVWriter:
     rows: int = 0                       # rows buffered in the static inputs, not replayed yet
     held: int = 0                       # writes among them
     dedupe: Callable[[Any], Any] = draftkv_coalesce.last_write_wins
-    write_ns: int = 0                   # CPU in write() (static-input copies, replays): a prompt's share, for status
+    write_ns: int = 0                   # CPU in write() / write_prompt() (static-input copies, a prompt's host copy
+                                        # since 12-04j, replays): a prompt's share, for status
 
     def use_side(self, on: bool) -> None:
         """Replays beside the next forward (on), unless this engine has outside readers of the draft's pool."""
@@ -186,16 +187,13 @@ class GraphedKVWriter:
         requests = host.size - n
         if aux_hidden.shape[-1] != self.aux.shape[-1] or n > top or top + requests > self.positions.shape[0]:
             return False
-        import torch
         t0 = time.perf_counter_ns()
         try:
             r = self._take(n)
             host[n:] += r                               # each request's last row, in the static inputs' rows
-            staged = torch.from_numpy(host)
-            if self.positions.is_cuda:     # pinned (the caching host allocator reuses it once the copy has run)
-                staged = staged.pin_memory()
-            self.positions[r:r + n + requests].copy_(staged, non_blocking=True)
-            self.aux[r:r + n].copy_(aux_hidden)
+            # (padding rows past r + n may then read row indices < 2 x max as positions: RoPE on slot 0 only)
+            self.positions[r:r + n + requests].copy_(host_to(host, self.positions), non_blocking=True)
+            self.aux[r:r + n].copy_(aux_hidden[:n])
             self.loc[r:r + n].copy_(loc)
             self.tokens[r:r + n - 1].copy_(ids[1:])
             self.tokens.index_put_((self.positions[r + n:r + n + requests],), tail.to(self.tokens.dtype))

@@ -288,7 +288,7 @@ def _draft_extend(worker: Any, batch: Any, result: Any, fast: FastOff) -> None:
 def stub_draft_input(draft_worker: Any, next_token_ids: Any, fast: FastOff | None = None) -> Any:
     """A shape-valid EagleDraftInput for requests whose draft forward was skipped (zeroed extras,
     as SGLang's _stub_skipped_draft_extend writes them); the bonus tokens are the real ones. With `fast` (where the
-    lean off step's read-only stubs are safe: OffPath.prefill_stubs) the extras are slices of its zeros instead of
+    lean off step's read-only stubs are safe: offstubs.for_prefill) the extras are slices of its zeros instead of
     three new zero-filled tensors, three allocations and fills fewer inside each lean prefill's CPU-bound launch."""
     from sglang.srt.speculative import eagle_worker_v2 as w
     if fast is not None:

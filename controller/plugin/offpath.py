@@ -10,7 +10,8 @@ from typing import Any, Callable
 from ..contract import (REASON_CAPTURE_FAILED, REASON_CONFIG, REASON_INACTIVE, REASON_KV_UNSUPPORTED,
                         REASON_MISSING_INTERNAL, REASON_NONE, REASON_OTHER_RANK, REASON_REJECTION_SAMPLING,
                         REASON_KV_WRITE_FAILED, REASON_RUN_FAILED, parse_version, prefill_skips_draft)
-from . import draftkv, draftkv_coalesce, draftkv_graph, fastoff, internals, offgrammar, offresolve, offstatus, promptkv
+from . import (draftkv, draftkv_coalesce, draftkv_graph, fastoff, internals, offgrammar, offresolve, offstatus, offstubs,
+               promptkv)
 from .failures import Failures
 from .router import Router
 
@@ -306,16 +307,7 @@ class OffPath:
                     raise
                 self._flush_kv(draft_worker)    # rows held or replayed before the failure: in before SGLang's writes
                 return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
-        return fastoff.stub_draft_input(draft_worker, next_token_ids, self.prefill_stubs(batch))
-
-    def prefill_stubs(self, batch: Any) -> Any:
-        """The fast path whose read-only stubs a lean prefill's draft input may point at, or None (fresh zeros): as
-        for the lean off step (offstubs.applies), only under the overlap scheduler, whose future map stashes and
-        gathers the extras by copy and whose draft inputs merge and filter into new tensors (LEAN_OFF_FACTS), and
-        never with the draft synced."""
-        if self.lean_off and self.fast is not None and not self.sync_draft and getattr(batch, "enable_overlap", False):
-            return self.fast
-        return None
+        return fastoff.stub_draft_input(draft_worker, next_token_ids, offstubs.for_prefill(self, batch))
 
     def prefills_pay_draft(self) -> bool:
         return offstatus.prefills_pay_draft(self)

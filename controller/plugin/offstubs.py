@@ -18,7 +18,7 @@ checked against every wheel); never with logprobs (offlogprob lays out steps-0's
 synced (its extend writes real extras). Grammar batches take it too: the lengths an off step publishes do not depend
 on which token the delayed sample picks, and the barrier and the sample still run after the forward. On by default
 (SPEC_CONTROLLER_LEAN_OFF=0 at start or the run-time switch turn it off); what it saved on the H200: docs/sglang.md.
-A lean prefill's draft input (fastoff.stub_draft_input) takes the same stubs where the step would (OffPath.prefill_stubs:
+A lean prefill's draft input (fastoff.stub_draft_input) takes the same stubs where the step would (for_prefill:
 three zero fills fewer inside each prefill's CPU-bound launch; not yet run on a GPU).
 """
 from __future__ import annotations
@@ -31,6 +31,15 @@ MIN_ROWS = 64          # first allocation; grown to the next power of two above 
 def applies(on_publish: Any, sync_draft: bool, logprobs: bool) -> bool:
     """May this off batch take the lean step? (The module docstring says why each condition.)"""
     return on_publish is not None and not (sync_draft or logprobs)
+
+
+def for_prefill(off: Any, batch: Any) -> Any:
+    """The fast path (an OffPath's) whose stubs a lean prefill's draft input may point at, or None (fresh zeros): as
+    for the lean step, only under the overlap scheduler, whose future map stashes and gathers the extras by copy and
+    whose draft inputs merge and filter their future indices only (LEAN_OFF_FACTS), and never with the draft synced."""
+    if off.lean_off and off.fast is not None and not off.sync_draft and getattr(batch, "enable_overlap", False):
+        return off.fast
+    return None
 
 
 def zero_extras(torch: Any, rows: int, topk: int, hidden_spec: tuple[int | None, Any], device: Any) -> dict[str, Any]:
