@@ -186,18 +186,18 @@ def show(path: str) -> None:
         tpot, e2e = traffic_table.med(rs, "tpot_ms"), traffic_table.med(rs, "e2e_ms")
         print(f"| {shape} | {level} | {label} | {statistics.median(t):,.0f} | {min(t):,.0f}-{max(t):,.0f} | {len(t)} "
               f"| {'-' if tpot is None else tpot} | {'-' if e2e is None else e2e} |")
-    ratios = ratio_lines(groups)
-    if ratios:
-        print("\n| shape | level | label / nospec | tok/s ratio of medians | per pair | median of pairs [interval, coverage] "
-              "| TPOT ratio | E2E ratio |")
-        print("|---|---|---|---|---|---|---|---|")
-        print("\n".join(ratios))
-    counts = scheduler_lines(groups)
-    if counts:
-        print("\n| shape | level | label | scheduler CPU s | preempted | minor faults |  (medians over the runs, the "
-              "serving engine's scheduler process: its main thread's involuntary switches)")
-        print("|---|---|---|---|---|---|")
-        print("\n".join(counts))
+    table(ratio_lines(groups), "shape | level | label / nospec | tok/s ratio of medians | per pair | "
+          "median of pairs [interval, coverage] | TPOT ratio | E2E ratio")
+    table(scheduler_lines(groups), "shape | level | label | scheduler CPU s | preempted | minor faults",
+          "  (medians over the runs, the serving engine's scheduler process: its main thread's involuntary switches)")
+
+
+def table(rows: list[str], header: str, note: str = "") -> None:
+    """A markdown table after a blank line (none without rows)."""
+    if rows:
+        print(f"\n| {header} |{note}")
+        print("|---" * (header.count("|") + 1) + "|")
+        print("\n".join(rows))
 
 
 SCHEDULER = "sglang::schedul"    # SGLang's scheduler process name as /proc/PID/stat has it (15 characters)
