@@ -38,3 +38,12 @@ def test_rows_match_the_per_request_walk(seed):
 def test_lengths_that_do_not_pair_up_are_refused():
     with pytest.raises(ValueError, match="3 extend lengths but 2 prefix lengths"):
         prompt_rows([1, 2, 3], [0, 0])
+
+
+def test_rows_written_into_a_given_buffer_count_the_last_rows_from_the_offset():
+    """write_prompt's form: into a (pinned) buffer longer than the rows, each request's last row counted from the
+    rows already buffered in the graphed writer (offset); what lies past the rows is left alone."""
+    buffer = np.full(16, -7, dtype=np.int64)
+    got = prompt_rows([3, 2, 4], [0, 5, 8], out=buffer, offset=10)
+    assert np.shares_memory(got, buffer) and got.size == 12
+    assert buffer.tolist() == [0, 1, 2, 5, 6, 8, 9, 10, 11] + [12, 14, 18] + [-7] * 4

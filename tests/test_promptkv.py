@@ -237,9 +237,11 @@ def test_the_direct_prompt_write_launches_five_kernels_and_the_generic_one_seven
             return func(*args, **(kwargs or {}))
     b = batch()
     counts = []
+    from controller.plugin.hostrows import HostRows
     aux, next_ids = torch.rand(5, 2), torch.tensor([99, 98])
     for room in (2, 1):
         w = graphed(SlotPool(), batches=8, room=room)
+        w.host_rows = HostRows.make(w.positions.shape[0], False)      # (made at the engine's first prompt)
         with Count() as c:
             draftkv.write_prefill(w, b, aux, next_ids)
         counts.append(sorted(c.ops))
@@ -301,11 +303,10 @@ def test_captured_graphs_replay_the_eager_write_of_their_rows_for_prompts_and_de
     assert eager.pool.kv[[70, 71], 1].tolist() == [5, 6]
 
 
-def test_a_direct_prompt_write_waits_for_the_last_side_replay_before_refilling_the_inputs(monkeypatch):
+def test_a_direct_prompt_write_waits_for_the_last_side_replay_before_refilling_the_inputs():
     """With the replays on a side stream, the static inputs are refilled only once the forward stream waits for the
-    last replay (it may still be reading them): write_prompt as write(). On a GPU the host rows are a pinned COPY
-    (draftkv.host_to): the row offset goes into them before they are copied."""
-    from controller.plugin import draftkv_graph
+    last replay (it may still be reading them): write_prompt as write(); a prompt behind buffered rows puts its tail
+    tokens at its own rows."""
     log: list = []
     w = graphed(SlotPool(), batches=1)
 
@@ -323,7 +324,6 @@ def test_a_direct_prompt_write_waits_for_the_last_side_replay_before_refilling_t
             log.append("replay")
     w.side = Side()
     w.use_side(True)
-    monkeypatch.setattr(draftkv_graph, "host_to", lambda host, like: torch.from_numpy(host.copy()))   # a pinned copy
     w.write(torch.rand(3, 2), torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]), torch.tensor([70, 71, 72]))
     w.rows, w.held, w.batches = 0, 0, 8
     assert log == ["replay"] and w.side.pending
@@ -334,3 +334,38 @@ def test_a_direct_prompt_write_waits_for_the_last_side_replay_before_refilling_t
     assert draftkv.write_prefill(w, b, torch.rand(5, 2), torch.tensor([97, 96]))
     tokens, _ = sglang_rows(b, torch.tensor([97, 96]))
     assert w.tokens[6:11].tolist() == tokens                  # its tail tokens at its own rows, not the first prompt's
+
+
+def test_the_prompts_host_buffers_are_reused_in_turn_once_the_copy_out_of_each_has_run(monkeypatch):
+    """HostRows on a GPU (torch.cuda's events stood in): each prompt's rows are written into the next pinned buffer,
+    its event recorded after the copy out of it, and a buffer is written again only after waiting for that event
+    (SLOTS prompts later)."""
+    from controller.plugin import hostrows
+    log: list = []
+    w = graphed(SlotPool(), batches=1)
+
+    class Event:
+        def __init__(self):
+            self.id = len([e for e in log if e[0] == "new"])
+            log.append(("new", self.id))
+
+        def record(self, stream):      # after the copy: the static positions already hold the prompt's rows
+            log.append(("record", self.id, w.positions[:5].tolist()))
+
+        def synchronize(self):
+            log.append(("sync", self.id))
+    monkeypatch.setattr(torch.cuda, "Event", Event, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: "forward", raising=False)
+    ring = hostrows.HostRows.make(w.positions.shape[0], False)
+    ring.cuda = torch.cuda                                      # as pinned on a GPU
+    w.host_rows = ring
+    b = batch()
+    positions = sglang_rows(b, [0, 0])[1]
+    for i in range(hostrows.HostRows.SLOTS + 1):
+        log.append(("prompt", i))
+        assert draftkv.write_prefill(w, b, torch.rand(5, 2), torch.tensor([99, 98]))
+    slots = hostrows.HostRows.SLOTS
+    assert log[:3] == [("prompt", 0), ("new", 0), ("record", 0, positions)]
+    assert [e for e in log if e[0] == "sync"] == [("sync", 0)]   # only the buffer used again, and only then
+    assert log[-3:] == [("prompt", slots), ("sync", 0), ("record", 0, positions)]
+    assert ring.next == 1 and all(b.shape[0] == w.positions.shape[0] for b in ring.buffers)

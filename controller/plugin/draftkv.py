@@ -180,19 +180,23 @@ class DraftKVWriter:
             self.pool.set_kv_buffer(radix, loc, k, v, radix.k_scale, radix.v_scale)
 
 
-def prompt_rows(extend_lens: Any, prefix_lens: Any) -> Any:
+def prompt_rows(extend_lens: Any, prefix_lens: Any, out: Any = None, offset: int = 0) -> Any:
     """A prefill's draft-KV rows computed on the host (the lengths are Python lists there), so that they
     cross to the GPU as one copy instead of a dozen index kernels: int64 [n + R], the position of each of
-    the n extend tokens (request r's token t sits at prefix_r + t - start_r) followed by each of the R
-    requests' last row (where the tail token goes)."""
+    the n extend tokens (request r's token t sits at prefix_r + t) followed by each of the R requests' last row
+    (where the tail token goes) counted from `offset`. Written into `out` (an int64 array of at least n + R: a pinned
+    buffer's view) where given. A loop over the requests: an extend holds one or two under chat traffic, where
+    numpy's vectorised form took 6x as long (13.5 against 2.3 us on the development CPU)."""
     import numpy as np
-    lens = np.asarray(extend_lens, dtype=np.int64)
-    prefix = np.asarray(prefix_lens, dtype=np.int64)
-    if lens.shape != prefix.shape or lens.ndim != 1:
-        raise ValueError(f"{lens.size} extend lengths but {prefix.size} prefix lengths")
-    ends = np.cumsum(lens) - 1
-    positions = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(ends + 1 - lens - prefix, lens)
-    return np.concatenate([positions, ends])
+    if len(extend_lens) != len(prefix_lens):
+        raise ValueError(f"{len(extend_lens)} extend lengths but {len(prefix_lens)} prefix lengths")
+    n, start = sum(extend_lens), 0
+    out = np.empty(n + len(extend_lens), dtype=np.int64) if out is None else out[:n + len(extend_lens)]
+    for r, (length, prefix) in enumerate(zip(extend_lens, prefix_lens)):
+        out[start:start + length] = np.arange(prefix, prefix + length)
+        start += length
+        out[n + r] = offset + start - 1
+    return out
 
 
 @dataclass
@@ -224,30 +228,21 @@ def stage_prefill(writer: DraftKVWriter, rows: PromptRows) -> None:
     token), vectorised instead of SGLang's loop over requests."""
     import torch
     ids = rows.ids
-    n = ids.numel()
-    host = prompt_rows(rows.extend_lens, rows.prefix_lens)
-    tokens = host.size - len(rows.extend_lens)      # the rows: a position per token, then a tail row per request
-    if tokens != n:
-        raise ValueError(f"the extend lengths sum to {tokens}, the batch holds {n} tokens")
+    n, tokens = ids.numel(), sum(rows.extend_lens)
+    if tokens != n or len(rows.extend_lens) != len(rows.prefix_lens):
+        raise ValueError(f"the extend lengths sum to {tokens} over {len(rows.extend_lens)} requests, the batch holds "
+                         f"{n} tokens and {len(rows.prefix_lens)} prefix lengths")
     direct = getattr(writer, "write_prompt", None)       # the graphed writer: straight into its static inputs
-    if direct is not None and direct(rows.aux, ids, rows.tail, host, rows.loc):
+    if direct is not None and direct(rows.aux, ids, rows.tail, rows.extend_lens, rows.prefix_lens, rows.loc):
         return
-    staged = host_to(host, ids)
-    if ids.is_cuda:
-        staged = staged.to(ids.device, non_blocking=True)
+    staged = torch.from_numpy(prompt_rows(rows.extend_lens, rows.prefix_lens))
+    if ids.is_cuda:      # pinned (the caching host allocator reuses a block once its copy has run): asynchronous
+        staged = staged.pin_memory().to(ids.device, non_blocking=True)
     positions, ends = staged[:n], staged[n:]
     shifted = torch.empty_like(ids)
     shifted[:-1] = ids[1:]
     shifted[ends] = rows.tail
     writer.write(rows.aux, shifted, positions, rows.loc)
-
-
-def host_to(host: Any, like: Any) -> Any:
-    """Host rows (numpy) as a tensor for a non_blocking copy to `like`'s device: on a GPU a pinned copy of them (the
-    caching host allocator reuses its block once the copy has run; later changes to `host` do not reach it)."""
-    import torch
-    staged = torch.from_numpy(host)
-    return staged.pin_memory() if like.is_cuda else staged
 
 
 def write_prefill(writer: DraftKVWriter, batch: Any, aux_hidden: Any, next_token_ids: Any) -> bool:

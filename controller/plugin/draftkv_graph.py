@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from . import draftkv_coalesce
-from .draftkv import PAD_SLOT, fc_weight, host_to
+from .draftkv import PAD_SLOT, fc_weight, prompt_rows
+from .hostrows import HostRows
 
 log = logging.getLogger("spec_controller.plugin")
 
@@ -133,6 +134,7 @@ class GraphedKVWriter:
     rows: int = 0                       # rows buffered in the static inputs, not replayed yet
     held: int = 0                       # writes among them
     dedupe: Callable[[Any], Any] = draftkv_coalesce.last_write_wins
+    host_rows: HostRows | None = None   # prompts' rows on the host (made at the first prompt)
     write_ns: int = 0                   # CPU in write() / write_prompt() (static-input copies, a prompt's host copy
                                         # since 12-04j, replays): a prompt's share, for status
 
@@ -175,24 +177,28 @@ class GraphedKVWriter:
         self.loc[r:r + n].copy_(loc)
         return self._added(n)
 
-    def write_prompt(self, aux_hidden: Any, ids: Any, tail: Any, host: Any, loc: Any) -> bool:
-        """A prompt's rows (draftkv.stage_prefill's: its n input ids, each request's tail token, the host rows of
-        draftkv.prompt_rows) straight into the static inputs: the positions and the tail rows cross in one copy into
-        `positions` (the tail rows past the prompt's own, where only padding rows read), the tokens are the ids
-        shifted by one with the tail tokens put at each request's last row. Five kernels instead of the generic
-        write's seven, no temporaries (12-04i: the prompt write's ~0.4-0.8 ms of CPU sits in each prefill's
-        CPU-bound launch). False, nothing done, where the generic write must take it (another width, more rows
-        than a graph or than `positions` holds past them)."""
-        n, top = ids.shape[0], self.sizes[-1]
-        requests = host.size - n
+    def write_prompt(self, aux_hidden: Any, ids: Any, tail: Any, extend_lens: list, prefix_lens: list, loc: Any) -> bool:
+        """A prompt's rows (draftkv.stage_prefill's: its n input ids, each request's tail token, the batch's lengths)
+        straight into the static inputs: its positions and each request's last row (draftkv.prompt_rows) are written
+        into a pinned buffer (HostRows) and cross in one copy into `positions` (the last rows past the prompt's own,
+        where only padding rows read), the tokens are the ids shifted by one with the tail tokens put at each
+        request's last row. Five kernels instead of the generic write's seven, no temporaries, no pinned copy per
+        prompt (12-04i: the prompt write's ~0.4-0.8 ms of CPU sits in each prefill's CPU-bound launch). False,
+        nothing done, where the generic write must take it (another width, more rows than a graph or than
+        `positions` holds past them)."""
+        n, top, requests = ids.shape[0], self.sizes[-1], len(extend_lens)
         if aux_hidden.shape[-1] != self.aux.shape[-1] or n > top or top + requests > self.positions.shape[0]:
             return False
         t0 = time.perf_counter_ns()
         try:
             r = self._take(n)
-            host[n:] += r                               # each request's last row, in the static inputs' rows
+            if self.host_rows is None:
+                self.host_rows = HostRows.make(self.positions.shape[0], self.positions.is_cuda)
+            staged = self.host_rows.take()[:n + requests]
+            prompt_rows(extend_lens, prefix_lens, out=staged.numpy(), offset=r)
             # (padding rows past r + n may then read row indices < 2 x max as positions: RoPE on slot 0 only)
-            self.positions[r:r + n + requests].copy_(host_to(host, self.positions), non_blocking=True)
+            self.positions[r:r + n + requests].copy_(staged, non_blocking=True)
+            self.host_rows.copied()
             self.aux[r:r + n].copy_(aux_hidden[:n])
             self.loc[r:r + n].copy_(loc)
             self.tokens[r:r + n - 1].copy_(ids[1:])
