@@ -86,7 +86,7 @@ def graphed_writer(pool: Pool, sizes=(4, 8, 16)) -> draftkv_graph.GraphedKVWrite
         w.graphs[s] = SimpleNamespace(replay=lambda s=s: pool.write(w.aux[:s], w.tokens[:s], w.positions[:s], w.loc[:s]))
     stream = SimpleNamespace(wait_event=lambda event: None)
     cuda = SimpleNamespace(Stream=lambda priority=0: stream, Event=lambda: SimpleNamespace(record=lambda s=None: None),
-                           current_stream=lambda: stream, stream=lambda s: contextlib.nullcontext())
+                           current_stream=lambda device=None: stream, set_stream=lambda s: None)
     w.side = draftkv_graph.SideStream.create(cuda)
     w.coalesce_batches = 8
     w.use_side(True)

@@ -188,19 +188,12 @@ class FakeCuda:
     def __init__(self, log):
         self.log, self.current = log, "forward"
 
-    def current_stream(self):
+    def current_stream(self, device=None):
+        assert device == 3, "the streams' device index, not torch's lookup of the current device"
         return FakeStream(self.log, self.current)
 
-    def stream(self, s):
-        cuda = self
-
-        class Use:
-            def __enter__(self):
-                cuda.current = s.name
-
-            def __exit__(self, *exc):
-                cuda.current = "forward"
-        return Use()
+    def set_stream(self, s):
+        self.current = s.name
 
 
 class Logged(T):
@@ -233,7 +226,8 @@ def sided(sizes=(1, 2, 4)):
     w, log = graphed(sizes)
     w.aux, w.tokens, w.positions, w.loc = (logged(a, log) for a in (w.aux, w.tokens, w.positions, w.loc))
     cuda = FakeCuda(log)
-    w.side = draftkv_graph.SideStream(cuda, FakeStream(log, "side"), FakeEvent(log, "ready"), FakeEvent(log, "done"))
+    w.side = draftkv_graph.SideStream(cuda, FakeStream(log, "side"), FakeEvent(log, "ready"), FakeEvent(log, "done"),
+                                      device=3)
     w.graphs = {s: type("G", (), {"replay": lambda self, s=s: log.append((s, "replayed on", cuda.current))})()
                 for s in sizes}
     return w, log

@@ -241,7 +241,7 @@ def test_the_direct_prompt_write_launches_five_kernels_and_the_generic_one_seven
     aux, next_ids = torch.rand(5, 2), torch.tensor([99, 98])
     for room in (2, 1):
         w = graphed(SlotPool(), batches=8, room=room)
-        w.host_rows = HostRows.make(w.positions.shape[0], False)      # (made at the engine's first prompt)
+        w.host_rows = HostRows.make(w.positions.shape[0], w.positions.device)   # (made at the engine's first prompt)
         with Count() as c:
             draftkv.write_prefill(w, b, aux, next_ids)
         counts.append(sorted(c.ops))
@@ -284,7 +284,8 @@ def test_captured_graphs_replay_the_eager_write_of_their_rows_for_prompts_and_de
         eager.capturing = None
     stream = SimpleNamespace(wait_stream=lambda s: None, wait_event=lambda e: None)
     fakes = dict(CUDAGraph=Graph, graph=graph, graph_pool_handle=lambda: None, synchronize=lambda: None,
-                 current_stream=lambda: stream, stream=lambda s: contextlib.nullcontext(),
+                 current_stream=lambda device=None: stream, stream=lambda s: contextlib.nullcontext(),
+                 set_stream=lambda s: None,
                  Stream=lambda priority=0: stream, Event=lambda: SimpleNamespace(record=lambda s=None: None))
     for name, fake in fakes.items():
         monkeypatch.setattr(torch.cuda, name, fake, raising=False)
@@ -355,8 +356,8 @@ def test_the_prompts_host_buffers_are_reused_in_turn_once_the_copy_out_of_each_h
         def synchronize(self):
             log.append(("sync", self.id))
     monkeypatch.setattr(torch.cuda, "Event", Event, raising=False)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda: "forward", raising=False)
-    ring = hostrows.HostRows.make(w.positions.shape[0], False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "forward", raising=False)
+    ring = hostrows.HostRows.make(w.positions.shape[0], w.positions.device)
     ring.cuda = torch.cuda                                      # as pinned on a GPU
     w.host_rows = ring
     b = batch()

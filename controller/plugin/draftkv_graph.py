@@ -84,26 +84,35 @@ class SideStream:
     ready: Any                  # recorded on the forward stream once the static inputs are filled
     done: Any                   # recorded on the side stream after the replay
     pending: bool = False       # a replay the forward stream has not waited for yet
+    # the streams' device index: torch.cuda.current_stream(None) and torch.cuda.stream(...) look the current device up
+    # through its NVML availability checks (~50 us a call under cProfile in 12-04i's prefills); with the index, not
+    device: int | None = None
 
     @classmethod
     def create(cls, cuda: Any) -> "SideStream":
-        return cls(cuda, cuda.Stream(priority=-1), cuda.Event(), cuda.Event())
+        stream = cuda.Stream(priority=-1)
+        return cls(cuda, stream, cuda.Event(), cuda.Event(), device=getattr(stream, "device_index", None))
 
     def wait(self) -> None:
         """The current (forward) stream waits for the last replay: a no-op on the GPU once it has run."""
         if self.pending:
-            self.cuda.current_stream().wait_event(self.done)
+            self.cuda.current_stream(self.device).wait_event(self.done)
             self.pending = False
 
     def replay(self, graph: Any, before: Callable[[], Any] | None = None) -> None:
-        """graph (after `before`, on the side stream too) once the current stream's work so far is done."""
-        self.ready.record(self.cuda.current_stream())
+        """graph (after `before`, on the side stream too) once the current stream's work so far is done; the current
+        stream is the forward one again afterwards, whatever happened."""
+        forward = self.cuda.current_stream(self.device)
+        self.ready.record(forward)
         self.stream.wait_event(self.ready)
         self.pending = True         # before the launch: a failure after it still leaves it waited for
-        with self.cuda.stream(self.stream):
+        self.cuda.set_stream(self.stream)
+        try:
             if before is not None:
                 before()
             graph.replay()
+        finally:
+            self.cuda.set_stream(forward)
         self.done.record(self.stream)
 
 
@@ -193,7 +202,7 @@ class GraphedKVWriter:
         try:
             r = self._take(n)
             if self.host_rows is None:
-                self.host_rows = HostRows.make(self.positions.shape[0], self.positions.is_cuda)
+                self.host_rows = HostRows.make(self.positions.shape[0], self.positions.device)
             staged = self.host_rows.take()[:n + requests]
             prompt_rows(extend_lens, prefix_lens, out=staged.numpy(), offset=r)
             # (padding rows past r + n may then read row indices < 2 x max as positions: RoPE on slot 0 only)

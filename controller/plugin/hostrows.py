@@ -14,14 +14,17 @@ class HostRows:
     buffers: list               # int64 tensors, each as long as the writer's positions
     events: list                # per buffer: the event recorded after the copy out of it (None: not copied yet / CPU)
     cuda: Any = None            # torch.cuda, where the buffers are pinned
+    device: int | None = None   # the GPU's index (current_stream without it looks the device up: draftkv_graph.SideStream)
     next: int = 0
     SLOTS = 4
 
     @classmethod
-    def make(cls, rows: int, pinned: bool) -> "HostRows":
+    def make(cls, rows: int, device: Any) -> "HostRows":
+        """SLOTS buffers of `rows` for copies to `device` (a torch.device): pinned where that is a GPU."""
         import torch
+        pinned = device.type == "cuda"
         return cls([torch.empty(rows, dtype=torch.int64, pin_memory=pinned) for _ in range(cls.SLOTS)],
-                   [None] * cls.SLOTS, torch.cuda if pinned else None)
+                   [None] * cls.SLOTS, torch.cuda if pinned else None, device.index)
 
     def take(self) -> Any:
         """The next buffer, once the last copy out of it is done (a CPU copy is done when it returns)."""
@@ -35,5 +38,5 @@ class HostRows:
         if self.cuda is not None:
             if self.events[self.next] is None:
                 self.events[self.next] = self.cuda.Event()
-            self.events[self.next].record(self.cuda.current_stream())
+            self.events[self.next].record(self.cuda.current_stream(self.device))
         self.next = (self.next + 1) % len(self.buffers)
