@@ -34,7 +34,8 @@ def build_status(daemon: Mapping[str, Any], engine: Mapping[str, Any] | None, co
                  window: Mapping[str, Any], samples: Mapping[str, Any]) -> dict[str, Any]:
     """The document, every key present (None where a figure is unknown, e.g. with the daemon down).
 
-    control: threshold, pinned, exploit_threshold, policy {name, policy, params}, exploration_share,
+    control: threshold, pinned, exploit_threshold, trial (is the threshold a policy's trial? None: not known, the
+    daemon down), policy {name, policy, params}, exploration_share,
     last_decision, engine_errors, decisions, job_errors. window: WINDOW_KEYS. samples: SAMPLE_KEYS.
     """
     policy = control.get("policy") or {}
@@ -46,6 +47,7 @@ def build_status(daemon: Mapping[str, Any], engine: Mapping[str, Any] | None, co
         "threshold": control.get("threshold"),
         "pinned": bool(control.get("pinned")),
         "exploit_threshold": control.get("exploit_threshold"),
+        "trial": control.get("trial"),
         "policy": {"name": policy.get("name"), "policy": policy.get("policy"), "params": dict(policy.get("params") or {})},
         **{k: window.get(k) for k in WINDOW_KEYS},
         "samples": {k: samples.get(k) for k in SAMPLE_KEYS},

@@ -13,7 +13,7 @@ class FixedPolicy(Policy):
 
     def decide(self, snap: Snapshot) -> Decision:
         t = int(self.params["threshold"])
-        return Decision(t, t, f"fixed threshold {t}")
+        return Decision(t, t, f"fixed threshold {t}", command=True)
 
 
 class AlwaysPolicy(FixedPolicy):
@@ -22,7 +22,7 @@ class AlwaysPolicy(FixedPolicy):
     PARAMS = ()
 
     def decide(self, snap: Snapshot) -> Decision:
-        return Decision(self.max_batch_size, self.max_batch_size, "always speculate")
+        return Decision(self.max_batch_size, self.max_batch_size, "always speculate", command=True)
 
 
 class NeverPolicy(FixedPolicy):
@@ -31,4 +31,4 @@ class NeverPolicy(FixedPolicy):
     PARAMS = ()
 
     def decide(self, snap: Snapshot) -> Decision:
-        return Decision(0, 0, "never speculate")
+        return Decision(0, 0, "never speculate", command=True)

@@ -51,6 +51,9 @@ class Decision:
     every prefill pays the draft's pass on an engine whose off path writes no draft KV). It changes every prefill,
     not only the batch sizes it crosses: the guard neither coalesces it nor the end of such a trial, and its cap
     on buckets crossed per decision does not split it (a threshold on the way pays the pass still).
+    command: the operator's own threshold (policies fixed / always / never), not an estimate: the guard applies it as
+    it is, without stabilisation, rate cap, coalescing or change budget (`policy set fixed --param threshold=12`
+    stood at 26 for minutes when no live batch size lay between them: an operator who sets 12 expects 12).
     """
 
     threshold: int
@@ -60,6 +63,7 @@ class Decision:
     untried: bool = False
     shift: bool = False
     whole: bool = False
+    command: bool = False
 
     @property
     def exploratory(self) -> bool:

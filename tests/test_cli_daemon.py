@@ -293,7 +293,8 @@ def test_offline_reads_close_their_connection(short_tmp):
 def test_unpin_says_when_the_policy_opens_with_a_trial():
     """The newcomer read `unpinned (now 105, policy decides)` for a trial that ended 0.3 s later at 40."""
     from controller.cli.steer import _trial_note
-    assert _trial_note({"threshold": 105, "exploit_threshold": 40}) == ": a trial; the policy's best so far is 40"
+    assert _trial_note({"threshold": 105, "exploit_threshold": 40, "trial": True}) == \
+        ": a trial; the policy's best so far is 40"
     assert _trial_note({"threshold": 40, "exploit_threshold": 40}) == ""
     assert _trial_note({"threshold": 40}) == ""
 
@@ -313,9 +314,16 @@ def test_status_shows_the_start_reapplying_a_threshold_as_no_change():
 def test_status_says_a_threshold_is_a_trial_and_names_the_policys_best_unless_pinned():
     from controller.cli.status import render_status
     st = {"daemon": {"running": True, "pid": 1, "uptime_s": 3, "healthy": True}, "engine": {"engine": "sim"},
-          "threshold": 48, "exploit_threshold": 32, "samples": {"total": 5, "per_s": 1.0, "dropped": 0}}
+          "threshold": 48, "exploit_threshold": 32, "trial": True, "samples": {"total": 5, "per_s": 1.0, "dropped": 0}}
     line = [x for x in render_status(st).splitlines() if x.startswith("threshold:")]
     assert line == ["threshold:   48 (a trial; the policy's best so far is 32)   speculate iff batch size <= 48"]
+    # not a trial: the guard holds the way to the best (its rate cap, or no live batch size between: coalesced).
+    # The newcomer read "26 (a trial; the policy's best so far is 12)" for a fixed threshold the guard held
+    st["trial"] = False
+    assert "threshold:   48 (held by the guard; the policy's best is 32)" in render_status(st)
+    st["trial"] = None                      # not known (daemon down): no claim either way
+    assert "threshold:   48 (the policy's best so far is 32)" in render_status(st)
+    st["trial"] = True
     st["exploit_threshold"] = 48
     assert "trial" not in render_status(st)
     st.update(exploit_threshold=32, pinned=True)

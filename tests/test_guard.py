@@ -217,3 +217,30 @@ def test_a_shift_trial_stays_only_when_its_threshold_is_worth_min_gain():
     g = _in_shift_trial(gain_cfg=0.01)
     out = g.apply(1.5, Decision(105, 105, "best: 105", gain=0.009), 1.5, 105, [96], True)
     assert not out[1].startswith("105 stays") and g.exploit == 29      # below it: the trial does not become the exploit
+
+
+def test_the_operators_fixed_threshold_is_applied_as_it_is():
+    """`policy set fixed --param threshold=12` on a server at 66 whose live batch sizes (30-32) lie on one side of
+    both: a learned proposal would go 66 -> 26 (8 buckets a decision), then stay coalesced at 26 (12 moves no live
+    batch size) for as long as the load does; the operator's own threshold is 12 at once and stays 12."""
+    g = guard(stabilisation_s=30.0, max_step_buckets=8, changes_per_min=1)
+    g.exploit = 66
+    learned = g.apply(100.0, Decision(12, 12, "x"), 100.0, applied=66, live=(30, 31, 32))[0]
+    assert 12 < learned < 66                                    # what a learned proposal gets: the guard's way
+    g = guard(stabilisation_s=30.0, max_step_buckets=8, changes_per_min=1)
+    g.exploit = 66
+    for t in (100.0, 100.5, 101.0):
+        thr, reason, trial = g.apply(t, Decision(12, 12, "fixed threshold 12", command=True), t, applied=66 if t == 100.0
+                                     else 12, live=(30, 31, 32))
+        assert (thr, reason, trial, g.exploit) == (12, "fixed threshold 12", False, 12)
+    # bounds still hold, and a silent engine still falls back
+    assert guard(max_threshold=32).apply(1.0, Decision(100, 100, "always", command=True), 1.0)[0] == 32
+    g = guard(fallback_after_s=5, fallback_threshold=2)
+    assert g.apply(100.0, Decision(50, 50, "fixed threshold 50", command=True), last_sample_t=90.0)[0] == 2
+
+
+def test_switching_to_the_fixed_policy_reaches_its_threshold_at_the_first_decision():
+    loop = ControlLoop(make_policy("fixed", {"threshold": 12}), GuardConfig(), 66)
+    loop.last_sample_t = 0.0
+    tick = loop.tick(0.5)
+    assert tick.threshold == 12 and tick.reason == "fixed threshold 12" and not tick.exploratory

@@ -64,7 +64,7 @@ def test_state_of_other_shape_is_refused():
 
 def test_fixed_always_never():
     snap = Snapshot(0.0, 3, 256)
-    assert make_policy("fixed", {"threshold": 7}).decide(snap) == Decision(7, 7, "fixed threshold 7")
+    assert make_policy("fixed", {"threshold": 7}).decide(snap) == Decision(7, 7, "fixed threshold 7", command=True)
     assert make_policy("always").decide(snap).threshold == 256
     assert make_policy("never").decide(snap).threshold == 0
 

@@ -83,10 +83,11 @@ def test_listing_documents_each_parameter():
 
 def test_fixed_policies_decide_and_say_why():
     snap = Snapshot(0.0, 3, 64)
-    assert make_policy("fixed", {"threshold": 7}).decide(snap) == Decision(7, 7, "fixed threshold 7")
-    assert make_policy("fixed").decide(snap) == Decision(5, 5, "fixed threshold 5")
-    assert make_policy("always", max_batch_size=64).decide(snap) == Decision(64, 64, "always speculate")
-    assert make_policy("never").decide(snap) == Decision(0, 0, "never speculate")
+    # the operator's own thresholds: commands the guard applies as they are (Decision.command)
+    assert make_policy("fixed", {"threshold": 7}).decide(snap) == Decision(7, 7, "fixed threshold 7", command=True)
+    assert make_policy("fixed").decide(snap) == Decision(5, 5, "fixed threshold 5", command=True)
+    assert make_policy("always", max_batch_size=64).decide(snap) == Decision(64, 64, "always speculate", command=True)
+    assert make_policy("never").decide(snap) == Decision(0, 0, "never speculate", command=True)
     for name in ("fixed", "always", "never"):
         p = make_policy(name)
         assert p.state() == {} and p.load_state({"anything": 1}) is None

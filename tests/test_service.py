@@ -108,3 +108,14 @@ def test_the_simulated_engine_and_the_simulators_loop_follow_the_profiles_off_pa
     assert SimEngine(fast, concurrency=4).prefills_pay_draft() is True
     assert policy_runner("bandit", None, fast, 0)(None).loop.prefills_pay_draft is True
     assert policy_runner("bandit", None, kv, 0)(None).loop.prefills_pay_draft is False
+
+
+def test_status_and_the_pin_reply_say_whether_the_threshold_is_a_trial(tmp_path):
+    """status's threshold note tells a trial from the guard holding the way to the best: the daemon says which."""
+    svc, writer = make_service(tmp_path)
+    try:
+        assert svc.status()["trial"] is False and svc.pin(None)["trial"] is False
+        svc.loop._exploring = True                   # as a tick that applied a policy's trial leaves it
+        assert svc.status()["trial"] is True and svc.loop.exploring
+    finally:
+        writer.stop()

@@ -133,10 +133,16 @@ def save_offline(ctx: Ctx, key: str, value: Any) -> None:
         db.conn.close()
 
 
-def trial_note(threshold: int | None, best: int | None) -> str | None:
-    """What a threshold the policy is only trying says beside it, or None: bandits try a neighbour of their best
-    threshold now and then, so a status read during a trial must not look like a new verdict."""
-    return None if best is None or best == threshold else f"a trial; the policy's best so far is {best}"
+def trial_note(threshold: int | None, best: int | None, trial: bool | None) -> str | None:
+    """What a threshold that is not the policy's best says beside it, or None: bandits try a neighbour of their best
+    threshold now and then (trial), so a status read during a trial must not look like a new verdict; otherwise the
+    guard holds the way to the best (its rate cap, or no live batch size between them: not a trial). trial None: not
+    known (the daemon down)."""
+    if best is None or best == threshold:
+        return None
+    if trial is None:
+        return f"the policy's best so far is {best}"
+    return f"a trial; the policy's best so far is {best}" if trial else f"held by the guard; the policy's best is {best}"
 
 
 def alias_note(policy: dict) -> str:

@@ -70,7 +70,7 @@ def _head(st: dict) -> list[str]:
 def threshold_line(st: dict) -> str:
     """The status's threshold line: the value, pinned or a trial, and what it means (also `specctl threshold`)."""
     t, best = st.get("threshold"), st.get("exploit_threshold")
-    note = "pinned" if st.get("pinned") else trial_note(t, best)
+    note = "pinned" if st.get("pinned") else trial_note(t, best, st.get("trial"))
     notes = [note] if note else []
     last = st.get("last_decision") or {}
     if not st["daemon"]["running"] and last.get("new") not in (None, t):

@@ -120,7 +120,7 @@ def threshold(click_ctx: click.Context) -> None:
 
 def _trial_note(res: dict) -> str:
     """The policy may open with a trial right after an unpin: say so, as status does."""
-    note = trial_note(res["threshold"], res.get("exploit_threshold"))
+    note = trial_note(res["threshold"], res.get("exploit_threshold"), res.get("trial"))
     return f": {note}" if note else ""
 
 

@@ -135,6 +135,9 @@ class Guard:
             if self.cfg.fallback_threshold == HOLD:      # the learned threshold routes the next batches; no trial
                 return self.exploit, f"hold {self.exploit}: {quiet}", False
             return self.clamp(self.cfg.fallback_threshold), f"fallback to {self.cfg.fallback_threshold}: {quiet}", False
+        if decision.command:      # the operator's own threshold (fixed / always / never): as it is
+            self.exploit = self.clamp(decision.threshold)
+            return self.exploit, decision.reason, False
         threshold, reason, exploratory = self._guarded(now, decision)
         if exploring and not exploratory and applied is not None and threshold != applied \
                 and self._shift_trial_pays(now, decision, applied, live):

@@ -59,6 +59,11 @@ class ControlLoop:
     def threshold(self) -> int:
         return self._threshold
 
+    @property
+    def exploring(self) -> bool:
+        """Is the threshold in force a policy's trial (not its best, not the guard holding the way to it)?"""
+        return self._exploring
+
     @threshold.setter
     def threshold(self, value: int) -> None:
         """Every threshold the engine is to run, the policy is told (Policy.in_force)."""

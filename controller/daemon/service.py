@@ -187,7 +187,7 @@ class Service:
             self.retune()
         with self.lock:
             return {"threshold": self.loop.threshold, "pinned": self.loop.pinned is not None,
-                    "exploit_threshold": self.loop.guard.exploit, "changed": changed}
+                    "exploit_threshold": self.loop.guard.exploit, "trial": self.loop.exploring, "changed": changed}
 
     # --- actuation --------------------------------------------------------------
     def apply_initial(self) -> None:
@@ -290,6 +290,7 @@ class Service:
             window["clock_speed"] = self.clock_speed
             loop, guard = self.loop, self.loop.guard
             control = {"threshold": loop.threshold, "pinned": loop.pinned is not None, "exploit_threshold": guard.exploit,
+                       "trial": loop.exploring,
                        "policy": {"name": self.policy_name, "policy": loop.policy.name,
                                   "params": dict(loop.policy.params)},
                        "exploration_share": round(guard.explore_used, 4), "last_decision": self.last_decision,
