@@ -357,3 +357,19 @@ def test_policy_show_names_what_an_alias_stands_for_running_and_offline(daemon):
     assert CliRunner().invoke(cli, [*base, "policy", "show"]).output.splitlines()[0] == "bandit (= thompson)"
     assert specctl(daemon, "policy", "set", "ucb").exit_code == 0
     assert specctl(daemon, "policy", "show").output.splitlines()[0] == "ucb"
+
+
+def test_status_says_which_time_its_figures_cover():
+    """A newcomer read the figures (the last 30 engine seconds: 3 s at clock x10) against the load line (the phase
+    now) and the sample rate (per real second) as one moment: each says its time."""
+    from controller.cli.status import render_status
+    st = {"daemon": {"running": True, "pid": 1, "uptime_s": 30, "healthy": True}, "engine": {"engine": "sim"},
+          "threshold": 29, "tok_per_s": 3542.0, "spec_share": 0.01, "window_s": 30.0, "clock_speed": 10,
+          "samples": {"total": 7702, "per_s": 740.8, "dropped": 0}}
+    lines = render_status(st).splitlines()
+    assert "throughput:  3,542 tok/s (simulated time), speculating 1% of batches, in the last 30 simulated s" in lines
+    assert "samples:     740.8/s real time, 7,702 total, 0 dropped" in lines
+    st["clock_speed"] = 1                      # an engine on a GPU: one clock
+    lines = render_status(st).splitlines()
+    assert "throughput:  3,542 tok/s, speculating 1% of batches, in the last 30 s" in lines
+    assert "samples:     740.8/s, 7,702 total, 0 dropped" in lines

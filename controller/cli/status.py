@@ -80,12 +80,18 @@ def threshold_line(st: dict) -> str:
     return f"threshold:   {_fmt(t)}{note}   speculate iff batch size <= {_fmt(t)}"
 
 
-def _samples(st: dict) -> str:
+def _samples(st: dict, simulated: bool) -> str:
     samples = st.get("samples") or {}
     if not st["daemon"]["running"]:
         return f"samples:     {samples.get('total') or 0:,} stored"
-    return (f"samples:     {_fmt(samples.get('per_s'), ',.1f')}/s, {samples.get('total') or 0:,} total, "
-            f"{samples.get('dropped') or 0} dropped{_rejected(samples)}")
+    return (f"samples:     {_fmt(samples.get('per_s'), ',.1f')}/s{' real time' if simulated else ''}, "
+            f"{samples.get('total') or 0:,} total, {samples.get('dropped') or 0} dropped{_rejected(samples)}")
+
+
+def _window(st: dict, simulated: bool) -> str:
+    """Which time the figures cover (a newcomer read them against the load line, which is the current phase)."""
+    window = st.get("window_s")
+    return f", in the last {window:g}{' simulated' if simulated else ''} s" if window and st["daemon"]["running"] else ""
 
 
 def _last_change(st: dict) -> list[str]:
@@ -102,15 +108,16 @@ def render_status(st: dict) -> str:
     eng = st.get("engine") or {}
     pol = st.get("policy") or {}
     speed = st.get("clock_speed") or eng.get("speed")      # (engine's: a daemon from before clock_speed)
-    per = " (simulated time)" if speed not in (None, 1, 1.0) else ""
+    simulated = speed not in (None, 1, 1.0)
+    per = " (simulated time)" if simulated else ""
     samples = st.get("samples") or {}
     lines = _head(st) + [
         threshold_line(st),
         f"policy:      {pol.get('name') or '-'}{alias_note(pol)}",
         f"acceptance:  {_acceptance(st)}{_aged(st)}",
         f"throughput:  {_fmt(st.get('tok_per_s'), ',.0f')} tok/s{per}, speculating {_fmt(st.get('spec_share'), '.0%')}"
-        f" of batches{_aged(st)}",
-        _samples(st),
+        f" of batches{_window(st, simulated)}{_aged(st)}",
+        _samples(st, simulated),
     ]
     if samples.get("write_errors") or samples.get("write_dropped"):
         lines.append(f"database:    {samples.get('write_errors', 0)} failed writes, {samples.get('write_dropped', 0)} "
