@@ -87,8 +87,10 @@ def test_ucb_indifference_margin_keeps_the_incumbent_on_near_ties():
     assert p.choose_arm(b, 1.0, incumbent=OFF) == SPEC
 
 
-def test_a_gain_that_rounds_to_zero_has_no_sign():
-    assert reasons.gain_text(-0.004) == "speculation +0% tok/s"
+def test_a_gain_under_half_a_percent_has_a_decimal_and_a_zero_no_sign():
+    assert reasons.gain_text(-0.004) == "speculation -0.4% tok/s"      # under 0.5 %: one decimal
+    assert reasons.gain_text(0.003) == "speculation +0.3% tok/s" and reasons.gain_text(-0.0004) == "speculation +0.0% tok/s"
+    assert reasons.gain_text(0.006) == "speculation +1% tok/s" and reasons.gain_text(-0.13) == "speculation -13% tok/s"
     assert reasons.gain_text(-0.006, guessed=True) == "the trend says speculation -1% tok/s"
     assert reasons.gain_text(0.254) == "speculation +25% tok/s"
 
