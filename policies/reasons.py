@@ -15,7 +15,7 @@ def gain_text(gain: float | None, guessed: bool = False) -> str:
         return "not measured"
     # under 0.5 % one decimal: "it pays at batch 151-169 (speculation +0% tok/s)" read as a contradiction; a loss
     # that rounds to 0.0 % reads "+0.0%", not "-0.0%" (+ 0.0 drops the sign)
-    text = f"{round(gain, 2) + 0.0:+.0%}" if abs(gain) >= 0.005 else f"{round(gain, 3) + 0.0:+.1%}"
+    text = f"{round(gain, 2):+.0%}" if abs(gain) >= 0.005 else f"{round(gain, 3) + 0.0:+.1%}"
     return f"the trend says speculation {text} tok/s" if guessed else f"speculation {text} tok/s"
 
 

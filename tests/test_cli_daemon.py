@@ -373,3 +373,18 @@ def test_status_says_which_time_its_figures_cover():
     lines = render_status(st).splitlines()
     assert "throughput:  3,542 tok/s, speculating 1% of batches, in the last 30 s" in lines
     assert "samples:     740.8/s, 7,702 total, 0 dropped" in lines
+
+
+def test_status_read_from_the_database_names_no_live_window(daemon, tmp_path):
+    """The throughput line's 'in the last N (simulated) s' is the running daemon's window; the figures status reads
+    from the database (daemon down) say their age instead, not a window the daemon is no longer measuring."""
+    def throughput(text):
+        return [line for line in text.splitlines() if line.startswith("throughput:")]
+    live = throughput(specctl(daemon, "status").stdout)
+    assert len(live) == 1 and " of batches, in the last 30 simulated s" in live[0], live
+    db = _copy_db(daemon, tmp_path / "copy.db")
+    res = CliRunner().invoke(cli, ["--socket", str(tmp_path / "no.sock"), "--db", str(db), "status"])
+    assert res.exit_code == 3 and json.loads(CliRunner().invoke(
+        cli, ["--socket", str(tmp_path / "no.sock"), "--db", str(db), "status", "--json"]).stdout)["window_s"]
+    offline = throughput(res.stdout)
+    assert len(offline) == 1 and "tok/s (simulated time)" in offline[0] and "in the last" not in offline[0], offline

@@ -508,3 +508,39 @@ def test_the_writers_cpu_is_counted_once_a_write_chunked_or_not(monkeypatch):
     assert w.write_ns == 1000
     w.write(t(np.ones((9, 3)), np.float32), t(range(9)), t(range(9)), t(range(10, 19)))     # 8 + 1 rows
     assert w.write_ns == 2000 and log.count(8) >= 1
+
+
+def test_a_side_stream_asks_for_its_own_devices_current_stream_by_index():
+    """SideStream.create keeps the side stream's device index, and replay() and wait() pass it whenever they ask for
+    the current (forward) stream: torch.cuda.current_stream(None) looks the device up through NVML checks (~50 us a
+    call inside each prefill's CPU-bound launch). FakeCuda refuses any other device."""
+    log: list = []
+    events = iter(["ready", "done"])
+
+    class Cuda(FakeCuda):
+        def Stream(self, priority=0):
+            stream = FakeStream(log, "side")
+            stream.device_index, stream.priority = 3, priority
+            return stream
+
+        def Event(self):
+            return FakeEvent(log, next(events))
+    side = draftkv_graph.SideStream.create(Cuda(log))
+    assert side.device == 3 and side.stream.priority == -1
+    side.replay(SimpleNamespace(replay=lambda: log.append(("replayed on", side.cuda.current))))
+    side.wait()
+    assert log == [("ready", "on", "forward"), ("side", "waits", "ready"), ("replayed on", "side"),
+                   ("done", "on", "side"), ("forward", "waits", "done")]
+    assert side.cuda.current == "forward" and not side.pending
+
+
+def test_a_write_that_does_not_fit_beside_the_buffered_rows_waits_for_their_side_replay_before_refilling():
+    """The buffered rows replayed on the side stream to make room for a write (_take): the forward stream waits for
+    that replay before the write refills the static inputs the replay reads."""
+    w, log, seen = coalescing(batches=8, sizes=(1, 2, 4), side=True)
+    w.write(t(np.ones((3, 3)), np.float32), t([1, 2, 3]), t([0, 1, 2]), t([5, 6, 7]))
+    log.clear()
+    w.write(t(np.ones((2, 3)), np.float32), t([8, 9]), t([3, 4]), t([1, 2]))
+    assert squeezed(log) == ["inputs", ("ready", "on", "forward"), ("side", "waits", "ready"), ("replay", 4),
+                             ("done", "on", "side"), ("forward", "waits", "done"), "inputs"]
+    assert seen == [([5, 6, 7, PAD_SLOT], [1, 2, 3, 0])] and w.rows == 2

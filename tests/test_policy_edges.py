@@ -94,3 +94,9 @@ def test_a_gain_under_half_a_percent_has_a_decimal_and_a_zero_no_sign():
     assert reasons.gain_text(-0.006, guessed=True) == "the trend says speculation -1% tok/s"
     assert reasons.gain_text(0.254) == "speculation +25% tok/s"
 
+
+def test_a_gain_of_exactly_half_a_percent_is_a_whole_percent():
+    """The decimal is for gains under 0.5 % only (where a whole percent reads +0% beside 'it pays'); 0.5 % itself
+    rounds to a whole 1 %, as every gain above it does."""
+    assert reasons.gain_text(0.005) == "speculation +1% tok/s" and reasons.gain_text(-0.005) == "speculation -1% tok/s"
+    assert reasons.gain_text(0.0049) == "speculation +0.5% tok/s"

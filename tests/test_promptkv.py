@@ -370,3 +370,112 @@ def test_the_prompts_host_buffers_are_reused_in_turn_once_the_copy_out_of_each_h
     assert [e for e in log if e[0] == "sync"] == [("sync", 0)]   # only the buffer used again, and only then
     assert log[-3:] == [("prompt", slots), ("sync", 0), ("record", 0, positions)]
     assert ring.next == 1 and all(b.shape[0] == w.positions.shape[0] for b in ring.buffers)
+
+
+def test_the_prompts_host_buffers_for_a_gpu_are_pinned_and_their_events_name_its_device(monkeypatch):
+    """HostRows.make for a GPU (torch.cuda's events and streams stood in): every buffer pinned, and each copy's event
+    recorded on the current stream of the buffers' device by its index (current_stream(None) looks the device up
+    through NVML checks, ~50 us a call); for the CPU: pageable buffers, no events."""
+    from controller.plugin import hostrows
+    pinned, streams = [], []
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: pinned.append(pin_memory) or empty(*a, **k))
+    monkeypatch.setattr(torch.cuda, "Event", lambda: SimpleNamespace(record=lambda stream: None,
+                                                                      synchronize=lambda: None), raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: streams.append(device) or "forward",
+                        raising=False)
+    slots = hostrows.HostRows.SLOTS
+    ring = hostrows.HostRows.make(12, torch.device("cuda", 1))
+    assert pinned == [True] * slots and ring.cuda is torch.cuda and ring.device == 1
+    for _ in range(slots + 1):
+        assert ring.take().shape[0] == 12
+        ring.copied()
+    assert streams == [1] * (slots + 1)
+    del pinned[:]
+    cpu = hostrows.HostRows.make(12, torch.device("cpu"))
+    assert pinned == [False] * slots and cpu.cuda is None
+    cpu.take()
+    cpu.copied()
+    assert cpu.events == [None] * slots and cpu.next == 1
+
+
+def test_each_prompts_host_rows_stay_in_their_own_buffer_until_slots_prompts_later():
+    """What makes the asynchronous copy out of a pinned buffer safe: prompt i's rows (its positions, then its requests'
+    last rows) are staged in buffer i % SLOTS, so the next prompts do not overwrite a buffer whose copy may still be
+    queued (its reuse waits for its event: the test above)."""
+    from controller.plugin import hostrows
+    w = graphed(SlotPool(), batches=1)
+    for i in range(hostrows.HostRows.SLOTS):
+        b = batch()
+        b.prefix_lens = [5 + i, i]                      # each prompt its own positions
+        assert draftkv.write_prefill(w, b, torch.rand(5, 2), torch.tensor([99, 98]))
+    for i, buffer in enumerate(w.host_rows.buffers):
+        assert buffer[:7].tolist() == [5 + i, 6 + i, 7 + i, i, i + 1] + [2, 4], i
+
+
+@pytest.mark.parametrize("extend, prefix", [([3, 3], [5, 0]), ([3, 1], [5, 0]), ([3, 2], [5, 0, 0])],
+                         ids=["lengths over the tokens", "lengths short of the tokens", "a prefix length too many"])
+@pytest.mark.parametrize("kind", ["eager", "graphed"])
+def test_a_prefill_whose_lengths_do_not_describe_its_tokens_is_refused_before_the_writer_is_touched(extend, prefix,
+                                                                                                     kind):
+    """stage_prefill checks the batch's lengths against its tokens before either write: the direct one would else
+    replay the buffered rows to make room, make its host buffers and stage rows the lengths do not describe (lengths
+    short of the tokens: the reused pinned buffer's stale rows read as positions and tail rows)."""
+    b = batch()
+    b.extend_lens, b.prefix_lens = extend, prefix
+    if kind == "eager":
+        writer = Writer()
+    else:
+        writer = graphed(SlotPool(), batches=8)
+        writer.write(torch.rand(30, 2), torch.zeros(30, dtype=torch.int64), torch.arange(30), torch.arange(100, 130))
+    with pytest.raises(ValueError, match="the extend lengths sum to"):
+        draftkv.write_prefill(writer, b, torch.rand(5, 2), torch.tensor([99, 98]))
+    if kind == "eager":
+        assert writer.calls == []
+    else:
+        assert (writer.rows, writer.launches, writer.host_rows) == (30, 0, None)
+
+
+def test_a_prompt_of_another_hidden_width_is_written_eagerly_not_into_the_graphs_inputs():
+    """write_prompt declines hidden states of another width than the graphs' static inputs (the generic write hands
+    them to the eager writer): straight into the inputs they would not fit, and a failed prompt write drops the
+    writer for the process."""
+    pool = SlotPool()
+    w = graphed(pool)                                  # the static inputs 2 wide; the eager writer is the pool's write
+    b, next_ids, aux = batch(), torch.tensor([99, 98]), torch.rand(5, 3)
+    assert draftkv.write_prefill(w, b, aux, next_ids)
+    tokens, positions = sglang_rows(b, next_ids)
+    want = torch.tensor([[float(aux[i].sum()), tokens[i], positions[i]] for i in range(5)], dtype=torch.float64)
+    assert torch.allclose(pool.kv[[50, 51, 52, 60, 61]], want)
+    assert w.host_rows is None and w.replays == 0 and w.rows == 0
+
+
+def test_a_prompt_that_fills_the_largest_graph_is_written_straight_into_its_inputs():
+    """The direct write takes every prompt a graph holds, up to one of exactly the largest graph's rows, also of
+    one-token requests only (their tail rows then fill all the room capture() leaves past the graph's rows)."""
+    pool = SlotPool()
+    w = graphed(pool, sizes=(1, 2, 4), batches=1)
+    b = SimpleNamespace(forward_mode=SimpleNamespace(is_idle=lambda: False), input_ids=torch.tensor([11, 21, 31, 41]),
+                        out_cache_loc=torch.tensor([50, 60, 70, 80]), extend_lens=[1, 1, 1, 1],
+                        prefix_lens=[7, 0, 3, 9])
+    next_ids = torch.tensor([91, 92, 93, 94])
+    took, real = [], w.write_prompt
+    w.write_prompt = lambda *a: took.append(real(*a)) or took[-1]
+    assert draftkv.write_prefill(w, b, torch.rand(4, 2), next_ids) and took == [True]
+    tokens, positions = sglang_rows(b, next_ids)
+    assert pool.kv[[50, 60, 70, 80], 1].tolist() == tokens and pool.kv[[50, 60, 70, 80], 2].tolist() == positions
+
+
+def test_the_direct_prompt_write_counts_its_cpu_in_the_prompts_writer_share(monkeypatch):
+    """Status's prompt-write CPU split (draft_kv_prefill_writer_ns, from the writer's write_ns) includes the direct
+    write's host copy, static-input copies and replays, as it does the generic write()'s."""
+    from controller.plugin import draftkv_graph
+    clock = iter([1000, 1250])
+    monkeypatch.setattr(draftkv_graph, "time", SimpleNamespace(perf_counter_ns=lambda: next(clock)))
+    w = graphed(SlotPool())
+    writes = promptkv.PromptWrites()
+    writes.why_not = None
+    took, real = [], w.write_prompt
+    w.write_prompt = lambda *a: took.append(real(*a)) or took[-1]
+    assert writes.write(w, batch(), torch.rand(5, 2), torch.tensor([99, 98])) and took == [True]
+    assert w.write_ns == 250 and writes.counters()["draft_kv_prefill_writer_ns"] == 250

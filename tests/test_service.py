@@ -119,3 +119,15 @@ def test_status_and_the_pin_reply_say_whether_the_threshold_is_a_trial(tmp_path)
         assert svc.status()["trial"] is True and svc.loop.exploring
     finally:
         writer.stop()
+
+
+def test_the_pin_reply_says_whether_the_threshold_in_force_is_a_trial(tmp_path):
+    """specctl threshold pin / unpin print the reply's note (steer._trial_note): a trial in force is called one
+    there too, not only in status."""
+    svc, writer = make_service(tmp_path)
+    try:
+        svc.loop._exploring = True                   # as a tick that applied a policy's trial leaves it
+        reply = svc.pin(None)                        # an unpin of nothing: the trial goes on
+        assert reply["trial"] is True and not reply["changed"] and reply["trial"] == svc.status()["trial"]
+    finally:
+        writer.stop()
