@@ -93,7 +93,8 @@ STATS_FIELDS = ("decisions", "decision_ns",            # routing decisions and t
                 "draft_kv_prefill_held",                 # prompt writes held until the next decode (plugin/promptkv.py)
                 "lean_resolves",                         # off batches whose draft extras were not gathered (offresolve)
                 "plain_off_batches",                     # off batches run as SGLang's non-speculative ones (plainoff)
-                "draft_kv_prefill_writer_ns")            # of draft_kv_prefill_ns: in the graphed writer's write()
+                "draft_kv_prefill_writer_ns",            # of draft_kv_prefill_ns: in the graphed writer's write()
+                "draft_kv_prefill_direct")               # prompts written straight into the graphs' inputs (write_prompt)
 # prefills_pay_draft: 1: off batches' prefills run the draft above 0 only (lean
 # prefill, no KV writer, no rejection sampling: threshold 0 saves that pass); 2: not (at 0 as well, or never); 0: a
 # plugin before it. The daemon's zero verdict follows it (policies.types.Snapshot.prefills_pay_draft).

@@ -235,7 +235,7 @@ def test_counters_name_every_off_path_figure(fast):
                               "draft_kv_prefill_writer_ns": 10,
                               "draft_kv_graph_writes": 0,
                               "draft_kv_side_writes": 0,
-                              "draft_kv_graph_launches": 0,
+                              "draft_kv_graph_launches": 0, "draft_kv_prefill_direct": 0,
                               "prefills_pay_draft": contract.PAYS_DRAFT,   # no KV writer built here
                               "fast_off_lean_batches": 8}
 
@@ -329,9 +329,9 @@ def test_lean_prefills_stub_the_draft_workers_input_and_are_counted(fast, monkey
 def test_counters_count_the_writes_replayed_from_graphs(fast):
     from types import SimpleNamespace
     off = fast[0].off_path
-    off.kv_graph = SimpleNamespace(replays=42, side_replays=40, launches=6)
+    off.kv_graph = SimpleNamespace(replays=42, side_replays=40, launches=6, direct_prompts=5)
     assert off.counters()["draft_kv_graph_writes"] == 42 and off.counters()["draft_kv_side_writes"] == 40
-    assert off.counters()["draft_kv_graph_launches"] == 6
+    assert off.counters()["draft_kv_graph_launches"] == 6 and off.counters()["draft_kv_prefill_direct"] == 5
 
 
 def test_side_stream_writes_are_waited_for_before_sglangs_own_batches_not_before_the_next_off_batch(fast, monkeypatch):

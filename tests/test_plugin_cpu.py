@@ -313,7 +313,7 @@ def test_telemetry_codec_round_trip_and_refusal():
                      "lean_resolves": 0, "draft_kv_graph_writes": 0, "plain_off_batches": 0,
                      "draft_kv_prefill_writer_ns": 0,
                      "prefills_pay_draft": 0, "fast_off_lean_batches": 0, "alloc_loop_batches": 0,
-                     "draft_kv_side_writes": 0, "draft_kv_graph_launches": 0,
+                     "draft_kv_side_writes": 0, "draft_kv_graph_launches": 0, "draft_kv_prefill_direct": 0,
                      "off_path": "fast (draft not written while off)", "off_reason": "", "sglang": "0.5.22",
                      "off_path_evidence": "contract-checked against the 0.5.22 wheel, not measured on a GPU"}
     measured = decode(encode_stats({}, 3, 0, (0, 5, 17)))
@@ -531,6 +531,9 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(plug):
     assert "graphed writer" not in render_status({**st, "engine": {**st["engine"], "plugin": split}})
     assert "prompt KV writes 900.0 us per prefill (350.0 of it in the graphed writer)" in render_status(
         {**st, "engine": {**st["engine"], "plugin": {**split, "draft_kv_prefill_writer_ns": 10 * 350_000}}})
+    assert "(350.0 of it in the graphed writer) (9 straight into the graphs' inputs)" in render_status(
+        {**st, "engine": {**st["engine"], "plugin": {**split, "draft_kv_prefill_writer_ns": 10 * 350_000,
+                                                      "draft_kv_prefill_direct": 9}}})
     split.update(draft_kv_prefill_eager=2, draft_kv_prefill_eager_ns=2 * 4_000_000)
     assert "prompt KV writes 900.0 us per prefill (2 written eagerly, 4000.0 us each)" in \
         render_status({**st, "engine": {**st["engine"], "plugin": split}})
@@ -790,7 +793,7 @@ def test_prompt_writes_a_graph_held_are_not_counted_eager(fast, monkeypatch):
     from controller.plugin import promptkv
     plug, _ = fast
     off = plug.off_path
-    writer = SimpleNamespace(replays=0, side_replays=0, launches=0)
+    writer = SimpleNamespace(replays=0, side_replays=0, launches=0, direct_prompts=0)
     off.fast.with_hidden, off.kv_writer, off.kv_graph, off.use_kv_graph = True, "eager", writer, True
     plug.apply_own_keys({contract.DRAFT_KV_KEY: True, contract.SYNC_DRAFT_KEY: False, contract.LEAN_PREFILL_KEY: True})
     plug.router.threshold = 0

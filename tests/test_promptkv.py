@@ -217,6 +217,7 @@ def test_a_prompt_written_straight_into_the_graphs_inputs_leaves_the_pool_as_the
     # both paths ran: the direct write took the prompts that fit a graph, declined those above it (chunked)
     direct_took, generic_took = took[0::2], took[1::2]
     assert {tuple(c) for c in generic_took} == {(False,)} and [True] in direct_took and [False] in direct_took
+    assert direct.direct_prompts == direct_took.count([True]) and generic.direct_prompts == 0    # status counts them
     assert direct.launches < direct.replays
 
 
@@ -479,3 +480,14 @@ def test_the_direct_prompt_write_counts_its_cpu_in_the_prompts_writer_share(monk
     w.write_prompt = lambda *a: took.append(real(*a)) or took[-1]
     assert writes.write(w, batch(), torch.rand(5, 2), torch.tensor([99, 98])) and took == [True]
     assert w.write_ns == 250 and writes.counters()["draft_kv_prefill_writer_ns"] == 250
+
+
+def test_the_first_direct_prompt_write_is_said_once_in_the_engines_log(caplog):
+    """run_consistency.sh has no daemon status: the engine's log line says the direct path engaged (once)."""
+    import logging
+    w = graphed(SlotPool(), batches=8)
+    with caplog.at_level(logging.INFO, logger="spec_controller.plugin"):
+        for _ in range(3):
+            assert draftkv.write_prefill(w, batch(), torch.rand(5, 2), torch.tensor([99, 98]))
+    said = [r for r in caplog.records if "written straight into the graphs' inputs" in r.getMessage()]
+    assert len(said) == 1 and w.direct_prompts == 3

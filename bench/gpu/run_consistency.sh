@@ -76,6 +76,8 @@ if start_server spec 30000 SPEC_PROPOSALS=/tmp/pp/spec SPEC_CONTROLLER_INITIAL_T
   say "recorder: $(cat /tmp/pp/spec.*.jsonl 2>/dev/null | wc -l) rows in $(ls /tmp/pp | wc -l) file(s)"
   # SPEC_CONTROLLER_LEAN_RESOLVE=1 in the environment: its line once the first off batch took it (none: it never did)
   say "lean resolve: $(grep -c 'fast-path batches get their bonus tokens alone' "$OUT/spec.log") engaged line(s)"
+  # the prompts' rows straight into the draft-KV graphs' inputs (write_prompt, 12-04j): its line at the first one
+  say "direct prompt writes: $(grep -c "prompts' draft-KV rows written straight into the graphs' inputs" "$OUT/spec.log") engaged line(s)"
   # SPEC_CONTROLLER_DEFER_PROMPT_KV=1: its line once the first prompt was held (none: none was)
   say "held prompts: $(grep -c "prompts' draft-KV writes held until the next decode" "$OUT/spec.log") engaged line(s)"
   cat /tmp/pp/spec.*.jsonl 2>/dev/null | gzip >$OUT/proposals.jsonl.gz

@@ -148,9 +148,10 @@ def _prompt_writes(plugin: dict) -> str:
     if not plugin.get("draft_kv_prefill_ns"):
         return ""
     eager, held = plugin.get("draft_kv_prefill_eager"), plugin.get("draft_kv_prefill_held")
-    in_writer = plugin.get("draft_kv_prefill_writer_ns")
+    in_writer, direct = plugin.get("draft_kv_prefill_writer_ns"), plugin.get("draft_kv_prefill_direct")
     return (f"; prompt KV writes {_per(plugin['draft_kv_prefill_ns'], plugin['lean_prefills'])} us per prefill"
             + (f" ({_per(in_writer, plugin['lean_prefills'])} of it in the graphed writer)" if in_writer else "")
+            + (f" ({direct} straight into the graphs' inputs)" if direct else "")
             + (f" ({eager} written eagerly, {_per(plugin.get('draft_kv_prefill_eager_ns', 0), eager)} us each)"
                if eager else "")
             + (f" ({held} held until the next decode's forward)" if held else ""))

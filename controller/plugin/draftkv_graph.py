@@ -144,6 +144,7 @@ class GraphedKVWriter:
     held: int = 0                       # writes among them
     dedupe: Callable[[Any], Any] = draftkv_coalesce.last_write_wins
     host_rows: HostRows | None = None   # prompts' rows on the host (made at the first prompt)
+    direct_prompts: int = 0             # prompts written by write_prompt (the rest of the prompts: write())
     write_ns: int = 0                   # CPU in write() / write_prompt() (static-input copies, a prompt's host copy
                                         # since 12-04j, replays): a prompt's share, for status
 
@@ -213,6 +214,9 @@ class GraphedKVWriter:
             self.tokens[r:r + n - 1].copy_(ids[1:])
             self.tokens.index_put_((self.positions[r + n:r + n + requests],), tail.to(self.tokens.dtype))
             self._added(n)
+            self.direct_prompts += 1
+            if self.direct_prompts == 1:     # the engine's log says it engaged (run_consistency has no daemon status)
+                log.info("spec-controller: prompts' draft-KV rows written straight into the graphs' inputs")
         finally:
             self.write_ns += time.perf_counter_ns() - t0
         return True

@@ -36,6 +36,7 @@ def counters(off: Any) -> dict[str, int]:
            "draft_kv_graph_writes": off.kv_graph.replays if off.kv_graph is not None else 0,
            "draft_kv_side_writes": off.kv_graph.side_replays if off.kv_graph is not None else 0,
            "draft_kv_graph_launches": off.kv_graph.launches if off.kv_graph is not None else 0,
+           "draft_kv_prefill_direct": off.kv_graph.direct_prompts if off.kv_graph is not None else 0,
            "prefills_pay_draft": PAYS_DRAFT if off.prefills_pay_draft() else SAME_AT_ZERO,
            "plain_off_batches": off.plain.batches if off.plain is not None else 0}
     if off.fast is not None:
