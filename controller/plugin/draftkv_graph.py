@@ -185,7 +185,8 @@ class GraphedKVWriter:
         self.tokens[r:r + n].copy_(next_tokens[:n])
         self.positions[r:r + n].copy_(positions)
         self.loc[r:r + n].copy_(loc)
-        return self._added(n)
+        self._added(n)
+        return None
 
     def write_prompt(self, aux_hidden: Any, ids: Any, tail: Any, extend_lens: list, prefix_lens: list, loc: Any) -> bool:
         """A prompt's rows (draftkv.stage_prefill's: its n input ids, each request's tail token, the batch's lengths)

@@ -28,16 +28,17 @@ from typing import Any
 MIN_ROWS = 64          # first allocation; grown to the next power of two above a larger batch
 
 
-def applies(on_publish: Any, sync_draft: bool, logprobs: bool) -> bool:
-    """May this off batch take the lean step? (The module docstring says why each condition.)"""
-    return on_publish is not None and not (sync_draft or logprobs)
+def applies(overlap: Any, sync_draft: bool, logprobs: bool) -> bool:
+    """May this batch's draft input point at the stubs? overlap: true under the overlap scheduler (an off step's
+    on_publish, a prefill batch's enable_overlap). (The module docstring says why each condition.)"""
+    return bool(overlap) and not (sync_draft or logprobs)
 
 
 def for_prefill(off: Any, batch: Any) -> Any:
-    """The fast path (an OffPath's) whose stubs a lean prefill's draft input may point at, or None (fresh zeros): as
-    for the lean step, only under the overlap scheduler, whose future map stashes and gathers the extras by copy and
-    whose draft inputs merge and filter their future indices only (LEAN_OFF_FACTS), and never with the draft synced."""
-    if off.lean_off and off.fast is not None and not off.sync_draft and getattr(batch, "enable_overlap", False):
+    """The fast path (an OffPath's) whose stubs a lean prefill's draft input may point at, or None (fresh zeros):
+    where the lean step may (applies; a prefill's extras are stashed and gathered by copy and its draft input merges
+    and filters future indices only, LEAN_OFF_FACTS) and the lean step is switched on."""
+    if off.lean_off and off.fast is not None and applies(getattr(batch, "enable_overlap", False), off.sync_draft, False):
         return off.fast
     return None
 
