@@ -136,6 +136,21 @@ def test_an_unknown_command_is_still_one_line():
     _one_line(CliRunner().invoke(cli, ["bogus"]), "No such command 'bogus'", code=2)
 
 
+@pytest.mark.parametrize("args,hint", [
+    (["pin", "3"], "(did you mean 'specctl threshold pin'?)"),       # a subgroup's command typed at the top
+    (["polcy", "list"], "(did you mean 'specctl policy'?)"),
+    (["zzz"], "(commands: history, plot, policy, simulate, status, stop, threshold)"),
+    (["policy", "set"], "Missing argument 'NAME'. (usage: specctl policy set [OPTIONS] NAME)"),
+    (["status", "--bogus"], "(usage: specctl status [OPTIONS])"),
+    (["threshold", "pin", "-5"], "threshold -5 out of range (allowed 0 .. 65536)"),
+])
+def test_a_usage_error_says_what_to_type_in_its_one_line(args, hint):
+    """A newcomer met "specctl: No such command 'pin'." and "Missing argument 'NAME'." bare."""
+    res = CliRunner().invoke(cli, args, prog_name="specctl")
+    _one_line(res, hint, code=2)
+    assert res.output.count("(") == hint.count("("), res.output      # one hint, none where the message says it all
+
+
 def test_the_daemon_refusing_a_file_that_is_not_ours_leaves_no_lock_file_beside_it(short_tmp):
     text = short_tmp / "notes.md"
     text.write_text("# not a database\n")

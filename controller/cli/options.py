@@ -3,6 +3,8 @@ as one line, integer and number arguments that parse negatives and name their ra
 Standard library and click only: imported on every start of specctl."""
 from __future__ import annotations
 
+import difflib
+import re
 import sys
 from typing import Any, Callable, NoReturn
 
@@ -36,11 +38,32 @@ class OneLineGroup(click.Group):
             click.echo(e.ctx.get_help() if e.ctx is not None else e.format_message(), err=True)
             sys.exit(EXIT_USAGE)
         except click.UsageError as e:
-            fail_as(self.prog, e.format_message().replace("\n", " "), EXIT_USAGE)
+            fail_as(self.prog, e.format_message().replace("\n", " ") + usage_hint(e), EXIT_USAGE)
         except click.ClickException as e:
             fail_as(self.prog, e.format_message(), e.exit_code)
         except click.exceptions.Abort:
             fail_as(self.prog, "aborted", EXIT_ERROR)
+
+
+def usage_hint(e: click.UsageError) -> str:
+    """What makes click's own usage errors one line enough: where an unknown command lives ('pin': 'specctl threshold
+    pin'), a close name ('polcy': 'policy'), the command's usage where an argument or option is missing or unknown
+    (a newcomer met "Missing argument 'NAME'." bare). Messages that say all already (a value out of range, click's
+    own 'Did you mean') get nothing."""
+    ctx, message = e.ctx, e.format_message()
+    if ctx is None or "Did you mean" in message:
+        return ""
+    if message.startswith(("Missing ", "No such option", "Got unexpected extra")):
+        return f" (usage: {ctx.command_path} {' '.join(ctx.command.collect_usage_pieces(ctx))})"
+    unknown = re.match(r"No such command '(.+)'\.", message)
+    if unknown is None or not isinstance(ctx.command, click.Group):
+        return ""
+    name, group = unknown.group(1), ctx.command
+    names = group.list_commands(ctx)
+    nested = [f"{ctx.command_path} {sub} {name}" for sub in names
+              if isinstance(cmd := group.get_command(ctx, sub), click.Group) and name in cmd.list_commands(ctx)]
+    close = [f"{ctx.command_path} {n}" for n in difflib.get_close_matches(name, names, n=1)]
+    return f" (did you mean '{(nested or close)[0]}'?)" if nested or close else f" (commands: {', '.join(names)})"
 
 
 class Bounded(click.ParamType):
