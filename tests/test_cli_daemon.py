@@ -363,16 +363,20 @@ def test_status_says_which_time_its_figures_cover():
     """A newcomer read the figures (the last 30 engine seconds: 3 s at clock x10) against the load line (the phase
     now) and the sample rate (per real second) as one moment: each says its time."""
     from controller.cli.status import render_status
-    st = {"daemon": {"running": True, "pid": 1, "uptime_s": 30, "healthy": True}, "engine": {"engine": "sim"},
+    st = {"daemon": {"running": True, "pid": 1, "uptime_s": 30, "healthy": True},
+          "engine": {"engine": "sim", "profile": "crossover-b", "load": "C=32 accept 2.0", "state": "running"},
           "threshold": 29, "tok_per_s": 3542.0, "spec_share": 0.01, "window_s": 30.0, "clock_speed": 10,
+          "mean_accept_length": 2.06, "acceptance_rate": 0.266,
           "samples": {"total": 7702, "per_s": 740.8, "dropped": 0}}
     lines = render_status(st).splitlines()
+    assert any("load now C=32 accept 2.0" in line for line in lines if line.startswith("engine:")), lines
+    assert "acceptance:  mean accept length 2.06, rate 26.6%, in the last 30 simulated s" in lines
     assert "throughput:  3,542 tok/s (simulated time), speculating 1% of batches, in the last 30 simulated s" in lines
-    assert "samples:     740.8/s real time, 7,702 total, 0 dropped" in lines
+    assert "samples:     740.8/s real time, 7,702 this run, 0 dropped" in lines     # (down: '... stored', all runs)
     st["clock_speed"] = 1                      # an engine on a GPU: one clock
     lines = render_status(st).splitlines()
     assert "throughput:  3,542 tok/s, speculating 1% of batches, in the last 30 s" in lines
-    assert "samples:     740.8/s, 7,702 total, 0 dropped" in lines
+    assert "samples:     740.8/s, 7,702 this run, 0 dropped" in lines
 
 
 def test_status_read_from_the_database_names_no_live_window(daemon, tmp_path):

@@ -41,7 +41,9 @@ def test_specctl_stop_drains_and_waits_for_the_exit(short_tmp):
                                       "but decides nothing until `specctl threshold unpin`")
         assert specctl(d, "threshold", "unpin").exit_code == 0
         res = specctl(d, "policy", "set", "bandit")
-        assert res.stderr == "" and res.stdout.strip() == "policy bandit active (default parameters); its saved state restored"
+        assert res.stderr == "" and res.stdout.strip() == ("policy bandit active (default parameters); its saved state "
+                                                           "restored (as it was at its last switch away; the threshold "
+                                                           "moves from where it is at the guard's pace)")
         res = specctl(d, "policy", "set", "bandit", "--param", "scale=2")
         assert res.stdout.strip() == "policy bandit active (scale=2); what it learned is kept"
         res = specctl(d, "stop")

@@ -47,12 +47,15 @@ class OneLineGroup(click.Group):
 
 def usage_hint(e: click.UsageError) -> str:
     """What makes click's own usage errors one line enough: where an unknown command lives ('pin': 'specctl threshold
-    pin'), a close name ('polcy': 'policy'), the command's usage where an argument or option is missing or unknown
-    (a newcomer met "Missing argument 'NAME'." bare). Messages that say all already (a value out of range, click's
-    own 'Did you mean') get nothing."""
+    pin'), a close name ('polcy': 'policy'), '--param K=V' for a bare 'K=V', the command's usage where an argument or
+    option is missing or unknown (a newcomer met "Missing argument 'NAME'." bare). Messages that say all already (a
+    value out of range, click's own 'Did you mean') get nothing."""
     ctx, message = e.ctx, e.format_message()
     if ctx is None or "Did you mean" in message:
         return ""
+    extra = re.match(r"Got unexpected extra arguments? \((.+)\)", message)
+    if extra and "=" in extra.group(1) and any("--param" in p.opts for p in ctx.command.params):
+        return f" (did you mean '--param {extra.group(1).split()[0]}'?)"       # `policy set fixed threshold=12`
     if message.startswith(("Missing ", "No such option", "Got unexpected extra")):
         return f" (usage: {ctx.command_path} {' '.join(ctx.command.collect_usage_pieces(ctx))})"
     unknown = re.match(r"No such command '(.+)'\.", message)

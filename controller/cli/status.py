@@ -19,12 +19,12 @@ def _fmt(value, spec: str = "", none: str = "-") -> str:
     return none if value is None else format(value, spec)
 
 
-def _acceptance(st: dict) -> str:
+def _acceptance(st: dict, window: str) -> str:
     if st.get("mean_accept_length") is None and st.get("last_accept_length") is not None:
         return (f"no speculative batch in the live window; the last one's accept length "
                 f"{st['last_accept_length']:.2f}, {ago(st.get('last_accept_age_s') or 0)} ago")
     return (f"mean accept length {_fmt(st.get('mean_accept_length'), '.2f')}, "
-            f"rate {_fmt(st.get('acceptance_rate'), '.1%')}")
+            f"rate {_fmt(st.get('acceptance_rate'), '.1%')}{window}")
 
 
 def _rejected(samples: dict) -> str:
@@ -58,7 +58,7 @@ def _head(st: dict) -> list[str]:
             return [f"daemon:      STARTING, pid {d['pid']}: control socket not open yet (read from {d['db']})",
                     "engine:      - (loading)"]
         return [f"daemon:      NOT RUNNING (read from {d['db']})", "engine:      - (daemon not running)"]
-    load = [f"profile {eng['profile']}", f"load {eng.get('load')}"] if eng.get("profile") else []
+    load = [f"profile {eng['profile']}", f"load now {eng.get('load')}"] if eng.get("profile") else []
     if eng.get("speed") not in (None, 1, 1.0):
         load.append(f"clock x{eng['speed']:g}")
     return [f"daemon:      running, pid {d['pid']}, up {ago(d['uptime_s'] or 0)}, "
@@ -85,7 +85,7 @@ def _samples(st: dict, simulated: bool) -> str:
     if not st["daemon"]["running"]:
         return f"samples:     {samples.get('total') or 0:,} stored"
     return (f"samples:     {_fmt(samples.get('per_s'), ',.1f')}/s{' real time' if simulated else ''}, "
-            f"{samples.get('total') or 0:,} total, {samples.get('dropped') or 0} dropped{_rejected(samples)}")
+            f"{samples.get('total') or 0:,} this run, {samples.get('dropped') or 0} dropped{_rejected(samples)}")
 
 
 def _window(st: dict, simulated: bool) -> str:
@@ -114,7 +114,7 @@ def render_status(st: dict) -> str:
     lines = _head(st) + [
         threshold_line(st),
         f"policy:      {pol.get('name') or '-'}{alias_note(pol)}",
-        f"acceptance:  {_acceptance(st)}{_aged(st)}",
+        f"acceptance:  {_acceptance(st, _window(st, simulated))}{_aged(st)}",
         f"throughput:  {_fmt(st.get('tok_per_s'), ',.0f')} tok/s{per}, speculating {_fmt(st.get('spec_share'), '.0%')}"
         f" of batches{_window(st, simulated)}{_aged(st)}",
         _samples(st, simulated),

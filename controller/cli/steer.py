@@ -96,7 +96,8 @@ def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
 
 
 # the daemon's answer says what the policy now in force knows (absent from a daemon before 12-02d)
-LEARNED_NOTES = {"kept": "; what it learned is kept", "restored": "; its saved state restored",
+LEARNED_NOTES = {"kept": "; what it learned is kept", "restored": "; its saved state restored (as it was at its last switch away; "
+                "the threshold moves from where it is at the guard's pace)",
                  "new": "; learning from scratch", "none": "; a fixed rule, it learns nothing"}
 
 
