@@ -56,6 +56,29 @@ def run(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
     raise SystemExit(code)
 
 
+@main.group()
+def config() -> None:
+    """Write the daemon's config from the SGLang server you run today."""
+
+
+@config.command("from-launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--python", metavar="PATH", help="the interpreter that runs SGLang (default: this one; then also "
+              "[sglang] python)")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+def from_launch(python: str | None, command: tuple[str, ...]) -> None:
+    """Print a config that starts what COMMAND starts (`-- python -m sglang.launch_server ARGS` or `sglang serve
+    ...`), read by SGLang's own parser; notes on stderr."""
+    from .launchcfg import LaunchError, convert, toml_text
+    try:
+        result = convert(list(command), python)
+        text = toml_text(result, list(command))
+    except LaunchError as e:
+        fail_as("spec-controller", str(e), e.code)
+    for note in result.notes:
+        click.echo(f"spec-controller: note: {note}", err=True)
+    click.echo(text, nl=False)
+
+
 def _from_command_line(message: str, flags: dict, settings: tuple[str, ...]) -> str:
     """' (given on the command line: --policy)' where the section a refusal names holds values from flags or --set:
     the message says 'config:', and an operator who gave no file would look for one."""
