@@ -109,7 +109,7 @@ def test_paths_the_service_cannot_see_are_named(tmp_path, monkeypatch):
 def test_aliases_abbreviations_flags_lists_and_json_become_sglangs_own_names():
     result = convert(["CUDA_VISIBLE_DEVICES=0", "python", "-m", "sglang.launch_server", "--model", "/models/t",
                       "--tp", "2", "--speculative-algo", "EAGLE3", "--speculative-draft-model", "/models/d",
-                      "--enable-metrics", "--cuda-graph-max-bs", "160", "--json-model-override-args", '{"a": 1}',
+                      "--enable-metrics", "--cuda-graph-max-bs-decode", "160", "--json-model-override-args", '{"a": 1}',
                       "--mem-fraction-static", "0.8", "--port", "31000"], SGLANG_PYTHON)
     t = result.sglang
     assert (t["model_path"], t["tp_size"], t["speculative_algorithm"], t["speculative_draft_model_path"]) == \
@@ -121,7 +121,7 @@ def test_aliases_abbreviations_flags_lists_and_json_become_sglangs_own_names():
 
 @needs_sglang
 @pytest.mark.parametrize("argv", [
-    ["--model-path", "/models/t", *SPEC, "--tp", "2", "--cuda-graph-bs", "1", "2", "4", "--disable-radix-cache",
+    ["--model-path", "/models/t", *SPEC, "--tp", "2", "--cuda-graph-bs-decode", "1", "2", "4", "--disable-radix-cache",
      "--chunked-prefill-size", "4096", "--context-length", "8192", "--speculative-num-steps", "5"],
     ["--model-path", "/models/t", *SPEC, "--speculative-adaptive", "--max-running-requests", "96", "--host", "0.0.0.0"],
 ])
@@ -141,6 +141,25 @@ def test_the_printed_config_launches_what_the_command_did(tmp_path, argv):
         parser.close()
     assert differ <= DAEMON_SETS and "speculative_adaptive_config" in differ, differ
     assert not differ & {"tp_size", "cuda_graph_bs_decode", "disable_radix_cache", "max_running_requests", "host"}
+
+
+@needs_sglang
+def test_a_flag_the_installed_sglang_no_longer_takes_is_refused_as_launch_server_refuses_it():
+    """0.5.17's --cuda-graph-bs is ambiguous in 0.5.23 (-decode / -prefill): the operator learns it before the start."""
+    argv = ["--model-path", "m", *SPEC, "--cuda-graph-bs", "1", "2"]
+    res = _from_launch("--python", SGLANG_PYTHON, "--", *argv)
+    version = _version()
+    if version == "0.5.17":
+        assert res.exit_code == 0 and tomllib.loads(res.stdout)["sglang"]["cuda_graph_bs_decode"] == [1, 2], res.output
+    elif version == "0.5.23":
+        _one_line(res, "SGLang 0.5.23 refuses the command: ambiguous option: --cuda-graph-bs could match", 2)
+    else:
+        pytest.skip(f"written for 0.5.17 and 0.5.23, not {version}")
+
+
+def _version() -> str:
+    return subprocess.run([SGLANG_PYTHON, "-c", "import sglang; print(sglang.__version__)"], capture_output=True,
+                          text=True, check=True).stdout.strip()
 
 
 @needs_sglang
@@ -166,8 +185,7 @@ def test_a_server_the_plugin_cannot_steer_is_refused_in_one_line_and_nothing_pri
 
 @needs_sglang
 def test_the_parser_runs_in_the_interpreter_given_and_says_its_version():
-    version = subprocess.run([SGLANG_PYTHON, "-c", "import sglang; print(sglang.__version__)"], capture_output=True,
-                             text=True, check=True).stdout.strip()
+    version = _version()
     res = _from_launch("--python", SGLANG_PYTHON, "--", "sglang", "serve", "/models/t", *SPEC)
     assert res.exit_code == 0 and f"read by SGLang {version}'s parser" in res.stdout, res.output
     assert tomllib.loads(res.stdout)["sglang"]["python"] == SGLANG_PYTHON

@@ -33,7 +33,10 @@ def load():
 
 def parse(parser, argv):
     if "--config" in argv:
-        from sglang.srt.server_args_config_parser import ConfigArgumentMerger
+        try:                               # (SGLang 0.5.23 moved it into utils)
+            from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
+        except ImportError:
+            from sglang.srt.server_args_config_parser import ConfigArgumentMerger
         argv = ConfigArgumentMerger(parser).merge_config_with_args(list(argv))
     return parser.parse_args(argv)
 
