@@ -237,3 +237,38 @@ def test_the_items_are_what_differs_from_the_defaults_under_flags_that_read_back
 def test_a_refused_command_is_an_exception_not_argparses_exit():
     with pytest.raises(launchparse.Refused, match="unrecognized arguments: --x"):
         launchparse.parse(_kinds_of_flag(), ["--x"])
+
+
+# --- spec-controller config check ---------------------------------------------------------------------------------
+def test_check_says_ok_in_one_line_for_a_config_run_would_take(tmp_path):
+    res = CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "none.toml")])
+    _one_line(res, f"config file {tmp_path / 'none.toml'} does not exist", 2)
+    (tmp_path / "c.toml").write_text('[sim]\nconcurrency = 5\n[policy]\nname = "ucb"\n')
+    res = CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "c.toml")])
+    _one_line(res, f"{tmp_path / 'c.toml'}: ok (engine sim: 5 clients; policy ucb)", 0)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ('[guard]\nbogus = 1\n', "unknown guard setting 'bogus'"),
+    ('[policy]\nname = "bandti"\n', "bandti"),
+    ('[sim]\ntrace = "no-such-trace"\n', "[sim] trace (--trace)"),
+    ('[engine]\nkind = "sglang"\n[sglang]\nspeculative_algorithm = "EAGLE3"\npython = "/usr/bin/python3"\n',
+     "[sglang] model_path is required"),
+    ('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\nspeculative_algorithm = "MEDUSA"\n'
+     'python = "/usr/bin/python3"\n', "only EAGLE/EAGLE3"),
+    ('[sglang\n', "not valid TOML"),
+])
+def test_check_refuses_in_one_line_what_run_would_refuse(tmp_path, text, needle):
+    (tmp_path / "c.toml").write_text(text)
+    _one_line(CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "c.toml")]), needle, 2)
+
+
+def test_check_of_an_sglang_config_names_the_model_and_the_paths_the_service_cannot_read(tmp_path):
+    """([sglang] python: another interpreter, whose SGLang the plugin checks; this one need not have SGLang.)"""
+    (tmp_path / "c.toml").write_text('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/home/op/m"\n'
+                                     'speculative_algorithm = "EAGLE3"\npython = "/usr/bin/python3"\n')
+    res = CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "c.toml")])
+    assert res.exit_code == 0 and res.stdout == f"{tmp_path / 'c.toml'}: ok (engine sglang: model /home/op/m; policy " \
+        "bandit)\n", res.output
+    assert res.stderr == "spec-controller: note: model_path = /home/op/m: the service cannot read home directories " \
+        "(ProtectHome); move it\n"

@@ -7,6 +7,7 @@ from state.db import StoreError
 
 from ..cli.options import EXIT_USAGE, OneLineGroup, fail_as, version_option
 from . import logs
+from ..paths import DEFAULT_CONFIG
 from .config import FLAGS, LOG_LEVELS, ConfigError, load_config, parse_set
 from .lifecycle import Daemon, Fatal
 
@@ -77,6 +78,38 @@ def from_launch(python: str | None, command: tuple[str, ...]) -> None:
     for note in result.notes:
         click.echo(f"spec-controller: note: {note}", err=True)
     click.echo(text, nl=False)
+
+
+@config.command("check")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="TOML config (default /etc/spec-controller/config.toml, as run reads it)")
+@click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE", help="as run's --set")
+def check(config_path: str | None, settings: tuple[str, ...]) -> None:
+    """Check a config as `run` reads it, starting nothing: one line, exit 0 when run would accept it (before a
+    `systemctl restart`); notes on stderr."""
+    from ..sim.profile import ProfileError
+    from .engines.base import EngineError
+    from .launchcfg import path_notes
+    from .lifecycle import build_engine
+    try:
+        cfg = load_config(config_path, parse_set(settings))
+        engine = build_engine(cfg)
+        if cfg["engine"]["kind"] == "sglang":
+            engine.check_installed()
+    except (ConfigError, ProfileError, EngineError) as e:
+        fail_as("spec-controller", str(e), EXIT_USAGE)
+    where = config_path or f"{DEFAULT_CONFIG}{'' if DEFAULT_CONFIG.exists() else ' (absent: built-in defaults)'}"
+    for note in path_notes(cfg["sglang"]) if cfg["engine"]["kind"] == "sglang" else []:
+        click.echo(f"spec-controller: note: {note}", err=True)
+    click.echo(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg)}; policy {cfg['policy']['name']})")
+
+
+def _engine_words(cfg: dict) -> str:
+    sim = cfg["sim"]
+    if cfg["engine"]["kind"] == "sglang":
+        return f"model {cfg['sglang'].get('model_path')}"
+    return (f"{sim['concurrency']} clients" if sim["concurrency"] else f"{sim['arrival_rate']:g} requests/s"
+            if sim["arrival_rate"] else f"trace {sim['trace']}")
 
 
 def _from_command_line(message: str, flags: dict, settings: tuple[str, ...]) -> str:
