@@ -72,6 +72,15 @@ def test_the_unit_runs_as_its_own_user_and_group_and_keeps_the_gpus_reachable():
     assert "MemoryDenyWriteExecute" not in s and "ProcSubset" not in s     # CUDA JIT, /proc/driver/nvidia
 
 
+def test_a_reload_checks_the_file_that_start_reads_before_the_signal():
+    """systemctl reload runs ExecReload in order and stops at the first failure: the check, then SIGHUP."""
+    s = _settings(UNIT.read_text())
+    start = s["ExecStart"][0].split()
+    check, signal = (line.split() for line in s["ExecReload"])
+    assert check == [start[0], "config", "check", *start[start.index("--config"):start.index("--config") + 2]]
+    assert signal == ["/bin/kill", "-HUP", "$MAINPID"]
+
+
 def test_hardening_exposure_is_at_most_4():
     tool = _analyze()
     res = subprocess.run([tool, "security", "--offline=yes", str(UNIT)], capture_output=True, text=True)
