@@ -26,6 +26,9 @@ def test_engine_refuses_unsupported_config_and_builds_flags():
     assert "--enable-metrics" in cmd and "--speculative-adaptive" in cmd and "--ready-timeout-s" not in cmd
     assert "--speculative-num-draft-tokens" in cmd      # starts at the largest candidate (K + 1)
     assert server_flags({"a_b": [1, 2], "off": False}) == ["--a-b", "1", "2"]
+    # a value that starts with '-' in the = form: '--served-model-name -foo' is refused by argparse (helper-52)
+    assert server_flags({"served_model_name": "-foo", "n": -1, "m": 1}) == ["--served-model-name=-foo", "--n=-1",
+                                                                           "--m", "1"]
 
 
 @pytest.mark.parametrize("extra,needle", [({"attn_dp_size": 2}, "attention DP"), ({"pp_size": 2}, "pipeline"),

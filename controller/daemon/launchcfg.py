@@ -2,31 +2,36 @@
 daemon starts it from (the daemon launches SGLang itself, README "Install as a service").
 
 SGLang's own parser reads the command (launchparse.py, run by an interpreter that has SGLang), so aliases (--model,
---tensor-parallel-size), argparse's abbreviations (--tp), boolean and list flags and SGLang's --config YAML mean
-what they mean to launch_server. The [sglang] section is then parsed back by the same parser, as the daemon will pass
+--tensor-parallel-size), argparse's abbreviations (--tp), boolean, list and JSON flags and SGLang's --config YAML mean
+what they mean to launch_server. The [sglang] section is then parsed back by the same parser as the daemon will pass
 it, and must come out the same field for field but for what the daemon sets itself; otherwise nothing is printed.
 Runs in the daemon's command line (no daemon, no GPU)."""
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import select
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..contract import unsupported_reason
 from .engines.base import EngineError
-from .engines.sglang import SGLangEngine, server_flags
+from .engines.sglang import SGLangEngine
+from .launchcmd import CommandError, path_notes, split_command
 
 SCRIPT = Path(__file__).with_name("launchparse.py")
 # What the daemon passes itself, or chooses where a command leaves SGLang to (engines/sglang.py): told, not refused
 DAEMON_SETS = {"speculative_adaptive", "speculative_adaptive_config", "speculative_num_steps",
                "speculative_num_draft_tokens", "speculative_eagle_topk", "host", "port"}
-ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
+ANSWER_TIMEOUT_S = 300.0        # SGLang's import (seconds on a GPU host) and one parse
 SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -46,103 +51,113 @@ class Converted:
     notes: list[str] = field(default_factory=list)
 
 
-def split_command(command: list[str]) -> tuple[dict[str, str], str | None, list[str]]:
-    """(VAR=value assignments before it, the interpreter it names, launch_server's arguments). Takes
-    `[env] [VAR=x ...] python -m sglang.launch_server ARGS`, `sglang serve [MODEL] ARGS`, or the arguments alone;
-    one quoted string is split as a shell would."""
-    tokens = shlex.split(command[0]) if len(command) == 1 and " " in command[0].strip() else list(command)
-    env: dict[str, str] = {}
-    while tokens and (tokens[0] == "env" or ASSIGNMENT.fullmatch(tokens[0])):
-        head = tokens.pop(0)
-        if head != "env":
-            name, value = head.split("=", 1)
-            env[name] = value
-    if "sglang.launch_server" in tokens:
-        at = tokens.index("sglang.launch_server")
-        return env, tokens[0] if at >= 2 and tokens[at - 1] == "-m" else None, tokens[at + 1:]
-    if len(tokens) >= 2 and Path(tokens[0]).name == "sglang" and tokens[1] == "serve":
-        rest = tokens[2:]
-        return env, None, ["--model-path", *rest] if rest and not rest[0].startswith("-") else rest   # as serve does
-    if not tokens or tokens[0].startswith("-"):
-        return env, None, tokens
-    raise LaunchError(f"not an SGLang launch command: {shlex.join(tokens[:3])} ... (expected 'python -m "
-                      "sglang.launch_server ARGS', 'sglang serve MODEL ARGS' or the arguments alone)")
-
-
 class SGLangParser:
-    """launchparse.py in `python`, asked over a pipe (one SGLang import for every question)."""
+    """launchparse.py in `python`, asked over pipes (one SGLang import for every question). Its answers come on a
+    descriptor of their own, its stdout and stderr go to a file (read for the last line when it stops)."""
 
     def __init__(self, python: str):
+        self.python, self.log = python, tempfile.TemporaryFile("w+")
+        read, write = os.pipe()
         try:
-            self.proc = subprocess.Popen([python, str(SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True)
+            self.proc = subprocess.Popen([python, str(SCRIPT), str(write)], stdin=subprocess.PIPE, stdout=self.log,
+                                         stderr=self.log, text=True, pass_fds=(write,))
         except OSError as e:
+            os.close(read)
             raise LaunchError(f"cannot run {python}: {e.strerror or e}", 1) from None
-        self.python = python
+        finally:
+            os.close(write)
+        self.answers = os.fdopen(read)
 
-    def ask(self, request: dict) -> dict:
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            last = (self.proc.stderr.read().strip().splitlines() or ["no answer"])[-1]
-            raise LaunchError(f"SGLang's parser in {self.python} stopped: {last}", 1)
-        answer = json.loads(line)
+    def _stopped(self, why: str) -> LaunchError:
+        self.log.seek(0)
+        lines = [line.strip() for line in self.log.read().splitlines() if line.strip()]
+        last = lines[-1] if lines else "no output"
+        return LaunchError(f"SGLang's parser in {self.python} {why}: {last[:300]}{'...' if len(last) > 300 else ''}", 1)
+
+    def ask(self, request: dict, what: str = "the command") -> dict:
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except OSError:                  # it exited before reading (not Python, or no SGLang and no answer)
+            raise self._stopped("stopped") from None
+        if not select.select([self.answers], [], [], ANSWER_TIMEOUT_S)[0]:
+            raise self._stopped(f"gave no answer in {ANSWER_TIMEOUT_S:.0f} s")
+        line = self.answers.readline()
+        try:
+            answer = json.loads(line) if line else None
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict) or not ("version" in answer or "error" in answer):
+            raise self._stopped("stopped" if not line else "answered something else")
         if "version" not in answer:         # SGLang did not load there
             raise LaunchError(f"{answer['error']} (in {self.python}; --python PATH: the interpreter that runs SGLang)", 1)
         if "error" in answer:
-            raise LaunchError(f"SGLang {answer['version']} refuses the command: {answer['error']}")
+            raise LaunchError(f"SGLang {answer['version']} refuses {what}: {answer['error']}")
         return answer
 
     def close(self) -> None:
-        if self.proc.stdin:
-            self.proc.stdin.close()
+        for stream in (self.proc.stdin, self.answers):
+            try:
+                stream.close()
+            except OSError:
+                pass
         try:
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=5)      # (it exits once its stdin closes; one that hangs is killed)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self.log.close()
+
+
+def interpreter(python: str) -> str:
+    """--python as the config keeps it: absolute (the service runs in /, with another PATH)."""
+    found = shutil.which(python) if "/" not in python else python
+    if found is None:
+        raise LaunchError(f"cannot run {python}: not found on PATH", 1)
+    return str(Path(found).absolute())
 
 
 def convert(command: list[str], python: str | None = None) -> Converted:
     """The [sglang] table for `command`; LaunchError (one line) where it cannot be one."""
-    env, interpreter, argv = split_command(command)
+    try:
+        env, named, argv, notes = split_command(command)
+    except CommandError as e:
+        raise LaunchError(str(e)) from None
+    python = interpreter(python) if python else None
     parser = SGLangParser(python or sys.executable)
     try:
         answer = parser.ask({"argv": argv})
-        table = {flag.lstrip("-").replace("-", "_"): value for flag, value in answer["items"]}
-        notes = [f"{key} dropped: the daemon passes it itself" for key in
-                 ("speculative_adaptive", "speculative_adaptive_config") if table.pop(key, None) is not None]
-        if table.get("speculative_algorithm") is None:
+        table = {flag.lstrip("-").replace("-", "_"): value for flag, value, _ in answer["items"]}
+        fields = {name: value for _, value, name in answer["items"]}      # SGLang's own names: what the checks read
+        for key in ("speculative_adaptive", "speculative_adaptive_config"):
+            if table.pop(key, None) is not None:
+                notes.append(f"{key} left out: the daemon passes it itself")
+        if fields.get("speculative_algorithm") is None:
             raise LaunchError("the command starts no speculation: spec-controller steers an EAGLE or EAGLE3 draft "
                               "(add --speculative-algorithm EAGLE3 --speculative-draft-model-path PATH)")
-        reason = unsupported_reason({**table, "speculative_adaptive": True})
-        if reason:
+        if reason := unsupported_reason({**fields, "speculative_adaptive": True}):
             raise LaunchError(f"the plugin cannot steer this server: {reason}")
-        if env:
-            table["env"] = env
-        if python:
-            table["python"] = python
+        table |= ({"env": env} if env else {}) | ({"python": python} if python else {})
         try:
             engine = SGLangEngine(table)
         except EngineError as e:
-            raise LaunchError(str(e)) from None
+            raise LaunchError(f"{e} (from the command's flags)") from None
         table = {k: engine.args[k] for k in table} | {k: engine.args[k] for k in engine.args if k not in table}
-        notes += _daemon_choices(parser, argv, engine)
+        notes += check_round_trip(parser, argv, engine)
     finally:
         parser.close()
     notes += path_notes(table)
-    if interpreter and "/" in interpreter and not python:
-        notes.append(f"your command ran {interpreter}; the daemon starts SGLang with its own interpreter "
-                     f"({sys.executable}): --python {interpreter} keeps yours (spec-controller must be installed there)")
+    if named and "/" in named and not python:
+        notes.append(f"your command ran {named}; the daemon starts SGLang with its own interpreter "
+                     f"({sys.executable}): --python {named} keeps yours (spec-controller must be installed there)")
     return Converted(table, answer["version"], notes)
 
 
-def _daemon_choices(parser: SGLangParser, argv: list[str], engine: SGLangEngine) -> list[str]:
-    """The fields where the daemon's launch differs from the operator's command: only what it sets itself, told."""
-    differ = parser.ask({"argv": engine.command()[3:], "same_as": argv})["differ"]
-    unexpected = sorted(set(differ) - DAEMON_SETS)
-    if unexpected:      # the section would start another server than the command did: print nothing
+def check_round_trip(parser: SGLangParser, argv: list[str], engine: SGLangEngine) -> list[str]:
+    """The daemon's launch, parsed by SGLang, against the operator's command: LaunchError where a field differs that
+    the daemon does not set itself; notes naming those it does."""
+    differ = parser.ask({"argv": engine.command()[3:], "same_as": argv}, "the section's flags")["differ"]
+    if unexpected := sorted(set(differ) - DAEMON_SETS):     # the section would start another server: print nothing
         raise LaunchError(f"the section would not launch what the command does ({', '.join(unexpected)} differ): "
                           "put those flags in [sglang] extra_args by hand")
     shown = {k: engine.args[k] for k in sorted(set(differ) & set(engine.args))}
@@ -150,22 +165,7 @@ def _daemon_choices(parser: SGLangParser, argv: list[str], engine: SGLangEngine)
         if shown else []
 
 
-def path_notes(table: dict) -> list[str]:
-    """Paths the service will not see as the command did: systemd starts it in / with ProtectHome (docs/systemd.md)."""
-    notes = []
-    for key, value in table.items():
-        for text in value if isinstance(value, list) else [value]:
-            if not isinstance(text, str) or not text:
-                continue
-            if text.startswith(("/home/", "/root/", "/run/user/", "~")):
-                notes.append(f"{key} = {text}: the service cannot read home directories (ProtectHome); move it")
-            elif "path" in key and not text.startswith("/") and Path(text).exists():
-                notes.append(f"{key} = {text} is relative to this directory; the service runs in /: give "
-                             f"{Path(text).resolve()}")
-    return notes
-
-
-def toml_value(value: Any) -> str:
+def toml_value(value: Any, key: str = "value") -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -173,12 +173,14 @@ def toml_value(value: Any) -> str:
     if isinstance(value, float):
         return ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")) if not math.isfinite(value) \
             else repr(value)
-    if isinstance(value, str) and not SURROGATE.search(value):       # (bytes that were not UTF-8: not text)
+    if isinstance(value, str) and not SURROGATE.search(value):
         # JSON's escapes are TOML's; TOML escapes DEL too and has no surrogate pairs (ensure_ascii's for U+10000 up)
         return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(value, str):
+        raise LaunchError(f"{key}: {value.encode('utf-8', 'surrogateescape')!r} is not UTF-8 text; TOML holds text only")
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(map(toml_value, value)) + "]"
-    raise LaunchError(f"cannot write {value!r} ({type(value).__name__}) to TOML")
+        return "[" + ", ".join(toml_value(v, key) for v in value) + "]"
+    raise LaunchError(f"{key}: cannot write {value!r} ({type(value).__name__}) to TOML")
 
 
 def toml_text(result: Converted, command: list[str]) -> str:
@@ -189,7 +191,18 @@ def toml_text(result: Converted, command: list[str]) -> str:
              "# Every other key (policy, guard, storage, control) keeps its default (all listed in the source's",
              "# systemd/config.example.toml).",
              "", "[engine]", 'kind = "sglang"', "", "[sglang]"]
-    lines += [f"{key} = {toml_value(value)}" for key, value in result.sglang.items() if key != "env"]
+    lines += [f"{key} = {toml_value(value, key)}" for key, value in result.sglang.items() if key != "env"]
     if env:
-        lines += ["", "[sglang.env]"] + [f"{name} = {toml_value(value)}" for name, value in env.items()]
+        lines += ["", "[sglang.env]"] + [f"{name} = {toml_value(value, name)}" for name, value in env.items()]
     return "\n".join(lines) + "\n"
+
+
+def write_whole(path: str, text: str) -> None:
+    """`text` at `path`, replacing what was there only once it is all written (a failed write leaves it as it was)."""
+    target = Path(path)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    try:
+        partial.write_text(text)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)

@@ -1,16 +1,19 @@
 """SGLang's own launch-argument parser, for `spec-controller config from-launch` (controller/daemon/launchcfg.py).
 
-Run as a script (`PYTHON launchparse.py`) by the interpreter that has SGLang, which need not have spec-controller:
+Run as a script (`PYTHON launchparse.py FD`) by the interpreter that has SGLang, which need not have spec-controller:
 standard library and SGLang only. One SGLang import (seconds) serves every request: JSON objects on stdin, one a line,
-each answered by one line on the original stdout (SGLang's own prints go to stderr):
-  {"argv": [...]}                   {"version": V, "items": [[flag, value], ...]}: what differs from SGLang's defaults,
-                                    each under its canonical flag (value true: the flag alone); lists as lists
-  {"argv": [...], "same_as": [...]} {"version": V, "differ": [dest, ...]}: fields the two parse differently
-  (a refused command)               {"version": V, "error": "argparse's message"}
+each answered by one line on file descriptor FD (whatever SGLang or the interpreter prints goes elsewhere):
+  {"argv": [...]}                   {"version": V, "items": [[flag, value, field], ...]}: what differs from SGLang's
+                                    defaults, each under its canonical flag (value true: the flag alone; a list: the
+                                    flag's values, for flags that take several)
+  {"argv": [...], "same_as": [...]} {"version": V, "differ": [field, ...]}: fields the two parse differently
+  (a refused command)               {"version": V, "error": "..."}
   (SGLang did not load)             {"error": "..."}, once, at the start
-Like SGLang's prepare_server_args, a `--config FILE` (SGLang's YAML) is merged under the command line first."""
+As launch_server does, SGLang's plugins are loaded first (they may add flags) and a `--config FILE` (SGLang's YAML) is
+merged under the command line."""
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -23,8 +26,16 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):              # argparse would print the usage and exit 2: the caller wants one line
         raise Refused(message)
 
+    def exit(self, status=0, message=None):    # --help, --version: print and exit, here a refusal
+        raise Refused("a flag that prints and exits (--help, --version) is not a server's")
+
 
 def load():
+    try:
+        from sglang.srt.plugins import load_plugins
+        load_plugins()                      # (launch_server's first step; their failures are logged, not raised)
+    except ImportError:
+        pass
     from sglang.srt.server_args import ServerArgs
     parser = Parser(prog="sglang.launch_server")
     ServerArgs.add_cli_args(parser)
@@ -32,12 +43,18 @@ def load():
 
 
 def parse(parser, argv):
+    argv = list(argv)
     if "--config" in argv:
         try:                               # (SGLang 0.5.23 moved it into utils)
             from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
         except ImportError:
             from sglang.srt.server_args_config_parser import ConfigArgumentMerger
-        argv = ConfigArgumentMerger(parser).merge_config_with_args(list(argv))
+        at = argv.index("--config")
+        try:
+            argv = ConfigArgumentMerger(parser).merge_config_with_args(argv)
+        except Exception as e:             # its YAML, its keys: the file's fault, not the interpreter's
+            raise Refused(f"--config {argv[at + 1] if at + 1 < len(argv) else ''}: {type(e).__name__}: "
+                          f"{' '.join(str(e).split())}") from None
     return parser.parse_args(argv)
 
 
@@ -56,11 +73,14 @@ def canonical(actions, dest):
     return (named or current or same)[0]
 
 
-def plain(value):
-    """A value as launch_server reads it back from a flag: JSON-typed arguments (dicts) as their JSON text."""
-    if isinstance(value, (dict, list)):
+def as_typed(action, value):
+    """One value as launch_server reads it back from its flag: JSON-typed arguments as their JSON text (a dict, a list,
+    true, a string), booleans as words, anything else not plain as text."""
+    if action.type is json.loads or isinstance(value, (dict, list, tuple)):    # (SGLang's own JSON-list types too)
         return json.dumps(value)
-    return value if isinstance(value, (str, int, float, bool)) else str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, (str, int, float)) else str(value)
 
 
 def items(parser, ns):
@@ -70,22 +90,39 @@ def items(parser, ns):
             continue
         action = canonical(parser._actions, dest)
         value = getattr(ns, dest, action.default)
-        if value == action.default:
+        if same(value, action.default):
             continue
         if isinstance(action, argparse.BooleanOptionalAction):
-            out.append([action.option_strings[0 if value else 1], True])          # --x / --no-x
+            out.append([action.option_strings[0 if value else 1], True, dest])          # --x / --no-x
         elif action.nargs == 0:
-            out.append([flag_of(action, dest), True])
-        elif isinstance(value, (list, tuple)):
-            out.append([flag_of(action, dest), [plain(v) for v in value]])
+            out.append([flag_of(action, dest), True, dest])
+        elif action.nargs in ("+", "*") or (isinstance(action.nargs, int) and action.nargs > 1):
+            out.append([flag_of(action, dest), [as_typed(action, v) for v in value], dest])
         else:
-            out.append([flag_of(action, dest), plain(value)])
+            out.append([flag_of(action, dest), as_typed(action, value), dest])
     return out
 
 
+def same(a, b):
+    """Equal, NaN included (`--mem-fraction-static nan` parses to a value unequal to itself)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(map(same, a, b))
+    return a == b
+
+
+def answer(parser, request):
+    ns = parse(parser, request["argv"])
+    if "same_as" in request:
+        other = vars(parse(parser, request["same_as"]))
+        return {"differ": sorted(k for k, v in vars(ns).items() if not same(other.get(k), v))}
+    return {"items": items(parser, ns)}
+
+
 def main():
-    answers = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)                          # whatever SGLang prints while it loads must not reach the answers
+    answers = os.fdopen(int(sys.argv[1]), "w")
+    os.dup2(2, 1)                          # whatever SGLang prints must not reach the answers
     try:
         parser = load()
         import sglang
@@ -94,17 +131,13 @@ def main():
         answers.write(json.dumps({"error": f"SGLang's parser did not load: {type(e).__name__}: {e}"}) + "\n")
         return 1
     for line in sys.stdin:
-        request = json.loads(line)
         try:
-            ns = parse(parser, request["argv"])
-            if "same_as" in request:
-                other = vars(parse(parser, request["same_as"]))
-                answer = {"differ": sorted(k for k, v in vars(ns).items() if other.get(k) != v)}
-            else:
-                answer = {"items": items(parser, ns)}
-        except (Refused, argparse.ArgumentError, ValueError, OSError) as e:
-            answer = {"error": str(e)}
-        answers.write(json.dumps({"version": version, **answer}, default=str) + "\n")
+            reply = answer(parser, json.loads(line))
+        except Refused as e:
+            reply = {"error": str(e)}
+        except Exception as e:             # anything else SGLang's parsing raises: said, and the next request served
+            reply = {"error": f"{type(e).__name__}: {' '.join(str(e).split())}"}
+        answers.write(json.dumps({"version": version, **reply}, default=str) + "\n")
         answers.flush()
     return 0
 

@@ -65,11 +65,13 @@ def config() -> None:
 @config.command("from-launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--python", metavar="PATH", help="the interpreter that runs SGLang (default: this one; then also "
               "[sglang] python)")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="write the config there (replaced whole, only "
+              "once it is complete) instead of printing it")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
-def from_launch(python: str | None, command: tuple[str, ...]) -> None:
+def from_launch(python: str | None, output: str | None, command: tuple[str, ...]) -> None:
     """Print a config that starts what COMMAND starts (`-- python -m sglang.launch_server ARGS` or `sglang serve
-    ...`), read by SGLang's own parser; notes on stderr."""
-    from .launchcfg import LaunchError, convert, toml_text
+    ...`), read by SGLang's own parser; notes on stderr. Nothing is written when it cannot."""
+    from .launchcfg import LaunchError, convert, toml_text, write_whole
     try:
         result = convert(list(command), python)
         text = toml_text(result, list(command))
@@ -77,7 +79,14 @@ def from_launch(python: str | None, command: tuple[str, ...]) -> None:
         fail_as("spec-controller", str(e), e.code)
     for note in result.notes:
         click.echo(f"spec-controller: note: {note}", err=True)
-    click.echo(text, nl=False)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        write_whole(output, text)
+    except OSError as e:
+        fail_as("spec-controller", f"cannot write {output}: {e.strerror or e}; nothing written")
+    click.echo(f"spec-controller: wrote {output}", err=True)
 
 
 @config.command("check")
@@ -89,7 +98,7 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     `systemctl restart`); notes on stderr."""
     from ..sim.profile import ProfileError
     from .engines.base import EngineError
-    from .launchcfg import path_notes
+    from .launchcmd import path_notes
     from .lifecycle import build_engine
     try:
         cfg = load_config(config_path, parse_set(settings))

@@ -78,7 +78,8 @@ def user_env(args: dict) -> dict[str, str]:
 
 
 def server_flags(args: dict) -> list[str]:
-    """ServerArgs as `launch_server` flags: key_name=value -> --key-name value; True -> --key-name."""
+    """ServerArgs as `launch_server` flags: key_name=value -> --key-name value (--key-name=value where the value starts
+    with '-': argparse would take it for a flag); True -> --key-name."""
     flags: list[str] = []
     for key, value in args.items():
         if key in OWN_KEYS or value is None or value is False:
@@ -89,7 +90,7 @@ def server_flags(args: dict) -> list[str]:
         elif isinstance(value, (list, tuple)):
             flags += [flag, *map(str, value)]
         else:
-            flags += [flag, str(value)]
+            flags += [f"{flag}={value}"] if str(value).startswith("-") else [flag, str(value)]
     return flags + [str(x) for x in args.get("extra_args", [])]
 
 

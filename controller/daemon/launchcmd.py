@@ -1,0 +1,118 @@
+"""The words of an operator's SGLang launch command, before SGLang's parser reads them (launchcfg.py): the
+environment assignments in front, the interpreter, launch_server's arguments. What the daemon cannot carry over
+(nohup, numactl, python's own options, a shell's unexpanded variables) is refused in one line, never dropped.
+Also: the paths a config names that the service will not see as the operator's shell did."""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
+PYTHON_FLAGS = {"-u", "-B", "-O", "-OO", "-s", "-E", "-I", "-P"}     # no bearing on the server: left out, said
+PRINT_AND_EXIT = {"-h", "--help", "--version"}
+# where systemd's sandbox hides files (ProtectHome) or the service's working directory (/) differs from a shell's
+HIDDEN = ("/home/", "/root/", "/run/user/", "~")
+
+
+class CommandError(ValueError):
+    """The command cannot be read (one line; exit 2)."""
+
+
+def words(command: list[str]) -> list[str]:
+    """The command's words. One string (a pasted command line) is split as a shell would: backslash-newlines
+    joined, comments dropped; variables and substitutions a shell would have expanded are refused."""
+    if not (len(command) == 1 and any(c.isspace() for c in command[0].strip())):
+        return list(command)
+    text = command[0].replace("\\\r\n", " ").replace("\\\n", " ")
+    if re.search(r"\$[A-Za-z_{(]|`", text):
+        raise CommandError("the command holds shell variables or substitutions ($NAME, `...`): give it expanded "
+                           "(as the shell runs it), or unquoted so that your shell expands it")
+    try:
+        return shlex.split(text, comments=True)
+    except ValueError as e:
+        raise CommandError(f"the command cannot be split as a shell would: {e}") from None
+
+
+def split_command(command: list[str]) -> tuple[dict[str, str], str | None, list[str], list[str]]:
+    """(VAR=value assignments before it, the interpreter it names, launch_server's arguments, notes). Takes
+    `[env] [VAR=x ...] python -m sglang.launch_server ARGS`, `[VAR=x ...] sglang serve [MODEL] ARGS`, or the
+    arguments alone."""
+    tokens = words(command)
+    env: dict[str, str] = {}
+    while tokens and (tokens[0] == "env" or ASSIGNMENT.fullmatch(tokens[0])):
+        head = tokens.pop(0)
+        if head != "env":
+            name, value = head.split("=", 1)
+            env[name] = value
+    if asked := PRINT_AND_EXIT & set(tokens):
+        raise CommandError(f"{' '.join(sorted(asked))} prints and exits: give the command that starts the server")
+    if "sglang.launch_server" in tokens:
+        at = tokens.index("sglang.launch_server")
+        named, notes = _python(tokens[:at])
+        return env, named, tokens[at + 1:], notes
+    serve = next((i for i in range(len(tokens) - 1) if Path(tokens[i]).name == "sglang" and tokens[i + 1] == "serve"),
+                 None)
+    if serve is not None:
+        _nothing_before(tokens[:serve], "sglang serve")
+        args, notes = _serve_args(tokens[serve + 2:])
+        return env, None, args, notes
+    if not tokens or tokens[0].startswith("-"):
+        return env, None, tokens, []
+    raise CommandError(f"not an SGLang launch command: {shlex.join(tokens[:3])} ... (expected 'python -m "
+                       "sglang.launch_server ARGS', 'sglang serve MODEL ARGS' or the arguments alone)")
+
+
+def _python(head: list[str]) -> tuple[str | None, list[str]]:
+    """The interpreter before `-m sglang.launch_server`, and notes on python's own options, left out."""
+    at = next((i for i, word in enumerate(head) if Path(word).name.startswith("python")), None)
+    if at is None or head[-1] != "-m":
+        raise CommandError(f"expected 'python -m sglang.launch_server', got {shlex.join(head + ['sglang.launch_server'])}")
+    _nothing_before(head[:at], "the interpreter")
+    options = head[at + 1:-1]
+    if unknown := [o for o in options if o not in PYTHON_FLAGS]:
+        raise CommandError(f"python options {shlex.join(unknown)} cannot be carried over (the daemon starts SGLang "
+                           "with its own interpreter): give the command without them")
+    return head[at], [f"python's {' '.join(options)} left out (no bearing on the server)"] if options else []
+
+
+def _nothing_before(head: list[str], what: str) -> None:
+    if head:
+        raise CommandError(f"{shlex.join(head)} before {what} cannot be carried over (the daemon starts SGLang "
+                           "itself; VAR=value assignments in front become [sglang.env]): give the command without it")
+
+
+def _serve_args(rest: list[str]) -> tuple[list[str], list[str]]:
+    """As `sglang serve` reads its arguments: a first positional is the model path, --model-type picks the server."""
+    notes, args, i = [], [], 0
+    while i < len(rest):
+        word = rest[i]
+        if word == "--model-type" or word.startswith("--model-type="):
+            kind = word.split("=", 1)[1] if "=" in word else (rest[i + 1] if i + 1 < len(rest) else "")
+            if kind not in ("auto", "llm"):
+                raise CommandError(f"--model-type {kind or '(no value)'}: spec-controller steers language models "
+                                   "(llm) only")
+            notes.append(f"--model-type {kind} left out (launch_server serves language models)")
+            i += 1 if "=" in word else 2
+            continue
+        args.append(word)
+        i += 1
+    return (["--model-path", *args] if args and not args[0].startswith("-") else args), notes
+
+
+def path_notes(values: dict) -> list[str]:
+    """Paths the service will not see as the operator's shell did: systemd starts it in / with ProtectHome
+    (docs/systemd.md). Every string value is looked at, lists and tables ([sglang.env]) included."""
+    notes = []
+    for key, value in values.items():
+        items = value.items() if isinstance(value, dict) else [(key, v) for v in
+                                                              (value if isinstance(value, list) else [value])]
+        for name, text in items:
+            if not isinstance(text, str) or not text:
+                continue
+            if text.startswith(HIDDEN):
+                notes.append(f"{name} = {text}: the service cannot read home directories (ProtectHome); move it")
+            elif not text.startswith("/") and Path(text).exists():
+                notes.append(f"{name} = {text} names {Path(text).resolve()} here; the service runs in /: give the "
+                             "absolute path if it is one")
+    return notes
