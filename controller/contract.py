@@ -272,7 +272,7 @@ def unsupported_reason(server_args: Any, version: str | None = None) -> str | No
     for key, limit in (("attn_dp_size", ATTN_DP_REFUSAL), ("pp_size", PP_REFUSAL)):
         if _count(get(key)) > 1:
             return f"{key}={get(key)}: {limit}"
-    if get("ep_join_mode") == "scale":
+    if "scale" in (get("ep_join_mode"), get("elastic_ep_join_mode")):    # (a config keyed by 0.5.23's flag name)
         return "ep_join_mode=scale: SGLang (0.5.22+) counts a scale-up joiner as attention DP, " + ATTN_DP_REFUSAL
     if not get("speculative_adaptive"):
         return "speculative_adaptive is off: the engine must start with it (the daemon does this)"

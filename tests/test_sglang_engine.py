@@ -32,7 +32,8 @@ def test_engine_refuses_unsupported_config_and_builds_flags():
 
 
 @pytest.mark.parametrize("extra,needle", [({"attn_dp_size": 2}, "attention DP"), ({"pp_size": 2}, "pipeline"),
-                                          ({"ep_join_mode": "scale"}, "scale-up joiner")])
+                                          ({"ep_join_mode": "scale"}, "scale-up joiner"),
+                                          ({"elastic_ep_join_mode": "scale"}, "scale-up joiner")])
 def test_engine_refuses_what_adaptive_speculation_turns_off_before_launching(extra, needle):
     with pytest.raises(EngineError, match=needle):
         SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", **extra})
