@@ -55,7 +55,8 @@ def usage_hint(e: click.UsageError) -> str:
         return ""
     extra = re.match(r"Got unexpected extra arguments? \((.+)\)", message)
     if extra and "=" in extra.group(1) and any("--param" in p.opts for p in ctx.command.params):
-        return f" (did you mean '--param {extra.group(1).split()[0]}'?)"       # `policy set fixed threshold=12`
+        pairs = [word for word in extra.group(1).split() if "=" in word]          # `policy set fixed threshold=12`
+        return f" (did you mean '{' '.join(f'--param {pair}' for pair in pairs)}'?)"
     if message.startswith(("Missing ", "No such option", "Got unexpected extra")):
         return f" (usage: {ctx.command_path} {' '.join(ctx.command.collect_usage_pieces(ctx))})"
     unknown = re.match(r"No such command '(.+)'\.", message)
