@@ -86,7 +86,8 @@ def _fake(tmp_path, name: str, body: str) -> str:
     ('echo junk; echo "{}" >&"$1"; cat >/dev/null', "answered something else"),    # a line that is not an answer
     ('echo "not json" >&"$1"; cat >/dev/null', "answered something else"),
 ])
-def test_an_interpreter_that_is_not_sglangs_is_one_line_exit_1(tmp_path, body, needle):
+def test_an_interpreter_that_is_not_sglangs_is_one_line_exit_1(tmp_path, monkeypatch, body, needle):
+    monkeypatch.setattr(launchcfg, "ANSWER_TIMEOUT_S", 20.0)     # (an answers pipe left open would wait it out)
     python = _fake(tmp_path, "python", body.replace('"$1"', '"$2"'))     # (argv: the script, then the answers' fd)
     one_line(from_launch("--python", python, "--", "--model-path", "m", *SPEC), needle, 1)
 
