@@ -142,7 +142,7 @@ def convert(command: list[str], python: str | None = None) -> Converted:
             engine = SGLangEngine(table)
         except EngineError as e:
             raise LaunchError(f"{e} (from the command's flags)") from None
-        table = {k: engine.args[k] for k in table} | {k: engine.args[k] for k in engine.args if k not in table}
+        table = dict(engine.args)          # the table, then what the daemon chose where the command left it to SGLang
         notes += check_round_trip(parser, argv, engine)
     finally:
         parser.close()

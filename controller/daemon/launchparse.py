@@ -58,9 +58,14 @@ def parse(parser, argv):
     return parser.parse_args(argv)
 
 
+def own_flag(dest):
+    """The flag named after a field: --tp-size for tp_size."""
+    return "--" + dest.replace("_", "-")
+
+
 def flag_of(action, dest):
-    """The long option named after the field (--tp-size for tp_size), else the action's first long one."""
-    named = "--" + dest.replace("_", "-")
+    """The field's own flag where the action has it, else the action's first long one."""
+    named = own_flag(dest)
     longs = [s for s in action.option_strings if s.startswith("--")] or action.option_strings
     return named if named in longs else longs[0]
 
@@ -68,7 +73,7 @@ def flag_of(action, dest):
 def canonical(actions, dest):
     """Several flags may store into one field (deprecated spellings): the field's own, else a current one."""
     same = [a for a in actions if a.dest == dest and a.option_strings]
-    named = [a for a in same if "--" + dest.replace("_", "-") in a.option_strings]
+    named = [a for a in same if own_flag(dest) in a.option_strings]
     current = [a for a in same if not type(a).__name__.startswith("Deprecated")]
     return (named or current or same)[0]
 

@@ -77,8 +77,7 @@ def from_launch(python: str | None, output: str | None, command: tuple[str, ...]
         text = toml_text(result, list(command))
     except LaunchError as e:
         fail_as("spec-controller", str(e), e.code)
-    for note in result.notes:
-        click.echo(f"spec-controller: note: {note}", err=True)
+    _say_notes(result.notes)
     if output is None:
         click.echo(text, nl=False)
         return
@@ -108,9 +107,13 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     except (ConfigError, ProfileError, EngineError) as e:
         fail_as("spec-controller", str(e), EXIT_USAGE)
     where = config_path or f"{DEFAULT_CONFIG}{'' if DEFAULT_CONFIG.exists() else ' (absent: built-in defaults)'}"
-    for note in path_notes(cfg["sglang"]) if cfg["engine"]["kind"] == "sglang" else []:
-        click.echo(f"spec-controller: note: {note}", err=True)
+    _say_notes(path_notes(cfg["sglang"]) if cfg["engine"]["kind"] == "sglang" else [])
     click.echo(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg)}; policy {cfg['policy']['name']})")
+
+
+def _say_notes(notes: list[str]) -> None:
+    for note in notes:
+        click.echo(f"spec-controller: note: {note}", err=True)
 
 
 def _engine_words(cfg: dict) -> str:
