@@ -261,7 +261,11 @@ def unsupported_reason(server_args: Any, version: str | None = None) -> str | No
     if version is not None and (reason := version_unsupported_reason(version)):
         return reason
     algo = get("speculative_algorithm")
-    if algo not in ("EAGLE", "EAGLE3"):
+    # SGLang upper-cases the name and reads NEXTN as EAGLE (arg_groups/speculative_hook.py, 0.5.17 ... 0.5.23): a config
+    # or launch command saying nextn or eagle3 runs EAGLE's worker (a Gemma4 assistant draft it makes FROZEN_KV_MTP,
+    # which this check then refuses on the resolved ServerArgs at the engine's start)
+    name = {"NEXTN": "EAGLE"}.get(algo.upper(), algo.upper()) if isinstance(algo, str) else algo
+    if name not in ("EAGLE", "EAGLE3"):
         return f"speculative_algorithm={algo} (only EAGLE/EAGLE3 are supported)"
     if get("speculative_eagle_topk") not in (None, 1):
         return f"speculative_eagle_topk={get('speculative_eagle_topk')} (only topk=1 is supported)"

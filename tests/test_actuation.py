@@ -77,6 +77,51 @@ def test_service_counts_a_refused_actuation_and_records_no_decision(tmp_path):
     writer.stop()
 
 
+def sglang_admin_optional(authorization: str | None, api_key: str | None, admin_api_key: str | None) -> bool:
+    """SGLang's rule for /set_internal_state (AuthLevel.ADMIN_OPTIONAL, utils/auth.py decide_request_auth, 0.5.17 ...
+    0.5.23): the admin key where one is set (the API key then refused), else the API key, else open."""
+    expected = admin_api_key or api_key
+    return expected is None or authorization == f"Bearer {expected}"
+
+
+@pytest.mark.parametrize("keys", [{}, {"api_key": "sk-a"}, {"admin_api_key": "adm"},
+                                  {"api_key": "sk-a", "admin_api_key": "adm"}])
+def test_a_server_started_with_api_keys_accepts_the_daemons_threshold(keys):
+    """An operator's --api-key / --admin-api-key (kept by config from-launch) guards /set_internal_state: the
+    daemon's request carries the key SGLang asks for, or every threshold would be refused with 401."""
+    seen = []
+
+    class Guarded(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.headers.get("Authorization"))
+            ok = sglang_admin_optional(self.headers.get("Authorization"), keys.get("api_key"), keys.get("admin_api_key"))
+            out = json.dumps([True] if ok else {"error": "Unauthorized"}).encode()
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Guarded)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+    try:
+        eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": server.server_address[1],
+                            **keys})
+        eng.set_threshold(5)
+        assert len(seen) == 1
+        if keys:                                        # the stand-in refuses what SGLang would: a wrong key
+            wrong = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3",
+                                  "port": server.server_address[1], **{k: "wrong" for k in keys}})
+            with pytest.raises(EngineError, match="set_internal_state failed"):
+                wrong.set_threshold(5)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 # --- the writer ------------------------------------------------------------------------------------
 ESSENTIAL = {
     "decision": lambda w: w.decision(1.0, 0, 7, "ucb", "exploit", False),

@@ -224,3 +224,18 @@ def test_a_refused_command_is_an_exception_not_argparses_exit(argv, needle):
     with pytest.raises(launchparse.Refused) as err:
         launchparse.parse(_kinds_of_flag(), argv)
     assert needle in str(err.value)
+
+
+@pytest.mark.parametrize("tp,off_path", [(None, None), (1, None), (2, "fast"), (8, "fast"), (True, None)])
+def test_from_launch_writes_the_off_path_the_readme_asks_at_tp_above_1(tp, off_path):
+    from controller.daemon.launchcfg import operator_notes
+    table = {"model_path": "/m"}
+    notes = operator_notes({"tp_size": tp}, table)
+    assert table.get("off_path") == off_path
+    assert any('off_path = "fast" written' in n for n in notes) == (off_path is not None)
+
+
+def test_from_launch_says_an_api_key_makes_the_config_a_secret():
+    from controller.daemon.launchcfg import operator_notes
+    assert any("chmod 640" in n for n in operator_notes({"api_key": "sk-1"}, {}))
+    assert operator_notes({"api_key": None}, {}) == []

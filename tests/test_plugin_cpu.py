@@ -95,6 +95,17 @@ def test_unsupported_reasons(args, needle):
     assert needle in contract.unsupported_reason(SimpleNamespace(**args))
 
 
+@pytest.mark.parametrize("algo", ["EAGLE", "EAGLE3", "eagle3", "Eagle", "NEXTN", "nextn"])
+def test_algorithm_names_sglang_reads_as_eagle_are_accepted(algo):
+    """SGLang upper-cases the name and runs NEXTN as EAGLE: a command saying so is one the plugin steers."""
+    assert contract.unsupported_reason({**GOOD, "speculative_algorithm": algo}) is None
+
+
+@pytest.mark.parametrize("algo", ["STANDALONE", "ngram", "FROZEN_KV_MTP", "EAGLE2", "", None, 3])
+def test_other_algorithm_names_are_refused(algo):
+    assert "only EAGLE/EAGLE3" in contract.unsupported_reason({**GOOD, "speculative_algorithm": algo})
+
+
 def test_single_rank_values_are_not_refused():
     assert contract.unsupported_reason({**GOOD, "attn_dp_size": 1, "pp_size": None, "ep_join_mode": "recover"}) is None
 

@@ -11,6 +11,7 @@ from controller import contract
 from controller.daemon.engines.base import EngineError
 from controller.daemon.engines import sglang as engine_module
 from controller.daemon.engines.sglang import SGLangEngine, server_flags
+from controller.daemon.engines.sglang_flags import shown
 
 
 def test_engine_refuses_unsupported_config_and_builds_flags():
@@ -29,6 +30,16 @@ def test_engine_refuses_unsupported_config_and_builds_flags():
     # a value that starts with '-' in the = form: '--served-model-name -foo' is refused by argparse (helper-52)
     assert server_flags({"served_model_name": "-foo", "n": -1, "m": 1}) == ["--served-model-name=-foo", "--n=-1",
                                                                            "--m", "1"]
+
+
+def test_the_logged_launch_line_hides_the_api_keys():
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "api_key": "sk-secret",
+                        "admin_api_key": "-adm", "extra_args": ["--api-key", "sk-other"]})
+    cmd = eng.command()
+    assert "sk-secret" in cmd and "--admin-api-key=-adm" in cmd          # SGLang gets them
+    logged = " ".join(shown(cmd))
+    assert "sk-secret" not in logged and "adm" not in logged.replace("--admin-api-key", "") and "sk-other" not in logged
+    assert "--api-key *** " in logged and "--admin-api-key=***" in logged and "--model-path /m" in logged
 
 
 @pytest.mark.parametrize("extra,needle", [({"attn_dp_size": 2}, "attention DP"), ({"pp_size": 2}, "pipeline"),

@@ -138,6 +138,7 @@ def convert(command: list[str], python: str | None = None) -> Converted:
         if reason := unsupported_reason({**fields, "speculative_adaptive": True}):
             raise LaunchError(f"the plugin cannot steer this server: {reason}")
         table |= ({"env": env} if env else {}) | ({"python": python} if python else {})
+        notes += operator_notes(fields, table)
         try:
             engine = SGLangEngine(table)
         except EngineError as e:
@@ -151,6 +152,22 @@ def convert(command: list[str], python: str | None = None) -> Converted:
         notes.append(f"your command ran {named}; the daemon starts SGLang with its own interpreter "
                      f"({sys.executable}): --python {named} keeps yours (spec-controller must be installed there)")
     return Converted(table, answer["version"], notes)
+
+
+def operator_notes(fields: dict, table: dict) -> list[str]:
+    """What the README asks of a server like this one, said where from-launch sees it: TP > 1 runs off_path "fast"
+    (written into the table), an API key makes the config a secret."""
+    notes = []
+    tp = fields.get("tp_size")
+    if isinstance(tp, int) and not isinstance(tp, bool) and tp > 1:
+        table["off_path"] = "fast"
+        notes.append(f'tp_size = {tp}: off_path = "fast" written (the default "kv" has not run at TP > 1 on a GPU; '
+                     "README, TP > 1)")
+    if fields.get("api_key"):
+        notes.append("api_key is in the config (the daemon logs its launch line with the keys as ***): let only root "
+                     "and the service read it (sudo chown root:spec-controller /etc/spec-controller/config.toml && "
+                     "sudo chmod 640 /etc/spec-controller/config.toml)")
+    return notes
 
 
 def check_round_trip(parser: SGLangParser, argv: list[str], engine: SGLangEngine) -> list[str]:

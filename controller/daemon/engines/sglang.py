@@ -26,11 +26,10 @@ from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_FAST_OFF, ENV_INITIAL_TH
                          zero_saves_prefill_draft)
 from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
+from .sglang_flags import OWN_KEYS, admin_headers, server_flags, shown
 
 log = logging.getLogger("spec_controller.sglang")
 
-# Keys of [sglang] that the daemon itself uses and does not pass as server flags.
-OWN_KEYS = {"ready_timeout_s", "python", "extra_args", "env", "probe_s", "hang_after_s", "off_path", "lean_prefill"}
 # [sglang] off_path: how off batches run (docs/sglang.md#the-off-path) -> the plugin's environment
 OFF_PATH_ENV = {"kv": {ENV_DRAFT_KV: "1", ENV_SYNC_DRAFT: "0"}, "synced": {ENV_SYNC_DRAFT: "1", ENV_DRAFT_KV: "0"},
                 "fast": {ENV_SYNC_DRAFT: "0", ENV_DRAFT_KV: "0"}, "steps0": {ENV_FAST_OFF: "0"}}
@@ -75,23 +74,6 @@ def user_env(args: dict) -> dict[str, str]:
             raise EngineError(f"sglang engine: [sglang] env {name!r} = {value!r}: a variable name and a string")
         out[name] = ("1" if value else "0") if isinstance(value, bool) else str(value)   # the plugin's switches
     return out
-
-
-def server_flags(args: dict) -> list[str]:
-    """ServerArgs as `launch_server` flags: key_name=value -> --key-name value (--key-name=value where the value starts
-    with '-': argparse would take it for a flag); True -> --key-name."""
-    flags: list[str] = []
-    for key, value in args.items():
-        if key in OWN_KEYS or value is None or value is False:
-            continue
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            flags.append(flag)
-        elif isinstance(value, (list, tuple)):
-            flags += [flag, *map(str, value)]
-        else:
-            flags += [f"{flag}={value}"] if str(value).startswith("-") else [flag, str(value)]
-    return flags + [str(x) for x in args.get("extra_args", [])]
 
 
 def _count(args: dict, key: str, default: int, lo: int, hi: int) -> int:
@@ -195,7 +177,7 @@ class SGLangEngine(Engine):
         env = {**os.environ, **self.plugin_env, ENV_ADDRESS: f"ipc://{self.ipc_path}",
                ENV_INITIAL_THRESHOLD: str(self.initial_threshold), **self.user_env}
         cmd = self.command()
-        log.info("starting SGLang: %s", " ".join(cmd))
+        log.info("starting SGLang: %s", " ".join(shown(cmd)))
         self.proc = subprocess.Popen(cmd, env=env)
 
     def _receive(self, pull, on_sample: SampleSink) -> None:
@@ -246,7 +228,7 @@ class SGLangEngine(Engine):
     def set_threshold(self, threshold: int) -> None:
         body = json.dumps({"server_args": {THRESHOLD_KEY: int(threshold)}}).encode()
         req = urllib.request.Request(self.base_url + "/set_internal_state", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **admin_headers(self.args)})
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 answer = json.loads(resp.read() or b"null")
