@@ -45,6 +45,8 @@ def one_line(res, needle: str, code: int) -> None:
     (["A='x y' python -m sglang.launch_server --model-path 'a b'"], {"A": "x y"}, "python", ["--model-path", "a b"], []),
     (["python -m sglang.launch_server \\\n  --model-path m \\\n  --tp 2   # my server"], {}, "python",
      ["--model-path", "m", "--tp", "2"], []),                       # pasted over lines, with a comment
+    (["export CUDA_VISIBLE_DEVICES=0,1\nexport SGLANG_X=1\npython3 -m sglang.launch_server --model-path m"],
+     {"CUDA_VISIBLE_DEVICES": "0,1", "SGLANG_X": "1"}, "python3", ["--model-path", "m"], []),   # a script's lines
 ])
 def test_the_command_splits_into_environment_interpreter_and_sglangs_arguments(command, env, interpreter, argv, notes):
     assert split_command(command) == (env, interpreter, argv, notes)
@@ -138,6 +140,12 @@ def test_every_value_comes_back_from_the_toml_as_it_went_in():
     loaded = tomllib.loads(text)
     assert loaded["engine"] == {"kind": "sglang"} and loaded["sglang"] == table
     assert math.isnan(tomllib.loads(f"x = {toml_value(math.nan)}")["x"])
+
+
+def test_the_files_header_shows_the_commands_words_without_its_api_keys():
+    pasted = "export A=1\npython -m sglang.launch_server --model-path m \\\n --api-key sk-1 --admin-api-key=adm-2"
+    header = toml_text(Converted({"model_path": "m"}, "0.5.17"), [pasted]).splitlines()[1]
+    assert header == "#   export A=1 python -m sglang.launch_server --model-path m --api-key '***' '--admin-api-key=***'"
 
 
 @pytest.mark.parametrize("value,needle", [({"a": 1}, "model_path: cannot write {'a': 1}"),

@@ -25,7 +25,8 @@ from typing import Any
 from ..contract import unsupported_reason
 from .engines.base import EngineError
 from .engines.sglang import SGLangEngine
-from .launchcmd import CommandError, path_notes, split_command
+from .engines.sglang_flags import shown
+from .launchcmd import CommandError, path_notes, split_command, words
 
 SCRIPT = Path(__file__).with_name("launchparse.py")
 # What the daemon passes itself, or chooses where a command leaves SGLang to (engines/sglang.py): told, not refused
@@ -204,7 +205,8 @@ def toml_text(result: Converted, command: list[str]) -> str:
     """A whole config file: [engine] sglang, the [sglang] section; every other key keeps its built-in default."""
     env = result.sglang.get("env") or {}
     lines = ["# spec-controller config, from the launch command (read by SGLang " + result.version + "'s parser):",
-             "#   " + "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in shlex.join(command)),
+             # its words as a shell splits them (a pasted script's lines on one line), the API keys as ***
+             "#   " + "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in shlex.join(shown(words(command)))),
              "# Every other key (policy, guard, storage, control) keeps its default (all listed in the source's",
              "# systemd/config.example.toml).",
              "", "[engine]", 'kind = "sglang"', "", "[sglang]"]

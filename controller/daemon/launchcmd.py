@@ -37,12 +37,13 @@ def words(command: list[str]) -> list[str]:
 def split_command(command: list[str]) -> tuple[dict[str, str], str | None, list[str], list[str]]:
     """(VAR=value assignments before it, the interpreter it names, launch_server's arguments, notes). Takes
     `[env] [VAR=x ...] python -m sglang.launch_server ARGS`, `[VAR=x ...] sglang serve [MODEL] ARGS`, or the
-    arguments alone."""
+    arguments alone; `export VAR=x` words count as VAR=x."""
     tokens = words(command)
     env: dict[str, str] = {}
-    while tokens and (tokens[0] == "env" or ASSIGNMENT.fullmatch(tokens[0])):
+    # `export VAR=x` lines before it (a pasted script's shape) set the server's environment as VAR=x in front does
+    while tokens and (tokens[0] in ("env", "export") or ASSIGNMENT.fullmatch(tokens[0])):
         head = tokens.pop(0)
-        if head != "env":
+        if head not in ("env", "export"):
             name, value = head.split("=", 1)
             env[name] = value
     if asked := PRINT_AND_EXIT & set(tokens):
