@@ -36,3 +36,15 @@ def sglang_eagle_utils(monkeypatch):
     for name in ("sglang", "sglang.srt", "sglang.srt.speculative"):
         monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or ModuleType(name))
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
+
+
+def fake_sglang_python(path, body: str = "exit 0", sglang: str | None = "0.5.17", plugin: bool = True,
+                       platforms: tuple = ()):
+    """An executable standing for the interpreter [sglang] python names: it answers the daemon's installed-packages
+    question (engines/sglang_install.ASK, run with -c) as an interpreter with these packages would, and runs the
+    shell `body` for anything else (sglang.launch_server)."""
+    import json
+    answer = json.dumps({"sglang": sglang, "plugins": ["spec_controller"] if plugin else [], "platforms": list(platforms)})
+    path.write_text(f"#!/bin/sh\nif [ \"$1\" = -c ]; then echo '{answer}'; exit 0; fi\n{body}\n")
+    path.chmod(0o755)
+    return path

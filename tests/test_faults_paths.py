@@ -4,13 +4,13 @@ tables to another application's database, and creates its files readable by thei
 import os
 import sqlite3
 import stat
-import sys
 
 import pytest
 
 from controller.daemon.api import ControlServer, check_socket_free
 from controller.daemon.engines.base import EngineError
 from state.db import DaemonLock, StoreError, open_store
+from tests.conftest import fake_sglang_python
 from tests.test_daemon_e2e import run_daemon_once
 
 
@@ -125,8 +125,9 @@ def _sglang_engine(short_tmp, monkeypatch):
     monkeypatch.setenv("STATE_DIRECTORY", str(short_tmp / "state"))
     (short_tmp / "run").mkdir()
     (short_tmp / "state").mkdir()
-    # another interpreter: no installed-SGLang check, and nothing is launched before the refusals
-    return SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "python": sys.executable})
+    # another interpreter with SGLang and the plugin (asked, not imported); nothing is launched before the refusals
+    python = fake_sglang_python(short_tmp / "python")
+    return SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "python": str(python)})
 
 
 def test_the_engine_never_removes_a_file_at_its_telemetry_socket_path(short_tmp, monkeypatch):

@@ -1,5 +1,6 @@
 """The daemon's SGLang engine adapter on CPU: start-time refusals, server flags, the telemetry
 receiver on a real PULL socket, liveness probing against a local HTTP server, and the drain."""
+import re
 import threading
 import time
 from types import SimpleNamespace
@@ -12,6 +13,7 @@ from controller.daemon.engines.base import EngineError
 from controller.daemon.engines import sglang as engine_module
 from controller.daemon.engines.sglang import SGLangEngine, server_flags
 from controller.daemon.engines.sglang_flags import shown
+from tests.conftest import fake_sglang_python
 
 
 def test_engine_refuses_unsupported_config_and_builds_flags():
@@ -40,6 +42,53 @@ def test_the_logged_launch_line_hides_the_api_keys():
     logged = " ".join(shown(cmd))
     assert "sk-secret" not in logged and "adm" not in logged.replace("--admin-api-key", "") and "sk-other" not in logged
     assert "--api-key *** " in logged and "--admin-api-key=***" in logged and "--model-path /m" in logged
+
+
+@pytest.mark.parametrize("packages,needle", [
+    ({}, None),
+    ({"plugin": False}, "has sglang 0.5.17 but not spec-controller: SGLang would run without the plugin"),
+    ({"sglang": None}, "has no sglang installed"),
+    ({"sglang": "0.5.13"}, "outside the supported range"),
+    ({"sglang": "0.5.23", "platforms": ("npu_ext",)}, "out-of-tree SGLang platform installed (npu_ext)"),
+    ({"sglang": "0.5.22", "platforms": ("npu_ext",)}, None),
+])
+def test_another_interpreter_is_asked_what_it_has_installed_before_launching(short_tmp, packages, needle):
+    """[sglang] python (from-launch --python): SGLang there without spec-controller would serve without the plugin,
+    and the daemon would wait for telemetry that never comes."""
+    python = fake_sglang_python(short_tmp / "python", **packages)
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "python": str(python)})
+    if needle is None:
+        eng.check_installed()
+    else:
+        with pytest.raises(EngineError, match=re.escape(needle)):
+            eng.check_installed()
+
+
+@pytest.mark.parametrize("body,needle", [("", "cannot ask what it has installed (No such file or directory)"),
+                                         ("echo boom >&2; exit 3", "cannot ask what it has installed (exited 3: boom)"),
+                                         ("echo hello", "cannot ask what it has installed (")])
+def test_an_interpreter_that_cannot_answer_is_refused_in_one_line(short_tmp, body, needle):
+    python = short_tmp / "python"
+    if body:
+        python.write_text(f"#!/bin/sh\n{body}\n")
+        python.chmod(0o755)
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "python": str(python)})
+    with pytest.raises(EngineError, match=re.escape(needle)):
+        eng.check_installed()
+
+
+def test_the_daemons_own_interpreter_answers_the_question_as_its_packages_are():
+    """The question itself, run by a real Python: this venv has spec-controller's entry point (and no SGLang in CI)."""
+    import importlib.metadata
+    import sys
+
+    from controller.daemon.engines.sglang_install import installed
+    found = installed(sys.executable)
+    assert "spec_controller" in found["plugins"]
+    try:
+        assert found["sglang"] == importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        assert found["sglang"] is None
 
 
 @pytest.mark.parametrize("extra,needle", [({"attn_dp_size": 2}, "attention DP"), ({"pp_size": 2}, "pipeline"),
@@ -245,9 +294,8 @@ def test_the_env_table_reaches_sglang_but_not_over_what_the_daemon_sets():
 def test_the_sglang_process_gets_the_plugins_the_daemons_and_the_env_tables_variables(short_tmp, monkeypatch):
     monkeypatch.setenv("RUNTIME_DIRECTORY", str(short_tmp / "run"))
     monkeypatch.setenv("STATE_DIRECTORY", str(short_tmp / "state"))
-    fake = short_tmp / "python"          # stands in for the interpreter that runs sglang.launch_server
-    fake.write_text(f"#!/bin/sh\nenv > {short_tmp}/env.txt\n")
-    fake.chmod(0o755)
+    # stands in for the interpreter that runs sglang.launch_server
+    fake = fake_sglang_python(short_tmp / "python", f"env > {short_tmp}/env.txt")
     eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "python": str(fake),
                         "off_path": "fast", "env": {"SPEC_CONTROLLER_DRAFT_KV_GRAPH": False, "NCCL_DEBUG": "WARN"}},
                        initial_threshold=7)

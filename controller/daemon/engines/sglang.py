@@ -27,6 +27,7 @@ from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_FAST_OFF, ENV_INITIAL_TH
 from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
 from .sglang_flags import OWN_KEYS, admin_headers, server_flags, shown
+from .sglang_install import other_interpreter_reason
 
 log = logging.getLogger("spec_controller.sglang")
 
@@ -143,8 +144,10 @@ class SGLangEngine(Engine):
     def check_installed(self) -> None:
         """Refuse before launching anything when SGLang is missing, outside the supported range, or
         (0.5.23+) beside an out-of-tree platform that may bring its own EAGLE worker."""
-        if self.args.get("python"):
-            return                      # another interpreter: its own SGLang, checked by the plugin
+        if self.args.get("python"):     # another interpreter: asked in a child process
+            if reason := other_interpreter_reason(str(self.args["python"])):
+                raise EngineError(f"sglang engine: {reason}")
+            return
         import importlib.metadata
         try:
             version = importlib.metadata.version("sglang")
