@@ -84,9 +84,11 @@ def sglang_admin_optional(authorization: str | None, api_key: str | None, admin_
     return expected is None or authorization == f"Bearer {expected}"
 
 
-@pytest.mark.parametrize("keys", [{}, {"api_key": "sk-a"}, {"admin_api_key": "adm"},
-                                  {"api_key": "sk-a", "admin_api_key": "adm"}])
-def test_a_server_started_with_api_keys_accepts_the_daemons_threshold(keys):
+@pytest.mark.parametrize("keys,extra", [({}, []), ({"api_key": "sk-a"}, []), ({"admin_api_key": "adm"}, []),
+                                        ({"api_key": "sk-a", "admin_api_key": "adm"}, []),
+                                        ({"api_key": "sk-a"}, ["--api-key", "sk-a"]),
+                                        ({"admin_api_key": "adm"}, ["--admin-api-key=adm"])])
+def test_a_server_started_with_api_keys_accepts_the_daemons_threshold(keys, extra):
     """An operator's --api-key / --admin-api-key (kept by config from-launch) guards /set_internal_state: the
     daemon's request carries the key SGLang asks for, or every threshold would be refused with 401."""
     seen = []
@@ -108,8 +110,9 @@ def test_a_server_started_with_api_keys_accepts_the_daemons_threshold(keys):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Guarded)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     try:
+        given = {"extra_args": extra} if extra else keys     # in [sglang] or in its extra_args
         eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": server.server_address[1],
-                            **keys})
+                            **given})
         eng.set_threshold(5)
         assert len(seen) == 1
         if keys:                                        # the stand-in refuses what SGLang would: a wrong key

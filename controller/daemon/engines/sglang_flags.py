@@ -38,6 +38,13 @@ def shown(cmd: list[str]) -> list[str]:
 
 def admin_headers(args: dict) -> dict[str, str]:
     """The Authorization header SGLang asks of /set_internal_state (its ADMIN_OPTIONAL level, utils/auth.py in
-    0.5.17 ... 0.5.23): the admin key where one is set, else the API key, else none."""
-    key = args.get("admin_api_key") or args.get("api_key")
+    0.5.17 ... 0.5.23): the admin key where one is set, else the API key, else none; a key given in extra_args
+    counts (argparse: the last one given wins)."""
+    keys = {key: args.get(key) for key in SECRET_KEYS}
+    words = [str(x) for x in args.get("extra_args", [])]
+    for i, word in enumerate(words):
+        flag, eq, value = word.partition("=")
+        if flag in SECRET_FLAGS and (eq or i + 1 < len(words)):
+            keys[SECRET_KEYS[SECRET_FLAGS.index(flag)]] = value if eq else words[i + 1]
+    key = keys["admin_api_key"] or keys["api_key"]
     return {"Authorization": f"Bearer {key}"} if key else {}
