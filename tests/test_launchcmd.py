@@ -246,4 +246,5 @@ def test_from_launch_writes_the_off_path_the_readme_asks_at_tp_above_1(tp, off_p
 def test_from_launch_says_an_api_key_makes_the_config_a_secret():
     from controller.daemon.launchcfg import operator_notes
     assert any("chmod 640" in n for n in operator_notes({"api_key": "sk-1"}, {}))
+    assert any("chmod 640" in n for n in operator_notes({"admin_api_key": "adm"}, {}))
     assert operator_notes({"api_key": None}, {}) == []

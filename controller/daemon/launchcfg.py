@@ -164,8 +164,8 @@ def operator_notes(fields: dict, table: dict) -> list[str]:
         table["off_path"] = "fast"
         notes.append(f'tp_size = {tp}: off_path = "fast" written (the default "kv" has not run at TP > 1 on a GPU; '
                      "README, TP > 1)")
-    if fields.get("api_key"):
-        notes.append("api_key is in the config (the daemon logs its launch line with the keys as ***): let only root "
+    if fields.get("api_key") or fields.get("admin_api_key"):
+        notes.append("an API key is in the config (the daemon logs its launch line with the keys as ***): let only root "
                      "and the service read it (sudo chown root:spec-controller /etc/spec-controller/config.toml && "
                      "sudo chmod 640 /etc/spec-controller/config.toml)")
     return notes

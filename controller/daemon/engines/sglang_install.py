@@ -1,5 +1,5 @@
-"""What the interpreter that will run SGLang has installed, asked before anything is launched: the daemon's own
-(read here) or another one named by [sglang] python (asked in a child process: the daemon may not import it)."""
+"""What another interpreter named by [sglang] python has installed, asked in a child process before anything is
+launched (the daemon may not import what it has; the daemon's own interpreter is read in SGLangEngine.check_installed)."""
 from __future__ import annotations
 
 import json
