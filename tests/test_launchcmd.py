@@ -248,3 +248,11 @@ def test_from_launch_says_an_api_key_makes_the_config_a_secret():
     assert any("chmod 640" in n for n in operator_notes({"api_key": "sk-1"}, {}))
     assert any("chmod 640" in n for n in operator_notes({"admin_api_key": "adm"}, {}))
     assert operator_notes({"api_key": None}, {}) == []
+
+
+@pytest.mark.parametrize("fields,needle", [({"nnodes": 2}, "nnodes = 2: several nodes"), ({"dp_size": 4}, "dp_size = 4"),
+                                           ({"nnodes": 1, "dp_size": 1}, None), ({"dp_size": True}, None)])
+def test_from_launch_says_which_layouts_are_untried(fields, needle):
+    from controller.daemon.launchcfg import operator_notes
+    notes = operator_notes(fields, {})
+    assert (any(needle in n and "not yet run with spec-controller" in n for n in notes) if needle else notes == [])
