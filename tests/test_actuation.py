@@ -3,6 +3,7 @@ service counts and does not record as a decision; the writer's essential writes 
 the queue holds (never dropped like samples, never a wait for the caller)."""
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import threading
@@ -17,17 +18,15 @@ from state.writer import Writer
 from tests.test_service import make_service
 
 
-@pytest.fixture
-def set_state_server():
-    """A local HTTP server standing for SGLang's POST /set_internal_state, answering a settable body."""
-    answer = {"body": {"updated": True}}
-    bodies = []
-
+@contextlib.contextmanager
+def post_server(answer_for):
+    """A local HTTP server answering each POST with answer_for(path, headers, body) -> (status, JSON-able answer)."""
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
-            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            out = json.dumps(answer["body"]).encode()
-            self.send_response(200 if self.path == "/set_internal_state" else 404)
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            status, answer = answer_for(self.path, self.headers, body)
+            out = json.dumps(answer).encode()
+            self.send_response(status)
             self.send_header("Content-Length", str(len(out)))
             self.end_headers()
             self.wfile.write(out)
@@ -37,10 +36,24 @@ def set_state_server():
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
-    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": server.server_address[1]})
-    yield eng, answer, bodies
-    server.shutdown()
-    server.server_close()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def set_state_server():
+    """A local HTTP server standing for SGLang's POST /set_internal_state, answering a settable body."""
+    answer = {"body": {"updated": True}}
+    bodies = []
+
+    def answer_for(path, headers, body):
+        bodies.append(body)
+        return (200 if path == "/set_internal_state" else 404), answer["body"]
+    with post_server(answer_for) as port:
+        yield SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": port}), answer, bodies
 
 
 # SGLang 0.5.14 ... 0.5.23 answer one bool per DP rank: [true]; a dict {"updated": ...} is accepted too.
@@ -93,36 +106,20 @@ def test_a_server_started_with_api_keys_accepts_the_daemons_threshold(keys, extr
     daemon's request carries the key SGLang asks for, or every threshold would be refused with 401."""
     seen = []
 
-    class Guarded(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            seen.append(self.headers.get("Authorization"))
-            ok = sglang_admin_optional(self.headers.get("Authorization"), keys.get("api_key"), keys.get("admin_api_key"))
-            out = json.dumps([True] if ok else {"error": "Unauthorized"}).encode()
-            self.send_response(200 if ok else 401)
-            self.send_header("Content-Length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Guarded)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
-    try:
+    def answer_for(path, headers, body):
+        seen.append(headers.get("Authorization"))
+        ok = sglang_admin_optional(headers.get("Authorization"), keys.get("api_key"), keys.get("admin_api_key"))
+        return (200, [True]) if ok else (401, {"error": "Unauthorized"})
+    with post_server(answer_for) as port:
         given = {"extra_args": extra} if extra else keys     # in [sglang] or in its extra_args
-        eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": server.server_address[1],
-                            **given})
+        eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": port, **given})
         eng.set_threshold(5)
         assert len(seen) == 1
         if keys:                                        # the stand-in refuses what SGLang would: a wrong key
-            wrong = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3",
-                                  "port": server.server_address[1], **{k: "wrong" for k in keys}})
+            wrong = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": port,
+                                  **{k: "wrong" for k in keys}})
             with pytest.raises(EngineError, match="set_internal_state failed"):
                 wrong.set_threshold(5)
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 # --- the writer ------------------------------------------------------------------------------------

@@ -159,15 +159,16 @@ def operator_notes(fields: dict, table: dict) -> list[str]:
     """What the README asks of a server like this one, said where from-launch sees it: TP > 1 runs off_path "fast"
     (written into the table), several nodes or DP replicas are untried, an API key makes the config a secret."""
     notes = []
-    tp = fields.get("tp_size")
-    if isinstance(tp, int) and not isinstance(tp, bool) and tp > 1:
+    several = {key: v for key in ("tp_size", "nnodes", "dp_size")
+               if isinstance(v := fields.get(key), int) and not isinstance(v, bool) and v > 1}
+    if "tp_size" in several:
         table["off_path"] = "fast"
-        notes.append(f'tp_size = {tp}: off_path = "fast" written (the default "kv" has not run at TP > 1 on a GPU; '
-                     "README, TP > 1)")
+        notes.append(f'tp_size = {several["tp_size"]}: off_path = "fast" written (the default "kv" has not run at '
+                     "TP > 1 on a GPU; README, TP > 1)")
     for key, what in (("nnodes", "several nodes (only rank 0 serves the API the daemon steers through)"),
                       ("dp_size", "data-parallel replicas (one threshold set for all of them)")):
-        if isinstance(fields.get(key), int) and not isinstance(fields.get(key), bool) and fields[key] > 1:
-            notes.append(f"{key} = {fields[key]}: {what}: not yet run with spec-controller")
+        if key in several:
+            notes.append(f"{key} = {several[key]}: {what}: not yet run with spec-controller")
     if fields.get("api_key") or fields.get("admin_api_key"):
         notes.append("an API key is in the config (the daemon logs its launch line with the keys as ***): let only root "
                      "and the service read it (sudo chown root:spec-controller /etc/spec-controller/config.toml && "

@@ -26,13 +26,19 @@ def server_flags(args: dict) -> list[str]:
     return flags + [str(x) for x in args.get("extra_args", [])]
 
 
+def _secret_words(words: list[str]):
+    """(index of the word holding an API key, the key's name, whether it is a '--flag=value' word) per key given."""
+    for i, word in enumerate(words):
+        flag, eq, _ = word.partition("=")
+        if flag in SECRET_FLAGS and (eq or i + 1 < len(words)):
+            yield (i if eq else i + 1), SECRET_KEYS[SECRET_FLAGS.index(flag)], bool(eq)
+
+
 def shown(cmd: list[str]) -> list[str]:
     """The launch command as the daemon logs it: the API keys' values replaced by ***."""
-    out, hide = [], False
-    for word in cmd:
-        flag, eq, _ = word.partition("=")
-        out.append("***" if hide else (f"{flag}=***" if eq and flag in SECRET_FLAGS else word))
-        hide = not eq and word in SECRET_FLAGS
+    out = list(cmd)
+    for i, _, joined in _secret_words(cmd):
+        out[i] = f"{cmd[i].partition('=')[0]}=***" if joined else "***"
     return out
 
 
@@ -42,9 +48,7 @@ def admin_headers(args: dict) -> dict[str, str]:
     counts (argparse: the last one given wins)."""
     keys = {key: args.get(key) for key in SECRET_KEYS}
     words = [str(x) for x in args.get("extra_args", [])]
-    for i, word in enumerate(words):
-        flag, eq, value = word.partition("=")
-        if flag in SECRET_FLAGS and (eq or i + 1 < len(words)):
-            keys[SECRET_KEYS[SECRET_FLAGS.index(flag)]] = value if eq else words[i + 1]
+    for i, key, joined in _secret_words(words):
+        keys[key] = words[i].partition("=")[2] if joined else words[i]
     key = keys["admin_api_key"] or keys["api_key"]
     return {"Authorization": f"Bearer {key}"} if key else {}
