@@ -175,7 +175,7 @@ def test_plain_off_batches_are_the_daemons_engines_alone():
 set -u
 say() { echo "SAY $*"; }
 start_server() { echo "start_server $*"; SERVER_PID=4242; }
-B=off; OFF_PATH=kv; GRAMMAR_BACKEND=none; PREFILL_GRAPH=default; SLEEP_ON_IDLE=1
+B=off; OFF_PATH=kv; GRAMMAR_BACKEND=none; PREFILL_GRAPH=default; SLEEP_ON_IDLE=1; POOL_TOKENS=230000
 eval "$(sed -n '/^beside=/,/^say "prefill graphs/p;/^start_nospec()/,/; }$/p' "$SCRIPT")"
 start_nospec 0.30
 echo "PLAIN_OFF=${SPEC_CONTROLLER_PLAIN_OFF:-unset} STRICT=${SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY:-unset}"
@@ -185,6 +185,7 @@ echo "PLAIN_OFF=${SPEC_CONTROLLER_PLAIN_OFF:-unset} STRICT=${SGLANG_ENABLE_STRIC
                               capture_output=True, text=True, timeout=30).stdout
     plain = run(PLAIN="1", MEMCHECK="1")
     assert "PLAIN_OFF=1 STRICT=1" in plain and "off batches as plain batches (PLAIN=1)" in plain
+    assert "KV pools 230000 tokens" in plain
     assert "start_server nospec 30001 SPEC_TIMELINE=/tmp/tl/nospec SPEC_CONTROLLER_PLAIN_OFF=0 --" in plain
     assert "PLAIN_OFF=unset STRICT=unset" in run()
 
@@ -259,3 +260,37 @@ echo went on
     no = run(ROTATION="plain")
     assert no.returncode == 2 and no.stdout.startswith("SAY not started: ROTATION=plain needs PLAIN=1")
     assert run(ROTATION="plain", PLAIN="1").stdout.strip() == "went on"
+
+
+COMMON_SH = SCRIPT.parent / "common.sh"
+POOL_HARNESS = r"""
+set -u
+say() { :; }; save_caches() { :; }; setsid() { :; }; specctl() { echo '"running": true'; }
+eval "$(sed -n '/^export POOL_TOKENS=/p' "$SCRIPT")"
+M=/m; MAXBS=128; TP=1; DUMMY=; PREFILL_GRAPH=default; PREFILL_FLAG=(); GRAMMAR_BACKEND=none; ACC=natural
+SC=$WORK; OUT=$WORK; GROUPS_FILE=$WORK/groups
+eval "$(sed -n '/^COMMON=(/,/^\[ "\$POOL_TOKENS" != 0 \]/p;/^start_daemon()/,/^}/p' "$COMMON_SH")"
+echo "COMMON: ${COMMON[*]}"
+start_daemon
+"""
+
+
+@pytest.mark.parametrize("given, pool", [(None, 230000), ("180000", 180000), ("0", None)])
+def test_both_engines_get_the_same_kv_pool(tmp_path, given, pool):
+    """run_pair.sh caps both engines' KV pools at POOL_TOKENS (230000 unless set; 0: SGLang sizes each from its memory
+    fraction): the no-spec engine's flags and the daemon's [sglang] alike. Before, the engine started second always got
+    the larger pool, confounding the start order with the pool (common.sh's comment)."""
+    from controller.daemon.config import load_config
+    from controller.daemon.engines.sglang_flags import server_flags
+    env = {"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "COMMON_SH": str(COMMON_SH), "WORK": str(tmp_path)}
+    if given is not None:
+        env["POOL_TOKENS"] = given
+    out = subprocess.run(["bash", "-c", POOL_HARNESS], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    common = out.stdout.split("COMMON: ", 1)[1].splitlines()[0].split()
+    daemon_flags = server_flags(load_config(tmp_path / "config.toml")["sglang"])
+    for flags in (common, daemon_flags):
+        if pool is None:
+            assert "--max-total-tokens" not in flags
+        else:
+            assert flags[flags.index("--max-total-tokens") + 1] == str(pool)

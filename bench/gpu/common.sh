@@ -105,6 +105,14 @@ COMMON=(--model-path $M/target --host 127.0.0.1 --attention-backend triton --mem
 # 128 went from 19 % (12-04d) to 3.6 / 4.8 % (12-04e))
 SLEEP_ON_IDLE=${SLEEP_ON_IDLE:-1}
 [ "$SLEEP_ON_IDLE" = 1 ] && COMMON+=(--sleep-on-idle)
+# POOL_TOKENS: every engine's KV pool capped at that many tokens (--max-total-tokens); 0 (the default here; run_pair.sh
+# sets 230000): each engine's pool as its memory fraction gives. Until 12-05 the engine started second always got the
+# larger pool (367k / 341k / 358k / 387k tokens vs 231k / 260k / 276k), so its prefill-CPU excess (12-04i, 12-05 call
+# 3) followed the second start and the larger pool alike. Once the pool is full every new request evicts from the
+# radix cache, whose evict() walks every evictable leaf, ~1 per cached request (on the CPU host: 533 leaves at 230k
+# tokens of 432-token requests, 126 us an evict; 849 at 367k, 252 us).
+POOL_TOKENS=${POOL_TOKENS:-0}
+[ "$POOL_TOKENS" != 0 ] && COMMON+=(--max-total-tokens "$POOL_TOKENS")
 SPEC=(--speculative-algorithm EAGLE3 --speculative-draft-model-path $M/eagle3 --speculative-num-steps 3
   --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 ${DUMMY:+--speculative-draft-load-format dummy})
 
@@ -224,6 +232,7 @@ $([ -n "$DUMMY" ] && printf 'load_format = "dummy"\nspeculative_draft_load_forma
 random_seed = 0
 $([ -n "${OFF_PATH:-}" ] && echo "off_path = \"$OFF_PATH\"")
 $([ "$SLEEP_ON_IDLE" = 1 ] && echo "sleep_on_idle = true")
+$([ "$POOL_TOKENS" != 0 ] && echo "max_total_tokens = $POOL_TOKENS")
 ready_timeout_s = 420
 probe_s = ${PROBE_S:-30}
 hang_after_s = ${HANG_AFTER_S:-180}

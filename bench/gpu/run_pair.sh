@@ -46,6 +46,8 @@
 #  noise a 0.97 verdict must clear). Only the phases that need no daemon: TWIN_PHASES.
 # requests with a regex need a grammar backend in both engines (common.sh reads GRAMMAR_BACKEND)
 case ",${SHAPES:-}," in *,grammar,*|*,grcheck,*) export GRAMMAR_BACKEND=${GRAMMAR_BACKEND:-xgrammar} ;; esac
+# both engines' KV pools the same size (common.sh POOL_TOKENS: from 12-06 on; before, the second start's was larger)
+export POOL_TOKENS=${POOL_TOKENS:-230000}
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
 RUNS=$((2 * ${REPEATS:-2}))          # runs per level or rate: REPEATS (2) of each of the two engines
@@ -215,7 +217,7 @@ beside="off path ${OFF_PATH:-default}"; [ "$B" = twin ] && beside="beside it a t
 batches' hooks are registered at start only)"; exit 2; }
 [ "${MEMCHECK:-0}" = 1 ] && { export SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY=1 SGLANG_CHECK_KV_PAGE_INVARIANTS=1
   beside="$beside, KV leak checks after every batch (MEMCHECK=1)"; }
-say "prefill graphs $PREFILL_GRAPH, $beside, grammar backend $GRAMMAR_BACKEND, sleep on idle $SLEEP_ON_IDLE"
+say "prefill graphs $PREFILL_GRAPH, $beside, grammar backend $GRAMMAR_BACKEND, sleep on idle $SLEEP_ON_IDLE, KV pools ${POOL_TOKENS/#0/as sized} tokens"
 # B_FIRST=1: the engine beside no-spec starts first (0.34) and no-spec second (0.64, of which its own share ~0.30),
 # the same pools the other way round: whether a per-op CPU excess follows the engine or the second start (12-04i:
 # the second-started engine's prefills ran +9-16 % CPU for the same code, the A/A's twin too)
