@@ -218,7 +218,10 @@ ENV_LEAN_PREFILL = "SPEC_CONTROLLER_LEAN_PREFILL"      # "0": prefills run the d
 ENV_LEAN_OFF = "SPEC_CONTROLLER_LEAN_OFF"              # "0": off batches' results made per batch (plugin/offstubs.py)
 ENV_DEFER_PROMPT_KV = "SPEC_CONTROLLER_DEFER_PROMPT_KV"  # "1": prompts' draft-KV writes after the next forward (promptkv)
 ENV_LEAN_RESOLVE = "SPEC_CONTROLLER_LEAN_RESOLVE"      # "1": off batches' bonus tokens gathered alone (offresolve)
-MAX_THRESHOLD = 1 << 20
+# The largest batch size, and so threshold, anything here accepts (config, CLI, policies, guard, plugin): far above
+# any --max-running-requests, one bound so that every boundary agrees with what the daemon may send.
+MAX_BATCH = 65536
+MAX_THRESHOLD = MAX_BATCH
 
 
 def validate_threshold(value: Any) -> str | None:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Mapping
 
+from controller.contract import MAX_BATCH
+
 from .buckets import Buckets
 from .params import ParamSpec, resolve_params
 from .types import Decision, PolicyError, Sample, Snapshot
@@ -33,8 +35,8 @@ class Policy:
     PARAMS: ClassVar[tuple[ParamSpec, ...]] = ()
 
     def __init__(self, params: Mapping[str, Any] | None = None, *, seed: int = 0, max_batch_size: int = 256):
-        if not 1 <= int(max_batch_size) <= 65536:
-            raise PolicyError(f"max_batch_size={max_batch_size!r} out of range (allowed 1 .. 65536)")
+        if not 1 <= int(max_batch_size) <= MAX_BATCH:
+            raise PolicyError(f"max_batch_size={max_batch_size!r} out of range (allowed 1 .. {MAX_BATCH})")
         self.params = resolve_params(self.name, self.PARAMS, params)
         self.seed = int(seed)
         self.max_batch_size = int(max_batch_size)

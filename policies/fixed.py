@@ -1,6 +1,8 @@
 """A static threshold: the operator's guess, and the always/never baselines."""
 from __future__ import annotations
 
+from controller.contract import MAX_BATCH
+
 from .base import Policy
 from .params import ParamSpec
 from .types import Decision, Snapshot
@@ -9,7 +11,7 @@ from .types import Decision, Snapshot
 class FixedPolicy(Policy):
     name = "fixed"
     summary = "a static threshold (0 = never speculate, >= max batch size = always)"
-    PARAMS = (ParamSpec("threshold", int, 5, 0, 65536, "speculate iff batch size <= threshold"),)
+    PARAMS = (ParamSpec("threshold", int, 5, 0, MAX_BATCH, "speculate iff batch size <= threshold"),)
 
     def decide(self, snap: Snapshot) -> Decision:
         t = int(self.params["threshold"])

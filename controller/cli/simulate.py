@@ -5,6 +5,7 @@ import click
 
 from policies import PolicyError, parse_kv
 
+from ..contract import MAX_BATCH
 from ..sim.evaluate import DEFAULT_TICK_S, evaluate, sweep_segments
 from ..sim.profile import ProfileError, load_profile, load_trace
 from .common import fail
@@ -19,8 +20,8 @@ def _levels(text: str | None, default: tuple[int, ...]) -> list[int]:
         levels = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise click.BadParameter(f"{text!r} is not a comma-separated list of integers", param_hint="--concurrency")
-    if not levels or any(c < 1 or c > 65536 for c in levels):
-        raise click.BadParameter("levels must be 1 .. 65536", param_hint="--concurrency")
+    if not levels or any(c < 1 or c > MAX_BATCH for c in levels):
+        raise click.BadParameter(f"levels must be 1 .. {MAX_BATCH}", param_hint="--concurrency")
     return levels
 
 

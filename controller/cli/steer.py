@@ -6,6 +6,7 @@ import time
 
 import click
 
+from ..contract import MAX_BATCH
 from .client import DaemonUnreachable
 from .common import Ctx, alias_note, call, emit, fail, json_option, offline_read, save_offline, trial_note
 from .options import EXIT_USAGE, NEGATIVE_ARGS, Bounded
@@ -152,7 +153,7 @@ def _saved_pin(ctx: Ctx) -> int | None:
 
 
 @threshold.command("pin", context_settings=NEGATIVE_ARGS)
-@click.argument("n", metavar="N", type=Bounded("threshold", 0, 65536))
+@click.argument("n", metavar="N", type=Bounded("threshold", 0, MAX_BATCH))
 @click.pass_obj
 def threshold_pin(ctx: Ctx, n: int) -> None:
     """Hold the threshold at N (speculate iff batch size <= N; 0 = never) until unpinned."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
+from ..contract import MAX_BATCH
+
 
 class GuardConfigError(ValueError):
     pass
@@ -16,7 +18,7 @@ HOLD = -1       # fallback_threshold: keep the learned (exploit) threshold while
 @dataclass(frozen=True)
 class GuardConfig:
     min_threshold: int = 0
-    max_threshold: int = 65536          # clipped to the engine's max batch size
+    max_threshold: int = MAX_BATCH          # clipped to the engine's max batch size
     stabilisation_s: float = 0.5        # a move must be backed by every proposal this long
     max_step_buckets: int = 8           # cap on buckets crossed per decision (exploit moves)
     explore_share: float = 0.05         # at most this share of batches under exploratory thresholds

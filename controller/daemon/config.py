@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 from policies import PolicyError, make_policy
 
 from ..control.guard_config import GuardConfig, GuardConfigError
+from ..contract import MAX_BATCH
 from ..paths import DEFAULT_CONFIG, socket_path_too_long
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -139,9 +140,9 @@ def load_conflict(trace: str | None, concurrency: float, arrival_rate: float) ->
     return f"{keys} each choose the simulated load: give one of them"
 
 
-RANGES = [("sim", "speed", 0.01, 10000), ("sim", "concurrency", 0, 65536), ("sim", "arrival_rate", 0, 1e6),
+RANGES = [("sim", "speed", 0.01, 10000), ("sim", "concurrency", 0, MAX_BATCH), ("sim", "arrival_rate", 0, 1e6),
           ("sim", "seed", 0, 2**63),
-          ("policy", "tick_s", 0.05, 3600), ("policy", "initial_threshold", 0, 65536), ("policy", "seed", 0, 2**63),
+          ("policy", "tick_s", 0.05, 3600), ("policy", "initial_threshold", 0, MAX_BATCH), ("policy", "seed", 0, 2**63),
           ("storage", "retention_samples_s", 1, 1e9), ("storage", "retention_max_samples", 1000, 1e10),
           ("storage", "retention_aggregates_s", 1, 1e10), ("storage", "retention_decisions_s", 1, 1e10),
           ("storage", "retention_max_decisions", 100, 1e10), ("storage", "retention_events_s", 1, 1e10),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..contract import zero_saves_prefill_draft
+from ..contract import MAX_BATCH, zero_saves_prefill_draft
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "profiles"
 TRACE_DIR = BUILTIN_DIR / "traces"
@@ -237,7 +237,7 @@ def parse_profile(data: dict, where: str, source: str = "") -> Profile:
     spec_steps = c.number("spec_steps", 1, 16, integer=True)
     st = c.section("step_time")
     st.unknown({"batch_size", "off", "spec"})
-    bs = st.numbers("batch_size", 1, 65536, integer=True)
+    bs = st.numbers("batch_size", 1, MAX_BATCH, integer=True)
     if any(b >= a for a, b in zip(bs[1:], bs)):
         raise ProfileError(f"{where} [step_time]: batch_size must be strictly increasing")
     off = st.numbers("off", 1e-6, 60.0, length=len(bs))
@@ -247,13 +247,13 @@ def parse_profile(data: dict, where: str, source: str = "") -> Profile:
     load = c.section("load", required=False)
     load.unknown({"concurrency", "output_len_mean", "output_len_sd", "output_len_range", "prompt_len_range",
                   "arrival_rate"})
-    concurrency = load.numbers("concurrency", 1, 65536, integer=True) if "concurrency" in load.data \
+    concurrency = load.numbers("concurrency", 1, MAX_BATCH, integer=True) if "concurrency" in load.data \
         else (1, 2, 4, 8, 16, 32, 64, 128, 256)
     return Profile(
         name=c.text("name", Path(source).stem if source else "profile"),
         description=c.text("description"),
         source=c.text("source"),
-        max_batch_size=c.number("max_batch_size", 1, 65536, default=256, integer=True),
+        max_batch_size=c.number("max_batch_size", 1, MAX_BATCH, default=256, integer=True),
         spec_steps=spec_steps,
         batch_sizes=bs, step_off=off, step_spec=spec,
         mean_accept_length=acc.number("mean_accept_length", 1.0, spec_steps + 1.0),
@@ -308,5 +308,5 @@ def _segment(where: str, seg: object, max_accept_length: float) -> Segment:
     accept = s.number("mean_accept_length", 1.0, max_accept_length) if "mean_accept_length" in seg else None
     if "rate" in seg:
         return Segment(s.number("seconds", 0.1, 1e6), 0, accept, s.text("label"), s.number("rate", 0.001, 1e6))
-    return Segment(s.number("seconds", 0.1, 1e6), s.number("concurrency", 1, 65536, integer=True),
+    return Segment(s.number("seconds", 0.1, 1e6), s.number("concurrency", 1, MAX_BATCH, integer=True),
                    accept, s.text("label"))

@@ -21,9 +21,9 @@ import urllib.request
 from pathlib import Path
 
 from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL,
-                         ENV_SYNC_DRAFT, PAYS_DRAFT, SAME_AT_ZERO, THRESHOLD_KEY, decode, installed_platform_plugins,
-                         platform_unsupported_reason, unsupported_reason, version_unsupported_reason,
-                         zero_saves_prefill_draft)
+                         ENV_SYNC_DRAFT, MAX_BATCH, PAYS_DRAFT, SAME_AT_ZERO, THRESHOLD_KEY, decode,
+                         installed_platform_plugins, platform_unsupported_reason, unsupported_reason,
+                         version_unsupported_reason, zero_saves_prefill_draft)
 from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
 from .sglang_flags import OWN_KEYS, admin_headers, server_flags, shown
@@ -109,7 +109,7 @@ class SGLangEngine(Engine):
         self.host = str(self.args.setdefault("host", "127.0.0.1"))
         self.port = _count(self.args, "port", 30000, 1, 65535)
         self.args["port"] = self.port
-        self.max_batch_size = _count(self.args, "max_running_requests", 256, 1, 65536)
+        self.max_batch_size = _count(self.args, "max_running_requests", 256, 1, MAX_BATCH)
         self.initial_threshold = initial_threshold
         self.proc: subprocess.Popen | None = None
         self._stop = threading.Event()
