@@ -313,3 +313,8 @@ def platform_unsupported_reason(version: str, plugins: Sequence[str]) -> str | N
         return (f"out-of-tree SGLang platform installed ({', '.join(plugins)}): SGLang {version} may serve EAGLE "
                 "with the platform's own worker, where adaptive speculation (and this plugin) do not run")
     return None
+
+
+def sglang_unsupported_reason(version: str, platforms: Sequence[str]) -> str | None:
+    """The installed SGLang (its version, the out-of-tree platforms beside it) against what the plugin supports."""
+    return version_unsupported_reason(version) or platform_unsupported_reason(version, platforms)

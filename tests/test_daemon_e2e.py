@@ -220,5 +220,7 @@ def test_sglang_engine_without_sglang_is_one_clear_line(short_tmp):
     res = run_daemon_once(short_tmp, "--config", str(short_tmp / "g.toml"), "--db", str(short_tmp / "x.db"),
                           "--socket", str(short_tmp / "s"))
     assert res.returncode == 1
+    import sys                                  # (the daemon runs on this interpreter: run_daemon_once)
     assert res.stderr.strip().splitlines() == [
-        "spec-controller: sglang is not installed: pip install 'spec-controller[sglang]'"]
+        f"spec-controller: sglang engine: this interpreter ({sys.executable}) has no sglang installed "
+        f"({sys.executable} -m pip install 'spec-controller[sglang]')"]

@@ -120,7 +120,7 @@ def test_check_of_an_sglang_config_run_by_this_interpreter_needs_sglang_here(tmp
     (tmp_path / "c.toml").write_text('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\n'
                                      'speculative_algorithm = "EAGLE3"\n')
     one_line(CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "c.toml")]),   # D03
-             "sglang is not installed", 2)
+             "has no sglang installed", 2)
 
 
 def test_check_names_an_open_loop_load(tmp_path):

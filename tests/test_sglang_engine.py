@@ -102,16 +102,35 @@ def test_engine_refuses_what_adaptive_speculation_turns_off_before_launching(ext
 def test_engine_checks_the_installed_sglang_and_its_platforms_before_launching(monkeypatch):
     import importlib.metadata
 
-    from controller.daemon.engines import sglang as adapter
+    from controller.daemon.engines import sglang_install
     eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3"})
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.5.23")
-    monkeypatch.setattr(adapter, "installed_platform_plugins", lambda: [])
+    monkeypatch.setattr(sglang_install, "installed_platform_plugins", lambda: [])
     eng.check_installed()
-    monkeypatch.setattr(adapter, "installed_platform_plugins", lambda: ["oot_npu"])
+    monkeypatch.setattr(sglang_install, "installed_platform_plugins", lambda: ["oot_npu"])
     with pytest.raises(EngineError, match="out-of-tree SGLang platform installed"):
         eng.check_installed()
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.5.24")
     with pytest.raises(EngineError, match="outside the supported range"):
+        eng.check_installed()
+
+
+def test_the_daemons_own_interpreter_without_the_plugin_is_refused_as_another_would_be(monkeypatch):
+    """SGLang beside a spec-controller whose entry point is not registered (run from a source tree on PYTHONPATH, not
+    pip-installed): SGLang would serve without the plugin and the daemon wait for telemetry that never comes."""
+    import importlib.metadata
+    import sys
+
+    from controller.daemon.engines import sglang_install
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.5.17")
+    monkeypatch.setattr(sglang_install, "installed_platform_plugins", lambda: [])
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3"})
+    eng.check_installed()                                   # this venv: spec-controller installed, entry point there
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [e for e in real(group=group)
+                                                                           if e.name != "spec_controller"])
+    with pytest.raises(EngineError, match=re.escape(f"this interpreter ({sys.executable}) has sglang 0.5.17 but not "
+                                                    "spec-controller: SGLang would run without the plugin")):
         eng.check_installed()
 
 

@@ -21,11 +21,11 @@ def load() -> None:
     _loaded.append(None)
     if os.environ.get("SPEC_CONTROLLER_PLUGIN", "1") == "0":
         return
-    from ..contract import installed_platform_plugins, platform_unsupported_reason, version_unsupported_reason
+    from ..contract import installed_platform_plugins, sglang_unsupported_reason
     from .support import sglang_version
     try:
         version = sglang_version()
-        reason = version_unsupported_reason(version) or platform_unsupported_reason(version, installed_platform_plugins())
+        reason = sglang_unsupported_reason(version, installed_platform_plugins())
         if reason:
             log.warning("spec-controller plugin not loaded: %s", reason)
             return

@@ -22,12 +22,11 @@ from pathlib import Path
 
 from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL,
                          ENV_SYNC_DRAFT, MAX_BATCH, PAYS_DRAFT, SAME_AT_ZERO, THRESHOLD_KEY, decode,
-                         installed_platform_plugins, platform_unsupported_reason, unsupported_reason,
-                         version_unsupported_reason, zero_saves_prefill_draft)
+                         unsupported_reason, zero_saves_prefill_draft)
 from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
 from .sglang_flags import OWN_KEYS, admin_headers, server_flags, shown
-from .sglang_install import other_interpreter_reason
+from .sglang_install import interpreter_reason
 
 log = logging.getLogger("spec_controller.sglang")
 
@@ -142,19 +141,9 @@ class SGLangEngine(Engine):
                 "--speculative-adaptive-config", str(self.adaptive_config)]
 
     def check_installed(self) -> None:
-        """Refuse before launching anything when SGLang is missing, outside the supported range, or
-        (0.5.23+) beside an out-of-tree platform that may bring its own EAGLE worker."""
-        if self.args.get("python"):     # another interpreter: asked in a child process
-            if reason := other_interpreter_reason(str(self.args["python"])):
-                raise EngineError(f"sglang engine: {reason}")
-            return
-        import importlib.metadata
-        try:
-            version = importlib.metadata.version("sglang")
-        except importlib.metadata.PackageNotFoundError:
-            raise EngineError("sglang is not installed: pip install 'spec-controller[sglang]'") from None
-        reason = version_unsupported_reason(version) or platform_unsupported_reason(version, installed_platform_plugins())
-        if reason:
+        """Refuse before launching anything when the interpreter that would run SGLang ([sglang] python, else the
+        daemon's) lacks SGLang or spec-controller's plugin, or its SGLang is unsupported (sglang_install)."""
+        if reason := interpreter_reason(self.args.get("python") and str(self.args["python"])):
             raise EngineError(f"sglang engine: {reason}")
 
     def start(self, on_sample: SampleSink) -> None:

@@ -1,11 +1,13 @@
-"""What another interpreter named by [sglang] python has installed, asked in a child process before anything is
-launched (the daemon may not import what it has; the daemon's own interpreter is read in SGLangEngine.check_installed)."""
+"""What the interpreter that will run SGLang has installed, checked before anything is launched: another one named by
+[sglang] python is asked in a child process (the daemon may not import what it has), the daemon's own read in-process;
+one rule judges both answers."""
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
-from ...contract import PLATFORM_PLUGINS_GROUP, platform_unsupported_reason, version_unsupported_reason
+from ...contract import PLATFORM_PLUGINS_GROUP, installed_platform_plugins, sglang_unsupported_reason
 
 PLUGINS_GROUP = "sglang.srt.plugins"       # where SGLang finds plugins (pyproject: spec_controller = controller.plugin:load)
 OWN_PLUGIN = "spec_controller"
@@ -36,18 +38,37 @@ def installed(python: str) -> dict:
     return answer
 
 
-def other_interpreter_reason(python: str) -> str | None:
-    """Why the SGLang in `python` cannot run the plugin, or None: SGLang missing or outside the supported range,
-    spec-controller not installed there (SGLang would start without the plugin), an out-of-tree platform (0.5.23+)."""
+def own_installed() -> dict:
+    """installed()'s answer for the daemon's own interpreter, read in-process (metadata only)."""
+    import importlib.metadata as m
+    try:
+        version = m.version("sglang")
+    except m.PackageNotFoundError:
+        version = None
+    return {"sglang": version, "plugins": sorted(ep.name for ep in m.entry_points(group=PLUGINS_GROUP)),
+            "platforms": installed_platform_plugins()}
+
+
+def installed_reason(found: dict, where: str, pip: str) -> str | None:
+    """Why the SGLang of `found` (installed()'s answer for the interpreter `where` names, installed into with `pip`)
+    cannot run the plugin, or None: SGLang missing or outside the supported range, spec-controller not installed there
+    (SGLang would start without the plugin and the daemon wait for telemetry that never comes), an out-of-tree platform
+    (0.5.23+)."""
+    if found["sglang"] is None:
+        return f"{where} has no sglang installed ({pip} install 'spec-controller[sglang]')"
+    if OWN_PLUGIN not in found["plugins"]:
+        return (f"{where} has sglang {found['sglang']} but not spec-controller: SGLang would run without the plugin "
+                f"({pip} install spec-controller)")
+    return sglang_unsupported_reason(found["sglang"], found["platforms"])
+
+
+def interpreter_reason(python: str | None) -> str | None:
+    """installed_reason for `python` ([sglang] python, asked in a child process), or with None the daemon's own."""
+    if not python:
+        return installed_reason(own_installed(), f"this interpreter ({sys.executable})", f"{sys.executable} -m pip")
     try:
         found = installed(python)
     except (OSError, ValueError, subprocess.TimeoutExpired) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
         return f"[sglang] python = {python}: cannot ask what it has installed ({why})"
-    if found["sglang"] is None:
-        return f"[sglang] python = {python} has no sglang installed"
-    if OWN_PLUGIN not in found["plugins"]:
-        return (f"[sglang] python = {python} has sglang {found['sglang']} but not spec-controller: SGLang would run "
-                f"without the plugin ({python} -m pip install spec-controller)")
-    return version_unsupported_reason(found["sglang"]) or platform_unsupported_reason(found["sglang"],
-                                                                                       found["platforms"])
+    return installed_reason(found, f"[sglang] python = {python}", f"{python} -m pip")
