@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from controller.daemon.config import load_config
 from controller.daemon.engines.sglang import SGLangEngine
-from controller.daemon.launchcfg import DAEMON_SETS, convert
+from controller.daemon.launchcfg import convert
 from controller.daemon.main import main
 from tests.conftest import fake_sglang_python
 from tests.test_launchcmd import SPEC, from_launch, one_line
@@ -78,7 +78,7 @@ def test_the_printed_config_launches_what_the_command_did(tmp_path, argv):
     """Field for field by launch_server's own parse, but for what the daemon sets itself."""
     res = from_launch("--python", SGLANG_PYTHON, "--", "python", "-m", "sglang.launch_server", *argv)
     differ = reference_differ(launched(tmp_path, res), argv)
-    assert differ <= DAEMON_SETS and "speculative_adaptive_config" in differ, differ
+    assert differ <= SGLangEngine.DECIDES and "speculative_adaptive_config" in differ, differ
 
 
 @needs_sglang
@@ -101,7 +101,7 @@ def test_sglangs_yaml_config_is_merged_as_launch_server_merges_it(tmp_path):
     res = from_launch("--python", SGLANG_PYTHON, "--", *argv)
     t = tomllib.loads(res.stdout)["sglang"]
     assert (t["model_path"], t["tp_size"], t["enable_metrics"]) == ("/models/y", 2, True)     # the command wins
-    assert reference_differ(launched(tmp_path, res), argv) <= DAEMON_SETS
+    assert reference_differ(launched(tmp_path, res), argv) <= SGLangEngine.DECIDES
 
 
 @needs_sglang

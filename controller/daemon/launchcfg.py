@@ -29,9 +29,6 @@ from .engines.sglang_flags import shown
 from .launchcmd import CommandError, path_notes, split_command, words
 
 SCRIPT = Path(__file__).with_name("launchparse.py")
-# What the daemon passes itself, or chooses where a command leaves SGLang to (engines/sglang.py): told, not refused
-DAEMON_SETS = {"speculative_adaptive", "speculative_adaptive_config", "speculative_num_steps",
-               "speculative_num_draft_tokens", "speculative_eagle_topk", "host", "port"}
 ANSWER_TIMEOUT_S = 300.0        # SGLang's import (seconds on a GPU host) and one parse
 SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -180,7 +177,7 @@ def check_round_trip(parser: SGLangParser, argv: list[str], engine: SGLangEngine
     """The daemon's launch, parsed by SGLang, against the operator's command: LaunchError where a field differs that
     the daemon does not set itself; notes naming those it does."""
     differ = parser.ask({"argv": engine.command()[3:], "same_as": argv}, "the section's flags")["differ"]
-    if unexpected := sorted(set(differ) - DAEMON_SETS):     # the section would start another server: print nothing
+    if unexpected := sorted(set(differ) - SGLangEngine.DECIDES):     # the section would start another server: print nothing
         raise LaunchError(f"the section would not launch what the command does ({', '.join(unexpected)} differ): "
                           "put those flags in [sglang] extra_args by hand")
     shown = {k: engine.args[k] for k in sorted(set(differ) & set(engine.args))}

@@ -93,6 +93,10 @@ def _seconds(args: dict, key: str, default: float) -> float:
 
 class SGLangEngine(Engine):
     name = "sglang"
+    # The launch keys the daemon decides: the adaptive flags always (command), the draft's shape, host and port where
+    # the config leaves them (__init__); from-launch tells an operator of these rather than refusing them
+    DECIDES = frozenset({"speculative_adaptive", "speculative_adaptive_config", "speculative_num_steps",
+                         "speculative_num_draft_tokens", "speculative_eagle_topk", "host", "port"})
 
     def __init__(self, args: dict, initial_threshold: int = 0):
         self.args = dict(args)
