@@ -47,6 +47,8 @@ def one_line(res, needle: str, code: int) -> None:
      ["--model-path", "m", "--tp", "2"], []),                       # pasted over lines, with a comment
     (["export CUDA_VISIBLE_DEVICES=0,1\nexport SGLANG_X=1\npython3 -m sglang.launch_server --model-path m"],
      {"CUDA_VISIBLE_DEVICES": "0,1", "SGLANG_X": "1"}, "python3", ["--model-path", "m"], []),   # a script's lines
+    (["export CUDA_VISIBLE_DEVICES=0,1; python3 -m sglang.launch_server --model-path 'a;b' --x=1;"],   # `;` as a newline
+     {"CUDA_VISIBLE_DEVICES": "0,1"}, "python3", ["--model-path", "a;b", "--x=1"], []),            # (was "0,1;")
 ])
 def test_the_command_splits_into_environment_interpreter_and_sglangs_arguments(command, env, interpreter, argv, notes):
     assert split_command(command) == (env, interpreter, argv, notes)
@@ -256,3 +258,22 @@ def test_from_launch_says_which_layouts_are_untried(fields, needle):
     from controller.daemon.launchcfg import operator_notes
     notes = operator_notes(fields, {})
     assert (any(needle in n and "not yet run with spec-controller" in n for n in notes) if needle else notes == [])
+
+
+def test_the_parsed_fields_reach_the_operator_notes_and_the_table(tmp_path, monkeypatch):
+    """convert() hands what SGLang's parser read to operator_notes: --tp 2 writes off_path "fast", an API key names the
+    file being written (here a stand-in parser answering over its descriptor as launchparse.py does)."""
+    items = [["--model-path", "/m", "model_path"], ["--speculative-algorithm", "EAGLE3", "speculative_algorithm"],
+             ["--tp-size", 2, "tp_size"], ["--api-key", "sk-1", "api_key"]]
+    first, second = json.dumps({"version": "0.5.17", "items": items}), json.dumps({"version": "0.5.17", "differ": []})
+    monkeypatch.setattr(launchcfg, "ANSWER_TIMEOUT_S", 20.0)
+    parser = _fake(tmp_path, "python", f"read -r a; echo '{first}' >&\"$2\"; read -r b; echo '{second}' >&\"$2\"; "
+                                       "cat >/dev/null")                  # (argv: the script, then the answers' fd)
+    out = tmp_path / "my config.toml"
+    res = from_launch("--python", parser, "-o", str(out), "--", "--model-path", "/m", "--tp", "2")
+    assert res.exit_code == 0, res.output
+    table = tomllib.loads(out.read_text())["sglang"]
+    assert table["off_path"] == "fast" and table["tp_size"] == 2 and table["api_key"] == "sk-1"
+    assert 'tp_size = 2: off_path = "fast" written' in res.stderr
+    assert f"sudo chmod 640 '{out}'" in res.stderr
+    assert oct(out.stat().st_mode & 0o777) == "0o600"            # a new file holding a key: only its owner reads it

@@ -12,6 +12,7 @@ from policies import PolicyError, make_policy
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
 from ..paths import DEFAULT_CONFIG, socket_path_too_long
+from .engines.sglang_flags import shown_value
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "engine": {"kind": "sim"},
@@ -206,7 +207,7 @@ def restart_needed(running: Mapping[str, Any], fresh: Mapping[str, Any]) -> list
     """The keys a reload cannot apply that differ between the running config and a fresh one,
     as `[sim] speed 10 -> 3` (a key only one side has: `(unset)`)."""
     old, new = _flat(running), _flat(fresh)
-    show = lambda flat, at: repr(flat[at]) if at in flat else "(unset)"
+    show = lambda flat, at: repr(_shown(at, flat[at])) if at in flat else "(unset)"
     return [f"[{at[0]}] {at[1]} {show(old, at)} -> {show(new, at)}" for at in sorted(set(old) | set(new))
             if not reloadable(at[0], at[1].split(".")[0]) and old.get(at, show) != new.get(at, show)]
 
@@ -222,6 +223,11 @@ def shadowed(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]]
     except (OSError, tomllib.TOMLDecodeError):
         return []
     mine, theirs = _flat(data), _flat(overrides)
-    return [f"[{s}] {k} {mine[(s, k)]!r} (overridden by the command line: {v!r})"
+    return [f"[{s}] {k} {_shown((s, k), mine[(s, k)])!r} (overridden by the command line: {_shown((s, k), v)!r})"
             for (s, k), v in sorted(theirs.items()) if (s, k) in mine and mine[(s, k)] != v]
+
+
+def _shown(at: tuple[str, str], value: Any) -> Any:
+    """A config value as the log and the events table get it: [sglang]'s secrets as *** (engines/sglang_flags)."""
+    return shown_value(at[1], value) if at[0] == "sglang" else value
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..contract import unsupported_reason
+from ..paths import DEFAULT_CONFIG
 from .engines.base import EngineError
 from .engines.sglang import SGLangEngine
 from .engines.sglang_flags import shown
@@ -115,8 +116,9 @@ def interpreter(python: str) -> str:
     return str(Path(found).absolute())
 
 
-def convert(command: list[str], python: str | None = None) -> Converted:
-    """The [sglang] table for `command`; LaunchError (one line) where it cannot be one."""
+def convert(command: list[str], python: str | None = None, config_path: str | Path = DEFAULT_CONFIG) -> Converted:
+    """The [sglang] table for `command` (to be written at `config_path`); LaunchError (one line) where it cannot be
+    one."""
     try:
         env, named, argv, notes = split_command(command)
     except CommandError as e:
@@ -136,7 +138,7 @@ def convert(command: list[str], python: str | None = None) -> Converted:
         if reason := unsupported_reason({**fields, "speculative_adaptive": True}):
             raise LaunchError(f"the plugin cannot steer this server: {reason}")
         table |= ({"env": env} if env else {}) | ({"python": python} if python else {})
-        notes += operator_notes(fields, table)
+        notes += operator_notes(fields, table, config_path)
         try:
             engine = SGLangEngine(table)
         except EngineError as e:
@@ -152,7 +154,7 @@ def convert(command: list[str], python: str | None = None) -> Converted:
     return Converted(table, answer["version"], notes)
 
 
-def operator_notes(fields: dict, table: dict) -> list[str]:
+def operator_notes(fields: dict, table: dict, config_path: str | Path = DEFAULT_CONFIG) -> list[str]:
     """What the README asks of a server like this one, said where from-launch sees it: TP > 1 runs off_path "fast"
     (written into the table), several nodes or DP replicas are untried, an API key makes the config a secret."""
     notes = []
@@ -167,9 +169,10 @@ def operator_notes(fields: dict, table: dict) -> list[str]:
         if key in several:
             notes.append(f"{key} = {several[key]}: {what}: not yet run with spec-controller")
     if fields.get("api_key") or fields.get("admin_api_key"):
-        notes.append("an API key is in the config (the daemon logs its launch line with the keys as ***): let only root "
-                     "and the service read it (sudo chown root:spec-controller /etc/spec-controller/config.toml && "
-                     "sudo chmod 640 /etc/spec-controller/config.toml)")
+        where = shlex.quote(str(config_path))
+        notes.append("an API key is in the config (the daemon's log shows it as ***, SGLang's lines included): let "
+                     f"only root and the service read it (sudo chown root:spec-controller {where} && sudo chmod 640 "
+                     f"{where})")
     return notes
 
 
@@ -218,12 +221,26 @@ def toml_text(result: Converted, command: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_whole(path: str, text: str) -> None:
-    """`text` at `path`, replacing what was there only once it is all written (a failed write leaves it as it was)."""
+def write_whole(path: str, text: str, private: bool = False) -> None:
+    """`text` at `path`, replacing what was there only once it is all written (a failed write leaves it as it was).
+    A file replaced keeps its mode and, where this user may set them, its owner and group (`chmod 640` for the
+    service stays); a new one is made 0600 when `private` (it holds an API key)."""
     target = Path(path)
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
-        partial.write_text(text)
+        before = target.stat()
+    except FileNotFoundError:
+        before = None
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private or before else 0o666)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        if before is not None:
+            try:
+                os.chown(partial, before.st_uid, before.st_gid)
+            except PermissionError:
+                pass                    # another user's file: its owner stays only where this one may keep it
+            os.chmod(partial, before.st_mode & 0o7777)
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)

@@ -21,15 +21,18 @@ class CommandError(ValueError):
 
 def words(command: list[str]) -> list[str]:
     """The command's words. One string (a pasted command line) is split as a shell would: backslash-newlines
-    joined, comments dropped; variables and substitutions a shell would have expanded are refused."""
+    joined, comments dropped, `;` a separator as a newline is; variables and substitutions a shell would have expanded are refused."""
     if not (len(command) == 1 and any(c.isspace() for c in command[0].strip())):
         return list(command)
     text = command[0].replace("\\\r\n", " ").replace("\\\n", " ")
     if re.search(r"\$[A-Za-z_{(]|`", text):
         raise CommandError("the command holds shell variables or substitutions ($NAME, `...`): give it expanded "
                            "(as the shell runs it), or unquoted so that your shell expands it")
+    # `;` ends a command as a newline does (`export A=1; python ...`): its own token, not the end of a value
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=";")
+    lexer.whitespace_split, lexer.commenters = True, "#"
     try:
-        return shlex.split(text, comments=True)
+        return [word for word in lexer if set(word) != {";"}]
     except ValueError as e:
         raise CommandError(f"the command cannot be split as a shell would: {e}") from None
 

@@ -71,9 +71,10 @@ def config() -> None:
 def from_launch(python: str | None, output: str | None, command: tuple[str, ...]) -> None:
     """Print a config that starts what COMMAND starts (`-- python -m sglang.launch_server ARGS` or `sglang serve
     ...`), read by SGLang's own parser; notes on stderr. Nothing is written when it cannot."""
+    from .engines.sglang_flags import given_keys
     from .launchcfg import LaunchError, convert, toml_text, write_whole
     try:
-        result = convert(list(command), python)
+        result = convert(list(command), python, output or DEFAULT_CONFIG)
         text = toml_text(result, list(command))
     except LaunchError as e:
         fail_as("spec-controller", str(e), e.code)
@@ -82,7 +83,7 @@ def from_launch(python: str | None, output: str | None, command: tuple[str, ...]
         click.echo(text, nl=False)
         return
     try:
-        write_whole(output, text)
+        write_whole(output, text, private=any(given_keys(result.sglang).values()))
     except OSError as e:
         fail_as("spec-controller", f"cannot write {output}: {e.strerror or e}; nothing written")
     click.echo(f"spec-controller: wrote {output}", err=True)

@@ -25,7 +25,8 @@ from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_FAST_OFF, ENV_INITIAL_TH
                          unsupported_reason, zero_saves_prefill_draft)
 from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
-from .sglang_flags import OWN_KEYS, admin_headers, server_flags, shown
+from .sglang_flags import (OWN_KEYS, admin_headers, extra_args, given_keys, relay_masked, server_flags, shown,
+                           shown_value)
 from .sglang_install import interpreter_reason
 
 log = logging.getLogger("spec_controller.sglang")
@@ -71,7 +72,8 @@ def user_env(args: dict) -> dict[str, str]:
         if name in DAEMON_ENV:
             raise EngineError(f"sglang engine: [sglang] env {name} is set by {DAEMON_ENV[name]}: remove it from env")
         if not name or "=" in name or "\0" in name or isinstance(value, (dict, list)):
-            raise EngineError(f"sglang engine: [sglang] env {name!r} = {value!r}: a variable name and a string")
+            raise EngineError(f"sglang engine: [sglang] env {name!r} = {shown_value('env.' + name, value)!r}: a "
+                              "variable name and a string")
         out[name] = ("1" if value else "0") if isinstance(value, bool) else str(value)   # the plugin's switches
     return out
 
@@ -117,11 +119,13 @@ class SGLangEngine(Engine):
         self.proc: subprocess.Popen | None = None
         self._stop = threading.Event()
         self._rx: threading.Thread | None = None
+        self._log_relay: threading.Thread | None = None
         self.plugin_stats: dict = {}
         self.bad_messages = 0
         # A live process whose scheduler stopped answering (e.g. ranks out of step) is as good as gone.
         self.plugin_env = plugin_env(self.args)
         self.user_env = user_env(self.args)
+        self.args["extra_args"] = extra_args(self.args)
         self.ready_timeout_s = _seconds(self.args, "ready_timeout_s", OWN_DEFAULTS["ready_timeout_s"])   # (lifecycle waits)
         self.probe_s = _seconds(self.args, "probe_s", OWN_DEFAULTS["probe_s"])
         self.hang_after_s = _seconds(self.args, "hang_after_s", OWN_DEFAULTS["hang_after_s"])
@@ -147,7 +151,8 @@ class SGLangEngine(Engine):
     def check_installed(self) -> None:
         """Refuse before launching anything when the interpreter that would run SGLang ([sglang] python, else the
         daemon's) lacks SGLang or spec-controller's plugin, or its SGLang is unsupported (sglang_install)."""
-        if reason := interpreter_reason(self.args.get("python") and str(self.args["python"])):
+        python = self.args.get("python") and str(self.args["python"])
+        if reason := interpreter_reason(python, {**os.environ, **self.user_env}):
             raise EngineError(f"sglang engine: {reason}")
 
     def start(self, on_sample: SampleSink) -> None:
@@ -174,7 +179,13 @@ class SGLangEngine(Engine):
                ENV_INITIAL_THRESHOLD: str(self.initial_threshold), **self.user_env}
         cmd = self.command()
         log.info("starting SGLang: %s", " ".join(shown(cmd)))
-        self.proc = subprocess.Popen(cmd, env=env)
+        secrets = [v for values in given_keys(self.args).values() for v in values]
+        piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if secrets else {}
+        self.proc = subprocess.Popen(cmd, env=env, **piped)
+        if secrets:         # its log lines pass through the daemon, the keys masked
+            self._log_relay = threading.Thread(target=relay_masked, args=(self.proc.stdout, secrets, sys.stderr),
+                                               name="sglang-log", daemon=True)
+            self._log_relay.start()
 
     def _receive(self, pull, on_sample: SampleSink) -> None:
         import zmq
@@ -293,5 +304,6 @@ class SGLangEngine(Engine):
                 self.proc.wait()
         # Telemetry is received until SGLang is gone: its schedulers report the batches of its drain.
         self._stop.set()
-        if self._rx is not None:
-            self._rx.join(STOP_READ_S + 1)
+        for thread in (self._rx, self._log_relay):
+            if thread is not None:
+                thread.join(STOP_READ_S + 1)     # (the relay: SGLang's last lines, written by now)

@@ -2,9 +2,16 @@
 to SGLang's (engines/sglang.py); from-launch reads them back through SGLang's parser."""
 from __future__ import annotations
 
+import re
+from typing import IO, Any
+
+from .base import EngineError
+
 # SGLang's keys whose values unlock its HTTP API (--api-key, --admin-api-key): never written to a log
 SECRET_KEYS = ("api_key", "admin_api_key")
 SECRET_FLAGS = tuple("--" + key.replace("_", "-") for key in SECRET_KEYS)
+# [sglang.env] names whose values are shown as *** where a config's values are (HF_TOKEN, *_API_KEY, ...)
+SECRET_ENV = re.compile("TOKEN|KEY|SECRET|PASSW|CREDENTIAL", re.I)
 # Keys of [sglang] that the daemon itself uses and does not pass as server flags
 OWN_KEYS = {"ready_timeout_s", "python", "extra_args", "env", "probe_s", "hang_after_s", "off_path", "lean_prefill"}
 
@@ -26,12 +33,29 @@ def server_flags(args: dict) -> list[str]:
     return flags + [str(x) for x in args.get("extra_args", [])]
 
 
+def extra_args(args: dict) -> list[str]:
+    """[sglang] extra_args: words added to the launch line as given (a list; a string would be split into letters)."""
+    extra = args.get("extra_args", [])
+    if not isinstance(extra, list) or any(isinstance(x, (bool, dict, list)) for x in extra):
+        raise EngineError(f"sglang engine: [sglang] extra_args must be a list of words, e.g. [\"--flag\", \"value\"], "
+                          f"got {type(extra).__name__ if not isinstance(extra, list) else 'a list holding a table'}")
+    return [str(x) for x in extra]
+
+
+def secret_key(word: str) -> str | None:
+    """The API key a flag word sets ('--api-key', '--admin-api-key=X'), or None. argparse also takes any prefix that
+    names one flag only ('--api', '--adm'; SGLang 0.5.17 ... 0.5.23 have no other flag starting '--ap' or '--ad')."""
+    flag = word.partition("=")[0]
+    named = [key for key, full in zip(SECRET_KEYS, SECRET_FLAGS) if len(flag) >= 4 and full.startswith(flag)]
+    return named[0] if len(named) == 1 else None
+
+
 def _secret_words(words: list[str]):
     """(index of the word holding an API key, the key's name, whether it is a '--flag=value' word) per key given."""
     for i, word in enumerate(words):
-        flag, eq, _ = word.partition("=")
-        if flag in SECRET_FLAGS and (eq or i + 1 < len(words)):
-            yield (i if eq else i + 1), SECRET_KEYS[SECRET_FLAGS.index(flag)], bool(eq)
+        key, eq = secret_key(word), "=" in word
+        if key and (eq or i + 1 < len(words)):
+            yield (i if eq else i + 1), key, eq
 
 
 def shown(cmd: list[str]) -> list[str]:
@@ -42,13 +66,43 @@ def shown(cmd: list[str]) -> list[str]:
     return out
 
 
-def admin_headers(args: dict) -> dict[str, str]:
-    """The Authorization header SGLang asks of /set_internal_state (its ADMIN_OPTIONAL level, utils/auth.py in
-    0.5.17 ... 0.5.23): the admin key where one is set, else the API key, else none; a key given in extra_args
-    counts (argparse: the last one given wins)."""
-    keys = {key: args.get(key) for key in SECRET_KEYS}
+def shown_value(key: str, value: Any) -> Any:
+    """An [sglang] value (`env.NAME` for [sglang.env]'s) as logs and events show a config's values: the API keys,
+    secret-named variables and the keys in extra_args as ***."""
+    if key in SECRET_KEYS or (key.startswith("env.") and SECRET_ENV.search(key[4:])):
+        return "***"
+    return shown([str(x) for x in value]) if key == "extra_args" and isinstance(value, list) else value
+
+
+def given_keys(args: dict) -> dict[str, list[str]]:
+    """Every value each API key is given: the table's, then extra_args' in order (argparse: the last one wins)."""
+    keys: dict[str, list[str]] = {key: [str(args[key])] if args.get(key) else [] for key in SECRET_KEYS}
     words = [str(x) for x in args.get("extra_args", [])]
     for i, key, joined in _secret_words(words):
-        keys[key] = words[i].partition("=")[2] if joined else words[i]
+        keys[key].append(words[i].partition("=")[2] if joined else words[i])
+    return keys
+
+
+def admin_headers(args: dict) -> dict[str, str]:
+    """The Authorization header SGLang asks of /set_internal_state (its ADMIN_OPTIONAL level, utils/auth.py in
+    0.5.17 ... 0.5.23): the admin key where one is set, else the API key, else none."""
+    keys = {key: values[-1] if values else None for key, values in given_keys(args).items()}
     key = keys["admin_api_key"] or keys["api_key"]
     return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def relay_masked(stream: IO[bytes], secrets: list[str], out: IO) -> None:
+    """SGLang's output to the daemon's own (the journal) with every key's value as ***: SGLang logs its server_args
+    whole, keys included (0.5.17 ... 0.5.23). Reads to the end whatever becomes of the writes: SGLang must never block
+    on a full pipe."""
+    masks = sorted({v for s in secrets if s for v in (s.encode(), repr(s)[1:-1].encode())}, key=len, reverse=True)
+    sink = getattr(out, "buffer", out)
+    for line in iter(stream.readline, b""):
+        for mask in masks:
+            line = line.replace(mask, b"***")
+        try:
+            sink.write(line)
+            sink.flush()
+        except (OSError, ValueError):
+            pass
+    stream.close()

@@ -24,16 +24,26 @@ print(json.dumps({"sglang": version("sglang"), "plugins": names(sys.argv[1]), "p
 """
 
 
-def installed(python: str) -> dict:
-    """{"sglang": version or None, "plugins": [...], "platforms": [...]} of `python`; OSError / ValueError where it
-    cannot say (not found, not Python 3.10+, exits, prints something else)."""
-    done = subprocess.run([python, "-c", ASK, PLUGINS_GROUP, PLATFORM_PLUGINS_GROUP], capture_output=True, text=True,
-                          timeout=ASK_TIMEOUT_S, stdin=subprocess.DEVNULL)
+def installed(python: str, env: dict[str, str] | None = None) -> dict:
+    """{"sglang": version or None, "plugins": [...], "platforms": [...]} of `python` run with `env` (that of the SGLang
+    process: [sglang.env]'s PYTHONPATH counts); OSError / ValueError where it cannot say (not found, not Python 3.10+,
+    exits, times out, prints something else)."""
+    try:
+        done = subprocess.run([python, "-c", ASK, PLUGINS_GROUP, PLATFORM_PLUGINS_GROUP], capture_output=True,
+                              text=True, timeout=ASK_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env)
+    except subprocess.TimeoutExpired:
+        raise ValueError(f"no answer within {ASK_TIMEOUT_S:.0f} s") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise ValueError(f"exited {done.returncode}: {last}")
-    answer = json.loads(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "")
-    if not isinstance(answer, dict) or not {"sglang", "plugins", "platforms"} <= set(answer):
+    lines = done.stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        answer = None
+    names = lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)
+    if not (isinstance(answer, dict) and isinstance(answer.get("sglang"), (str, type(None)))
+            and names(answer.get("plugins")) and names(answer.get("platforms"))):
         raise ValueError(f"answered {done.stdout.strip()[:80]!r}")
     return answer
 
@@ -62,13 +72,14 @@ def installed_reason(found: dict, where: str, pip: str) -> str | None:
     return sglang_unsupported_reason(found["sglang"], found["platforms"])
 
 
-def interpreter_reason(python: str | None) -> str | None:
-    """installed_reason for `python` ([sglang] python, asked in a child process), or with None the daemon's own."""
+def interpreter_reason(python: str | None, env: dict[str, str] | None = None) -> str | None:
+    """installed_reason for `python` ([sglang] python, asked in a child process with the SGLang process's `env`), or
+    with None the daemon's own."""
     if not python:
         return installed_reason(own_installed(), f"this interpreter ({sys.executable})", f"{sys.executable} -m pip")
     try:
-        found = installed(python)
-    except (OSError, ValueError, subprocess.TimeoutExpired) as e:
+        found = installed(python, env)
+    except (OSError, ValueError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
         return f"[sglang] python = {python}: cannot ask what it has installed ({why})"
     return installed_reason(found, f"[sglang] python = {python}", f"{python} -m pip")

@@ -1,0 +1,145 @@
+"""An operator's SGLang API keys (--api-key, --admin-api-key; kept by config from-launch) never reach a log, an event
+or a loosely readable file: the daemon's launch line, SGLang's own output (it logs its server_args whole), a reload's
+warnings; and argparse's abbreviations of the flags count as the flags (helper-57's review of 068eccb..52c28b6)."""
+import os
+import re
+
+import pytest
+
+from controller.daemon.config import load_config, restart_needed, shadowed
+from controller.daemon.engines.base import EngineError
+from controller.daemon.engines.sglang import SGLangEngine
+from controller.daemon.engines.sglang_flags import admin_headers, shown
+from tests.conftest import fake_sglang_python
+from tests.daemon_proc import DaemonProc
+from tests.test_faults_config import _events, _hup_and_wait
+
+BASE = {"model_path": "/m", "speculative_algorithm": "EAGLE3"}
+
+
+@pytest.mark.parametrize("extra,key,header", [
+    (["--api", "sk-A"], "sk-A", "sk-A"),                       # SGLang 0.5.17 / 0.5.23 take these as --api-key
+    (["--api-k=sk-B"], "sk-B", "sk-B"),
+    (["--adm", "adm-C"], "adm-C", "adm-C"),                    # ... and as --admin-api-key
+    (["--api-key", "sk-D", "--admin-api=adm-E"], "adm-E", "adm-E"),
+    (["--a", "x"], None, None),                                # ambiguous (--alignment ...): SGLang refuses it
+    (["--apix", "y"], None, None),
+])
+def test_abbreviated_key_flags_are_masked_and_sent_as_the_full_ones(extra, key, header):
+    args = {**BASE, "extra_args": extra}
+    logged = " ".join(shown(SGLangEngine(args).command()))
+    assert admin_headers(args) == ({"Authorization": f"Bearer {header}"} if header else {})
+    if key:
+        assert key not in logged and "***" in logged, logged
+    else:
+        assert extra[-1] in logged
+
+
+def test_sglangs_own_output_reaches_the_log_with_the_keys_masked(short_tmp, monkeypatch, capfd):
+    """SGLang prints `server_args=ServerArgs(... api_key='...')` at start: the daemon relays its output with every
+    value a key was given replaced by ***; the rest of the line as SGLang wrote it."""
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(short_tmp / "run"))
+    monkeypatch.setenv("STATE_DIRECTORY", str(short_tmp / "state"))
+    admin = "a'b\"c"                            # Python's repr escapes its quote: 'a\\'b"c'
+    line = f"server_args=ServerArgs(api_key={'sk-TOP'!r}, admin_api_key={admin!r})"
+    body = f"cat <<'EOF'\n{line}\nEOF\necho 'extra sk-EXTRA on stderr' >&2; echo 'no key here'"
+    fake = fake_sglang_python(short_tmp / "python", body)
+    eng = SGLangEngine({**BASE, "python": str(fake), "api_key": "sk-TOP", "admin_api_key": admin,
+                        "extra_args": ["--api-key=sk-EXTRA"]})
+    eng.start(lambda s: None)
+    assert eng.proc.wait(timeout=30) == 0
+    eng.stop()
+    err = capfd.readouterr().err
+    assert "server_args=ServerArgs(api_key='***', admin_api_key='***')" in err, err
+    assert "extra *** on stderr" in err and "no key here" in err
+    assert not re.search("sk-TOP|sk-EXTRA|b.c", err), err
+
+
+def test_without_a_key_sglangs_output_is_not_relayed(short_tmp, monkeypatch):
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(short_tmp / "run"))
+    monkeypatch.setenv("STATE_DIRECTORY", str(short_tmp / "state"))
+    eng = SGLangEngine({**BASE, "python": str(fake_sglang_python(short_tmp / "python", "echo hi"))})
+    eng.start(lambda s: None)
+    assert eng.proc.stdout is None and eng._log_relay is None      # its output is the daemon's, as before
+    eng.proc.wait(timeout=30)
+    eng.stop()
+
+
+@pytest.mark.parametrize("extra", ["--api-key sk-STR", ["--x", {"a": 1}], [True]])
+def test_extra_args_that_are_not_a_list_of_words_are_refused_without_echoing_them(extra):
+    with pytest.raises(EngineError, match=r"\[sglang\] extra_args must be a list of words") as err:
+        SGLangEngine({**BASE, "extra_args": extra})
+    assert "sk-STR" not in str(err.value)
+
+
+def test_a_reloads_warnings_show_the_keys_and_secret_variables_as_stars(tmp_path):
+    def cfg(key, extra, token):
+        return load_config(None, {"engine": {"kind": "sglang"}, "sglang": {
+            "api_key": key, "extra_args": ["--admin-api-key", extra], "env": {"HF_TOKEN": token, "NCCL_DEBUG": key}}})
+    lines = " ".join(restart_needed(cfg("sk-OLD", "adm-OLD", "hf-OLD"), cfg("sk-NEW", "adm-NEW", "hf-NEW")))
+    assert "[sglang] api_key '***' -> '***'" in lines and "[sglang] env.HF_TOKEN '***' -> '***'" in lines
+    assert "[sglang] extra_args ['--admin-api-key', '***'] -> ['--admin-api-key', '***']" in lines
+    assert "[sglang] env.NCCL_DEBUG 'sk-OLD' -> 'sk-NEW'" in lines      # a variable not named as a secret: shown
+    (tmp_path / "c.toml").write_text('[sglang]\napi_key = "sk-FILE"\n')
+    assert shadowed(tmp_path / "c.toml", {"sglang": {"api_key": "sk-FLAG"}}) == [
+        "[sglang] api_key '***' (overridden by the command line: '***')"]
+
+
+def test_a_reload_of_a_changed_key_leaves_no_key_in_the_journal_or_the_events(short_tmp):
+    d = DaemonProc(short_tmp, "--concurrency", "2", config_text='[sglang]\napi_key = "sk-OLD-SECRET"\n')
+    try:
+        d.wait_socket()
+        (short_tmp / "config.toml").write_text('[sglang]\napi_key = "sk-NEW-SECRET"\n')
+        got = _hup_and_wait(d, 2)
+        assert any("[sglang] api_key '***' -> '***'" in line for line in got), got
+    finally:
+        d.stop()
+    assert "SECRET" not in " ".join(_events(d.db, "reload")) and "SECRET" not in d.log_text()
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o600, 0o644])
+def test_from_launch_output_keeps_the_mode_of_the_file_it_replaces(tmp_path, mode):
+    from controller.daemon.launchcfg import write_whole
+    target = tmp_path / "config.toml"
+    target.write_text("old\n")
+    os.chmod(target, mode)
+    write_whole(str(target), 'api_key = "k"\n', private=True)
+    assert target.stat().st_mode & 0o777 == mode and target.read_text() == 'api_key = "k"\n'
+    new = tmp_path / "new.toml"
+    write_whole(str(new), "x\n", private=True)
+    assert new.stat().st_mode & 0o777 == 0o600
+    write_whole(str(tmp_path / "plain.toml"), "x\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "plain.toml").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_an_interpreter_that_is_slow_to_answer_is_one_short_line(short_tmp, monkeypatch):
+    from controller.daemon.engines import sglang_install
+    monkeypatch.setattr(sglang_install, "ASK_TIMEOUT_S", 0.5)
+    python = short_tmp / "python"
+    python.write_text("#!/bin/sh\nexec sleep 5\n")
+    python.chmod(0o755)
+    reason = sglang_install.interpreter_reason(str(python))
+    assert reason == f"[sglang] python = {python}: cannot ask what it has installed (no answer within 0 s)"
+
+
+@pytest.mark.parametrize("answer", ['{"sglang": "0.5.17", "plugins": null, "platforms": []}',
+                                    '{"sglang": 5, "plugins": [], "platforms": []}', '[1]', 'hello'])
+def test_an_answer_of_the_wrong_shape_is_refused_not_a_crash(short_tmp, answer):
+    from controller.daemon.engines.sglang_install import interpreter_reason
+    python = short_tmp / "python"
+    python.write_text(f"#!/bin/sh\necho '{answer}'\n")
+    python.chmod(0o755)
+    assert interpreter_reason(str(python)).endswith(f"cannot ask what it has installed (answered {answer!r})")
+
+
+def test_the_question_runs_with_the_environment_sglang_will_get(short_tmp):
+    """[sglang.env]'s PYTHONPATH (say) decides what the interpreter finds: the question is asked under it."""
+    python = short_tmp / "python"
+    python.write_text('#!/bin/sh\necho "{\\"sglang\\": \\"$FAKE_VERSION\\", \\"plugins\\": [\\"spec_controller\\"], '
+                      '\\"platforms\\": []}"\n')
+    python.chmod(0o755)
+    SGLangEngine({**BASE, "python": str(python), "env": {"FAKE_VERSION": "0.5.17"}}).check_installed()
+    with pytest.raises(EngineError, match="outside the supported range"):
+        SGLangEngine({**BASE, "python": str(python), "env": {"FAKE_VERSION": "0.5.13"}}).check_installed()
