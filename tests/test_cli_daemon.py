@@ -161,7 +161,8 @@ def test_status_while_the_daemon_holds_the_db_but_does_not_serve_yet(daemon, tmp
     with StartingDaemon(db, sock):
         res = CliRunner().invoke(cli, [*base, "status"])
         assert res.exit_code == 4
-        assert f"daemon pid {os.getpid()} holds the database but its control socket is not open yet" in res.output
+        assert f"daemon pid {os.getpid()} holds the database but its control socket is not open (engine starting, or the daemon stopping?)" \
+            in res.output
         assert f"daemon:      STARTING, pid {os.getpid()}: control socket not open yet" in res.output
         st = json.loads(CliRunner().invoke(cli, [*base, "status", "--json"]).stdout)
         assert st["daemon"]["running"] is False and st["daemon"]["starting"] is True
@@ -185,8 +186,8 @@ def test_status_when_the_holder_recorded_no_socket(daemon, tmp_path):
     with StartingDaemon(db, sock, record=False):
         res = CliRunner().invoke(cli, ["--socket", str(sock), "--db", str(db), "status"])
     assert res.exit_code == 4
-    assert (f"daemon pid {os.getpid()} holds the database but does not answer on {sock} (engine starting, or is "
-            "its socket another one? see --socket)") in res.output
+    assert (f"daemon pid {os.getpid()} holds the database but does not answer on {sock} (engine starting, the "
+            "daemon stopping, or is its socket another one? see --socket)") in res.output
 
 
 def test_socket_permission_denied(daemon):

@@ -46,6 +46,7 @@ def test_simulate_table_and_plot(tmp_path):
     res = run("simulate", "--profile", "seed", "--concurrency", "1,4", "--seconds", "10", "--plot", str(png))
     assert res.exit_code == 0
     assert "oracle tok/s" in res.output and png.read_bytes()[:4] == b"\x89PNG"
+    assert res.stderr.splitlines() == [f"wrote {png}"]            # said, as `specctl plot` says it (helper-56)
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -220,7 +220,10 @@ def test_sglang_engine_without_sglang_is_one_clear_line(short_tmp):
     res = run_daemon_once(short_tmp, "--config", str(short_tmp / "g.toml"), "--db", str(short_tmp / "x.db"),
                           "--socket", str(short_tmp / "s"))
     assert res.returncode == 1
+    import shlex
     import sys                                  # (the daemon runs on this interpreter: run_daemon_once)
+
+    from controller.daemon.engines.sglang_install import install_source
     assert res.stderr.strip().splitlines() == [
         f"spec-controller: sglang engine: this interpreter ({sys.executable}) has no sglang installed "
-        f"({sys.executable} -m pip install 'spec-controller[sglang]')"]
+        f"({sys.executable} -m pip install {shlex.quote(install_source() + '[sglang]')})"]

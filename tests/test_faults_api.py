@@ -163,3 +163,54 @@ def test_specctl_retries_a_full_socket_until_it_is_served(short_tmp, monkeypatch
 def test_no_socket_is_still_reported_as_no_daemon(short_tmp):
     with pytest.raises(DaemonUnreachable):
         request(short_tmp / "none.sock", "GET", "/status")
+
+
+@pytest.mark.parametrize("reset", [False, True])
+def test_a_daemon_that_closes_without_answering_is_gone_for_a_read_and_unknown_for_a_change(short_tmp, reset):
+    """A draining daemon closes its socket under a client (helper-56: `specctl status` just after `stop --no-wait` said
+    "gave no usable answer ([Errno 104] ...)", exit 1): a read takes the database's word, a change is not called
+    applied or lost."""
+    import struct
+    path = short_tmp / "closing.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen(8)
+
+    def close_each():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.recv(65536)
+            if reset:          # RST instead of FIN: the client's recv raises ConnectionResetError
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+    threading.Thread(target=close_each, daemon=True).start()
+    try:
+        with pytest.raises(DaemonUnreachable, match="closed the connection without answering"):
+            request(path, "GET", "/status")
+        with pytest.raises(DaemonError, match=r"without answering \(stopping\?\): whether POST /threshold/pin was "
+                                              "applied, `specctl status` says"):
+            request(path, "POST", "/threshold/pin", {"threshold": 3})
+    finally:
+        listener.close()
+
+
+def test_an_answer_cut_after_its_first_bytes_is_still_no_usable_answer(short_tmp):
+    path = short_tmp / "cut.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen(1)
+
+    def cut():
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-")
+        conn.close()
+    threading.Thread(target=cut, daemon=True).start()
+    try:
+        with pytest.raises(DaemonError, match="gave no usable answer"):
+            request(path, "GET", "/status")
+    finally:
+        listener.close()

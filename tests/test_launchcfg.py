@@ -187,4 +187,5 @@ def test_check_of_an_sglang_config_names_the_model_and_the_paths_the_service_can
     assert res.exit_code == 0 and res.stdout == f"{tmp_path / 'c.toml'}: ok (engine sglang: model /home/op/m; policy " \
         "bandit)\n", res.output
     assert res.stderr == "spec-controller: note: model_path = /home/op/m: the service cannot read home directories " \
-        "(ProtectHome); move it\n"
+        f"(ProtectHome); move it\nspec-controller: note: python = {python}: the service has its own /tmp and /var/tmp " \
+        "(PrivateTmp), empty at its start; move it (e.g. under /var/lib or /opt)\n"

@@ -130,6 +130,14 @@ def test_paths_the_service_cannot_see_are_named(tmp_path, monkeypatch):
                      "tokenizer_path = /home/u/tok: the service cannot read home directories (ProtectHome); move it",
                      "numa_node = ~/x: the service cannot read home directories (ProtectHome); move it",
                      "HF_HOME = /root/.cache: the service cannot read home directories (ProtectHome); move it"]
+    # PrivateTmp: a model under /tmp is not there for the service; a '$MODEL' kept by quoting reaches SGLang as is
+    assert path_notes({"model_path": "/tmp/m", "env": {"HF_HOME": "/var/tmp"}, "served_model_name": "$MODEL",
+                       "api_key": "a$Bc", "download_dir": "/tmpdir/x"}) == [
+        "model_path = /tmp/m: the service has its own /tmp and /var/tmp (PrivateTmp), empty at its start; move "
+        "it (e.g. under /var/lib or /opt)",
+        "HF_HOME = /var/tmp: the service has its own /tmp and /var/tmp (PrivateTmp), empty at its start; move "
+        "it (e.g. under /var/lib or /opt)",
+        "served_model_name = $MODEL: the service passes it as written, no shell expands the $ in it"]
 
 
 def test_every_value_comes_back_from_the_toml_as_it_went_in():

@@ -146,6 +146,7 @@ def test_simulate_arrival_rate_json_table_and_plot(tmp_path):
     png = tmp_path / "o.png"
     res = simulate("--profile", "crossover-a", "--arrival-rate", "default", "--seconds", "5", "--plot", str(png))
     assert res.exit_code == 0 and "TPOT median ms" in res.output and png.read_bytes()[:4] == b"\x89PNG"
+    assert res.stderr.splitlines() == [f"wrote {png}"]
     assert res.output.count("rate ") >= 3                    # one ratio line per profile rate
 
 

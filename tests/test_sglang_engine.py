@@ -415,3 +415,27 @@ def test_stop_waits_for_a_quiet_window_longer_than_a_second(short_tmp, monkeypat
     eng.stop()                            # no process: only the receiver's wind-down
     assert not eng._rx.is_alive()
     push.close(linger=0)
+
+
+def test_the_install_hint_names_the_clone_this_was_installed_from():
+    """spec-controller is not on PyPI: `pip install spec-controller` would fail. Installed from a clone (the README's
+    way; CI's editable install of its checkout), the hint names that directory."""
+    from pathlib import Path
+
+    from controller.daemon.engines.sglang_install import install_source
+    assert install_source() == str(Path(__file__).resolve().parents[1])
+
+
+def test_the_question_is_asked_outside_the_working_directory(tmp_path, monkeypatch):
+    """From a clone (config check run there), its spec_controller.egg-info answered for an interpreter that has no
+    spec-controller: the service runs in /, and so is asked there."""
+    import sys
+
+    from controller.daemon.engines.sglang_install import PLUGINS_GROUP, installed
+    egg = tmp_path / "spec_controller.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: spec-controller\nVersion: 0.1.0\n")
+    (egg / "entry_points.txt").write_text(f"[{PLUGINS_GROUP}]\nspec_controller = controller.plugin:load\n")
+    monkeypatch.chdir(tmp_path)
+    base = getattr(sys, "_base_executable", sys.executable)       # (this venv's base: no spec-controller installed)
+    assert "spec_controller" not in installed(base)["plugins"]

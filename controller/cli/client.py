@@ -24,6 +24,10 @@ class DaemonError(Exception):
     """The daemon answered with an error (the message is its one line)."""
 
 
+class _Closed(ValueError):
+    """The daemon closed the connection before a byte of its answer (it is stopping, or it crashed)."""
+
+
 class _Busy(Exception):
     """The daemon is alive but busy with other clients: a full listen queue (EAGAIN) or its cap on
     connections served at once (503 with Retry-After). Retried before anything is said."""
@@ -56,7 +60,7 @@ def _read_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
     while b"\r\n\r\n" not in buf:
         chunk = sock.recv(65536)
         if not chunk:
-            raise ValueError("connection closed before the answer's headers")
+            raise (_Closed if not buf else ValueError)("connection closed before the answer's headers")
         buf += chunk
     head, _, body = buf.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
@@ -105,6 +109,12 @@ def _request_once(socket_path: str, method: str, path: str, body: dict | None, t
                 pass            # a daemon at its client cap answers and closes before reading: read that
             status, headers, raw = _read_answer(sock)
             payload = json.loads(raw or b"null")
+        except (ConnectionResetError, _Closed):
+            # a daemon that stops (drains) closes its socket: a read may take the database's word (status: exit 3)
+            gone = f"the daemon at {socket_path} closed the connection without answering (stopping?)"
+            if method == "GET":
+                raise DaemonUnreachable(gone) from None
+            raise DaemonError(f"{gone}: whether {method} {path} was applied, `specctl status` says") from None
         except (OSError, ValueError, IndexError) as e:      # JSONDecodeError is a ValueError
             raise DaemonError(f"daemon at {socket_path} gave no usable answer ({e})") from None
         error = payload.get("error") if isinstance(payload, dict) else f"HTTP {status}"

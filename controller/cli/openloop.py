@@ -1,9 +1,12 @@
 """`specctl simulate --arrival-rate`: the open-loop table and plot (throughput and TPOT vs rate)."""
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .common import fail
+from .figures import pyplot
 from .options import EXIT_USAGE
 
 MODES = ("never", "always", "oracle")
@@ -47,12 +50,9 @@ def render_open_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_open(series: dict[str, list[tuple[float, float, float]]], path: str, title: str) -> None:
-    """series: mode -> [(rate, tok/s, median TPOT ms)], drawn as two panels against the rate."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=80)
+def plot_open(series: dict[str, list[tuple[float, float, float]]], title: str) -> Any:
+    """series: mode -> [(rate, tok/s, median TPOT ms)], drawn as two panels against the rate (figures.save writes it)."""
+    fig, (a, b) = pyplot().subplots(1, 2, figsize=(9, 3.6), dpi=80)
     for mode, points in series.items():
         points = sorted(points)
         style = "k--" if mode == "oracle" else "-"
@@ -66,8 +66,7 @@ def plot_open(series: dict[str, list[tuple[float, float, float]]], path: str, ti
     b.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig
 
 
 def series_of(result: dict) -> dict[str, list[tuple[float, float, float]]]:

@@ -103,10 +103,16 @@ def simulate(profile_name: str | None, policy_name: str, params: tuple[str, ...]
     click.echo(json.dumps(result, indent=2) if as_json else render_table(result, bool(trace_name)))
     if plot_path:
         from .simplot import draw
-        try:
-            save(draw(result, timeline, bool(trace_name)), plot_path)
-        except PlotError as e:
-            fail(str(e))
+        _save(lambda: draw(result, timeline, bool(trace_name)), plot_path)
+
+
+def _save(figure, path: str) -> None:
+    """The --plot figure written (one line on stderr naming it), or one line why not."""
+    try:
+        save(figure(), path)
+    except PlotError as e:
+        fail(str(e))
+    click.echo(f"wrote {path}", err=True)
 
 
 def _load(profile_name: str, trace_name: str | None, levels):
@@ -133,7 +139,4 @@ def _simulate_open(profile_name, policy_name, kv, arrival_rate, trace_name, seco
         result["trace"] = trace.name
     click.echo(json.dumps(result, indent=2) if as_json else render_open_table(result))
     if plot_path:
-        try:
-            plot_open(series_of(result), plot_path, f"{result['policy']} on {result['profile']}, open loop")
-        except (OSError, ValueError) as e:
-            fail(f"cannot write the plot {plot_path}: {e}")
+        _save(lambda: plot_open(series_of(result), f"{result['policy']} on {result['profile']}, open loop"), plot_path)

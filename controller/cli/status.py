@@ -239,10 +239,11 @@ def current_status(ctx: Ctx, explain: bool) -> tuple[dict, int]:
             if not holder:
                 why = f"daemon is not running ({e})"
             elif found.socket is not None:      # its own socket, as recorded: not open yet
-                why = f"daemon pid {holder} holds the database but its control socket is not open yet (engine starting?)"
+                why = (f"daemon pid {holder} holds the database but its control socket is not open (engine starting, or "
+                       "the daemon stopping?)")
             else:
                 why = (f"daemon pid {holder} holds the database but does not answer on {ctx.socket} "
-                       "(engine starting, or is its socket another one? see --socket)")
+                       "(engine starting, the daemon stopping, or is its socket another one? see --socket)")
             click.echo(f"specctl: {why}; last state from the database:", err=True)
         return st, EXIT_STARTING if holder else EXIT_NOT_RUNNING
 

@@ -8,11 +8,14 @@ import re
 import shlex
 from pathlib import Path
 
+from .engines.sglang_flags import SECRET_KEYS
+
 ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 PYTHON_FLAGS = {"-u", "-B", "-O", "-OO", "-s", "-E", "-I", "-P"}     # no bearing on the server: left out, said
 PRINT_AND_EXIT = {"-h", "--help", "--version"}
 # where systemd's sandbox hides files (ProtectHome) or the service's working directory (/) differs from a shell's
 HIDDEN = ("/home/", "/root/", "/run/user/", "~")
+PRIVATE_TMP = ("/tmp/", "/var/tmp/")
 
 
 class CommandError(ValueError):
@@ -105,8 +108,9 @@ def _serve_args(rest: list[str]) -> tuple[list[str], list[str]]:
 
 
 def path_notes(values: dict) -> list[str]:
-    """Paths the service will not see as the operator's shell did: systemd starts it in / with ProtectHome
-    (docs/systemd.md). Every string value is looked at, lists and tables ([sglang.env]) included."""
+    """Paths the service will not see as the operator's shell did: systemd starts it in / with ProtectHome and
+    PrivateTmp (docs/systemd.md); a $NAME no shell will expand. Every string value is looked at, lists and tables
+    ([sglang.env]) included."""
     notes = []
     for key, value in values.items():
         items = value.items() if isinstance(value, dict) else [(key, v) for v in
@@ -116,6 +120,11 @@ def path_notes(values: dict) -> list[str]:
                 continue
             if text.startswith(HIDDEN):
                 notes.append(f"{name} = {text}: the service cannot read home directories (ProtectHome); move it")
+            elif text.startswith(PRIVATE_TMP) or text in ("/tmp", "/var/tmp"):
+                notes.append(f"{name} = {text}: the service has its own /tmp and /var/tmp (PrivateTmp), empty "
+                             "at its start; move it (e.g. under /var/lib or /opt)")
+            elif name not in SECRET_KEYS and re.search(r"\$[A-Za-z_{(]", text):
+                notes.append(f"{name} = {text}: the service passes it as written, no shell expands the $ in it")
             elif not text.startswith("/") and Path(text).exists():
                 notes.append(f"{name} = {text} names {Path(text).resolve()} here; the service runs in /: give the "
                              "absolute path if it is one")

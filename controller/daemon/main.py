@@ -59,7 +59,8 @@ def run(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
 
 @main.group()
 def config() -> None:
-    """Write the daemon's config from the SGLang server you run today."""
+    """The daemon's config: written from the SGLang launch command you run today (from-launch), checked as run reads it
+    (check)."""
 
 
 @config.command("from-launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -4,8 +4,10 @@ one rule judges both answers."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
+from urllib.parse import unquote
 
 from ...contract import PLATFORM_PLUGINS_GROUP, installed_platform_plugins, sglang_unsupported_reason
 
@@ -29,8 +31,9 @@ def installed(python: str, env: dict[str, str] | None = None) -> dict:
     process: [sglang.env]'s PYTHONPATH counts); OSError / ValueError where it cannot say (not found, not Python 3.10+,
     exits, times out, prints something else)."""
     try:
+        # in / as the service runs: a clone's spec_controller.egg-info in the working directory would answer for it
         done = subprocess.run([python, "-c", ASK, PLUGINS_GROUP, PLATFORM_PLUGINS_GROUP], capture_output=True,
-                              text=True, timeout=ASK_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env)
+                              text=True, timeout=ASK_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env, cwd="/")
     except subprocess.TimeoutExpired:
         raise ValueError(f"no answer within {ASK_TIMEOUT_S:.0f} s") from None
     if done.returncode != 0:
@@ -59,16 +62,31 @@ def own_installed() -> dict:
             "platforms": installed_platform_plugins()}
 
 
+def install_source() -> str:
+    """What pip installs spec-controller from: the directory this one came from (pip's direct_url.json: a clone),
+    else its name."""
+    import importlib.metadata as m
+    for dist in m.distributions(name="spec-controller"):    # (a clone's egg-info, on the path first, has none)
+        try:
+            url = json.loads(dist.read_text("direct_url.json") or "{}").get("url", "")
+        except (ValueError, AttributeError):
+            continue
+        if url.startswith("file://"):
+            return unquote(url.removeprefix("file://"))
+    return "spec-controller"
+
+
 def installed_reason(found: dict, where: str, pip: str) -> str | None:
     """Why the SGLang of `found` (installed()'s answer for the interpreter `where` names, installed into with `pip`)
     cannot run the plugin, or None: SGLang missing or outside the supported range, spec-controller not installed there
     (SGLang would start without the plugin and the daemon wait for telemetry that never comes), an out-of-tree platform
     (0.5.23+)."""
+    source = install_source()
     if found["sglang"] is None:
-        return f"{where} has no sglang installed ({pip} install 'spec-controller[sglang]')"
+        return f"{where} has no sglang installed ({pip} install {shlex.quote(source + '[sglang]')})"
     if OWN_PLUGIN not in found["plugins"]:
         return (f"{where} has sglang {found['sglang']} but not spec-controller: SGLang would run without the plugin "
-                f"({pip} install spec-controller)")
+                f"({pip} install {shlex.quote(source)})")
     return sglang_unsupported_reason(found["sglang"], found["platforms"])
 
 
