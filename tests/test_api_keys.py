@@ -143,3 +143,37 @@ def test_the_question_runs_with_the_environment_sglang_will_get(short_tmp):
     SGLangEngine({**BASE, "python": str(python), "env": {"FAKE_VERSION": "0.5.17"}}).check_installed()
     with pytest.raises(EngineError, match="outside the supported range"):
         SGLangEngine({**BASE, "python": str(python), "env": {"FAKE_VERSION": "0.5.13"}}).check_installed()
+
+
+AUTH = r"""
+import json, sys
+from sglang.srt.utils.auth import AuthLevel, decide_request_auth
+print(json.dumps([decide_request_auth(method="POST", path="/set_internal_state", authorization_header=h, api_key=a,
+                                      admin_api_key=b, auth_level=AuthLevel.ADMIN_OPTIONAL).allowed
+                  for h, a, b in json.load(sys.stdin)]))
+"""
+
+
+def test_sglangs_own_rule_lets_the_daemons_threshold_through():
+    """The header admin_headers builds, judged by SGLang's decide_request_auth itself (the stand-in server of
+    test_actuation restates the rule), for the keys as SGLang's parser leaves them (argparse: the last one wins)."""
+    import json
+    import subprocess
+
+    from controller.daemon.engines.sglang_flags import given_keys
+    from tests.test_launchcfg import SGLANG_PYTHON
+    if SGLANG_PYTHON is None:
+        pytest.skip("needs an interpreter with SGLang (SPEC_CONTROLLER_SGLANG_PYTHON)")
+    configs = [{}, {"api_key": "sk-a"}, {"admin_api_key": "adm"}, {"api_key": "sk-a", "admin_api_key": "adm"},
+               {"extra_args": ["--api", "sk-b"]}, {"api_key": "sk-a", "extra_args": ["--adm=adm-c"]},
+               {"api_key": "sk-a", "extra_args": ["--api-key", "sk-last"]}]
+    cases = []
+    for config in configs:
+        server = {key: values[-1] if values else None for key, values in given_keys(config).items()}
+        cases.append([admin_headers(config).get("Authorization"), server["api_key"], server["admin_api_key"]])
+        cases.append(["Bearer wrong", server["api_key"], server["admin_api_key"]])
+    done = subprocess.run([SGLANG_PYTHON, "-c", AUTH], input=json.dumps(cases), capture_output=True, text=True,
+                          timeout=120)
+    allowed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert allowed[0::2] == [True] * len(configs), list(zip(configs, allowed[0::2]))
+    assert allowed[1::2] == [not any(given_keys(c).values()) for c in configs]     # (a check that can refuse)

@@ -7,9 +7,14 @@ from typing import IO, Any
 
 from .base import EngineError
 
+def flag_of(key: str) -> str:
+    """A ServerArgs key as launch_server's flag: key_name -> --key-name."""
+    return "--" + key.replace("_", "-")
+
+
 # SGLang's keys whose values unlock its HTTP API (--api-key, --admin-api-key): never written to a log
 SECRET_KEYS = ("api_key", "admin_api_key")
-SECRET_FLAGS = tuple("--" + key.replace("_", "-") for key in SECRET_KEYS)
+SECRET_FLAGS = tuple(map(flag_of, SECRET_KEYS))
 # [sglang.env] names whose values are shown as *** where a config's values are (HF_TOKEN, *_API_KEY, ...)
 SECRET_ENV = re.compile("TOKEN|KEY|SECRET|PASSW|CREDENTIAL", re.I)
 # Keys of [sglang] that the daemon itself uses and does not pass as server flags
@@ -23,7 +28,7 @@ def server_flags(args: dict) -> list[str]:
     for key, value in args.items():
         if key in OWN_KEYS or value is None or value is False:
             continue
-        flag = "--" + key.replace("_", "-")
+        flag = flag_of(key)
         if value is True:
             flags.append(flag)
         elif isinstance(value, (list, tuple)):
