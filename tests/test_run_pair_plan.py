@@ -294,3 +294,17 @@ def test_both_engines_get_the_same_kv_pool(tmp_path, given, pool):
             assert "--max-total-tokens" not in flags
         else:
             assert flags[flags.index("--max-total-tokens") + 1] == str(pool)
+
+
+def test_the_gpu_api_key_check_gives_the_daemon_the_key_as_from_launch_would(tmp_path):
+    """run_apikey.sh: start_daemon writes API_KEY as [sglang] api_key, which the daemon sends with every threshold."""
+    from controller.daemon.config import load_config
+    from controller.daemon.engines.sglang_flags import admin_headers
+    env = {"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "COMMON_SH": str(COMMON_SH), "WORK": str(tmp_path),
+           "API_KEY": "sk-check-1"}
+    out = subprocess.run(["bash", "-c", POOL_HARNESS], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert admin_headers(load_config(tmp_path / "config.toml")["sglang"]) == {"Authorization": "Bearer sk-check-1"}
+    del env["API_KEY"]
+    subprocess.run(["bash", "-c", POOL_HARNESS], env=env, capture_output=True, text=True, timeout=30, check=True)
+    assert admin_headers(load_config(tmp_path / "config.toml")["sglang"]) == {}

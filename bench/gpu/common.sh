@@ -233,6 +233,7 @@ random_seed = 0
 $([ -n "${OFF_PATH:-}" ] && echo "off_path = \"$OFF_PATH\"")
 $([ "$SLEEP_ON_IDLE" = 1 ] && echo "sleep_on_idle = true")
 $([ "$POOL_TOKENS" != 0 ] && echo "max_total_tokens = $POOL_TOKENS")
+$([ -n "${API_KEY:-}" ] && echo "api_key = \"$API_KEY\"")
 ready_timeout_s = 420
 probe_s = ${PROBE_S:-30}
 hang_after_s = ${HANG_AFTER_S:-180}

@@ -1,0 +1,25 @@
+#!/bin/bash
+# An operator's --api-key on a real SGLang, one device call (~260 s cold):   DEADLINE_S=330 bash bench/gpu/run_apikey.sh
+# The daemon ([sglang] api_key, as from-launch writes it) must change the threshold through SGLang's auth (its
+# /set_internal_state is ADMIN_OPTIONAL: the key is asked), and its log, SGLang's relayed lines included (SGLang
+# prints its server_args whole), must not show the key. Lines APIKEY in the summary; the daemon's log in $OUT.
+source bench/gpu/common.sh
+make_model $M --crafted $MODEL7B
+export API_KEY="sk-spec-controller-check-$RANDOM$RANDOM"
+start_daemon || exit 1
+for t in 0 8 3; do specctl threshold pin "$t" >/dev/null && sleep 1; done
+refused=$(python3 - "$SC/state.db" <<'PY'
+import sqlite3, sys
+rows = sqlite3.connect(sys.argv[1]).execute("SELECT detail FROM events WHERE detail LIKE '%set_threshold%'").fetchall()
+print(len(rows), *(r[0][:120] for r in rows[:3]))
+PY
+)
+say "APIKEY threshold changes refused by SGLang: $refused (0 expected)"
+say "APIKEY $(specctl status | grep -E '^threshold:')"
+body='{"text": "hello", "sampling_params": {"max_new_tokens": 4}}'
+with=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/generate -H "Authorization: Bearer $API_KEY" -d "$body")
+without=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/generate -d "$body")
+say "APIKEY /generate with the key: HTTP $with (200 expected), without: HTTP $without (401 expected)"
+stop_daemon
+say "APIKEY the key in the daemon's log: $(grep -c -- "$API_KEY" "$OUT/daemon.log") line(s) (0 expected); masked: $(grep -c -- "api_key='\*\*\*'" "$OUT/daemon.log") server_args line(s) (>= 1 expected)"
+xz -f "$OUT/daemon.log"
