@@ -109,8 +109,8 @@ SLEEP_ON_IDLE=${SLEEP_ON_IDLE:-1}
 # sets 230000): each engine's pool as its memory fraction gives. Until 12-05 the engine started second always got the
 # larger pool (367k / 341k / 358k / 387k tokens vs 231k / 260k / 276k), so its prefill-CPU excess (12-04i, 12-05 call
 # 3) followed the second start and the larger pool alike. Once the pool is full every new request evicts from the
-# radix cache, whose evict() walks every evictable leaf, ~1 per cached request (on the CPU host: 533 leaves at 230k
-# tokens of 432-token requests, 126 us an evict; 849 at 367k, 252 us).
+# radix cache, whose evict() walks every evictable leaf, ~1 per cached request (on the CPU host: 529 leaves at 230k
+# tokens of 432-token requests, 123 us an evict; 845 at 367k, 213 us: bench/results/radix-evict-2026-12-05.md).
 POOL_TOKENS=${POOL_TOKENS:-0}
 [ "$POOL_TOKENS" != 0 ] && COMMON+=(--max-total-tokens "$POOL_TOKENS")
 SPEC=(--speculative-algorithm EAGLE3 --speculative-draft-model-path $M/eagle3 --speculative-num-steps 3
