@@ -3,6 +3,7 @@ or a loosely readable file: the daemon's launch line, SGLang's own output (it lo
 warnings; and argparse's abbreviations of the flags count as the flags (helper-57's review of 068eccb..52c28b6)."""
 import os
 import re
+import sys
 
 import pytest
 
@@ -97,14 +98,17 @@ def test_a_reload_of_a_changed_key_leaves_no_key_in_the_journal_or_the_events(sh
     assert "SECRET" not in " ".join(_events(d.db, "reload")) and "SECRET" not in d.log_text()
 
 
-@pytest.mark.parametrize("mode", [0o640, 0o600, 0o644])
-def test_from_launch_output_keeps_the_mode_of_the_file_it_replaces(tmp_path, mode):
+@pytest.mark.parametrize("mode,kept", [(0o640, 0o640), (0o600, 0o600), (0o644, 0o640), (0o664, 0o660)])
+def test_from_launch_output_keeps_the_mode_of_the_file_it_replaces_but_not_for_others(tmp_path, mode, kept):
+    """chmod 640 for the service stays; what others could read goes once the file holds a key."""
     from controller.daemon.launchcfg import write_whole
     target = tmp_path / "config.toml"
     target.write_text("old\n")
     os.chmod(target, mode)
     write_whole(str(target), 'api_key = "k"\n', private=True)
-    assert target.stat().st_mode & 0o777 == mode and target.read_text() == 'api_key = "k"\n'
+    assert target.stat().st_mode & 0o777 == kept and target.read_text() == 'api_key = "k"\n'
+    write_whole(str(target), "x\n")
+    assert target.stat().st_mode & 0o777 == kept                # (no key: the mode as it is)
     new = tmp_path / "new.toml"
     write_whole(str(new), "x\n", private=True)
     assert new.stat().st_mode & 0o777 == 0o600
@@ -114,6 +118,38 @@ def test_from_launch_output_keeps_the_mode_of_the_file_it_replaces(tmp_path, mod
     assert (tmp_path / "plain.toml").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
+def test_from_launch_output_through_a_symbolic_link_writes_the_file_it_names(tmp_path):
+    from controller.daemon.launchcfg import write_whole
+    (tmp_path / "managed.toml").write_text("old\n")
+    (tmp_path / "config.toml").symlink_to(tmp_path / "managed.toml")
+    write_whole(str(tmp_path / "config.toml"), "new\n")
+    assert (tmp_path / "config.toml").is_symlink() and (tmp_path / "managed.toml").read_text() == "new\n"
+
+
+def test_the_relay_keeps_reading_when_the_daemon_has_no_stderr():
+    """sys.stderr is None when the daemon starts with fd 2 closed: SGLang must not block on a full pipe (64 KiB)."""
+    import subprocess
+    import threading
+
+    from controller.daemon.engines.sglang_flags import relay_masked
+    child = subprocess.Popen([sys.executable, "-c", "import sys; [print('x' * 1000, 'k3y') for _ in range(500)]"],
+                             stdout=subprocess.PIPE)
+    relay = threading.Thread(target=relay_masked, args=(child.stdout, ["k3y"], None), daemon=True)
+    relay.start()
+    assert child.wait(timeout=30) == 0
+    relay.join(10)
+    assert not relay.is_alive() and child.stdout.closed
+
+
+def test_a_relative_interpreter_is_asked_where_the_daemon_would_launch_it(short_tmp, monkeypatch):
+    """The question runs in / (test_sglang_engine); a relative [sglang] python names a file in the daemon's working
+    directory, where its Popen finds it."""
+    from controller.daemon.engines.sglang_install import interpreter_reason
+    fake_sglang_python(short_tmp / "py")
+    monkeypatch.chdir(short_tmp)
+    assert interpreter_reason("./py") is None
+
+
 def test_an_interpreter_that_is_slow_to_answer_is_one_short_line(short_tmp, monkeypatch):
     from controller.daemon.engines import sglang_install
     monkeypatch.setattr(sglang_install, "ASK_TIMEOUT_S", 0.5)
@@ -121,7 +157,7 @@ def test_an_interpreter_that_is_slow_to_answer_is_one_short_line(short_tmp, monk
     python.write_text("#!/bin/sh\nexec sleep 5\n")
     python.chmod(0o755)
     reason = sglang_install.interpreter_reason(str(python))
-    assert reason == f"[sglang] python = {python}: cannot ask what it has installed (no answer within 0 s)"
+    assert reason == f"[sglang] python = {python}: cannot ask what it has installed (no answer within 0.5 s)"
 
 
 @pytest.mark.parametrize("answer", ['{"sglang": "0.5.17", "plugins": null, "platforms": []}',
@@ -146,34 +182,38 @@ def test_the_question_runs_with_the_environment_sglang_will_get(short_tmp):
 
 
 AUTH = r"""
-import json, sys
+import argparse, json, sys
+from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.auth import AuthLevel, decide_request_auth
-print(json.dumps([decide_request_auth(method="POST", path="/set_internal_state", authorization_header=h, api_key=a,
-                                      admin_api_key=b, auth_level=AuthLevel.ADMIN_OPTIONAL).allowed
-                  for h, a, b in json.load(sys.stdin)]))
+out = []
+for argv, headers in json.load(sys.stdin):
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    args = parser.parse_args(argv)               # the keys as SGLang's own parser leaves them
+    out.append([decide_request_auth(method="POST", path="/set_internal_state", authorization_header=h,
+                                    api_key=args.api_key, admin_api_key=args.admin_api_key,
+                                    auth_level=AuthLevel.ADMIN_OPTIONAL).allowed for h in headers])
+print(json.dumps(out))
 """
 
 
 def test_sglangs_own_rule_lets_the_daemons_threshold_through():
-    """The header admin_headers builds, judged by SGLang's decide_request_auth itself (the stand-in server of
-    test_actuation restates the rule), for the keys as SGLang's parser leaves them (argparse: the last one wins)."""
+    """The header admin_headers builds, judged by SGLang's decide_request_auth itself (test_actuation's stand-in server
+    restates the rule), against the keys SGLang's parser reads from the daemon's launch line (abbreviations, the last
+    of several: argparse's)."""
     import json
     import subprocess
 
-    from controller.daemon.engines.sglang_flags import given_keys
     from tests.test_launchcfg import SGLANG_PYTHON
     if SGLANG_PYTHON is None:
         pytest.skip("needs an interpreter with SGLang (SPEC_CONTROLLER_SGLANG_PYTHON)")
     configs = [{}, {"api_key": "sk-a"}, {"admin_api_key": "adm"}, {"api_key": "sk-a", "admin_api_key": "adm"},
                {"extra_args": ["--api", "sk-b"]}, {"api_key": "sk-a", "extra_args": ["--adm=adm-c"]},
                {"api_key": "sk-a", "extra_args": ["--api-key", "sk-last"]}]
-    cases = []
-    for config in configs:
-        server = {key: values[-1] if values else None for key, values in given_keys(config).items()}
-        cases.append([admin_headers(config).get("Authorization"), server["api_key"], server["admin_api_key"]])
-        cases.append(["Bearer wrong", server["api_key"], server["admin_api_key"]])
+    cases = [[SGLangEngine({**BASE, **c}).command()[3:], [admin_headers({**BASE, **c}).get("Authorization"),
+                                                          "Bearer wrong"]] for c in configs]
     done = subprocess.run([SGLANG_PYTHON, "-c", AUTH], input=json.dumps(cases), capture_output=True, text=True,
                           timeout=120)
     allowed = json.loads(done.stdout.strip().splitlines()[-1])
-    assert allowed[0::2] == [True] * len(configs), list(zip(configs, allowed[0::2]))
-    assert allowed[1::2] == [not any(given_keys(c).values()) for c in configs]     # (a check that can refuse)
+    assert [ours for ours, _ in allowed] == [True] * len(configs), list(zip(configs, allowed))
+    assert [wrong for _, wrong in allowed] == [c == {} for c in configs]        # (a check that can refuse)

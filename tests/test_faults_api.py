@@ -165,34 +165,54 @@ def test_no_socket_is_still_reported_as_no_daemon(short_tmp):
         request(short_tmp / "none.sock", "GET", "/status")
 
 
-@pytest.mark.parametrize("reset", [False, True])
-def test_a_daemon_that_closes_without_answering_is_gone_for_a_read_and_unknown_for_a_change(short_tmp, reset):
-    """A draining daemon closes its socket under a client (helper-56: `specctl status` just after `stop --no-wait` said
-    "gave no usable answer ([Errno 104] ...)", exit 1): a read takes the database's word, a change is not called
-    applied or lost."""
-    import struct
-    path = short_tmp / "closing.sock"
+def _dropping_server(path, reset: bool, drops: int | None = None):
+    """A unix socket that closes every connection (the first `drops` only, then itself, unlinked) without answering:
+    after reading the request (the client reads EOF), or without (reset: unread bytes make it ECONNRESET)."""
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(path))
     listener.listen(8)
+    dropped = []
 
-    def close_each():
-        while True:
+    def serve():
+        while drops is None or len(dropped) < drops:
             try:
                 conn, _ = listener.accept()
             except OSError:
                 return
-            conn.recv(65536)
-            if reset:          # RST instead of FIN: the client's recv raises ConnectionResetError
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            if not reset:
+                conn.recv(65536)
             conn.close()
-    threading.Thread(target=close_each, daemon=True).start()
+            dropped.append(1)
+        listener.close()
+        path.unlink()
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, dropped
+
+
+@pytest.mark.parametrize("reset", [False, True])
+def test_a_daemon_that_drops_a_read_at_the_end_of_its_drain_is_gone_when_asked_again(short_tmp, reset):
+    """helper-56: `specctl status` just after `stop --no-wait` said "gave no usable answer ([Errno 104] ...)", exit 1:
+    the daemon closes its socket last, dropping clients it had not served; asked again it is gone, and the read takes
+    the database's word (DaemonUnreachable)."""
+    listener, dropped = _dropping_server(short_tmp / "d.sock", reset, drops=1)
+    with pytest.raises(DaemonUnreachable):
+        request(short_tmp / "d.sock", "GET", "/status")
+    assert dropped == [1]
+
+
+@pytest.mark.parametrize("reset", [False, True])
+def test_a_daemon_that_drops_every_client_is_a_fault_not_a_stopped_daemon(short_tmp, reset, monkeypatch):
+    """...but one that stays and drops every request is not taken for a stopped one (helper-58), and a change it
+    dropped is neither called applied nor lost."""
+    monkeypatch.setattr(client, "DROPPED_RETRY_S", 0.3)
+    listener, dropped = _dropping_server(short_tmp / "d.sock", reset)
     try:
-        with pytest.raises(DaemonUnreachable, match="closed the connection without answering"):
-            request(path, "GET", "/status")
-        with pytest.raises(DaemonError, match=r"without answering \(stopping\?\): whether POST /threshold/pin was "
-                                              "applied, `specctl status` says"):
-            request(path, "POST", "/threshold/pin", {"threshold": 3})
+        with pytest.raises(DaemonError, match="closed the connection without answering, every time for 0.3 s"):
+            request(short_tmp / "d.sock", "GET", "/status")
+        assert len(dropped) >= 2
+        with pytest.raises(DaemonError, match=r"without answering: whether POST /threshold/pin was applied, `specctl "
+                                              "status` says"):
+            request(short_tmp / "d.sock", "POST", "/threshold/pin", {"threshold": 3})
     finally:
         listener.close()
 

@@ -49,6 +49,8 @@ def one_line(res, needle: str, code: int) -> None:
      {"CUDA_VISIBLE_DEVICES": "0,1", "SGLANG_X": "1"}, "python3", ["--model-path", "m"], []),   # a script's lines
     (["export CUDA_VISIBLE_DEVICES=0,1; python3 -m sglang.launch_server --model-path 'a;b' --x=1;"],   # `;` as a newline
      {"CUDA_VISIBLE_DEVICES": "0,1"}, "python3", ["--model-path", "a;b", "--x=1"], []),            # (was "0,1;")
+    (["#!/bin/bash\n# start it; then wait\nexport A=1 B=2\n\npython -m sglang.launch_server --t ';' --u \\; --v a#b "
+      "# c;d\n"], {"A": "1", "B": "2"}, "python", ["--t", ";", "--u", ";", "--v", "a#b"], []),   # quoted, escaped, comments
 ])
 def test_the_command_splits_into_environment_interpreter_and_sglangs_arguments(command, env, interpreter, argv, notes):
     assert split_command(command) == (env, interpreter, argv, notes)
@@ -67,6 +69,11 @@ def test_the_command_splits_into_environment_interpreter_and_sglangs_arguments(c
     (["python -m sglang.launch_server --model-path 'm"], "cannot be split as a shell would: No closing quotation"),
     (["CUDA_VISIBLE_DEVICES=$GPUS python -m sglang.launch_server --model-path $MODEL"], "shell variables"),
     (["python -m sglang.launch_server --model-path `cat m`"], "shell variables"),
+    # pasted lines are commands as a shell runs them (helper-58): only exports before, nothing after
+    (["python -m sglang.launch_server --model-path m; echo done"], "go on after the launch command (echo done)"),
+    (["A=1; python -m sglang.launch_server --model-path m"], "may only export variables (export NAME=value), got: A=1"),
+    (["cd /srv\npython -m sglang.launch_server --model-path m"], "may only export variables (export NAME=value), got: cd"),
+    (["echo a; echo b"], "none of the 2 pasted commands starts SGLang"),
 ])
 def test_what_cannot_be_carried_over_is_refused_never_dropped(command, needle):
     with pytest.raises(CommandError, match=None) as err:
@@ -138,6 +145,9 @@ def test_paths_the_service_cannot_see_are_named(tmp_path, monkeypatch):
         "HF_HOME = /var/tmp: the service has its own /tmp and /var/tmp (PrivateTmp), empty at its start; move "
         "it (e.g. under /var/lib or /opt)",
         "served_model_name = $MODEL: the service passes it as written, no shell expands the $ in it"]
+    # a secret is never shown in a note (helper-58): a key in extra_args, a secret-named variable
+    assert path_notes({"extra_args": ["--api-key", "/tmp/Pa$s", "--adm=~/k$Y"], "env": {"DB_PASSWORD": "/tmp/a$b"},
+                       "admin_api_key": "~/$Z"}) == []
 
 
 def test_every_value_comes_back_from_the_toml_as_it_went_in():
@@ -155,7 +165,7 @@ def test_every_value_comes_back_from_the_toml_as_it_went_in():
 def test_the_files_header_shows_the_commands_words_without_its_api_keys():
     pasted = "export A=1\npython -m sglang.launch_server --model-path m \\\n --api-key sk-1 --admin-api-key=adm-2"
     header = toml_text(Converted({"model_path": "m"}, "0.5.17"), [pasted]).splitlines()[1]
-    assert header == "#   export A=1 python -m sglang.launch_server --model-path m --api-key '***' '--admin-api-key=***'"
+    assert header == "#   A=1 python -m sglang.launch_server --model-path m --api-key '***' '--admin-api-key=***'"      # (the export line: in front)
 
 
 @pytest.mark.parametrize("value,needle", [({"a": 1}, "model_path: cannot write {'a': 1}"),

@@ -419,11 +419,15 @@ def test_stop_waits_for_a_quiet_window_longer_than_a_second(short_tmp, monkeypat
 
 def test_the_install_hint_names_the_clone_this_was_installed_from():
     """spec-controller is not on PyPI: `pip install spec-controller` would fail. Installed from a clone (the README's
-    way; CI's editable install of its checkout), the hint names that directory."""
+    way; CI's editable install of its checkout), the hint names that clone's directory."""
+    import tomllib
     from pathlib import Path
 
     from controller.daemon.engines.sglang_install import install_source
-    assert install_source() == str(Path(__file__).resolve().parents[1])
+    src = install_source()
+    assert src != "spec-controller", "this suite runs from an install of a clone (README, .ci/run)"
+    assert tomllib.loads((Path(src) / "pyproject.toml").read_text())["project"]["name"] == "spec-controller"
+    assert (Path(src) / "controller" / "daemon" / "engines" / "sglang_install.py").is_file()
 
 
 def test_the_question_is_asked_outside_the_working_directory(tmp_path, monkeypatch):

@@ -14,6 +14,7 @@ from typing import Any
 
 MAX_ANSWER = 64 * 1024 * 1024
 BUSY_RETRY_S = 3.0      # how long a full connection queue (EAGAIN) is retried before giving up
+DROPPED_RETRY_S = 1.0   # how long a read that the daemon drops unanswered is asked again (a stopping daemon: gone by then)
 
 
 class DaemonUnreachable(Exception):
@@ -26,6 +27,10 @@ class DaemonError(Exception):
 
 class _Closed(ValueError):
     """The daemon closed the connection before a byte of its answer (it is stopping, or it crashed)."""
+
+
+class _Dropped(Exception):
+    """The connection was closed or reset before a byte of the answer."""
 
 
 class _Busy(Exception):
@@ -85,9 +90,19 @@ def request(socket_path: str | Path, method: str, path: str, body: dict | None =
     """The daemon's JSON answer. DaemonUnreachable when no daemon is there, DaemonError for its
     one-line errors; a busy daemon is retried (with backoff) for BUSY_RETRY_S first."""
     end, pause = time.monotonic() + BUSY_RETRY_S, 0.005
+    dropped_until = time.monotonic() + DROPPED_RETRY_S
     while True:
         try:
             return _request_once(str(socket_path), method, path, body, timeout)
+        except _Dropped:
+            # A daemon closing its socket at the end of its drain drops the clients it has not served: asked again, it
+            # is gone (DaemonUnreachable: a read takes the database's word). One that drops every client is a fault.
+            closed = f"the daemon at {socket_path} closed the connection without answering"
+            if method != "GET":
+                raise DaemonError(f"{closed}: whether {method} {path} was applied, `specctl status` says") from None
+            if time.monotonic() > dropped_until:
+                raise DaemonError(f"{closed}, every time for {DROPPED_RETRY_S:g} s") from None
+            time.sleep(0.1)
         except _Busy as e:
             if time.monotonic() + pause > end:
                 raise DaemonError(f"the daemon on {socket_path} is busy ({e}) for {BUSY_RETRY_S:g} s; "
@@ -110,11 +125,7 @@ def _request_once(socket_path: str, method: str, path: str, body: dict | None, t
             status, headers, raw = _read_answer(sock)
             payload = json.loads(raw or b"null")
         except (ConnectionResetError, _Closed):
-            # a daemon that stops (drains) closes its socket: a read may take the database's word (status: exit 3)
-            gone = f"the daemon at {socket_path} closed the connection without answering (stopping?)"
-            if method == "GET":
-                raise DaemonUnreachable(gone) from None
-            raise DaemonError(f"{gone}: whether {method} {path} was applied, `specctl status` says") from None
+            raise _Dropped() from None
         except (OSError, ValueError, IndexError) as e:      # JSONDecodeError is a ValueError
             raise DaemonError(f"daemon at {socket_path} gave no usable answer ({e})") from None
         error = payload.get("error") if isinstance(payload, dict) else f"HTTP {status}"

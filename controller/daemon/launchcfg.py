@@ -223,9 +223,10 @@ def toml_text(result: Converted, command: list[str]) -> str:
 
 def write_whole(path: str, text: str, private: bool = False) -> None:
     """`text` at `path`, replacing what was there only once it is all written (a failed write leaves it as it was).
-    A file replaced keeps its mode and, where this user may set them, its owner and group (`chmod 640` for the
-    service stays); a new one is made 0600 when `private` (it holds an API key)."""
-    target = Path(path)
+    A file replaced keeps its mode (when `private`, an API key in it, less what others may do) and, where this user
+    may set them, its owner and group (`chmod 640` for the service stays); a new one is made 0600 when `private`. A
+    symbolic link is followed: the file it names is replaced, as a shell's `>` writes it."""
+    target = Path(os.path.realpath(path))
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
         before = target.stat()
@@ -240,7 +241,7 @@ def write_whole(path: str, text: str, private: bool = False) -> None:
                 os.chown(partial, before.st_uid, before.st_gid)
             except PermissionError:
                 pass                    # another user's file: its owner stays only where this one may keep it
-            os.chmod(partial, before.st_mode & 0o7777)
+            os.chmod(partial, before.st_mode & (0o7770 if private else 0o7777))
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)

@@ -8,7 +8,7 @@ import re
 import shlex
 from pathlib import Path
 
-from .engines.sglang_flags import SECRET_KEYS
+from .engines.sglang_flags import shown_value
 
 ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 PYTHON_FLAGS = {"-u", "-B", "-O", "-OO", "-s", "-E", "-I", "-P"}     # no bearing on the server: left out, said
@@ -23,21 +23,67 @@ class CommandError(ValueError):
 
 
 def words(command: list[str]) -> list[str]:
-    """The command's words. One string (a pasted command line) is split as a shell would: backslash-newlines
-    joined, comments dropped, `;` a separator as a newline is; variables and substitutions a shell would have expanded are refused."""
+    """The command's words. One string (pasted lines) is read as a shell would: backslash-newlines joined, comments
+    dropped, `;` and newlines ending a command. The commands before the launch command may only export variables
+    (they become VAR=value in front of it) and nothing may follow it; variables and substitutions a shell would have
+    expanded are refused."""
     if not (len(command) == 1 and any(c.isspace() for c in command[0].strip())):
         return list(command)
     text = command[0].replace("\\\r\n", " ").replace("\\\n", " ")
     if re.search(r"\$[A-Za-z_{(]|`", text):
         raise CommandError("the command holds shell variables or substitutions ($NAME, `...`): give it expanded "
                            "(as the shell runs it), or unquoted so that your shell expands it")
-    # `;` ends a command as a newline does (`export A=1; python ...`): its own token, not the end of a value
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=";")
-    lexer.whitespace_split, lexer.commenters = True, "#"
     try:
-        return [word for word in lexer if set(word) != {";"}]
+        commands = [c for c in (shlex.split(part) for part in _commands(text)) if c]      # (comments: _commands)
     except ValueError as e:
         raise CommandError(f"the command cannot be split as a shell would: {e}") from None
+    if len(commands) < 2:
+        return commands[0] if commands else []
+    at = next((i for i, c in enumerate(commands) if "sglang.launch_server" in c or _serve_at(c) is not None), None)
+    if at is None:
+        raise CommandError(f"none of the {len(commands)} pasted commands starts SGLang ('python -m "
+                           "sglang.launch_server ARGS' or 'sglang serve MODEL ARGS')")
+    exported = []
+    for before in commands[:at]:
+        if before[0] != "export" or not all(ASSIGNMENT.fullmatch(w) for w in before[1:]):
+            raise CommandError(f"the commands before the launch command may only export variables (export "
+                               f"NAME=value), got: {shlex.join(before)}")
+        exported += before[1:]
+    if at + 1 < len(commands):
+        raise CommandError(f"the pasted lines go on after the launch command ({shlex.join(commands[at + 1])}): give "
+                           "the launch command alone")
+    return exported + commands[at]
+
+
+def _commands(text: str) -> list[str]:
+    """`text` cut where a shell ends a command: at `;` and newlines that are not quoted, escaped or in a comment."""
+    parts, current, quote, i = [], [], None, 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and quote != "'" and i + 1 < len(text):
+            current += [c, text[i + 1]]
+            i += 2
+            continue
+        if quote:
+            quote = None if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == 0 or text[i - 1] in " \t\n;"):       # a comment starts a word
+            while i + 1 < len(text) and text[i + 1] != "\n":
+                i += 1
+            c = ""
+        elif c in ";\n":
+            parts.append("".join(current))
+            current, c = [], ""
+        current.append(c)
+        i += 1
+    return parts + ["".join(current)]
+
+
+def _serve_at(tokens: list[str]) -> int | None:
+    """Where `sglang serve` starts in `tokens`, or None."""
+    return next((i for i in range(len(tokens) - 1) if Path(tokens[i]).name == "sglang" and tokens[i + 1] == "serve"),
+                None)
 
 
 def split_command(command: list[str]) -> tuple[dict[str, str], str | None, list[str], list[str]]:
@@ -58,8 +104,7 @@ def split_command(command: list[str]) -> tuple[dict[str, str], str | None, list[
         at = tokens.index("sglang.launch_server")
         named, notes = _python(tokens[:at])
         return env, named, tokens[at + 1:], notes
-    serve = next((i for i in range(len(tokens) - 1) if Path(tokens[i]).name == "sglang" and tokens[i + 1] == "serve"),
-                 None)
+    serve = _serve_at(tokens)
     if serve is not None:
         _nothing_before(tokens[:serve], "sglang serve")
         args, notes = _serve_args(tokens[serve + 2:])
@@ -113,17 +158,21 @@ def path_notes(values: dict) -> list[str]:
     ([sglang.env]) included."""
     notes = []
     for key, value in values.items():
-        items = value.items() if isinstance(value, dict) else [(key, v) for v in
-                                                              (value if isinstance(value, list) else [value])]
+        # the secrets as *** first (API keys, secret-named variables, keys in extra_args): a note never shows one
+        if isinstance(value, dict):
+            items = [(name, shown_value(f"env.{name}", v)) for name, v in value.items()]
+        else:
+            shown = shown_value(key, value)
+            items = [(key, v) for v in (shown if isinstance(shown, list) else [shown])]
         for name, text in items:
-            if not isinstance(text, str) or not text:
+            if not isinstance(text, str) or not text or text == "***" or text.endswith("=***"):
                 continue
             if text.startswith(HIDDEN):
                 notes.append(f"{name} = {text}: the service cannot read home directories (ProtectHome); move it")
             elif text.startswith(PRIVATE_TMP) or text in ("/tmp", "/var/tmp"):
                 notes.append(f"{name} = {text}: the service has its own /tmp and /var/tmp (PrivateTmp), empty "
                              "at its start; move it (e.g. under /var/lib or /opt)")
-            elif name not in SECRET_KEYS and re.search(r"\$[A-Za-z_{(]", text):
+            elif re.search(r"\$[A-Za-z_{(]", text):
                 notes.append(f"{name} = {text}: the service passes it as written, no shell expands the $ in it")
             elif not text.startswith("/") and Path(text).exists():
                 notes.append(f"{name} = {text} names {Path(text).resolve()} here; the service runs in /: give the "

@@ -181,6 +181,8 @@ class SGLangEngine(Engine):
         log.info("starting SGLang: %s", " ".join(shown(cmd)))
         secrets = [v for values in given_keys(self.args).values() for v in values]
         piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if secrets else {}
+        if secrets:             # (its prints reach the relay as they are made, not a buffer at a time)
+            env.setdefault("PYTHONUNBUFFERED", "1")
         self.proc = subprocess.Popen(cmd, env=env, **piped)
         if secrets:         # its log lines pass through the daemon, the keys masked
             self._log_relay = threading.Thread(target=relay_masked, args=(self.proc.stdout, secrets, sys.stderr),

@@ -96,18 +96,20 @@ def admin_headers(args: dict) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def relay_masked(stream: IO[bytes], secrets: list[str], out: IO) -> None:
+def relay_masked(stream: IO[bytes], secrets: list[str], out: IO | None) -> None:
     """SGLang's output to the daemon's own (the journal) with every key's value as ***: SGLang logs its server_args
-    whole, keys included (0.5.17 ... 0.5.23). Reads to the end whatever becomes of the writes: SGLang must never block
-    on a full pipe."""
+    whole, keys included (0.5.17 ... 0.5.23). Reads to the end whatever becomes of the writes (a closed or missing
+    stderr: dropped): SGLang must never block on a full pipe."""
     masks = sorted({v for s in secrets if s for v in (s.encode(), repr(s)[1:-1].encode())}, key=len, reverse=True)
     sink = getattr(out, "buffer", out)
-    for line in iter(stream.readline, b""):
-        for mask in masks:
-            line = line.replace(mask, b"***")
-        try:
-            sink.write(line)
-            sink.flush()
-        except (OSError, ValueError):
-            pass
-    stream.close()
+    try:
+        for line in iter(stream.readline, b""):
+            for mask in masks:
+                line = line.replace(mask, b"***")
+            try:
+                sink.write(line)
+                sink.flush()
+            except Exception:               # (None, a text-only or closed stream: the line is lost, not SGLang)
+                pass
+    finally:
+        stream.close()

@@ -4,6 +4,7 @@ one rule judges both answers."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -35,7 +36,7 @@ def installed(python: str, env: dict[str, str] | None = None) -> dict:
         done = subprocess.run([python, "-c", ASK, PLUGINS_GROUP, PLATFORM_PLUGINS_GROUP], capture_output=True,
                               text=True, timeout=ASK_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env, cwd="/")
     except subprocess.TimeoutExpired:
-        raise ValueError(f"no answer within {ASK_TIMEOUT_S:.0f} s") from None
+        raise ValueError(f"no answer within {ASK_TIMEOUT_S:g} s") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise ValueError(f"exited {done.returncode}: {last}")
@@ -63,16 +64,18 @@ def own_installed() -> dict:
 
 
 def install_source() -> str:
-    """What pip installs spec-controller from: the directory this one came from (pip's direct_url.json: a clone),
-    else its name."""
+    """What pip installs spec-controller from: where this one came from (pip's direct_url.json: a clone's directory,
+    a git URL), else its name."""
     import importlib.metadata as m
     for dist in m.distributions(name="spec-controller"):    # (a clone's egg-info, on the path first, has none)
         try:
-            url = json.loads(dist.read_text("direct_url.json") or "{}").get("url", "")
+            origin = json.loads(dist.read_text("direct_url.json") or "{}")
+            url, vcs = origin.get("url", ""), origin.get("vcs_info", {}).get("vcs")
         except (ValueError, AttributeError):
             continue
-        if url.startswith("file://"):
-            return unquote(url.removeprefix("file://"))
+        if url:
+            return unquote(url.removeprefix("file://")) if url.startswith("file://") else \
+                (f"{vcs}+{url}" if vcs else url)
     return "spec-controller"
 
 
@@ -95,6 +98,8 @@ def interpreter_reason(python: str | None, env: dict[str, str] | None = None) ->
     with None the daemon's own."""
     if not python:
         return installed_reason(own_installed(), f"this interpreter ({sys.executable})", f"{sys.executable} -m pip")
+    if "/" in python:           # (asked in /: a relative path as the launch, in the daemon's directory, reads it)
+        python = os.path.abspath(python)
     try:
         found = installed(python, env)
     except (OSError, ValueError) as e:
