@@ -15,13 +15,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 class DaemonProc:
     def __init__(self, workdir: Path, *extra: str, notify: str | None = None, speed: float = 20.0,
-                 config_text: str = ""):
+                 config_text: str = "", env_extra: dict[str, str] | None = None):
         self.dir = workdir
         self.db = workdir / "state.db"
         self.socket = workdir / "ctl.sock"
         config = workdir / "config.toml"
         config.write_text(config_text)
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        env.pop("INVOCATION_ID", None)       # (a test run by a systemd unit: its daemons are not the service)
+        env.update(env_extra or {})
         if notify:
             env["NOTIFY_SOCKET"] = notify
         self.log = open(workdir / "daemon.log", "ab")

@@ -164,3 +164,23 @@ def test_what_the_daemon_passes_itself_is_left_out_and_what_it_chooses_is_writte
     assert "speculative_adaptive_config left out: the daemon passes it itself" in res.stderr, res.stderr      # C07
     assert (t["speculative_num_steps"], t["speculative_eagle_topk"], t["host"], t["port"]) == (3, 1, "127.0.0.1", 30000)  # C10
 
+
+
+@pytest.mark.parametrize("text,noted", [("", True), ("# spec-controller config\n\n", True), ("[sim]\nspeed = 2\n", False)])
+def test_check_of_a_file_that_sets_nothing_says_it_runs_the_simulator(tmp_path, text, noted):
+    """A `from-launch > FILE` that failed leaves FILE empty: run would start the simulator, not SGLang."""
+    (tmp_path / "c.toml").write_text(text)
+    res = CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "c.toml")])
+    assert res.exit_code == 0 and "ok (engine sim" in res.stdout
+    assert ("sets nothing: run takes every default, the simulator (engine sim), and starts no SGLang" in res.stderr) \
+        == noted, res.stderr
+
+
+def test_the_simulator_under_systemd_is_said_at_start(short_tmp):
+    from tests.daemon_proc import DaemonProc
+    d = DaemonProc(short_tmp, "--concurrency", "2", env_extra={"INVOCATION_ID": "0123456789abcdef"})   # (systemd's)
+    try:
+        d.wait_socket()
+    finally:
+        d.stop()
+    assert "engine sim under systemd: the simulator starts no SGLang and serves no requests" in d.log_text()

@@ -15,7 +15,7 @@ from state import queries
 from state.db import DaemonLock, leave_wal, open_store
 from state.writer import Writer
 
-from ..paths import default_db, default_socket
+from ..paths import DEFAULT_CONFIG, default_db, default_socket
 from ..sim.profile import ProfileError
 from .config import ConfigError, load_config, restart_needed, shadowed
 from .engines.base import Engine, EngineError
@@ -199,6 +199,9 @@ class Daemon:
             return 0
         log.info("spec-controller ready: engine %s, policy %s, threshold %s, socket %s, db %s",
                  self.cfg["engine"]["kind"], service.policy_name, service.loop.threshold, ctl["socket"], st["db"])
+        if self.cfg["engine"]["kind"] == "sim" and os.environ.get("INVOCATION_ID"):     # (set by systemd for a unit)
+            log.warning("engine sim under systemd: the simulator starts no SGLang and serves no requests; [engine] kind "
+                        "= \"sglang\" in %s runs SGLang", self.cfg.get("_path") or DEFAULT_CONFIG)
         sd_notify("READY=1")
         try:
             self._serve(engine, service, writer)

@@ -1,6 +1,8 @@
 """`spec-controller run`: the service systemd starts (Type=notify)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from state.db import StoreError
@@ -109,8 +111,20 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     except (ConfigError, ProfileError, EngineError) as e:
         fail_as("spec-controller", str(e), EXIT_USAGE)
     where = config_path or f"{DEFAULT_CONFIG}{'' if DEFAULT_CONFIG.exists() else ' (absent: built-in defaults)'}"
-    _say_notes(path_notes(cfg["sglang"]) if cfg["engine"]["kind"] == "sglang" else [])
+    _say_notes(path_notes(cfg["sglang"]) if cfg["engine"]["kind"] == "sglang" else _empty_note(config_path))
     click.echo(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg)}; policy {cfg['policy']['name']})")
+
+
+def _empty_note(config_path: str | None) -> list[str]:
+    """A config file that sets nothing (empty, comments only: a `from-launch > FILE` that failed) runs the simulator."""
+    import tomllib
+    path = Path(config_path) if config_path else DEFAULT_CONFIG
+    try:
+        empty = path.is_file() and tomllib.loads(path.read_text()) == {}
+    except (OSError, ValueError):
+        empty = False
+    return [f"{path} sets nothing: run takes every default, the simulator (engine sim), and starts no SGLang"] \
+        if empty else []
 
 
 def _say_notes(notes: list[str]) -> None:
