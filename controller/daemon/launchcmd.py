@@ -30,7 +30,7 @@ def words(command: list[str]) -> list[str]:
     if not (len(command) == 1 and any(c.isspace() for c in command[0].strip())):
         return list(command)
     text = command[0].replace("\\\r\n", " ").replace("\\\n", " ")
-    if re.search(r"\$[A-Za-z_{(]|`", text):
+    if re.search(r"\$[A-Za-z0-9_{(?$@*#!]|`", text):
         raise CommandError("the command holds shell variables or substitutions ($NAME, `...`): give it expanded "
                            "(as the shell runs it), or unquoted so that your shell expands it")
     try:
@@ -172,7 +172,7 @@ def path_notes(values: dict) -> list[str]:
             elif text.startswith(PRIVATE_TMP) or text in ("/tmp", "/var/tmp"):
                 notes.append(f"{name} = {text}: the service has its own /tmp and /var/tmp (PrivateTmp), empty "
                              "at its start; move it (e.g. under /var/lib or /opt)")
-            elif re.search(r"\$[A-Za-z_{(]", text):
+            elif re.search(r"\$[A-Za-z0-9_{(?$@*#!]", text):
                 notes.append(f"{name} = {text}: the service passes it as written, no shell expands the $ in it")
             elif not text.startswith("/") and Path(text).exists():
                 notes.append(f"{name} = {text} names {Path(text).resolve()} here; the service runs in /: give the "

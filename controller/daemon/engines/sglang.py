@@ -66,7 +66,8 @@ def user_env(args: dict) -> dict[str, str]:
     The variables the daemon sets itself are refused (EngineError), naming the setting that chooses them."""
     env = args.get("env", {})
     if not isinstance(env, dict):
-        raise EngineError(f"sglang engine: [sglang] env must be a table of NAME = \"value\", got {env!r}")
+        raise EngineError(f"sglang engine: [sglang] env must be a table of NAME = \"value\", got a "
+                          f"{type(env).__name__}")         # (not the value: it may hold a token)
     out: dict[str, str] = {}
     for name, value in env.items():
         if name in DAEMON_ENV:
@@ -104,6 +105,8 @@ class SGLangEngine(Engine):
         self.args = dict(args)
         if "model_path" not in self.args:
             raise EngineError("sglang engine: [sglang] model_path is required")
+        if "python" in self.args and not (isinstance(self.args["python"], str) and self.args["python"].strip()):
+            raise EngineError("sglang engine: [sglang] python must name an interpreter (leave it out for the daemon's)")
         reason = unsupported_reason({**self.args, "speculative_adaptive": True})
         if reason:
             raise EngineError(f"sglang engine: {reason}")

@@ -86,7 +86,9 @@ def installed_reason(found: dict, where: str, pip: str) -> str | None:
     (0.5.23+)."""
     source = install_source()
     if found["sglang"] is None:
-        return f"{where} has no sglang installed ({pip} install {shlex.quote(source + '[sglang]')})"
+        # pip reads an extra after a name or a directory, never after a URL ('NAME[extra] @ URL' there)
+        with_sglang = f"spec-controller[sglang] @ {source}" if "://" in source else f"{source}[sglang]"
+        return f"{where} has no sglang installed ({pip} install {shlex.quote(with_sglang)})"
     if OWN_PLUGIN not in found["plugins"]:
         return (f"{where} has sglang {found['sglang']} but not spec-controller: SGLang would run without the plugin "
                 f"({pip} install {shlex.quote(source)})")
