@@ -48,3 +48,33 @@ def fake_sglang_python(path, body: str = "exit 0", sglang: str | None = "0.5.17"
     path.write_text(f"#!/bin/sh\nif [ \"$1\" = -c ]; then echo '{answer}'; exit 0; fi\n{body}\n")
     path.chmod(0o755)
     return path
+
+
+def scripted_socket(path, answer: bytes | None = None, read: bool = True, drops: int | None = None):
+    """A unix socket standing for a daemon that sends each connection `answer` (None: nothing) and closes it, after
+    reading the request or without (read=False: the unread bytes make the client's read ECONNRESET); after `drops`
+    connections (None: never) it closes and unlinks itself, as a stopping daemon does. -> (listener, served: one
+    entry a connection)."""
+    import socket
+    import threading
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen(8)
+    served: list[int] = []
+
+    def serve():
+        while drops is None or len(served) < drops:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            if read:
+                conn.recv(65536)
+            if answer:
+                conn.sendall(answer)
+            conn.close()
+            served.append(1)
+        listener.close()
+        path.unlink()
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, served

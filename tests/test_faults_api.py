@@ -10,6 +10,7 @@ from controller.cli import client
 from controller.cli.client import DaemonError, DaemonUnreachable, request
 from controller.daemon import api
 from controller.daemon.api import ControlServer
+from tests.conftest import scripted_socket
 
 
 class _Service:
@@ -165,36 +166,12 @@ def test_no_socket_is_still_reported_as_no_daemon(short_tmp):
         request(short_tmp / "none.sock", "GET", "/status")
 
 
-def _dropping_server(path, reset: bool, drops: int | None = None):
-    """A unix socket that closes every connection (the first `drops` only, then itself, unlinked) without answering:
-    after reading the request (the client reads EOF), or without (reset: unread bytes make it ECONNRESET)."""
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(str(path))
-    listener.listen(8)
-    dropped = []
-
-    def serve():
-        while drops is None or len(dropped) < drops:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            if not reset:
-                conn.recv(65536)
-            conn.close()
-            dropped.append(1)
-        listener.close()
-        path.unlink()
-    threading.Thread(target=serve, daemon=True).start()
-    return listener, dropped
-
-
 @pytest.mark.parametrize("reset", [False, True])
 def test_a_daemon_that_drops_a_read_at_the_end_of_its_drain_is_gone_when_asked_again(short_tmp, reset):
     """helper-56: `specctl status` just after `stop --no-wait` said "gave no usable answer ([Errno 104] ...)", exit 1:
     the daemon closes its socket last, dropping clients it had not served; asked again it is gone, and the read takes
     the database's word (DaemonUnreachable)."""
-    listener, dropped = _dropping_server(short_tmp / "d.sock", reset, drops=1)
+    listener, dropped = scripted_socket(short_tmp / "d.sock", read=not reset, drops=1)
     with pytest.raises(DaemonUnreachable):
         request(short_tmp / "d.sock", "GET", "/status")
     assert dropped == [1]
@@ -205,7 +182,7 @@ def test_a_daemon_that_drops_every_client_is_a_fault_not_a_stopped_daemon(short_
     """...but one that stays and drops every request is not taken for a stopped one (helper-58), and a change it
     dropped is neither called applied nor lost."""
     monkeypatch.setattr(client, "DROPPED_RETRY_S", 0.3)
-    listener, dropped = _dropping_server(short_tmp / "d.sock", reset)
+    listener, dropped = scripted_socket(short_tmp / "d.sock", read=not reset)
     try:
         with pytest.raises(DaemonError, match="closed the connection without answering, every time for 0.3 s"):
             request(short_tmp / "d.sock", "GET", "/status")
@@ -213,24 +190,5 @@ def test_a_daemon_that_drops_every_client_is_a_fault_not_a_stopped_daemon(short_
         with pytest.raises(DaemonError, match=r"without answering: whether POST /threshold/pin was applied, `specctl "
                                               "status` says"):
             request(short_tmp / "d.sock", "POST", "/threshold/pin", {"threshold": 3})
-    finally:
-        listener.close()
-
-
-def test_an_answer_cut_after_its_first_bytes_is_still_no_usable_answer(short_tmp):
-    path = short_tmp / "cut.sock"
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(str(path))
-    listener.listen(1)
-
-    def cut():
-        conn, _ = listener.accept()
-        conn.recv(65536)
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-")
-        conn.close()
-    threading.Thread(target=cut, daemon=True).start()
-    try:
-        with pytest.raises(DaemonError, match="gave no usable answer"):
-            request(path, "GET", "/status")
     finally:
         listener.close()

@@ -4,9 +4,7 @@ import io
 import json
 import os
 import re
-import socket
 import sys
-import threading
 
 import pytest
 
@@ -20,7 +18,7 @@ from controller.daemon.engines.sglang_flags import (admin_headers, given_keys, r
                                                     shown_value)
 from controller.daemon.launchcfg import write_whole
 from controller.daemon.launchcmd import CommandError, path_notes, split_command
-from tests.conftest import fake_sglang_python
+from tests.conftest import fake_sglang_python, scripted_socket
 
 BASE = {"model_path": "/m", "speculative_algorithm": "EAGLE3"}
 
@@ -282,30 +280,8 @@ def test_a_file_without_a_key_keeps_what_others_may_do(tmp_path):               
 
 
 # --- specctl's client: a dropped connection --------------------------------------------------------------------------
-def _server(path, answer: bytes | None, drops: int | None = None):
-    """A unix socket that reads each request and sends `answer` (None: nothing) before closing."""
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(str(path))
-    listener.listen(8)
-    served = []
-
-    def serve():
-        while drops is None or len(served) < drops:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            conn.recv(65536)
-            if answer:
-                conn.sendall(answer)
-            conn.close()
-            served.append(1)
-    threading.Thread(target=serve, daemon=True).start()
-    return listener, served
-
-
 def test_an_answer_cut_inside_its_headers_is_said_as_such_and_not_asked_again(short_tmp):   # N02
-    listener, served = _server(short_tmp / "cut.sock", b"HTTP/1.1 200 OK\r\nContent-")
+    listener, served = scripted_socket(short_tmp / "cut.sock", b"HTTP/1.1 200 OK\r\nContent-")
     try:
         with pytest.raises(DaemonError, match=re.escape("gave no usable answer (connection closed before the answer's "
                                                         "headers)")):
@@ -319,7 +295,7 @@ def test_a_dropped_read_is_asked_again_after_a_pause(short_tmp, monkeypatch):   
     pauses = []
     real = client.time.sleep
     monkeypatch.setattr(client.time, "sleep", lambda s: (pauses.append(s), real(s)))
-    listener, served = _server(short_tmp / "d.sock", None)
+    listener, served = scripted_socket(short_tmp / "d.sock")
     try:
         with pytest.raises(DaemonError, match="every time for 0.3 s"):
             request(short_tmp / "d.sock", "GET", "/status")
