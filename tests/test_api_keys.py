@@ -217,3 +217,30 @@ def test_sglangs_own_rule_lets_the_daemons_threshold_through():
     allowed = json.loads(done.stdout.strip().splitlines()[-1])
     assert [ours for ours, _ in allowed] == [True] * len(configs), list(zip(configs, allowed))
     assert [wrong for _, wrong in allowed] == [c == {} for c in configs]        # (a check that can refuse)
+
+
+def test_a_token_in_the_environment_is_a_secret_too():
+    """[sglang.env] HF_TOKEN (from `export HF_TOKEN=...` before the launch command): the header of the written config
+    masks it, the file is made private and the note says so, SGLang's output is relayed masked."""
+    from controller.daemon.engines.sglang_flags import secrets_in
+    from controller.daemon.launchcfg import Converted, operator_notes, toml_text
+    header = toml_text(Converted({"model_path": "m"}, "0.5.17"),
+                       ["export HF_TOKEN=hf_abc NCCL_DEBUG=INFO\npython -m sglang.launch_server --model-path m"])
+    assert "hf_abc" not in header and "'HF_TOKEN=***' NCCL_DEBUG=INFO python" in header.splitlines()[1]
+    table = {"model_path": "m", "env": {"HF_TOKEN": "hf_abc", "NCCL_DEBUG": "INFO"}, "api_key": "sk"}
+    assert secrets_in(table) == ["sk", "hf_abc"]
+    assert secrets_in({"model_path": "m", "env": {"NCCL_DEBUG": "INFO"}}) == []
+    assert any("a secret is in the config" in n for n in operator_notes({}, {"env": {"HF_TOKEN": "hf_abc"}}))
+    assert operator_notes({}, {"env": {"NCCL_DEBUG": "INFO"}}) == []
+
+
+def test_sglangs_output_is_relayed_masked_for_a_token_alone(short_tmp, monkeypatch, capfd):
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(short_tmp / "run"))
+    monkeypatch.setenv("STATE_DIRECTORY", str(short_tmp / "state"))
+    fake = fake_sglang_python(short_tmp / "python", 'echo "token is $HF_TOKEN"')
+    eng = SGLangEngine({**BASE, "python": str(fake), "env": {"HF_TOKEN": "hf_xyz"}})
+    eng.start(lambda s: None)
+    assert eng.proc.wait(timeout=30) == 0
+    eng.stop()
+    err = capfd.readouterr().err
+    assert "token is ***" in err and "hf_xyz" not in err, err

@@ -26,7 +26,7 @@ from ..contract import unsupported_reason
 from ..paths import DEFAULT_CONFIG
 from .engines.base import EngineError
 from .engines.sglang import SGLangEngine
-from .engines.sglang_flags import shown
+from .engines.sglang_flags import secrets_in, shown
 from .launchcmd import CommandError, path_notes, split_command, words
 
 SCRIPT = Path(__file__).with_name("launchparse.py")
@@ -168,9 +168,10 @@ def operator_notes(fields: dict, table: dict, config_path: str | Path = DEFAULT_
                       ("dp_size", "data-parallel replicas (one threshold set for all of them)")):
         if key in several:
             notes.append(f"{key} = {several[key]}: {what}: not yet run with spec-controller")
-    if fields.get("api_key") or fields.get("admin_api_key"):
+    if fields.get("api_key") or fields.get("admin_api_key") or secrets_in({"env": table.get("env")}):
         where = shlex.quote(str(config_path))
-        notes.append("an API key is in the config (the daemon's log shows it as ***, SGLang's lines included): let "
+        notes.append("a secret is in the config (an API key or a token; the daemon's log shows it as ***, SGLang's "
+                     "lines included): let "
                      f"only root and the service read it (sudo chown root:spec-controller {where} && sudo chmod 640 "
                      f"{where})")
     return notes

@@ -74,7 +74,7 @@ def config() -> None:
 def from_launch(python: str | None, output: str | None, command: tuple[str, ...]) -> None:
     """Print a config that starts what COMMAND starts (`-- python -m sglang.launch_server ARGS` or `sglang serve
     ...`), read by SGLang's own parser; notes on stderr. Nothing is written when it cannot."""
-    from .engines.sglang_flags import given_keys
+    from .engines.sglang_flags import secrets_in
     from .launchcfg import LaunchError, convert, toml_text, write_whole
     try:
         result = convert(list(command), python, output or DEFAULT_CONFIG)
@@ -86,7 +86,7 @@ def from_launch(python: str | None, output: str | None, command: tuple[str, ...]
         click.echo(text, nl=False)
         return
     try:
-        write_whole(output, text, private=any(given_keys(result.sglang).values()))
+        write_whole(output, text, private=bool(secrets_in(result.sglang)))
     except OSError as e:
         fail_as("spec-controller", f"cannot write {output}: {e.strerror or e}; nothing written")
     click.echo(f"spec-controller: wrote {output}", err=True)

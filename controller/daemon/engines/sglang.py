@@ -25,7 +25,7 @@ from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_FAST_OFF, ENV_INITIAL_TH
                          unsupported_reason, zero_saves_prefill_draft)
 from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
-from .sglang_flags import (OWN_KEYS, admin_headers, extra_args, given_keys, relay_masked, server_flags, shown,
+from .sglang_flags import (OWN_KEYS, admin_headers, extra_args, relay_masked, secrets_in, server_flags, shown,
                            shown_value)
 from .sglang_install import interpreter_reason
 
@@ -182,7 +182,7 @@ class SGLangEngine(Engine):
                ENV_INITIAL_THRESHOLD: str(self.initial_threshold), **self.user_env}
         cmd = self.command()
         log.info("starting SGLang: %s", " ".join(shown(cmd)))
-        secrets = [v for values in given_keys(self.args).values() for v in values]
+        secrets = secrets_in(self.args)
         piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if secrets else {}
         if secrets:             # (its prints reach the relay as they are made, not a buffer at a time)
             env.setdefault("PYTHONUNBUFFERED", "1")

@@ -64,10 +64,15 @@ def _secret_words(words: list[str]):
 
 
 def shown(cmd: list[str]) -> list[str]:
-    """The launch command as the daemon logs it: the API keys' values replaced by ***."""
+    """A command as the daemon logs it or a config's header shows it: the API keys' values, and those of secret-named
+    variables set in front of it (HF_TOKEN=...), replaced by ***."""
     out = list(cmd)
     for i, _, joined in _secret_words(cmd):
         out[i] = f"{cmd[i].partition('=')[0]}=***" if joined else "***"
+    for i, word in enumerate(cmd):
+        name, eq, _ = word.partition("=")
+        if eq and name.isidentifier() and SECRET_ENV.search(name):
+            out[i] = f"{name}=***"
     return out
 
 
@@ -86,6 +91,14 @@ def given_keys(args: dict) -> dict[str, list[str]]:
     for i, key, joined in _secret_words(words):
         keys[key].append(words[i].partition("=")[2] if joined else words[i])
     return keys
+
+
+def secrets_in(args: dict) -> list[str]:
+    """Every secret value an [sglang] table holds: the API keys (its own and extra_args') and the values of its
+    secret-named [sglang.env] variables."""
+    env = args.get("env") if isinstance(args.get("env"), dict) else {}
+    return [v for values in given_keys(args).values() for v in values] + \
+        [str(v) for name, v in env.items() if SECRET_ENV.search(name) and str(v)]
 
 
 def admin_headers(args: dict) -> dict[str, str]:
