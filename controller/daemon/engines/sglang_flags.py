@@ -7,6 +7,7 @@ from typing import IO, Any
 
 from .base import EngineError
 
+
 def flag_of(key: str) -> str:
     """A ServerArgs key as launch_server's flag: key_name -> --key-name."""
     return "--" + key.replace("_", "-")
@@ -41,9 +42,10 @@ def server_flags(args: dict) -> list[str]:
 def extra_args(args: dict) -> list[str]:
     """[sglang] extra_args: words added to the launch line as given (a list; a string would be split into letters)."""
     extra = args.get("extra_args", [])
-    if not isinstance(extra, list) or any(isinstance(x, (bool, dict, list)) for x in extra):
+    bad = [x for x in extra if isinstance(x, (bool, dict, list))] if isinstance(extra, list) else [extra]
+    if bad:
         raise EngineError(f"sglang engine: [sglang] extra_args must be a list of words, e.g. [\"--flag\", \"value\"], "
-                          f"got {type(extra).__name__ if not isinstance(extra, list) else 'a list holding a table'}")
+                          f"got {'a ' if not isinstance(extra, list) else 'a list holding a '}{type(bad[0]).__name__}")
     return [str(x) for x in extra]
 
 
