@@ -25,12 +25,8 @@ class DaemonError(Exception):
     """The daemon answered with an error (the message is its one line)."""
 
 
-class _Closed(ValueError):
-    """The daemon closed the connection before a byte of its answer (it is stopping, or it crashed)."""
-
-
 class _Dropped(Exception):
-    """The connection was closed or reset before a byte of the answer."""
+    """The connection was closed or reset before a byte of the answer (the daemon is stopping, or it crashed)."""
 
 
 class _Busy(Exception):
@@ -65,7 +61,9 @@ def _read_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
     while b"\r\n\r\n" not in buf:
         chunk = sock.recv(65536)
         if not chunk:
-            raise (_Closed if not buf else ValueError)("connection closed before the answer's headers")
+            if not buf:
+                raise _Dropped()
+            raise ValueError("connection closed before the answer's headers")
         buf += chunk
     head, _, body = buf.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
@@ -124,7 +122,7 @@ def _request_once(socket_path: str, method: str, path: str, body: dict | None, t
                 pass            # a daemon at its client cap answers and closes before reading: read that
             status, headers, raw = _read_answer(sock)
             payload = json.loads(raw or b"null")
-        except (ConnectionResetError, _Closed):
+        except ConnectionResetError:
             raise _Dropped() from None
         except (OSError, ValueError, IndexError) as e:      # JSONDecodeError is a ValueError
             raise DaemonError(f"daemon at {socket_path} gave no usable answer ({e})") from None

@@ -182,12 +182,13 @@ class SGLangEngine(Engine):
                ENV_INITIAL_THRESHOLD: str(self.initial_threshold), **self.user_env}
         cmd = self.command()
         log.info("starting SGLang: %s", " ".join(shown(cmd)))
-        secrets = secrets_in(self.args)
-        piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if secrets else {}
-        if secrets:             # (its prints reach the relay as they are made, not a buffer at a time)
+        secrets = secrets_in(self.args)      # with any: its output passes through the daemon, the secrets masked
+        piped = {}
+        if secrets:                          # (unbuffered: its prints reach the relay as they are made)
             env.setdefault("PYTHONUNBUFFERED", "1")
+            piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
         self.proc = subprocess.Popen(cmd, env=env, **piped)
-        if secrets:         # its log lines pass through the daemon, the keys masked
+        if secrets:
             self._log_relay = threading.Thread(target=relay_masked, args=(self.proc.stdout, secrets, sys.stderr),
                                                name="sglang-log", daemon=True)
             self._log_relay.start()
