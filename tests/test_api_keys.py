@@ -244,3 +244,29 @@ def test_sglangs_output_is_relayed_masked_for_a_token_alone(short_tmp, monkeypat
     eng.stop()
     err = capfd.readouterr().err
     assert "token is ***" in err and "hf_xyz" not in err, err
+
+
+@pytest.mark.parametrize("yaml,table,refused", [
+    ("model-path: /m\napi-key: sk-yaml\n", {}, "api_key"),
+    ("'admin_api_key': adm\n", {}, "admin_api_key"),
+    ("admin-api-key: adm\n", {"api_key": "sk"}, "admin_api_key"),    # SGLang would then want the file's admin key
+    ("api-key: sk-yaml\n", {"api_key": "sk"}, None),                 # [sglang]'s wins (command line over config)
+    ("api-key: sk-yaml\n", {"extra_args_key": ["--api-key", "sk"]}, None),
+    ("# api-key: old\n  api-key: nested\nlog-level: info\n", {}, None),
+])
+def test_a_key_only_in_a_config_yaml_is_refused_before_sglang_starts(tmp_path, yaml, table, refused):
+    """SGLang merges `--config FILE` under its command line, so a key there guards /set_internal_state while the
+    daemon, which reads no YAML, would send no key (every threshold refused with 401) and relay nothing masked."""
+    (tmp_path / "sg.yaml").write_text(yaml)
+    extra = ["--config", str(tmp_path / "sg.yaml"), *table.pop("extra_args_key", [])]
+    args = {"model_path": "/m", "speculative_algorithm": "EAGLE3", "extra_args": extra, **table}
+    if refused:
+        with pytest.raises(EngineError, match=f"--config .*sg.yaml sets {refused}: set it in \\[sglang\\] instead"):
+            SGLangEngine(args)
+    else:
+        SGLangEngine(args)
+
+
+def test_an_unreadable_config_yaml_is_left_to_sglang(tmp_path):
+    SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3",
+                  "extra_args": ["--config", str(tmp_path / "missing.yaml")]})

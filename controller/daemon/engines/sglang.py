@@ -25,8 +25,8 @@ from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_FAST_OFF, ENV_INITIAL_TH
                          unsupported_reason, zero_saves_prefill_draft)
 from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
-from .sglang_flags import (OWN_KEYS, admin_headers, extra_args, relay_masked, secrets_in, server_flags, shown,
-                           shown_value)
+from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, refused_hint, relay_masked,
+                           secrets_in, server_flags, shown, shown_value)
 from .sglang_install import interpreter_reason
 
 log = logging.getLogger("spec_controller.sglang")
@@ -107,7 +107,8 @@ class SGLangEngine(Engine):
             raise EngineError("sglang engine: [sglang] model_path is required")
         if "python" in self.args and not (isinstance(self.args["python"], str) and self.args["python"].strip()):
             raise EngineError("sglang engine: [sglang] python must name an interpreter (leave it out for the daemon's)")
-        reason = unsupported_reason({**self.args, "speculative_adaptive": True})
+        self.args["extra_args"] = extra_args(self.args)
+        reason = unsupported_reason({**self.args, "speculative_adaptive": True}) or config_file_reason(self.args)
         if reason:
             raise EngineError(f"sglang engine: {reason}")
         self.k = _count(self.args, "speculative_num_steps", 3, 1, 64)
@@ -128,7 +129,6 @@ class SGLangEngine(Engine):
         # A live process whose scheduler stopped answering (e.g. ranks out of step) is as good as gone.
         self.plugin_env = plugin_env(self.args)
         self.user_env = user_env(self.args)
-        self.args["extra_args"] = extra_args(self.args)
         self.ready_timeout_s = _seconds(self.args, "ready_timeout_s", OWN_DEFAULTS["ready_timeout_s"])   # (lifecycle waits)
         self.probe_s = _seconds(self.args, "probe_s", OWN_DEFAULTS["probe_s"])
         self.hang_after_s = _seconds(self.args, "hang_after_s", OWN_DEFAULTS["hang_after_s"])
@@ -246,7 +246,7 @@ class SGLangEngine(Engine):
             with urllib.request.urlopen(req, timeout=30) as resp:
                 answer = json.loads(resp.read() or b"null")
         except (OSError, urllib.error.URLError, json.JSONDecodeError) as e:
-            raise EngineError(f"set_internal_state failed: {e}") from None
+            raise EngineError(f"set_internal_state failed: {e}{refused_hint(e)}") from None
         updated = answer if isinstance(answer, list) else [answer.get("updated") if isinstance(answer, dict) else answer]
         if not updated or not all(updated):
             raise EngineError(f"SGLang refused threshold {threshold} (plugin inactive or invalid; see its log)")

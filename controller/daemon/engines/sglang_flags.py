@@ -3,6 +3,7 @@ to SGLang's (engines/sglang.py); from-launch reads them back through SGLang's pa
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import IO, Any
 
 from .base import EngineError
@@ -103,12 +104,45 @@ def secrets_in(args: dict) -> list[str]:
         [str(v) for name, v in env.items() if SECRET_ENV.search(name) and str(v)]
 
 
+# A key in the YAML of an `--config FILE` in extra_args (SGLang merges it under the command line): a top-level
+# `api-key:` / `admin_api_key:` line, quoted or not (flow-style YAML is not looked into; SGLang parses it whole)
+_YAML_KEY = re.compile(r"""^["']?((?:admin[-_])?api[-_]key)["']?[ \t]*:""", re.M)
+
+
+def config_file_reason(args: dict) -> str | None:
+    """Why an [sglang] table cannot run as given: an API key set only in extra_args' --config YAML. The daemon must
+    send that key with every threshold change and mask it in SGLang's output, and reads no YAML; a key that [sglang]
+    sets as well wins over the file's (SGLang: command line over config), so that one is fine. An unreadable file
+    is SGLang's to report."""
+    words = [str(x) for x in args.get("extra_args", [])]
+    files = [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--config"]
+    try:
+        text = Path(files[0]).read_text(errors="replace") if files else ""
+    except OSError:
+        return None
+    given = given_keys(args)
+    unsent = [key.replace("-", "_") for key in _YAML_KEY.findall(text) if not given[key.replace("-", "_")]]
+    if not unsent:
+        return None
+    return (f"[sglang] extra_args' --config {files[0]} sets {unsent[0]}: set it in [sglang] instead ({unsent[0]} = "
+            f"\"...\", private file): the daemon sends it with each threshold change and keeps it out of the logs")
+
+
 def admin_headers(args: dict) -> dict[str, str]:
     """The Authorization header SGLang asks of /set_internal_state (its ADMIN_OPTIONAL level, utils/auth.py in
     0.5.17 ... 0.5.23): the admin key where one is set, else the API key, else none."""
     keys = {key: values[-1] if values else None for key, values in given_keys(args).items()}
     key = keys["admin_api_key"] or keys["api_key"]
     return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def refused_hint(error: Exception) -> str:
+    """What to add to a refused threshold change: SGLang's 401 means the key the daemon sent (admin_headers) is not
+    the one it was started with, e.g. one set where the daemon does not read it."""
+    if getattr(error, "code", None) in (401, 403):
+        return ("; SGLang wants its admin key (or API key, without one): set [sglang] admin_api_key / api_key, "
+                "not only in SGLang's environment or a --config YAML")
+    return ""
 
 
 def relay_masked(stream: IO[bytes], secrets: list[str], out: IO | None) -> None:
