@@ -452,3 +452,23 @@ def test_the_keys_the_daemon_keeps_for_itself_are_its_own_settings_and_python():
     from controller.daemon.engines.sglang import OWN_DEFAULTS
     from controller.daemon.engines.sglang_flags import OWN_KEYS
     assert OWN_KEYS == set(OWN_DEFAULTS) | {"python"}
+
+
+def test_a_port_another_server_holds_is_refused_before_anything_launches(short_tmp, monkeypatch):
+    """An SGLang an earlier daemon left running (killed outside systemd) keeps the port: the new SGLang would fail to
+    bind while the old one answered the daemon's readiness probe."""
+    import socket
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(short_tmp / "run"))
+    monkeypatch.setenv("STATE_DIRECTORY", str(short_tmp / "state"))
+    fake = fake_sglang_python(short_tmp / "python", f"touch {short_tmp}/launched")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "python": str(fake), "port": port})
+        with pytest.raises(EngineError, match=f"port 127.0.0.1:{port} cannot be bound .*ss -ltnp"):
+            eng.start(lambda s: None)
+        assert eng.proc is None and not (short_tmp / "launched").exists()
+    eng.start(lambda s: None)                  # the port free again: it launches
+    assert eng.proc.wait(timeout=30) == 0 and (short_tmp / "launched").exists()
+    eng.stop()

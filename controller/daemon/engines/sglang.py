@@ -27,7 +27,7 @@ from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
 from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, refused_hint, relay_masked,
                            secrets_in, server_flags, shown, shown_value)
-from .sglang_install import interpreter_reason
+from .sglang_install import interpreter_reason, port_reason
 
 log = logging.getLogger("spec_controller.sglang")
 
@@ -159,6 +159,8 @@ class SGLangEngine(Engine):
             raise EngineError(f"sglang engine: {reason}")
 
     def start(self, on_sample: SampleSink) -> None:
+        if reason := port_reason(self.host, self.port):
+            raise EngineError(f"sglang engine: {reason}")
         self.check_installed()
         import zmq
         self.ipc_path.parent.mkdir(parents=True, exist_ok=True)

@@ -108,3 +108,17 @@ def interpreter_reason(python: str | None, env: dict[str, str] | None = None) ->
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
         return f"[sglang] python = {python}: cannot ask what it has installed ({why})"
     return installed_reason(found, f"[sglang] python = {python}", f"{python} -m pip")
+
+
+def port_reason(host: str, port: int) -> str | None:
+    """Why SGLang could not serve at host:port: something holds it already. SGLang would then fail to bind and the
+    daemon's readiness probe could be answered by the other server (outside systemd, an SGLang left running by a daemon
+    that was killed keeps the GPU and the port; systemd stops the whole unit)."""
+    from ..metrics import check_port_free
+    try:
+        check_port_free(port, host)
+    except OSError as e:
+        return (f"SGLang's port {host}:{port} cannot be bound ({e.strerror}): another server holds it, e.g. an SGLang "
+                f"an earlier daemon left running (`ss -ltnp 'sport = :{port}'` names its PID); stop that one or set "
+                f"[sglang] port")
+    return None
