@@ -393,3 +393,36 @@ def test_status_read_from_the_database_names_no_live_window(daemon, tmp_path):
         cli, ["--socket", str(tmp_path / "no.sock"), "--db", str(db), "status", "--json"]).stdout)["window_s"]
     offline = throughput(res.stdout)
     assert len(offline) == 1 and "tok/s (simulated time)" in offline[0] and "in the last" not in offline[0], offline
+
+
+def test_a_db_the_daemon_on_the_socket_does_not_keep_is_never_steered_there(daemon, short_tmp, monkeypatch):
+    """`--db B` with the daemon on the socket keeping A: a change is refused (it was applied to A's daemon), a read
+    takes B's word, and the daemon holding B on another socket is the one asked when no --socket was given."""
+    from state.db import open_store
+    other = short_tmp / "other.db"
+    open_store(other).conn.close()
+    before = json.loads(specctl(daemon, "policy", "show", "--json").stdout)
+    runner = CliRunner()
+    for change in (["policy", "set", "never"], ["threshold", "pin", "5"], ["stop"]):
+        res = runner.invoke(cli, ["--socket", str(daemon.socket), "--db", str(other), *change])
+        assert res.exit_code == 2, res.output
+        assert res.stderr.strip() == (f"specctl: the daemon on {daemon.socket} keeps {daemon.db}, not {other} (--db / "
+                                      f"SPECCTL_DB), and no daemon holds it: leave --db out to steer the one on "
+                                      f"{daemon.socket}; nothing changed")
+    st = daemon.call("GET", "/status")
+    assert st["policy"]["name"] == before["name"] and not st["pinned"] and st["daemon"]["running"]
+    res = runner.invoke(cli, ["--socket", str(daemon.socket), "--db", str(other), "status"])
+    assert res.exit_code == 3 and f"NOT RUNNING (read from {other})" in res.stdout, res.output
+    # a second daemon holds B on its own socket: asked there, unless --socket names the first
+    (short_tmp / "b").mkdir()
+    second = DaemonProc(short_tmp / "b", "--concurrency", "2")
+    try:
+        second.wait_socket()
+        monkeypatch.setattr("controller.cli.common.find_socket", lambda: daemon.socket)
+        res = runner.invoke(cli, ["--db", str(second.db), "status", "--json"])
+        assert res.exit_code == 0 and json.loads(res.stdout)["daemon"]["pid"] == second.proc.pid, res.output
+        res = runner.invoke(cli, ["--socket", str(daemon.socket), "--db", str(second.db), "threshold", "pin", "4"])
+        assert res.exit_code == 2 and f"give --socket {second.socket}" in res.stderr, res.output
+        assert not second.call("GET", "/status")["pinned"] and not daemon.call("GET", "/status")["pinned"]
+    finally:
+        assert second.stop() == 0

@@ -4,13 +4,14 @@ only by the commands that need them: `specctl status` must start in a blink."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
 import click
 
 from ..paths import find_db, find_socket, socket_path_problem
-from .client import DaemonError, request
+from .client import DaemonError, DaemonUnreachable, request
 from .options import EXIT_ERROR, EXIT_USAGE, fail_as
 
 
@@ -20,9 +21,20 @@ OFFLINE_BUSY_MS = 2000      # an offline write waits this long for another proce
 class Ctx:
     def __init__(self, socket: str | None, db: str | None):
         self._socket = find_socket()          # the default is not checked: commands that reach no daemon use none
+        self.socket_given = self.db_given = self.db_checked = False
         if socket:
             self.socket = Path(socket)
-        self.db = Path(db) if db else find_db()
+        self._db = find_db()
+        if db:
+            self.db = Path(db)
+
+    @property
+    def db(self) -> Path:
+        return self._db
+
+    @db.setter
+    def db(self, path: Path) -> None:
+        self._db, self.db_given = path, True
 
     @property
     def socket(self) -> Path:
@@ -36,7 +48,7 @@ class Ctx:
         problem = socket_path_problem(path)
         if problem is not None:
             raise click.UsageError(f"control socket {path}: {problem}; nothing changed")
-        self._socket = path
+        self._socket, self.socket_given = path, True
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
@@ -69,9 +81,38 @@ def emit(data: Any, as_json: bool, render: Callable[[Any], str]) -> None:
 def call(ctx: Ctx, method: str, path: str, body: dict | None = None) -> Any:
     """The daemon's answer; DaemonUnreachable propagates so commands can fall back."""
     try:
+        _check_db(ctx, method)
         return request(ctx.socket, method, path, body)
     except DaemonError as e:
         fail(str(e))
+
+
+def _check_db(ctx: Ctx, method: str) -> None:
+    """--db / SPECCTL_DB names whose state a command is about: the daemon on the socket must keep that database (the
+    default socket's daemon, keeping another, must not take a pin meant for this one). The daemon holding it on
+    another socket is asked there (without --socket); where none holds it, a read takes the database's word
+    (DaemonUnreachable, as when no daemon runs) and a change is refused."""
+    if not ctx.db_given or ctx.db_checked:
+        return
+    answer = request(ctx.socket, "GET", "/status")
+    served = answer.get("daemon", {}).get("db") if isinstance(answer, dict) else None
+    ctx.db_checked = True
+    if not isinstance(served, str) or not os.path.isabs(served) or \
+            os.path.realpath(served) == os.path.realpath(ctx.db):     # (a relative one: the daemon's cwd's, unknown)
+        return
+    holder = lock_holder(ctx.db)
+    from .holder import find_holder
+    found = find_holder(ctx.db, ctx.socket, holder) if holder not in (None, UNREADABLE) else None
+    if found is not None and found.serving and not ctx.socket_given:
+        ctx.socket = found.socket
+        return
+    if found is not None and found.elsewhere:
+        fail(f"{found.mismatch()}; nothing changed", EXIT_USAGE)
+    if holder is None and method == "GET":
+        raise DaemonUnreachable(f"no daemon holds {ctx.db} (the one on {ctx.socket} keeps {served})")
+    fail(f"the daemon on {ctx.socket} keeps {served}, not {ctx.db} (--db / SPECCTL_DB), and "
+         f"{'no daemon holds it' if holder is None else 'the daemon holding it does not answer there'}: leave "
+         f"--db out to steer the one on {ctx.socket}; nothing changed", EXIT_USAGE)
 
 
 def offline_db(ctx: Ctx, write: bool = False):

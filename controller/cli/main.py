@@ -35,7 +35,7 @@ def with_path_options(cmd: click.Command) -> click.Command:
     for sub in getattr(cmd, "commands", {}).values():
         with_path_options(sub)
     names = {p.name for p in cmd.params}
-    for name, what in (("socket", "daemon control socket"), ("db", "database for offline reads")):
+    for name, what in (("socket", "daemon control socket"), ("db", "the daemon's database")):
         if name not in names:
             cmd.params.append(click.Option([f"--{name}"], metavar="PATH", expose_value=False, callback=_set_path,
                                            help=f"{what} (as specctl --{name})"))
@@ -59,7 +59,8 @@ class LazyGroup(OneLineGroup):
 @click.group(cls=LazyGroup)
 @version_option("specctl")
 @click.option("--socket", metavar="PATH", envvar="SPECCTL_SOCKET", help="daemon control socket [env SPECCTL_SOCKET]")
-@click.option("--db", metavar="PATH", envvar="SPECCTL_DB", help="database for offline reads [env SPECCTL_DB]")
+@click.option("--db", metavar="PATH", envvar="SPECCTL_DB",
+              help="the daemon's database: the daemon asked must keep it; read offline where none does [env SPECCTL_DB]")
 @click.pass_context
 def cli(click_ctx: click.Context, socket: str | None, db: str | None) -> None:
     """Steer spec-controller: status, stop, policy, threshold pins, history, plots, simulation."""

@@ -38,6 +38,10 @@ class Engine(ABC):
     def wait_ready(self, timeout: float, cancel: threading.Event | None = None) -> bool:
         """True once the engine is warm and serving; False on timeout, death, or once cancel is set."""
 
+    def not_ready_reason(self, timeout: float) -> str:
+        """Why wait_ready(timeout) gave False, in one line for the operator."""
+        return f"engine did not become ready within {timeout:g} s"
+
     @abstractmethod
     def set_threshold(self, threshold: int) -> None:
         """Apply a new threshold; raises EngineError if it could not be applied."""

@@ -20,63 +20,22 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL,
-                         ENV_SYNC_DRAFT, MAX_BATCH, PAYS_DRAFT, SAME_AT_ZERO, THRESHOLD_KEY, decode,
-                         unsupported_reason, zero_saves_prefill_draft)
+from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, MAX_BATCH, PAYS_DRAFT,
+                         SAME_AT_ZERO, THRESHOLD_KEY, decode, unsupported_reason, zero_saves_prefill_draft)
 from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
 from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, refused_hint, relay_masked,
-                           secrets_in, server_flags, shown, shown_value)
+                           secrets_in, server_flags, shown)
+from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH, plugin_env, user_env
 from .sglang_install import interpreter_reason, port_reason
 
 log = logging.getLogger("spec_controller.sglang")
 
-# [sglang] off_path: how off batches run (docs/sglang.md#the-off-path) -> the plugin's environment
-OFF_PATH_ENV = {"kv": {ENV_DRAFT_KV: "1", ENV_SYNC_DRAFT: "0"}, "synced": {ENV_SYNC_DRAFT: "1", ENV_DRAFT_KV: "0"},
-                "fast": {ENV_SYNC_DRAFT: "0", ENV_DRAFT_KV: "0"}, "steps0": {ENV_FAST_OFF: "0"}}
-# kv: the draft's KV complete when speculation resumes (issue 12 item 3), at a few kernels per off batch;
-# synced costs 21 % at steady batch 128, fast leaves the draft stale (docs/sglang.md#the-off-path)
-DEFAULT_OFF_PATH = "kv"
 STOP_QUIET_S = 0.5     # on stop, telemetry is read until quiet this long (the engine's drain reports last) ...
 STOP_READ_S = 5.0      # ... or this long at most
 # the defaults of those own keys (systemd/config.example.toml shows them; python: the daemon's interpreter)
 OWN_DEFAULTS = {"ready_timeout_s": Engine.ready_timeout_s, "probe_s": 30.0, "hang_after_s": 180.0, "off_path": DEFAULT_OFF_PATH,
-                "lean_prefill": True, "extra_args": [], "env": {}}
-
-
-def plugin_env(args: dict) -> dict[str, str]:
-    """The plugin's start-up choices from [sglang] off_path / lean_prefill; EngineError on a bad value."""
-    off_path = args.get("off_path", DEFAULT_OFF_PATH)
-    if off_path not in OFF_PATH_ENV:
-        raise EngineError(f"sglang engine: [sglang] off_path={off_path!r} must be one of {', '.join(OFF_PATH_ENV)}")
-    lean = args.get("lean_prefill", OWN_DEFAULTS["lean_prefill"])
-    if not isinstance(lean, bool):
-        raise EngineError(f"sglang engine: [sglang] lean_prefill={lean!r} must be true or false")
-    return {**OFF_PATH_ENV[off_path], ENV_LEAN_PREFILL: "1" if lean else "0"}
-
-
-# The SGLang process's variables the daemon sets itself -> what chooses them ([sglang] env may not)
-DAEMON_ENV = {ENV_ADDRESS: "the daemon (its telemetry socket)", ENV_INITIAL_THRESHOLD: "the daemon (the threshold)",
-              ENV_LEAN_PREFILL: "[sglang] lean_prefill"} | {k: "[sglang] off_path" for v in OFF_PATH_ENV.values() for k in v}
-
-
-def user_env(args: dict) -> dict[str, str]:
-    """[sglang] env: extra environment for the SGLang process (a table of names to strings, numbers or booleans,
-    true / false as "1" / "0").
-    The variables the daemon sets itself are refused (EngineError), naming the setting that chooses them."""
-    env = args.get("env", {})
-    if not isinstance(env, dict):
-        raise EngineError(f"sglang engine: [sglang] env must be a table of NAME = \"value\", got a "
-                          f"{type(env).__name__}")         # (not the value: it may hold a token)
-    out: dict[str, str] = {}
-    for name, value in env.items():
-        if name in DAEMON_ENV:
-            raise EngineError(f"sglang engine: [sglang] env {name} is set by {DAEMON_ENV[name]}: remove it from env")
-        if not name or "=" in name or "\0" in name or isinstance(value, (dict, list)):
-            raise EngineError(f"sglang engine: [sglang] env {name!r} = {shown_value('env.' + name, value)!r}: a "
-                              "variable name and a string")
-        out[name] = ("1" if value else "0") if isinstance(value, bool) else str(value)   # the plugin's switches
-    return out
+                "lean_prefill": DEFAULT_LEAN_PREFILL, "extra_args": [], "env": {}}
 
 
 def _count(args: dict, key: str, default: int, lo: int, hi: int) -> int:
@@ -239,6 +198,11 @@ class SGLangEngine(Engine):
                 pass
             cancel.wait(1.0)
         return False
+
+    def not_ready_reason(self, timeout: float) -> str:
+        code = self.proc.poll() if self.proc else None
+        return (f"SGLang exited with code {code} before it was ready (its own last lines, above in the log, say why)"
+                if code is not None else f"SGLang was not ready within {timeout:g} s ([sglang] ready_timeout_s)")
 
     def set_threshold(self, threshold: int) -> None:
         body = json.dumps({"server_args": {THRESHOLD_KEY: int(threshold)}}).encode()
