@@ -189,3 +189,15 @@ def test_check_of_an_sglang_config_names_the_model_and_the_paths_the_service_can
     assert res.stderr == "spec-controller: note: model_path = /home/op/m: the service cannot read home directories " \
         f"(ProtectHome); move it\nspec-controller: note: python = {python}: the service has its own /tmp and /var/tmp " \
         "(PrivateTmp), empty at its start; move it (e.g. under /var/lib or /opt)\n"
+
+
+@pytest.mark.parametrize("extra,noted", [("tp_size = 2\n", True), ('tp_size = 2\noff_path = "fast"\n', False),
+                                         ("tp_size = 1\n", False), ('tp_size = 4\noff_path = "kv"\n', True)])
+def test_check_notes_the_default_off_path_at_tp_above_one(tmp_path, extra, noted):
+    """from-launch writes off_path "fast" at TP > 1; a hand-written table keeping "kv" there is told so by check."""
+    python = fake_sglang_python(tmp_path / "python")
+    (tmp_path / "c.toml").write_text('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/opt/m"\n'
+                                     f'speculative_algorithm = "EAGLE3"\npython = "{python}"\n{extra}')
+    res = CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "c.toml")])
+    assert res.exit_code == 0, res.output
+    assert ('with off_path "kv": "kv" has not run at TP > 1 on a GPU, "fast" has' in res.stderr) is noted, res.stderr

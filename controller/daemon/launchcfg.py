@@ -26,6 +26,7 @@ from ..contract import unsupported_reason
 from ..paths import DEFAULT_CONFIG
 from .engines.base import EngineError
 from .engines.sglang import SGLangEngine
+from .engines.sglang_env import DEFAULT_OFF_PATH
 from .engines.sglang_flags import secrets_in, shown
 from .launchcmd import CommandError, path_notes, split_command, words
 
@@ -175,6 +176,14 @@ def operator_notes(fields: dict, table: dict, config_path: str | Path = DEFAULT_
                      f"only root and the service read it (sudo chown root:spec-controller {where} && sudo chmod 640 "
                      f"{where})")
     return notes
+
+
+def off_path_note(table: dict) -> list[str]:
+    """config check's word on a table at TP > 1 that keeps the default off path (from-launch writes "fast" there)."""
+    tp = table.get("tp_size")
+    if isinstance(tp, int) and not isinstance(tp, bool) and tp > 1 and table.get("off_path", DEFAULT_OFF_PATH) == "kv":
+        return [f'tp_size = {tp} with off_path "kv": "kv" has not run at TP > 1 on a GPU, "fast" has (README, TP > 1)']
+    return []
 
 
 def check_round_trip(parser: SGLangParser, argv: list[str], engine: SGLangEngine) -> list[str]:

@@ -101,6 +101,7 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     `systemctl restart`); notes on stderr."""
     from ..sim.profile import ProfileError
     from .engines.base import EngineError
+    from .launchcfg import off_path_note
     from .launchcmd import path_notes
     from .lifecycle import build_engine
     try:
@@ -111,7 +112,8 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     except (ConfigError, ProfileError, EngineError) as e:
         fail_as("spec-controller", str(e), EXIT_USAGE)
     where = config_path or f"{DEFAULT_CONFIG}{'' if DEFAULT_CONFIG.exists() else ' (absent: built-in defaults)'}"
-    _say_notes(path_notes(cfg["sglang"]) if cfg["engine"]["kind"] == "sglang" else _empty_note(config_path))
+    sglang = cfg["engine"]["kind"] == "sglang"
+    _say_notes(path_notes(cfg["sglang"]) + off_path_note(cfg["sglang"]) if sglang else _empty_note(config_path))
     click.echo(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg)}; policy {cfg['policy']['name']})")
 
 
