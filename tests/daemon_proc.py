@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 class DaemonProc:
     def __init__(self, workdir: Path, *extra: str, notify: str | None = None, speed: float = 20.0,
-                 config_text: str = "", env_extra: dict[str, str] | None = None):
+                 config_text: str = "", env_extra: dict[str, str] | None = None, cwd: Path = ROOT):
         self.dir = workdir
         self.db = workdir / "state.db"
         self.socket = workdir / "ctl.sock"
@@ -30,7 +30,7 @@ class DaemonProc:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "controller.daemon", "run", "--config", str(config), "--db", str(self.db),
              "--socket", str(self.socket), "--speed", str(speed), *extra],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT))
+            stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=str(cwd))
 
     def call(self, method: str, path: str, body: dict | None = None):
         return request(self.socket, method, path, body)

@@ -253,6 +253,7 @@ def test_sglangs_output_is_relayed_masked_for_a_token_alone(short_tmp, monkeypat
     ("api-key: sk-yaml\n", {"api_key": "sk"}, None),                 # [sglang]'s wins (command line over config)
     ("api-key: sk-yaml\n", {"extra_args_key": ["--api-key", "sk"]}, None),
     ("# api-key: old\n  api-key: nested\nlog-level: info\n", {}, None),
+    ("api-key: sk-yaml\n", {"config_key": True}, "api_key"),       # [sglang] config = "FILE": a --config too
 ])
 def test_a_key_only_in_a_config_yaml_is_refused_before_sglang_starts(tmp_path, yaml, table, refused):
     """SGLang merges `--config FILE` under its command line, so a key there guards /set_internal_state while the
@@ -260,6 +261,8 @@ def test_a_key_only_in_a_config_yaml_is_refused_before_sglang_starts(tmp_path, y
     (tmp_path / "sg.yaml").write_text(yaml)
     extra = ["--config", str(tmp_path / "sg.yaml"), *table.pop("extra_args_key", [])]
     args = {"model_path": "/m", "speculative_algorithm": "EAGLE3", "extra_args": extra, **table}
+    if args.pop("config_key", False):
+        args.update(config=extra[1], extra_args=[])
     if refused:
         with pytest.raises(EngineError, match=f"--config .*sg.yaml sets {refused}: set it in \\[sglang\\] instead"):
             SGLangEngine(args)
@@ -267,6 +270,17 @@ def test_a_key_only_in_a_config_yaml_is_refused_before_sglang_starts(tmp_path, y
         SGLangEngine(args)
 
 
-def test_an_unreadable_config_yaml_is_left_to_sglang(tmp_path):
-    SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3",
-                  "extra_args": ["--config", str(tmp_path / "missing.yaml")]})
+def test_a_missing_config_yaml_is_left_to_sglang(tmp_path):
+    """(SGLang's own refusal names it at the start; the daemon reads the file only for keys.)"""
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3",
+                        "extra_args": ["--config", str(tmp_path / "missing.yaml")]})
+    cmd = eng.command()
+    assert cmd[cmd.index("--config") + 1] == str(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize("word", ["--port", "--port=30001", "--host", "--host=0.0.0.0"])
+def test_extra_args_may_not_move_the_port_or_host_the_daemon_reaches(word):
+    """argparse's last word wins: SGLang would serve where the daemon's probe and threshold changes never look."""
+    with pytest.raises(EngineError, match=f"extra_args {word.partition('=')[0]}: set \\[sglang\\] "
+                                          f"{word.partition('=')[0][2:]} instead"):
+        SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "extra_args": [word, "30001"]})

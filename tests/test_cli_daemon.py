@@ -418,11 +418,33 @@ def test_a_db_the_daemon_on_the_socket_does_not_keep_is_never_steered_there(daem
     second = DaemonProc(short_tmp / "b", "--concurrency", "2")
     try:
         second.wait_socket()
-        monkeypatch.setattr("controller.cli.common.find_socket", lambda: daemon.socket)
-        res = runner.invoke(cli, ["--db", str(second.db), "status", "--json"])
-        assert res.exit_code == 0 and json.loads(res.stdout)["daemon"]["pid"] == second.proc.pid, res.output
+        for default in (daemon.socket, short_tmp / "nobody.sock"):     # another daemon's socket, or none there
+            monkeypatch.setattr("controller.cli.common.find_socket", lambda: default)
+            res = runner.invoke(cli, ["--db", str(second.db), "status", "--json"])
+            assert res.exit_code == 0 and json.loads(res.stdout)["daemon"]["pid"] == second.proc.pid, res.output
         res = runner.invoke(cli, ["--socket", str(daemon.socket), "--db", str(second.db), "threshold", "pin", "4"])
         assert res.exit_code == 2 and f"give --socket {second.socket}" in res.stderr, res.output
         assert not second.call("GET", "/status")["pinned"] and not daemon.call("GET", "/status")["pinned"]
     finally:
         assert second.stop() == 0
+
+
+def test_a_db_spelled_another_way_is_the_daemons_own(daemon, monkeypatch):
+    """Relative to where specctl runs, or through a link: the daemon holding it is the one asked (its lock's pid)."""
+    monkeypatch.chdir(daemon.db.parent)
+    res = CliRunner().invoke(cli, ["--socket", str(daemon.socket), "--db", daemon.db.name, "status", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["daemon"]["pid"] == daemon.proc.pid, res.output
+
+
+def test_a_daemon_given_a_relative_db_reports_it_absolute_and_is_not_steered_through_another(short_tmp):
+    """A relative --db is the daemon's working directory's: reported as given, specctl could not compare it."""
+    d = DaemonProc(short_tmp, "--concurrency", "2", "--db", "rel.db", cwd=short_tmp)     # (the last --db wins)
+    try:
+        d.wait_socket()
+        assert d.call("GET", "/status")["daemon"]["db"] == str(short_tmp / "rel.db")
+        res = CliRunner().invoke(cli, ["--socket", str(d.socket), "--db", str(short_tmp / "other.db"),
+                                       "policy", "set", "never"])
+        assert res.exit_code == 2 and "keeps " + str(short_tmp / "rel.db") in res.stderr, res.output
+        assert d.call("GET", "/policy")["name"] != "never"
+    finally:
+        assert d.stop() == 0

@@ -192,12 +192,17 @@ def test_check_of_an_sglang_config_names_the_model_and_the_paths_the_service_can
 
 
 @pytest.mark.parametrize("extra,noted", [("tp_size = 2\n", True), ('tp_size = 2\noff_path = "fast"\n', False),
-                                         ("tp_size = 1\n", False), ('tp_size = 4\noff_path = "kv"\n', True)])
+                                         ("tp_size = 1\n", False), ('tp_size = 4\noff_path = "kv"\n', False),
+                                         ("tensor_parallel_size = 2\n", True),
+                                         ('extra_args = ["--tp-size", "2"]\n', True),
+                                         ('tp_size = 2\nextra_args = ["--tensor-parallel-size", "1"]\n', False)])
 def test_check_notes_the_default_off_path_at_tp_above_one(tmp_path, extra, noted):
-    """from-launch writes off_path "fast" at TP > 1; a hand-written table keeping "kv" there is told so by check."""
+    """from-launch writes off_path "fast" at TP > 1; a hand-written table leaving the default "kv" there is told so by
+    check (one that names "kv" chose it)."""
     python = fake_sglang_python(tmp_path / "python")
     (tmp_path / "c.toml").write_text('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/opt/m"\n'
                                      f'speculative_algorithm = "EAGLE3"\npython = "{python}"\n{extra}')
     res = CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "c.toml")])
     assert res.exit_code == 0, res.output
-    assert ('with off_path "kv": "kv" has not run at TP > 1 on a GPU, "fast" has' in res.stderr) is noted, res.stderr
+    assert ('with off_path left to "kv": "kv" has not run at TP > 1 on a GPU, "fast" has' in res.stderr) is noted, \
+        res.stderr

@@ -466,7 +466,7 @@ def test_a_port_another_server_holds_is_refused_before_anything_launches(short_t
         held.listen()
         port = held.getsockname()[1]
         eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "python": str(fake), "port": port})
-        with pytest.raises(EngineError, match=f"port 127.0.0.1:{port} cannot be bound .*ss -ltnp"):
+        with pytest.raises(EngineError, match=f"port 127.0.0.1:{port} is in use: another server .*ss -ltnp"):
             eng.start(lambda s: None)
         assert eng.proc is None and not (short_tmp / "launched").exists()
     eng.start(lambda s: None)                  # the port free again: it launches
@@ -494,3 +494,27 @@ def test_an_sglang_that_exits_at_start_ends_the_daemon_with_its_exit_code_named(
     assert "unrecognized arguments: --modle-path" in log
     assert log.splitlines()[-1].startswith("spec-controller: SGLang exited with code 2 before it was ready"), log
     daemon.stop()
+
+
+@pytest.mark.parametrize("host", ["192.0.2.1", "::ffff:192.0.2.1"])      # (TEST-NET-1: not this host's)
+def test_an_address_not_this_hosts_is_said_as_such_not_as_a_port_in_use(host):
+    from controller.daemon.engines.sglang_install import port_reason
+    reason = port_reason(host, 30000)
+    where = f"[{host}]" if ":" in host else host
+    assert reason.startswith(f"SGLang's address {where}:30000 cannot be bound (") and "in use" not in reason, reason
+
+
+def test_not_ready_says_a_timeout_an_exit_code_or_the_signal_that_killed_sglang(short_tmp, monkeypatch):
+    import signal
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(short_tmp / "run"))
+    monkeypatch.setenv("STATE_DIRECTORY", str(short_tmp / "state"))
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": 1,
+                        "python": str(fake_sglang_python(short_tmp / "python", "sleep 30"))})
+    monkeypatch.setattr("controller.daemon.engines.sglang.port_reason", lambda host, port: None)
+    eng.start(lambda s: None)
+    assert not eng.wait_ready(0.5)
+    assert eng.not_ready_reason(0.5) == "SGLang was not ready within 0.5 s ([sglang] ready_timeout_s)"
+    eng.proc.send_signal(signal.SIGKILL)
+    eng.proc.wait(timeout=10)
+    assert eng.not_ready_reason(0.5).startswith("SGLang was killed by SIGKILL before it was ready")
+    eng.stop()

@@ -88,31 +88,37 @@ def call(ctx: Ctx, method: str, path: str, body: dict | None = None) -> Any:
 
 
 def _check_db(ctx: Ctx, method: str) -> None:
-    """--db / SPECCTL_DB names whose state a command is about: the daemon on the socket must keep that database (the
-    default socket's daemon, keeping another, must not take a pin meant for this one). The daemon holding it on
-    another socket is asked there (without --socket); where none holds it, a read takes the database's word
-    (DaemonUnreachable, as when no daemon runs) and a change is refused."""
+    """--db / SPECCTL_DB names whose state a command is about. Without --socket the daemon holding that database is
+    asked on its own socket (its start event records it); the daemon asked must hold it (the default socket's, keeping
+    another, must not take a pin meant for this one). Where no daemon holds it, a read takes the database's word
+    (DaemonUnreachable, as when no daemon runs) and a change is refused while another daemon answers."""
     if not ctx.db_given or ctx.db_checked:
         return
-    answer = request(ctx.socket, "GET", "/status")
-    served = answer.get("daemon", {}).get("db") if isinstance(answer, dict) else None
     ctx.db_checked = True
-    if not isinstance(served, str) or not os.path.isabs(served) or \
-            os.path.realpath(served) == os.path.realpath(ctx.db):     # (a relative one: the daemon's cwd's, unknown)
-        return
     holder = lock_holder(ctx.db)
-    from .holder import find_holder
-    found = find_holder(ctx.db, ctx.socket, holder) if holder not in (None, UNREADABLE) else None
-    if found is not None and found.serving and not ctx.socket_given:
-        ctx.socket = found.socket
+    found = None
+    if holder not in (None, UNREADABLE):
+        from .holder import find_holder
+        found = find_holder(ctx.db, ctx.socket, holder)
+        if found.serving and not ctx.socket_given:          # (serving: on another socket, as that pid)
+            ctx.socket = found.socket
+            return
+    answer = request(ctx.socket, "GET", "/status")
+    daemon = answer.get("daemon") if isinstance(answer, dict) else None
+    daemon = daemon if isinstance(daemon, dict) else {}
+    served = daemon.get("db")
+    if holder == str(daemon.get("pid")) or (isinstance(served, str) and os.path.isabs(served)
+                                             and os.path.realpath(served) == os.path.realpath(ctx.db)):
         return
     if found is not None and found.elsewhere:
         fail(f"{found.mismatch()}; nothing changed", EXIT_USAGE)
-    if holder is None and method == "GET":
-        raise DaemonUnreachable(f"no daemon holds {ctx.db} (the one on {ctx.socket} keeps {served})")
-    fail(f"the daemon on {ctx.socket} keeps {served}, not {ctx.db} (--db / SPECCTL_DB), and "
-         f"{'no daemon holds it' if holder is None else 'the daemon holding it does not answer there'}: leave "
-         f"--db out to steer the one on {ctx.socket}; nothing changed", EXIT_USAGE)
+    if method == "GET":                 # (status then says whether one holds it, starting)
+        raise DaemonUnreachable(f"{'no daemon' if found is None else 'none that answers'} holds {ctx.db}: the one on "
+                                f"{ctx.socket} keeps {served}")
+    who = {None: "no daemon holds it", UNREADABLE: "who holds it cannot be read"}.get(
+        holder, f"daemon pid {holder} holding it does not answer there")
+    fail(f"the daemon on {ctx.socket} keeps {served}, not {ctx.db} (--db / SPECCTL_DB), and {who}: leave --db out "
+         f"to steer the one on {ctx.socket}; nothing changed", EXIT_USAGE)
 
 
 def offline_db(ctx: Ctx, write: bool = False):

@@ -159,8 +159,7 @@ def operator_notes(fields: dict, table: dict, config_path: str | Path = DEFAULT_
     """What the README asks of a server like this one, said where from-launch sees it: TP > 1 runs off_path "fast"
     (written into the table), several nodes or DP replicas are untried, an API key makes the config a secret."""
     notes = []
-    several = {key: v for key in ("tp_size", "nnodes", "dp_size")
-               if isinstance(v := fields.get(key), int) and not isinstance(v, bool) and v > 1}
+    several = {key: v for key in ("tp_size", "nnodes", "dp_size") if _above_one(v := fields.get(key))}
     if "tp_size" in several:
         table["off_path"] = "fast"
         notes.append(f'tp_size = {several["tp_size"]}: off_path = "fast" written (the default "kv" has not run at '
@@ -178,11 +177,20 @@ def operator_notes(fields: dict, table: dict, config_path: str | Path = DEFAULT_
     return notes
 
 
+def _above_one(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 1
+
+
 def off_path_note(table: dict) -> list[str]:
-    """config check's word on a table at TP > 1 that keeps the default off path (from-launch writes "fast" there)."""
-    tp = table.get("tp_size")
-    if isinstance(tp, int) and not isinstance(tp, bool) and tp > 1 and table.get("off_path", DEFAULT_OFF_PATH) == "kv":
-        return [f'tp_size = {tp} with off_path "kv": "kv" has not run at TP > 1 on a GPU, "fast" has (README, TP > 1)']
+    """config check's word on a table at TP > 1 that leaves off_path to its default, "kv" (from-launch writes "fast"
+    there): tp_size or tensor_parallel_size, or either flag in extra_args."""
+    words = [str(w) for w in table.get("extra_args", [])] if isinstance(table.get("extra_args"), list) else []
+    given = [table.get("tp_size"), table.get("tensor_parallel_size")] + \
+        [int(w) for flag, w in zip(words, words[1:]) if flag in ("--tp-size", "--tensor-parallel-size") and w.isdigit()]
+    tp = next((v for v in reversed(given) if v is not None), None)     # (the last flag wins)
+    if _above_one(tp) and "off_path" not in table and DEFAULT_OFF_PATH == "kv":
+        return [f'tp_size = {tp} with off_path left to "kv": "kv" has not run at TP > 1 on a GPU, "fast" has (README, '
+                'TP > 1)']
     return []
 
 

@@ -168,7 +168,8 @@ class Daemon:
         st, ctl = self.cfg["storage"], self.cfg["control"]
         _given_parent_exists("--db / [storage] db", st["db"], default_db())
         _given_parent_exists("--socket / [control] socket", ctl["socket"], default_socket())
-        st["db"] = st["db"] or str(default_db())
+        # absolute: what status reports and specctl --db compares is not the daemon's working directory's
+        st["db"] = str(Path(st["db"]).absolute()) if st["db"] else str(default_db())
         ctl["socket"] = ctl["socket"] or str(default_socket())
         self._signals()
         configured_engine(self.cfg)          # its configuration refused before anything is written

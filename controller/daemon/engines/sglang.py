@@ -201,8 +201,10 @@ class SGLangEngine(Engine):
 
     def not_ready_reason(self, timeout: float) -> str:
         code = self.proc.poll() if self.proc else None
-        return (f"SGLang exited with code {code} before it was ready (its own last lines, above in the log, say why)"
-                if code is not None else f"SGLang was not ready within {timeout:g} s ([sglang] ready_timeout_s)")
+        if code is None:
+            return f"SGLang was not ready within {timeout:g} s ([sglang] ready_timeout_s)"
+        how = f"exited with code {code}" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
+        return f"SGLang {how} before it was ready (its own last lines, above in the log, say why)"
 
     def set_threshold(self, threshold: int) -> None:
         body = json.dumps({"server_args": {THRESHOLD_KEY: int(threshold)}}).encode()

@@ -47,6 +47,11 @@ def extra_args(args: dict) -> list[str]:
     if bad:
         raise EngineError(f"sglang engine: [sglang] extra_args must be a list of words, e.g. [\"--flag\", \"value\"], "
                           f"got {'a ' if not isinstance(extra, list) else 'a list holding a '}{type(bad[0]).__name__}")
+    owned = [w for w in map(str, extra) if w.partition("=")[0] in ("--port", "--host")]
+    if owned:
+        key = owned[0].partition("=")[0][2:]
+        raise EngineError(f"sglang engine: [sglang] extra_args {owned[0].partition('=')[0]}: set [sglang] {key} "
+                          f"instead (the daemon reaches SGLang there)")
     return [str(x) for x in extra]
 
 
@@ -114,7 +119,7 @@ def config_file_reason(args: dict) -> str | None:
     send that key with every threshold change and mask it in SGLang's output, and reads no YAML; a key that [sglang]
     sets as well wins over the file's (SGLang: command line over config), so that one is fine. An unreadable file
     is SGLang's to report."""
-    words = [str(x) for x in args.get("extra_args", [])]
+    words = server_flags(args)              # ([sglang] config = "FILE" is a --config too)
     files = [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--config"]
     try:
         text = Path(files[0]).read_text(errors="replace") if files else ""
@@ -124,7 +129,7 @@ def config_file_reason(args: dict) -> str | None:
     unsent = [key.replace("-", "_") for key in _YAML_KEY.findall(text) if not given[key.replace("-", "_")]]
     if not unsent:
         return None
-    return (f"[sglang] extra_args' --config {files[0]} sets {unsent[0]}: set it in [sglang] instead ({unsent[0]} = "
+    return (f"[sglang]'s --config {files[0]} sets {unsent[0]}: set it in [sglang] instead ({unsent[0]} = "
             f"\"...\", private file): the daemon sends it with each threshold change and keeps it out of the logs")
 
 
@@ -140,8 +145,8 @@ def refused_hint(error: Exception) -> str:
     """What to add to a refused threshold change: SGLang's 401 means the key the daemon sent (admin_headers) is not
     the one it was started with, e.g. one set where the daemon does not read it."""
     if getattr(error, "code", None) in (401, 403):
-        return ("; SGLang wants its admin key (or API key, without one): set [sglang] admin_api_key / api_key, "
-                "not only in SGLang's environment or a --config YAML")
+        return ("; SGLang refused the key the daemon sends ([sglang] admin_api_key, else api_key): SGLang was started "
+                "with another, or one the daemon does not read")
     return ""
 
 
