@@ -19,12 +19,16 @@ def _one_line(res, needle: str) -> None:
     assert res.returncode != 0 and len(lines) == 1 and needle in lines[0], res.stderr
 
 
-def test_a_regular_file_given_as_socket_is_refused_and_kept(short_tmp):
+def test_a_regular_file_or_a_directory_given_as_socket_is_refused_as_usage_and_kept(short_tmp):
+    """(exit 2, as specctl's --socket of the same path: a usage error, not a fault)"""
     precious = short_tmp / "notes.txt"
     precious.write_text("do not delete")
     res = run_daemon_once(short_tmp, "--db", str(short_tmp / "a.db"), "--socket", str(precious))
-    _one_line(res, "is not a socket; refusing to remove it")
-    assert precious.read_text() == "do not delete"
+    _one_line(res, f"control socket {precious}: not a socket")
+    assert res.returncode == 2 and precious.read_text() == "do not delete"
+    res = run_daemon_once(short_tmp, "--db", str(short_tmp / "a.db"), "--socket", str(short_tmp))
+    _one_line(res, f"control socket {short_tmp}: a directory, not a socket")
+    assert res.returncode == 2 and short_tmp.is_dir()
 
 
 def test_the_database_given_as_socket_is_refused_and_kept(short_tmp):

@@ -15,7 +15,7 @@ from state import queries
 from state.db import DaemonLock, leave_wal, open_store
 from state.writer import Writer
 
-from ..paths import DEFAULT_CONFIG, default_db, default_socket
+from ..paths import DEFAULT_CONFIG, default_db, default_socket, socket_path_problem
 from ..sim.profile import ProfileError
 from .config import ConfigError, load_config, restart_needed, shadowed
 from .engines.base import Engine, EngineError
@@ -109,6 +109,8 @@ class Daemon:
             sock.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         except OSError as e:
             raise Fatal(f"cannot create the control socket's directory {sock.parent}: {e.strerror}") from None
+        if problem := socket_path_problem(sock):      # (a usage error, as specctl says it: exit 2)
+            raise Fatal(f"control socket {sock}: {problem}", 2)
         check_socket_free(Path(ctl["socket"]))
         if ctl["metrics_port"]:
             from .metrics import check_port_free
