@@ -256,6 +256,9 @@ if start_engines; then
   fi
   # where each engine's memory is (resident, huge pages, NUMA nodes): pins move threads, not pages (procmem.py)
   python3 bench/gpu/procmem.py "$LOAD_CPU_GROUPS" 2>&1 | sed 's/^/memory: /' | tee -a "$SUM"
+  # each engine's KV pool as SGLang sized it (POOL_TOKENS caps both: equal unless one had less memory left)
+  say "KV pools as started: $(for f in nospec $GROUP_B; do echo -n "$f $(grep -o 'max_total_num_tokens=[0-9]*' \
+    "$OUT/$f.log" | head -1 | cut -d= -f2); "; done)"
   n0=$([ -f "$R" ] && wc -l <"$R" || echo 0)
   # the phases in the order SHAPES names them, each only if its time is left (phase_need)
   for phase in ${SHAPES//,/ }; do
