@@ -525,6 +525,8 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(plug):
     assert "off path:    fast (draft not written while off), 120 fast batches (118 on CUDA graphs), 3 on steps-0" \
         in out
     assert "sglang:      0.5.20; off path fast, contract-checked against the 0.5.20 wheel, not measured on a GPU" in out
+    kv = render_status({**st, "engine": {**st["engine"], "plugin": {**stats, "off_path": contract.OFF_PATHS[4]}}})
+    assert "sglang:      0.5.20; off path kv, contract-checked" in kv         # the setting's name, as configured
     steps0 = {**stats, "off_path": "steps-0", "off_reason": contract.OFF_REASONS[contract.REASON_0_5_16],
               "sglang": "0.5.16", "off_path_evidence": ""}
     assert ("sglang:      0.5.16; off path steps-0: SGLang 0.5.16: no get_server_return_hidden_states_mode"

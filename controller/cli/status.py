@@ -6,6 +6,7 @@ import time
 
 import click
 
+from ..contract import OFF_PATH_SETTING
 from ..paths import present
 from ..status import build_status, summarise
 from .client import DaemonUnreachable
@@ -38,8 +39,8 @@ def _sglang_line(plugin: dict) -> str:
     """The engine's SGLang and what backs its off path: fast (measured / contract-checked) or steps-0, why."""
     path = plugin["off_path"]
     if plugin.get("off_path_evidence"):
-        what = f"off path fast, {plugin['off_path_evidence']}" + (f"; {plugin['off_reason']}"
-                                                                   if plugin.get("off_reason") else "")
+        what = f"off path {OFF_PATH_SETTING.get(path, 'fast')}, {plugin['off_path_evidence']}" + \
+            (f"; {plugin['off_reason']}" if plugin.get("off_reason") else "")
     else:
         what = f"off path {path}" + (f": {plugin['off_reason']}" if plugin.get("off_reason") else "")
     return f"sglang:      {plugin.get('sglang', '?')}; {what}"
