@@ -107,8 +107,6 @@ KIND_SAMPLE, KIND_STATS = 1, 2
 OFF_PATHS = ("steps-0", "fast (draft not written while off)", "steps-0 (fast path switched off)",
              "fast, draft synced", "fast, draft KV written")
 FAST_PATHS = (1, 3, 4)                  # the OFF_PATHS entries that are the fast off path
-# each fast one as [sglang] off_path names it (status says the operator's word)
-OFF_PATH_SETTING = {OFF_PATHS[1]: "fast", OFF_PATHS[3]: "synced", OFF_PATHS[4]: "kv"}
 KV_PATH = 4                             # the one that writes the draft's KV (off path kv)
 # Why the off path is what it is (index sent by the plugin; "" = nothing to explain)
 OFF_REASONS = (

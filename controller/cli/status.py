@@ -6,7 +6,7 @@ import time
 
 import click
 
-from ..contract import OFF_PATH_SETTING
+from ..contract import FAST_PATHS, OFF_PATHS
 from ..paths import present
 from ..status import build_status, summarise
 from .client import DaemonUnreachable
@@ -33,6 +33,10 @@ def _rejected(samples: dict) -> str:
     if not kinds:
         return ""
     return f", {sum(kinds.values())} rejected ({', '.join(f'{k} {v}' for k, v in kinds.items())})"
+
+
+# each fast off path as [sglang] off_path names it (status says the operator's word)
+OFF_PATH_SETTING = dict(zip((OFF_PATHS[i] for i in FAST_PATHS), ("fast", "synced", "kv")))
 
 
 def _sglang_line(plugin: dict) -> str:
