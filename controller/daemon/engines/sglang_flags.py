@@ -120,6 +120,8 @@ def config_file_reason(args: dict) -> str | None:
     sets as well wins over the file's (SGLang: command line over config), so that one is fine. An unreadable file
     is SGLang's to report."""
     words = server_flags(args)              # ([sglang] config = "FILE" is a --config too)
+    if words[-1:] == ["--config"]:          # (SGLang would take the daemon's next flag for the file)
+        return "[sglang] extra_args ends with --config: name the YAML file after it"
     files = [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--config"]
     try:
         text = Path(files[0]).read_text(errors="replace") if files else ""

@@ -1,0 +1,121 @@
+"""Edges of today's boundaries that a mutation pass (helper-62, 44 mutants, 13 survived) found untested: specctl's
+--db check against a real daemon, the --config YAML key, the 401 hint, an SGLang that exits 0 before it is ready."""
+import json
+import urllib.error
+
+import pytest
+from click.testing import CliRunner
+
+from controller.cli import common
+import controller.cli.status  # noqa: F401  (imported before common.lock_holder is patched: it binds its own)
+from controller.cli.main import cli
+from controller.daemon.engines.base import EngineError
+from controller.daemon.engines.sglang import SGLangEngine
+from controller.daemon.engines.sglang_flags import refused_hint
+from tests.conftest import fake_sglang_python
+from tests.daemon_proc import StartingDaemon
+from tests.test_cli_daemon import _copy_db, daemon  # noqa: F401  (module-scoped daemon fixture)
+
+BASE = {"model_path": "/m", "speculative_algorithm": "EAGLE3"}
+
+
+def _status_db_as(monkeypatch, served):
+    """/status answers as a daemon of an older version would: its db as it was given (here relative)."""
+    real = common.request
+
+    def older(sock, method, path, body=None, **kw):
+        answer = real(sock, method, path, body, **kw)
+        if path == "/status":
+            answer["daemon"]["db"] = served
+        return answer
+    monkeypatch.setattr(common, "request", older)
+
+
+# the check runs once per invocation (a command calling the daemon twice asks /status once)
+def test_check_db_asks_the_daemon_once_per_invocation(daemon, monkeypatch):
+    asked, real = [], common.request
+    monkeypatch.setattr(common, "request", lambda s, m, p, *a, **k: asked.append(p) or real(s, m, p, *a, **k))
+    ctx = common.Ctx(str(daemon.socket), str(daemon.db))
+    common.call(ctx, "GET", "/policy")
+    common.call(ctx, "GET", "/policy")
+    assert asked == ["/status", "/policy", "/policy"]
+
+
+# an unreadable lock is no holder found
+def test_an_unreadable_lock_reads_as_no_daemon_holding_it(daemon, short_tmp, monkeypatch):
+    from state.db import open_store
+    other = short_tmp / "other.db"
+    open_store(other).conn.close()
+    monkeypatch.setattr(common, "lock_holder", lambda db: common.UNREADABLE)
+    res = CliRunner().invoke(cli, ["--socket", str(daemon.socket), "--db", str(other), "status"])
+    assert res.exit_code == 3 and f"daemon is not running (no daemon holds {other}" in res.stderr, res.output
+
+
+# the lock's pid answers for a daemon whose reported db cannot be compared
+def test_the_lock_holder_answering_is_the_dbs_daemon_whatever_db_it_reports(daemon, monkeypatch):
+    _status_db_as(monkeypatch, daemon.db.name)           # (relative: not comparable)
+    res = CliRunner().invoke(cli, ["--socket", str(daemon.socket), "--db", str(daemon.db), "status", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["daemon"]["pid"] == daemon.proc.pid, res.output
+
+
+# the reported path is compared as a path (realpath), not as a string
+def test_a_db_spelled_another_way_with_an_unreadable_lock_is_the_daemons_own(daemon, monkeypatch):
+    monkeypatch.setattr(common, "lock_holder", lambda db: common.UNREADABLE)
+    monkeypatch.chdir(daemon.db.parent)
+    res = CliRunner().invoke(cli, ["--socket", str(daemon.socket), "--db", daemon.db.name, "status", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["daemon"]["running"] is True, res.output
+
+
+# a relative db reported is the daemon's working directory's, never specctl's
+def test_a_relative_db_reported_is_not_taken_for_specctls_own(daemon, short_tmp, monkeypatch):
+    from state.db import open_store
+    open_store(short_tmp / "state.db").conn.close()
+    _status_db_as(monkeypatch, "state.db")
+    monkeypatch.chdir(short_tmp)
+    res = CliRunner().invoke(cli, ["--socket", str(daemon.socket), "--db", "state.db", "status", "--json"])
+    assert res.exit_code == 3 and json.loads(res.stdout)["daemon"]["running"] is False, res.output
+
+
+# a holder that recorded no socket is not "elsewhere": status reads it as starting, a change is refused
+def test_a_holder_of_no_recorded_socket_beside_another_daemon_reads_as_starting(daemon, tmp_path):
+    import os
+    db = _copy_db(daemon, tmp_path / "copy.db")
+    with StartingDaemon(db, tmp_path / "no.sock", record=False):
+        res = CliRunner().invoke(cli, ["--socket", str(daemon.socket), "--db", str(db), "status", "--json"])
+        assert res.exit_code == 4 and json.loads(res.stdout)["daemon"]["pid"] == os.getpid(), res.output
+        pin = CliRunner().invoke(cli, ["--socket", str(daemon.socket), "--db", str(db), "threshold", "pin", "3"])
+        assert pin.exit_code == 2 and f"daemon pid {os.getpid()} holding it does not answer there" in pin.stderr, \
+            pin.output
+
+
+# a --config with no file after it: one line, not a crash, and not the daemon's next flag taken for the file
+def test_a_trailing_config_flag_is_refused():
+    with pytest.raises(EngineError, match="extra_args ends with --config: name the YAML file after it"):
+        SGLangEngine({**BASE, "extra_args": ["--config"]})
+
+
+# YAML allows blanks before the colon
+def test_a_yaml_key_with_a_blank_before_its_colon_is_seen(tmp_path):
+    (tmp_path / "sg.yaml").write_text("api-key : sk-yaml\n")
+    with pytest.raises(EngineError, match="sets api_key: set it in \\[sglang\\] instead"):
+        SGLangEngine({**BASE, "extra_args": ["--config", str(tmp_path / "sg.yaml")]})
+
+
+# 403 gets the hint as 401 does; other failures none
+@pytest.mark.parametrize("code,hinted", [(401, True), (403, True), (500, False)])
+def test_the_refused_hint_is_for_401_and_403_only(code, hinted):
+    assert ("SGLang refused the key" in refused_hint(urllib.error.HTTPError("http://x", code, "x", {}, None))) is hinted
+    assert refused_hint(OSError("connection refused")) == ""
+
+
+# an SGLang that exits 0 before it is ready
+def test_not_ready_names_an_exit_code_of_zero(short_tmp, monkeypatch):
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(short_tmp / "run"))
+    monkeypatch.setenv("STATE_DIRECTORY", str(short_tmp / "state"))
+    monkeypatch.setattr("controller.daemon.engines.sglang.port_reason", lambda host, port: None)
+    eng = SGLangEngine({**BASE, "port": 1, "python": str(fake_sglang_python(short_tmp / "python", "exit 0"))})
+    eng.start(lambda s: None)
+    eng.proc.wait(timeout=30)
+    reason = eng.not_ready_reason(0.5)
+    assert reason.startswith("SGLang exited with code 0 before it was ready"), reason
+    eng.stop()
