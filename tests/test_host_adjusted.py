@@ -341,3 +341,21 @@ def test_an_aa_of_one_order_reads_against_a_label_fitted_over_both(tmp_path):
     assert fit(runs, "off", None)["second_start"] is not None and fit(runs, "twin", None)["second_start"] is None
     got = over_aa(runs, "off", None)
     assert got["ratio"] == pytest.approx(0.97, abs=0.006) and got["low"] < got["ratio"] < got["high"]
+
+
+def test_calls_of_different_kv_pools_are_said_apart_and_rows_carry_the_pool(tmp_path):
+    """Before 12-06 the engine started second had the larger KV pool: a fit over both kinds of call says so first."""
+    from host_adjusted import pools_note
+    from loads import pool_tokens
+    assert pool_tokens({"POOL_TOKENS": "40000"}) == {"pool_tokens": 40000}
+    assert pool_tokens({"POOL_TOKENS": "0"}) == pool_tokens({}) == pool_tokens({"POOL_TOKENS": "x"}) == {}
+    sized, capped, capped2 = (tmp_path / f"{n}.jsonl" for n in ("sized", "capped", "capped2"))
+    for path, seed in ((sized, 1), (capped, 2), (capped2, 3)):
+        timeline(path, 0.98, seed=seed)
+    for path in (capped, capped2):
+        path.write_text("".join(json.dumps({**json.loads(line), "pool_tokens": 40000}) + "\n"
+                                for line in path.read_text().splitlines()))
+    assert pools_note(runs_of([str(capped), str(capped2)])) == []
+    assert pools_note(runs_of([str(sized), str(capped), str(capped2)]))[0] == \
+        "note: the calls' KV pools differ: as sized (1 calls), 40,000 tokens (2 calls); pass one kind of call to " \
+        "read them apart"

@@ -79,7 +79,7 @@ def runs_of(paths: list[str]) -> list[dict]:
             # no-spec, unless the call started that one first (run_pair's B_FIRST=1, the row's b_first)
             second = t["label"].startswith("nospec") == bool(t.get("b_first"))
             out.append({"call": path, "label": t["label"], "shape": shape, "level": float(t["level"]),
-                        "second": second, **{m: t.get(m) for m in METRICS},
+                        "second": second, "pool_tokens": t.get("pool_tokens"), **{m: t.get(m) for m in METRICS},
                         "cpu_ms": {h: k.get("runner_cpu_ms") if k.get("n", 0) > 0 else None for h, k in kinds.items()}})
     return out
 
@@ -293,6 +293,20 @@ def aa_lines(runs: list[dict], fits: dict[tuple, tuple[dict, dict | None]], host
     return lines
 
 
+def pools_note(runs: list[dict]) -> list[str]:
+    """A line when the calls ran with different KV pools: before 12-06 the engine started second had the larger one,
+    which the start-order term then carries too (docs/sglang.md)."""
+    pools: dict[str, set] = {}
+    for r in runs:
+        pools.setdefault(r["call"], set()).add(r.get("pool_tokens"))
+    kinds = sorted({p for ps in pools.values() for p in ps}, key=lambda p: (p is not None, p or 0))
+    if len(kinds) < 2:
+        return []
+    said = [f"{'as sized' if p is None else f'{p:,} tokens'} ({sum(p in ps for ps in pools.values())} calls)"
+            for p in kinds]
+    return [f"note: the calls' KV pools differ: {', '.join(said)}; pass one kind of call to read them apart", ""]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("timelines", nargs="+", help="run_pair's timeline.jsonl files (.xz too), one per call")
@@ -310,7 +324,7 @@ def main() -> None:
         runs = runs_of(args.timelines)
     except ValueError as e:         # a summary whose TIMELINE lines were cut short
         sys.exit(f"host_adjusted.py: {e}")
-    print("\n".join(table(runs, args.base, args.host, args.metric)))
+    print("\n".join(pools_note(runs) + table(runs, args.base, args.host, args.metric)))
 
 
 if __name__ == "__main__":

@@ -376,9 +376,16 @@ def measure(args: argparse.Namespace, label: str, level: float, rep: int, port: 
     row = {"label": label, "shape": shape, "level": level if args.shape == "open" else int(level),
            "repeat": rep + args.repeat_index, "t_start": t0, "t_end": time.time(),
            "mono_start": m0, "mono_end": time.monotonic(), **({"engines_resident": True} if args.engines else {}),
-           **({"b_first": True} if args.b_first else {}), "cpu_s": cpu,
+           **({"b_first": True} if args.b_first else {}), **pool_tokens(), "cpu_s": cpu,
            **({"cpus_by_group": cpus_by_group} if cpus_by_group else {}), **res}
     emit("LOAD", row, args.out)
+
+
+def pool_tokens(env: dict | None = None) -> dict:
+    """{"pool_tokens": N} where both engines' KV pools were capped at N (run_pair's POOL_TOKENS; from 12-06 on), else
+    {}: the pools as SGLang sized them (the engine started second's larger). Read back by host_adjusted.py."""
+    raw = (os.environ if env is None else env).get("POOL_TOKENS", "0")
+    return {"pool_tokens": int(raw)} if raw.isdigit() and int(raw) > 0 else {}
 
 
 if __name__ == "__main__":

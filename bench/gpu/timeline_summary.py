@@ -330,7 +330,8 @@ def main() -> None:
         label = label or row["label"]
         extra = {"shape": row.get("shape"), "level": row.get("level"), "repeat": row.get("repeat"),
                  "t_start": row.get("t_start"), "tok_s": row.get("tok_s"), "tpot_ms": row.get("tpot_ms"),
-                 **({"b_first": True} if row.get("b_first") else {})}
+                 **({"b_first": True} if row.get("b_first") else {}),
+                 **({"pool_tokens": row["pool_tokens"]} if row.get("pool_tokens") else {})}
     else:
         t0, t1 = map(float, args.window.split(","))
     out = summarise(read(args.prefix), int(t0 * 1e9), int(t1 * 1e9))
