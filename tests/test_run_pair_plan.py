@@ -266,7 +266,7 @@ COMMON_SH = SCRIPT.parent / "common.sh"
 POOL_HARNESS = r"""
 set -u
 say() { :; }; save_caches() { :; }; setsid() { :; }; specctl() { echo '"running": true'; }
-eval "$(sed -n '/^export POOL_TOKENS=/p' "$SCRIPT")"
+eval "$(sed -n '/^gpu_mib=/p;/^export POOL_TOKENS=/p' "$SCRIPT")"
 M=/m; MAXBS=128; TP=1; DUMMY=; PREFILL_GRAPH=default; PREFILL_FLAG=(); GRAMMAR_BACKEND=none; ACC=natural
 SC=$WORK; OUT=$WORK; GROUPS_FILE=$WORK/groups
 eval "$(sed -n '/^COMMON=(/,/^\[ "\$POOL_TOKENS" != 0 \]/p;/^start_daemon()/,/^}/p' "$COMMON_SH")"
@@ -275,16 +275,22 @@ start_daemon
 """
 
 
-@pytest.mark.parametrize("given, pool", [(None, 230000), ("180000", 180000), ("0", None)])
-def test_both_engines_get_the_same_kv_pool(tmp_path, given, pool):
-    """run_pair.sh caps both engines' KV pools at POOL_TOKENS (230000 unless set; 0: SGLang sizes each from its memory
-    fraction): the no-spec engine's flags and the daemon's [sglang] alike. Before, the engine started second always got
+@pytest.mark.parametrize("given, gpu_mib, pool", [(None, None, 230000), ("180000", None, 180000), ("0", None, None),
+                                                   (None, 81559, 40000), (None, 143771, 230000), ("0", 81559, None)])
+def test_both_engines_get_the_same_kv_pool(tmp_path, given, gpu_mib, pool):
+    """run_pair.sh caps both engines' KV pools at POOL_TOKENS (230000 unless set, 40000 on a GPU under 100 GB; 0: SGLang
+    sizes each from its memory fraction): the no-spec engine's flags and the daemon's [sglang] alike. Before, the engine started second always got
     the larger pool, confounding the start order with the pool (common.sh's comment)."""
     from controller.daemon.config import load_config
     from controller.daemon.engines.sglang_flags import server_flags
-    env = {"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "COMMON_SH": str(COMMON_SH), "WORK": str(tmp_path)}
+    env = {"PATH": f"{tmp_path}/bin:/usr/bin:/bin", "SCRIPT": str(SCRIPT), "COMMON_SH": str(COMMON_SH),
+           "WORK": str(tmp_path)}
     if given is not None:
         env["POOL_TOKENS"] = given
+    if gpu_mib is not None:                    # (an H100's 80 GB: both engines' default pools would not fit)
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "bin/nvidia-smi").write_text(f"#!/bin/sh\necho {gpu_mib}\n")
+        (tmp_path / "bin/nvidia-smi").chmod(0o755)
     out = subprocess.run(["bash", "-c", POOL_HARNESS], env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     common = out.stdout.split("COMMON: ", 1)[1].splitlines()[0].split()

@@ -46,8 +46,10 @@
 #  noise a 0.97 verdict must clear). Only the phases that need no daemon: TWIN_PHASES.
 # requests with a regex need a grammar backend in both engines (common.sh reads GRAMMAR_BACKEND)
 case ",${SHAPES:-}," in *,grammar,*|*,grcheck,*) export GRAMMAR_BACKEND=${GRAMMAR_BACKEND:-xgrammar} ;; esac
-# both engines' KV pools the same size (common.sh POOL_TOKENS: from 12-06 on; before, the second start's was larger)
-export POOL_TOKENS=${POOL_TOKENS:-230000}
+# both engines' KV pools the same size (common.sh POOL_TOKENS: from 12-06 on; before, the second start's was larger):
+# 230,000 tokens on an H200 (the smallest pool seen), 40,000 on a GPU under 100 GB (an H100: both fit beside each other)
+gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+export POOL_TOKENS=${POOL_TOKENS:-$([ "${gpu_mib:-0}" -gt 0 ] 2>/dev/null && [ "$gpu_mib" -lt 100000 ] && echo 40000 || echo 230000)}
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
 RUNS=$((2 * ${REPEATS:-2}))          # runs per level or rate: REPEATS (2) of each of the two engines
