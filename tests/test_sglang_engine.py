@@ -518,3 +518,39 @@ def test_not_ready_says_a_timeout_an_exit_code_or_the_signal_that_killed_sglang(
     eng.proc.wait(timeout=10)
     assert eng.not_ready_reason(0.5).startswith("SGLang was killed by SIGKILL before it was ready")
     eng.stop()
+
+
+def test_sglang_does_not_outlive_a_daemon_killed_outright(short_tmp):
+    """Outside systemd nothing else would stop it: a daemon killed with SIGKILL (or by the OOM killer) must not leave
+    SGLang holding the GPU and the port the next daemon needs (the kernel's parent-death signal, set before the exec)."""
+    import os
+    import signal
+    import socket
+    import time
+
+    from tests.daemon_proc import DaemonProc
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fake = fake_sglang_python(short_tmp / "python", f"echo $$ > {short_tmp}/sglang.pid; exec sleep 120")
+    config = (f'[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\nspeculative_algorithm = "EAGLE3"\n'
+              f'python = "{fake}"\nport = {port}\n')
+    daemon = DaemonProc(short_tmp, config_text=config,
+                        env_extra={"STATE_DIRECTORY": str(short_tmp / "state"), "RUNTIME_DIRECTORY": str(short_tmp)})
+    pid_file = short_tmp / "sglang.pid"
+    end = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < end:
+        time.sleep(0.05)
+    sglang = int(pid_file.read_text())
+    os.kill(sglang, 0)                                   # SGLang runs, the daemon waits for it to be ready
+    assert daemon.stop(signal.SIGKILL) == -signal.SIGKILL
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        try:
+            os.kill(sglang, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(sglang, signal.SIGKILL)
+        pytest.fail("SGLang outlived the daemon")

@@ -24,6 +24,7 @@ from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_L
                          SAME_AT_ZERO, THRESHOLD_KEY, decode, unsupported_reason, zero_saves_prefill_draft)
 from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
+from .child import bound_to_daemon
 from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, refused_hint, relay_masked,
                            secrets_in, server_flags, shown)
 from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH, plugin_env, user_env
@@ -148,7 +149,7 @@ class SGLangEngine(Engine):
         if secrets:                          # (unbuffered: its prints reach the relay as they are made)
             env.setdefault("PYTHONUNBUFFERED", "1")
             piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
-        self.proc = subprocess.Popen(cmd, env=env, **piped)
+        self.proc = subprocess.Popen(bound_to_daemon(cmd), env=env, **piped)
         if secrets:
             self._log_relay = threading.Thread(target=relay_masked, args=(self.proc.stdout, secrets, sys.stderr),
                                                name="sglang-log", daemon=True)
