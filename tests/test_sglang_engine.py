@@ -554,3 +554,16 @@ def test_sglang_does_not_outlive_a_daemon_killed_outright(short_tmp):
     else:
         os.kill(sglang, signal.SIGKILL)
         pytest.fail("SGLang outlived the daemon")
+
+
+def test_the_launch_stub_runs_the_command_in_its_own_pid_or_says_in_one_line_why_not(short_tmp):
+    import os
+    import subprocess
+
+    from controller.daemon.engines.child import bound_to_daemon
+    done = subprocess.run(bound_to_daemon(["sh", "-c", "echo $$ $PPID"]), capture_output=True, text=True, timeout=30)
+    ppid = int(done.stdout.split()[1])
+    assert done.returncode == 0 and ppid == os.getpid()          # exec'd in the stub's process, the daemon's child
+    gone = subprocess.run(bound_to_daemon([str(short_tmp / "missing")]), capture_output=True, text=True, timeout=30)
+    assert gone.returncode == 1 and gone.stderr == \
+        f"spec-controller: cannot run {short_tmp / 'missing'}: No such file or directory\n"

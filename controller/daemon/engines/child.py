@@ -12,7 +12,10 @@ import sys
 BOUND = ("import ctypes, os, sys\n"
          "ctypes.CDLL(None, use_errno=True).prctl(1, 15)\n"
          "os.getppid() == int(sys.argv[1]) or sys.exit(70)\n"
-         "os.execvp(sys.argv[2], sys.argv[2:])\n")
+         "try:\n"
+         "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+         "except OSError as e:\n"
+         "    sys.exit(f'spec-controller: cannot run {sys.argv[2]}: {e.strerror}')\n")
 
 
 def bound_to_daemon(cmd: list[str]) -> list[str]:
