@@ -522,7 +522,8 @@ def test_not_ready_says_a_timeout_an_exit_code_or_the_signal_that_killed_sglang(
 
 def test_sglang_does_not_outlive_a_daemon_killed_outright(short_tmp):
     """Outside systemd nothing else would stop it: a daemon killed with SIGKILL (or by the OOM killer) must not leave
-    SGLang holding the GPU and the port the next daemon needs (the kernel's parent-death signal, set before the exec)."""
+    SGLang holding the GPU and the port the next daemon needs (the kernel's parent-death signal, set before the exec;
+    SIGKILL: a busy SGLang drains on SIGTERM for as long as requests come)."""
     import os
     import signal
     import socket
@@ -565,5 +566,38 @@ def test_the_launch_stub_runs_the_command_in_its_own_pid_or_says_in_one_line_why
     ppid = int(done.stdout.split()[1])
     assert done.returncode == 0 and ppid == os.getpid()          # exec'd in the stub's process, the daemon's child
     gone = subprocess.run(bound_to_daemon([str(short_tmp / "missing")]), capture_output=True, text=True, timeout=30)
-    assert gone.returncode == 1 and gone.stderr == \
+    assert gone.returncode == 127 and gone.stderr == \
         f"spec-controller: cannot run {short_tmp / 'missing'}: No such file or directory\n"
+    (short_tmp / "plain").write_text("x")
+    denied = subprocess.run(bound_to_daemon([str(short_tmp / "plain")]), capture_output=True, text=True, timeout=30)
+    assert denied.returncode == 126 and "Permission denied" in denied.stderr
+    # ignored signals are not passed on: a shell pipeline in SGLang's place behaves as it would without the stub
+    piped = subprocess.run(bound_to_daemon(["sh", "-c", "grep SigIgn /proc/self/status"]), capture_output=True,
+                           text=True, timeout=30)
+    assert int(piped.stdout.split()[1], 16) & ((1 << 12) | (1 << 24)) == 0, piped.stdout     # SIGPIPE 13, SIGXFSZ 25
+
+
+def test_sglang_started_from_a_thread_that_ends_is_not_bound_to_it(tmp_path):
+    """The kernel's signal follows the thread that forked: bound from a worker thread, SGLang would die with it."""
+    import subprocess
+    import threading
+    import time
+
+    from controller.daemon.engines.child import bound_to_daemon
+    got, marker = [], tmp_path / "running"
+
+    def start_and_end():                            # (the thread ends once the command runs: the stub is past prctl)
+        got.append(subprocess.Popen(bound_to_daemon(["sh", "-c", f"touch {marker}; exec sleep 30"])))
+        end = time.monotonic() + 30
+        while not marker.exists() and time.monotonic() < end:
+            time.sleep(0.01)
+    worker = threading.Thread(target=start_and_end)
+    worker.start()
+    worker.join()
+    child = got[0]
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(timeout=1.0)                 # alive after its starting thread ended
+    finally:
+        child.kill()
+        child.wait()

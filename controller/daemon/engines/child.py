@@ -4,22 +4,37 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
-# Run by the daemon's own interpreter (-I: no PYTHONPATH or user site of [sglang.env] in its way) between the fork
-# and SGLang: PR_SET_PDEATHSIG (1) asks SIGTERM (15) once the daemon's thread that started it is gone (the main thread,
-# for the daemon's life), kept across the exec; a daemon already gone by then is checked after (exit 70); then the
-# command replaces it in the same process (the PID the daemon signals and waits on).
-BOUND = ("import ctypes, os, sys\n"
-         "ctypes.CDLL(None, use_errno=True).prctl(1, 15)\n"
+# Run by the daemon's own interpreter (-I -S: no PYTHONPATH, user site or .pth code of SGLang's environment in its way)
+# between the fork and SGLang: PR_SET_PDEATHSIG (1) asks SIGKILL (9) once the daemon's thread that started it is gone,
+# kept across the exec (SIGKILL, not SIGTERM: SGLang drains a busy server on SIGTERM for as long as requests keep
+# coming, unsteered; its schedulers die with it, freeing the GPU). Best effort: the exec happens whatever prctl did.
+# A daemon already gone is checked after (exit 70); SIGPIPE / SIGXFSZ back to their defaults (Python ignores them
+# and an exec keeps what is ignored); then the command replaces the stub in the same process (the PID the daemon
+# signals and waits on), or one line and exit 127 / 126 (the shell's codes: not found / not executable).
+BOUND = ("import os, signal, sys\n"
+         "try:\n"
+         "    import ctypes\n"
+         "    ctypes.CDLL(None, use_errno=True).prctl(1, 9)\n"
+         "except Exception:\n"
+         "    pass\n"
          "os.getppid() == int(sys.argv[1]) or sys.exit(70)\n"
+         "for s in (signal.SIGPIPE, signal.SIGXFSZ):\n"
+         "    signal.signal(s, signal.SIG_DFL)\n"
          "try:\n"
          "    os.execvp(sys.argv[2], sys.argv[2:])\n"
          "except OSError as e:\n"
-         "    sys.exit(f'spec-controller: cannot run {sys.argv[2]}: {e.strerror}')\n")
+         "    print(f'spec-controller: cannot run {sys.argv[2]}: {e.strerror}', file=sys.stderr)\n"
+         "    sys.exit(127 if isinstance(e, FileNotFoundError) else 126)\n")
+NOT_STARTED = (126, 127)
 
 
 def bound_to_daemon(cmd: list[str]) -> list[str]:
-    """`cmd` run so that it gets SIGTERM when the daemon dies (Linux; elsewhere `cmd` as it is)."""
-    if not sys.platform.startswith("linux"):
+    """`cmd` run so that it is killed when the daemon dies. Only from the main thread: the kernel's signal follows the
+    thread that started the child, and a thread that ends would take SGLang with it (elsewhere, and off Linux or
+    without the daemon's interpreter: `cmd` as it is)."""
+    if not sys.platform.startswith("linux") or not sys.executable or \
+            threading.current_thread() is not threading.main_thread():
         return list(cmd)
-    return [sys.executable, "-I", "-c", BOUND, str(os.getpid()), *cmd]
+    return [sys.executable, "-I", "-S", "-c", BOUND, str(os.getpid()), *cmd]

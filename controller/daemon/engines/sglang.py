@@ -24,7 +24,7 @@ from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_L
                          SAME_AT_ZERO, THRESHOLD_KEY, decode, unsupported_reason, zero_saves_prefill_draft)
 from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
-from .child import bound_to_daemon
+from .child import NOT_STARTED, bound_to_daemon
 from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, refused_hint, relay_masked,
                            secrets_in, server_flags, shown)
 from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH, plugin_env, user_env
@@ -204,6 +204,8 @@ class SGLangEngine(Engine):
         code = self.proc.poll() if self.proc else None
         if code is None:
             return f"SGLang was not ready within {timeout:g} s ([sglang] ready_timeout_s)"
+        if code in NOT_STARTED:
+            return f"SGLang could not be started (code {code}; the line above says why)"
         how = f"exited with code {code}" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
         return f"SGLang {how} before it was ready (its own last lines, above in the log, say why)"
 
