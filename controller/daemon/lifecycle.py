@@ -43,7 +43,7 @@ def build_engine(cfg: dict, last_t: float = 0.0) -> Engine:
             try:
                 return load(*args)
             except ProfileError as e:
-                raise ProfileError(f"[sim] {key} (--{key}): {e}") from None
+                raise ProfileError(f"config: [sim] {key} (--{key}): {e}") from None
         fixed = sim["concurrency"] or sim["arrival_rate"]
         trace = None if fixed else read("trace", load_trace, sim["trace"])
         profile = read("profile", load_profile, sim["profile"] or (trace and trace.profile) or "crossover-b")
