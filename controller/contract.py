@@ -221,14 +221,13 @@ ENV_LEAN_RESOLVE = "SPEC_CONTROLLER_LEAN_RESOLVE"      # "1": off batches' bonus
 # The largest batch size, and so threshold, anything here accepts (config, CLI, policies, guard, plugin): far above
 # any --max-running-requests, one bound so that every boundary agrees with what the daemon may send.
 MAX_BATCH = 65536
-MAX_THRESHOLD = MAX_BATCH
 
 
 def validate_threshold(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
         return f"{THRESHOLD_KEY} must be an integer, got {value!r}"
-    if not 0 <= value <= MAX_THRESHOLD:
-        return f"{THRESHOLD_KEY}={int(value)} out of range (0 .. {MAX_THRESHOLD})"
+    if not 0 <= value <= MAX_BATCH:
+        return f"{THRESHOLD_KEY}={int(value)} out of range (0 .. {MAX_BATCH})"
     return None
 
 

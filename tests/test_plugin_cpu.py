@@ -850,8 +850,8 @@ def test_the_stats_say_whether_threshold_0_saves_prefills_the_draft_and_go_out_o
     assert plug.telemetry.stats_due
 
 
-@pytest.mark.parametrize("raw, threshold", [("7", 7), (" 12 ", 12), ("0", 0), (str(contract.MAX_THRESHOLD), contract.MAX_THRESHOLD),
-                                            ("-3", 0), ("x", 0), ("\u00b2", 0), (str(contract.MAX_THRESHOLD + 1), 0),
+@pytest.mark.parametrize("raw, threshold", [("7", 7), (" 12 ", 12), ("0", 0), (str(contract.MAX_BATCH), contract.MAX_BATCH),
+                                            ("-3", 0), ("x", 0), ("\u00b2", 0), (str(contract.MAX_BATCH + 1), 0),
                                             ("9" * 5000, 0)])     # (int() of 5,000 digits raises)
 def test_the_engine_starts_at_the_daemons_threshold_or_at_0_with_a_warning(raw, threshold, caplog):
     with caplog.at_level(logging.WARNING, logger="spec_controller.plugin"):

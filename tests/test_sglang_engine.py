@@ -498,7 +498,7 @@ def test_an_sglang_that_exits_at_start_ends_the_daemon_with_its_exit_code_named(
 
 @pytest.mark.parametrize("host", ["192.0.2.1", "::ffff:192.0.2.1"])      # (TEST-NET-1: not this host's)
 def test_an_address_not_this_hosts_is_said_as_such_not_as_a_port_in_use(host):
-    from controller.daemon.engines.sglang_install import port_reason
+    from controller.daemon.engines.child import port_reason
     reason = port_reason(host, 30000)
     where = f"[{host}]" if ":" in host else host
     assert reason.startswith(f"SGLang's address {where}:30000 cannot be bound (") and "in use" not in reason, reason

@@ -81,19 +81,22 @@ def emit(data: Any, as_json: bool, render: Callable[[Any], str]) -> None:
 def call(ctx: Ctx, method: str, path: str, body: dict | None = None) -> Any:
     """The daemon's answer; DaemonUnreachable propagates so commands can fall back."""
     try:
-        _check_db(ctx, method)
+        status = _check_db(ctx, method)
+        if status is not None and (method, path) == ("GET", "/status"):
+            return status                   # (the check's own answer: asked once)
         return request(ctx.socket, method, path, body)
     except DaemonError as e:
         fail(str(e))
 
 
-def _check_db(ctx: Ctx, method: str) -> None:
+def _check_db(ctx: Ctx, method: str) -> Any:
     """--db / SPECCTL_DB names whose state a command is about. Without --socket the daemon holding that database is
     asked on its own socket (its start event records it); the daemon asked must hold it (the default socket's, keeping
     another, must not take a pin meant for this one). Where no daemon holds it, a read takes the database's word
-    (DaemonUnreachable, as when no daemon runs) and a change is refused while another daemon answers."""
+    (DaemonUnreachable, as when no daemon runs) and a change is refused while another daemon answers. Returns the
+    /status answer it was given where the daemon asked is the database's, else None."""
     if not ctx.db_given or ctx.db_checked:
-        return
+        return None
     ctx.db_checked = True
     holder = lock_holder(ctx.db)
     found = None
@@ -102,14 +105,14 @@ def _check_db(ctx: Ctx, method: str) -> None:
         found = find_holder(ctx.db, ctx.socket, holder)
         if found.serving and not ctx.socket_given:          # (serving: on another socket, as that pid)
             ctx.socket = found.socket
-            return
+            return None
     answer = request(ctx.socket, "GET", "/status")
     daemon = answer.get("daemon") if isinstance(answer, dict) else None
     daemon = daemon if isinstance(daemon, dict) else {}
     served = daemon.get("db")
     if holder == str(daemon.get("pid")) or (isinstance(served, str) and os.path.isabs(served)
                                              and os.path.realpath(served) == os.path.realpath(ctx.db)):
-        return
+        return answer
     if found is not None and found.elsewhere:
         fail(f"{found.mismatch()}; nothing changed", EXIT_USAGE)
     if method == "GET":                 # (status then says whether one holds it, starting)

@@ -26,7 +26,6 @@ from ..contract import unsupported_reason
 from ..paths import DEFAULT_CONFIG
 from .engines.base import EngineError
 from .engines.sglang import SGLangEngine
-from .engines.sglang_env import DEFAULT_OFF_PATH
 from .engines.sglang_flags import secrets_in, shown
 from .launchcmd import CommandError, path_notes, split_command, words
 
@@ -188,7 +187,7 @@ def off_path_note(table: dict) -> list[str]:
     given = [table.get("tp_size"), table.get("tensor_parallel_size")] + \
         [int(w) for flag, w in zip(words, words[1:]) if flag in ("--tp-size", "--tensor-parallel-size") and w.isdigit()]
     tp = next((v for v in reversed(given) if v is not None), None)     # (the last flag wins)
-    if _above_one(tp) and "off_path" not in table and DEFAULT_OFF_PATH == "kv":
+    if _above_one(tp) and "off_path" not in table:
         return [f'tp_size = {tp} with off_path left to "kv": "kv" has not run at TP > 1 on a GPU, "fast" has (README, '
                 'TP > 1)']
     return []

@@ -16,6 +16,8 @@ PRINT_AND_EXIT = {"-h", "--help", "--version"}
 # where systemd's sandbox hides files (ProtectHome) or the service's working directory (/) differs from a shell's
 HIDDEN = ("/home/", "/root/", "/run/user/", "~")
 PRIVATE_TMP = ("/tmp/", "/var/tmp/")
+# what a shell would expand in a word: $NAME, ${...}, $(...), $1, $$, $?, $@ ... (and `...` where a command is read)
+EXPANSION = re.compile(r"\$[A-Za-z0-9_{(?$@*#!]")
 
 
 class CommandError(ValueError):
@@ -30,7 +32,7 @@ def words(command: list[str]) -> list[str]:
     if not (len(command) == 1 and any(c.isspace() for c in command[0].strip())):
         return list(command)
     text = command[0].replace("\\\r\n", " ").replace("\\\n", " ")
-    if re.search(r"\$[A-Za-z0-9_{(?$@*#!]|`", text):
+    if EXPANSION.search(text) or "`" in text:
         raise CommandError("the command holds shell variables or substitutions ($NAME, `...`): give it expanded "
                            "(as the shell runs it), or unquoted so that your shell expands it")
     try:
@@ -172,7 +174,7 @@ def path_notes(values: dict) -> list[str]:
             elif text.startswith(PRIVATE_TMP) or text in ("/tmp", "/var/tmp"):
                 notes.append(f"{name} = {text}: the service has its own /tmp and /var/tmp (PrivateTmp), empty "
                              "at its start; move it (e.g. under /var/lib or /opt)")
-            elif re.search(r"\$[A-Za-z0-9_{(?$@*#!]", text):
+            elif EXPANSION.search(text):
                 notes.append(f"{name} = {text}: the service passes it as written, no shell expands the $ in it")
             elif not text.startswith("/") and Path(text).exists():
                 notes.append(f"{name} = {text} names {Path(text).resolve()} here; the service runs in /: give the "

@@ -50,7 +50,7 @@ def coalesce_batches(raw: str) -> int | None:
 
 def initial_threshold(raw: str) -> int:
     """ENV_INITIAL_THRESHOLD (the daemon sets it from its validated state): 0, speculation never on, where it is
-    not an integer 0 .. MAX_THRESHOLD (logged) - a wrong value must not stop the engine from starting."""
+    not an integer 0 .. MAX_BATCH (logged) - a wrong value must not stop the engine from starting."""
     value = env_int(raw)
     problem = "not a non-negative integer" if value is None else validate_threshold(value)
     if problem:

@@ -1,7 +1,9 @@
-"""SGLang's process tied to the daemon's life: outside systemd (which stops the whole unit) a daemon killed with
-SIGKILL or by the OOM killer would leave SGLang running, holding the GPU and the port the next daemon needs."""
+"""SGLang's process as the daemon launches it: where it will listen checked free first, and tied to the daemon's life
+(outside systemd, which stops the whole unit, a daemon killed with SIGKILL or by the OOM killer would leave SGLang
+running, holding the GPU and the port the next daemon needs)."""
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import threading
@@ -38,3 +40,20 @@ def bound_to_daemon(cmd: list[str]) -> list[str]:
             threading.current_thread() is not threading.main_thread():
         return list(cmd)
     return [sys.executable, "-I", "-S", "-c", BOUND, str(os.getpid()), *cmd]
+
+
+def port_reason(host: str, port: int) -> str | None:
+    """Why SGLang could not serve at host:port: something holds it already (SGLang would then fail to bind and the
+    daemon's readiness probe could be answered by the other server: outside systemd, an SGLang left running by a
+    daemon that was killed keeps the GPU and the port; systemd stops the whole unit), or the address is not this
+    host's."""
+    from ..metrics import check_port_free
+    try:
+        check_port_free(port, host)
+    except OSError as e:
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if e.errno == errno.EADDRINUSE:
+            return (f"SGLang's port {where} is in use: another server holds it, e.g. an SGLang an earlier daemon left "
+                    f"running (`ss -ltnp 'sport = :{port}'` names its PID); stop that one or set [sglang] port")
+        return f"SGLang's address {where} cannot be bound ({e.strerror or e}): check [sglang] host and port"
+    return None

@@ -24,11 +24,11 @@ from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_L
                          SAME_AT_ZERO, THRESHOLD_KEY, decode, unsupported_reason, zero_saves_prefill_draft)
 from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
-from .child import NOT_STARTED, bound_to_daemon
+from .child import NOT_STARTED, bound_to_daemon, port_reason
 from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, refused_hint, relay_masked,
                            secrets_in, server_flags, shown)
 from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH, plugin_env, user_env
-from .sglang_install import interpreter_reason, port_reason
+from .sglang_install import interpreter_reason
 
 log = logging.getLogger("spec_controller.sglang")
 

@@ -109,21 +109,3 @@ def interpreter_reason(python: str | None, env: dict[str, str] | None = None) ->
         return f"[sglang] python = {python}: cannot ask what it has installed ({why})"
     return installed_reason(found, f"[sglang] python = {python}", f"{python} -m pip")
 
-
-def port_reason(host: str, port: int) -> str | None:
-    """Why SGLang could not serve at host:port: something holds it already (SGLang would then fail to bind and the
-    daemon's readiness probe could be answered by the other server: outside systemd, an SGLang left running by a
-    daemon that was killed keeps the GPU and the port; systemd stops the whole unit), or the address is not this
-    host's."""
-    import errno
-
-    from ..metrics import check_port_free
-    try:
-        check_port_free(port, host)
-    except OSError as e:
-        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        if e.errno == errno.EADDRINUSE:
-            return (f"SGLang's port {where} is in use: another server holds it, e.g. an SGLang an earlier daemon left "
-                    f"running (`ss -ltnp 'sport = :{port}'` names its PID); stop that one or set [sglang] port")
-        return f"SGLang's address {where} cannot be bound ({e.strerror or e}): check [sglang] host and port"
-    return None
