@@ -119,3 +119,21 @@ def test_not_ready_names_an_exit_code_of_zero(short_tmp, monkeypatch):
     reason = eng.not_ready_reason(0.5)
     assert reason.startswith("SGLang exited with code 0 before it was ready"), reason
     eng.stop()
+
+
+# an offline change to a database no daemon ever kept (a mistyped --db / SPECCTL_DB) is refused, creating nothing;
+# the same change to one that exists is saved for the next start
+@pytest.mark.parametrize("change", [["policy", "set", "bandit"], ["threshold", "pin", "4"]])
+def test_offline_change_to_a_missing_database_is_refused(short_tmp, change):
+    typo = short_tmp / "spec-controler" / "state.db"
+    base = ["--socket", str(short_tmp / "none.sock")]
+    res = CliRunner().invoke(cli, [*base, "--db", str(typo), *change])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith(f"specctl: no database at {typo} (--db / SPECCTL_DB)") and res.stderr.count("\n") == 1
+    assert res.stderr.rstrip().endswith("nothing changed") and not typo.parent.exists()
+    res = CliRunner(env={"SPECCTL_DB": str(typo)}).invoke(cli, [*base, *change])
+    assert res.exit_code == 2 and not typo.parent.exists(), res.output
+    from state.db import open_store
+    open_store(short_tmp / "kept.db").conn.close()
+    res = CliRunner().invoke(cli, [*base, "--db", str(short_tmp / "kept.db"), *change])
+    assert res.exit_code == 0 and f"saved to {short_tmp / 'kept.db'}" in res.output, res.output

@@ -10,7 +10,7 @@ from typing import Any, Callable, NoReturn
 
 import click
 
-from ..paths import find_db, find_socket, socket_path_problem
+from ..paths import find_db, find_socket, present, socket_path_problem
 from .client import DaemonError, DaemonUnreachable, request
 from .options import EXIT_ERROR, EXIT_USAGE, fail_as
 
@@ -129,6 +129,10 @@ def offline_db(ctx: Ctx, write: bool = False):
     from state.db import DaemonLock, StoreError, open_store
     try:
         if write:
+            if ctx.db_given and not present(ctx.db):     # (a mistyped --db must not become a new, unread database)
+                fail(f"no database at {ctx.db} (--db / SPECCTL_DB): no daemon has kept one there, so nothing would "
+                     f"read this; start the daemon with that database first (spec-controller run --db {ctx.db}), or "
+                     f"check the path; nothing changed", EXIT_USAGE)
             holder = DaemonLock(ctx.db).holder()
             if holder is not None:
                 from .holder import find_holder
