@@ -137,3 +137,24 @@ def test_offline_change_to_a_missing_database_is_refused(short_tmp, change):
     open_store(short_tmp / "kept.db").conn.close()
     res = CliRunner().invoke(cli, [*base, "--db", str(short_tmp / "kept.db"), *change])
     assert res.exit_code == 0 and f"saved to {short_tmp / 'kept.db'}" in res.output, res.output
+
+
+# a mistyped --db is one usage error whichever command meets it, a daemon answering on the socket or not
+COMMANDS = [["status"], ["threshold"], ["history"], ["policy", "show"], ["plot", "x.png"], ["stop"],
+            ["threshold", "unpin"], ["policy", "set", "never"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_a_mistyped_db_is_the_same_usage_error_for_every_command(daemon, short_tmp, command, monkeypatch):
+    monkeypatch.chdir(short_tmp)
+    typo = short_tmp / "spec-controler.db"
+    for sock in (daemon.socket, short_tmp / "none.sock"):
+        res = CliRunner().invoke(cli, ["--socket", str(sock), "--db", str(typo), *command])
+        assert res.exit_code == 2, (sock, res.output)
+        assert res.stderr.startswith(f"specctl: no database at {typo} (--db / SPECCTL_DB)"), res.stderr
+        assert res.stderr.count("\n") == 1 and res.stderr.rstrip().endswith("nothing changed"), res.stderr
+        asked = sock == daemon.socket and command[0] != "plot"      # (plot reads the file only: asks no daemon)
+        assert (f"the daemon on {sock} keeps {daemon.db}" in res.stderr) == asked, res.stderr
+        assert not typo.exists() and not (short_tmp / "x.png").exists()
+    assert daemon.call("GET", "/status")["daemon"]["running"]
+    assert daemon.call("GET", "/policy")["name"] != "never"

@@ -111,7 +111,9 @@ def test_sigterm_and_sighup_are_logged_once_each(short_tmp):
 
 
 def test_stop_without_a_daemon_is_one_line_and_exit_3(short_tmp):
-    res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "no.sock"), "--db", str(short_tmp / "no.db"), "stop"])
+    from state.db import open_store
+    open_store(short_tmp / "state.db").conn.close()       # (a --db naming none is a usage error: exit 2)
+    res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "no.sock"), "--db", str(short_tmp / "state.db"), "stop"])
     assert res.exit_code == 3
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("specctl: daemon is not running"), res.output

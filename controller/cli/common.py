@@ -106,7 +106,11 @@ def _check_db(ctx: Ctx, method: str) -> Any:
         if found.serving and not ctx.socket_given:          # (serving: on another socket, as that pid)
             ctx.socket = found.socket
             return None
-    answer = request(ctx.socket, "GET", "/status")
+    try:
+        answer = request(ctx.socket, "GET", "/status")
+    except DaemonUnreachable:
+        given_db_exists(ctx)
+        raise
     daemon = answer.get("daemon") if isinstance(answer, dict) else None
     daemon = daemon if isinstance(daemon, dict) else {}
     served = daemon.get("db")
@@ -115,6 +119,7 @@ def _check_db(ctx: Ctx, method: str) -> Any:
         return answer
     if found is not None and found.elsewhere:
         fail(f"{found.mismatch()}; nothing changed", EXIT_USAGE)
+    given_db_exists(ctx, f"; the daemon on {ctx.socket} keeps {served}")
     if method == "GET":                 # (status then says whether one holds it, starting)
         raise DaemonUnreachable(f"{'no daemon' if found is None else 'none that answers'} holds {ctx.db}: the one on "
                                 f"{ctx.socket} keeps {served}")
@@ -124,15 +129,21 @@ def _check_db(ctx: Ctx, method: str) -> Any:
          f"to steer the one on {ctx.socket}; nothing changed", EXIT_USAGE)
 
 
+def given_db_exists(ctx: Ctx, elsewhere: str = "") -> None:
+    """A --db / SPECCTL_DB naming no database is a usage error, the same line for every command: a mistyped path, not
+    a daemon that is not running (no daemon keeps a database it has not created). elsewhere: what the daemon that
+    answered keeps, said after."""
+    if ctx.db_given and not present(ctx.db):
+        fail(f"no database at {ctx.db} (--db / SPECCTL_DB){elsewhere or ': no daemon keeps one there'}; check the path, "
+             f"or start the daemon with it first (spec-controller run --db {ctx.db}); nothing changed", EXIT_USAGE)
+
+
 def offline_db(ctx: Ctx, write: bool = False):
     """The database itself, for reads (and writes) while no daemon answers."""
     from state.db import DaemonLock, StoreError, open_store
+    given_db_exists(ctx)        # (a write would otherwise create a new database that no daemon reads)
     try:
         if write:
-            if ctx.db_given and not present(ctx.db):     # (a mistyped --db must not become a new, unread database)
-                fail(f"no database at {ctx.db} (--db / SPECCTL_DB): no daemon has kept one there, so nothing would "
-                     f"read this; start the daemon with that database first (spec-controller run --db {ctx.db}), or "
-                     f"check the path; nothing changed", EXIT_USAGE)
             holder = DaemonLock(ctx.db).holder()
             if holder is not None:
                 from .holder import find_holder

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..paths import present
-from .common import Ctx, fail, offline_read
+from .common import Ctx, fail, given_db_exists, offline_read
 from .figures import PlotError, draw_threshold, plot_path_param, pyplot, save
 from .options import Bounded
 
@@ -55,6 +55,7 @@ def draw(rows: list[dict], steps: list[dict], t_end: float, title: str) -> Any:
 def plot(ctx: Ctx, path: str, last_s: float, bin_s: float | None) -> None:
     """Threshold, share speculated, accept length and tok/s over time, from the database."""
     from state import timeline
+    given_db_exists(ctx)
     if not present(ctx.db):
         fail(f"no database at {ctx.db}")
 
