@@ -28,6 +28,13 @@ def newest_t(db: sqlite_utils.Database) -> float | None:
     return row[0]
 
 
+def oldest_t(db: sqlite_utils.Database) -> float | None:
+    """The oldest engine time in samples, aggregates or decisions (None for an empty store)."""
+    row = db.execute("SELECT min(t) FROM (SELECT min(t) AS t FROM samples UNION ALL SELECT min(window_start) "
+                     "FROM aggregates UNION ALL SELECT min(t) FROM decisions)").fetchone()
+    return row[0]
+
+
 def bins(db: sqlite_utils.Database, start: float, end: float, bin_s: float) -> list[dict[str, Any]]:
     """One row per bin of [start, end) that holds data: t (the bin's middle) and COLUMNS.
     A bin is read from the raw samples if any are left there, else from the aggregates."""

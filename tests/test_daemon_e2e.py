@@ -123,7 +123,8 @@ def test_clashes_are_refused_before_the_engine_starts(short_tmp):
         res = run_daemon_once(short_tmp, "--db", str(short_tmp / "b.db"), "--socket", str(d.socket))
         assert res.returncode == 1
         assert res.stderr.strip().splitlines() == [
-            f"spec-controller: control socket {d.socket} is in use by another daemon"]
+            f"spec-controller: control socket {d.socket} is in use by another daemon (pid {d.proc.pid}); stop it "
+            f"(specctl --socket {d.socket} stop) or give another --socket"]
         port = busy.getsockname()[1]
         res = run_daemon_once(short_tmp, "--db", str(short_tmp / "c.db"), "--socket", str(short_tmp / "c.sock"),
                               "--metrics-port", str(port))

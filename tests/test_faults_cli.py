@@ -133,14 +133,15 @@ def test_a_group_without_a_command_prints_its_help_as_written(args, heading):
 
 
 def test_an_unknown_command_is_still_one_line():
-    _one_line(CliRunner().invoke(cli, ["bogus"]), "No such command 'bogus'", code=2)
+    _one_line(CliRunner().invoke(cli, ["bogus"]), "specctl: no such command 'bogus' (", code=2)
 
 
 @pytest.mark.parametrize("args,hint", [
     (["pin", "3"], "(did you mean 'specctl threshold pin'?)"),       # a subgroup's command typed at the top
+    (["policy", "sett", "x"], "specctl: no such command 'sett' (did you mean 'specctl policy set'?)"),  # click's own
     (["polcy", "list"], "(did you mean 'specctl policy'?)"),
     (["zzz"], "(commands: history, plot, policy, simulate, status, stop, threshold)"),
-    (["policy", "set"], "Missing argument 'NAME'. (usage: specctl policy set [OPTIONS] NAME)"),
+    (["policy", "set"], "missing argument 'NAME' (usage: specctl policy set [OPTIONS] NAME)"),
     (["status", "--bogus"], "(usage: specctl status [OPTIONS])"),
     (["threshold", "pin", "-5"], "threshold -5 out of range (allowed 0 .. 65536)"),
     (["policy", "set", "fixed", "threshold=12"], "(did you mean '--param threshold=12'?)"),

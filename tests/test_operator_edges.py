@@ -131,11 +131,11 @@ def test_check_names_an_open_loop_load(tmp_path):
 
 # --- usage hints, status ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("args,expected", [
-    (["status", "--jsn"], "specctl: No such option '--jsn'. Did you mean '--json'?"),                 # O01
-    (["policy", "set", "fixed", "foo"], "specctl: Got unexpected extra argument (foo) (usage: specctl policy set "
+    (["status", "--jsn"], "specctl: no such option '--jsn' (did you mean '--json'?)"),                 # O01
+    (["policy", "set", "fixed", "foo"], "specctl: got unexpected extra argument (foo) (usage: specctl policy set "
                                         "[OPTIONS] NAME)"),                                            # O02
-    (["policy", "show", "a=1"], "specctl: Got unexpected extra argument (a=1) (usage: specctl policy show [OPTIONS])"),  # O03
-    (["policy", "set", "fixed", "threshold=12", "x=1"], "specctl: Got unexpected extra arguments (threshold=12 x=1) "
+    (["policy", "show", "a=1"], "specctl: got unexpected extra argument (a=1) (usage: specctl policy show [OPTIONS])"),  # O03
+    (["policy", "set", "fixed", "threshold=12", "x=1"], "specctl: got unexpected extra arguments (threshold=12 x=1) "
                                                         "(did you mean '--param threshold=12 --param x=1'?)"),     # O04
 ])
 def test_usage_error_lines_exactly(args, expected):

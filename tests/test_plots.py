@@ -65,6 +65,16 @@ def test_specctl_plot_writes_a_png_from_the_database(tmp_path):
     assert out.read_bytes()[:4] == PNG and "2 threshold steps" in res.output
 
 
+@pytest.mark.parametrize("last,said", [([], "the last 120 engine seconds (all recorded)"),
+                                        (["--last", "60"], "the last 60 engine seconds\n")])
+def test_specctl_plot_says_the_span_it_drew(tmp_path, last, said):
+    """A newcomer's plot of 450 s said 'the last 600 engine seconds' (--last's default): the span is what was recorded."""
+    _store(tmp_path / "s.db").conn.close()
+    res = CliRunner().invoke(cli, ["--db", str(tmp_path / "s.db"), "--socket", str(tmp_path / "no.sock"),
+                                   "plot", str(tmp_path / "x.png"), *last])
+    assert res.exit_code == 0 and said in res.output, res.output
+
+
 @pytest.mark.parametrize("target,needle", [
     ("no/such/dir/x.png", "directory"),
     ("x.bmpx", "give a .png, .svg or .pdf"),

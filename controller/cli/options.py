@@ -38,11 +38,29 @@ class OneLineGroup(click.Group):
             click.echo(e.ctx.get_help() if e.ctx is not None else e.format_message(), err=True)
             sys.exit(EXIT_USAGE)
         except click.UsageError as e:
-            fail_as(self.prog, e.format_message().replace("\n", " ") + usage_hint(e), EXIT_USAGE)
+            fail_as(self.prog, usage_line(e), EXIT_USAGE)
         except click.ClickException as e:
             fail_as(self.prog, e.format_message(), e.exit_code)
         except click.exceptions.Abort:
             fail_as(self.prog, "aborted", EXIT_ERROR)
+
+
+def usage_line(e: click.UsageError) -> str:
+    """click's usage error in the style of the project's own lines: lower case, no full stop before the hint, one hint
+    in brackets ("No such option '--jsn'. Did you mean '--json'?" -> "no such option '--jsn' (did you mean
+    '--json'?)"; a command's suggestion with its whole path)."""
+    message = e.format_message().replace("\n", " ").strip()
+    close = re.fullmatch(r"(.*?)\.? Did you mean (.+)\?", message)
+    if close:
+        message, suggestion = close.groups()
+        command = re.fullmatch(r"No such command '.+'", message) and e.ctx is not None
+        hint = f" (did you mean '{e.ctx.command_path} {suggestion.strip(chr(39))}'?)" if command else \
+            f" (did you mean {suggestion}?)"
+    else:
+        message, hint = message.removesuffix("."), usage_hint(e)
+    if re.match(r"[A-Z][a-z]", message):         # ("Invalid value", "Missing argument"; not "NAME ...")
+        message = message[0].lower() + message[1:]
+    return message + hint
 
 
 def usage_hint(e: click.UsageError) -> str:

@@ -64,15 +64,17 @@ def plot(ctx: Ctx, path: str, last_s: float, bin_s: float | None) -> None:
         if t_end is None:
             return None
         start = t_end - last_s
-        return (t_end, timeline.bins(db, start, t_end + 1e-9, bin_s or last_s / 150),
+        return (t_end, t_end - max(start, timeline.oldest_t(db)),
+                timeline.bins(db, start, t_end + 1e-9, bin_s or last_s / 150),
                 timeline.threshold_steps(db, start, t_end + 1e-9))
     got = offline_read(ctx, read)
     if got is None:
         fail(f"nothing recorded in {ctx.db} yet")
-    t_end, rows, steps = got
-    title = f"{ctx.db.name}: the last {last_s:g} engine seconds ({len(steps)} threshold steps)"
+    t_end, span_s, rows, steps = got
+    span = f"{span_s:.0f} engine seconds" + (" (all recorded)" if span_s < last_s else "")
+    title = f"{ctx.db.name}: the last {span} ({len(steps)} threshold steps)"
     try:
         save(draw(rows, steps, t_end, title), path)
     except PlotError as e:
         fail(str(e))
-    click.echo(f"wrote {path}: {len(rows)} points, {len(steps)} threshold steps over {last_s:g} engine seconds")
+    click.echo(f"wrote {path}: {len(rows)} points, {len(steps)} threshold steps over the last {span}")

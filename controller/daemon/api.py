@@ -11,6 +11,7 @@ import os
 import socket
 import socketserver
 import stat
+import struct
 import threading
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -190,8 +191,10 @@ def check_socket_free(path: Path) -> None:
         kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a socket"
         raise RuntimeError(f"control socket path {path} exists and is {kind}; refusing to remove it")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = None
     try:
         probe.connect(str(path))
+        pid = listener_pid(probe)
     except BlockingIOError:
         pass                                          # its backlog is full: a live, busy daemon
     except OSError:
@@ -199,7 +202,19 @@ def check_socket_free(path: Path) -> None:
         return
     finally:
         probe.close()
-    raise RuntimeError(f"control socket {path} is in use by another daemon")
+    who = f"another daemon (pid {pid})" if pid else "another daemon"
+    raise RuntimeError(f"control socket {path} is in use by {who}; stop it (specctl --socket {path} stop) or give "
+                       f"another --socket")
+
+
+def listener_pid(conn: socket.socket) -> int | None:
+    """The pid that listens at a connected unix socket's other end (SO_PEERCRED: recorded by the kernel when it called
+    listen()), None where the platform does not say."""
+    try:
+        pid, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    except (AttributeError, OSError, struct.error):
+        return None
+    return pid or None
 
 
 class ControlServer:
