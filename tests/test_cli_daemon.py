@@ -46,6 +46,12 @@ def test_policy_list_show_set(daemon):
     shown = json.loads(specctl(daemon, "policy", "show", "--json").stdout)
     assert shown["name"] == "ucb" and shown["params"]["c"] == 1.5
     assert "ucb" in specctl(daemon, "policy", "show").output
+    rows = json.loads(specctl(daemon, "policy", "list", "--json").stdout)
+    assert [r["name"] for r in rows if r["active"]] == ["ucb"]
+    assert "\nucb [active]: " in "\n" + specctl(daemon, "policy", "list").stdout
+    assert specctl(daemon, "policy", "set", "bandit").exit_code == 0
+    listed = specctl(daemon, "policy", "list").stdout
+    assert "thompson (alias: bandit) [active as bandit]: " in listed and listed.count("[active") == 1, listed
 
 
 @pytest.mark.parametrize("args,code,needle", [
@@ -448,3 +454,17 @@ def test_a_daemon_given_a_relative_db_reports_it_absolute_and_is_not_steered_thr
         assert d.call("GET", "/policy")["name"] != "never"
     finally:
         assert d.stop() == 0
+
+
+def test_policy_list_marks_the_saved_policy_with_the_daemon_down(short_tmp):
+    base = ["--socket", str(short_tmp / "none.sock")]
+    res = CliRunner().invoke(cli, [*base, "--db", str(short_tmp / "none.db"), "policy", "list"])
+    assert res.exit_code == 2, res.output                           # (a --db naming no database)
+    res = CliRunner(env={"SPECCTL_DB": None}).invoke(cli, [*base, "policy", "list", "--json"])
+    assert res.exit_code == 0 and not any(r["active"] for r in json.loads(res.stdout)), res.output
+    from state.db import open_store
+    open_store(short_tmp / "state.db").conn.close()
+    base += ["--db", str(short_tmp / "state.db")]
+    assert CliRunner().invoke(cli, [*base, "policy", "set", "ucb"]).exit_code == 0
+    rows = json.loads(CliRunner().invoke(cli, [*base, "policy", "list", "--json"]).stdout)
+    assert [r["name"] for r in rows if r["active"]] == ["ucb"]

@@ -55,7 +55,7 @@ def render_table(result: dict, trace: bool) -> str:
 @click.command()
 @click.option("--profile", "profile_name", help="profile name or .toml/.json path [default: the trace's, else seed]")
 @click.option("--policy", "policy_name", default="bandit", show_default=True)
-@click.option("--param", "params", multiple=True, metavar="K=V", help="policy parameter (repeatable)")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="policy parameter (repeatable)")
 @click.option("--concurrency", help="comma-separated levels (default: the profile's, 1,2,4..256)")
 @click.option("--arrival-rate", "arrival_rate", metavar="R[,R2...]",
               help="open loop: Poisson arrivals at these requests/s instead of --concurrency ('default': the profile's)")

@@ -20,17 +20,34 @@ def policy() -> None:
 
 @policy.command("list")
 @json_option
-def policy_list(as_json: bool) -> None:
-    """The available policies and their parameters."""
+@click.pass_obj
+def policy_list(ctx: Ctx, as_json: bool) -> None:
+    """The available policies and their parameters; the active one marked (the daemon's, else the database's)."""
     from policies import list_policies
+    active = _active_policy(ctx)
+    rows = [{**r, "active": r["name"] == _resolved(active)} for r in list_policies()]
+
     def render(rows):
         out = []
         for r in rows:
             alias = f" (alias: {', '.join(r['aliases'])})" if r["aliases"] else ""
-            out.append(f"{r['name']}{alias}: {r['summary']}")
+            mark = "" if not r["active"] else " [active]" if active == r["name"] else f" [active as {active}]"
+            out.append(f"{r['name']}{alias}{mark}: {r['summary']}")
             out += [f"    {p['name']}={p['default']:g}  [{p['min']:g} .. {p['max']:g}] {p['help']}" for p in r["params"]]
         return "\n".join(out)
-    emit(list_policies(), as_json, render)
+    emit(rows, as_json, render)
+
+
+def _active_policy(ctx: Ctx) -> str | None:
+    """The running daemon's policy name, else the one its database saved, else None (no daemon, no database yet)."""
+    from ..paths import present
+    try:
+        return call(ctx, "GET", "/policy").get("name")
+    except DaemonUnreachable:
+        if not present(ctx.db):
+            return None
+        from state import queries
+        return (offline_read(ctx, queries.settings).get("policy") or {}).get("name")
 
 
 @policy.command("show")
@@ -72,7 +89,7 @@ def _full_params(saved: dict) -> dict:
 
 @policy.command("set")
 @click.argument("name")
-@click.option("--param", "params", multiple=True, metavar="K=V", help="policy parameter (repeatable)")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="policy parameter (repeatable)")
 @click.pass_obj
 def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
     """Switch to policy NAME (validated; persisted; survives restarts)."""
