@@ -231,8 +231,12 @@ class DaemonLock:
     def holder(self) -> str | None:
         """The pid written by the live daemon holding the lock ("?" if unreadable), or None if free.
         StoreError if the lock file cannot be read."""
-        if not self.path.exists() and not self.path.is_symlink():
+        try:
+            os.lstat(self.path)         # (Path.exists raises PermissionError in a directory this user may not enter)
+        except FileNotFoundError:
             return None
+        except OSError as e:
+            raise StoreError(f"lock file {self.path}: {e.strerror}") from None
         fd = open_nofollow(self.path, os.O_RDONLY, "lock file")
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

@@ -228,3 +228,24 @@ def test_sglang_engine_without_sglang_is_one_clear_line(short_tmp):
     assert res.stderr.strip().splitlines() == [
         f"spec-controller: sglang engine: this interpreter ({sys.executable}) has no sglang installed "
         f"({sys.executable} -m pip install {shlex.quote(install_source() + '[sglang]')})"]
+
+
+def test_a_busy_socket_whose_listener_has_exited_names_no_pid(short_tmp):
+    """SO_PEERCRED gives the pid that called listen(): gone when a child kept the socket, so not named."""
+    import os
+    import subprocess
+    import sys
+
+    from controller.daemon.api import check_socket_free
+    path = short_tmp / "kept.sock"
+    script = (f"import os, socket, sys, time\ns = socket.socket(socket.AF_UNIX); s.bind({str(path)!r}); s.listen()\n"
+              "if os.fork():\n    os._exit(0)\nprint(os.getpid(), flush=True); sys.stdout.close(); time.sleep(30)\n")
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    kept = int(child.stdout.readline())
+    child.wait(timeout=10)
+    try:
+        with pytest.raises(RuntimeError) as err:
+            check_socket_free(path)
+        assert str(err.value).startswith(f"control socket {path} is in use by another daemon; "), err.value
+    finally:
+        os.kill(kept, signal.SIGKILL)

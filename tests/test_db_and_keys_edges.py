@@ -1,6 +1,7 @@
 """Edges of today's boundaries that a mutation pass (helper-62, 44 mutants, 13 survived) found untested: specctl's
 --db check against a real daemon, the --config YAML key, the 401 hint, an SGLang that exits 0 before it is ready."""
 import json
+import os
 import urllib.error
 
 import pytest
@@ -158,3 +159,57 @@ def test_a_mistyped_db_is_the_same_usage_error_for_every_command(daemon, short_t
         assert not typo.exists() and not (short_tmp / "x.png").exists()
     assert daemon.call("GET", "/status")["daemon"]["running"]
     assert daemon.call("GET", "/policy")["name"] != "never"
+
+
+# helper-65's review of the above
+def test_policy_list_still_lists_where_the_active_policy_cannot_be_read(short_tmp, monkeypatch):
+    """Marking the active policy is extra: a damaged default database leaves the list unmarked, exit 0, a reason on
+    stderr (before the mark, policy list read nothing and always listed)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(short_tmp / "xdg"))
+    (short_tmp / "xdg" / "spec-controller").mkdir(parents=True)
+    (short_tmp / "xdg" / "spec-controller" / "spec-controller.db").write_text("not sqlite")
+    res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "none.sock"), "policy", "list"])
+    assert res.exit_code == 0 and "thompson (alias: bandit): " in res.stdout and "[active" not in res.stdout, res.output
+    assert res.stderr.startswith("specctl: the active policy is not marked: ") and res.stderr.count("\n") == 1
+
+
+def test_policy_list_with_socket_alone_asks_the_daemon_there(daemon):
+    """--socket alone: the default database is not that daemon's (here there is none): its own answer marks."""
+    name = daemon.call("GET", "/policy")["name"]
+    rows = json.loads(CliRunner().invoke(cli, ["--socket", str(daemon.socket), "policy", "list", "--json"]).stdout)
+    from policies import resolve_name
+    assert [r["name"] for r in rows if r["active"]] == [resolve_name(name)]
+
+
+def test_a_database_about_to_be_created_by_its_daemon_is_not_called_missing(short_tmp):
+    """Between a starting daemon's lock and its database there is an instant: the daemon holds it, not a typo."""
+    db = short_tmp / "fresh.db"
+    with StartingDaemon(db, short_tmp / "none.sock"):
+        db.unlink(missing_ok=True)
+        res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "none.sock"), "--db", str(db), "status"])
+    assert res.exit_code == 4 and res.stderr == f"specctl: daemon pid {os.getpid()} holds {db} but has not created " \
+        "it yet (starting)\n", res.output
+
+
+@pytest.mark.parametrize("args", [["--db", "", "status"], ["--socket", "", "status"], ["status", "--db", ""],
+                                  ["threshold", "pin", "3", "--socket", ""]])
+def test_an_empty_path_is_a_usage_error_not_the_default(short_tmp, args, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(short_tmp / "xdg"))
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2 and "is empty: give a path" in res.stderr and res.stderr.count("\n") == 1, res.output
+    assert not (short_tmp / "xdg").exists()
+
+
+def test_a_lock_this_user_may_not_look_at_is_one_line(short_tmp, monkeypatch):
+    """DaemonLock.holder used Path.exists, which raises PermissionError in a directory this user may not enter (a
+    --db there): specctl printed a traceback (helper-65, as root without capabilities)."""
+    import state.db
+    real = os.lstat
+    monkeypatch.setattr(state.db.os, "lstat", lambda p, *a, **k: (_ for _ in ()).throw(PermissionError(13, "Permission "
+                        "denied")) if str(p).endswith(".lock") else real(p, *a, **k))
+    from state.db import open_store
+    open_store(short_tmp / "x.db").conn.close()
+    res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "none.sock"), "--db", str(short_tmp / "x.db"),
+                                   "threshold", "pin", "3"])
+    assert res.exit_code == 1 and not isinstance(res.exception, PermissionError), res.exception
+    assert res.stderr == f"specctl: lock file {short_tmp / 'x.db'}.lock: Permission denied\n", res.output

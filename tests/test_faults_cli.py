@@ -161,3 +161,25 @@ def test_the_daemon_refusing_a_file_that_is_not_ours_leaves_no_lock_file_beside_
     res = run_daemon_once(short_tmp, "--concurrency", "4", "--db", str(text), "--socket", str(short_tmp / "s"))
     assert res.returncode != 0 and f"{text} is not a spec-controller database" in res.stderr, res.stderr
     assert text.read_text() == "# not a database\n" and not (short_tmp / "notes.md.lock").exists()
+
+
+@pytest.mark.parametrize("message,line", [
+    ("No such option: --jso (Possible options: --json, --socket)",                       # click 8.2
+     "no such option: --jso (did you mean one of '--json', '--socket'?)"),
+    ("No such option: --jsn Did you mean --json?", "no such option: --jsn (did you mean '--json'?)"),
+    ("No such option '--jso'.\n(Did you mean one of: '--json', '--socket'?)",           # click 8.5
+     "no such option '--jso' (did you mean one of '--json', '--socket'?)"),
+    ("Invalid value for '--speed': 'abc' is not a valid float.", "invalid value for '--speed': 'abc' is not a valid float"),
+    ("NAME must be given", "NAME must be given"),
+])
+def test_clicks_usage_errors_in_the_projects_style(message, line):
+    import click
+
+    from controller.cli.options import usage_line
+    assert usage_line(click.UsageError(message)) == line
+
+
+def test_a_mistyped_subcommand_is_suggested_with_its_whole_path():
+    res = CliRunner().invoke(cli, ["threshold", "pinn"], prog_name="specctl")
+    assert res.exit_code == 2 and res.stderr == (
+        "specctl: no such command 'pinn' (did you mean one of 'specctl threshold pin', 'specctl threshold unpin'?)\n")

@@ -22,6 +22,8 @@ class Ctx:
     def __init__(self, socket: str | None, db: str | None):
         self._socket = find_socket()          # the default is not checked: commands that reach no daemon use none
         self.socket_given = self.db_given = self.db_checked = False
+        not_empty("--socket", socket)
+        not_empty("--db", db)
         if socket:
             self.socket = Path(socket)
         self._db = find_db()
@@ -49,6 +51,12 @@ class Ctx:
         if problem is not None:
             raise click.UsageError(f"control socket {path}: {problem}; nothing changed")
         self._socket, self.socket_given = path, True
+
+
+def not_empty(flag: str, given: str | None) -> None:
+    """An empty --socket / --db (an unset variable in a script) is a usage error, not the default taken silently."""
+    if given == "":
+        raise click.UsageError(f"{flag} is empty: give a path, or leave it out for the default; nothing changed")
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
@@ -133,7 +141,7 @@ def given_db_exists(ctx: Ctx, elsewhere: str = "") -> None:
     """A --db / SPECCTL_DB naming no database is a usage error, the same line for every command: a mistyped path, not
     a daemon that is not running (no daemon keeps a database it has not created). elsewhere: what the daemon that
     answered keeps, said after."""
-    if ctx.db_given and not present(ctx.db):
+    if ctx.db_given and not present(ctx.db) and lock_holder(ctx.db) is None:   # (held: a daemon about to create it)
         fail(f"no database at {ctx.db} (--db / SPECCTL_DB){elsewhere or ': no daemon keeps one there'}; check the path, "
              f"or start the daemon with it first (spec-controller run --db {ctx.db}); nothing changed", EXIT_USAGE)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from .common import Ctx
+from .common import Ctx, not_empty
 from .options import OneLineGroup, version_option
 
 OWN_PATHS = {"simulate"}      # commands that reach no daemon: no --socket / --db of theirs
@@ -25,8 +25,9 @@ COMMANDS = {
 
 
 def _set_path(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    not_empty(f"--{param.name}", value)
     obj = ctx.find_object(Ctx)
-    if value and obj is not None:        # empty: not given, as before the command
+    if value and obj is not None:
         setattr(obj, param.name, Path(value))
 
 

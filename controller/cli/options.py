@@ -50,12 +50,15 @@ def usage_line(e: click.UsageError) -> str:
     in brackets ("No such option '--jsn'. Did you mean '--json'?" -> "no such option '--jsn' (did you mean
     '--json'?)"; a command's suggestion with its whole path)."""
     message = e.format_message().replace("\n", " ").strip()
-    close = re.fullmatch(r"(.*?)\.? Did you mean (.+)\?", message)
+    # click's own suggestions: "Did you mean X?", "(Did you mean one of: X, Y?)" (8.5), "(Possible options: X, Y)" (8.2)
+    close = re.fullmatch(r"(.*?)\.?\s+\(?(?:Did you mean(?: one of:)?|Possible options:)\s+(.+?)\??\)?", message)
     if close:
-        message, suggestion = close.groups()
-        command = re.fullmatch(r"No such command '.+'", message) and e.ctx is not None
-        hint = f" (did you mean '{e.ctx.command_path} {suggestion.strip(chr(39))}'?)" if command else \
-            f" (did you mean {suggestion}?)"
+        message, listed = close.groups()
+        names = [name.strip("'\"") for name in re.split(r",\s*", listed)]
+        if re.fullmatch(r"No such command '.+'", message) and e.ctx is not None:
+            names = [f"{e.ctx.command_path} {name}" for name in names]
+        quoted = ", ".join(f"'{name}'" for name in names)
+        hint = f" (did you mean {quoted}?)" if len(names) == 1 else f" (did you mean one of {quoted}?)"
     else:
         message, hint = message.removesuffix("."), usage_hint(e)
     if re.match(r"[A-Z][a-z]", message):         # ("Invalid value", "Missing argument"; not "NAME ...")

@@ -230,10 +230,12 @@ def current_status(ctx: Ctx, explain: bool) -> tuple[dict, int]:
     try:
         return call(ctx, "GET", "/status"), 0
     except DaemonUnreachable as e:
-        if not present(ctx.db):
-            fail(f"daemon is not running ({e}) and there is no database at {ctx.db}", EXIT_NOT_RUNNING)
         holder = lock_holder(ctx.db)
         holder = None if holder == UNREADABLE else holder
+        if not present(ctx.db):
+            if holder:          # (the instant between a starting daemon's lock and its database)
+                fail(f"daemon pid {holder} holds {ctx.db} but has not created it yet (starting)", EXIT_STARTING)
+            fail(f"daemon is not running ({e}) and there is no database at {ctx.db}", EXIT_NOT_RUNNING)
         found = find_holder(ctx.db, ctx.socket, holder) if holder else None
         if found and found.elsewhere:       # a healthy daemon, and a mistyped --socket: say so, nothing else
             fail(found.mismatch(), EXIT_USAGE)

@@ -2,13 +2,16 @@
 history. With the daemon down, reads come from the database and changes are saved there."""
 from __future__ import annotations
 
+import sqlite3
 import time
 
 import click
 
 from ..contract import MAX_BATCH
-from .client import DaemonUnreachable
-from .common import Ctx, alias_note, call, emit, fail, json_option, offline_read, save_offline, trial_note
+from ..paths import present
+from .client import DaemonError, DaemonUnreachable, request
+from .common import (Ctx, alias_note, call, emit, fail, given_db_exists, json_option, offline_read, save_offline,
+                     trial_note)
 from .options import EXIT_USAGE, NEGATIVE_ARGS, Bounded
 
 
@@ -39,15 +42,29 @@ def policy_list(ctx: Ctx, as_json: bool) -> None:
 
 
 def _active_policy(ctx: Ctx) -> str | None:
-    """The running daemon's policy name, else the one its database saved, else None (no daemon, no database yet)."""
-    from ..paths import present
+    """The active policy's name as saved in the database (the daemon saves it at its first start and before it
+    acknowledges a switch), or, with --socket alone, as the daemon there says; None where neither tells (no
+    database yet, one this user may not read, a daemon that does not answer): the list is printed unmarked, a
+    reason on stderr. A --db naming no database stays a usage error."""
+    given_db_exists(ctx)
+    if ctx.socket_given and not ctx.db_given:
+        try:
+            return request(ctx.socket, "GET", "/policy").get("name")
+        except (DaemonUnreachable, DaemonError, AttributeError):
+            pass                            # (its database then)
+    if not present(ctx.db):
+        return None
+    from state import queries
+    from state.db import StoreError, open_store
     try:
-        return call(ctx, "GET", "/policy").get("name")
-    except DaemonUnreachable:
-        if not present(ctx.db):
-            return None
-        from state import queries
-        return (offline_read(ctx, queries.settings).get("policy") or {}).get("name")
+        db = open_store(ctx.db, readonly=True)
+        try:
+            return (queries.settings(db).get("policy") or {}).get("name")
+        finally:
+            db.conn.close()
+    except (StoreError, OSError, sqlite3.Error) as e:
+        click.echo(f"specctl: the active policy is not marked: {e}", err=True)
+        return None
 
 
 @policy.command("show")

@@ -214,7 +214,15 @@ def listener_pid(conn: socket.socket) -> int | None:
         pid, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
     except (AttributeError, OSError, struct.error):
         return None
-    return pid or None
+    if pid <= 0:                    # (0: a listener in another pid namespace)
+        return None
+    try:
+        os.kill(pid, 0)             # (the pid that called listen() may have exited, its socket kept by a child)
+    except ProcessLookupError:
+        return None
+    except OSError:
+        pass                        # (alive, another user's)
+    return pid
 
 
 class ControlServer:
