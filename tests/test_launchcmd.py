@@ -39,7 +39,7 @@ def one_line(res, needle: str, code: int) -> None:
     (["env", "A=1", "python", "-u", "-m", "sglang.launch_server"], {"A": "1"}, "python", [],
      ["python's -u left out (no bearing on the server)"]),
     (["sglang", "serve", "/models/t", "--tp", "2"], {}, None, ["--model-path", "/models/t", "--tp", "2"], []),
-    (["A=1", "/usr/local/bin/sglang", "serve", "--model-type", "llm", "--model-path", "m"], {"A": "1"}, None,
+    (["A=1", "/usr/local/bin/sglang", "serve", "--model-type", "llm", "--model-path", "m"], {"A": "1"}, "/usr/local/bin/sglang",
      ["--model-path", "m"], ["--model-type llm left out (launch_server serves language models)"]),
     (["--model-path", "m", "--port", "1"], {}, None, ["--model-path", "m", "--port", "1"], []),
     (["A='x y' python -m sglang.launch_server --model-path 'a b'"], {"A": "x y"}, "python", ["--model-path", "a b"], []),

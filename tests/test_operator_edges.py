@@ -100,6 +100,10 @@ def test_the_printed_config_comes_with_its_notes_on_stderr(tmp_path, monkeypatch
     assert res.exit_code == 0 and "your command ran" not in res.stderr, res.output              # C14
     res = from_launch("--", "/opt/v/bin/python", *PY[1:], "--model-path", "/home/u/m", *SPEC)
     assert "your command ran /opt/v/bin/python" in res.stderr, res.output
+    (tmp_path / "sglang").write_text("#!/opt/v/bin/python3.12\n")
+    res = from_launch("--", str(tmp_path / "sglang"), "serve", "--model-path", "/home/u/m", *SPEC)
+    assert f"your command ran {tmp_path / 'sglang'}; " in res.stderr and "--python /opt/v/bin/python3.12 keeps" in \
+        res.stderr, res.output
 
 
 def test_a_write_that_fails_is_one_line_exit_1(tmp_path):
@@ -184,3 +188,33 @@ def test_the_simulator_under_systemd_is_said_at_start(short_tmp):
     finally:
         d.stop()
     assert "engine sim under systemd: the simulator starts no SGLang and serves no requests" in d.log_text()
+
+
+# --- the interpreter the command names, where the daemon's has no SGLang (helper-66, SGLang 0.5.23) ---------------
+@pytest.mark.parametrize("launcher", [["bin/python", *PY[1:]], ["bin/sglang", "serve"]])
+def test_the_commands_own_interpreter_parses_where_the_daemons_has_no_sglang(tmp_path, monkeypatch, launcher):
+    """An operator pasted `/opt/sglang/bin/python -m sglang.launch_server ...` (or that venv's `sglang serve`) and got
+    "No module named 'sglang'" from the daemon's interpreter: the named one is used and written as [sglang] python."""
+    bare = _fake(tmp_path, "bare", "read -r l; echo '{\"error\": \"ModuleNotFoundError: no sglang\"}' >&\"$2\"")
+    monkeypatch.setattr(launchcfg.sys, "executable", bare)
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    named = _parser(tmp_path / "venv" / "bin", "[]")
+    (tmp_path / "venv" / "bin" / "sglang").write_text(f"#!{named}\n# a console script\n")      # (pip writes these)
+    out = tmp_path / "c.toml"
+    res = from_launch("-o", str(out), "--", str(tmp_path / "venv" / launcher[0]), *launcher[1:], "--model-path",
+                      "/home/u/m", *SPEC)
+    assert res.exit_code == 0, res.output
+    assert tomllib.loads(out.read_text())["sglang"]["python"] == str(named)
+    assert f"python = {named} written: the interpreter your command names" in res.stderr, res.stderr
+    res = from_launch("-o", str(tmp_path / "d.toml"), "--", *PY, "--model-path", "/home/u/m", *SPEC)   # (bare python)
+    one_line(res, "ModuleNotFoundError: no sglang (in " + str(bare), 1)
+    assert not (tmp_path / "d.toml").exists()
+
+
+@pytest.mark.parametrize("first", ["#!/usr/bin/env python3\n", "no shebang\n"])
+def test_a_sglang_script_without_its_interpreters_path_asks_for_python(tmp_path, monkeypatch, first):
+    bare = _fake(tmp_path, "bare", "read -r l; echo '{\"error\": \"ModuleNotFoundError: no sglang\"}' >&\"$2\"")
+    monkeypatch.setattr(launchcfg.sys, "executable", bare)
+    (tmp_path / "sglang").write_text(first)
+    one_line(from_launch("--", str(tmp_path / "sglang"), "serve", "--model-path", "/m", *SPEC),
+             "does not name its interpreter by path", 1)

@@ -50,6 +50,10 @@ class Converted:
     notes: list[str] = field(default_factory=list)
 
 
+class NoSGLang(LaunchError):
+    """The parser's interpreter could not load SGLang."""
+
+
 class SGLangParser:
     """launchparse.py in `python`, asked over pipes (one SGLang import for every question). Its answers come on a
     descriptor of their own, its stdout and stderr go to a file (read for the last line when it stops)."""
@@ -89,7 +93,7 @@ class SGLangParser:
         if not isinstance(answer, dict) or not ("version" in answer or "error" in answer):
             raise self._stopped("stopped" if not line else "answered something else")
         if "version" not in answer:         # SGLang did not load there
-            raise LaunchError(f"{answer['error']} (in {self.python}; --python PATH: the interpreter that runs SGLang)", 1)
+            raise NoSGLang(f"{answer['error']} (in {self.python}; --python PATH: the interpreter that runs SGLang)", 1)
         if "error" in answer:
             raise LaunchError(f"SGLang {answer['version']} refuses {what}: {answer['error']}")
         return answer
@@ -106,6 +110,21 @@ class SGLangParser:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+
+
+def shebang_of(script: str) -> str:
+    """The interpreter a console script (`/venv/bin/sglang`) starts: its first line's `#!PATH`; LaunchError where it
+    names none by its path (an `env python3` shebang depends on a PATH the service does not have)."""
+    try:
+        with open(script, "rb") as f:
+            first = f.readline(4096).decode("utf-8", "replace")
+    except OSError as e:
+        raise LaunchError(f"cannot read {script}: {e.strerror or e}", 1) from None
+    words = first[2:].split() if first.startswith("#!") else []
+    if not words or "/" not in words[0] or Path(words[0]).name == "env":
+        raise LaunchError(f"{script} does not name its interpreter by path ({first.strip()[:80] or 'no #! line'}): "
+                          "give it with --python PATH", 1)
+    return words[0]
 
 
 def interpreter(python: str) -> str:
@@ -126,7 +145,18 @@ def convert(command: list[str], python: str | None = None, config_path: str | Pa
     python = interpreter(python) if python else None
     parser = SGLangParser(python or sys.executable)
     try:
-        answer = parser.ask({"argv": argv})
+        try:
+            answer = parser.ask({"argv": argv})
+        except NoSGLang:
+            if python or not named or "/" not in named:      # (a bare `python`: PATH here need not be the server's)
+                raise
+            parser.close()          # the interpreter the command names by its path, where the daemon's has no SGLang
+            python = interpreter(shebang_of(named) if Path(named).name == "sglang" else named)
+            parser = SGLangParser(python)
+            answer = parser.ask({"argv": argv})
+            notes.append(f"python = {python} written: the interpreter your command names (the daemon's, "
+                         f"{sys.executable}, has no SGLang); spec-controller must be installed there too "
+                         "(`spec-controller config check` says whether it is)")
         table = {flag.lstrip("-").replace("-", "_"): value for flag, value, _ in answer["items"]}
         fields = {name: value for _, value, name in answer["items"]}      # SGLang's own names: what the checks read
         for key in ("speculative_adaptive", "speculative_adaptive_config"):
@@ -149,8 +179,12 @@ def convert(command: list[str], python: str | None = None, config_path: str | Pa
         parser.close()
     notes += path_notes(table)
     if named and "/" in named and not python:
+        try:
+            yours = shebang_of(named) if Path(named).name == "sglang" else named
+        except LaunchError:
+            yours = "PATH (the interpreter that runs it)"
         notes.append(f"your command ran {named}; the daemon starts SGLang with its own interpreter "
-                     f"({sys.executable}): --python {named} keeps yours (spec-controller must be installed there)")
+                     f"({sys.executable}): --python {yours} keeps yours (spec-controller must be installed there)")
     return Converted(table, answer["version"], notes)
 
 

@@ -89,7 +89,8 @@ def _serve_at(tokens: list[str]) -> int | None:
 
 
 def split_command(command: list[str]) -> tuple[dict[str, str], str | None, list[str], list[str]]:
-    """(VAR=value assignments before it, the interpreter it names, launch_server's arguments, notes). Takes
+    """(VAR=value assignments before it, the interpreter it names (`/venv/bin/sglang serve`: that script, whose
+    shebang names it), launch_server's arguments, notes). Takes
     `[env] [VAR=x ...] python -m sglang.launch_server ARGS`, `[VAR=x ...] sglang serve [MODEL] ARGS`, or the
     arguments alone; `export VAR=x` words count as VAR=x."""
     tokens = words(command)
@@ -110,7 +111,8 @@ def split_command(command: list[str]) -> tuple[dict[str, str], str | None, list[
     if serve is not None:
         _nothing_before(tokens[:serve], "sglang serve")
         args, notes = _serve_args(tokens[serve + 2:])
-        return env, None, args, notes
+        script = tokens[serve]          # (`/venv/bin/sglang serve`: its shebang names the interpreter: shebang_of)
+        return env, script if "/" in script else None, args, notes
     if not tokens or tokens[0].startswith("-"):
         return env, None, tokens, []
     raise CommandError(f"not an SGLang launch command: {shlex.join(tokens[:3])} ... (expected 'python -m "
