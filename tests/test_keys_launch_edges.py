@@ -302,3 +302,16 @@ def test_a_dropped_read_is_asked_again_after_a_pause(short_tmp, monkeypatch):   
     finally:
         listener.close()
     assert pauses and set(pauses) == {0.1}
+
+
+# --- a server the daemon could not reach over HTTP (helper-66: --grpc-mode passed config check) -------------------
+@pytest.mark.parametrize("extra", [{"grpc_mode": True}, {"smg_grpc_mode": True}, {"encoder_only": True},
+                                   {"extra_args": ["--grpc-mode"]}, {"extra_args": ["--smg-grpc-mode=true"]}])
+def test_a_server_without_http_is_refused(extra):
+    with pytest.raises(EngineError) as err:
+        SGLangEngine({**BASE, **extra})
+    assert "SGLang then serves no HTTP API" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_grpc_mode_off_is_fine():
+    assert SGLangEngine({**BASE, "grpc_mode": False}).args["grpc_mode"] is False

@@ -221,7 +221,23 @@ def _kinds_of_flag() -> argparse.ArgumentParser:
     p.add_argument("--override", type=json.loads, default=None)
     p.add_argument("--sidecar-args", type=json_list, default=None)
     p.add_argument("--ratio", type=float, default=0.5)
+    p.add_argument("--disable-graph", action=type("DeprecatedStoreTrueAction", (argparse._StoreTrueAction,), {}),
+                   help="Deprecated. Use --graph-backend=disabled instead.")
+    p.add_argument("--old-fusion", action="store_true", help="(Deprecated: use --fusion-backend=auto) Fuse.")
     return p
+
+
+@pytest.mark.parametrize("argv,flags", [(["--disable-graph", "--old-fusion", "--ratio", "1"],
+                                         ["--disable-graph", "--old-fusion"]),
+                                        (["--bs", "1"], []),        # (a deprecated spelling of a current field: fixed)
+                                        (["--enable-metrics"], [])])
+def test_fields_sglang_calls_deprecated_are_said(argv, flags):
+    """helper-66: SGLang 0.5.23 deprecates --disable-cuda-graph (DeprecatedStoreTrueAction) and --grpc-mode (help
+    '(Deprecated, use ...)'); from-launch wrote them as given, unremarked, and SGLang warned at every start."""
+    p = _kinds_of_flag()
+    said = launchparse.answer(p, {"argv": argv})["deprecated"]
+    assert [flag for flag, _ in said] == flags
+    assert all(help.lower().lstrip("(").startswith("deprecated") for _, help in said)
 
 
 @pytest.mark.parametrize("argv,items", [

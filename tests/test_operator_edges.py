@@ -52,6 +52,10 @@ def test_path_notes_run_user_and_empty_values(tmp_path, monkeypatch):
         "x = /run/user/1000/m: the service cannot read home directories (ProtectHome); move it"]
     assert path_notes({"api_key": "", "env": {"CUDA_VISIBLE_DEVICES": ""}}) == []                # L20
     assert path_notes({"model_path": "/usr"}) == []                                   # (an absolute path that exists)
+    assert path_notes({"model_path": "meta-llama/Llama-3.1-8B"}) == []                # (a hub id, nothing here)
+    assert path_notes({"model_path": "./models/t"}) == [                              # (helper-66: missing, but a path)
+        f"model_path = ./models/t names {tmp_path / 'models' / 't'} here; the service runs in /: give the absolute "
+        "path if it is one"]
 
 
 # --- the parser process ------------------------------------------------------------------------------------------

@@ -158,6 +158,8 @@ def convert(command: list[str], python: str | None = None, config_path: str | Pa
                          f"{sys.executable}, has no SGLang); spec-controller must be installed there too "
                          "(`spec-controller config check` says whether it is)")
         table = {flag.lstrip("-").replace("-", "_"): value for flag, value, _ in answer["items"]}
+        notes += [f"{flag}: SGLang {answer['version']} deprecates it and warns at every start; its help: "
+                  f"{why or '-'}" for flag, why in answer.get("deprecated", [])]
         fields = {name: value for _, value, name in answer["items"]}      # SGLang's own names: what the checks read
         for key in ("speculative_adaptive", "speculative_adaptive_config"):
             if table.pop(key, None) is not None:

@@ -108,6 +108,18 @@ def items(parser, ns):
     return out
 
 
+def deprecated(parser, got):
+    """[flag, SGLang's help] for each item whose field SGLang itself calls deprecated (its Deprecated* action classes,
+    or help that starts so): written as given, it makes SGLang warn at every start."""
+    out = []
+    for flag, _, dest in got:
+        action = canonical(parser._actions, dest)
+        text = " ".join((action.help or "").split())
+        if type(action).__name__.startswith("Deprecated") or text.lstrip("(").lower().startswith("deprecated"):
+            out.append([flag, text[:160]])
+    return out
+
+
 def same(a, b):
     """Equal, NaN included (`--mem-fraction-static nan` parses to a value unequal to itself)."""
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
@@ -122,7 +134,8 @@ def answer(parser, request):
     if "same_as" in request:
         other = vars(parse(parser, request["same_as"]))
         return {"differ": sorted(k for k, v in vars(ns).items() if not same(other.get(k), v))}
-    return {"items": items(parser, ns)}
+    got = items(parser, ns)
+    return {"items": got, "deprecated": deprecated(parser, got)}
 
 
 def main():

@@ -25,8 +25,8 @@ from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_L
 from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
 from .child import NOT_STARTED, bound_to_daemon, port_reason
-from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, refused_hint, relay_masked,
-                           secrets_in, server_flags, shown)
+from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, no_http_reason, refused_hint,
+                           relay_masked, secrets_in, server_flags, shown)
 from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH, plugin_env, user_env
 from .sglang_install import interpreter_reason
 
@@ -68,7 +68,8 @@ class SGLangEngine(Engine):
         if "python" in self.args and not (isinstance(self.args["python"], str) and self.args["python"].strip()):
             raise EngineError("sglang engine: [sglang] python must name an interpreter (leave it out for the daemon's)")
         self.args["extra_args"] = extra_args(self.args)
-        reason = unsupported_reason({**self.args, "speculative_adaptive": True}) or config_file_reason(self.args)
+        reason = (unsupported_reason({**self.args, "speculative_adaptive": True}) or config_file_reason(self.args)
+                  or no_http_reason(self.args))
         if reason:
             raise EngineError(f"sglang engine: {reason}")
         self.k = _count(self.args, "speculative_num_steps", 3, 1, 64)

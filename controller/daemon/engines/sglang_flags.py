@@ -55,6 +55,21 @@ def extra_args(args: dict) -> list[str]:
     return [str(x) for x in extra]
 
 
+# SGLang modes that serve no HTTP API (launch_server.run_server, 0.5.17 ... 0.5.23): the daemon's health checks and
+# threshold changes are HTTP
+NO_HTTP_KEYS = ("grpc_mode", "smg_grpc_mode", "encoder_only")
+
+
+def no_http_reason(args: dict) -> str | None:
+    """Why SGLang started with these [sglang] keys (and extra_args) would leave the daemon no HTTP API, or None."""
+    words = {str(w).partition("=")[0] for w in args.get("extra_args") or ()}
+    for key in NO_HTTP_KEYS:
+        if args.get(key) or flag_of(key) in words:
+            return (f"{key}: SGLang then serves no HTTP API, and the daemon checks its health and changes the threshold "
+                    "over HTTP (leave it out; the OpenAI-compatible HTTP port serves clients)")
+    return None
+
+
 def secret_key(word: str) -> str | None:
     """The API key a flag word sets ('--api-key', '--admin-api-key=X'), or None. argparse also takes any prefix that
     names one flag only ('--api', '--adm'; SGLang 0.5.17 ... 0.5.23 have no other flag starting '--ap' or '--ad')."""
