@@ -17,8 +17,10 @@ PY
 say "APIKEY threshold changes refused by SGLang: $refused (0 expected)"
 say "APIKEY $(specctl status | grep -E '^threshold:')"
 body='{"text": "hello", "sampling_params": {"max_new_tokens": 4}}'
-with=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/generate -H "Authorization: Bearer $API_KEY" -d "$body")
-without=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/generate -d "$body")
+# (JSON: curl -d alone sends a form, which SGLang answered 400 past the auth check; 12-05b call 3)
+json=(-H "Content-Type: application/json" -d "$body")
+with=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/generate -H "Authorization: Bearer $API_KEY" "${json[@]}")
+without=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/generate "${json[@]}")
 say "APIKEY /generate with the key: HTTP $with (200 expected), without: HTTP $without (401 expected)"
 stop_daemon
 say "APIKEY the key in the daemon's log: $(grep -c -- "$API_KEY" "$OUT/daemon.log") line(s) (0 expected); masked: $(grep -c -- "api_key='\*\*\*'" "$OUT/daemon.log") server_args line(s) (>= 1 expected)"
