@@ -25,7 +25,7 @@ def policy() -> None:
 @json_option
 @click.pass_obj
 def policy_list(ctx: Ctx, as_json: bool) -> None:
-    """The available policies and their parameters; the active one marked (the daemon's, else the database's)."""
+    """The available policies and their parameters; the active one marked (as its database says)."""
     from policies import list_policies
     active = _active_policy(ctx)
     rows = [{**r, "active": r["name"] == _resolved(active)} for r in list_policies()]
