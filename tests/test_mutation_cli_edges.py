@@ -1,6 +1,5 @@
 """Edges of 2026-12-05's specctl / from-launch changes (140af19..7b5ffd8) that a mutation pass found untested
-(helper-67; its table, where it finished: bench/results/mutation-cli-2026-12-05b.md): each test kills a mutant that
-survived the existing suite."""
+(bench/results/mutation-cli-2026-12-05b.md): each test kills a mutant that survived the existing suite."""
 import json
 import os
 import socket
