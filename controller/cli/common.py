@@ -149,7 +149,6 @@ def given_db_exists(ctx: Ctx, elsewhere: str = "") -> None:
 def offline_db(ctx: Ctx, write: bool = False):
     """The database itself, for reads (and writes) while no daemon answers."""
     from state.db import DaemonLock, StoreError, open_store
-    given_db_exists(ctx)        # (a write would otherwise create a new database that no daemon reads)
     try:
         if write:
             holder = DaemonLock(ctx.db).holder()

@@ -127,6 +127,11 @@ def shebang_of(script: str) -> str:
     return words[0]
 
 
+def named_interpreter(named: str) -> str:
+    """The interpreter a command names: itself, or for a `sglang` console script the one its #! line starts."""
+    return shebang_of(named) if Path(named).name == "sglang" else named
+
+
 def interpreter(python: str) -> str:
     """--python as the config keeps it: absolute (the service runs in /, with another PATH)."""
     found = shutil.which(python) if "/" not in python else python
@@ -151,7 +156,7 @@ def convert(command: list[str], python: str | None = None, config_path: str | Pa
             if python or not named or "/" not in named:      # (a bare `python`: PATH here need not be the server's)
                 raise
             parser.close()          # the interpreter the command names by its path, where the daemon's has no SGLang
-            python = interpreter(shebang_of(named) if Path(named).name == "sglang" else named)
+            python = interpreter(named_interpreter(named))
             parser = SGLangParser(python)
             answer = parser.ask({"argv": argv})
             notes.append(f"python = {python} written: the interpreter your command names (the daemon's, "
@@ -182,7 +187,7 @@ def convert(command: list[str], python: str | None = None, config_path: str | Pa
     notes += path_notes(table)
     if named and "/" in named and not python:
         try:
-            yours = shebang_of(named) if Path(named).name == "sglang" else named
+            yours = named_interpreter(named)
         except LaunchError:
             yours = "PATH (the interpreter that runs it)"
         notes.append(f"your command ran {named}; the daemon starts SGLang with its own interpreter "

@@ -62,9 +62,9 @@ NO_HTTP_KEYS = ("grpc_mode", "smg_grpc_mode", "encoder_only")
 
 def no_http_reason(args: dict) -> str | None:
     """Why SGLang started with these [sglang] keys (and extra_args) would leave the daemon no HTTP API, or None."""
-    words = {str(w).partition("=")[0] for w in args.get("extra_args") or ()}
+    words = {w.partition("=")[0] for w in server_flags(args)}
     for key in NO_HTTP_KEYS:
-        if args.get(key) or flag_of(key) in words:
+        if flag_of(key) in words:
             return (f"{key}: SGLang then serves no HTTP API, and the daemon checks its health and changes the threshold "
                     "over HTTP (leave it out; the OpenAI-compatible HTTP port serves clients)")
     return None
