@@ -50,6 +50,37 @@ def fake_sglang_python(path, body: str = "exit 0", sglang: str | None = "0.5.17"
     return path
 
 
+# SGLang's launch parser as a stand-in package (tests where no SGLang is installed): the flags the daemon's launch of a
+# minimal [sglang] section passes, typed as SGLang types them, and one SGLang calls deprecated
+STUB_SERVER_ARGS = """
+import argparse
+class ServerArgs:
+    @staticmethod
+    def add_cli_args(parser):
+        for flag in ("--model-path", "--speculative-algorithm", "--speculative-draft-model-path", "--host",
+                     "--speculative-adaptive-config"):
+            parser.add_argument(flag)
+        for flag in ("--speculative-num-steps", "--speculative-num-draft-tokens", "--speculative-eagle-topk", "--port",
+                     "--tp-size"):
+            parser.add_argument(flag, type=int)
+        parser.add_argument("--mem-fraction-static", type=float)
+        parser.add_argument("--speculative-adaptive", action="store_true")
+        parser.add_argument("--disable-cuda-graph", action="store_true", help="Deprecated: use --cuda-graph-mode.")
+"""
+
+
+def stub_sglang_python(path, version: str = "0.5.17"):
+    """fake_sglang_python whose launchparse.py runs in this interpreter against STUB_SERVER_ARGS (a stand-in for
+    SGLang's parser; tests/test_launchcfg.py runs the real one where an interpreter has SGLang)."""
+    import sys
+    root = path.parent / "stub-site"
+    (root / "sglang" / "srt").mkdir(parents=True, exist_ok=True)
+    (root / "sglang" / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    (root / "sglang" / "srt" / "__init__.py").write_text("")
+    (root / "sglang" / "srt" / "server_args.py").write_text(STUB_SERVER_ARGS)
+    return fake_sglang_python(path, f'PYTHONPATH="{root}" exec "{sys.executable}" "$@"', sglang=version)
+
+
 def scripted_socket(path, answer: bytes | None = None, read: bool = True, drops: int | None = None):
     """A unix socket standing for a daemon that sends each connection `answer` (None: nothing) and closes it, after
     reading the request or without (read=False: the unread bytes make the client's read ECONNRESET); after `drops`

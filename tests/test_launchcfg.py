@@ -18,7 +18,7 @@ from controller.daemon.config import load_config
 from controller.daemon.engines.sglang import SGLangEngine
 from controller.daemon.launchcfg import convert
 from controller.daemon.main import main
-from tests.conftest import fake_sglang_python
+from tests.conftest import fake_sglang_python, stub_sglang_python
 from tests.test_launchcmd import SPEC, from_launch, one_line
 
 SGLANG_PYTHON = os.environ.get("SPEC_CONTROLLER_SGLANG_PYTHON") or \
@@ -180,7 +180,7 @@ def test_check_refuses_in_one_line_what_run_would_refuse(tmp_path, text, needle)
 
 def test_check_of_an_sglang_config_names_the_model_and_the_paths_the_service_cannot_read(tmp_path):
     """([sglang] python: another interpreter, asked what it has installed; this one need not have SGLang.)"""
-    python = fake_sglang_python(tmp_path / "python")
+    python = stub_sglang_python(tmp_path / "python")     # (its flags read by a stand-in of SGLang's parser)
     (tmp_path / "c.toml").write_text('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/home/op/m"\n'
                                      f'speculative_algorithm = "EAGLE3"\npython = "{python}"\n')
     res = CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "c.toml")])

@@ -163,8 +163,7 @@ def convert(command: list[str], python: str | None = None, config_path: str | Pa
                          f"{sys.executable}, has no SGLang); spec-controller must be installed there too "
                          "(`spec-controller config check` says whether it is)")
         table = {flag.lstrip("-").replace("-", "_"): value for flag, value, _ in answer["items"]}
-        notes += [f"{flag}: SGLang {answer['version']} deprecates it and warns at every start; its help: "
-                  f"{why or '-'}" for flag, why in answer.get("deprecated", [])]
+        notes += deprecated_notes(answer)
         fields = {name: value for _, value, name in answer["items"]}      # SGLang's own names: what the checks read
         for key in ("speculative_adaptive", "speculative_adaptive_config"):
             if table.pop(key, None) is not None:
@@ -193,6 +192,12 @@ def convert(command: list[str], python: str | None = None, config_path: str | Pa
         notes.append(f"your command ran {named}; the daemon starts SGLang with its own interpreter "
                      f"({sys.executable}): --python {yours} keeps yours (spec-controller must be installed there)")
     return Converted(table, answer["version"], notes)
+
+
+def deprecated_notes(answer: dict) -> list[str]:
+    """The flags SGLang's parser called deprecated in its answer (they make SGLang warn at every start)."""
+    return [f"{flag}: SGLang {answer['version']} deprecates it and warns at every start; its help: {why or '-'}"
+            for flag, why in answer.get("deprecated", [])]
 
 
 def operator_notes(fields: dict, table: dict, config_path: str | Path = DEFAULT_CONFIG) -> list[str]:

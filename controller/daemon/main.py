@@ -101,19 +101,23 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     `systemctl restart`); notes on stderr."""
     from ..sim.profile import ProfileError
     from .engines.base import EngineError
-    from .launchcfg import off_path_note
+    from .launchcfg import LaunchError, off_path_note
+    from .launchcheck import section_notes
     from .launchcmd import path_notes
     from .lifecycle import build_engine
+    parsed: list[str] = []
     try:
         cfg = load_config(config_path, parse_set(settings))
         engine = build_engine(cfg)
         if cfg["engine"]["kind"] == "sglang":
             engine.check_installed()
-    except (ConfigError, ProfileError, EngineError) as e:
+            parsed = section_notes(engine)     # SGLang's parser, where it runs (seconds: its import)
+    except (ConfigError, ProfileError, EngineError, LaunchError) as e:
         fail_as("spec-controller", str(e), EXIT_USAGE)
     where = config_path or f"{DEFAULT_CONFIG}{'' if DEFAULT_CONFIG.exists() else ' (absent: built-in defaults)'}"
     sglang = cfg["engine"]["kind"] == "sglang"
-    _say_notes(path_notes(cfg["sglang"]) + off_path_note(cfg["sglang"]) if sglang else _empty_note(config_path))
+    _say_notes(path_notes(cfg["sglang"]) + off_path_note(cfg["sglang"]) + parsed if sglang
+               else _empty_note(config_path))
     click.echo(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg)}; policy {cfg['policy']['name']})")
 
 
