@@ -98,3 +98,18 @@ def test_the_readme_installs_with_the_script():
 def test_example_config_is_accepted():
     cfg = load_config(EXAMPLE)
     assert cfg["engine"]["kind"] == "sglang" and cfg["sglang"]["speculative_eagle_topk"] == 1
+
+
+def test_a_config_the_daemon_refuses_stops_the_unit_instead_of_restarting_it(tmp_path):
+    """The daemon's config refusals exit 2, which the unit does not restart (one line, a failed unit); any other
+    failure (SGLang gone, a hang, a stalled loop: exit 1) is restarted."""
+    import sys
+    s = _settings(UNIT.read_text())
+    assert s["Restart"] == ["on-failure"]
+    (tmp_path / "c.toml").write_text('[policy]\nname = "bandti"\n')
+    res = subprocess.run([sys.executable, "-m", "controller.daemon", "run", "--config", str(tmp_path / "c.toml")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state")))
+    assert "bandti" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert str(res.returncode) in " ".join(s.get("RestartPreventExitStatus", [])).split()
+    assert "1" not in " ".join(s.get("RestartPreventExitStatus", [])).split()
