@@ -135,7 +135,7 @@ class Daemon:
         if not engine.wait_ready(ready_timeout_s, cancel=self.stop_flag):
             if self.stop_flag.is_set():
                 return None, None, None, None
-            raise Fatal(engine.not_ready_reason(ready_timeout_s))
+            raise Fatal(engine.not_ready_reason(ready_timeout_s), engine.not_ready_code())
         service.apply_initial()
         ingest = threading.Thread(target=service.ingest.run, name="ingest", daemon=True)
         ingest.start()

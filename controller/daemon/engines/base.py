@@ -42,6 +42,11 @@ class Engine(ABC):
         """Why wait_ready(timeout) gave False, in one line for the operator."""
         return f"engine did not become ready within {timeout:g} s"
 
+    def not_ready_code(self) -> int:
+        """The daemon's exit status for that: 2 where the engine refused its configuration (the unit does not restart
+        on 2: the same configuration would be refused again), else 1 (restarted)."""
+        return 1
+
     @abstractmethod
     def set_threshold(self, threshold: int) -> None:
         """Apply a new threshold; raises EngineError if it could not be applied."""

@@ -30,6 +30,7 @@ BOUND = ("import os, signal, sys\n"
          "    print(f'spec-controller: cannot run {sys.argv[2]}: {e.strerror}', file=sys.stderr)\n"
          "    sys.exit(127 if isinstance(e, FileNotFoundError) else 126)\n")
 NOT_STARTED = (126, 127)
+USAGE = 2                  # argparse's exit status: a launch flag or value refused
 
 
 def bound_to_daemon(cmd: list[str]) -> list[str]:

@@ -24,7 +24,7 @@ from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_L
                          SAME_AT_ZERO, THRESHOLD_KEY, decode, unsupported_reason, zero_saves_prefill_draft)
 from ...paths import state_dir, write_private
 from .base import Engine, EngineError, SampleSink
-from .child import NOT_STARTED, bound_to_daemon, port_reason
+from .child import NOT_STARTED, USAGE, bound_to_daemon, port_reason
 from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, no_http_reason, refused_hint,
                            relay_masked, secrets_in, server_flags, shown)
 from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH, plugin_env, user_env
@@ -207,8 +207,16 @@ class SGLangEngine(Engine):
             return f"SGLang was not ready within {timeout:g} s ([sglang] ready_timeout_s)"
         if code in NOT_STARTED:
             return f"SGLang could not be started (code {code}; the line above says why)"
+        if code == USAGE:
+            return (f"SGLang exited with code {code} before it was ready: its launch flags refused (its own line above; "
+                    "`spec-controller config check` names the [sglang] key)")
         how = f"exited with code {code}" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
         return f"SGLang {how} before it was ready (its own last lines, above in the log, say why)"
+
+    def not_ready_code(self) -> int:
+        """2 where SGLang exited 2 before it was ready: its parser (argparse) refused a flag or a value, which the next
+        start would pass it again."""
+        return 2 if self.proc is not None and self.proc.poll() == USAGE else 1
 
     def set_threshold(self, threshold: int) -> None:
         body = json.dumps({"server_args": {THRESHOLD_KEY: int(threshold)}}).encode()
