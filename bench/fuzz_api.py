@@ -109,12 +109,24 @@ class Daemon:
             self.proc.wait(30)
 
 
-def exchange(path: Path, data: bytes, half_close: bool = True, timeout: float = 20.0) -> bytes:
+def connect(path: Path, timeout: float = 20.0) -> socket.socket | bytes:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
-    out = b""
     try:
         s.connect(str(path))
+    except OSError as e:              # (no daemon there: the case's violation says so, the campaign revives it)
+        s.close()
+        return f"<connect: {e.strerror}>".encode()
+    return s
+
+
+def exchange(path: Path | socket.socket | bytes, data: bytes, half_close: bool = True, timeout: float = 20.0) -> bytes:
+    """What the daemon answered to data (sent on a new connection to path, or on a connected socket)."""
+    s = connect(path, timeout) if isinstance(path, Path) else path
+    if isinstance(s, bytes):
+        return s
+    out = b""
+    try:
         try:
             s.sendall(data)
             if half_close:
@@ -124,7 +136,8 @@ def exchange(path: Path, data: bytes, half_close: bool = True, timeout: float = 
         while chunk := s.recv(65536):
             out += chunk
     except (ConnectionResetError, socket.timeout) as e:
-        out += f"<{type(e).__name__}>".encode()
+        if not out:              # (a reset after the answer is the daemon closing with our surplus unread: fine)
+            out = f"<{type(e).__name__}>".encode()
     finally:
         s.close()
     return out
@@ -141,7 +154,8 @@ def parse_answers(raw: bytes) -> list[tuple[int, dict, bytes]] | str:
             return f"not an HTTP answer: {raw[:120]!r}"
         headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
         length = int(headers.get("content-length", "0"))
-        answers.append((int(status[1]), headers, rest[:length]))
+        if not 100 <= int(status[1]) < 200:          # (100 Continue: an interim answer to Expect)
+            answers.append((int(status[1]), headers, rest[:length]))
         raw = rest[length:]
     return answers
 
@@ -184,6 +198,7 @@ def run(seed: int, n: int, log=print) -> dict:
     rng = random.Random(seed)
     violations: list[dict] = []
     counts: dict[str, int] = {}
+    statuses: dict[str, int] = {}           # first answers' status codes (bursts: the busy answers alone)
 
     def violated(what: str, case: cases.Case | None, problem: str) -> None:
         violations.append({"boundary": "api", "kind": what, "input": repr(case.data[:160]) if case else "",
@@ -192,7 +207,7 @@ def run(seed: int, n: int, log=print) -> dict:
     with tempfile.TemporaryDirectory(prefix="fuzz-api-") as tmp:
         d = Daemon(Path(tmp))
         stall_pool = concurrent.futures.ThreadPoolExecutor(8)
-        stalls = [stall_pool.submit(exchange, d.socket, data, False, 30)
+        stalls = [stall_pool.submit(exchange, Path(d.socket), data, False, 30)
                   for data in (cases.http("POST", "/threshold/pin", b'{"threshold": 5}', length="60"),
                                cases.http("POST", "/policy", b'{"name": "fi', length="400"),
                                b"GET /status HTTP/1.1\r\nHost: x\r\n", b"POST /threshold/pin HTT")]
@@ -208,15 +223,21 @@ def run(seed: int, n: int, log=print) -> dict:
             if why := d.revive():
                 violated(case.kind, case, why)
             answered = parse_answers(raw)
-            ok = isinstance(answered, list) and answered and answered[0][0] == 200 and len(answered) == 1
+            for status, _, _ in answered if isinstance(answered, list) else ():
+                statuses[str(status)] = statuses.get(str(status), 0) + 1
+            ok = isinstance(answered, list) and answered and answered[0][0] == 200   # (what follows: no request)
             after = d.checked_snapshot(lambda why: violated(case.kind, case, why))
             if after != before and not ok:
                 violated(case.kind, case, f"refused, yet changed {before} -> {after}")
             before = after
-            if i % 200 == 199:                    # a burst beyond the daemon's 64 clients at once
+            if i % 200 == 199:         # a burst beyond the daemon's 64 clients at once: all connected, then all sent
                 burst = [c for c in (cases.case(rng) for _ in range(200)) if c.expect == "refused"][:90]
-                with concurrent.futures.ThreadPoolExecutor(90) as pool:
-                    for c, got in zip(burst, pool.map(lambda c: exchange(d.socket, c.data, c.half_close), burst)):
+                socks = [connect(d.socket) for _ in burst]
+                time.sleep(0.5)                   # (the daemon takes them all in: 64 wait for a request, the rest busy)
+                with concurrent.futures.ThreadPoolExecutor(len(burst)) as pool:
+                    for c, got in zip(burst, pool.map(lambda cs: exchange(cs[1], cs[0].data, cs[0].half_close),
+                                                      zip(burst, socks))):
+                        statuses["busy 503"] = statuses.get("busy 503", 0) + got.count(BUSY)
                         for p in problems(c, got, burst=True):
                             violated("burst", c, p)
                 counts["burst"] = counts.get("burst", 0) + len(burst)
@@ -232,7 +253,8 @@ def run(seed: int, n: int, log=print) -> dict:
         counts["stall"] = len(stalls)
         stall_pool.shutdown()
         violations += [{"boundary": "api", "kind": "after", "input": "", "problem": p} for p in finish(d)]
-    return {"cases": counts, "total": sum(counts.values()), "violations": violations, "daemon_starts": d.starts}
+    return {"cases": counts, "total": sum(counts.values()), "violations": violations,
+            "detail": {"statuses": dict(sorted(statuses.items())), "daemon_starts": d.starts}}
 
 
 def finish(d: Daemon) -> list[str]:
