@@ -8,15 +8,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import socketserver
 import stat
 import struct
+import sys
 import threading
+from dataclasses import dataclass
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Callable
-from urllib.parse import parse_qs, urlparse
+from typing import Any, Callable
+from urllib.parse import parse_qsl, urlsplit
 
 from policies import PolicyError, list_policies
 from state import queries
@@ -37,20 +41,40 @@ class ApiError(Exception):
         self.status = status
 
 
-def _int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ApiError(400, f"{name} must be an integer")
-    try:
-        return int(value)
-    except ValueError:
-        raise ApiError(400, f"{name} must be an integer, got {value!r}") from None
+@dataclass(frozen=True)
+class Route:
+    """An endpoint and the keys it reads: any other key, in the query or the body, is refused (ignored, a misspelt
+    "param" switched the policy with its defaults, and any JSON object at all stopped the daemon at POST /stop)."""
+    handler: Callable[[dict[str, str], dict], dict | list]
+    query: frozenset[str] = frozenset()
+    body: frozenset[str] = frozenset()
 
 
-def make_routes(service, on_stop: Callable[[], dict] | None = None
-                ) -> dict[tuple[str, str], Callable[[dict, dict], dict | list]]:
+def _shown(value: Any) -> str:
+    """A value in an error line: its repr, cut short (a 60 kB name is not echoed back whole)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _int(value: Any, name: str) -> int:
+    """A body's integer: a JSON integer, not a bool, a float or a string (int() read "1_0" as 10, and other
+    scripts' digits)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"{name} must be an integer, got {_shown(value)}")
+    return value
+
+
+def _query_int(text: str, name: str) -> int:
+    """A query's integer: ASCII digits, a minus at most (int() also took "+5", " 5", "1_0", other scripts' digits)."""
+    if not re.fullmatch(r"-?[0-9]{1,18}", text):
+        raise ApiError(400, f"{name} must be an integer, got {_shown(text)}")
+    return int(text)
+
+
+def make_routes(service, on_stop: Callable[[], dict] | None = None) -> dict[tuple[str, str], Route]:
     """on_stop: asks the daemon to drain and exit (POST /stop); the answer is sent before it does."""
     def history(query, body):
-        limit = _int(query.get("limit", ["20"])[0], "limit")
+        limit = _query_int(query.get("limit", "20"), "limit")
         if not 1 <= limit <= 10000:
             raise ApiError(400, f"limit {limit} out of range (1 .. 10000)")
         service.writer.flush(5)
@@ -63,38 +87,44 @@ def make_routes(service, on_stop: Callable[[], dict] | None = None
     def set_policy(query, body):
         if not isinstance(body.get("name"), str):
             raise ApiError(400, "body needs a policy name")
-        params = body.get("params") or {}
-        if not isinstance(params, dict):
-            raise ApiError(400, "params must be an object")
+        params = body.get("params", {})
+        if not isinstance(params, dict):       # ([], 0, "", false and null were taken for "no parameters")
+            raise ApiError(400, f"params must be an object, got {_shown(params)}")
         return service.set_policy(body["name"], params)
 
     def pin(query, body):
         return service.pin(_int(body.get("threshold"), "threshold"))
 
     return {
-        ("GET", "/status"): lambda q, b: service.status(),
-        ("GET", "/health"): lambda q, b: {"ok": bool(service.engine.health().get("ok"))},
-        ("GET", "/policy"): lambda q, b: service.policy_info(),
-        ("GET", "/policies"): lambda q, b: list_policies(),
-        ("POST", "/policy"): set_policy,
-        ("POST", "/threshold/pin"): pin,
-        ("POST", "/threshold/unpin"): lambda q, b: service.pin(None),
-        ("GET", "/history"): history,
-        **({("POST", "/stop"): lambda q, b: on_stop()} if on_stop else {}),
+        ("GET", "/status"): Route(lambda q, b: service.status()),
+        ("GET", "/health"): Route(lambda q, b: {"ok": bool(service.engine.health().get("ok"))}),
+        ("GET", "/policy"): Route(lambda q, b: service.policy_info()),
+        ("GET", "/policies"): Route(lambda q, b: list_policies()),
+        ("POST", "/policy"): Route(set_policy, body=frozenset({"name", "params"})),
+        ("POST", "/threshold/pin"): Route(pin, body=frozenset({"threshold"})),
+        ("POST", "/threshold/unpin"): Route(lambda q, b: service.pin(None)),
+        ("GET", "/history"): Route(history, query=frozenset({"limit"})),
+        **({("POST", "/stop"): Route(lambda q, b: on_stop())} if on_stop else {}),
     }
 
 
 def _body_length(headers) -> int:
+    if headers.get("Transfer-Encoding") is not None:     # (its chunks were left unread, then read as a request)
+        raise ApiError(411, "Transfer-Encoding is not supported: send the body with a Content-Length")
     raw = headers.get("Content-Length") or "0"
-    try:
-        length = int(raw)
-    except ValueError:
-        raise ApiError(400, f"bad Content-Length {raw!r}") from None
-    if length < 0:
-        raise ApiError(400, f"bad Content-Length {raw!r}")
+    if not re.fullmatch(r"[0-9]{1,18}", raw.strip()):    # digits only (int() took "+5", "1_0", " ")
+        raise ApiError(400, f"bad Content-Length {_shown(raw)}")
+    length = int(raw)
     if length > MAX_BODY:
         raise ApiError(413, f"request body of {length} bytes is over the limit of {MAX_BODY}")
     return length
+
+
+def _known_keys(given, known: frozenset[str], where: str) -> None:
+    unknown = sorted(set(given) - known)
+    if unknown:
+        known_ones = ", ".join(sorted(known)) or "none"
+        raise ApiError(400, f"unknown key {_shown(unknown[0])} in {where} (known: {known_ones})")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -108,41 +138,96 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args) -> None:
         log.debug("api: " + fmt, *args)
 
-    def _reply(self, status: int, payload) -> None:
+    def _reply(self, status: int, payload, headers: tuple[tuple[str, str], ...] = ()) -> None:
         data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in headers:
+                self.send_header(name, value)
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError as e:           # the client hung up before its answer: nothing to tell it, nothing to log
+            self.close_connection = True
+            log.debug("api: answer to a client that has gone: %s", e)
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if self.request_version == "HTTP/0.9":      # ("GET /status" alone: answered without a status line)
+            self.send_error(400, "bad request line: expected METHOD PATH HTTP/1.1")
+            return False
+        return True
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (request line, headers, method, HTTP version) as the API's: a status line always
+        (it wrote none for a request line it did not read as HTTP/1.x), one line of JSON (not an HTML page), a 4xx
+        (an unknown method was 501, a version other than 1.x 505: the client's error, not the daemon's)."""
+        self.request_version = self.protocol_version
+        self.close_connection = True
+        status = {HTTPStatus.NOT_IMPLEMENTED: HTTPStatus.METHOD_NOT_ALLOWED,
+                  HTTPStatus.HTTP_VERSION_NOT_SUPPORTED: HTTPStatus.BAD_REQUEST}.get(code, code)
+        self.log_error("code %d, message %s", code, message)
+        self._reply(status, {"error": message or HTTPStatus(code).phrase},
+                    (("Allow", "GET, POST"),) if status == HTTPStatus.METHOD_NOT_ALLOWED else ())
+
+    def _request(self, method: str) -> tuple[Route, dict[str, str], dict]:
+        """The one check of a request: its body read whole first (so that a refusal leaves the connection in step),
+        then the route, the query and the body's JSON, each key known to the route."""
+        length = _body_length(self.headers)
+        try:
+            data = self.rfile.read(length) if length else b""
+        except TimeoutError:
+            raise ApiError(408, f"request body not received within {self.timeout:g} s") from None
+        except OSError as e:
+            raise ApiError(400, f"request body not received: {e.strerror or e}") from None
+        if len(data) < length:             # (a client that ended its side early: a prefix that parsed was applied)
+            raise ApiError(400, f"request body of {len(data)} bytes, shorter than its Content-Length {length}")
+        url = urlsplit(self.path)
+        route = self.routes.get((method, url.path))
+        if route is None:
+            raise ApiError(404, f"no such endpoint: {method} {url.path[:200]}{'...' if len(url.path) > 200 else ''}")
+        query: dict[str, str] = {}
+        for key, value in parse_qsl(url.query, keep_blank_values=True):
+            if key in query:
+                raise ApiError(400, f"{_shown(key)} given twice in the query")
+            query[key] = value
+        _known_keys(query, route.query, f"the query of {method} {url.path}")
+        body = {}
+        if data:
+            try:
+                body = json.loads(data)
+            except RecursionError:
+                raise ApiError(400, "body is nested too deeply") from None
+            except ValueError:             # (not JSON, not UTF-8, an integer of over 4300 digits)
+                raise ApiError(400, "body is not valid JSON") from None
+            if not isinstance(body, dict):
+                raise ApiError(400, "body must be a JSON object")
+        _known_keys(body, route.body, f"the body of {method} {url.path}")
+        return route, query, body
+
+    def _answer(self, method: str) -> tuple[int, Any]:
+        try:
+            route, query, body = self._request(method)
+            return 200, route.handler(query, body)
+        except ApiError as e:
+            if e.status in (400, 408, 411, 413):     # where the body may be unread: it must not be taken for a request
+                self.close_connection = True
+            return e.status, {"error": str(e)}
+        except CommandRefused as e:
+            return 503, {"error": str(e)}
+        except (PolicyError, ValueError) as e:
+            return 400, {"error": str(e)}
+        except Exception as e:                   # the daemon keeps running; the caller gets one line
+            log.exception("api: %s %s failed", method, self.path[:200])
+            return 500, {"error": f"internal error: {type(e).__name__}: {e}"}
 
     def _handle(self, method: str) -> None:
-        url = urlparse(self.path)
-        route = self.routes.get((method, url.path))
-        try:
-            if route is None:
-                raise ApiError(404, f"no such endpoint: {method} {url.path}")
-            body = {}
-            length = _body_length(self.headers)
-            if length:
-                try:
-                    body = json.loads(self.rfile.read(length))
-                except json.JSONDecodeError:
-                    raise ApiError(400, "body is not valid JSON") from None
-                if not isinstance(body, dict):
-                    raise ApiError(400, "body must be a JSON object")
-            self._reply(200, route(parse_qs(url.query), body))
-        except ApiError as e:
-            if e.status == 413:
-                self.close_connection = True       # the unread body must not be taken for a request
-            self._reply(e.status, {"error": str(e)})
-        except CommandRefused as e:
-            self._reply(503, {"error": str(e)})
-        except (PolicyError, ValueError) as e:
-            self._reply(400, {"error": str(e)})
-        except Exception as e:                   # the daemon keeps running; the caller gets one line
-            log.exception("api: %s %s failed", method, url.path)
-            self._reply(500, {"error": f"internal error: {type(e).__name__}: {e}"})
+        status, payload = self._answer(method)
+        self._reply(status, payload)
 
     def do_GET(self) -> None:
         self._handle("GET")
@@ -170,6 +255,15 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
             self.shutdown_request(request)
             return
         super().process_request(request, client_address)
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that hung up mid-request (a reset while its request was read) is no fault of the daemon's: one
+        debug line, not socketserver's traceback on stderr. Anything else keeps its traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            log.debug("api: a client's connection failed: %s", error)
+        else:
+            log.exception("api: a connection failed")
 
     def process_request_thread(self, request, client_address) -> None:
         try:
