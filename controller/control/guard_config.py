@@ -53,9 +53,13 @@ class GuardConfig:
             if key not in known:
                 raise GuardConfigError(f"unknown guard setting {key!r} (known: {', '.join(known)})")
             kind = int if known[key].type in ("int", int) else float
+            # a number, taken as it is: int() and float() turned true into 1, "5" into 5, 1.7 into 1, and raised
+            # OverflowError (a traceback, not a config error) for an integer setting of inf
             try:
+                if isinstance(raw, bool) or not isinstance(raw, (int, float)) or (kind is int and raw != int(raw)):
+                    raise ValueError
                 out[key] = kind(raw)
-            except (TypeError, ValueError):
+            except (ValueError, OverflowError):
                 raise GuardConfigError(f"guard setting {key}={raw!r} is not a valid {kind.__name__}") from None
         cfg = cls(**out)
         cfg.validate()

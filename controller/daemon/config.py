@@ -105,6 +105,9 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
             raise ConfigError(f"config file {path}: cannot read ({e.strerror})") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"config file {path}: not valid TOML ({e})") from None
+        except UnicodeDecodeError as e:          # (read_text's, before TOML sees it)
+            raise ConfigError(f"config file {path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+                              f"{e.start})") from None
     for source in (file_data, overrides or {}):
         for section, values in source.items():
             if section not in DEFAULTS:

@@ -1,0 +1,60 @@
+"""Config files and guard settings that bench/fuzz.py (seed 1) found ending in a traceback instead of
+one line and exit 2: each kept here."""
+import pytest
+from click.testing import CliRunner
+
+from controller.control.guard_config import GuardConfig, GuardConfigError
+from controller.daemon.config import ConfigError, load_config
+from controller.daemon.main import main
+
+
+def _one_usage_line(result, prog: str) -> str:
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: "), result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("data,byte", [(b"\xff\xfe[sim]\n", "0xff"), (b"[sim]\nspeed = 2.0\n# caf\xe9\n", "0xe9")])
+def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path, data, byte):
+    path = tmp_path / "c.toml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError, match=f"^config file {path}: not UTF-8 text \\(byte {byte} at offset "):
+        load_config(path)                           # was UnicodeDecodeError: config check and run ended in a traceback
+    line = _one_usage_line(CliRunner().invoke(main, ["config", "check", "--config", str(path)]), "spec-controller")
+    assert "not UTF-8 text" in line
+
+
+@pytest.mark.parametrize("key,value,kind", ids=["inf", "-inf", "nan", "1.7", "true", "str-int", "false", "str-float",
+                                                "10**400", "list"], argvalues=[
+    ("min_threshold", float("inf"), "int"),          # OverflowError: a traceback
+    ("max_threshold", float("-inf"), "int"),
+    ("fallback_threshold", float("nan"), "int"),
+    ("max_step_buckets", 1.7, "int"),                # was taken as 1
+    ("max_step_buckets", True, "int"),               # was taken as 1
+    ("min_threshold", "5", "int"),                   # was taken as 5
+    ("explore_share", False, "float"),               # was taken as 0.0
+    ("explore_share", "0.1", "float"),
+    ("explore_window_s", 10**400, "float"),          # OverflowError (TOML's integers are not bounded in tomllib)
+    ("flap_s", [60], "float"),
+])
+def test_a_guard_setting_must_be_a_number_of_its_kind(key, value, kind):
+    with pytest.raises(GuardConfigError) as err:
+        GuardConfig.from_mapping({key: value})
+    assert str(err.value) == f"guard setting {key}={value!r} is not a valid {kind}"
+    with pytest.raises(ConfigError, match=r"^config: \[guard\] guard setting "):
+        load_config(None, {"guard": {key: value}})
+
+
+def test_whole_floats_and_ints_are_still_guard_numbers():
+    cfg = GuardConfig.from_mapping({"max_step_buckets": 4.0, "explore_share": 0, "min_threshold": 3})
+    assert (cfg.max_step_buckets, cfg.explore_share, cfg.min_threshold) == (4, 0.0, 3)
+    assert type(cfg.max_step_buckets) is int and type(cfg.explore_share) is float
+
+
+def test_an_infinite_integer_guard_setting_is_one_line_from_config_check(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[guard]\nmin_threshold = inf\n")
+    line = _one_usage_line(CliRunner().invoke(main, ["config", "check", "--config", str(path)]), "spec-controller")
+    assert line == "spec-controller: config: [guard] guard setting min_threshold=inf is not a valid int"
