@@ -1,6 +1,7 @@
 """Where the database and the control socket live, for the daemon and for specctl alike."""
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -65,6 +66,18 @@ def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
         os.write(fd, data)
     finally:
         os.close(fd)
+
+
+def db_path_problem(path: Path) -> str | None:
+    """Why no database can be kept at `path` whatever is there, or None: a name the file system refuses as too long,
+    its own or its lock file's (`.lock` added; -wal and -shm are no longer). Where it is is checked when it is opened."""
+    for name in (str(path), f"{path}.lock"):
+        try:
+            os.stat(name)
+        except OSError as e:
+            if e.errno == errno.ENAMETOOLONG:
+                return f"file name too long{' (with .lock added)' if name != str(path) else ''}"
+    return None
 
 
 UNIX_PATH_MAX = 107        # bytes in a unix socket's path (sun_path holds 108, the NUL included)

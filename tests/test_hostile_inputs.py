@@ -1,8 +1,9 @@
-"""Config files and guard settings that bench/fuzz.py (seed 1) found ending in a traceback instead of
+"""Config files, guard settings and database paths that bench/fuzz.py (seed 1) found ending in a traceback instead of
 one line and exit 2: each kept here."""
 import pytest
 from click.testing import CliRunner
 
+from controller.cli.main import cli
 from controller.control.guard_config import GuardConfig, GuardConfigError
 from controller.daemon.config import ConfigError, load_config
 from controller.daemon.main import main
@@ -58,3 +59,32 @@ def test_an_infinite_integer_guard_setting_is_one_line_from_config_check(tmp_pat
     path.write_text("[guard]\nmin_threshold = inf\n")
     line = _one_usage_line(CliRunner().invoke(main, ["config", "check", "--config", str(path)]), "spec-controller")
     assert line == "spec-controller: config: [guard] guard setting min_threshold=inf is not a valid int"
+
+
+@pytest.mark.parametrize("length,why", [(300, "file name too long"), (252, "file name too long (with .lock added)")])
+def test_a_database_name_the_file_system_refuses_is_a_config_error(tmp_path, length, why):
+    db = tmp_path / ("a" * length)
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {"storage": {"db": str(db)}})       # was OSError at the lock file, after the config passed
+    assert str(err.value) == f"config: [storage] db {db}: {why}"
+    line = _one_usage_line(CliRunner().invoke(main, ["config", "check", "--set", f'storage.db="{db}"']),
+                           "spec-controller")
+    assert line.endswith(why)
+
+
+def test_a_database_name_of_250_characters_is_fine(tmp_path):
+    assert load_config(None, {"storage": {"db": str(tmp_path / ("a" * 250))}})["storage"]["db"].endswith("a" * 250)
+
+
+@pytest.mark.parametrize("args", [["--db", "{db}", "status"], ["status", "--db", "{db}"], ["--db", "{db}", "history"],
+                                  ["--db", "{db}", "threshold", "pin", "3"], ["--db", "{db}", "policy", "list"]])
+def test_specctl_says_a_database_name_too_long_in_one_line(tmp_path, args):
+    db = str(tmp_path / ("b" * 300))
+    result = CliRunner().invoke(cli, [a.format(db=db) for a in args])     # was OSError: File name too long, raised
+    assert _one_usage_line(result, "specctl") == f"specctl: database {db}: file name too long; nothing changed"
+
+
+def test_specctl_says_so_for_specctl_db_too(tmp_path, monkeypatch):
+    db = str(tmp_path / ("b" * 300))
+    monkeypatch.setenv("SPECCTL_DB", db)
+    assert _one_usage_line(CliRunner().invoke(cli, ["status"]), "specctl").endswith("file name too long; nothing changed")

@@ -10,7 +10,7 @@ from typing import Any, Callable, NoReturn
 
 import click
 
-from ..paths import find_db, find_socket, present, socket_path_problem
+from ..paths import db_path_problem, find_db, find_socket, present, socket_path_problem
 from .client import DaemonError, DaemonUnreachable, request
 from .options import EXIT_ERROR, EXIT_USAGE, fail_as
 
@@ -36,6 +36,11 @@ class Ctx:
 
     @db.setter
     def db(self, path: Path) -> None:
+        """Every way an operator names a database (--db before or after the command, SPECCTL_DB) passes here: a name
+        the file system refuses is a usage error (it was an OSError traceback from the first look at it)."""
+        problem = db_path_problem(path)
+        if problem is not None:
+            raise click.UsageError(f"database {path}: {problem}; nothing changed")
         self._db, self.db_given = path, True
 
     @property

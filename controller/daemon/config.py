@@ -11,7 +11,7 @@ from policies import PolicyError, make_policy
 
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
-from ..paths import DEFAULT_CONFIG, socket_path_too_long
+from ..paths import DEFAULT_CONFIG, db_path_problem, socket_path_too_long
 from .engines.sglang_flags import shown_value
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -175,6 +175,8 @@ def validate(cfg: dict) -> None:
     for key, value in (("storage", cfg["storage"]["db"]), ("control", ctl["socket"])):
         if "\0" in value:
             raise ConfigError(f"config: [{key}] path {value!r} holds a NUL byte")
+    if cfg["storage"]["db"] and (problem := db_path_problem(Path(cfg["storage"]["db"]))) is not None:
+        raise ConfigError(f"config: [storage] db {cfg['storage']['db']}: {problem}")    # (was OSError at its lock)
     if ctl["socket"] and (problem := socket_path_too_long(Path(ctl["socket"]))) is not None:
         raise ConfigError(f"config: [control] socket {ctl['socket']}: {problem}")   # (what is there: at bind)
     try:
