@@ -35,7 +35,7 @@ HOSTILE = [float("inf"), float("-inf"), float("nan"), 1e308, -1e308, 2**63 - 1, 
 BAD_PATHS = ["/nonexistent/dir/x.db", "/dev/null", "/", "relative/x", "a" * 5000, "/proc/1/x", "\u00e9/\u202e",
              "/tmp/" + "d" * 200 + "/x.sock"]
 NAMES = ["sim", "sglang", "bandit", "fixed", "nope", "mixed-shift", "crossover-b", "../../etc/passwd", "/dev/null",
-         "/nonexistent/p.toml", "x.json", ""]
+         "/nonexistent/p.toml", "x.json", "", "a" * 300, "/tmp", str(Path(sys.executable).resolve())]   # (a binary file)
 
 
 def toml_value(v) -> str:
@@ -81,8 +81,8 @@ def mutated(rng: random.Random) -> tuple[str, dict | bytes]:
     if roll < 0.3:
         section = rng.choice([s for s in DEFAULTS if s not in ("sglang", "guard")])
         key = rng.choice([k for k, v in DEFAULTS[section].items() if not isinstance(v, dict)])
-        value = rng.choice(HOSTILE + (BAD_PATHS if key in ("db", "socket") else NAMES if isinstance(
-            DEFAULTS[section][key], str) else []))
+        names = BAD_PATHS if key in ("db", "socket") else NAMES if isinstance(DEFAULTS[section][key], str) else []
+        value = rng.choice(names) if names and rng.random() < 0.5 else rng.choice(HOSTILE)
         cfg.setdefault(section, {})[key] = value
         return "value", cfg
     if roll < 0.5:
@@ -149,7 +149,7 @@ def run(seed: int, n: int, subprocess_share: float = 0.08) -> dict:
                 bad = lines_ok(text, result.exit_code)
             outcomes["accepted" if result.exit_code == 0 else "refused"] += 1
             if bad:
-                violations.append({"boundary": "config", "kind": kind, "input": repr(data[:200]), "problem": bad})
+                violations.append({"boundary": "config", "kind": kind, "input": repr(data[:200]), "problem": bad[:300]})
                 continue
             if result.exit_code == 2 and also_run:
                 outcomes["run_subprocess"] += 1
