@@ -70,7 +70,7 @@ def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
 
 def db_path_problem(path: Path) -> str | None:
     """Why no database can be kept at `path` whatever is there, or None: a name the file system refuses as too long,
-    its own or its lock file's (`.lock` added; -wal and -shm are no longer). Where it is is checked when it is opened."""
+    its own or its lock file's (`.lock` added; -wal and -shm are no longer). Where it is: checked when it is opened."""
     for name in (str(path), f"{path}.lock"):
         try:
             os.stat(name)
