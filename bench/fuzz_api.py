@@ -247,6 +247,9 @@ def run(seed: int, n: int, log=print) -> dict:
         for data, fut in zip(("stall: body short, kept open", "stall: body short, kept open",
                               "stall: headers unfinished", "stall: request line unfinished"), stalls):
             got = fut.result()
+            first = parse_answers(got)
+            key = f"stall {first[0][0]}" if isinstance(first, list) and first else "stall unanswered"
+            statuses[key] = statuses.get(key, 0) + 1
             for p in problems(cases.Case("stall", data.encode(), "refused"), got):
                 if not (p == "no answer" and "unfinished" in data):      # (no request yet: closed unanswered)
                     violated("stall", cases.Case("stall", data.encode(), "refused"), p)
