@@ -95,15 +95,15 @@ def test_specctl_says_so_for_specctl_db_too(tmp_path, monkeypatch):
 def test_a_profile_or_trace_that_is_a_binary_file_is_one_line(tmp_path, load, what):
     path = tmp_path / "binary.toml"
     path.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(128, 256)))
-    with pytest.raises(ProfileError, match=f"^{what} {path}: not UTF-8 text \\(byte 0x80 at offset 8\\)$"):
+    with pytest.raises(ProfileError, match=f"^{what} {path}: not UTF-8 text \\(invalid start byte at offset 8\\)$"):
         load(str(path))                              # was UnicodeDecodeError out of config check, run and simulate
     result = CliRunner().invoke(main, ["config", "check", "--set", f'sim.{what}="{path}"'])
-    assert _one_usage_line(result, "spec-controller").endswith("not UTF-8 text (byte 0x80 at offset 8)")
+    assert _one_usage_line(result, "spec-controller").endswith("not UTF-8 text (invalid start byte at offset 8)")
 
 
 @pytest.mark.parametrize("load,what", [(load_profile, "profile"), (load_trace, "trace")])
-def test_a_profile_or_trace_name_too_long_for_the_file_system_is_unknown(tmp_path, load, what):
-    with pytest.raises(ProfileError, match=f"^unknown {what} 'aaaa"):
+def test_a_profile_or_trace_name_too_long_for_the_file_system_is_one_line(tmp_path, load, what):
+    with pytest.raises(ProfileError, match=f"^{what} 'a{{300}}': File name too long$"):
         load("a" * 300)                              # was OSError ENAMETOOLONG from the look for a built-in one
-    with pytest.raises(ProfileError, match=f"^{what} file {tmp_path}/a+.toml does not exist$"):
+    with pytest.raises(ProfileError, match=f"^{what} '{tmp_path}/a{{300}}.toml': File name too long$"):
         load(str(tmp_path / ("a" * 300 + ".toml")))

@@ -8,73 +8,34 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import socket
 import socketserver
 import stat
 import struct
 import sys
 import threading
-from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import parse_qsl, urlsplit
 
 from policies import PolicyError, list_policies
 from state import queries
 
+from .apicheck import ApiError, Route, body_length, check, json_int, query_int, shown
 from .service import CommandRefused
 
 log = logging.getLogger("spec_controller.api")
 
 BACKLOG = 128
-MAX_BODY = 64 * 1024          # a command is a few hundred bytes
 READ_TIMEOUT_S = 10.0         # a connection that sends nothing for this long is closed
 MAX_CLIENTS = 64              # connections served at once; beyond it a client gets 503 at once
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-@dataclass(frozen=True)
-class Route:
-    """An endpoint and the keys it reads: any other key, in the query or the body, is refused (ignored, a misspelt
-    "param" switched the policy with its defaults, and any JSON object at all stopped the daemon at POST /stop)."""
-    handler: Callable[[dict[str, str], dict], dict | list]
-    query: frozenset[str] = frozenset()
-    body: frozenset[str] = frozenset()
-
-
-def _shown(value: Any) -> str:
-    """A value in an error line: its repr, cut short (a 60 kB name is not echoed back whole)."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _int(value: Any, name: str) -> int:
-    """A body's integer: a JSON integer, not a bool, a float or a string (int() read "1_0" as 10, and other
-    scripts' digits)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ApiError(400, f"{name} must be an integer, got {_shown(value)}")
-    return value
-
-
-def _query_int(text: str, name: str) -> int:
-    """A query's integer: ASCII digits, a minus at most (int() also took "+5", " 5", "1_0", other scripts' digits)."""
-    if not re.fullmatch(r"-?[0-9]{1,18}", text):
-        raise ApiError(400, f"{name} must be an integer, got {_shown(text)}")
-    return int(text)
 
 
 def make_routes(service, on_stop: Callable[[], dict] | None = None) -> dict[tuple[str, str], Route]:
     """on_stop: asks the daemon to drain and exit (POST /stop); the answer is sent before it does."""
     def history(query, body):
-        limit = _query_int(query.get("limit", "20"), "limit")
+        limit = query_int(query.get("limit", "20"), "limit")
         if not 1 <= limit <= 10000:
             raise ApiError(400, f"limit {limit} out of range (1 .. 10000)")
         service.writer.flush(5)
@@ -89,11 +50,11 @@ def make_routes(service, on_stop: Callable[[], dict] | None = None) -> dict[tupl
             raise ApiError(400, "body needs a policy name")
         params = body.get("params", {})
         if not isinstance(params, dict):       # ([], 0, "", false and null were taken for "no parameters")
-            raise ApiError(400, f"params must be an object, got {_shown(params)}")
+            raise ApiError(400, f"params must be an object, got {shown(params)}")
         return service.set_policy(body["name"], params)
 
     def pin(query, body):
-        return service.pin(_int(body.get("threshold"), "threshold"))
+        return service.pin(json_int(body.get("threshold"), "threshold"))
 
     return {
         ("GET", "/status"): Route(lambda q, b: service.status()),
@@ -106,25 +67,6 @@ def make_routes(service, on_stop: Callable[[], dict] | None = None) -> dict[tupl
         ("GET", "/history"): Route(history, query=frozenset({"limit"})),
         **({("POST", "/stop"): Route(lambda q, b: on_stop())} if on_stop else {}),
     }
-
-
-def _body_length(headers) -> int:
-    if headers.get("Transfer-Encoding") is not None:     # (its chunks were left unread, then read as a request)
-        raise ApiError(411, "Transfer-Encoding is not supported: send the body with a Content-Length")
-    raw = headers.get("Content-Length") or "0"
-    if not re.fullmatch(r"[0-9]{1,18}", raw.strip()):    # digits only (int() took "+5", "1_0", " ")
-        raise ApiError(400, f"bad Content-Length {_shown(raw)}")
-    length = int(raw)
-    if length > MAX_BODY:
-        raise ApiError(413, f"request body of {length} bytes is over the limit of {MAX_BODY}")
-    return length
-
-
-def _known_keys(given, known: frozenset[str], where: str) -> None:
-    unknown = sorted(set(given) - known)
-    if unknown:
-        known_ones = ", ".join(sorted(known)) or "none"
-        raise ApiError(400, f"unknown key {_shown(unknown[0])} in {where} (known: {known_ones})")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -175,9 +117,8 @@ class _Handler(BaseHTTPRequestHandler):
                     (("Allow", "GET, POST"),) if status == HTTPStatus.METHOD_NOT_ALLOWED else ())
 
     def _request(self, method: str) -> tuple[Route, dict[str, str], dict]:
-        """The one check of a request: its body read whole first (so that a refusal leaves the connection in step),
-        then the route, the query and the body's JSON, each key known to the route."""
-        length = _body_length(self.headers)
+        """The body read whole first (so that a refusal leaves the connection in step), then apicheck's one check."""
+        length = body_length(self.headers)
         try:
             data = self.rfile.read(length) if length else b""
         except TimeoutError:
@@ -186,28 +127,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(400, f"request body not received: {e.strerror or e}") from None
         if len(data) < length:             # (a client that ended its side early: a prefix that parsed was applied)
             raise ApiError(400, f"request body of {len(data)} bytes, shorter than its Content-Length {length}")
-        url = urlsplit(self.path)
-        route = self.routes.get((method, url.path))
-        if route is None:
-            raise ApiError(404, f"no such endpoint: {method} {url.path[:200]}{'...' if len(url.path) > 200 else ''}")
-        query: dict[str, str] = {}
-        for key, value in parse_qsl(url.query, keep_blank_values=True):
-            if key in query:
-                raise ApiError(400, f"{_shown(key)} given twice in the query")
-            query[key] = value
-        _known_keys(query, route.query, f"the query of {method} {url.path}")
-        body = {}
-        if data:
-            try:
-                body = json.loads(data)
-            except RecursionError:
-                raise ApiError(400, "body is nested too deeply") from None
-            except ValueError:             # (not JSON, not UTF-8, an integer of over 4300 digits)
-                raise ApiError(400, "body is not valid JSON") from None
-            if not isinstance(body, dict):
-                raise ApiError(400, "body must be a JSON object")
-        _known_keys(body, route.body, f"the body of {method} {url.path}")
-        return route, query, body
+        return check(method, self.path, data, self.routes)
 
     def _answer(self, method: str) -> tuple[int, Any]:
         try:

@@ -4,7 +4,6 @@ Format: docs/profiles.md. Built-in files live in controller/profiles/.
 """
 from __future__ import annotations
 
-import errno
 import json
 import math
 import tomllib
@@ -147,9 +146,8 @@ def _read(path: Path, what: str) -> dict:
         text = path.read_text()
     except OSError as e:
         raise ProfileError(f"{what} {path}: cannot read ({e.strerror})") from None
-    except UnicodeDecodeError as e:         # (a binary file given as the path: a traceback out of run and simulate)
-        raise ProfileError(f"{what} {path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") \
-            from None
+    except UnicodeDecodeError as e:         # (a binary file: was a traceback out of run and simulate)
+        raise ProfileError(f"{what} {path}: not UTF-8 text ({e.reason} at offset {e.start})") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
@@ -159,27 +157,19 @@ def _read(path: Path, what: str) -> dict:
     return data
 
 
-def _exists(path: Path, what: str) -> bool:
-    """Path.exists, False where the file system refuses the name as too long; ProfileError where it cannot tell
-    (a directory this user may not enter). Both were an OSError out of run and simulate (a traceback)."""
-    try:
-        return path.exists()
-    except OSError as e:
-        if e.errno == errno.ENAMETOOLONG:
-            return False
-        raise ProfileError(f"{what} {path}: {e.strerror}") from None
-
-
 def _locate(name_or_path: str, directory: Path, what: str) -> Path:
     p = Path(name_or_path)
-    if p.suffix in (".toml", ".json") or "/" in name_or_path:
-        if not _exists(p, what):
-            raise ProfileError(f"{what} file {name_or_path} does not exist")
-        return p
-    for suffix in (".toml", ".json"):
-        cand = directory / f"{name_or_path}{suffix}"
-        if _exists(cand, what):
-            return cand
+    try:
+        if p.suffix in (".toml", ".json") or "/" in name_or_path:
+            if not p.exists():
+                raise ProfileError(f"{what} file {name_or_path} does not exist")
+            return p
+        for suffix in (".toml", ".json"):
+            cand = directory / f"{name_or_path}{suffix}"
+            if cand.exists():
+                return cand
+    except OSError as e:            # a name too long for the file system: was a traceback out of run and simulate
+        raise ProfileError(f"{what} {name_or_path!r}: {e.strerror}") from None
     known = ", ".join(builtin_names(directory)) or "none"
     raise ProfileError(f"unknown {what} {name_or_path!r} (built-in: {known}; or give a .toml/.json path)")
 

@@ -1,0 +1,95 @@
+"""What the control API accepts: one check of every request (api.py reads it off the socket, this judges it), so
+that a refused request reaches nothing. Each route declares the query and body keys it reads; integers are JSON
+integers in a body, ASCII digits in a query or a Content-Length; a body is one JSON object. bench/fuzz.py found what
+this refuses (bench/results/fuzz-2026-12-05.md)."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+from urllib.parse import parse_qsl, urlsplit
+
+MAX_BODY = 64 * 1024          # a command is a few hundred bytes
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Route:
+    """An endpoint and the keys it reads: any other key, in the query or the body, is refused (ignored, a misspelt
+    "param" switched the policy with its defaults, and any JSON object at all stopped the daemon at POST /stop)."""
+    handler: Callable[[dict[str, str], dict], dict | list]
+    query: frozenset[str] = frozenset()
+    body: frozenset[str] = frozenset()
+
+
+def shown(value: Any) -> str:
+    """A value in an error line: its repr, cut short (a 60 kB name is not echoed back whole)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def json_int(value: Any, name: str) -> int:
+    """A body's integer: a JSON integer, not a bool, a float or a string (int() read "1_0" as 10, and other
+    scripts' digits)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"{name} must be an integer, got {shown(value)}")
+    return value
+
+
+def query_int(text: str, name: str) -> int:
+    """A query's integer: ASCII digits, a minus at most (int() also took "+5", " 5", "1_0", other scripts' digits)."""
+    if not re.fullmatch(r"-?[0-9]{1,18}", text):
+        raise ApiError(400, f"{name} must be an integer, got {shown(text)}")
+    return int(text)
+
+
+def body_length(headers: Mapping[str, str]) -> int:
+    if headers.get("Transfer-Encoding") is not None:     # (its chunks were left unread, then read as a request)
+        raise ApiError(411, "Transfer-Encoding is not supported: send the body with a Content-Length")
+    raw = headers.get("Content-Length") or "0"
+    if not re.fullmatch(r"[0-9]{1,18}", raw.strip()):    # digits only (int() took "+5", "1_0", " ")
+        raise ApiError(400, f"bad Content-Length {shown(raw)}")
+    length = int(raw)
+    if length > MAX_BODY:
+        raise ApiError(413, f"request body of {length} bytes is over the limit of {MAX_BODY}")
+    return length
+
+
+def _known(given, known: frozenset[str], where: str) -> None:
+    unknown = sorted(set(given) - known)
+    if unknown:
+        known_ones = ", ".join(sorted(known)) or "none"
+        raise ApiError(400, f"unknown key {shown(unknown[0])} in {where} (known: {known_ones})")
+
+
+def check(method: str, target: str, data: bytes, routes: Mapping[tuple[str, str], Route]
+          ) -> tuple[Route, dict[str, str], dict]:
+    """(the route, its query, its body) for a request whose body (data) was read whole; ApiError for anything else."""
+    url = urlsplit(target)
+    route = routes.get((method, url.path))
+    if route is None:
+        raise ApiError(404, f"no such endpoint: {method} {url.path[:200]}{'...' if len(url.path) > 200 else ''}")
+    query: dict[str, str] = {}
+    for key, value in parse_qsl(url.query, keep_blank_values=True):
+        if key in query:
+            raise ApiError(400, f"{shown(key)} given twice in the query")
+        query[key] = value
+    _known(query, route.query, f"the query of {method} {url.path}")
+    body = {}
+    if data:
+        try:
+            body = json.loads(data)
+        except RecursionError:
+            raise ApiError(400, "body is nested too deeply") from None
+        except ValueError:             # (not JSON, not UTF-8, an integer of over 4300 digits)
+            raise ApiError(400, "body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "body must be a JSON object")
+    _known(body, route.body, f"the body of {method} {url.path}")
+    return route, query, body
