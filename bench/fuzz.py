@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
               + (f"; {json.dumps(res['detail'])}" if res.get("detail") else ""), flush=True)
         for v, count in distinct(res["violations"]):
             failed = True
-            print(f"  VIOLATION [{v['kind']}] x{count}: {v['problem'][:300]}\n      input: {v['input'][:200]}", flush=True)
+            print(f"  VIOLATION [{v['kind']}] x{count}: {v['problem'][:300]}\n      input: {v['input'][:200]}",
+                  flush=True)
     if opts.json:
         Path(opts.json).write_text(json.dumps({"seed": opts.seed, "cases": opts.cases, "results": results}, indent=1))
     print("FAILED: invariant violations above" if failed else "ok: no invariant violated")

@@ -51,7 +51,8 @@ class Daemon:
         end = time.monotonic() + 60
         while time.monotonic() < end:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited {self.proc.returncode} at start: {self.log_path.read_text()[-2000:]}")
+                raise RuntimeError(f"daemon exited {self.proc.returncode} at start: "
+                                   f"{self.log_path.read_text()[-2000:]}")
             try:
                 request(self.socket, "GET", "/health", timeout=2)
                 return
@@ -206,56 +207,59 @@ def run(seed: int, n: int, log=print) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="fuzz-api-") as tmp:
         d = Daemon(Path(tmp))
-        stall_pool = concurrent.futures.ThreadPoolExecutor(8)
-        stalls = [stall_pool.submit(exchange, Path(d.socket), data, False, 30)
-                  for data in (cases.http("POST", "/threshold/pin", b'{"threshold": 5}', length="60"),
-                               cases.http("POST", "/policy", b'{"name": "fi', length="400"),
-                               b"GET /status HTTP/1.1\r\nHost: x\r\n", b"POST /threshold/pin HTT")]
-        before = d.snapshot()
-        for i in range(n):
-            case = cases.case(rng)
-            counts[case.kind] = counts.get(case.kind, 0) + 1
-            raw = exchange(d.socket, case.data, case.half_close)
-            for p in problems(case, raw):
-                violated(case.kind, case, p)
-            if "Traceback" in (text := d.new_log()):
-                violated(case.kind, case, "traceback in the daemon log: " + text[text.index("Traceback"):][-300:])
-            if why := d.revive():
-                violated(case.kind, case, why)
-            answered = parse_answers(raw)
-            for status, _, _ in answered if isinstance(answered, list) else ():
-                statuses[str(status)] = statuses.get(str(status), 0) + 1
-            ok = isinstance(answered, list) and answered and answered[0][0] == 200   # (what follows: no request)
-            after = d.checked_snapshot(lambda why: violated(case.kind, case, why))
-            if after != before and not ok:
-                violated(case.kind, case, f"refused, yet changed {before} -> {after}")
-            before = after
-            if i % 200 == 199:         # a burst beyond the daemon's 64 clients at once: all connected, then all sent
-                burst = [c for c in (cases.case(rng) for _ in range(200)) if c.expect == "refused"][:90]
-                socks = [connect(d.socket) for _ in burst]
-                time.sleep(0.5)                   # (the daemon takes them all in: 64 wait for a request, the rest busy)
-                with concurrent.futures.ThreadPoolExecutor(len(burst)) as pool:
-                    for c, got in zip(burst, pool.map(lambda cs: exchange(cs[1], cs[0].data, cs[0].half_close),
-                                                      zip(burst, socks))):
-                        statuses["busy 503"] = statuses.get("busy 503", 0) + got.count(BUSY)
-                        for p in problems(c, got, burst=True):
-                            violated("burst", c, p)
-                counts["burst"] = counts.get("burst", 0) + len(burst)
-                if (after := d.checked_snapshot(lambda why: violated("burst", None, why))) != before:
-                    violated("burst", None, f"a burst of refused requests changed {before} -> {after}")
+        try:
+            stall_pool = concurrent.futures.ThreadPoolExecutor(8)
+            stalls = [stall_pool.submit(exchange, Path(d.socket), data, False, 30)
+                      for data in (cases.http("POST", "/threshold/pin", b'{"threshold": 5}', length="60"),
+                                   cases.http("POST", "/policy", b'{"name": "fi', length="400"),
+                                   b"GET /status HTTP/1.1\r\nHost: x\r\n", b"POST /threshold/pin HTT")]
+            before = d.snapshot()
+            for i in range(n):
+                case = cases.case(rng)
+                counts[case.kind] = counts.get(case.kind, 0) + 1
+                raw = exchange(d.socket, case.data, case.half_close)
+                for p in problems(case, raw):
+                    violated(case.kind, case, p)
+                if "Traceback" in (text := d.new_log()):
+                    violated(case.kind, case, "traceback in the daemon log: " + text[text.index("Traceback"):][-300:])
+                if why := d.revive():
+                    violated(case.kind, case, why)
+                answered = parse_answers(raw)
+                for status, _, _ in answered if isinstance(answered, list) else ():
+                    statuses[str(status)] = statuses.get(str(status), 0) + 1
+                ok = isinstance(answered, list) and answered and answered[0][0] == 200   # (what follows: no request)
+                after = d.checked_snapshot(lambda why: violated(case.kind, case, why))
+                if after != before and not ok:
+                    violated(case.kind, case, f"refused, yet changed {before} -> {after}")
                 before = after
-        for data, fut in zip(("stall: body short, kept open", "stall: body short, kept open",
-                              "stall: headers unfinished", "stall: request line unfinished"), stalls):
-            got = fut.result()
-            first = parse_answers(got)
-            key = f"stall {first[0][0]}" if isinstance(first, list) and first else "stall unanswered"
-            statuses[key] = statuses.get(key, 0) + 1
-            for p in problems(cases.Case("stall", data.encode(), "refused"), got):
-                if not (p == "no answer" and "unfinished" in data):      # (no request yet: closed unanswered)
-                    violated("stall", cases.Case("stall", data.encode(), "refused"), p)
-        counts["stall"] = len(stalls)
-        stall_pool.shutdown()
-        violations += [{"boundary": "api", "kind": "after", "input": "", "problem": p} for p in finish(d)]
+                if i % 200 == 199:         # a burst past the daemon's 64 clients at once: all connected, then all sent
+                    burst = [c for c in (cases.case(rng) for _ in range(200)) if c.expect == "refused"][:90]
+                    socks = [connect(d.socket) for _ in burst]
+                    time.sleep(0.5)           # (the daemon takes them all in: 64 wait for a request, the rest busy)
+                    with concurrent.futures.ThreadPoolExecutor(len(burst)) as pool:
+                        for c, got in zip(burst, pool.map(lambda cs: exchange(cs[1], cs[0].data, cs[0].half_close),
+                                                          zip(burst, socks))):
+                            statuses["busy 503"] = statuses.get("busy 503", 0) + got.count(BUSY)
+                            for p in problems(c, got, burst=True):
+                                violated("burst", c, p)
+                    counts["burst"] = counts.get("burst", 0) + len(burst)
+                    if (after := d.checked_snapshot(lambda why: violated("burst", None, why))) != before:
+                        violated("burst", None, f"a burst of refused requests changed {before} -> {after}")
+                    before = after
+            for data, fut in zip(("stall: body short, kept open", "stall: body short, kept open",
+                                  "stall: headers unfinished", "stall: request line unfinished"), stalls):
+                got = fut.result()
+                first = parse_answers(got)
+                key = f"stall {first[0][0]}" if isinstance(first, list) and first else "stall unanswered"
+                statuses[key] = statuses.get(key, 0) + 1
+                for p in problems(cases.Case("stall", data.encode(), "refused"), got):
+                    if not (p == "no answer" and "unfinished" in data):      # (no request yet: closed unanswered)
+                        violated("stall", cases.Case("stall", data.encode(), "refused"), p)
+            counts["stall"] = len(stalls)
+            stall_pool.shutdown()
+            violations += [{"boundary": "api", "kind": "after", "input": "", "problem": p} for p in finish(d)]
+        finally:
+            d.kill()          # (a campaign that failed part way leaves no daemon behind: by the pid it started)
     return {"cases": counts, "total": sum(counts.values()), "violations": violations,
             "detail": {"statuses": dict(sorted(statuses.items())), "daemon_starts": d.starts}}
 
@@ -272,7 +276,8 @@ def finish(d: Daemon) -> list[str]:
                         (["status", "--json"], lambda s: not pinned(s)["pinned"])):
         res = subprocess.run(specctl + args, env=d.env, capture_output=True, text=True, timeout=60)
         if res.returncode != 0 or (check and not check(res.stdout)):
-            out.append(f"specctl {' '.join(args)} after the campaign: exit {res.returncode}: {res.stderr.strip()[:200]}")
+            out.append(f"specctl {' '.join(args)} after the campaign: exit {res.returncode}: "
+                       f"{res.stderr.strip()[:200]}")
     res = subprocess.run(specctl + ["stop"], env=d.env, capture_output=True, text=True, timeout=60)
     try:
         code = d.proc.wait(30)

@@ -1,8 +1,8 @@
 """Seeded hostile requests for the control API (bench/fuzz_api.py sends them over the daemon's socket).
 
 Every case says what a correct daemon answers: `ok` (200), `refused` (a 4xx with one line of JSON, nothing
-changed), `any` (either: a mutated request may still be a valid one). A connection whose request line is blank may get no
-answer at all (fuzz_api.answers_expected). Each generator builds its input from `rng` alone."""
+changed), `any` (either: a mutated request may still be a valid one). A connection whose request line is blank may
+get no answer at all (fuzz_api.answers_expected). Each generator builds its input from `rng` alone."""
 from __future__ import annotations
 
 import json

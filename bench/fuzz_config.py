@@ -35,7 +35,8 @@ HOSTILE = [float("inf"), float("-inf"), float("nan"), 1e308, -1e308, 2**63 - 1, 
 BAD_PATHS = ["/nonexistent/dir/x.db", "/dev/null", "/", "relative/x", "a" * 5000, "/proc/1/x", "\u00e9/\u202e",
              "/tmp/" + "d" * 200 + "/x.sock"]
 NAMES = ["sim", "sglang", "bandit", "fixed", "nope", "mixed-shift", "crossover-b", "../../etc/passwd", "/dev/null",
-         "/nonexistent/p.toml", "x.json", "", "a" * 300, "/tmp", str(Path(sys.executable).resolve())]   # (a binary file)
+         "/nonexistent/p.toml", "x.json", "", "a" * 300, "/tmp",
+         str(Path(sys.executable).resolve())]          # (a binary file)
 
 
 def toml_value(v) -> str:
