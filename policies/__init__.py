@@ -26,8 +26,9 @@ def resolve_name(name: str) -> str:
     """The registered policy a name (or alias) stands for; PolicyError if none."""
     real = ALIASES.get(name, name)
     if real not in POLICIES:
-        known = ", ".join(sorted([*POLICIES, *ALIASES]))
-        raise PolicyError(f"unknown policy {name!r} (known: {known})")
+        known, shown = ", ".join(sorted([*POLICIES, *ALIASES])), repr(name)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."      # (a 60 kB name is not echoed back whole)
+        raise PolicyError(f"unknown policy {shown} (known: {known})")
     return real
 
 

@@ -100,3 +100,13 @@ def test_a_gain_of_exactly_half_a_percent_is_a_whole_percent():
     rounds to a whole 1 %, as every gain above it does."""
     assert reasons.gain_text(0.005) == "speculation +1% tok/s" and reasons.gain_text(-0.005) == "speculation -1% tok/s"
     assert reasons.gain_text(0.0049) == "speculation +0.5% tok/s"
+
+
+def test_an_unknown_policy_name_is_echoed_cut_short_not_whole():
+    """(bench/fuzz.py: a 64 KiB name came back whole in the one-line refusal)"""
+    from policies import PolicyError, resolve_name
+    with pytest.raises(PolicyError) as e:
+        resolve_name("x" * 65536)
+    assert len(str(e.value)) < 300 and str(e.value).startswith("unknown policy 'xxx") and "x... (known: " in str(e.value)
+    with pytest.raises(PolicyError, match=r"^unknown policy 'nope' \(known: "):
+        resolve_name("nope")
