@@ -178,6 +178,19 @@ def test_check_refuses_in_one_line_what_run_would_refuse(tmp_path, text, needle)
     one_line(CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "c.toml")]), needle, 2)
 
 
+def test_from_launch_reads_the_command_with_the_environment_it_sets(tmp_path):
+    """`PYTHONPATH=... python -m sglang.launch_server ...` (SGLang from a source checkout): the variables before the
+    command are the server's (written as [sglang.env]), so its parser is asked with them too; without, 'No module named
+    sglang' refused a command that runs."""
+    site = stub_sglang_python(tmp_path / "stub").parent / "stub-site"
+    python = fake_sglang_python(tmp_path / "python", f'exec "{sys.executable}" "$@"')     # (no PYTHONPATH of its own)
+    res = CliRunner().invoke(main, ["config", "from-launch", "--python", str(python), "--", f"PYTHONPATH={site}",
+                                    "python", "-m", "sglang.launch_server", "--model-path", "/m",
+                                    "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/d"])
+    assert res.exit_code == 0, (res.output, res.exception)
+    assert 'model_path = "/m"' in res.stdout and f'[sglang.env]\nPYTHONPATH = "{site}"' in res.stdout, res.stdout
+
+
 def test_check_of_an_sglang_config_names_the_model_and_the_paths_the_service_cannot_read(tmp_path):
     """([sglang] python: another interpreter, asked what it has installed; this one need not have SGLang.)"""
     python = stub_sglang_python(tmp_path / "python")     # (its flags read by a stand-in of SGLang's parser)

@@ -66,3 +66,32 @@ def test_sglangs_own_parser_refuses_a_misspelt_key(tmp_path):
     python = fake_sglang_python(tmp_path / "python", f'exec "{SGLANG_PYTHON}" "$@"', sglang=version())
     one_line(check(tmp_path, python, "mem_fraction_statc = 0.8\n"),
              "unrecognized arguments: --mem-fraction-statc 0.8 ([sglang] mem_fraction_statc)", 2)
+
+
+def test_the_parser_runs_with_the_sections_env_as_sglang_will(tmp_path):
+    """[sglang] env reaches the SGLang the daemon starts (and the install check), so it reaches its parser too: here
+    SGLang is found only through the env's PYTHONPATH (a source checkout), and a misspelt key is refused, not passed
+    with a note that the parser could not load SGLang."""
+    import sys
+    site = stub_sglang_python(tmp_path / "stub").parent / "stub-site"
+    python = fake_sglang_python(tmp_path / "python", f'exec "{sys.executable}" "$@"')     # (no PYTHONPATH of its own)
+    res = check(tmp_path, python, f'mem_fraction_statc = 0.8\n[sglang.env]\nPYTHONPATH = "{site}"\n')
+    one_line(res, "unrecognized arguments: --mem-fraction-statc 0.8 ([sglang] mem_fraction_statc)", 2)
+
+
+@pytest.mark.parametrize("answer", [
+    b"\xff\xfe\n",                                                         # not UTF-8
+    b'{"version": "0.5.17", "items": [], "deprecated": [["--x"]]}\n',       # a row of the wrong shape
+    b'{"version": "0.5.17", "items": [], "deprecated": 5}\n',
+    b'{"version": "0.5.17", "items": 5}\n',
+])
+def test_a_parser_that_answers_garbage_is_a_note_not_a_traceback(tmp_path, answer):
+    """The answer comes from another interpreter: one that is not launchparse.py's is 'answered something else' (a
+    note, as for one that does not answer), never a traceback out of config check."""
+    import sys
+    (tmp_path / "answer.py").write_text(f"import os, sys\nos.write(int(sys.argv[1]), {answer!r})\nsys.stdin.read()\n")
+    python = fake_sglang_python(tmp_path / "python", f'exec "{sys.executable}" "{tmp_path / "answer.py"}" "$2"')
+    res = check(tmp_path, python)
+    assert res.exit_code == 0 and res.exception is None, (res.output, res.exception)
+    assert "flags were not read by SGLang's parser: SGLang's parser in " in res.stderr
+    assert "answered something else" in res.stderr, res.stderr

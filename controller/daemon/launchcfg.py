@@ -58,18 +58,18 @@ class SGLangParser:
     """launchparse.py in `python`, asked over pipes (one SGLang import for every question). Its answers come on a
     descriptor of their own, its stdout and stderr go to a file (read for the last line when it stops)."""
 
-    def __init__(self, python: str):
+    def __init__(self, python: str, env: dict[str, str] | None = None):
         self.python, self.log = python, tempfile.TemporaryFile("w+")
         read, write = os.pipe()
         try:
             self.proc = subprocess.Popen([python, str(SCRIPT), str(write)], stdin=subprocess.PIPE, stdout=self.log,
-                                         stderr=self.log, text=True, pass_fds=(write,))
+                                         stderr=self.log, text=True, pass_fds=(write,), env=env)
         except OSError as e:
             os.close(read)
             raise LaunchError(f"cannot run {python}: {e.strerror or e}", 1) from None
         finally:
             os.close(write)
-        self.answers = os.fdopen(read)
+        self.answers = os.fdopen(read, encoding="utf-8", errors="replace")     # (bytes not UTF-8: something else)
 
     def _stopped(self, why: str) -> LaunchError:
         self.log.seek(0)
@@ -90,7 +90,7 @@ class SGLangParser:
             answer = json.loads(line) if line else None
         except ValueError:
             answer = None
-        if not isinstance(answer, dict) or not ("version" in answer or "error" in answer):
+        if not _shaped(answer):
             raise self._stopped("stopped" if not line else "answered something else")
         if "version" not in answer:         # SGLang did not load there
             raise NoSGLang(f"{answer['error']} (in {self.python}; --python PATH: the interpreter that runs SGLang)", 1)
@@ -110,6 +110,14 @@ class SGLangParser:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+
+
+def _shaped(answer: Any) -> bool:
+    """An answer as launchparse.py writes them (another interpreter's garbage is not read as one)."""
+    rows = lambda key, n: isinstance(answer.get(key, []), list) and all(
+        isinstance(row, list) and len(row) == n for row in answer.get(key, []))
+    return isinstance(answer, dict) and ("version" in answer or "error" in answer) and rows("items", 3) and \
+        rows("deprecated", 2) and isinstance(answer.get("differ", []), list)
 
 
 def shebang_of(script: str) -> str:
@@ -148,7 +156,7 @@ def convert(command: list[str], python: str | None = None, config_path: str | Pa
     except CommandError as e:
         raise LaunchError(str(e)) from None
     python = interpreter(python) if python else None
-    parser = SGLangParser(python or sys.executable)
+    parser = SGLangParser(python or sys.executable, {**os.environ, **env})     # (VAR=x before it: SGLang's too)
     try:
         try:
             answer = parser.ask({"argv": argv})
@@ -157,7 +165,7 @@ def convert(command: list[str], python: str | None = None, config_path: str | Pa
                 raise
             parser.close()          # the interpreter the command names by its path, where the daemon's has no SGLang
             python = interpreter(named_interpreter(named))
-            parser = SGLangParser(python)
+            parser = SGLangParser(python, {**os.environ, **env})
             answer = parser.ask({"argv": argv})
             notes.append(f"python = {python} written: the interpreter your command names (the daemon's, "
                          f"{sys.executable}, has no SGLang); spec-controller must be installed there too "

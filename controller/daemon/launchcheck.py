@@ -6,6 +6,7 @@ Why: a key SGLang does not know (`mem_fraction_statc`) or a value its flag does 
 service then started SGLang, which exited at once on its parser's error, and systemd restarted it, again and again."""
 from __future__ import annotations
 
+import os
 import sys
 
 from .engines.sglang import SGLangEngine
@@ -19,8 +20,8 @@ def section_notes(engine: SGLangEngine) -> list[str]:
     """Notes on the section as SGLang's parser reads it (the flags it deprecates; that it could not be asked). Raises
     LaunchError (code 2) where SGLang refuses the flags, naming the keys they came from."""
     python = str(engine.args.get("python") or sys.executable)
-    try:
-        parser = SGLangParser(python)
+    try:                       # (in the environment SGLang gets: [sglang] env's PYTHONPATH or SGLANG_PLUGINS count)
+        parser = SGLangParser(python, {**os.environ, **engine.user_env})
     except LaunchError as e:
         return [f"{WHAT} were not read by SGLang's parser: {e}"]
     try:
