@@ -198,6 +198,18 @@ def test_content_length_must_be_digits(api, length):
     assert service.calls == []                              # "+16" and "1_6" were read as 16
 
 
+def test_two_content_lengths_that_differ_are_refused_not_one_of_them_taken(api):
+    """Which one frames the body is ambiguous (RFC 9112 6.3: unrecoverable): the first was taken and the pin applied,
+    and with the other one's bytes still to come they would be read as the next request."""
+    path, service = api
+    data = b'POST /threshold/pin HTTP/1.1\r\nContent-Length: 16\r\nContent-Length: 40\r\n\r\n{"threshold": 5}'
+    status, headers, error = _answer(_exchange(path, data))
+    assert (status, error) == (400, "Content-Length given twice, 16 and 40")
+    assert service.calls == [] and headers.get("connection") == "close"
+    same = b'POST /threshold/pin HTTP/1.1\r\nContent-Length: 16\r\nContent-Length: 16\r\n\r\n{"threshold": 5}'
+    assert _exchange(path, same).startswith(b"HTTP/1.1 200 ") and service.calls == [("pin", 5)]   # (the same twice)
+
+
 def test_a_chunked_body_is_refused_not_left_to_be_read_as_a_request(api):
     path, service = api
     data = b"POST /threshold/unpin HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n" + b"x" * 16 + b"\r\n0\r\n\r\n"

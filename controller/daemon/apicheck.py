@@ -52,6 +52,9 @@ def query_int(text: str, name: str) -> int:
 def body_length(headers: Mapping[str, str]) -> int:
     if headers.get("Transfer-Encoding") is not None:     # (its chunks were left unread, then read as a request)
         raise ApiError(411, "Transfer-Encoding is not supported: send the body with a Content-Length")
+    given = list(dict.fromkeys(v.strip() for v in getattr(headers, "get_all", lambda _: None)("Content-Length") or ()))
+    if len(given) > 1:             # (the first was taken: the other's framing left bytes to be read as a request)
+        raise ApiError(400, f"Content-Length given twice, {given[0][:20]} and {given[1][:20]}")
     raw = headers.get("Content-Length") or "0"
     if not re.fullmatch(r"[0-9]{1,18}", raw.strip()):    # digits only (int() took "+5", "1_0", " ")
         raise ApiError(400, f"bad Content-Length {shown(raw)}")
