@@ -6,7 +6,7 @@ from typing import Any, Mapping
 from .base import Policy
 from .fixed import AlwaysPolicy, FixedPolicy, NeverPolicy
 from .model import ModelPolicy
-from .params import ParamSpec, parse_kv
+from .params import ParamSpec, parse_kv, shown
 from .sglang_ema import SGLangEMAPolicy
 from .thompson import ThompsonPolicy
 from .types import Decision, PolicyError, Sample, Snapshot
@@ -26,9 +26,8 @@ def resolve_name(name: str) -> str:
     """The registered policy a name (or alias) stands for; PolicyError if none."""
     real = ALIASES.get(name, name)
     if real not in POLICIES:
-        known, shown = ", ".join(sorted([*POLICIES, *ALIASES])), repr(name)
-        shown = shown if len(shown) <= 80 else shown[:77] + "..."      # (a 60 kB name is not echoed back whole)
-        raise PolicyError(f"unknown policy {shown} (known: {known})")
+        known = ", ".join(sorted([*POLICIES, *ALIASES]))
+        raise PolicyError(f"unknown policy {shown(name)} (known: {known})")     # (a 60 kB name: not echoed whole)
     return real
 
 

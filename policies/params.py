@@ -7,6 +7,12 @@ from typing import Any, Mapping
 from .types import PolicyError
 
 
+def shown(value: Any) -> str:
+    """A name or value in a refusal: its repr, cut short (a 64 KiB one sent to the control API is not echoed whole)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 @dataclass(frozen=True)
 class ParamSpec:
     name: str
@@ -26,11 +32,11 @@ class ParamSpec:
             value = int(number) if self.kind is int else number
         except (TypeError, ValueError, OverflowError):
             raise PolicyError(
-                f"policy {policy}: parameter {self.name}={raw!r} is not a valid {self.kind.__name__} "
+                f"policy {policy}: parameter {self.name}={shown(raw)} is not a valid {self.kind.__name__} "
                 f"(allowed {self.lo:g} .. {self.hi:g})") from None
         if not (self.lo <= value <= self.hi):
             raise PolicyError(
-                f"policy {policy}: parameter {self.name}={raw!r} out of range "
+                f"policy {policy}: parameter {self.name}={shown(raw)} out of range "
                 f"(allowed {self.lo:g} .. {self.hi:g})")
         return value
 
@@ -42,7 +48,7 @@ def resolve_params(policy: str, specs: tuple[ParamSpec, ...], given: Mapping[str
     unknown = sorted(set(given) - set(by_name))
     if unknown:
         allowed = ", ".join(sorted(by_name)) or "none"
-        raise PolicyError(f"policy {policy}: unknown parameter {unknown[0]!r} (allowed: {allowed})")
+        raise PolicyError(f"policy {policy}: unknown parameter {shown(unknown[0])} (allowed: {allowed})")
     out = {s.name: s.kind(s.default) for s in specs}
     for name, raw in given.items():
         out[name] = by_name[name].coerce(policy, raw)

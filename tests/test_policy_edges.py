@@ -110,3 +110,16 @@ def test_an_unknown_policy_name_is_echoed_cut_short_not_whole():
     assert len(str(e.value)) < 300 and str(e.value).startswith("unknown policy 'xxx") and "x... (known: " in str(e.value)
     with pytest.raises(PolicyError, match=r"^unknown policy 'nope' \(known: "):
         resolve_name("nope")
+
+
+@pytest.mark.parametrize("params", [{"threshold": "5" * 65536}, {"threshold": 10 ** 4000}, {"x" * 65536: 1}])
+def test_a_parameter_refused_is_echoed_cut_short_not_whole(params):
+    """As an unknown policy name: a 64 KiB value or name in POST /policy's params (or --param) came back whole in the
+    one-line refusal (and 10**4000's repr is 4001 digits)."""
+    from policies import PolicyError, make_policy
+    with pytest.raises(PolicyError) as e:
+        make_policy("fixed", params)
+    assert len(str(e.value)) < 300, str(e.value)[:300]
+    assert str(e.value).startswith("policy fixed: ") and "..." in str(e.value)
+    with pytest.raises(PolicyError, match=r"^policy fixed: parameter threshold='x' is not a valid int \(allowed 0 "):
+        make_policy("fixed", {"threshold": "x"})
