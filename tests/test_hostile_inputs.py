@@ -35,9 +35,9 @@ def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path, data, byte):
     ("fallback_threshold", float("nan"), "int"),
     ("max_step_buckets", 1.7, "int"),                # was taken as 1
     ("max_step_buckets", True, "int"),               # was taken as 1
-    ("min_threshold", "5", "int"),                   # was taken as 5
+    ("min_threshold", "5x", "int"),                  # ("5" was taken as 5: test_a_guard_number_written_as_text_...)
     ("explore_share", False, "float"),               # was taken as 0.0
-    ("explore_share", "0.1", "float"),
+    ("explore_share", "0.1.2", "float"),
     ("explore_window_s", 10**400, "float"),          # OverflowError (TOML's integers are not bounded in tomllib)
     ("flap_s", [60], "float"),
 ])
@@ -47,6 +47,29 @@ def test_a_guard_setting_must_be_a_number_of_its_kind(key, value, kind):
     assert str(err.value) == f"guard setting {key}={value!r} is not a valid {kind}"
     with pytest.raises(ConfigError, match=r"^config: \[guard\] guard setting "):
         load_config(None, {"guard": {key: value}})
+
+
+@pytest.mark.parametrize("key,value,fix", [
+    ("min_threshold", "5", "min_threshold = 5"), ("explore_share", "0.1", "explore_share = 0.1"),
+    ("explore_share", ".5", "explore_share = 0.5"),            # (--set guard.explore_share=.5: not TOML, so text)
+    ("stabilisation_s", " 2 ", "stabilisation_s = 2.0"),
+])
+def test_a_guard_number_written_as_text_says_how_to_write_it(key, value, fix):
+    """A quoted number was taken before (int("5"), float("0.1")) and is refused now, leaving a service that restarts
+    on that config failed (exit 2): the line says the value is text and how to write it, not only that '5' is not
+    a valid int."""
+    with pytest.raises(GuardConfigError) as err:
+        GuardConfig.from_mapping({key: value})
+    assert str(err.value).endswith(f"is text, not a number: write it unquoted ({fix})"), str(err.value)
+
+
+def test_text_that_is_no_number_gets_no_such_hint():
+    with pytest.raises(GuardConfigError) as err:
+        GuardConfig.from_mapping({"max_step_buckets": "2.5"})       # (a number, but not of the setting's kind)
+    assert str(err.value) == "guard setting max_step_buckets='2.5' is not a valid int"
+    with pytest.raises(GuardConfigError) as err:
+        GuardConfig.from_mapping({"explore_share": "lots"})
+    assert str(err.value) == "guard setting explore_share='lots' is not a valid float"
 
 
 def test_whole_floats_and_ints_are_still_guard_numbers():

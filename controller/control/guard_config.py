@@ -2,6 +2,8 @@
 in one place (GuardConfig.from_mapping: unknown keys, types, ranges)."""
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
@@ -10,6 +12,15 @@ from ..contract import MAX_BATCH
 
 class GuardConfigError(ValueError):
     pass
+
+
+def _unquoted(raw: Any, kind: type) -> str | None:
+    """A number of the setting's kind written as text (quoted in the file, taken before; or --set's VALUE in a form
+    TOML does not read, .5), as TOML writes it; None for anything else."""
+    if not isinstance(raw, str) or not re.fullmatch(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*", raw):
+        return None
+    number = float(raw)
+    return repr(kind(number)) if math.isfinite(number) and (kind is float or number.is_integer()) else None
 
 
 HOLD = -1       # fallback_threshold: keep the learned (exploit) threshold while no samples come
@@ -60,7 +71,10 @@ class GuardConfig:
                     raise ValueError
                 out[key] = kind(raw)
             except (ValueError, OverflowError):
-                raise GuardConfigError(f"guard setting {key}={raw!r} is not a valid {kind.__name__}") from None
+                fix = _unquoted(raw, kind)
+                why = f"is text, not a number: write it unquoted ({key} = {fix})" if fix else \
+                    f"is not a valid {kind.__name__}"
+                raise GuardConfigError(f"guard setting {key}={raw!r} {why}") from None
         cfg = cls(**out)
         cfg.validate()
         return cfg
