@@ -63,7 +63,11 @@ def _check(section: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) 
         if isinstance(value, bool) and want is not bool:
             ok = False
         if not ok:
-            raise ConfigError(f"config: [{section}] {key}={value!r} must be a {want.__name__}")
+            raise ConfigError(f"config: [{section}] {key}={value!r} must be {KINDS.get(want, want.__name__)}")
+
+
+# a TOML value's kind as the operator writes it (not Python's type name: "a int")
+KINDS = {int: "an integer", float: "a number", str: "text (a quoted string)", bool: "true or false", list: "a list"}
 
 
 def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
