@@ -210,7 +210,7 @@ def test_sglangs_own_rule_lets_the_daemons_threshold_through():
     configs = [{}, {"api_key": "sk-a"}, {"admin_api_key": "adm"}, {"api_key": "sk-a", "admin_api_key": "adm"},
                {"extra_args": ["--api", "sk-b"]}, {"api_key": "sk-a", "extra_args": ["--adm=adm-c"]},
                {"api_key": "sk-a", "extra_args": ["--api-key", "sk-last"]}]
-    cases = [[SGLangEngine({**BASE, **c}).command()[3:], [admin_headers({**BASE, **c}).get("Authorization"),
+    cases = [[SGLangEngine({**BASE, **c}).server_argv(), [admin_headers({**BASE, **c}).get("Authorization"),
                                                           "Bearer wrong"]] for c in configs]
     done = subprocess.run([SGLANG_PYTHON, "-c", AUTH], input=json.dumps(cases), capture_output=True, text=True,
                           timeout=120)

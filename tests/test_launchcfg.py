@@ -59,9 +59,11 @@ def launched(tmp_path, res) -> list[str]:
     """The printed config as the daemon reads it, and the launch_server arguments it then runs."""
     assert res.exit_code == 0, res.output
     (tmp_path / "c.toml").write_text(res.stdout)
-    cmd = SGLangEngine(load_config(tmp_path / "c.toml")["sglang"]).command()
-    assert cmd[1:3] == ["-m", "sglang.launch_server"]
-    return cmd[3:]
+    engine = SGLangEngine(load_config(tmp_path / "c.toml")["sglang"])
+    cmd = engine.command()
+    assert cmd[cmd.index("-m"):cmd.index("-m") + 2] == ["-m", "sglang.launch_server"]
+    assert cmd[cmd.index("-m") + 2:] == engine.server_argv()
+    return engine.server_argv()
 
 
 @needs_sglang

@@ -250,7 +250,7 @@ def off_path_note(table: dict) -> list[str]:
 def check_round_trip(parser: SGLangParser, argv: list[str], engine: SGLangEngine) -> list[str]:
     """The daemon's launch, parsed by SGLang, against the operator's command: LaunchError where a field differs that
     the daemon does not set itself; notes naming those it does."""
-    differ = parser.ask({"argv": engine.command()[3:], "same_as": argv}, "the section's flags")["differ"]
+    differ = parser.ask({"argv": engine.server_argv(), "same_as": argv}, "the section's flags")["differ"]
     if unexpected := sorted(set(differ) - SGLangEngine.DECIDES):     # the section would start another server: print nothing
         raise LaunchError(f"the section would not launch what the command does ({', '.join(unexpected)} differ): "
                           "put those flags in [sglang] extra_args by hand")

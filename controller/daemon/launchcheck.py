@@ -25,7 +25,7 @@ def section_notes(engine: SGLangEngine) -> list[str]:
     except LaunchError as e:
         return [f"{WHAT} were not read by SGLang's parser: {e}"]
     try:
-        answer = parser.ask({"argv": engine.command()[3:]}, WHAT)
+        answer = parser.ask({"argv": engine.server_argv()}, WHAT)
     except LaunchError as e:
         if e.code != 2:                       # the parser could not run there (no SGLang it can import, it stopped)
             return [f"{WHAT} were not read by SGLang's parser: {e}"]

@@ -38,6 +38,11 @@ STOP_READ_S = 5.0      # ... or this long at most
 OWN_DEFAULTS = {"ready_timeout_s": Engine.ready_timeout_s, "probe_s": 30.0, "hang_after_s": 180.0, "off_path": DEFAULT_OFF_PATH,
                 "lean_prefill": DEFAULT_LEAN_PREFILL, "extra_args": [], "env": {}}
 
+# SGLang 0.5.23 warns at every start that `python -m sglang.launch_server` is not its recommended entry point ("use
+# sglang serve"): the daemon, not the operator, launches it so (the module every release since 0.5.17 has), and the
+# line in the journal would ask the operator to change what they cannot. Only that warning is filtered.
+QUIET_ENTRY_POINT = ("-W", "ignore:'python -m sglang.launch_server' is still supported:UserWarning")
+
 
 def _count(args: dict, key: str, default: int, lo: int, hi: int) -> int:
     value = args.get(key)
@@ -107,10 +112,14 @@ class SGLangEngine(Engine):
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def server_argv(self) -> list[str]:
+        """launch_server's arguments: the section's flags and the adaptive slot the plugin steers through."""
+        return [*server_flags(self.args), "--speculative-adaptive", "--speculative-adaptive-config",
+                str(self.adaptive_config)]
+
     def command(self) -> list[str]:
-        return [self.args.get("python", sys.executable), "-m", "sglang.launch_server",
-                *server_flags(self.args), "--speculative-adaptive",
-                "--speculative-adaptive-config", str(self.adaptive_config)]
+        return [self.args.get("python", sys.executable), *QUIET_ENTRY_POINT, "-m", "sglang.launch_server",
+                *self.server_argv()]
 
     def check_installed(self) -> None:
         """Refuse before launching anything when the interpreter that would run SGLang ([sglang] python, else the
