@@ -174,6 +174,9 @@ def test_check_says_ok_in_one_line_for_a_config_run_would_take(tmp_path):
     ('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\nspeculative_algorithm = "MEDUSA"\n'
      'python = "/usr/bin/python3"\n', "only EAGLE/EAGLE3"),
     ('[sglang\n', "not valid TOML"),
+    ('[storage]\ndb = "/nonexistent-spec/d/state.db"\n', "[storage] db /nonexistent-spec/d/state.db: its directory "
+     "/nonexistent-spec/d does not exist"),
+    ('[control]\nsocket = "/nonexistent-spec/s/c.sock"\n', "its directory /nonexistent-spec/s does not exist"),
 ])
 def test_check_refuses_in_one_line_what_run_would_refuse(tmp_path, text, needle):
     (tmp_path / "c.toml").write_text(text)

@@ -62,6 +62,12 @@ def configured_engine(cfg: dict, last_t: float = 0.0) -> Engine:
         raise Fatal(str(e), 2) from None
 
 
+def check_given_paths(cfg: dict) -> None:
+    """The database and socket paths the operator gave (Fatal, code 2, where not): run's first check, config check's."""
+    _given_parent_exists("--db / [storage] db", cfg["storage"]["db"], default_db())
+    _given_parent_exists("--socket / [control] socket", cfg["control"]["socket"], default_socket())
+
+
 def _given_parent_exists(what: str, given: str | None, default: Path) -> None:
     """A path the operator gave lives in a directory that exists: a typo must not start the daemon on a
     fresh, empty state in a new directory. The default paths' directories are created as needed."""
@@ -168,8 +174,7 @@ class Daemon:
         from .service import Service
 
         st, ctl = self.cfg["storage"], self.cfg["control"]
-        _given_parent_exists("--db / [storage] db", st["db"], default_db())
-        _given_parent_exists("--socket / [control] socket", ctl["socket"], default_socket())
+        check_given_paths(self.cfg)
         # absolute: what status reports and specctl --db compares is not the daemon's working directory's
         st["db"] = str(Path(st["db"]).absolute()) if st["db"] else str(default_db())
         ctl["socket"] = ctl["socket"] or str(default_socket())

@@ -104,15 +104,16 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     from .launchcfg import LaunchError, off_path_note
     from .launchcheck import section_notes
     from .launchcmd import path_notes
-    from .lifecycle import build_engine
+    from .lifecycle import Fatal, build_engine, check_given_paths
     parsed: list[str] = []
     try:
         cfg = load_config(config_path, parse_set(settings))
+        check_given_paths(cfg)
         engine = build_engine(cfg)
         if cfg["engine"]["kind"] == "sglang":
             engine.check_installed()
             parsed = section_notes(engine)     # SGLang's parser, where it runs (seconds: its import)
-    except (ConfigError, ProfileError, EngineError, LaunchError) as e:
+    except (ConfigError, ProfileError, EngineError, LaunchError, Fatal) as e:
         fail_as("spec-controller", str(e), EXIT_USAGE)
     where = config_path or f"{DEFAULT_CONFIG}{'' if DEFAULT_CONFIG.exists() else ' (absent: built-in defaults)'}"
     sglang = cfg["engine"]["kind"] == "sglang"
