@@ -69,6 +69,17 @@ class ServerArgs:
 """
 
 
+# its launch_server: argparse over those flags (exit 2 and argparse's line on a refusal), then an exit 0 standing for a
+# server that stopped before it was ready
+STUB_LAUNCH_SERVER = """
+import argparse, sys
+from sglang.srt.server_args import ServerArgs
+parser = argparse.ArgumentParser(prog="launch_server.py")
+ServerArgs.add_cli_args(parser)
+parser.parse_args(sys.argv[1:])
+"""
+
+
 def stub_sglang_python(path, version: str = "0.5.17"):
     """fake_sglang_python whose launchparse.py runs in this interpreter against STUB_SERVER_ARGS (a stand-in for
     SGLang's parser; tests/test_launchcfg.py runs the real one where an interpreter has SGLang)."""
@@ -78,6 +89,7 @@ def stub_sglang_python(path, version: str = "0.5.17"):
     (root / "sglang" / "__init__.py").write_text(f"__version__ = {version!r}\n")
     (root / "sglang" / "srt" / "__init__.py").write_text("")
     (root / "sglang" / "srt" / "server_args.py").write_text(STUB_SERVER_ARGS)
+    (root / "sglang" / "launch_server.py").write_text(STUB_LAUNCH_SERVER)
     return fake_sglang_python(path, f'PYTHONPATH="{root}" exec "{sys.executable}" "$@"', sglang=version)
 
 

@@ -1,6 +1,6 @@
 """`spec-controller config check` on an [sglang] section: the launch the daemon would run, read by SGLang's own parser
 in the interpreter that would run it (launchparse.py, as from-launch reads a command). Runs in the daemon's command
-line, before a `systemctl restart`.
+line, before a `systemctl restart`, and in the daemon when SGLang exits 2 before it is ready (not_ready_exit).
 
 Why: a key SGLang does not know (`mem_fraction_statc`) or a value its flag does not take passed the check, and the
 service then started SGLang, which exited at once on its parser's error, and systemd restarted it, again and again."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+from .engines.base import Engine
 from .engines.sglang import SGLangEngine
 from .engines.sglang_flags import OWN_KEYS, flag_of
 from .launchcfg import LaunchError, SGLangParser, deprecated_notes
@@ -33,6 +34,21 @@ def section_notes(engine: SGLangEngine) -> list[str]:
     finally:
         parser.close()
     return deprecated_notes(answer)
+
+
+def not_ready_exit(engine: Engine, timeout: float) -> tuple[str, int]:
+    """Why an engine was not ready, and the daemon's exit status: 2 (which the unit does not restart) only where SGLang
+    exited 2 and its own parser, asked again here, refuses the launch (its line, naming the key, said too). An exit 2
+    the parser does not confirm may have had another cause (a wrapper script, a plugin that did not load this once):
+    1, restarted."""
+    reason, code = engine.not_ready_reason(timeout), engine.not_ready_code()
+    if code != 2 or not isinstance(engine, SGLangEngine):
+        return reason, code
+    try:
+        section_notes(engine)
+    except LaunchError as e:
+        return f"{reason}; {e}", 2
+    return f"{reason}; SGLang's parser, asked again, takes the flags: restarted", 1
 
 
 def keys_in(message: str, args: dict) -> str:

@@ -141,7 +141,8 @@ class Daemon:
         if not engine.wait_ready(ready_timeout_s, cancel=self.stop_flag):
             if self.stop_flag.is_set():
                 return None, None, None, None
-            raise Fatal(engine.not_ready_reason(ready_timeout_s), engine.not_ready_code())
+            from .launchcheck import not_ready_exit
+            raise Fatal(*not_ready_exit(engine, ready_timeout_s))
         service.apply_initial()
         ingest = threading.Thread(target=service.ingest.run, name="ingest", daemon=True)
         ingest.start()

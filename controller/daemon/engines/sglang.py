@@ -217,14 +217,13 @@ class SGLangEngine(Engine):
         if code in NOT_STARTED:
             return f"SGLang could not be started (code {code}; the line above says why)"
         if code == USAGE:
-            return (f"SGLang exited with code {code} before it was ready: its launch flags refused (its own line above; "
-                    "`spec-controller config check` names the [sglang] key)")
+            return f"SGLang exited with code {code} before it was ready (argparse's: a launch flag refused?)"
         how = f"exited with code {code}" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
         return f"SGLang {how} before it was ready (its own last lines, above in the log, say why)"
 
     def not_ready_code(self) -> int:
-        """2 where SGLang exited 2 before it was ready: its parser (argparse) refused a flag or a value, which the next
-        start would pass it again."""
+        """2 where SGLang exited 2 before it was ready: argparse's status, a flag or a value refused, which the next start
+        would pass it again (launchcheck.not_ready_exit asks SGLang's parser to confirm it)."""
         return 2 if self.proc is not None and self.proc.poll() == USAGE else 1
 
     def set_threshold(self, threshold: int) -> None:
