@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 import click
 
 from ..paths import db_path_problem, find_db, find_socket, present, socket_path_problem
 from .client import DaemonError, DaemonUnreachable, request
 from .options import EXIT_ERROR, EXIT_USAGE, fail_as
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 
 OFFLINE_BUSY_MS = 2000      # an offline write waits this long for another process's lock, then says so
@@ -151,7 +154,7 @@ def given_db_exists(ctx: Ctx, elsewhere: str = "") -> None:
              f"or start the daemon with it first (spec-controller run --db {ctx.db}); nothing changed", EXIT_USAGE)
 
 
-def offline_db(ctx: Ctx, write: bool = False):
+def offline_db(ctx: Ctx, write: bool = False) -> sqlite_utils.Database:
     """The database itself, for reads (and writes) while no daemon answers."""
     from state.db import DaemonLock, StoreError, open_store
     try:

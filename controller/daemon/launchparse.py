@@ -11,11 +11,14 @@ each answered by one line on file descriptor FD (whatever SGLang or the interpre
   (SGLang did not load)             {"error": "..."}, once, at the start
 As launch_server does, SGLang's plugins are loaded first (they may add flags) and a `--config FILE` (SGLang's YAML) is
 merged under the command line."""
+from __future__ import annotations
+
 import argparse
 import json
 import math
 import os
 import sys
+from typing import Any, NoReturn
 
 
 class Refused(Exception):
@@ -23,14 +26,14 @@ class Refused(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message):              # argparse would print the usage and exit 2: the caller wants one line
+    def error(self, message: str) -> NoReturn:              # argparse would print the usage and exit 2: the caller wants one line
         raise Refused(message)
 
-    def exit(self, status=0, message=None):    # --help, --version: print and exit, here a refusal
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:    # --help, --version: print and exit, here a refusal
         raise Refused("a flag that prints and exits (--help, --version) is not a server's")
 
 
-def load():
+def load() -> Parser:
     try:
         from sglang.srt.plugins import load_plugins
         load_plugins()                      # (launch_server's first step; their failures are logged, not raised)
@@ -42,7 +45,7 @@ def load():
     return parser
 
 
-def parse(parser, argv):
+def parse(parser: Parser, argv: list[str]) -> argparse.Namespace:
     argv = list(argv)
     if "--config" in argv:
         try:                               # (SGLang 0.5.23 moved it into utils)
@@ -58,19 +61,19 @@ def parse(parser, argv):
     return parser.parse_args(argv)
 
 
-def own_flag(dest):
+def own_flag(dest: str) -> str:
     """The flag named after a field: --tp-size for tp_size."""
     return "--" + dest.replace("_", "-")
 
 
-def flag_of(action, dest):
+def flag_of(action: argparse.Action, dest: str) -> str:
     """The field's own flag where the action has it, else the action's first long one."""
     named = own_flag(dest)
     longs = [s for s in action.option_strings if s.startswith("--")] or action.option_strings
     return named if named in longs else longs[0]
 
 
-def canonical(actions, dest):
+def canonical(actions: list[argparse.Action], dest: str) -> argparse.Action:
     """Several flags may store into one field (deprecated spellings): the field's own, else a current one."""
     same = [a for a in actions if a.dest == dest and a.option_strings]
     named = [a for a in same if own_flag(dest) in a.option_strings]
@@ -78,7 +81,7 @@ def canonical(actions, dest):
     return (named or current or same)[0]
 
 
-def as_typed(action, value):
+def as_typed(action: argparse.Action, value: Any) -> Any:
     """One value as launch_server reads it back from its flag: JSON-typed arguments as their JSON text (a dict, a list,
     true, a string), booleans as words, anything else not plain as text."""
     if action.type is json.loads or isinstance(value, (dict, list, tuple)):    # (SGLang's own JSON-list types too)
@@ -88,7 +91,7 @@ def as_typed(action, value):
     return value if isinstance(value, (str, int, float)) else str(value)
 
 
-def items(parser, ns):
+def items(parser: Parser, ns: argparse.Namespace) -> list[list]:
     out = []
     for dest in dict.fromkeys(a.dest for a in parser._actions if a.option_strings):
         if dest in ("help", "config"):
@@ -108,7 +111,7 @@ def items(parser, ns):
     return out
 
 
-def deprecated(parser, got):
+def deprecated(parser: Parser, got: list[list]) -> list[list[str]]:
     """[flag, SGLang's help] for each item whose field SGLang itself calls deprecated (its Deprecated* action classes,
     or help that starts so): written as given, it makes SGLang warn at every start."""
     out = []
@@ -120,7 +123,7 @@ def deprecated(parser, got):
     return out
 
 
-def same(a, b):
+def same(a: Any, b: Any) -> bool:
     """Equal, NaN included (`--mem-fraction-static nan` parses to a value unequal to itself)."""
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
@@ -129,7 +132,7 @@ def same(a, b):
     return a == b
 
 
-def answer(parser, request):
+def answer(parser: Parser, request: dict) -> dict:
     ns = parse(parser, request["argv"])
     if "same_as" in request:
         other = vars(parse(parser, request["same_as"]))
@@ -138,7 +141,7 @@ def answer(parser, request):
     return {"items": got, "deprecated": deprecated(parser, got)}
 
 
-def main():
+def main() -> int:
     answers = os.fdopen(int(sys.argv[1]), "w")
     os.dup2(2, 1)                          # whatever SGLang prints must not reach the answers
     try:

@@ -1,6 +1,8 @@
 """Prometheus metrics (opt-in port), read from the service's status at scrape time."""
 from __future__ import annotations
 
+from typing import Any, Iterator
+
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -9,7 +11,7 @@ class ServiceCollector(Collector):
     def __init__(self, service):
         self.service = service
 
-    def collect(self):
+    def collect(self) -> Iterator[Any]:
         st = self.service.status()
         daemon, samples = st["daemon"], st["samples"]
         gauges = [
@@ -62,7 +64,7 @@ def check_port_free(port: int, addr: str = "127.0.0.1") -> None:
         s.bind((addr, port))
 
 
-def start_metrics(service, port: int, addr: str = "127.0.0.1"):
+def start_metrics(service: Any, port: int, addr: str = "127.0.0.1") -> Any:
     from prometheus_client import start_http_server
     registry = CollectorRegistry()
     registry.register(ServiceCollector(service))

@@ -5,7 +5,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from policies import Policy, PolicyError, make_policy, resolve_name
 from state import queries
@@ -23,6 +23,9 @@ from .ingest import Ingest
 from .intake import SampleGate, SteadyClock
 from .livestats import LiveStats
 from .notify import sd_notify
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 log = logging.getLogger("spec_controller")
 
@@ -73,7 +76,7 @@ class Service:
         writer.setting("clock", {"speed": self.clock_speed})    # offline status: whose time the rates are in
 
     # --- restore ------------------------------------------------------------
-    def reader(self):
+    def reader(self) -> sqlite_utils.Database:
         """A fresh read-only connection: the writer thread owns self.db's connection."""
         return open_store(self.cfg["storage"]["db"], readonly=True, check=False)
 
