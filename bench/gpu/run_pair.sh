@@ -345,6 +345,11 @@ if start_engines; then
       printed=$(engine_lines '^CPROFILE pid')
       rm -f "$SPEC_CPROFILE"; wait_engine_lines '^CPROFILE pid' "$printed" 30    # each prints its stats then
       for f in nospec $GROUP_B; do echo "== $f"; grep "^CPROFILE" "$OUT/$f.log" | cut -c1-220; done >"$OUT/cprofile.txt"
+      # uniform slowdown (the process or its host) or a few functions (a code path)? bench/gpu/prof_compare.py
+      for prof in /tmp/tl/$B.*.prof; do
+        { echo "== prof_compare nospec $B"; python3 bench/gpu/prof_compare.py "$(ls /tmp/tl/nospec.*.prof | head -1)" "$prof" 2>&1; } \
+          | tee -a "$OUT/cprofile.txt" | grep -E "^(==|per-call|excess|verdict)" | tee -a "$SUM"
+      done
       # whole stats (callers, cumulative times: python3 -m pstats), one file: a call brings back 8 files at most
       (cd /tmp/tl && tar cJf "$OUT/cprofile-stats.tar.xz" ./*.prof 2>/dev/null && rm -f ./*.prof)
       say "cprofile done ($(grep -c 'CPROFILE pid' "$OUT/cprofile.txt") profiles)" ;;
