@@ -102,3 +102,8 @@ def socket_path_problem(path: Path) -> str | None:
     if stat.S_ISSOCK(mode):
         return None
     return "a directory, not a socket" if stat.S_ISDIR(mode) else "not a socket"
+
+
+def names_a_file(name_or_path: str) -> bool:
+    """A simulator profile or trace given as a file (a .toml / .json name, or any path with a slash), not a built-in."""
+    return Path(name_or_path).suffix in (".toml", ".json") or "/" in name_or_path

@@ -11,7 +11,7 @@ from policies import PolicyError, make_policy
 
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
-from ..paths import DEFAULT_CONFIG, db_path_problem, socket_path_too_long
+from ..paths import DEFAULT_CONFIG, db_path_problem, names_a_file, socket_path_too_long
 from .engines.sglang_flags import shown_value
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -31,6 +31,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                 "log_level": "INFO"},
 }
 FREE_FORM = {("sglang",), ("policy", "params"), ("guard",)}
+FILE_PATHS = {"storage": ("db",), "control": ("socket",), "sim": ("profile", "trace")}    # anchored(): the file's
 # `spec-controller run` flags with a name of their own (flag parameter -> section, key); every
 # other key is reached with --set SECTION.KEY=VALUE (systemd/config.example.toml says so).
 FLAGS: dict[str, tuple[str, str]] = {
@@ -121,6 +122,8 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
             values = {RENAMED.get((section, k), k): v for k, v in values.items()}
             if (section,) not in FREE_FORM:
                 _check(section, values, DEFAULTS[section])
+            if source is file_data:
+                values = anchored(section, values, path.absolute().parent)
             for key, value in values.items():
                 if isinstance(cfg[section].get(key), dict):
                     cfg[section][key].update(value)
@@ -133,6 +136,18 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
         raise ConfigError(f"config: {why}")
     cfg["_path"] = str(path) if (path.exists() or explicit) else ""
     return cfg
+
+
+def anchored(section: str, values: dict, base: Path) -> dict:
+    """A config file's relative paths are the file's (from its directory), not the starting directory's: `config
+    check` in a shell and the unit (which starts in /) read one file the same way. Flags stay the shell's."""
+    out = dict(values)
+    for key in FILE_PATHS.get(section, ()):
+        value = out.get(key)
+        if (isinstance(value, str) and value and not Path(value).is_absolute()
+                and (section in ("storage", "control") or names_a_file(value))):
+            out[key] = str(base / value)
+    return out
 
 
 def load_conflict(trace: str | None, concurrency: float, arrival_rate: float) -> str | None:

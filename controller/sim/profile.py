@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..contract import MAX_BATCH, zero_saves_prefill_draft
+from ..paths import names_a_file
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "profiles"
 TRACE_DIR = BUILTIN_DIR / "traces"
@@ -160,7 +161,7 @@ def _read(path: Path, what: str) -> dict:
 def _locate(name_or_path: str, directory: Path, what: str) -> Path:
     p = Path(name_or_path)
     try:
-        if p.suffix in (".toml", ".json") or "/" in name_or_path:
+        if names_a_file(name_or_path):
             if not p.exists():
                 raise ProfileError(f"{what} file {name_or_path} does not exist")
             return p

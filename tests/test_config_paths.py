@@ -1,0 +1,81 @@
+"""A config file's relative paths are read from the file's directory: `config check` run in a shell and the unit
+(started in /) must mean the same files. Flags keep the shell's directory."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from controller.daemon.config import ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def layout(tmp_path, monkeypatch):
+    """etc/c.toml beside etc/p.toml (a profile file); the process starts in an unrelated directory."""
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "etc" / "p.toml").write_text((ROOT / "controller" / "profiles" / "crossover-b.toml").read_text())
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    return tmp_path
+
+
+def write(layout: Path, text: str) -> Path:
+    path = layout / "etc" / "c.toml"
+    path.write_text(text)
+    return path
+
+
+def test_relative_db_socket_and_profile_file_are_the_config_files(layout):
+    cfg = load_config(write(layout, '[storage]\ndb = "state/x.db"\n[control]\nsocket = "c.sock"\n'
+                                    '[sim]\nprofile = "p.toml"\n'))
+    etc = layout / "etc"
+    assert cfg["storage"]["db"] == str(etc / "state" / "x.db")
+    assert cfg["control"]["socket"] == str(etc / "c.sock")
+    assert cfg["sim"]["profile"] == str(etc / "p.toml")
+
+
+def test_a_config_given_by_a_relative_path_anchors_at_its_absolute_directory(layout):
+    write(layout, '[storage]\ndb = "x.db"\n')
+    cfg = load_config(Path("..") / "etc" / "c.toml")
+    assert Path(cfg["storage"]["db"]).is_absolute() and Path(cfg["storage"]["db"]).resolve() == layout / "etc" / "x.db"
+
+
+def test_absolute_paths_built_in_names_and_empty_values_stay_as_written(layout):
+    cfg = load_config(write(layout, f'[storage]\ndb = "{layout}/abs.db"\n[control]\nsocket = ""\n'
+                                    '[sim]\nprofile = "crossover-b"\ntrace = "mixed-shift"\n'))
+    assert cfg["storage"]["db"] == f"{layout}/abs.db" and cfg["control"]["socket"] == ""
+    assert (cfg["sim"]["profile"], cfg["sim"]["trace"]) == ("crossover-b", "mixed-shift")
+
+
+def test_flags_stay_relative_to_the_shell(layout):
+    cfg = load_config(write(layout, '[storage]\ndb = "x.db"\n'), {"storage": {"db": "mine.db"}})
+    assert cfg["storage"]["db"] == "mine.db"
+
+
+def test_config_check_from_another_directory_finds_the_files_beside_the_config(layout):
+    """The real CLI in a subprocess started elsewhere: the profile beside the config is found; one that is only in
+    the starting directory is not (the unit would not find it either)."""
+    path = write(layout, '[sim]\nprofile = "p.toml"\n')
+    run = [sys.executable, "-m", "controller.daemon", "config", "check", "--config", str(path)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ok = subprocess.run(run, capture_output=True, text=True, env=env, cwd=layout / "elsewhere")
+    assert ok.returncode == 0, ok.stderr
+    (layout / "elsewhere" / "q.toml").write_text((layout / "etc" / "p.toml").read_text())
+    write(layout, '[sim]\nprofile = "q.toml"\n')
+    refused = subprocess.run(run, capture_output=True, text=True, env=env, cwd=layout / "elsewhere")
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (f"spec-controller: config: [sim] profile (--profile): profile file "
+                                      f"{layout / 'etc' / 'q.toml'} does not exist")
+
+
+def test_a_relative_db_in_a_missing_directory_names_the_anchored_path(layout):
+    from controller.daemon.lifecycle import Fatal, check_given_paths
+    cfg = load_config(write(layout, '[storage]\ndb = "nowhere/x.db"\n'))
+    with pytest.raises(Fatal) as e:
+        check_given_paths(cfg)
+    assert f"its directory {layout / 'etc' / 'nowhere'} does not exist" in str(e.value)
+    with pytest.raises(ConfigError):            # (a bad key still refused first, anchoring or not)
+        load_config(write(layout, '[storage]\ndbx = "x.db"\n'))
