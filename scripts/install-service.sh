@@ -17,6 +17,7 @@ EXTRAS="${EXTRAS-[sglang]}"
 install -Dm644 systemd/spec-controller.service "$ROOT/etc/systemd/system/spec-controller.service"
 install -Dm644 systemd/spec-controller.sysusers "$ROOT/usr/lib/sysusers.d/spec-controller.conf"
 install -Dm644 README.md "$ROOT/usr/share/doc/spec-controller/README.md"
+install -Dm644 CHANGELOG.md "$ROOT/usr/share/doc/spec-controller/CHANGELOG.md"
 install -d "$ROOT/usr/local/bin"
 ln -sf "$PREFIX/bin/specctl" "$ROOT/usr/local/bin/specctl"
 if [ -e "$ROOT/etc/spec-controller/config.toml" ]; then
