@@ -107,3 +107,8 @@ def socket_path_problem(path: Path) -> str | None:
 def names_a_file(name_or_path: str) -> bool:
     """A simulator profile or trace given as a file (a .toml / .json name, or any path with a slash), not a built-in."""
     return Path(name_or_path).suffix in (".toml", ".json") or "/" in name_or_path
+
+
+def beside(path: str, base: Path) -> str:
+    """A path a file names, read from that file's directory (base) when relative: a config's db, a trace's profile."""
+    return path if Path(path).is_absolute() else os.path.normpath(Path(base).absolute() / path)

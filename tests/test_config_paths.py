@@ -79,3 +79,35 @@ def test_a_relative_db_in_a_missing_directory_names_the_anchored_path(layout):
     assert f"its directory {layout / 'etc' / 'nowhere'} does not exist" in str(e.value)
     with pytest.raises(ConfigError):            # (a bad key still refused first, anchoring or not)
         load_config(write(layout, '[storage]\ndbx = "x.db"\n'))
+
+
+def test_a_trace_files_own_profile_file_is_read_beside_the_trace(layout):
+    """helper-72: the config's trace was found beside the config, but the profile the trace names was the shell's."""
+    (layout / "etc" / "t.toml").write_text('profile = "p.toml"\n[[segment]]\nseconds = 5\nconcurrency = 8\n')
+    mine = layout / "etc" / "p.toml"
+    mine.write_text(mine.read_text().replace('name = "crossover-b"', 'name = "the one beside the trace"'))
+    from controller.daemon.lifecycle import configured_engine
+    engine = configured_engine(load_config(write(layout, '[sim]\ntrace = "t.toml"\n')))
+    assert engine.profile.name == "the one beside the trace"
+
+
+def test_paths_are_written_without_dot_dot(layout):
+    cfg = load_config(write(layout, '[storage]\ndb = "../var/x.db"\n'))
+    assert cfg["storage"]["db"] == str(layout / "var" / "x.db")
+
+
+def test_a_tilde_is_refused_not_taken_for_a_directory(layout):
+    with pytest.raises(ConfigError) as e:
+        load_config(write(layout, '[storage]\ndb = "~/x.db"\n'))
+    assert str(e.value) == "config: [storage] db '~/x.db': nothing expands ~ here: write the path out"
+
+
+def test_a_flag_naming_another_file_than_the_configs_is_reported_as_overriding_it(layout):
+    """shadowed() (the reload's warning) compares the files named: the config's x.db (in etc/) and the shell's x.db
+    (in elsewhere/) differ; the config's file given by its absolute path is the same one."""
+    from controller.daemon.config import shadowed
+    path = write(layout, '[storage]\ndb = "x.db"\n')
+    assert shadowed(path, {"storage": {"db": "x.db"}}) == [
+        f"[storage] db {str(layout / 'etc' / 'x.db')!r} (overridden by the command line: "
+        f"{str(layout / 'elsewhere' / 'x.db')!r})"]
+    assert shadowed(path, {"storage": {"db": str(layout / "etc" / "x.db")}}) == []

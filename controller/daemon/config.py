@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import ipaddress
 import tomllib
 from pathlib import Path
@@ -11,7 +12,7 @@ from policies import PolicyError, make_policy
 
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
-from ..paths import DEFAULT_CONFIG, db_path_problem, names_a_file, socket_path_too_long
+from ..paths import DEFAULT_CONFIG, beside, db_path_problem, names_a_file, socket_path_too_long
 from .engines.sglang_flags import shown_value
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -123,7 +124,7 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
             if (section,) not in FREE_FORM:
                 _check(section, values, DEFAULTS[section])
             if source is file_data:
-                values = anchored(section, values, path.absolute().parent)
+                values = anchored(section, values, path.parent)
             for key, value in values.items():
                 if isinstance(cfg[section].get(key), dict):
                     cfg[section][key].update(value)
@@ -144,9 +145,10 @@ def anchored(section: str, values: dict, base: Path) -> dict:
     out = dict(values)
     for key in FILE_PATHS.get(section, ()):
         value = out.get(key)
-        if (isinstance(value, str) and value and not Path(value).is_absolute()
-                and (section in ("storage", "control") or names_a_file(value))):
-            out[key] = str(base / value)
+        if isinstance(value, str) and value and (section in ("storage", "control") or names_a_file(value)):
+            if value.startswith("~"):
+                raise ConfigError(f"config: [{section}] {key} {value!r}: nothing expands ~ here: write the path out")
+            out[key] = beside(value, base)
     return out
 
 
@@ -244,9 +246,13 @@ def shadowed(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]]
         return []
     try:
         data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError):
+        data = {s: anchored(s, v, Path(path).parent) if isinstance(v, dict) else v for s, v in data.items()}
+    except (OSError, tomllib.TOMLDecodeError, ConfigError):
         return []
-    mine, theirs = _flat(data), _flat(overrides)
+    def as_file(at: tuple[str, str], v: Any) -> Any:      # a path flag is the shell's: compared as the file it names
+        named = isinstance(v, str) and v and (at[0] != "sim" or names_a_file(v))
+        return os.path.abspath(v) if at[1] in FILE_PATHS.get(at[0], ()) and named else v
+    mine, theirs = _flat(data), {at: as_file(at, v) for at, v in _flat(overrides).items()}
     return [f"[{s}] {k} {_shown((s, k), mine[(s, k)])!r} (overridden by the command line: {_shown((s, k), v)!r})"
             for (s, k), v in sorted(theirs.items()) if (s, k) in mine and mine[(s, k)] != v]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..contract import MAX_BATCH, zero_saves_prefill_draft
-from ..paths import names_a_file
+from ..paths import beside, names_a_file
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "profiles"
 TRACE_DIR = BUILTIN_DIR / "traces"
@@ -299,6 +299,8 @@ def load_trace(name_or_path: str, max_accept_length: float = 17.0) -> Trace:
     profile = c.data.get("profile")
     if profile is not None and not isinstance(profile, str):
         raise ProfileError(f"trace {path.name}: profile must be a string")
+    if profile and names_a_file(profile):        # (a file the trace names is the trace's, as a config's are)
+        profile = beside(profile, path.parent)
     return Trace(c.text("name", path.stem), c.text("description"), profile, tuple(segments))
 
 
