@@ -18,8 +18,9 @@ def keyed(functions: dict[str, tuple[int, float]]) -> dict[tuple, tuple[int, flo
 
 
 def dump(path: Path, functions: dict[str, tuple[int, float]]) -> Path:
-    """A cProfile dump as Profile.dump_stats writes it: {(file, line, name): (cc, nc, tt, ct, callers)}."""
-    stats = {key: (calls, calls, own_s, own_s, {}) for key, (calls, own_s) in keyed(functions).items()}
+    """A cProfile dump as Profile.dump_stats writes it: {(file, line, name): (cc, nc, tt, ct, callers)}; every
+    function recursing once per call (primitive calls cc half of all calls nc), so that cc is not taken for nc."""
+    stats = {key: (calls // 2, calls, own_s, own_s, {}) for key, (calls, own_s) in keyed(functions).items()}
     with open(path, "wb") as f:
         marshal.dump(stats, f)
     return path
@@ -49,7 +50,7 @@ def test_every_function_slower_by_one_factor_reads_uniform(tmp_path, capsys):
     b["stage_prefill"] = (141, 141 * 700e-6)           # the off engine's own step
     text = run(tmp_path, engine(199), b, "--batches", "199,141", capsys=capsys)
     assert "median 1.450" in line(text, "per-call ratio")
-    assert line(text, "verdict:").startswith("verdict: uniform: the same calls run ~1.45x slower in B")
+    assert line(text, "verdict:").startswith("verdict: uniform: the same calls take ~1.45x as long in B (slower:")
     assert text.split("only in B (ms per batch):\n")[1].splitlines()[0].split() == ["+0.700", "stage_prefill",
                                                                                     "(model.py:16)"]
 
@@ -76,8 +77,9 @@ def test_a_slowdown_that_explains_little_of_the_excess_is_not_called_uniform():
     r = prof_compare.compare(keyed(engine(100)), keyed({**engine(100, slow=1.1), "draft_write": (100, 100 * 5e-3)}),
                              100.0, 100.0)
     assert r["factor"] == pytest.approx(1.1)
-    assert prof_compare.verdict(r["factor"], r["quartiles"][0], (r["own_b"] - r["own_a"]) / r["own_a"],
-                                r["uniform"] / (r["own_b"] - r["own_a"])).startswith("concentrated")
+    excess = r["own_b"] - r["own_a"]
+    assert prof_compare.verdict(r["factor"], r["quartiles"][0], r["quartiles"][2], excess / r["own_a"],
+                                r["uniform"] / excess).startswith("concentrated")
 
 
 def test_profiles_with_nothing_in_common_are_one_line_and_exit_2(tmp_path, capsys):
@@ -110,5 +112,26 @@ def test_half_the_functions_slower_is_no_common_factor():
                              100.0, 100.0)
     excess = r["own_b"] - r["own_a"]
     assert r["factor"] == pytest.approx(1.3) and r["quartiles"][0] == pytest.approx(1.0)
-    assert prof_compare.verdict(r["factor"], r["quartiles"][0], excess / r["own_a"],
+    assert prof_compare.verdict(r["factor"], r["quartiles"][0], r["quartiles"][2], excess / r["own_a"],
                                 r["uniform"] / excess).startswith("concentrated")
+
+
+def test_b_faster_throughout_reads_uniform_the_other_way(tmp_path, capsys):
+    """12-03g: the no-spec engine was the slower one; a speed-up of every function is the host's too."""
+    text = run(tmp_path, engine(100), engine(100, slow=0.75), "--batches", "100,100", capsys=capsys)
+    assert line(text, "verdict:").startswith("verdict: uniform: the same calls take ~0.75x as long in B (faster:")
+
+
+def test_a_builtins_address_does_not_split_it_in_two(tmp_path, capsys):
+    """'<function Event.record at 0x7fd0...>' has another address in the other process: the same function."""
+    a = {"<function Event.record at 0x7fd055234540>": (100, 0.01), **engine(1)}
+    b = {"<function Event.record at 0x7f00aa000000>": (100, 0.01), **engine(1)}
+    text = run(tmp_path, a, b, "--batches", "1,1", "--min-calls", "1", capsys=capsys)
+    assert "only in B (ms per batch):\n" in text and text.rstrip().endswith("only in B (ms per batch):")
+
+
+def test_a_file_that_is_no_profile_is_one_line_and_exit_2(tmp_path, capsys):
+    (tmp_path / "x.prof").write_text("not marshal")
+    good = dump(tmp_path / "a.prof", engine(1))
+    assert prof_compare.main([str(good), str(tmp_path / "x.prof")]) == 2
+    assert capsys.readouterr().err.startswith(f"prof_compare: {tmp_path / 'x.prof'}: not a cProfile dump (")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import marshal
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -23,10 +24,20 @@ Key = tuple  # (file, line, name) as pstats keys functions
 
 
 def load(path: str | Path) -> dict[Key, tuple[int, float]]:
-    """{function: (calls, own seconds)} from a cProfile dump (pstats' marshal format)."""
-    with open(path, "rb") as f:
-        raw = marshal.load(f)
-    return {key: (int(value[1]), float(value[2])) for key, value in raw.items()}
+    """{function: (calls, own seconds)} from a cProfile dump (pstats' marshal format: (primitive calls, calls, own,
+    cumulative, callers)). A builtin's name carries its address ('<function Event.record at 0x7fd0...>'), which
+    differs between processes: dropped, so that both engines' copies meet."""
+    try:
+        with open(path, "rb") as f:
+            raw = marshal.load(f)
+    except (OSError, EOFError, ValueError, TypeError) as e:
+        raise ValueError(f"{path}: not a cProfile dump ({e})") from None
+    out: dict[Key, tuple[int, float]] = {}
+    for (file, line, name), value in raw.items():
+        key = (file, line, re.sub(r" at 0x[0-9a-f]+>$", ">", name))
+        calls, own = out.get(key, (0, 0.0))
+        out[key] = (calls + int(value[1]), own + float(value[2]))
+    return out
 
 
 def reference(a: dict, b: dict) -> Key:
@@ -47,7 +58,7 @@ def compare(a: dict, b: dict, per_a: float, per_b: float, same: float = 0.10, mi
     ratios = []
     for key in a.keys() & b.keys():
         (ca, ta), (cb, tb) = a[key], b[key]
-        if min(ca, cb) < min_calls or ta <= 0:
+        if min(ca, cb) < max(min_calls, 1) or ta <= 0:
             continue
         calls_ratio = (cb / per_b) / (ca / per_a)
         if abs(calls_ratio - 1) <= same:
@@ -82,7 +93,7 @@ def report(result: dict, unit: str, top: int = 12) -> str:
              f"(quartiles {q1:.3f} - {q3:.3f})",
              f"excess = uniform {share(r['uniform'])} + only in B {share(only_b)} - only in A {share(only_a)} + "
              f"concentrated {share(rest)}",
-             f"verdict: {verdict(r['factor'], q1, excess / r['own_a'] if r['own_a'] else 0.0, uniform_share)}",
+             f"verdict: {verdict(r['factor'], q1, q3, excess / r['own_a'] if r['own_a'] else 0.0, uniform_share)}",
              f"largest residuals (B - {r['factor']:.2f} x A, ms per {unit}):"]
     for key, t in sorted(r["residual"].items(), key=lambda kv: -kv[1])[:top]:
         lines.append(f"  {t * 1e3:+8.3f}  {label(key)}")
@@ -92,15 +103,18 @@ def report(result: dict, unit: str, top: int = 12) -> str:
     return "\n".join(lines)
 
 
-def verdict(factor: float, q1: float, excess_share: float, uniform_share: float) -> str:
-    """excess_share: B's excess over A's own time; uniform_share: the part of it the median factor explains. Uniform
-    when most functions share one slowdown (the lower quartile above 1 too) and it explains most of the excess."""
-    if excess_share < 0.02:
+def verdict(factor: float, q1: float, q3: float, excess_share: float, uniform_share: float) -> str:
+    """excess_share: B's excess (or saving, < 0) over A's own time; uniform_share: the part of it the median factor
+    explains. Uniform when most functions share one factor (both quartiles on its side of 1) and it explains most of
+    the difference; either way round (12-03g's no-spec engine was the slower one)."""
+    if abs(excess_share) < 0.02:
         return "none: B's own time is within 2 % of A's"
-    if factor > 1.05 and q1 > 1.0 and uniform_share >= 0.5:
-        return (f"uniform: the same calls run ~{factor:.2f}x slower in B (the process or its host, not a code path); "
-                f"it explains {uniform_share:.0%} of the excess")
-    return "concentrated: no common slowdown explains the excess; the residuals below and B's own functions carry it"
+    slower = factor > 1.05 and q1 > 1.0
+    faster = factor < 0.95 and q3 < 1.0
+    if (slower or faster) and uniform_share >= 0.5:
+        return (f"uniform: the same calls take ~{factor:.2f}x as long in B ({'slower' if slower else 'faster'}: the "
+                f"process or its host, not a code path); it explains {uniform_share:.0%} of the difference")
+    return "concentrated: no common factor explains the difference; the residuals below and B's own functions carry it"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,9 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--same", type=float, default=0.10, help="calls per unit within this share count as equal")
     ap.add_argument("--min-calls", type=int, default=50)
     args = ap.parse_args(argv)
-    a, b = load(args.a), load(args.b)
     try:
-        return _main(args, a, b)
+        return _main(args, load(args.a), load(args.b))
     except ValueError as e:
         print(f"prof_compare: {e}", file=sys.stderr)
         return 2

@@ -346,7 +346,8 @@ if start_engines; then
       rm -f "$SPEC_CPROFILE"; wait_engine_lines '^CPROFILE pid' "$printed" 30    # each prints its stats then
       for f in nospec $GROUP_B; do echo "== $f"; grep "^CPROFILE" "$OUT/$f.log" | cut -c1-220; done >"$OUT/cprofile.txt"
       # uniform slowdown (the process or its host) or a few functions (a code path)? bench/gpu/prof_compare.py
-      for prof in /tmp/tl/$B.*.prof; do
+      for prof in /tmp/tl/off.*.prof; do     # (the engine beside no-spec writes under /tmp/tl/off, the twin too)
+        [ -e "$prof" ] || continue
         { echo "== prof_compare nospec $B"; python3 bench/gpu/prof_compare.py "$(ls /tmp/tl/nospec.*.prof | head -1)" "$prof" 2>&1; } \
           | tee -a "$OUT/cprofile.txt" | grep -E "^(==|per-call|excess|verdict)" | tee -a "$SUM"
       done
