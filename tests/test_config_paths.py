@@ -111,3 +111,16 @@ def test_a_flag_naming_another_file_than_the_configs_is_reported_as_overriding_i
         f"[storage] db {str(layout / 'etc' / 'x.db')!r} (overridden by the command line: "
         f"{str(layout / 'elsewhere' / 'x.db')!r})"]
     assert shadowed(path, {"storage": {"db": str(layout / "etc" / "x.db")}}) == []
+
+
+def test_a_path_with_a_slash_but_no_suffix_is_a_file_too(layout):
+    cfg = load_config(write(layout, '[sim]\nprofile = "shapes/mine"\n'))
+    assert cfg["sim"]["profile"] == str(layout / "etc" / "shapes" / "mine")
+
+
+def test_built_in_names_in_the_file_and_a_flag_are_compared_as_names(layout):
+    from controller.daemon.config import shadowed
+    path = write(layout, '[sim]\nprofile = "crossover-a"\n')
+    assert shadowed(path, {"sim": {"profile": "crossover-a"}}) == []
+    assert shadowed(path, {"sim": {"profile": "crossover-b"}}) == [
+        "[sim] profile 'crossover-a' (overridden by the command line: 'crossover-b')"]
