@@ -15,10 +15,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 class DaemonProc:
     def __init__(self, workdir: Path, *extra: str, notify: str | None = None, speed: float = 20.0,
-                 config_text: str = "", env_extra: dict[str, str] | None = None, cwd: Path = ROOT):
+                 config_text: str = "", env_extra: dict[str, str] | None = None, cwd: Path = ROOT,
+                 paths_in_config: tuple[Path, Path] | None = None):
+        """paths_in_config: (database, socket) where config_text puts them, given by no flag."""
         self.dir = workdir
-        self.db = workdir / "state.db"
-        self.socket = workdir / "ctl.sock"
+        self.db, self.socket = paths_in_config or (workdir / "state.db", workdir / "ctl.sock")
         config = workdir / "config.toml"
         config.write_text(config_text)
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
@@ -28,8 +29,9 @@ class DaemonProc:
             env["NOTIFY_SOCKET"] = notify
         self.log = open(workdir / "daemon.log", "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "controller.daemon", "run", "--config", str(config), "--db", str(self.db),
-             "--socket", str(self.socket), "--speed", str(speed), *extra],
+            [sys.executable, "-m", "controller.daemon", "run", "--config", str(config),
+             *(() if paths_in_config else ("--db", str(self.db), "--socket", str(self.socket))),
+             "--speed", str(speed), *extra],
             stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=str(cwd))
 
     def call(self, method: str, path: str, body: dict | None = None):

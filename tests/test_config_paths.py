@@ -124,3 +124,22 @@ def test_built_in_names_in_the_file_and_a_flag_are_compared_as_names(layout):
     assert shadowed(path, {"sim": {"profile": "crossover-a"}}) == []
     assert shadowed(path, {"sim": {"profile": "crossover-b"}}) == [
         "[sim] profile 'crossover-a' (overridden by the command line: 'crossover-b')"]
+
+
+def test_the_daemon_started_elsewhere_keeps_its_files_beside_its_config_and_a_reload_sees_no_change(short_tmp):
+    """A real daemon started in another directory (as the unit starts it in /): the database and the socket the
+    config names relatively are beside the config; SIGHUP re-reads the same file the same way (no key to restart)."""
+    from tests.daemon_proc import DaemonProc
+    from tests.test_faults_config import _hup_and_wait
+    (short_tmp / "state").mkdir()
+    (short_tmp / "cwd").mkdir()
+    d = DaemonProc(short_tmp, "--concurrency", "2", cwd=short_tmp / "cwd",
+                   config_text='[storage]\ndb = "state/x.db"\n[control]\nsocket = "c.sock"\n',
+                   paths_in_config=(short_tmp / "state" / "x.db", short_tmp / "c.sock"))
+    try:
+        d.wait_socket()
+        assert d.call("GET", "/status")["daemon"]["db"] == str(short_tmp / "state" / "x.db")
+        assert sorted(p.name for p in (short_tmp / "cwd").iterdir()) == []
+        assert _hup_and_wait(d, 1) == ["guard, retention and log level re-read"], d.log_text()
+    finally:
+        assert d.stop() == 0
