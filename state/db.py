@@ -71,6 +71,9 @@ def _describe(path: Path, err: sqlite3.Error) -> str:
     return f"database {path}: {err}"
 
 
+DB_MODE = 0o640        # owner writes, the service's group reads (specctl status offline), nobody else
+
+
 def open_nofollow(path: Path, flags: int, what: str, mode: int = 0o600) -> int:
     """os.open without following a symbolic link at path; StoreError (one line) on any failure."""
     try:
@@ -84,7 +87,8 @@ def open_nofollow(path: Path, flags: int, what: str, mode: int = 0o600) -> int:
 
 
 def _pin_file(path: Path, readonly: bool) -> os.stat_result:
-    """The database file itself, not followed if a link (created 0600); its identity. An existing file is
+    """The database file itself, not followed if a link (created 0640: the service's group reads it offline,
+    docs/systemd.md; SQLite gives its journals the same mode); its identity. An existing file is
     never opened here: closing any descriptor of a file drops every POSIX lock this process holds on it,
     those of SQLite's open connections too (the daemon's, while an API read opens another)."""
     try:
@@ -92,7 +96,7 @@ def _pin_file(path: Path, readonly: bool) -> os.stat_result:
     except FileNotFoundError:
         if readonly:
             raise StoreError(f"database {path} does not exist") from None
-        fd = open_nofollow(path, os.O_RDWR | os.O_CREAT, "database")   # new: no connection has it yet
+        fd = open_nofollow(path, os.O_RDWR | os.O_CREAT, "database", DB_MODE)   # new: no connection has it yet
         try:
             st = os.fstat(fd)
         finally:

@@ -98,16 +98,16 @@ def test_another_applications_database_gets_no_tables(short_tmp):
     assert tables == ["accounts"]
 
 
-def test_files_are_created_readable_by_their_owner_only(short_tmp):
+def test_files_are_created_readable_by_their_owner_and_the_database_by_its_group_never_by_others(short_tmp):
     old = os.umask(0o022)                           # a permissive umask, as under many init systems
     try:
         lock = DaemonLock(short_tmp / "m.db")
         lock.acquire()
         db = open_store(short_tmp / "m.db")
         db.execute("INSERT INTO events (wall, kind, detail) VALUES (1, 'x', '')")
-        for name in ("m.db", "m.db.lock", "m.db-wal"):
+        for name, want in (("m.db", 0o640), ("m.db-wal", 0o640), ("m.db-shm", 0o640), ("m.db.lock", 0o600)):
             mode = stat.S_IMODE(os.stat(short_tmp / name).st_mode)
-            assert mode == 0o600, (name, oct(mode))
+            assert mode == want, (name, oct(mode))
         db.conn.close()
         lock.release()
     finally:
