@@ -268,7 +268,7 @@ def unsupported_reason(server_args: Any, version: str | None = None) -> str | No
     # which this check then refuses on the resolved ServerArgs at the engine's start)
     name = {"NEXTN": "EAGLE"}.get(algo.upper(), algo.upper()) if isinstance(algo, str) else algo
     if name not in ("EAGLE", "EAGLE3"):
-        return f"speculative_algorithm={algo} (only EAGLE/EAGLE3 are supported)"
+        return f"speculative_algorithm {'is not set' if algo is None else f'={algo}'} (EAGLE, EAGLE3 or NEXTN is supported)"
     if get("speculative_eagle_topk") not in (None, 1):
         return f"speculative_eagle_topk={get('speculative_eagle_topk')} (only topk=1 is supported)"
     for flag, why in (("enable_dp_attention", "DP attention"), ("enable_two_batch_overlap", "two-batch overlap"),

@@ -23,7 +23,9 @@ ln -sf "$PREFIX/bin/specctl" "$ROOT/usr/local/bin/specctl"
 if [ -e "$ROOT/etc/spec-controller/config.toml" ]; then
   echo "kept $ROOT/etc/spec-controller/config.toml"
 else
-  install -Dm644 systemd/config.example.toml "$ROOT/etc/spec-controller/config.toml"
+  # 0640: root writes it, the service's group reads it, nobody else (it may come to hold an API key)
+  install -Dm640 systemd/config.example.toml "$ROOT/etc/spec-controller/config.toml"
+  wrote_config=1
   echo "wrote $ROOT/etc/spec-controller/config.toml: edit the model paths"
 fi
 if [ -z "$ROOT" ]; then
@@ -31,6 +33,9 @@ if [ -z "$ROOT" ]; then
     systemd-sysusers /usr/lib/sysusers.d/spec-controller.conf
   elif ! getent passwd spec-controller >/dev/null; then
     useradd --system --user-group --home-dir /var/lib/spec-controller --shell /usr/sbin/nologin spec-controller
+  fi
+  if [ -n "${wrote_config:-}" ]; then
+    chgrp spec-controller /etc/spec-controller/config.toml
   fi
   if [ -d /run/systemd/system ]; then
     systemctl daemon-reload

@@ -87,10 +87,10 @@ def test_a_reloads_warnings_show_the_keys_and_secret_variables_as_stars(tmp_path
 
 
 def test_a_reload_of_a_changed_key_leaves_no_key_in_the_journal_or_the_events(short_tmp):
-    d = DaemonProc(short_tmp, "--concurrency", "2", config_text='[sglang]\napi_key = "sk-OLD-SECRET"\n')
+    d = DaemonProc(short_tmp, "--concurrency", "2", config_text='[engine]\nkind = "sim"\n[sglang]\napi_key = "sk-OLD-SECRET"\n')
     try:
         d.wait_socket()
-        (short_tmp / "config.toml").write_text('[sglang]\napi_key = "sk-NEW-SECRET"\n')
+        (short_tmp / "config.toml").write_text('[engine]\nkind = "sim"\n[sglang]\napi_key = "sk-NEW-SECRET"\n')
         got = _hup_and_wait(d, 2)
         assert any("[sglang] api_key '***' -> '***'" in line for line in got), got
     finally:

@@ -50,7 +50,7 @@ def test_the_daemon_refuses_to_start_exit_2_one_line(short_tmp):
 
 @pytest.mark.parametrize("toml,expect", [
     ("", "[sglang] model_path is required"),
-    ('[sglang]\nmodel_path = "m"\nspeculative_algorithm = "MEDUSA"\n', "only EAGLE/EAGLE3 are supported"),
+    ('[sglang]\nmodel_path = "m"\nspeculative_algorithm = "MEDUSA"\n', "(EAGLE, EAGLE3 or NEXTN is supported)"),
 ])
 def test_a_bad_sglang_section_is_a_config_error_exit_2_one_line(short_tmp, toml, expect):
     """Building the engine only reads [sglang]: what it refuses is configuration (exit 2, as every bad value),

@@ -172,7 +172,16 @@ def test_check_says_ok_in_one_line_for_a_config_run_would_take(tmp_path):
     ('[engine]\nkind = "sglang"\n[sglang]\nspeculative_algorithm = "EAGLE3"\npython = "/usr/bin/python3"\n',
      "[sglang] model_path is required"),
     ('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\nspeculative_algorithm = "MEDUSA"\n'
-     'python = "/usr/bin/python3"\n', "only EAGLE/EAGLE3"),
+     'python = "/usr/bin/python3"\n', "EAGLE, EAGLE3 or NEXTN is supported"),
+    ('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = ""\nspeculative_algorithm = "EAGLE3"\npython = "/usr/bin/python3"\n',
+     "[sglang] model_path = '': name a path or a model id"),
+    ('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\nspeculative_draft_model_path = " "\n'
+     'speculative_algorithm = "EAGLE3"\npython = "/usr/bin/python3"\n',
+     "[sglang] speculative_draft_model_path = ' ': name a path or a model id"),
+    ('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "~/models/t"\nspeculative_algorithm = "EAGLE3"\n'
+     'python = "/usr/bin/python3"\n', "[sglang] model_path = '~/models/t': nothing expands ~ here: write the path out"),
+    ('[sglang]\nmodel_path = "/m"\nspeculative_algorithm = "EAGLE3"\n',
+     'config: [sglang] is set but not [engine] kind, whose default runs the simulator: add [engine] kind = "sglang"'),
     ('[sglang\n', "not valid TOML"),
     ('[storage]\ndb = "/nonexistent-spec/d/state.db"\n', "[storage] db /nonexistent-spec/d/state.db: its directory "
      "/nonexistent-spec/d does not exist"),
@@ -181,6 +190,14 @@ def test_check_says_ok_in_one_line_for_a_config_run_would_take(tmp_path):
 def test_check_refuses_in_one_line_what_run_would_refuse(tmp_path, text, needle):
     (tmp_path / "c.toml").write_text(text)
     one_line(CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "c.toml")]), needle, 2)
+
+
+def test_an_sglang_section_is_taken_where_the_engine_is_chosen_by_flag_or_as_the_simulator(tmp_path):
+    from controller.daemon.config import load_config
+    (tmp_path / "c.toml").write_text('[sglang]\nmodel_path = "/m"\n')
+    assert load_config(tmp_path / "c.toml", {"engine": {"kind": "sglang"}})["engine"]["kind"] == "sglang"
+    (tmp_path / "d.toml").write_text('[engine]\nkind = "sim"\n[sglang]\nmodel_path = "/m"\n')
+    assert load_config(tmp_path / "d.toml")["engine"]["kind"] == "sim"
 
 
 def test_from_launch_reads_the_command_with_the_environment_it_sets(tmp_path):

@@ -309,5 +309,5 @@ def test_the_parsed_fields_reach_the_operator_notes_and_the_table(tmp_path, monk
     table = tomllib.loads(out.read_text())["sglang"]
     assert table["off_path"] == "fast" and table["tp_size"] == 2 and table["api_key"] == "sk-1"
     assert 'tp_size = 2: off_path = "fast" written' in res.stderr
-    assert f"sudo chmod 640 '{out}'" in res.stderr
+    assert f"sudo install -m 640 -o root -g spec-controller '{out}' /etc/spec-controller/config.toml" in res.stderr
     assert oct(out.stat().st_mode & 0o777) == "0o600"            # a new file holding a key: only its owner reads it

@@ -98,7 +98,7 @@ def test_the_printed_config_comes_with_its_notes_on_stderr(tmp_path, monkeypatch
     res = from_launch("--python", python, "--", "--model-path", "/home/u/m", *SPEC)
     assert res.exit_code == 0 and tomllib.loads(res.stdout)["sglang"]["model_path"] == "/home/u/m", res.output
     assert "spec-controller: note: model_path = /home/u/m: the service cannot read home directories" in res.stderr  # C13
-    assert "the daemon sets speculative_eagle_topk = 1" in res.stderr
+    assert "the daemon sets speculative_eagle_topk = 1 (your command left it to SGLang)" in res.stderr
     monkeypatch.setattr(launchcfg.sys, "executable", python)           # no --python: the interpreter it runs
     res = from_launch("--", *PY, "--model-path", "/home/u/m", *SPEC)
     assert res.exit_code == 0 and "your command ran" not in res.stderr, res.output              # C14

@@ -79,7 +79,7 @@ def test_active_plugin_switches_sglang_ema_off(plug):
 
 
 @pytest.mark.parametrize("args,needle", [
-    ({**GOOD, "speculative_algorithm": "STANDALONE"}, "only EAGLE/EAGLE3"),
+    ({**GOOD, "speculative_algorithm": "STANDALONE"}, "EAGLE, EAGLE3 or NEXTN is supported"),
     ({**GOOD, "speculative_eagle_topk": 4}, "only topk=1"),
     ({**GOOD, "enable_dp_attention": True}, "DP attention"),
     ({**GOOD, "enable_two_batch_overlap": True}, "two-batch overlap"),
@@ -103,7 +103,9 @@ def test_algorithm_names_sglang_reads_as_eagle_are_accepted(algo):
 
 @pytest.mark.parametrize("algo", ["STANDALONE", "ngram", "FROZEN_KV_MTP", "EAGLE2", "", None, 3])
 def test_other_algorithm_names_are_refused(algo):
-    assert "only EAGLE/EAGLE3" in contract.unsupported_reason({**GOOD, "speculative_algorithm": algo})
+    reason = contract.unsupported_reason({**GOOD, "speculative_algorithm": algo})
+    assert reason == (f"speculative_algorithm {'is not set' if algo is None else f'={algo}'} "
+                      "(EAGLE, EAGLE3 or NEXTN is supported)")
 
 
 def test_single_rank_values_are_not_refused():

@@ -11,7 +11,7 @@ def test_restart_keys_are_named_with_both_values_and_reloadable_ones_are_not():
     running = load_config(None, {"sim": {"speed": 10.0}})
     fresh = load_config(None, {"sim": {"speed": 3}, "guard": {"min_gain": 0.01}, "control": {"log_level": "DEBUG"},
                                "storage": {"retention_samples_s": 10.0, "rollup_s": 5.0},
-                               "sglang": {"port": 3}, "policy": {"params": {"scale": 2.0}}})
+                               "sglang": {"port": 3}, "policy": {"params": {"scale": 2.0}}, "engine": {"kind": "sim"}})
     assert restart_needed(running, fresh) == ["[policy] params.scale (unset) -> 2.0", "[sglang] port (unset) -> 3",
                                               "[sim] speed 10.0 -> 3", "[storage] rollup_s 10.0 -> 5.0"]
 

@@ -131,6 +131,9 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
                 else:
                     cfg[section][key] = value
     validate(cfg)
+    if cfg["sglang"] and not any("kind" in (source.get("engine") or {}) for source in (file_data, overrides or {})):
+        raise ConfigError('config: [sglang] is set but not [engine] kind, whose default runs the simulator: add '
+                          '[engine] kind = "sglang" (or "sim", to run the simulator with this file)')
     sim, given = cfg["sim"], {k for source in (file_data, overrides or {}) for k in (source.get("sim") or {})}
     why = load_conflict(sim["trace"] if "trace" in given else None, sim["concurrency"], sim["arrival_rate"])
     if why and cfg["engine"]["kind"] == "sim":     # SGLang's load is its clients': [sim] is not read

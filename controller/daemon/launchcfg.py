@@ -26,8 +26,8 @@ from ..contract import unsupported_reason
 from ..paths import DEFAULT_CONFIG
 from .engines.base import EngineError
 from .engines.sglang import SGLangEngine
-from .engines.sglang_flags import secrets_in, shown
-from .launchcmd import CommandError, path_notes, split_command, words
+from .engines.sglang_flags import masked, secrets_in, shown
+from .launchcmd import CommandError, path_notes, private_steps, split_command, words
 
 SCRIPT = Path(__file__).with_name("launchparse.py")
 ANSWER_TIMEOUT_S = 300.0        # SGLang's import (seconds on a GPU host) and one parse
@@ -94,8 +94,9 @@ class SGLangParser:
             raise self._stopped("stopped" if not line else "answered something else")
         if "version" not in answer:         # SGLang did not load there
             raise NoSGLang(f"{answer['error']} (in {self.python}; --python PATH: the interpreter that runs SGLang)", 1)
-        if "error" in answer:
-            raise LaunchError(f"SGLang {answer['version']} refuses {what}: {answer['error']}")
+        if "error" in answer:             # (argparse quotes the words it refuses: a key among them goes as ***)
+            words = [str(w) for w in request.get("argv", []) + request.get("same_as", [])]
+            raise LaunchError(f"SGLang {answer['version']} refuses {what}: {masked(str(answer['error']), words)}")
         return answer
 
     def close(self) -> None:
@@ -222,11 +223,8 @@ def operator_notes(fields: dict, table: dict, config_path: str | Path = DEFAULT_
         if key in several:
             notes.append(f"{key} = {several[key]}: {what}: not yet run with spec-controller")
     if fields.get("api_key") or fields.get("admin_api_key") or secrets_in({"env": table.get("env")}):
-        where = shlex.quote(str(config_path))
         notes.append("a secret is in the config (an API key or a token; the daemon's log shows it as ***, SGLang's "
-                     "lines included): let "
-                     f"only root and the service read it (sudo chown root:spec-controller {where} && sudo chmod 640 "
-                     f"{where})")
+                     f"lines included): let only root and the service read it ({private_steps(config_path)})")
     return notes
 
 
@@ -255,7 +253,8 @@ def check_round_trip(parser: SGLangParser, argv: list[str], engine: SGLangEngine
         raise LaunchError(f"the section would not launch what the command does ({', '.join(unexpected)} differ): "
                           "put those flags in [sglang] extra_args by hand")
     shown = {k: engine.args[k] for k in sorted(set(differ) & set(engine.args))}
-    return [f"the daemon sets {', '.join(f'{k} = {v}' for k, v in shown.items())} (your command left them to SGLang)"] \
+    return [f"the daemon sets {', '.join(f'{k} = {v}' for k, v in shown.items())} (your command left "
+            f"{'it' if len(shown) == 1 else 'them'} to SGLang)"] \
         if shown else []
 
 

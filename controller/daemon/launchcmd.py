@@ -8,7 +8,7 @@ import re
 import shlex
 from pathlib import Path
 
-from .engines.sglang_flags import shown_value
+from .engines.sglang_flags import secrets_in, shown_value
 
 ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 PYTHON_FLAGS = {"-u", "-B", "-O", "-OO", "-s", "-E", "-I", "-P"}     # no bearing on the server: left out, said
@@ -183,3 +183,25 @@ def path_notes(values: dict) -> list[str]:
                 notes.append(f"{name} = {text} names {Path(text).resolve()} here; the service runs in /: give the "
                              "absolute path if it is one")
     return notes
+
+
+def private_steps(config: str | Path) -> str:
+    """How to leave a config that holds a secret to root and the service: its copy into /etc made so, or, for the file
+    already there, its owner and mode."""
+    where, target = shlex.quote(str(config)), "/etc/spec-controller/config.toml"
+    if str(Path(config).absolute()) == target:
+        return f"sudo chown root:spec-controller {where} && sudo chmod 640 {where}"
+    return f"sudo install -m 640 -o root -g spec-controller {where} {target}"
+
+
+def secret_mode_note(config: str | Path | None, sglang: dict) -> list[str]:
+    """A config file that holds an API key or a token and that other users may read (config check)."""
+    try:
+        mode = Path(config).stat().st_mode & 0o777 if config else 0
+    except OSError:
+        return []
+    if not mode & 0o007 or not secrets_in(sglang):
+        return []
+    return [f"{config} holds an API key or a token and other users may read it (mode {mode:o}): "
+            f"{private_steps(config)}"]
+

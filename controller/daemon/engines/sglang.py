@@ -70,6 +70,10 @@ class SGLangEngine(Engine):
         self.args = dict(args)
         if "model_path" not in self.args:
             raise EngineError("sglang engine: [sglang] model_path is required")
+        for key, value in self.args.items():       # (SGLang takes "" for a path and expands no ~: it fails at start)
+            if key.endswith("_path") and isinstance(value, str) and (not value.strip() or value.startswith("~")):
+                raise EngineError(f"sglang engine: [sglang] {key} = {value!r}: " + (
+                    "nothing expands ~ here: write the path out" if value.strip() else "name a path or a model id"))
         if "python" in self.args and not (isinstance(self.args["python"], str) and self.args["python"].strip()):
             raise EngineError("sglang engine: [sglang] python must name an interpreter (leave it out for the daemon's)")
         self.args["extra_args"] = extra_args(self.args)

@@ -116,6 +116,14 @@ def given_keys(args: dict) -> dict[str, list[str]]:
     return keys
 
 
+def masked(text: str, words: list[str]) -> str:
+    """text (a parser's refusal, which may quote the command) with the API keys the command's words give as ***."""
+    for value in sorted((v for values in given_keys({"extra_args": words}).values() for v in values), key=len,
+                        reverse=True):
+        text = text.replace(value, "***") if value else text
+    return text
+
+
 def secrets_in(args: dict) -> list[str]:
     """Every secret value an [sglang] table holds: the API keys (its own and extra_args') and the values of its
     secret-named [sglang.env] variables."""

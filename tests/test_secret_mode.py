@@ -1,0 +1,60 @@
+"""A config that holds an API key or a token and that other users may read: `config check` says so and how to fix
+it (helper-73: the README's install left a key in a 0644 /etc/spec-controller/config.toml, with ok)."""
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from controller.daemon.launchcmd import private_steps, secret_mode_note
+from controller.daemon.main import main
+from tests.conftest import stub_sglang_python
+
+SECTION = '[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\nspeculative_algorithm = "EAGLE3"\n'
+
+
+@pytest.mark.parametrize("extra,mode,said", [
+    ('[sglang.env]\nHF_TOKEN = "hf_x"\n', 0o644, True), ('[sglang.env]\nHF_TOKEN = "hf_x"\n', 0o640, False),
+    ('[sglang.env]\nHF_TOKEN = "hf_x"\n', 0o604, True), ('[sglang.env]\nPATH_EXTRA = "/x"\n', 0o644, False),
+    ('', 0o644, False),
+])
+def test_config_check_notes_a_secret_others_may_read(tmp_path, extra, mode, said):
+    python = stub_sglang_python(tmp_path / "stub")
+    path = tmp_path / "c.toml"
+    path.write_text(SECTION + f'python = "{python}"\n' + extra)
+    os.chmod(path, mode)
+    res = CliRunner().invoke(main, ["config", "check", "--config", str(path)])
+    assert res.exit_code == 0, (res.output, res.exception)
+    note = (f"spec-controller: note: {path} holds an API key or a token and other users may read it (mode "
+            f"{mode:o}): sudo install -m 640 -o root -g spec-controller {path} /etc/spec-controller/config.toml")
+    assert (note in res.stderr) is said, res.stderr
+    assert "sk-1" not in res.output and "hf_x" not in res.output
+
+
+def test_the_steps_name_the_file_in_etc_itself_when_that_is_the_one():
+    assert private_steps("/etc/spec-controller/config.toml") == (
+        "sudo chown root:spec-controller /etc/spec-controller/config.toml && "
+        "sudo chmod 640 /etc/spec-controller/config.toml")
+    assert private_steps("my config.toml").startswith("sudo install -m 640 -o root -g spec-controller 'my config.toml' ")
+
+
+def test_an_api_key_counts_as_a_secret(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("x")
+    os.chmod(path, 0o644)
+    assert secret_mode_note(path, {"api_key": "k"}) != [] and secret_mode_note(path, {"admin_api_key": "k"}) != []
+    assert secret_mode_note(path, {"extra_args": ["--api-key", "k"]}) != [] and secret_mode_note(path, {}) == []
+
+
+def test_a_refusal_that_quotes_the_command_shows_its_key_as_stars(tmp_path):
+    """argparse quotes the words it refuses: an SGLang that does not know --api-key (the stand-in) names it."""
+    python = stub_sglang_python(tmp_path / "stub")
+    path = tmp_path / "c.toml"
+    path.write_text(SECTION + f'python = "{python}"\napi_key = "sk-SECRET-1"\nextra_args = ["--admin-api-key=sk-SECRET-2"]\n')
+    res = CliRunner().invoke(main, ["config", "check", "--config", str(path)])
+    assert res.exit_code == 2 and "unrecognized arguments: --api-key *** --admin-api-key=***" in res.output, res.output
+    assert "SECRET" not in res.output
+
+
+def test_no_file_or_an_unreadable_one_says_nothing(tmp_path):
+    assert secret_mode_note(None, {"api_key": "k"}) == []
+    assert secret_mode_note(tmp_path / "absent.toml", {"api_key": "k"}) == []
