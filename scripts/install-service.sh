@@ -18,6 +18,7 @@ install -Dm644 systemd/spec-controller.service "$ROOT/etc/systemd/system/spec-co
 install -Dm644 systemd/spec-controller.sysusers "$ROOT/usr/lib/sysusers.d/spec-controller.conf"
 install -Dm644 README.md "$ROOT/usr/share/doc/spec-controller/README.md"
 install -Dm644 CHANGELOG.md "$ROOT/usr/share/doc/spec-controller/CHANGELOG.md"
+install -Dm644 systemd/config.example.toml "$ROOT/usr/share/doc/spec-controller/config.example.toml"   # (every key)
 install -d "$ROOT/usr/local/bin"
 ln -sf "$PREFIX/bin/specctl" "$ROOT/usr/local/bin/specctl"
 if [ -e "$ROOT/etc/spec-controller/config.toml" ]; then

@@ -49,6 +49,7 @@ def test_the_install_script_installs_what_the_unit_names_and_verify_passes(tmp_p
     for doc in _settings(UNIT.read_text())["Documentation"]:
         assert (tmp_path / doc.removeprefix("file:///")).is_file(), doc
     assert (tmp_path / "usr/share/doc/spec-controller/CHANGELOG.md").read_text() == (ROOT / "CHANGELOG.md").read_text()
+    assert (tmp_path / "usr/share/doc/spec-controller/config.example.toml").read_text() == EXAMPLE.read_text()
     assert (tmp_path / "etc/spec-controller/config.toml").read_text() == EXAMPLE.read_text()
     assert (tmp_path / "etc/spec-controller/config.toml").stat().st_mode & 0o777 == 0o640     # (others: no key for them)
     assert os.readlink(tmp_path / "usr/local/bin/specctl") == f"{PREFIX}/bin/specctl"
