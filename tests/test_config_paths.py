@@ -143,3 +143,18 @@ def test_the_daemon_started_elsewhere_keeps_its_files_beside_its_config_and_a_re
         assert _hup_and_wait(d, 1) == ["guard, retention and log level re-read"], d.log_text()
     finally:
         assert d.stop() == 0
+
+
+def test_a_missing_directory_names_the_default_here_and_the_units(layout, monkeypatch):
+    """(helper-73: under sudo the default named was root's ~/.local one, not the service's /var/lib one)"""
+    from controller.daemon.lifecycle import Fatal, check_given_paths
+    from controller.paths import default_db
+    monkeypatch.delenv("STATE_DIRECTORY", raising=False)
+    with pytest.raises(Fatal) as e:
+        check_given_paths(load_config(write(layout, '[storage]\ndb = "nowhere/x.db"\n')))
+    assert str(e.value).endswith(f"(create it, or leave the option out for the default: {default_db()} here, "
+                                 "/var/lib/spec-controller/spec-controller.db under the unit)")
+    monkeypatch.setenv("STATE_DIRECTORY", "/var/lib/spec-controller")
+    with pytest.raises(Fatal) as e:
+        check_given_paths(load_config(write(layout, '[storage]\ndb = "nowhere/x.db"\n')))
+    assert str(e.value).endswith("for the default: /var/lib/spec-controller/spec-controller.db)")

@@ -15,7 +15,7 @@ from state import queries
 from state.db import DaemonLock, leave_wal, open_store
 from state.writer import Writer
 
-from ..paths import DEFAULT_CONFIG, default_db, default_socket, socket_path_problem
+from ..paths import DEFAULT_CONFIG, SYSTEM_RUNTIME, SYSTEM_STATE, default_db, default_socket, socket_path_problem
 from ..sim.profile import ProfileError
 from .config import ConfigError, load_config, restart_needed, shadowed
 from .engines.base import Engine, EngineError
@@ -64,18 +64,20 @@ def configured_engine(cfg: dict, last_t: float = 0.0) -> Engine:
 
 def check_given_paths(cfg: dict) -> None:
     """The database and socket paths the operator gave (Fatal, code 2, where not): run's first check, config check's."""
-    _given_parent_exists("--db / [storage] db", cfg["storage"]["db"], default_db())
-    _given_parent_exists("--socket / [control] socket", cfg["control"]["socket"], default_socket())
+    _given_parent_exists("--db / [storage] db", cfg["storage"]["db"], default_db(), SYSTEM_STATE / "spec-controller.db")
+    _given_parent_exists("--socket / [control] socket", cfg["control"]["socket"], default_socket(),
+                         SYSTEM_RUNTIME / "control.sock")
 
 
-def _given_parent_exists(what: str, given: str | None, default: Path) -> None:
+def _given_parent_exists(what: str, given: str | None, default: Path, the_units: Path) -> None:
     """A path the operator gave lives in a directory that exists: a typo must not start the daemon on a
     fresh, empty state in a new directory. The default paths' directories are created as needed."""
     parent = Path(given).absolute().parent if given else None
     if parent is not None and not parent.is_dir():
         state = "is not a directory" if parent.exists() else "does not exist"
+        where = f"{default}" if default == the_units else f"{default} here, {the_units} under the unit"
         raise Fatal(f"{what} {given}: its directory {parent} {state} (create it, or leave the option out for "
-                    f"the default {default})", 2)
+                    f"the default: {where})", 2)
 
 
 def _port_taken(port: int, error: OSError) -> Fatal:
