@@ -14,7 +14,8 @@ SECTION = '[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\nspeculative_a
 
 @pytest.mark.parametrize("extra,mode,said", [
     ('[sglang.env]\nHF_TOKEN = "hf_x"\n', 0o644, True), ('[sglang.env]\nHF_TOKEN = "hf_x"\n', 0o640, False),
-    ('[sglang.env]\nHF_TOKEN = "hf_x"\n', 0o604, True), ('[sglang.env]\nPATH_EXTRA = "/x"\n', 0o644, False),
+    ('[sglang.env]\nHF_TOKEN = "hf_x"\n', 0o604, True), ('[sglang.env]\nHF_TOKEN = "hf_x"\n', 0o602, True),
+    ('[sglang.env]\nPATH_EXTRA = "/x"\n', 0o644, False),
     ('', 0o644, False),
 ])
 def test_config_check_notes_a_secret_others_may_read(tmp_path, extra, mode, said):
@@ -24,8 +25,9 @@ def test_config_check_notes_a_secret_others_may_read(tmp_path, extra, mode, said
     os.chmod(path, mode)
     res = CliRunner().invoke(main, ["config", "check", "--config", str(path)])
     assert res.exit_code == 0, (res.output, res.exception)
-    note = (f"spec-controller: note: {path} holds an API key or a token and other users may read it (mode "
-            f"{mode:o}): sudo install -m 640 -o root -g spec-controller {path} /etc/spec-controller/config.toml")
+    note = (f"spec-controller: note: {path} holds an API key or a token and other users may "
+            f"{'read' if mode & 0o004 else 'change'} it (mode {mode:o}): sudo install -m 640 -o root -g spec-controller "
+            f"{path} /etc/spec-controller/config.toml")
     assert (note in res.stderr) is said, res.stderr
     assert "sk-1" not in res.output and "hf_x" not in res.output
 
@@ -49,10 +51,11 @@ def test_a_refusal_that_quotes_the_command_shows_its_key_as_stars(tmp_path):
     """argparse quotes the words it refuses: an SGLang that does not know --api-key (the stand-in) names it."""
     python = stub_sglang_python(tmp_path / "stub")
     path = tmp_path / "c.toml"
-    path.write_text(SECTION + f'python = "{python}"\napi_key = "sk-SECRET-1"\nextra_args = ["--admin-api-key=sk-SECRET-2"]\n')
+    path.write_text(SECTION + f'python = "{python}"\napi_key = "sk-SECRET"\n'
+                    'extra_args = ["--admin-api-key=sk-SECRET-2"]\n')      # (one key the start of the other)
     res = CliRunner().invoke(main, ["config", "check", "--config", str(path)])
     assert res.exit_code == 2 and "unrecognized arguments: --api-key *** --admin-api-key=***" in res.output, res.output
-    assert "SECRET" not in res.output
+    assert "SECRET" not in res.output and "***-2" not in res.output
 
 
 def test_no_file_or_an_unreadable_one_says_nothing(tmp_path):

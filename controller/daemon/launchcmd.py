@@ -202,6 +202,7 @@ def secret_mode_note(config: str | Path | None, sglang: dict) -> list[str]:
         return []
     if not mode & 0o007 or not secrets_in(sglang):
         return []
-    return [f"{config} holds an API key or a token and other users may read it (mode {mode:o}): "
+    return [f"{config} holds an API key or a token and other users may {'read' if mode & 0o004 else 'change'} it "
+            f"(mode {mode:o}): "
             f"{private_steps(config)}"]
 
