@@ -104,6 +104,7 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     from .launchcfg import LaunchError, off_path_note
     from .launchcheck import section_notes
     from .launchcmd import path_notes, secret_mode_note
+    from .serviceaccess import service_cannot_read
     from .lifecycle import Fatal, build_engine, check_given_paths
     parsed: list[str] = []
     try:
@@ -119,7 +120,7 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     sglang = cfg["engine"]["kind"] == "sglang"
     _say_notes(path_notes(cfg["sglang"]) + off_path_note(cfg["sglang"]) + parsed if sglang
                else _empty_note(config_path))
-    _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"]))
+    _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"]) + (service_cannot_read(cfg["sglang"]) if sglang else []))
     click.echo(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg)}; policy {cfg['policy']['name']})")
 
 

@@ -1,0 +1,68 @@
+"""`spec-controller config check` run as root (sudo): can the service's user read what [sglang] names? Root reads
+everything, so a model directory of mode 0700 under /data passed the check and SGLang then failed at start in the
+journal. Asked in a child process that becomes that user (a fork, as su would), so the check process keeps root."""
+from __future__ import annotations
+
+import os
+import pwd
+from pathlib import Path
+
+SERVICE_USER = "spec-controller"        # systemd/spec-controller.sysusers
+
+
+def paths_in(values: dict) -> list[tuple[str, str]]:
+    """(key, path) for each [sglang] *_path that is an absolute path existing here (a model id is no path)."""
+    return [(k, v) for k, v in values.items()
+            if k.endswith("_path") and isinstance(v, str) and v.startswith("/") and os.path.exists(v)]
+
+
+def unreadable(paths: list[str]) -> list[str]:
+    """Of these, those this process cannot read: a file, or a directory it cannot list and enter or one of whose files
+    directly inside it cannot read (a model's config.json, weights, tokenizer)."""
+    bad = []
+    for path in paths:
+        try:                    # (a directory above it this user may not enter: os.path.isdir is False, access too)
+            if os.path.isdir(path):
+                ok = os.access(path, os.R_OK | os.X_OK) and all(
+                    os.access(f, os.R_OK) for f in Path(path).iterdir() if os.path.isfile(f))
+            else:
+                ok = os.access(path, os.R_OK)
+        except OSError:
+            ok = False
+        if not ok:
+            bad.append(path)
+    return bad
+
+
+def service_cannot_read(values: dict, user: str | None = None) -> list[str]:
+    """Notes for the [sglang] paths `user` (the service's) may not read, where this runs as root and that user exists;
+    else none."""
+    user, found = user or SERVICE_USER, paths_in(values)
+    if os.geteuid() != 0 or not found:
+        return []
+    try:
+        account = pwd.getpwnam(user)
+    except KeyError:
+        return []
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                       # the child: the service's user, then its answer, then gone
+        status = 1
+        try:
+            os.close(read_end)
+            os.setgroups(os.getgrouplist(user, account.pw_gid))
+            os.setgid(account.pw_gid)
+            os.setuid(account.pw_uid)
+            os.write(write_end, "\0".join(unreadable([p for _, p in found])).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as answer:
+        text = answer.read().decode()
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        return [f"could not ask as {user} whether it reads the [sglang] paths"]
+    bad = set(text.split("\0")) - {""}
+    return [f"{key} = {path}: the service's user {user} cannot read it (root can: config check runs as root); "
+            f"give it read access (e.g. chgrp -R {user} and chmod -R g+rX)" for key, path in found if path in bad]

@@ -1,0 +1,66 @@
+"""config check as root: the [sglang] paths the service's user cannot read are named (root reads everything, so a
+0700 model directory passed and SGLang failed at start). Acted out with a real fork to another user; needs root."""
+import os
+
+import pytest
+
+from controller.daemon.serviceaccess import paths_in, service_cannot_read
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+USER = "nobody"
+
+
+@pytest.fixture
+def model(short_tmp):
+    """A model directory the way an operator leaves it: readable by all, under directories all may enter (/tmp/sc-*:
+    pytest's own tmp_path sits in a 0700 directory of root's)."""
+    os.chmod(short_tmp, 0o755)
+    d = short_tmp / "model"
+    d.mkdir(mode=0o755)
+    (d / "config.json").write_text("{}")
+    os.chmod(d / "config.json", 0o644)
+    return d
+
+
+def test_a_readable_model_says_nothing(model):
+    assert service_cannot_read({"model_path": str(model)}, USER) == []
+
+
+@pytest.mark.parametrize("lock", ["directory", "file inside"])
+def test_a_model_the_user_cannot_read_is_named(model, lock):
+    os.chmod(model if lock == "directory" else model / "config.json", 0o700 if lock == "directory" else 0o600)
+    notes = service_cannot_read({"model_path": str(model), "speculative_draft_model_path": str(model.parent)}, USER)
+    assert notes == [f"model_path = {model}: the service's user {USER} cannot read it (root can: config check runs as "
+                     f"root); give it read access (e.g. chgrp -R {USER} and chmod -R g+rX)"]
+
+
+def test_a_model_under_a_directory_the_user_cannot_enter_is_named(model):
+    os.chmod(model.parent, 0o700)
+    assert len(service_cannot_read({"model_path": str(model)}, USER)) == 1
+
+
+def test_only_absolute_paths_that_exist_here_are_looked_at(model):
+    assert paths_in({"model_path": "meta-llama/Llama-3-8B", "tokenizer_path": "/nonexistent/x", "port": 3,
+                     "speculative_draft_model_path": str(model), "host": "/not-a-path-key"}) == [
+        ("speculative_draft_model_path", str(model))]
+
+
+def test_config_check_says_it(model, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from controller.daemon import serviceaccess
+    from controller.daemon.main import main
+    from tests.conftest import stub_sglang_python
+    monkeypatch.setattr(serviceaccess, "SERVICE_USER", USER)
+    os.chmod(model, 0o700)
+    python = stub_sglang_python(tmp_path / "s")
+    (tmp_path / "c.toml").write_text(f'[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "{model}"\n'
+                                     f'speculative_algorithm = "EAGLE3"\npython = "{python}"\n')
+    res = CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "c.toml")])
+    said = f"note: model_path = {model}: the service's user {USER} cannot read it"
+    assert res.exit_code == 0 and said in res.stderr, res.output
+
+
+def test_no_such_user_says_nothing(model):
+    os.chmod(model, 0o700)
+    assert service_cannot_read({"model_path": str(model)}, "no-such-user-spec") == []
