@@ -1,8 +1,9 @@
 """Opening the SQLite store: pragmas, integrity, migrations, the one-daemon lock.
 
 The daemon runs as root: the database, its journal files and the lock file are never reached
-through a symbolic link (a link planted by another user would make root write into its target),
-and files are created readable by their owner only."""
+through a symbolic link (a link planted by another user would make root write into its target).
+The lock file is created readable by its owner only; the database 0640 (and SQLite gives its journals the
+database's mode): the service's group reads it with the daemon down. The umask may take more away."""
 from __future__ import annotations
 
 import errno

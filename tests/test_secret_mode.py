@@ -26,17 +26,35 @@ def test_config_check_notes_a_secret_others_may_read(tmp_path, extra, mode, said
     res = CliRunner().invoke(main, ["config", "check", "--config", str(path)])
     assert res.exit_code == 0, (res.output, res.exception)
     note = (f"spec-controller: note: {path} holds an API key or a token and other users may "
-            f"{'read' if mode & 0o004 else 'change'} it (mode {mode:o}): sudo install -m 640 -o root -g spec-controller "
-            f"{path} /etc/spec-controller/config.toml")
+            f"{'read' if mode & 0o004 else 'change'} it (mode {mode:o}): sudo chown root:spec-controller {path} && "
+            f"sudo chmod 640 {path}")
     assert (note in res.stderr) is said, res.stderr
     assert "sk-1" not in res.output and "hf_x" not in res.output
 
 
-def test_the_steps_name_the_file_in_etc_itself_when_that_is_the_one():
-    assert private_steps("/etc/spec-controller/config.toml") == (
-        "sudo chown root:spec-controller /etc/spec-controller/config.toml && "
-        "sudo chmod 640 /etc/spec-controller/config.toml")
-    assert private_steps("my config.toml").startswith("sudo install -m 640 -o root -g spec-controller 'my config.toml' ")
+def test_the_steps_fix_the_file_itself_and_install_a_staged_copy():
+    etc = "/etc/spec-controller/config.toml"
+    assert private_steps(etc) == private_steps(etc, staged=True) == (
+        f"sudo chown root:spec-controller {etc} && sudo chmod 640 {etc}")
+    assert private_steps("my config.toml") == (
+        "sudo chown root:spec-controller 'my config.toml' && sudo chmod 640 'my config.toml'")
+    assert private_steps("my config.toml", staged=True) == (
+        f"sudo install -m 640 -o root -g spec-controller 'my config.toml' {etc}")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the file another group")
+def test_a_group_other_than_the_services_counts_as_others(tmp_path):
+    import grp
+    path = tmp_path / "c.toml"
+    path.write_text("x")
+    os.chmod(path, 0o640)
+    other = next(g for g in grp.getgrall() if g.gr_name not in ("root", "spec-controller"))
+    os.chown(path, -1, other.gr_gid)
+    assert secret_mode_note(path, {"api_key": "k"}) == [
+        f"{path} holds an API key or a token and group {other.gr_name} may read it (mode 640): "
+        f"sudo chown root:spec-controller {path} && sudo chmod 640 {path}"]
+    os.chown(path, -1, 0)
+    assert secret_mode_note(path, {"api_key": "k"}) == []          # (root's group: root alone, as a rule)
 
 
 def test_an_api_key_counts_as_a_secret(tmp_path):
@@ -61,3 +79,23 @@ def test_a_refusal_that_quotes_the_command_shows_its_key_as_stars(tmp_path):
 def test_no_file_or_an_unreadable_one_says_nothing(tmp_path):
     assert secret_mode_note(None, {"api_key": "k"}) == []
     assert secret_mode_note(tmp_path / "absent.toml", {"api_key": "k"}) == []
+
+
+def test_a_mistyped_key_flag_and_a_short_key_are_masked_as_words():
+    """helper-74: argparse quotes exactly the flags it does not know (--api_key); a one-letter key starred every 'a'."""
+    from controller.daemon.engines.sglang_flags import masked, shown
+    assert masked("unrecognized arguments: --api_key s3cret", ["--api_key", "s3cret"]) == \
+        "unrecognized arguments: --api_key ***"
+    assert masked("argument --port: invalid int value: 'x' (key a)", ["--api-key", "a", "--port", "x"]) == \
+        "argument --port: invalid int value: 'x' (key ***)"
+    assert shown(["--skip-tokenizer-init", "--tokenizer-path", "/t", "--hf-token", "abc", "--apikey=zz",
+                  "--secret-file", "--port", "1"]) == ["--skip-tokenizer-init", "--tokenizer-path", "/t", "--hf-token",
+                                                       "***", "--apikey=***", "--secret-file", "--port", "1"]
+
+
+def test_the_daemons_own_keys_ending_in_path_are_no_paths():
+    from controller.daemon.engines.base import EngineError
+    from controller.daemon.engines.sglang import SGLangEngine
+    with pytest.raises(EngineError) as e:
+        SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "off_path": ""})
+    assert "name a path" not in str(e.value)

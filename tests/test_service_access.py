@@ -64,3 +64,20 @@ def test_config_check_says_it(model, tmp_path, monkeypatch):
 def test_no_such_user_says_nothing(model):
     os.chmod(model, 0o700)
     assert service_cannot_read({"model_path": str(model)}, "no-such-user-spec") == []
+
+
+def test_a_config_the_user_cannot_read_is_named(model, short_tmp):
+    config = short_tmp / "c.toml"
+    config.write_text("")
+    os.chmod(config, 0o600)
+    assert service_cannot_read({}, USER, config=str(config)) == [
+        f"the config {config}: the service's user {USER} cannot read it (root can: config check runs as root); "
+        f"give it read access (e.g. chgrp -R {USER} and chmod -R g+rX)"]
+
+
+def test_a_path_that_hangs_is_given_up_on(model, monkeypatch):
+    """(a stale NFS mount: the child never answers) one note after the timeout, the child killed, nothing left."""
+    from controller.daemon import serviceaccess
+    monkeypatch.setattr(serviceaccess, "unreadable", lambda paths: __import__("time").sleep(60))
+    notes = service_cannot_read({"model_path": str(model)}, USER, timeout_s=0.5)
+    assert notes == [f"could not ask as {USER} whether it reads the [sglang] paths and the config (no answer in 0.5 s)"]

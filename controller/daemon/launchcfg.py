@@ -224,7 +224,7 @@ def operator_notes(fields: dict, table: dict, config_path: str | Path = DEFAULT_
             notes.append(f"{key} = {several[key]}: {what}: not yet run with spec-controller")
     if fields.get("api_key") or fields.get("admin_api_key") or secrets_in({"env": table.get("env")}):
         notes.append("a secret is in the config (an API key or a token; the daemon's log shows it as ***, SGLang's "
-                     f"lines included): let only root and the service read it ({private_steps(config_path)})")
+                     f"lines included): let only root and the service read it ({private_steps(config_path, staged=True)})")
     return notes
 
 

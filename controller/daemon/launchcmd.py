@@ -185,24 +185,35 @@ def path_notes(values: dict) -> list[str]:
     return notes
 
 
-def private_steps(config: str | Path) -> str:
-    """How to leave a config that holds a secret to root and the service: its copy into /etc made so, or, for the file
-    already there, its owner and mode."""
+def private_steps(config: str | Path, staged: bool = False) -> str:
+    """How to leave a config that holds a secret to root and the service: the file's own owner and mode, or, for a
+    copy made to be installed (staged: from-launch's -o file), its install into /etc made so."""
     where, target = shlex.quote(str(config)), "/etc/spec-controller/config.toml"
-    if str(Path(config).absolute()) == target:
+    if not staged or str(Path(config).absolute()) == target:
         return f"sudo chown root:spec-controller {where} && sudo chmod 640 {where}"
     return f"sudo install -m 640 -o root -g spec-controller {where} {target}"
 
 
-def secret_mode_note(config: str | Path | None, sglang: dict) -> list[str]:
-    """A config file that holds an API key or a token and that other users may read (config check)."""
+def secret_mode_note(config: str | Path | None, sglang: dict, group: str = "spec-controller") -> list[str]:
+    """A config file that holds an API key or a token and that other users may read or change (config check): others,
+    or a group other than the service's."""
+    import grp
     try:
-        mode = Path(config).stat().st_mode & 0o777 if config else 0
+        st = Path(config).stat() if config and secrets_in(sglang) else None
     except OSError:
+        st = None
+    if st is None:
         return []
-    if not mode & 0o007 or not secrets_in(sglang):
+    try:
+        group_of = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group_of = str(st.st_gid)
+    mode = st.st_mode & 0o777
+    if mode & 0o006:
+        who, reads = "other users", mode & 0o004
+    elif mode & 0o060 and group_of not in (group, "root"):
+        who, reads = f"group {group_of}", mode & 0o040
+    else:
         return []
-    return [f"{config} holds an API key or a token and other users may {'read' if mode & 0o004 else 'change'} it "
-            f"(mode {mode:o}): "
+    return [f"{config} holds an API key or a token and {who} may {'read' if reads else 'change'} it (mode {mode:o}): "
             f"{private_steps(config)}"]
-

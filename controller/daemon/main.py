@@ -120,7 +120,8 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     sglang = cfg["engine"]["kind"] == "sglang"
     _say_notes(path_notes(cfg["sglang"]) + off_path_note(cfg["sglang"]) + parsed if sglang
                else _empty_note(config_path))
-    _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"]) + (service_cannot_read(cfg["sglang"]) if sglang else []))
+    readable = service_cannot_read(cfg["sglang"], config=cfg["_path"]) if sglang else []
+    _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"]) + readable)
     click.echo(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg)}; policy {cfg['policy']['name']})")
 
 

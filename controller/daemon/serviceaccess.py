@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import pwd
+import select
+import signal
 from pathlib import Path
 
-SERVICE_USER = "spec-controller"        # systemd/spec-controller.sysusers
+SERVICE_USER = "spec-controller"        # systemd/spec-controller.sysusers (a drop-in with another User=: not it)
+ASK_TIMEOUT_S = 10.0
 
 
 def paths_in(values: dict) -> list[tuple[str, str]]:
@@ -34,35 +37,51 @@ def unreadable(paths: list[str]) -> list[str]:
     return bad
 
 
-def service_cannot_read(values: dict, user: str | None = None) -> list[str]:
-    """Notes for the [sglang] paths `user` (the service's) may not read, where this runs as root and that user exists;
-    else none."""
-    user, found = user or SERVICE_USER, paths_in(values)
+def service_cannot_read(values: dict, user: str | None = None, config: str | None = None,
+                        timeout_s: float = ASK_TIMEOUT_S) -> list[str]:
+    """Notes for the [sglang] paths (and the config file itself) that `user` (the service's) may not read, where this
+    runs as root and that user exists; else none."""
+    user, found = user or SERVICE_USER, paths_in(values) + ([("the config", config)] if config and
+                                                              os.path.exists(config) else [])
     if os.geteuid() != 0 or not found:
         return []
     try:
         account = pwd.getpwnam(user)
     except KeyError:
         return []
+    try:
+        bad = _ask_as(account, [p for _, p in found], timeout_s)
+    except (OSError, TimeoutError) as e:        # no fork or pipe, or a path that hangs (a stale NFS mount)
+        return [f"could not ask as {user} whether it reads the [sglang] paths and the config ({e})"]
+    return [f"{key} {'' if key == 'the config' else '= '}{path}: the service's user {user} cannot read it (root can: "
+            f"config check runs as root); give it read access (e.g. chgrp -R {user} and chmod -R g+rX)"
+            for key, path in found if path in bad]
+
+
+def _ask_as(account: pwd.struct_passwd, paths: list[str], timeout_s: float) -> set[str]:
+    """unreadable(paths) as that account, in a forked child that becomes it (killed past timeout_s)."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:                                       # the child: the service's user, then its answer, then gone
         status = 1
         try:
             os.close(read_end)
-            os.setgroups(os.getgrouplist(user, account.pw_gid))
+            os.setgroups(os.getgrouplist(account.pw_name, account.pw_gid))
             os.setgid(account.pw_gid)
             os.setuid(account.pw_uid)
-            os.write(write_end, "\0".join(unreadable([p for _, p in found])).encode())
+            os.write(write_end, "\0".join(unreadable(paths)).encode())
             status = 0
         finally:
             os._exit(status)
     os.close(write_end)
-    with os.fdopen(read_end, "rb") as answer:
-        text = answer.read().decode()
-    _, status = os.waitpid(pid, 0)
+    try:
+        with os.fdopen(read_end, "rb") as answer:
+            if not select.select([answer], [], [], timeout_s)[0]:
+                os.kill(pid, signal.SIGKILL)
+                raise TimeoutError(f"no answer in {timeout_s:g} s")
+            text = answer.read().decode()
+    finally:
+        _, status = os.waitpid(pid, 0)
     if status != 0:
-        return [f"could not ask as {user} whether it reads the [sglang] paths"]
-    bad = set(text.split("\0")) - {""}
-    return [f"{key} = {path}: the service's user {user} cannot read it (root can: config check runs as root); "
-            f"give it read access (e.g. chgrp -R {user} and chmod -R g+rX)" for key, path in found if path in bad]
+        raise OSError(f"the check as {account.pw_name} failed (status {status})")
+    return set(text.split("\0")) - {""}

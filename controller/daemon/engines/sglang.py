@@ -71,7 +71,8 @@ class SGLangEngine(Engine):
         if "model_path" not in self.args:
             raise EngineError("sglang engine: [sglang] model_path is required")
         for key, value in self.args.items():       # (SGLang takes "" for a path and expands no ~: it fails at start)
-            if key.endswith("_path") and isinstance(value, str) and (not value.strip() or value.startswith("~")):
+            if key.endswith("_path") and key not in OWN_KEYS and isinstance(value, str) and (
+                    not value.strip() or value.startswith("~")):
                 raise EngineError(f"sglang engine: [sglang] {key} = {value!r}: " + (
                     "nothing expands ~ here: write the path out" if value.strip() else "name a path or a model id"))
         if "python" in self.args and not (isinstance(self.args["python"], str) and self.args["python"].strip()):

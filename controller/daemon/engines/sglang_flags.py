@@ -86,11 +86,29 @@ def _secret_words(words: list[str]):
             yield (i if eq else i + 1), key, eq
 
 
+# a flag named like a secret, SGLang's or not (--api_key, --apikey, --hf-token: a mistyped one is what argparse quotes)
+SECRET_FLAG = re.compile(r"^--?(.*[-_])?(api[-_]?key|token|secret|passw\w*|credentials?)([-_].*)?$", re.I)
+
+
+def _masked_words(words: list[str]):
+    """(index, whether '--flag=value') of every word a log or a refusal must not show: the API keys' values, and the
+    value of any flag named like a secret (not a next word that is itself a flag)."""
+    seen = {(i, joined) for i, _, joined in _secret_words(words)}
+    for i, word in enumerate(words):
+        flag, eq, _ = word.partition("=")
+        if SECRET_FLAG.match(flag):
+            if eq:
+                seen.add((i, True))
+            elif i + 1 < len(words) and not words[i + 1].startswith("-"):
+                seen.add((i + 1, False))
+    return sorted(seen)
+
+
 def shown(cmd: list[str]) -> list[str]:
     """A command as the daemon logs it or a config's header shows it: the API keys' values, and those of secret-named
     variables set in front of it (HF_TOKEN=...), replaced by ***."""
     out = list(cmd)
-    for i, _, joined in _secret_words(cmd):
+    for i, joined in _masked_words(cmd):
         out[i] = f"{cmd[i].partition('=')[0]}=***" if joined else "***"
     for i, word in enumerate(cmd):
         name, eq, _ = word.partition("=")
@@ -117,10 +135,11 @@ def given_keys(args: dict) -> dict[str, list[str]]:
 
 
 def masked(text: str, words: list[str]) -> str:
-    """text (a parser's refusal, which may quote the command) with the API keys the command's words give as ***."""
-    for value in sorted((v for values in given_keys({"extra_args": words}).values() for v in values), key=len,
-                        reverse=True):
-        text = text.replace(value, "***") if value else text
+    """text (a parser's refusal, which may quote the command) with the secret values the command's words give as ***:
+    each where it stands as a word of its own (a one-letter key must not star every 'a' of the line)."""
+    values = {words[i].partition("=")[2] if joined else words[i] for i, joined in _masked_words(words)} - {""}
+    for value in sorted(values, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w.~+/-]){re.escape(value)}(?![\w.~+/-])", "***", text)
     return text
 
 
