@@ -99,3 +99,16 @@ def test_the_daemons_own_keys_ending_in_path_are_no_paths():
     with pytest.raises(EngineError) as e:
         SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "off_path": ""})
     assert "name a path" not in str(e.value)
+
+
+def test_sglangs_own_refusal_of_a_mistyped_key_is_masked_in_the_journal():
+    """The daemon relays SGLang's output masked by secrets_in: a key under a name SGLang does not know ([sglang]
+    apikey, extra_args --api_key) is what SGLang's argparse then prints whole."""
+    import io
+
+    from controller.daemon.engines.sglang_flags import relay_masked, secrets_in
+    secrets = secrets_in({"model_path": "/m", "apikey": "sk-AAA", "extra_args": ["--api_key", "sk-BBB"]})
+    out = io.BytesIO()
+    relay_masked(io.BytesIO(b"launch_server.py: error: unrecognized arguments: --apikey sk-AAA --api_key sk-BBB\n"),
+                 secrets, out)
+    assert out.getvalue() == b"launch_server.py: error: unrecognized arguments: --apikey *** --api_key ***\n"

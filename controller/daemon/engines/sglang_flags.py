@@ -144,11 +144,13 @@ def masked(text: str, words: list[str]) -> str:
 
 
 def secrets_in(args: dict) -> list[str]:
-    """Every secret value an [sglang] table holds: the API keys (its own and extra_args') and the values of its
-    secret-named [sglang.env] variables."""
+    """Every secret value an [sglang] table holds: the API keys (its own and extra_args'), the value of any flag named
+    like a secret (a mistyped key SGLang's argparse would print whole) and its secret-named [sglang.env] variables."""
     env = args.get("env") if isinstance(args.get("env"), dict) else {}
-    return [v for values in given_keys(args).values() for v in values] + \
-        [str(v) for name, v in env.items() if SECRET_ENV.search(name) and str(v)]
+    words = server_flags(args)          # (and any flag named like a secret: --apikey, --hf-token, in keys or extra_args)
+    named = [words[i].partition("=")[2] if joined else words[i] for i, joined in _masked_words(words)]
+    return list(dict.fromkeys([v for values in given_keys(args).values() for v in values] + [v for v in named if v] +
+                              [str(v) for name, v in env.items() if SECRET_ENV.search(name) and str(v)]))
 
 
 # A key in the YAML of an `--config FILE` in extra_args (SGLang merges it under the command line): a top-level
