@@ -26,7 +26,8 @@ def test_one_ratio_per_call_in_call_order_against_the_bar():
 
 
 @pytest.mark.parametrize("changes", [{"mode": "fast"}, {"off_path": "synced"}, {"prefill_graph": "disabled"},
-                                     {"pinned_cpus": False}, {"sleep_on_idle": None}, {"ratio": None}])
+                                     {"pinned_cpus": False}, {"sleep_on_idle": None}, {"ratio": None},
+                                     {"plain_off": True}])
 def test_rows_of_another_mode_or_harness_are_left_out(changes):
     rows = [row("closed", 48, 0.99, "h200-2026-12-05"), row("closed", 48, 0.50, "h200-2026-12-05b") | changes]
     (only,) = offpath_status.status(rows)

@@ -20,7 +20,8 @@ SHAPES = ("steady", "closed", "open")
 def current(row: dict) -> bool:
     """A row of the product's default off path measured the current way (12-04e on)."""
     return (row.get("mode") == "off" and row.get("off_path") == "kv" and row.get("prefill_graph") == "breakable"
-            and bool(row.get("pinned_cpus")) and bool(row.get("sleep_on_idle")) and row.get("ratio") is not None)
+            and bool(row.get("pinned_cpus")) and bool(row.get("sleep_on_idle")) and row.get("ratio") is not None
+            and not row.get("plain_off"))      # (PLAIN=1: off batches as SGLang's plain ones, a start-time switch)
 
 
 def status(rows: list[dict], bar: float = 0.97) -> list[dict]:
