@@ -112,3 +112,33 @@ def test_sglangs_own_refusal_of_a_mistyped_key_is_masked_in_the_journal():
     relay_masked(io.BytesIO(b"launch_server.py: error: unrecognized arguments: --apikey sk-AAA --api_key sk-BBB\n"),
                  secrets, out)
     assert out.getvalue() == b"launch_server.py: error: unrecognized arguments: --apikey *** --api_key ***\n"
+
+
+def test_a_progress_bars_carriage_returns_reach_the_journal_as_they_come():
+    """tqdm redraws with \\r alone; read by line, SGLang's loading bar reached the journal only once it finished."""
+    import os
+    import threading
+
+    from controller.daemon.engines.sglang_flags import relay_masked
+
+    class Sink:
+        def __init__(self):
+            self.data, self.got = b"", threading.Event()
+
+        def write(self, b):
+            self.data += b
+            self.got.set()
+
+        def flush(self):
+            pass
+    read_end, write_end = os.pipe()
+    sink = Sink()
+    relay = threading.Thread(target=relay_masked, args=(os.fdopen(read_end, "rb"), ["sk-Z"], sink), daemon=True)
+    relay.start()
+    os.write(write_end, b"Loading 10% sk-Z\r")
+    try:
+        assert sink.got.wait(10), "nothing relayed while the bar was still drawing"
+        assert sink.data == b"Loading 10% ***\r"
+    finally:
+        os.close(write_end)
+        relay.join(10)

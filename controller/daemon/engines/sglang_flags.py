@@ -203,7 +203,7 @@ def relay_masked(stream: IO[bytes], secrets: list[str], out: IO | None) -> None:
     masks = sorted({v for s in secrets if s for v in (s.encode(), repr(s)[1:-1].encode())}, key=len, reverse=True)
     sink = getattr(out, "buffer", out)
     try:
-        for line in iter(stream.readline, b""):
+        for line in _segments(stream):
             for mask in masks:
                 line = line.replace(mask, b"***")
             try:
@@ -213,3 +213,18 @@ def relay_masked(stream: IO[bytes], secrets: list[str], out: IO | None) -> None:
                 pass
     finally:
         stream.close()
+
+
+def _segments(stream: IO[bytes]):
+    """The stream in pieces that each end at a newline or a carriage return (tqdm's progress bars redraw with \r
+    alone: read by line, a model's loading bar reached the journal only when it finished), the rest at its end."""
+    held = b""
+    for chunk in iter(lambda: getattr(stream, "read1", stream.read)(65536), b""):
+        held += chunk
+        cut = max(held.rfind(b"\n"), held.rfind(b"\r")) + 1
+        if cut:
+            yield from re.findall(rb"[^\r\n]*(?:\r\n|\r|\n)", held[:cut])
+            held = held[cut:]
+    if held:
+        yield held
+
