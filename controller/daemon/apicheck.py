@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 from urllib.parse import parse_qsl, urlsplit
 
+from policies.params import shown       # (a value in an error line, cut short: the policies' refusals' rule)
+
 MAX_BODY = 64 * 1024          # a command is a few hundred bytes
 
 
@@ -26,12 +28,6 @@ class Route:
     handler: Callable[[dict[str, str], dict], dict | list]
     query: frozenset[str] = frozenset()
     body: frozenset[str] = frozenset()
-
-
-def shown(value: Any) -> str:
-    """A value in an error line: its repr, cut short (a 60 kB name is not echoed back whole)."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def json_int(value: Any, name: str) -> int:

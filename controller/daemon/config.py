@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import copy
-import os
 import ipaddress
+import os
 import tomllib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -148,11 +148,17 @@ def anchored(section: str, values: dict, base: Path) -> dict:
     out = dict(values)
     for key in FILE_PATHS.get(section, ()):
         value = out.get(key)
-        if isinstance(value, str) and value and (section in ("storage", "control") or names_a_file(value)):
+        if _names_file(section, key, value):
             if value.startswith("~"):
                 raise ConfigError(f"config: [{section}] {key} {value!r}: nothing expands ~ here: write the path out")
             out[key] = beside(value, base)
     return out
+
+
+def _names_file(section: str, key: str, value: Any) -> bool:
+    """A value of a path key that names a file (the [sim] ones may name a built-in instead)."""
+    return key in FILE_PATHS.get(section, ()) and isinstance(value, str) and bool(value) and (
+        section != "sim" or names_a_file(value))
 
 
 def load_conflict(trace: str | None, concurrency: float, arrival_rate: float) -> str | None:
@@ -252,10 +258,8 @@ def shadowed(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]]
         data = {s: anchored(s, v, Path(path).parent) if isinstance(v, dict) else v for s, v in data.items()}
     except (OSError, tomllib.TOMLDecodeError, ConfigError):
         return []
-    def as_file(at: tuple[str, str], v: Any) -> Any:      # a path flag is the shell's: compared as the file it names
-        named = isinstance(v, str) and v and (at[0] != "sim" or names_a_file(v))
-        return os.path.abspath(v) if at[1] in FILE_PATHS.get(at[0], ()) and named else v
-    mine, theirs = _flat(data), {at: as_file(at, v) for at, v in _flat(overrides).items()}
+    mine = _flat(data)          # (a path flag is the shell's: compared as the file it names)
+    theirs = {at: os.path.abspath(v) if _names_file(*at, v) else v for at, v in _flat(overrides).items()}
     return [f"[{s}] {k} {_shown((s, k), mine[(s, k)])!r} (overridden by the command line: {_shown((s, k), v)!r})"
             for (s, k), v in sorted(theirs.items()) if (s, k) in mine and mine[(s, k)] != v]
 

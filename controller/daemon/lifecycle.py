@@ -75,7 +75,7 @@ def _given_parent_exists(what: str, given: str | None, default: Path, the_units:
     parent = Path(given).absolute().parent if given else None
     if parent is not None and not parent.is_dir():
         state = "is not a directory" if parent.exists() else "does not exist"
-        where = f"{default}" if default == the_units else f"{default} here, {the_units} under the unit"
+        where = str(default) if default == the_units else f"{default} here, {the_units} under the unit"
         raise Fatal(f"{what} {given}: its directory {parent} {state} (create it, or leave the option out for "
                     f"the default: {where})", 2)
 

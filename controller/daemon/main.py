@@ -104,8 +104,8 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     from .launchcfg import LaunchError, off_path_note
     from .launchcheck import section_notes
     from .launchcmd import path_notes, secret_mode_note
-    from .serviceaccess import service_cannot_read
     from .lifecycle import Fatal, build_engine, check_given_paths
+    from .serviceaccess import service_cannot_read
     parsed: list[str] = []
     try:
         cfg = load_config(config_path, parse_set(settings))

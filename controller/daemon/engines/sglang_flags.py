@@ -104,6 +104,11 @@ def _masked_words(words: list[str]):
     return sorted(seen)
 
 
+def _masked_values(words: list[str]) -> list[str]:
+    """The values _masked_words points at (the part after '=' of a '--flag=value' word)."""
+    return [v for i, joined in _masked_words(words) if (v := words[i].partition("=")[2] if joined else words[i])]
+
+
 def shown(cmd: list[str]) -> list[str]:
     """A command as the daemon logs it or a config's header shows it: the API keys' values, and those of secret-named
     variables set in front of it (HF_TOKEN=...), replaced by ***."""
@@ -137,8 +142,7 @@ def given_keys(args: dict) -> dict[str, list[str]]:
 def masked(text: str, words: list[str]) -> str:
     """text (a parser's refusal, which may quote the command) with the secret values the command's words give as ***:
     each where it stands as a word of its own (a one-letter key must not star every 'a' of the line)."""
-    values = {words[i].partition("=")[2] if joined else words[i] for i, joined in _masked_words(words)} - {""}
-    for value in sorted(values, key=len, reverse=True):
+    for value in sorted(set(_masked_values(words)), key=len, reverse=True):
         text = re.sub(rf"(?<![\w.~+/-]){re.escape(value)}(?![\w.~+/-])", "***", text)
     return text
 
@@ -147,9 +151,8 @@ def secrets_in(args: dict) -> list[str]:
     """Every secret value an [sglang] table holds: the API keys (its own and extra_args'), the value of any flag named
     like a secret (a mistyped key SGLang's argparse would print whole) and its secret-named [sglang.env] variables."""
     env = args.get("env") if isinstance(args.get("env"), dict) else {}
-    words = server_flags(args)          # (and any flag named like a secret: --apikey, --hf-token, in keys or extra_args)
-    named = [words[i].partition("=")[2] if joined else words[i] for i, joined in _masked_words(words)]
-    return list(dict.fromkeys([v for values in given_keys(args).values() for v in values] + [v for v in named if v] +
+    named = _masked_values(server_flags(args))     # (any flag named like a secret: --apikey, --hf-token, extra_args')
+    return list(dict.fromkeys([v for values in given_keys(args).values() for v in values] + named +
                               [str(v) for name, v in env.items() if SECRET_ENV.search(name) and str(v)]))
 
 
