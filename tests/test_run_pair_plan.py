@@ -314,3 +314,87 @@ def test_the_gpu_api_key_check_gives_the_daemon_the_key_as_from_launch_would(tmp
     del env["API_KEY"]
     subprocess.run(["bash", "-c", POOL_HARNESS], env=env, capture_output=True, text=True, timeout=30, check=True)
     assert admin_headers(load_config(tmp_path / "config.toml")["sglang"]) == {}
+
+
+KEEP = r"""
+set -u
+OUT=$WORK/out; SC=$WORK/sc; mkdir -p $OUT $SC; touch $SC/state.db
+eval "$(sed -n '/^GROUPS_FILE=/,/^\[ "\$REUSE" = 1 \] || { rm -rf \$SC/p' "$COMMON_SH" | sed "s#/tmp/#$WORK/#g")"
+echo "REUSE=$REUSE LOGS=${LOGS#$WORK/} db=$([ -f $SC/state.db ] && echo kept || echo fresh) groups=$([ -f $GROUPS_FILE ] && echo kept || echo stopped)"
+"""
+
+
+def keep(tmp_path, **env: str) -> str:
+    run_env = {"PATH": "/usr/bin:/bin", "COMMON_SH": str(COMMON_SH), "WORK": str(tmp_path), **env}
+    got = subprocess.run(["bash", "-c", KEEP], env=run_env, capture_output=True, text=True, timeout=60,
+                         cwd=SCRIPT.parents[2])
+    assert got.returncode == 0, got.stderr
+    return got.stdout.strip().splitlines()[-1]
+
+
+def kept_call(tmp_path, **env: str) -> None:
+    """What engines_up leaves after a KEEP_ENGINES=1 call started its engines: their groups, ids and signature."""
+    sig = subprocess.run(["bash", "-c", 'eval "$(sed -n \'/^keep_signature()/,/^}/p\' "$COMMON_SH")"; keep_signature'],
+                         env={"PATH": "/usr/bin:/bin", "COMMON_SH": str(COMMON_SH), **env}, capture_output=True,
+                         text=True, timeout=60, cwd=SCRIPT.parents[2]).stdout.strip()
+    (tmp_path / "keep").mkdir(exist_ok=True)
+    (tmp_path / "keep/pids").write_text("11 22\n")
+    (tmp_path / "keep/signature").write_text(sig + "\n")
+    (tmp_path / "bench-groups").write_text("999999991\n999999992\n")
+
+
+def test_a_warm_call_started_the_same_way_reuses_the_kept_engines_and_their_database(tmp_path):
+    """KEEP_ENGINES=1: the engines the last such call left up, started with the same settings and code, are measured
+    again (no ~250 s start); their database stays (the daemon holds it) and the logs live beside them."""
+    same = {"KEEP_ENGINES": "1", "B_FIRST": "1", "OFF_PATH": "kv", "SPEC_CPROFILE_KINDS": "extend"}
+    kept_call(tmp_path, **same)
+    assert keep(tmp_path, **same, SHAPES="closedab", PIN_CPUS="1") == "REUSE=1 LOGS=keep/logs db=kept groups=kept"
+
+
+@pytest.mark.parametrize("changed", [{"B_FIRST": "0"}, {"POOL_TOKENS": "40000"}, {"SPEC_CPROFILE_KINDS": "decode"},
+                                     {"ROTATION": "resolve"}, {"KEEP_ENGINES": "0"}])
+def test_engines_started_another_way_are_stopped_and_the_call_starts_afresh(tmp_path, changed):
+    same = {"KEEP_ENGINES": "1", "B_FIRST": "1", "OFF_PATH": "kv", "SPEC_CPROFILE_KINDS": "extend"}
+    kept_call(tmp_path, **same)
+    got = keep(tmp_path, **{**same, **changed})
+    logs = "keep/logs" if changed.get("KEEP_ENGINES", "1") == "1" else "out"
+    assert got == f"REUSE=0 LOGS={logs} db=fresh groups=stopped"
+    assert not (tmp_path / "keep/pids").exists()        # the next call cannot take them for kept either
+
+
+def test_without_keep_every_call_stops_what_was_left_and_starts_a_fresh_database(tmp_path):
+    (tmp_path / "bench-groups").write_text("999999991\n")
+    assert keep(tmp_path) == "REUSE=0 LOGS=out db=fresh groups=stopped"
+
+
+def test_reused_engines_leave_the_whole_deadline_to_the_phases():
+    """The plan's check reckons ~20 s instead of ~200 s for engines already up."""
+    assert plan(ROTATION="pair", REPEATS="2", DEADLINE_S="300", REUSE="1", **CLOSED).stdout.strip() == \
+        "went on: closedab needs 198"
+    assert plan(ROTATION="pair", REPEATS="2", DEADLINE_S="300", **CLOSED).returncode == 2
+
+
+UP = r"""
+set -u
+say() { echo "SAY $*"; }
+reuse_engines() { echo reuse; NOSPEC_PID=11; DAEMON_PID=22; [ "${REUSE_FAILS:-0}" = 1 ] && { REUSE=0; return 1; }; return 0; }
+start_engines() { echo start; NOSPEC_PID=33; DAEMON_PID=44; }
+log_offset() { echo 500; }
+KEEP_DIR=$WORK; LOGS=$WORK; GROUP_B=daemon; KEEP_SIG=sig1
+eval "$(sed -n '/^engines_up()/,/^}/p' "$SCRIPT")"
+engines_up; echo "pids $(cat $WORK/pids 2>/dev/null) sig $(cat $WORK/signature 2>/dev/null) from ${LOG_FROM[nospec]} ${LOG_FROM[daemon]}"
+"""
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"REUSE": "1", "KEEP_ENGINES": "1"}, ["reuse", "pids 11 22 sig sig1 from 500 500"]),
+    ({"REUSE": "1", "KEEP_ENGINES": "1", "REUSE_FAILS": "1"}, ["reuse", "start", "pids 33 44 sig sig1 from 0 0"]),
+    ({"REUSE": "0", "KEEP_ENGINES": "1"}, ["start", "pids 33 44 sig sig1 from 0 0"]),
+    ({"REUSE": "0"}, ["start", "pids  sig  from 0 0"]),
+])
+def test_engines_up_reuses_or_starts_and_records_them_for_the_next_call(tmp_path, env, says):
+    """A reused engine's log is read from where this call found it (its earlier calls' lines are not this call's);
+    kept engines are recorded only with KEEP_ENGINES=1, and one that failed to answer is started afresh."""
+    got = subprocess.run(["bash", "-c", UP], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "WORK": str(tmp_path),
+                                                  **env}, capture_output=True, text=True, timeout=30)
+    assert got.stdout.splitlines() == says, got.stderr

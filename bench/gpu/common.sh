@@ -13,12 +13,35 @@ M=/tmp/m; SC=/tmp/sc
 # A warm machine keeps /tmp and what a timed-out call left running (servers and daemons run in their own
 # sessions): stop those process groups first, by the ids recorded when they started, never by name.
 GROUPS_FILE=/tmp/bench-groups
-if [ -f $GROUPS_FILE ]; then
+stop_groups() {
+  [ -f $GROUPS_FILE ] || return 0
   while read -r g; do kill -TERM -- "-$g" 2>/dev/null; done <$GROUPS_FILE
   sleep 5; while read -r g; do kill -KILL -- "-$g" 2>/dev/null; done <$GROUPS_FILE
   rm -f $GROUPS_FILE
+}
+# KEEP_ENGINES=1 (run_pair.sh): the engines stay up when the call ends, and the next call on the same warm machine
+# whose engines would start the same way (keep_signature) measures them as they are (REUSE=1) instead of spending the
+# ~210-310 s of a start again. Their logs live in $KEEP_DIR/logs (each call brings back its own part); the daemon's
+# database is the one it started with (each call pins the threshold again).
+KEEP_DIR=/tmp/keep
+keep_signature() { # how the engines start (the settings read at their start, the wheels, the code they import)
+  { for v in B_FIRST PLAIN TWIN POOL_TOKENS PREFILL_GRAPH OFF_PATH KV_GRAPH SIDE COALESCE GRAMMAR_BACKEND MEMCHECK \
+      SLEEP_ON_IDLE TP MAXBS DUMMY ACC_LEN; do echo "$v=${!v:-}"; done
+    case "${ROTATION:-}" in resolve|leanall) echo "lean resolve hook" ;; esac
+    env | grep -E '^(SPEC_|SGLANG_)' | sort
+    stat -c '%n %s' .whl/*.whl 2>/dev/null
+    find controller policies state -name '*.py' | sort | xargs cat
+    cat bench/gpu/timeline.py bench/gpu/procspeed.py bench/gpu/proccpu.py bench/gpu/mkmodel.py
+  } 2>/dev/null | md5sum | cut -d' ' -f1
+}
+REUSE=0; KEEP_SIG=""
+if [ "${KEEP_ENGINES:-0}" = 1 ]; then
+  KEEP_SIG=$(keep_signature)      # now: the scripts export more SPEC_ variables once sourced
+  [ -f $KEEP_DIR/pids ] && [ "$(cat $KEEP_DIR/signature 2>/dev/null)" = "$KEEP_SIG" ] && REUSE=1
 fi
-rm -rf $SC; mkdir -p $SC           # every call starts from a fresh database
+[ "$REUSE" = 1 ] || { stop_groups; rm -rf $KEEP_DIR; }
+LOGS=$OUT; [ "${KEEP_ENGINES:-0}" = 1 ] && { LOGS=$KEEP_DIR/logs; mkdir -p "$LOGS"; }   # the engines' logs
+[ "$REUSE" = 1 ] || { rm -rf $SC; mkdir -p $SC; }   # every call that starts its engines starts a fresh database
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export TVM_FFI_CACHE_DIR=/tmp/jitcache TRITON_CACHE_DIR=/tmp/tritoncache
 SUM=$OUT/summary.txt; : >"$SUM"
@@ -134,10 +157,10 @@ start_server() { # label port env... -- flags ; sets SERVER_PID, returns non-zer
   local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
   say "start $label"
   # its own session: the server and every process it starts share the process group SERVER_PID
-  setsid env "${envs[@]}" python3 -m sglang.launch_server "${COMMON[@]}" --port "$port" "$@" >"$OUT/$label.log" 2>&1 &
+  setsid env "${envs[@]}" python3 -m sglang.launch_server "${COMMON[@]}" --port "$port" "$@" >"$LOGS/$label.log" 2>&1 &
   SERVER_PID=$!; echo $SERVER_PID >>$GROUPS_FILE
   if wait_http "$port" "$SERVER_PID"; then say "$label ready"; return 0; fi
-  say "$label FAILED to start"; tail -20 "$OUT/$label.log" | tee -a "$SUM"; stop_server; return 1
+  say "$label FAILED to start"; tail -20 "$LOGS/$label.log" | tee -a "$SUM"; stop_server; return 1
 }
 
 pin_group() { # pgid cpus: every thread of every process in the group that pgid leads (an engine and its children;
@@ -196,7 +219,7 @@ internal_state() { # port json: POST /set_internal_state, prints "updated True/F
 server_phase() { # label port env... -- extra flags: start, sweep, stop
   local label=$1 port=$2
   start_server "$@" || return
-  sweep "$port" "$label" "$OUT/$label.log"
+  sweep "$port" "$label" "$LOGS/$label.log"
   stop_server
 }
 
@@ -246,13 +269,13 @@ db = "$SC/state.db"
 socket = "$SC/ctl.sock"
 TOML
   say "start daemon (sglang engine + plugin, TP $TP, accept length $ACC)"
-  setsid python3 -m controller.daemon run --config $SC/config.toml >"${DAEMON_LOG:-$OUT/daemon.log}" 2>&1 &
+  setsid python3 -m controller.daemon run --config $SC/config.toml >"${DAEMON_LOG:-$LOGS/daemon.log}" 2>&1 &
   DAEMON_PID=$!; echo $DAEMON_PID >>$GROUPS_FILE   # leads the group of the daemon and its SGLang child
   for _ in $(seq 1 480); do
     specctl status --json 2>/dev/null | grep -q '"running": true' && { say "daemon up"; save_caches; return 0; }
     kill -0 $DAEMON_PID 2>/dev/null || break; sleep 1
   done
-  say "daemon FAILED"; grep -E "Error|error" "${DAEMON_LOG:-$OUT/daemon.log}" | grep -v "^benchmark_args" | tail -8 | tee -a "$SUM"
+  say "daemon FAILED"; grep -E "Error|error" "${DAEMON_LOG:-$LOGS/daemon.log}" | grep -v "^benchmark_args" | tail -8 | tee -a "$SUM"
   kill_group $DAEMON_PID; return 1
 }
 
@@ -275,7 +298,7 @@ ranked_sweep() { # repeats [modes]: the daemon's modes interleaved inside each l
   python3 bench/gpu/sweep.py --port 30000 --tokenizer $TOK \
     --modes "$(echo "$modes" | sed "s/never/never=0/;s/always/always=$MAXBS/;s/static5/static5=5/;s/bandit/bandit=policy/")" \
     --socket $SC/ctl.sock --db $SC/state.db --repeats "$1" --levels "$LEVELS" --out "$R" "${SWEEP_ARGS[@]}" \
-    >>"${DAEMON_LOG:-$OUT/daemon.log}" 2>&1
+    >>"${DAEMON_LOG:-$LOGS/daemon.log}" 2>&1
   for mode in ${modes//,/ }; do say "TP $TP $mode: $(python3 bench/gpu/sweep.py --show $mode --out "$R")"; done
   grep -h '"measured_concurrency"' "$R" | python3 -c "import sys, json
 for r in map(json.loads, sys.stdin): print(r['label'], r['measured_concurrency'], r['spec_share'], r['accept_measured'])" | tr '\n' ';' | sed 's/^/measured (mode c spec-share accept): /' | tee -a "$SUM"; echo | tee -a "$SUM"
@@ -322,7 +345,7 @@ nospec_loads() { # names of loads.py argument arrays...: an engine started witho
     local name; for name in "$@"; do local -n args=$name; load_sum --port 30001 --label nospec "${args[@]}"; done
     say "nospec done"; stop_server
   fi
-  tail -c 200000 "$OUT/nospec.log" >/tmp/nospec.log; rm -f "$OUT/nospec.log"
+  tail -c 200000 "$LOGS/nospec.log" >/tmp/nospec.log; rm -f "$LOGS/nospec.log"
 }
 
 save_db() { # the daemon's database (after stop_daemon), compacted and compressed: $OUT/state.db.xz

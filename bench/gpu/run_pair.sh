@@ -40,6 +40,10 @@
 #  with the threshold pinned at PIN_T (8) (label pinned: lean prefills above 0); `profile`: the GPU kernels of a decode step at
 #  PROFILE_BS (48) per engine (kernel_profile.py). Phases run in the order SHAPES names them, each only if
 #  its time is left; OPEN_RATES (2,12,24); OFF_PATH sets the daemon's [sglang] off_path.
+# KEEP_ENGINES=1: both engines stay up when the call ends; the next call on the same warm machine (within its 30 s idle
+#  release) with the same start settings and code measures them again instead of starting them (~210-310 s saved;
+#  common.sh keep_signature; its first line says "engines reused"). Give every call of such a chain KEEP_ENGINES=1 and
+#  the same start-time variables (B_FIRST, SPEC_CPROFILE_KINDS, ...); a call without it stops them.
 # TWIN=1 (the A/A): instead of the daemon, a second engine WITHOUT speculation started as the daemon's is (second,
 #  mem fraction 0.64, port 30000, timeline prefix off, pinned and rotated the same), label twin: twin / nospec is what
 #  the harness reads for a second engine as fast as plain decoding (its median: the harness's own bias; its spread: the
@@ -129,7 +133,7 @@ ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTOR
   AB=$(echo "$AB" | sed "s/\([a-z]*\)=3000/\1${SUFFIX:-}=3000/g")    # after phase gcfreeze: labels end in -gcf
 }
 engine_lines() { # pattern: lines matching it in both engines' logs so far
-  cat "$OUT/nospec.log" "$OUT/$GROUP_B.log" | grep -c "$1"
+  cat "$LOGS/nospec.log" "$LOGS/$GROUP_B.log" | grep -c "$1"
 }
 wait_engine_lines() { # pattern count-before seconds: until both engines printed one more such line (each looks
   # at its flag files at its next flush, or within a second while idle)
@@ -178,6 +182,7 @@ for phase in ${SHAPES//,/ }; do
     say "not started: TWIN=1 has no daemon for phase $phase (TWIN=1 runs:$TWIN_PHASES)"; exit 2; }
 done
 first=${SHAPES%%,*}; need=$(phase_need "$first"); up=${ENGINES_UP_S:-200}
+[ "${REUSE:-0}" = 1 ] && up=${ENGINES_UP_S:-20}    # engines a KEEP_ENGINES=1 call left up (common.sh)
 if [ $((need + up)) -gt "$DEADLINE" ]; then
   say "not started: $first needs $need s after the engines are up (~$up s, ENGINES_UP_S), DEADLINE_S is $DEADLINE"
   exit 2
@@ -196,7 +201,7 @@ export SPEC_GC_FREEZE=/tmp/tl/gcfreeze.flag       # phase gcfreeze creates it
 export SPEC_CALIBRATE=/tmp/tl/calibrate.flag      # phase calibrate creates it
 export SPEC_SPIN=/tmp/tl/spin.json                # phase spin writes it (SPIN_JSON)
 rm -f "$SPEC_GC_FREEZE" "$SPEC_CALIBRATE" "$SPEC_SPIN"   # a warm machine keeps /tmp: never start frozen or spinning
-B=off; GROUP_B=daemon     # the label of the engine beside the no-spec one; its process group and log ($OUT/NAME.log)
+B=off; GROUP_B=daemon     # the label of the engine beside the no-spec one; its process group and log ($LOGS/NAME.log)
 [ "${TWIN:-0}" = 1 ] && B=twin GROUP_B=twin
 start_b() { # the engine beside the no-spec one: the daemon (sglang engine + plugin), or with TWIN=1 a second no-spec
   # engine started as the daemon's is; sets DAEMON_PID (either way: the group that pins and CPU counts follow)
@@ -237,7 +242,28 @@ start_engines() { # both engines in the order B_FIRST says; exits when no-spec c
     export MEMFRAC=0.64; start_b
   fi
 }
-if start_engines; then
+reuse_engines() { # REUSE=1: the engines the last KEEP_ENGINES=1 call left up, where both still answer (the daemon's
+  # back in its default state); else they are stopped and this call starts its own
+  read -r NOSPEC_PID DAEMON_PID <$KEEP_DIR/pids
+  if kill -0 -- "-$NOSPEC_PID" 2>/dev/null && kill -0 -- "-$DAEMON_PID" 2>/dev/null \
+    && curl -sf http://127.0.0.1:30001/health >/dev/null && curl -sf http://127.0.0.1:30000/health >/dev/null \
+    && { [ "$B" != off ] || specctl status --json 2>/dev/null | grep -q '"running": true'; }; then
+    [ "${B_FIRST:-0}" = 1 ] && export LOAD_B_FIRST=1
+    rm -f "$SPEC_SYNC_DEBUG" "$SPEC_CPROFILE"       # (a timed-out call's flags)
+    [ "$B" = off ] && { local dflt=$SIDE_YES; [ "$SIDE" = 1 ] || dflt=$INLINE; internal_state 30000 "$dflt" | tee -a "$SUM"; }
+    say "engines reused (KEEP_ENGINES=1): nospec group $NOSPEC_PID, $GROUP_B group $DAEMON_PID"; return 0
+  fi
+  say "the kept engines do not answer: stopping them, starting afresh"
+  stop_groups; rm -rf $SC $KEEP_DIR/pids; mkdir -p $SC; REUSE=0; return 1
+}
+engines_up() { # reused or started; with KEEP_ENGINES=1 recorded for the next call, and each log's length now (this
+  # call brings back its own part)
+  { [ "$REUSE" = 1 ] && reuse_engines; } || start_engines || return
+  [ "${KEEP_ENGINES:-0}" = 1 ] && { echo "$NOSPEC_PID $DAEMON_PID" >$KEEP_DIR/pids; echo "$KEEP_SIG" >$KEEP_DIR/signature; }
+  declare -gA LOG_FROM; for f in nospec $GROUP_B; do LOG_FROM[$f]=$(log_offset "$LOGS/$f.log"); done
+  [ "$REUSE" = 1 ] || LOG_FROM=([nospec]=0 [$GROUP_B]=0)
+}
+if engines_up; then
   [ "$B" = off ] && { specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
     specctl threshold pin 0 | tee -a "$SUM"; }
   # every run's row: both groups' CPU seconds per process name and the host's busy share (proccpu.py)
@@ -260,7 +286,7 @@ if start_engines; then
   python3 bench/gpu/procmem.py "$LOAD_CPU_GROUPS" 2>&1 | sed 's/^/memory: /' | tee -a "$SUM"
   # each engine's KV pool as SGLang sized it (POOL_TOKENS caps both: equal unless one had less memory left)
   say "KV pools as started: $(for f in nospec $GROUP_B; do echo -n "$f $(grep -o 'max_total_num_tokens=[0-9]*' \
-    "$OUT/$f.log" | head -1 | cut -d= -f2); "; done)"
+    "$LOGS/$f.log" | head -1 | cut -d= -f2); "; done)"
   n0=$([ -f "$R" ] && wc -l <"$R" || echo 0)
   # the phases in the order SHAPES names them, each only if its time is left (phase_need)
   for phase in ${SHAPES//,/ }; do
@@ -332,8 +358,8 @@ if start_engines; then
       touch "$SPEC_SYNC_DEBUG"
       load_sum --shape closed --levels "${SYNC_LEVELS:-16}" --seconds 3 --warmup 2 \
         --engines nospec=30001,$B=30000 --repeats 1 --out /tmp/tl/syncdebug.jsonl
-      for f in nospec $GROUP_B; do echo "== $f"; grep -A14 "^SYNC" "$OUT/$f.log" | cut -c1-240; done >"$OUT/syncs.txt"
-      grep -c "^SYNC pid" "$OUT"/nospec.log "$OUT/$GROUP_B.log" | tee -a "$SUM"
+      for f in nospec $GROUP_B; do echo "== $f"; grep -A14 "^SYNC" "$LOGS/$f.log" | cut -c1-240; done >"$OUT/syncs.txt"
+      grep -c "^SYNC pid" "$LOGS"/nospec.log "$LOGS/$GROUP_B.log" | tee -a "$SUM"
       rm -f "$SPEC_SYNC_DEBUG"; say "syncdebug done (switched off at each engine's next flush)" ;;
     cprofile)  # where the decode launch's CPU goes: cProfile around each decode batch's run_batch in both engines
       # (timeline.py; SPEC_CPROFILE_KINDS=extend for the prefills' instead) under a closed loop at CPROFILE_LEVELS
@@ -344,7 +370,7 @@ if start_engines; then
         --engines nospec=30001,$B=30000 --repeats 1 --out /tmp/tl/cprofile.jsonl
       printed=$(engine_lines '^CPROFILE pid')
       rm -f "$SPEC_CPROFILE"; wait_engine_lines '^CPROFILE pid' "$printed" 30    # each prints its stats then
-      for f in nospec $GROUP_B; do echo "== $f"; grep "^CPROFILE" "$OUT/$f.log" | cut -c1-220; done >"$OUT/cprofile.txt"
+      for f in nospec $GROUP_B; do echo "== $f"; grep "^CPROFILE" "$LOGS/$f.log" | cut -c1-220; done >"$OUT/cprofile.txt"
       # uniform slowdown (the process or its host) or a few functions (a code path)? bench/gpu/prof_compare.py
       for prof in /tmp/tl/off.*.prof; do     # (the engine beside no-spec writes under /tmp/tl/off, the twin too)
         [ -e "$prof" ] || continue
@@ -357,22 +383,22 @@ if start_engines; then
     calibrate) # the same pure-Python loop timed in both idle schedulers, once a second for 6 s (timeline.py): one
       # engine's process slower as a whole (12-03f: its extends' model runner +2.4 ms with no code to explain it)
       fits "$(phase_need calibrate)" calibrate || continue
-      declare -A seen procs; for f in nospec $GROUP_B; do seen[$f]=$(grep -c '^CALIBRATE' "$OUT/$f.log")
-        procs[$f]=$(grep -c '^PROC' "$OUT/$f.log"); done
+      declare -A seen procs; for f in nospec $GROUP_B; do seen[$f]=$(grep -c '^CALIBRATE' "$LOGS/$f.log")
+        procs[$f]=$(grep -c '^PROC' "$LOGS/$f.log"); done
       touch "$SPEC_CALIBRATE"; sleep 6; rm -f "$SPEC_CALIBRATE"
       # the host's cores (sibling threads together): a slow look's cpu against its neighbours' (procspeed.py)
       { python3 bench/gpu/cpusets.py 1 2>&1 >/dev/null || true; } | sed 's/^/calibrate host: /' | tee -a "$SUM"
       for f in nospec $GROUP_B; do     # this phase's lines only (it may run twice: before and after gcfreeze)
-        echo "calibrate $f${SUFFIX:-}: $(grep '^CALIBRATE' "$OUT/$f.log" | tail -n +$((seen[$f] + 1)) \
+        echo "calibrate $f${SUFFIX:-}: $(grep '^CALIBRATE' "$LOGS/$f.log" | tail -n +$((seen[$f] + 1)) \
           | python3 bench/gpu/procspeed.py) us (every look)"
-        echo "proc $f${SUFFIX:-}: $(grep '^PROC' "$OUT/$f.log" | tail -n +$((procs[$f] + 1)) | tail -1 | cut -c1-900)"
+        echo "proc $f${SUFFIX:-}: $(grep '^PROC' "$LOGS/$f.log" | tail -n +$((procs[$f] + 1)) | tail -1 | cut -c1-900)"
       done | tee -a "$SUM" ;;
     gcfreeze)  # both engines' scheduler processes frozen out of garbage collection (timeline.py, gc.freeze) for the
       # phases after it, which label their rows NAME-gcf (SHAPES=openab,gcfreeze,openab: both ways, one call)
       fits "$(phase_need gcfreeze)" gcfreeze || continue
       frozen=$(engine_lines '^GCFREEZE pid [0-9]* on')
       touch "$SPEC_GC_FREEZE"; SUFFIX=-gcf; pair_labels; wait_engine_lines '^GCFREEZE pid [0-9]* on' "$frozen" 20
-      say "gcfreeze: $(cat "$OUT/nospec.log" "$OUT/$GROUP_B.log" | grep '^GCFREEZE' | cut -c1-100 | tr '\n' ';')" ;;
+      say "gcfreeze: $(cat "$LOGS/nospec.log" "$LOGS/$GROUP_B.log" | grep '^GCFREEZE' | cut -c1-100 | tr '\n' ';')" ;;
     spin)      # CPU spun on the scheduler thread before each launch of the kinds SPIN_DOSES names, per engine (timeline.py
       # SPEC_SPIN), for the phases after it, which label their rows NAME-spin: the no-spec engine given the
       # off engine's extra decode-launch CPU (12-04f: ~0.6 ms) says whether that CPU is the closed-128 gap. Labels
@@ -387,7 +413,7 @@ if start_engines; then
         continue
       fi
       SUFFIX=-spin; pair_labels
-      say "spin $SPIN_JSON: $(cat "$OUT/nospec.log" "$OUT/$GROUP_B.log" | grep '^SPIN pid' | tail -"$got" | tr '\n' ';')" ;;
+      say "spin $SPIN_JSON: $(cat "$LOGS/nospec.log" "$LOGS/$GROUP_B.log" | grep '^SPIN pid' | tail -"$got" | tr '\n' ';')" ;;
     grammar)   # issue 12 item 4: a share of the requests carry a regex; status says how many off batches fell back
       fits "$(phase_need grammar)" grammar || continue
       load_sum --shape closed --levels "${GRAMMAR_LEVELS:-48}" --grammar-share "${GRAMMAR_SHARE:-0.1}" \
@@ -426,12 +452,19 @@ if start_engines; then
   [ "${TIMELINE:-1}" != 0 ] && [ -s "$R" ] && timeline_lines "$n0" 3 "$OPEN_S" "$CLOSED_WARMUP" "$CLOSED_S"
   python3 bench/gpu/procmem.py "$LOAD_CPU_GROUPS" 2>&1 | sed 's/^/memory at the end: /' | tee -a "$SUM"
   if [ "$B" = off ]; then specctl status 2>&1 | grep -E "off path|plugin cost|off launch|samples" | tee -a "$SUM"
-    # the plain mode's engagement and anything that went wrong in the daemon's engine
-    grep -E "non-speculative batches|plain off|Leak|Traceback|Error" "$OUT/$GROUP_B.log" | head -8 | cut -c1-300 | tee -a "$SUM"
-    stop_daemon
-  else SERVER_PID=$DAEMON_PID; stop_server; fi
+    # the plain mode's engagement and anything that went wrong in the daemon's engine (in this call)
+    tail -c +$((LOG_FROM[$GROUP_B] + 1)) "$LOGS/$GROUP_B.log" | grep -E "non-speculative batches|plain off|Leak|Traceback|Error" \
+      | head -8 | cut -c1-300 | tee -a "$SUM"
+  fi
+  if [ "${KEEP_ENGINES:-0}" = 1 ]; then    # left up for the next call; this call's part of each log comes back
+    for f in nospec $GROUP_B; do tail -c +$((LOG_FROM[$f] + 1)) "$LOGS/$f.log" >"$OUT/$f.log"; done
+    say "engines kept up (KEEP_ENGINES=1): nospec group $NOSPEC_PID, $GROUP_B group $DAEMON_PID"
+  else
+    if [ "$B" = off ]; then stop_daemon; else SERVER_PID=$DAEMON_PID; stop_server; fi
+    SERVER_PID=$NOSPEC_PID; stop_server
+  fi
+elif [ -n "${NOSPEC_PID:-}" ]; then SERVER_PID=$NOSPEC_PID; stop_server
 fi
-SERVER_PID=$NOSPEC_PID; stop_server
 unset SPEC_TIMELINE
 if [ -s "$R" ]; then python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"; else say "no run measured: no tables"; fi
 # the systematic part, pair by pair (the decode interval; tok/s moves with the extends' launch speed run to run)
