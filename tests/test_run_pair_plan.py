@@ -46,7 +46,7 @@ def test_the_engines_start_time_is_the_operators_to_say_and_only_the_first_phase
     assert plan(ROTATION="defer", REPEATS="3", DEADLINE_S="585", ENGINES_UP_S="170", **CLOSED).returncode == 0
     later = plan(ROTATION="pair", REPEATS="2", DEADLINE_S="400", SHAPES="cprofile,closedab,steadyab",
                  CLOSED_LEVELS="1,16,48,128", CLOSED_WARMUP="5", CLOSED_S="15")
-    assert later.returncode == 0 and later.stdout.strip() == "went on: cprofile needs 60"
+    assert later.returncode == 0 and later.stdout.strip() == "went on: cprofile needs 100"
 
 
 @pytest.mark.parametrize("shape, env, need", [
@@ -398,3 +398,37 @@ def test_engines_up_reuses_or_starts_and_records_them_for_the_next_call(tmp_path
     got = subprocess.run(["bash", "-c", UP], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "WORK": str(tmp_path),
                                                   **env}, capture_output=True, text=True, timeout=30)
     assert got.stdout.splitlines() == says, got.stderr
+
+
+CPROFILE = r"""
+set -u
+say() { echo "SAY $*"; }; fits() { :; }; engine_lines() { echo 0; }; wait_engine_lines() { :; }
+load_sum() { echo "load $*" >>$WORK/calls; touch $WORK/tl/nospec.7.prof $WORK/tl/off.9.prof; }
+python3() { if [ "$1" = -c ]; then cat >/dev/null; echo "{'off': '6,7'}"; else echo "verdict: ${3#$WORK/tl/} vs ${2#$WORK/tl/}"; fi; }
+OUT=$WORK/out; SUM=$WORK/sum; LOGS=$WORK; B=off; GROUP_B=daemon; SPEC_CPROFILE=$WORK/tl/flag
+mkdir -p $OUT $WORK/tl; : >$WORK/tl/cprofile.jsonl
+printf 'old\nCPROFILE pid 1 an earlier call\n' >$WORK/daemon.log; : >$WORK/nospec.log
+declare -A LOG_FROM=([nospec]=0 [daemon]=$(stat -c %s $WORK/daemon.log))
+echo 'CPROFILE pid 2 this call' >>$WORK/daemon.log
+eval "$(sed -n '/^call_log()/,/^}/p' "$SCRIPT")"
+phase=cprofile
+eval "case \$phase in $(sed -n '/^    cprofile)  #/,/profiles)" ;;$/p' "$SCRIPT" | sed "s#/tmp/tl#$WORK/tl#g") esac"
+"""
+
+
+def test_the_prefills_are_profiled_twice_with_the_core_sets_swapped_between(tmp_path):
+    """Each engine's profile on one core set could not tell its process from its cores (12-04i, 12-05c): the phase
+    profiles once per set (loads.py --repeat-index 0 and 1 swap them) and compares each pair of profiles apart; a kept
+    engine's earlier calls' profile lines are not this call's."""
+    got = subprocess.run(["bash", "-c", "shopt -s expand_aliases; " + CPROFILE],
+                         env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "WORK": str(tmp_path)},
+                         capture_output=True, text=True, timeout=30)
+    assert got.returncode == 0, got.stderr
+    loads = (tmp_path / "calls").read_text().splitlines()
+    assert [line.split("--repeat-index ")[1].split()[0] for line in loads] == ["0", "1"]
+    summary = (tmp_path / "sum").read_text()
+    assert "profile 1 of 2, core sets {'off': '6,7'}" in summary and "profile 2 of 2" in summary
+    assert "verdict: rep0/off.9.prof vs rep0/nospec.7.prof" in summary
+    assert "verdict: rep1/off.9.prof vs rep1/nospec.7.prof" in summary
+    text = (tmp_path / "out/cprofile.txt").read_text()
+    assert "CPROFILE pid 2 this call" in text and "an earlier call" not in text

@@ -167,7 +167,8 @@ phase_need() { # phase: the seconds it needs once both engines are up (what fits
     steadyab) ab_rotation; echo $((NAB * ${REPEATS:-2} * 4 * 3 + 30)) ;;
     profile) echo 90 ;;
     greedy) echo $((70 + 50 * ${PLAIN:-0})) ;;
-    syncdebug|cprofile|grcheck|lpcheck|penalty) echo 60 ;;
+    syncdebug|grcheck|lpcheck|penalty) echo 60 ;;
+    cprofile) echo 100 ;;                  # twice, the core sets swapped between
     steady) echo 40 ;;
     gcfreeze|spin) echo 25 ;;
     calibrate) echo 15 ;;
@@ -255,6 +256,9 @@ reuse_engines() { # REUSE=1: the engines the last KEEP_ENGINES=1 call left up, w
   fi
   say "the kept engines do not answer: stopping them, starting afresh"
   stop_groups; rm -rf $SC $KEEP_DIR/pids; mkdir -p $SC; REUSE=0; return 1
+}
+call_log() { # NAME: this call's part of that engine's log (a kept engine's log holds earlier calls' lines too)
+  tail -c +$((LOG_FROM[$1] + 1)) "$LOGS/$1.log"
 }
 engines_up() { # reused or started; with KEEP_ENGINES=1 recorded for the next call, and each log's length now (this
   # call brings back its own part)
@@ -358,27 +362,35 @@ if engines_up; then
       touch "$SPEC_SYNC_DEBUG"
       load_sum --shape closed --levels "${SYNC_LEVELS:-16}" --seconds 3 --warmup 2 \
         --engines nospec=30001,$B=30000 --repeats 1 --out /tmp/tl/syncdebug.jsonl
-      for f in nospec $GROUP_B; do echo "== $f"; grep -A14 "^SYNC" "$LOGS/$f.log" | cut -c1-240; done >"$OUT/syncs.txt"
-      grep -c "^SYNC pid" "$LOGS"/nospec.log "$LOGS/$GROUP_B.log" | tee -a "$SUM"
+      for f in nospec $GROUP_B; do echo "== $f"; call_log $f | grep -A14 "^SYNC" | cut -c1-240; done >"$OUT/syncs.txt"
+      for f in nospec $GROUP_B; do echo "$f: $(call_log $f | grep -c "^SYNC pid")"; done | tee -a "$SUM"
       rm -f "$SPEC_SYNC_DEBUG"; say "syncdebug done (switched off at each engine's next flush)" ;;
     cprofile)  # where the decode launch's CPU goes: cProfile around each decode batch's run_batch in both engines
       # (timeline.py; SPEC_CPROFILE_KINDS=extend for the prefills' instead) under a closed loop at CPROFILE_LEVELS
-      # (128), the top functions by own time into $OUT/cprofile.txt
+      # (128), the top functions by own time into $OUT/cprofile.txt. Twice, the engines' core sets swapped between
+      # (loads.py --repeat-index; with PIN_CPUS=1): a factor that follows the engine is its process, one that flips
+      # with the swap is the cores (each profile alone could not tell: 12-04i, 12-05c ran the off engine on one set)
       fits "$(phase_need cprofile)" cprofile || continue
-      touch "$SPEC_CPROFILE"
-      load_sum --shape closed --levels "${CPROFILE_LEVELS:-128}" --seconds 4 --warmup 3 \
-        --engines nospec=30001,$B=30000 --repeats 1 --out /tmp/tl/cprofile.jsonl
-      printed=$(engine_lines '^CPROFILE pid')
-      rm -f "$SPEC_CPROFILE"; wait_engine_lines '^CPROFILE pid' "$printed" 30    # each prints its stats then
-      for f in nospec $GROUP_B; do echo "== $f"; grep "^CPROFILE" "$LOGS/$f.log" | cut -c1-220; done >"$OUT/cprofile.txt"
-      # uniform slowdown (the process or its host) or a few functions (a code path)? bench/gpu/prof_compare.py
-      for prof in /tmp/tl/off.*.prof; do     # (the engine beside no-spec writes under /tmp/tl/off, the twin too)
-        [ -e "$prof" ] || continue
-        { echo "== prof_compare nospec $B"; python3 bench/gpu/prof_compare.py "$(ls /tmp/tl/nospec.*.prof | head -1)" "$prof" 2>&1; } \
-          | tee -a "$OUT/cprofile.txt" | grep -E "^(==|per-call|excess|verdict)" | tee -a "$SUM"
+      : >"$OUT/cprofile.txt"
+      for rep in 0 1; do
+        touch "$SPEC_CPROFILE"
+        load_sum --shape closed --levels "${CPROFILE_LEVELS:-128}" --seconds 4 --warmup 3 \
+          --engines nospec=30001,$B=30000 --repeats 1 --repeat-index "$rep" --out /tmp/tl/cprofile.jsonl
+        printed=$(engine_lines '^CPROFILE pid')
+        rm -f "$SPEC_CPROFILE"; wait_engine_lines '^CPROFILE pid' "$printed" 30    # each prints its stats then
+        mkdir -p "/tmp/tl/rep$rep"; mv /tmp/tl/*.prof "/tmp/tl/rep$rep/" 2>/dev/null
+        sets=$(tail -1 /tmp/tl/cprofile.jsonl | python3 -c "import sys, json; print(json.load(sys.stdin).get('cpus_by_group', {}))" 2>/dev/null)
+        # uniform slowdown (the process or its host) or a few functions (a code path)? bench/gpu/prof_compare.py
+        for prof in /tmp/tl/rep$rep/off.*.prof; do     # (the engine beside no-spec writes under /tmp/tl/off, the twin too)
+          [ -e "$prof" ] || continue
+          { echo "== prof_compare nospec $B, profile $((rep + 1)) of 2, core sets $sets"
+            python3 bench/gpu/prof_compare.py "$(ls /tmp/tl/rep$rep/nospec.*.prof | head -1)" "$prof" 2>&1; } \
+            | tee -a "$OUT/cprofile.txt" | grep -E "^(==|per-call|excess|verdict)" | tee -a "$SUM"
+        done
       done
+      for f in nospec $GROUP_B; do echo "== $f"; call_log $f | grep "^CPROFILE" | cut -c1-220; done >>"$OUT/cprofile.txt"
       # whole stats (callers, cumulative times: python3 -m pstats), one file: a call brings back 8 files at most
-      (cd /tmp/tl && tar cJf "$OUT/cprofile-stats.tar.xz" ./*.prof 2>/dev/null && rm -f ./*.prof)
+      (cd /tmp/tl && tar cJf "$OUT/cprofile-stats.tar.xz" rep0 rep1 2>/dev/null && rm -rf rep0 rep1)
       say "cprofile done ($(grep -c 'CPROFILE pid' "$OUT/cprofile.txt") profiles)" ;;
     calibrate) # the same pure-Python loop timed in both idle schedulers, once a second for 6 s (timeline.py): one
       # engine's process slower as a whole (12-03f: its extends' model runner +2.4 ms with no code to explain it)
@@ -398,7 +410,7 @@ if engines_up; then
       fits "$(phase_need gcfreeze)" gcfreeze || continue
       frozen=$(engine_lines '^GCFREEZE pid [0-9]* on')
       touch "$SPEC_GC_FREEZE"; SUFFIX=-gcf; pair_labels; wait_engine_lines '^GCFREEZE pid [0-9]* on' "$frozen" 20
-      say "gcfreeze: $(cat "$LOGS/nospec.log" "$LOGS/$GROUP_B.log" | grep '^GCFREEZE' | cut -c1-100 | tr '\n' ';')" ;;
+      say "gcfreeze: $({ call_log nospec; call_log $GROUP_B; } | grep '^GCFREEZE' | cut -c1-100 | tr '\n' ';')" ;;
     spin)      # CPU spun on the scheduler thread before each launch of the kinds SPIN_DOSES names, per engine (timeline.py
       # SPEC_SPIN), for the phases after it, which label their rows NAME-spin: the no-spec engine given the
       # off engine's extra decode-launch CPU (12-04f: ~0.6 ms) says whether that CPU is the closed-128 gap. Labels
@@ -453,11 +465,10 @@ if engines_up; then
   python3 bench/gpu/procmem.py "$LOAD_CPU_GROUPS" 2>&1 | sed 's/^/memory at the end: /' | tee -a "$SUM"
   if [ "$B" = off ]; then specctl status 2>&1 | grep -E "off path|plugin cost|off launch|samples" | tee -a "$SUM"
     # the plain mode's engagement and anything that went wrong in the daemon's engine (in this call)
-    tail -c +$((LOG_FROM[$GROUP_B] + 1)) "$LOGS/$GROUP_B.log" | grep -E "non-speculative batches|plain off|Leak|Traceback|Error" \
-      | head -8 | cut -c1-300 | tee -a "$SUM"
+    call_log $GROUP_B | grep -E "non-speculative batches|plain off|Leak|Traceback|Error" | head -8 | cut -c1-300 | tee -a "$SUM"
   fi
   if [ "${KEEP_ENGINES:-0}" = 1 ]; then    # left up for the next call; this call's part of each log comes back
-    for f in nospec $GROUP_B; do tail -c +$((LOG_FROM[$f] + 1)) "$LOGS/$f.log" >"$OUT/$f.log"; done
+    for f in nospec $GROUP_B; do call_log $f >"$OUT/$f.log"; done
     say "engines kept up (KEEP_ENGINES=1): nospec group $NOSPEC_PID, $GROUP_B group $DAEMON_PID"
   else
     if [ "$B" = off ]; then stop_daemon; else SERVER_PID=$DAEMON_PID; stop_server; fi
