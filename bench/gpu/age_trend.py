@@ -1,0 +1,99 @@
+"""Does an engine pair's ratio move with the engines' age? Over the calls of one KEEP_ENGINES chain (run_pair.sh: the
+same two engine processes, one machine's monotonic clock), per shape and level: each label's tok/s and each label /
+no-spec pair against the minutes since the chain's first run, with a least-squares slope per 10 minutes and its 95 %
+interval (12-05c: closed 128 read 0.901, 0.930, 0.981 in three calls of one pair, no-spec steady).
+
+    python3 bench/gpu/age_trend.py call1-results.jsonl call2-results.jsonl ... [--shape closed] [--level 128]
+
+Rows of different machines (monotonic clocks that do not agree with the wall clock) are refused: their minutes would
+mean nothing."""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+from scipy import stats
+
+import traffic_table
+
+CLOCK_SLACK_S = 5.0     # wall minus monotonic start differs by more between rows: not one machine's boot
+
+
+def one_clock(rows: list[dict]) -> None:
+    """ValueError unless every row's monotonic start agrees with its wall-clock start (one machine, one boot)."""
+    offsets = [r["t_start"] - r["mono_start"] for r in rows]
+    if offsets and max(offsets) - min(offsets) > CLOCK_SLACK_S:
+        raise ValueError(f"the rows' monotonic clocks differ by {max(offsets) - min(offsets):,.0f} s against the wall "
+                         "clock: not one machine's calls (one KEEP_ENGINES chain)")
+
+
+def slope_per_10min(minutes: list[float], values: list[float]) -> tuple[float, float, float] | None:
+    """(slope, low, high) of values per 10 minutes, the interval at 95 %; None with fewer than 3 points or no spread
+    in time."""
+    if len(minutes) < 3 or max(minutes) - min(minutes) <= 0:
+        return None
+    fit = stats.linregress(minutes, values)
+    half = stats.t.ppf(0.975, len(minutes) - 2) * fit.stderr
+    return 10 * fit.slope, 10 * (fit.slope - half), 10 * (fit.slope + half)
+
+
+def series(rows: list[dict], shape: str | None, level: float | None) -> list[tuple[tuple, str, list[float], list[float]]]:
+    """(shape, level), name, minutes, values: each label's tok/s and each label / no-spec pair's ratio (traffic_table's
+    pairing: the same repeat, nearest in time; at the pair's mean start)."""
+    t0 = min(r["mono_start"] for r in rows)
+    groups = traffic_table.grouped(rows)
+    out = []
+    for (sh, lv, label), rs in traffic_table.in_order(groups):
+        if (shape and sh != shape) or (level is not None and float(lv) != level):
+            continue
+        rs = sorted(rs, key=lambda r: r["mono_start"])
+        out.append(((sh, lv), f"{label} tok/s", [(r["mono_start"] - t0) / 60 for r in rs], [r["tok_s"] for r in rs]))
+        if label.startswith("nospec"):
+            continue
+        pairs, _ = traffic_table.beside(groups, (sh, lv, label))
+        pairs = sorted(pairs, key=lambda p: p[0]["mono_start"])
+        out.append(((sh, lv), f"{label} / nospec", [((a["mono_start"] + b["mono_start"]) / 2 - t0) / 60 for a, b in pairs],
+                    [a["tok_s"] / b["tok_s"] for a, b in pairs]))
+    return out
+
+
+def lines(rows: list[dict], shape: str | None = None, level: float | None = None) -> list[str]:
+    """The markdown table; a tok/s slope reads in % of that series' mean, a ratio's in ratio points."""
+    one_clock(rows)
+    out = ["| shape | level | series | points | minutes | first / last value | slope per 10 min [95 %] |",
+           "|---|---|---|---|---|---|---|"]
+    for (sh, lv), name, minutes, values in series(rows, shape, level):
+        if not values:
+            continue
+        fit = slope_per_10min(minutes, values)
+        ratio = name.endswith("/ nospec")
+        scale = 1.0 if ratio else 100 / statistics.mean(values)
+        shown = "-" if fit is None else (f"{fit[0] * scale:+.3f} [{fit[1] * scale:+.3f}, {fit[2] * scale:+.3f}]" if ratio
+                                         else f"{fit[0] * scale:+.1f} % [{fit[1] * scale:+.1f}, {fit[2] * scale:+.1f}]")
+        first_last = f"{values[0]:.3f} / {values[-1]:.3f}" if ratio else f"{values[0]:,.0f} / {values[-1]:,.0f}"
+        out.append(f"| {sh} | {lv} | {name} | {len(values)} | {minutes[0]:.1f}-{minutes[-1]:.1f} | {first_last} | {shown} |")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", nargs="+", help="loads.py's results.jsonl of each call of the chain")
+    ap.add_argument("--shape", help="only this shape (steady, closed, open)")
+    ap.add_argument("--level", type=float, help="only this level (clients, batch or req/s)")
+    args = ap.parse_args(argv)
+    rows = [r for path in args.results for r in traffic_table.rows_of(path)
+            if "mono_start" in r and "tok_s" in r and "t_start" in r]
+    if not rows:
+        print("age_trend: no runs with a monotonic start in " + ", ".join(args.results), file=sys.stderr)
+        return 2
+    try:
+        print("\n".join(lines(rows, args.shape, args.level)))
+    except ValueError as e:
+        print(f"age_trend: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
