@@ -62,7 +62,9 @@ kv_coalesced() { # do the engines started from here coalesce their draft-KV writ
   WHEELS=$(stat -c '%n %s' .whl/*.whl | md5sum)   # the carried set (names, sizes): a changed one is installed again
   [ "$(cat /tmp/site/.wheels-installed 2>/dev/null)" = "$WHEELS" ] || { python3 -m pip install -q --no-index \
     --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && echo "$WHEELS" >/tmp/site/.wheels-installed; }
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target /tmp/site . 2>&1 | tail -2
+  # (not under kept engines: the same code by their signature, and a reinstall rewrites the files they import from)
+  [ "$REUSE" = 1 ] || python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade \
+    --target /tmp/site . 2>&1 | tail -2
   for c in .jitcache/caches.tar.*; do [ -f "$c" ] && tar xf "$c" -C /tmp && echo "restored JIT caches"; done
 } >/tmp/env.log 2>&1
 export PYTHONPATH=/tmp/site
