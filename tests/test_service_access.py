@@ -45,6 +45,17 @@ def test_only_absolute_paths_that_exist_here_are_looked_at(model):
         ("speculative_draft_model_path", str(model))]
 
 
+def test_lora_adapters_are_paths_too(model):
+    """[sglang] lora_paths: a list of "/path" or "name=/path" (SGLang's --lora-paths), each one the service must read."""
+    adapter = model.parent / "adapter"
+    adapter.mkdir(mode=0o700)
+    assert paths_in({"lora_paths": [f"sql={adapter}", str(model), "hub/adapter", 3]}) == [
+        ("lora_paths", str(adapter)), ("lora_paths", str(model))]
+    assert service_cannot_read({"lora_paths": [f"sql={adapter}", str(model)]}, USER) == [
+        f"lora_paths = {adapter}: the service's user {USER} cannot read it (root can: config check runs as root); "
+        f"give it read access (e.g. chgrp -R {USER} and chmod -R g+rX)"]
+
+
 def test_config_check_says_it(model, tmp_path, monkeypatch):
     from click.testing import CliRunner
 

@@ -14,9 +14,12 @@ ASK_TIMEOUT_S = 10.0
 
 
 def paths_in(values: dict) -> list[tuple[str, str]]:
-    """(key, path) for each [sglang] *_path that is an absolute path existing here (a model id is no path)."""
-    return [(k, v) for k, v in values.items()
-            if k.endswith("_path") and isinstance(v, str) and v.startswith("/") and os.path.exists(v)]
+    """(key, path) for each [sglang] *_path, and each entry of a *_paths list (lora_paths: "/path" or "name=/path"), that
+    is an absolute path existing here (a model id is no path)."""
+    named = [(k, v) for k, v in values.items() if k.endswith("_path") and isinstance(v, str)]
+    named += [(k, x.partition("=")[2] if "=" in x else x) for k, v in values.items()
+              if k.endswith("_paths") and isinstance(v, list) for x in v if isinstance(x, str)]
+    return [(k, v) for k, v in named if v.startswith("/") and os.path.exists(v)]
 
 
 def unreadable(paths: list[str]) -> list[str]:
