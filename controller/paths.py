@@ -112,3 +112,9 @@ def names_a_file(name_or_path: str) -> bool:
 def beside(path: str, base: Path) -> str:
     """A path a file names, read from that file's directory (base) when relative: a config's db, a trace's profile."""
     return path if Path(path).is_absolute() else os.path.normpath(Path(base).absolute() / path)
+
+
+def home_unexpanded(path: str) -> str | None:
+    """Why a path written with ~ is refused (neither the daemon nor SGLang expands it: it would be a directory named ~),
+    or None."""
+    return "nothing expands ~ here: write the path out" if path.startswith("~") else None

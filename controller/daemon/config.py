@@ -12,7 +12,7 @@ from policies import PolicyError, make_policy
 
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
-from ..paths import DEFAULT_CONFIG, beside, db_path_problem, names_a_file, socket_path_too_long
+from ..paths import DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, names_a_file, socket_path_too_long
 from .engines.sglang_flags import shown_value
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -149,8 +149,8 @@ def anchored(section: str, values: dict, base: Path) -> dict:
     for key in FILE_PATHS.get(section, ()):
         value = out.get(key)
         if _names_file(section, key, value):
-            if value.startswith("~"):
-                raise ConfigError(f"config: [{section}] {key} {value!r}: nothing expands ~ here: write the path out")
+            if home_unexpanded(value):
+                raise ConfigError(f"config: [{section}] {key} {value!r}: {home_unexpanded(value)}")
             out[key] = beside(value, base)
     return out
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, MAX_BATCH, PAYS_DRAFT,
                          SAME_AT_ZERO, THRESHOLD_KEY, decode, unsupported_reason, zero_saves_prefill_draft)
-from ...paths import state_dir, write_private
+from ...paths import home_unexpanded, state_dir, write_private
 from .base import Engine, EngineError, SampleSink
 from .child import NOT_STARTED, USAGE, bound_to_daemon, port_reason
 from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, no_http_reason, refused_hint,
@@ -72,9 +72,9 @@ class SGLangEngine(Engine):
             raise EngineError("sglang engine: [sglang] model_path is required")
         for key, value in self.args.items():       # (SGLang takes "" for a path and expands no ~: it fails at start)
             if key.endswith("_path") and key not in OWN_KEYS and isinstance(value, str) and (
-                    not value.strip() or value.startswith("~")):
-                raise EngineError(f"sglang engine: [sglang] {key} = {value!r}: " + (
-                    "nothing expands ~ here: write the path out" if value.strip() else "name a path or a model id"))
+                    not value.strip() or home_unexpanded(value)):
+                raise EngineError(f"sglang engine: [sglang] {key} = {value!r}: "
+                                  f"{home_unexpanded(value) or 'name a path or a model id'}")
         if "python" in self.args and not (isinstance(self.args["python"], str) and self.args["python"].strip()):
             raise EngineError("sglang engine: [sglang] python must name an interpreter (leave it out for the daemon's)")
         self.args["extra_args"] = extra_args(self.args)
