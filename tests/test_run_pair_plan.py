@@ -1,6 +1,8 @@
 """bench/gpu/run_pair.sh's plan: a call whose first phase cannot fit after the engines' start is refused before any
 engine starts (12-04e's call 2 spent 220 s of device time on "skip closedab"), by the same phase_need that each phase's
 own check uses. Runs the script's own functions in bash, sed-extracted (its head installs wheels and needs a GPU)."""
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -320,51 +322,102 @@ KEEP = r"""
 set -u
 OUT=$WORK/out; SC=$WORK/sc; mkdir -p $OUT $SC; touch $SC/state.db
 eval "$(sed -n '/^GROUPS_FILE=/,/^\[ "\$REUSE" = 1 \] || { rm -rf \$SC/p' "$COMMON_SH" | sed "s#/tmp/#$WORK/#g")"
-echo "REUSE=$REUSE LOGS=${LOGS#$WORK/} db=$([ -f $SC/state.db ] && echo kept || echo fresh) groups=$([ -f $GROUPS_FILE ] && echo kept || echo stopped)"
+echo "REUSE=$REUSE LOGS=${LOGS#$WORK/} db=$([ -f $SC/state.db ] && echo kept || echo fresh) groups=$([ -f $GROUPS_FILE ] && echo kept || echo stopped) clean=$([ -f $KEEP_DIR/clean ] && echo left || echo gone)"
 """
+SAME = {"KEEPS_ENGINES": "1", "KEEP_ENGINES": "1", "B_FIRST": "1", "OFF_PATH": "kv", "SPEC_CPROFILE_KINDS": "extend"}
+
+
+@pytest.fixture
+def engines(tmp_path):
+    """Two real process groups standing in for the kept engines, and a curl that says whether they answer."""
+    groups = [Group() for _ in range(2)]
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin/curl").write_text(f"#!/bin/sh\nexit $(cat {tmp_path}/curl-rc 2>/dev/null || echo 0)\n")
+    (tmp_path / "bin/curl").chmod(0o755)
+    yield groups
+    for g in groups:
+        g.kill()
+
+
+class Group:
+    """A process group leader that is not this process's child (as a kept engine is not the next call's): once
+    stopped, something else reaps it, so it is gone rather than a zombie that kill -0 still finds."""
+    def __init__(self) -> None:
+        self.pid = int(subprocess.run(["bash", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                                      text=True, timeout=10).stdout)
+
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+            return not open(f"/proc/{self.pid}/stat").read().split(") ")[1].startswith("Z")
+        except (OSError, IndexError):
+            return False
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def keep(tmp_path, **env: str) -> str:
-    run_env = {"PATH": "/usr/bin:/bin", "COMMON_SH": str(COMMON_SH), "WORK": str(tmp_path), **env}
+    run_env = {"PATH": f"{tmp_path}/bin:/usr/bin:/bin", "COMMON_SH": str(COMMON_SH), "WORK": str(tmp_path), **env}
     got = subprocess.run(["bash", "-c", KEEP], env=run_env, capture_output=True, text=True, timeout=60,
                          cwd=SCRIPT.parents[2])
     assert got.returncode == 0, got.stderr
     return got.stdout.strip().splitlines()[-1]
 
 
-def kept_call(tmp_path, **env: str) -> None:
-    """What engines_up leaves after a KEEP_ENGINES=1 call started its engines: their groups, ids and signature."""
+def kept_call(tmp_path, groups, clean: bool = True, **env: str) -> None:
+    """What a KEEP_ENGINES=1 call leaves when it ends (clean: normally): its engines' groups, ids and signature."""
     sig = subprocess.run(["bash", "-c", 'eval "$(sed -n \'/^keep_signature()/,/^}/p\' "$COMMON_SH")"; keep_signature'],
                          env={"PATH": "/usr/bin:/bin", "COMMON_SH": str(COMMON_SH), **env}, capture_output=True,
                          text=True, timeout=60, cwd=SCRIPT.parents[2]).stdout.strip()
     (tmp_path / "keep").mkdir(exist_ok=True)
-    (tmp_path / "keep/pids").write_text("11 22\n")
+    (tmp_path / "keep/pids").write_text(" ".join(str(g.pid) for g in groups) + "\n")
     (tmp_path / "keep/signature").write_text(sig + "\n")
-    (tmp_path / "bench-groups").write_text("999999991\n999999992\n")
+    if clean:
+        (tmp_path / "keep/clean").touch()
+    (tmp_path / "bench-groups").write_text("".join(f"{g.pid}\n" for g in groups))
 
 
-def test_a_warm_call_started_the_same_way_reuses_the_kept_engines_and_their_database(tmp_path):
+def test_a_warm_call_started_the_same_way_reuses_the_kept_engines_and_their_database(tmp_path, engines):
     """KEEP_ENGINES=1: the engines the last such call left up, started with the same settings and code, are measured
-    again (no ~250 s start); their database stays (the daemon holds it) and the logs live beside them."""
-    same = {"KEEP_ENGINES": "1", "B_FIRST": "1", "OFF_PATH": "kv", "SPEC_CPROFILE_KINDS": "extend"}
-    kept_call(tmp_path, **same)
-    assert keep(tmp_path, **same, SHAPES="closedab", PIN_CPUS="1") == "REUSE=1 LOGS=keep/logs db=kept groups=kept"
+    again (no ~250 s start); their database stays (the daemon holds it) and the logs live beside them. Until this call
+    ends normally, the next may not take them for clean."""
+    kept_call(tmp_path, engines, **SAME)
+    assert keep(tmp_path, **SAME, SHAPES="closedab") == "REUSE=1 LOGS=keep/logs db=kept groups=kept clean=gone"
+    assert all(g.alive() for g in engines)
 
 
 @pytest.mark.parametrize("changed", [{"B_FIRST": "0"}, {"POOL_TOKENS": "40000"}, {"SPEC_CPROFILE_KINDS": "decode"},
-                                     {"ROTATION": "resolve"}, {"KEEP_ENGINES": "0"}])
-def test_engines_started_another_way_are_stopped_and_the_call_starts_afresh(tmp_path, changed):
-    same = {"KEEP_ENGINES": "1", "B_FIRST": "1", "OFF_PATH": "kv", "SPEC_CPROFILE_KINDS": "extend"}
-    kept_call(tmp_path, **same)
-    got = keep(tmp_path, **{**same, **changed})
-    logs = "keep/logs" if changed.get("KEEP_ENGINES", "1") == "1" else "out"
-    assert got == f"REUSE=0 LOGS={logs} db=fresh groups=stopped"
+                                     {"ROTATION": "resolve"}, {"PIN_CPUS": "1"}, {"API_KEY": "k"},
+                                     {"KEEP_ENGINES": "0"}, {"KEEPS_ENGINES": "0"}])
+def test_engines_started_another_way_are_stopped_and_the_call_starts_afresh(tmp_path, engines, changed):
+    """Another start setting, or a script that does not keep engines (only run_pair.sh does: KEEPS_ENGINES)."""
+    kept_call(tmp_path, engines, **SAME)
+    got = keep(tmp_path, **{**SAME, **changed})
+    logs = "keep/logs" if "KEEP_ENGINES" not in changed and "KEEPS_ENGINES" not in changed else "out"
+    assert got.startswith(f"REUSE=0 LOGS={logs} db=fresh groups=stopped")
     assert not (tmp_path / "keep/pids").exists()        # the next call cannot take them for kept either
+    assert not any(g.alive() for g in engines)          # stopped by their group ids
+
+
+@pytest.mark.parametrize("how", ["cut", "dead", "silent"])
+def test_engines_a_call_did_not_leave_cleanly_or_that_do_not_answer_are_not_reused(tmp_path, engines, how):
+    """cut: the last call ended at its limit mid-phase (a state switched, pins swapped); dead: a group is gone;
+    silent: an engine does not answer /health."""
+    kept_call(tmp_path, engines, clean=how != "cut", **SAME)
+    if how == "dead":
+        engines[1].kill()
+    if how == "silent":
+        (tmp_path / "curl-rc").write_text("7")
+    assert keep(tmp_path, **SAME).startswith("REUSE=0 LOGS=keep/logs db=fresh groups=stopped")
 
 
 def test_without_keep_every_call_stops_what_was_left_and_starts_a_fresh_database(tmp_path):
     (tmp_path / "bench-groups").write_text("999999991\n")
-    assert keep(tmp_path) == "REUSE=0 LOGS=out db=fresh groups=stopped"
+    assert keep(tmp_path).startswith("REUSE=0 LOGS=out db=fresh groups=stopped")
 
 
 def test_reused_engines_leave_the_whole_deadline_to_the_phases():
@@ -380,7 +433,7 @@ say() { echo "SAY $*"; }
 reuse_engines() { echo reuse; NOSPEC_PID=11; DAEMON_PID=22; [ "${REUSE_FAILS:-0}" = 1 ] && { REUSE=0; return 1; }; return 0; }
 start_engines() { echo start; NOSPEC_PID=33; DAEMON_PID=44; }
 log_offset() { echo 500; }
-KEEP_DIR=$WORK; LOGS=$WORK; GROUP_B=daemon; KEEP_SIG=sig1
+KEEP_DIR=$WORK; LOGS=$WORK; GROUP_B=daemon; KEEP_SIG=sig1; KEEP=${KEEP_ENGINES:-0}
 eval "$(sed -n '/^engines_up()/,/^}/p' "$SCRIPT")"
 engines_up; echo "pids $(cat $WORK/pids 2>/dev/null) sig $(cat $WORK/signature 2>/dev/null) from ${LOG_FROM[nospec]} ${LOG_FROM[daemon]}"
 """
@@ -432,3 +485,25 @@ def test_the_prefills_are_profiled_twice_with_the_core_sets_swapped_between(tmp_
     assert "verdict: rep1/off.9.prof vs rep1/nospec.7.prof" in summary
     text = (tmp_path / "out/cprofile.txt").read_text()
     assert "CPROFILE pid 2 this call" in text and "an earlier call" not in text
+
+
+FOLLOW = r"""
+set -u
+OUT=$WORK/out; LOGS=$WORK/keep; GROUP_B=daemon; mkdir -p $OUT $LOGS
+printf 'an earlier call\n' >$LOGS/nospec.log
+log_offset() { stat -c %s "$1" 2>/dev/null || echo 0; }
+eval "$(sed -n '/^follow_logs()/,/^}/p' "$SCRIPT")"
+follow_logs
+sleep 0.3; echo 'this call' >>$LOGS/nospec.log; echo 'a daemon started now' >$LOGS/daemon.log; sleep 2.5
+kill "${FOLLOWERS[@]}"
+"""
+
+
+def test_a_kept_engines_log_comes_back_from_where_this_call_found_it_as_it_grows(tmp_path):
+    """KEEP_ENGINES=1: each engine's log is followed into $OUT by the call's own processes (a call cut at its limit
+    still brings back its part): the lines written before the call are not in it, a log that appears later is whole."""
+    got = subprocess.run(["bash", "-c", FOLLOW], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "WORK": str(tmp_path)},
+                         capture_output=True, text=True, timeout=30)
+    assert got.returncode == 0, got.stderr
+    assert (tmp_path / "out/nospec.log").read_text() == "this call\n"
+    assert (tmp_path / "out/daemon.log").read_text() == "a daemon started now\n"

@@ -6,7 +6,8 @@ interval (12-05c: closed 128 read 0.901, 0.930, 0.981 in three calls of one pair
     python3 bench/gpu/age_trend.py call1-results.jsonl call2-results.jsonl ... [--shape closed] [--level 128]
 
 Rows of different machines (monotonic clocks that do not agree with the wall clock) are refused: their minutes would
-mean nothing."""
+mean nothing. Engines started again on the same machine are not told apart (the rows carry no engine ids): give it the
+calls whose summaries say "engines reused" after the chain's first."""
 from __future__ import annotations
 
 import argparse

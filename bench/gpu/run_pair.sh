@@ -41,9 +41,10 @@
 #  PROFILE_BS (48) per engine (kernel_profile.py). Phases run in the order SHAPES names them, each only if
 #  its time is left; OPEN_RATES (2,12,24); OFF_PATH sets the daemon's [sglang] off_path.
 # KEEP_ENGINES=1: both engines stay up when the call ends; the next call on the same warm machine (within its 30 s idle
-#  release) with the same start settings and code measures them again instead of starting them (~210-310 s saved;
-#  common.sh keep_signature; its first line says "engines reused"). Give every call of such a chain KEEP_ENGINES=1 and
-#  the same start-time variables (B_FIRST, SPEC_CPROFILE_KINDS, ...); a call without it stops them.
+#  release) with the same start settings, scripts and code measures them again instead of starting them (~210-310 s
+#  saved; common.sh keep_signature; its summary says "engines reused"), where the last call ended normally and both
+#  still answer. Give every call of such a chain KEEP_ENGINES=1 and the same start-time variables (B_FIRST, PIN_CPUS,
+#  SPEC_CPROFILE_KINDS, ...); a call without it (or any other script) stops them. Their logs come back per call.
 # TWIN=1 (the A/A): instead of the daemon, a second engine WITHOUT speculation started as the daemon's is (second,
 #  mem fraction 0.64, port 30000, timeline prefix off, pinned and rotated the same), label twin: twin / nospec is what
 #  the harness reads for a second engine as fast as plain decoding (its median: the harness's own bias; its spread: the
@@ -54,6 +55,7 @@ case ",${SHAPES:-}," in *,grammar,*|*,grcheck,*) export GRAMMAR_BACKEND=${GRAMMA
 # 230,000 tokens on an H200 (the smallest pool seen), 40,000 on a GPU under 100 GB (an H100: both fit beside each other)
 gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
 export POOL_TOKENS=${POOL_TOKENS:-$([ "${gpu_mib:-0}" -gt 0 ] 2>/dev/null && [ "$gpu_mib" -lt 100000 ] && echo 40000 || echo 230000)}
+KEEPS_ENGINES=1     # (KEEP_ENGINES=1 is honoured here only: common.sh)
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
 RUNS=$((2 * ${REPEATS:-2}))          # runs per level or rate: REPEATS (2) of each of the two engines
@@ -243,19 +245,24 @@ start_engines() { # both engines in the order B_FIRST says; exits when no-spec c
     export MEMFRAC=0.64; start_b
   fi
 }
-reuse_engines() { # REUSE=1: the engines the last KEEP_ENGINES=1 call left up, where both still answer (the daemon's
-  # back in its default state); else they are stopped and this call starts its own
+reuse_engines() { # REUSE=1: the engines the last KEEP_ENGINES=1 call left up (common.sh checked them), where the
+  # daemon still runs its engine; else they are stopped and this call starts its own
   read -r NOSPEC_PID DAEMON_PID <$KEEP_DIR/pids
-  if kill -0 -- "-$NOSPEC_PID" 2>/dev/null && kill -0 -- "-$DAEMON_PID" 2>/dev/null \
-    && curl -sf http://127.0.0.1:30001/health >/dev/null && curl -sf http://127.0.0.1:30000/health >/dev/null \
-    && { [ "$B" != off ] || specctl status --json 2>/dev/null | grep -q '"running": true'; }; then
+  if [ "$B" != off ] || specctl status --json 2>/dev/null | grep -q '"running": true'; then
     [ "${B_FIRST:-0}" = 1 ] && export LOAD_B_FIRST=1
-    rm -f "$SPEC_SYNC_DEBUG" "$SPEC_CPROFILE"       # (a timed-out call's flags)
-    [ "$B" = off ] && { local dflt=$SIDE_YES; [ "$SIDE" = 1 ] || dflt=$INLINE; internal_state 30000 "$dflt" | tee -a "$SUM"; }
     say "engines reused (KEEP_ENGINES=1): nospec group $NOSPEC_PID, $GROUP_B group $DAEMON_PID"; return 0
   fi
-  say "the kept engines do not answer: stopping them, starting afresh"
+  say "the kept daemon does not run its engine: stopping both, starting afresh"
   stop_groups; rm -rf $SC $KEEP_DIR/pids; mkdir -p $SC; REUSE=0; return 1
+}
+follow_logs() { # KEEP_ENGINES=1: each engine's log from its length now into $OUT as it grows (by this call's own
+  # processes: a call cut at its limit still brings back its part); FOLLOWERS: their PIDs
+  FOLLOWERS=()
+  [ "$LOGS" = "$OUT" ] && return
+  for f in nospec $GROUP_B; do
+    tail -c +$(($(log_offset "$LOGS/$f.log") + 1)) -F "$LOGS/$f.log" >"$OUT/$f.log" 2>/dev/null &
+    FOLLOWERS+=($!)
+  done
 }
 call_log() { # NAME: this call's part of that engine's log (a kept engine's log holds earlier calls' lines too)
   tail -c +$((LOG_FROM[$1] + 1)) "$LOGS/$1.log"
@@ -263,10 +270,11 @@ call_log() { # NAME: this call's part of that engine's log (a kept engine's log 
 engines_up() { # reused or started; with KEEP_ENGINES=1 recorded for the next call, and each log's length now (this
   # call brings back its own part)
   { [ "$REUSE" = 1 ] && reuse_engines; } || start_engines || return
-  [ "${KEEP_ENGINES:-0}" = 1 ] && { echo "$NOSPEC_PID $DAEMON_PID" >$KEEP_DIR/pids; echo "$KEEP_SIG" >$KEEP_DIR/signature; }
+  [ "$KEEP" = 1 ] && { echo "$NOSPEC_PID $DAEMON_PID" >$KEEP_DIR/pids; echo "$KEEP_SIG" >$KEEP_DIR/signature; }
   declare -gA LOG_FROM; for f in nospec $GROUP_B; do LOG_FROM[$f]=$(log_offset "$LOGS/$f.log"); done
   [ "$REUSE" = 1 ] || LOG_FROM=([nospec]=0 [$GROUP_B]=0)
 }
+follow_logs
 if engines_up; then
   [ "$B" = off ] && { specctl status 2>&1 | grep -E "off path|engine|sglang" | tee -a "$SUM"
     specctl threshold pin 0 | tee -a "$SUM"; }
@@ -467,8 +475,8 @@ if engines_up; then
     # the plain mode's engagement and anything that went wrong in the daemon's engine (in this call)
     call_log $GROUP_B | grep -E "non-speculative batches|plain off|Leak|Traceback|Error" | head -8 | cut -c1-300 | tee -a "$SUM"
   fi
-  if [ "${KEEP_ENGINES:-0}" = 1 ]; then    # left up for the next call; this call's part of each log comes back
-    for f in nospec $GROUP_B; do call_log $f >"$OUT/$f.log"; done
+  if [ "$KEEP" = 1 ]; then    # left up for the next call, which may reuse them: every phase put back its state
+    touch $KEEP_DIR/clean
     say "engines kept up (KEEP_ENGINES=1): nospec group $NOSPEC_PID, $GROUP_B group $DAEMON_PID"
   else
     if [ "$B" = off ]; then stop_daemon; else SERVER_PID=$DAEMON_PID; stop_server; fi
@@ -476,6 +484,7 @@ if engines_up; then
   fi
 elif [ -n "${NOSPEC_PID:-}" ]; then SERVER_PID=$NOSPEC_PID; stop_server
 fi
+[ ${#FOLLOWERS[@]} -gt 0 ] && { sleep 1; kill "${FOLLOWERS[@]}" 2>/dev/null; }    # (their last lines written)
 unset SPEC_TIMELINE
 if [ -s "$R" ]; then python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"; else say "no run measured: no tables"; fi
 # the systematic part, pair by pair (the decode interval; tok/s moves with the extends' launch speed run to run)
