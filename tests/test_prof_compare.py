@@ -135,3 +135,22 @@ def test_a_file_that_is_no_profile_is_one_line_and_exit_2(tmp_path, capsys):
     good = dump(tmp_path / "a.prof", engine(1))
     assert prof_compare.main([str(good), str(tmp_path / "x.prof")]) == 2
     assert capsys.readouterr().err.startswith(f"prof_compare: {tmp_path / 'x.prof'}: not a cProfile dump (")
+
+
+@pytest.mark.parametrize("engine_f, cores_f, says", [
+    (1.30, 1.0, "the process"),       # B 1.3x on either core set: its own process
+    (1.0, 1.30, "the cores"),         # B's first set 1.3x slower than A's: B fast again once swapped
+    (1.10, 1.25, "the cores"),
+    (1.25, 1.10, "the process"),
+])
+def test_swapped_core_sets_split_the_engines_factor_from_the_cores(tmp_path, capsys, engine_f, cores_f, says):
+    """Profiles of both engines on their first core sets, then swapped (run_pair's cprofile phase): f1 = e x c and
+    f2 = e / c give back e (follows the engine) and c (stays with the set)."""
+    set_x, set_y = 1.0, cores_f            # A on x and B on y, then A on y and B on x
+    paths = [dump(tmp_path / f"{n}.prof", prof) for n, prof in (
+        ("a1", engine(200, slow=set_x)), ("b1", engine(200, slow=engine_f * set_y)),
+        ("a2", engine(200, slow=set_y)), ("b2", engine(200, slow=engine_f * set_x)))]
+    assert prof_compare.main([str(paths[0]), str(paths[1]), "--swapped", str(paths[2]), str(paths[3])]) == 0
+    out = capsys.readouterr().out
+    assert f"the engine's own {engine_f:.3f}, the cores' {cores_f:.3f}: mostly {says}" in out
+    assert prof_compare.split_swapped(engine_f * cores_f, engine_f / cores_f)[:2] == pytest.approx((engine_f, cores_f))

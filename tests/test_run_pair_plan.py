@@ -457,7 +457,8 @@ CPROFILE = r"""
 set -u
 say() { echo "SAY $*"; }; fits() { :; }; engine_lines() { echo 0; }; wait_engine_lines() { :; }
 load_sum() { echo "load $*" >>$WORK/calls; touch $WORK/tl/nospec.7.prof $WORK/tl/off.9.prof; }
-python3() { if [ "$1" = -c ]; then cat >/dev/null; echo "{'off': '6,7'}"; else echo "verdict: ${3#$WORK/tl/} vs ${2#$WORK/tl/}"; fi; }
+python3() { if [ "$1" = -c ]; then cat >/dev/null; echo "{'off': '6,7'}"; elif [ "${4:-}" = --swapped ]; then
+  echo "swapped: ${2#$WORK/tl/} ${3#$WORK/tl/} ${5#$WORK/tl/} ${6#$WORK/tl/}"; else echo "verdict: ${3#$WORK/tl/} vs ${2#$WORK/tl/}"; fi; }
 OUT=$WORK/out; SUM=$WORK/sum; LOGS=$WORK; B=off; GROUP_B=daemon; SPEC_CPROFILE=$WORK/tl/flag
 mkdir -p $OUT $WORK/tl; : >$WORK/tl/cprofile.jsonl
 printf 'old\nCPROFILE pid 1 an earlier call\n' >$WORK/daemon.log; : >$WORK/nospec.log
@@ -483,6 +484,7 @@ def test_the_prefills_are_profiled_twice_with_the_core_sets_swapped_between(tmp_
     assert "profile 1 of 2, core sets {'off': '6,7'}" in summary and "profile 2 of 2" in summary
     assert "verdict: rep0/off.9.prof vs rep0/nospec.7.prof" in summary
     assert "verdict: rep1/off.9.prof vs rep1/nospec.7.prof" in summary
+    assert "swapped: rep0/nospec.7.prof rep0/off.9.prof rep1/nospec.7.prof rep1/off.9.prof" in summary
     text = (tmp_path / "out/cprofile.txt").read_text()
     assert "CPROFILE pid 2 this call" in text and "an earlier call" not in text
 

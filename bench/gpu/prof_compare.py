@@ -3,6 +3,11 @@ function: is the second engine's excess a uniform slowdown of every function (th
 calls each taking longer) or concentrated in a few (a code path: the lever)?
 
     python3 bench/gpu/prof_compare.py NOSPEC.prof OFF.prof [--batches 199,141] [--top 12]
+    python3 bench/gpu/prof_compare.py NOSPEC.prof OFF.prof --swapped NOSPEC2.prof OFF2.prof
+
+--swapped: a second pair of profiles with the engines' core sets swapped (run_pair.sh's cprofile phase): the two
+uniform factors f1 = e x c and f2 = e / c split into the engine's own factor e = sqrt(f1 f2) (it follows B onto either
+set: its process) and the cores' c = sqrt(f1 / f2) (B's first set against A's first).
 
 Each side's times are per profiled batch (--batches) or, without it, over A's whole profile with B's scaled to the same
 work: by the calls of the reference function (the one called most often in both, e.g. a per-layer kernel launch: the
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import marshal
+import math
 import re
 import statistics
 import sys
@@ -117,6 +123,15 @@ def verdict(factor: float, q1: float, q3: float, excess_share: float, uniform_sh
     return "concentrated: no common factor explains the difference; the residuals below and B's own functions carry it"
 
 
+def split_swapped(f1: float, f2: float) -> tuple[float, float, str]:
+    """(engine factor, cores factor, which carries more) from the uniform factors of two pairs whose core sets were
+    swapped between them."""
+    engine, cores = (f1 * f2) ** 0.5, (f1 / f2) ** 0.5
+    which = "the process (it follows B onto either core set)" if abs(math.log(engine)) >= abs(math.log(cores)) \
+        else "the cores (it stays with the core set, whichever engine runs there)"
+    return engine, cores, which
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("a", help="the baseline's stats (no-spec)")
@@ -125,8 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--same", type=float, default=0.10, help="calls per unit within this share count as equal")
     ap.add_argument("--min-calls", type=int, default=50)
+    ap.add_argument("--swapped", nargs=2, metavar=("A2", "B2"), help="the same engines' profiles, core sets swapped")
     args = ap.parse_args(argv)
     try:
+        if args.swapped:
+            return _swapped(args, [load(x) for x in (args.a, args.b, *args.swapped)])
         return _main(args, load(args.a), load(args.b))
     except ValueError as e:
         print(f"prof_compare: {e}", file=sys.stderr)
@@ -143,6 +161,17 @@ def _main(args: argparse.Namespace, a: dict, b: dict) -> int:
         unit = "A's profile"
         print(f"B scaled to A's work by the calls of {label(ref)}: {a[ref][0]} in A, {b[ref][0]} in B")
     print(report(compare(a, b, per_a, per_b, args.same, args.min_calls), unit, args.top))
+    return 0
+
+
+def _swapped(args: argparse.Namespace, profiles: list[dict]) -> int:
+    factors = []
+    for a, b in (profiles[:2], profiles[2:]):
+        ref = reference(a, b)
+        factors.append(compare(a, b, 1.0, b[ref][0] / a[ref][0], args.same, args.min_calls)["factor"])
+    engine, cores, which = split_swapped(*factors)
+    print(f"swapped: B / A uniform factor {factors[0]:.3f} on the first core sets, {factors[1]:.3f} swapped: the "
+          f"engine's own {engine:.3f}, the cores' {cores:.3f}: mostly {which}")
     return 0
 
 

@@ -396,6 +396,11 @@ if engines_up; then
             | tee -a "$OUT/cprofile.txt" | grep -E "^(==|per-call|excess|verdict)" | tee -a "$SUM"
         done
       done
+      # both pairs together: the engine's own factor (follows it onto either set) against the cores' (prof_compare --swapped)
+      profs=(/tmp/tl/rep0/nospec.*.prof /tmp/tl/rep0/off.*.prof /tmp/tl/rep1/nospec.*.prof /tmp/tl/rep1/off.*.prof)
+      [ ${#profs[@]} = 4 ] && [ -e "${profs[0]}" ] && [ -e "${profs[1]}" ] && [ -e "${profs[2]}" ] && [ -e "${profs[3]}" ] \
+        && python3 bench/gpu/prof_compare.py "${profs[0]}" "${profs[1]}" --swapped "${profs[2]}" "${profs[3]}" 2>&1 \
+        | tee -a "$OUT/cprofile.txt" | tee -a "$SUM"
       for f in nospec $GROUP_B; do echo "== $f"; call_log $f | grep "^CPROFILE" | cut -c1-220; done >>"$OUT/cprofile.txt"
       # whole stats (callers, cumulative times: python3 -m pstats), one file: a call brings back 8 files at most
       (cd /tmp/tl && tar cJf "$OUT/cprofile-stats.tar.xz" rep0 rep1 2>/dev/null && rm -rf rep0 rep1)
