@@ -56,6 +56,8 @@ def test_the_engines_start_time_is_the_operators_to_say_and_only_the_first_phase
     ("steadyab", {"ROTATION": "fast"}, 3 * 2 * 12 + 30),
     ("open", {"OPEN_RATES": "24", "OPEN_S": "10"}, 4 * 18),
     ("closed", {"CLOSED_LEVELS": "128", "CLOSED_WARMUP": "5", "CLOSED_S": "15"}, 4 * 23 + 30),
+    ("warm", {}, 2 * 125),                           # both engines, WARM_S (120) each
+    ("warm", {"WARM_S": "300"}, 2 * 305),
 ])
 def test_each_phases_need(shape, env, need):
     got = plan(SHAPES=shape, REPEATS="2", DEADLINE_S="900", **env)
@@ -509,3 +511,20 @@ def test_a_kept_engines_log_comes_back_from_where_this_call_found_it_as_it_grows
     assert got.returncode == 0, got.stderr
     assert (tmp_path / "out/nospec.log").read_text() == "this call\n"
     assert (tmp_path / "out/daemon.log").read_text() == "a daemon started now\n"
+
+
+def test_the_warm_phase_serves_both_engines_and_records_nothing(tmp_path):
+    """`warm`: the closed loop at 128 on both engines for WARM_S each, its rows kept out of the call's results (the
+    tables and ratios read $R only), so the phases after it measure engines that have served a while."""
+    harness = r"""
+set -u
+say() { echo "SAY $*"; }; fits() { :; }; load_sum() { echo "load $*"; }
+B=off; R=$WORK/results.jsonl; phase=warm
+eval "case \$phase in $(sed -n '/^    warm)      #/,/warm done.*;;$/p' "$SCRIPT") esac"
+"""
+    got = subprocess.run(["bash", "-c", harness], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "WORK": str(tmp_path),
+                                                       "WARM_S": "200"}, capture_output=True, text=True, timeout=30)
+    load = got.stdout.splitlines()[0]
+    assert load.startswith("load --shape closed --levels 128 --seconds 200 --warmup 0 --engines nospec=30001,off=30000")
+    assert str(tmp_path / "results.jsonl") not in load and "--out /tmp/tl/warm.jsonl" in load
+    assert got.stdout.splitlines()[-1] == "SAY warm done (200 s each)"

@@ -16,7 +16,8 @@
 #  cProfile of the decode batches' launch in both engines under a short closed loop ($OUT/cprofile.txt;
 #  SPEC_CPROFILE_KINDS=extend: the prefills'); `gcfreeze`: gc.freeze() in both engines' schedulers for the phases
 #  after it (their labels end in -gcf); every TIMELINE line counts garbage collection (gc_ms per launch)
-#  and the CUDA allocator's device calls (allocator); `calibrate`: a fixed pure-Python loop timed in both schedulers;
+#  and the CUDA allocator's device calls (allocator); `warm`: both engines served a closed loop at 128 for WARM_S
+#  (120) s each, unrecorded, before the phases after it; `calibrate`: a fixed pure-Python loop timed in both schedulers;
 #  `spin`: CPU spun before each launch for the phases after it (SPIN_DOSES, timeline.py's SPEC_SPIN; default: the
 #  no-spec engine's decodes 1000 us; one spin phase per call) with the labels of every phase after it ending in -spin
 #  (SHAPES=closedab,spin,closedab or closed,spin,closed measures with and without);
@@ -171,6 +172,7 @@ phase_need() { # phase: the seconds it needs once both engines are up (what fits
     greedy) echo $((70 + 50 * ${PLAIN:-0})) ;;
     syncdebug|grcheck|lpcheck|penalty) echo 60 ;;
     cprofile) echo 100 ;;                  # twice, the core sets swapped between
+    warm) echo $((2 * (${WARM_S:-120} + 5))) ;;
     steady) echo 40 ;;
     gcfreeze|spin) echo 25 ;;
     calibrate) echo 15 ;;
@@ -179,7 +181,7 @@ phase_need() { # phase: the seconds it needs once both engines are up (what fits
 }
 # Before any engine starts: a call whose first phase cannot fit after the engines' start (ENGINES_UP_S: ~170 s on a
 # warm machine, ~200-250 cold) would measure nothing (12-04e's call 2: 220 s of device time for "skip closedab").
-TWIN_PHASES=" open closed steady calibrate spin cprofile syncdebug gcfreeze "
+TWIN_PHASES=" open closed steady calibrate spin cprofile syncdebug gcfreeze warm "
 for phase in ${SHAPES//,/ }; do
   [ "${TWIN:-0}" = 1 ] && [ "${TWIN_PHASES/ $phase /}" = "$TWIN_PHASES" ] && {
     say "not started: TWIN=1 has no daemon for phase $phase (TWIN=1 runs:$TWIN_PHASES)"; exit 2; }
@@ -308,6 +310,13 @@ if engines_up; then
     closed) fits "$(phase_need closed)" closed || continue
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" "${PAIR[@]}"
       say "closed done" ;;
+    warm)      # both engines under the closed loop at 128 clients for WARM_S (120) s each, nothing recorded: the phases
+      # after it measure engines that have served a while (12-05c: one pair's closed 128 read 0.90, 0.93, 0.98 at 0-20
+      # minutes; bench/gpu/age_trend.py)
+      fits "$(phase_need warm)" warm || continue
+      load_sum --shape closed --levels 128 --seconds "${WARM_S:-120}" --warmup 0 --engines "nospec=30001,$B=30000" \
+        --repeats 1 --out /tmp/tl/warm.jsonl
+      say "warm done (${WARM_S:-120} s each)" ;;
     closedfast)  # the same closed loop with the kv writes switched off at run time (label "fast"): what kv costs
       closed_as fast "$KV_OFF" "$KV_ON" ;;
     closedab)    # kv (label off) and the writes switched off (label fast) in ONE rotation with the no-spec engine,
