@@ -75,3 +75,23 @@ def test_a_file_without_runs_is_one_line_and_exit_2(tmp_path):
     empty.write_text('{"note": "no runs"}\n')
     got = subprocess.run([sys.executable, str(ROOT / "bench/gpu/age_trend.py"), str(empty)], capture_output=True, text=True)
     assert got.returncode == 2 and got.stderr.startswith("age_trend: no runs") and got.stdout == ""
+
+
+def test_within_calls_pools_each_calls_own_trend_whatever_its_level_or_machine(tmp_path):
+    """--within: each file a call with fresh engines (any machine: the clocks need not agree); a ratio rising inside
+    every call reads a positive pooled slope even where the calls' levels differ, a flat one reads none."""
+    from age_trend import main, within_calls
+    rising = chain(tmp_path, off_gain_per_min=30, calls=3, boots=[BOOT, BOOT + 3600, BOOT + 7200])
+    calls = [[json.loads(line) for line in open(p)] for p in rising]
+    for i, call in enumerate(calls):                  # each call on its own mono clock and its own level of ratio
+        for r in call:
+            r["mono_start"] -= 600.0 * i
+            if r["label"] == "off":
+                r["tok_s"] *= 1 + 0.05 * i
+    n, k, fit = within_calls(calls, "closed")["off"]
+    assert (n, k) == (12, 3) and fit[1] > 0 and 0.01 < fit[0] < 0.08     # (+0.029 set; runs of 2.3 min, 0.3 % noise)
+    flat = [[dict(r, tok_s=r["tok_s"] if r["label"] == "nospec" else 9_800.0 + 10 * r["repeat"] % 20) for r in call]
+            for call in calls]
+    lo, hi = within_calls(flat, "closed")["off"][2][1:]
+    assert lo < 0 < hi
+    assert main(["--within", *rising]) == 0               # no one-clock refusal across machines

@@ -4,6 +4,11 @@ no-spec pair against the minutes since the chain's first run, with a least-squar
 interval (12-05c: closed 128 read 0.901, 0.930, 0.981 in three calls of one pair, no-spec steady).
 
     python3 bench/gpu/age_trend.py call1-results.jsonl call2-results.jsonl ... [--shape closed] [--level 128]
+    python3 bench/gpu/age_trend.py --within bench/results/h*/call*-results.jsonl --shape closed
+
+--within: each file a call of its own (fresh engines each, any machines): every pair's ratio as its deviation from its
+level's mean in that call, against the minutes since the call's first run, pooled over the calls into one slope (does
+a fresh pair's ratio rise over a call's first minutes?).
 
 Rows of different machines (monotonic clocks that do not agree with the wall clock) are refused: their minutes would
 mean nothing. Engines started again on the same machine are not told apart (the rows carry no engine ids): give it the
@@ -77,17 +82,50 @@ def lines(rows: list[dict], shape: str | None = None, level: float | None = None
     return out
 
 
+def within_calls(calls: list[list[dict]], shape: str | None = None) -> dict[str, tuple[int, int, tuple | None]]:
+    """label -> (pairs, calls, pooled slope per 10 min) of each call's pair ratios as deviations from their level's mean
+    in that call, against the minutes since that call's first run (calls apart: no common clock needed)."""
+    minutes: dict[str, list[float]] = {}
+    deviations: dict[str, list[float]] = {}
+    seen: dict[str, int] = {}
+    for rows in calls:
+        rows = [r for r in rows if not shape or r.get("shape") == shape]
+        if not rows:
+            continue
+        t0, groups = min(r["mono_start"] for r in rows), traffic_table.grouped(rows)
+        for key in groups:
+            if key[2].startswith("nospec"):
+                continue
+            pairs, _ = traffic_table.beside(groups, key)
+            if len(pairs) < 2:
+                continue
+            ratios = [a["tok_s"] / b["tok_s"] for a, b in pairs]
+            mean = statistics.mean(ratios)
+            minutes.setdefault(key[2], []).extend(((a["mono_start"] + b["mono_start"]) / 2 - t0) / 60 for a, b in pairs)
+            deviations.setdefault(key[2], []).extend(x - mean for x in ratios)
+            seen[key[2]] = seen.get(key[2], 0) + 1
+    return {label: (len(deviations[label]), seen[label], slope_per_10min(minutes[label], deviations[label]))
+            for label in sorted(deviations)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", nargs="+", help="loads.py's results.jsonl of each call of the chain")
     ap.add_argument("--shape", help="only this shape (steady, closed, open)")
     ap.add_argument("--level", type=float, help="only this level (clients, batch or req/s)")
+    ap.add_argument("--within", action="store_true", help="each file a call of its own: one slope pooled within calls")
     args = ap.parse_args(argv)
-    rows = [r for path in args.results for r in traffic_table.rows_of(path)
-            if "mono_start" in r and "tok_s" in r and "t_start" in r]
+    calls = [[r for r in traffic_table.rows_of(path) if "mono_start" in r and "tok_s" in r and "t_start" in r]
+             for path in args.results]
+    rows = [r for call in calls for r in call]
     if not rows:
         print("age_trend: no runs with a monotonic start in " + ", ".join(args.results), file=sys.stderr)
         return 2
+    if args.within:
+        for label, (n, k, fit) in within_calls(calls, args.shape).items():
+            shown = "-" if fit is None else f"{fit[0]:+.3f} [{fit[1]:+.3f}, {fit[2]:+.3f}]"
+            print(f"{label} / nospec within each call: {n} pairs in {k} call-levels, slope per 10 min {shown}")
+        return 0
     try:
         print("\n".join(lines(rows, args.shape, args.level)))
     except ValueError as e:
