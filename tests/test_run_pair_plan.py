@@ -267,6 +267,7 @@ echo went on
 
 
 COMMON_SH = SCRIPT.parent / "common.sh"
+KEEP_SH = SCRIPT.parent / "keep.sh"
 POOL_HARNESS = r"""
 set -u
 say() { :; }; save_caches() { :; }; setsid() { :; }; specctl() { echo '"running": true'; }
@@ -322,7 +323,7 @@ def test_the_gpu_api_key_check_gives_the_daemon_the_key_as_from_launch_would(tmp
 
 KEEP = r"""
 set -u
-OUT=$WORK/out; SC=$WORK/sc; mkdir -p $OUT $SC; touch $SC/state.db
+OUT=$WORK/out; SC=$WORK/sc; KEEP_DIR=$WORK/keep; mkdir -p $OUT $SC; touch $SC/state.db
 eval "$(sed -n '/^GROUPS_FILE=/,/^\[ "\$REUSE" = 1 \] || { rm -rf \$SC/p' "$COMMON_SH" | sed "s#/tmp/#$WORK/#g")"
 echo "REUSE=$REUSE LOGS=${LOGS#$WORK/} db=$([ -f $SC/state.db ] && echo kept || echo fresh) groups=$([ -f $GROUPS_FILE ] && echo kept || echo stopped) clean=$([ -f $KEEP_DIR/clean ] && echo left || echo gone)"
 """
@@ -372,8 +373,8 @@ def keep(tmp_path, **env: str) -> str:
 
 def kept_call(tmp_path, groups, clean: bool = True, **env: str) -> None:
     """What a KEEP_ENGINES=1 call leaves when it ends (clean: normally): its engines' groups, ids and signature."""
-    sig = subprocess.run(["bash", "-c", 'eval "$(sed -n \'/^keep_signature()/,/^}/p\' "$COMMON_SH")"; keep_signature'],
-                         env={"PATH": "/usr/bin:/bin", "COMMON_SH": str(COMMON_SH), **env}, capture_output=True,
+    sig = subprocess.run(["bash", "-c", 'eval "$(sed -n \'/^keep_signature()/,/^}/p\' "$KEEP_SH")"; keep_signature'],
+                         env={"PATH": "/usr/bin:/bin", "KEEP_SH": str(KEEP_SH), **env}, capture_output=True,
                          text=True, timeout=60, cwd=SCRIPT.parents[2]).stdout.strip()
     (tmp_path / "keep").mkdir(exist_ok=True)
     (tmp_path / "keep/pids").write_text(" ".join(str(g.pid) for g in groups) + "\n")
@@ -466,7 +467,7 @@ mkdir -p $OUT $WORK/tl; : >$WORK/tl/cprofile.jsonl
 printf 'old\nCPROFILE pid 1 an earlier call\n' >$WORK/daemon.log; : >$WORK/nospec.log
 declare -A LOG_FROM=([nospec]=0 [daemon]=$(stat -c %s $WORK/daemon.log))
 echo 'CPROFILE pid 2 this call' >>$WORK/daemon.log
-eval "$(sed -n '/^call_log()/,/^}/p' "$SCRIPT")"
+eval "$(sed -n '/^call_log()/,/^}/p' "$KEEP_SH")"
 phase=cprofile
 eval "case \$phase in $(sed -n '/^    cprofile)  #/,/profiles)" ;;$/p' "$SCRIPT" | sed "s#/tmp/tl#$WORK/tl#g") esac"
 """
@@ -477,7 +478,7 @@ def test_the_prefills_are_profiled_twice_with_the_core_sets_swapped_between(tmp_
     profiles once per set (loads.py --repeat-index 0 and 1 swap them) and compares each pair of profiles apart; a kept
     engine's earlier calls' profile lines are not this call's."""
     got = subprocess.run(["bash", "-c", "shopt -s expand_aliases; " + CPROFILE],
-                         env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "WORK": str(tmp_path)},
+                         env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "KEEP_SH": str(KEEP_SH), "WORK": str(tmp_path)},
                          capture_output=True, text=True, timeout=30)
     assert got.returncode == 0, got.stderr
     loads = (tmp_path / "calls").read_text().splitlines()
@@ -496,7 +497,7 @@ set -u
 OUT=$WORK/out; LOGS=$WORK/keep; GROUP_B=daemon; mkdir -p $OUT $LOGS
 printf 'an earlier call\n' >$LOGS/nospec.log
 log_offset() { stat -c %s "$1" 2>/dev/null || echo 0; }
-eval "$(sed -n '/^follow_logs()/,/^}/p' "$SCRIPT")"
+eval "$(sed -n '/^follow_logs()/,/^}/p' "$KEEP_SH")"
 follow_logs
 sleep 0.3; echo 'this call' >>$LOGS/nospec.log; echo 'a daemon started now' >$LOGS/daemon.log; sleep 2.5
 kill "${FOLLOWERS[@]}"
@@ -506,7 +507,7 @@ kill "${FOLLOWERS[@]}"
 def test_a_kept_engines_log_comes_back_from_where_this_call_found_it_as_it_grows(tmp_path):
     """KEEP_ENGINES=1: each engine's log is followed into $OUT by the call's own processes (a call cut at its limit
     still brings back its part): the lines written before the call are not in it, a log that appears later is whole."""
-    got = subprocess.run(["bash", "-c", FOLLOW], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "WORK": str(tmp_path)},
+    got = subprocess.run(["bash", "-c", FOLLOW], env={"PATH": "/usr/bin:/bin", "KEEP_SH": str(KEEP_SH), "WORK": str(tmp_path)},
                          capture_output=True, text=True, timeout=30)
     assert got.returncode == 0, got.stderr
     assert (tmp_path / "out/nospec.log").read_text() == "this call\n"

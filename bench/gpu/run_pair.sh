@@ -43,7 +43,7 @@
 #  its time is left; OPEN_RATES (2,12,24); OFF_PATH sets the daemon's [sglang] off_path.
 # KEEP_ENGINES=1: both engines stay up when the call ends; the next call on the same warm machine (within its 30 s idle
 #  release) with the same start settings, scripts and code measures them again instead of starting them (~210-310 s
-#  saved; common.sh keep_signature; its summary says "engines reused"), where the last call ended normally and both
+#  saved; bench/gpu/keep.sh; its summary says "engines reused"), where the last call ended normally and both
 #  still answer. Give every call of such a chain KEEP_ENGINES=1 and the same start-time variables (B_FIRST, PIN_CPUS,
 #  SPEC_CPROFILE_KINDS, ...); a call without it (or any other script) stops them. Their logs come back per call.
 # TWIN=1 (the A/A): instead of the daemon, a second engine WITHOUT speculation started as the daemon's is (second,
@@ -56,7 +56,7 @@ case ",${SHAPES:-}," in *,grammar,*|*,grcheck,*) export GRAMMAR_BACKEND=${GRAMMA
 # 230,000 tokens on an H200 (the smallest pool seen), 40,000 on a GPU under 100 GB (an H100: both fit beside each other)
 gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
 export POOL_TOKENS=${POOL_TOKENS:-$([ "${gpu_mib:-0}" -gt 0 ] 2>/dev/null && [ "$gpu_mib" -lt 100000 ] && echo 40000 || echo 230000)}
-KEEPS_ENGINES=1     # (KEEP_ENGINES=1 is honoured here only: common.sh)
+KEEPS_ENGINES=1     # (KEEP_ENGINES=1 is honoured here only: keep.sh)
 source bench/gpu/common.sh
 MAXBS=128 ACC=natural
 RUNS=$((2 * ${REPEATS:-2}))          # runs per level or rate: REPEATS (2) of each of the two engines
@@ -187,7 +187,7 @@ for phase in ${SHAPES//,/ }; do
     say "not started: TWIN=1 has no daemon for phase $phase (TWIN=1 runs:$TWIN_PHASES)"; exit 2; }
 done
 first=${SHAPES%%,*}; need=$(phase_need "$first"); up=${ENGINES_UP_S:-200}
-[ "${REUSE:-0}" = 1 ] && up=${ENGINES_UP_S:-20}    # engines a KEEP_ENGINES=1 call left up (common.sh)
+[ "${REUSE:-0}" = 1 ] && up=${ENGINES_UP_S:-20}    # engines a KEEP_ENGINES=1 call left up (keep.sh)
 if [ $((need + up)) -gt "$DEADLINE" ]; then
   say "not started: $first needs $need s after the engines are up (~$up s, ENGINES_UP_S), DEADLINE_S is $DEADLINE"
   exit 2
@@ -246,28 +246,6 @@ start_engines() { # both engines in the order B_FIRST says; exits when no-spec c
     start_nospec 0.30 || exit 1
     export MEMFRAC=0.64; start_b
   fi
-}
-reuse_engines() { # REUSE=1: the engines the last KEEP_ENGINES=1 call left up (common.sh checked them), where the
-  # daemon still runs its engine; else they are stopped and this call starts its own
-  read -r NOSPEC_PID DAEMON_PID <$KEEP_DIR/pids
-  if [ "$B" != off ] || specctl status --json 2>/dev/null | grep -q '"running": true'; then
-    [ "${B_FIRST:-0}" = 1 ] && export LOAD_B_FIRST=1
-    say "engines reused (KEEP_ENGINES=1): nospec group $NOSPEC_PID, $GROUP_B group $DAEMON_PID"; return 0
-  fi
-  say "the kept daemon does not run its engine: stopping both, starting afresh"
-  stop_groups; rm -rf $SC $KEEP_DIR/pids; mkdir -p $SC; REUSE=0; return 1
-}
-follow_logs() { # KEEP_ENGINES=1: each engine's log from its length now into $OUT as it grows (by this call's own
-  # processes: a call cut at its limit still brings back its part); FOLLOWERS: their PIDs
-  FOLLOWERS=()
-  [ "$LOGS" = "$OUT" ] && return
-  for f in nospec $GROUP_B; do
-    tail -c +$(($(log_offset "$LOGS/$f.log") + 1)) -F "$LOGS/$f.log" >"$OUT/$f.log" 2>/dev/null &
-    FOLLOWERS+=($!)
-  done
-}
-call_log() { # NAME: this call's part of that engine's log (a kept engine's log holds earlier calls' lines too)
-  tail -c +$((LOG_FROM[$1] + 1)) "$LOGS/$1.log"
 }
 engines_up() { # reused or started; with KEEP_ENGINES=1 recorded for the next call, and each log's length now (this
   # call brings back its own part)
