@@ -1,6 +1,7 @@
 """Declared, validated policy parameters: every policy lists its ParamSpecs."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -27,6 +28,8 @@ class ParamSpec:
             if isinstance(raw, bool):
                 raise ValueError
             number = float(raw)
+            if not math.isfinite(number):       # (nan and inf: no parameter's value, not "out of range")
+                raise ValueError
             if self.kind is int and number != int(number):
                 raise ValueError
             value = int(number) if self.kind is int else number

@@ -33,6 +33,8 @@ def test_parameter_ranges_are_inclusive():
     ({"c": True}, "policy p: parameter c=True is not a valid float (allowed 0 .. 100)"),
     ({"c": None}, "policy p: parameter c=None is not a valid float (allowed 0 .. 100)"),
     ({"n": "1e400"}, "policy p: parameter n='1e400' is not a valid int (allowed 1 .. 64)"),
+    ({"c": "nan"}, "policy p: parameter c='nan' is not a valid float (allowed 0 .. 100)"),
+    ({"c": float("inf")}, "policy p: parameter c=inf is not a valid float (allowed 0 .. 100)"),
     ({"x": 1, "b": 2}, "policy p: unknown parameter 'b' (allowed: c, n)"),
 ])
 def test_parameter_errors_name_the_parameter_and_its_range(given, message):
