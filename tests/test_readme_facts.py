@@ -18,7 +18,7 @@ def _section(start: str, end: str) -> str:
 
 def test_the_configuration_section_names_every_flag_of_spec_controller_run():
     from controller.daemon.main import run
-    text = _section("**Configuration**", "## Faults it survives")
+    text = _section("### Configuration", "## Faults it survives")
     flags = {opt for p in run.params for opt in p.opts if opt.startswith("--")}
     assert flags and not {f for f in flags if f"`{f}" not in text}, flags
 
