@@ -95,3 +95,22 @@ def test_within_calls_pools_each_calls_own_trend_whatever_its_level_or_machine(t
     lo, hi = within_calls(flat, "closed")["off"][2][1:]
     assert lo < 0 < hi
     assert main(["--within", *rising]) == 0               # no one-clock refusal across machines
+
+
+def test_within_calls_counts_each_calls_minutes_from_its_own_first_run(tmp_path):
+    """Calls 10 minutes apart on one clock, given out of order: each call's time still starts at its own first run."""
+    from age_trend import within_calls
+    calls = [[json.loads(line) for line in open(p)] for p in chain(tmp_path, off_gain_per_min=30, calls=3)]
+    calls[0], calls[2] = calls[2], calls[0]
+    n, k, fit = within_calls(calls, "closed")["off"]
+    assert (n, k) == (12, 3) and fit[1] > 0 and 0.01 < fit[0] < 0.08
+
+
+@pytest.mark.parametrize("drift_s, same", [(1.0, True), (30.0, False), (-30.0, False)])
+def test_one_clock_allows_seconds_of_drift_either_way_and_no_more(drift_s, same):
+    rows = [{"t_start": BOOT + 10, "mono_start": 10}, {"t_start": BOOT + 20 + drift_s, "mono_start": 20}]
+    if same:
+        one_clock(rows)
+    else:
+        with pytest.raises(ValueError):
+            one_clock(rows)

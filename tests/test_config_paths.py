@@ -102,6 +102,14 @@ def test_a_tilde_is_refused_not_taken_for_a_directory(layout):
     assert str(e.value) == "config: [storage] db '~/x.db': nothing expands ~ here: write the path out"
 
 
+@pytest.mark.parametrize("path, refused", [("~spec/x.db", True), ("~", True), ("/srv/a~b/x.db", False),
+                                           ("x~.db", False)])
+def test_only_a_leading_tilde_is_a_home_no_one_expands(path, refused):
+    """~user and ~ alone are the shell's too; a ~ inside a name is just a character."""
+    from controller.paths import home_unexpanded
+    assert bool(home_unexpanded(path)) is refused
+
+
 def test_a_flag_naming_another_file_than_the_configs_is_reported_as_overriding_it(layout):
     """shadowed() (the reload's warning) compares the files named: the config's x.db (in etc/) and the shell's x.db
     (in elsewhere/) differ; the config's file given by its absolute path is the same one."""

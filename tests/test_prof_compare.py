@@ -154,3 +154,10 @@ def test_swapped_core_sets_split_the_engines_factor_from_the_cores(tmp_path, cap
     out = capsys.readouterr().out
     assert f"the engine's own {engine_f:.3f}, the cores' {cores_f:.3f}: mostly {says}" in out
     assert prof_compare.split_swapped(engine_f * cores_f, engine_f / cores_f)[:2] == pytest.approx((engine_f, cores_f))
+
+
+def test_an_engine_faster_on_either_set_is_its_process_too():
+    """The verdict weighs each factor's distance from 1 either way (12-03g's no-spec engine was the slower one)."""
+    assert "the process" in prof_compare.split_swapped(0.8, 0.8)[2]          # e 0.8, c 1
+    assert "the cores" in prof_compare.split_swapped(1 / 0.8, 0.8)[2]        # e 1, c 1.25
+    assert "the process" in prof_compare.split_swapped(1.0, 1.0)[2]          # nothing either way: the engine's (1.0)

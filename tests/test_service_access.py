@@ -51,6 +51,7 @@ def test_lora_adapters_are_paths_too(model):
     adapter.mkdir(mode=0o700)
     assert paths_in({"lora_paths": [f"sql={adapter}", str(model), "hub/adapter", 3]}) == [
         ("lora_paths", str(adapter)), ("lora_paths", str(model))]
+    assert paths_in({"lora_paths": str(model)}) == [] and paths_in({"lora_paths": 3}) == []   # only a list's entries
     assert service_cannot_read({"lora_paths": [f"sql={adapter}", str(model)]}, USER) == [
         f"lora_paths = {adapter}: the service's user {USER} cannot read it (root can: config check runs as root); "
         f"give it read access (e.g. chgrp -R {USER} and chmod -R g+rX)"]
