@@ -268,6 +268,7 @@ echo went on
 
 COMMON_SH = SCRIPT.parent / "common.sh"
 KEEP_SH = SCRIPT.parent / "keep.sh"
+PHASES_SH = SCRIPT.parent / "phases.sh"
 POOL_HARNESS = r"""
 set -u
 say() { :; }; save_caches() { :; }; setsid() { :; }; specctl() { echo '"running": true'; }
@@ -469,7 +470,7 @@ declare -A LOG_FROM=([nospec]=0 [daemon]=$(stat -c %s $WORK/daemon.log))
 echo 'CPROFILE pid 2 this call' >>$WORK/daemon.log
 eval "$(sed -n '/^call_log()/,/^}/p' "$KEEP_SH")"
 phase=cprofile
-eval "case \$phase in $(sed -n '/^    cprofile)  #/,/profiles)" ;;$/p' "$SCRIPT" | sed "s#/tmp/tl#$WORK/tl#g") esac"
+eval "case \$phase in $(sed -n '/^    cprofile)  #/,/profiles)" ;;$/p' "$PHASES_SH" | sed "s#/tmp/tl#$WORK/tl#g") esac"
 """
 
 
@@ -478,7 +479,8 @@ def test_the_prefills_are_profiled_twice_with_the_core_sets_swapped_between(tmp_
     profiles once per set (loads.py --repeat-index 0 and 1 swap them) and compares each pair of profiles apart; a kept
     engine's earlier calls' profile lines are not this call's."""
     got = subprocess.run(["bash", "-c", "shopt -s expand_aliases; " + CPROFILE],
-                         env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "KEEP_SH": str(KEEP_SH), "WORK": str(tmp_path)},
+                         env={"PATH": "/usr/bin:/bin", "PHASES_SH": str(PHASES_SH), "KEEP_SH": str(KEEP_SH),
+                              "WORK": str(tmp_path)},
                          capture_output=True, text=True, timeout=30)
     assert got.returncode == 0, got.stderr
     loads = (tmp_path / "calls").read_text().splitlines()
@@ -521,11 +523,30 @@ def test_the_warm_phase_serves_both_engines_and_records_nothing(tmp_path):
 set -u
 say() { echo "SAY $*"; }; fits() { :; }; load_sum() { echo "load $*"; }
 B=off; R=$WORK/results.jsonl; phase=warm
-eval "case \$phase in $(sed -n '/^    warm)      #/,/warm done.*;;$/p' "$SCRIPT") esac"
+eval "case \$phase in $(sed -n '/^    warm)      #/,/warm done.*;;$/p' "$PHASES_SH") esac"
 """
-    got = subprocess.run(["bash", "-c", harness], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "WORK": str(tmp_path),
-                                                       "WARM_S": "200"}, capture_output=True, text=True, timeout=30)
+    got = subprocess.run(["bash", "-c", harness], env={"PATH": "/usr/bin:/bin", "PHASES_SH": str(PHASES_SH),
+                                                       "WORK": str(tmp_path), "WARM_S": "200"},
+                         capture_output=True, text=True, timeout=30)
     load = got.stdout.splitlines()[0]
     assert load.startswith("load --shape closed --levels 128 --seconds 200 --warmup 0 --engines nospec=30001,off=30000")
     assert str(tmp_path / "results.jsonl") not in load and "--out /tmp/tl/warm.jsonl" in load
     assert got.stdout.splitlines()[-1] == "SAY warm done (200 s each)"
+
+
+def test_a_phase_whose_time_is_out_is_skipped_and_the_next_runs():
+    """run_phase (bench/gpu/phases.sh): a phase that does not fit returns (the loop's old `continue`), the next one
+    runs, an unknown one is said; run_pair.sh sources it and calls it once per phase of SHAPES."""
+    harness = r"""
+set -u
+say() { echo "SAY $*"; }; load_sum() { echo "load $1 $2"; }; phase_need() { echo 10; }
+fits() { [ "$2" != closed ] || { echo "SAY skip closed"; return 1; }; }
+PAIR=(--engines x); CLOSED=128; CLOSED_S=1; CLOSED_WARMUP=1
+source "$PHASES_SH"
+for phase in closed steady bogus; do run_phase "$phase"; done; echo after
+"""
+    got = subprocess.run(["bash", "-c", harness], env={"PATH": "/usr/bin:/bin", "PHASES_SH": str(PHASES_SH)},
+                         capture_output=True, text=True, timeout=30)
+    assert got.stdout.splitlines() == ["SAY skip closed", "load --shape steady", "SAY steady done",
+                                       "SAY unknown phase bogus", "after"], got.stdout + got.stderr
+    assert 'source bench/gpu/phases.sh' in SCRIPT.read_text() and 'run_phase "$phase"' in SCRIPT.read_text()
