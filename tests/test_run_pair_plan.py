@@ -325,7 +325,7 @@ def test_the_gpu_api_key_check_gives_the_daemon_the_key_as_from_launch_would(tmp
 KEEP = r"""
 set -u
 OUT=$WORK/out; SC=$WORK/sc; KEEP_DIR=$WORK/keep; mkdir -p $OUT $SC; touch $SC/state.db
-eval "$(sed -n '/^GROUPS_FILE=/,/^\[ "\$REUSE" = 1 \] || { rm -rf \$SC/p' "$COMMON_SH" | sed "s#/tmp/#$WORK/#g")"
+eval "$(sed -n '/^GROUPS_FILE=/,/^LOGS=\$OUT;/p' "$COMMON_SH" | sed "s#/tmp/#$WORK/#g")"
 echo "REUSE=$REUSE LOGS=${LOGS#$WORK/} db=$([ -f $SC/state.db ] && echo kept || echo fresh) groups=$([ -f $GROUPS_FILE ] && echo kept || echo stopped) clean=$([ -f $KEEP_DIR/clean ] && echo left || echo gone)"
 """
 SAME = {"KEEPS_ENGINES": "1", "KEEP_ENGINES": "1", "B_FIRST": "1", "OFF_PATH": "kv", "SPEC_CPROFILE_KINDS": "extend"}

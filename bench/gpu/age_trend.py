@@ -44,6 +44,14 @@ def slope_per_10min(minutes: list[float], values: list[float]) -> tuple[float, f
     return 10 * fit.slope, 10 * (fit.slope - half), 10 * (fit.slope + half)
 
 
+def pair_points(groups: dict, key: tuple, t0: float) -> tuple[list[float], list[float]]:
+    """(minutes since t0, label / no-spec ratio) of each pair of groups[key] (traffic_table's pairing: the same repeat,
+    nearest in time), at the pair's mean start, in time order."""
+    pairs = sorted(traffic_table.beside(groups, key)[0], key=lambda p: p[0]["mono_start"])
+    return ([((a["mono_start"] + b["mono_start"]) / 2 - t0) / 60 for a, b in pairs],
+            [a["tok_s"] / b["tok_s"] for a, b in pairs])
+
+
 def series(rows: list[dict], shape: str | None, level: float | None) -> list[tuple[tuple, str, list[float], list[float]]]:
     """(shape, level), name, minutes, values: each label's tok/s and each label / no-spec pair's ratio (traffic_table's
     pairing: the same repeat, nearest in time; at the pair's mean start)."""
@@ -57,10 +65,7 @@ def series(rows: list[dict], shape: str | None, level: float | None) -> list[tup
         out.append(((sh, lv), f"{label} tok/s", [(r["mono_start"] - t0) / 60 for r in rs], [r["tok_s"] for r in rs]))
         if label.startswith("nospec"):
             continue
-        pairs, _ = traffic_table.beside(groups, (sh, lv, label))
-        pairs = sorted(pairs, key=lambda p: p[0]["mono_start"])
-        out.append(((sh, lv), f"{label} / nospec", [((a["mono_start"] + b["mono_start"]) / 2 - t0) / 60 for a, b in pairs],
-                    [a["tok_s"] / b["tok_s"] for a, b in pairs]))
+        out.append(((sh, lv), f"{label} / nospec", *pair_points(groups, (sh, lv, label), t0)))
     return out
 
 
@@ -96,12 +101,11 @@ def within_calls(calls: list[list[dict]], shape: str | None = None) -> dict[str,
         for key in groups:
             if key[2].startswith("nospec"):
                 continue
-            pairs, _ = traffic_table.beside(groups, key)
-            if len(pairs) < 2:
+            at, ratios = pair_points(groups, key, t0)
+            if len(ratios) < 2:
                 continue
-            ratios = [a["tok_s"] / b["tok_s"] for a, b in pairs]
             mean = statistics.mean(ratios)
-            minutes.setdefault(key[2], []).extend(((a["mono_start"] + b["mono_start"]) / 2 - t0) / 60 for a, b in pairs)
+            minutes.setdefault(key[2], []).extend(at)
             deviations.setdefault(key[2], []).extend(x - mean for x in ratios)
             seen[key[2]] = seen.get(key[2], 0) + 1
     return {label: (len(deviations[label]), seen[label], slope_per_10min(minutes[label], deviations[label]))

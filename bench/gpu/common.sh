@@ -21,10 +21,13 @@ stop_groups() {
   while read -r g; do kill -KILL -- "-$g" 2>/dev/null; done <$GROUPS_FILE
   rm -f $GROUPS_FILE
 }
+start_afresh() { # [path...]: what a call that starts its engines begins with: nothing left running, a fresh database
+  # (and those paths gone)
+  stop_groups; rm -rf $SC "$@"; mkdir -p $SC
+}
 source bench/gpu/keep.sh    # KEEP_ENGINES=1: REUSE, KEEP (bench/gpu/keep.sh)
-[ "$REUSE" = 1 ] || { stop_groups; rm -rf $KEEP_DIR; }
+[ "$REUSE" = 1 ] || start_afresh $KEEP_DIR
 LOGS=$OUT; [ "$KEEP" = 1 ] && { LOGS=$KEEP_DIR/logs; mkdir -p "$LOGS"; }   # the engines' logs
-[ "$REUSE" = 1 ] || { rm -rf $SC; mkdir -p $SC; }   # every call that starts its engines starts a fresh database
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export TVM_FFI_CACHE_DIR=/tmp/jitcache TRITON_CACHE_DIR=/tmp/tritoncache
 SUM=$OUT/summary.txt; : >"$SUM"

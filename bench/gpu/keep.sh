@@ -38,7 +38,7 @@ reuse_engines() { # REUSE=1: the engines the last KEEP_ENGINES=1 call left up (c
     say "engines reused (KEEP_ENGINES=1): nospec group $NOSPEC_PID, $GROUP_B group $DAEMON_PID"; return 0
   fi
   say "the kept daemon does not run its engine: stopping both, starting afresh"
-  stop_groups; rm -rf $SC $KEEP_DIR/pids; mkdir -p $SC; REUSE=0; return 1
+  start_afresh $KEEP_DIR/pids; REUSE=0; return 1
 }
 follow_logs() { # KEEP_ENGINES=1: each engine's log from its length now into $OUT as it grows (by this call's own
   # processes: a call cut at its limit still brings back its part); FOLLOWERS: their PIDs

@@ -151,14 +151,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def to_a_work(a: dict, b: dict) -> tuple[Key, float]:
+    """The reference function and B's units per A's profile (its calls in B over its calls in A)."""
+    ref = reference(a, b)
+    return ref, b[ref][0] / a[ref][0]
+
+
 def _main(args: argparse.Namespace, a: dict, b: dict) -> int:
     if args.batches:
         per_a, per_b = (float(x) for x in args.batches.split(","))
         unit = "batch"
     else:
-        ref = reference(a, b)
-        per_a, per_b = 1.0, b[ref][0] / a[ref][0]
-        unit = "A's profile"
+        ref, per_b = to_a_work(a, b)
+        per_a, unit = 1.0, "A's profile"
         print(f"B scaled to A's work by the calls of {label(ref)}: {a[ref][0]} in A, {b[ref][0]} in B")
     print(report(compare(a, b, per_a, per_b, args.same, args.min_calls), unit, args.top))
     return 0
@@ -167,8 +172,7 @@ def _main(args: argparse.Namespace, a: dict, b: dict) -> int:
 def _swapped(args: argparse.Namespace, profiles: list[dict]) -> int:
     factors = []
     for a, b in (profiles[:2], profiles[2:]):
-        ref = reference(a, b)
-        factors.append(compare(a, b, 1.0, b[ref][0] / a[ref][0], args.same, args.min_calls)["factor"])
+        factors.append(compare(a, b, 1.0, to_a_work(a, b)[1], args.same, args.min_calls)["factor"])
     engine, cores, which = split_swapped(*factors)
     print(f"swapped: B / A uniform factor {factors[0]:.3f} on the first core sets, {factors[1]:.3f} swapped: the "
           f"engine's own {engine:.3f}, the cores' {cores:.3f}: mostly {which}")

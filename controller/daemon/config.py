@@ -149,8 +149,8 @@ def anchored(section: str, values: dict, base: Path) -> dict:
     for key in FILE_PATHS.get(section, ()):
         value = out.get(key)
         if _names_file(section, key, value):
-            if home_unexpanded(value):
-                raise ConfigError(f"config: [{section}] {key} {value!r}: {home_unexpanded(value)}")
+            if why := home_unexpanded(value):
+                raise ConfigError(f"config: [{section}] {key} {value!r}: {why}")
             out[key] = beside(value, base)
     return out
 

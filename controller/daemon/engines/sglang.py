@@ -72,9 +72,8 @@ class SGLangEngine(Engine):
             raise EngineError("sglang engine: [sglang] model_path is required")
         for key, value in self.args.items():       # (SGLang takes "" for a path and expands no ~: it fails at start)
             if key.endswith("_path") and key not in OWN_KEYS and isinstance(value, str) and (
-                    not value.strip() or home_unexpanded(value)):
-                raise EngineError(f"sglang engine: [sglang] {key} = {value!r}: "
-                                  f"{home_unexpanded(value) or 'name a path or a model id'}")
+                    why := home_unexpanded(value) or (None if value.strip() else "name a path or a model id")):
+                raise EngineError(f"sglang engine: [sglang] {key} = {value!r}: {why}")
         if "python" in self.args and not (isinstance(self.args["python"], str) and self.args["python"].strip()):
             raise EngineError("sglang engine: [sglang] python must name an interpreter (leave it out for the daemon's)")
         self.args["extra_args"] = extra_args(self.args)
