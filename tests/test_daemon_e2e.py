@@ -3,7 +3,9 @@ policy and pin commands, SIGKILL mid-run, restart with everything restored."""
 import re
 import signal
 import sqlite3
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -192,12 +194,44 @@ def test_sighup_reloads_config(short_tmp):
     assert _count_events(d.db, "reload") == 1
 
 
+def _daemon_on_a_free_metrics_port(workdir: Path, *extra: str, tries: int = 3) -> tuple[DaemonProc, int]:
+    """The daemon up with --metrics-port on a port free a moment ago; another process (a parallel test worker) can
+    take it between the probe and the daemon's bind: then the daemon exits with its one line, and a new port is tried."""
+    for _ in range(tries):
+        port = _free_port()
+        d = DaemonProc(workdir, *extra, "--metrics-port", str(port))
+        try:
+            d.wait_socket()
+            return d, port
+        except RuntimeError:
+            if f"metrics port {port}:" not in d.log_text():
+                raise
+            d.stop()
+    raise RuntimeError(f"no free metrics port in {tries} tries")
+
+
+def test_a_metrics_port_taken_after_the_probe_is_tried_again(short_tmp, monkeypatch):
+    """The race the helper above closes: the first port it is given is held by someone else."""
+    import socket
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    ports, probe = iter([busy.getsockname()[1]]), _free_port
+    monkeypatch.setattr(sys.modules[__name__], "_free_port", lambda: next(ports, None) or probe())
+    try:
+        d, port = _daemon_on_a_free_metrics_port(short_tmp, "--concurrency", "2")
+        try:
+            assert port != busy.getsockname()[1]
+        finally:
+            assert d.stop() == 0
+    finally:
+        busy.close()
+
+
 def test_prometheus_metrics_on_opt_in_port(short_tmp):
     import urllib.request
-    port = _free_port()
-    d = DaemonProc(short_tmp, "--concurrency", "4", "--metrics-port", str(port))
+    d, port = _daemon_on_a_free_metrics_port(short_tmp, "--concurrency", "4")
     try:
-        d.wait_socket()
         d.wait_for(lambda st: st["samples"]["total"] > 20, what="samples")
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
