@@ -57,6 +57,23 @@ def test_lora_adapters_are_paths_too(model):
         f"give it read access (e.g. chgrp -R {USER} and chmod -R g+rX)"]
 
 
+def test_extra_args_path_flags_are_paths_too(model):
+    """[sglang] extra_args carries flags the table has no key for: --x-path V, --x-path=V, --x-paths V1 name=V2, each value
+    the service must read; other flags' values (a port, a model id) are not looked at."""
+    adapter = model.parent / "adapter"
+    adapter.mkdir(mode=0o700)
+    words = ["--tokenizer-path", str(model), "--port", str(model.parent), "--lora-paths", f"sql={adapter}",
+             str(model), "--enable-lora", f"--chat-template-path={adapter}", str(model.parent), "--x-path", "org/id"]
+    assert paths_in({"extra_args": words}) == [
+        ("extra_args --tokenizer-path", str(model)), ("extra_args --lora-paths", str(adapter)),
+        ("extra_args --lora-paths", str(model)), ("extra_args --chat-template-path", str(adapter))]
+    assert paths_in({"extra_args": " ".join(words)}) == []          # not a list: refused elsewhere, no words here
+    assert service_cannot_read({"extra_args": words}, USER) == [
+        f"extra_args --{flag} = {adapter}: the service's user {USER} cannot read it (root can: config check runs as "
+        f"root); give it read access (e.g. chgrp -R {USER} and chmod -R g+rX)" for flag in ("lora-paths",
+                                                                                            "chat-template-path")]
+
+
 def test_config_check_says_it(model, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
