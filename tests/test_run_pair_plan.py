@@ -44,6 +44,44 @@ def test_the_first_phase_must_fit_after_the_engines_start(rotation, repeats, dea
                                       f"(~200 s, ENGINES_UP_S), DEADLINE_S is {deadline}")
 
 
+def test_with_fit_repeats_the_first_phase_need_fit_only_once():
+    """FIT_REPEATS=1: the call starts when one repeat of its first phase fits (12-04e call 2's 408 s at 3 repeats is
+    156 s at one), and is still refused when not even that does."""
+    got = plan(ROTATION="defer", REPEATS="3", DEADLINE_S="585", FIT_REPEATS="1", **CLOSED)
+    assert got.returncode == 0 and got.stdout.strip() == "went on: closedab needs 156", got.stdout + got.stderr
+    assert plan(ROTATION="defer", REPEATS="3", DEADLINE_S="350", FIT_REPEATS="1", **CLOSED).returncode == 2
+
+
+FIT = r"""
+set -u
+say() { echo "SAY $*"; }; fits() { [ "$(left)" -gt "$1" ] || { echo "SAY skip $2"; return 1; }; }
+left() { echo "$LEFT"; }; load_sum() { echo "load repeats ${REPEATS}"; }; internal_state() { :; }
+DEADLINE=600; SUM=/dev/null; R=/dev/null; AB=x; SIDE=1; RUNS=6
+eval "$(sed -n '/^KVG=/,/^LEANALLOC=/p;/^BOTH_YES=/,/^SIDE_YES=/p' "$SCRIPT")"
+eval "$(sed -n '/^ab_rotation()/,/^}/p' "$SCRIPT")"
+eval "$(sed -n '/^OPEN_S=/,/^}$/p' "$SCRIPT")"
+source "$PHASES_SH"
+run_phase closedab; echo "after: REPEATS=$REPEATS"
+"""
+
+
+@pytest.mark.parametrize("fit, left, said", [
+    ("1", "289", ["SAY closedab: 3 repeats need 486 s, 289 left: 1 repeats (FIT_REPEATS=1)", "load repeats 1"]),
+    ("1", "400", ["SAY closedab: 3 repeats need 486 s, 400 left: 2 repeats (FIT_REPEATS=1)", "load repeats 2"]),
+    ("1", "500", ["load repeats 3"]),                           # fits whole: nothing changed
+    ("1", "150", ["SAY skip closedab"]),                        # not one repeat (152 s): skipped as before
+    ("0", "400", ["SAY skip closedab"]),                        # without it: skipped as before
+])
+def test_fit_repeats_runs_the_repeats_that_fit_and_leaves_repeats_as_it_was(fit, left, said):
+    """PART=b's closed loop (4 levels, 2 labels, 5 + 10 s): 3 repeats need 486 s, one 152 s."""
+    env = {"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "PHASES_SH": str(PHASES_SH), "LEFT": left, "REPEATS": "3",
+           "FIT_REPEATS": fit, "ROTATION": "pair", "SHAPES": "closedab", "CLOSED_LEVELS": "1,16,48,128",
+           "CLOSED_WARMUP": "5", "CLOSED_S": "10"}
+    got = subprocess.run(["bash", "-c", FIT], env=env, capture_output=True, text=True, timeout=30)
+    lines = [x for x in got.stdout.splitlines() if x.startswith(("SAY closedab:", "SAY skip", "load", "after"))]
+    assert lines == said + ["after: REPEATS=3"], got.stdout + got.stderr
+
+
 def test_the_engines_start_time_is_the_operators_to_say_and_only_the_first_phase_decides():
     assert plan(ROTATION="defer", REPEATS="3", DEADLINE_S="585", ENGINES_UP_S="170", **CLOSED).returncode == 0
     later = plan(ROTATION="pair", REPEATS="2", DEADLINE_S="400", SHAPES="cprofile,closedab,steadyab",

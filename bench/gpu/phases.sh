@@ -1,8 +1,18 @@
 # shellcheck shell=bash
 # run_pair.sh's phases (sourced by it): run_phase NAME runs one phase of SHAPES with the engines up, if its time is
 # left (phase_need, in run_pair.sh); what each measures: run_pair.sh's head.
+fit_repeats() { # phase: with FIT_REPEATS=1, an ab phase that cannot fit REPEATS whole runs the repeats that fit (at
+  # least 1; REPEATS is run_phase's local): a cold call whose engines took longer than planned (12-05d: 295 s on an
+  # H100) still measures
+  [ "${FIT_REPEATS:-0}" = 1 ] || return 0
+  local want=${REPEATS:-2} need per fit
+  need=$(phase_need "$1"); [ "$(left)" -gt "$need" ] && return 0
+  per=$(( (need - 30) / want )); fit=$(( ($(left) - 31) / per ))
+  [ "$fit" -ge 1 ] && [ "$fit" -lt "$want" ] || return 0
+  REPEATS=$fit; say "$1: $want repeats need $need s, $(left) left: $fit repeats (FIT_REPEATS=1)"
+}
 run_phase() {
-  local phase=$1
+  local phase=$1 REPEATS=${REPEATS:-2}
     case $phase in
     open) fits "$(phase_need open)" open || return 0
       load_sum --shape open --rates "$RATES" --seconds "$OPEN_S" --tokenizer $TOK "${PAIR[@]}"; say "open done" ;;
@@ -21,21 +31,21 @@ run_phase() {
     closedab)    # kv (label off) and the writes switched off (label fast) in ONE rotation with the no-spec engine,
       # switched before each run, so that the host's drift between phases (12-02b) cannot decide kv against fast
       # with KV_GRAPH=1 a fourth in the rotation: the writes eager (label kveager), each state set in full
-      ab_rotation
+      ab_rotation; fit_repeats closedab
       fits "$(phase_need closedab)" closedab || return 0
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
         --engines "$AB" --repeats "${REPEATS:-2}" --flush --out "$R"
       internal_state 30000 "$AB_RESTORE" | tee -a "$SUM"
       say "closedab done" ;;
     openab)      # the same rotation on the open loop (Poisson arrivals at OPEN_RATES)
-      ab_rotation
+      ab_rotation; fit_repeats openab
       fits "$(phase_need openab)" openab || return 0
       load_sum --shape open --rates "$RATES" --seconds "$OPEN_S" --tokenizer $TOK \
         --engines "$AB" --repeats "${REPEATS:-2}" --flush --out "$R"
       internal_state 30000 "$AB_RESTORE" | tee -a "$SUM"
       say "openab done" ;;
     steadyab)    # closedab's rotation on steady decode: graphs / eager / no writes against no-spec, one engine switched
-      ab_rotation
+      ab_rotation; fit_repeats steadyab
       fits "$(phase_need steadyab)" steadyab || return 0
       load_sum --shape steady --levels 1,16,48,128 --steady-len 192 --engines "$AB" --repeats "${REPEATS:-2}" --flush --out "$R"
       internal_state 30000 "$AB_RESTORE" | tee -a "$SUM"

@@ -18,4 +18,5 @@ export SHAPES=$shapes ROTATION=pair PIN_CPUS=1 PREFILL_GRAPH=default OFF_PATH=kv
 export CLOSED_LEVELS=1,16,48,128 OPEN_RATES=2,12,24 CLOSED_WARMUP=5 OPEN_S=10 REPEATS=${REPEATS:-2}
 export CLOSED_S=${CLOSED_S:-$([ "${PART:-all}" = b ] && echo 10 || echo 12)}
 export DEADLINE_S=${DEADLINE_S:-$([ "${PART:-all}" = all ] && echo 1000 || echo 590)}
+export FIT_REPEATS=${FIT_REPEATS:-1}   # a cold start longer than planned (12-05d: 295 s) runs fewer repeats, not none
 exec bash bench/gpu/run_pair.sh

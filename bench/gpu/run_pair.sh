@@ -46,6 +46,8 @@
 #  saved; bench/gpu/keep.sh; its summary says "engines reused"), where the last call ended normally and both
 #  still answer. Give every call of such a chain KEEP_ENGINES=1 and the same start-time variables (B_FIRST, PIN_CPUS,
 #  SPEC_CPROFILE_KINDS, ...); a call without it (or any other script) stops them. Their logs come back per call.
+# FIT_REPEATS=1: an ab phase (closedab, openab, steadyab) that cannot fit REPEATS whole runs the repeats that fit (>= 1,
+#  said in the summary), and the call starts if its first phase fits once (phases.sh fit_repeats).
 # TWIN=1 (the A/A): instead of the daemon, a second engine WITHOUT speculation started as the daemon's is (second,
 #  mem fraction 0.64, port 30000, timeline prefix off, pinned and rotated the same), label twin: twin / nospec is what
 #  the harness reads for a second engine as fast as plain decoding (its median: the harness's own bias; its spread: the
@@ -186,7 +188,7 @@ for phase in ${SHAPES//,/ }; do
   [ "${TWIN:-0}" = 1 ] && [ "${TWIN_PHASES/ $phase /}" = "$TWIN_PHASES" ] && {
     say "not started: TWIN=1 has no daemon for phase $phase (TWIN=1 runs:$TWIN_PHASES)"; exit 2; }
 done
-first=${SHAPES%%,*}; need=$(phase_need "$first"); up=${ENGINES_UP_S:-200}
+first=${SHAPES%%,*}; need=$( [ "${FIT_REPEATS:-0}" = 1 ] && REPEATS=1; phase_need "$first"); up=${ENGINES_UP_S:-200}
 [ "${REUSE:-0}" = 1 ] && up=${ENGINES_UP_S:-20}    # engines a KEEP_ENGINES=1 call left up (keep.sh)
 if [ $((need + up)) -gt "$DEADLINE" ]; then
   say "not started: $first needs $need s after the engines are up (~$up s, ENGINES_UP_S), DEADLINE_S is $DEADLINE"
