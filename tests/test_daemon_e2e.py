@@ -228,6 +228,27 @@ def test_a_metrics_port_taken_after_the_probe_is_tried_again(short_tmp, monkeypa
         busy.close()
 
 
+def test_the_metrics_port_helper_tries_a_taken_port_tries_times_and_nothing_else_again(short_tmp, monkeypatch):
+    """Every port taken: `tries` daemons, then its own error; a daemon that fails otherwise: its error, at once."""
+    import socket
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    probes, probe = [], _free_port
+    try:
+        monkeypatch.setattr(sys.modules[__name__], "_free_port", lambda: probes.append(1) or busy.getsockname()[1])
+        with pytest.raises(RuntimeError, match="no free metrics port in 3 tries"):
+            _daemon_on_a_free_metrics_port(short_tmp, "--concurrency", "2")
+        assert len(probes) == 3
+    finally:
+        busy.close()
+    probes.clear()
+    monkeypatch.setattr(sys.modules[__name__], "_free_port", lambda: probes.append(1) or probe())
+    with pytest.raises(RuntimeError, match="daemon exited"):
+        _daemon_on_a_free_metrics_port(short_tmp, "--concurrency", "2", "--profile", "no-such-profile")
+    assert len(probes) == 1
+
+
 def test_prometheus_metrics_on_opt_in_port(short_tmp):
     import urllib.request
     d, port = _daemon_on_a_free_metrics_port(short_tmp, "--concurrency", "4")

@@ -71,6 +71,11 @@ run_phase closedab; echo "after: REPEATS=$REPEATS"
     ("1", "500", ["load repeats 3"]),                           # fits whole: nothing changed
     ("1", "150", ["SAY skip closedab"]),                        # not one repeat (152 s): skipped as before
     ("0", "400", ["SAY skip closedab"]),                        # without it: skipped as before
+    ("", "400", ["SAY skip closedab"]),                         # unset (empty): off
+    ("1", "486", ["SAY closedab: 3 repeats need 486 s, 486 left: 2 repeats (FIT_REPEATS=1)", "load repeats 2"]),
+    ("1", "334", ["SAY closedab: 3 repeats need 486 s, 334 left: 1 repeats (FIT_REPEATS=1)", "load repeats 1"]),
+    ("1", "335", ["SAY closedab: 3 repeats need 486 s, 335 left: 2 repeats (FIT_REPEATS=1)", "load repeats 2"]),
+    ("1", "182", ["SAY skip closedab"]),                        # one repeat needs 182: fits takes more than that
 ])
 def test_fit_repeats_runs_the_repeats_that_fit_and_leaves_repeats_as_it_was(fit, left, said):
     """PART=b's closed loop (4 levels, 2 labels, 5 + 10 s): 3 repeats need 486 s, one 152 s."""
@@ -80,6 +85,37 @@ def test_fit_repeats_runs_the_repeats_that_fit_and_leaves_repeats_as_it_was(fit,
     got = subprocess.run(["bash", "-c", FIT], env=env, capture_output=True, text=True, timeout=30)
     lines = [x for x in got.stdout.splitlines() if x.startswith(("SAY closedab:", "SAY skip", "load", "after"))]
     assert lines == said + ["after: REPEATS=3"], got.stdout + got.stderr
+
+
+@pytest.mark.parametrize("phase, left, said", [
+    ("openab", "200", ["SAY openab: 3 repeats need 354 s, 200 left: 1 repeats (FIT_REPEATS=1)", "load repeats 1"]),
+    ("steadyab", "80", ["SAY steadyab: 3 repeats need 102 s, 80 left: 2 repeats (FIT_REPEATS=1)", "load repeats 2"]),
+])
+def test_fit_repeats_serves_every_ab_phase(phase, left, said):
+    """openab (3 rates, 10 + 8 s) and steadyab (4 levels x 3 s) fit their repeats as closedab does."""
+    env = {"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "PHASES_SH": str(PHASES_SH), "LEFT": left, "REPEATS": "3",
+           "FIT_REPEATS": "1", "ROTATION": "pair", "SHAPES": phase, "OPEN_RATES": "2,12,24", "OPEN_S": "10", "TOK": "tok"}
+    got = subprocess.run(["bash", "-c", FIT.replace("run_phase closedab", f"run_phase {phase}")], env=env,
+                         capture_output=True, text=True, timeout=30)
+    lines = [x for x in got.stdout.splitlines() if x.startswith((f"SAY {phase}:", "SAY skip", "load", "after"))]
+    assert lines == said + ["after: REPEATS=3"], got.stdout + got.stderr
+
+
+def test_the_start_check_at_one_repeat_leaves_repeats_to_the_phases():
+    """FIT_REPEATS=1 reckons the start at one repeat in a subshell: the phases still see REPEATS as given."""
+    shown = HARNESS.replace('echo "went on: $first needs $need"', 'echo "went on: $first needs $need; REPEATS=$REPEATS"')
+    got = subprocess.run(["bash", "-c", shown], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "ROTATION": "defer",
+                                                     "REPEATS": "3", "DEADLINE_S": "585", "FIT_REPEATS": "1", **CLOSED},
+                         capture_output=True, text=True, timeout=30)
+    assert got.stdout.strip() == "went on: closedab needs 156; REPEATS=3", got.stdout + got.stderr
+
+
+@pytest.mark.parametrize("given, fit", [(None, "1"), ("0", "0")])
+def test_issue_12_fits_repeats_unless_told_not_to(given, fit):
+    setup = subprocess.run(["bash", "-c", 'source <(sed -n "/^case/,/^export FIT_REPEATS/p" "$ISSUE12"); env'],
+                           env={"PATH": "/usr/bin:/bin", "ISSUE12": str(ISSUE12), "PART": "b",
+                                **({"FIT_REPEATS": given} if given else {})}, capture_output=True, text=True, timeout=30)
+    assert f"FIT_REPEATS={fit}" in setup.stdout.splitlines(), setup.stdout + setup.stderr
 
 
 def test_the_engines_start_time_is_the_operators_to_say_and_only_the_first_phase_decides():

@@ -74,6 +74,19 @@ def test_extra_args_path_flags_are_paths_too(model):
                                                                                             "chat-template-path")]
 
 
+def test_extra_args_path_flags_stop_where_sglangs_parser_stops(model):
+    """A single-value flag takes one word, a list flag runs to the next flag whatever it is; --x-paths=name=V is an
+    entry too, a single flag's value keeps its '=', other flags' =values are not looked at; words need not be str."""
+    adapter, odd = model.parent / "adapter", model.parent / "a=b"
+    adapter.mkdir(mode=0o700)
+    odd.mkdir()
+    assert paths_in({"extra_args": ["--tokenizer-path", str(model), str(adapter), "--lora-paths", str(model),
+                                    "--port", 30000, str(model.parent), f"--lora-paths=sql={adapter}",
+                                    f"--served-model-name={model}", f"--chat-template-path={odd}"]}) == [
+        ("extra_args --tokenizer-path", str(model)), ("extra_args --lora-paths", str(model)),
+        ("extra_args --lora-paths", str(adapter)), ("extra_args --chat-template-path", str(odd))]
+
+
 def test_config_check_says_it(model, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
