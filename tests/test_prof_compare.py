@@ -161,3 +161,12 @@ def test_an_engine_faster_on_either_set_is_its_process_too():
     assert "the process" in prof_compare.split_swapped(0.8, 0.8)[2]          # e 0.8, c 1
     assert "the cores" in prof_compare.split_swapped(1 / 0.8, 0.8)[2]        # e 1, c 1.25
     assert "the process" in prof_compare.split_swapped(1.0, 1.0)[2]          # nothing either way: the engine's (1.0)
+
+
+@pytest.mark.parametrize("engine_f, cores_f, says", [
+    (1.3, 1.0, "B the slower"), (0.8, 1.0, "B the faster"),
+    (1.0, 1.3, "B's first set the slower"), (1.0, 0.8, "B's first set the faster"),
+])
+def test_the_verdict_says_which_way(engine_f, cores_f, says):
+    """12-05d call 2's "mostly the process" was the off engine being the FASTER on its own: the line says which way."""
+    assert prof_compare.split_swapped(engine_f * cores_f, engine_f / cores_f)[2].endswith(f": {says})")

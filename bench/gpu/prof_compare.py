@@ -127,8 +127,11 @@ def split_swapped(f1: float, f2: float) -> tuple[float, float, str]:
     """(engine factor, cores factor, which carries more) from the uniform factors of two pairs whose core sets were
     swapped between them."""
     engine, cores = (f1 * f2) ** 0.5, (f1 / f2) ** 0.5
-    which = "the process (it follows B onto either core set)" if abs(math.log(engine)) >= abs(math.log(cores)) \
-        else "the cores (it stays with the core set, whichever engine runs there)"
+    # which way, too: "the process" alone read as "the off engine is slow" where it was the faster (12-05d call 2)
+    which = (f"the process (it follows B onto either core set: B the {'slower' if engine > 1 else 'faster'})"
+             if abs(math.log(engine)) >= abs(math.log(cores)) else
+             f"the cores (it stays with the core set, whichever engine runs there: B's first set the "
+             f"{'slower' if cores > 1 else 'faster'})")
     return engine, cores, which
 
 
