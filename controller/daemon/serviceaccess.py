@@ -9,41 +9,16 @@ import select
 import signal
 from pathlib import Path
 
+from .engines.sglang_flags import named_paths
+
 SERVICE_USER = "spec-controller"        # systemd/spec-controller.sysusers (a drop-in with another User=: not it)
 ASK_TIMEOUT_S = 10.0
 
 
 def paths_in(values: dict) -> list[tuple[str, str]]:
-    """(key, path) for each [sglang] *_path, each entry of a *_paths list (lora_paths: "/path" or "name=/path") and each
-    value extra_args gives a --*-path or --*-paths flag, that is an absolute path existing here (a model id is no path)."""
-    named = [(k, v) for k, v in values.items() if k.endswith("_path") and isinstance(v, str)]
-    named += [(k, _entry(x)) for k, v in values.items()
-              if k.endswith("_paths") and isinstance(v, list) for x in v if isinstance(x, str)]
-    extra = values.get("extra_args")
-    named += _flag_paths([str(w) for w in extra]) if isinstance(extra, list) else []
-    return [(k, v) for k, v in named if v.startswith("/") and os.path.exists(v)]
-
-
-def _entry(value: str) -> str:
-    return value.partition("=")[2] if "=" in value else value      # a *_paths entry: "/path" or "name=/path"
-
-
-def _flag_paths(words: list[str]) -> list[tuple[str, str]]:
-    """("extra_args --FLAG", value) for the values of path-named flags in a launch line's words: --x-path V, --x-path=V,
-    --x-paths V1 V2 ... (up to the next flag), as SGLang's parser takes them."""
-    out: list[tuple[str, str]] = []
-    flag, many = None, False
-    for word in words:
-        if word.startswith("--"):
-            name, eq, value = word.partition("=")
-            flag, many = (name, name.endswith("-paths")) if name.endswith(("-path", "-paths")) else (None, False)
-            if flag and eq:
-                out.append((f"extra_args {flag}", _entry(value) if many else value))
-                flag = None
-        elif flag:
-            out.append((f"extra_args {flag}", _entry(word) if many else word))
-            flag = flag if many else None
-    return out
+    """(key, path) for each path the [sglang] table names (sglang_flags.named_paths) that is an absolute path existing
+    here (a model id is no path)."""
+    return [(k, v) for k, v in named_paths(values) if v.startswith("/") and os.path.exists(v)]
 
 
 def unreadable(paths: list[str]) -> list[str]:

@@ -40,6 +40,39 @@ def server_flags(args: dict) -> list[str]:
     return flags + [str(x) for x in args.get("extra_args", [])]
 
 
+def named_paths(args: dict) -> list[tuple[str, str]]:
+    """(key, value) of every path an [sglang] table hands SGLang, as written: each *_path key's (not the daemon's own),
+    each entry of a *_paths list (lora_paths: "/path" or "name=/path") and each value extra_args gives a --*-path or
+    --*-paths flag ("extra_args --FLAG")."""
+    named = [(k, v) for k, v in args.items() if k.endswith("_path") and k not in OWN_KEYS and isinstance(v, str)]
+    named += [(k, _entry(x)) for k, v in args.items()
+              if k.endswith("_paths") and isinstance(v, list) for x in v if isinstance(x, str)]
+    extra = args.get("extra_args")
+    return named + (_flag_paths([str(w) for w in extra]) if isinstance(extra, list) else [])
+
+
+def _entry(value: str) -> str:
+    return value.partition("=")[2] if "=" in value else value      # a *_paths entry: "/path" or "name=/path"
+
+
+def _flag_paths(words: list[str]) -> list[tuple[str, str]]:
+    """("extra_args --FLAG", value) for the values of path-named flags in a launch line's words: --x-path V, --x-path=V,
+    --x-paths V1 V2 ... (up to the next flag), as SGLang's parser takes them."""
+    out: list[tuple[str, str]] = []
+    flag, many = None, False
+    for word in words:
+        if word.startswith("--"):
+            name, eq, value = word.partition("=")
+            flag, many = (name, name.endswith("-paths")) if name.endswith(("-path", "-paths")) else (None, False)
+            if flag and eq:
+                out.append((f"extra_args {flag}", _entry(value) if many else value))
+                flag = None
+        elif flag:
+            out.append((f"extra_args {flag}", _entry(word) if many else word))
+            flag = flag if many else None
+    return out
+
+
 def extra_args(args: dict) -> list[str]:
     """[sglang] extra_args: words added to the launch line as given (a list; a string would be split into letters)."""
     extra = args.get("extra_args", [])
@@ -230,4 +263,3 @@ def _segments(stream: IO[bytes]):
             held = held[cut:]
     if held:
         yield held
-
