@@ -180,6 +180,14 @@ def test_check_says_ok_in_one_line_for_a_config_run_would_take(tmp_path):
      "[sglang] speculative_draft_model_path = ' ': name a path or a model id"),
     ('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "~/models/t"\nspeculative_algorithm = "EAGLE3"\n'
      'python = "/usr/bin/python3"\n', "[sglang] model_path = '~/models/t': nothing expands ~ here: write the path out"),
+    ('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\nlora_paths = ["/a", "sql=~/adapters/sql"]\n'
+     'speculative_algorithm = "EAGLE3"\npython = "/usr/bin/python3"\n',
+     "[sglang] lora_paths = '~/adapters/sql': nothing expands ~ here: write the path out"),
+    ('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\nextra_args = ["--tokenizer-path", "~/tok"]\n'
+     'speculative_algorithm = "EAGLE3"\npython = "/usr/bin/python3"\n',
+     "[sglang] extra_args --tokenizer-path = '~/tok': nothing expands ~ here: write the path out"),
+    ('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\nlora_paths = ["sql="]\n'
+     'speculative_algorithm = "EAGLE3"\npython = "/usr/bin/python3"\n', "[sglang] lora_paths = '': name a path or a model id"),
     ('[sglang]\nmodel_path = "/m"\nspeculative_algorithm = "EAGLE3"\n',
      'config: [sglang] is set but not [engine] kind, whose default runs the simulator: add [engine] kind = "sglang"'),
     ('[sglang\n', "not valid TOML"),

@@ -25,8 +25,8 @@ from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_L
 from ...paths import home_unexpanded, state_dir, write_private
 from .base import Engine, EngineError, SampleSink
 from .child import NOT_STARTED, USAGE, bound_to_daemon, port_reason
-from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, no_http_reason, refused_hint,
-                           relay_masked, secrets_in, server_flags, shown)
+from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, named_paths, no_http_reason,
+                           refused_hint, relay_masked, secrets_in, server_flags, shown)
 from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH, plugin_env, user_env
 from .sglang_install import interpreter_reason
 
@@ -70,9 +70,8 @@ class SGLangEngine(Engine):
         self.args = dict(args)
         if "model_path" not in self.args:
             raise EngineError("sglang engine: [sglang] model_path is required")
-        for key, value in self.args.items():       # (SGLang takes "" for a path and expands no ~: it fails at start)
-            if key.endswith("_path") and key not in OWN_KEYS and isinstance(value, str) and (
-                    why := home_unexpanded(value) or (None if value.strip() else "name a path or a model id")):
+        for key, value in named_paths(self.args):    # (SGLang takes "" for a path and expands no ~: it fails at start)
+            if why := home_unexpanded(value) or (None if value.strip() else "name a path or a model id"):
                 raise EngineError(f"sglang engine: [sglang] {key} = {value!r}: {why}")
         if "python" in self.args and not (isinstance(self.args["python"], str) and self.args["python"].strip()):
             raise EngineError("sglang engine: [sglang] python must name an interpreter (leave it out for the daemon's)")
