@@ -8,6 +8,8 @@ from pathlib import Path
 
 SYSTEM_STATE = Path("/var/lib/spec-controller")
 SYSTEM_RUNTIME = Path("/run/spec-controller")
+DB_NAME, SOCKET_NAME = "spec-controller.db", "control.sock"
+UNIT_DB, UNIT_SOCKET = SYSTEM_STATE / DB_NAME, SYSTEM_RUNTIME / SOCKET_NAME     # the service's (systemd's directories)
 DEFAULT_CONFIG = Path("/etc/spec-controller/config.toml")
 
 
@@ -24,13 +26,13 @@ def state_dir() -> Path:
 
 
 def default_db() -> Path:
-    return state_dir() / "spec-controller.db"
+    return state_dir() / DB_NAME
 
 
 def default_socket() -> Path:
     if os.environ.get("RUNTIME_DIRECTORY"):
-        return Path(os.environ["RUNTIME_DIRECTORY"].split(":")[0]) / "control.sock"
-    return state_dir() / "control.sock"
+        return Path(os.environ["RUNTIME_DIRECTORY"].split(":")[0]) / SOCKET_NAME
+    return state_dir() / SOCKET_NAME
 
 
 def present(path: Path) -> bool:
@@ -50,12 +52,12 @@ def _first_existing(env: str, candidates: tuple[Path, ...], default: Path) -> Pa
 
 def find_socket() -> Path:
     """For specctl: $SPECCTL_SOCKET, the service's socket if present, else the user daemon's."""
-    return _first_existing("SPECCTL_SOCKET", (SYSTEM_RUNTIME / "control.sock", default_socket()), default_socket())
+    return _first_existing("SPECCTL_SOCKET", (UNIT_SOCKET, default_socket()), default_socket())
 
 
 def find_db() -> Path:
     """For specctl: $SPECCTL_DB, the service's database if present, else the user daemon's."""
-    return _first_existing("SPECCTL_DB", (SYSTEM_STATE / "spec-controller.db", default_db()), default_db())
+    return _first_existing("SPECCTL_DB", (UNIT_DB, default_db()), default_db())
 
 
 def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:

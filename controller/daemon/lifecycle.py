@@ -15,7 +15,7 @@ from state import queries
 from state.db import DaemonLock, leave_wal, open_store
 from state.writer import Writer
 
-from ..paths import DEFAULT_CONFIG, SYSTEM_RUNTIME, SYSTEM_STATE, default_db, default_socket, socket_path_problem
+from ..paths import DEFAULT_CONFIG, UNIT_DB, UNIT_SOCKET, default_db, default_socket, socket_path_problem
 from ..sim.profile import ProfileError
 from .config import ConfigError, load_config, restart_needed, shadowed
 from .engines.base import Engine, EngineError
@@ -64,9 +64,8 @@ def configured_engine(cfg: dict, last_t: float = 0.0) -> Engine:
 
 def check_given_paths(cfg: dict) -> None:
     """The database and socket paths the operator gave (Fatal, code 2, where not): run's first check, config check's."""
-    _given_parent_exists("--db / [storage] db", cfg["storage"]["db"], default_db(), SYSTEM_STATE / "spec-controller.db")
-    _given_parent_exists("--socket / [control] socket", cfg["control"]["socket"], default_socket(),
-                         SYSTEM_RUNTIME / "control.sock")
+    _given_parent_exists("--db / [storage] db", cfg["storage"]["db"], default_db(), UNIT_DB)
+    _given_parent_exists("--socket / [control] socket", cfg["control"]["socket"], default_socket(), UNIT_SOCKET)
 
 
 def _given_parent_exists(what: str, given: str | None, default: Path, the_units: Path) -> None:
