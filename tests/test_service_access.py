@@ -34,6 +34,15 @@ def test_a_model_the_user_cannot_read_is_named(model, lock):
                      f"root); give it read access (e.g. chgrp -R {USER} and chmod -R g+rX)"]
 
 
+def test_a_numeric_user_is_that_uids_account(model):
+    """systemd takes User= as a UID too (the unit's drop-in may say User=65534)."""
+    import pwd
+    os.chmod(model, 0o700)
+    uid = str(pwd.getpwnam(USER).pw_uid)
+    assert [n.split(":")[1] for n in service_cannot_read({"model_path": str(model)}, uid)] == [
+        f" the service's user {uid} cannot read it (root can"]
+
+
 def test_a_model_under_a_directory_the_user_cannot_enter_is_named(model):
     os.chmod(model.parent, 0o700)
     assert len(service_cannot_read({"model_path": str(model)}, USER)) == 1

@@ -185,13 +185,13 @@ def path_notes(values: dict) -> list[str]:
     return notes
 
 
-def private_steps(config: str | Path, staged: bool = False) -> str:
-    """How to leave a config that holds a secret to root and the service: the file's own owner and mode, or, for a
-    copy made to be installed (staged: from-launch's -o file), its install into /etc made so."""
-    where, target = shlex.quote(str(config)), "/etc/spec-controller/config.toml"
+def private_steps(config: str | Path, staged: bool = False, group: str = "spec-controller") -> str:
+    """How to leave a config that holds a secret to root and the service (its group): the file's own owner and mode,
+    or, for a copy made to be installed (staged: from-launch's -o file), its install into /etc made so."""
+    where, target, group = shlex.quote(str(config)), "/etc/spec-controller/config.toml", shlex.quote(group)
     if not staged or str(Path(config).absolute()) == target:
-        return f"sudo chown root:spec-controller {where} && sudo chmod 640 {where}"
-    return f"sudo install -m 640 -o root -g spec-controller {where} {target}"
+        return f"sudo chown root:{group} {where} && sudo chmod 640 {where}"
+    return f"sudo install -m 640 -o root -g {group} {where} {target}"
 
 
 def secret_mode_note(config: str | Path | None, sglang: dict, group: str = "spec-controller") -> list[str]:
@@ -216,4 +216,4 @@ def secret_mode_note(config: str | Path | None, sglang: dict, group: str = "spec
     else:
         return []
     return [f"{config} holds an API key or a token and {who} may {'read' if reads else 'change'} it (mode {mode:o}): "
-            f"{private_steps(config)}"]
+            f"{private_steps(config, group=group)}"]

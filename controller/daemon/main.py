@@ -105,7 +105,7 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     from .launchcheck import section_notes
     from .launchcmd import path_notes, secret_mode_note
     from .lifecycle import Fatal, build_engine, check_given_paths
-    from .serviceaccess import service_cannot_read
+    from .serviceaccess import service_account, service_cannot_read
     parsed: list[str] = []
     try:
         cfg = load_config(config_path, parse_set(settings))
@@ -120,8 +120,9 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     sglang = cfg["engine"]["kind"] == "sglang"
     _say_notes(path_notes(cfg["sglang"]) + off_path_note(cfg["sglang"]) + parsed if sglang
                else _empty_note(config_path))
-    readable = service_cannot_read(cfg["sglang"], config=cfg["_path"]) if sglang else []
-    _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"]) + readable)
+    user, group = service_account()     # the installed unit's User= / Group= (an operator's drop-in included)
+    readable = service_cannot_read(cfg["sglang"], user, config=cfg["_path"]) if sglang else []
+    _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"], group) + readable)
     click.echo(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg)}; policy {cfg['policy']['name']})")
 
 

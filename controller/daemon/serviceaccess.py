@@ -3,16 +3,52 @@ everything, so a model directory of mode 0700 under /data passed the check and S
 journal. Asked in a child process that becomes that user (a fork, as su would), so the check process keeps root."""
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import select
+import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 from .engines.sglang_flags import named_paths
 
-SERVICE_USER = "spec-controller"        # systemd/spec-controller.sysusers (a drop-in with another User=: not it)
+SERVICE_USER = "spec-controller"        # systemd/spec-controller.sysusers and the packaged unit's User= / Group=
+UNIT = "spec-controller.service"
 ASK_TIMEOUT_S = 10.0
+SYSTEMCTL_TIMEOUT_S = 5.0
+
+
+def service_account(unit: str = UNIT) -> tuple[str, str]:
+    """(user, group) the installed unit runs as, read the way systemd reads it (its drop-ins included: an operator's
+    `User=` override is the account that must read the model); the packaged spec-controller / spec-controller where
+    there is no systemd, the unit is not installed, or it names no user. A Group= left out is the user's own group."""
+    words = {}
+    systemctl = shutil.which("systemctl")
+    try:
+        if systemctl:
+            out = subprocess.run([systemctl, "show", "-p", "User", "-p", "Group", unit], capture_output=True,
+                                 text=True, timeout=SYSTEMCTL_TIMEOUT_S)
+            words = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line) \
+                if out.returncode == 0 else {}
+    except (OSError, subprocess.TimeoutExpired):
+        words = {}
+    user = words.get("User", "").strip()
+    if not user:
+        return SERVICE_USER, SERVICE_USER
+    group = words.get("Group", "").strip()
+    if not group:
+        try:
+            group = grp.getgrgid(_passwd(user).pw_gid).gr_name
+        except KeyError:
+            group = user
+    return user, group
+
+
+def _passwd(user: str) -> pwd.struct_passwd:
+    """The account of a User= value, a name or a numeric UID as systemd takes either (KeyError: none here)."""
+    return pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
 
 
 def paths_in(values: dict) -> list[tuple[str, str]]:
@@ -48,7 +84,7 @@ def service_cannot_read(values: dict, user: str | None = None, config: str | Non
     if os.geteuid() != 0 or not found:
         return []
     try:
-        account = pwd.getpwnam(user)
+        account = _passwd(user)
     except KeyError:
         return []
     try:
