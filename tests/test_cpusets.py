@@ -32,10 +32,19 @@ def test_only_the_cpus_this_process_may_use(tmp_path):
     assert cpusets.physical_cores(root, {0, 4, 1, 2, 6}) == [[0, 4], [1], [2, 6]]
 
 
-def test_uneven_counts_go_to_the_first_sets_and_offline_cpus_are_left_out(tmp_path):
+def test_the_compared_sets_are_equal_and_offline_cpus_are_left_out(tmp_path):
     root = sysfs(tmp_path, "0-4", {c: str(c) for c in range(6)})      # cpu5 offline, no SMT
     assert cpusets.split(cpusets.physical_cores(root, set(range(6))), 3) == [[0, 1], [2, 3], [4]]
     assert cpusets.parse_list("0-2,8,10-11") == [0, 1, 2, 8, 10, 11]
+
+
+@pytest.mark.parametrize("count,sizes", [(16, [5, 5, 6]), (17, [6, 6, 5]), (15, [5, 5, 5]), (3, [1, 1, 1])])
+def test_the_two_engines_get_as_many_cores_as_each_other(count, sizes):
+    """The H100 / H200 hosts' 16 cores were split 6 / 5 / 5 until 12-05: a single pair's engines ran on 6 and 5."""
+    out = cpusets.split([[c] for c in range(count)], 3)
+    assert [len(s) for s in out] == sizes and sorted(sum(out, [])) == list(range(count))
+    assert [len(s) for s in cpusets.split([[c] for c in range(5)], 2)] == [3, 2]
+    assert [len(s) for s in cpusets.split([[c] for c in range(4)], 1)] == [4]
 
 
 def test_more_sets_than_cores_is_refused(tmp_path):

@@ -7,7 +7,7 @@ explain it (no hook, no thread, same GC); a core shared with a busy sibling was 
 engines on siblings of one core (12-02c split the CPU numbers in thirds, blind to siblings) would keep that lottery.
 12-03h (a host with no siblings visible) still saw slow looks pinned (9 of 24): the cause lies below the guest.
 
-Usage: python3 cpusets.py N [SYSFS_CPU_DIR] prints N lines of taskset lists, largest first.
+Usage: python3 cpusets.py N [SYSFS_CPU_DIR] prints N lines of taskset lists (split(): the first N - 1 equal).
 python3 cpusets.py pin PGID CPULIST pins every thread of that process group (by PID, never by name) and prints how
 many (exit 1 with one line when none or not all could be).
 """
@@ -49,13 +49,17 @@ def physical_cores(root: str = SYSFS, allowed: set[int] | None = None) -> list[l
 
 
 def split(cores: list[list[int]], n: int) -> list[list[int]]:
-    """n sets of whole cores, as even as the core count allows (the first sets get the extra cores)."""
+    """n sets of whole cores, as even as the core count allows, the first n - 1 of the same size: run_pair.sh's two
+    engines (no-spec's, the daemon's) get equal sets and the load client the remainder (16 cores: 5 / 5 / 6, 17: 6 / 6
+    / 5). Until 12-05 the extra cores went to the first sets (6 / 5 / 5): the sets, swapped every repeat, were unbiased
+    over a call, but a single pair's two engines ran on different core counts."""
     if n < 1 or len(cores) < n:
         raise ValueError(f"{len(cores)} physical cores cannot make {n} sets of whole cores")
     per, extra = divmod(len(cores), n)
+    first = per + (0 < extra and extra >= n - 1)        # the compared sets share an extra core only if all can
+    sizes = [first] * (n - 1) + [len(cores) - first * (n - 1)]
     out, i = [], 0
-    for k in range(n):
-        take = per + (k < extra)
+    for take in sizes:
         out.append(sorted(c for core in cores[i:i + take] for c in core))
         i += take
     return out

@@ -36,7 +36,7 @@
 #  the same with them eager, label kveager); `closedab`: kv (label off) and fast in one rotation with the no-spec
 #  engine (the daemon's engine switched before each run; with KV_GRAPH=1, the default, kveager in it too; `openab`
 #  the same on the open loop; LEAN=1: the lean off step in that rotation instead, below); PIN_CPUS=1: each engine's process group and the load
-#  client on a third of the physical cores each, siblings together (cpusets.py, by PID; the two engines' sets swapped every repeat unless PIN_ROTATE=0); every run's row has cpu_s (both engines' process groups'
+#  client on a third of the physical cores each, the engines' sets equal, siblings together (cpusets.py, by PID; the two engines' sets swapped every repeat unless PIN_ROTATE=0); every run's row has cpu_s (both engines' process groups'
 #  CPU seconds per process name, the host's busy share: proccpu.py); `closedpinned`: the closed loop
 #  with the threshold pinned at PIN_T (8) (label pinned: lean prefills above 0); `profile`: the GPU kernels of a decode step at
 #  PROFILE_BS (48) per engine (kernel_profile.py). Phases run in the order SHAPES names them, each only if
