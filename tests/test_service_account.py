@@ -33,6 +33,7 @@ def test_no_systemctl_is_the_packaged_account(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("body", ["printf 'User=\\nGroup=\\n'\n",                  # the unit not installed
                                   "echo 'System has not been booted with systemd' >&2; exit 1\n",
+                                  "printf 'User=nobody\\n'; exit 1\n",                    # (a failed show's words)
                                   "sleep 30\n"])
 def test_no_answer_is_the_packaged_account(tmp_path, monkeypatch, body):
     monkeypatch.setattr(serviceaccess, "SYSTEMCTL_TIMEOUT_S", 0.5)
@@ -44,7 +45,7 @@ def test_a_drop_in_user_is_the_account_and_its_own_group_when_none_is_named(tmp_
     nobody = pwd.getpwnam("nobody")
     _systemctl(tmp_path, monkeypatch, "printf 'User=nobody\\nGroup=\\n'\n")
     assert service_account() == ("nobody", grp.getgrgid(nobody.pw_gid).gr_name)
-    _systemctl(tmp_path, monkeypatch, "printf 'Group=models\\nUser=nobody\\n'\n")
+    _systemctl(tmp_path, monkeypatch, "printf 'Group=models\\nnot a property\\nUser= nobody \\n'\n")
     assert service_account() == ("nobody", "models")
     _systemctl(tmp_path, monkeypatch, f"printf 'User={nobody.pw_uid}\\nGroup=\\n'\n")     # (systemd takes a UID)
     assert service_account() == (str(nobody.pw_uid), grp.getgrgid(nobody.pw_gid).gr_name)

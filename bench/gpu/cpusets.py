@@ -56,7 +56,7 @@ def split(cores: list[list[int]], n: int) -> list[list[int]]:
     if n < 1 or len(cores) < n:
         raise ValueError(f"{len(cores)} physical cores cannot make {n} sets of whole cores")
     per, extra = divmod(len(cores), n)
-    first = per + (0 < extra and extra >= n - 1)        # the compared sets share an extra core only if all can
+    first = per + (extra >= n - 1)      # the compared sets take an extra core each only if all can (n = 1: none)
     sizes = [first] * (n - 1) + [len(cores) - first * (n - 1)]
     out, i = [], 0
     for take in sizes:
