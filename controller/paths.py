@@ -71,15 +71,23 @@ def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
 
 
 def db_path_problem(path: Path) -> str | None:
-    """Why no database can be kept at `path` whatever is there, or None: a name the file system refuses as too long,
-    its own or its lock file's (`.lock` added; -wal and -shm are no longer). Where it is: checked when it is opened."""
+    """Why no database can be kept at `path`, or None: a name the file system refuses as too long, its own or its lock
+    file's (`.lock` added; -wal and -shm are no longer), or something there that is no database file (a directory, a
+    symbolic link state/db.py would refuse to follow). A path that does not exist yet passes; access: at its opening."""
     for name in (str(path), f"{path}.lock"):
         try:
             os.stat(name)
         except OSError as e:
             if e.errno == errno.ENAMETOOLONG:
                 return f"file name too long{' (with .lock added)' if name != str(path) else ''}"
-    return None
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISLNK(mode):
+        return "a symbolic link; refusing to follow it (give the real path)"
+    return None if stat.S_ISREG(mode) else "a directory, not a database file" if stat.S_ISDIR(mode) else \
+        "not a regular file"
 
 
 UNIX_PATH_MAX = 107        # bytes in a unix socket's path (sun_path holds 108, the NUL included)
@@ -89,6 +97,12 @@ def socket_path_too_long(path: Path) -> str | None:
     """Why no unix socket can be bound or reached at `path` whatever is there, or None."""
     size = len(os.fsencode(str(path)))
     return f"too long for a unix socket ({size} bytes, at most {UNIX_PATH_MAX})" if size > UNIX_PATH_MAX else None
+
+
+def is_db_own_path(path: Path, db: Path) -> bool:
+    """`path` is the database's file or one SQLite or the daemon keeps beside it (lock, -wal, -shm, -journal)."""
+    path, db = Path(path).absolute(), Path(db).absolute()
+    return path in (db, *(Path(f"{db}{s}") for s in (".lock", "-wal", "-shm", "-journal")))
 
 
 def socket_path_problem(path: Path) -> str | None:

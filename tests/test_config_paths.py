@@ -166,3 +166,39 @@ def test_a_missing_directory_names_the_default_here_and_the_units(layout, monkey
     with pytest.raises(Fatal) as e:
         check_given_paths(load_config(write(layout, '[storage]\ndb = "nowhere/x.db"\n')))
     assert str(e.value).endswith("for the default: /var/lib/spec-controller/spec-controller.db)")
+
+
+@pytest.mark.parametrize("key,thing,said", [
+    ("db", "dir", "[storage] db {p}: a directory, not a database file"),
+    ("db", "link", "[storage] db {p}: a symbolic link; refusing to follow it"),
+    ("db", "fifo", "[storage] db {p}: not a regular file"),
+    ("socket", "dir", "[control] socket {p}: a directory, not a socket"),
+    ("socket", "file", "[control] socket {p}: not a socket"),
+    ("socket", "the db", "[control] socket {p} is the database's own path")])
+def test_what_is_at_a_given_path_is_refused_by_check_as_by_run(short_tmp, key, thing, said):
+    """helper-81: config check said ok for a db or socket naming a directory, which run then refused (the db with
+    exit 1, which systemd restarts). Both now refuse it at the config's check, exit 2, the same line, nothing made."""
+    p = short_tmp / "x"
+    if thing == "dir":
+        p.mkdir()
+    elif thing == "link":
+        p.symlink_to(short_tmp / "real.db")
+    elif thing == "fifo":
+        os.mkfifo(p)
+    elif thing == "file":
+        p.write_text("notes")
+    db, sock = (p, short_tmp / "c.sock") if key == "db" else (short_tmp / "a.db", p)
+    if thing == "the db":
+        db, sock = short_tmp / "a.db", Path(f"{short_tmp / 'a.db'}-wal")
+    cfg = short_tmp / "c.toml"
+    cfg.write_text(f'[storage]\ndb = "{db}"\n[control]\nsocket = "{sock}"\n')
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(short_tmp / "state")}
+    env.pop("INVOCATION_ID", None)
+    before = sorted(q.name for q in short_tmp.iterdir())
+    for words in (["config", "check"], ["run", "--concurrency", "2"]):
+        res = subprocess.run([sys.executable, "-m", "controller.daemon", *words, "--config", str(cfg)],
+                             capture_output=True, text=True, env=env, timeout=60)
+        lines = res.stderr.splitlines()
+        assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith(
+            f"spec-controller: config: {said.format(p=sock if key == 'socket' else db)}"), (words, res.stderr)
+    assert sorted(q.name for q in short_tmp.iterdir()) == before

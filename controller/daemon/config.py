@@ -12,7 +12,8 @@ from policies import PolicyError, make_policy
 
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
-from ..paths import DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, names_a_file, socket_path_too_long
+from ..paths import (DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, is_db_own_path, names_a_file,
+                     socket_path_problem)
 from .engines.sglang_flags import shown_value
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -207,8 +208,10 @@ def validate(cfg: dict) -> None:
             raise ConfigError(f"config: [{key}] path {value!r} holds a NUL byte")
     if cfg["storage"]["db"] and (problem := db_path_problem(Path(cfg["storage"]["db"]))) is not None:
         raise ConfigError(f"config: [storage] db {cfg['storage']['db']}: {problem}")    # (was OSError at its lock)
-    if ctl["socket"] and (problem := socket_path_too_long(Path(ctl["socket"]))) is not None:
-        raise ConfigError(f"config: [control] socket {ctl['socket']}: {problem}")   # (what is there: at bind)
+    if ctl["socket"] and cfg["storage"]["db"] and is_db_own_path(Path(ctl["socket"]), Path(cfg["storage"]["db"])):
+        raise ConfigError(f"config: [control] socket {ctl['socket']} is the database's own path; give another")
+    if ctl["socket"] and (problem := socket_path_problem(Path(ctl["socket"]))) is not None:
+        raise ConfigError(f"config: [control] socket {ctl['socket']}: {problem}")   # (a socket there: at bind)
     try:
         GuardConfig.from_mapping(cfg["guard"])
     except GuardConfigError as e:

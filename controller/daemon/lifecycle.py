@@ -15,7 +15,8 @@ from state import queries
 from state.db import DaemonLock, leave_wal, open_store
 from state.writer import Writer
 
-from ..paths import DEFAULT_CONFIG, UNIT_DB, UNIT_SOCKET, default_db, default_socket, socket_path_problem
+from ..paths import DEFAULT_CONFIG, UNIT_DB, UNIT_SOCKET, default_db, default_socket, is_db_own_path, \
+    socket_path_problem
 from ..sim.profile import ProfileError
 from .config import ConfigError, load_config, restart_needed, shadowed
 from .engines.base import Engine, EngineError
@@ -110,7 +111,7 @@ class Daemon:
         """What can clash with another process is checked before an engine takes minutes to start."""
         from .api import check_socket_free
         sock, db = Path(ctl["socket"]).absolute(), Path(self.cfg["storage"]["db"]).absolute()
-        if sock in (db, Path(f"{db}.lock"), *(Path(f"{db}{s}") for s in ("-wal", "-shm", "-journal"))):
+        if is_db_own_path(sock, db):
             raise Fatal(f"control socket {sock} is the database's own path; give another --socket", 2)
         try:
             sock.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
