@@ -5,6 +5,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from controller.numtext import decimal_text
+
 from .types import PolicyError
 
 
@@ -27,8 +29,8 @@ class ParamSpec:
         try:
             if isinstance(raw, bool):
                 raise ValueError
-            number = float(raw)
-            if not math.isfinite(number):       # (nan and inf: no parameter's value, not "out of range")
+            number = decimal_text(raw.strip()) if isinstance(raw, str) else float(raw)    # ("1_0": no, numtext.py)
+            if number is None or not math.isfinite(number):       # (nan and inf: no parameter's value, not "out of range")
                 raise ValueError
             if self.kind is int and number != int(number):
                 raise ValueError

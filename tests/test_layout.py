@@ -65,7 +65,8 @@ def test_nothing_else_imports_the_in_engine_package(name):
     assert not {m for m in project_imports(name) if m.startswith("controller.plugin")}, name
 
 
-@pytest.mark.parametrize("name", ["controller.contract", "controller.status", "controller.paths"])
+@pytest.mark.parametrize("name", ["controller.contract", "controller.status", "controller.paths",
+                                  "controller.numtext"])
 def test_shared_leaves_use_the_standard_library_only(name):
     for module in imports(name, ALL[name]):
         if module in ("controller", "controller.__version__"):      # the package's version string

@@ -11,6 +11,7 @@ from typing import Any, Callable, NoReturn
 import click
 
 from .. import __version__
+from ..numtext import decimal_text, int_text
 
 # Exit codes (README "specctl"): the same for every command.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -104,9 +105,8 @@ class Bounded(click.ParamType):
         if isinstance(value, self.kind) and not isinstance(value, bool):
             number = value
         else:
-            try:
-                number = self.kind(str(value).strip())
-            except ValueError:
+            number = (int_text if self.kind is int else decimal_text)(str(value).strip())
+            if number is None:          # (int() / float() took "1_0", "+5", other scripts' digits, "nan")
                 article = "an integer" if self.kind is int else "a number"
                 raise click.UsageError(f"{self.what} {value!r} is not {article}", ctx) from None
         if not self.lo <= number <= self.hi:

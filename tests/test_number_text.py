@@ -1,0 +1,57 @@
+"""Numbers given as text at a boundary are ASCII decimals (controller/numtext.py): int() and float() read "1_0" as 10
+and "٣" as 3. The control API refused them already (test_api_hostile); helper-81 found specctl's arguments and the
+policy parameters (specctl policy set --param, the API's string params, a config's) still took them."""
+import pytest
+from click.testing import CliRunner
+
+from controller.cli.main import cli
+from controller.numtext import decimal_text, int_text
+from policies import PolicyError, make_policy
+from state import queries
+from state.db import open_store
+
+NOT_NUMBERS = ["1_0", "\u0663", "\u0661\u0660", "+5", "5-", "0x10", "nan", "inf", "1e", ".", "-", ""]
+
+
+@pytest.mark.parametrize("text", NOT_NUMBERS)
+def test_what_int_or_float_would_take_is_no_number_here(text):
+    assert int_text(text) is None and decimal_text(text) is None
+
+
+@pytest.mark.parametrize("text,integer,decimal", [("10", 10, 10.0), ("-3", -3, -3.0), ("0.25", None, 0.25),
+                                                  ("1e-3", None, 0.001), (".5", None, 0.5), ("7.", None, 7.0),
+                                                  ("2E+2", None, 200.0)])
+def test_ascii_decimals_are_read(text, integer, decimal):
+    assert int_text(text) == integer and decimal_text(text) == decimal
+
+
+@pytest.fixture
+def offline(short_tmp):
+    """A database and no daemon: specctl saves what it is told there (offline steering)."""
+    db = short_tmp / "off.db"
+    open_store(db).conn.close()
+    return ["--socket", str(short_tmp / "none.sock"), "--db", str(db)], db
+
+
+def _settings(db) -> dict:
+    return queries.settings(open_store(db, readonly=True, check=False))
+
+
+@pytest.mark.parametrize("text", ["1_0", "\u0663", "+5"])
+def test_a_pin_written_otherwise_is_a_usage_error_and_saves_nothing(offline, text):
+    flags, db = offline
+    res = CliRunner().invoke(cli, [*flags, "threshold", "pin", text])
+    assert res.exit_code == 2 and f"{text!r} is not an integer" in res.output and "pinned" not in _settings(db)
+    res = CliRunner().invoke(cli, [*flags, "threshold", "pin", "10"])
+    assert res.exit_code == 0 and _settings(db)["pinned"] == 10
+
+
+@pytest.mark.parametrize("text", ["1_0", "\u0663", "\u0661\u0660", "nan"])
+def test_a_policy_parameter_written_otherwise_is_refused(offline, text):
+    with pytest.raises(PolicyError, match="is not a valid int"):
+        make_policy("fixed", {"threshold": text})
+    flags, db = offline
+    before = _settings(db)
+    res = CliRunner().invoke(cli, [*flags, "policy", "set", "fixed", "--param", f"threshold={text}"])
+    assert res.exit_code == 2 and "is not a valid int" in res.output and _settings(db) == before
+    assert make_policy("fixed", {"threshold": " 1e1 "}).params["threshold"] == 10     # (an ASCII decimal, spaced)
