@@ -1,5 +1,7 @@
 """The daemon's Service on a real SQLite store and the real simulator engine (not started: the
 samples come from a synthetic stream, so what the policy has learned is known)."""
+import pytest
+
 from controller.daemon.config import load_config
 from controller.daemon.engines.sim import SimEngine
 from controller.daemon.service import Service
@@ -131,3 +133,17 @@ def test_the_pin_reply_says_whether_the_threshold_in_force_is_a_trial(tmp_path):
         assert reply["trial"] is True and not reply["changed"] and reply["trial"] == svc.status()["trial"]
     finally:
         writer.stop()
+
+
+@pytest.mark.parametrize("key", ["pinned", "threshold"])
+def test_a_saved_threshold_above_the_engines_largest_batch_is_taken_as_that_batch(tmp_path, key):
+    """helper-81: `specctl threshold pin 1000` offline said "applied at next start"; the start then dropped it (not a
+    batch size) and ran unpinned, the pin it replaced lost. Above the largest batch every batch speculates, as at it."""
+    svc, writer = make_service(tmp_path)
+    top = svc.engine.max_batch_size
+    writer.setting(key, top + 744)
+    writer.stop()
+    again, writer2 = make_service(tmp_path)
+    assert again.loop.threshold == top and (again.loop.pinned == top) == (key == "pinned")
+    assert again.start_reason == "restored at start"
+    writer2.stop()

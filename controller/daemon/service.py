@@ -91,9 +91,14 @@ class Service:
         value = saved.get(key)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= self.engine.max_batch_size:
-            log.warning("saved %s=%r is not a batch size (0 .. %d); ignored", key, value, self.engine.max_batch_size)
+        top = self.engine.max_batch_size
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            log.warning("saved %s=%r is not a batch size (0 .. %d); ignored", key, value, top)
             return None
+        if value > top:         # (an offline pin, or an engine started smaller): the same routing, every batch speculates
+            log.warning("saved %s=%d is above the engine's largest batch; taken as %d (the same: speculate at every "
+                        "batch size)", key, value, top)
+            return top
         return value
 
     def _make_loop(self, policy: Policy, saved: Mapping[str, Any]) -> ControlLoop:
