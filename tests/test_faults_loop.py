@@ -159,3 +159,40 @@ def test_status_answers_while_another_process_holds_the_database_lock(short_tmp)
     assert not alive and got["value"]["daemon"]["running"]
     assert svc.policy_info()["name"] == "ucb"
     writer.stop()
+
+
+def test_an_engine_that_keeps_refusing_thresholds_is_a_problem_and_a_pin_says_it_is_not_in_force(short_tmp):
+    """helper-81: SGLang refusing every threshold (its plugin inactive, a 401 on the admin key) left the daemon
+    'healthy' for good, the refusals counted in engine_errors only, and `specctl threshold pin 3` answered 'threshold
+    pinned at 0' with exit 0."""
+    from click.testing import CliRunner
+
+    from controller.cli.main import cli
+    from controller.daemon.api import ControlServer
+    from state import queries
+    from state.db import open_store
+    engine = FakeEngine()
+    svc, writer = make_service(short_tmp, policy="fixed", engine=engine)     # wants threshold 5
+    feed(svc, [good(100.0 + i * 0.001) for i in range(5)])
+    engine.fail_next = 1000
+    for _ in range(3):
+        svc.retune()
+    daemon = svc.status()["daemon"]
+    assert not daemon["healthy"] and daemon["problems"] == [
+        "actuation: the engine did not take threshold 5 (SGLang did not answer); retried every retune"]
+    server = ControlServer(short_tmp / "c.sock", svc)
+    server.start()
+    flags = ["--socket", str(short_tmp / "c.sock"), "--db", svc.cfg["storage"]["db"]]
+    try:
+        res = CliRunner().invoke(cli, [*flags, "threshold", "pin", "3"])
+        assert res.exit_code == 1 and res.output.startswith(
+            "specctl: threshold pinned at 3 (saved), but the engine has not taken it: SGLang did not answer"), res.output
+        assert queries.settings(open_store(svc.cfg["storage"]["db"], readonly=True, check=False))["pinned"] == 3
+        engine.fail_next = 0
+        svc.retune()
+        assert engine.applied == [3] and svc.status()["daemon"]["healthy"]
+        res = CliRunner().invoke(cli, [*flags, "threshold", "pin", "3"])
+        assert res.exit_code == 0 and "already pinned at 3" in res.output
+    finally:
+        server.stop()
+        writer.stop()

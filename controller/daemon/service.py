@@ -53,6 +53,7 @@ class Service:
         self.started_wall = time.time()
         self.stats = LiveStats()
         self.engine_errors = 0
+        self.refused: tuple[int, str] | None = None    # (threshold, why) while the engine refuses to take it
         self.decisions = 0
         self.last_decision: dict | None = None
         self.job_errors: dict[str, int] = {}
@@ -88,18 +89,15 @@ class Service:
             db.conn.close()
 
     def _saved_batch_size(self, saved: Mapping[str, Any], key: str) -> int | None:
-        value = saved.get(key)
-        if value is None:
-            return None
-        top = self.engine.max_batch_size
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            log.warning("saved %s=%r is not a batch size (0 .. %d); ignored", key, value, top)
-            return None
-        if value > top:         # (an offline pin, or an engine started smaller): the same routing, every batch speculates
-            log.warning("saved %s=%d is above the engine's largest batch; taken as %d (the same: speculate at every "
-                        "batch size)", key, value, top)
+        value, top = saved.get(key), self.engine.max_batch_size
+        if value is None or (type(value) is int and 0 <= value <= top):
+            return value
+        if type(value) is int and value > top:      # (an offline pin, an engine started smaller): the same routing
+            log.warning("saved %s=%d is above the engine's largest batch; taken as %d (every batch speculates)", key,
+                        value, top)
             return top
-        return value
+        log.warning("saved %s=%r is not a batch size (0 .. %d); ignored", key, value, top)
+        return None
 
     def _make_loop(self, policy: Policy, saved: Mapping[str, Any]) -> ControlLoop:
         pinned = self._saved_batch_size(saved, "pinned")
@@ -194,8 +192,10 @@ class Service:
         if changed:
             self.retune()
         with self.lock:
-            return {"threshold": self.loop.threshold, "pinned": self.loop.pinned is not None,
-                    "exploit_threshold": self.loop.guard.exploit, "trial": self.loop.exploring, "changed": changed}
+            loop = self.loop
+            return {"threshold": loop.threshold, "pinned": loop.pinned is not None, "exploit_threshold": loop.guard.exploit,
+                    "trial": loop.exploring, "changed": changed, "pinned_at": loop.pinned,
+                    "refused": self.refused[1] if self.refused and loop.threshold != loop.pinned else None}
 
     # --- actuation --------------------------------------------------------------
     def apply_initial(self) -> None:
@@ -211,11 +211,13 @@ class Service:
             self.engine.set_threshold(new)
         except EngineError as e:
             self.engine_errors += 1
+            self.refused = (new, str(e))
             with self.lock:
                 self.loop.revert(old)          # the engine still runs `old`: the next tick tries again
             if self._logs.error("actuate", "could not apply threshold %d: %s", new, e):
                 self.writer.event("error", f"set_threshold({new}) failed: {e}")
             return
+        self.refused = None
         self._record(new, old, reason, exploratory, now)
 
     def _record(self, new: int, old: int, reason: str, exploratory: bool, now: float) -> None:
@@ -290,6 +292,8 @@ class Service:
         out += [f"{job}: {error}" for job, error in sorted(self.job_failing.items())]
         if self.ingest.failing:
             out.append(f"ingest: {self.ingest.failing}")
+        if self.refused:        # (the loop decides on; the engine runs what it last took)
+            out.append("actuation: the engine did not take threshold %d (%s); retried every retune" % self.refused)
         return out
 
     def status(self) -> dict:
