@@ -196,3 +196,36 @@ def test_an_engine_that_keeps_refusing_thresholds_is_a_problem_and_a_pin_says_it
     finally:
         server.stop()
         writer.stop()
+
+
+def test_a_pin_that_outlasts_specctls_wait_says_it_may_land(short_tmp, monkeypatch):
+    """helper-81 (not reproduced there): SGLang may take up to 30 s to answer set_internal_state, specctl waited 10:
+    a pin already saved came back as 'gave no usable answer (timed out)'. It now says it may still be applied."""
+    from click.testing import CliRunner
+
+    from controller.cli import client
+    from controller.cli.main import cli
+    from controller.daemon.api import ControlServer
+    monkeypatch.setattr(client, "ANSWER_TIMEOUT_S", 0.5)
+    engine = FakeEngine()
+    svc, writer = make_service(short_tmp, engine=engine)
+    feed(svc, [good(100.0 + i * 0.001) for i in range(5)])
+    server = ControlServer(short_tmp / "c.sock", svc)
+    server.start()
+    engine.stall()
+    try:
+        res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "c.sock"), "--db", svc.cfg["storage"]["db"],
+                                       "threshold", "pin", "7"])
+        assert res.exit_code == 1 and res.output == (
+            f"specctl: the daemon at {short_tmp / 'c.sock'} did not answer in 0.5 s: whether POST /threshold/pin was "
+            "applied (the daemon may still be waiting on SGLang), `specctl status` says\n"), res.output
+        engine.hold.set()                          # SGLang answers at last: the saved pin lands
+        for _ in range(200):
+            if engine.applied[-1:] == [7]:
+                break
+            threading.Event().wait(0.05)
+        assert engine.applied[-1:] == [7]
+    finally:
+        engine.hold.set()
+        server.stop()
+        writer.stop()

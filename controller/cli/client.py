@@ -15,6 +15,7 @@ from typing import Any
 MAX_ANSWER = 64 * 1024 * 1024
 BUSY_RETRY_S = 3.0      # how long a full connection queue (EAGAIN) is retried before giving up
 DROPPED_RETRY_S = 1.0   # how long a read that the daemon drops unanswered is asked again (a stopping daemon: gone by then)
+ANSWER_TIMEOUT_S = 10.0  # a pin waits on SGLang's set_internal_state (up to 30 s): the command may land after this
 
 
 class DaemonUnreachable(Exception):
@@ -84,9 +85,10 @@ def _read_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
 
 
 def request(socket_path: str | Path, method: str, path: str, body: dict | None = None,
-            timeout: float = 10.0) -> Any:
+            timeout: float | None = None) -> Any:
     """The daemon's JSON answer. DaemonUnreachable when no daemon is there, DaemonError for its
     one-line errors; a busy daemon is retried (with backoff) for BUSY_RETRY_S first."""
+    timeout = ANSWER_TIMEOUT_S if timeout is None else timeout
     end, pause = time.monotonic() + BUSY_RETRY_S, 0.005
     dropped_until = time.monotonic() + DROPPED_RETRY_S
     while True:
@@ -124,6 +126,10 @@ def _request_once(socket_path: str, method: str, path: str, body: dict | None, t
             payload = json.loads(raw or b"null")
         except ConnectionResetError:
             raise _Dropped() from None
+        except TimeoutError:
+            late = f"the daemon at {socket_path} did not answer in {timeout:g} s"
+            raise DaemonError(late + (f": whether {method} {path} was applied (the daemon may still be waiting on "
+                                      "SGLang), `specctl status` says" if method != "GET" else "")) from None
         except (OSError, ValueError, IndexError) as e:      # JSONDecodeError is a ValueError
             raise DaemonError(f"daemon at {socket_path} gave no usable answer ({e})") from None
         error = payload.get("error") if isinstance(payload, dict) else f"HTTP {status}"
