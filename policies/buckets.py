@@ -49,3 +49,9 @@ class Buckets:
     def index_of_threshold(self, threshold: int) -> int:
         """Number of buckets fully at or under the threshold (0 = none speculate)."""
         return bisect.bisect_right(self.edges, threshold)
+
+    def edge_at_or_under(self, threshold: int) -> int:
+        """The bucket edge at or under `threshold` (0: none): the threshold that runs the buckets it leaves whole in
+        one mode each (one inside a bucket runs its lower batch sizes speculating and the rest not)."""
+        k = self.index_of_threshold(threshold)
+        return self.edges[k - 1] if k else 0

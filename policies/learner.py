@@ -1,6 +1,7 @@
 """The per-bucket learner the bandit policies share (ucb, thompson, model)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable, ClassVar, Mapping
 
@@ -229,6 +230,16 @@ class BucketLearner(Policy):
         return (moved if z > a else -moved) / total
 
     def decide(self, snap: Snapshot) -> Decision:
+        # A threshold inside a bucket (an operator's initial or fixed one, carried over) runs part of the bucket each
+        # way, which the per-bucket arms cannot tell apart (its mode read as the upper edge's: a move to the edge
+        # under it looked like no move, and the bucket was never left): decided from the edge under it, the move
+        # off it not estimated (the guard's tolerance band would hold it: per bucket it gains nothing)
+        edge = self.buckets.edge_at_or_under(snap.exploit_threshold)
+        if edge != snap.exploit_threshold:
+            return dataclasses.replace(self._decide(dataclasses.replace(snap, exploit_threshold=edge)), gain=None)
+        return self._decide(snap)
+
+    def _decide(self, snap: Snapshot) -> Decision:
         self.refit(snap.now)
         b = self.buckets.of(snap.live_batch_size or 1)
         exploit = self._best_threshold(snap.now, snap.exploit_threshold, b)
