@@ -1,7 +1,7 @@
 """A bucket learner's saved state (JSON): what a restart, or a switch back to the policy, resumes from.
 
 Checked before anything loads (stats.check_state: every bucket's statistics and the acceptance); the optional
-parts added since (prefill_s, accept_high, tried, prefill_cost) load where they match and start empty otherwise,
+parts added since (prefill_s, accept_high, tried, prefill_cost, arrived, fresh_run) load where they match and start empty otherwise,
 so a database written by an older version still restores."""
 from __future__ import annotations
 
@@ -23,9 +23,24 @@ def save(learner: "BucketLearner") -> dict:
         "max_steps": learner.max_steps,
         "prefill_s": learner.prefill_s.to_list(),
         "accept_high": list(learner.accept_hi),
-        "tried": [[None if t == -math.inf else t for t in arm] for arm in learner.tried],
+        "tried": [_times(arm) for arm in learner.tried],
         "prefill_cost": learner.prefill.state(),
+        "arrived": _times(learner.arrived),     # (the trend's guess and a shift trial read when the load came back)
+        "fresh_run": [learner.run.bucket, *_times([learner.run.since]), learner.run.requests, learner.run.tokens],
     }
+
+
+def _times(times: list[float]) -> list[float | None]:
+    """Times with 'never' (-inf, no JSON number) as None."""
+    return [None if t == -math.inf else t for t in times]
+
+
+def _times_back(row: Any, n: int) -> list[float] | None:
+    """_times' list of n read back, or None where it is not one (a state from before it was saved)."""
+    if not isinstance(row, list) or len(row) != n or \
+            not all(t is None or (isinstance(t, (int, float)) and not isinstance(t, bool)) for t in row):
+        return None
+    return [-math.inf if t is None else float(t) for t in row]
 
 
 def load(learner: "BucketLearner", state: Mapping[str, Any]) -> None:
@@ -41,6 +56,13 @@ def load(learner: "BucketLearner", state: Mapping[str, Any]) -> None:
     if isinstance(state.get("accept_high"), list) and len(state["accept_high"]) == 2:
         learner.accept_hi = (float(state["accept_high"][0]), float(state["accept_high"][1]))
     learner.prefill.load_state(state.get("prefill_cost"))
-    tried = state.get("tried")
-    if isinstance(tried, list) and len(tried) == 2 and all(len(a) == len(learner.buckets) for a in tried):
-        learner.tried = tuple([-math.inf if t is None else float(t) for t in arm] for arm in tried)
+    n, tried = len(learner.buckets), state.get("tried")
+    if isinstance(tried, list) and len(tried) == 2 and all(_times_back(a, n) is not None for a in tried):
+        learner.tried = tuple(_times_back(arm, n) for arm in tried)
+    if (arrived := _times_back(state.get("arrived"), n)) is not None:
+        learner.arrived = arrived
+    run = state.get("fresh_run")        # [bucket, since, requests, tokens]
+    if isinstance(run, list) and len(run) == 4 and type(run[0]) is int and -1 <= run[0] < n and \
+            (since_and_sums := _times_back(run[1:], 3)) is not None and None not in run[2:]:
+        learner.run.start(run[0], since_and_sums[0])
+        learner.run.add(*since_and_sums[1:])
