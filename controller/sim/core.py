@@ -29,6 +29,18 @@ def chain_probability(accept_length: float, steps: int) -> float:
     return (lo + hi) / 2
 
 
+@lru_cache(maxsize=256)
+def delivered_accept(accept_length: float, steps: int, spread: float) -> float:
+    """The mean accept length a speculative step delivers: each request's p is drawn around chain_probability's with
+    `spread` (CoreBase._accepted), and P(A >= m | p) = p^(m-1) is convex in p, so the mean lands above accept_length
+    (+2 % at 3.2 with K = 4 and spread 0.1). Gauss-Hermite over the draw, clipped to [0, 1] as the draw is."""
+    if not spread:
+        return min(accept_length, steps + 1.0)
+    z, w = np.polynomial.hermite_e.hermegauss(96)
+    p = np.clip(chain_probability(accept_length, steps) + spread * z, 0.0, 1.0)
+    return float((w / w.sum()) @ sum(p ** m for m in range(steps + 1)))
+
+
 @lru_cache(maxsize=16)
 def _leading_run_table(steps: int) -> tuple[np.ndarray, np.ndarray]:
     """(bit weights, accept length per hit pattern): 1 + the number of leading accepted drafts, looked up
@@ -77,6 +89,12 @@ class CoreBase:
         if accept_length is not None:
             self.accept_length = min(accept_length, self.profile.spec_steps + 1.0)
             self._p = chain_probability(self.accept_length, self.profile.spec_steps)
+
+    @property
+    def delivered_accept(self) -> float:
+        """The mean accept length its speculative steps deliver (above accept_length with a spread): what the
+        oracle ranks the modes by."""
+        return delivered_accept(self.accept_length, self.profile.spec_steps, self.profile.accept_spread)
 
     def _output_lengths(self, n: int) -> np.ndarray:
         p = self.profile

@@ -79,7 +79,7 @@ class OracleRunner(Runner):
         self._summary = (None, 0)        # (accept length, threshold) last computed
 
     def speculate(self, batch_size: int) -> bool:
-        return self.profile.better_mode(batch_size, self.core.accept_length)
+        return self.profile.better_mode(batch_size, self.core.delivered_accept)   # (the spread's mean, not nominal)
 
     @property
     def threshold(self) -> int:
@@ -210,7 +210,7 @@ def run_segments(profile: Profile, segments: Sequence[Segment], make_runner: Cal
             runner.after_batch(sample, core.measured)
             while next_tick <= core.t:
                 runner.tick(next_tick)
-                loss = exploit_loss(profile, core.accept_length, lately.at_tick(next_tick), runner)
+                loss = exploit_loss(profile, core.delivered_accept, lately.at_tick(next_tick), runner)
                 if loss is not None and loss > tolerance:
                     last_wrong = next_tick
                 next_tick += tick_s
