@@ -61,12 +61,15 @@ def _damaged(path: Path, detail: object) -> str:
     return f"database {path} is corrupt ({detail}); move it aside to start afresh"
 
 
-def _describe(path: Path, err: sqlite3.Error) -> str:
+def _describe(path: Path, err: sqlite3.Error, readonly: bool = False) -> str:
     kind = classify(err)
     if kind == "locked":
         return f"database {path} is locked by another process ({err})"
     if kind == "corrupt":
         return _damaged(path, err)
+    if kind == "read-only" and readonly:      # (a read of a WAL database needs its -shm file, which it may create)
+        return (f"database {path} cannot be read by this user ({err}): it is in WAL mode (a daemon holds it or did "
+                f"not stop cleanly) and its -shm file cannot be made in {path.parent}; run as the service's user")
     if kind == "read-only":
         return f"database {path} cannot be opened for writing ({err})"
     return f"database {path}: {err}"
@@ -184,7 +187,7 @@ def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = Tr
         if isinstance(e, StoreError):
             raise
         if isinstance(e, sqlite3.Error):
-            raise StoreError(_describe(path, e)) from None
+            raise StoreError(_describe(path, e, readonly)) from None
         raise StoreError(f"database {path}: {e}") from None     # a schema newer than this version knows
 
 

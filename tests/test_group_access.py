@@ -59,3 +59,52 @@ def test_members_of_the_group_use_specctl_without_root_and_others_get_one_line(s
         offline = _status(d)
     assert offline.exit_code == 3, offline.output
     assert "NOT RUNNING" in offline.stdout and "tok/s" in offline.stdout
+
+
+def test_a_member_still_reads_the_database_after_an_offline_pin(short_tmp):
+    """helper-82: the README's offline change (service stopped, `sudo -u spec-controller specctl threshold pin N`)
+    opened the database as the daemon does, in WAL, and left it so: a member could then open it only with a -shm file
+    it may not create in the 0750 folder ('cannot be opened for writing' on a read), until the daemon's next clean
+    stop."""
+    d = DaemonProc(short_tmp, "--concurrency", "2")
+    try:
+        d.wait_socket()
+        d.wait_for(lambda st: st["samples"]["total"] > 20, what="samples")
+    finally:
+        assert d.stop() == 0
+    os.chown(short_tmp, 0, GROUP)
+    os.chmod(short_tmp, 0o750)
+    os.chown(d.db, 0, GROUP)
+    flags = ["--socket", str(d.socket), "--db", str(d.db)]
+    assert _status(d).exit_code == 3                        # (imports cached as root)
+    pin = CliRunner().invoke(cli, [*flags, "threshold", "pin", "5"])    # as the service's user (here root)
+    assert pin.exit_code == 0 and "saved" in pin.output, pin.output
+    assert not os.path.exists(f"{d.db}-wal") and not os.path.exists(f"{d.db}-shm")
+    with acting_as(NOBODY, [GROUP]):
+        status = _status(d)
+        history = CliRunner().invoke(cli, [*flags, "history"])
+    assert status.exit_code == 3 and "threshold:   5 (pinned" in status.stdout, status.output
+    assert history.exit_code == 0, history.output
+
+
+def test_a_database_left_in_wal_says_why_a_member_cannot_read_it(short_tmp):
+    """A daemon killed (no clean stop) leaves the database in WAL: a member's read says so, not 'cannot be opened for
+    writing' (it asked to read)."""
+    import sqlite3
+    d = DaemonProc(short_tmp, "--concurrency", "2")
+    try:
+        d.wait_socket()
+    finally:
+        assert d.stop() == 0
+    os.chown(short_tmp, 0, GROUP)
+    os.chmod(short_tmp, 0o750)
+    os.chown(d.db, 0, GROUP)
+    assert _status(d).exit_code == 3
+    conn = sqlite3.connect(d.db)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    with acting_as(NOBODY, [GROUP]):
+        status = _status(d)
+    assert status.exit_code == 1 and status.output.startswith(
+        f"specctl: database {d.db} cannot be read by this user (attempt to write a readonly database): it is in WAL "
+        f"mode"), status.output

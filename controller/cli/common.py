@@ -202,14 +202,15 @@ def save_offline(ctx: Ctx, key: str, value: Any) -> None:
     import sqlite3
 
     from state import queries
-    from state.db import classify
+    from state.db import classify, leave_wal
     from state.items import INSERTS
     db = offline_db(ctx, write=True)
     try:
         db.conn.execute(INSERTS["settings"], queries.setting_row(key, value))
     except sqlite3.Error as e:
         fail(f"could not save to {ctx.db}: database {classify(e)} ({e}); nothing changed")
-    finally:
+    finally:       # (opened as the daemon opens it, in WAL: left in it, the service's group could not read it)
+        leave_wal(db)
         db.conn.close()
 
 
