@@ -12,8 +12,14 @@ def test_restart_keys_are_named_with_both_values_and_reloadable_ones_are_not():
     fresh = load_config(None, {"sim": {"speed": 3}, "guard": {"min_gain": 0.01}, "control": {"log_level": "DEBUG"},
                                "storage": {"retention_samples_s": 10.0, "rollup_s": 5.0},
                                "sglang": {"port": 3}, "policy": {"params": {"scale": 2.0}}, "engine": {"kind": "sim"}})
-    assert restart_needed(running, fresh) == ["[policy] params.scale (unset) -> 2.0", "[sglang] port (unset) -> 3",
-                                              "[sim] speed 10.0 -> 3", "[storage] rollup_s 10.0 -> 5.0"]
+    assert restart_needed(running, fresh) == ["[sglang] port (unset) -> 3", "[sim] speed 10.0 -> 3",
+                                              "[storage] rollup_s 10.0 -> 5.0"]
+    # helper-82: a restart never applied these either (the database's policy wins): named apart
+    assert restart_needed(running, fresh, first_start=True) == ["[policy] params.scale (unset) -> 2.0"]
+    fresh["policy"].update(name="ucb", initial_threshold=7, tick_s=1.0)
+    assert restart_needed(running, fresh, first_start=True) == [
+        "[policy] initial_threshold 0 -> 7", "[policy] name 'bandit' -> 'ucb'", "[policy] params.scale (unset) -> 2.0"]
+    assert "[policy] tick_s 0.5 -> 1.0" in restart_needed(running, fresh)
 
 
 def test_the_same_values_written_otherwise_are_no_change():
@@ -45,3 +51,25 @@ def test_sighup_warns_of_each_key_that_needs_a_restart(short_tmp):
     finally:
         assert d.stop() == 0
     assert len(_events(d.db, "reload")) == 3
+
+
+def test_a_config_policy_after_the_first_start_is_named_unused_at_reload_and_at_start(short_tmp):
+    """helper-82: a reload said `[policy] name 'bandit' -> 'ucb'` was 'not applied until a restart', and the restart
+    then ran bandit without a word (the database's policy wins after the first start, as config.example.toml says)."""
+    d = DaemonProc(short_tmp, "--concurrency", "2", config_text='[policy]\nname = "bandit"\n')
+    try:
+        d.wait_socket()
+        (short_tmp / "config.toml").write_text('[policy]\nname = "ucb"\n')
+        got = _hup_and_wait(d, 2)
+        assert got[1] == ("changed, a first start's only (the database's policy and threshold win at every start; "
+                          "`specctl policy set` switches now): [policy] name 'bandit' -> 'ucb'"), got
+    finally:
+        assert d.stop() == 0
+    again = DaemonProc(short_tmp, "--concurrency", "2", config_text='[policy]\nname = "ucb"\n')
+    try:
+        again.wait_socket()
+        assert again.call("GET", "/status")["policy"]["name"] == "bandit"
+        assert ("WARNING spec_controller: [policy] ucb {} in the config is not used: the database's policy bandit {} "
+                "is (a config's policy is a first start's only; `specctl policy set ucb` switches)") in again.log_text()
+    finally:
+        assert again.stop() == 0

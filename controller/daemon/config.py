@@ -241,13 +241,21 @@ def _flat(cfg: Mapping[str, Any]) -> dict[tuple[str, str], Any]:
     return out
 
 
-def restart_needed(running: Mapping[str, Any], fresh: Mapping[str, Any]) -> list[str]:
-    """The keys a reload cannot apply that differ between the running config and a fresh one,
-    as `[sim] speed 10 -> 3` (a key only one side has: `(unset)`)."""
+def first_start_only(section: str, key: str) -> bool:
+    """What a daemon takes from the config on an empty database only: once the database holds its own policy and
+    threshold (`specctl policy set`, what it learned), those win at every start (daemon/restore.py)."""
+    return section == "policy" and key in ("name", "params", "initial_threshold")
+
+
+def restart_needed(running: Mapping[str, Any], fresh: Mapping[str, Any], first_start: bool = False) -> list[str]:
+    """The keys a reload cannot apply that differ between the running config and a fresh one, as `[sim] speed 10 ->
+    3` (a key only one side has: `(unset)`): those a restart applies, or with first_start those only a first start
+    takes (first_start_only)."""
     old, new = _flat(running), _flat(fresh)
     show = lambda flat, at: repr(_shown(at, flat[at])) if at in flat else "(unset)"
     return [f"[{at[0]}] {at[1]} {show(old, at)} -> {show(new, at)}" for at in sorted(set(old) | set(new))
-            if not reloadable(at[0], at[1].split(".")[0]) and old.get(at, show) != new.get(at, show)]
+            if not reloadable(at[0], at[1].split(".")[0]) and old.get(at, show) != new.get(at, show)
+            and first_start_only(at[0], at[1].split(".")[0]) == first_start]
 
 
 def shadowed(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]] | None) -> list[str]:

@@ -15,8 +15,7 @@ from state import queries
 from state.db import DaemonLock, leave_wal, open_store
 from state.writer import Writer
 
-from ..paths import DEFAULT_CONFIG, UNIT_DB, UNIT_SOCKET, default_db, default_socket, is_db_own_path, \
-    socket_path_problem
+from ..paths import DEFAULT_CONFIG, UNIT_DB, UNIT_SOCKET, default_db, default_socket, is_db_own_path, socket_path_problem
 from ..sim.profile import ProfileError
 from .config import ConfigError, load_config, restart_needed, shadowed
 from .engines.base import Engine, EngineError
@@ -310,8 +309,9 @@ class Daemon:
 
     def _reload_warnings(self, service, fresh: dict) -> None:
         """What a reload did not apply, named key by key (it used to be ignored silently)."""
-        for what, keys in (("changed, not applied until a restart",
-                            restart_needed(self.started_cfg, fresh)),
+        for what, keys in (("changed, not applied until a restart", restart_needed(self.started_cfg, fresh)),
+                           ("changed, a first start's only (the database's policy and threshold win at every start; "
+                            "`specctl policy set` switches now)", restart_needed(self.started_cfg, fresh, True)),
                            ("in the config file but overridden by the command line, not applied",
                             shadowed(self.cfg.get("_path"), self.cfg.get("_overrides")))):
             if keys:

@@ -15,14 +15,13 @@ from state.logs import RateLimitedLog
 from state.retention import Retention, Rollups, apply_retention
 from state.writer import WriteFailed, Writer
 
-from ..control.guard_config import GuardConfig
-from ..control.loop import ControlLoop
 from ..status import build_status
 from .engines.base import Engine, EngineError
 from .ingest import Ingest
 from .intake import SampleGate, SteadyClock
 from .livestats import LiveStats
 from .notify import sd_notify
+from .restore import config_policy_unused, start_loop
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -65,7 +64,9 @@ class Service:
         pol = saved.get("policy") or {"name": cfg["policy"]["name"], "params": cfg["policy"]["params"]}
         policy, _ = self._restore(self._build_policy(pol["name"], pol.get("params") or {}), pol["name"],
                                   pol.get("params") or {})
-        self.loop = self._make_loop(policy, saved)
+        self.loop, self.start_reason = start_loop(cfg, policy, saved, engine.max_batch_size)
+        if unused := config_policy_unused(cfg, saved):
+            log.warning("%s", unused)
         self.policy_name = pol["name"]
         self.clock = SteadyClock(engine.now)     # the loop's time base: the engine's clock, never going back
         gate = SampleGate(engine.max_batch_size, engine.spec_steps, self.clock)
@@ -87,34 +88,6 @@ class Service:
             return query(db, *args)
         finally:
             db.conn.close()
-
-    def _saved_batch_size(self, saved: Mapping[str, Any], key: str) -> int | None:
-        value, top = saved.get(key), self.engine.max_batch_size
-        if value is None or (type(value) is int and 0 <= value <= top):
-            return value
-        if type(value) is int and value > top:      # (an offline pin, an engine started smaller): the same routing
-            log.warning("saved %s=%d is above the engine's largest batch; taken as %d (every batch speculates)", key,
-                        value, top)
-            return top
-        log.warning("saved %s=%r is not a batch size (0 .. %d); ignored", key, value, top)
-        return None
-
-    def _make_loop(self, policy: Policy, saved: Mapping[str, Any]) -> ControlLoop:
-        pinned = self._saved_batch_size(saved, "pinned")
-        learned = self._saved_batch_size(saved, "threshold")     # the learned threshold (_record), not a trial's
-        self.start_reason = "restored at start"
-        if learned is None and pinned is not None:
-            learned = pinned
-        elif learned is None:   # a fresh database: nothing was restored
-            learned = self.cfg["policy"]["initial_threshold"]
-            saved_any = saved.get("threshold") is not None or saved.get("pinned") is not None
-            self.start_reason = ("initial threshold ([policy] initial_threshold): " +
-                                 ("the saved one is not a batch size" if saved_any else "nothing saved yet"))
-        loop = ControlLoop(policy, GuardConfig.from_mapping(self.cfg["guard"]), learned)
-        if pinned is not None:  # the engine starts with the pin; an unpin goes back to what was learned
-            loop.pin(pinned)
-            loop.revert(pinned)
-        return loop
 
     def _build_policy(self, name: str, params: Mapping[str, Any]) -> Policy:
         """Validates name and params: PolicyError, and nothing changed, on bad input."""

@@ -1,0 +1,58 @@
+"""What a daemon starts from: the settings its database saved (policy, pin, learned threshold) read against the
+engine and the config. The config's [policy] name, params and initial_threshold are a first start's only: once the
+database holds its own (`specctl policy set`, a learned threshold), that wins at every start."""
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+from policies import Policy
+
+from ..control.guard_config import GuardConfig
+from ..control.loop import ControlLoop
+
+log = logging.getLogger("spec_controller")
+
+
+def saved_batch_size(saved: Mapping[str, Any], key: str, top: int) -> int | None:
+    """A saved threshold (`pinned`, `threshold`) as one an engine whose largest batch is `top` runs, or None."""
+    value = saved.get(key)
+    if value is None or (type(value) is int and 0 <= value <= top):
+        return value
+    if type(value) is int and value > top:      # (an offline pin, an engine started smaller): the same routing
+        log.warning("saved %s=%d is above the engine's largest batch; taken as %d (every batch speculates)", key,
+                    value, top)
+        return top
+    log.warning("saved %s=%r is not a batch size (0 .. %d); ignored", key, value, top)
+    return None
+
+
+def start_loop(cfg: dict, policy: Policy, saved: Mapping[str, Any], top: int) -> tuple[ControlLoop, str]:
+    """The control loop at the saved pin and learned threshold (else [policy] initial_threshold), and why it starts
+    where it does (the history's first row)."""
+    pinned = saved_batch_size(saved, "pinned", top)
+    learned = saved_batch_size(saved, "threshold", top)      # the learned threshold (Service._record), not a trial's
+    reason = "restored at start"
+    if learned is None and pinned is not None:
+        learned = pinned
+    elif learned is None:   # a fresh database: nothing was restored
+        learned = cfg["policy"]["initial_threshold"]
+        saved_any = saved.get("threshold") is not None or saved.get("pinned") is not None
+        reason = ("initial threshold ([policy] initial_threshold): " +
+                  ("the saved one is not a batch size" if saved_any else "nothing saved yet"))
+    loop = ControlLoop(policy, GuardConfig.from_mapping(cfg["guard"]), learned)
+    if pinned is not None:  # the engine starts with the pin; an unpin goes back to what was learned
+        loop.pin(pinned)
+        loop.revert(pinned)
+    return loop, reason
+
+
+def config_policy_unused(cfg: dict, saved: Mapping[str, Any]) -> str | None:
+    """Why the config's [policy] name / params are not the ones that run (the database's are), or None."""
+    mine, theirs = saved.get("policy"), cfg["policy"]
+    if not isinstance(mine, dict) or (mine.get("name"), dict(mine.get("params") or {})) == \
+            (theirs["name"], dict(theirs["params"])):
+        return None
+    return (f"[policy] {theirs['name']} {dict(theirs['params'])} in the config is not used: the database's policy "
+            f"{mine.get('name')} {dict(mine.get('params') or {})} is (a config's policy is a first start's only; "
+            f"`specctl policy set {theirs['name']}` switches)")
