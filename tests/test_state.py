@@ -237,3 +237,32 @@ def test_a_database_locked_for_good_counts_what_it_lost(tmp_path):
     holder.join()
     assert queries.recent_decisions(db, 5) == []
     w.stop()
+
+
+def test_a_migration_that_fails_midway_leaves_nothing_and_the_next_start_makes_it_whole(tmp_path, monkeypatch):
+    """One transaction per step: helper-82 found sqlite-utils 3.x (which pyproject allowed) committing inside
+    Table.create, so a fresh database's first start failed ('cannot rollback - no transaction is active') and a step
+    cut short left tables under user_version 0, refused at every later start as another application's file."""
+    import sqlite3
+
+    import sqlite_utils
+
+    from state.db import StoreError
+    real, made = sqlite_utils.db.Table.create, []
+
+    def create_then_fail(self, *args, **kwargs):
+        made.append(self.name)
+        if len(made) == 3:
+            raise sqlite3.OperationalError("disk I/O error (injected)")
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(sqlite_utils.db.Table, "create", create_then_fail)
+    with pytest.raises(StoreError):
+        open_store(tmp_path / "m.db")
+    conn = sqlite3.connect(tmp_path / "m.db")
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 0
+    assert conn.execute("SELECT name FROM sqlite_master").fetchall() == []
+    conn.close()
+    monkeypatch.setattr(sqlite_utils.db.Table, "create", real)
+    db = open_store(tmp_path / "m.db")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+    db.conn.close()
