@@ -11,6 +11,7 @@ import fcntl
 import os
 import sqlite3
 import stat
+import time
 from pathlib import Path
 
 import sqlite_utils
@@ -207,6 +208,9 @@ def _pid_in(fd: int) -> str:
     return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
 
 
+LOOK_GRACE_S = 0.5        # how long a start retries a lock specctl's holder() may be looking at
+
+
 class DaemonLock:
     """An exclusive flock beside the database: one daemon per database."""
 
@@ -222,12 +226,19 @@ class DaemonLock:
             raise StoreError(f"cannot create {self.path.parent}: {e.strerror}") from None
         self.created = not self.path.exists()
         fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT, "lock file")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _pid_in(fd)
-            os.close(fd)
-            raise StoreError(f"another spec-controller (pid {holder}) is running on {self.path.with_suffix('')}") from None
+        deadline = time.monotonic() + LOOK_GRACE_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:     # (specctl's look, holder(), holds it shared for microseconds)
+                    time.sleep(0.01)
+                    continue
+                holder = _pid_in(fd)
+                os.close(fd)
+                raise StoreError(f"another spec-controller (pid {holder}) is running on "
+                                 f"{self.path.with_suffix('')}") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._fd = fd

@@ -266,3 +266,24 @@ def test_a_migration_that_fails_midway_leaves_nothing_and_the_next_start_makes_i
     db = open_store(tmp_path / "m.db")
     assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
     db.conn.close()
+
+
+def test_a_start_waits_out_specctls_look_at_the_lock_but_not_a_daemon(tmp_path):
+    """helper-82: DaemonLock.holder() (specctl status, stop, offline writes) takes the lock shared for a moment; a
+    daemon starting in that moment refused as 'another spec-controller (pid of the last one) is running' (1 start in 10
+    beside a `watch specctl status`). A look now delays the start; a daemon holding it still refuses it."""
+    import fcntl
+    import os
+    import threading
+    lock_path = tmp_path / "s.db.lock"
+    lock_path.write_text("12345")
+    look = os.open(lock_path, os.O_RDONLY)
+    fcntl.flock(look, fcntl.LOCK_SH | fcntl.LOCK_NB)          # specctl's holder(), caught in the middle
+    threading.Timer(0.1, lambda: fcntl.flock(look, fcntl.LOCK_UN)).start()
+    lock = DaemonLock(tmp_path / "s.db")
+    lock.acquire()
+    os.close(look)
+    assert lock_path.read_text() == str(os.getpid())
+    with pytest.raises(StoreError, match=f"another spec-controller \\(pid {os.getpid()}\\) is running"):
+        DaemonLock(tmp_path / "s.db").acquire()
+    lock.release()
