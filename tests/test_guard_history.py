@@ -195,3 +195,20 @@ def test_a_trial_the_guard_leaves_in_force_without_making_it_the_decision_is_no_
     assert not loop.tick(2.0).trial_kept                # trial changed nothing (its threshold was in force): no row
     loop.threshold, loop._exploring, loop._trial_shown = 105, True, True    # one that was a change: its row
     assert loop.tick(3.0).trial_kept
+
+
+def test_a_trial_the_engine_refused_never_ran_and_has_no_end():
+    """helper-81: SGLang refusing a trial's threshold (Service._actuate reverts the loop) left the loop thinking the
+    trial in force, and the next tick's row said 'trial over, back to 29' for a trial no batch ran."""
+    script = [(0.0, Decision(105, 29, "trial", untried=True)),
+              (1.0, Decision(29, 29, "best threshold 29: live batch 95-105 is plain decoding"))]
+    loop = ControlLoop(Script(script), GuardConfig(changes_per_min=0), 29)
+    loop.observe(Sample(0.49, 96, 0, 96, 0.02))
+    tick = loop.tick(0.5)
+    assert tick.threshold == 105 and tick.exploratory and loop.exploring
+    loop.revert(29)                                          # the engine did not take 105
+    assert not loop.exploring
+    loop.observe(Sample(0.99, 96, 0, 96, 0.02))
+    tick = loop.tick(1.0)
+    assert tick.threshold == 29 and not tick.changed and not tick.trial_kept
+    assert not tick.reason.startswith("trial over"), tick.reason

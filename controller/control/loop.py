@@ -49,6 +49,7 @@ class ControlLoop:
         # the trial in force changed the threshold (the history has its row). Not the guard's _trial_visible:
         # that one also counts a shift trial at the threshold in force (its end is free), which has no row
         self._trial_shown = False
+        self._in_force = (False, False)          # (_exploring, _trial_shown) as the engine ran them before a tick
         self._live: dict[int, int] = {}          # bucket -> decode-only batches since the last tick
         self._recent: dict[int, float] = {}      # batch size -> when it last ran (the coalescing window)
         self.live_batch_size: int | None = None  # the bucket most of them fell in (its upper edge)
@@ -112,13 +113,15 @@ class ControlLoop:
 
     def revert(self, threshold: int) -> None:
         """The engine did not take the last threshold and still runs this one: the next tick sees
-        its decision as a change again, and retries it."""
+        its decision as a change again, and retries it. A trial it refused never ran (its end is no 'trial over'
+        row); one in force before stays so."""
         self.threshold = threshold
+        self._exploring, self._trial_shown = self._in_force
 
     def tick(self, now: float) -> Tick:
         self.guard.account(now, self._since_tick, explored=self._explored)
         self._since_tick = self._explored = 0
-        previous = self.threshold
+        previous, self._in_force = self.threshold, (self._exploring, self._trial_shown)
         if self.pinned is not None:
             self.threshold, reason, self._exploring = self.pinned, f"pinned at {self.pinned} by an operator", False
             self._was_pinned, self._trial_shown = True, False
