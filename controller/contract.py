@@ -224,7 +224,8 @@ MAX_BATCH = 65536
 
 
 def validate_threshold(value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    # (is_integer: False for nan and inf, on which int() raised inside SGLang's scheduler: 1e999 in a JSON body)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not value.is_integer()):
         return f"{THRESHOLD_KEY} must be an integer, got {value!r}"
     if not 0 <= value <= MAX_BATCH:
         return f"{THRESHOLD_KEY}={int(value)} out of range (0 .. {MAX_BATCH})"

@@ -131,7 +131,8 @@ def test_supported_engine_and_version_range():
 
 
 @pytest.mark.parametrize("value,ok", [(0, True), (64, True), (7.0, True), (-1, False), (2.5, False),
-                                      (True, False), ("5", False), (1 << 21, False)])
+                                      (True, False), ("5", False), (1 << 21, False),
+                                      (float("nan"), False), (float("inf"), False), (float("-inf"), False)])
 def test_threshold_validation(value, ok):
     assert (contract.validate_threshold(value) is None) == ok
 
