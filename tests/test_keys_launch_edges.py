@@ -313,5 +313,16 @@ def test_a_server_without_http_is_refused(extra):
     assert "SGLang then serves no HTTP API" in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("extra", [{"ssl_certfile": "/etc/ssl/c.pem", "ssl_keyfile": "/etc/ssl/k.pem"},
+                                   {"ssl_keyfile": "/etc/ssl/k.pem"},
+                                   {"extra_args": ["--ssl-certfile", "/etc/ssl/c.pem", "--ssl-keyfile=/etc/ssl/k.pem"]}])
+def test_a_server_that_serves_https_only_is_refused(extra):
+    """helper-84: from-launch took --ssl-certfile / --ssl-keyfile and config check said ok; SGLang then serves HTTPS
+    only and the daemon's http:// health probe never saw it ready (exit 1 after ready_timeout_s, restarted)."""
+    with pytest.raises(EngineError) as err:
+        SGLangEngine({**BASE, **extra})
+    assert "SGLang then serves HTTPS only" in str(err.value) and "\n" not in str(err.value)
+
+
 def test_grpc_mode_off_is_fine():
     assert SGLangEngine({**BASE, "grpc_mode": False}).args["grpc_mode"] is False

@@ -91,6 +91,7 @@ def extra_args(args: dict) -> list[str]:
 # SGLang modes that serve no HTTP API (launch_server.run_server, 0.5.17 ... 0.5.23): the daemon's health checks and
 # threshold changes are HTTP
 NO_HTTP_KEYS = ("grpc_mode", "smg_grpc_mode", "encoder_only")
+TLS_KEYS = ("ssl_certfile", "ssl_keyfile")     # SGLang then serves HTTPS only (ServerArgs.url(): https)
 
 
 def no_http_reason(args: dict) -> str | None:
@@ -100,6 +101,11 @@ def no_http_reason(args: dict) -> str | None:
         if flag_of(key) in words:
             return (f"{key}: SGLang then serves no HTTP API, and the daemon checks its health and changes the threshold "
                     "over HTTP (leave it out; the OpenAI-compatible HTTP port serves clients)")
+    for key in TLS_KEYS:
+        if flag_of(key) in words:
+            return (f"{key}: SGLang then serves HTTPS only, and the daemon checks its health and changes the threshold "
+                    "over plain HTTP on this host (leave SGLang's TLS out and terminate TLS in a proxy in front of its "
+                    "port)")
     return None
 
 
