@@ -185,6 +185,19 @@ def lock_holder(db: Path) -> str | None:
         return UNREADABLE
 
 
+def full_params(saved: dict) -> dict:
+    """The saved policy's parameters with its defaults filled in, as the running daemon shows them (the saved
+    setting holds only those given; one that no longer builds is shown as saved)."""
+    from policies import PolicyError, make_policy
+    params = dict(saved.get("params", {}))
+    if saved.get("name"):
+        try:
+            return dict(make_policy(saved["name"], params).params)
+        except PolicyError:
+            pass
+    return params
+
+
 def offline_read(ctx: Ctx, read: Callable[[Any], Any]) -> Any:
     """read(db) on the database opened for reading, closed afterwards: Python 3.11's sqlite3 keeps each
     connection in a reference cycle (its statement cache), so one dropped unclosed lives until the cyclic

@@ -10,8 +10,8 @@ from ..contract import FAST_PATHS, OFF_PATHS
 from ..paths import present
 from ..status import build_status, summarise
 from .client import DaemonUnreachable
-from .common import (UNREADABLE, Ctx, ago, alias_note, call, emit, fail, json_option, lock_holder, offline_read,
-                     trial_note)
+from .common import (UNREADABLE, Ctx, ago, alias_note, call, emit, fail, full_params, json_option, lock_holder,
+                     offline_read, trial_note)
 from .holder import find_holder
 from .options import EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE
 
@@ -216,9 +216,9 @@ def _from_db(ctx: Ctx, db) -> dict:
                   clock_speed=(saved.get("clock") or {}).get("speed"))     # (absent: a database from before 12-04f)
     control = {"threshold": saved["pinned"] if saved.get("pinned") is not None else saved.get("threshold"),
                "pinned": saved.get("pinned") is not None,
-               "policy": {"name": pol.get("name"), "policy": queries.latest_policy(db),
-                          "params": pol.get("params", {})},
-               "last_decision": last[0] if last else None}
+               "policy": {"name": pol.get("name"), "policy": queries.latest_policy(db), "params": full_params(pol)},
+               "last_decision": {**{k: last[0][k] for k in ("t", "wall", "old", "new", "reason")},    # (the live shape)
+                                 "exploratory": bool(last[0]["exploratory"])} if last else None}
     return build_status({"running": False, "db": str(ctx.db), "socket": str(ctx.socket)}, None, control, window,
                         {"total": db["samples"].count})
 

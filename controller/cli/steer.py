@@ -10,8 +10,8 @@ import click
 from ..contract import MAX_BATCH
 from ..paths import present
 from .client import DaemonError, DaemonUnreachable, request
-from .common import (Ctx, alias_note, call, emit, fail, given_db_exists, json_option, offline_read, save_offline,
-                     trial_note)
+from .common import (Ctx, alias_note, call, emit, fail, full_params, given_db_exists, json_option, offline_read,
+                     save_offline, trial_note)
 from .options import EXIT_USAGE, NEGATIVE_ARGS, Bounded
 
 
@@ -77,7 +77,7 @@ def policy_show(ctx: Ctx, as_json: bool) -> None:
     except DaemonUnreachable:
         from state import queries
         saved = offline_read(ctx, queries.settings).get("policy") or {}
-        info = {"name": saved.get("name"), "policy": _resolved(saved.get("name")), "params": _full_params(saved),
+        info = {"name": saved.get("name"), "policy": _resolved(saved.get("name")), "params": full_params(saved),
                 "daemon_running": False}
     emit(info, as_json, lambda i: f"{i['name']}{alias_note(i)}" + "".join(f"\n    {k}={v}" for k, v in i["params"].items()))
 
@@ -89,19 +89,6 @@ def _resolved(name: str | None) -> str | None:
         return resolve_name(name) if name else None
     except PolicyError:
         return None
-
-
-def _full_params(saved: dict) -> dict:
-    """The saved policy's parameters with its defaults filled in, as the running daemon shows them (the saved
-    setting holds only those given; one that no longer builds is shown as saved)."""
-    from policies import PolicyError, make_policy
-    params = dict(saved.get("params", {}))
-    if saved.get("name"):
-        try:
-            return dict(make_policy(saved["name"], params).params)
-        except PolicyError:
-            pass
-    return params
 
 
 @policy.command("set")
