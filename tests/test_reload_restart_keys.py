@@ -73,3 +73,12 @@ def test_a_config_policy_after_the_first_start_is_named_unused_at_reload_and_at_
                 "is (a config's policy is a first start's only; `specctl policy set ucb` switches)") in again.log_text()
     finally:
         assert again.stop() == 0
+
+
+def test_the_same_policy_by_its_alias_or_with_the_same_params_is_no_note():
+    from controller.daemon.restore import config_policy_unused
+    cfg = load_config(None, {"policy": {"name": "bandit", "params": {"half_life_s": 20}}})
+    assert config_policy_unused(cfg, {"policy": {"name": "thompson", "params": {"half_life_s": 20.0}}}) is None
+    assert config_policy_unused(cfg, {}) is None                       # a first start: the config's is the one
+    assert "the database's policy thompson {}" in config_policy_unused(cfg, {"policy": {"name": "thompson"}})
+    assert "the database's policy ucb" in config_policy_unused(cfg, {"policy": {"name": "ucb", "params": {}}})
