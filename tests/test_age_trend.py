@@ -81,7 +81,7 @@ def test_within_calls_pools_each_calls_own_trend_whatever_its_level_or_machine(t
     """--within: each file a call with fresh engines (any machine: the clocks need not agree); a ratio rising inside
     every call reads a positive pooled slope even where the calls' levels differ, a flat one reads none."""
     from age_trend import main, within_calls
-    rising = chain(tmp_path, off_gain_per_min=30, calls=3, boots=[BOOT, BOOT + 3600, BOOT + 7200])
+    rising = chain(tmp_path, off_gain_per_min=60, calls=3, boots=[BOOT, BOOT + 3600, BOOT + 7200])
     calls = [[json.loads(line) for line in open(p)] for p in rising]
     for i, call in enumerate(calls):                  # each call on its own mono clock and its own level of ratio
         for r in call:
@@ -89,7 +89,7 @@ def test_within_calls_pools_each_calls_own_trend_whatever_its_level_or_machine(t
             if r["label"] == "off":
                 r["tok_s"] *= 1 + 0.05 * i
     n, k, fit = within_calls(calls, "closed")["off"]
-    assert (n, k) == (12, 3) and fit[1] > 0 and 0.01 < fit[0] < 0.08     # (+0.029 set; runs of 2.3 min, 0.3 % noise)
+    assert (n, k) == (12, 3) and fit[1] > 0 and 0.03 < fit[0] < 0.12     # (+0.058 set; runs of 2.3 min, 0.3 % noise)
     flat = [[dict(r, tok_s=r["tok_s"] if r["label"] == "nospec" else 9_800.0 + 10 * r["repeat"] % 20) for r in call]
             for call in calls]
     lo, hi = within_calls(flat, "closed")["off"][2][1:]
@@ -100,10 +100,10 @@ def test_within_calls_pools_each_calls_own_trend_whatever_its_level_or_machine(t
 def test_within_calls_counts_each_calls_minutes_from_its_own_first_run(tmp_path):
     """Calls 10 minutes apart on one clock, given out of order: each call's time still starts at its own first run."""
     from age_trend import within_calls
-    calls = [[json.loads(line) for line in open(p)] for p in chain(tmp_path, off_gain_per_min=30, calls=3)]
+    calls = [[json.loads(line) for line in open(p)] for p in chain(tmp_path, off_gain_per_min=60, calls=3)]
     calls[0], calls[2] = calls[2], calls[0]
     n, k, fit = within_calls(calls, "closed")["off"]
-    assert (n, k) == (12, 3) and fit[1] > 0 and 0.01 < fit[0] < 0.08
+    assert (n, k) == (12, 3) and fit[1] > 0 and 0.03 < fit[0] < 0.12
 
 
 @pytest.mark.parametrize("drift_s, same", [(1.0, True), (30.0, False), (-30.0, False)])
@@ -114,3 +114,20 @@ def test_one_clock_allows_seconds_of_drift_either_way_and_no_more(drift_s, same)
     else:
         with pytest.raises(ValueError):
             one_clock(rows)
+
+
+def test_within_calls_reads_the_slope_inside_each_level_not_between_the_levels_times():
+    """helper-87's hand check: one call, closed 48 at minutes 0 / 1 / 2 and closed 128 at 10 / 11 / 12, each level's
+    ratio rising 0.01 a minute (0.97, 0.98, 0.99): +0.100 per 10 min. Minutes counted from the call's first run and
+    not centred per level read +0.0026 (the spread between the levels' times in the denominator)."""
+    from age_trend import within_calls
+    rows = []
+    for level, start in ((48, 0.0), (128, 600.0)):
+        for rep, ratio in enumerate((0.97, 0.98, 0.99)):
+            mono = start + 60.0 * rep
+            rows += [{"shape": "closed", "level": level, "label": "nospec", "repeat": rep, "tok_s": 10_000.0,
+                      "mono_start": mono, "t_start": BOOT + mono},
+                     {"shape": "closed", "level": level, "label": "off", "repeat": rep, "tok_s": 10_000.0 * ratio,
+                      "mono_start": mono, "t_start": BOOT + mono}]
+    n, k, fit = within_calls([rows], "closed")["off"]
+    assert (n, k) == (6, 2) and fit[0] == pytest.approx(0.100, abs=1e-9) and fit[1] == pytest.approx(0.100, abs=1e-9)

@@ -16,6 +16,7 @@ calls whose summaries say "engines reused" after the chain's first."""
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 
@@ -104,12 +105,28 @@ def within_calls(calls: list[list[dict]], shape: str | None = None) -> dict[str,
             at, ratios = pair_points(groups, key, t0)
             if len(ratios) < 2:
                 continue
-            mean = statistics.mean(ratios)
-            minutes.setdefault(key[2], []).extend(at)
+            # both centred on their call-level's means (helper-87: minutes counted from the call's first run put a
+            # call's levels at different times, and the spread between them, not inside them, shrank the slope ~4x)
+            mean, mid = statistics.mean(ratios), statistics.mean(at)
+            minutes.setdefault(key[2], []).extend(m - mid for m in at)
             deviations.setdefault(key[2], []).extend(x - mean for x in ratios)
             seen[key[2]] = seen.get(key[2], 0) + 1
-    return {label: (len(deviations[label]), seen[label], slope_per_10min(minutes[label], deviations[label]))
+    return {label: (len(deviations[label]), seen[label], within_slope(minutes[label], deviations[label], seen[label]))
             for label in sorted(deviations)}
+
+
+def within_slope(minutes: list[float], values: list[float], groups: int) -> tuple[float, float, float] | None:
+    """(slope, low, high) per 10 minutes of values against minutes, both centred within each of `groups` groups (the
+    fixed-effects slope), its 95 % interval on n - groups - 1 degrees of freedom (a fitted mean per group); None
+    without a degree of freedom left or no spread in time."""
+    n = len(minutes)
+    sxx = sum(m * m for m in minutes)
+    if n - groups - 1 < 1 or sxx <= 0:
+        return None
+    slope = sum(m * v for m, v in zip(minutes, values)) / sxx
+    rss = sum((v - slope * m) ** 2 for m, v in zip(minutes, values))
+    half = stats.t.ppf(0.975, n - groups - 1) * math.sqrt(rss / (n - groups - 1) / sxx)
+    return 10 * slope, 10 * (slope - half), 10 * (slope + half)
 
 
 def main(argv: list[str] | None = None) -> int:
