@@ -359,3 +359,27 @@ def test_calls_of_different_kv_pools_are_said_apart_and_rows_carry_the_pool(tmp_
     assert pools_note(runs_of([str(sized), str(capped), str(capped2)]))[0] == \
         "note: the calls' KV pools differ: as sized (1 calls), 40,000 tokens (2 calls); pass one kind of call to " \
         "read them apart"
+
+
+def test_the_elasticitys_own_error_widens_the_calls_interval_where_the_engines_cpu_differs(tmp_path):
+    """helper-87: from three calls on, each call's gap was taken at the fitted elasticity as if it were known; an error
+    in it moves every gap the same way (by the call's log CPU gap), which the gaps' spread never shows. Where the
+    label's own prefill CPU is 30 % above no-spec's the interval now holds that error (delta method): its half-width in
+    log is t x sqrt(se_gaps^2 + (log CPU gap x se_elasticity)^2), with equal CPU as with 30 % more."""
+    from host_adjusted import _effect, _gap_design, call_gaps, paired_rows
+    for excess in (1.3, 1.0):
+        paths = []
+        for call in range(5):
+            p = tmp_path / f"e{excess}-call{call}.jsonl"
+            timeline(p, 0.97, seed=20 + call, runs=4, cpu_excess=excess)
+            paths.append(str(p))
+        runs = runs_of(paths)
+        got = fit(runs, "off", "prefill")
+        rows, _ = paired_rows(runs, "off", "nospec", "tok_s", "prefill")
+        gaps_only = _effect(*_gap_design({"off": call_gaps(rows, "off", "nospec", "tok_s", "prefill",
+                                                           got["elasticity"])}, False), 0)
+        shift = math.log(got["cpu_ratio"])
+        want = t975(gaps_only["free"]) * math.sqrt(gaps_only["se"] ** 2 + (shift * got["elasticity_se"]) ** 2)
+        assert math.log(got["high"] / got["ratio"]) == pytest.approx(want, rel=1e-6)
+        if excess > 1:
+            assert got["high"] - got["low"] > gaps_only["high"] - gaps_only["low"]

@@ -114,13 +114,18 @@ def fit(runs: list[dict], label: str, covariate: str | None, base: str | None = 
         elasticity = beta[k]
         out["elasticity"], out["elasticity_se"] = beta[k], math.sqrt(cov[k, k])
     by_call = len(calls) >= MIN_CLUSTERS
+    shifts = [0.0, 0.0]     # each stage-two column's move per unit of elasticity error (by_call with a covariate)
     if by_call:     # the effect (and the start order) from the calls' own gaps: see call_gaps
         gx, gy = _gap_design({label: call_gaps(rows, label, base, metric, covariate, elasticity)}, both_orders)
-        out.update(_effect(gx, gy, 0))
+        if covariate:
+            shifts = list(_ols(*_gap_design({label: call_gaps(rows, label, base, None, covariate, -1.0)},
+                                            both_orders))[0])
+        out.update(_widened(_effect(gx, gy, 0), shifts[0], out.get("elasticity_se", 0.0)))
     else:
         out.update(_effect(x, y, i, groups))
     if both_orders:
-        slot = _effect(gx, gy, 1) if by_call else _effect(x, y, i + 1, groups)
+        slot = _widened(_effect(gx, gy, 1), shifts[1], out.get("elasticity_se", 0.0)) if by_call \
+            else _effect(x, y, i + 1, groups)
         out["second_start"], out["second_low"], out["second_high"] = slot["ratio"], slot["low"], slot["high"]
     if covariate:
         # the label's own CPU there over the base's, same calls: near 1 if the covariate is the host's alone; where
@@ -198,6 +203,17 @@ def _ols(x: np.ndarray, y: np.ndarray, groups: list | None = None) -> tuple[np.n
         meat += np.outer(s, s)
     scale = len(names) / (len(names) - 1) * (n - 1) / (n - k)
     return beta, scale * bread @ meat @ bread, len(names) - 1
+
+
+def _widened(slot: dict, shift: float, elasticity_se: float) -> dict:
+    """A stage-two effect with the elasticity's own error added (delta method): every call's gap moves by its log CPU
+    gap times that error, all the same way, so the gaps' spread cannot show it (helper-87: the six H100 calls' 0.974
+    [0.970-0.978] was [0.967-0.981]); shift: the column's fit over the calls' log CPU gaps."""
+    if slot["se"] is None or not elasticity_se:
+        return slot
+    se = math.sqrt(slot["se"] ** 2 + (shift * elasticity_se) ** 2)
+    half, log_ratio = t975(slot["free"]) * se, math.log(slot["ratio"])
+    return {**slot, "se": se, "low": math.exp(log_ratio - half), "high": math.exp(log_ratio + half)}
 
 
 def _effect(x: np.ndarray, y: np.ndarray, i: int, groups: list | None = None) -> dict:
