@@ -229,3 +229,18 @@ def test_a_pin_that_outlasts_specctls_wait_says_it_may_land(short_tmp, monkeypat
         engine.hold.set()
         server.stop()
         writer.stop()
+
+
+def test_a_refusal_the_loop_no_longer_wants_is_no_problem(short_tmp):
+    """helper-86: after the engine refused 5 while running 0, a pin at 0 (what the engine runs: nothing to send) left
+    'actuation: did not take threshold 5' among the problems for good, though nothing was retried any more."""
+    engine = FakeEngine()
+    svc, writer = make_service(short_tmp, policy="fixed", engine=engine)     # wants threshold 5
+    feed(svc, [good(100.0 + i * 0.001) for i in range(5)])
+    engine.fail_next = 1000
+    svc.retune()
+    assert svc.status()["daemon"]["problems"] and svc.loop.threshold == 0
+    answer = svc.pin(0)
+    assert answer["refused"] is None and engine.applied == []
+    assert svc.status()["daemon"]["healthy"], svc.status()["daemon"]["problems"]
+    writer.stop()

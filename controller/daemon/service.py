@@ -211,7 +211,9 @@ class Service:
                 tick = self.loop.tick(now)
             if tick.changed:
                 self._actuate(tick.threshold, tick.previous, tick.reason, tick.exploratory, now)
-            elif tick.trial_kept:         # the engine runs it already: only the history's row
+                return
+            self.refused = None     # the loop wants what the engine runs: a refusal of another threshold is moot
+            if tick.trial_kept:           # the engine runs it already: only the history's row
                 self._record(tick.threshold, tick.previous, tick.reason, False, now)
 
     def retune(self) -> None:
