@@ -193,6 +193,10 @@ def test_an_engine_that_keeps_refusing_thresholds_is_a_problem_and_a_pin_says_it
         assert engine.applied == [3] and svc.status()["daemon"]["healthy"]
         res = CliRunner().invoke(cli, [*flags, "threshold", "pin", "3"])
         assert res.exit_code == 0 and "already pinned at 3" in res.output
+        engine.fail_next = 1000                   # an unpin the engine then refuses: the unpin itself is done
+        res = CliRunner().invoke(cli, [*flags, "threshold", "unpin"])
+        assert res.exit_code == 0 and res.output.startswith("threshold unpinned") and "None" not in res.output, \
+            res.output
     finally:
         server.stop()
         writer.stop()

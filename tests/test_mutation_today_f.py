@@ -1,0 +1,111 @@
+"""Tests that kill the survivors of helper-86's mutation pass over 12-05's sixth-session edits
+(bench/results/mutation-today-2026-12-05f.md: the gap ids in each test's name)."""
+import json
+import math
+
+import pytest
+
+from controller.control.guard_config import GuardConfig
+from controller.control.loop import ControlLoop
+from controller.daemon.apicheck import ApiError, query_int
+from controller.daemon.config import load_config
+from controller.daemon.restore import config_policy_unused, start_loop
+from controller.paths import is_db_own_path
+from policies import Decision, make_policy
+from policies.base import Policy
+
+
+@pytest.mark.parametrize("saved,pinned,threshold", [({"pinned": 256}, 256, 256), ({"threshold": 256}, None, 256),
+                                                    ({"pinned": True}, None, 0), ({"threshold": True}, None, 0)])
+def test_r1_r2_a_saved_threshold_at_the_largest_batch_is_kept_and_true_is_no_batch_size(saved, pinned, threshold):
+    cfg = load_config(None)
+    loop, reason = start_loop(cfg, make_policy("thompson", max_batch_size=256), saved, 256)
+    assert (loop.pinned, loop.threshold) == (pinned, threshold)
+    assert reason == ("restored at start" if threshold else
+                      "initial threshold ([policy] initial_threshold): the saved one is not a batch size")
+
+
+def test_l4_a_restart_with_a_saved_pin_is_no_trial():
+    loop, _ = start_loop(load_config(None), make_policy("thompson", max_batch_size=256), {"pinned": 12}, 256)
+    assert not loop.exploring
+
+
+def test_r8_r9_the_same_policy_with_other_params_is_named_and_a_broken_saved_one_is_not():
+    cfg = load_config(None, {"policy": {"name": "ucb"}})
+    assert "the database's policy ucb {'c': 2.0}" in config_policy_unused(cfg, {"policy": {"name": "ucb",
+                                                                                          "params": {"c": 2.0}}})
+    assert config_policy_unused(cfg, {"policy": ""}) is None and config_policy_unused(cfg, {"policy": []}) is None
+
+
+@pytest.mark.parametrize("suffix", ["", ".lock", "-wal", "-shm", "-journal"])
+def test_p3_p4_every_file_of_the_database_is_its_own_and_relative_paths_compare_absolute(tmp_path, monkeypatch,
+                                                                                         suffix):
+    monkeypatch.chdir(tmp_path)
+    assert is_db_own_path(tmp_path / f"a.db{suffix}", "a.db") and not is_db_own_path(tmp_path / "a.db-x", "a.db")
+
+
+@pytest.mark.parametrize("text,error", [("9" * 19, "must be an integer"), ("-" + "9" * 18, None), ("9" * 18, None)])
+def test_a1_a2_query_int_takes_18_digits_and_a_minus(text, error):
+    if error is None:
+        assert query_int(text, "limit") == int(text)
+    else:
+        with pytest.raises(ApiError, match=error):
+            query_int(text, "limit")
+
+
+def test_sa6_an_unknown_user_without_a_group_is_its_own_group(tmp_path, monkeypatch):
+    from controller.daemon.serviceaccess import service_account
+    from tests.test_service_account import _systemctl
+    _systemctl(tmp_path, monkeypatch, "printf 'User=no-such-user-sc\\nGroup=\\n'\n")
+    assert service_account() == ("no-such-user-sc", "no-such-user-sc")
+
+
+def _learned():
+    from tests.test_learner_restore import _learned as learned
+    return learned("ucb")
+
+
+@pytest.mark.parametrize("broken", ["short", "bools"])
+def test_ls1_ls2_an_arrived_list_of_the_wrong_length_or_of_bools_is_not_loaded(broken):
+    prof, loop, _ = _learned()
+    state = json.loads(json.dumps(loop.policy.state()))
+    n = len(loop.policy.buckets)
+    state["arrived"] = [0.0] * (n - 1) if broken == "short" else [True] * n
+    fresh = make_policy("ucb", seed=0, max_batch_size=prof.max_batch_size)
+    fresh.load_state(state)
+    assert fresh.arrived == [-math.inf] * n
+
+
+@pytest.mark.parametrize("run", ["past the buckets", "no requests"])
+def test_ls4_ls5_a_broken_fresh_run_starts_empty(run):
+    prof, loop, _ = _learned()
+    state = json.loads(json.dumps(loop.policy.state()))
+    n = len(loop.policy.buckets)
+    state["fresh_run"] = [n, 1.0, 1.0, 1.0] if run == "past the buckets" else [0, 1.0, None, 2.0]
+    fresh = make_policy("ucb", seed=0, max_batch_size=prof.max_batch_size)
+    fresh.load_state(state)
+    assert fresh.state()["fresh_run"] == [-1, None, 0.0, 0.0]
+
+
+class _Script(Policy):
+    name = "script"
+
+    def __init__(self, script):
+        super().__init__(max_batch_size=256)
+        self.script = script
+
+    def decide(self, snap):
+        return [d for t, d in self.script if t <= snap.now][-1]
+
+
+def test_l3_a_trial_the_engine_took_stays_a_trial_after_a_refused_move():
+    from controller.contract import Sample
+    script = [(0.0, Decision(105, 29, "trial", untried=True)), (1.0, Decision(60, 29, "trial", untried=True))]
+    loop = ControlLoop(_Script(script), GuardConfig(changes_per_min=0, explore_share=1.0), 29)
+    loop.observe(Sample(0.49, 96, 0, 96, 0.02))
+    assert loop.tick(0.5).threshold == 105 and loop.exploring         # the engine took 105
+    loop.observe(Sample(0.99, 96, 3, 200, 0.05))
+    tick = loop.tick(1.0)
+    assert tick.changed and tick.exploratory
+    loop.revert(tick.previous)                                       # the engine refused the move: 105 still runs
+    assert loop.threshold == 105 and loop.exploring
