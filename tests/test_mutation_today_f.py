@@ -12,7 +12,7 @@ from controller.daemon.config import load_config
 from controller.daemon.restore import config_policy_unused, start_loop
 from controller.paths import is_db_own_path
 from policies import Decision, make_policy
-from policies.base import Policy
+from tests.test_guard_history import Script
 
 
 @pytest.mark.parametrize("saved,pinned,threshold", [({"pinned": 256}, 256, 256), ({"threshold": 256}, None, 256),
@@ -87,21 +87,10 @@ def test_ls4_ls5_a_broken_fresh_run_starts_empty(run):
     assert fresh.state()["fresh_run"] == [-1, None, 0.0, 0.0]
 
 
-class _Script(Policy):
-    name = "script"
-
-    def __init__(self, script):
-        super().__init__(max_batch_size=256)
-        self.script = script
-
-    def decide(self, snap):
-        return [d for t, d in self.script if t <= snap.now][-1]
-
-
 def test_l3_a_trial_the_engine_took_stays_a_trial_after_a_refused_move():
     from controller.contract import Sample
     script = [(0.0, Decision(105, 29, "trial", untried=True)), (1.0, Decision(60, 29, "trial", untried=True))]
-    loop = ControlLoop(_Script(script), GuardConfig(changes_per_min=0, explore_share=1.0), 29)
+    loop = ControlLoop(Script(script), GuardConfig(changes_per_min=0, explore_share=1.0), 29)
     loop.observe(Sample(0.49, 96, 0, 96, 0.02))
     assert loop.tick(0.5).threshold == 105 and loop.exploring         # the engine took 105
     loop.observe(Sample(0.99, 96, 3, 200, 0.05))
