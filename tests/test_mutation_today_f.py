@@ -98,3 +98,36 @@ def test_l3_a_trial_the_engine_took_stays_a_trial_after_a_refused_move():
     assert tick.changed and tick.exploratory
     loop.revert(tick.previous)                                       # the engine refused the move: 105 still runs
     assert loop.threshold == 105 and loop.exploring
+
+
+def test_cm2_saved_params_that_no_longer_build_are_shown_as_saved_offline(tmp_path):
+    from click.testing import CliRunner
+
+    from controller.cli.main import cli
+    from state.db import open_store
+    from state.items import setting_item
+    db = open_store(tmp_path / "s.db")
+    table, row = setting_item("policy", {"name": "ucb", "params": {"c": -5}})
+    db[table].insert(row, replace=True, pk="key")
+    db.conn.close()
+    flags = ["--socket", str(tmp_path / "none.sock"), "--db", str(tmp_path / "s.db")]
+    status = json.loads(CliRunner().invoke(cli, [*flags, "status", "--json"]).stdout)
+    shown = json.loads(CliRunner().invoke(cli, [*flags, "policy", "show", "--json"]).stdout)
+    assert status["policy"]["params"] == shown["params"] == {"c": -5}
+
+
+def test_mn2_config_check_names_the_units_group_in_the_secret_note(tmp_path, monkeypatch):
+    import os
+
+    from click.testing import CliRunner
+
+    from controller.daemon.main import main
+    from tests.test_service_account import _systemctl
+    _systemctl(tmp_path, monkeypatch, "printf 'User=nobody\\nGroup=models\\n'\n")
+    from tests.conftest import stub_sglang_python
+    from tests.test_secret_mode import SECTION
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(SECTION + f'python = "{stub_sglang_python(tmp_path / "stub")}"\n[sglang.env]\nHF_TOKEN = "hf_x"\n')
+    os.chmod(cfg, 0o644)
+    res = CliRunner().invoke(main, ["config", "check", "--config", str(cfg)])
+    assert f"sudo chown root:models {cfg} && sudo chmod 640 {cfg}" in res.output, res.output
