@@ -131,3 +131,26 @@ def test_mn2_config_check_names_the_units_group_in_the_secret_note(tmp_path, mon
     os.chmod(cfg, 0o644)
     res = CliRunner().invoke(main, ["config", "check", "--config", str(cfg)])
     assert f"sudo chown root:models {cfg} && sudo chmod 640 {cfg}" in res.output, res.output
+
+
+def test_lf1_a_socket_on_the_default_databases_lock_is_refused_before_anything_starts(short_tmp):
+    """With no --db the config holds no db path, so only run's preflight can see the socket on the default
+    database's own files (config validation compares given paths)."""
+    import os
+    import subprocess
+    import sys
+
+    from controller.paths import default_db
+    from tests.daemon_proc import ROOT
+    env = {**os.environ, "XDG_STATE_HOME": str(short_tmp), "PYTHONPATH": str(ROOT)}
+    env.pop("INVOCATION_ID", None)
+    old = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(short_tmp)
+    try:
+        lock = f"{default_db()}.lock"
+        default_db().parent.mkdir(parents=True)       # (the socket's directory must exist: a typo's guard)
+    finally:
+        os.environ.pop("XDG_STATE_HOME") if old is None else os.environ.__setitem__("XDG_STATE_HOME", old)
+    res = subprocess.run([sys.executable, "-m", "controller.daemon", "run", "--concurrency", "2", "--socket", lock],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 2 and "is the database's own path" in res.stderr, res.stderr
