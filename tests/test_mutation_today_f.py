@@ -154,3 +154,15 @@ def test_lf1_a_socket_on_the_default_databases_lock_is_refused_before_anything_s
     res = subprocess.run([sys.executable, "-m", "controller.daemon", "run", "--concurrency", "2", "--socket", lock],
                          capture_output=True, text=True, env=env, timeout=60)
     assert res.returncode == 2 and "is the database's own path" in res.stderr, res.stderr
+
+
+def test_e2_a_threshold_that_speculates_where_the_spread_makes_it_pay_is_scored_right():
+    """h200-2b6 at 16 clients: speculation pays at the delivered accept length, not at the nominal one (compare.md:
+    never 0.987 of the oracle there). A fixed threshold of 16 is right from the first tick (re-converged at 0 s);
+    scored at the nominal accept length it read as wrong for the whole segment."""
+    from controller.sim.evaluate import policy_runner, run_segments
+    from controller.sim.profile import Segment, load_profile
+    prof = load_profile("h200-2b6")
+    res = run_segments(prof, [Segment(20, 16, None, "C=16")], policy_runner("fixed", {"threshold": 16}, prof, 0,
+                                                                                    initial_threshold=16), 0)[0]
+    assert res.spec_batches == res.batches and res.reconverge_s == 0.0
