@@ -38,11 +38,10 @@ def one_clock(rows: list[dict]) -> None:
 def slope_per_10min(minutes: list[float], values: list[float]) -> tuple[float, float, float] | None:
     """(slope, low, high) of values per 10 minutes, the interval at 95 %; None with fewer than 3 points or no spread
     in time."""
-    if len(minutes) < 3 or max(minutes) - min(minutes) <= 0:
+    if not minutes:
         return None
-    fit = stats.linregress(minutes, values)
-    half = stats.t.ppf(0.975, len(minutes) - 2) * fit.stderr
-    return 10 * fit.slope, 10 * (fit.slope - half), 10 * (fit.slope + half)
+    mid, mean = statistics.mean(minutes), statistics.mean(values)
+    return within_slope([m - mid for m in minutes], [v - mean for v in values], 1)     # (one group: least squares)
 
 
 def pair_points(groups: dict, key: tuple, t0: float) -> tuple[list[float], list[float]]:

@@ -253,9 +253,9 @@ def restart_needed(running: Mapping[str, Any], fresh: Mapping[str, Any], first_s
     takes (first_start_only)."""
     old, new = _flat(running), _flat(fresh)
     show = lambda flat, at: repr(_shown(at, flat[at])) if at in flat else "(unset)"
-    return [f"[{at[0]}] {at[1]} {show(old, at)} -> {show(new, at)}" for at in sorted(set(old) | set(new))
-            if not reloadable(at[0], at[1].split(".")[0]) and old.get(at, show) != new.get(at, show)
-            and first_start_only(at[0], at[1].split(".")[0]) == first_start]
+    return [f"[{section}] {key} {show(old, (section, key))} -> {show(new, (section, key))}"
+            for section, key in sorted(set(old) | set(new)) if old.get((section, key), show) != new.get((section, key), show)
+            and not reloadable(section, top := key.split(".")[0]) and first_start_only(section, top) == first_start]
 
 
 def shadowed(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]] | None) -> list[str]:

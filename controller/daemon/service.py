@@ -168,7 +168,7 @@ class Service:
             loop = self.loop
             return {"threshold": loop.threshold, "pinned": loop.pinned is not None, "exploit_threshold": loop.guard.exploit,
                     "trial": loop.exploring, "changed": changed, "pinned_at": loop.pinned,
-                    "refused": self.refused[1] if self.refused and loop.threshold != loop.pinned else None}
+                    "refused": self.refused[1] if self.refused else None}
 
     # --- actuation --------------------------------------------------------------
     def apply_initial(self) -> None:

@@ -35,7 +35,7 @@ def delivered_accept(accept_length: float, steps: int, spread: float) -> float:
     `spread` (CoreBase._accepted), and P(A >= m | p) = p^(m-1) is convex in p, so the mean lands above accept_length
     (+2 % at 3.2 with K = 4 and spread 0.1). Gauss-Hermite over the draw, clipped to [0, 1] as the draw is."""
     if not spread:
-        return min(accept_length, steps + 1.0)
+        return accept_length        # (set_accept caps it at steps + 1)
     z, w = np.polynomial.hermite_e.hermegauss(96)
     p = np.clip(chain_probability(accept_length, steps) + spread * z, 0.0, 1.0)
     return float((w / w.sum()) @ sum(p ** m for m in range(steps + 1)))
