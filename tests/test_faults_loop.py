@@ -193,10 +193,12 @@ def test_an_engine_that_keeps_refusing_thresholds_is_a_problem_and_a_pin_says_it
         assert engine.applied == [3] and svc.status()["daemon"]["healthy"]
         res = CliRunner().invoke(cli, [*flags, "threshold", "pin", "3"])
         assert res.exit_code == 0 and "already pinned at 3" in res.output
-        engine.fail_next = 1000                   # an unpin the engine then refuses: the unpin itself is done
+        engine.fail_next = 1000       # an unpin whose policy threshold the engine then refuses: saved, not in force
         res = CliRunner().invoke(cli, [*flags, "threshold", "unpin"])
-        assert res.exit_code == 0 and res.output.startswith("threshold unpinned") and "None" not in res.output, \
-            res.output
+        assert res.exit_code == 1 and res.output.startswith(
+            "specctl: threshold unpinned (saved), but the engine has not taken the policy's threshold 5: SGLang did "
+            "not answer; it runs 3"), res.output
+        assert queries.settings(open_store(svc.cfg["storage"]["db"], readonly=True, check=False))["pinned"] is None
     finally:
         server.stop()
         writer.stop()

@@ -151,9 +151,11 @@ def _pin(ctx: Ctx, value: int | None) -> None:
     path = "/threshold/pin" if value is not None else "/threshold/unpin"
     try:
         res = call(ctx, "POST", path, {"threshold": value} if value is not None else {})
-        if value is not None and res.get("refused"):    # saved, and held across restarts, but not what the engine runs
-            fail(f"threshold pinned at {value} (saved), but the engine has not taken it: {res['refused']}; the daemon "
-                 f"tries again at every retune (specctl status says while it cannot)")
+        if res.get("refused"):      # saved, and held across restarts, but not what the engine runs
+            done = f"threshold pinned at {value} (saved)" if value is not None else "threshold unpinned (saved)"
+            wanted = "it" if value is not None else f"the policy's threshold {res.get('refused_threshold')}"
+            fail(f"{done}, but the engine has not taken {wanted}: {res['refused']}; it runs {res['threshold']} and the "
+                 f"daemon tries again at every retune (specctl status says while it cannot)")
         if not res.get("changed", True):       # the daemon found it so already and changed nothing
             click.echo(f"threshold already pinned at {value}; nothing changed" if value is not None else
                        f"threshold was not pinned (now {res['threshold']}, policy decides); nothing changed")

@@ -168,7 +168,8 @@ class Service:
             loop = self.loop
             return {"threshold": loop.threshold, "pinned": loop.pinned is not None, "exploit_threshold": loop.guard.exploit,
                     "trial": loop.exploring, "changed": changed, "pinned_at": loop.pinned,
-                    "refused": self.refused[1] if self.refused else None}
+                    "refused": self.refused[1] if self.refused else None,
+                    "refused_threshold": self.refused[0] if self.refused else None}
 
     # --- actuation --------------------------------------------------------------
     def apply_initial(self) -> None:
