@@ -311,3 +311,8 @@ def test_the_parsed_fields_reach_the_operator_notes_and_the_table(tmp_path, monk
     assert 'tp_size = 2: off_path = "fast" written' in res.stderr
     assert f"sudo install -m 640 -o root -g spec-controller '{out}' /etc/spec-controller/config.toml" in res.stderr
     assert oct(out.stat().st_mode & 0o777) == "0o600"            # a new file holding a key: only its owner reads it
+    from tests.test_service_account import _systemctl
+    _systemctl(tmp_path, monkeypatch, "printf 'User=nobody\\nGroup=models\\n'\n")     # an installed unit's Group=
+    again = tmp_path / "again.toml"
+    res = from_launch("--python", parser, "-o", str(again), "--", "--model-path", "/m", "--tp", "2")
+    assert f"sudo install -m 640 -o root -g models {again} /etc/spec-controller/config.toml" in res.stderr, res.stderr

@@ -28,6 +28,7 @@ from .engines.base import EngineError
 from .engines.sglang import SGLangEngine
 from .engines.sglang_flags import masked, secrets_in, shown
 from .launchcmd import CommandError, path_notes, private_steps, split_command, words
+from .serviceaccess import service_account
 
 SCRIPT = Path(__file__).with_name("launchparse.py")
 ANSWER_TIMEOUT_S = 300.0        # SGLang's import (seconds on a GPU host) and one parse
@@ -224,7 +225,7 @@ def operator_notes(fields: dict, table: dict, config_path: str | Path = DEFAULT_
             notes.append(f"{key} = {several[key]}: {what}: not yet run with spec-controller")
     if fields.get("api_key") or fields.get("admin_api_key") or secrets_in({"env": table.get("env")}):
         notes.append("a secret is in the config (an API key or a token; the daemon's log shows it as ***, SGLang's "
-                     f"lines included): let only root and the service read it ({private_steps(config_path, staged=True)})")
+                     f"lines included): let only root and the service read it ({private_steps(config_path, staged=True, group=service_account()[1])})")
     return notes
 
 
