@@ -81,3 +81,12 @@ def sample_sums(db: sqlite_utils.Database, since_t: float | None = None) -> dict
     out["span_s"] = (row[8] - row[7]) if row[0] else 0.0
     out["newest_t"] = row[8]
     return out
+
+
+def started_max_batch(db: sqlite_utils.Database) -> int | None:
+    """The engine's largest batch as the newest start recorded it (None: no start, or one from before 0.1.x wrote it;
+    the socket, a path that may hold spaces, is the start event's last word)."""
+    row = db.execute("SELECT detail FROM events WHERE kind = 'start' ORDER BY id DESC LIMIT 1").fetchone()
+    head = (row[0] or "").partition(" socket=")[0] if row else ""
+    words = [w.removeprefix("max_batch=") for w in head.split() if w.startswith("max_batch=")]
+    return int(words[0]) if words and words[0].isdigit() else None

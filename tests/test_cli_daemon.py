@@ -61,7 +61,7 @@ def test_policy_list_show_set(daemon):
     (["threshold", "pin", "-1"], 2, "threshold -1 out of range (allowed 0 .. 65536)"),
     (["threshold", "pin", "abc"], 2, "threshold 'abc' is not an integer"),
     (["threshold", "pin", "99999999"], 2, "threshold 99999999 out of range (allowed 0 .. 65536)"),
-    (["threshold", "pin", "300"], 1, "out of range (allowed 0 .. 256)"),
+    (["threshold", "pin", "300"], 2, "out of range (allowed 0 .. 256)"),
     (["history", "--limit", "0"], 2, "limit 0 out of range (allowed 1 .. 10000)"),
     (["history", "--limit", "-5"], 2, "limit -5 out of range"),
 ])
@@ -234,12 +234,21 @@ def test_offline_policy_and_pin_are_saved_for_the_next_start(short_tmp):
         st = d.call("GET", "/status")
         assert st["policy"]["name"] == "ucb" and st["policy"]["params"]["c"] == 2.0
         assert st["threshold"] == 3 and st["pinned"] is True
+        refused = CliRunner().invoke(cli, [*base, "threshold", "pin", "65536"])
+        d.max_batch = int(refused.output.rstrip().rstrip(")").rsplit(" ", 1)[1])   # 'out of range (allowed 0 .. N)'
     finally:
         assert d.stop() == 0
     res = CliRunner().invoke(cli, [*base, "status"])                 # stopped: the database's last state
     assert res.exit_code == 3 and res.stderr.startswith("specctl: daemon is not running")
     assert f"daemon:      NOT RUNNING (read from {db})" in res.stdout
     assert "threshold:   3 (pinned)" in res.stdout and "policy:      ucb" in res.stdout
+    top = d.max_batch                         # (the engine's largest batch, as the running daemon refused above it)
+    res = CliRunner().invoke(cli, [*base, "threshold", "pin", str(top + 1)])     # pinned while down, above the engine
+    assert res.exit_code == 0 and res.output.strip().endswith(
+        f"applied at next start (above the engine's largest batch at its last start, {top}: taken as {top} if it is "
+        "so then)"), res.output
+    res = CliRunner().invoke(cli, [*base, "threshold", "pin", str(top)])
+    assert res.exit_code == 0 and res.output.strip().endswith("applied at next start"), res.output
     assert CliRunner().invoke(cli, [*base, "threshold", "pin", "5"]).exit_code == 0     # pinned while down
     res = CliRunner().invoke(cli, [*base, "threshold"])     # alone: status's threshold line, and its exit code
     assert res.exit_code == 3 and res.stderr.startswith("specctl: daemon is not running")

@@ -23,7 +23,12 @@ class DaemonUnreachable(Exception):
 
 
 class DaemonError(Exception):
-    """The daemon answered with an error (the message is its one line)."""
+    """The daemon answered with an error (the message is its one line); status: its HTTP status, None where no
+    answer came (400: the request was refused as given, nothing changed)."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 class _Dropped(Exception):
@@ -136,7 +141,7 @@ def _request_once(socket_path: str, method: str, path: str, body: dict | None, t
         if status == 503 and headers.get("retry-after"):
             raise _Busy(error)
         if status != 200:
-            raise DaemonError(error)
+            raise DaemonError(error, status)
         return payload
     finally:
         sock.close()

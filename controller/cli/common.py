@@ -101,8 +101,8 @@ def call(ctx: Ctx, method: str, path: str, body: dict | None = None) -> Any:
         if status is not None and (method, path) == ("GET", "/status"):
             return status                   # (the check's own answer: asked once)
         return request(ctx.socket, method, path, body)
-    except DaemonError as e:
-        fail(str(e))
+    except DaemonError as e:        # a request refused as given is a bad argument, as the options' own checks say
+        fail(str(e), EXIT_USAGE if e.status == 400 else EXIT_ERROR)
 
 
 def _check_db(ctx: Ctx, method: str) -> Any:

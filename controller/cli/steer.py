@@ -169,8 +169,12 @@ def _pin(ctx: Ctx, value: int | None) -> None:
                 click.echo(f"daemon is not running: the threshold was not pinned in {ctx.db}; nothing changed")
                 return
         save_offline(ctx, "pinned", value)
+        from state import queries
+        top = offline_read(ctx, queries.started_max_batch) if value is not None else None
+        above = f" (above the engine's largest batch at its last start, {top}: taken as {top} if it is so then)" \
+            if top is not None and value > top else ""
         click.echo(f"daemon is not running: {'pin ' + str(value) if value is not None else 'unpin'} "
-                   f"saved to {ctx.db}, applied at next start")
+                   f"saved to {ctx.db}, applied at next start{above}")
 
 
 def _saved_pin(ctx: Ctx) -> int | None:

@@ -197,8 +197,8 @@ class Daemon:
         except PolicyError as e:
             writer.stop()
             raise Fatal(f"policy: {e}", 2) from None
-        writer.event("start", f"engine={self.cfg['engine']['kind']} policy={service.policy_name} "
-                              f"threshold={service.loop.threshold} pinned={service.loop.pinned} pid={os.getpid()} socket={Path(ctl['socket']).absolute()}")
+        writer.event("start", f"engine={self.cfg['engine']['kind']} policy={service.policy_name} threshold={service.loop.threshold} "
+                     f"pinned={service.loop.pinned} pid={os.getpid()} max_batch={engine.max_batch_size} socket={Path(ctl['socket']).absolute()}")
         server, sched, ingest, retune = self._start(engine, service, writer)
         if server is None:                 # stopped (SIGTERM) while the engine was still starting
             engine.stop()
