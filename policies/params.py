@@ -67,5 +67,7 @@ def parse_kv(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise PolicyError(f"bad parameter {pair!r}: expected NAME=VALUE")
+        if key.strip() in out:          # (the API refuses a key given twice too: no silent last-one-wins)
+            raise PolicyError(f"parameter {key.strip()} given twice ({out[key.strip()]} and {value.strip()})")
         out[key.strip()] = value.strip()
     return out
