@@ -35,7 +35,11 @@ def connect_push(address: str) -> tuple[Any, int, type[BaseException]]:
     sock = zmq.Context.instance().socket(zmq.PUSH)
     sock.setsockopt(zmq.SNDHWM, 10000)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(address)
+    try:
+        sock.connect(address)
+    except BaseException:
+        sock.close(linger=0)
+        raise
     return sock, zmq.NOBLOCK, zmq.Again
 
 
@@ -64,7 +68,10 @@ class TelemetrySender:
         if self.sock is None:
             self.sock = False
             if self.address and self.rank() == 0:
-                self.sock, self.send_flags, self.again = connect_push(self.address)
+                try:     # first opened by emit() or by flush() in Scheduler.on_idle: never raise into the scheduler
+                    self.sock, self.send_flags, self.again = connect_push(self.address)
+                except Exception as e:          # an address zmq refuses: no telemetry from this process (logged)
+                    self.failures.record("telemetry socket", e)
         return self.sock
 
     # --- hooks ---------------------------------------------------------------------------------
