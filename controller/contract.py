@@ -239,7 +239,7 @@ SUPPORTED = ((0, 5, 14), (0, 5, 23))
 def parse_version(text: str) -> tuple[int, int, int] | None:
     parts = []
     for piece in text.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        digits = piece[:len(piece) - len(piece.lstrip("0123456789"))]    # leading digits: "17+cu130", "17rc1" are 17
         if not digits:
             return None
         parts.append(int(digits))
