@@ -43,6 +43,10 @@ class Router:
             reason = unsupported_reason(worker.server_args, self.version())
             if reason is None and getattr(worker, "adaptive_controller", None) is None:
                 reason = "the worker has no adaptive controller"
+            if reason is None and 0 not in (steps := list(worker.adaptive_controller.candidate_steps)):
+                # (_activate(0) raises for it on every off batch, while SGLang's EMA is switched off)
+                reason = (f"the adaptive config's candidate steps {sorted(steps)} have no 0 (no off state); "
+                          "start the engine with a config holding 0 and K, e.g. {\"1\": {\"candidate_steps\": [0, 3]}}")
             if reason is None:
                 self.k = max(worker.adaptive_controller.candidate_steps)
                 self.switch_log = switches.SwitchLogTrimmer.for_this_process()
