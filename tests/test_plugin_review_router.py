@@ -46,3 +46,21 @@ def test_an_adaptive_config_with_steps_0_is_taken():
     w = worker([0, 3])
     r.activate_step_by_batch(lambda *a: pytest.fail("original called"), w, 4)
     assert r.active and r.k == 3 and w.speculative_num_steps == 0
+
+
+def test_an_engine_started_with_the_fast_off_path_off_is_checked_at_start_too(monkeypatch):
+    """off_path = steps0 (SPEC_CONTROLLER_FAST_OFF=0): the router was first checked at the first decode batch, so an
+    engine the plugin does not steer (here: adaptive speculation off) answered set_internal_state with updated=True
+    and its stats said nothing of it until traffic came."""
+    from controller import contract
+    from controller.plugin import warmsizes
+    from controller.plugin.instance import Plugin
+    monkeypatch.setattr(warmsizes, "unsupported_reason", lambda: "no kernel here")
+    plug = Plugin({contract.ENV_FAST_OFF: "0"})
+    plug.router.version = lambda: "0.5.17"
+    w = worker([0, 3])
+    w.server_args = SimpleNamespace(**{**GOOD, "speculative_adaptive": False})
+    plug.after_init_cuda_graphs(None, w)
+    assert plug.router.checked and plug.router.inert_reason.startswith("speculative_adaptive is off")
+    assert "inactive" in plug.validate_own_keys({contract.THRESHOLD_KEY: 5})
+    assert plug.stats()[1]["off_reason"] == contract.REASON_INACTIVE

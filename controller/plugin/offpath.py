@@ -141,9 +141,10 @@ class OffPath:
         self.rejection = rejection_sampling(worker)
         self.tp_size = int(getattr(getattr(worker, "server_args", None), "tp_size", 1) or 1)
         self.prompts.decide(draftkv_coalesce.unsupported_reason(getattr(worker, "server_args", None), self.tp_size))
+        active = self.router.check(worker)     # whatever the off path: else first at a decode batch (keys taken till then)
         if not self.enabled:
             return None
-        if not self.router.check(worker):
+        if not active:
             self.reason = REASON_INACTIVE
             return None
         if self.rejection:
