@@ -618,6 +618,24 @@ def test_load_refuses_beside_an_out_of_tree_platform_and_registers_nothing(monke
     assert registered == [] and entry._loaded == [None]
 
 
+@pytest.mark.parametrize("value,loads", [("0", False), ("false", False), (" Off ", False), ("NO", False),
+                                         ("1", True), ("true", True)])
+def test_the_plugins_opt_out_takes_the_words_an_operator_writes(monkeypatch, value, loads):
+    """SPEC_CONTROLLER_PLUGIN=false in a unit file left the plugin steering every adaptive engine (only "0" was off)."""
+    import controller.plugin as entry
+    monkeypatch.setattr(entry, "_loaded", [])
+    monkeypatch.setenv("SPEC_CONTROLLER_PLUGIN", value)
+    registered = fake_sglang(monkeypatch, "0.5.17")
+    entry.load()
+    assert bool(registered) is loads and isinstance(entry._loaded[0], Plugin) is loads
+
+
+def test_every_on_by_default_switch_reads_false_as_off():
+    plug = Plugin({contract.ENV_FAST_OFF: "false", contract.ENV_DRAFT_KV: "off", contract.ENV_LEAN_OFF: "No"})
+    assert not plug.off_path.enabled and not plug.off_path.draft_kv and not plug.off_path.lean_off
+    assert Plugin({contract.ENV_FAST_OFF: "true"}).off_path.enabled
+
+
 def test_load_refuses_an_unsupported_version_and_registers_nothing(monkeypatch):
     import controller.plugin as entry
     monkeypatch.setattr(entry, "_loaded", [])

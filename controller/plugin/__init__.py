@@ -19,10 +19,10 @@ def load() -> None:
     if _loaded:
         return
     _loaded.append(None)
-    if os.environ.get("SPEC_CONTROLLER_PLUGIN", "1") == "0":
+    from .support import sglang_version, switch_on
+    if not switch_on(os.environ, "SPEC_CONTROLLER_PLUGIN"):
         return
     from ..contract import installed_platform_plugins, sglang_unsupported_reason
-    from .support import sglang_version
     try:
         version = sglang_version()
         reason = sglang_unsupported_reason(version, installed_platform_plugins())

@@ -23,6 +23,8 @@ import logging
 import textwrap
 from typing import Any, Callable, Iterator, Mapping
 
+from .support import switch_on
+
 TARGET = "sglang.srt.mem_cache.allocation.alloc_for_spec_decode"
 ENV = "SPEC_CONTROLLER_ALLOC_LOOP"
 # sha1 of ast.unparse(the function) with ' for ": 0.5.16, 0.5.17 and 0.5.18 (tests/test_allocloop.py reads the wheels)
@@ -34,7 +36,7 @@ log = logging.getLogger("spec_controller.plugin")
 
 def wanted(env: Mapping[str, str], version: tuple[int, int, int] | None) -> bool:
     """Register the hook? For the releases with the slow loop, unless the environment turns it off."""
-    return env.get(ENV, "1") != "0" and version is not None and RELEASES[0] <= version[:3] <= RELEASES[1]
+    return switch_on(env, ENV) and version is not None and RELEASES[0] <= version[:3] <= RELEASES[1]
 
 
 def text_digest(text: str) -> str:

@@ -19,7 +19,7 @@ from .draftkv_graph import DEFAULT_COALESCE as DEFAULT_GRAPH_COALESCE
 from .failures import Failures
 from .offpath import OffPath
 from .router import Router
-from .support import DRAFT_WORKER, EAGLE_WORKER, FUTURE_MAP, RESULT_PROCESSOR, SCHEDULER, sglang_version
+from .support import DRAFT_WORKER, EAGLE_WORKER, FUTURE_MAP, RESULT_PROCESSOR, SCHEDULER, sglang_version, switch_on
 from .telemetry import TelemetrySender
 
 log = logging.getLogger("spec_controller.plugin")
@@ -73,15 +73,15 @@ class Plugin:
         self.env = env
         self.failures = Failures()
         self.router = Router(initial_threshold(env.get(ENV_INITIAL_THRESHOLD, "0")), self.failures)
-        self.off_path = OffPath(self.router, self.failures, enabled=env.get(ENV_FAST_OFF, "1") != "0",
+        self.off_path = OffPath(self.router, self.failures, enabled=switch_on(env, ENV_FAST_OFF),
                                 sync_draft=env.get(ENV_SYNC_DRAFT) == "1",
-                                lean_prefill=env.get(ENV_LEAN_PREFILL, "1") != "0",
-                                draft_kv=env.get(ENV_DRAFT_KV, "1") != "0",   # the default: consistent, cheap
-                                draft_kv_graph=env.get(ENV_DRAFT_KV_GRAPH, "1") != "0",   # the default since 2026-12-02e
+                                lean_prefill=switch_on(env, ENV_LEAN_PREFILL),
+                                draft_kv=switch_on(env, ENV_DRAFT_KV),   # the default: consistent, cheap
+                                draft_kv_graph=switch_on(env, ENV_DRAFT_KV_GRAPH),   # the default since 2026-12-02e
                                 draft_kv_coalesce=coalesce_batches(env.get(ENV_DRAFT_KV_COALESCE, "")),  # the default since 12-04b
-                                draft_kv_side=env.get(ENV_DRAFT_KV_SIDE, "1") != "0",   # the default since 2026-12-03i
-                                fast_grammar=env.get(offgrammar.ENV, "1") != "0",   # checked on a GPU
-                                lean_off=env.get(ENV_LEAN_OFF, "1") != "0",         # measured: offstubs.py
+                                draft_kv_side=switch_on(env, ENV_DRAFT_KV_SIDE),   # the default since 2026-12-03i
+                                fast_grammar=switch_on(env, offgrammar.ENV),   # checked on a GPU
+                                lean_off=switch_on(env, ENV_LEAN_OFF),         # measured: offstubs.py
                                 defer_prompt_kv=env.get(ENV_DEFER_PROMPT_KV) == "1",   # measured: no gain (12-04e)
                                 lean_resolve=env.get(ENV_LEAN_RESOLVE) == "1",         # not yet on a GPU
                                 capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
@@ -105,7 +105,7 @@ class Plugin:
         not after STATS_EVERY samples (its zero verdict follows what the stats say of the prefills)."""
         self.off_path.after_init_cuda_graphs(result, worker, *args, **kwargs)
         self.telemetry.announce()
-        if self.env.get(warmsizes.ENV, "1") != "0":
+        if switch_on(self.env, warmsizes.ENV):
             self._warm_sizes(worker)
 
     def _warm_sizes(self, worker: Any) -> None:

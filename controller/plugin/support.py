@@ -4,6 +4,17 @@ fast off path's own internals, per version, are in internals.py.
 The supported versions and refused configurations are shared with the daemon: controller.contract."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+OFF_WORDS = frozenset({"0", "false", "no", "off"})
+
+
+def switch_on(env: Mapping[str, str], name: str) -> bool:
+    """An on-by-default SPEC_CONTROLLER_* switch: off for 0 / false / no / off (any case, spaces around), as an
+    operator writes it in a unit file or a shell; was off for exactly "0" only, so SPEC_CONTROLLER_PLUGIN=false
+    left the plugin steering every adaptive engine."""
+    return env.get(name, "1").strip().lower() not in OFF_WORDS
+
 EAGLE_WORKER = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2"
 DRAFT_WORKER = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker"
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
