@@ -580,8 +580,14 @@ def test_stats_say_which_off_path_runs_and_status_shows_it(plug):
         **coalesced, "draft_kv_graph_launches": 90}}})          # one replay per write: nothing to say
 
 
-def fake_sglang(monkeypatch, version: str) -> list:
-    """sglang and its hook registry as modules (what load() imports), recording registrations."""
+def fake_sglang(monkeypatch, version: str, by_daemon: bool = True) -> list:
+    """sglang and its hook registry as modules (what load() imports), recording registrations; by_daemon: the
+    environment the daemon starts SGLang with (its initial threshold set)."""
+    if by_daemon:
+        monkeypatch.setenv(contract.ENV_INITIAL_THRESHOLD, "0")
+    else:
+        monkeypatch.delenv(contract.ENV_INITIAL_THRESHOLD, raising=False)
+        monkeypatch.delenv(contract.ENV_ADDRESS, raising=False)
     registered = []
     sglang = ModuleType("sglang")
     sglang.__version__ = version
@@ -607,6 +613,21 @@ def test_load_registers_every_hook_once_per_process(monkeypatch):
     assert len(lean) == 2
     assert sorted(t for t, _ in registered) == sorted([*(t for t in HOOK_TARGETS if t not in lean), allocloop.TARGET])
     assert isinstance(entry._loaded[0], Plugin)
+
+
+def test_an_sglang_the_daemon_did_not_start_is_left_alone(monkeypatch):
+    """helper-89: installed beside an SGLang that an operator starts by hand (--speculative-adaptive), the plugin took
+    it over at threshold 0: speculation off for good, steered by nobody. Either of the daemon's variables is a start
+    by spec-controller (or a deliberate one: the bench scripts set the initial threshold)."""
+    import controller.plugin as entry
+    monkeypatch.setattr(entry, "_loaded", [])
+    registered = fake_sglang(monkeypatch, "0.5.17", by_daemon=False)
+    entry.load()
+    assert registered == [] and entry._loaded == [None]
+    monkeypatch.setattr(entry, "_loaded", [])
+    monkeypatch.setenv(contract.ENV_ADDRESS, "ipc:///run/spec-controller/t.ipc")
+    entry.load()
+    assert registered and isinstance(entry._loaded[0], Plugin)
 
 
 def test_load_refuses_beside_an_out_of_tree_platform_and_registers_nothing(monkeypatch):

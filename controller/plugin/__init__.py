@@ -22,7 +22,13 @@ def load() -> None:
     from .support import sglang_version, switch_on
     if not switch_on(os.environ, "SPEC_CONTROLLER_PLUGIN"):
         return
-    from ..contract import installed_platform_plugins, sglang_unsupported_reason
+    from ..contract import ENV_ADDRESS, ENV_INITIAL_THRESHOLD, installed_platform_plugins, sglang_unsupported_reason
+    if not (os.environ.get(ENV_ADDRESS) or os.environ.get(ENV_INITIAL_THRESHOLD)):
+        # an SGLang the daemon did not start, in the same environment: its own settings rule (at threshold 0 the
+        # plugin would have turned speculation off in every adaptive engine there, steered by nobody)
+        log.info("spec-controller plugin not loaded: this SGLang was not started by spec-controller (%s and %s unset)",
+                 ENV_ADDRESS, ENV_INITIAL_THRESHOLD)
+        return
     try:
         version = sglang_version()
         reason = sglang_unsupported_reason(version, installed_platform_plugins())
