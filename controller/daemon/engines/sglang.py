@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -52,10 +53,11 @@ def _count(args: dict, key: str, default: int, lo: int, hi: int) -> int:
     return value
 
 
-def _seconds(args: dict, key: str, default: float) -> float:
-    value = args.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:     # NaN too (inf: no limit)
-        raise EngineError(f"sglang engine: [sglang] {key} must be a number of seconds >= 0, got {value!r}")
+def _seconds(args: dict, key: str, default: float, most: float = math.inf) -> float:
+    value = args.get(key, default)      # (an interval, probe_s, has a most: APScheduler's timedelta takes no inf)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= most:   # NaN too (inf: no limit)
+        bound = f" and <= {most:g} (0: none)" if most < math.inf else ""
+        raise EngineError(f"sglang engine: [sglang] {key} must be a number of seconds >= 0{bound}, got {value!r}")
     return float(value)
 
 
@@ -99,7 +101,7 @@ class SGLangEngine(Engine):
         self.plugin_env = plugin_env(self.args)
         self.user_env = user_env(self.args)
         self.ready_timeout_s = _seconds(self.args, "ready_timeout_s", OWN_DEFAULTS["ready_timeout_s"])   # (lifecycle waits)
-        self.probe_s = _seconds(self.args, "probe_s", OWN_DEFAULTS["probe_s"])
+        self.probe_s = _seconds(self.args, "probe_s", OWN_DEFAULTS["probe_s"], 86400.0)
         self.hang_after_s = _seconds(self.args, "hang_after_s", OWN_DEFAULTS["hang_after_s"])
         self._failing_since: float | None = None
         self._last_probe: tuple[float, str] = (0.0, "")       # (monotonic time, what the last probe got)
