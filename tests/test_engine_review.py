@@ -18,3 +18,33 @@ def test_a_probe_interval_the_engine_takes_is_one_the_daemon_can_schedule(value)
     if eng.probe_s > 0:                            # what Daemon._bring_up schedules
         IntervalTrigger(seconds=eng.probe_s)
 
+
+def test_a_second_daemon_never_takes_over_the_telemetry_socket_of_a_running_one(short_tmp, monkeypatch):
+    """Two daemons of one user (each its own --db, --socket and [sglang] port) share the state directory's
+    telemetry.ipc: zmq's bind unlinked the running daemon's socket and bound its own, so the first SGLang's plugin
+    (which connects at its first decode batch) sent every sample to the second daemon: one learned from both
+    engines' batches, the other from none."""
+    import zmq
+
+    from tests.conftest import fake_sglang_python
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(short_tmp))
+    monkeypatch.setenv("STATE_DIRECTORY", str(short_tmp))
+    address = f"ipc://{short_tmp}/telemetry.ipc"
+    ctx = zmq.Context.instance()
+    first = ctx.socket(zmq.PULL)                    # the running daemon's receiver
+    first.bind(address)
+    python = fake_sglang_python(short_tmp / "python")
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "python": str(python)})
+    try:
+        with pytest.raises(EngineError, match="telemetry socket .* in use"):
+            eng.start(lambda s: None)
+        assert eng.proc is None
+    finally:
+        eng.stop()
+    push = ctx.socket(zmq.PUSH)                     # the first SGLang's plugin, connecting now
+    push.connect(address)
+    push.send(b"sample")
+    assert first.poll(5000) and first.recv() == b"sample"
+    push.close(linger=0)
+    first.close(linger=0)
+

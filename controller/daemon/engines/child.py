@@ -58,3 +58,16 @@ def port_reason(host: str, port: int) -> str | None:
                     f"running (`ss -ltnp 'sport = :{port}'` names its PID); stop that one or set [sglang] port")
         return f"SGLang's address {where} cannot be bound ({e.strerror or e}): check [sglang] host and port"
     return None
+
+
+def socket_answers(path) -> bool:
+    """Does a process listen on the unix socket at `path` (a running daemon's telemetry socket, which zmq's bind
+    would unlink and take over), rather than a crashed run's left-over file?"""
+    import socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(2.0)
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+    return True

@@ -25,7 +25,7 @@ from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_L
                          SAME_AT_ZERO, THRESHOLD_KEY, decode, unsupported_reason, zero_saves_prefill_draft)
 from ...paths import home_unexpanded, state_dir, write_private
 from .base import Engine, EngineError, SampleSink
-from .child import NOT_STARTED, USAGE, bound_to_daemon, port_reason
+from .child import NOT_STARTED, USAGE, bound_to_daemon, port_reason, socket_answers
 from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, named_paths, no_http_reason,
                            refused_hint, relay_masked, secrets_in, server_flags, shown)
 from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH, plugin_env, user_env
@@ -143,6 +143,9 @@ class SGLangEngine(Engine):
         # zmq's ipc bind unlinks whatever is at the path: only ever a socket (a crashed run's).
         if self.ipc_path.is_symlink() or (self.ipc_path.exists() and not self.ipc_path.is_socket()):
             raise EngineError(f"telemetry socket path {self.ipc_path} exists and is not a socket; refusing to remove it")
+        if self.ipc_path.is_socket() and socket_answers(self.ipc_path):     # (another daemon's: same state directory)
+            raise EngineError(f"telemetry socket {self.ipc_path} is in use by another daemon's engine; give each daemon "
+                              "its own state directory (XDG_STATE_HOME, or STATE_DIRECTORY and RUNTIME_DIRECTORY)")
         # One slot, candidate steps {0, K}: the plugin picks between them per batch.
         try:
             write_private(self.adaptive_config, json.dumps({"1": {"candidate_steps": [0, self.k]}}).encode())
