@@ -48,3 +48,35 @@ def test_a_second_daemon_never_takes_over_the_telemetry_socket_of_a_running_one(
     push.close(linger=0)
     first.close(linger=0)
 
+
+DRIVER = """
+import sys
+from controller.daemon.engines.sglang import SGLangEngine
+eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "python": sys.argv[1], "port": int(sys.argv[2])})
+eng.start(lambda s: None)
+eng.proc.wait(30)
+print("daemon alive; SGLang exited", eng.proc.returncode, flush=True)
+eng.stop()
+"""
+
+
+def test_sglang_killing_its_process_group_does_not_kill_the_daemon(short_tmp):
+    """SGLang's schedulers SIGKILL their process group on an exception where SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION is
+    set (scheduler.py, 0.5.14 ... 0.5.23): SGLang ran in the daemon's group, so the daemon died with it, by SIGKILL,
+    without its exit 1, the error's event or a drain. (The daemon here is a driver in a session of its own: the
+    group it would lose is not pytest's.)"""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, fake_sglang_python
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    python = fake_sglang_python(short_tmp / "python", "kill -KILL 0")    # the scheduler's os.killpg(os.getpgrp(), 9)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), RUNTIME_DIRECTORY=str(short_tmp), STATE_DIRECTORY=str(short_tmp))
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(python), str(port)], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120, start_new_session=True)
+    assert done.returncode == 0 and "daemon alive; SGLang exited -9" in done.stdout, (done.returncode, done.stderr)
+

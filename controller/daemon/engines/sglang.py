@@ -167,7 +167,9 @@ class SGLangEngine(Engine):
         if secrets:                          # (unbuffered: its prints reach the relay as they are made)
             env.setdefault("PYTHONUNBUFFERED", "1")
             piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
-        self.proc = subprocess.Popen(bound_to_daemon(cmd), env=env, **piped)
+        # a session of its own: its schedulers SIGKILL their process group on an exception where
+        # SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION is set, which must not be the daemon's (it outlives SGLang to say why)
+        self.proc = subprocess.Popen(bound_to_daemon(cmd), env=env, start_new_session=True, **piped)
         if secrets:
             self._log_relay = threading.Thread(target=relay_masked, args=(self.proc.stdout, secrets, sys.stderr),
                                                name="sglang-log", daemon=True)
