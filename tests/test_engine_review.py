@@ -80,3 +80,22 @@ def test_sglang_killing_its_process_group_does_not_kill_the_daemon(short_tmp):
                           env=env, cwd=ROOT, timeout=120, start_new_session=True)
     assert done.returncode == 0 and "daemon alive; SGLang exited -9" in done.stdout, (done.returncode, done.stderr)
 
+
+@pytest.mark.parametrize("sglang, metrics", [({}, "127.0.0.1"), ({"port": 9100}, "127.0.0.1"),
+                                             ({"port": 9100, "host": "0.0.0.0"}, "127.0.0.1"),
+                                             ({"port": 9100}, "0.0.0.0")])
+def test_a_metrics_port_sglang_serves_on_is_refused_before_anything_starts(sglang, metrics):
+    """[control] metrics_port = SGLang's port passed the config and the preflight (nothing listens there yet), SGLang
+    then took the port, and start_metrics failed after the engine had loaded: exit 1, restarted, loaded, failed, ..."""
+    from controller.daemon.config import ConfigError, load_config
+    port = sglang.get("port", 30000)
+    with pytest.raises(ConfigError, match=f"metrics_port={port}"):
+        load_config(None, {"engine": {"kind": "sglang"}, "sglang": {"model_path": "/m", **sglang},
+                           "control": {"metrics_port": port, "metrics_addr": metrics}})
+
+
+def test_a_metrics_port_beside_sglangs_on_another_address_is_taken():
+    from controller.daemon.config import load_config
+    load_config(None, {"engine": {"kind": "sglang"}, "sglang": {"model_path": "/m", "port": 9100, "host": "10.1.2.3"},
+                       "control": {"metrics_port": 9100, "metrics_addr": "127.0.0.1"}})
+    load_config(None, {"engine": {"kind": "sim"}, "control": {"metrics_port": 30000}})

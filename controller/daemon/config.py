@@ -14,6 +14,7 @@ from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
 from ..paths import (DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, is_db_own_path, names_a_file,
                      socket_path_problem)
+from .engines.child import SGLANG_PORT
 from .engines.sglang_flags import shown_value
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -203,6 +204,9 @@ def validate(cfg: dict) -> None:
         ipaddress.ip_address(ctl["metrics_addr"])
     except ValueError:
         raise ConfigError(f"config: [control] metrics_addr={ctl['metrics_addr']!r} is not an IP address") from None
+    if cfg["engine"]["kind"] == "sglang" and _shares_sglangs_port(ctl, cfg["sglang"]):
+        raise ConfigError(f"config: [control] metrics_port={ctl['metrics_port']} is SGLang's port on that address "
+                          "([sglang] port): give the metrics another")
     for key, value in (("storage", cfg["storage"]["db"]), ("control", ctl["socket"])):
         if "\0" in value:
             raise ConfigError(f"config: [{key}] path {value!r} holds a NUL byte")
@@ -220,6 +224,16 @@ def validate(cfg: dict) -> None:
         make_policy(cfg["policy"]["name"], cfg["policy"]["params"])
     except PolicyError as e:
         raise ConfigError(f"config: [policy] {e}") from None
+
+
+def _shares_sglangs_port(ctl: dict, sglang: dict) -> bool:
+    """Would the metrics server bind where SGLang serves? (SGLang takes it first, and start_metrics failed only once
+    the engine had loaded: exit 1, restarted, for ever.) The same port on the same or an unspecified address."""
+    port, host = sglang.get("port", SGLANG_PORT), str(sglang.get("host", "127.0.0.1"))
+    if not ctl["metrics_port"] or port != ctl["metrics_port"]:
+        return False
+    wild = lambda a: a in ("", "0.0.0.0", "::")
+    return host == ctl["metrics_addr"] or wild(host) or wild(ctl["metrics_addr"])
 
 
 def reloadable(section: str, key: str) -> bool:

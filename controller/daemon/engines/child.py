@@ -31,6 +31,7 @@ BOUND = ("import os, signal, sys\n"
          "    sys.exit(127 if isinstance(e, FileNotFoundError) else 126)\n")
 NOT_STARTED = (126, 127)
 USAGE = 2                  # argparse's exit status: a launch flag or value refused
+SGLANG_PORT = 30000        # [sglang] port's default (SGLang's own)
 
 
 def bound_to_daemon(cmd: list[str]) -> list[str]:

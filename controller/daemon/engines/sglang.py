@@ -25,7 +25,7 @@ from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_L
                          SAME_AT_ZERO, THRESHOLD_KEY, decode, unsupported_reason, zero_saves_prefill_draft)
 from ...paths import home_unexpanded, state_dir, write_private
 from .base import Engine, EngineError, SampleSink
-from .child import NOT_STARTED, USAGE, bound_to_daemon, port_reason, socket_answers
+from .child import NOT_STARTED, SGLANG_PORT, USAGE, bound_to_daemon, port_reason, socket_answers
 from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, named_paths, no_http_reason,
                            refused_hint, relay_masked, secrets_in, server_flags, shown)
 from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH, plugin_env, user_env
@@ -87,7 +87,7 @@ class SGLangEngine(Engine):
         self.args.setdefault("speculative_num_draft_tokens", self.k + 1)   # start at the largest candidate
         self.args.setdefault("speculative_eagle_topk", 1)
         self.host = str(self.args.setdefault("host", "127.0.0.1"))
-        self.port = _count(self.args, "port", 30000, 1, 65535)
+        self.port = _count(self.args, "port", SGLANG_PORT, 1, 65535)
         self.args["port"] = self.port
         self.max_batch_size = _count(self.args, "max_running_requests", 256, 1, MAX_BATCH)
         self.initial_threshold = initial_threshold
