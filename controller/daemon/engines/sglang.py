@@ -28,7 +28,7 @@ from .base import Engine, EngineError, SampleSink
 from .child import NOT_STARTED, SGLANG_PORT, USAGE, bound_to_daemon, port_reason, socket_answers
 from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, named_paths, no_http_reason,
                            refused_hint, relay_masked, secrets_in, server_flags, shown)
-from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH, plugin_env, user_env
+from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH, KILLPG_ENV, plugin_env, user_env
 from .sglang_install import interpreter_reason
 
 log = logging.getLogger("spec_controller.sglang")
@@ -158,7 +158,7 @@ class SGLangEngine(Engine):
         pull.bind(f"ipc://{self.ipc_path}")
         self._rx = threading.Thread(target=self._receive, args=(pull, on_sample), name="telemetry", daemon=True)
         self._rx.start()
-        env = {**os.environ, **self.plugin_env, ENV_ADDRESS: f"ipc://{self.ipc_path}",
+        env = {**os.environ, **self.plugin_env, **KILLPG_ENV, ENV_ADDRESS: f"ipc://{self.ipc_path}",
                ENV_INITIAL_THRESHOLD: str(self.initial_threshold), **self.user_env}
         cmd = self.command()
         log.info("starting SGLang: %s", " ".join(shown(cmd)))
@@ -167,9 +167,8 @@ class SGLangEngine(Engine):
         if secrets:                          # (unbuffered: its prints reach the relay as they are made)
             env.setdefault("PYTHONUNBUFFERED", "1")
             piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
-        # a session of its own: its schedulers SIGKILL their process group on an exception where
-        # SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION is set, which must not be the daemon's (it outlives SGLang to say why)
-        self.proc = subprocess.Popen(bound_to_daemon(cmd), env=env, start_new_session=True, **piped)
+        # (the daemon's process group: SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION is held off, sglang_env.KILLPG_ENV)
+        self.proc = subprocess.Popen(bound_to_daemon(cmd), env=env, **piped)
         if secrets:
             self._log_relay = threading.Thread(target=relay_masked, args=(self.proc.stdout, secrets, sys.stderr),
                                                name="sglang-log", daemon=True)

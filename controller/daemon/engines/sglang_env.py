@@ -26,9 +26,14 @@ def plugin_env(args: dict) -> dict[str, str]:
     return {**OFF_PATH_ENV[off_path], ENV_LEAN_PREFILL: "1" if lean else "0"}
 
 
+# SGLang's opt-in SIGKILL of its process group on a scheduler exception (scheduler.py, 0.5.14 ... 0.5.23): that group
+# is the daemon's too (systemd's unit, the bench's pins), so the daemon would die unheard, without its exit 1, the
+# error's event or a drain. Always off: the daemon stops SGLang's whole tree itself when SGLang fails.
+KILLPG_ENV = {"SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION": "0"}
 # The SGLang process's variables the daemon sets itself -> what chooses them ([sglang] env may not)
 DAEMON_ENV = {ENV_ADDRESS: "the daemon (its telemetry socket)", ENV_INITIAL_THRESHOLD: "the daemon (the threshold)",
-              ENV_LEAN_PREFILL: "[sglang] lean_prefill"} | {k: "[sglang] off_path" for v in OFF_PATH_ENV.values() for k in v}
+              ENV_LEAN_PREFILL: "[sglang] lean_prefill"} | {k: "[sglang] off_path" for v in OFF_PATH_ENV.values() for k in v} \
+    | {k: "the daemon (off: SGLang shares its process group, a killpg would SIGKILL the daemon)" for k in KILLPG_ENV}
 
 
 def user_env(args: dict) -> dict[str, str]:
