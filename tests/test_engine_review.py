@@ -88,3 +88,34 @@ def test_sglang_killing_its_process_group_does_not_kill_the_daemon(short_tmp):
     with pytest.raises(EngineError, match="SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION is set by the daemon"):
         SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3",
                       "env": {"SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION": True}})
+
+
+def test_an_answer_cut_short_is_a_failed_probe_and_a_refused_threshold_not_an_escape(short_tmp):
+    """helper-91's suspicion, confirmed: an answer cut short (http.client.IncompleteRead, a bad status line: an
+    HTTPException, not an OSError) escaped probe(), so a half-answering SGLang never counted towards hang_after_s,
+    and set_threshold raised it past the daemon's EngineError handling."""
+    import socket
+    import threading
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        port = srv.getsockname()[1]
+        answers = [b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort",          # IncompleteRead
+                   b"NOT HTTP AT ALL\r\n\r\n"]                                        # BadStatusLine
+
+        def serve():
+            for i in range(4):
+                conn, _ = srv.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(answers[i % 2])
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": port})
+        assert eng.probe(now=100.0) is False and eng.probe(now=130.0) is False
+        assert eng.unanswered_s() == 30.0
+        for _ in range(2):
+            with pytest.raises(EngineError, match="set_internal_state failed"):
+                eng.set_threshold(4)
+        server.join(10)

@@ -8,6 +8,7 @@ scheduler processes sends telemetry over zmq; thresholds go through SGLang's
 """
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import math
@@ -30,6 +31,9 @@ from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_ar
                            refused_hint, relay_masked, secrets_in, server_flags, shown)
 from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH, KILLPG_ENV, plugin_env, user_env
 from .sglang_install import interpreter_reason
+
+# what an HTTP exchange with SGLang may end in short of an answer (IncompleteRead, a bad status line: HTTPException)
+NO_ANSWER = (OSError, urllib.error.URLError, http.client.HTTPException)
 
 log = logging.getLogger("spec_controller.sglang")
 
@@ -214,7 +218,7 @@ class SGLangEngine(Engine):
             try:
                 if self._get("/health", 2.0)[0] == 200:
                     return True
-            except (OSError, urllib.error.URLError):
+            except NO_ANSWER:
                 pass
             cancel.wait(1.0)
         return False
@@ -242,7 +246,7 @@ class SGLangEngine(Engine):
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 answer = json.loads(resp.read() or b"null")
-        except (OSError, urllib.error.URLError, json.JSONDecodeError) as e:
+        except (*NO_ANSWER, json.JSONDecodeError) as e:
             raise EngineError(f"set_internal_state failed: {e}{refused_hint(e)}") from None
         updated = answer if isinstance(answer, list) else [answer.get("updated") if isinstance(answer, dict) else answer]
         if not updated or not all(updated):
@@ -269,8 +273,8 @@ class SGLangEngine(Engine):
             got = f"HTTP {self._get('/health_generate', timeout=60.0)[0]}"
         except urllib.error.HTTPError as e:
             got = f"HTTP {e.code}"
-        except (OSError, urllib.error.URLError) as e:
-            got = str(getattr(e, "reason", e))
+        except NO_ANSWER as e:
+            got = str(getattr(e, "reason", e)) or type(e).__name__
         ok = got == "HTTP 200"
         if ok:
             self._failing_since = None
