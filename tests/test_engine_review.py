@@ -119,3 +119,27 @@ def test_an_answer_cut_short_is_a_failed_probe_and_a_refused_threshold_not_an_es
             with pytest.raises(EngineError, match="set_internal_state failed"):
                 eng.set_threshold(4)
         server.join(10)
+
+
+def test_a_forged_message_over_the_telemetry_size_is_never_read(short_tmp):
+    """helper-91's suspicion: no size limit on the telemetry socket; a member of its group could hand the daemon a
+    gigabyte to decode. Over MAX_TELEMETRY_MESSAGE the sender is dropped before anything is read; real messages
+    (16 samples at most) still pass."""
+    import zmq
+
+    from controller.contract import pack_sample
+    from controller.daemon.engines.child import MAX_TELEMETRY_MESSAGE, telemetry_pull
+    address = f"ipc://{short_tmp}/t.ipc"
+    pull = telemetry_pull(address)
+    forger, plugin = (zmq.Context.instance().socket(zmq.PUSH) for _ in range(2))
+    try:
+        forger.connect(address)
+        forger.send(b"\x01" * (MAX_TELEMETRY_MESSAGE + 1))
+        real = b"".join(pack_sample(1.0 + i, 8, 3, 20, 0.01, True) for i in range(16))
+        plugin.connect(address)
+        plugin.send(real)
+        got = [pull.recv() for _ in range(1) if pull.poll(5000)]
+        assert got == [real] and not pull.poll(300)
+    finally:
+        for s in (forger, plugin, pull):
+            s.close(linger=0)

@@ -72,3 +72,18 @@ def socket_answers(path) -> bool:
         except OSError:
             return False
     return True
+
+
+MAX_TELEMETRY_MESSAGE = 64 * 1024    # the plugin sends at most 16 samples (448 bytes) or its stats (~300) at once
+
+
+def telemetry_pull(address: str, hwm: int = 100000):
+    """The daemon's end of the plugin's telemetry: a zmq PULL bound at address. A message over
+    MAX_TELEMETRY_MESSAGE (only a forged one) drops its sender's connection before it is read: one member of the
+    socket's group could otherwise hand the daemon a gigabyte to decode."""
+    import zmq
+    pull = zmq.Context.instance().socket(zmq.PULL)
+    pull.setsockopt(zmq.RCVHWM, hwm)
+    pull.setsockopt(zmq.MAXMSGSIZE, MAX_TELEMETRY_MESSAGE)
+    pull.bind(address)
+    return pull

@@ -26,7 +26,7 @@ from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_L
                          SAME_AT_ZERO, THRESHOLD_KEY, decode, unsupported_reason, zero_saves_prefill_draft)
 from ...paths import home_unexpanded, state_dir, write_private
 from .base import Engine, EngineError, SampleSink
-from .child import NOT_STARTED, SGLANG_PORT, USAGE, bound_to_daemon, port_reason, socket_answers
+from .child import NOT_STARTED, SGLANG_PORT, USAGE, bound_to_daemon, port_reason, socket_answers, telemetry_pull
 from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, named_paths, no_http_reason,
                            refused_hint, relay_masked, secrets_in, server_flags, shown)
 from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH, KILLPG_ENV, plugin_env, user_env
@@ -141,7 +141,6 @@ class SGLangEngine(Engine):
         if reason := port_reason(self.host, self.port):
             raise EngineError(f"sglang engine: {reason}")
         self.check_installed()
-        import zmq
         self.ipc_path.parent.mkdir(parents=True, exist_ok=True)
         self.adaptive_config.parent.mkdir(parents=True, exist_ok=True)
         # zmq's ipc bind unlinks whatever is at the path: only ever a socket (a crashed run's).
@@ -156,10 +155,7 @@ class SGLangEngine(Engine):
         except OSError as e:
             raise EngineError(f"cannot write {self.adaptive_config}: {e.strerror} (a symbolic link there is refused)") \
                 from None
-        ctx = zmq.Context.instance()
-        pull = ctx.socket(zmq.PULL)
-        pull.setsockopt(zmq.RCVHWM, 100000)
-        pull.bind(f"ipc://{self.ipc_path}")
+        pull = telemetry_pull(f"ipc://{self.ipc_path}")
         self._rx = threading.Thread(target=self._receive, args=(pull, on_sample), name="telemetry", daemon=True)
         self._rx.start()
         env = {**os.environ, **self.plugin_env, **KILLPG_ENV, ENV_ADDRESS: f"ipc://{self.ipc_path}",
