@@ -53,6 +53,7 @@ def test_a_guard_setting_must_be_a_number_of_its_kind(key, value, kind):
     ("min_threshold", "5", "min_threshold = 5"), ("explore_share", "0.1", "explore_share = 0.1"),
     ("explore_share", ".5", "explore_share = 0.5"),            # (--set guard.explore_share=.5: not TOML, so text)
     ("stabilisation_s", " 2 ", "stabilisation_s = 2.0"),
+    ("fallback_threshold", "-1", "fallback_threshold = -1"),       # (a sign: mutation-today-2026-12-05g GC1)
 ])
 def test_a_guard_number_written_as_text_says_how_to_write_it(key, value, fix):
     """A quoted number was taken before (int("5"), float("0.1")) and is refused now, leaving a service that restarts
