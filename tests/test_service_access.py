@@ -132,3 +132,22 @@ def test_a_path_that_hangs_is_given_up_on(model, monkeypatch):
     monkeypatch.setattr(serviceaccess, "unreadable", lambda paths: __import__("time").sleep(60))
     notes = service_cannot_read({"model_path": str(model)}, USER, timeout_s=0.5)
     assert notes == [f"could not ask as {USER} whether it reads the [sglang] paths and the config (no answer in 0.5 s)"]
+
+
+def test_config_check_notes_a_path_that_does_not_exist_here(tmp_path):
+    """helper-91: a missing absolute model_path passed config check; SGLang then exited at every start, restarted every
+    5 s. A note (exit 0: a mount made before the service starts is fine), only for absolute paths (a model id is none)."""
+    from click.testing import CliRunner
+
+    from controller.daemon.main import main
+    from tests.conftest import stub_sglang_python
+    python = stub_sglang_python(tmp_path / "s")
+    gone = "/nonexistent-spec-controller-test/draft"      # (not under /tmp: path_notes says PrivateTmp there)
+    (tmp_path / "c.toml").write_text(f'[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "org/name"\n'
+                                     f'speculative_algorithm = "EAGLE3"\nspeculative_draft_model_path = "{gone}"\n'
+                                     f'python = "{python}"\n')
+    res = CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "c.toml")])
+    notes = [line for line in res.stderr.splitlines() if "does not exist here" in line]
+    assert res.exit_code == 0 and notes == [
+        f"spec-controller: note: speculative_draft_model_path = {gone} does not exist here: SGLang cannot start on it "
+        "(the unit restarts it every 5 s until it does; fine for a mount made before the service starts)"], res.output

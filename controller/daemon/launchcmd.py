@@ -4,11 +4,12 @@ environment assignments in front, the interpreter, launch_server's arguments. Wh
 Also: the paths a config names that the service will not see as the operator's shell did."""
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from pathlib import Path
 
-from .engines.sglang_flags import secrets_in, shown_value
+from .engines.sglang_flags import named_paths, secrets_in, shown_value
 
 ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 PYTHON_FLAGS = {"-u", "-B", "-O", "-OO", "-s", "-E", "-I", "-P"}     # no bearing on the server: left out, said
@@ -183,6 +184,15 @@ def path_notes(values: dict) -> list[str]:
                 notes.append(f"{name} = {text} names {Path(text).resolve()} here; the service runs in /: give the "
                              "absolute path if it is one")
     return notes
+
+
+def missing_path_notes(values: dict) -> list[str]:
+    """The absolute paths [sglang] names that do not exist here: SGLang exits at start on them and the unit restarts it
+    every 5 s until they do. A note, not a refusal: a mount made before the service starts is fine."""
+    return [f"{key} = {path} does not exist here: SGLang cannot start on it (the unit restarts it every 5 s until it "
+            "does; fine for a mount made before the service starts)"
+            for key, path in named_paths(values) if path.startswith("/") and not os.path.exists(path)
+            and not path.startswith(HIDDEN + PRIVATE_TMP)]       # (path_notes says what is wrong with those)
 
 
 def private_steps(config: str | Path, staged: bool = False, group: str = "spec-controller") -> str:

@@ -103,7 +103,7 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     from .engines.base import EngineError
     from .launchcfg import LaunchError, off_path_note
     from .launchcheck import section_notes
-    from .launchcmd import path_notes, secret_mode_note
+    from .launchcmd import missing_path_notes, path_notes, secret_mode_note
     from .lifecycle import Fatal, build_engine, check_given_paths
     from .serviceaccess import service_account, service_cannot_read
     parsed: list[str] = []
@@ -118,8 +118,8 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
         fail_as("spec-controller", str(e), EXIT_USAGE)
     where = config_path or f"{DEFAULT_CONFIG}{'' if DEFAULT_CONFIG.exists() else ' (absent: built-in defaults)'}"
     sglang = cfg["engine"]["kind"] == "sglang"
-    _say_notes(path_notes(cfg["sglang"]) + off_path_note(cfg["sglang"]) + parsed if sglang
-               else _empty_note(config_path))
+    _say_notes(path_notes(cfg["sglang"]) + missing_path_notes(cfg["sglang"]) + off_path_note(cfg["sglang"]) + parsed
+               if sglang else _empty_note(config_path))
     user, group = service_account()     # the installed unit's User= / Group= (an operator's drop-in included)
     readable = service_cannot_read(cfg["sglang"], user, config=cfg["_path"]) if sglang else []
     _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"], group) + readable)
