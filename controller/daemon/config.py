@@ -229,11 +229,23 @@ def validate(cfg: dict) -> None:
 def _shares_sglangs_port(ctl: dict, sglang: dict) -> bool:
     """Would the metrics server bind where SGLang serves? (SGLang takes it first, and start_metrics failed only once
     the engine had loaded: exit 1, restarted, for ever.) The same port on the same or an unspecified address."""
-    port, host = sglang.get("port", SGLANG_PORT), str(sglang.get("host", "127.0.0.1"))
+    port, host = sglang.get("port", SGLANG_PORT), _address(sglang.get("host", "127.0.0.1"))
     if not ctl["metrics_port"] or port != ctl["metrics_port"]:
         return False
     wild = lambda a: a in ("", "0.0.0.0", "::")
-    return host == ctl["metrics_addr"] or wild(host) or wild(ctl["metrics_addr"])
+    metrics = _address(ctl["metrics_addr"])
+    return host == metrics or wild(host) or wild(metrics)
+
+
+def _address(host: object) -> str:
+    """An address as one spelling: "localhost" is 127.0.0.1 (SGLang binds it so), "0::" is "::"."""
+    text = str(host).strip()
+    if text.lower() == "localhost":
+        return "127.0.0.1"
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return text
 
 
 def reloadable(section: str, key: str) -> bool:
