@@ -14,3 +14,30 @@ def test_a_metrics_port_on_sglangs_port_under_another_spelling_of_its_address_is
     with pytest.raises(ConfigError, match="metrics_port=9100"):
         load_config(None, {"engine": {"kind": "sglang"}, "sglang": {"model_path": "/m", "port": 9100, "host": host},
                            "control": {"metrics_port": 9100, "metrics_addr": metrics}})
+
+
+def test_an_unpin_of_nothing_while_the_engine_refuses_the_policys_threshold_does_not_say_it_unpinned(short_tmp):
+    """`specctl threshold unpin` with nothing pinned (changed: false) while the engine refuses the policy's threshold:
+    the refusal is still reported (exit 1), but the line said 'threshold unpinned (saved)': nothing was pinned, and
+    nothing was saved."""
+    from click.testing import CliRunner
+
+    from controller.cli.main import cli
+    from controller.daemon.api import ControlServer
+    from tests.fakes import FakeEngine, feed, good, make_service
+    engine = FakeEngine()
+    svc, writer = make_service(short_tmp, policy="fixed", engine=engine)     # wants threshold 5
+    feed(svc, [good(100.0 + i * 0.001) for i in range(5)])
+    engine.fail_next = 1000
+    svc.retune()
+    server = ControlServer(short_tmp / "c.sock", svc)
+    server.start()
+    try:
+        res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "c.sock"), "threshold", "unpin"])
+        assert res.exit_code == 1 and res.output.startswith(
+            "specctl: threshold was not pinned; nothing changed, but the engine has not taken the policy's threshold 5: "
+            "SGLang did not answer; it runs 0"), res.output
+        assert "unpinned (saved)" not in res.output
+    finally:
+        server.stop()
+        writer.stop()

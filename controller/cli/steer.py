@@ -152,7 +152,9 @@ def _pin(ctx: Ctx, value: int | None) -> None:
     try:
         res = call(ctx, "POST", path, {"threshold": value} if value is not None else {})
         if res.get("refused"):      # saved, and held across restarts, but not what the engine runs
-            done = f"threshold pinned at {value} (saved)" if value is not None else "threshold unpinned (saved)"
+            done = (f"threshold pinned at {value} (saved)" if value is not None else "threshold unpinned (saved)") \
+                if res.get("changed", True) else (f"threshold already pinned at {value}" if value is not None else
+                                                  "threshold was not pinned; nothing changed")
             wanted = "it" if value is not None else f"the policy's threshold {res.get('refused_threshold')}"
             fail(f"{done}, but the engine has not taken {wanted}: {res['refused']}; it runs {res['threshold']} and the "
                  f"daemon tries again at every retune (specctl status says while it cannot)")
