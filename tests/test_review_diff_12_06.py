@@ -41,3 +41,19 @@ def test_an_unpin_of_nothing_while_the_engine_refuses_the_policys_threshold_does
     finally:
         server.stop()
         writer.stop()
+
+
+def test_an_unpin_refused_by_a_daemon_from_before_refused_threshold_prints_no_none(short_tmp, monkeypatch):
+    """specctl updated, the daemon not yet restarted (its answer has `refused` but no `refused_threshold`, added in
+    this change set): the refused unpin said 'the engine has not taken the policy's threshold None'."""
+    from click.testing import CliRunner
+
+    from controller.cli import steer
+    from controller.cli.main import cli
+    old = {"threshold": 3, "pinned": False, "exploit_threshold": 5, "trial": False, "changed": True, "pinned_at": None,
+           "refused": "SGLang did not answer"}
+    monkeypatch.setattr(steer, "call", lambda ctx, method, path, body=None: dict(old))
+    res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "c.sock"), "threshold", "unpin"])
+    assert res.exit_code == 1 and "None" not in res.output, res.output
+    assert res.output.startswith("specctl: threshold unpinned (saved), but the engine has not taken the policy's "
+                                 "threshold: SGLang did not answer; it runs 3"), res.output

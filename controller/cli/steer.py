@@ -155,7 +155,8 @@ def _pin(ctx: Ctx, value: int | None) -> None:
             done = (f"threshold pinned at {value} (saved)" if value is not None else "threshold unpinned (saved)") \
                 if res.get("changed", True) else (f"threshold already pinned at {value}" if value is not None else
                                                   "threshold was not pinned; nothing changed")
-            wanted = "it" if value is not None else f"the policy's threshold {res.get('refused_threshold')}"
+            wanted = "it" if value is not None else "the policy's threshold" + (   # (absent from a daemon before 12-05)
+                f" {res['refused_threshold']}" if res.get("refused_threshold") is not None else "")
             fail(f"{done}, but the engine has not taken {wanted}: {res['refused']}; it runs {res['threshold']} and the "
                  f"daemon tries again at every retune (specctl status says while it cannot)")
         if not res.get("changed", True):       # the daemon found it so already and changed nothing
