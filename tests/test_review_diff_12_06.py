@@ -57,3 +57,33 @@ def test_an_unpin_refused_by_a_daemon_from_before_refused_threshold_prints_no_no
     assert res.exit_code == 1 and "None" not in res.output, res.output
     assert res.output.startswith("specctl: threshold unpinned (saved), but the engine has not taken the policy's "
                                  "threshold: SGLang did not answer; it runs 3"), res.output
+
+
+def test_an_answer_that_is_not_utf8_is_a_refused_threshold_not_an_escape():
+    """e8412a7 made an answer cut short a refused threshold (EngineError); an answer whose body is not UTF-8 (a gzip
+    body, a latin-1 page) raised UnicodeDecodeError, a ValueError but no JSONDecodeError, past set_threshold's
+    handling: the retune failed with the loop believing the engine ran the new threshold (not reverted, no retry)."""
+    import socket
+    import threading
+
+    from controller.daemon.engines.base import EngineError
+    from controller.daemon.engines.sglang import SGLangEngine
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        port = srv.getsockname()[1]
+        bodies = [b"\x1f\x8b\x08\x00", b"[" * 100000]        # gzip's magic; nested past the recursion limit
+
+        def serve():
+            for body in bodies:
+                conn, _ = srv.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": port})
+        for _ in bodies:
+            with pytest.raises(EngineError, match="set_internal_state failed"):
+                eng.set_threshold(4)
+        server.join(10)

@@ -242,7 +242,7 @@ class SGLangEngine(Engine):
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 answer = json.loads(resp.read() or b"null")
-        except (*NO_ANSWER, json.JSONDecodeError) as e:
+        except (*NO_ANSWER, ValueError, RecursionError) as e:    # (not JSON, not UTF-8, nested past the limit)
             raise EngineError(f"set_internal_state failed: {e}{refused_hint(e)}") from None
         updated = answer if isinstance(answer, list) else [answer.get("updated") if isinstance(answer, dict) else answer]
         if not updated or not all(updated):
