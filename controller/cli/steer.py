@@ -152,13 +152,7 @@ def _pin(ctx: Ctx, value: int | None) -> None:
     try:
         res = call(ctx, "POST", path, {"threshold": value} if value is not None else {})
         if res.get("refused"):      # saved, and held across restarts, but not what the engine runs
-            done = (f"threshold pinned at {value} (saved)" if value is not None else "threshold unpinned (saved)") \
-                if res.get("changed", True) else (f"threshold already pinned at {value}" if value is not None else
-                                                  "threshold was not pinned; nothing changed")
-            wanted = "it" if value is not None else "the policy's threshold" + (   # (absent from a daemon before 12-05)
-                f" {res['refused_threshold']}" if res.get("refused_threshold") is not None else "")
-            fail(f"{done}, but the engine has not taken {wanted}: {res['refused']}; it runs {res['threshold']} and the "
-                 f"daemon tries again at every retune (specctl status says while it cannot)")
+            fail(_refused_line(value, res))
         if not res.get("changed", True):       # the daemon found it so already and changed nothing
             click.echo(f"threshold already pinned at {value}; nothing changed" if value is not None else
                        f"threshold was not pinned (now {res['threshold']}, policy decides); nothing changed")
@@ -178,6 +172,21 @@ def _pin(ctx: Ctx, value: int | None) -> None:
             if top is not None and value > top else ""
         click.echo(f"daemon is not running: {'pin ' + str(value) if value is not None else 'unpin'} "
                    f"saved to {ctx.db}, applied at next start{above}")
+
+
+def _refused_line(value: int | None, res: dict) -> str:
+    """A pin (value) or unpin (None) whose threshold the engine has not taken: what the command did (saved, or
+    nothing changed), then the refusal."""
+    changed = res.get("changed", True)
+    if value is not None:
+        done = f"threshold pinned at {value} (saved)" if changed else f"threshold already pinned at {value}"
+        wanted = "it"
+    else:
+        done = "threshold unpinned (saved)" if changed else "threshold was not pinned; nothing changed"
+        named = res.get("refused_threshold")            # (absent from a daemon before 12-05)
+        wanted = "the policy's threshold" + (f" {named}" if named is not None else "")
+    return (f"{done}, but the engine has not taken {wanted}: {res['refused']}; it runs {res['threshold']} and the "
+            "daemon tries again at every retune (specctl status says while it cannot)")
 
 
 def _saved_pin(ctx: Ctx) -> int | None:
