@@ -655,6 +655,17 @@ def test_every_on_by_default_switch_reads_false_as_off():
     plug = Plugin({contract.ENV_FAST_OFF: "false", contract.ENV_DRAFT_KV: "off", contract.ENV_LEAN_OFF: "No"})
     assert not plug.off_path.enabled and not plug.off_path.draft_kv and not plug.off_path.lean_off
     assert Plugin({contract.ENV_FAST_OFF: "true"}).off_path.enabled
+    assert Plugin({contract.ENV_FAST_OFF: "maybe"}).off_path.enabled          # (not a switch word: the default)
+
+
+def test_every_off_by_default_switch_reads_true_as_on():
+    """helper-92: SPEC_CONTROLLER_SYNC_DRAFT=true (and the other experiments) was silently off: only "1" was on."""
+    from controller.plugin import plainoff
+    plug = Plugin({contract.ENV_SYNC_DRAFT: "true", contract.ENV_LEAN_RESOLVE: " Yes "})
+    assert plug.off_path.sync_draft and plug.off_path.resolve.enabled
+    plain = Plugin({contract.ENV_SYNC_DRAFT: "false", contract.ENV_LEAN_RESOLVE: "maybe"})
+    assert not plain.off_path.sync_draft and not plain.off_path.resolve.enabled
+    assert plainoff.wanted({plainoff.ENV: "on"}, "0.5.17") and not plainoff.wanted({plainoff.ENV: "off"}, "0.5.17")
 
 
 def test_load_refuses_an_unsupported_version_and_registers_nothing(monkeypatch):

@@ -74,7 +74,7 @@ class Plugin:
         self.failures = Failures()
         self.router = Router(initial_threshold(env.get(ENV_INITIAL_THRESHOLD, "0")), self.failures)
         self.off_path = OffPath(self.router, self.failures, enabled=switch_on(env, ENV_FAST_OFF),
-                                sync_draft=env.get(ENV_SYNC_DRAFT) == "1",
+                                sync_draft=switch_on(env, ENV_SYNC_DRAFT, False),
                                 lean_prefill=switch_on(env, ENV_LEAN_PREFILL),
                                 draft_kv=switch_on(env, ENV_DRAFT_KV),   # the default: consistent, cheap
                                 draft_kv_graph=switch_on(env, ENV_DRAFT_KV_GRAPH),   # the default since 2026-12-02e
@@ -82,9 +82,9 @@ class Plugin:
                                 draft_kv_side=switch_on(env, ENV_DRAFT_KV_SIDE),   # the default since 2026-12-03i
                                 fast_grammar=switch_on(env, offgrammar.ENV),   # checked on a GPU
                                 lean_off=switch_on(env, ENV_LEAN_OFF),         # measured: offstubs.py
-                                defer_prompt_kv=env.get(ENV_DEFER_PROMPT_KV) == "1",   # measured: no gain (12-04e)
-                                lean_resolve=env.get(ENV_LEAN_RESOLVE) == "1",         # not yet on a GPU
-                                capture_hidden=env.get("SPEC_CONTROLLER_EXPERIMENTS") == "1")
+                                defer_prompt_kv=switch_on(env, ENV_DEFER_PROMPT_KV, False),   # measured: no gain (12-04e)
+                                lean_resolve=switch_on(env, ENV_LEAN_RESOLVE, False),         # not yet on a GPU
+                                capture_hidden=switch_on(env, "SPEC_CONTROLLER_EXPERIMENTS", False))
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
         self.alloc_loop = allocloop.AllocLoop(registered=allocloop.wanted(env, parse_version(sglang_version())))
         self.plain = plainoff.PlainOff(self.off_path, plainoff.wanted(env, sglang_version()), sample=self.telemetry.sample)
@@ -189,7 +189,7 @@ class Plugin:
             return (f"{ALLOC_LOOP_KEY}: not in this engine (SGLang 0.5.16-0.5.18's own function only, "
                     f"{allocloop.ENV} not 0; see its log)")
         for key in EXPERIMENT_KEYS:
-            if key in ours and self.env.get("SPEC_CONTROLLER_EXPERIMENTS") != "1":
+            if key in ours and not switch_on(self.env, "SPEC_CONTROLLER_EXPERIMENTS", False):
                 return f"{key} is an experiment knob (start the engine with SPEC_CONTROLLER_EXPERIMENTS=1)"
         if SIM_ACC_KEY in ours:
             value = ours[SIM_ACC_KEY]

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from ..contract import parse_version
 from . import fastoff
-from .support import FUTURE_MAP, RESULT_PROCESSOR, SCHEDULE_BATCH
+from .support import FUTURE_MAP, RESULT_PROCESSOR, SCHEDULE_BATCH, switch_on
 
 log = logging.getLogger("spec_controller.plugin")
 ENV = "SPEC_CONTROLLER_PLAIN_OFF"
@@ -41,7 +41,7 @@ def unsupported_reason(version: tuple[int, int, int] | None) -> str | None:
 
 def wanted(env: Any, version: str) -> bool:
     """Register the hooks? Only where asked for (ENV=1) and SGLang is one the seams were read in (else logged)."""
-    if env.get(ENV) != "1":
+    if not switch_on(env, ENV, False):
         return False
     reason = unsupported_reason(parse_version(version))
     if reason is not None:

@@ -7,13 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 OFF_WORDS = frozenset({"0", "false", "no", "off"})
+ON_WORDS = frozenset({"1", "true", "yes", "on"})
 
 
-def switch_on(env: Mapping[str, str], name: str) -> bool:
-    """An on-by-default SPEC_CONTROLLER_* switch: off for 0 / false / no / off (any case, spaces around), as an
-    operator writes it in a unit file or a shell; was off for exactly "0" only, so SPEC_CONTROLLER_PLUGIN=false
-    left the plugin steering every adaptive engine."""
-    return env.get(name, "1").strip().lower() not in OFF_WORDS
+def switch_on(env: Mapping[str, str], name: str, default: bool = True) -> bool:
+    """A SPEC_CONTROLLER_* switch as an operator writes it in a unit file or a shell: 0 / false / no / off and
+    1 / true / yes / on (any case, spaces around); anything else, or unset, is the default. Was off for exactly "0"
+    (so SPEC_CONTROLLER_PLUGIN=false left the plugin steering every adaptive engine) and on for exactly "1"."""
+    word = env.get(name, "").strip().lower()
+    return False if word in OFF_WORDS else True if word in ON_WORDS else default
 
 EAGLE_WORKER = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2"
 DRAFT_WORKER = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker"
