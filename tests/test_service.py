@@ -42,6 +42,22 @@ def test_switching_away_and_back_restores_the_newest_state(tmp_path):
     writer.stop()
 
 
+def test_a_saved_state_that_is_not_json_is_no_state_not_a_refused_switch(tmp_path):
+    """helper-92: a policy_state row whose state is not JSON raised out of set_policy (a ValueError, which the API
+    answers 400, so specctl called it a bad argument, exit 2); a state that does not load is no state."""
+    import sqlite3
+    svc, writer = make_service(tmp_path)
+    assert svc.set_policy("thompson", {})["learned"] == "new"          # checkpoints ucb, the policy switched from
+    assert writer.flush(10)
+    conn = sqlite3.connect(tmp_path / "s.db")
+    conn.execute("UPDATE policy_state SET state = '{not json' WHERE policy = 'ucb'")
+    conn.commit()
+    conn.close()
+    answer = svc.set_policy("ucb", {})
+    assert answer["learned"] == "new" and svc.loop.policy.name == "ucb"
+    writer.stop()
+
+
 def test_a_trial_kept_as_the_decision_is_recorded_not_applied_again(short_tmp):
     # the loop's tick ends a trial at its own threshold (the guard kept it: it pays): the engine runs it
     # already, and the history gets its row, not a trial's

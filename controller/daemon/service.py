@@ -96,14 +96,14 @@ class Service:
     def _restore(self, policy: Policy, name: str, params: Mapping[str, Any]) -> tuple[Policy, bool]:
         """(the policy with the newest committed state saved for it, True) if any and sound; else (the
         fresh policy, False)."""
-        saved = self._read(queries.latest_policy_state, resolve_name(name))
-        if saved:
-            try:
+        try:            # (a row that is not JSON: a ValueError here, which the API would answer as a bad argument)
+            saved = self._read(queries.latest_policy_state, resolve_name(name))
+            if saved:
                 policy.load_state(saved["state"])
                 return policy, True
-            except (PolicyError, TypeError, ValueError, AttributeError, KeyError) as e:
-                log.warning("saved state of %s not restored: %s", name, e)
-                return self._build_policy(name, params), False     # a half-loaded state is no state
+        except (PolicyError, TypeError, ValueError, AttributeError, KeyError) as e:
+            log.warning("saved state of %s not restored: %s", name, e)
+            return self._build_policy(name, params), False     # a half-loaded state is no state
         return policy, False
 
     # --- commands -------------------------------------------------------------
