@@ -250,3 +250,17 @@ def test_a_refusal_the_loop_no_longer_wants_is_no_problem(short_tmp):
     assert answer["refused"] is None and engine.applied == []
     assert svc.status()["daemon"]["healthy"], svc.status()["daemon"]["problems"]
     writer.stop()
+
+
+def test_a_pins_answer_names_only_a_refusal_of_that_pin(short_tmp):
+    """helper-92: a retune that failed before it actuated left an older refusal (of another threshold), and the pin's
+    answer reported it as the pin's: `specctl threshold pin 3` said the engine had not taken 3."""
+    svc, writer = make_service(short_tmp, policy="fixed")
+    svc.refused = (5, "SGLang did not answer")          # the engine refused the policy's 5 at the last retune
+    svc.retune = lambda: None                            # the pin's retune fails before it actuates
+    answer = svc.pin(3)
+    assert answer["refused"] is None and answer["refused_threshold"] is None and answer["pinned_at"] == 3
+    svc.refused = (3, "SGLang did not answer")
+    assert svc.pin(3)["refused_threshold"] == 3
+    assert svc.pin(None)["refused_threshold"] == 3       # an unpin's: whatever the loop asked for last
+    writer.stop()

@@ -164,12 +164,14 @@ class Service:
                     self.loop.pin(threshold)
         if changed:
             self.retune()
+        # a pin's answer names only a refusal of the pin itself (a retune that failed before it actuated leaves an
+        # older refusal of another threshold); an unpin's, the policy's
+        refused = self.refused if self.refused and threshold in (None, self.refused[0]) else None
         with self.lock:
             loop = self.loop
             return {"threshold": loop.threshold, "pinned": loop.pinned is not None, "exploit_threshold": loop.guard.exploit,
                     "trial": loop.exploring, "changed": changed, "pinned_at": loop.pinned,
-                    "refused": self.refused[1] if self.refused else None,
-                    "refused_threshold": self.refused[0] if self.refused else None}
+                    "refused": refused[1] if refused else None, "refused_threshold": refused[0] if refused else None}
 
     # --- actuation --------------------------------------------------------------
     def apply_initial(self) -> None:
