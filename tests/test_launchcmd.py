@@ -51,6 +51,10 @@ def one_line(res, needle: str, code: int) -> None:
      {"CUDA_VISIBLE_DEVICES": "0,1"}, "python3", ["--model-path", "a;b", "--x=1"], []),            # (was "0,1;")
     (["#!/bin/bash\n# start it; then wait\nexport A=1 B=2\n\npython -m sglang.launch_server --t ';' --u \\; --v a#b "
       "# c;d\n"], {"A": "1", "B": "2"}, "python", ["--t", ";", "--u", ";", "--v", "a#b"], []),   # quoted, escaped, comments
+    (["export SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION=1 A=1\npython -m sglang.launch_server --model-path m"], {"A": "1"},
+     "python", ["--model-path", "m"], ["SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION left out: the daemon holds it off (SGLang "
+                                       "runs in the daemon's process group, which its killpg would take down; the daemon "
+                                       "stops SGLang itself)"]),    # a production script's: dropped, not refused
 ])
 def test_the_command_splits_into_environment_interpreter_and_sglangs_arguments(command, env, interpreter, argv, notes):
     assert split_command(command) == (env, interpreter, argv, notes)

@@ -9,6 +9,7 @@ import re
 import shlex
 from pathlib import Path
 
+from .engines.sglang_env import KILLPG_ENV
 from .engines.sglang_flags import named_paths, secrets_in, shown_value
 
 ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
@@ -93,7 +94,15 @@ def split_command(command: list[str]) -> tuple[dict[str, str], str | None, list[
     """(VAR=value assignments before it, the interpreter it names (`/venv/bin/sglang serve`: that script, whose
     shebang names it), launch_server's arguments, notes). Takes
     `[env] [VAR=x ...] python -m sglang.launch_server ARGS`, `[VAR=x ...] sglang serve [MODEL] ARGS`, or the
-    arguments alone; `export VAR=x` words count as VAR=x."""
+    arguments alone; `export VAR=x` words count as VAR=x. A variable the daemon holds itself is left out, noted."""
+    env, named, args, notes = _split(command)
+    held = [name for name in KILLPG_ENV if env.pop(name, None) is not None]
+    return env, named, args, notes + [f"{name} left out: the daemon holds it off (SGLang runs in the daemon's process "
+                                      "group, which its killpg would take down; the daemon stops SGLang itself)"
+                                      for name in held]
+
+
+def _split(command: list[str]) -> tuple[dict[str, str], str | None, list[str], list[str]]:
     tokens = words(command)
     env: dict[str, str] = {}
     # `export VAR=x` lines before it (a pasted script's shape) set the server's environment as VAR=x in front does
