@@ -38,16 +38,23 @@ def test_sg1_a_stale_trial_waits_until_the_accept_estimate_is_stale_and_not_past
     assert staleness.stale_gain(p, BATCH_100, p.accept.t + 2.1 * hl) is None
 
 
+def both_ways(p, t: float, until: float, size: int, spec_s: float, off_s: float, accept, gap: float = 0.05,
+              dt: float = 0.1) -> float:
+    """Batch `size` speculating (accept: a number, or a function of t) and plain `gap` later, every dt until `until`;
+    the time it stopped at."""
+    while t < until:
+        p.observe(spec(t, size, spec_s, accept(t) if callable(accept) else accept))
+        p.observe(off(t + gap, size, off_s))
+        t += dt
+    return t
+
+
 def test_sg2_no_stale_trial_where_the_acceptance_was_last_measured_even_with_a_short_half_life():
     """The load stayed at batch 100, where the accept length fell 3.4 -> 2.0: nothing says it came back. With
     half_life_s (5 s) under HALF_LIVES x accept_half_life_s (8 s) only the 'measured in another bucket since'
     check says so (the bucket's last speculative batch is the acceptance's last measurement)."""
     q = make_policy("ucb", {"half_life_s": 5.0}, seed=0, max_batch_size=256)
-    t = 0.0
-    while t < 12.0:
-        q.observe(spec(t, 100, SPEC_100, 3.4 if t < 10 else 2.0))
-        q.observe(off(t + 0.05, 100, OFF_100))
-        t += 0.1
+    both_ways(q, 0.0, 12.0, 100, SPEC_100, OFF_100, lambda t: 3.4 if t < 10 else 2.0)
     assert q.tried[1][BATCH_100] == q.accept.t
     assert q.accept_high(q.accept.t + 6.0) > 3.0        # at the acceptance seen lately speculation would pay
     for age in (5.5, 6.5, 7.5):
@@ -69,19 +76,9 @@ def test_sg5_a_smaller_bucket_where_speculation_lost_at_the_acceptance_seen_late
     accept length seen lately carries over to batch 100 (dominated), and no stale-acceptance trial is made."""
     off_50, spec_50 = 0.015, 0.06
     p = make_policy("ucb", seed=0, max_batch_size=256)
-    t = 0.0
-    while t < 10.0:
-        p.observe(spec(t, 100, SPEC_100, 3.4))
-        p.observe(off(t + 0.05, 100, OFF_100))
-        t += 0.1
-    while t < 20.0:
-        p.observe(spec(t, 50, spec_50, 3.4))
-        p.observe(off(t + 0.05, 50, off_50))
-        t += 0.1
-    while t < 100.0:
-        p.observe(spec(t, 8, SPEC_8, 2.0))
-        p.observe(off(t + 0.02, 8, OFF_8))
-        t += 0.05
+    t = both_ways(p, 0.0, 10.0, 100, SPEC_100, OFF_100, 3.4)
+    t = both_ways(p, t, 20.0, 50, spec_50, off_50, 3.4)
+    both_ways(p, t, 100.0, 8, SPEC_8, OFF_8, 2.0, gap=0.02, dt=0.05)
     assert p.dominated(1, BATCH_100, 105.0)
     assert staleness.stale_gain(p, BATCH_100, 105.0) is None
 
