@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 import os
+import socket
 import tomllib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -238,13 +239,20 @@ def _shares_sglangs_port(ctl: dict, sglang: dict) -> bool:
 
 
 def _address(host: object) -> str:
-    """An address as one spelling: "localhost" is 127.0.0.1 (SGLang binds it so), "0::" is "::"."""
+    """An address as one spelling, as SGLang's server (uvicorn) binds it: "0::" is "::", "localhost" and other names
+    resolved in the family the text says (IPv6 where it holds a colon); a name that does not resolve (the engine's
+    port check says so) as it is."""
     text = str(host).strip()
     if text.lower() == "localhost":
-        return "127.0.0.1"
+        return "127.0.0.1"              # (what an IPv4 lookup of it gives: no lookup needed)
     try:
         return str(ipaddress.ip_address(text))
     except ValueError:
+        pass
+    try:
+        family = socket.AF_INET6 if ":" in text else socket.AF_INET
+        return str(ipaddress.ip_address(socket.getaddrinfo(text, None, family, socket.SOCK_STREAM)[0][4][0]))
+    except (OSError, ValueError, IndexError, UnicodeError):     # (ValueError: a NUL, text no codec takes)
         return text
 
 
