@@ -230,11 +230,10 @@ def validate(cfg: dict) -> None:
 def _shares_sglangs_port(ctl: dict, sglang: dict) -> bool:
     """Would the metrics server bind where SGLang serves? (SGLang takes it first, and start_metrics failed only once
     the engine had loaded: exit 1, restarted, for ever.) The same port on the same or an unspecified address."""
-    port, host = sglang.get("port", SGLANG_PORT), _address(sglang.get("host", "127.0.0.1"))
-    if not ctl["metrics_port"] or port != ctl["metrics_port"]:
-        return False
+    if not ctl["metrics_port"] or sglang.get("port", SGLANG_PORT) != ctl["metrics_port"]:
+        return False            # (first: the addresses may take a name lookup)
     wild = lambda a: a in ("", "0.0.0.0", "::")
-    metrics = _address(ctl["metrics_addr"])
+    host, metrics = _address(sglang.get("host", "127.0.0.1")), _address(ctl["metrics_addr"])
     return host == metrics or wild(host) or wild(metrics)
 
 
