@@ -143,3 +143,31 @@ def test_a_forged_message_over_the_telemetry_size_is_never_read(short_tmp):
     finally:
         for s in (forger, plugin, pull):
             s.close(linger=0)
+
+
+def test_a_telemetry_socket_whose_backlog_is_full_is_a_running_daemons(short_tmp):
+    """helper-92: a connect that timed out (the listener's backlog full: a live daemon, busy) read as a left-over
+    file, so a second daemon would unlink and take over the running one's telemetry socket."""
+    import socket
+
+    from controller.daemon.engines.child import socket_answers
+    path = short_tmp / "busy.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(0)
+    queued = []
+    try:
+        while True:                 # fill the backlog (never accepted)
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.setblocking(False)
+            queued.append(c)
+            try:
+                c.connect(str(path))
+            except BlockingIOError:
+                break
+        assert socket_answers(path)
+    finally:
+        for c in queued:
+            c.close()
+        listener.close()
+    assert not socket_answers(path)            # closed: a left-over file
