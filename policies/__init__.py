@@ -31,6 +31,15 @@ def resolve_name(name: str) -> str:
     return real
 
 
+def known_name(name: Any) -> str | None:
+    """The registered policy a name stands for, or None: no name, or one this version does not know (a saved setting
+    from another version, a config's typo: shown as it is, not refused)."""
+    try:
+        return resolve_name(name) if isinstance(name, str) and name else None
+    except PolicyError:
+        return None
+
+
 def make_policy(name: str, params: Mapping[str, Any] | None = None, *, seed: int = 0,
                 max_batch_size: int = 256) -> Policy:
     """Build a policy by name or alias, validating every parameter."""

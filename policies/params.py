@@ -64,10 +64,10 @@ def parse_kv(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     """'k=v' strings from the command line into a dict (values stay strings)."""
     out: dict[str, str] = {}
     for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
+        key, sep, value = (part.strip() for part in pair.partition("="))
+        if not sep or not key:
             raise PolicyError(f"bad parameter {pair!r}: expected NAME=VALUE")
-        if key.strip() in out:          # (the API refuses a key given twice too: no silent last-one-wins)
-            raise PolicyError(f"parameter {key.strip()} given twice ({out[key.strip()]} and {value.strip()})")
-        out[key.strip()] = value.strip()
+        if key in out:          # (the API refuses a key given twice too: no silent last-one-wins)
+            raise PolicyError(f"parameter {key} given twice ({out[key]} and {value})")
+        out[key] = value
     return out

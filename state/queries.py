@@ -33,11 +33,8 @@ def latest_policy(db: sqlite_utils.Database) -> str | None:
     saved = settings(db).get("policy")
     name = saved.get("name") if isinstance(saved, dict) else None
     if isinstance(name, str) and name:
-        from policies import PolicyError, resolve_name   # here: specctl's start-up imports nothing heavy
-        try:
-            return resolve_name(name)
-        except PolicyError:
-            return None                 # a name this version does not know: shown as saved, no alias
+        from policies import known_name   # here: specctl's start-up imports nothing heavy
+        return known_name(name)           # (None: a name this version does not know, shown as saved, no alias)
     row = db.execute("SELECT policy FROM policy_state ORDER BY id DESC LIMIT 1").fetchone()
     return row[0] if row else None
 
@@ -83,10 +80,16 @@ def sample_sums(db: sqlite_utils.Database, since_t: float | None = None) -> dict
     return out
 
 
-def started_max_batch(db: sqlite_utils.Database) -> int | None:
-    """The engine's largest batch as the newest start recorded it (None: no start, or one from before 0.1.x wrote it;
-    the socket, a path that may hold spaces, is the start event's last word)."""
+def newest_start(db: sqlite_utils.Database) -> dict[str, str]:
+    """The newest start event's NAME=value words ({}: none): engine, policy, threshold, pinned, pid, max_batch (since
+    12-05) and socket, the last, whole (a path may hold spaces)."""
     row = db.execute("SELECT detail FROM events WHERE kind = 'start' ORDER BY id DESC LIMIT 1").fetchone()
-    head = (row[0] or "").partition(" socket=")[0] if row else ""
-    words = [w.removeprefix("max_batch=") for w in head.split() if w.startswith("max_batch=")]
-    return int(words[0]) if words and words[0].isdigit() else None
+    head, sep, sock = (row[0] or "").partition(" socket=") if row else ("", "", "")
+    words = dict(word.split("=", 1) for word in head.split() if "=" in word)
+    return {**words, "socket": sock} if sep else words
+
+
+def started_max_batch(db: sqlite_utils.Database) -> int | None:
+    """The engine's largest batch as the newest start recorded it (None: no start, or one from before 12-05)."""
+    value = newest_start(db).get("max_batch", "")
+    return int(value) if value.isdigit() else None

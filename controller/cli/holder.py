@@ -40,21 +40,19 @@ def _same(a: Path, b: Path) -> bool:
 def recorded_socket(db: Path, pid: str) -> Path | None:
     """The socket in the newest start event of the daemon pid (None: not recorded, not readable, or
     the newest start is another process's, e.g. not yet flushed)."""
+    from state import queries
     from state.db import StoreError, open_store
     try:
         store = open_store(db, readonly=True, check=False)
     except StoreError:
         return None
     try:
-        row = store.execute("SELECT detail FROM events WHERE kind = 'start' ORDER BY id DESC LIMIT 1").fetchone()
+        start = queries.newest_start(store)
     except sqlite3.Error:
         return None
     finally:
         store.conn.close()
-    head, sep, sock = (row[0] or "").partition(" socket=") if row else ("", "", "")
-    if not sep or f"pid={pid}" not in head.split():
-        return None
-    return Path(sock)
+    return Path(start["socket"]) if "socket" in start and start.get("pid") == pid else None
 
 
 def find_holder(db: Path, given: Path, pid: str) -> Holder:

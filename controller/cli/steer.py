@@ -26,9 +26,9 @@ def policy() -> None:
 @click.pass_obj
 def policy_list(ctx: Ctx, as_json: bool) -> None:
     """The available policies and their parameters; the active one marked (as its database says)."""
-    from policies import list_policies
+    from policies import known_name, list_policies
     active = _active_policy(ctx)
-    rows = [{**r, "active": r["name"] == _resolved(active)} for r in list_policies()]
+    rows = [{**r, "active": r["name"] == known_name(active)} for r in list_policies()]
 
     def render(rows):
         out = []
@@ -75,20 +75,12 @@ def policy_show(ctx: Ctx, as_json: bool) -> None:
     try:
         info = call(ctx, "GET", "/policy")
     except DaemonUnreachable:
+        from policies import known_name
         from state import queries
         saved = offline_read(ctx, queries.settings).get("policy") or {}
-        info = {"name": saved.get("name"), "policy": _resolved(saved.get("name")), "params": full_params(saved),
+        info = {"name": saved.get("name"), "policy": known_name(saved.get("name")), "params": full_params(saved),
                 "daemon_running": False}
     emit(info, as_json, lambda i: f"{i['name']}{alias_note(i)}" + "".join(f"\n    {k}={v}" for k, v in i["params"].items()))
-
-
-def _resolved(name: str | None) -> str | None:
-    """The policy a name stands for (itself unless an alias); None for no name or one no longer known."""
-    from policies import PolicyError, resolve_name
-    try:
-        return resolve_name(name) if name else None
-    except PolicyError:
-        return None
 
 
 @policy.command("set")

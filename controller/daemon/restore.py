@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
-from policies import Policy, PolicyError, resolve_name
+from policies import Policy, known_name
 
 from ..control.guard_config import GuardConfig
 from ..control.loop import ControlLoop
@@ -50,17 +50,10 @@ def start_loop(cfg: dict, policy: Policy, saved: Mapping[str, Any], top: int) ->
 def config_policy_unused(cfg: dict, saved: Mapping[str, Any]) -> str | None:
     """Why the config's [policy] name / params are not the ones that run (the database's are), or None."""
     mine, theirs = saved.get("policy"), cfg["policy"]
-    if not isinstance(mine, dict) or (_policy(mine.get("name")), dict(mine.get("params") or {})) == \
-            (_policy(theirs["name"]), dict(theirs["params"])):
+    policy = lambda name: known_name(name) or str(name)      # (bandit is thompson; an unknown name as it is)
+    if not isinstance(mine, dict) or (policy(mine.get("name")), dict(mine.get("params") or {})) == \
+            (policy(theirs["name"]), dict(theirs["params"])):
         return None
     return (f"[policy] {theirs['name']} {dict(theirs['params'])} in the config is not used: the database's policy "
             f"{mine.get('name')} {dict(mine.get('params') or {})} is (a config's policy is a first start's only; "
             f"`specctl policy set {theirs['name']}` switches)")
-
-
-def _policy(name: Any) -> str:
-    """The policy a name stands for (bandit is thompson); a name no policy has, as it is."""
-    try:
-        return resolve_name(str(name))
-    except PolicyError:
-        return str(name)

@@ -48,7 +48,7 @@ class Router:
                 reason = (f"the adaptive config's candidate steps {sorted(steps)} have no 0 (no off state); "
                           "start the engine with a config holding 0 and K, e.g. {\"1\": {\"candidate_steps\": [0, 3]}}")
             if reason is None:
-                self.k = max(worker.adaptive_controller.candidate_steps)
+                self.k = max(steps)
                 self.switch_log = switches.SwitchLogTrimmer.for_this_process()
                 switches.quiet_switch_lines()
                 log.info("spec-controller plugin active: K=%d, threshold %d", self.k, self.threshold)
