@@ -633,3 +633,37 @@ def test_the_launch_filters_sglangs_entry_point_warning_and_nothing_else(tmp_pat
                          text=True, check=True).stderr
     assert "recommended entrypoint" not in out, out
     assert "is slow" in out and "DeprecationWarning: 'python -m sglang.launch_server' is still supported" in out, out
+
+
+@pytest.mark.parametrize("name, value, said", [
+    ("SPEC_CONTROLLER_DRAFT_KV_GRAPH", 0.0, "must be one of 0 / false"),      # TOML's 0.0 is "0.0": the default, unheard
+    ("SPEC_CONTROLLER_LEAN_OFF", "disabled", "must be one of 0 / false"),
+    ("SPEC_CONTROLLER_DRAFTKV_GRAPH", "0", "not a variable the plugin reads"),   # a typo did nothing
+    ("SPEC_CONTROLLER_DRAFT_KV_COALESCE", "65", "must be an integer 0 .. 64"),
+    ("SPEC_CONTROLLER_DRAFT_KV_COALESCE", "eight", "must be an integer 0 .. 64"),
+    ("SPEC_CONTROLLER_PLUGIN", False, "the daemon.s engine runs the plugin"),
+])
+def test_env_refuses_a_spec_controller_variable_the_plugin_would_not_read(name, value, said):
+    with pytest.raises(EngineError, match=f"env {name} = .*: {said}"):
+        SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "env": {name: value}})
+
+
+@pytest.mark.parametrize("name, value, sent", [
+    ("SPEC_CONTROLLER_LEAN_OFF", " Off ", " Off "), ("SPEC_CONTROLLER_PLAIN_OFF", True, "1"),
+    ("SPEC_CONTROLLER_DRAFT_KV_COALESCE", 4, "4"), ("SPEC_CONTROLLER_DRAFT_KV_COALESCE", "0", "0"),
+    ("SPEC_CONTROLLER_EXPERIMENTS", "yes", "yes")])
+def test_env_passes_what_the_plugin_reads(name, value, sent):
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "env": {name: value}})
+    assert eng.user_env == {name: sent}
+
+
+def test_every_variable_the_plugin_reads_is_known_to_the_env_check():
+    """A switch added to the plugin but not to envwords would be refused in [sglang] env as unknown."""
+    import re
+    from pathlib import Path
+    from controller import envwords
+    from controller.daemon.engines.sglang_env import DAEMON_ENV
+    source = "".join(p.read_text() for p in Path(contract.__file__).parent.rglob("*.py"))
+    read = set(re.findall(r'"(SPEC_CONTROLLER_[A-Z_]+)"', source)) - {"SPEC_CONTROLLER_SGLANG_PYTHON"}
+    known = envwords.OPERATOR_SWITCHES | {envwords.PLUGIN_ENV, contract.ENV_DRAFT_KV_COALESCE} | set(DAEMON_ENV)
+    assert read and read <= known, read - known

@@ -19,8 +19,9 @@ def load() -> None:
     if _loaded:
         return
     _loaded.append(None)
-    from .support import sglang_version, switch_on
-    if not switch_on(os.environ, "SPEC_CONTROLLER_PLUGIN"):
+    from ..envwords import PLUGIN_ENV, switch_on
+    from .support import sglang_version
+    if not switch_on(os.environ, PLUGIN_ENV):
         return
     from ..contract import ENV_ADDRESS, ENV_INITIAL_THRESHOLD, installed_platform_plugins, sglang_unsupported_reason
     if not (os.environ.get(ENV_ADDRESS) or os.environ.get(ENV_INITIAL_THRESHOLD)):

@@ -14,6 +14,7 @@ from ..contract import (ALLOC_LOOP_KEY, BOOL_KEYS, DEFER_PROMPT_KV_KEY, DRAFT_KV
                         EXPERIMENT_KEYS, FAST_OFF_KEY, LEAN_OFF_KEY, LEAN_PREFILL_KEY, LEAN_RESOLVE_KEY, OWN_KEYS, PLAIN_OFF_KEY,
                         REASON_INACTIVE, SIM_ACC_KEY,
                         SYNC_DRAFT_KEY, THRESHOLD_KEY, parse_version, validate_threshold)
+from ..envwords import COALESCE_RANGE, EXPERIMENTS_ENV, env_int
 from . import allocloop, offgrammar, plainoff, warmsizes
 from .draftkv_graph import DEFAULT_COALESCE as DEFAULT_GRAPH_COALESCE
 from .failures import Failures
@@ -25,13 +26,6 @@ from .telemetry import TelemetrySender
 log = logging.getLogger("spec_controller.plugin")
 
 
-def env_int(raw: str) -> int | None:
-    """An environment value as an integer, or None: decimal digits only, at most 9 of them ('²' passes isdigit()
-    and not int(); int() of thousands of digits raises, which would stop the scheduler's start-up)."""
-    text = raw.strip()
-    return int(text) if text.isdecimal() and len(text) <= 9 else None
-
-
 def shown(raw: str) -> str:
     """An environment value for a log line: repr, cut at 40 characters."""
     return repr(raw) if len(raw) <= 40 else repr(raw[:40]) + f"... ({len(raw)} characters)"
@@ -41,10 +35,11 @@ def coalesce_batches(raw: str) -> int | None:
     """ENV_DRAFT_KV_COALESCE: draft-KV writes per write (1, or 0 as every other switch's "off": each its own); None
     where unset or not an integer 0 .. 64 (logged): the default (OffPath: the graphs coalesce, the eager writer not)."""
     n = env_int(raw)
-    valid = n is not None and 0 <= n <= 64
+    valid = n is not None and COALESCE_RANGE[0] <= n <= COALESCE_RANGE[1]
     if raw.strip() and not valid:
-        log.warning("spec-controller: %s=%s is not an integer 0 .. 64; ignored (the default: %d writes per graph "
-                    "replay where the writes are graphed)", ENV_DRAFT_KV_COALESCE, shown(raw), DEFAULT_GRAPH_COALESCE)
+        log.warning("spec-controller: %s=%s is not an integer %d .. %d; ignored (the default: %d writes per graph "
+                    "replay where the writes are graphed)", ENV_DRAFT_KV_COALESCE, shown(raw), *COALESCE_RANGE,
+                    DEFAULT_GRAPH_COALESCE)
     return max(n, 1) if valid else None
 
 
@@ -84,7 +79,7 @@ class Plugin:
                                 lean_off=switch_on(env, ENV_LEAN_OFF),         # measured: offstubs.py
                                 defer_prompt_kv=switch_on(env, ENV_DEFER_PROMPT_KV, False),   # measured: no gain (12-04e)
                                 lean_resolve=switch_on(env, ENV_LEAN_RESOLVE, False),         # not yet on a GPU
-                                capture_hidden=switch_on(env, "SPEC_CONTROLLER_EXPERIMENTS", False))
+                                capture_hidden=switch_on(env, EXPERIMENTS_ENV, False))
         self.telemetry = TelemetrySender(env.get(ENV_ADDRESS), self.failures, self.stats, **telemetry_options)
         self.alloc_loop = allocloop.AllocLoop(registered=allocloop.wanted(env, parse_version(sglang_version())))
         self.plain = plainoff.PlainOff(self.off_path, plainoff.wanted(env, sglang_version()), sample=self.telemetry.sample)
@@ -189,7 +184,7 @@ class Plugin:
             return (f"{ALLOC_LOOP_KEY}: not in this engine (SGLang 0.5.16-0.5.18's own function only, "
                     f"{allocloop.ENV} not 0; see its log)")
         for key in EXPERIMENT_KEYS:
-            if key in ours and not switch_on(self.env, "SPEC_CONTROLLER_EXPERIMENTS", False):
+            if key in ours and not switch_on(self.env, EXPERIMENTS_ENV, False):
                 return f"{key} is an experiment knob (start the engine with SPEC_CONTROLLER_EXPERIMENTS=1)"
         if SIM_ACC_KEY in ours:
             value = ours[SIM_ACC_KEY]

@@ -4,18 +4,8 @@ fast off path's own internals, per version, are in internals.py.
 The supported versions and refused configurations are shared with the daemon: controller.contract."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from ..envwords import switch_on  # noqa: F401  (the plugin's modules take it from here)
 
-OFF_WORDS = frozenset({"0", "false", "no", "off"})
-ON_WORDS = frozenset({"1", "true", "yes", "on"})
-
-
-def switch_on(env: Mapping[str, str], name: str, default: bool = True) -> bool:
-    """A SPEC_CONTROLLER_* switch as an operator writes it in a unit file or a shell: 0 / false / no / off and
-    1 / true / yes / on (any case, spaces around); anything else, or unset, is the default. Was off for exactly "0"
-    (so SPEC_CONTROLLER_PLUGIN=false left the plugin steering every adaptive engine) and on for exactly "1"."""
-    word = env.get(name, "").strip().lower()
-    return False if word in OFF_WORDS else True if word in ON_WORDS else default
 
 EAGLE_WORKER = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2"
 DRAFT_WORKER = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker"

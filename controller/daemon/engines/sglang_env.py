@@ -2,6 +2,7 @@
 the operator's [sglang] env, which may not set what the daemon sets itself."""
 from __future__ import annotations
 
+from ...envwords import operator_value_problem
 from ...contract import ENV_ADDRESS, ENV_DRAFT_KV, ENV_FAST_OFF, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, ENV_SYNC_DRAFT
 from .base import EngineError
 from .sglang_flags import shown_value
@@ -39,7 +40,8 @@ DAEMON_ENV = {ENV_ADDRESS: "the daemon (its telemetry socket)", ENV_INITIAL_THRE
 def user_env(args: dict) -> dict[str, str]:
     """[sglang] env: extra environment for the SGLang process (a table of names to strings, numbers or booleans,
     true / false as "1" / "0").
-    The variables the daemon sets itself are refused (EngineError), naming the setting that chooses them."""
+    The variables the daemon sets itself are refused (EngineError), naming the setting that chooses them, and so is a
+    SPEC_CONTROLLER_* name or value the plugin would not read (envwords.operator_value_problem)."""
     env = args.get("env", {})
     if not isinstance(env, dict):
         raise EngineError(f"sglang engine: [sglang] env must be a table of NAME = \"value\", got a "
@@ -52,4 +54,6 @@ def user_env(args: dict) -> dict[str, str]:
             raise EngineError(f"sglang engine: [sglang] env {name!r} = {shown_value('env.' + name, value)!r}: a "
                               "variable name and a string")
         out[name] = ("1" if value else "0") if isinstance(value, bool) else str(value)   # the plugin's switches
+        if name.startswith("SPEC_CONTROLLER_") and (problem := operator_value_problem(name, out[name])):
+            raise EngineError(f"sglang engine: [sglang] env {name} = {shown_value('env.' + name, value)!r}: {problem}")
     return out

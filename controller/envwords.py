@@ -1,0 +1,49 @@
+"""The SPEC_CONTROLLER_* variables the plugin reads at an SGLang engine's start, as an operator writes them (a unit
+file, a shell, the daemon's [sglang] env): shared by the plugin, which reads them, and the daemon, which refuses in
+[sglang] env a value the plugin would not read (it would take its default, unheard) or a name it does not know."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .contract import (ENV_DEFER_PROMPT_KV, ENV_DRAFT_KV_COALESCE, ENV_DRAFT_KV_GRAPH, ENV_DRAFT_KV_SIDE, ENV_LEAN_OFF,
+                       ENV_LEAN_RESOLVE)
+
+OFF_WORDS = frozenset({"0", "false", "no", "off"})
+ON_WORDS = frozenset({"1", "true", "yes", "on"})
+PLUGIN_ENV = "SPEC_CONTROLLER_PLUGIN"              # "0": the plugin stays out of this SGLang
+EXPERIMENTS_ENV = "SPEC_CONTROLLER_EXPERIMENTS"    # "1": the simulator's knobs and the draft's hidden states
+# The switches an operator may set for the daemon's engine (the rest the daemon sets: sglang_env.DAEMON_ENV)
+OPERATOR_SWITCHES = frozenset({EXPERIMENTS_ENV, ENV_DRAFT_KV_GRAPH, ENV_DRAFT_KV_SIDE, ENV_LEAN_OFF, ENV_DEFER_PROMPT_KV,
+                               ENV_LEAN_RESOLVE, "SPEC_CONTROLLER_ALLOC_LOOP", "SPEC_CONTROLLER_PLAIN_OFF",
+                               "SPEC_CONTROLLER_WARM_SIZES", "SPEC_CONTROLLER_FAST_GRAMMAR"})
+COALESCE_RANGE = (0, 64)                           # ENV_DRAFT_KV_COALESCE: draft-KV writes per graph replay
+
+
+def switch_on(env: Mapping[str, str], name: str, default: bool = True) -> bool:
+    """A SPEC_CONTROLLER_* switch as an operator writes it in a unit file or a shell: 0 / false / no / off and
+    1 / true / yes / on (any case, spaces around); anything else, or unset, is the default. Was off for exactly "0"
+    (so SPEC_CONTROLLER_PLUGIN=false left the plugin steering every adaptive engine) and on for exactly "1"."""
+    word = env.get(name, "").strip().lower()
+    return False if word in OFF_WORDS else True if word in ON_WORDS else default
+
+
+def env_int(raw: str) -> int | None:
+    """An environment value as an integer, or None: decimal digits only, at most 9 of them ('²' passes isdigit()
+    and not int(); int() of thousands of digits raises, which would stop the scheduler's start-up)."""
+    text = raw.strip()
+    return int(text) if text.isdecimal() and len(text) <= 9 else None
+
+
+def operator_value_problem(name: str, value: str) -> str | None:
+    """Why the plugin would not read [sglang] env's NAME = VALUE as written (None: it would), for a SPEC_CONTROLLER_*
+    name; the daemon's own variables are refused before this (sglang_env.DAEMON_ENV)."""
+    if name == PLUGIN_ENV:
+        return "the daemon's engine runs the plugin (without it nothing steers the threshold): remove it from env"
+    if name == ENV_DRAFT_KV_COALESCE:
+        lo, hi = COALESCE_RANGE
+        n = env_int(value)
+        return None if n is not None and lo <= n <= hi else f"must be an integer {lo} .. {hi}"
+    if name in OPERATOR_SWITCHES:
+        return None if value.strip().lower() in OFF_WORDS | ON_WORDS else \
+            "must be one of 0 / false / no / off or 1 / true / yes / on (else the plugin takes its default)"
+    return f"not a variable the plugin reads (here: {', '.join(sorted(OPERATOR_SWITCHES | {ENV_DRAFT_KV_COALESCE}))})"
