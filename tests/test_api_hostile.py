@@ -257,3 +257,16 @@ def test_valid_requests_still_work(api):
     assert _exchange(path, b"GET /history?limit=abc HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400 ")
     assert _exchange(path, _post("/stop", b"{}")).startswith(b"HTTP/1.1 200 ")
     assert service.calls == [("pin", 5), ("policy", "ucb", {"c": "2"}), ("pin", None), ("stop",)]
+
+
+@pytest.mark.parametrize("body,says", ids=["pin", "params", "name"], argvalues=[
+    (b'{"threshold": 5, "threshold": 6}', "'threshold' given twice in the body"),     # was: pinned 6, last one won
+    (b'{"name": "ucb", "params": {"c": 1, "c": 2}}', "'c' given twice in the body"),  # was: ucb with c=2
+    (b'{"name": "ucb", "name": "never"}', "'name' given twice in the body"),
+])
+def test_a_key_given_twice_in_the_body_is_refused_as_in_the_query(api, body, says):
+    path, service = api
+    route = "/threshold/pin" if b"threshold" in body else "/policy"
+    status, headers, error = _answer(_exchange(path, _post(route, body)))
+    assert (status, error) == (400, says)
+    assert service.calls == []

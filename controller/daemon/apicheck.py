@@ -69,6 +69,17 @@ def _known(given, known: frozenset[str], where: str) -> None:
         raise ApiError(400, f"unknown key {shown(unknown[0])} in {where} (known: {known_ones})")
 
 
+def _unique(pairs: list[tuple[str, Any]]) -> dict:
+    """A JSON object whose keys are each given once (json.loads kept the last: {"threshold": 5, "threshold": 6} pinned
+    6, where the query and specctl's --param refuse a key given twice)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ApiError(400, f"{shown(key)} given twice in the body")
+        out[key] = value
+    return out
+
+
 def check(method: str, target: str, data: bytes, routes: Mapping[tuple[str, str], Route]
           ) -> tuple[Route, dict[str, str], dict]:
     """(the route, its query, its body) for a request whose body (data) was read whole; ApiError for anything else."""
@@ -85,7 +96,7 @@ def check(method: str, target: str, data: bytes, routes: Mapping[tuple[str, str]
     body = {}
     if data:
         try:
-            body = json.loads(data)
+            body = json.loads(data, object_pairs_hook=_unique)
         except RecursionError:
             raise ApiError(400, "body is nested too deeply") from None
         except ValueError:             # (not JSON, not UTF-8, an integer of over 4300 digits)
