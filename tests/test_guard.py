@@ -112,7 +112,7 @@ def test_min_threshold_and_fallback_threshold_limits():
                             ({"min_threshold": 10, "max_threshold": 9},
                              "min_threshold=10 out of range (allowed 0 .. max_threshold)"),
                             ({"fallback_threshold": -2},
-                             "fallback_threshold=-2 out of range (allowed -1 (hold the learned threshold) or >= 0)")]:
+                             "fallback_threshold=-2 out of range (allowed -1 (hold the learned threshold) or 0 .. 65536)")]:
         with pytest.raises(GuardConfigError) as err:
             GuardConfig.from_mapping(values)
         assert str(err.value) == f"guard setting {message}"

@@ -81,13 +81,17 @@ class GuardConfig:
 
     def validate(self) -> None:
         checks = [
+            # (thresholds: at most MAX_BATCH, what every other boundary and the plugin take; a min_threshold of 1e20
+            # was applied, its history rows failed to write, and SGLang's plugin refused every threshold)
+            ("max_threshold", 0 <= self.max_threshold <= MAX_BATCH, f"0 .. {MAX_BATCH}"),
             ("min_threshold", 0 <= self.min_threshold <= self.max_threshold, "0 .. max_threshold"),
             ("stabilisation_s", 0 <= self.stabilisation_s <= 3600, "0 .. 3600"),
             ("max_step_buckets", 1 <= self.max_step_buckets <= 1000, "1 .. 1000"),
             ("explore_share", 0 <= self.explore_share <= 1, "0 .. 1"),
             ("explore_window_s", 1 <= self.explore_window_s <= 86400, "1 .. 86400"),
             ("fallback_after_s", 0.1 <= self.fallback_after_s <= 86400, "0.1 .. 86400"),
-            ("fallback_threshold", self.fallback_threshold >= HOLD, f"{HOLD} (hold the learned threshold) or >= 0"),
+            ("fallback_threshold", HOLD <= self.fallback_threshold <= MAX_BATCH,
+             f"{HOLD} (hold the learned threshold) or 0 .. {MAX_BATCH}"),
             ("coalesce_window_s", 0 <= self.coalesce_window_s <= 86400, "0 .. 86400"),
             ("min_gain", 0 <= self.min_gain <= 1, "0 .. 1"),
             ("changes_per_min", 0 <= self.changes_per_min <= 6000, "0 .. 6000"),
