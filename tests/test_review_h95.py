@@ -38,3 +38,56 @@ def test_guard_thresholds_up_to_max_batch_are_taken():
     cfg = GuardConfig.from_mapping({"min_threshold": MAX_BATCH, "max_threshold": MAX_BATCH,
                                     "fallback_threshold": MAX_BATCH})
     assert (cfg.min_threshold, cfg.max_threshold, cfg.fallback_threshold) == (MAX_BATCH,) * 3
+
+
+# --- TOML / JSON nested past the recursion limit: one line, and a reload keeps the running daemon -------------------
+DEEP_TOML = "[guard]\nx = " + "[" * 5000 + "]" * 5000 + "\n"
+
+
+def test_a_config_file_nested_too_deeply_is_one_line(tmp_path):
+    from controller.daemon.config import ConfigError, load_config
+    path = tmp_path / "c.toml"
+    path.write_text(DEEP_TOML)
+    with pytest.raises(ConfigError, match=r"not valid TOML \(nested too deeply\)"):
+        load_config(path)                                   # was RecursionError: config check and run a traceback
+    line = _one_usage_line(CliRunner().invoke(main, ["config", "check", "--config", str(path)]))
+    assert line == f"spec-controller: config file {path}: not valid TOML (nested too deeply)"
+
+
+def test_a_set_value_nested_too_deeply_is_one_line():
+    result = CliRunner().invoke(main, ["config", "check", "--set", "guard.x=" + "[" * 5000 + "]" * 5000])
+    assert _one_usage_line(result) == "spec-controller: --set guard.x=...: VALUE is nested too deeply"
+
+
+@pytest.mark.parametrize("name,text", [("p.toml", "x = " + "[" * 5000 + "]" * 5000),
+                                       ("p.json", '{"x": ' + "[" * 100000 + "]" * 100000 + "}")])
+def test_a_profile_or_trace_nested_too_deeply_is_one_line(tmp_path, name, text):
+    from controller.sim.profile import ProfileError, load_profile, load_trace
+    (tmp_path / name).write_text(text)
+    for load in (load_profile, load_trace):
+        with pytest.raises(ProfileError, match=r"not valid (TOML|JSON) \(nested too deeply\)"):
+            load(str(tmp_path / name))
+    line = _one_usage_line(CliRunner().invoke(main, ["config", "check", "--set", f"sim.profile={tmp_path / name}"]))
+    assert "nested too deeply" in line
+
+
+def test_a_reload_of_a_config_nested_too_deeply_keeps_the_daemon_running(short_tmp):
+    """SIGHUP re-read the file; tomllib's RecursionError was no ConfigError, left _serve and stopped the daemon
+    ('spec-controller: maximum recursion depth exceeded', exit 1) instead of keeping the running config."""
+    import signal
+    import time
+
+    from tests.daemon_proc import DaemonProc
+    d = DaemonProc(short_tmp, "--concurrency", "2", config_text="[guard]\nexplore_share = 0.05\n")
+    try:
+        d.wait_socket()
+        (short_tmp / "config.toml").write_text(DEEP_TOML)
+        d.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while "reload refused" not in d.log_text() and d.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert d.proc.poll() is None, d.log_text()[-500:]
+        assert "reload refused, keeping the running config" in d.log_text()
+        assert d.call("GET", "/status")["daemon"]["running"]
+    finally:
+        assert d.stop() == 0

@@ -88,6 +88,8 @@ def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
             value = tomllib.loads(f"v = {raw.strip()}")["v"]
         except tomllib.TOMLDecodeError:
             value = raw.strip()
+        except RecursionError:         # (tomllib recurses per level: a traceback out of run and config check)
+            raise ConfigError(f"--set {path.strip()}=...: VALUE is nested too deeply") from None
         table = out.setdefault(keys[0], {})
         if len(keys) == 3:
             table = table.setdefault(keys[1], {})
@@ -114,6 +116,8 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
             raise ConfigError(f"config file {path}: cannot read ({e.strerror})") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"config file {path}: not valid TOML ({e})") from None
+        except RecursionError:         # (a SIGHUP's reload of such a file stopped the daemon)
+            raise ConfigError(f"config file {path}: not valid TOML (nested too deeply)") from None
         except UnicodeDecodeError as e:          # (read_text's, before TOML sees it)
             raise ConfigError(f"config file {path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
                               f"{e.start})") from None
@@ -300,7 +304,7 @@ def shadowed(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]]
     try:
         data = tomllib.loads(Path(path).read_text())
         data = {s: anchored(s, v, Path(path).parent) if isinstance(v, dict) else v for s, v in data.items()}
-    except (OSError, tomllib.TOMLDecodeError, ConfigError):
+    except (OSError, tomllib.TOMLDecodeError, ConfigError, RecursionError):
         return []
     mine = _flat(data)          # (a path flag is the shell's: compared as the file it names)
     theirs = {at: os.path.abspath(v) if _names_file(*at, v) else v for at, v in _flat(overrides).items()}

@@ -294,7 +294,7 @@ class Daemon:
         try:
             fresh = load_config(self.cfg.get("_path") or None, self.cfg.get("_overrides"))
             guard = GuardConfig.from_mapping(fresh["guard"])
-        except (ConfigError, ValueError) as e:
+        except Exception as e:         # any failure: the daemon goes on (RecursionError stopped it)
             log.error("reload refused, keeping the running config: %s", e)
             service.writer.event("reload", f"refused: {e}")
             return

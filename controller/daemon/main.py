@@ -132,7 +132,7 @@ def _empty_note(config_path: str | None) -> list[str]:
     path = Path(config_path) if config_path else DEFAULT_CONFIG
     try:
         empty = path.is_file() and tomllib.loads(path.read_text()) == {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         empty = False
     return [f"{path} sets nothing: run takes every default, the simulator (engine sim), and starts no SGLang"] \
         if empty else []

@@ -151,8 +151,9 @@ def _read(path: Path, what: str) -> dict:
         raise ProfileError(f"{what} {path}: not UTF-8 text ({e.reason} at offset {e.start})") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ProfileError(f"{what} {path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'} ({e})") from None
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError, RecursionError) as e:     # (recursion: was a traceback)
+        raise ProfileError(f"{what} {path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'} "
+                           f"({'nested too deeply' if isinstance(e, RecursionError) else e})") from None
     if not isinstance(data, dict):
         raise ProfileError(f"{what} {path}: top level must be a table")
     return data
@@ -211,8 +212,7 @@ class _Checker:
     def numbers(self, key: str, lo: float, hi: float, integer: bool = False, length: int | None = None) -> tuple:
         values = self.data.get(key)
         if not isinstance(values, list) or not values or (length is not None and len(values) != length):
-            size = f"{length} " if length is not None else ""
-            raise ProfileError(f"{self.where}: {key} must be a list of {size}numbers")
+            raise ProfileError(f"{self.where}: {key} must be a list of {'' if length is None else f'{length} '}numbers")
         sub = _Checker(self.where, {f"{key}[{i}]": v for i, v in enumerate(values)})
         return tuple(sub.number(f"{key}[{i}]", lo, hi, integer=integer) for i in range(len(values)))
 
