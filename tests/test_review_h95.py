@@ -91,3 +91,32 @@ def test_a_reload_of_a_config_nested_too_deeply_keeps_the_daemon_running(short_t
         assert d.call("GET", "/status")["daemon"]["running"]
     finally:
         assert d.stop() == 0
+
+
+# --- number arguments: ASCII decimal only, as specctl's own (controller/numtext.py) --------------------------------
+@pytest.mark.parametrize("flag,value", [("--concurrency", "1_0"), ("--concurrency", "\u0663"), ("--speed", "+10"),
+                                        ("--arrival-rate", "1_0.5"), ("--metrics-port", "\u0669\u0660"),
+                                        ("--speed", "nan")])
+def test_runs_number_flags_take_ascii_decimals_only(flag, value):
+    """click's int() / float() read '1_0' as 10 and Arabic-Indic digits as digits: run started on a number the
+    operator never wrote (the conflict line below said '--concurrency 10' for a '1_0')."""
+    # (--db in no directory: a value taken as a number stops at that check, no daemon starts)
+    result = CliRunner().invoke(main, ["run", flag, value, "--db", "/nonexistent-h95/x.db"])
+    kind = "an integer" if flag in ("--concurrency", "--metrics-port") else "a number"
+    assert _one_usage_line(result) == f"spec-controller: {flag} {value!r} is not {kind}"
+
+
+def test_runs_number_flags_still_reach_the_configs_range_check():
+    result = CliRunner().invoke(main, ["run", "--concurrency", "-1"])
+    assert "[sim] concurrency=-1 out of range (0 .. 65536)" in _one_usage_line(result)
+    result = CliRunner().invoke(main, ["run", "--concurrency", "10", "--trace", "mixed-shift"])
+    assert "(--concurrency 10)" in _one_usage_line(result)        # (a conflict: the number read as written)
+
+
+@pytest.mark.parametrize("flag,value", [("--concurrency", "\u0663"), ("--concurrency", "1_0"), ("--concurrency", "+4"),
+                                        ("--arrival-rate", "1_0"), ("--arrival-rate", "\u0663")])
+def test_simulates_level_lists_take_ascii_decimals_only(flag, value):
+    from controller.cli.main import cli
+    result = CliRunner().invoke(cli, ["simulate", flag, value, "--seconds", "1"])
+    assert result.exit_code == 2 and f"invalid value for {flag}: {value!r} is not a comma-separated list" in \
+        result.output, result.output

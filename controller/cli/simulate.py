@@ -6,6 +6,7 @@ import click
 from policies import PolicyError, parse_kv
 
 from ..contract import MAX_BATCH
+from ..numtext import int_text
 from ..sim.evaluate import DEFAULT_TICK_S, evaluate, sweep_segments
 from ..sim.profile import ProfileError, load_profile, load_trace
 from .common import fail
@@ -16,9 +17,8 @@ from .options import EXIT_USAGE, Bounded
 def _levels(text: str | None, default: tuple[int, ...]) -> list[int]:
     if not text:
         return list(default)
-    try:
-        levels = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
+    levels = [int_text(x.strip()) for x in text.split(",") if x.strip()]     # (int() took "1_0", "٣", "+5")
+    if None in levels:
         raise click.BadParameter(f"{text!r} is not a comma-separated list of integers", param_hint="--concurrency")
     if not levels or any(c < 1 or c > MAX_BATCH for c in levels):
         raise click.BadParameter(f"levels must be 1 .. {MAX_BATCH}", param_hint="--concurrency")

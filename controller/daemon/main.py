@@ -7,11 +7,16 @@ import click
 
 from state.db import StoreError
 
-from ..cli.options import EXIT_USAGE, OneLineGroup, fail_as, version_option
+from ..cli.options import EXIT_USAGE, Bounded, OneLineGroup, fail_as, version_option
 from . import logs
 from ..paths import DEFAULT_CONFIG
 from .config import FLAGS, LOG_LEVELS, ConfigError, load_config, parse_set
 from .lifecycle import Daemon, Fatal
+
+
+# run's number flags: ASCII decimal only (click's int() and float() took "1_0" as 10, "٣" as 3, "+5", " 5"); their
+# ranges are the config's, checked with the rest of it
+INF = float("inf")
 
 
 class DaemonGroup(OneLineGroup):
@@ -30,13 +35,13 @@ def main() -> None:
 @click.option("--engine", type=click.Choice(["sim", "sglang"]), help="engine to embed")
 @click.option("--profile", help="simulator profile: name or .toml/.json path (default: the trace's own)")
 @click.option("--trace", help="simulator load trace (looped): name or path")
-@click.option("--concurrency", type=int, help="simulator: fixed number of clients instead of a trace")
-@click.option("--arrival-rate", type=float, help="simulator: Poisson arrivals at this many requests/s instead of a trace")
-@click.option("--speed", type=float, help="simulator clock rate (virtual seconds per real second)")
+@click.option("--concurrency", type=Bounded("--concurrency", -INF, INF), help="simulator: fixed number of clients instead of a trace")
+@click.option("--arrival-rate", type=Bounded("--arrival-rate", -INF, INF, float), help="simulator: Poisson arrivals at this many requests/s instead of a trace")
+@click.option("--speed", type=Bounded("--speed", -INF, INF, float), help="simulator clock rate (virtual seconds per real second)")
 @click.option("--policy", help="policy at first start (later: specctl policy set)")
 @click.option("--db", help="SQLite database path")
 @click.option("--socket", "socket_path", help="control socket path")
-@click.option("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
+@click.option("--metrics-port", type=Bounded("--metrics-port", -INF, INF), help="serve Prometheus metrics on 127.0.0.1:PORT")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), help="as [control] log_level")
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
               help="any config key, e.g. --set guard.explore_share=0.1 (repeatable; VALUE in TOML syntax)")
