@@ -120,3 +120,28 @@ def test_simulates_level_lists_take_ascii_decimals_only(flag, value):
     result = CliRunner().invoke(cli, ["simulate", flag, value, "--seconds", "1"])
     assert result.exit_code == 2 and f"invalid value for {flag}: {value!r} is not a comma-separated list" in \
         result.output, result.output
+
+
+# --- config from-launch -o: only a regular file (or none) is replaced -----------------------------------------------
+def test_from_launch_output_that_is_no_regular_file_is_refused_and_left_as_it_was(tmp_path, monkeypatch):
+    """write_whole replaced whatever the path named by a new regular file: run as root with -o /dev/null, /dev/null
+    became a regular file (mode 0666, every later write to it kept); a FIFO the same (checked here, not /dev/null)."""
+    import os
+    import stat
+
+    from controller.daemon import launchcfg
+    fifo = tmp_path / "out"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        launchcfg.write_whole(str(fifo), "x\n")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and sorted(os.listdir(tmp_path)) == ["out"]
+    monkeypatch.setattr(launchcfg, "convert", lambda *a: launchcfg.Converted({"model_path": "m"}, "0.5.17"))
+    result = CliRunner().invoke(main, ["config", "from-launch", "-o", str(fifo), "--", "python", "-m",
+                                       "sglang.launch_server", "--model-path", "m"])
+    assert result.exit_code == 1 and stat.S_ISFIFO(os.lstat(fifo).st_mode), result.output
+    assert result.output.strip().splitlines()[-1] == (f"spec-controller: cannot write {fifo}: not a regular file, which "
+                                                      "the config would replace (leave -o out to print it); nothing written")
+    regular = tmp_path / "c.toml"           # (a regular file, or none, still written)
+    assert CliRunner().invoke(main, ["config", "from-launch", "-o", str(regular), "--", "python", "-m",
+                                     "sglang.launch_server", "--model-path", "m"]).exit_code == 0
+    assert 'model_path = "m"' in regular.read_text()

@@ -296,13 +296,15 @@ def write_whole(path: str, text: str, private: bool = False) -> None:
     """`text` at `path`, replacing what was there only once it is all written (a failed write leaves it as it was).
     A file replaced keeps its mode (when `private`, an API key in it, less what others may do) and, where this user
     may set them, its owner and group (`chmod 640` for the service stays); a new one is made 0600 when `private`. A
-    symbolic link is followed: the file it names is replaced, as a shell's `>` writes it."""
+    symbolic link is followed: the file it names is replaced, as a shell's `>` writes it; not a device or a FIFO."""
     target = Path(os.path.realpath(path))
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
         before = target.stat()
     except FileNotFoundError:
         before = None
+    if before is not None and not target.is_file():     # (as root, -o /dev/null made /dev/null a regular file)
+        raise OSError(22, "not a regular file, which the config would replace (leave -o out to print it)")
     try:
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private or before else 0o666)
         with os.fdopen(fd, "w") as f:
