@@ -79,8 +79,8 @@ def test_accept_length_is_bounded_by_k_plus_one():
     assert refused(data) == "profile t.json [acceptance]: mean_accept_length=3.5 must be a number in 1 .. 3"
 
 
-@pytest.mark.parametrize("key,lo,hi,integer", [("batch_size", 1, 65536, True), ("off", 1e-6, 60.0, False),
-                                               ("spec", 1e-6, 60.0, False)])
+@pytest.mark.parametrize("key,lo,hi,integer", [("batch_size", 1, 65536, True), ("off", 1e-4, 60.0, False),
+                                               ("spec", 1e-4, 60.0, False)])
 def test_step_table_bounds(key, lo, hi, integer):
     for ok in (lo, hi):
         data = copy.deepcopy(GOOD)

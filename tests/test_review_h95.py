@@ -145,3 +145,31 @@ def test_from_launch_output_that_is_no_regular_file_is_refused_and_left_as_it_wa
     assert CliRunner().invoke(main, ["config", "from-launch", "-o", str(regular), "--", "python", "-m",
                                      "sglang.launch_server", "--model-path", "m"]).exit_code == 0
     assert 'model_path = "m"' in regular.read_text()
+
+
+# --- a simulator profile's step table: none the daemon's boundary rejects -------------------------------------------
+def test_a_step_table_below_what_the_daemon_takes_is_refused_and_the_floors_samples_pass_its_gate(tmp_path):
+    """A profile with step times of 1e-6 .. 1e-5 s passed (the floor was 1e-6); every sample the simulator made of it
+    failed the daemon's check (intake.MIN_STEP_S, 1e-5 s): 400,000 rejected (step_s), nothing learned, and the daemon
+    said healthy."""
+    from controller.daemon.intake import MIN_STEP_S, validate_sample
+    from controller.sim.core import SimCore
+    from controller.sim.profile import ProfileError, load_profile
+    from controller.sim.profile import BUILTIN_DIR
+    text = (BUILTIN_DIR / "crossover-b.toml").read_text()
+    fast = text.replace("off  = [0.00705, 0.0086, 0.0134, 0.02876]", "off  = [2e-6, 3e-6, 4e-6, 5e-6]") \
+               .replace("spec = [0.0103, 0.0196, 0.0484, 0.1252]", "spec = [3e-6, 5e-6, 8e-6, 1e-5]")
+    assert fast != text
+    (tmp_path / "fast.toml").write_text(fast)
+    with pytest.raises(ProfileError, match=r"\[step_time\]: off\[0\]=2e-06 must be a number in 0.0001 .. 60"):
+        load_profile(str(tmp_path / "fast.toml"))
+    floor = text.replace("off  = [0.00705, 0.0086, 0.0134, 0.02876]", "off  = [1e-4, 1e-4, 1e-4, 1e-4]") \
+                .replace("spec = [0.0103, 0.0196, 0.0484, 0.1252]", "spec = [1e-4, 1e-4, 1e-4, 1e-4]") \
+                .replace("prefill_s = 0.003", "prefill_s = 0.0").replace("prefill_s_per_request = 0.0005",
+                                                                          "prefill_s_per_request = 0.0")
+    (tmp_path / "floor.toml").write_text(floor)
+    core = SimCore(load_profile(str(tmp_path / "floor.toml")), seed=1)
+    core.set_load(32)
+    samples = [core.step(i % 2 == 0) for i in range(2000)]
+    assert min(s.step_s for s in samples) > MIN_STEP_S
+    assert [validate_sample(s, 256, 4, None, s.t) for s in samples] == [None] * len(samples)

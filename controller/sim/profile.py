@@ -17,6 +17,7 @@ from ..paths import beside, names_a_file
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "profiles"
 TRACE_DIR = BUILTIN_DIR / "traces"
+MIN_STEP_S = 1e-4      # a step table's least: the daemon rejects steps under 10 us (intake), all a 1e-6 table made
 
 
 class ProfileError(ValueError):
@@ -246,8 +247,7 @@ def parse_profile(data: dict, where: str, source: str = "") -> Profile:
     bs = st.numbers("batch_size", 1, MAX_BATCH, integer=True)
     if any(b >= a for a, b in zip(bs[1:], bs)):
         raise ProfileError(f"{where} [step_time]: batch_size must be strictly increasing")
-    off = st.numbers("off", 1e-6, 60.0, length=len(bs))
-    spec = st.numbers("spec", 1e-6, 60.0, length=len(bs))
+    off, spec = (st.numbers(mode, MIN_STEP_S, 60.0, length=len(bs)) for mode in ("off", "spec"))
     acc = c.section("acceptance")
     acc.unknown({"mean_accept_length", "spread"})
     load = c.section("load", required=False)
