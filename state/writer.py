@@ -156,7 +156,7 @@ class Writer:
     def _durable(self, ticket: Ticket) -> None:
         if not ticket.begin():                # its caller gave up waiting and refused the command
             return
-        error = self._commit(ticket.items)
+        error = self._synced(ticket.items)
         if error is not None and classify(error) in SYSTEMIC + ("locked",):
             self._note_problem(error)          # refused to its caller, so not counted as lost
         ticket.finish(None if error is None else f"{classify(error)} ({error})")
@@ -196,6 +196,23 @@ class Writer:
             self._note_problem(error)
         else:
             self._logs.error(f"write:{what}", "state writer: a %s write failed and was rolled back: %s", what, error)
+
+    def _synced(self, items: list) -> Exception | None:
+        """_commit for a command, acknowledged once committed, so on disk when it returns: under the store's
+        synchronous=NORMAL a WAL commit is not synced (SQLite: it "might roll back following a power loss or system
+        crash"), and a pin or a policy said saved could be gone after one. Samples stay NORMAL (synced at checkpoints)."""
+        conn = self.db.conn
+        try:
+            conn.execute("PRAGMA synchronous=FULL")       # (a pragma touches no disk)
+        except Exception as e:
+            return e
+        try:
+            return self._commit(items)
+        finally:
+            try:
+                conn.execute("PRAGMA synchronous=NORMAL")
+            except Exception:
+                pass
 
     def _commit(self, items: list) -> Exception | None:
         """One transaction; the error that rolled it back, or None."""

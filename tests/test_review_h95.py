@@ -173,3 +173,51 @@ def test_a_step_table_below_what_the_daemon_takes_is_refused_and_the_floors_samp
     samples = [core.step(i % 2 == 0) for i in range(2000)]
     assert min(s.step_s for s in samples) > MIN_STEP_S
     assert [validate_sample(s, 256, 4, None, s.t) for s in samples] == [None] * len(samples)
+
+
+# --- a command is acknowledged once it is on disk: synchronous=FULL for its commit ----------------------------------
+def _traced(db) -> list[str]:
+    seen: list[str] = []
+    db.conn.set_trace_callback(seen.append)
+    return seen
+
+
+def test_a_commands_commit_is_synced_and_a_samples_group_is_not(tmp_path):
+    """The store runs PRAGMA synchronous=NORMAL in WAL mode, under which a commit is not synced to disk (SQLite: it
+    "might roll back following a power loss or system crash"): a pin or a policy switch answered as saved could be
+    gone after an operating-system crash. Its transaction now commits under FULL; samples stay under NORMAL."""
+    from state.db import open_store
+    from state.items import setting_item
+    from state.writer import Writer
+    db = open_store(tmp_path / "s.db")
+    seen = _traced(db)
+    writer = Writer(db).start()
+    try:
+        writer.transaction([setting_item("pinned", 5)])
+        i = seen.index("COMMIT")
+        assert seen[:2] == ["PRAGMA synchronous=FULL", "BEGIN IMMEDIATE"] and seen[i + 1] == "PRAGMA synchronous=NORMAL"
+        seen.clear()
+        writer.samples([(1.0, 4, 0, 4, 0.01, 1)])
+        assert writer.flush(5)
+        assert "BEGIN IMMEDIATE" in seen and not [s for s in seen if s.startswith("PRAGMA synchronous")]
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 1          # NORMAL again
+    finally:
+        writer.stop()
+
+
+def test_an_offline_pin_is_synced_before_specctl_says_saved(short_tmp, monkeypatch):
+    from controller.cli.main import cli
+    from state import db as store
+    db, sock = short_tmp / "off.db", short_tmp / "none.sock"
+    store.open_store(db).conn.close()
+    opened, seen = store.open_store, []
+
+    def traced(*a, **k):
+        got = opened(*a, **k)
+        got.conn.set_trace_callback(seen.append)
+        return got
+    monkeypatch.setattr(store, "open_store", traced)
+    res = CliRunner().invoke(cli, ["--socket", str(sock), "--db", str(db), "threshold", "pin", "3"])
+    assert res.exit_code == 0 and "saved" in res.output, res.output
+    insert = next(i for i, s in enumerate(seen) if s.startswith("INSERT INTO settings"))
+    assert "PRAGMA synchronous=FULL" in seen[:insert], seen

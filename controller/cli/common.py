@@ -219,6 +219,7 @@ def save_offline(ctx: Ctx, key: str, value: Any) -> None:
     from state.items import INSERTS
     db = offline_db(ctx, write=True)
     try:
+        db.conn.execute("PRAGMA synchronous=FULL")       # (said saved once it is on disk: NORMAL syncs no WAL commit)
         db.conn.execute(INSERTS["settings"], queries.setting_row(key, value))
     except sqlite3.Error as e:
         fail(f"could not save to {ctx.db}: database {classify(e)} ({e}); nothing changed")
