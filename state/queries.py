@@ -13,8 +13,22 @@ def setting_row(key: str, value: Any) -> dict:
     return {"key": key, "value": json.dumps(value), "wall": time.time()}
 
 
+def _policy_shaped(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("name"), str) and isinstance(value.get("params", {}), dict)
+
+
 def settings(db: sqlite_utils.Database) -> dict[str, Any]:
-    return {row["key"]: json.loads(row["value"]) for row in db["settings"].rows}
+    """The saved settings. A row that is not JSON, or a policy that is not {"name": str, "params": {...}} (a damaged
+    row: the daemon's start, status and policy show ended in a traceback), is left out, as if never saved."""
+    out = {}
+    for row in db["settings"].rows:
+        try:
+            value = json.loads(row["value"])
+        except (TypeError, ValueError, RecursionError):
+            continue
+        if row["key"] != "policy" or _policy_shaped(value):
+            out[row["key"]] = value
+    return out
 
 
 def latest_policy_state(db: sqlite_utils.Database, policy: str) -> dict | None:

@@ -221,3 +221,42 @@ def test_an_offline_pin_is_synced_before_specctl_says_saved(short_tmp, monkeypat
     assert res.exit_code == 0 and "saved" in res.output, res.output
     insert = next(i for i, s in enumerate(seen) if s.startswith("INSERT INTO settings"))
     assert "PRAGMA synchronous=FULL" in seen[:insert], seen
+
+
+# --- a damaged settings row: left out, as if never saved -----------------------------------------------------------
+@pytest.mark.parametrize("key,value", [("threshold", "{bad"), ("policy", '"ucb"'), ("policy", '{"name": 5}'),
+                                       ("policy", '{"name": "ucb", "params": [1]}'), ("pinned", "\xff not json")])
+def test_a_damaged_settings_row_is_no_setting_for_the_daemon_status_and_policy_show(short_tmp, key, value):
+    """A settings row that is not JSON, or a policy that is no {name, params} object: the daemon's start (Service),
+    `specctl status` and `specctl policy show` offline ended in a JSONDecodeError / TypeError traceback."""
+    import sqlite3
+
+    from controller.cli.main import cli
+    from state import queries
+    from state.db import open_store
+    from tests.fakes import make_service
+    service, writer = make_service(short_tmp)
+    writer.stop()
+    conn = sqlite3.connect(short_tmp / "s.db")
+    conn.execute("INSERT INTO settings (key, value, wall) VALUES (?, ?, 0) ON CONFLICT(key) DO UPDATE SET "
+                 "value = excluded.value", [key, value])
+    conn.execute("INSERT INTO settings (key, value, wall) VALUES ('clock', '{\"speed\": 1.0}', 0) ON CONFLICT(key) "
+                 "DO UPDATE SET value = excluded.value")
+    conn.commit()
+    conn.close()
+    db = open_store(short_tmp / "s.db", readonly=True)
+    try:
+        saved = queries.settings(db)
+    finally:
+        db.conn.close()
+    assert key not in saved and saved["clock"] == {"speed": 1.0}
+    service, writer = make_service(short_tmp, policy="ucb")           # starts; a damaged policy: the config's
+    try:
+        assert service.policy_name == ("ucb" if key == "policy" else "thompson")
+    finally:
+        writer.stop()
+    base = ["--socket", str(short_tmp / "none.sock"), "--db", str(short_tmp / "s.db")]
+    for args in (["status"], ["policy", "show"], ["threshold"]):
+        res = CliRunner().invoke(cli, [*base, *args])
+        assert res.exception is None or isinstance(res.exception, SystemExit), (args, res.output, res.exception)
+        assert res.exit_code in (0, 3) and "Traceback" not in res.output, (args, res.output)
