@@ -260,3 +260,62 @@ def test_a_damaged_settings_row_is_no_setting_for_the_daemon_status_and_policy_s
         res = CliRunner().invoke(cli, [*base, *args])
         assert res.exception is None or isinstance(res.exception, SystemExit), (args, res.output, res.exception)
         assert res.exit_code in (0, 3) and "Traceback" not in res.output, (args, res.output)
+
+
+# --- a socket this user may not connect to is no left-over ---------------------------------------------------------
+class _Refused:
+    """A unix socket whose connect() the kernel answers EACCES: another user's socket, mode 0600 (as a non-root
+    daemon sees it: shown on a real one with setpriv, uid 65534)."""
+
+    def __init__(self, *a, **k):
+        pass
+
+    def settimeout(self, t):
+        pass
+
+    def connect(self, path):
+        raise PermissionError(13, "Permission denied")
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def test_a_control_socket_this_user_may_not_connect_to_is_not_unlinked(short_tmp, monkeypatch):
+    """check_socket_free took EACCES for 'nobody listening' and unlinked the socket: a daemon started by another user
+    with --socket in a directory both may write removed a live daemon's socket and took its place."""
+    import socket
+
+    from controller.daemon import api
+    path = short_tmp / "c.sock"
+    live = socket.socket(socket.AF_UNIX)
+    live.bind(str(path))
+    live.listen()
+    try:
+        monkeypatch.setattr(api.socket, "socket", _Refused)
+        with pytest.raises(RuntimeError, match="a socket this user may not connect to .*refusing to remove it"):
+            api.check_socket_free(path)
+        assert path.is_socket()
+    finally:
+        live.close()
+
+
+def test_a_telemetry_socket_this_user_may_not_connect_to_counts_as_in_use(short_tmp, monkeypatch):
+    """socket_answers said False (a left-over) for EACCES, and zmq's ipc bind then unlinks whatever is at the path."""
+    import socket
+
+    from controller.daemon.engines import child
+    path = short_tmp / "t.ipc"
+    live = socket.socket(socket.AF_UNIX)
+    live.bind(str(path))
+    live.listen()
+    try:
+        monkeypatch.setattr(socket, "socket", _Refused)
+        assert child.socket_answers(path) is True
+    finally:
+        live.close()

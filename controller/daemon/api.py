@@ -211,6 +211,9 @@ def check_socket_free(path: Path) -> None:
         pid = listener_pid(probe)
     except BlockingIOError:
         pass                                          # its backlog is full: a live, busy daemon
+    except PermissionError:           # (not "nobody listening": another user's socket, live or not, was unlinked)
+        raise RuntimeError(f"control socket {path} is a socket this user may not connect to (another user's "
+                           "daemon?); refusing to remove it: give another --socket") from None
     except OSError:
         path.unlink()                                 # nobody listening: a leftover of a crash
         return

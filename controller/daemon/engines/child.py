@@ -69,8 +69,8 @@ def socket_answers(path) -> bool:
         s.settimeout(2.0)
         try:
             s.connect(str(path))
-        except (BlockingIOError, TimeoutError):    # EAGAIN: its backlog full, a live daemon, busy (not a left-over)
-            return True
+        except (BlockingIOError, TimeoutError, PermissionError):  # EAGAIN: its backlog full, a live daemon, busy
+            return True                     # (EACCES: another user's, not to be taken for a left-over and unlinked)
         except OSError:
             return False
     return True
