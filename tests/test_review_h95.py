@@ -319,3 +319,27 @@ def test_a_telemetry_socket_this_user_may_not_connect_to_counts_as_in_use(short_
         assert child.socket_answers(path) is True
     finally:
         live.close()
+
+
+def test_a_left_over_control_socket_that_cannot_be_removed_is_one_line(short_tmp, monkeypatch):
+    """A crashed run's socket of another user in a sticky directory (/tmp): unlink's EPERM was a PermissionError
+    traceback out of `spec-controller run` (checked as uid 65534 on a real one)."""
+    import pathlib
+    import socket
+    path = short_tmp / "c.sock"
+    left = socket.socket(socket.AF_UNIX)
+    left.bind(str(path))
+    left.close()                                      # nobody listens: a left-over
+    real_unlink = pathlib.Path.unlink
+
+    def refuse(self, missing_ok=False):
+        if self == path:
+            raise PermissionError(1, "Operation not permitted", str(self))
+        return real_unlink(self, missing_ok=missing_ok)
+    monkeypatch.setattr(pathlib.Path, "unlink", refuse)
+    result = CliRunner().invoke(main, ["run", "--socket", str(path), "--db", str(short_tmp / "x.db")])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code == 1 and result.output.strip() == (
+        f"spec-controller: control socket {path} is a left-over nobody listens on, which this user cannot remove "
+        "(Operation not permitted); remove it or give another --socket")
+    assert path.is_socket() and not (short_tmp / "x.db").exists()

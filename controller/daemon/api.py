@@ -215,7 +215,11 @@ def check_socket_free(path: Path) -> None:
         raise RuntimeError(f"control socket {path} is a socket this user may not connect to (another user's "
                            "daemon?); refusing to remove it: give another --socket") from None
     except OSError:
-        path.unlink()                                 # nobody listening: a leftover of a crash
+        try:
+            path.unlink()                             # nobody listening: a leftover of a crash
+        except OSError as e:          # (another user's in a sticky /tmp: was a PermissionError traceback)
+            raise RuntimeError(f"control socket {path} is a left-over nobody listens on, which this user cannot "
+                               f"remove ({e.strerror}); remove it or give another --socket") from None
         return
     finally:
         probe.close()
