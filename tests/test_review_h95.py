@@ -343,3 +343,34 @@ def test_a_left_over_control_socket_that_cannot_be_removed_is_one_line(short_tmp
         f"spec-controller: control socket {path} is a left-over nobody listens on, which this user cannot remove "
         "(Operation not permitted); remove it or give another --socket")
     assert path.is_socket() and not (short_tmp / "x.db").exists()
+
+
+# --- [sglang]: a NUL byte in any value is refused where the engine is built (config check), not at Popen -----------
+SGLANG = {"model_path": "m", "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "d"}
+
+
+@pytest.mark.parametrize("extra,key", [({"env": {"FOO": "a\0b"}}, "env.FOO"), ({"model_path": "m\0"}, "model_path"),
+                                       ({"extra_args": ["--x", "a\0"]}, "extra_args"), ({"python": "/usr/bin/py\0"}, "python"),
+                                       ({"tokenizer_path": "t\0"}, "tokenizer_path"), ({"a\0b": 1}, "a\0b")])
+def test_a_nul_byte_in_the_sglang_section_is_refused_where_the_engine_is_built(extra, key):
+    """TOML writes one as \\u0000. The engine took it; `config check` said ok (or, for [sglang.env], that the interpreter
+    had no SGLang), and the start failed at Popen (ValueError: embedded null byte): exit 1, restarted for ever."""
+    import subprocess
+
+    from controller.daemon.engines.base import EngineError
+    from controller.daemon.engines.sglang import SGLangEngine
+    with pytest.raises(ValueError, match="null byte"):
+        subprocess.Popen(["true"], env={"A": "a\0b"})            # (what the start met)
+    with pytest.raises(EngineError) as err:
+        SGLangEngine({**SGLANG, **extra})
+    assert str(err.value) == (f"sglang engine: [sglang] {key} holds a NUL byte, which no command line or environment "
+                              "carries") and "a\0b" not in str(err.value).replace(key, "")
+
+
+def test_a_nul_byte_in_sglang_env_is_one_line_from_config_check(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "m"\nspeculative_algorithm = "EAGLE3"\n'
+                    'speculative_draft_model_path = "d"\n[sglang.env]\nFOO = "a\\u0000b"\n')
+    line = _one_usage_line(CliRunner().invoke(main, ["config", "check", "--config", str(path)]))
+    assert line == "spec-controller: sglang engine: [sglang] env.FOO holds a NUL byte, which no command line or " \
+        "environment carries"

@@ -28,7 +28,7 @@ from ...paths import home_unexpanded, state_dir, write_private
 from .base import Engine, EngineError, SampleSink
 from .child import NOT_STARTED, SGLANG_PORT, USAGE, bound_to_daemon, port_reason, socket_answers, telemetry_pull
 from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, named_paths, no_http_reason,
-                           refused_hint, relay_masked, secrets_in, server_flags, shown)
+                           nul_key, refused_hint, relay_masked, secrets_in, server_flags, shown)
 from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH, KILLPG_ENV, plugin_env, user_env
 from .sglang_install import interpreter_reason
 
@@ -74,6 +74,9 @@ class SGLangEngine(Engine):
 
     def __init__(self, args: dict, initial_threshold: int = 0):
         self.args = dict(args)
+        if (key := nul_key(self.args)) is not None:       # (the value not echoed: it may be a key)
+            raise EngineError(f"sglang engine: [sglang] {key} holds a NUL byte, which no command line or environment "
+                              "carries")
         if "model_path" not in self.args:
             raise EngineError("sglang engine: [sglang] model_path is required")
         for key, value in named_paths(self.args):    # (SGLang takes "" for a path and expands no ~: it fails at start)

@@ -40,6 +40,18 @@ def server_flags(args: dict) -> list[str]:
     return flags + [str(x) for x in args.get("extra_args", [])]
 
 
+def nul_key(table: dict, within: str = "") -> str | None:
+    """The first key whose name or value (a string, or one in a list or a table) holds a NUL byte, or None: no command
+    line or environment carries one (Popen's ValueError at the engine's start, after `config check` said ok)."""
+    for key, value in table.items():
+        for item in (value if isinstance(value, list) else [value]):
+            if "\0" in str(key) or (isinstance(item, str) and "\0" in item):
+                return f"{within}{key}"
+            if isinstance(item, dict) and (inner := nul_key(item, f"{within}{key}.")) is not None:
+                return inner
+    return None
+
+
 def named_paths(args: dict) -> list[tuple[str, str]]:
     """(key, value) of every path an [sglang] table hands SGLang, as written: each *_path key's (not the daemon's own),
     each entry of a *_paths list (lora_paths: "/path" or "name=/path") and each value extra_args gives a --*-path or
