@@ -17,16 +17,20 @@ def _policy_shaped(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("name"), str) and isinstance(value.get("params", {}), dict)
 
 
+SHAPED = {"policy": _policy_shaped, "clock": lambda value: isinstance(value, dict)}     # (the readers' .get)
+
+
 def settings(db: sqlite_utils.Database) -> dict[str, Any]:
-    """The saved settings. A row that is not JSON, or a policy that is not {"name": str, "params": {...}} (a damaged
-    row: the daemon's start, status and policy show ended in a traceback), is left out, as if never saved."""
+    """The saved settings. A row that is not JSON, or a policy that is not {"name": str, "params": {...}} or a clock
+    that is no object (a damaged row: the daemon's start, status and policy show ended in a traceback), is left out,
+    as if never saved."""
     out = {}
     for row in db["settings"].rows:
         try:
             value = json.loads(row["value"])
         except (TypeError, ValueError, RecursionError):
             continue
-        if row["key"] != "policy" or _policy_shaped(value):
+        if SHAPED.get(row["key"], lambda _: True)(value):
             out[row["key"]] = value
     return out
 
