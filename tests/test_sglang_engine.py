@@ -667,3 +667,12 @@ def test_every_variable_the_plugin_reads_is_known_to_the_env_check():
     read = set(re.findall(r'"(SPEC_CONTROLLER_[A-Z_]+)"', source)) - {"SPEC_CONTROLLER_SGLANG_PYTHON"}
     known = envwords.OPERATOR_SWITCHES | {envwords.PLUGIN_ENV, contract.ENV_DRAFT_KV_COALESCE} | set(DAEMON_ENV)
     assert read and read <= known, read - known
+
+
+def test_a_telemetry_socket_path_too_long_for_a_unix_socket_is_refused_where_the_engine_is_built(monkeypatch, tmp_path):
+    run = tmp_path / ("r" * (110 - len(str(tmp_path))))
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(run))
+    with pytest.raises(EngineError, match=r"telemetry socket .*telemetry.ipc: too long for a unix socket \(\d+ bytes, at most 107\)"):
+        SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3"})
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(tmp_path / "run"))
+    assert SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3"}).ipc_path == tmp_path / "run" / "telemetry.ipc"

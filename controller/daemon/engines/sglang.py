@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, MAX_BATCH, PAYS_DRAFT,
                          SAME_AT_ZERO, THRESHOLD_KEY, decode, unsupported_reason, zero_saves_prefill_draft)
-from ...paths import home_unexpanded, state_dir, write_private
+from ...paths import home_unexpanded, socket_path_too_long, state_dir, write_private
 from .base import Engine, EngineError, SampleSink
 from .child import NOT_STARTED, SGLANG_PORT, USAGE, bound_to_daemon, port_reason, socket_answers, telemetry_pull
 from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, named_paths, no_http_reason,
@@ -114,6 +114,8 @@ class SGLangEngine(Engine):
         self._last_probe: tuple[float, str] = (0.0, "")       # (monotonic time, what the last probe got)
         run = Path(os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or state_dir())
         self.ipc_path = run / "telemetry.ipc"
+        if too_long := socket_path_too_long(self.ipc_path):     # (zmq's bind said so only at the start, a traceback)
+            raise EngineError(f"telemetry socket {self.ipc_path}: {too_long}; set RUNTIME_DIRECTORY to a shorter one")
         self.adaptive_config = state_dir() / "adaptive.json"
 
     @property
