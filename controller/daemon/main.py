@@ -81,6 +81,7 @@ def from_launch(python: str | None, output: str | None, command: tuple[str, ...]
     ...`), read by SGLang's own parser; notes on stderr. Nothing is written when it cannot."""
     from .engines.sglang_flags import secrets_in
     from .launchcfg import LaunchError, convert, toml_text, write_whole
+    _own_options_mistyped(click.get_current_context(), output, command)
     try:
         result = convert(list(command), python, output or DEFAULT_CONFIG)
         text = toml_text(result, list(command))
@@ -95,6 +96,20 @@ def from_launch(python: str | None, output: str | None, command: tuple[str, ...]
     except OSError as e:
         fail_as("spec-controller", f"cannot write {output}: {e.strerror or e}; nothing written")
     click.echo(f"spec-controller: wrote {output}", err=True)
+
+
+def _own_options_mistyped(ctx: click.Context, output: str | None, command: tuple[str, ...]) -> None:
+    """COMMAND takes the options click does not know (SGLang's flags), so a typo in from-launch's own (`--ouput FILE
+    -- python -m ...`) reached the launch command, refused there as words "before the interpreter"; `-o` given no
+    name took the `--` after it and wrote a file named `--`. Usage errors of from-launch instead (helper-94)."""
+    if output is not None and output.startswith("-"):
+        raise click.UsageError(f"-o / --output needs a file name, got {output!r} (the launch command goes after --)")
+    rest = command[1:]
+    launch = "--" in rest or any("sglang.launch_server" in word for word in rest) or any(
+        Path(word).name == "sglang" and after == "serve" for word, after in zip(rest, rest[1:]))
+    if command and command[0].startswith("-") and command[0] != "--" and launch:    # (not SGLang's arguments alone)
+        raise click.NoSuchOption(command[0].split("=", 1)[0], ctx=ctx,
+                                 possibilities=[o for p in ctx.command.params for o in p.opts if o.startswith("--")])
 
 
 @config.command("check")
