@@ -317,4 +317,4 @@ class Daemon:
             if keys:
                 text = "; ".join(keys)
                 service.writer.event("reload", f"{what}: {text}")
-                log.warning("reload: %s: %s", what, text)
+                log.warning(f"reload: {what}: {text}")     # (RepeatFilter keys on the format: each its own)
