@@ -20,10 +20,10 @@ def saved_batch_size(saved: Mapping[str, Any], key: str, top: int) -> int | None
     if value is None or (type(value) is int and 0 <= value <= top):
         return value
     if type(value) is int and value > top:      # (an offline pin, an engine started smaller): the same routing
-        log.warning("saved %s=%d is above the engine's largest batch; taken as %d (every batch speculates)", key,
-                    value, top)
+        log.warning(f"saved {key}={value} is above the engine's largest batch; taken as {top} (every batch "
+                    "speculates)")      # (its own text: the pin's would hold the threshold's back, RepeatFilter)
         return top
-    log.warning("saved %s=%r is not a batch size (0 .. %d); ignored", key, value, top)
+    log.warning(f"saved {key}={value!r} is not a batch size (0 .. {top}); ignored")
     return None
 
 
