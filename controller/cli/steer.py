@@ -92,7 +92,7 @@ def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
     from policies import PolicyError, make_policy, parse_kv
     try:
         kv = parse_kv(params)
-        make_policy(name, kv)             # validate here first: a bad one never reaches the daemon
+        learns = bool(make_policy(name, kv).state())    # validate here first: a bad one never reaches the daemon
     except PolicyError as e:
         fail(str(e), EXIT_USAGE)
     try:
@@ -105,8 +105,9 @@ def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
         click.echo(f"daemon is not running: policy {name}{_params_note(kv)} saved to {ctx.db}, used at next start")
         pinned = offline_read(ctx, queries.settings).get("pinned")
     if pinned is not None:
-        click.echo(f"specctl: note: the threshold is pinned at {pinned}; {name} learns from every batch but "
-                   "decides nothing until `specctl threshold unpin`", err=True)
+        click.echo(f"specctl: note: the threshold is pinned at {pinned}; {name} "     # (fixed, always, never: no state)
+                   f"{'learns from every batch but ' if learns else ''}decides nothing until `specctl threshold unpin`",
+                   err=True)
 
 
 # the daemon's answer says what the policy now in force knows (absent from a daemon before 12-02d)
