@@ -41,5 +41,7 @@ if [ -z "$ROOT" ]; then
   if [ -d /run/systemd/system ]; then
     systemctl daemon-reload
   fi
-  echo "next: sudo usermod -aG spec-controller \$USER (log in again), sudo systemctl enable --now spec-controller"
+  echo "next: spec-controller config from-launch -o config.toml -- <your SGLang command>, install it as" \
+       "/etc/spec-controller/config.toml, sudo spec-controller config check, sudo usermod -aG spec-controller \$USER" \
+       "(log in again), sudo systemctl enable --now spec-controller (README, Steps)"
 fi

@@ -36,7 +36,7 @@ def test_a_file_and_a_flag_that_clash_are_refused_too(tmp_path):
 
 def test_the_rule_names_simulates_flags():
     assert load_conflict(None, 8, 0) is None and load_conflict("t", 0, 0) is None
-    assert "--arrival-rate 2" in load_conflict(None, 4, 2.0) and "--trace 't'" in load_conflict("t", 3, 0)
+    assert "arrival_rate = 2 (--arrival-rate)" in load_conflict(None, 4, 2.0) and "trace = 't' (--trace)" in load_conflict("t", 3, 0)
 
 
 def test_the_daemon_refuses_to_start_exit_2_one_line(short_tmp):
@@ -44,7 +44,7 @@ def test_the_daemon_refuses_to_start_exit_2_one_line(short_tmp):
                           "--socket", str(short_tmp / "s"))
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1, res.stderr
-    assert lines[0].startswith("spec-controller: config: [sim] trace (--trace 'mixed-shift') and [sim] concurrency")
+    assert lines[0].startswith("spec-controller: config: [sim] trace = 'mixed-shift' (--trace) and [sim] concurrency = 8 (--concurrency)")
     assert not (short_tmp / "x.db").exists()
 
 

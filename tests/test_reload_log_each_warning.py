@@ -58,3 +58,25 @@ def test_a_new_change_within_a_minute_is_said_and_the_same_one_again_is_held(tmp
                              "[sim]\nconcurrency = 32\nspeed = 5\nseed = 3\n"])  # another key: said
     assert got == ["reload: changed, not applied until a restart: [sim] concurrency 24 -> 32",
                    "reload: changed, not applied until a restart: [sim] concurrency 24 -> 32; [sim] seed 0 -> 3"], got
+
+
+def test_each_distinct_refused_reload_within_a_minute_reaches_the_log(tmp_path):
+    """Two reloads refused for different reasons: the second's line was held back (one format string)."""
+    config = tmp_path / "c.toml"
+    config.write_text("[sim]\nconcurrency = 24\n")
+    daemon = types.SimpleNamespace(cfg={**load_config(config), "_overrides": None})
+    service = types.SimpleNamespace(writer=_Writer())
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    handler.addFilter(RepeatFilter(interval_s=60, clock=lambda: 0.0))
+    logger = logging.getLogger("spec_controller")
+    logger.addHandler(handler)
+    try:
+        for text in ("[sim\n", "[guard]\nmin_threshold = -1\n"):
+            config.write_text(text)
+            Daemon._reload(daemon, service)
+    finally:
+        logger.removeHandler(handler)
+    got = [r.getMessage() for r in records]
+    assert len(got) == 2 and "not valid TOML" in got[0] and "min_threshold" in got[1], got

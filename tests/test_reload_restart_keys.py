@@ -82,3 +82,16 @@ def test_the_same_policy_by_its_alias_or_with_the_same_params_is_no_note():
     assert config_policy_unused(cfg, {}) is None                       # a first start: the config's is the one
     assert "the database's policy thompson {}" in config_policy_unused(cfg, {"policy": {"name": "thompson"}})
     assert "the database's policy ucb" in config_policy_unused(cfg, {"policy": {"name": "ucb", "params": {}}})
+
+
+def test_no_note_of_an_unused_config_policy_where_the_config_names_none(tmp_path):
+    """The built-in default (bandit {}) is nobody's choice: after a `specctl policy set`, a start with no config file,
+    or one without [policy] name / params, said at every start that '[policy] bandit {} in the config is not used'."""
+    from controller.daemon.restore import config_policy_unused
+    saved = {"policy": {"name": "ucb", "params": {}}}
+    assert config_policy_unused(load_config(None), saved) is None
+    (tmp_path / "c.toml").write_text("[policy]\nseed = 3\n")
+    assert config_policy_unused(load_config(tmp_path / "c.toml"), saved) is None
+    (tmp_path / "c.toml").write_text('[policy]\nname = "bandit"\n')
+    assert "[policy] bandit {} in the config is not used" in config_policy_unused(load_config(tmp_path / "c.toml"), saved)
+    assert "[policy] always" in config_policy_unused(load_config(None, {"policy": {"name": "always"}}), saved)

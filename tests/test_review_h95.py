@@ -112,7 +112,7 @@ def test_runs_number_flags_still_reach_the_configs_range_check():
     result = CliRunner().invoke(main, ["run", "--concurrency", "-1"])
     assert "[sim] concurrency=-1 out of range (0 .. 65536)" in _one_usage_line(result)
     result = CliRunner().invoke(main, ["run", "--concurrency", "10", "--trace", "mixed-shift"])
-    assert "(--concurrency 10)" in _one_usage_line(result)        # (a conflict: the number read as written)
+    assert "concurrency = 10 (--concurrency)" in _one_usage_line(result)        # (a conflict: the number read as written)
 
 
 @pytest.mark.parametrize("flag,value", [("--concurrency", "\u0663"), ("--concurrency", "1_0"), ("--concurrency", "+4"),

@@ -146,6 +146,8 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
     if why and cfg["engine"]["kind"] == "sim":     # SGLang's load is its clients': [sim] is not read
         raise ConfigError(f"config: {why}")
     cfg["_path"] = str(path) if (path.exists() or explicit) else ""
+    # (the defaults' bandit is nobody's choice: restore warns of a config policy not used only where one was given)
+    cfg["_policy_given"] = any(k in ("name", "params") for s in (file_data, overrides or {}) for k in s.get("policy") or {})
     return cfg
 
 
@@ -177,7 +179,7 @@ def load_conflict(trace: str | None, concurrency: float, arrival_rate: float) ->
     if len(chosen) < 2:
         return None
     values = {"--trace": repr(trace), "--concurrency": f"{concurrency:g}", "--arrival-rate": f"{arrival_rate:g}"}
-    keys = " and ".join(f"[sim] {n[2:].replace('-', '_')} ({n} {values[n]})" for n in chosen)
+    keys = " and ".join(f"[sim] {n[2:].replace('-', '_')} = {values[n]} ({n})" for n in chosen)   # (file or flag)
     return f"{keys} each choose the simulated load: give one of them"
 
 

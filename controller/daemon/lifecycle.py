@@ -295,7 +295,7 @@ class Daemon:
             fresh = load_config(self.cfg.get("_path") or None, self.cfg.get("_overrides"))
             guard = GuardConfig.from_mapping(fresh["guard"])
         except Exception as e:         # any failure: the daemon goes on (RecursionError stopped it)
-            log.error("reload refused, keeping the running config: %s", e)
+            log.error(f"reload refused, keeping the running config: {e}")   # (each its own line)
             service.writer.event("reload", f"refused: {e}")
             return
         with service.lock:

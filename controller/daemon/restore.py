@@ -50,6 +50,8 @@ def start_loop(cfg: dict, policy: Policy, saved: Mapping[str, Any], top: int) ->
 def config_policy_unused(cfg: dict, saved: Mapping[str, Any]) -> str | None:
     """Why the config's [policy] name / params are not the ones that run (the database's are), or None."""
     mine, theirs = saved.get("policy"), cfg["policy"]
+    if not cfg.get("_policy_given", True):
+        return None
     policy = lambda name: known_name(name) or str(name)      # (bandit is thompson; an unknown name as it is)
     if not isinstance(mine, dict) or (policy(mine.get("name")), dict(mine.get("params") or {})) == \
             (policy(theirs["name"]), dict(theirs["params"])):

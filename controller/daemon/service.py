@@ -102,7 +102,7 @@ class Service:
                 policy.load_state(saved["state"])
                 return policy, True
         except (PolicyError, TypeError, ValueError, AttributeError, KeyError) as e:
-            log.warning("saved state of %s not restored: %s", name, e)
+            log.warning(f"saved state of {name} not restored: {e}")   # (f: RepeatFilter keys on the text)
             return self._build_policy(name, params), False     # a half-loaded state is no state
         return policy, False
 
@@ -138,7 +138,7 @@ class Service:
                         policy.load_state(self.loop.policy.state())
                         learned = "kept"
                     except PolicyError as e:
-                        log.warning("policy %s: learned state not carried over: %s", name, e)
+                        log.warning(f"policy {name}: learned state not carried over: {e}")
                 self.loop.set_policy(policy)
                 self.policy_name = name
                 if not policy.state():      # fixed, always, never: nothing learned to keep, restore or start on
