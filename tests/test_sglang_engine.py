@@ -669,10 +669,13 @@ def test_every_variable_the_plugin_reads_is_known_to_the_env_check():
     assert read and read <= known, read - known
 
 
-def test_a_telemetry_socket_path_too_long_for_a_unix_socket_is_refused_where_the_engine_is_built(monkeypatch, tmp_path):
-    run = tmp_path / ("r" * (110 - len(str(tmp_path))))
+def test_a_telemetry_socket_path_too_long_for_a_unix_socket_is_one_line_at_the_start(monkeypatch, short_tmp):
+    """Was zmq's ZMQError out of start() (a traceback); nothing launched, the path left alone."""
+    run = short_tmp / ("r" * (110 - len(str(short_tmp))))
     monkeypatch.setenv("RUNTIME_DIRECTORY", str(run))
+    monkeypatch.setenv("STATE_DIRECTORY", str(short_tmp / "state"))
+    fake = fake_sglang_python(short_tmp / "python", f"touch {short_tmp}/launched")
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "python": str(fake)})
     with pytest.raises(EngineError, match=r"telemetry socket .*telemetry.ipc: too long for a unix socket \(\d+ bytes, at most 107\)"):
-        SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3"})
-    monkeypatch.setenv("RUNTIME_DIRECTORY", str(tmp_path / "run"))
-    assert SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3"}).ipc_path == tmp_path / "run" / "telemetry.ipc"
+        eng.start(lambda s: None)
+    assert eng.proc is None and not (short_tmp / "launched").exists() and not run.exists()

@@ -114,8 +114,6 @@ class SGLangEngine(Engine):
         self._last_probe: tuple[float, str] = (0.0, "")       # (monotonic time, what the last probe got)
         run = Path(os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or state_dir())
         self.ipc_path = run / "telemetry.ipc"
-        if too_long := socket_path_too_long(self.ipc_path):     # (zmq's bind said so only at the start, a traceback)
-            raise EngineError(f"telemetry socket {self.ipc_path}: {too_long}; set RUNTIME_DIRECTORY to a shorter one")
         self.adaptive_config = state_dir() / "adaptive.json"
 
     @property
@@ -146,6 +144,8 @@ class SGLangEngine(Engine):
         if reason := port_reason(self.host, self.port):
             raise EngineError(f"sglang engine: {reason}")
         self.check_installed()
+        if too_long := socket_path_too_long(self.ipc_path):     # (was zmq's ZMQError out of the start, a traceback)
+            raise EngineError(f"telemetry socket {self.ipc_path}: {too_long}; set RUNTIME_DIRECTORY to a shorter one")
         self.ipc_path.parent.mkdir(parents=True, exist_ok=True)
         self.adaptive_config.parent.mkdir(parents=True, exist_ok=True)
         # zmq's ipc bind unlinks whatever is at the path: only ever a socket (a crashed run's).
