@@ -1,3 +1,5 @@
+import contextlib
+import logging
 import shutil
 import sys
 import tempfile
@@ -121,3 +123,20 @@ def scripted_socket(path, answer: bytes | None = None, read: bool = True, drops:
         path.unlink()
     threading.Thread(target=serve, daemon=True).start()
     return listener, served
+
+
+@contextlib.contextmanager
+def repeat_filtered(clock=lambda: 0.0):
+    """The spec_controller log's records that pass the daemon's RepeatFilter (a minute's interval, `clock`) while
+    inside: a list filled as they are logged."""
+    from controller.daemon.logs import RepeatFilter
+    records: list = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    handler.addFilter(RepeatFilter(interval_s=60, clock=clock))
+    logger = logging.getLogger("spec_controller")
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)

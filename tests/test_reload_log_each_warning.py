@@ -4,12 +4,11 @@ and finds a file value under a flag, the journal showed the first warning only (
 c.toml --speed 5`, c.toml's [sim] concurrency and speed edited, SIGHUP: no word of speed); and a second reload within
 a minute that needed a restart for another key said nothing at all. Each distinct warning passes; the same one
 repeated within a minute is still held back and counted (README, "The unit")."""
-import logging
 import types
 
 from controller.daemon.config import load_config
 from controller.daemon.lifecycle import Daemon
-from controller.daemon.logs import RepeatFilter
+from tests.conftest import repeat_filtered
 
 
 class _Writer:
@@ -29,19 +28,11 @@ def _logged(tmp_path, reloads):
     cfg["_overrides"] = overrides
     daemon = types.SimpleNamespace(cfg=cfg, started_cfg=load_config(config, overrides))
     now = [0.0]
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    handler.addFilter(RepeatFilter(interval_s=60, clock=lambda: now[0]))
-    logger = logging.getLogger("spec_controller")
-    logger.addHandler(handler)
-    try:
+    with repeat_filtered(lambda: now[0]) as records:
         for text in reloads:
             config.write_text(text)
             Daemon._reload_warnings(daemon, types.SimpleNamespace(writer=_Writer()), load_config(config, overrides))
             now[0] += 1.0
-    finally:
-        logger.removeHandler(handler)
     return [r.getMessage() for r in records]
 
 
@@ -66,17 +57,9 @@ def test_each_distinct_refused_reload_within_a_minute_reaches_the_log(tmp_path):
     config.write_text("[sim]\nconcurrency = 24\n")
     daemon = types.SimpleNamespace(cfg={**load_config(config), "_overrides": None})
     service = types.SimpleNamespace(writer=_Writer())
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    handler.addFilter(RepeatFilter(interval_s=60, clock=lambda: 0.0))
-    logger = logging.getLogger("spec_controller")
-    logger.addHandler(handler)
-    try:
+    with repeat_filtered() as records:
         for text in ("[sim\n", "[guard]\nmin_threshold = -1\n"):
             config.write_text(text)
             Daemon._reload(daemon, service)
-    finally:
-        logger.removeHandler(handler)
     got = [r.getMessage() for r in records]
     assert len(got) == 2 and "not valid TOML" in got[0] and "min_threshold" in got[1], got
