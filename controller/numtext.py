@@ -11,8 +11,14 @@ DECIMAL = re.compile(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 def int_text(text: str) -> int | None:
-    """The integer `text` writes in ASCII digits with a minus at most, or None."""
-    return int(text) if INTEGER.fullmatch(text) else None
+    """The integer `text` writes in ASCII digits with a minus at most, or None (None too past int()'s digit limit,
+    4300: its ValueError was a traceback out of run's --concurrency, simulate's levels and specctl's pin)."""
+    if not INTEGER.fullmatch(text):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 def decimal_text(text: str) -> float | None:

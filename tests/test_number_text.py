@@ -55,3 +55,28 @@ def test_a_policy_parameter_written_otherwise_is_refused(offline, text):
     res = CliRunner().invoke(cli, [*flags, "policy", "set", "fixed", "--param", f"threshold={text}"])
     assert res.exit_code == 2 and "is not a valid int" in res.output and _settings(db) == before
     assert make_policy("fixed", {"threshold": " 1e1 "}).params["threshold"] == 10     # (an ASCII decimal, spaced)
+
+
+LONG = "9" * 5000           # past int()'s 4300-digit limit: int() raises ValueError
+
+
+def test_an_integer_past_ints_digit_limit_is_no_number_not_a_traceback():
+    assert int_text(LONG) is None and int_text("-" + LONG) is None and int_text("9" * 4300) is not None
+
+
+@pytest.mark.parametrize("argv", [["simulate", "--concurrency", LONG, "--seconds", "1"], ["threshold", "pin", LONG]])
+def test_specctl_refuses_a_too_long_integer_in_one_line(offline, argv):
+    flags, _ = offline
+    res = CliRunner().invoke(cli, [*flags, *argv])
+    assert res.exit_code == 2 and not isinstance(res.exception, ValueError), repr(res.exception)
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1, res.output[-300:]
+
+
+def test_runs_concurrency_refuses_a_too_long_integer_in_one_line(monkeypatch):
+    """click's int type said 'is not a valid integer'; numtext's int_text (c159cfa) raised int()'s ValueError."""
+    from controller.daemon import logs
+    from controller.daemon.main import main
+    monkeypatch.setattr(logs, "setup", lambda level: None)
+    res = CliRunner().invoke(main, ["run", "--concurrency", LONG, "--db", "/nonexistent-h96/x.db"])
+    assert res.exit_code == 2 and not isinstance(res.exception, ValueError), repr(res.exception)
+    assert res.output.startswith("spec-controller: --concurrency ") and res.output.strip().endswith("is not an integer")
