@@ -41,7 +41,9 @@ if [ -z "$ROOT" ]; then
   if [ -d /run/systemd/system ]; then
     systemctl daemon-reload
   fi
-  echo "next: spec-controller config from-launch -o config.toml -- <your SGLang command>, install it as" \
-       "/etc/spec-controller/config.toml, sudo spec-controller config check, sudo usermod -aG spec-controller \$USER" \
+  # (spec-controller is not on PATH: only specctl is linked into /usr/local/bin)
+  echo "next: $PREFIX/bin/spec-controller config from-launch -o config.toml -- <your SGLang command>, install it as" \
+       "/etc/spec-controller/config.toml, sudo $PREFIX/bin/spec-controller config check," \
+       "sudo usermod -aG spec-controller \$USER" \
        "(log in again), sudo systemctl enable --now spec-controller (README, Steps)"
 fi

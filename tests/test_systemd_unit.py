@@ -116,3 +116,18 @@ def test_a_config_the_daemon_refuses_stops_the_unit_instead_of_restarting_it(tmp
     assert "bandti" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert str(res.returncode) in " ".join(s.get("RestartPreventExitStatus", [])).split()
     assert "1" not in " ".join(s.get("RestartPreventExitStatus", [])).split()
+
+
+def test_the_install_scripts_next_steps_name_commands_it_puts_on_path():
+    """Its closing 'next:' line named `spec-controller config from-launch` and `sudo spec-controller config check`
+    bare, while the script links only specctl into /usr/local/bin: command not found (the README's steps give
+    /opt/spec-controller/bin/spec-controller). Every spec-controller it names carries the venv's path."""
+    text = INSTALL.read_text()
+    linked = set(re.findall(r'ln -sf "\$PREFIX/bin/([\w-]+)"', text))
+    assert linked == {"specctl"}
+    start = text.index('echo "next:')
+    hint = text[start:text.index("\nfi", start)].replace("$PREFIX", PREFIX)
+    assert "spec-controller config from-launch" in hint and "spec-controller config check" in hint
+    bare = re.findall(r"(?<![\w/-])spec-controller config", hint)
+    assert not bare, hint
+    assert f"{PREFIX}/bin/spec-controller config from-launch" in hint and f"sudo {PREFIX}/bin/spec-controller config check" in hint
