@@ -37,8 +37,9 @@ def env_int(raw: str) -> int | None:
 def operator_value_problem(name: str, value: str) -> str | None:
     """Why the plugin would not read [sglang] env's NAME = VALUE as written (None: it would), for a SPEC_CONTROLLER_*
     name; the daemon's own variables are refused before this (sglang_env.DAEMON_ENV)."""
-    if name == PLUGIN_ENV:
-        return "the daemon's engine runs the plugin (without it nothing steers the threshold): remove it from env"
+    if name == PLUGIN_ENV:      # (on, its default, changes nothing)
+        return None if value.strip().lower() in ON_WORDS else \
+            "the daemon's engine runs the plugin (without it nothing steers the threshold): remove it from env"
     if name == ENV_DRAFT_KV_COALESCE:
         lo, hi = COALESCE_RANGE
         n = env_int(value)

@@ -116,7 +116,8 @@ def test_runs_number_flags_still_reach_the_configs_range_check():
 
 
 @pytest.mark.parametrize("flag,value", [("--concurrency", "\u0663"), ("--concurrency", "1_0"), ("--concurrency", "+4"),
-                                        ("--arrival-rate", "1_0"), ("--arrival-rate", "\u0663")])
+                                        ("--arrival-rate", "1_0"), ("--arrival-rate", "\u0663"),
+                                        ("--concurrency", "1,,2"), ("--arrival-rate", "2,"), ("--concurrency", " , ")])
 def test_simulates_level_lists_take_ascii_decimals_only(flag, value):
     from controller.cli.main import cli
     result = CliRunner().invoke(cli, ["simulate", flag, value, "--seconds", "1"])

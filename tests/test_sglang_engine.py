@@ -651,7 +651,7 @@ def test_env_refuses_a_spec_controller_variable_the_plugin_would_not_read(name, 
 @pytest.mark.parametrize("name, value, sent", [
     ("SPEC_CONTROLLER_LEAN_OFF", " Off ", " Off "), ("SPEC_CONTROLLER_PLAIN_OFF", True, "1"),
     ("SPEC_CONTROLLER_DRAFT_KV_COALESCE", 4, "4"), ("SPEC_CONTROLLER_DRAFT_KV_COALESCE", "0", "0"),
-    ("SPEC_CONTROLLER_EXPERIMENTS", "yes", "yes")])
+    ("SPEC_CONTROLLER_EXPERIMENTS", "yes", "yes"), ("SPEC_CONTROLLER_PLUGIN", True, "1")])
 def test_env_passes_what_the_plugin_reads(name, value, sent):
     eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "env": {name: value}})
     assert eng.user_env == {name: sent}

@@ -8,7 +8,7 @@ import click
 from ..numtext import decimal_text
 from .common import fail
 from .figures import pyplot
-from .options import EXIT_USAGE
+from .options import EXIT_USAGE, number_list
 
 MODES = ("never", "always", "oracle")
 
@@ -17,10 +17,8 @@ def parse_rates(text: str, default: tuple[float, ...]) -> list[float]:
     """'2,12,24' (requests/s), or 'default' for the profile's [load] arrival_rate levels."""
     if text.strip() == "default":
         return list(default)
-    rates = [decimal_text(x.strip()) for x in text.split(",") if x.strip()]     # (float() took "1_0", "٣", "+5")
-    if None in rates:
-        raise click.BadParameter(f"{text!r} is not a comma-separated list of numbers", param_hint="--arrival-rate")
-    if not rates or any(not 0.001 <= r <= 1e6 for r in rates):
+    rates = number_list(text, decimal_text, "--arrival-rate", "numbers")     # (float() took "1_0", "٣", "+5")
+    if any(not 0.001 <= r <= 1e6 for r in rates):
         raise click.BadParameter("rates must be 0.001 .. 1e6 requests/s", param_hint="--arrival-rate")
     return rates
 

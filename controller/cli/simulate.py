@@ -11,16 +11,14 @@ from ..sim.evaluate import DEFAULT_TICK_S, evaluate, sweep_segments
 from ..sim.profile import ProfileError, load_profile, load_trace
 from .common import fail
 from .figures import PlotError, plot_path_param, save
-from .options import EXIT_USAGE, Bounded
+from .options import EXIT_USAGE, Bounded, number_list
 
 
 def _levels(text: str | None, default: tuple[int, ...]) -> list[int]:
     if not text:
         return list(default)
-    levels = [int_text(x.strip()) for x in text.split(",") if x.strip()]     # (int() took "1_0", "٣", "+5")
-    if None in levels:
-        raise click.BadParameter(f"{text!r} is not a comma-separated list of integers", param_hint="--concurrency")
-    if not levels or any(c < 1 or c > MAX_BATCH for c in levels):
+    levels = number_list(text, int_text, "--concurrency", "integers")     # (int() took "1_0", "٣", "+5")
+    if any(c < 1 or c > MAX_BATCH for c in levels):
         raise click.BadParameter(f"levels must be 1 .. {MAX_BATCH}", param_hint="--concurrency")
     return levels
 
