@@ -140,3 +140,22 @@ def repeat_filtered(clock=lambda: 0.0):
         yield records
     finally:
         logger.removeHandler(handler)
+
+
+def unremovable_left_over(path, monkeypatch, code: int) -> None:
+    """A unix socket at `path` that nobody listens on (a crashed run's) and that unlink refuses with errno `code`
+    (another user's in a sticky /tmp: EPERM; a read-only mount: EROFS)."""
+    import errno
+    import os
+    import pathlib
+    import socket
+    left = socket.socket(socket.AF_UNIX)
+    left.bind(str(path))
+    left.close()
+    real_unlink = pathlib.Path.unlink
+
+    def refuse(self, missing_ok=False):
+        if self == path:
+            raise (PermissionError if code in (errno.EPERM, errno.EACCES) else OSError)(code, os.strerror(code), str(self))
+        return real_unlink(self, missing_ok=missing_ok)
+    monkeypatch.setattr(pathlib.Path, "unlink", refuse)

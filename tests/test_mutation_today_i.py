@@ -2,7 +2,6 @@
 (bench/results/mutation-today-2026-12-06i.md). Each test is named after the mutant it kills (test_<id>_...). Each was
 checked red with its mutant applied and green on the original."""
 import errno
-import logging
 import os
 import socket
 import types
@@ -11,25 +10,16 @@ import pytest
 from click.testing import CliRunner
 
 from controller.daemon.config import load_config
-from controller.daemon.logs import RepeatFilter
 from controller.daemon.main import main
+from tests.conftest import repeat_filtered, unremovable_left_over
 
 DEEP_TOML = "[sim]\nspeed = 5\nx = " + "[" * 5000 + "]" * 5000 + "\n"
 
 
 def _passed_records(run):
-    """The log records of the spec_controller loggers that pass the daemon's RepeatFilter (a still clock) while
-    run() runs."""
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    handler.addFilter(RepeatFilter(interval_s=60, clock=lambda: 0.0))
-    logger = logging.getLogger("spec_controller")
-    logger.addHandler(handler)
-    try:
+    """The messages of the spec_controller log that pass the daemon's RepeatFilter (a still clock) while run() runs."""
+    with repeat_filtered() as records:
         run()
-    finally:
-        logger.removeHandler(handler)
     return [r.getMessage() for r in records]
 
 
@@ -48,20 +38,9 @@ def test_ap3_a_left_over_socket_that_cannot_be_removed_for_any_reason_is_refused
                                                                                           code):
     """Not only EPERM / EACCES: a read-only mount (EROFS) or EBUSY escaped check_socket_free as an OSError, not the
     RuntimeError that `run` says in one line."""
-    import pathlib
-
     from controller.daemon import api
     path = short_tmp / "c.sock"
-    left = socket.socket(socket.AF_UNIX)
-    left.bind(str(path))
-    left.close()                                      # nobody listens: a left-over
-    real_unlink = pathlib.Path.unlink
-
-    def refuse(self, missing_ok=False):
-        if self == path:
-            raise OSError(code, os.strerror(code), str(self))
-        return real_unlink(self, missing_ok=missing_ok)
-    monkeypatch.setattr(pathlib.Path, "unlink", refuse)
+    unremovable_left_over(path, monkeypatch, code)
     with pytest.raises(RuntimeError, match=rf"a left-over nobody listens on, which this user cannot remove "
                                            rf"\({os.strerror(code)}\)"):
         api.check_socket_free(path)

@@ -1,4 +1,5 @@
 """Boundary inputs a review (helper-95) found getting through: each kept here, red before its fix."""
+import errno
 import pytest
 from click.testing import CliRunner
 
@@ -328,19 +329,9 @@ def test_a_telemetry_socket_this_user_may_not_connect_to_counts_as_in_use(short_
 def test_a_left_over_control_socket_that_cannot_be_removed_is_one_line(short_tmp, monkeypatch):
     """A crashed run's socket of another user in a sticky directory (/tmp): unlink's EPERM was a PermissionError
     traceback out of `spec-controller run` (checked as uid 65534 on a real one)."""
-    import pathlib
-    import socket
+    from tests.conftest import unremovable_left_over
     path = short_tmp / "c.sock"
-    left = socket.socket(socket.AF_UNIX)
-    left.bind(str(path))
-    left.close()                                      # nobody listens: a left-over
-    real_unlink = pathlib.Path.unlink
-
-    def refuse(self, missing_ok=False):
-        if self == path:
-            raise PermissionError(1, "Operation not permitted", str(self))
-        return real_unlink(self, missing_ok=missing_ok)
-    monkeypatch.setattr(pathlib.Path, "unlink", refuse)
+    unremovable_left_over(path, monkeypatch, errno.EPERM)
     from controller.daemon import logs
     monkeypatch.setattr(logs, "setup", lambda level: None)    # (the daemon's log set-up: the other tests' caplog)
     result = CliRunner().invoke(main, ["run", "--socket", str(path), "--db", str(short_tmp / "x.db")])
