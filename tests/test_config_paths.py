@@ -202,3 +202,18 @@ def test_what_is_at_a_given_path_is_refused_by_check_as_by_run(short_tmp, key, t
         assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith(
             f"spec-controller: config: {said.format(p=sock if key == 'socket' else db)}"), (words, res.stderr)
     assert sorted(q.name for q in short_tmp.iterdir()) == before
+
+
+@pytest.mark.parametrize("args", [["--db", "~/x.db"], ["--socket", "~/c.sock"], ["--set", 'storage.db="~/x.db"']])
+def test_a_quoted_tilde_on_the_command_line_is_named_as_such(tmp_path, monkeypatch, args):
+    """(helper-94: `run --db '~/x.db'` said only that a directory .../~ did not exist; the config file's own `~` line
+    says nothing expands it)"""
+    from click.testing import CliRunner
+    from controller.daemon.main import main
+    from controller.daemon import logs
+    monkeypatch.setattr(logs, "setup", lambda level: None)    # (the daemon's log set-up: the other tests' caplog)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["run", *args])
+    assert result.exit_code == 2 and "~ does not exist (nothing expands ~ here: write the path out)" in result.output, \
+        result.output
+    assert not (tmp_path / "~").exists()

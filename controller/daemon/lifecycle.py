@@ -15,7 +15,7 @@ from state import queries
 from state.db import DaemonLock, leave_wal, open_store
 from state.writer import Writer
 
-from ..paths import DEFAULT_CONFIG, UNIT_DB, UNIT_SOCKET, default_db, default_socket, is_db_own_path, socket_path_problem
+from ..paths import DEFAULT_CONFIG, UNIT_DB, UNIT_SOCKET, default_db, default_socket, home_unexpanded, is_db_own_path, socket_path_problem
 from ..sim.profile import ProfileError
 from .config import ConfigError, load_config, restart_needed, shadowed
 from .engines.base import Engine, EngineError
@@ -69,11 +69,11 @@ def check_given_paths(cfg: dict) -> None:
 
 
 def _given_parent_exists(what: str, given: str | None, default: Path, the_units: Path) -> None:
-    """A path the operator gave lives in a directory that exists: a typo must not start the daemon on a
-    fresh, empty state in a new directory. The default paths' directories are created as needed."""
+    """A path the operator gave lives in a directory that exists (a typo must not start on a fresh, empty state)."""
     parent = Path(given).absolute().parent if given else None
-    if parent is not None and not parent.is_dir():
-        state = "is not a directory" if parent.exists() else "does not exist"
+    if parent is not None and not parent.is_dir():       # ('~/x.db' quoted: a folder named ~, which the line says)
+        tilde = f" ({why})" if (why := home_unexpanded(given)) else ""
+        state = "is not a directory" if parent.exists() else f"does not exist{tilde}"
         where = str(default) if default == the_units else f"{default} here, {the_units} under the unit"
         raise Fatal(f"{what} {given}: its directory {parent} {state} (create it, or leave the option out for "
                     f"the default: {where})", 2)
