@@ -175,3 +175,33 @@ def test_the_sglang_receiver_hands_hostile_wire_samples_to_the_gate(short_tmp):
     assert svc.stats.total == 2
     push.close(linger=0)
     writer.stop()
+
+
+def test_samples_that_keep_arriving_all_rejected_make_the_daemon_unhealthy(tmp_path):
+    """helper-95: samples stamped far off the daemon's clock (or any kind rejected, all of them) left status
+    'healthy' while nothing was learned. A minute of nothing but rejects is a problem; a good sample clears it;
+    a few rejects and then an idle engine are none."""
+    real = [1000.0]
+    service, writer = make_service(tmp_path)
+    try:
+        gate = service.ingest.gate
+        gate.monotonic = lambda: real[0]
+        now = service.clock.now()
+        bad = Sample(now + 3600.0, 4, 0, 4, 0.01)          # an hour ahead: "time"
+        for step in range(7):                             # 60 s of rejects, one every 10 s
+            service.ingest.on_sample(bad)
+            assert gate.stalled() is None or step == 6
+            real[0] += 10.0 if step < 6 else 0.0
+        problems = service.status()["daemon"]["problems"]
+        assert "telemetry: every sample rejected for 60 s (time 7); nothing is learned" in problems, problems
+        assert not service.status()["daemon"]["healthy"]
+        real[0] += 61.0                                   # then nothing arrives for a minute: an idle engine
+        assert gate.stalled() is None
+        service.ingest.on_sample(bad)
+        real[0] += 70.0
+        service.ingest.on_sample(bad)
+        assert gate.stalled() is not None
+        service.ingest.on_sample(good(service.clock.now()))
+        assert gate.stalled() is None and service.status()["daemon"]["healthy"]
+    finally:
+        writer.stop()

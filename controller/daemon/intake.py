@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import replace
 from typing import Callable
 
@@ -80,12 +81,14 @@ class SampleGate:
     the steady clock's time base. Called by one thread: the engine's, which hands samples over one at a
     time."""
 
-    def __init__(self, max_batch_size: int, k: int, clock: SteadyClock):
+    def __init__(self, max_batch_size: int, k: int, clock: SteadyClock, monotonic: Callable[[], float] = time.monotonic):
         self.max_batch_size = max_batch_size
         self.k = k
-        self.clock = clock
+        self.clock, self.monotonic = clock, monotonic
         self.last_t: float | None = None
         self.rejected = dict.fromkeys(REJECT_KINDS, 0)
+        self.admitted_at: float | None = None       # (real time) the newest sample let through
+        self.rejects: list | None = None     # since it: [first reject's real time, the newest's, {kind: count}]
 
     def admit(self, s: Sample) -> tuple[str | None, Sample]:
         """(None, the sample on the steady time base) if it may pass; else (the reject kind, counted, and
@@ -98,9 +101,23 @@ class SampleGate:
         if why is None:
             s = replace(s, t=s.t + offset) if offset else s
             self.last_t = s.t if self.last_t is None else max(self.last_t, s.t)
+            self.admitted_at, self.rejects = self.monotonic(), None
         else:
             self.rejected[why] += 1
+            now = self.monotonic()
+            self.rejects = self.rejects or [now, now, {}]
+            self.rejects[1], self.rejects[2][why] = now, self.rejects[2].get(why, 0) + 1
         return why, s
+
+    def stalled(self, window_s: float = 60.0) -> str | None:
+        """Samples still arrive (one within window_s) and every one since window_s ago at least was rejected (a clock
+        far off the engine's, a plugin of another version): nothing is learned, which status must not call healthy.
+        None otherwise (a few rejects, then an idle engine, are no problem)."""
+        now = self.monotonic()
+        if self.rejects is None or now - self.rejects[0] < window_s or now - self.rejects[1] > window_s:
+            return None
+        kinds = ", ".join(f"{k} {n}" for k, n in self.rejects[2].items())
+        return f"telemetry: every sample rejected for {now - self.rejects[0]:.0f} s ({kinds}); nothing is learned"
 
     @property
     def rejected_total(self) -> int:

@@ -270,6 +270,8 @@ class Service:
         out += [f"{job}: {error}" for job, error in sorted(self.job_failing.items())]
         if self.ingest.failing:
             out.append(f"ingest: {self.ingest.failing}")
+        if stalled := self.ingest.gate.stalled():
+            out.append(stalled)
         if self.refused:        # (the loop decides on; the engine runs what it last took)
             out.append("actuation: the engine did not take threshold %d (%s); retried every retune" % self.refused)
         return out
