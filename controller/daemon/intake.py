@@ -113,11 +113,11 @@ class SampleGate:
         """Samples still arrive (one within window_s) and every one since window_s ago at least was rejected (a clock
         far off the engine's, a plugin of another version): nothing is learned, which status must not call healthy.
         None otherwise (a few rejects, then an idle engine, are no problem)."""
-        now = self.monotonic()
-        if self.rejects is None or now - self.rejects[0] < window_s or now - self.rejects[1] > window_s:
+        now, rejects = self.monotonic(), self.rejects      # (read once: the engine's thread replaces and fills it)
+        if rejects is None or now - rejects[0] < window_s or now - rejects[1] > window_s:
             return None
-        kinds = ", ".join(f"{k} {n}" for k, n in self.rejects[2].items())
-        return f"telemetry: every sample rejected for {now - self.rejects[0]:.0f} s ({kinds}); nothing is learned"
+        kinds = ", ".join(f"{k} {n}" for k, n in dict(rejects[2]).items())
+        return f"telemetry: every sample rejected for {now - rejects[0]:.0f} s ({kinds}); nothing is learned"
 
     @property
     def rejected_total(self) -> int:
