@@ -77,9 +77,10 @@ def policy_show(ctx: Ctx, as_json: bool) -> None:
     except DaemonUnreachable:
         from policies import known_name
         from state import queries
-        saved = offline_read(ctx, queries.settings).get("policy") or {}
+        settings = offline_read(ctx, queries.settings)
+        saved = settings.get("policy") or {}
         info = {"name": saved.get("name"), "policy": known_name(saved.get("name")), "params": full_params(saved),
-                "daemon_running": False}
+                "pinned": settings.get("pinned"), "daemon_running": False}     # (pinned: as the daemon's, or null)
     emit(info, as_json, lambda i: f"{i['name']}{alias_note(i)}" + "".join(f"\n    {k}={v}" for k, v in i["params"].items()))
 
 
