@@ -22,3 +22,12 @@ def test_policy_show_json_offline_says_the_pin_as_the_daemon_does(short_tmp):
     assert _offline(short_tmp, "threshold", "pin", "7").exit_code == 0
     res = _offline(short_tmp, "policy", "show", "--json")
     assert res.exit_code == 0 and json.loads(res.stdout)["pinned"] == 7
+
+
+def test_offline_pin_at_the_saved_pin_changes_nothing_as_online(short_tmp):
+    """Online a pin at the pinned value says 'already pinned ...; nothing changed'; offline it said 'saved' again."""
+    assert "saved to" in _offline(short_tmp, "threshold", "pin", "7").output
+    again = _offline(short_tmp, "threshold", "pin", "7")
+    assert again.exit_code == 0 and again.output.strip().endswith("threshold already pinned at 7 in "
+                                                                  f"{short_tmp / 's.db'}; nothing changed")
+    assert "saved to" in _offline(short_tmp, "threshold", "pin", "8").output

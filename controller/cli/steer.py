@@ -155,10 +155,12 @@ def _pin(ctx: Ctx, value: int | None) -> None:
                    f"threshold unpinned (now {res['threshold']}{_trial_note(res)}, policy decides)")
     except DaemonUnreachable:
         if value is None:
-            from ..paths import present
             if not present(ctx.db) or _saved_pin(ctx) is None:
                 click.echo(f"daemon is not running: the threshold was not pinned in {ctx.db}; nothing changed")
                 return
+        elif present(ctx.db) and _saved_pin(ctx) == value:       # (as the daemon says it: nothing written)
+            click.echo(f"daemon is not running: threshold already pinned at {value} in {ctx.db}; nothing changed")
+            return
         save_offline(ctx, "pinned", value)
         from state import queries
         top = offline_read(ctx, queries.started_max_batch) if value is not None else None
