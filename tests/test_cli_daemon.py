@@ -62,8 +62,8 @@ def test_policy_list_show_set(daemon):
     (["threshold", "pin", "abc"], 2, "threshold 'abc' is not an integer"),
     (["threshold", "pin", "99999999"], 2, "threshold 99999999 out of range (allowed 0 .. 65536)"),
     (["threshold", "pin", "300"], 2, "out of range (allowed 0 .. 256)"),
-    (["history", "--limit", "0"], 2, "limit 0 out of range (allowed 1 .. 10000)"),
-    (["history", "--limit", "-5"], 2, "limit -5 out of range"),
+    (["history", "--limit", "0"], 2, "--limit 0 out of range (allowed 1 .. 10000)"),
+    (["history", "--limit", "-5"], 2, "--limit -5 out of range"),
 ])
 def test_bad_input_changes_nothing(daemon, args, code, needle):
     before = json.loads(specctl(daemon, "policy", "show", "--json").stdout)
@@ -477,3 +477,9 @@ def test_policy_list_marks_the_saved_policy_with_the_daemon_down(short_tmp):
     assert CliRunner().invoke(cli, [*base, "policy", "set", "ucb"]).exit_code == 0
     rows = json.loads(CliRunner().invoke(cli, [*base, "policy", "list", "--json"]).stdout)
     assert [r["name"] for r in rows if r["active"]] == ["ucb"]
+
+
+def test_stops_timeout_out_of_range_names_the_flag():
+    """Every option's range error names it as typed (`--limit`, `--timeout` said `limit 0`, `timeout 0`; helper-98)."""
+    res = CliRunner().invoke(cli, ["stop", "--timeout", "0"])
+    assert res.exit_code == 2 and "--timeout 0 out of range (allowed 1 .. 3600)" in res.output, res.output

@@ -207,7 +207,7 @@ def threshold_unpin(ctx: Ctx) -> None:
 
 # --- history ------------------------------------------------------------------
 @click.command()
-@click.option("--limit", metavar="N", type=Bounded("limit", 1, 10000), default=20, show_default=True,
+@click.option("--limit", metavar="N", type=Bounded("--limit", 1, 10000), default=20, show_default=True,
               help="at most N decisions")
 @json_option
 @click.pass_obj

@@ -62,7 +62,7 @@ def wait_gone(db: Path, pid: int, timeout: float, poll_s: float = 0.1) -> bool:
 
 
 @click.command()
-@click.option("--timeout", metavar="SECONDS", type=Bounded("timeout", 1, 3600, float), default=150.0,
+@click.option("--timeout", metavar="SECONDS", type=Bounded("--timeout", 1, 3600, float), default=150.0,
               show_default=True, help="how long to wait for the drain")
 @click.option("--no-wait", is_flag=True, help="ask, and return at once")
 @click.pass_obj
