@@ -12,10 +12,13 @@ OFF_WORDS = frozenset({"0", "false", "no", "off"})
 ON_WORDS = frozenset({"1", "true", "yes", "on"})
 PLUGIN_ENV = "SPEC_CONTROLLER_PLUGIN"              # "0": the plugin stays out of this SGLang
 EXPERIMENTS_ENV = "SPEC_CONTROLLER_EXPERIMENTS"    # "1": the simulator's knobs and the draft's hidden states
+ALLOC_LOOP_ENV = "SPEC_CONTROLLER_ALLOC_LOOP"      # the plugin's modules of the same names read these (their ENV)
+PLAIN_OFF_ENV = "SPEC_CONTROLLER_PLAIN_OFF"
+WARM_SIZES_ENV = "SPEC_CONTROLLER_WARM_SIZES"
+FAST_GRAMMAR_ENV = "SPEC_CONTROLLER_FAST_GRAMMAR"
 # The switches an operator may set for the daemon's engine (the rest the daemon sets: sglang_env.DAEMON_ENV)
 OPERATOR_SWITCHES = frozenset({EXPERIMENTS_ENV, ENV_DRAFT_KV_GRAPH, ENV_DRAFT_KV_SIDE, ENV_LEAN_OFF, ENV_DEFER_PROMPT_KV,
-                               ENV_LEAN_RESOLVE, "SPEC_CONTROLLER_ALLOC_LOOP", "SPEC_CONTROLLER_PLAIN_OFF",
-                               "SPEC_CONTROLLER_WARM_SIZES", "SPEC_CONTROLLER_FAST_GRAMMAR"})
+                               ENV_LEAN_RESOLVE, ALLOC_LOOP_ENV, PLAIN_OFF_ENV, WARM_SIZES_ENV, FAST_GRAMMAR_ENV})
 COALESCE_RANGE = (0, 64)                           # ENV_DRAFT_KV_COALESCE: draft-KV writes per graph replay
 
 

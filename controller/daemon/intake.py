@@ -87,8 +87,8 @@ class SampleGate:
         self.clock, self.monotonic = clock, monotonic
         self.last_t: float | None = None
         self.rejected = dict.fromkeys(REJECT_KINDS, 0)
-        self.admitted_at: float | None = None       # (real time) the newest sample let through
-        self.rejects: list | None = None     # since it: [first reject's real time, the newest's, {kind: count}]
+        self.rejects: list | None = None     # since the newest sample let through: [first reject's real time, the
+        #                                      newest's, {kind: count}] (None: none since)
 
     def admit(self, s: Sample) -> tuple[str | None, Sample]:
         """(None, the sample on the steady time base) if it may pass; else (the reject kind, counted, and
@@ -101,7 +101,7 @@ class SampleGate:
         if why is None:
             s = replace(s, t=s.t + offset) if offset else s
             self.last_t = s.t if self.last_t is None else max(self.last_t, s.t)
-            self.admitted_at, self.rejects = self.monotonic(), None
+            self.rejects = None
         else:
             self.rejected[why] += 1
             now = self.monotonic()

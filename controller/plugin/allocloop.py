@@ -23,10 +23,11 @@ import logging
 import textwrap
 from typing import Any, Callable, Iterator, Mapping
 
+from ..envwords import ALLOC_LOOP_ENV
 from .support import switch_on
 
 TARGET = "sglang.srt.mem_cache.allocation.alloc_for_spec_decode"
-ENV = "SPEC_CONTROLLER_ALLOC_LOOP"
+ENV = ALLOC_LOOP_ENV
 # sha1 of ast.unparse(the function) with ' for ": 0.5.16, 0.5.17 and 0.5.18 (tests/test_allocloop.py reads the wheels)
 AUDITED = frozenset({"d8e636c18c5c8027b40873096fe0c63a4b3a8c36"})
 RELEASES = ((0, 5, 16), (0, 5, 18))      # registered for these (0.5.14-0.5.15 lack the function, 0.5.19+ are fixed)

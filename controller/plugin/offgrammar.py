@@ -32,11 +32,13 @@ import logging
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from ..envwords import FAST_GRAMMAR_ENV
+
 log = logging.getLogger("spec_controller.plugin")
 
 # "0": grammar batches keep SGLang's steps-0 path (the fast path for them is the default: on one H200 its
 # constrained outputs equalled the no-spec engine's, and steps-0 ran the off engine at 0.50 of it, 12-01g)
-ENV = "SPEC_CONTROLLER_FAST_GRAMMAR"
+ENV = FAST_GRAMMAR_ENV
 ATTRIBUTES = ("enable_spec", "enable_overlap")   # TpModelWorker's, read by its delayed-sample condition
 
 

@@ -23,11 +23,12 @@ import time
 from typing import Any, Callable
 
 from ..contract import parse_version
+from ..envwords import PLAIN_OFF_ENV
 from . import fastoff
 from .support import FUTURE_MAP, RESULT_PROCESSOR, SCHEDULE_BATCH, switch_on
 
 log = logging.getLogger("spec_controller.plugin")
-ENV = "SPEC_CONTROLLER_PLAIN_OFF"
+ENV = PLAIN_OFF_ENV
 VERSIONS = ((0, 5, 17), (0, 5, 18))     # where the seams' facts were read (sglang_names.PLAIN_OFF_FACTS)
 
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-ENV = "SPEC_CONTROLLER_WARM_SIZES"
+from ..envwords import WARM_SIZES_ENV
+
+ENV = WARM_SIZES_ENV
 ALLOCATION = "sglang.srt.mem_cache.allocation"
 # What warm() calls and reads (tests/test_warmsizes_contract.py checks them against the wheels that have them)
 CALLABLES = {f"{ALLOCATION}.assign_req_to_token_pool_func": ("req_pool_indices", "req_to_token", "start_offset",

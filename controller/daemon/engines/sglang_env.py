@@ -50,7 +50,7 @@ def user_env(args: dict) -> dict[str, str]:
     for name, value in env.items():
         if name in DAEMON_ENV:
             raise EngineError(f"sglang engine: [sglang] env {name} is set by {DAEMON_ENV[name]}: remove it from env")
-        if not name or "=" in name or "\0" in name or isinstance(value, (dict, list)):
+        if not name or "=" in name or isinstance(value, (dict, list)):
             raise EngineError(f"sglang engine: [sglang] env {name!r} = {shown_value('env.' + name, value)!r}: a "
                               "variable name and a string")
         out[name] = ("1" if value else "0") if isinstance(value, bool) else str(value)   # the plugin's switches
