@@ -60,6 +60,23 @@ def find_db() -> Path:
     return _first_existing("SPECCTL_DB", (UNIT_DB, default_db()), default_db())
 
 
+TEXT_FILE_LIMIT = 16 << 20
+
+
+def read_text_file(path: str | Path, limit: int = TEXT_FILE_LIMIT) -> str:
+    """A config, profile or trace file's text. OSError for what is not a regular file of at most `limit`
+    bytes: a FIFO blocked `config check` for good and /dev/zero read until memory ran out.
+    UnicodeDecodeError as read_text's."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)      # (a FIFO's open waits for a writer)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", str(path))
+    return data.decode()
+
+
 def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Write a file the daemon owns without following a symbolic link planted at its path (the
     daemon runs as root); created with `mode`. OSError on failure (ELOOP for a link)."""

@@ -131,3 +131,30 @@ def test_a_profile_or_trace_name_too_long_for_the_file_system_is_one_line(tmp_pa
         load("a" * 300)                              # was OSError ENAMETOOLONG from the look for a built-in one
     with pytest.raises(ProfileError, match=f"^{what} '{tmp_path}/a{{300}}.toml': File name too long$"):
         load(str(tmp_path / ("a" * 300 + ".toml")))
+
+
+@pytest.mark.parametrize("flag", [["--config", "{p}"], ["--set", 'sim.profile="{p}"'], ["--set", 'sim.trace="{p}"']])
+def test_a_fifo_named_as_a_config_profile_or_trace_is_one_line_not_a_hang(tmp_path, flag):
+    """A real subprocess: before, opening the FIFO waited for a writer for good (and /dev/zero read until memory ran
+    out), so config check, run and a SIGHUP reload hung."""
+    import os
+    import subprocess
+    import sys
+    fifo = tmp_path / "c.toml"
+    os.mkfifo(fifo)
+    args = [a.format(p=fifo) for a in flag]
+    done = subprocess.run([sys.executable, "-m", "controller.daemon", "config", "check", *args], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert done.stderr.strip().endswith(f"{fifo}: cannot read (not a regular file)"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_config_file_past_the_size_limit_is_one_line(tmp_path):
+    from controller.paths import TEXT_FILE_LIMIT
+    path = tmp_path / "big.toml"
+    path.write_bytes(b"#" * (TEXT_FILE_LIMIT + 1))       # (comments only: was read whole and run as an empty config)
+    with pytest.raises(ConfigError, match=f"^config file {path}: cannot read \\(larger than 16 MiB\\)$"):
+        load_config(path)
+    path.write_bytes(b"#" * TEXT_FILE_LIMIT)
+    assert load_config(path)["sim"] == load_config(None)["sim"]

@@ -14,7 +14,7 @@ from policies import PolicyError, make_policy
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
 from ..paths import (DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, is_db_own_path, names_a_file,
-                     socket_path_problem)
+                     read_text_file, socket_path_problem)
 from .engines.child import SGLANG_PORT
 from .engines.sglang_flags import shown_value
 
@@ -109,7 +109,7 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
     path = Path(path)
     if path.exists() or explicit:
         try:
-            file_data = tomllib.loads(path.read_text())
+            file_data = tomllib.loads(read_text_file(path))
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
         except OSError as e:
@@ -304,7 +304,7 @@ def shadowed(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]]
     if not path or not overrides:
         return []
     try:
-        data = tomllib.loads(Path(path).read_text())
+        data = tomllib.loads(read_text_file(path))
         data = {s: anchored(s, v, Path(path).parent) if isinstance(v, dict) else v for s, v in data.items()}
     except (OSError, tomllib.TOMLDecodeError, ConfigError, RecursionError):
         return []

@@ -9,7 +9,7 @@ from state.db import StoreError
 
 from ..cli.options import EXIT_USAGE, Bounded, OneLineGroup, fail_as, version_option
 from . import logs
-from ..paths import DEFAULT_CONFIG
+from ..paths import DEFAULT_CONFIG, read_text_file
 from .config import FLAGS, LOG_LEVELS, ConfigError, load_config, parse_set
 from .lifecycle import Daemon, Fatal
 
@@ -151,7 +151,7 @@ def _empty_note(config_path: str | None) -> list[str]:
     import tomllib
     path = Path(config_path) if config_path else DEFAULT_CONFIG
     try:
-        empty = path.is_file() and tomllib.loads(path.read_text()) == {}
+        empty = path.is_file() and tomllib.loads(read_text_file(path)) == {}
     except (OSError, ValueError, RecursionError):
         empty = False
     return [f"{path} sets nothing: run takes every default, the simulator (engine sim), and starts no SGLang"] \

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..contract import MAX_BATCH, zero_saves_prefill_draft
-from ..paths import beside, names_a_file
+from ..paths import beside, names_a_file, read_text_file
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "profiles"
 TRACE_DIR = BUILTIN_DIR / "traces"
@@ -145,7 +145,7 @@ class Trace:
 # --- reading -----------------------------------------------------------------
 def _read(path: Path, what: str) -> dict:
     try:
-        text = path.read_text()
+        text = read_text_file(path)
     except OSError as e:
         raise ProfileError(f"{what} {path}: cannot read ({e.strerror})") from None
     except UnicodeDecodeError as e:         # (a binary file: was a traceback out of run and simulate)
