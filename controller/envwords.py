@@ -31,10 +31,11 @@ def switch_on(env: Mapping[str, str], name: str, default: bool = True) -> bool:
 
 
 def env_int(raw: str) -> int | None:
-    """An environment value as an integer, or None: decimal digits only, at most 9 of them ('²' passes isdigit()
-    and not int(); int() of thousands of digits raises, which would stop the scheduler's start-up)."""
+    """An environment value as an integer, or None: ASCII decimal digits only, at most 9 of them ('²' passes
+    isdigit() and not int(); int() of thousands of digits raises, which would stop the scheduler's start-up; '٣'
+    passes isdecimal() and reads 3, as no operator wrote it: the daemon's numbers are ASCII too, numtext)."""
     text = raw.strip()
-    return int(text) if text.isdecimal() and len(text) <= 9 else None
+    return int(text) if text.isascii() and text.isdecimal() and len(text) <= 9 else None
 
 
 def operator_value_problem(name: str, value: str) -> str | None:

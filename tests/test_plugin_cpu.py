@@ -919,8 +919,8 @@ def test_the_engine_starts_at_the_daemons_threshold_or_at_0_with_a_warning(raw, 
 
 def test_environment_integers_are_decimal_digits_nine_at_most_and_are_shown_cut():
     from controller.plugin.instance import env_int, shown
-    assert [env_int(x) for x in ("123456789", " 7 ", "1234567890", "\u00b2", "-1", "", "0")] == \
-        [123456789, 7, None, None, None, None, 0]
+    assert [env_int(x) for x in ("123456789", " 7 ", "1234567890", "\u00b2", "-1", "", "0", "\u0663", "\uff13")] == \
+        [123456789, 7, None, None, None, None, 0, None, None]       # (Arabic-Indic and full-width 3: not ASCII)
     assert shown("abc") == "'abc'" and shown("x" * 40) == repr("x" * 40)
     assert shown("x" * 41) == repr("x" * 40) + "... (41 characters)"
 
