@@ -12,6 +12,8 @@ import os
 import sqlite3
 import stat
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import sqlite_utils
@@ -190,6 +192,22 @@ def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = Tr
         if isinstance(e, sqlite3.Error):
             raise StoreError(_describe(path, e, readonly)) from None
         raise StoreError(f"database {path}: {e}") from None     # a schema newer than this version knows
+
+
+@contextmanager
+def durable(conn: sqlite3.Connection) -> Iterator[None]:
+    """Commits inside are on disk when they return: under the store's synchronous=NORMAL a WAL commit is not synced
+    (SQLite: it "might roll back following a power loss or system crash"), and a pin or a policy said saved could be
+    gone after one. For commands, the daemon's and specctl's offline ones; samples stay NORMAL (synced at checkpoints).
+    sqlite3.Error if the pragma fails (it touches no disk)."""
+    conn.execute("PRAGMA synchronous=FULL")
+    try:
+        yield
+    finally:
+        try:
+            conn.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error:
+            pass
 
 
 def leave_wal(db: sqlite_utils.Database) -> None:

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import logging
 import queue
+import sqlite3
 import threading
 import time
 from typing import Any, Callable, Sequence
 
 import sqlite_utils
 
-from .db import classify
+from .db import classify, durable
 from .items import INSERTS, Ticket, decision_item, event_item, policy_state_item, setting_item
 from .logs import RateLimitedLog
 
@@ -198,21 +199,12 @@ class Writer:
             self._logs.error(f"write:{what}", "state writer: a %s write failed and was rolled back: %s", what, error)
 
     def _synced(self, items: list) -> Exception | None:
-        """_commit for a command, acknowledged once committed, so on disk when it returns: under the store's
-        synchronous=NORMAL a WAL commit is not synced (SQLite: it "might roll back following a power loss or system
-        crash"), and a pin or a policy said saved could be gone after one. Samples stay NORMAL (synced at checkpoints)."""
-        conn = self.db.conn
+        """_commit for a command, acknowledged once committed, so on disk when it returns (db.durable)."""
         try:
-            conn.execute("PRAGMA synchronous=FULL")       # (a pragma touches no disk)
-        except Exception as e:
+            with durable(self.db.conn):
+                return self._commit(items)
+        except sqlite3.Error as e:          # (the pragma's: nothing was written)
             return e
-        try:
-            return self._commit(items)
-        finally:
-            try:
-                conn.execute("PRAGMA synchronous=NORMAL")
-            except Exception:
-                pass
 
     def _commit(self, items: list) -> Exception | None:
         """One transaction; the error that rolled it back, or None."""
