@@ -36,7 +36,10 @@ def engine(seen: list, delay=lambda body: 0.0) -> ThreadingHTTPServer:
                 out = json.dumps({"updated": True}).encode()
             else:
                 time.sleep(delay(body))
-                out = json.dumps({"output_ids": [7] * body["sampling_params"]["max_new_tokens"]}).encode()
+                n = body["sampling_params"]["max_new_tokens"]
+                batch = body["input_ids"] and isinstance(body["input_ids"][0], list)     # (SGLang's batched form)
+                out = json.dumps([{"output_ids": [7] * n, "meta_info": {"e2e_latency": 0.5 + i / 100}}
+                                  for i in range(len(body["input_ids"]))] if batch else {"output_ids": [7] * n}).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(out)))
             self.end_headers()
@@ -270,6 +273,29 @@ def test_steady_runs_say_how_far_apart_their_requests_ended(tmp_path):
     finally:
         server.shutdown()
     assert 250 <= row["end_spread_ms"] <= row["wall_ms"] - 150 and row["wall_ms"] >= 500   # ends apart, not the wall
+
+
+def test_a_batched_steady_run_sends_the_same_prompts_in_one_request(tmp_path):
+    """--steady-batched: the C prompts of the same seed as one /generate (SGLang admits them together), its tok/s
+    over the C outputs, its end spread from SGLang's e2e_latency; traffic_table reads its rows."""
+    seen: list = []
+    server = engine(seen, lambda body: 1.0 if isinstance(body["input_ids"][0], list) else 0.0)
+    try:
+        rows = [run_loads("--shape", "steady", "--levels", "4", "--steady-len", "3", "--repeats", "1", "--port",
+                          str(server.server_port), "--label", "off", *extra, out=tmp_path / f"r{len(extra)}.jsonl")[0]
+                for extra in ([], ["--steady-batched"])]
+    finally:
+        server.shutdown()
+    singles, (batched,) = [b for _, b in seen[:4]], [b for _, b in seen[4:]]
+    assert len(seen) == 5 and [b["input_ids"] for b in singles] != [] and \
+        sorted(map(tuple, batched["input_ids"])) == sorted(tuple(b["input_ids"]) for b in singles)
+    assert batched["sampling_params"] == singles[0]["sampling_params"]
+    assert rows[1]["batched"] is True and rows[1]["end_spread_ms"] == 30.0 and "batched" not in rows[0]
+    assert rows[1]["tok_s"] == pytest.approx(12 / (rows[1]["wall_ms"] / 1e3), rel=0.05)
+    sys.path.insert(0, str(ROOT / "bench/gpu"))
+    import traffic_table
+    assert not traffic_table.not_steady(rows[1]) and not traffic_table.not_steady({**rows[1], "end_spread_ms": None})
+    assert traffic_table.not_steady({**rows[1], "end_spread_ms": 0.06 * rows[1]["wall_ms"]})
 
 
 def sleeper_group() -> subprocess.Popen:

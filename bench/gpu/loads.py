@@ -13,7 +13,8 @@ specctl commands to the daemon at --socket, run in order) measured in one engine
 drift between runs does not decide a ranking); --flush empties the radix cache before each measurement (the
 seeded prompts repeat across configs and repeats).
 
-steady: C requests start together (prompt 16, output --steady-len tokens): decode at batch size C.
+steady: C requests start together (prompt 16, output --steady-len tokens): decode at batch size C
+  (--steady-batched: as one batched /generate, which SGLang admits in one go).
 closed: C clients, each re-issuing at once, prompt 32-256 and output 64-512 tokens (uniform, seeded;
   --logprob-share S: that share asks for logprobs; --grammar-share S: that share carries the regex
   --grammar-regex (sampling_params "regex"; the engines need a grammar backend: common.sh GRAMMAR_BACKEND));
@@ -58,9 +59,11 @@ def body(ids: list[int], n: int, logprob: bool = False, regex: str | None = None
     return out
 
 
-def steady(port: int, c: int, output_len: int, seed: int) -> dict:
+def steady(port: int, c: int, output_len: int, seed: int, batched: bool = False) -> dict:
     rnd = random.Random(seed)
     prompts = [[rnd.randrange(3, 32000) for _ in range(16)] for _ in range(c)]
+    if batched:
+        return steady_batched(port, prompts, output_len)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(c) as pool:
         done = list(pool.map(lambda ids: (post(port, "/generate", body(ids, output_len)), time.perf_counter()),
@@ -71,6 +74,23 @@ def steady(port: int, c: int, output_len: int, seed: int) -> dict:
     # at 128 decoded at a mean batch of 94) end apart, and that run is not steady decode (traffic_table flags it)
     return {"tok_s": round(sum(len(o["output_ids"]) for o, _ in done) / wall, 1),
             "end_spread_ms": round((max(ends) - min(ends)) * 1e3, 1), "wall_ms": round(wall * 1e3, 1)}
+
+
+def steady_batched(port: int, prompts: list[list[int]], output_len: int) -> dict:
+    """The C prompts as one batched /generate: pre-tokenized, SGLang's tokenizer manager hands them to the scheduler
+    as one message (0.5.17 _handle_batch_request -> _send_batch_request), so they are admitted together. C separate
+    HTTP requests reached it over up to ~70 decode steps in 1 run of ~6 (h100-2026-12-06, -06b: mean batch 92-105 of
+    128), which read that pair 0.78-0.82 or 1.2 either way. The end spread is the spread of SGLang's e2e_latency."""
+    t0 = time.perf_counter()
+    outs = post(port, "/generate", {"input_ids": prompts, "sampling_params": body([], output_len)["sampling_params"]})
+    wall = time.perf_counter() - t0
+    if not isinstance(outs, list) or len(outs) != len(prompts):
+        raise ValueError(f"a batched /generate of {len(prompts)} prompts answered {type(outs).__name__} "
+                         f"{len(outs) if isinstance(outs, list) else ''}".rstrip())
+    e2e = [o.get("meta_info", {}).get("e2e_latency") for o in outs]
+    spread = round((max(e2e) - min(e2e)) * 1e3, 1) if all(isinstance(x, (int, float)) for x in e2e) else None
+    return {"tok_s": round(sum(len(o["output_ids"]) for o in outs) / wall, 1), "end_spread_ms": spread,
+            "wall_ms": round(wall * 1e3, 1), "batched": True}
 
 
 def closed(port: int, c: int, seconds: float, warmup: float, seed: int, logprob_share: float = 0.0,
@@ -272,6 +292,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=12.0)
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--steady-len", type=int, default=256)
+    ap.add_argument("--steady-batched", action="store_true", default=os.environ.get("LOAD_STEADY_BATCHED") == "1",
+                    help="steady: the C prompts as one batched /generate, admitted together (default "
+                    "$LOAD_STEADY_BATCHED)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--repeat-index", type=int, default=0, help="seed offset when repeats run in separate calls")
     ap.add_argument("--tokenizer")
@@ -362,7 +385,7 @@ def measure(args: argparse.Namespace, label: str, level: float, rep: int, port: 
     t0, m0 = time.time(), time.monotonic()
     try:
         if args.shape == "steady":
-            res = steady(port, int(level), args.steady_len, seed)
+            res = steady(port, int(level), args.steady_len, seed, args.steady_batched)
         elif args.shape == "closed":
             res = closed(port, int(level), args.seconds, args.warmup, seed, args.logprob_share, args.grammar_share,
                          args.grammar_regex)

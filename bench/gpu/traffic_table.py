@@ -92,7 +92,7 @@ STEADY_SPREAD = 0.05     # a steady run whose requests ended further apart than 
 def not_steady(row: dict) -> bool:
     """A steady-decode run whose C requests did not decode together (loads.steady's end_spread_ms)."""
     return (row.get("shape") == "steady" and bool(row.get("wall_ms"))
-            and row.get("end_spread_ms", 0.0) > STEADY_SPREAD * row["wall_ms"])
+            and (row.get("end_spread_ms") or 0.0) > STEADY_SPREAD * row["wall_ms"])
 
 
 def paired_runs(rs: list[dict], base: list[dict]) -> list[tuple[dict, dict]]:
