@@ -42,8 +42,21 @@ def known_name(name: Any) -> str | None:
 
 def make_policy(name: str, params: Mapping[str, Any] | None = None, *, seed: int = 0,
                 max_batch_size: int = 256) -> Policy:
-    """Build a policy by name or alias, validating every parameter."""
-    return POLICIES[resolve_name(name)](params, seed=seed, max_batch_size=max_batch_size)
+    """Build a policy by name or alias, validating every parameter. A refusal names the policy as the operator
+    typed it ('policy bandit (thompson): ...', not thompson alone) and says which policies take an unknown parameter
+    (`--param c=2` for bandit: c is ucb's)."""
+    real = resolve_name(name)
+    try:
+        return POLICIES[real](params, seed=seed, max_batch_size=max_batch_size)
+    except PolicyError as e:
+        text = str(e)
+        if name != real and text.startswith(f"policy {real}:"):
+            text = f"policy {name} ({real}):" + text[len(f"policy {real}:"):]
+        unknown = sorted(set(params or {}) - {p.name for p in POLICIES[real].PARAMS})
+        owners = [other for other, cls in POLICIES.items() if unknown and unknown[0] in {p.name for p in cls.PARAMS}]
+        if "unknown parameter" in text and owners:
+            text += f"; {unknown[0]} is a parameter of {', '.join(owners)}"
+        raise PolicyError(text) from None
 
 
 def list_policies() -> list[dict]:

@@ -45,6 +45,18 @@ def test_a_policy_without_parameters_says_so():
     assert error(make_policy, "always", {"x": 1}) == "policy always: unknown parameter 'x' (allowed: none)"
 
 
+def test_a_refusal_names_the_policy_as_typed_and_who_takes_an_unknown_parameter():
+    """helper-94: `specctl policy set bandit --param c=2` said 'policy thompson: unknown parameter' (a name the
+    operator never typed) and not that c is ucb's."""
+    assert error(make_policy, "bandit", {"c": 2}).startswith("policy bandit (thompson): unknown parameter 'c' (")
+    assert error(make_policy, "bandit", {"c": 2}).endswith("; c is a parameter of ucb")
+    assert error(make_policy, "bandit", {"half_life_s": 0}) == \
+        "policy bandit (thompson): parameter half_life_s=0 out of range (allowed 0.5 .. 3600)"
+    assert error(make_policy, "ucb", {"scale": 1}).endswith("; scale is a parameter of thompson")
+    assert error(make_policy, "ucb", {"zz": 1}).endswith("prefill, zero_margin)")      # (no policy takes zz)
+    assert error(make_policy, "never", {"threshold": 1}).endswith("; threshold is a parameter of fixed")
+
+
 def test_parse_kv():
     assert parse_kv([" c = 1.5 ", "n=2", "s=a=b"]) == {"c": "1.5", "n": "2", "s": "a=b"}
     assert parse_kv([]) == {}
