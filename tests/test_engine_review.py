@@ -114,7 +114,7 @@ def test_an_answer_cut_short_is_a_failed_probe_and_a_refused_threshold_not_an_es
         server.start()
         eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": port})
         assert eng.probe(now=100.0) is False and eng.probe(now=130.0) is False
-        assert eng.unanswered_s() == 30.0
+        assert eng.unanswered_s(now=130.0) == 30.0 and eng.unanswered_s(now=170.0) == 70.0
         for _ in range(2):
             with pytest.raises(EngineError, match="set_internal_state failed"):
                 eng.set_threshold(4)

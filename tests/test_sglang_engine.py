@@ -205,25 +205,26 @@ def test_engine_that_stops_answering_is_reported_gone_after_hang_after_s(sglang_
                         "hang_after_s": 100})
     eng.proc = sglang_http.proc
     try:
-        assert eng.probe(now=0.0) and eng.health()["ok"]
+        assert eng.probe(now=0.0) and eng.health(now=0.0)["ok"]
         answer["code"] = 503
         assert not eng.probe(now=10.0)
-        h = eng.health()
+        h = eng.health(now=10.0)
         assert h["ok"] and h["detail"].startswith("running: /health_generate unanswered for 0 s (last: HTTP 503")
-        assert not eng.probe(now=60.0) and eng.health()["ok"]
+        assert not eng.probe(now=60.0) and eng.health(now=60.0)["ok"]
         answer["code"] = 200
-        assert eng.probe(now=80.0) and eng.health()["ok"] and eng.health()["detail"] == "running"
+        assert eng.probe(now=80.0) and eng.health(now=80.0)["ok"] and eng.health(now=80.0)["detail"] == "running"
+        assert eng.health(now=500.0)["ok"]                        # (a pass: nothing counts until the next failure)
         answer["code"] = 503
         eng.probe(now=90.0)
         eng.probe(now=150.0)
-        assert eng.health()["ok"]                                  # 60 s < 100 s since the last success
-        eng.probe(now=190.0)
-        h = eng.health()
+        assert eng.health(now=150.0)["ok"]                         # 60 s < 100 s since the last success
+        assert eng.health(now=189.0)["ok"]
+        h = eng.health(now=190.0)              # no probe since 150 (the next one still waiting): hung by the clock
         assert not h["ok"] and h["detail"].startswith("hung: /health_generate unanswered for 100 s")
         server.shutdown()
         server.server_close()
         eng.probe(now=200.0)                                       # refused connections count as failures
-        assert not eng.health()["ok"] and "unanswered for 110 s" in eng.health()["detail"]
+        assert not eng.health(now=200.0)["ok"] and "unanswered for 110 s" in eng.health(now=200.0)["detail"]
     finally:
         eng.proc.kill()
         eng.proc.wait()

@@ -284,14 +284,17 @@ class SGLangEngine(Engine):
         self._last_probe = (now, got)
         return ok
 
-    def unanswered_s(self) -> float:
-        """How long the probes have failed without a success in between (0 when the last one passed)."""
-        return 0.0 if self._failing_since is None else self._last_probe[0] - self._failing_since
+    def unanswered_s(self, now: float | None = None) -> float:
+        """Since the first of a run of failed probes began, to now (0 after a pass): to the last probe's start, a hung
+        HTTP server (each probe waiting 60 s) was called hung up to ~60 s after hang_after_s."""
+        if self._failing_since is None:
+            return 0.0
+        return max(time.monotonic() if now is None else now, self._last_probe[0]) - self._failing_since
 
-    def health(self) -> dict:
+    def health(self, now: float | None = None) -> dict:
         alive = self.proc is not None and self.proc.poll() is None
         detail = "running" if alive else f"exited with {self.proc.returncode if self.proc else '?'}"
-        unanswered = self.unanswered_s()
+        unanswered = self.unanswered_s(now)
         hung = alive and self.hang_after_s > 0 and unanswered >= self.hang_after_s
         if alive and self._failing_since is not None:
             detail = (f"{'hung' if hung else 'running'}: /health_generate unanswered for {unanswered:.0f} s "
