@@ -200,6 +200,19 @@ def test_repeated_errors_pass_once_per_interval_and_say_how_many_were_held():
     assert rec.getMessage() == "could not apply threshold 7: gone (repeated 100 more times in the last 61 s)"
 
 
+def test_one_format_with_different_text_arguments_is_not_held_back():
+    """helper-94: the key was the format string alone, so a second job's "%s failed (%s: %s)" within the minute of the
+    first's, or any log.warning("%s", x) after another, never reached the log."""
+    f = RepeatFilter(interval_s=60, clock=lambda: 0.0)
+    job = "%s failed (%s: %s); carrying on"
+    assert f.filter(_record(job, "rollup", "OperationalError", OSError("disk I/O error")))
+    assert f.filter(_record(job, "retention", "OperationalError", OSError("disk I/O error")))
+    assert not f.filter(_record(job, "rollup", "OperationalError", OSError("disk I/O error 2")))   # the same job: held
+    assert f.filter(_record("%s", "[policy] bandit in the config is not used")) and f.filter(_record("%s", "other"))
+    assert not f.filter(_record("%s", "other"))
+    assert f.filter(_record("x %s", "a" * 300)) and not f.filter(_record("x %s", "a" * 200 + "b" * 100))
+
+
 def test_a_slow_job_delays_the_next_run_and_never_overlaps():
     running, most, calls = [0], [0], [0]
     first_started, release = threading.Event(), threading.Event()

@@ -10,8 +10,10 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class RepeatFilter(logging.Filter):
-    """A warning or error with the same logger, level and format string passes at most once per
-    interval_s; the next one that passes says how many were held back. Lower levels pass."""
+    """A warning or error with the same logger, level, format string and text arguments passes at most once per
+    interval_s; the next one that passes says how many were held back. Lower levels pass. The text arguments are
+    the key's (a number or an exception is not): "%s failed" for one job held back another job's failure, and every
+    log.warning("%s", ...) the next different one."""
 
     def __init__(self, interval_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
                  max_keys: int = 1000):
@@ -22,7 +24,8 @@ class RepeatFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
             return True
-        key = (record.name, record.levelno, str(record.msg))
+        args = record.args if isinstance(record.args, tuple) else ()
+        key = (record.name, record.levelno, str(record.msg), tuple(a[:200] for a in args if isinstance(a, str)))
         now = self.clock()
         seen = self._seen.get(key)
         if seen is not None and now - seen[0] < self.interval_s:
