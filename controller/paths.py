@@ -56,7 +56,11 @@ def find_socket() -> Path:
 
 
 def find_db() -> Path:
-    """For specctl: $SPECCTL_DB, the service's database if present, else the user daemon's."""
+    """For specctl: $SPECCTL_DB, the service's database if present, else the user daemon's; but the user daemon's
+    while its socket is there and the service's is not (the pair find_socket chose): a service run once left its
+    database, and a pin for the user's daemon, saved offline, went into the service's."""
+    if not os.environ.get("SPECCTL_DB") and not present(UNIT_SOCKET) and present(default_socket()):
+        return default_db()
     return _first_existing("SPECCTL_DB", (UNIT_DB, default_db()), default_db())
 
 

@@ -217,3 +217,31 @@ def test_a_quoted_tilde_on_the_command_line_is_named_as_such(tmp_path, monkeypat
     assert result.exit_code == 2 and "~ does not exist (nothing expands ~ here: write the path out)" in result.output, \
         result.output
     assert not (tmp_path / "~").exists()
+
+
+def test_specctl_pairs_the_database_with_the_socket_it_finds(short_tmp, monkeypatch):
+    """helper-94: with a service's database left from an earlier run (its socket gone with it) and the user's daemon
+    up, specctl talked to the user's daemon but read and saved offline into the service's database."""
+    import socket as socketlib
+
+    from controller import paths
+    monkeypatch.setenv("XDG_STATE_HOME", str(short_tmp / "xdg"))
+    monkeypatch.delenv("SPECCTL_DB", raising=False)
+    monkeypatch.delenv("SPECCTL_SOCKET", raising=False)
+    monkeypatch.delenv("STATE_DIRECTORY", raising=False)
+    monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)
+    unit = short_tmp / "unit"
+    unit.mkdir()
+    monkeypatch.setattr(paths, "UNIT_DB", unit / "spec-controller.db")
+    monkeypatch.setattr(paths, "UNIT_SOCKET", unit / "control.sock")
+    paths.UNIT_DB.write_bytes(b"")
+    assert paths.find_db() == paths.UNIT_DB                    # no daemon's socket: the service's database
+    paths.default_socket().parent.mkdir(parents=True)
+    with socketlib.socket(socketlib.AF_UNIX) as user:
+        user.bind(str(paths.default_socket()))
+        assert paths.find_socket() == paths.default_socket() and paths.find_db() == paths.default_db()
+        with socketlib.socket(socketlib.AF_UNIX) as service:
+            service.bind(str(paths.UNIT_SOCKET))
+            assert paths.find_socket() == paths.UNIT_SOCKET and paths.find_db() == paths.UNIT_DB
+        monkeypatch.setenv("SPECCTL_DB", str(paths.UNIT_DB))
+        assert paths.find_db() == paths.UNIT_DB                # named: as named
