@@ -93,6 +93,29 @@ def test_a_stalled_client_is_dropped_after_the_read_timeout(short_tmp):
     server.stop()
 
 
+def test_a_client_that_trickles_its_request_is_dropped_and_frees_its_slot(short_tmp, monkeypatch):
+    """helper-101: a timeout on each read alone let a client sending a byte every few seconds (each read well inside
+    the timeout) keep its slot for ever; 64 of them locked `specctl status` out (busy). Now the whole request has the
+    read timeout to arrive."""
+    monkeypatch.setattr(api, "MAX_CLIENTS", 1)
+    monkeypatch.setattr(client, "BUSY_RETRY_S", 0)
+    server = _serve(short_tmp, read_timeout_s=0.5)
+    s = _connect(short_tmp / "c.sock", blocking=True)
+    request_bytes = b"GET /status HTTP/1.1\r\nX-Pad: " + b"a" * 600
+    dropped = None
+    for byte in range(len(request_bytes)):         # 30 s of trickle at most: the old code took it all
+        try:
+            s.send(request_bytes[byte:byte + 1])
+        except OSError as e:                        # EPIPE / ECONNRESET: the daemon closed it
+            dropped = e
+            break
+        threading.Event().wait(0.05)                # (each byte well inside the 0.5 s a read may wait)
+    s.close()
+    assert isinstance(dropped, (BrokenPipeError, ConnectionResetError)), "the trickling client kept its slot"
+    assert request(short_tmp / "c.sock", "GET", "/status") == {"daemon": {"running": True}}   # the slot is free
+    server.stop()
+
+
 def test_clients_beyond_the_limit_are_told_to_retry_and_specctl_does(short_tmp, monkeypatch):
     monkeypatch.setattr(api, "MAX_CLIENTS", 1)
     monkeypatch.setattr(client, "BUSY_RETRY_S", 0.3)

@@ -1,12 +1,14 @@
 """The control API: HTTP + JSON on a unix socket (mode 0660), no TCP listener.
 
 Sized for many operators and scripts at once (a listen backlog of 128, at most MAX_CLIENTS
-connections served together) and safe against a client that stalls or sends too much (a read
-timeout, a cap on the body)."""
+connections served together) and safe against a client that stalls or sends too much (a deadline
+on each whole request, a cap on the body)."""
 from __future__ import annotations
 
+import io
 import json
 import logging
+import math
 import os
 import socket
 import socketserver
@@ -14,6 +16,7 @@ import stat
 import struct
 import sys
 import threading
+import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -28,7 +31,7 @@ from .service import CommandRefused
 log = logging.getLogger("spec_controller.api")
 
 BACKLOG = 128
-READ_TIMEOUT_S = 10.0         # a connection that sends nothing for this long is closed
+READ_TIMEOUT_S = 10.0         # a request (line, headers, body) not all received in this long: its connection closed
 MAX_CLIENTS = 64              # connections served at once; beyond it a client gets 503 at once
 
 
@@ -69,10 +72,38 @@ def make_routes(service, on_stop: Callable[[], dict] | None = None) -> dict[tupl
     }
 
 
+class _DeadlineIO(socket.SocketIO):
+    """The connection's reads, each waiting only until `deadline`: a timeout on each read alone let a client that sent
+    a byte every few seconds hold its slot for ever (64 such locked `specctl status` out)."""
+    deadline = math.inf
+
+    def readinto(self, b) -> int | None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request not received in time")
+        timeout = self._sock.gettimeout()
+        self._sock.settimeout(min(left, timeout or math.inf))
+        try:
+            return super().readinto(b)
+        finally:
+            self._sock.settimeout(timeout)          # (writes keep the whole timeout)
+
+
 class _Handler(BaseHTTPRequestHandler):
     routes: dict = {}
     protocol_version = "HTTP/1.1"
-    timeout = READ_TIMEOUT_S           # socketserver sets it on the connection: every read is bounded
+    timeout = READ_TIMEOUT_S           # the time a whole request may take to arrive, and each write
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()                             # (its makefile's: it holds the socket open until closed)
+        self._reads = _DeadlineIO(self.connection, "rb")
+        self.rfile = io.BufferedReader(self._reads)
+
+    def handle_one_request(self) -> None:
+        # (the wait for a kept-alive connection's next request counts: an idle one is closed as before)
+        self._reads.deadline = time.monotonic() + self.timeout
+        super().handle_one_request()
 
     def address_string(self) -> str:
         return "unix"
