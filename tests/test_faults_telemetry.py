@@ -45,6 +45,8 @@ def test_sound_samples_pass_and_time_may_jitter_but_not_run_back():
     assert validate_sample(Sample(100.0, 64, 0, 64, 5.0, False), 64, 3, None, 100.0) is None
     assert validate_sample(Sample(99.5, 4, 0, 4, 0.01), 64, 3, last_t=100.0, now=100.0) is None
     assert validate_sample(Sample(90.0, 4, 0, 4, 0.01), 64, 3, last_t=100.0, now=100.0) == "time_order"
+    assert validate_sample(Sample(99.5, 4, 0, 4, 0.01), 64, 3, last_t=104.9, now=100.0) is None   # (ahead: kept to now)
+    assert validate_sample(Sample(98.5, 4, 0, 4, 0.01), 64, 3, last_t=104.9, now=100.0) == "time_order"
 
 
 def test_the_gate_counts_by_kind_and_carries_a_clock_step_back_over_onto_the_samples():
@@ -173,6 +175,40 @@ def test_the_sglang_receiver_hands_hostile_wire_samples_to_the_gate(short_tmp):
     svc.ingest.run()
     assert svc.ingest.gate.rejected == {**svc.ingest.gate.rejected, "step_s": 1, "batch_size": 1, "steps": 1}
     assert svc.stats.total == 2
+    push.close(linger=0)
+    writer.stop()
+
+
+def test_a_sample_stamped_ahead_does_not_turn_the_sound_ones_after_it_away(short_tmp):
+    """helper-101, over a real zmq socket into a real database: samples an hour ahead or behind are rejected ("time"),
+    counted and not stored; one forged within AHEAD_S of the clock passes, and made every sound sample after it
+    "time_order" until the clock caught up (the order was kept against it, not against the clock)."""
+    import threading
+
+    import zmq
+
+    from controller.contract import pack_sample
+    from controller.daemon.engines.sglang import SGLangEngine
+    svc, writer = make_service(short_tmp, engine=FakeEngine())
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "max_running_requests": 64})
+    pull, push = zmq.Context.instance().socket(zmq.PULL), zmq.Context.instance().socket(zmq.PUSH)
+    pull.bind(f"ipc://{short_tmp}/t.ipc")
+    push.connect(f"ipc://{short_tmp}/t.ipc")
+    rx = threading.Thread(target=eng._receive, args=(pull, svc.ingest.on_sample), daemon=True)
+    rx.start()
+    now = svc.clock.now()
+    push.send(pack_sample(now + 3600.0, 4, 0, 4, 0.01, True) + pack_sample(now - 3600.0, 4, 0, 4, 0.01, True)
+              + pack_sample(now + 4.9, 4, 0, 4, 0.01, True))
+    for i in range(10):                                      # the plugin's, stamped by the clock
+        push.send(pack_sample(now + i * 0.01, 8, 0, 8, 0.01, True))
+    while svc.ingest.gate.rejected_total + len(svc.ingest._q) < 13 and rx.is_alive():
+        rx.join(0.01)
+    eng._stop.set()
+    rx.join(5)
+    feed(svc, [])
+    assert {k: n for k, n in svc.ingest.gate.rejected.items() if n} == {"time": 2}     # was also time_order 10
+    rows = sqlite3.connect(short_tmp / "s.db").execute("SELECT t - ?, batch_size FROM samples", (now,)).fetchall()
+    assert sorted(bs for _, bs in rows) == [4] + [8] * 10 and max(t for t, _ in rows) < 5.0
     push.close(linger=0)
     writer.stop()
 

@@ -35,7 +35,9 @@ def validate_sample(s: Sample, max_batch_size: int, k: int, last_t: float | None
         return "type"
     if not (math.isfinite(s.t) and s.t >= 0 and now - BEHIND_S <= s.t <= now + AHEAD_S):
         return "time"
-    if last_t is not None and s.t < last_t - BACK_S:
+    # (ordered against the clock at most: one sample stamped up to AHEAD_S ahead, a forged one, made every sound one
+    # after it "time_order" until the clock caught up)
+    if last_t is not None and s.t < min(last_t, now) - BACK_S:
         return "time_order"
     if not 0 < s.batch_size <= max_batch_size:
         return "batch_size"
