@@ -126,6 +126,21 @@ def is_db_own_path(path: Path, db: Path) -> bool:
     return path in (db, *(Path(f"{db}{s}") for s in (".lock", "-wal", "-shm", "-journal")))
 
 
+def shared_path(sock: Path, db: Path, engine_files: tuple[tuple[str, Path], ...]) -> str | None:
+    """Why the control socket or the database cannot be where given, or None: on one another, or on a file the engine
+    writes (found late: SGLang was started, and the database written, before the socket's bind refused it)."""
+    def real(p: Path) -> Path:         # (a path through a symbolic link or '..' is the same file)
+        return Path(os.path.realpath(p))
+    if is_db_own_path(real(sock), real(db)):
+        return f"control socket {sock} is the database's own path; give another --socket"
+    for what, path in engine_files:
+        if real(sock) == real(path):
+            return f"control socket {sock} is {what}; give another --socket"
+        if is_db_own_path(real(path), real(db)):
+            return f"{what} {path} is the database's own path; give another --db"
+    return None
+
+
 def socket_path_problem(path: Path) -> str | None:
     """Why `path` cannot be a control socket to connect to, or None: too long for a unix socket, or something
     else already there (a directory, a file). A path that does not exist yet, or that this user may not look

@@ -40,6 +40,39 @@ def test_the_database_given_as_socket_is_refused_and_kept(short_tmp):
     assert db.read_bytes() == before
 
 
+@pytest.mark.parametrize("given", ["--socket run/telemetry.ipc", "--socket state/adaptive.json",
+                                   "--socket run/../run/telemetry.ipc", "--db state/adaptive.json"])
+def test_a_socket_or_database_on_a_file_the_engine_writes_is_refused_before_anything_starts(short_tmp, given):
+    """helper-101: run took them, wrote its start to the database, wrote adaptive.json, launched SGLang and waited
+    until it was ready; only the control socket's bind then refused ('in use by another daemon (pid <its own>)' for
+    the telemetry socket), exit 1, which the unit restarts. Now run and config check refuse in one line, exit 2,
+    and nothing is made or launched."""
+    import subprocess
+    import sys
+
+    from tests.daemon_proc import ROOT
+    (short_tmp / "run").mkdir()
+    (short_tmp / "state").mkdir()
+    python = fake_sglang_python(short_tmp / "python", f"touch {short_tmp}/launched")
+    flag, rel = given.split()
+    paths = {"--db": str(short_tmp / "a.db"), "--socket": str(short_tmp / "c.sock"), flag: f"{short_tmp}/{rel}"}
+    (short_tmp / "c.toml").write_text(f'[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\n'
+                                      f'speculative_algorithm = "EAGLE3"\npython = "{python}"\n'
+                                      f'[storage]\ndb = "{paths["--db"]}"\n[control]\nsocket = "{paths["--socket"]}"\n')
+    what = "the engine's telemetry socket" if "ipc" in rel else "SGLang's adaptive config"
+    said = (f"control socket {paths['--socket']} is {what}; give another --socket" if flag == "--socket" else
+            f"{what} {short_tmp}/state/adaptive.json is the database's own path; give another --db")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RUNTIME_DIRECTORY": str(short_tmp / "run"),
+           "STATE_DIRECTORY": str(short_tmp / "state")}
+    env.pop("INVOCATION_ID", None)
+    before = sorted(p.relative_to(short_tmp) for p in short_tmp.rglob("*"))
+    for words in (["config", "check"], ["run"]):
+        res = subprocess.run([sys.executable, "-m", "controller.daemon", *words, "--config", str(short_tmp / "c.toml")],
+                             capture_output=True, text=True, env=env, timeout=60)
+        assert (res.returncode, res.stderr) == (2, f"spec-controller: {said}\n"), words
+    assert sorted(p.relative_to(short_tmp) for p in short_tmp.rglob("*")) == before      # no database, no launch
+
+
 def test_check_socket_free_never_removes_a_link_or_a_directory(short_tmp):
     target = short_tmp / "target"
     target.write_text("x")

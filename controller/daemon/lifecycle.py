@@ -15,7 +15,7 @@ from state import queries
 from state.db import DaemonLock, leave_wal, open_store
 from state.writer import Writer
 
-from ..paths import DEFAULT_CONFIG, UNIT_DB, UNIT_SOCKET, default_db, default_socket, home_unexpanded, is_db_own_path, socket_path_problem
+from ..paths import DEFAULT_CONFIG, UNIT_DB, UNIT_SOCKET, default_db, default_socket, home_unexpanded, shared_path, socket_path_problem
 from ..sim.profile import ProfileError
 from .config import ConfigError, load_config, restart_needed, shadowed
 from .engines.base import Engine, EngineError
@@ -106,12 +106,12 @@ class Daemon:
         signal.signal(signal.SIGINT, lambda *_: self.request_stop("SIGINT"))
         signal.signal(signal.SIGHUP, lambda *_: self.reload_flag.set())
 
-    def _preflight(self, ctl: dict) -> None:
+    def _preflight(self, ctl: dict, engine_files: tuple[tuple[str, Path], ...]) -> None:
         """What can clash with another process is checked before an engine takes minutes to start."""
         from .api import check_socket_free
         sock, db = Path(ctl["socket"]).absolute(), Path(self.cfg["storage"]["db"]).absolute()
-        if is_db_own_path(sock, db):
-            raise Fatal(f"control socket {sock} is the database's own path; give another --socket", 2)
+        if problem := shared_path(sock, db, engine_files):
+            raise Fatal(problem, 2)
         try:
             sock.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         except OSError as e:
@@ -181,8 +181,8 @@ class Daemon:
         st["db"] = str(Path(st["db"]).absolute()) if st["db"] else str(default_db())
         ctl["socket"] = ctl["socket"] or str(default_socket())
         self._signals()
-        configured_engine(self.cfg)          # its configuration refused before anything is written
-        self._preflight(ctl)
+        engine_files = configured_engine(self.cfg).own_files      # its configuration refused before anything is written
+        self._preflight(ctl, engine_files)
         lock = DaemonLock(st["db"])
         lock.acquire()
         try:

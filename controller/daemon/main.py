@@ -9,7 +9,7 @@ from state.db import StoreError
 
 from ..cli.options import EXIT_USAGE, Bounded, OneLineGroup, fail_as, version_option
 from . import logs
-from ..paths import DEFAULT_CONFIG, read_text_file
+from ..paths import DEFAULT_CONFIG, default_db, default_socket, read_text_file, shared_path
 from .config import FLAGS, LOG_LEVELS, ConfigError, load_config, parse_set
 from .lifecycle import Daemon, Fatal
 
@@ -131,6 +131,9 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
         cfg = load_config(config_path, parse_set(settings))
         check_given_paths(cfg)
         engine = build_engine(cfg)
+        if problem := shared_path(Path(cfg["control"]["socket"] or default_socket()),
+                                  Path(cfg["storage"]["db"] or default_db()), engine.own_files):
+            raise Fatal(problem, 2)
         if cfg["engine"]["kind"] == "sglang":
             engine.check_installed()
             parsed = section_notes(engine)     # SGLang's parser, where it runs (seconds: its import)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Callable
 
 from ...contract import Sample
@@ -21,6 +22,7 @@ class Engine(ABC):
     probe_s: float = 0.0          # > 0: the daemon calls probe() at this interval
     initial_threshold: int = 0    # what it runs from start() until the first set_threshold (the daemon sets it)
     ready_timeout_s: float = 900.0    # how long the daemon waits for wait_ready (sglang: [sglang] ready_timeout_s)
+    own_files: tuple[tuple[str, Path], ...] = ()     # (what, path) of each file start() writes: no --socket or --db
 
     def prefills_pay_draft(self) -> bool:
         """At thresholds above 0, do prefills joining a batch that will not speculate run the draft's pass over

@@ -115,6 +115,8 @@ class SGLangEngine(Engine):
         run = Path(os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or state_dir())
         self.ipc_path = run / "telemetry.ipc"
         self.adaptive_config = state_dir() / "adaptive.json"
+        self.own_files = (("the engine's telemetry socket", self.ipc_path),
+                          ("SGLang's adaptive config", self.adaptive_config))
 
     @property
     def spec_steps(self) -> int:
