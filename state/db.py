@@ -6,6 +6,7 @@ The lock file is created readable by its owner only; the database 0640 (and SQLi
 database's mode): the service's group reads it with the daemon down. The umask may take more away."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -15,6 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import sqlite_utils
 
@@ -221,12 +223,23 @@ def leave_wal(db: sqlite_utils.Database) -> None:
         pass
 
 
+def _only_shared(fd: int) -> bool:
+    """The lock is held, but only shared (held_off), not by a daemon."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return True
+
+
 def _pid_in(fd: int) -> str:
     """The pid the lock holder wrote into the lock file ("?" if unreadable)."""
     return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
 
 
 LOOK_GRACE_S = 0.5        # how long a start retries a lock specctl's holder() may be looking at
+HELD_OFF_S = 30.0         # ... and one only held shared (held_off: specctl writing offline, each statement 2 s at most)
 
 
 class DaemonLock:
@@ -250,16 +263,40 @@ class DaemonLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() < deadline:     # (specctl's look, holder(), holds it shared for microseconds)
+                shared = _only_shared(fd)
+                if time.monotonic() < deadline + (HELD_OFF_S if shared else 0):   # (holder() looks for microseconds)
                     time.sleep(0.01)
                     continue
                 holder = _pid_in(fd)
                 os.close(fd)
+                if shared:
+                    raise StoreError(f"{self.path} stayed locked by another process (specctl writing offline?) for "
+                                     f"{HELD_OFF_S:g} s") from None
                 raise StoreError(f"another spec-controller (pid {holder}) is running on "
                                  f"{self.path.with_suffix('')}") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._fd = fd
+
+    @contextlib.contextmanager
+    def held_off(self) -> Iterator[None]:
+        """A daemon kept from starting while inside (a shared flock, which acquire() waits out): an offline write's
+        check that no daemon holds the database, and its write, are then one step. A daemon that started between them
+        had read its settings before the write: it ran without the pin specctl called saved, and an unpin it was then
+        given changed nothing, while the pin came back at the next start. Where no lock file is (no daemon ever ran
+        here) or it cannot be read, nothing is held: the check (holder()) says what it finds."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            fd = None
+        try:
+            if fd is not None:
+                with contextlib.suppress(BlockingIOError):     # (a daemon holds it: the check refuses the write)
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            yield
+        finally:
+            if fd is not None:
+                os.close(fd)                               # (lets the shared flock go)
 
     def held_by_other(self) -> bool:
         """True if a live daemon holds the lock (used by specctl for offline writes)."""

@@ -264,6 +264,86 @@ def test_offline_policy_and_pin_are_saved_for_the_next_start(short_tmp):
     assert res.exit_code == 2 and "no database at" in res.stderr and not (short_tmp / "none.db").exists()
 
 
+def test_an_offline_pin_and_a_daemon_starting_meanwhile_agree(short_tmp):
+    """helper-101: specctl checked that no daemon held the database, then wrote; a daemon that started in between
+    read its settings before the write. specctl said 'daemon is not running: pin 5 saved, applied at next start'
+    (exit 0), the daemon ran unpinned, an unpin given to it changed nothing, and the next start pinned 5. Here the
+    write is held up by another connection's lock (as a busy database does) right after specctl's check; the daemon
+    stand-in takes the lock and reads the settings as a start does. Now the start waits for the write, and reads it."""
+    import fcntl
+    import os
+    import sqlite3
+    import subprocess
+    import sys
+    import threading
+
+    from state import queries
+    from state.db import DaemonLock, open_store
+    from tests.daemon_proc import ROOT
+    db = short_tmp / "s.db"
+    open_store(db).conn.close()
+    ran = DaemonLock(db)
+    ran.acquire()                             # (a daemon ran here: its lock file is beside the database)
+    ran.release()
+    holding = sqlite3.connect(db, isolation_level=None)
+    holding.execute("PRAGMA journal_mode=WAL")
+    holding.execute("BEGIN IMMEDIATE")        # the write waits (up to 2 s); reads go on
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    pin = subprocess.Popen([sys.executable, "-m", "controller.cli", "--db", str(db), "--socket", str(short_tmp / "no"),
+                            "threshold", "pin", "5"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+    def opened_db() -> bool:       # specctl has the database open to write: it checked that no daemon holds it
+        def writing(fd: str) -> bool:
+            try:
+                with open(f"/proc/{pin.pid}/fdinfo/{fd}") as info:
+                    flags = int(info.read().split("flags:")[1].split()[0], 8)
+            except (OSError, IndexError):              # (closed meanwhile)
+                return False
+            return flags & os.O_ACCMODE == os.O_RDWR
+        fds = f"/proc/{pin.pid}/fd"
+        try:
+            return any(os.path.realpath(f"{fds}/{fd}") == str(db) and writing(fd) for fd in os.listdir(fds))
+        except FileNotFoundError:                      # (specctl has exited)
+            return False
+    while pin.poll() is None and not opened_db():
+        threading.Event().wait(0.005)
+    assert pin.poll() is None, pin.stdout.read()
+    read = []
+
+    def start() -> None:           # a daemon's start: the lock, then its settings
+        daemon = DaemonLock(db)
+        daemon.acquire()
+        store = open_store(db, readonly=True)
+        read.append(queries.settings(store).get("pinned"))
+        store.conn.close()
+        daemon.release()
+    starting = threading.Thread(target=start)
+    starting.start()
+    lock = os.open(f"{db}.lock", os.O_RDONLY)
+
+    def held_shared() -> bool:     # held, by a look or an offline write, not by a daemon
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            return False
+        except BlockingIOError:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(lock, fcntl.LOCK_UN)
+                return True
+            except BlockingIOError:
+                return False
+    while starting.is_alive() and not held_shared():    # (the old code: the start read its settings here)
+        threading.Event().wait(0.005)
+    holding.execute("ROLLBACK")
+    holding.close()
+    out, _ = pin.communicate(timeout=60)
+    starting.join(60)
+    os.close(lock)
+    assert (pin.returncode, out.strip()) == (0, f"daemon is not running: pin 5 saved to {db}, applied at next start")
+    assert read == [5]                                   # was [None]: the start had read its settings before the write
+
+
 def test_status_names_failed_database_writes_only_when_there_are_some():
     from controller.cli.status import render_status
     st = {"daemon": {"running": True, "pid": 1, "uptime_s": 3, "healthy": True}, "engine": {"engine": "sim"},

@@ -215,17 +215,18 @@ def save_offline(ctx: Ctx, key: str, value: Any) -> None:
     import sqlite3
 
     from state import queries
-    from state.db import classify, durable, leave_wal
+    from state.db import DaemonLock, classify, durable, leave_wal
     from state.items import INSERTS
-    db = offline_db(ctx, write=True)
-    try:
-        with durable(db.conn):                           # (said saved once it is on disk)
-            db.conn.execute(INSERTS["settings"], queries.setting_row(key, value))
-    except sqlite3.Error as e:
-        fail(f"could not save to {ctx.db}: database {classify(e)} ({e}); nothing changed")
-    finally:       # (opened as the daemon opens it, in WAL: left in it, the service's group could not read it)
-        leave_wal(db)
-        db.conn.close()
+    with DaemonLock(ctx.db).held_off():     # a daemon starting now waits for the write, and reads it
+        db = offline_db(ctx, write=True)
+        try:
+            with durable(db.conn):                       # (said saved once it is on disk)
+                db.conn.execute(INSERTS["settings"], queries.setting_row(key, value))
+        except sqlite3.Error as e:
+            fail(f"could not save to {ctx.db}: database {classify(e)} ({e}); nothing changed")
+        finally:   # (opened as the daemon opens it, in WAL: left in it, the service's group could not read it)
+            leave_wal(db)
+            db.conn.close()
 
 
 def trial_note(threshold: int | None, best: int | None, trial: bool | None) -> str | None:
