@@ -1,6 +1,11 @@
 """helper-94: both saved thresholds above a smaller engine's largest batch (a pin of 250 and a learned 256, then a
 start on a profile of max batch 128) logged one warning: both went through one format string, and the log's
 RepeatFilter holds back a warning whose format string passed within the minute. Each now says its own."""
+import json
+import sqlite3
+
+import pytest
+
 from controller.daemon.restore import saved_batch_size
 from tests.conftest import repeat_filtered
 
@@ -15,3 +20,34 @@ def test_the_pin_and_the_learned_threshold_each_say_they_were_clipped():
         "saved threshold=256 is above the engine's largest batch; taken as 128 (every batch speculates)",
         "saved bad=-3 is not a batch size (0 .. 128); ignored",
         "saved worse='x' is not a batch size (0 .. 128); ignored"]
+
+
+@pytest.mark.parametrize("saved,runs,warned", ids=["params", "policy"], argvalues=[
+    ({"name": "ucb", "params": {"c": 500, "half_life_s": 30, "old_knob": 2}}, ("ucb", {"c": 1.0, "half_life_s": 30.0}),
+     "saved policy ucb: parameter c=500 out of range (allowed 0 .. 100); unknown parameter 'old_knob' (allowed: "),
+    ({"name": "retired", "params": {"k": 1}}, ("bandit", {"half_life_s": 60.0}),
+     "saved policy retired {'k': 1} not run (unknown policy 'retired' (known: ")])
+def test_a_saved_policy_that_no_longer_builds_starts_at_its_defaults_with_one_warning(short_tmp, saved, runs, warned):
+    """helper-101: a policy saved by an older version with a parameter out of today's range (or renamed, or a policy no
+    longer known) refused the start: 'policy: policy ucb: parameter c=500 out of range', exit 2, which the unit does
+    not restart, until the database was edited. Now the daemon starts on the rest (or the config's policy), one
+    warning names what was dropped, and the database keeps what it saved."""
+    from state import queries
+    from state.db import open_store
+    from state.items import INSERTS
+    from tests.daemon_proc import DaemonProc
+    db = open_store(short_tmp / "state.db")
+    db.conn.execute(INSERTS["settings"], queries.setting_row("policy", saved))
+    db.conn.close()
+    daemon = DaemonProc(short_tmp, "--concurrency", "2")
+    try:
+        daemon.wait_socket()
+        policy = daemon.call("GET", "/policy")
+        assert (policy["name"], {k: policy["params"][k] for k in runs[1]}) == runs
+    finally:
+        assert daemon.stop() == 0
+    warnings = [line for line in daemon.log_text(100000).splitlines() if " WARNING " in line and "saved policy" in line]
+    assert len(warnings) == 1 and warned in warnings[0], warnings
+    conn = sqlite3.connect(short_tmp / "state.db")
+    assert json.loads(conn.execute("SELECT value FROM settings WHERE key = 'policy'").fetchone()[0]) == saved
+    conn.close()

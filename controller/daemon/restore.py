@@ -4,9 +4,9 @@ database holds its own (`specctl policy set`, a learned threshold), that wins at
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from policies import Policy, known_name
+from policies import Policy, PolicyError, known_name
 
 from ..control.guard_config import GuardConfig
 from ..control.loop import ControlLoop
@@ -25,6 +25,43 @@ def saved_batch_size(saved: Mapping[str, Any], key: str, top: int) -> int | None
         return top
     log.warning(f"saved {key}={value!r} is not a batch size (0 .. {top}); ignored")
     return None
+
+
+def saved_policy(saved: Mapping[str, Any], cfg: dict, build: Callable[[str, Mapping[str, Any]], Policy]
+                 ) -> tuple[str, dict, Policy]:
+    """(name, params, the policy built) that a start runs: the database's policy, else the config's. A saved one that
+    no longer builds (a parameter renamed or out of today's range, a policy no longer known: saved by an older
+    version) refused the start, exit 2, and the service stayed down until the database was edited: now each such
+    parameter runs at its default, or the config's policy runs, and one warning names what was dropped. The database
+    keeps what it saved (`specctl policy set` replaces it)."""
+    configured = cfg["policy"]["name"], dict(cfg["policy"]["params"])
+    if saved.get("policy") is None:                # (the config's: refused as the config check refuses it)
+        return *configured, build(*configured)
+    name, params = saved["policy"]["name"], dict(saved["policy"].get("params") or {})
+    try:
+        return name, params, build(name, params)
+    except PolicyError as e:
+        whole = str(e)
+    try:
+        build(name, {})
+    except PolicyError:
+        log.warning(f"saved policy {name} {params} not run ({whole}); the config's {configured[0]} {configured[1]} "
+                    "runs instead (the database keeps it; `specctl policy set` replaces it)")
+        return *configured, build(*configured)
+    dropped = {}
+    for key, value in params.items():
+        try:
+            build(name, {key: value})
+        except PolicyError as e:
+            dropped[key] = str(e).removeprefix(f"policy {name}: ")
+    kept = {key: value for key, value in params.items() if key not in dropped}
+    try:
+        policy = build(name, kept)
+    except PolicyError as e:                           # (together they do not build): none kept
+        dropped, kept, policy = {"": str(e).removeprefix(f"policy {name}: ")}, {}, build(name, {})
+    log.warning(f"saved policy {name}: {'; '.join(dropped.values())}: dropped, running at its default (the database "
+                f"keeps it; `specctl policy set {name}` replaces it)")
+    return name, kept, policy
 
 
 def start_loop(cfg: dict, policy: Policy, saved: Mapping[str, Any], top: int) -> tuple[ControlLoop, str]:

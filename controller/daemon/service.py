@@ -21,7 +21,7 @@ from .ingest import Ingest
 from .intake import SampleGate, SteadyClock
 from .livestats import LiveStats
 from .notify import sd_notify
-from .restore import config_policy_unused, start_loop
+from .restore import config_policy_unused, saved_policy, start_loop
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -61,19 +61,19 @@ class Service:
         self.command_timeout_s = 5.0       # a command whose write has not started by then is refused
         self._logs = RateLimitedLog(log)
         saved = self._read(queries.settings)
-        pol = saved.get("policy") or {"name": cfg["policy"]["name"], "params": cfg["policy"]["params"]}
-        policy, _ = self._restore(self._build_policy(pol["name"], pol.get("params") or {}), pol["name"],
-                                  pol.get("params") or {})
+        name, params, policy = saved_policy(saved, cfg, self._build_policy)
+        policy, _ = self._restore(policy, name, params)
         self.loop, self.start_reason = start_loop(cfg, policy, saved, engine.max_batch_size)
-        if unused := config_policy_unused(cfg, saved):
+        running = {"policy": {"name": name, "params": params}} if "policy" in saved else {}
+        if unused := config_policy_unused(cfg, running):
             log.warning("%s", unused)
-        self.policy_name = pol["name"]
+        self.policy_name = name
         self.clock = SteadyClock(engine.now)     # the loop's time base: the engine's clock, never going back
         gate = SampleGate(engine.max_batch_size, engine.spec_steps, self.clock)
         self.ingest = Ingest(self.lock, self.loop, self.stats, writer, gate, cfg["control"]["ingest_queue"])
         self._rollups = Rollups(cfg["storage"]["rollup_s"], policy.buckets.edges)
         if "policy" not in saved:        # first start: record the configured policy as the active one
-            writer.setting("policy", {"name": pol["name"], "params": dict(pol.get("params") or {})})
+            writer.setting("policy", {"name": name, "params": params})
         self.clock_speed = float(getattr(engine, "speed", 1.0) or 1.0)
         writer.setting("clock", {"speed": self.clock_speed})    # offline status: whose time the rates are in
 
