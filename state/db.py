@@ -6,7 +6,6 @@ The lock file is created readable by its owner only; the database 0640 (and SQLi
 database's mode): the service's group reads it with the daemon down. The umask may take more away."""
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import os
@@ -14,9 +13,8 @@ import sqlite3
 import stat
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Iterator
 
 import sqlite_utils
 
@@ -278,7 +276,7 @@ class DaemonLock:
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._fd = fd
 
-    @contextlib.contextmanager
+    @contextmanager
     def held_off(self) -> Iterator[None]:
         """A daemon kept from starting while inside (a shared flock, which acquire() waits out): an offline write's
         check that no daemon holds the database, and its write, are then one step. A daemon that started between them
@@ -291,7 +289,7 @@ class DaemonLock:
             fd = None
         try:
             if fd is not None:
-                with contextlib.suppress(BlockingIOError):     # (a daemon holds it: the check refuses the write)
+                with suppress(BlockingIOError):     # (a daemon holds it: the check refuses the write)
                     fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             yield
         finally:
