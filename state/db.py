@@ -7,13 +7,11 @@ database's mode): the service's group reads it with the daemon down. The umask m
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import sqlite3
 import stat
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 import sqlite_utils
@@ -219,111 +217,3 @@ def leave_wal(db: sqlite_utils.Database) -> None:
         db.execute("PRAGMA journal_mode=DELETE")
     except sqlite3.Error:
         pass
-
-
-def _only_shared(fd: int) -> bool:
-    """The lock is held, but only shared (held_off), not by a daemon."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    return True
-
-
-def _pid_in(fd: int) -> str:
-    """The pid the lock holder wrote into the lock file ("?" if unreadable)."""
-    return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-
-
-LOOK_GRACE_S = 0.5        # how long a start retries a lock specctl's holder() may be looking at
-HELD_OFF_S = 30.0         # ... and one only held shared (held_off: specctl writing offline, each statement 2 s at most)
-
-
-class DaemonLock:
-    """An exclusive flock beside the database: one daemon per database."""
-
-    def __init__(self, db_path: str | os.PathLike):
-        self.path = Path(f"{db_path}.lock")
-        self._fd: int | None = None
-        self.created = False
-
-    def acquire(self) -> None:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-        except OSError as e:
-            raise StoreError(f"cannot create {self.path.parent}: {e.strerror}") from None
-        self.created = not self.path.exists()
-        fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT, "lock file")
-        deadline = time.monotonic() + LOOK_GRACE_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                shared = _only_shared(fd)
-                if time.monotonic() < deadline + (HELD_OFF_S if shared else 0):   # (holder() looks for microseconds)
-                    time.sleep(0.01)
-                    continue
-                holder = _pid_in(fd)
-                os.close(fd)
-                if shared:
-                    raise StoreError(f"{self.path} stayed locked by another process (specctl writing offline?) for "
-                                     f"{HELD_OFF_S:g} s") from None
-                raise StoreError(f"another spec-controller (pid {holder}) is running on "
-                                 f"{self.path.with_suffix('')}") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self._fd = fd
-
-    @contextmanager
-    def held_off(self) -> Iterator[None]:
-        """A daemon kept from starting while inside (a shared flock, which acquire() waits out): an offline write's
-        check that no daemon holds the database, and its write, are then one step. A daemon that started between them
-        had read its settings before the write: it ran without the pin specctl called saved, and an unpin it was then
-        given changed nothing, while the pin came back at the next start. Where no lock file is (no daemon ever ran
-        here) or it cannot be read, nothing is held: the check (holder()) says what it finds."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            fd = None
-        try:
-            if fd is not None:
-                with suppress(BlockingIOError):     # (a daemon holds it: the check refuses the write)
-                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            yield
-        finally:
-            if fd is not None:
-                os.close(fd)                               # (lets the shared flock go)
-
-    def held_by_other(self) -> bool:
-        """True if a live daemon holds the lock (used by specctl for offline writes)."""
-        return self.holder() is not None
-
-    def holder(self) -> str | None:
-        """The pid written by the live daemon holding the lock ("?" if unreadable), or None if free.
-        StoreError if the lock file cannot be read."""
-        try:
-            os.lstat(self.path)         # (Path.exists raises PermissionError in a directory this user may not enter)
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            raise StoreError(f"lock file {self.path}: {e.strerror}") from None
-        fd = open_nofollow(self.path, os.O_RDONLY, "lock file")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return None
-        except BlockingIOError:
-            return _pid_in(fd)
-        finally:
-            os.close(fd)
-
-    def release(self, remove_if_created: bool = False) -> None:
-        """remove_if_created: also delete the lock file if acquire() made it (a database refused at start)."""
-        if self._fd is not None:
-            if remove_if_created and self.created:
-                self.path.unlink(missing_ok=True)     # while still held: no other daemon's lock is removed
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None

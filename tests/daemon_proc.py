@@ -101,7 +101,8 @@ class StartingDaemon:
     and the control socket it will open. No socket."""
 
     def __init__(self, db: Path, socket_path: Path, record: bool = True):
-        from state.db import DaemonLock, open_store
+        from state.db import open_store
+        from state.lock import DaemonLock
         from state.items import INSERTS, event_item
         self.lock = DaemonLock(db)
         self.lock.acquire()

@@ -278,7 +278,8 @@ def test_an_offline_pin_and_a_daemon_starting_meanwhile_agree(short_tmp):
     import threading
 
     from state import queries
-    from state.db import DaemonLock, open_store
+    from state.db import open_store
+    from state.lock import DaemonLock
     from tests.daemon_proc import ROOT
     db = short_tmp / "s.db"
     open_store(db).conn.close()

@@ -9,7 +9,8 @@ import pytest
 
 from controller.daemon.api import ControlServer, check_socket_free
 from controller.daemon.engines.base import EngineError
-from state.db import DaemonLock, StoreError, open_store
+from state.db import StoreError, open_store
+from state.lock import DaemonLock
 from tests.conftest import fake_sglang_python
 from tests.test_daemon_e2e import run_daemon_once
 

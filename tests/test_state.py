@@ -4,7 +4,8 @@ import pytest
 
 from controller.status import summarise
 from state import queries
-from state.db import DaemonLock, StoreError, open_store
+from state.db import StoreError, open_store
+from state.lock import DaemonLock
 from state.migrations import MIGRATIONS
 from state.retention import Retention, apply_retention, rollup
 from state.writer import Writer

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from controller.cli.main import cli
 from controller.daemon.logs import RepeatFilter
 from controller.daemon.ticker import Ticker
-from state.db import DaemonLock
+from state.lock import DaemonLock
 from tests.daemon_proc import DaemonProc
 
 
@@ -75,7 +75,7 @@ def test_stop_waits_for_the_process_to_exit_not_only_for_the_lock(short_tmp):
 
     from controller.cli.stop import exited, wait_gone
     db = short_tmp / "x.db"
-    code = ("import sys, time; from state.db import DaemonLock; l = DaemonLock(sys.argv[1]); l.acquire(); "
+    code = ("import sys, time; from state.lock import DaemonLock; l = DaemonLock(sys.argv[1]); l.acquire(); "
             "print('locked', flush=True); sys.stdin.readline(); l.release(); time.sleep(0.6)")
     from tests.daemon_proc import ROOT
     child = subprocess.Popen([sys.executable, "-c", code, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -156,7 +156,8 @@ def given_db_exists(ctx: Ctx, elsewhere: str = "") -> None:
 
 def offline_db(ctx: Ctx, write: bool = False) -> sqlite_utils.Database:
     """The database itself, for reads (and writes) while no daemon answers."""
-    from state.db import DaemonLock, StoreError, open_store
+    from state.db import StoreError, open_store
+    from state.lock import DaemonLock
     try:
         if write:
             holder = DaemonLock(ctx.db).holder()
@@ -178,7 +179,8 @@ UNREADABLE = "unreadable"
 def lock_holder(db: Path) -> str | None:
     """The pid of the daemon holding db's lock, None when none does, UNREADABLE when this user
     may not read the lock file (then who holds it cannot be told)."""
-    from state.db import DaemonLock, StoreError
+    from state.db import StoreError
+    from state.lock import DaemonLock
     try:
         return DaemonLock(db).holder()
     except (OSError, StoreError):        # StoreError: not readable, or not a plain file (a planted link)
@@ -215,7 +217,8 @@ def save_offline(ctx: Ctx, key: str, value: Any) -> None:
     import sqlite3
 
     from state import queries
-    from state.db import DaemonLock, classify, durable, leave_wal
+    from state.db import classify, durable, leave_wal
+    from state.lock import DaemonLock
     from state.items import INSERTS
     with DaemonLock(ctx.db).held_off():     # a daemon starting now waits for the write, and reads it
         db = offline_db(ctx, write=True)

@@ -12,7 +12,8 @@ from typing import Any, Callable
 
 from policies import PolicyError
 from state import queries
-from state.db import DaemonLock, leave_wal, open_store
+from state.db import leave_wal, open_store
+from state.lock import DaemonLock
 from state.writer import Writer
 
 from ..paths import DEFAULT_CONFIG, UNIT_DB, UNIT_SOCKET, default_db, default_socket, home_unexpanded, shared_path, socket_path_problem
@@ -181,8 +182,7 @@ class Daemon:
         st["db"] = str(Path(st["db"]).absolute()) if st["db"] else str(default_db())
         ctl["socket"] = ctl["socket"] or str(default_socket())
         self._signals()
-        engine_files = configured_engine(self.cfg).own_files      # its configuration refused before anything is written
-        self._preflight(ctl, engine_files)
+        self._preflight(ctl, configured_engine(self.cfg).own_files)   # its configuration refused before anything is written
         lock = DaemonLock(st["db"])
         lock.acquire()
         try:

@@ -115,8 +115,7 @@ class SGLangEngine(Engine):
         run = Path(os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or state_dir())
         self.ipc_path = run / "telemetry.ipc"
         self.adaptive_config = state_dir() / "adaptive.json"
-        self.own_files = (("the engine's telemetry socket", self.ipc_path),
-                          ("SGLang's adaptive config", self.adaptive_config))
+        self.own_files = (("the engine's telemetry socket", self.ipc_path), ("SGLang's adaptive config", self.adaptive_config))
 
     @property
     def spec_steps(self) -> int:
@@ -287,8 +286,7 @@ class SGLangEngine(Engine):
         return ok
 
     def unanswered_s(self, now: float | None = None) -> float:
-        """Since the first of a run of failed probes began, to now (0 after a pass): to the last probe's start, a hung
-        HTTP server (each probe waiting 60 s) was called hung up to ~60 s after hang_after_s."""
+        """Since the first of a run of failed probes began, to now (0 after a pass; to the last probe's start: ~60 s late)."""
         if self._failing_since is None:
             return 0.0
         return max(time.monotonic() if now is None else now, self._last_probe[0]) - self._failing_since
