@@ -291,7 +291,7 @@ def test_a_busy_socket_whose_listener_has_exited_names_no_pid(short_tmp):
     import subprocess
     import sys
 
-    from controller.daemon.api import check_socket_free
+    from controller.daemon.sockprobe import check_socket_free
     path = short_tmp / "kept.sock"
     script = (f"import os, socket, sys, time\ns = socket.socket(socket.AF_UNIX); s.bind({str(path)!r}); s.listen()\n"
               "if os.fork():\n    os._exit(0)\nprint(os.getpid(), flush=True); sys.stdout.close(); time.sleep(30)\n")

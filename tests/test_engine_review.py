@@ -150,7 +150,7 @@ def test_a_telemetry_socket_whose_backlog_is_full_is_a_running_daemons(short_tmp
     file, so a second daemon would unlink and take over the running one's telemetry socket."""
     import socket
 
-    from controller.daemon.engines.child import socket_answers
+    from controller.daemon.sockprobe import LIVE, NOBODY, who_listens
     path = short_tmp / "busy.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
@@ -165,9 +165,9 @@ def test_a_telemetry_socket_whose_backlog_is_full_is_a_running_daemons(short_tmp
                 c.connect(str(path))
             except BlockingIOError:
                 break
-        assert socket_answers(path)
+        assert who_listens(path)[0] == LIVE
     finally:
         for c in queued:
             c.close()
         listener.close()
-    assert not socket_answers(path)            # closed: a left-over file
+    assert who_listens(path)[0] == NOBODY      # closed: a left-over file

@@ -7,7 +7,8 @@ import stat
 
 import pytest
 
-from controller.daemon.api import ControlServer, check_socket_free
+from controller.daemon.api import ControlServer
+from controller.daemon.sockprobe import check_socket_free
 from controller.daemon.engines.base import EngineError
 from state.db import StoreError, open_store
 from state.lock import DaemonLock
@@ -217,3 +218,38 @@ def test_a_socket_path_too_long_for_a_unix_socket_is_refused_by_specctl_and_the_
     _one_line(run_daemon_once(short_tmp, "--db", str(short_tmp / "a.db"), "--socket", str(long_path)),
               "too long for a unix socket")
     assert not (short_tmp / "a.db").exists()
+
+
+def test_a_live_daemon_whose_backlog_is_full_is_in_use_not_waited_on(short_tmp):
+    """A blocking connect to a unix socket whose backlog is full waits until the listener accepts: check_socket_free
+    (the daemon's start on another daemon's socket) waited for good on a stuck one. It says 'in use' now."""
+    import socket
+    import threading
+    path = short_tmp / "c.sock"
+    held = []
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stuck:
+        stuck.bind(str(path))
+        stuck.listen(0)                              # accepts nothing from here on
+        while True:                                  # fill its backlog
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.setblocking(False)
+            try:
+                c.connect(str(path))
+            except BlockingIOError:
+                c.close()
+                break
+            held.append(c)
+        said: list = []
+
+        def check():
+            try:
+                check_socket_free(path)
+            except RuntimeError as e:
+                said.append(str(e))
+        t = threading.Thread(target=check, daemon=True)
+        t.start()
+        t.join(30)
+        for c in held:
+            c.close()
+        assert not t.is_alive() and said and "is in use by another daemon" in said[0], said
+    assert not path.exists() or path.is_socket()

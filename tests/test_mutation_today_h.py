@@ -2,6 +2,7 @@
 since 088cb3f in controller/, policies/ and state/: each kills a mutant that the suite let live."""
 import http.client
 import json
+import os
 import socket
 import threading
 from types import SimpleNamespace
@@ -125,17 +126,18 @@ def test_cf_a_metrics_port_beside_sglangs_on_another_address_or_engine_is_taken(
 
 # --- CH1: a path nothing answers on is no running daemon, whatever connect says -----------------------------------
 def test_ch1_a_socket_path_that_cannot_be_connected_is_no_running_daemon(short_tmp):
-    from controller.daemon.engines.child import socket_answers
+    from controller.daemon.sockprobe import FOREIGN, LIVE, NOBODY, who_listens
     stale = short_tmp / "stale.ipc"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.bind(str(stale))                          # a crashed run's socket file: nothing listens
-    assert socket_answers(stale) is False                           # ECONNREFUSED
-    assert socket_answers(short_tmp / "gone.ipc") is False          # ENOENT (removed in between)
-    assert socket_answers(short_tmp / ("x" * 200)) is False        # a path too long for AF_UNIX
+    assert who_listens(stale) == (NOBODY, None)                        # ECONNREFUSED
+    assert who_listens(short_tmp / "gone.ipc") == (NOBODY, None)       # ENOENT (removed in between)
+    assert who_listens(short_tmp / ("x" * 200)) == (NOBODY, None)     # a path too long for AF_UNIX
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as live:
         live.bind(str(short_tmp / "live.ipc"))
         live.listen(1)
-        assert socket_answers(short_tmp / "live.ipc") is True
+        assert who_listens(short_tmp / "live.ipc") == (LIVE, os.getpid())
+    assert FOREIGN not in (LIVE, NOBODY)
 
 
 # --- SG5, SG9: an answer cut short, in the probe's words and while waiting for ready -------------------------------

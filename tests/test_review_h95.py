@@ -311,17 +311,17 @@ def test_a_control_socket_this_user_may_not_connect_to_is_not_unlinked(short_tmp
 
 
 def test_a_telemetry_socket_this_user_may_not_connect_to_counts_as_in_use(short_tmp, monkeypatch):
-    """socket_answers said False (a left-over) for EACCES, and zmq's ipc bind then unlinks whatever is at the path."""
+    """socket_answers (now sockprobe.who_listens) said False (a left-over) for EACCES, and zmq's ipc bind then unlinks whatever is at the path."""
     import socket
 
-    from controller.daemon.engines import child
+    from controller.daemon.sockprobe import FOREIGN, who_listens
     path = short_tmp / "t.ipc"
     live = socket.socket(socket.AF_UNIX)
     live.bind(str(path))
     live.listen()
     try:
         monkeypatch.setattr(socket, "socket", _Refused)
-        assert child.socket_answers(path) is True
+        assert who_listens(path) == (FOREIGN, None)         # (the engine's start: not NOBODY, so not unlinked)
     finally:
         live.close()
 

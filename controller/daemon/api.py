@@ -12,8 +12,6 @@ import math
 import os
 import socket
 import socketserver
-import stat
-import struct
 import sys
 import threading
 import time
@@ -27,6 +25,7 @@ from state import queries
 
 from .apicheck import ApiError, Route, body_length, check, json_int, query_int, shown
 from .service import CommandRefused
+from .sockprobe import check_socket_free
 
 log = logging.getLogger("spec_controller.api")
 
@@ -221,60 +220,6 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
             super().process_request_thread(request, client_address)
         finally:
             self._slots.release()
-
-
-def check_socket_free(path: Path) -> None:
-    """Remove a crashed daemon's leftover socket; RuntimeError if a live daemon answers on it, or if
-    anything but a socket is at the path (a file given as --socket is never deleted)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        raise RuntimeError(f"control socket path {path}: {e.strerror}") from None
-    if not stat.S_ISSOCK(st.st_mode):
-        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a socket"
-        raise RuntimeError(f"control socket path {path} exists and is {kind}; refusing to remove it")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    pid = None
-    try:
-        probe.connect(str(path))
-        pid = listener_pid(probe)
-    except BlockingIOError:
-        pass                                          # its backlog is full: a live, busy daemon
-    except PermissionError:           # (not "nobody listening": another user's socket, live or not, was unlinked)
-        raise RuntimeError(f"control socket {path} is a socket this user may not connect to (another user's "
-                           "daemon?); refusing to remove it: give another --socket") from None
-    except OSError:
-        try:
-            path.unlink()                             # nobody listening: a leftover of a crash
-        except OSError as e:          # (another user's in a sticky /tmp: was a PermissionError traceback)
-            raise RuntimeError(f"control socket {path} is a left-over nobody listens on, which this user cannot "
-                               f"remove ({e.strerror}); remove it or give another --socket") from None
-        return
-    finally:
-        probe.close()
-    who = f"another daemon (pid {pid})" if pid else "another daemon"
-    raise RuntimeError(f"control socket {path} is in use by {who}; stop it (specctl --socket {path} stop) or give "
-                       f"another --socket")
-
-
-def listener_pid(conn: socket.socket) -> int | None:
-    """The pid that listens at a connected unix socket's other end (SO_PEERCRED: recorded by the kernel when it called
-    listen()), None where the platform does not say."""
-    try:
-        pid, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-    except (AttributeError, OSError, struct.error):
-        return None
-    if pid <= 0:                    # (0: a listener in another pid namespace)
-        return None
-    try:
-        os.kill(pid, 0)             # (the pid that called listen() may have exited, its socket kept by a child)
-    except ProcessLookupError:
-        return None
-    except OSError:
-        pass                        # (alive, another user's)
-    return pid
 
 
 class ControlServer:

@@ -109,7 +109,7 @@ class Daemon:
 
     def _preflight(self, ctl: dict, engine_files: tuple[tuple[str, Path], ...]) -> None:
         """What can clash with another process is checked before an engine takes minutes to start."""
-        from .api import check_socket_free
+        from .sockprobe import check_socket_free
         sock, db = Path(ctl["socket"]).absolute(), Path(self.cfg["storage"]["db"]).absolute()
         if problem := shared_path(sock, db, engine_files):
             raise Fatal(problem, 2)

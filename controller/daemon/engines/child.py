@@ -61,21 +61,6 @@ def port_reason(host: str, port: int) -> str | None:
     return None
 
 
-def socket_answers(path) -> bool:
-    """Does a process listen on the unix socket at `path` (a running daemon's telemetry socket, which zmq's bind
-    would unlink and take over), rather than a crashed run's left-over file?"""
-    import socket
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(2.0)
-        try:
-            s.connect(str(path))
-        except (BlockingIOError, TimeoutError, PermissionError):  # EAGAIN: its backlog full, a live daemon, busy
-            return True                     # (EACCES: another user's, not to be taken for a left-over and unlinked)
-        except OSError:
-            return False
-    return True
-
-
 MAX_TELEMETRY_MESSAGE = 64 * 1024    # the plugin sends at most 16 samples (448 bytes) or its stats (~300) at once
 
 

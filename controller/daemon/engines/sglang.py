@@ -1,11 +1,9 @@
 """The real engine: SGLang's OpenAI-compatible server as a supervised child process.
 
-A child (not in-process) because SGLang installs its own SIGTERM/SIGQUIT handlers in the
-process that runs its server, and because the daemon must outlive an engine crash to
-record it and exit non-zero (systemd then restarts both). The plugin inside SGLang's
-scheduler processes sends telemetry over zmq; thresholds go through SGLang's
-/set_internal_state, i.e. the scheduler's request path, the same order on every TP rank.
-"""
+A child (not in-process) because SGLang installs its own SIGTERM/SIGQUIT handlers in the process that runs its
+server, and because the daemon must outlive an engine crash to record it and exit non-zero (systemd then restarts
+both). The plugin inside SGLang's scheduler processes sends telemetry over zmq; thresholds go through SGLang's
+/set_internal_state, i.e. the scheduler's request path, the same order on every TP rank."""
 from __future__ import annotations
 
 import http.client
@@ -25,8 +23,9 @@ from pathlib import Path
 from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, MAX_BATCH, PAYS_DRAFT,
                          SAME_AT_ZERO, THRESHOLD_KEY, decode, unsupported_reason, zero_saves_prefill_draft)
 from ...paths import home_unexpanded, socket_path_too_long, state_dir, write_private
+from ..sockprobe import NOBODY, who_listens
 from .base import Engine, EngineError, SampleSink
-from .child import NOT_STARTED, SGLANG_PORT, USAGE, bound_to_daemon, port_reason, socket_answers, telemetry_pull
+from .child import NOT_STARTED, SGLANG_PORT, USAGE, bound_to_daemon, port_reason, telemetry_pull
 from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, named_paths, no_http_reason,
                            nul_key, refused_hint, relay_masked, secrets_in, server_flags, shown)
 from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH, KILLPG_ENV, plugin_env, user_env
@@ -152,7 +151,7 @@ class SGLangEngine(Engine):
         # zmq's ipc bind unlinks whatever is at the path: only ever a socket (a crashed run's).
         if self.ipc_path.is_symlink() or (self.ipc_path.exists() and not self.ipc_path.is_socket()):
             raise EngineError(f"telemetry socket path {self.ipc_path} exists and is not a socket; refusing to remove it")
-        if self.ipc_path.is_socket() and socket_answers(self.ipc_path):     # (another daemon's: same state directory)
+        if self.ipc_path.is_socket() and who_listens(self.ipc_path)[0] != NOBODY:     # (another daemon's: same state directory)
             raise EngineError(f"telemetry socket {self.ipc_path} is in use by another daemon's engine; give each daemon "
                               "its own state directory (XDG_STATE_HOME, or STATE_DIRECTORY and RUNTIME_DIRECTORY)")
         # One slot, candidate steps {0, K}: the plugin picks between them per batch.

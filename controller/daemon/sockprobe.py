@@ -1,0 +1,74 @@
+"""Who listens on a unix socket, for the daemon's start: its control socket (a crashed run's left-over is removed, a
+live daemon's or another user's never) and its engine's telemetry socket (zmq's bind would unlink a live one)."""
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import struct
+from pathlib import Path
+
+LIVE, FOREIGN, NOBODY = "live", "foreign", "nobody"
+
+
+def who_listens(path: str | os.PathLike, timeout_s: float = 2.0) -> tuple[str, int | None]:
+    """(LIVE, pid or None): a process listens (its backlog full or slow to accept: a live, busy one); (FOREIGN, None):
+    this user may not connect (another user's socket, live or not: never to be taken for a left-over and unlinked);
+    (NOBODY, None): nothing listens there (a crashed run's left-over, nothing at all, a path AF_UNIX cannot take)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(timeout_s)              # (blocking, a full backlog waited for good)
+        try:
+            probe.connect(str(path))
+        except (BlockingIOError, TimeoutError):  # EAGAIN: its backlog full
+            return LIVE, None
+        except PermissionError:
+            return FOREIGN, None
+        except OSError:
+            return NOBODY, None
+        return LIVE, listener_pid(probe)
+
+
+def check_socket_free(path: Path) -> None:
+    """Remove a crashed daemon's leftover socket; RuntimeError if a live daemon answers on it, or if
+    anything but a socket is at the path (a file given as --socket is never deleted)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise RuntimeError(f"control socket path {path}: {e.strerror}") from None
+    if not stat.S_ISSOCK(st.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a socket"
+        raise RuntimeError(f"control socket path {path} exists and is {kind}; refusing to remove it")
+    who, pid = who_listens(path)
+    if who == FOREIGN:
+        raise RuntimeError(f"control socket {path} is a socket this user may not connect to (another user's "
+                           "daemon?); refusing to remove it: give another --socket")
+    if who == NOBODY:
+        try:
+            path.unlink()                             # nobody listening: a leftover of a crash
+        except OSError as e:          # (another user's in a sticky /tmp: was a PermissionError traceback)
+            raise RuntimeError(f"control socket {path} is a left-over nobody listens on, which this user cannot "
+                               f"remove ({e.strerror}); remove it or give another --socket") from None
+        return
+    whom = f"another daemon (pid {pid})" if pid else "another daemon"
+    raise RuntimeError(f"control socket {path} is in use by {whom}; stop it (specctl --socket {path} stop) or give "
+                       f"another --socket")
+
+
+def listener_pid(conn: socket.socket) -> int | None:
+    """The pid that listens at a connected unix socket's other end (SO_PEERCRED: recorded by the kernel when it called
+    listen()), None where the platform does not say."""
+    try:
+        pid, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    except (AttributeError, OSError, struct.error):
+        return None
+    if pid <= 0:                    # (0: a listener in another pid namespace)
+        return None
+    try:
+        os.kill(pid, 0)             # (the pid that called listen() may have exited, its socket kept by a child)
+    except ProcessLookupError:
+        return None
+    except OSError:
+        pass                        # (alive, another user's)
+    return pid
