@@ -14,7 +14,10 @@ def setting_row(key: str, value: Any) -> dict:
 
 
 def _policy_shaped(value: Any) -> bool:
-    return isinstance(value, dict) and isinstance(value.get("name"), str) and isinstance(value.get("params", {}), dict)
+    """{"name": a non-empty str, "params": {...}}: an empty name is no policy (the daemon refused it at start, while
+    status showed the newest checkpoint's as if it ran; mutation-today-2026-12-06j Q3)."""
+    name = value.get("name") if isinstance(value, dict) else None
+    return isinstance(name, str) and name != "" and isinstance(value.get("params", {}), dict)
 
 
 SHAPED = {"policy": _policy_shaped, "clock": lambda value: isinstance(value, dict)}     # (the readers' .get)
@@ -50,7 +53,7 @@ def latest_policy(db: sqlite_utils.Database) -> str | None:
     the newest checkpoint is the old policy's (status said `model (= ucb)`)."""
     saved = settings(db).get("policy")
     name = saved.get("name") if isinstance(saved, dict) else None
-    if isinstance(name, str) and name:
+    if isinstance(name, str):
         from policies import known_name   # here: specctl's start-up imports nothing heavy
         return known_name(name)           # (None: a name this version does not know, shown as saved, no alias)
     row = db.execute("SELECT policy FROM policy_state ORDER BY id DESC LIMIT 1").fetchone()

@@ -230,6 +230,7 @@ def test_an_offline_pin_is_synced_before_specctl_says_saved(short_tmp, monkeypat
 # --- a damaged settings row: left out, as if never saved -----------------------------------------------------------
 @pytest.mark.parametrize("key,value", [("threshold", "{bad"), ("policy", '"ucb"'), ("policy", '{"name": 5}'),
                                        ("policy", '{"name": "ucb", "params": [1]}'), ("pinned", "\xff not json"),
+                                       ("policy", '{"name": "", "params": {}}'),   # (mutation-today-2026-12-06j Q3)
                                        ("clock", "5")])
 def test_a_damaged_settings_row_is_no_setting_for_the_daemon_status_and_policy_show(short_tmp, key, value):
     """A settings row that is not JSON, or a policy that is no {name, params} object: the daemon's start (Service),
