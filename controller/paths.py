@@ -67,10 +67,13 @@ def find_db() -> Path:
 TEXT_FILE_LIMIT = 16 << 20
 
 
-def read_text_file(path: str | Path, limit: int = TEXT_FILE_LIMIT) -> str:
-    """A config, profile or trace file's text. OSError for what is not a regular file of at most `limit`
-    bytes: a FIFO blocked `config check` for good and /dev/zero read until memory ran out.
-    UnicodeDecodeError as read_text's."""
+NOT_PLAIN = (errno.EINVAL, errno.EFBIG)     # read_text_file's own refusals: not a regular file, over its limit
+
+
+def read_text_file(path: str | Path, limit: int = TEXT_FILE_LIMIT, errors: str = "strict") -> str:
+    """A config, profile, trace or SGLang --config YAML file's text. OSError for what is not a regular file of at most
+    `limit` bytes (errno in NOT_PLAIN): a FIFO blocked `config check` for good and /dev/zero read until memory ran
+    out. UnicodeDecodeError as read_text's (errors="strict")."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)      # (a FIFO's open waits for a writer)
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -78,7 +81,7 @@ def read_text_file(path: str | Path, limit: int = TEXT_FILE_LIMIT) -> str:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", str(path))
-    return data.decode()
+    return data.decode(errors=errors)
 
 
 def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:

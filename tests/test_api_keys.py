@@ -278,6 +278,30 @@ def test_a_missing_config_yaml_is_left_to_sglang(tmp_path):
     assert cmd[cmd.index("--config") + 1] == str(tmp_path / "missing.yaml")
 
 
+def test_a_config_yaml_that_is_a_fifo_or_too_big_is_one_line_not_a_hang(tmp_path):
+    """The --config YAML was read whole with read_text (the one operator-named file paths.read_text_file did not
+    cover): a FIFO there hung `config check` and `run` for good, /dev/zero was read until memory ran out."""
+    import os
+    import subprocess
+    import sys
+
+    from controller.paths import TEXT_FILE_LIMIT
+    fifo, big = tmp_path / "sg.yaml", tmp_path / "big.yaml"
+    os.mkfifo(fifo)
+    big.write_bytes(b"#" * (TEXT_FILE_LIMIT + 1))
+    for path, why in ((fifo, "not a regular file"), (big, "larger than 16 MiB")):
+        (tmp_path / "c.toml").write_text(f'[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\n'
+                                         f'speculative_algorithm = "EAGLE3"\nextra_args = ["--config", "{path}"]\n')
+        done = subprocess.run([sys.executable, "-m", "controller.daemon", "config", "check", "--config",
+                               str(tmp_path / "c.toml")], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "st")})
+        assert (done.returncode, done.stderr) == (2, f"spec-controller: sglang engine: [sglang]'s --config {path}: "
+                                                     f"cannot read ({why})\n")
+    big.write_bytes(b"# latin-1 \xe9\napi-key: sk-yaml\n")           # (not UTF-8: still looked into, as before)
+    with pytest.raises(EngineError, match="big.yaml sets api_key"):
+        SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "extra_args": ["--config", str(big)]})
+
+
 @pytest.mark.parametrize("word", ["--port", "--port=30001", "--host", "--host=0.0.0.0"])
 def test_extra_args_may_not_move_the_port_or_host_the_daemon_reaches(word):
     """argparse's last word wins: SGLang would serve where the daemon's probe and threshold changes never look."""

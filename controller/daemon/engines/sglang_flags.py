@@ -3,9 +3,9 @@ to SGLang's (engines/sglang.py); from-launch reads them back through SGLang's pa
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import IO, Any
 
+from ...paths import NOT_PLAIN, read_text_file
 from .base import EngineError
 
 
@@ -215,16 +215,17 @@ _YAML_KEY = re.compile(r"""^["']?((?:admin[-_])?api[-_]key)["']?[ \t]*:""", re.M
 def config_file_reason(args: dict) -> str | None:
     """Why an [sglang] table cannot run as given: an API key set only in extra_args' --config YAML. The daemon must
     send that key with every threshold change and mask it in SGLang's output, and reads no YAML; a key that [sglang]
-    sets as well wins over the file's (SGLang: command line over config), so that one is fine. An unreadable file
-    is SGLang's to report."""
+    sets as well wins over the file's (SGLang: command line over config), so that one is fine. A missing or unreadable
+    file is SGLang's to report; one that is no regular file or is over 16 MiB is refused (read whole, a FIFO hung
+    config check and run for good, /dev/zero ran out of memory)."""
     words = server_flags(args)              # ([sglang] config = "FILE" is a --config too)
     if words[-1:] == ["--config"]:          # (SGLang would take the daemon's next flag for the file)
         return "[sglang] extra_args ends with --config: name the YAML file after it"
     files = [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--config"]
     try:
-        text = Path(files[0]).read_text(errors="replace") if files else ""
-    except OSError:
-        return None
+        text = read_text_file(files[0], errors="replace") if files else ""
+    except OSError as e:
+        return f"[sglang]'s --config {files[0]}: cannot read ({e.strerror})" if e.errno in NOT_PLAIN else None
     given = given_keys(args)
     unsent = [key.replace("-", "_") for key in _YAML_KEY.findall(text) if not given[key.replace("-", "_")]]
     if not unsent:
