@@ -114,7 +114,10 @@ def test_an_answer_cut_short_is_a_failed_probe_and_a_refused_threshold_not_an_es
         server.start()
         eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": port})
         assert eng.probe(now=100.0) is False and eng.probe(now=130.0) is False
-        assert eng.unanswered_s(now=130.0) == 30.0 and eng.unanswered_s(now=170.0) == 70.0
+        assert eng.unanswered_s(now=130.0) == 30.0 and eng.unanswered_s(now=170.0) == 30.0
+        eng._probing_since = 145.0                       # (the next probe waiting 25 s: counted to now)
+        assert eng.unanswered_s(now=170.0) == 70.0
+        eng._probing_since = None
         for _ in range(2):
             with pytest.raises(EngineError, match="set_internal_state failed"):
                 eng.set_threshold(4)
@@ -171,3 +174,35 @@ def test_a_telemetry_socket_whose_backlog_is_full_is_a_running_daemons(short_tmp
             c.close()
         listener.close()
     assert who_listens(path)[0] == NOBODY      # closed: a left-over file
+
+
+def test_a_probe_still_waiting_counts_towards_hang_after_s_once_past_sglangs_own_20_s():
+    """The waiting probe is what counts the time to now (an HTTP server that hangs outright: each probe waits 60 s):
+    probe() marks itself waiting, and health() counts to now once it has waited FAILING_AFTER_S."""
+    import socket
+    import threading
+    import time
+
+    from controller.daemon.engines.sglang import FAILING_AFTER_S
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": srv.getsockname()[1],
+                            "hang_after_s": 100})
+        eng.proc = type("Alive", (), {"poll": lambda self: None})()
+        first = threading.Thread(target=eng.probe, kwargs={"now": 0.0})
+        first.start()
+        srv.accept()[0].close()                          # an answer cut off: a failed probe, failing since 0
+        first.join(30)
+        waiting = threading.Thread(target=eng.probe)
+        waiting.start()
+        held, _ = srv.accept()                           # the second: no answer yet
+        while eng._probing_since is None:
+            time.sleep(0.01)
+        since = eng._probing_since
+        assert eng.unanswered_s(now=since + FAILING_AFTER_S - 1) == 0.0            # (to the first's start)
+        assert eng.unanswered_s(now=since + FAILING_AFTER_S) == since + FAILING_AFTER_S
+        assert not eng.health(now=100.0 + FAILING_AFTER_S + since)["ok"]
+        held.close()
+        waiting.join(30)
+    assert eng._probing_since is None and eng.unanswered_s(now=since + 1000) == since     # answered: to its start

@@ -218,9 +218,12 @@ def test_engine_that_stops_answering_is_reported_gone_after_hang_after_s(sglang_
         eng.probe(now=90.0)
         eng.probe(now=150.0)
         assert eng.health(now=150.0)["ok"]                         # 60 s < 100 s since the last success
-        assert eng.health(now=189.0)["ok"]
-        h = eng.health(now=190.0)              # no probe since 150 (the next one still waiting): hung by the clock
+        assert eng.health(now=190.0)["ok"]     # no probe since 150: nothing says it still fails (as after one alone)
+        eng._probing_since = 165.0             # the next one started at 165 and still waits for its answer
+        assert eng.health(now=184.0)["ok"]     # (waiting 19 s: an answer may still come, as from a busy scheduler)
+        h = eng.health(now=190.0)              # waiting 25 s, past SGLang's own 20 s: hung by the clock
         assert not h["ok"] and h["detail"].startswith("hung: /health_generate unanswered for 100 s")
+        eng._probing_since = None
         server.shutdown()
         server.server_close()
         eng.probe(now=200.0)                                       # refused connections count as failures
@@ -229,6 +232,25 @@ def test_engine_that_stops_answering_is_reported_gone_after_hang_after_s(sglang_
         eng.proc.kill()
         eng.proc.wait()
     assert eng.health()["detail"].startswith("exited")
+
+
+def test_one_failed_probe_is_no_hang_even_when_probes_are_further_apart_than_hang_after_s(sglang_http):
+    """Counting to now whatever the probes said called one failed probe (a busy scheduler's 503) a hang as soon as
+    hang_after_s passed, when probe_s >= hang_after_s left no second probe to confirm it: the daemon exited 1 and
+    SGLang was restarted. It takes probes failing that long with no success between them (docs/sglang.md)."""
+    server, answer = sglang_http.server, sglang_http.answer
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "port": server.server_address[1],
+                        "probe_s": 300, "hang_after_s": 180})
+    eng.proc = sglang_http.proc
+    try:
+        answer["code"] = 503
+        assert not eng.probe(now=0.0)
+        assert eng.health(now=181.0)["ok"] and eng.health(now=299.0)["ok"]       # was: hung at 180
+        assert not eng.probe(now=300.0)
+        assert not eng.health(now=300.0)["ok"]                                   # the second: 300 s, both failed
+    finally:
+        eng.proc.kill()
+        eng.proc.wait()
 
 
 @pytest.mark.parametrize("key", ["hang_after_s", "probe_s", "ready_timeout_s"])

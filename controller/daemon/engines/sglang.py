@@ -38,6 +38,7 @@ log = logging.getLogger("spec_controller.sglang")
 
 STOP_QUIET_S = 0.5     # on stop, telemetry is read until quiet this long (the engine's drain reports last) ...
 STOP_READ_S = 5.0      # ... or this long at most
+FAILING_AFTER_S = 20.0  # a probe unanswered this long is failing (SGLang's /health_generate says 503 after ~20 s)
 # the defaults of those own keys (systemd/config.example.toml shows them; python: the daemon's interpreter)
 OWN_DEFAULTS = {"ready_timeout_s": Engine.ready_timeout_s, "probe_s": 30.0, "hang_after_s": 180.0, "off_path": DEFAULT_OFF_PATH,
                 "lean_prefill": DEFAULT_LEAN_PREFILL, "extra_args": [], "env": {}}
@@ -111,6 +112,7 @@ class SGLangEngine(Engine):
         self.hang_after_s = _seconds(self.args, "hang_after_s", OWN_DEFAULTS["hang_after_s"])
         self._failing_since: float | None = None
         self._last_probe: tuple[float, str] = (0.0, "")       # (monotonic time, what the last probe got)
+        self._probing_since: float | None = None                # the start of the probe waiting for its answer
         run = Path(os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or state_dir())
         self.ipc_path = run / "telemetry.ipc"
         self.adaptive_config = state_dir() / "adaptive.json"
@@ -269,26 +271,25 @@ class SGLangEngine(Engine):
     def probe(self, now: float | None = None) -> bool:
         """GET /health_generate: SGLang answers 200 once its scheduler returns output (at once when busy,
         after a 1-token request when idle) and 503 after ~20 s without it."""
-        now = time.monotonic() if now is None else now
+        now = self._probing_since = time.monotonic() if now is None else now
         try:
             got = f"HTTP {self._get('/health_generate', timeout=60.0)[0]}"
         except urllib.error.HTTPError as e:
             got = f"HTTP {e.code}"
         except NO_ANSWER as e:
             got = str(getattr(e, "reason", e)) or type(e).__name__
+        finally:
+            self._probing_since = None
         ok = got == "HTTP 200"
-        if ok:
-            self._failing_since = None
-        elif self._failing_since is None:
-            self._failing_since = now
+        self._failing_since = None if ok else now if self._failing_since is None else self._failing_since
         self._last_probe = (now, got)
         return ok
 
     def unanswered_s(self, now: float | None = None) -> float:
-        """Since the first of a run of failed probes began, to now (0 after a pass; to the last probe's start: ~60 s late)."""
-        if self._failing_since is None:
-            return 0.0
-        return max(time.monotonic() if now is None else now, self._last_probe[0]) - self._failing_since
+        """From a run of failed probes' first start to its last's, or to now once the next has waited FAILING_AFTER_S."""
+        first, since, now = self._failing_since, self._probing_since, time.monotonic() if now is None else now
+        end = now if since is not None and now - since >= FAILING_AFTER_S else self._last_probe[0]
+        return 0.0 if first is None else end - first        # (each read once: probe() runs in another thread)
 
     def health(self, now: float | None = None) -> dict:
         alive = self.proc is not None and self.proc.poll() is None
