@@ -321,9 +321,41 @@ def test_a_telemetry_socket_this_user_may_not_connect_to_counts_as_in_use(short_
     live.bind(str(path))
     live.listen()
     try:
-        monkeypatch.setattr(socket, "socket", _Refused)
-        assert who_listens(path) == (FOREIGN, None)         # (the engine's start: not NOBODY, so not unlinked)
+        with monkeypatch.context() as m:
+            m.setattr(socket, "socket", _Refused)
+            assert who_listens(path) == (FOREIGN, None)
     finally:
+        live.close()
+
+
+def test_the_engine_start_refuses_a_telemetry_socket_this_user_may_not_connect_to(short_tmp, monkeypatch):
+    """The engine's own decision on who_listens' FOREIGN (the test above stops at the probe since the fold into
+    sockprobe: an engine that took only LIVE for 'in use' passed every test, and zmq's bind unlinked the socket)."""
+    import socket
+
+    from controller.daemon import sockprobe
+    from controller.daemon.engines import sglang
+    from controller.daemon.engines.base import EngineError
+    from tests.conftest import fake_sglang_python
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(short_tmp))
+    monkeypatch.setenv("STATE_DIRECTORY", str(short_tmp))
+    live = socket.socket(socket.AF_UNIX)
+    live.bind(str(short_tmp / "telemetry.ipc"))
+    live.listen()
+
+    def as_another_user(path, *args):
+        with monkeypatch.context() as m:
+            m.setattr(socket, "socket", _Refused)
+            return sockprobe.who_listens(path, *args)
+    monkeypatch.setattr(sglang, "who_listens", as_another_user)
+    eng = sglang.SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3",
+                               "python": str(fake_sglang_python(short_tmp / "python"))})
+    try:
+        with pytest.raises(EngineError, match="telemetry socket .* is in use by another daemon's engine"):
+            eng.start(lambda s: None)
+        assert eng.proc is None and (short_tmp / "telemetry.ipc").is_socket()
+    finally:
+        eng.stop()
         live.close()
 
 
