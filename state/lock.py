@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -45,7 +46,7 @@ class DaemonLock:
         except OSError as e:
             raise StoreError(f"cannot create {self.path.parent}: {e.strerror}") from None
         self.created = not self.path.exists()
-        fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT, "lock file")
+        fd = self._open(os.O_RDWR | os.O_CREAT)
         deadline = time.monotonic() + LOOK_GRACE_S
         while True:
             try:
@@ -75,8 +76,8 @@ class DaemonLock:
         given changed nothing, while the pin came back at the next start. Where no lock file is (no daemon ever ran
         here) or it cannot be read, nothing is held: the check (holder()) says what it finds."""
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
+            fd = self._open(os.O_RDONLY)
+        except StoreError:
             fd = None
         try:
             if fd is not None:
@@ -86,6 +87,15 @@ class DaemonLock:
         finally:
             if fd is not None:
                 os.close(fd)                               # (lets the shared flock go)
+
+    def _open(self, flags: int) -> int:
+        """The lock file, never a FIFO planted at its path (a read-only open waited for a writer: specctl's look, an
+        offline write and the daemon's start hung) nor anything else but a regular file; StoreError in one line."""
+        fd = open_nofollow(self.path, flags | os.O_NONBLOCK, "lock file")
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise StoreError(f"lock file {self.path} is not a regular file; remove it (nothing else belongs there)")
+        return fd
 
     def held_by_other(self) -> bool:
         """True if a live daemon holds the lock (used by specctl for offline writes)."""
@@ -100,7 +110,7 @@ class DaemonLock:
             return None
         except OSError as e:
             raise StoreError(f"lock file {self.path}: {e.strerror}") from None
-        fd = open_nofollow(self.path, os.O_RDONLY, "lock file")
+        fd = self._open(os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             fcntl.flock(fd, fcntl.LOCK_UN)

@@ -1,3 +1,4 @@
+import os
 import sqlite3
 
 import pytest
@@ -288,3 +289,28 @@ def test_a_start_waits_out_specctls_look_at_the_lock_but_not_a_daemon(tmp_path):
     with pytest.raises(StoreError, match=f"another spec-controller \\(pid {os.getpid()}\\) is running"):
         DaemonLock(tmp_path / "s.db").acquire()
     lock.release()
+
+
+def test_a_fifo_at_the_lock_files_path_is_one_line_not_a_hang(short_tmp):
+    """helper-101 (suspected, confirmed): a read-only open of a FIFO waits for a writer, so specctl's look at the lock
+    (holder), an offline write (held_off) and the daemon's start on that database hung for good."""
+    import threading
+    lock = DaemonLock(short_tmp / "s.db")
+    os.mkfifo(lock.path)
+    outcome: dict = {}
+
+    def attempt():
+        for name, call in (("holder", lock.holder), ("acquire", lock.acquire)):
+            try:
+                call()
+                outcome[name] = "no error"
+            except StoreError as e:
+                outcome[name] = str(e)
+        with lock.held_off():
+            outcome["held_off"] = "entered"
+    t = threading.Thread(target=attempt, daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive(), outcome
+    said = f"lock file {lock.path} is not a regular file; remove it (nothing else belongs there)"
+    assert outcome == {"holder": said, "acquire": said, "held_off": "entered"}
