@@ -4,6 +4,7 @@ database holds its own (`specctl policy set`, a learned threshold), that wins at
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Callable, Mapping
 
 from policies import Policy, PolicyError, known_name
@@ -53,12 +54,12 @@ def saved_policy(saved: Mapping[str, Any], cfg: dict, build: Callable[[str, Mapp
         try:
             build(name, {key: value})
         except PolicyError as e:
-            dropped[key] = str(e).removeprefix(f"policy {name}: ")
+            dropped[key] = _reason(e, name)
     kept = {key: value for key, value in params.items() if key not in dropped}
     try:
         policy = build(name, kept)
     except PolicyError as e:                           # (together they do not build): none kept
-        dropped, kept, policy = {"": str(e).removeprefix(f"policy {name}: ")}, {}, build(name, {})
+        dropped, kept, policy = {"": _reason(e, name)}, {}, build(name, {})
     log.warning(f"saved policy {name}: {'; '.join(dropped.values())}: dropped, running at its default (the database "
                 f"keeps it; `specctl policy set {name}` replaces it)")
     return name, kept, policy
@@ -96,3 +97,8 @@ def config_policy_unused(cfg: dict, saved: Mapping[str, Any]) -> str | None:
     return (f"[policy] {theirs['name']} {dict(theirs['params'])} in the config is not used: the database's policy "
             f"{mine.get('name')} {dict(mine.get('params') or {})} is (a config's policy is a first start's only; "
             f"`specctl policy set {theirs['name']}` switches)")
+
+
+def _reason(error: PolicyError, name: str) -> str:
+    """A refusal without its 'policy NAME: ' (or an alias's 'policy bandit (thompson): '): the warning names it."""
+    return re.sub(rf"^policy {re.escape(name)}( \(\w+\))?: ", "", str(error))
