@@ -126,7 +126,7 @@ def test_cf_a_metrics_port_beside_sglangs_on_another_address_or_engine_is_taken(
 
 # --- CH1: a path nothing answers on is no running daemon, whatever connect says -----------------------------------
 def test_ch1_a_socket_path_that_cannot_be_connected_is_no_running_daemon(short_tmp):
-    from controller.daemon.sockprobe import FOREIGN, LIVE, NOBODY, who_listens
+    from controller.daemon.sockprobe import LIVE, NOBODY, who_listens
     stale = short_tmp / "stale.ipc"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.bind(str(stale))                          # a crashed run's socket file: nothing listens
@@ -137,7 +137,6 @@ def test_ch1_a_socket_path_that_cannot_be_connected_is_no_running_daemon(short_t
         live.bind(str(short_tmp / "live.ipc"))
         live.listen(1)
         assert who_listens(short_tmp / "live.ipc") == (LIVE, os.getpid())
-    assert FOREIGN not in (LIVE, NOBODY)
 
 
 # --- SG5, SG9: an answer cut short, in the probe's words and while waiting for ready -------------------------------
