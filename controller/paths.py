@@ -5,6 +5,7 @@ import errno
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 SYSTEM_STATE = Path("/var/lib/spec-controller")
 SYSTEM_RUNTIME = Path("/run/spec-controller")
@@ -70,14 +71,22 @@ TEXT_FILE_LIMIT = 16 << 20
 NOT_PLAIN = (errno.EINVAL, errno.EFBIG)     # read_text_file's own refusals: not a regular file, over its limit
 
 
+def open_regular(path: str | Path) -> BinaryIO:
+    """`path` opened for reading if it is a regular file, else OSError ("not a regular file"): opening a FIFO waited
+    for a writer for good, and a device (/dev/zero) has no end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)      # (non-blocking: a FIFO's open returns)
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return f
+
+
 def read_text_file(path: str | Path, limit: int = TEXT_FILE_LIMIT, errors: str = "strict") -> str:
     """A config, profile, trace or SGLang --config YAML file's text. OSError for what is not a regular file of at most
     `limit` bytes (errno in NOT_PLAIN): a FIFO blocked `config check` for good and /dev/zero read until memory ran
     out. UnicodeDecodeError as read_text's (errors="strict")."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)      # (a FIFO's open waits for a writer)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
+    with open_regular(path) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", str(path))

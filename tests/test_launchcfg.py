@@ -249,3 +249,14 @@ def test_check_notes_the_default_off_path_at_tp_above_one(tmp_path, extra, noted
     assert res.exit_code == 0, res.output
     assert ('with off_path left to "kv": "kv" has not run at TP > 1 on a GPU, "fast" has' in res.stderr) is noted, \
         res.stderr
+
+
+def test_a_launch_script_that_is_a_fifo_is_one_line_not_a_hang(tmp_path):
+    """helper-101 (suspected, confirmed): from-launch reads `/venv/bin/sglang serve`'s shebang; a FIFO at that path
+    waited for a writer for good. A real subprocess, so a hang fails the test by its timeout."""
+    fifo = tmp_path / "sglang"
+    os.mkfifo(fifo)
+    done = subprocess.run([sys.executable, "-m", "controller.daemon", "config", "from-launch", "--", str(fifo), "serve",
+                           "--model-path", "/m"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and f"cannot read {fifo}: not a regular file" in done.stderr, done
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..contract import unsupported_reason
-from ..paths import DEFAULT_CONFIG
+from ..paths import DEFAULT_CONFIG, open_regular
 from .engines.base import EngineError
 from .engines.sglang import SGLangEngine
 from .engines.sglang_flags import masked, secrets_in, shown
@@ -126,7 +126,7 @@ def shebang_of(script: str) -> str:
     """The interpreter a console script (`/venv/bin/sglang`) starts: its first line's `#!PATH`; LaunchError where it
     names none by its path (an `env python3` shebang depends on a PATH the service does not have)."""
     try:
-        with open(script, "rb") as f:
+        with open_regular(script) as f:            # (a FIFO there: from-launch hung)
             first = f.readline(4096).decode("utf-8", "replace")
     except OSError as e:
         raise LaunchError(f"cannot read {script}: {e.strerror or e}", 1) from None
