@@ -59,6 +59,34 @@ def make_policy(name: str, params: Mapping[str, Any] | None = None, *, seed: int
         raise PolicyError(text) from None
 
 
+def runnable_params(name: str, params: Mapping[str, Any]) -> tuple[dict, dict[str, str]]:
+    """Of a saved policy's parameters (an older version's: renamed, or out of today's range), those it runs with and,
+    for each other one, why it runs at its default instead ({"": why} where they build one by one and not together):
+    what the daemon's start and specctl's offline `policy show` / `status` both read. PolicyError: an unknown policy."""
+    make_policy(name, {})
+    dropped = {}
+    for key, value in params.items():
+        try:
+            make_policy(name, {key: value})
+        except PolicyError as e:
+            dropped[key] = _unprefixed(e, name)
+    kept = {key: value for key, value in params.items() if key not in dropped}
+    try:
+        make_policy(name, kept)
+    except PolicyError as e:
+        return {}, {"": _unprefixed(e, name)}
+    return kept, dropped
+
+
+def _unprefixed(error: PolicyError, name: str) -> str:
+    """A refusal without its 'policy NAME: ' (or an alias's 'policy bandit (thompson): '): the caller names it."""
+    text = str(error)
+    for head in (f"policy {name}: ", f"policy {name} ({ALIASES.get(name)}): "):
+        if text.startswith(head):
+            return text[len(head):]
+    return text
+
+
 def list_policies() -> list[dict]:
     rows = []
     for name, cls in POLICIES.items():
@@ -72,5 +100,5 @@ def list_policies() -> list[dict]:
     return rows
 
 
-__all__ = ["POLICIES", "ALIASES", "Policy", "ParamSpec", "Decision", "PolicyError", "Sample",
+__all__ = ["POLICIES", "ALIASES", "runnable_params", "Policy", "ParamSpec", "Decision", "PolicyError", "Sample",
            "Snapshot", "make_policy", "resolve_name", "list_policies", "parse_kv"]

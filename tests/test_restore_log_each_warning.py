@@ -53,3 +53,27 @@ def test_a_saved_policy_that_no_longer_builds_starts_at_its_defaults_with_one_wa
     conn = sqlite3.connect(short_tmp / "state.db")
     assert json.loads(conn.execute("SELECT value FROM settings WHERE key = 'policy'").fetchone()[0]) == saved
     conn.close()
+
+
+def test_offline_policy_show_and_status_show_the_parameters_the_next_start_runs(short_tmp):
+    """helper-101: with the daemon down, a saved parameter out of today's range was shown as saved (c=500), while the
+    daemon's start runs it at its default (c=1.0); both now read policies.runnable_params."""
+    from click.testing import CliRunner
+
+    from controller.cli.main import cli
+    from policies import runnable_params
+    from state import queries
+    from state.db import open_store
+    from state.items import INSERTS
+    assert runnable_params("ucb", {"c": 500, "half_life_s": 30, "old": 1})[0] == {"half_life_s": 30}
+    assert runnable_params("bandit", {"c": 2})[1] == {"c": "unknown parameter 'c' (allowed: accept_half_life_s, "
+                                                           "dominance, guess, half_life_s, indifference, min_samples, "
+                                                           "prefill, scale, zero_margin); c is a parameter of ucb"}
+    db = open_store(short_tmp / "state.db")
+    db.conn.execute(INSERTS["settings"], queries.setting_row("policy", {"name": "ucb", "params": {"c": 500,
+                                                                                                   "half_life_s": 30}}))
+    db.conn.close()
+    shown = json.loads(CliRunner().invoke(cli, ["--db", str(short_tmp / "state.db"), "policy", "show", "--json"]).output)
+    assert (shown["params"]["c"], shown["params"]["half_life_s"]) == (1.0, 30.0), shown
+    status = CliRunner().invoke(cli, ["--db", str(short_tmp / "state.db"), "status", "--json"])
+    assert json.loads(status.output)["policy"]["params"]["c"] == 1.0, status.output

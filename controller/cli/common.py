@@ -189,12 +189,13 @@ def lock_holder(db: Path) -> str | None:
 
 def full_params(saved: dict) -> dict:
     """The saved policy's parameters with its defaults filled in, as the running daemon shows them (the saved
-    setting holds only those given; one that no longer builds is shown as saved)."""
-    from policies import PolicyError, make_policy
+    setting holds only those given); one that no longer builds (saved by an older version) at its default, as the
+    daemon's start runs it (policies.runnable_params); a policy this version does not know: as saved."""
+    from policies import PolicyError, make_policy, runnable_params
     params = dict(saved.get("params", {}))
     if saved.get("name"):
         try:
-            return dict(make_policy(saved["name"], params).params)
+            return dict(make_policy(saved["name"], runnable_params(saved["name"], params)[0]).params)
         except PolicyError:
             pass
     return params

@@ -4,10 +4,9 @@ database holds its own (`specctl policy set`, a learned threshold), that wins at
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any, Callable, Mapping
 
-from policies import Policy, PolicyError, known_name
+from policies import Policy, PolicyError, known_name, runnable_params
 
 from ..control.guard_config import GuardConfig
 from ..control.loop import ControlLoop
@@ -49,17 +48,11 @@ def saved_policy(saved: Mapping[str, Any], cfg: dict, build: Callable[[str, Mapp
         log.warning(f"saved policy {name} {params} not run ({whole}); the config's {configured[0]} {configured[1]} "
                     "runs instead (the database keeps it; `specctl policy set` replaces it)")
         return *configured, build(*configured)
-    dropped = {}
-    for key, value in params.items():
-        try:
-            build(name, {key: value})
-        except PolicyError as e:
-            dropped[key] = _reason(e, name)
-    kept = {key: value for key, value in params.items() if key not in dropped}
+    kept, dropped = runnable_params(name, params)
     try:
         policy = build(name, kept)
-    except PolicyError as e:                           # (together they do not build): none kept
-        dropped, kept, policy = {"": _reason(e, name)}, {}, build(name, {})
+    except PolicyError as e:                           # (the engine's largest batch, which runnable_params takes as 256)
+        kept, dropped, policy = {}, {"": str(e)}, build(name, {})
     log.warning(f"saved policy {name}: {'; '.join(dropped.values())}: dropped, running at its default (the database "
                 f"keeps it; `specctl policy set {name}` replaces it)")
     return name, kept, policy
@@ -98,7 +91,3 @@ def config_policy_unused(cfg: dict, saved: Mapping[str, Any]) -> str | None:
             f"{mine.get('name')} {dict(mine.get('params') or {})} is (a config's policy is a first start's only; "
             f"`specctl policy set {theirs['name']}` switches)")
 
-
-def _reason(error: PolicyError, name: str) -> str:
-    """A refusal without its 'policy NAME: ' (or an alias's 'policy bandit (thompson): '): the warning names it."""
-    return re.sub(rf"^policy {re.escape(name)}( \(\w+\))?: ", "", str(error))
