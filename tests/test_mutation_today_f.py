@@ -100,7 +100,9 @@ def test_l3_a_trial_the_engine_took_stays_a_trial_after_a_refused_move():
     assert loop.threshold == 105 and loop.exploring
 
 
-def test_cm2_saved_params_that_no_longer_build_are_shown_as_saved_offline(tmp_path):
+def test_cm2_saved_params_that_no_longer_build_are_shown_offline_as_the_next_start_runs_them(tmp_path):
+    """(Was: shown as saved, c=-5. Since 2026-12-06's runnable_params the daemon's start runs such a parameter at its
+    default, and status / policy show offline say so, the same in both.)"""
     from click.testing import CliRunner
 
     from controller.cli.main import cli
@@ -113,7 +115,8 @@ def test_cm2_saved_params_that_no_longer_build_are_shown_as_saved_offline(tmp_pa
     flags = ["--socket", str(tmp_path / "none.sock"), "--db", str(tmp_path / "s.db")]
     status = json.loads(CliRunner().invoke(cli, [*flags, "status", "--json"]).stdout)
     shown = json.loads(CliRunner().invoke(cli, [*flags, "policy", "show", "--json"]).stdout)
-    assert status["policy"]["params"] == shown["params"] == {"c": -5}
+    from policies import make_policy
+    assert status["policy"]["params"] == shown["params"] == dict(make_policy("ucb").params)
 
 
 def test_mn2_config_check_names_the_units_group_in_the_secret_note(tmp_path, monkeypatch):
