@@ -13,8 +13,8 @@ from pathlib import Path
 from .db import StoreError, open_nofollow
 
 
-def _only_shared(fd: int) -> bool:
-    """The lock is held, but only shared (held_off), not by a daemon."""
+def _shareable(fd: int) -> bool:
+    """A shared lock can be had: nobody holds it, or only shared (held_off: specctl writing offline), no daemon."""
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -53,7 +53,7 @@ class DaemonLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                shared = _only_shared(fd)
+                shared = _shareable(fd)          # (the exclusive lock refused: held, only shared)
                 if time.monotonic() < deadline + (HELD_OFF_S if shared else 0):   # (holder() looks for microseconds)
                     time.sleep(0.01)
                     continue
@@ -112,11 +112,7 @@ class DaemonLock:
             raise StoreError(f"lock file {self.path}: {e.strerror}") from None
         fd = self._open(os.O_RDONLY)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return None
-        except BlockingIOError:
-            return _pid_in(fd)
+            return None if _shareable(fd) else _pid_in(fd)
         finally:
             os.close(fd)
 
