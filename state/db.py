@@ -16,7 +16,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-from .migrations import migrate
+from .migrations import MIGRATIONS, migrate
 
 BUSY_TIMEOUT_MS = 5000
 SIDECARS = ("-wal", "-shm", "-journal")
@@ -134,6 +134,9 @@ def _same_file(path: Path, before: os.stat_result) -> None:
 
 def _check_schema(path: Path, conn: sqlite3.Connection, readonly: bool) -> None:
     version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > len(MIGRATIONS):        # (a reader went on to query columns this version expects: a traceback)
+        raise StoreError(f"database {path}: database schema version {version} is newer than this spec-controller "
+                         f"knows ({len(MIGRATIONS)})")
     if version:
         return
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]

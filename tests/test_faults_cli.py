@@ -183,3 +183,23 @@ def test_a_mistyped_subcommand_is_suggested_with_its_whole_path():
     res = CliRunner().invoke(cli, ["threshold", "pinn"], prog_name="specctl")
     assert res.exit_code == 2 and res.stderr == (
         "specctl: no such command 'pinn' (did you mean one of 'specctl threshold pin', 'specctl threshold unpin'?)\n")
+
+
+@pytest.mark.parametrize("command", [["status"], ["history"], ["history", "--json"], ["plot", "x.png"]])
+def test_a_database_of_a_newer_schema_is_refused_in_one_line_and_left_alone(short_tmp, command):
+    """A database a newer spec-controller wrote (PRAGMA user_version beyond this one's migrations, a column renamed):
+    the daemon refused it, but specctl's reads went on to query columns this version expects: a traceback
+    (sqlite3.OperationalError: no such column)."""
+    from state.migrations import MIGRATIONS
+    db = short_tmp / "n.db"
+    open_store(db).conn.close()
+    conn = sqlite3.connect(db)
+    conn.execute("ALTER TABLE decisions RENAME COLUMN reason TO why")
+    conn.execute("ALTER TABLE samples RENAME COLUMN tokens TO n_tokens")
+    conn.execute(f"PRAGMA user_version={len(MIGRATIONS) + 1}")
+    conn.commit()
+    conn.close()
+    before = db.read_bytes()
+    args = [a if a != "x.png" else str(short_tmp / "x.png") for a in command]
+    _one_line(specctl(short_tmp, db, *args), f"schema version {len(MIGRATIONS) + 1} is newer than this spec-controller")
+    assert db.read_bytes() == before and not (short_tmp / "x.png").exists()
