@@ -158,3 +158,46 @@ def test_a_config_file_past_the_size_limit_is_one_line(tmp_path):
         load_config(path)
     path.write_bytes(b"#" * TEXT_FILE_LIMIT)
     assert load_config(path)["sim"] == load_config(None)["sim"]
+
+
+def _run(prog: str, *args: str, cwd=None):
+    import subprocess
+    import sys
+    module = "controller.daemon" if prog == "spec-controller" else "controller.cli"
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+@pytest.mark.parametrize("args", [["plot", "{d}/x.png"], ["simulate", "--concurrency", "2", "--seconds", "1",
+                                                          "--plot", "{d}/x.png"]])
+def test_a_plot_in_a_directory_whose_name_is_too_long_is_one_line(tmp_path, args):
+    """Path.is_dir raised ENAMETOOLONG out of the plot path's check: a traceback (it was for a missing directory only
+    that the check had a line)."""
+    far = tmp_path / ("d" * 300)
+    done = _run("specctl", "--db", str(tmp_path / "none.db"), *[a.format(d=far) for a in args])
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr.splitlines() == [f"specctl: cannot write plot {far}/x.png: File name too long"], done.stderr
+
+
+@pytest.mark.parametrize("command", [["run"], ["config", "check"]])
+def test_a_config_file_name_too_long_is_one_line(tmp_path, command):
+    """load_config asked Path.exists() before it knew the file was given: ENAMETOOLONG, a traceback out of run and
+    config check; nothing is started or written."""
+    name = "c" * 300 + ".toml"
+    done = _run("spec-controller", *command, "--config", name, "--set", f'storage.db="{tmp_path}/d.db"', cwd=tmp_path)
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [f"spec-controller: config file {name}: cannot read (File name too long)"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_from_launch_with_a_relative_value_too_long_to_be_a_path_is_written(tmp_path):
+    """path_notes asked Path.exists() of every relative value (a Hugging Face id may be a directory here): one too long
+    for the file system raised ENAMETOOLONG, a traceback. It is no path here, so no note; the config is written."""
+    from tests.conftest import stub_sglang_python
+    python = stub_sglang_python(tmp_path / "python")
+    model = "m" * 1000
+    out = tmp_path / "c.toml"
+    done = _run("spec-controller", "config", "from-launch", "--python", str(python), "-o", str(out), "--",
+                "python", "-m", "sglang.launch_server", "--model-path", model, "--speculative-algorithm", "EAGLE3")
+    assert done.returncode == 0, done
+    assert "Traceback" not in done.stderr and done.stderr.splitlines()[-1] == f"spec-controller: wrote {out}"
+    assert f'model_path = "{model}"' in out.read_text()

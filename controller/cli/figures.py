@@ -24,8 +24,11 @@ def pyplot() -> Any:
 def check_path(path: str | Path) -> Path:
     """Refuse a path the figure cannot be written to, before any work is done."""
     path = Path(path)
-    if not path.parent.is_dir():
-        raise PlotError(f"cannot write plot {path}: directory {path.parent} does not exist")
+    try:
+        if not path.parent.is_dir():
+            raise PlotError(f"cannot write plot {path}: directory {path.parent} does not exist")
+    except OSError as e:           # a name too long for the file system (is_dir raised it: a traceback)
+        raise PlotError(f"cannot write plot {path}: {e.strerror or e}") from None
     if path.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise PlotError(f"cannot write plot {path}: give a .png, .svg or .pdf file name")
     return path

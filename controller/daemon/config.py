@@ -107,7 +107,7 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
     else:
         explicit = True
     path = Path(path)
-    if path.exists() or explicit:
+    if explicit or path.exists():          # (explicit first: a name too long to stat was a traceback)
         try:
             file_data = tomllib.loads(read_text_file(path))
         except FileNotFoundError:
@@ -145,7 +145,7 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
     why = load_conflict(sim["trace"] if "trace" in given else None, sim["concurrency"], sim["arrival_rate"])
     if why and cfg["engine"]["kind"] == "sim":     # SGLang's load is its clients': [sim] is not read
         raise ConfigError(f"config: {why}")
-    cfg["_path"] = str(path) if (path.exists() or explicit) else ""
+    cfg["_path"] = str(path) if (explicit or path.exists()) else ""
     # (the defaults' bandit is nobody's choice: restore warns of a config policy not used only where one was given)
     cfg["_policy_given"] = any(k in ("name", "params") for s in (file_data, overrides or {}) for k in s.get("policy") or {})
     return cfg

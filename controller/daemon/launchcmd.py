@@ -188,7 +188,7 @@ def path_notes(values: dict) -> list[str]:
                              "at its start; move it (e.g. under /var/lib or /opt)")
             elif EXPANSION.search(text):
                 notes.append(f"{name} = {text}: the service passes it as written, no shell expands the $ in it")
-            elif text.startswith(("./", "../")) or (not text.startswith("/") and Path(text).exists()):
+            elif text.startswith(("./", "../")) or (not text.startswith("/") and os.path.exists(text)):
                 # (a Hugging Face id looks relative too: only what exists here, or says ./ or ../, is a path)
                 notes.append(f"{name} = {text} names {Path(text).resolve()} here; the service runs in /: give the "
                              "absolute path if it is one")
