@@ -267,3 +267,32 @@ def test_a_quiet_server_speculates_as_always_on_would():
     assert bandit.spec_batches / bandit.batches > 0.9
     tpot = [latency_figures(r.latencies)["tpot_ms_median"] for r in (bandit, always)]
     assert tpot[0] < 1.03 * tpot[1]
+
+
+def test_a_rate_far_above_capacity_queues_at_most_max_waiting():
+    """Every arrival was queued: at 1e6 requests/s (the top of --arrival-rate and of the daemon's [sim] arrival_rate)
+    memory grew ~20 MB a second of simulated time, without bound in the daemon's looped schedule."""
+    core = OpenLoopCore(parse_profile(GOOD, "t"), 0, RateSchedule([(0.0, 1e6)]))
+    run_core(core, 1.0)
+    assert core.queue_len == 100_000                     # full (MAX_WAITING), and no more than that
+    served = core.output_tokens
+    run_core(core, 2.0)
+    assert core.queue_len == 100_000 and core.output_tokens > served      # still serving, from the full queue
+
+
+def test_simulate_at_a_rate_far_above_capacity_answers_within_a_memory_limit(tmp_path):
+    """The operator's view: `specctl simulate --arrival-rate 1e6` under a 1 GiB data limit prints its table and exits
+    0 (it ran out of memory with a traceback, or ran on, queueing every arrival)."""
+    import resource
+    import subprocess
+    import sys
+    limit = 1 << 30
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    done = subprocess.run([sys.executable, "-m", "controller.cli", "simulate", "--arrival-rate", "1e6", "--seconds", "30",
+                           "--json"], capture_output=True, text=True, timeout=120, preexec_fn=cap,
+                          env={**__import__("os").environ, "OPENBLAS_NUM_THREADS": "1"})
+    assert done.returncode == 0 and done.stderr == "", (done.returncode, done.stderr[-2000:])
+    rows = json.loads(done.stdout)["rows"]
+    assert [r["rate"] for r in rows] == [1e6] and rows[0]["tok_s"] > 0

@@ -1,7 +1,7 @@
 """Open-loop load: Poisson arrivals, a waiting queue, admission and prefill as SGLang does it.
 
 Requests arrive at a rate (piecewise constant over virtual time), wait in a FIFO queue and
-are admitted between decode batches while fewer than max_batch_size run: the admitted ones
+are admitted between decode batches while fewer than max_batch_size run (MAX_WAITING wait at most): the admitted ones
 are prefilled in one extend batch (at most max_prefill_tokens prompt tokens, at least one
 request), which produces their first token and lengthens the interval of the decode batch
 they join (that sample is not decode-only). Batch sizes therefore fluctuate with the load.
@@ -28,6 +28,12 @@ import numpy as np
 from ..contract import Sample
 from .core import CoreBase
 from .profile import Profile, Segment
+
+
+# The most requests the simulated queue holds (SGLang's --max-queued-requests): arrivals past it are turned away. Without
+# it a rate far above capacity (--arrival-rate up to 1e6, the daemon's looped too) queued every arrival, memory without
+# bound (~20 MB a second at 1e6/s).
+MAX_WAITING = 100_000
 
 
 class RateSchedule:
@@ -157,6 +163,11 @@ class OpenLoopCore(CoreBase):
             self.waiting.append((r.arrival, r.prompt, r.output))
             self._next_arrival = self._fixed_next()
         while self._fixed is None and self._next_arrival <= t:
+            if len(self.waiting) >= MAX_WAITING:
+                # full: the arrivals up to t are turned away at once, and the next one is drawn afresh after t
+                # (Poisson arrivals have no memory), so a full queue costs one draw, not one per arrival
+                self._next_arrival = self.schedule.after(t, self._rng_arrival.exponential())
+                break
             prompt = int(self._rng_prompt.integers(self.profile.prompt_len_range[0],
                                                    self.profile.prompt_len_range[1] + 1))
             self.waiting.append((self._next_arrival, prompt, int(self._output_lengths(1)[0])))
