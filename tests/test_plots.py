@@ -137,3 +137,60 @@ def test_simulate_profile_beside_trace_is_honoured(tiny_trace):
 def test_simulate_trace_with_concurrency_is_refused():
     res = CliRunner().invoke(cli, ["simulate", "--trace", "coding-to-chat", "--concurrency", "4"])
     assert res.exit_code == 2 and res.output.strip() == "specctl: give --trace or --concurrency, not both"
+
+
+def _specctl_with_file_size_limit(limit: int, *args: str):
+    """specctl in a process of its own whose files may not grow past `limit` bytes (RLIMIT_FSIZE: Python ignores
+    SIGXFSZ, so a write past it fails with EFBIG, as one on a full disk fails with ENOSPC)."""
+    import resource
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "controller.cli", *args], capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+
+
+@pytest.mark.parametrize("name", ["x.png", "x.svg", "x.pdf"])
+def test_a_plot_that_cannot_be_written_whole_leaves_the_earlier_one_and_no_part(tmp_path, name):
+    """Written in place, a write that failed midway (a full disk) left a truncated file: an earlier plot at the path
+    destroyed (png), a new .svg's first 40 KB left behind."""
+    db = _store(tmp_path / "s.db")
+    db.execute("PRAGMA journal_mode=DELETE")        # (a read of a WAL database writes its -shm: past the limit too)
+    db.conn.close()
+    out = tmp_path / "plots" / name
+    out.parent.mkdir()
+    out.write_bytes(b"the earlier plot")
+    done = _specctl_with_file_size_limit(4096, "--db", str(tmp_path / "s.db"), "--socket", str(tmp_path / "no.sock"),
+                                         "plot", str(out), "--last", "120")
+    assert done.returncode == 1 and done.stdout == "", done
+    assert done.stderr.splitlines() == [f"specctl: cannot write plot {out}: File too large"], done.stderr
+    assert out.read_bytes() == b"the earlier plot" and sorted(p.name for p in out.parent.iterdir()) == [name]
+    out.unlink()
+    done = _specctl_with_file_size_limit(4096, "simulate", "--concurrency", "4", "--seconds", "2", "--plot", str(out))
+    assert done.returncode == 1 and done.stdout.startswith("policy bandit on profile seed"), done
+    assert done.stderr.splitlines() == [f"specctl: cannot write plot {out}: File too large"], done.stderr
+    assert list(out.parent.iterdir()) == []
+
+
+def test_a_plot_whole_replaces_the_earlier_one_with_its_mode(tmp_path):
+    _store(tmp_path / "s.db").conn.close()
+    out = tmp_path / "x.png"
+    out.write_bytes(b"old")
+    out.chmod(0o640)
+    res = CliRunner().invoke(cli, ["--db", str(tmp_path / "s.db"), "--socket", str(tmp_path / "no.sock"),
+                                   "plot", str(out), "--last", "120"])
+    assert res.exit_code == 0, res.output
+    assert out.read_bytes()[:4] == PNG and (out.stat().st_mode & 0o777) == 0o640
+    assert [p.name for p in tmp_path.iterdir() if "x.png" in p.name] == ["x.png"]     # (no temporary file left)
+
+
+def test_simulate_plot_to_a_fifo_is_refused_before_simulating_not_written_after(tmp_path):
+    """A FIFO named as the plot passed the check: the whole simulation ran, then 'File or stream is not seekable'."""
+    import os
+    fifo = tmp_path / "x.png"
+    os.mkfifo(fifo)
+    res = CliRunner().invoke(cli, ["simulate", "--profile", "seed", "--concurrency", "4", "--seconds", "2",
+                                   "--plot", str(fifo)])
+    assert res.exit_code == 2 and res.stdout == "", res.output
+    assert res.stderr.strip().splitlines() == [f"specctl: cannot write plot {fifo}: not a regular file, which the "
+                                               "plot would replace"]
+    assert fifo.is_fifo()
