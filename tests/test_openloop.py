@@ -290,8 +290,8 @@ def test_simulate_at_a_rate_far_above_capacity_answers_within_a_memory_limit(tmp
 
     def cap():
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-    done = subprocess.run([sys.executable, "-m", "controller.cli", "simulate", "--arrival-rate", "1e6", "--seconds", "30",
-                           "--json"], capture_output=True, text=True, timeout=120, preexec_fn=cap,
+    done = subprocess.run([sys.executable, "-m", "controller.cli", "simulate", "--arrival-rate", "1e6",
+                           "--seconds", "30", "--json"], capture_output=True, text=True, timeout=120, preexec_fn=cap,
                           env={**__import__("os").environ, "OPENBLAS_NUM_THREADS": "1"})
     assert done.returncode == 0 and done.stderr == "", (done.returncode, done.stderr[-2000:])
     rows = json.loads(done.stdout)["rows"]

@@ -30,9 +30,9 @@ from .core import CoreBase
 from .profile import Profile, Segment
 
 
-# The most requests the simulated queue holds (SGLang's --max-queued-requests): arrivals past it are turned away. Without
-# it a rate far above capacity (--arrival-rate up to 1e6, the daemon's looped too) queued every arrival, memory without
-# bound (~20 MB a second at 1e6/s).
+# The most requests the simulated queue holds (SGLang's --max-queued-requests): arrivals past it are turned away.
+# Without it a rate far above capacity (--arrival-rate up to 1e6, the daemon's looped too) queued every arrival,
+# memory without bound (~20 MB a second at 1e6/s).
 MAX_WAITING = 100_000
 
 
