@@ -79,3 +79,13 @@ def test_status_text_falls_back_to_last_known_acceptance():
     assert "the last one's accept length 2.50, 42 s ago" in render_status(st)
     st["mean_accept_length"], st["acceptance_rate"] = 2.25, 0.4
     assert "mean accept length 2.25, rate 40.0%" in render_status(st)
+
+
+@pytest.mark.parametrize("flag", ["--profile", "--trace", "--concurrency", "--arrival-rate"])
+@pytest.mark.parametrize("value", ["", " "])
+def test_an_empty_value_is_refused_not_taken_for_the_default(flag, value):
+    """`--trace "$TRACE"` with the variable unset ran the default concurrency sweep on the seed profile (an empty
+    --arrival-rate: the closed loop), with nothing said: a table of some other simulation, exit 0."""
+    res = run("simulate", "--seconds", "1", flag, value)
+    assert res.exit_code == 2 and res.stdout == "", res.output
+    assert res.stderr.splitlines() == [f"specctl: {flag} is empty: give a value, or leave {flag} out for the default"]

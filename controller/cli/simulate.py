@@ -76,6 +76,10 @@ def simulate(profile_name: str | None, policy_name: str, params: tuple[str, ...]
              finite: bool, repeats: int, as_json: bool, plot_path: str | None) -> None:
     """Run a policy on a simulated engine and compare it with the oracle (and never/always)."""
     import json
+    for flag, value in (("--profile", profile_name), ("--trace", trace_name), ("--concurrency", concurrency),
+                        ("--arrival-rate", arrival_rate)):
+        if value is not None and not value.strip():      # (an unset shell variable: was the default run, unsaid)
+            fail(f"{flag} is empty: give a value, or leave {flag} out for the default", EXIT_USAGE)
     if finite or repeats != 1:
         from .openloop import simulate_finite
         return simulate_finite(profile_name, policy_name, params, arrival_rate, concurrency or trace_name,
