@@ -5,7 +5,7 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 SYSTEM_STATE = Path("/var/lib/spec-controller")
 SYSTEM_RUNTIME = Path("/run/spec-controller")
@@ -91,6 +91,36 @@ def read_text_file(path: str | Path, limit: int = TEXT_FILE_LIMIT, errors: str =
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", str(path))
     return data.decode(errors=errors)
+
+
+def replace_whole(path: str | Path, write: Callable[[str], None], private: bool = False,
+                  refused: str = "not a regular file, which would be replaced") -> None:
+    """The file at `path` made by write(PARTIAL), a partial file beside it, and renamed over the path only once complete:
+    a failed write (a full disk) leaves what was there. A file replaced keeps its mode (when `private`, an API key in
+    it, less what others may do) and, where this user may set them, its owner and group (`chmod 640` for the service
+    stays); a new one is made as the umask says (0600 when `private`). A symbolic link is followed (the file it names
+    is replaced, as a shell's `>` writes it); anything but a regular file there is OSError(EINVAL, refused): as root,
+    `-o /dev/null` made /dev/null a regular file. What write() raises passes through."""
+    target = Path(os.path.realpath(path))
+    partial = target.with_name(f".{target.name[:200]}.{os.getpid()}.partial")     # (a 250-character name fits)
+    try:
+        before = target.stat()
+    except FileNotFoundError:
+        before = None
+    if before is not None and not stat.S_ISREG(before.st_mode):
+        raise OSError(errno.EINVAL, refused)
+    try:
+        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private or before else 0o666))
+        write(str(partial))
+        if before is not None:
+            try:
+                os.chown(partial, before.st_uid, before.st_gid)
+            except PermissionError:
+                pass                    # another user's file: its owner stays only where this one may keep it
+            os.chmod(partial, before.st_mode & (0o7770 if private else 0o7777))
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:

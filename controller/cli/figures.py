@@ -3,12 +3,12 @@ matplotlib without a display, the threshold-over-time panel, and writing the fil
 one-line error. matplotlib is imported here only, when a plot is asked for."""
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
+
+from ..paths import replace_whole
 
 THRESHOLD = "tab:blue"
 LIVE = "0.45"
@@ -39,7 +39,7 @@ def check_path(path: str | Path) -> Path:
         st = os.stat(path)             # (through a link: the file it names is replaced)
     except OSError:
         return path                    # none yet (or nothing to stat: the write says why)
-    if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):   # (a directory: the rename says so)
+    if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):   # (a directory: replace_whole says so)
         # a FIFO or a device: written into after all the work was done (a FIFO: "not seekable")
         raise PlotError(f"cannot write plot {path}: not a regular file, which the plot would replace")
     return path
@@ -61,22 +61,9 @@ def save(fig: Any, path: str | Path) -> None:
     """The figure written whole or not at all: into a temporary file beside it, renamed over the path once complete
     (written in place, a full disk left a truncated file, an earlier plot at that path lost)."""
     path = Path(path)
-    tmp = None
     try:
         check_path(path)
-        target = Path(os.path.realpath(path))
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".plot-", suffix=".tmp")   # (a 250-character name fits)
-        os.close(fd)
-        mask = os.umask(0)
-        os.umask(mask)
-        try:
-            mode = stat.S_IMODE(os.stat(target).st_mode)
-        except OSError:
-            mode = 0o666 & ~mask       # as a new file gets it
-        fig.savefig(tmp, format=path.suffix.lower()[1:])
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-        tmp = None
+        replace_whole(path, lambda partial: fig.savefig(partial, format=path.suffix.lower()[1:]))
     except PlotError:
         raise
     except Exception as e:
@@ -89,9 +76,6 @@ def save(fig: Any, path: str | Path) -> None:
             raise
         raise PlotError(f"cannot write plot {path}: {cause.strerror or cause}") from None
     finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
         pyplot().close(fig)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..contract import unsupported_reason
-from ..paths import DEFAULT_CONFIG, open_regular
+from ..paths import DEFAULT_CONFIG, open_regular, replace_whole
 from .engines.base import EngineError
 from .engines.sglang import SGLangEngine
 from .engines.sglang_flags import masked, secrets_in, shown
@@ -293,28 +293,8 @@ def toml_text(result: Converted, command: list[str]) -> str:
 
 
 def write_whole(path: str, text: str, private: bool = False) -> None:
-    """`text` at `path`, replacing what was there only once it is all written (a failed write leaves it as it was).
-    A file replaced keeps its mode (when `private`, an API key in it, less what others may do) and, where this user
-    may set them, its owner and group (`chmod 640` for the service stays); a new one is made 0600 when `private`. A
-    symbolic link is followed: the file it names is replaced, as a shell's `>` writes it; not a device or a FIFO."""
-    target = Path(os.path.realpath(path))
-    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    try:
-        before = target.stat()
-    except FileNotFoundError:
-        before = None
-    if before is not None and not target.is_file():     # (as root, -o /dev/null made /dev/null a regular file)
-        raise OSError(22, "not a regular file, which the config would replace (leave -o out to print it)")
-    try:
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private or before else 0o666)
-        with os.fdopen(fd, "w") as f:
+    """`text` at `path` (-o), replacing what was there only once it is all written (paths.replace_whole)."""
+    def write(partial: str) -> None:
+        with open(partial, "w") as f:
             f.write(text)
-        if before is not None:
-            try:
-                os.chown(partial, before.st_uid, before.st_gid)
-            except PermissionError:
-                pass                    # another user's file: its owner stays only where this one may keep it
-            os.chmod(partial, before.st_mode & (0o7770 if private else 0o7777))
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
+    replace_whole(path, write, private, "not a regular file, which the config would replace (leave -o out to print it)")
