@@ -25,6 +25,8 @@ def from_launch(*args: str):
     (["--python", "/nonexistent/python", "--outptu", "c.toml", "sglang", "serve", "/m"],
      "no such option '--outptu' (did you mean '--output'?)"),
     (["--python", "/nonexistent/python", "-o", "--", *LAUNCH], "-o / --output needs a file name, got '--'"),
+    (["--python", "/nonexistent/python", "-o", "", "--", *LAUNCH], "-o / --output needs a file name, got ''"),
+    (["--python", "/nonexistent/python", "-o", " ", "--", *LAUNCH], "-o / --output needs a file name, got ' '"),
 ])
 def test_a_mistyped_option_of_from_launch_is_named_as_one(tmp_path, args, needle):
     cwd = os.getcwd()

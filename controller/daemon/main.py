@@ -102,8 +102,9 @@ def _own_options_mistyped(ctx: click.Context, output: str | None, command: tuple
     """COMMAND takes the options click does not know (SGLang's flags), so a typo in from-launch's own (`--ouput FILE
     -- python -m ...`) reached the launch command, refused there as words "before the interpreter"; `-o` given no
     name took the `--` after it and wrote a file named `--`. Usage errors of from-launch instead (helper-94)."""
-    if output is not None and output.startswith("-"):
-        raise click.UsageError(f"-o / --output needs a file name, got {output!r} (the launch command goes after --)")
+    if output is not None and (output.startswith("-") or not output.strip()):      # ('': an unset shell variable)
+        raise click.UsageError(f"-o / --output needs a file name, got {output!r} (leave it out to print the config; "
+                               "the launch command goes after --)")
     rest = command[1:]
     launch = "--" in rest or any("sglang.launch_server" in word for word in rest) or any(
         Path(word).name == "sglang" and after == "serve" for word, after in zip(rest, rest[1:]))
