@@ -66,8 +66,6 @@ def find_db() -> Path:
 
 
 TEXT_FILE_LIMIT = 16 << 20
-
-
 NOT_PLAIN = (errno.EINVAL, errno.EFBIG)     # read_text_file's own refusals: not a regular file, over its limit
 
 
@@ -171,14 +169,14 @@ def is_db_own_path(path: Path, db: Path) -> bool:
 def shared_path(sock: Path, db: Path, engine_files: tuple[tuple[str, Path], ...]) -> str | None:
     """Why the control socket or the database cannot be where given, or None: on one another, or on a file the engine
     writes (found late: SGLang was started, and the database written, before the socket's bind refused it)."""
-    def real(p: Path) -> Path:         # (a path through a symbolic link or '..' is the same file)
-        return Path(os.path.realpath(p))
-    if is_db_own_path(real(sock), real(db)):
+    real_sock, real_db = (Path(os.path.realpath(p)) for p in (sock, db))   # (through a link or '..': the same file)
+    if is_db_own_path(real_sock, real_db):
         return f"control socket {sock} is the database's own path; give another --socket"
     for what, path in engine_files:
-        if real(sock) == real(path):
+        real = Path(os.path.realpath(path))
+        if real_sock == real:
             return f"control socket {sock} is {what}; give another --socket"
-        if is_db_own_path(real(path), real(db)):
+        if is_db_own_path(real, real_db):
             return f"{what} {path} is the database's own path; give another --db"
     return None
 

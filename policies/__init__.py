@@ -50,8 +50,8 @@ def make_policy(name: str, params: Mapping[str, Any] | None = None, *, seed: int
         return POLICIES[real](params, seed=seed, max_batch_size=max_batch_size)
     except PolicyError as e:
         text = str(e)
-        if name != real and text.startswith(f"policy {real}:"):
-            text = f"policy {name} ({real}):" + text[len(f"policy {real}:"):]
+        if name != real and text.startswith(f"policy {real}: "):
+            text = _named(name) + text[len(f"policy {real}: "):]
         unknown = sorted(set(params or {}) - {p.name for p in POLICIES[real].PARAMS})
         owners = [other for other, cls in POLICIES.items() if unknown and unknown[0] in {p.name for p in cls.PARAMS}]
         if "unknown parameter" in text and owners:
@@ -78,13 +78,14 @@ def runnable_params(name: str, params: Mapping[str, Any]) -> tuple[dict, dict[st
     return kept, dropped
 
 
+def _named(name: str) -> str:
+    """How make_policy's refusals begin: 'policy ucb: ', for an alias 'policy bandit (thompson): '."""
+    return f"policy {name} ({ALIASES[name]}): " if name in ALIASES else f"policy {name}: "
+
+
 def _unprefixed(error: PolicyError, name: str) -> str:
-    """A refusal without its 'policy NAME: ' (or an alias's 'policy bandit (thompson): '): the caller names it."""
-    text = str(error)
-    for head in (f"policy {name}: ", f"policy {name} ({ALIASES.get(name)}): "):
-        if text.startswith(head):
-            return text[len(head):]
-    return text
+    """A refusal without its _named(name) beginning: the caller names the policy."""
+    return str(error).removeprefix(_named(name))
 
 
 def list_policies() -> list[dict]:

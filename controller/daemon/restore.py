@@ -43,12 +43,11 @@ def saved_policy(saved: Mapping[str, Any], cfg: dict, build: Callable[[str, Mapp
     except PolicyError as e:
         whole = str(e)
     try:
-        build(name, {})
-    except PolicyError:
+        kept, dropped = runnable_params(name, params)
+    except PolicyError:                                # (a policy this version does not know)
         log.warning(f"saved policy {name} {params} not run ({whole}); the config's {configured[0]} {configured[1]} "
                     "runs instead (the database keeps it; `specctl policy set` replaces it)")
         return *configured, build(*configured)
-    kept, dropped = runnable_params(name, params)
     try:
         policy = build(name, kept)
     except PolicyError as e:                           # (the engine's largest batch, which runnable_params takes as 256)
@@ -90,4 +89,3 @@ def config_policy_unused(cfg: dict, saved: Mapping[str, Any]) -> str | None:
     return (f"[policy] {theirs['name']} {dict(theirs['params'])} in the config is not used: the database's policy "
             f"{mine.get('name')} {dict(mine.get('params') or {})} is (a config's policy is a first start's only; "
             f"`specctl policy set {theirs['name']}` switches)")
-
