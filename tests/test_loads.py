@@ -61,7 +61,7 @@ def test_resident_engines_alternate_with_the_same_seeds(tmp_path):
     a, b = engine(seen), engine(seen)
     try:
         rows = run_loads("--shape", "steady", "--levels", "2", "--steady-len", "3", "--repeats", "2", "--flush",
-                         "--engines", f"nospec={a.server_port},off={b.server_port}", out=tmp_path / "r.jsonl")
+                         "--no-steady-batched", "--engines", f"nospec={a.server_port},off={b.server_port}", out=tmp_path / "r.jsonl")
     finally:
         a.shutdown(), b.shutdown()
     assert [(r["label"], r["repeat"]) for r in rows] == [("nospec", 0), ("off", 0), ("off", 1), ("nospec", 1)]
@@ -255,7 +255,8 @@ def test_a_run_row_carries_the_groups_cpu_and_a_bad_group_is_refused(tmp_path):
         a.shutdown()
     assert "python" in " ".join(rows[0]["cpu_s"]["me"]) and "host_busy" in rows[0]["cpu_s"]
     assert bad.returncode != 0 and bad.stderr.strip() == "--cpu-groups: 'nospec=abc' is not label=PGID"
-    assert not (tmp_path / "bad.jsonl").exists() and len(seen) == 2      # the refused call sent nothing
+    # the refused call sent nothing: the one request is the first run's (its 2 prompts batched)
+    assert not (tmp_path / "bad.jsonl").exists() and [len(body["input_ids"]) for _, body in seen] == [2]
 
 
 def test_steady_runs_say_how_far_apart_their_requests_ended(tmp_path):
@@ -268,7 +269,7 @@ def test_steady_runs_say_how_far_apart_their_requests_ended(tmp_path):
     server = engine(seen, delay)
     try:
         (row,) = run_loads("--shape", "steady", "--levels", "4", "--steady-len", "3", "--repeats", "1",
-                           "--port", str(server.server_port),
+                           "--port", str(server.server_port), "--no-steady-batched",
                            "--label", "off", out=tmp_path / "r.jsonl")
     finally:
         server.shutdown()
@@ -276,14 +277,14 @@ def test_steady_runs_say_how_far_apart_their_requests_ended(tmp_path):
 
 
 def test_a_batched_steady_run_sends_the_same_prompts_in_one_request(tmp_path):
-    """--steady-batched: the C prompts of the same seed as one /generate (SGLang admits them together), its tok/s
+    """Steady decode by default: the C prompts of the same seed as one /generate (SGLang admits them together), its tok/s
     over the C outputs, its end spread from SGLang's e2e_latency; traffic_table reads its rows."""
     seen: list = []
     server = engine(seen, lambda body: 1.0 if isinstance(body["input_ids"][0], list) else 0.0)
     try:
         rows = [run_loads("--shape", "steady", "--levels", "4", "--steady-len", "3", "--repeats", "1", "--port",
                           str(server.server_port), "--label", "off", *extra, out=tmp_path / f"r{len(extra)}.jsonl")[0]
-                for extra in ([], ["--steady-batched"])]
+                for extra in (["--no-steady-batched"], [])]
     finally:
         server.shutdown()
     singles, (batched,) = [b for _, b in seen[:4]], [b for _, b in seen[4:]]

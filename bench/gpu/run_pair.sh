@@ -231,7 +231,7 @@ beside="off path ${OFF_PATH:-default}"; [ "$B" = twin ] && beside="beside it a t
 batches' hooks are registered at start only)"; exit 2; }
 [ "${MEMCHECK:-0}" = 1 ] && { export SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY=1 SGLANG_CHECK_KV_PAGE_INVARIANTS=1
   beside="$beside, KV leak checks after every batch (MEMCHECK=1)"; }
-say "prefill graphs $PREFILL_GRAPH, $beside, grammar backend $GRAMMAR_BACKEND, sleep on idle $SLEEP_ON_IDLE, KV pools ${POOL_TOKENS/#0/as sized} tokens, steady $([ "${LOAD_STEADY_BATCHED:-}" = 1 ] && echo "batched (one /generate)" || echo "one request each")"
+say "prefill graphs $PREFILL_GRAPH, $beside, grammar backend $GRAMMAR_BACKEND, sleep on idle $SLEEP_ON_IDLE, KV pools ${POOL_TOKENS/#0/as sized} tokens, steady $([ "${LOAD_STEADY_BATCHED:-1}" != 0 ] && echo "batched (one /generate)" || echo "one request each")"
 # B_FIRST=1: the engine beside no-spec starts first (0.34) and no-spec second (0.64, of which its own share ~0.30),
 # the same pools the other way round: whether a per-op CPU excess follows the engine or the second start (12-04i:
 # the second-started engine's prefills ran +9-16 % CPU for the same code, the A/A's twin too)
