@@ -99,6 +99,8 @@ def replace_whole(path: str | Path, write: Callable[[str], None], private: bool 
     stays); a new one is made as the umask says (0600 when `private`). A symbolic link is followed (the file it names
     is replaced, as a shell's `>` writes it); anything but a regular file there is OSError(EINVAL, refused): as root,
     `-o /dev/null` made /dev/null a regular file. What write() raises passes through."""
+    if str(path).endswith("/"):        # ('out.toml/': realpath drops the slash and wrote out.toml; `>` refuses it)
+        raise OSError(errno.EISDIR, "a directory's name (the trailing /), not a file's")
     target = Path(os.path.realpath(path))
     partial = target.with_name(f".{target.name[:200]}.{os.getpid()}.partial")     # (a 250-character name fits)
     try:

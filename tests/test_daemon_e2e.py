@@ -249,6 +249,31 @@ def test_the_metrics_port_helper_tries_a_taken_port_tries_times_and_nothing_else
     assert len(probes) == 1
 
 
+def test_a_start_refused_for_a_taken_metrics_port_creates_no_state_directory(short_tmp):
+    """With the default paths the preflight made the state directory (the control socket's) first, so a start refused
+    for a taken metrics port left an empty ~/.local/state/spec-controller behind (helper-103): bad input changes
+    nothing."""
+    import os
+    import socket
+    import subprocess
+    root = Path(__file__).parent.parent
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port, xdg = busy.getsockname()[1], short_tmp / "xdg"
+    xdg.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "RUNTIME_DIRECTORY", "SPECCTL_DB")}
+    try:
+        res = subprocess.run([sys.executable, "-m", "controller.daemon", "run", "--metrics-port", str(port)],
+                             capture_output=True, text=True, timeout=60, cwd=str(root),
+                             env=dict(env, PYTHONPATH=str(root), XDG_STATE_HOME=str(xdg)))
+    finally:
+        busy.close()
+    assert res.returncode != 0 and f"metrics port {port}:" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert list(xdg.iterdir()) == []
+
+
 def test_prometheus_metrics_on_opt_in_port(short_tmp):
     import urllib.request
     d, port = _daemon_on_a_free_metrics_port(short_tmp, "--concurrency", "4")

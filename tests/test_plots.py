@@ -107,14 +107,13 @@ def test_simulate_plot_to_a_missing_directory_is_refused_before_simulating(tmp_p
 
 
 @pytest.mark.parametrize("load", [["--concurrency", "1,4"], ["--arrival-rate", "2"]])
-def test_simulate_plot_that_fails_only_when_written_prints_the_table_and_one_error_line(tmp_path, load):
-    (tmp_path / "x.png").mkdir()                    # a name that passes the check but cannot be written
-    res = CliRunner().invoke(cli, ["simulate", "--profile", "seed", *load, "--seconds", "5",
-                                   "--plot", str(tmp_path / "x.png")])
+def test_simulate_plot_that_fails_only_when_written_prints_the_table_and_one_error_line(load):
+    target = "/proc/self/x.png"       # a name that passes the check but where no file can be made (even as root)
+    res = CliRunner().invoke(cli, ["simulate", "--profile", "seed", *load, "--seconds", "5", "--plot", target])
     assert res.exit_code == 1
     assert res.stdout.startswith("policy bandit on profile seed")     # the table, printed before the plot failed
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"specctl: cannot write plot {tmp_path / 'x.png'}: "), lines
+    assert len(lines) == 1 and lines[0].startswith(f"specctl: cannot write plot {target}: "), lines
 
 
 def test_simulate_trace_plot_and_baselines(tmp_path, tiny_trace):
@@ -194,3 +193,19 @@ def test_simulate_plot_to_a_fifo_is_refused_before_simulating_not_written_after(
     assert res.stderr.strip().splitlines() == [f"specctl: cannot write plot {fifo}: not a regular file, which the "
                                                "plot would replace"]
     assert fifo.is_fifo()
+
+
+@pytest.mark.parametrize("kind", ["directory", "trailing slash"])
+def test_simulate_plot_to_a_directory_is_refused_before_simulating(tmp_path, kind):
+    """A directory named x.png passed the check (the simulation ran, then replace_whole refused it); 'x.png/' wrote
+    x.png. Both usage errors now, nothing simulated, nothing written."""
+    target = tmp_path / "x.png"
+    if kind == "directory":
+        target.mkdir()
+    arg = str(target) + ("/" if kind == "trailing slash" else "")
+    res = CliRunner().invoke(cli, ["simulate", "--profile", "seed", "--concurrency", "4", "--seconds", "2",
+                                   "--plot", arg])
+    assert res.exit_code == 2 and res.stdout == "", res.output
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"specctl: cannot write plot {arg}: "), line
+    assert target.is_dir() if kind == "directory" else not target.exists()

@@ -404,3 +404,15 @@ def test_a_nul_byte_in_sglang_env_is_one_line_from_config_check(tmp_path):
     line = _one_usage_line(CliRunner().invoke(main, ["config", "check", "--config", str(path)]))
     assert line == "spec-controller: sglang engine: [sglang] env.FOO holds a NUL byte, which no command line or " \
         "environment carries"
+
+
+def test_from_launch_output_with_a_trailing_slash_writes_nothing(tmp_path, monkeypatch):
+    """-o out.toml/ (a directory's name): realpath dropped the slash and wrote out.toml, where a shell's `>` refuses."""
+    import os
+    from controller.daemon import launchcfg
+    monkeypatch.setattr(launchcfg, "convert", lambda *a: launchcfg.Converted({"model_path": "m"}, "0.5.17"))
+    result = CliRunner().invoke(main, ["config", "from-launch", "-o", f"{tmp_path}/out.toml/", "--", "python", "-m",
+                                       "sglang.launch_server", "--model-path", "m"])
+    assert result.exit_code == 1 and os.listdir(tmp_path) == [], result.output
+    assert result.output.strip().splitlines()[-1] == (f"spec-controller: cannot write {tmp_path}/out.toml/: a "
+                                                      "directory's name (the trailing /), not a file's; nothing written")

@@ -27,6 +27,8 @@ def pyplot() -> Any:
 
 def check_path(path: str | Path) -> Path:
     """Refuse a path the figure cannot be written to, before any work is done."""
+    if str(path).endswith("/"):        # (pathlib drops the slash: 'x.png/' wrote x.png, where `>` refuses it)
+        raise PlotError(f"cannot write plot {path}: a directory's name (the trailing /), not a file's")
     path = Path(path)
     try:
         if not path.parent.is_dir():
@@ -39,8 +41,8 @@ def check_path(path: str | Path) -> Path:
         st = os.stat(path)             # (through a link: the file it names is replaced)
     except OSError:
         return path                    # none yet (or nothing to stat: the write says why)
-    if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):   # (a directory: replace_whole says so)
-        # a FIFO or a device: written into after all the work was done (a FIFO: "not seekable")
+    if not stat.S_ISREG(st.st_mode):
+        # a directory, a FIFO or a device: refused (or a FIFO "not seekable") only after all the work was done
         raise PlotError(f"cannot write plot {path}: not a regular file, which the plot would replace")
     return path
 

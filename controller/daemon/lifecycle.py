@@ -113,10 +113,6 @@ class Daemon:
         sock, db = Path(ctl["socket"]).absolute(), Path(self.cfg["storage"]["db"]).absolute()
         if problem := shared_path(sock, db, engine_files):
             raise Fatal(problem, 2)
-        try:
-            sock.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-        except OSError as e:
-            raise Fatal(f"cannot create the control socket's directory {sock.parent}: {e.strerror}") from None
         if problem := socket_path_problem(sock):      # (a usage error, as specctl says it: exit 2)
             raise Fatal(f"control socket {sock}: {problem}", 2)
         check_socket_free(Path(ctl["socket"]))
@@ -126,6 +122,10 @@ class Daemon:
                 check_port_free(ctl["metrics_port"], ctl["metrics_addr"])
             except OSError as e:
                 raise _port_taken(ctl["metrics_port"], e) from None
+        try:     # last: a start refused above leaves no new (empty) directory behind
+            sock.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        except OSError as e:
+            raise Fatal(f"cannot create the control socket's directory {sock.parent}: {e.strerror}") from None
 
     def _bring_up(self, engine: Engine, service):
         """Engine ready -> ingest, metrics, control socket, jobs. Returns (server, scheduler, ingest
