@@ -7,6 +7,15 @@
 #   EXTRAS='[sglang]'  pip extras ('' for the simulator only)    PIP_FLAGS=''  extra pip arguments
 #   ROOT=/             install under another root (tests; no user, no systemctl there)
 set -euo pipefail
+# Settings are environment variables, never arguments: `--help` used to start the install as root.
+if [ "$#" -gt 0 ]; then
+  case "$1" in
+    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install-service.sh: takes no arguments (got '$1'); settings are environment variables:" \
+            "sudo PIP_FLAGS='torch==2.11.0' scripts/install-service.sh (--help lists them); nothing installed" >&2
+       exit 2 ;;
+  esac
+fi
 cd "$(dirname "$0")/.."
 ROOT="${ROOT:-/}"; ROOT="${ROOT%/}"
 PREFIX=/opt/spec-controller

@@ -131,3 +131,19 @@ def test_the_install_scripts_next_steps_name_commands_it_puts_on_path():
     bare = re.findall(r"(?<![\w/-])spec-controller config", hint)
     assert not bare, hint
     assert f"{PREFIX}/bin/spec-controller config from-launch" in hint and f"sudo {PREFIX}/bin/spec-controller config check" in hint
+
+
+@pytest.mark.parametrize("args, rc", [(["--help"], 0), (["-h"], 0), (["--root", "/x"], 2), (["torch==2.11.0"], 2)])
+def test_the_install_script_takes_no_arguments_and_installs_nothing_for_them(tmp_path, args, rc):
+    """Its settings are environment variables; an argument was ignored, so `sudo scripts/install-service.sh --help`
+    (a newcomer's first look) ran the whole install as root. --help now prints the settings; any other argument is
+    refused in one line naming the environment form; either way nothing is installed."""
+    env = dict(os.environ, ROOT=str(tmp_path / "root"), EXTRAS="", PIP_FLAGS="--no-deps")
+    res = subprocess.run(["bash", str(INSTALL), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == rc, res.stderr
+    assert not (tmp_path / "root").exists()
+    if rc == 0:
+        assert "PIP_FLAGS" in res.stdout and "EXTRAS" in res.stdout and "ROOT" in res.stdout
+    else:
+        assert len(res.stderr.strip().splitlines()) == 1 and "PIP_FLAGS=" in res.stderr and args[0] in res.stderr
