@@ -1,6 +1,7 @@
 import contextlib
 import logging
 import shutil
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -18,6 +19,20 @@ def short_tmp():
     d = tempfile.mkdtemp(prefix="sc-", dir="/tmp")
     yield Path(d)
     shutil.rmtree(d, ignore_errors=True)
+
+
+def unheld_port() -> int:
+    """A TCP port nothing on this host listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def _sglang_default_port_unheld(monkeypatch):
+    # An engine's start refuses an SGLang port something holds, and on a GPU host SGLang itself serves on the default
+    # (30000): twelve tests failed there. Their fake SGLang never binds, so any port nobody holds will do.
+    monkeypatch.setattr("controller.daemon.engines.sglang.SGLANG_PORT", unheld_port())
 
 
 @pytest.fixture(autouse=True)

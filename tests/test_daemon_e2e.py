@@ -296,8 +296,9 @@ def test_sglang_engine_without_sglang_is_one_clear_line(short_tmp):
     import importlib.util
     if importlib.util.find_spec("sglang") is not None:
         pytest.skip("sglang is installed here")
+    from tests.conftest import unheld_port
     (short_tmp / "g.toml").write_text('[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\n'
-                                      'speculative_algorithm = "EAGLE3"\n')
+                                      f'speculative_algorithm = "EAGLE3"\nport = {unheld_port()}\n')
     res = run_daemon_once(short_tmp, "--config", str(short_tmp / "g.toml"), "--db", str(short_tmp / "x.db"),
                           "--socket", str(short_tmp / "s"))
     assert res.returncode == 1
