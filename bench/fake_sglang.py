@@ -3,7 +3,8 @@ it answers /health, /health_generate and /set_internal_state as SGLang does, and
 $SPEC_CONTROLLER_TELEMETRY like the plugin's rank 0 — sound decode batches at --rate per second,
 and, with FAKE_SGLANG_HOSTILE=N, N hostile messages per second besides (malformed bytes, NaN and
 infinite fields, batch size 0, impossible token counts, 1e-300 step times, timestamps far ahead);
-FAKE_SGLANG_STALL_S=S makes every /set_internal_state after the first take S seconds.
+FAKE_SGLANG_STALL_S=S makes every /set_internal_state after the first take S seconds. Run as `python -c ...` (the
+daemon asking what the interpreter has installed) it answers SGLang FAKE_VERSION with the plugin's entry point.
 
     [sglang] python = "<a script that runs: python bench/fake_sglang.py "$@">"
 """
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from controller.contract import ENV_ADDRESS, SAMPLE, THRESHOLD_KEY, encode_stats, pack_sample  # noqa: E402
 
 NAN, INF = float("nan"), float("inf")
+FAKE_VERSION = "0.5.17"             # what it answers the daemon's `python -c` look at what is installed
 
 
 def hostile(rng: random.Random, now: float) -> bytes:
@@ -36,7 +38,7 @@ def hostile(rng: random.Random, now: float) -> bytes:
     if kind == 1:
         return b"\x01" + rng.randbytes(SAMPLE.size - 1)                       # a sample of random bytes
     if kind == 2:
-        return struct.pack("<B", 2) + rng.randbytes(40)                       # a stats message, wrong size
+        return struct.pack("<B", 2) + rng.randbytes(41)                       # a stats message, wrong size
     fields = [(now, 4, 3, 12, NAN), (now, 0, 0, 0, 0.01), (now, 4, 3, 12, 1e-300), (1e18, 4, 0, 4, 0.01),
               (NAN, 4, 0, 4, 0.01), (now, 4, 3, 4000, 0.02), (now, 60000, 0, 60000, INF)][kind - 3]
     return pack_sample(*fields, True)
@@ -101,6 +103,9 @@ def telemetry(state: State, rate: float, hostile_rate: float, stop: threading.Ev
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["-c"]:         # the daemon asks the interpreter what it has installed before launching
+        print(json.dumps({"sglang": FAKE_VERSION, "plugins": ["spec_controller"], "platforms": []}))
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("-m")
     ap.add_argument("--host", default="127.0.0.1")
