@@ -193,7 +193,10 @@ def test_a_relayed_sglang_runs_unbuffered_unless_the_env_table_says_otherwise(sh
     eng = _started(short_tmp, monkeypatch, 'echo "unbuffered=$PYTHONUNBUFFERED"', api_key="sk-U")
     assert eng.proc.wait(timeout=30) == 0
     eng.stop()
-    eng = _started(short_tmp, monkeypatch, 'echo "unbuffered=$PYTHONUNBUFFERED"', api_key="sk-U",
+    # (a directory of its own: zmq closes the first engine's telemetry socket in a thread of its own after stop(), so
+    # a second start at once on the same path could find it still in use)
+    (short_tmp / "second").mkdir()
+    eng = _started(short_tmp / "second", monkeypatch, 'echo "unbuffered=$PYTHONUNBUFFERED"', api_key="sk-U",
                    env={"PYTHONUNBUFFERED": "0"})
     assert eng.proc.wait(timeout=30) == 0
     eng.stop()
