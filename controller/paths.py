@@ -91,6 +91,12 @@ def read_text_file(path: str | Path, limit: int = TEXT_FILE_LIMIT, errors: str =
     return data.decode(errors=errors)
 
 
+def directory_name(path: str | Path) -> str | None:
+    """Why a file cannot be written at `path` as given: a name ending in / is a directory's ('out.toml/': realpath and
+    pathlib drop the slash, which wrote out.toml where a shell's `>` refuses it); None otherwise."""
+    return "a directory's name (the trailing /), not a file's" if str(path).endswith("/") else None
+
+
 def replace_whole(path: str | Path, write: Callable[[str], None], private: bool = False,
                   refused: str = "not a regular file, which would be replaced") -> None:
     """The file at `path` made by write(PARTIAL), a partial file beside it, and renamed over the path only once complete:
@@ -99,8 +105,8 @@ def replace_whole(path: str | Path, write: Callable[[str], None], private: bool 
     stays); a new one is made as the umask says (0600 when `private`). A symbolic link is followed (the file it names
     is replaced, as a shell's `>` writes it); anything but a regular file there is OSError(EINVAL, refused): as root,
     `-o /dev/null` made /dev/null a regular file. What write() raises passes through."""
-    if str(path).endswith("/"):        # ('out.toml/': realpath drops the slash and wrote out.toml; `>` refuses it)
-        raise OSError(errno.EISDIR, "a directory's name (the trailing /), not a file's")
+    if why := directory_name(path):
+        raise OSError(errno.EISDIR, why)
     target = Path(os.path.realpath(path))
     partial = target.with_name(f".{target.name[:200]}.{os.getpid()}.partial")     # (a 250-character name fits)
     try:

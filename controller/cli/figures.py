@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..paths import replace_whole
+from ..paths import directory_name, replace_whole
 
 THRESHOLD = "tab:blue"
 LIVE = "0.45"
@@ -27,8 +27,8 @@ def pyplot() -> Any:
 
 def check_path(path: str | Path) -> Path:
     """Refuse a path the figure cannot be written to, before any work is done."""
-    if str(path).endswith("/"):        # (pathlib drops the slash: 'x.png/' wrote x.png, where `>` refuses it)
-        raise PlotError(f"cannot write plot {path}: a directory's name (the trailing /), not a file's")
+    if why := directory_name(path):
+        raise PlotError(f"cannot write plot {path}: {why}")
     path = Path(path)
     try:
         if not path.parent.is_dir():
