@@ -72,7 +72,7 @@ def test_config_check_from_another_directory_finds_the_files_beside_the_config(l
 
 
 def test_a_relative_db_in_a_missing_directory_names_the_anchored_path(layout):
-    from controller.daemon.lifecycle import Fatal, check_given_paths
+    from controller.daemon.preflight import Fatal, check_given_paths
     cfg = load_config(write(layout, '[storage]\ndb = "nowhere/x.db"\n'))
     with pytest.raises(Fatal) as e:
         check_given_paths(cfg)
@@ -86,7 +86,7 @@ def test_a_trace_files_own_profile_file_is_read_beside_the_trace(layout):
     (layout / "etc" / "t.toml").write_text('profile = "p.toml"\n[[segment]]\nseconds = 5\nconcurrency = 8\n')
     mine = layout / "etc" / "p.toml"
     mine.write_text(mine.read_text().replace('name = "crossover-b"', 'name = "the one beside the trace"'))
-    from controller.daemon.lifecycle import configured_engine
+    from controller.daemon.preflight import configured_engine
     engine = configured_engine(load_config(write(layout, '[sim]\ntrace = "t.toml"\n')))
     assert engine.profile.name == "the one beside the trace"
 
@@ -155,7 +155,7 @@ def test_the_daemon_started_elsewhere_keeps_its_files_beside_its_config_and_a_re
 
 def test_a_missing_directory_names_the_default_here_and_the_units(layout, monkeypatch):
     """(helper-73: under sudo the default named was root's ~/.local one, not the service's /var/lib one)"""
-    from controller.daemon.lifecycle import Fatal, check_given_paths
+    from controller.daemon.preflight import Fatal, check_given_paths
     from controller.paths import default_db
     monkeypatch.delenv("STATE_DIRECTORY", raising=False)
     with pytest.raises(Fatal) as e:

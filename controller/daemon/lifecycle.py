@@ -1,4 +1,4 @@
-"""The daemon's life: preflight, engine start, bring-up, serving, reload and orderly shutdown."""
+"""The daemon's life: preflight (preflight.py's checks), engine start, bring-up, serving, reload and orderly shutdown."""
 from __future__ import annotations
 
 import copy
@@ -8,7 +8,6 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
 
 from policies import PolicyError
 from state import queries
@@ -16,72 +15,14 @@ from state.db import leave_wal, open_store
 from state.lock import DaemonLock
 from state.writer import Writer
 
-from ..paths import DEFAULT_CONFIG, UNIT_DB, UNIT_SOCKET, default_db, default_socket, home_unexpanded, shared_path, socket_path_problem
-from ..sim.profile import ProfileError
+from ..paths import DEFAULT_CONFIG, default_db, default_socket
 from .config import ConfigError, load_config, restart_needed, shadowed
 from .engines.base import Engine, EngineError
 from .notify import extend_timeout_usec, sd_notify
+from .preflight import Fatal, check_given_paths, check_no_clash, configured_engine, port_taken
 from .ticker import Ticker
 
 log = logging.getLogger("spec_controller")
-
-
-class Fatal(Exception):
-    def __init__(self, message: str, code: int = 1):
-        super().__init__(message)
-        self.code = code
-
-
-def build_engine(cfg: dict, last_t: float = 0.0) -> Engine:
-    """last_t: the newest engine time in the database (the simulator's clock resumes there)."""
-    kind = cfg["engine"]["kind"]
-    if kind == "sim":
-        from ..sim.profile import load_profile, load_trace
-        from .engines.sim import SimEngine
-        sim = cfg["sim"]
-
-        def read(key: str, load: Callable, *args: Any) -> Any:      # its errors name the setting ([sim] or --flag)
-            try:
-                return load(*args)
-            except ProfileError as e:
-                raise ProfileError(f"config: [sim] {key} (--{key}): {e}") from None
-        fixed = sim["concurrency"] or sim["arrival_rate"]
-        trace = None if fixed else read("trace", load_trace, sim["trace"])
-        profile = read("profile", load_profile, sim["profile"] or (trace and trace.profile) or "crossover-b")
-        if trace is not None:          # its acceptance must fit the profile's chain
-            trace = read("trace", load_trace, sim["trace"], profile.spec_steps + 1)
-        return SimEngine(profile, trace, sim["concurrency"], sim["speed"], sim["seed"], last_t, sim["arrival_rate"])
-    from .engines.sglang import SGLangEngine
-    return SGLangEngine(cfg["sglang"], cfg["policy"]["initial_threshold"])
-
-
-def configured_engine(cfg: dict, last_t: float = 0.0) -> Engine:
-    """build_engine, whose refusals are configuration errors (building only reads the configuration)."""
-    try:
-        return build_engine(cfg, last_t)
-    except (ProfileError, EngineError) as e:
-        raise Fatal(str(e), 2) from None
-
-
-def check_given_paths(cfg: dict) -> None:
-    """The database and socket paths the operator gave (Fatal, code 2, where not): run's first check, config check's."""
-    _given_parent_exists("--db / [storage] db", cfg["storage"]["db"], default_db(), UNIT_DB)
-    _given_parent_exists("--socket / [control] socket", cfg["control"]["socket"], default_socket(), UNIT_SOCKET)
-
-
-def _given_parent_exists(what: str, given: str | None, default: Path, the_units: Path) -> None:
-    """A path the operator gave lives in a directory that exists (a typo must not start on a fresh, empty state)."""
-    parent = Path(given).absolute().parent if given else None
-    if parent is not None and not parent.is_dir():       # ('~/x.db' quoted: a folder named ~, which the line says)
-        tilde = f" ({why})" if (why := home_unexpanded(given)) else ""
-        state = "is not a directory" if parent.exists() else f"does not exist{tilde}"
-        where = str(default) if default == the_units else f"{default} here, {the_units} under the unit"
-        raise Fatal(f"{what} {given}: its directory {parent} {state} (create it, or leave the option out for "
-                    f"the default: {where})", 2)
-
-
-def _port_taken(port: int, error: OSError) -> Fatal:
-    return Fatal(f"metrics port {port}: {error.strerror}")
 
 
 class Daemon:
@@ -106,26 +47,6 @@ class Daemon:
         signal.signal(signal.SIGTERM, lambda *_: self.request_stop("SIGTERM"))
         signal.signal(signal.SIGINT, lambda *_: self.request_stop("SIGINT"))
         signal.signal(signal.SIGHUP, lambda *_: self.reload_flag.set())
-
-    def _preflight(self, ctl: dict, engine_files: tuple[tuple[str, Path], ...]) -> None:
-        """What can clash with another process is checked before an engine takes minutes to start."""
-        from .sockprobe import check_socket_free
-        sock, db = Path(ctl["socket"]).absolute(), Path(self.cfg["storage"]["db"]).absolute()
-        if problem := shared_path(sock, db, engine_files):
-            raise Fatal(problem, 2)
-        if problem := socket_path_problem(sock):      # (a usage error, as specctl says it: exit 2)
-            raise Fatal(f"control socket {sock}: {problem}", 2)
-        check_socket_free(Path(ctl["socket"]))
-        if ctl["metrics_port"]:
-            from .metrics import check_port_free
-            try:
-                check_port_free(ctl["metrics_port"], ctl["metrics_addr"])
-            except OSError as e:
-                raise _port_taken(ctl["metrics_port"], e) from None
-        try:     # last: a start refused above leaves no new (empty) directory behind
-            sock.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-        except OSError as e:
-            raise Fatal(f"cannot create the control socket's directory {sock.parent}: {e.strerror}") from None
 
     def _bring_up(self, engine: Engine, service):
         """Engine ready -> ingest, metrics, control socket, jobs. Returns (server, scheduler, ingest
@@ -153,7 +74,7 @@ class Daemon:
             try:
                 start_metrics(service, ctl["metrics_port"], ctl["metrics_addr"])
             except OSError as e:
-                raise _port_taken(ctl["metrics_port"], e) from None
+                raise port_taken(ctl["metrics_port"], e) from None
         server = ControlServer(ctl["socket"], service, on_stop=lambda: self.request_stop("specctl stop"))
         server.start()
         speed = cfg["sim"]["speed"] if cfg["engine"]["kind"] == "sim" else 1.0
@@ -182,7 +103,7 @@ class Daemon:
         st["db"] = str(Path(st["db"]).absolute()) if st["db"] else str(default_db())
         ctl["socket"] = ctl["socket"] or str(default_socket())
         self._signals()
-        self._preflight(ctl, configured_engine(self.cfg).own_files)   # its configuration refused before anything is written
+        check_no_clash(self.cfg, configured_engine(self.cfg).own_files)   # its configuration refused before anything is written
         lock = DaemonLock(st["db"])
         lock.acquire()
         try:

@@ -11,7 +11,8 @@ from ..cli.options import EXIT_USAGE, Bounded, OneLineGroup, fail_as, version_op
 from . import logs
 from ..paths import DEFAULT_CONFIG, default_db, default_socket, read_text_file, shared_path
 from .config import FLAGS, LOG_LEVELS, ConfigError, load_config, parse_set
-from .lifecycle import Daemon, Fatal
+from .lifecycle import Daemon
+from .preflight import Fatal
 
 
 # run's number flags: ASCII decimal only (click's int() and float() took "1_0" as 10, "٣" as 3, "+5", " 5"); their
@@ -125,7 +126,7 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     from .launchcfg import LaunchError, off_path_note
     from .launchcheck import section_notes
     from .launchcmd import missing_path_notes, path_notes, secret_mode_note
-    from .lifecycle import Fatal, build_engine, check_given_paths
+    from .preflight import build_engine, check_given_paths
     from .serviceaccess import service_account, service_cannot_read
     parsed: list[str] = []
     try:

@@ -1,0 +1,96 @@
+"""What the daemon checks and builds before it starts anything, in the daemon process: the engine its configuration
+names (built only to read the configuration, whose refusals are usage errors), the paths the operator gave, and what
+could clash with another process (the control socket, the metrics port, files shared with the engine). `run` makes
+these checks before an engine takes minutes to start, `config check` the ones that need no free socket; Fatal is
+the refusal both end in, with the exit code."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from ..paths import UNIT_DB, UNIT_SOCKET, default_db, default_socket, home_unexpanded, shared_path, socket_path_problem
+from ..sim.profile import ProfileError
+from .engines.base import Engine, EngineError
+
+
+class Fatal(Exception):
+    """A start refused or failed: the daemon exits with code (2: a usage error, as specctl says it)."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def build_engine(cfg: dict, last_t: float = 0.0) -> Engine:
+    """last_t: the newest engine time in the database (the simulator's clock resumes there)."""
+    kind = cfg["engine"]["kind"]
+    if kind == "sim":
+        from ..sim.profile import load_profile, load_trace
+        from .engines.sim import SimEngine
+        sim = cfg["sim"]
+
+        def read(key: str, load: Callable, *args: Any) -> Any:      # its errors name the setting ([sim] or --flag)
+            try:
+                return load(*args)
+            except ProfileError as e:
+                raise ProfileError(f"config: [sim] {key} (--{key}): {e}") from None
+        fixed = sim["concurrency"] or sim["arrival_rate"]
+        trace = None if fixed else read("trace", load_trace, sim["trace"])
+        profile = read("profile", load_profile, sim["profile"] or (trace and trace.profile) or "crossover-b")
+        if trace is not None:          # its acceptance must fit the profile's chain
+            trace = read("trace", load_trace, sim["trace"], profile.spec_steps + 1)
+        return SimEngine(profile, trace, sim["concurrency"], sim["speed"], sim["seed"], last_t, sim["arrival_rate"])
+    from .engines.sglang import SGLangEngine
+    return SGLangEngine(cfg["sglang"], cfg["policy"]["initial_threshold"])
+
+
+def configured_engine(cfg: dict, last_t: float = 0.0) -> Engine:
+    """build_engine, whose refusals are configuration errors (building only reads the configuration)."""
+    try:
+        return build_engine(cfg, last_t)
+    except (ProfileError, EngineError) as e:
+        raise Fatal(str(e), 2) from None
+
+
+def check_given_paths(cfg: dict) -> None:
+    """The database and socket paths the operator gave (Fatal, code 2, where not): run's first check, config check's."""
+    _given_parent_exists("--db / [storage] db", cfg["storage"]["db"], default_db(), UNIT_DB)
+    _given_parent_exists("--socket / [control] socket", cfg["control"]["socket"], default_socket(), UNIT_SOCKET)
+
+
+def _given_parent_exists(what: str, given: str | None, default: Path, the_units: Path) -> None:
+    """A path the operator gave lives in a directory that exists (a typo must not start on a fresh, empty state)."""
+    parent = Path(given).absolute().parent if given else None
+    if parent is not None and not parent.is_dir():       # ('~/x.db' quoted: a folder named ~, which the line says)
+        tilde = f" ({why})" if (why := home_unexpanded(given)) else ""
+        state = "is not a directory" if parent.exists() else f"does not exist{tilde}"
+        where = str(default) if default == the_units else f"{default} here, {the_units} under the unit"
+        raise Fatal(f"{what} {given}: its directory {parent} {state} (create it, or leave the option out for "
+                    f"the default: {where})", 2)
+
+
+def port_taken(port: int, error: OSError) -> Fatal:
+    """The metrics port another process holds: refused at the check here, and at the bind once the engine is ready."""
+    return Fatal(f"metrics port {port}: {error.strerror}")
+
+
+def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> None:
+    """What can clash with another process is checked before an engine takes minutes to start."""
+    from .sockprobe import check_socket_free
+    ctl = cfg["control"]
+    sock, db = Path(ctl["socket"]).absolute(), Path(cfg["storage"]["db"]).absolute()
+    if problem := shared_path(sock, db, engine_files):
+        raise Fatal(problem, 2)
+    if problem := socket_path_problem(sock):      # (a usage error, as specctl says it: exit 2)
+        raise Fatal(f"control socket {sock}: {problem}", 2)
+    check_socket_free(Path(ctl["socket"]))
+    if ctl["metrics_port"]:
+        from .metrics import check_port_free
+        try:
+            check_port_free(ctl["metrics_port"], ctl["metrics_addr"])
+        except OSError as e:
+            raise port_taken(ctl["metrics_port"], e) from None
+    try:     # last: a start refused above leaves no new (empty) directory behind
+        sock.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+    except OSError as e:
+        raise Fatal(f"cannot create the control socket's directory {sock.parent}: {e.strerror}") from None
