@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from controller.daemon.config import load_config, restart_needed, shadowed
+from controller.daemon.config import load_config
+from controller.daemon.configdiff import restart_needed, shadowed
 from controller.daemon.engines.base import EngineError
 from controller.daemon.engines.sglang import SGLangEngine
 from controller.daemon.engines.sglang_flags import admin_headers, shown

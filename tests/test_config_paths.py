@@ -113,7 +113,7 @@ def test_only_a_leading_tilde_is_a_home_no_one_expands(path, refused):
 def test_a_flag_naming_another_file_than_the_configs_is_reported_as_overriding_it(layout):
     """shadowed() (the reload's warning) compares the files named: the config's x.db (in etc/) and the shell's x.db
     (in elsewhere/) differ; the config's file given by its absolute path is the same one."""
-    from controller.daemon.config import shadowed
+    from controller.daemon.configdiff import shadowed
     path = write(layout, '[storage]\ndb = "x.db"\n')
     assert shadowed(path, {"storage": {"db": "x.db"}}) == [
         f"[storage] db {str(layout / 'etc' / 'x.db')!r} (overridden by the command line: "
@@ -127,7 +127,7 @@ def test_a_path_with_a_slash_but_no_suffix_is_a_file_too(layout):
 
 
 def test_built_in_names_in_the_file_and_a_flag_are_compared_as_names(layout):
-    from controller.daemon.config import shadowed
+    from controller.daemon.configdiff import shadowed
     path = write(layout, '[sim]\nprofile = "crossover-a"\n')
     assert shadowed(path, {"sim": {"profile": "crossover-a"}}) == []
     assert shadowed(path, {"sim": {"profile": "crossover-b"}}) == [

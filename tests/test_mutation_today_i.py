@@ -64,7 +64,7 @@ def test_cf3_a_config_giving_policy_params_only_is_a_policy_given(tmp_path):
 def test_cf7_shadowed_of_a_file_nested_too_deeply_is_nothing(tmp_path):
     """shadowed() reads the config file again after load_config (a reload's warnings, one frame deeper): unreadable
     there is 'nothing to say', not a RecursionError out of the SIGHUP handler."""
-    from controller.daemon.config import shadowed
+    from controller.daemon.configdiff import shadowed
     (tmp_path / "c.toml").write_text(DEEP_TOML)
     assert shadowed(tmp_path / "c.toml", {"sim": {"speed": 2.0}}) == []
 

@@ -2,7 +2,8 @@
 a warning (and an event), not ignored silently (it said only "configuration reloaded")."""
 import pytest
 
-from controller.daemon.config import load_config, restart_needed, shadowed
+from controller.daemon.config import load_config
+from controller.daemon.configdiff import restart_needed, shadowed
 from tests.daemon_proc import DaemonProc
 from tests.test_faults_config import _events, _hup_and_wait
 

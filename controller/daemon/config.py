@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import copy
 import ipaddress
-import os
 import socket
 import tomllib
 from pathlib import Path
@@ -16,7 +15,6 @@ from ..contract import MAX_BATCH
 from ..paths import (DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, is_db_own_path, names_a_file,
                      read_text_file, socket_path_problem)
 from .engines.child import SGLANG_PORT
-from .engines.sglang_flags import shown_value
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "engine": {"kind": "sim"},
@@ -157,14 +155,14 @@ def anchored(section: str, values: dict, base: Path) -> dict:
     out = dict(values)
     for key in FILE_PATHS.get(section, ()):
         value = out.get(key)
-        if _names_file(section, key, value):
+        if names_file(section, key, value):
             if why := home_unexpanded(value):
                 raise ConfigError(f"config: [{section}] {key} {value!r}: {why}")
             out[key] = beside(value, base)
     return out
 
 
-def _names_file(section: str, key: str, value: Any) -> bool:
+def names_file(section: str, key: str, value: Any) -> bool:
     """A value of a path key that names a file (the [sim] ones may name a built-in instead)."""
     return key in FILE_PATHS.get(section, ()) and isinstance(value, str) and bool(value) and (
         section != "sim" or names_a_file(value))
@@ -259,62 +257,3 @@ def _address(host: object) -> str:
         return str(ipaddress.ip_address(socket.getaddrinfo(text, None, family, socket.SOCK_STREAM)[0][4][0]))
     except (OSError, ValueError, IndexError, UnicodeError):     # (ValueError: a NUL, text no codec takes)
         return text
-
-
-def reloadable(section: str, key: str) -> bool:
-    """What SIGHUP re-reads (the rest takes a restart): the guard, retention, the log level."""
-    return section == "guard" or (section, key) == ("control", "log_level") or \
-        (section == "storage" and key.startswith("retention_"))
-
-
-def _flat(cfg: Mapping[str, Any]) -> dict[tuple[str, str], Any]:
-    out = {}
-    for section, values in cfg.items():
-        if section.startswith("_") or not isinstance(values, dict):
-            continue
-        for key, value in values.items():
-            if isinstance(value, dict) and section != "guard":      # [sglang] args, [policy] params
-                out.update({(section, f"{key}.{k}"): v for k, v in value.items()})
-            else:
-                out[(section, key)] = value
-    return out
-
-
-def first_start_only(section: str, key: str) -> bool:
-    """What a daemon takes from the config on an empty database only: once the database holds its own policy and
-    threshold (`specctl policy set`, what it learned), those win at every start (daemon/restore.py)."""
-    return section == "policy" and key in ("name", "params", "initial_threshold")
-
-
-def restart_needed(running: Mapping[str, Any], fresh: Mapping[str, Any], first_start: bool = False) -> list[str]:
-    """The keys a reload cannot apply that differ between the running config and a fresh one, as `[sim] speed 10 ->
-    3` (a key only one side has: `(unset)`): those a restart applies, or with first_start those only a first start
-    takes (first_start_only)."""
-    old, new = _flat(running), _flat(fresh)
-    show = lambda flat, at: repr(_shown(at, flat[at])) if at in flat else "(unset)"
-    return [f"[{section}] {key} {show(old, (section, key))} -> {show(new, (section, key))}"
-            for section, key in sorted(set(old) | set(new)) if old.get((section, key), show) != new.get((section, key), show)
-            and not reloadable(section, top := key.split(".")[0]) and first_start_only(section, top) == first_start]
-
-
-def shadowed(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
-    """The file's values that the command line (a flag or --set) overrides, as
-    `[sim] speed 3 (overridden by the command line: 10)`: a reload re-reads the file under the
-    same flags, so editing such a key changes nothing, not even after a restart."""
-    if not path or not overrides:
-        return []
-    try:
-        data = tomllib.loads(read_text_file(path))
-        data = {s: anchored(s, v, Path(path).parent) if isinstance(v, dict) else v for s, v in data.items()}
-    except (OSError, tomllib.TOMLDecodeError, ConfigError, RecursionError):
-        return []
-    mine = _flat(data)          # (a path flag is the shell's: compared as the file it names)
-    theirs = {at: os.path.abspath(v) if _names_file(*at, v) else v for at, v in _flat(overrides).items()}
-    return [f"[{s}] {k} {_shown((s, k), mine[(s, k)])!r} (overridden by the command line: {_shown((s, k), v)!r})"
-            for (s, k), v in sorted(theirs.items()) if (s, k) in mine and mine[(s, k)] != v]
-
-
-def _shown(at: tuple[str, str], value: Any) -> Any:
-    """A config value as the log and the events table get it: [sglang]'s secrets as *** (engines/sglang_flags)."""
-    return shown_value(at[1], value) if at[0] == "sglang" else value
-

@@ -16,7 +16,8 @@ from state.lock import DaemonLock
 from state.writer import Writer
 
 from ..paths import DEFAULT_CONFIG, default_db, default_socket
-from .config import ConfigError, load_config, restart_needed, shadowed
+from .config import load_config
+from .configdiff import restart_needed, shadowed
 from .engines.base import Engine, EngineError
 from .notify import extend_timeout_usec, sd_notify
 from .preflight import Fatal, check_given_paths, check_no_clash, configured_engine, port_taken
