@@ -32,7 +32,7 @@ def unheld_port() -> int:
 def _sglang_default_port_unheld(monkeypatch):
     # An engine's start refuses an SGLang port something holds, and on a GPU host SGLang itself serves on the default
     # (30000): twelve tests failed there. Their fake SGLang never binds, so any port nobody holds will do.
-    monkeypatch.setattr("controller.daemon.engines.sglang.SGLANG_PORT", unheld_port())
+    monkeypatch.setattr("controller.daemon.engines.sglang_section.SGLANG_PORT", unheld_port())
 
 
 @pytest.fixture(autouse=True)

@@ -69,7 +69,8 @@ def test_set_reaches_every_key():
 
 
 def test_the_sglang_engines_own_keys_are_shown_with_their_defaults():
-    from controller.daemon.engines.sglang import OWN_DEFAULTS, OWN_KEYS
+    from controller.daemon.engines.sglang_flags import OWN_KEYS
+    from controller.daemon.engines.sglang_section import OWN_DEFAULTS
     own = {k: v for (section, k), v in shown().items() if section == "sglang" and k in OWN_KEYS}
     assert set(own) == OWN_KEYS                                  # every one of them shown
     for key, (commented, value, _) in own.items():

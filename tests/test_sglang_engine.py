@@ -470,11 +470,11 @@ def test_the_question_is_asked_outside_the_working_directory(tmp_path, monkeypat
 
 
 def test_the_keys_the_daemon_keeps_for_itself_are_its_own_settings_and_python():
-    """server_flags leaves out OWN_KEYS (sglang_flags); the settings with defaults (OWN_DEFAULTS, engines/sglang.py, shown
+    """server_flags leaves out OWN_KEYS (sglang_flags); the settings with defaults (OWN_DEFAULTS, engines/sglang_section.py, shown
     in the example config) are those and the interpreter: a new own setting added to one list only would reach SGLang
     as an unknown flag, or never be passed."""
-    from controller.daemon.engines.sglang import OWN_DEFAULTS
     from controller.daemon.engines.sglang_flags import OWN_KEYS
+    from controller.daemon.engines.sglang_section import OWN_DEFAULTS
     assert OWN_KEYS == set(OWN_DEFAULTS) | {"python"}
 
 

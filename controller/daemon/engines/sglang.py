@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import math
 import os
 import signal
 import subprocess
@@ -21,15 +20,15 @@ import urllib.request
 from pathlib import Path
 
 from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, MAX_BATCH, PAYS_DRAFT,
-                         SAME_AT_ZERO, THRESHOLD_KEY, decode, unsupported_reason, zero_saves_prefill_draft)
-from ...paths import home_unexpanded, socket_path_too_long, state_dir, write_private
+                         SAME_AT_ZERO, THRESHOLD_KEY, decode, zero_saves_prefill_draft)
+from ...paths import socket_path_too_long, state_dir, write_private
 from ..sockprobe import NOBODY, who_listens
 from .base import Engine, EngineError, SampleSink
-from .child import NOT_STARTED, SGLANG_PORT, USAGE, bound_to_daemon, port_reason, telemetry_pull
-from .sglang_flags import (OWN_KEYS, admin_headers, config_file_reason, extra_args, named_paths, no_http_reason,
-                           nul_key, refused_hint, relay_masked, secrets_in, server_flags, shown)
-from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH, KILLPG_ENV, plugin_env, user_env
+from .child import NOT_STARTED, USAGE, bound_to_daemon, port_reason, telemetry_pull
+from .sglang_env import KILLPG_ENV, plugin_env, user_env
+from .sglang_flags import admin_headers, refused_hint, relay_masked, secrets_in, server_flags, shown
 from .sglang_install import interpreter_reason
+from .sglang_section import OWN_DEFAULTS, checked_section, count, seconds
 
 # what an HTTP exchange with SGLang may end in short of an answer (IncompleteRead, a bad status line: HTTPException)
 NO_ANSWER = (OSError, urllib.error.URLError, http.client.HTTPException)
@@ -39,9 +38,6 @@ log = logging.getLogger("spec_controller.sglang")
 STOP_QUIET_S = 0.5     # on stop, telemetry is read until quiet this long (the engine's drain reports last) ...
 STOP_READ_S = 5.0      # ... or this long at most
 FAILING_AFTER_S = 20.0  # a probe unanswered this long is failing (SGLang's /health_generate says 503 after ~20 s)
-# the defaults of those own keys (systemd/config.example.toml shows them; python: the daemon's interpreter)
-OWN_DEFAULTS = {"ready_timeout_s": Engine.ready_timeout_s, "probe_s": 30.0, "hang_after_s": 180.0, "off_path": DEFAULT_OFF_PATH,
-                "lean_prefill": DEFAULT_LEAN_PREFILL, "extra_args": [], "env": {}}
 
 # SGLang 0.5.23 warns at every start that `python -m sglang.launch_server` is not its recommended entry point ("use
 # sglang serve"): the daemon, not the operator, launches it so (the module every release since 0.5.17 has), and the
@@ -49,54 +45,18 @@ OWN_DEFAULTS = {"ready_timeout_s": Engine.ready_timeout_s, "probe_s": 30.0, "han
 QUIET_ENTRY_POINT = ("-W", "ignore:'python -m sglang.launch_server' is still supported:UserWarning")
 
 
-def _count(args: dict, key: str, default: int, lo: int, hi: int) -> int:
-    value = args.get(key)
-    value = default if value is None else value
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise EngineError(f"sglang engine: [sglang] {key} must be an integer in {lo} .. {hi}, got {value!r}")
-    return value
-
-
-def _seconds(args: dict, key: str, default: float, most: float = math.inf) -> float:
-    value = args.get(key, default)      # (an interval, probe_s, has a most: APScheduler's timedelta takes no inf)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= most:   # NaN too (inf: no limit)
-        bound = f" and <= {most:g} (0: none)" if most < math.inf else ""
-        raise EngineError(f"sglang engine: [sglang] {key} must be a number of seconds >= 0{bound}, got {value!r}")
-    return float(value)
-
-
 class SGLangEngine(Engine):
     name = "sglang"
     # The launch keys the daemon decides: the adaptive flags always (command), the draft's shape, host and port where
-    # the config leaves them (__init__); from-launch tells an operator of these rather than refusing them
+    # the config leaves them (sglang_section); from-launch tells an operator of these rather than refusing them
     DECIDES = frozenset({"speculative_adaptive", "speculative_adaptive_config", "speculative_num_steps",
                          "speculative_num_draft_tokens", "speculative_eagle_topk", "host", "port"})
 
     def __init__(self, args: dict, initial_threshold: int = 0):
-        self.args = dict(args)
-        if (key := nul_key(self.args)) is not None:       # (the value not echoed: it may be a key)
-            raise EngineError(f"sglang engine: [sglang] {key} holds a NUL byte, which no command line or environment "
-                              "carries")
-        if "model_path" not in self.args:
-            raise EngineError("sglang engine: [sglang] model_path is required")
-        for key, value in named_paths(self.args):    # (SGLang takes "" for a path and expands no ~: it fails at start)
-            if why := home_unexpanded(value) or (None if value.strip() else "name a path or a model id"):
-                raise EngineError(f"sglang engine: [sglang] {key} = {value!r}: {why}")
-        if "python" in self.args and not (isinstance(self.args["python"], str) and self.args["python"].strip()):
-            raise EngineError("sglang engine: [sglang] python must name an interpreter (leave it out for the daemon's)")
-        self.args["extra_args"] = extra_args(self.args)
-        reason = (unsupported_reason({**self.args, "speculative_adaptive": True}) or config_file_reason(self.args)
-                  or no_http_reason(self.args))
-        if reason:
-            raise EngineError(f"sglang engine: {reason}")
-        self.k = _count(self.args, "speculative_num_steps", 3, 1, 64)
-        self.args.setdefault("speculative_num_steps", self.k)
-        self.args.setdefault("speculative_num_draft_tokens", self.k + 1)   # start at the largest candidate
-        self.args.setdefault("speculative_eagle_topk", 1)
-        self.host = str(self.args.setdefault("host", "127.0.0.1"))
-        self.port = _count(self.args, "port", SGLANG_PORT, 1, 65535)
-        self.args["port"] = self.port
-        self.max_batch_size = _count(self.args, "max_running_requests", 256, 1, MAX_BATCH)
+        self.args, self.k = checked_section(args)
+        self.host = str(self.args["host"])
+        self.port = self.args["port"]
+        self.max_batch_size = count(self.args, "max_running_requests", 256, 1, MAX_BATCH)
         self.initial_threshold = initial_threshold
         self.proc: subprocess.Popen | None = None
         self._stop = threading.Event()
@@ -107,9 +67,9 @@ class SGLangEngine(Engine):
         # A live process whose scheduler stopped answering (e.g. ranks out of step) is as good as gone.
         self.plugin_env = plugin_env(self.args)
         self.user_env = user_env(self.args)
-        self.ready_timeout_s = _seconds(self.args, "ready_timeout_s", OWN_DEFAULTS["ready_timeout_s"])   # (lifecycle waits)
-        self.probe_s = _seconds(self.args, "probe_s", OWN_DEFAULTS["probe_s"], 86400.0)
-        self.hang_after_s = _seconds(self.args, "hang_after_s", OWN_DEFAULTS["hang_after_s"])
+        self.ready_timeout_s = seconds(self.args, "ready_timeout_s", OWN_DEFAULTS["ready_timeout_s"])   # (lifecycle waits)
+        self.probe_s = seconds(self.args, "probe_s", OWN_DEFAULTS["probe_s"], 86400.0)
+        self.hang_after_s = seconds(self.args, "hang_after_s", OWN_DEFAULTS["hang_after_s"])
         self._failing_since: float | None = None
         self._last_probe: tuple[float, str] = (0.0, "")       # (monotonic time, what the last probe got)
         self._probing_since: float | None = None                # the start of the probe waiting for its answer
