@@ -9,7 +9,7 @@ from state.db import StoreError
 
 from ..cli.options import EXIT_USAGE, Bounded, OneLineGroup, fail_as, version_option
 from . import logs
-from ..paths import DEFAULT_CONFIG, default_db, default_socket, read_text_file, shared_path
+from ..paths import DEFAULT_CONFIG, read_text_file
 from .config import FLAGS, LOG_LEVELS, ConfigError, load_config, parse_set
 from .lifecycle import Daemon
 from .preflight import Fatal
@@ -126,16 +126,14 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     from .launchcfg import LaunchError, off_path_note
     from .launchcheck import section_notes
     from .launchcmd import missing_path_notes, path_notes, secret_mode_note
-    from .preflight import build_engine, check_given_paths
+    from .preflight import build_engine, check_files_apart, check_given_paths
     from .serviceaccess import service_account, service_cannot_read
     parsed: list[str] = []
     try:
         cfg = load_config(config_path, parse_set(settings))
         check_given_paths(cfg)
         engine = build_engine(cfg)
-        if problem := shared_path(Path(cfg["control"]["socket"] or default_socket()),
-                                  Path(cfg["storage"]["db"] or default_db()), engine.own_files):
-            raise Fatal(problem, 2)
+        check_files_apart(cfg, engine.own_files)
         if cfg["engine"]["kind"] == "sglang":
             engine.check_installed()
             parsed = section_notes(engine)     # SGLang's parser, where it runs (seconds: its import)

@@ -74,13 +74,19 @@ def port_taken(port: int, error: OSError) -> Fatal:
     return Fatal(f"metrics port {port}: {error.strerror}")
 
 
+def check_files_apart(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> None:
+    """The control socket, the database and the engine's own files are different files (Fatal, code 2, where not)."""
+    sock = Path(cfg["control"]["socket"] or default_socket()).absolute()
+    if problem := shared_path(sock, Path(cfg["storage"]["db"] or default_db()).absolute(), engine_files):
+        raise Fatal(problem, 2)
+
+
 def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> None:
     """What can clash with another process is checked before an engine takes minutes to start."""
     from .sockprobe import check_socket_free
     ctl = cfg["control"]
-    sock, db = Path(ctl["socket"]).absolute(), Path(cfg["storage"]["db"]).absolute()
-    if problem := shared_path(sock, db, engine_files):
-        raise Fatal(problem, 2)
+    check_files_apart(cfg, engine_files)
+    sock = Path(ctl["socket"]).absolute()
     if problem := socket_path_problem(sock):      # (a usage error, as specctl says it: exit 2)
         raise Fatal(f"control socket {sock}: {problem}", 2)
     check_socket_free(Path(ctl["socket"]))
