@@ -92,9 +92,12 @@ def read_text_file(path: str | Path, limit: int = TEXT_FILE_LIMIT, errors: str =
 
 
 def directory_name(path: str | Path) -> str | None:
-    """Why a file cannot be written at `path` as given: a name ending in / is a directory's ('out.toml/': realpath and
-    pathlib drop the slash, which wrote out.toml where a shell's `>` refuses it); None otherwise."""
-    return "a directory's name (the trailing /), not a file's" if str(path).endswith("/") else None
+    """Why a file cannot be written at `path` as given: a name ending in /, /. or /.. is a directory's ('out.toml/',
+    'out.toml/.': realpath and pathlib drop them, which wrote out.toml where a shell's `>` refuses it); None otherwise."""
+    if str(path).endswith("/"):
+        return "a directory's name (the trailing /), not a file's"
+    last = str(path).rsplit("/", 1)[-1]
+    return f"a directory's name (it ends in /{last}), not a file's" if last in (".", "..") else None
 
 
 def replace_whole(path: str | Path, write: Callable[[str], None], private: bool = False,
