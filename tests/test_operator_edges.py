@@ -161,7 +161,8 @@ def test_the_no_speculation_acceptance_line_names_no_window():
 
 
 def test_what_the_daemon_passes_itself_is_left_out_and_what_it_chooses_is_written(tmp_path, monkeypatch):
-    monkeypatch.setattr("controller.daemon.engines.sglang_section.SGLANG_PORT", 30000)     # (conftest moves it; SGLang's own)
+    from controller.daemon.engines import child     # (conftest moves the section's default: back to the product's own,
+    monkeypatch.setattr("controller.daemon.engines.sglang_section.SGLANG_PORT", child.SGLANG_PORT)   # SGLang's 30000)
     items = ('{"version": "9.9", "items": [["--model-path", "/m", "model_path"], ["--speculative-algorithm", "EAGLE3", '
              '"speculative_algorithm"], ["--speculative-adaptive", true, "speculative_adaptive"], '
              '["--speculative-adaptive-config", "/x.json", "speculative_adaptive_config"]]}')
