@@ -30,3 +30,37 @@ def test_from_launch_output_ending_in_a_dot_component_writes_nothing(tmp_path, m
     assert result.exit_code == 1 and os.listdir(tmp_path) == [], result.output
     assert result.output.strip().splitlines()[-1] == (f"spec-controller: cannot write {tmp_path}/out.toml/.: a "
                                                       "directory's name (it ends in /.), not a file's; nothing written")
+
+
+
+def _refused_start(short_tmp, *args: str):
+    """`run ARGS` with the default socket in an empty state home: the result, and what that home holds after it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root, xdg = Path(__file__).parent.parent, short_tmp / "xdg"
+    xdg.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "RUNTIME_DIRECTORY", "SPECCTL_DB")}
+    res = subprocess.run([sys.executable, "-m", "controller.daemon", "run", *args], capture_output=True, text=True,
+                         timeout=60, cwd=str(root), env=dict(env, PYTHONPATH=str(root), XDG_STATE_HOME=str(xdg)))
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    return res, list(xdg.iterdir())
+
+
+def test_a_start_refused_for_its_database_creates_no_state_directory(short_tmp):
+    """The preflight makes the control socket's directory (with the default paths, ~/.local/state/spec-controller) and
+    the database is opened after it: a --db that is not a database was refused, exit 1, and left that directory
+    behind, empty (2d89b7f's 'a refused start creates no directory' held for the metrics port only)."""
+    (short_tmp / "bad.db").write_text("not a database, some text in it\n")
+    res, left = _refused_start(short_tmp, "--db", str(short_tmp / "bad.db"))
+    assert res.returncode == 1 and "is not a spec-controller database" in res.stderr, res.stderr
+    assert left == [] and sorted(os.listdir(short_tmp)) == ["bad.db", "xdg"]
+
+
+def test_a_start_refused_for_a_database_another_daemon_holds_creates_no_state_directory(short_tmp):
+    """The same, refused by the database's lock (another daemon on it, with a socket of its own)."""
+    from tests.daemon_proc import StartingDaemon
+    with StartingDaemon(short_tmp / "s.db", short_tmp / "other.sock"):
+        res, left = _refused_start(short_tmp, "--db", str(short_tmp / "s.db"))
+    assert res.returncode != 0 and "s.db" in res.stderr, res.stderr
+    assert left == []

@@ -5,6 +5,7 @@ these checks before an engine takes minutes to start, `config check` the ones th
 the refusal both end in, with the exit code."""
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any, Callable
 
@@ -81,8 +82,9 @@ def check_files_apart(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> 
         raise Fatal(problem, 2)
 
 
-def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> None:
-    """What can clash with another process is checked before an engine takes minutes to start."""
+def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> list[Path]:
+    """What can clash with another process is checked before an engine takes minutes to start. Returns the
+    directories it made for the control socket, deepest first (unmade where the start is refused after all)."""
     from .sockprobe import check_socket_free
     ctl = cfg["control"]
     check_files_apart(cfg, engine_files)
@@ -97,6 +99,18 @@ def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> Non
         except OSError as e:
             raise port_taken(ctl["metrics_port"], e) from None
     try:     # last: a start refused above leaves no new (empty) directory behind
+        made = list(itertools.takewhile(lambda d: not d.exists(), (sock.parent, *sock.parent.parents)))
         sock.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
     except OSError as e:
         raise Fatal(f"cannot create the control socket's directory {sock.parent}: {e.strerror}") from None
+    return made
+
+
+def unmake(made: list[Path]) -> None:
+    """The directories check_no_clash made removed again, each only while empty: a start refused after it (the
+    database or its lock) changes nothing."""
+    for directory in made:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
