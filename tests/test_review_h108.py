@@ -21,18 +21,6 @@ def test_a_plot_path_ending_in_a_dot_component_is_a_directorys_name_refused_befo
     assert os.listdir(tmp_path) == []
 
 
-def test_from_launch_output_ending_in_a_dot_component_writes_nothing(tmp_path, monkeypatch):
-    """-o out.toml/. wrote out.toml, as -o out.toml/ did before paths.directory_name."""
-    from controller.daemon import launchcfg
-    monkeypatch.setattr(launchcfg, "convert", lambda *a: launchcfg.Converted({"model_path": "m"}, "0.5.17"))
-    result = CliRunner().invoke(main, ["config", "from-launch", "-o", f"{tmp_path}/out.toml/.", "--", "python", "-m",
-                                       "sglang.launch_server", "--model-path", "m"])
-    assert result.exit_code == 1 and os.listdir(tmp_path) == [], result.output
-    assert result.output.strip().splitlines()[-1] == (f"spec-controller: cannot write {tmp_path}/out.toml/.: a "
-                                                      "directory's name (it ends in /.), not a file's; nothing written")
-
-
-
 def _refused_start(short_tmp, *args: str):
     """`run ARGS` with the default socket in an empty state home: the result, and what that home holds after it."""
     import subprocess

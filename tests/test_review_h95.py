@@ -406,13 +406,15 @@ def test_a_nul_byte_in_sglang_env_is_one_line_from_config_check(tmp_path):
         "environment carries"
 
 
-def test_from_launch_output_with_a_trailing_slash_writes_nothing(tmp_path, monkeypatch):
-    """-o out.toml/ (a directory's name): realpath dropped the slash and wrote out.toml, where a shell's `>` refuses."""
+@pytest.mark.parametrize("tail, why", [("/", "the trailing /"), ("/.", "it ends in /.")])
+def test_from_launch_output_with_a_trailing_slash_writes_nothing(tmp_path, monkeypatch, tail, why):
+    """-o out.toml/ or out.toml/. (a directory's name): realpath dropped them and wrote out.toml, where a shell's `>`
+    refuses (helper-108 found the second)."""
     import os
     from controller.daemon import launchcfg
     monkeypatch.setattr(launchcfg, "convert", lambda *a: launchcfg.Converted({"model_path": "m"}, "0.5.17"))
-    result = CliRunner().invoke(main, ["config", "from-launch", "-o", f"{tmp_path}/out.toml/", "--", "python", "-m",
-                                       "sglang.launch_server", "--model-path", "m"])
+    result = CliRunner().invoke(main, ["config", "from-launch", "-o", f"{tmp_path}/out.toml{tail}", "--", "python",
+                                       "-m", "sglang.launch_server", "--model-path", "m"])
     assert result.exit_code == 1 and os.listdir(tmp_path) == [], result.output
-    assert result.output.strip().splitlines()[-1] == (f"spec-controller: cannot write {tmp_path}/out.toml/: a "
-                                                      "directory's name (the trailing /), not a file's; nothing written")
+    assert result.output.strip().splitlines()[-1] == (f"spec-controller: cannot write {tmp_path}/out.toml{tail}: a "
+                                                      f"directory's name ({why}), not a file's; nothing written")
