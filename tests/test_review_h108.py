@@ -5,7 +5,6 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli.main import cli
-from controller.daemon.main import main
 
 
 @pytest.mark.parametrize("tail", ["/.", "/..", "/./"])
