@@ -51,3 +51,12 @@ def test_a_start_refused_for_a_database_another_daemon_holds_creates_no_state_di
         res, left = _refused_start(short_tmp, "--db", str(short_tmp / "s.db"))
     assert res.returncode != 0 and "s.db" in res.stderr, res.stderr
     assert left == []
+
+
+def test_the_preflight_asks_whether_the_socket_directory_can_be_made_and_makes_nothing(tmp_path):
+    """The control socket's directory is made at the socket's bind, after the database: the preflight only asks."""
+    from controller.daemon.preflight import _uncreatable
+    (tmp_path / "file").write_text("x")
+    assert _uncreatable(tmp_path / "new" / "deeper") is None and os.listdir(tmp_path) == ["file"]
+    assert _uncreatable(tmp_path) is None
+    assert _uncreatable(tmp_path / "file" / "sub") == os.strerror(20)      # ENOTDIR: a file in the way

@@ -20,7 +20,7 @@ from .config import load_config
 from .configdiff import restart_needed, shadowed
 from .engines.base import Engine, EngineError
 from .notify import extend_timeout_usec, sd_notify
-from .preflight import Fatal, check_given_paths, check_no_clash, configured_engine, port_taken, unmake
+from .preflight import Fatal, check_given_paths, check_no_clash, configured_engine, port_taken
 from .ticker import Ticker
 
 log = logging.getLogger("spec_controller")
@@ -104,18 +104,13 @@ class Daemon:
         st["db"] = str(Path(st["db"]).absolute()) if st["db"] else str(default_db())
         ctl["socket"] = ctl["socket"] or str(default_socket())
         self._signals()
-        made = check_no_clash(self.cfg, configured_engine(self.cfg).own_files)   # its configuration refused before anything is written
+        check_no_clash(self.cfg, configured_engine(self.cfg).own_files)   # its configuration refused before anything is written
         lock = DaemonLock(st["db"])
-        try:
-            lock.acquire()
-        except BaseException:
-            unmake(made)
-            raise
+        lock.acquire()
         try:
             db = open_store(st["db"])
-        except BaseException:                # a refused database keeps no lock file of ours beside it, nor a directory
+        except BaseException:                # a refused database keeps no lock file of ours beside it
             lock.release(remove_if_created=True)
-            unmake(made)
             raise
         engine = configured_engine(self.cfg, queries.last_engine_time(db))
         writer = Writer(db).start()

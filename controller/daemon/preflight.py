@@ -5,7 +5,8 @@ these checks before an engine takes minutes to start, `config check` the ones th
 the refusal both end in, with the exit code."""
 from __future__ import annotations
 
-import itertools
+import errno
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -82,9 +83,10 @@ def check_files_apart(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> 
         raise Fatal(problem, 2)
 
 
-def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> list[Path]:
-    """What can clash with another process is checked before an engine takes minutes to start. Returns the
-    directories it made for the control socket, deepest first (unmade where the start is refused after all)."""
+def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> None:
+    """What can clash with another process is checked before an engine takes minutes to start. It makes nothing:
+    the control socket's directory is made at the socket's bind (api.ControlServer), so a start refused before it
+    (here, or for the database or its lock) leaves no new, empty directory behind."""
     from .sockprobe import check_socket_free
     ctl = cfg["control"]
     check_files_apart(cfg, engine_files)
@@ -98,19 +100,21 @@ def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> lis
             check_port_free(ctl["metrics_port"], ctl["metrics_addr"])
         except OSError as e:
             raise port_taken(ctl["metrics_port"], e) from None
-    try:     # last: a start refused above leaves no new (empty) directory behind
-        made = list(itertools.takewhile(lambda d: not d.exists(), (sock.parent, *sock.parent.parents)))
-        sock.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+    if problem := _uncreatable(sock.parent):
+        raise Fatal(f"cannot create the control socket's directory {sock.parent}: {problem}")
+
+
+def _uncreatable(directory: Path) -> str | None:
+    """Why `mkdir -p directory` would fail (its nearest existing ancestor no directory, or one this user may not
+    write in), or None; asked without making anything."""
+    existing = directory
+    try:
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
     except OSError as e:
-        raise Fatal(f"cannot create the control socket's directory {sock.parent}: {e.strerror}") from None
-    return made
-
-
-def unmake(made: list[Path]) -> None:
-    """The directories check_no_clash made removed again, each only while empty: a start refused after it (the
-    database or its lock) changes nothing."""
-    for directory in made:
-        try:
-            directory.rmdir()
-        except OSError:
-            return
+        return e.strerror
+    if not existing.is_dir():
+        return os.strerror(errno.ENOTDIR)
+    if existing != directory and not os.access(existing, os.W_OK | os.X_OK):    # (a read-only mount too, as root)
+        return os.strerror(errno.EACCES)
+    return None
