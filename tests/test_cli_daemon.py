@@ -57,11 +57,12 @@ def test_policy_list_show_set(daemon):
 @pytest.mark.parametrize("args,code,needle", [
     (["policy", "set", "nope"], 2, "unknown policy 'nope'"),
     (["policy", "set", "ucb", "--param", "c=-1"], 2, "out of range"),
-    (["threshold", "pin", "--", "-3"], 2, "threshold -3 out of range (allowed 0 .. 65536)"),
-    (["threshold", "pin", "-1"], 2, "threshold -1 out of range (allowed 0 .. 65536)"),
+    # (a pin's range, with a daemon up: its engine's, whatever the value; tests/test_pin_one_range.py)
+    (["threshold", "pin", "--", "-3"], 2, "threshold -3 out of range (allowed 0 .. the engine's largest batch, 256)"),
+    (["threshold", "pin", "-1"], 2, "threshold -1 out of range (allowed 0 .. the engine's largest batch, 256)"),
     (["threshold", "pin", "abc"], 2, "threshold 'abc' is not an integer"),
-    (["threshold", "pin", "99999999"], 2, "threshold 99999999 out of range (allowed 0 .. 65536)"),
-    (["threshold", "pin", "300"], 2, "out of range (allowed 0 .. 256)"),
+    (["threshold", "pin", "99999999"], 2, "threshold 99999999 out of range (allowed 0 .. the engine's largest batch, 256)"),
+    (["threshold", "pin", "300"], 2, "out of range (allowed 0 .. the engine's largest batch, 256)"),
     (["history", "--limit", "0"], 2, "--limit 0 out of range (allowed 1 .. 10000)"),
     (["history", "--limit", "-5"], 2, "--limit -5 out of range"),
 ])

@@ -95,10 +95,11 @@ def usage_hint(e: click.UsageError) -> str:
 class Bounded(click.ParamType):
     """An int (or float) in lo .. hi. The message names the value and the range in one line:
     'threshold -1 out of range (allowed 0 .. 65536)'. Negative values parse as values where
-    the command accepts them (see NEGATIVE_ARGS)."""
+    the command accepts them (see NEGATIVE_ARGS). later: the argument is only parsed, the command checks the range
+    (check) where no one else judges it (a pin: the daemon's engine judges it where one answers)."""
 
-    def __init__(self, what: str, lo: float, hi: float, kind: type = int):
-        self.what, self.lo, self.hi, self.kind = what, lo, hi, kind
+    def __init__(self, what: str, lo: float, hi: float, kind: type = int, later: bool = False):
+        self.what, self.lo, self.hi, self.kind, self.later = what, lo, hi, kind, later
         self.name = "integer" if kind is int else "number"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
@@ -109,8 +110,12 @@ class Bounded(click.ParamType):
             if number is None:          # (int() / float() took "1_0", "+5", other scripts' digits, "nan")
                 article = "an integer" if self.kind is int else "a number"
                 raise click.UsageError(f"{self.what} {value!r} is not {article}", ctx) from None
+        return number if self.later else self.check(number, value, ctx)
+
+    def check(self, number: Any, typed: Any = None, ctx: click.Context | None = None) -> Any:
+        """number, where it is in lo .. hi; else click.UsageError (typed: the value as given)."""
         if not self.lo <= number <= self.hi:
-            typed = str(value).strip() if isinstance(value, str) else self._show(number)
+            typed = str(typed).strip() if isinstance(typed, str) else self._show(number)
             raise click.UsageError(f"{self.what} {typed} out of range (allowed {self._show(self.lo)} .. "
                                    f"{self._show(self.hi)})", ctx)
         return number

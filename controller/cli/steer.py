@@ -154,6 +154,8 @@ def _pin(ctx: Ctx, value: int | None) -> None:
         click.echo(f"threshold pinned at {res['threshold']}" if value is not None else
                    f"threshold unpinned (now {res['threshold']}{_trial_note(res)}, policy decides)")
     except DaemonUnreachable:
+        if value is not None:           # what an offline pin may save (a daemon judges it against its engine)
+            PIN.check(value, ctx=click.get_current_context())
         if value is None:
             if not present(ctx.db) or _saved_pin(ctx) is None:
                 click.echo(f"daemon is not running: the threshold was not pinned in {ctx.db}; nothing changed")
@@ -190,8 +192,14 @@ def _saved_pin(ctx: Ctx) -> int | None:
     return offline_read(ctx, queries.settings).get("pinned")
 
 
+# A pin's range: where a daemon answers, its engine's largest batch (the daemon judges it, one line naming that
+# range); where none does, the contract's, what a pin saved offline may be (taken as the engine's largest batch at
+# the next start). Checked here first, it named 65536 to a daemon whose engine takes 256.
+PIN = Bounded("threshold", 0, MAX_BATCH, later=True)
+
+
 @threshold.command("pin", context_settings=NEGATIVE_ARGS)
-@click.argument("n", metavar="N", type=Bounded("threshold", 0, MAX_BATCH))
+@click.argument("n", metavar="N", type=PIN)
 @click.pass_obj
 def threshold_pin(ctx: Ctx, n: int) -> None:
     """Hold the threshold at N (speculate iff batch size <= N; 0 = never) until unpinned."""

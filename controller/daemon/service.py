@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from policies import Policy, PolicyError, make_policy, resolve_name
+from policies.params import shown      # (a value in a refusal, cut short)
 from state import queries
 from state.db import open_store
 from state.items import event_item, policy_state_item, setting_item
@@ -153,7 +154,8 @@ class Service:
 
     def pin(self, threshold: int | None) -> dict:
         if threshold is not None and not 0 <= threshold <= self.engine.max_batch_size:
-            raise ValueError(f"threshold {threshold} out of range (allowed 0 .. {self.engine.max_batch_size})")
+            raise ValueError(f"threshold {shown(threshold)} out of range (allowed 0 .. the engine's largest batch, "
+                             f"{self.engine.max_batch_size})")
         with self._commands:
             with self.lock:
                 changed = self.loop.pinned != threshold      # a pin where it is pinned, an unpin of nothing: no-ops
