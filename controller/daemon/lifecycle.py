@@ -76,7 +76,10 @@ class Daemon:
                 start_metrics(service, ctl["metrics_port"], ctl["metrics_addr"])
             except OSError as e:
                 raise port_taken(ctl["metrics_port"], e) from None
-        server = ControlServer(ctl["socket"], service, on_stop=lambda: self.request_stop("specctl stop"))
+        try:
+            server = ControlServer(ctl["socket"], service, on_stop=lambda: self.request_stop("specctl stop"))
+        except OSError as e:       # (the preflight asked; its directory changed since: named, not a bare errno)
+            raise Fatal(f"control socket {ctl['socket']}: {e.strerror or e}") from None
         server.start()
         speed = cfg["sim"]["speed"] if cfg["engine"]["kind"] == "sim" else 1.0
         tick = max(cfg["policy"]["tick_s"] / speed, 0.02)

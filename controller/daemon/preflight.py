@@ -101,12 +101,14 @@ def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> Non
         except OSError as e:
             raise port_taken(ctl["metrics_port"], e) from None
     if problem := _uncreatable(sock.parent):
-        raise Fatal(f"cannot create the control socket's directory {sock.parent}: {problem}")
+        what = "the control socket in" if sock.parent.is_dir() else "the control socket's directory"
+        raise Fatal(f"cannot create {what} {sock.parent}: {problem}")
 
 
 def _uncreatable(directory: Path) -> str | None:
-    """Why `mkdir -p directory` would fail (its nearest existing ancestor no directory, or one this user may not
-    write in), or None; asked without making anything."""
+    """Why `mkdir -p directory` and then a socket in it would fail (its nearest existing ancestor no directory, or one
+    this user may not write in: the directory itself where it exists, e.g. /run for a user not root), or None; asked
+    without making anything."""
     existing = directory
     try:
         while not existing.exists() and existing != existing.parent:
@@ -115,6 +117,10 @@ def _uncreatable(directory: Path) -> str | None:
         return e.strerror
     if not existing.is_dir():
         return os.strerror(errno.ENOTDIR)
-    if existing != directory and not os.access(existing, os.W_OK | os.X_OK):    # (a read-only mount too, as root)
-        return os.strerror(errno.EACCES)
+    if not os.access(existing, os.W_OK | os.X_OK):      # (as root: a read-only mount only)
+        try:
+            read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+        except OSError:
+            read_only = False
+        return os.strerror(errno.EROFS if read_only else errno.EACCES)
     return None
