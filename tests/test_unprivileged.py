@@ -55,3 +55,54 @@ def test_a_bind_refused_after_the_preflight_names_the_control_socket(short_tmp, 
     finally:
         svc.ingest.stop()
     assert str(e.value) == f"control socket {d / 'c.sock'}: {why}"
+
+
+@pytest.fixture
+def port_start(tmp_path, monkeypatch):
+    """The kernel's lowest unprivileged port, 1024, whatever this host's sysctl says (a container may set 0)."""
+    from controller.daemon import preflight
+    (tmp_path / "start").write_text("1024\n")
+    monkeypatch.setattr(preflight, "PORT_START", tmp_path / "start", raising=False)
+
+
+def test_a_privileged_metrics_port_is_a_config_error_saying_why_and_a_taken_one_is_not(port_start):
+    """The unit's user may not bind --metrics-port 80: it was 'metrics port 80: Permission denied', exit 1, which
+    systemd restarted every 5 s for ever. A port another process holds may come free: exit 1 as before."""
+    import errno
+
+    from controller.daemon.preflight import port_taken
+    refused = port_taken(80, PermissionError(errno.EACCES, os.strerror(errno.EACCES)))
+    assert refused.code == 2 and str(refused) == (
+        "metrics port 80: Permission denied (below 1024: only root or CAP_NET_BIND_SERVICE may bind it, and the unit's "
+        "user has neither; choose a port from 1024 up)")
+    taken = port_taken(80, OSError(errno.EADDRINUSE, os.strerror(errno.EADDRINUSE)))
+    assert taken.code == 1 and str(taken) == "metrics port 80: Address already in use"
+    other = port_taken(9464, PermissionError(errno.EACCES, os.strerror(errno.EACCES)))     # (a security module's)
+    assert other.code == 1 and str(other) == "metrics port 9464: Permission denied"
+
+
+@pytest.mark.parametrize("port,noted", [(80, True), (1023, True), (1024, False), (9464, False)])
+def test_config_check_notes_a_metrics_port_the_units_user_may_not_bind(port_start, port, noted):
+    """config check runs as root, for whom any port binds; the service's user then failed at every start."""
+    from click.testing import CliRunner
+
+    from controller.daemon.main import main
+    res = CliRunner().invoke(main, ["config", "check", "--set", f"control.metrics_port={port}"])
+    note = f"spec-controller: note: [control] metrics_port = {port}: below 1024: only root or CAP_NET_BIND_SERVICE"
+    assert res.exit_code == 0 and (note in res.stderr) == noted, res.output
+
+
+def test_run_refuses_a_privileged_metrics_port_before_anything_starts(short_tmp):
+    """The real bind, as a user not root (root binds any port: nothing to refuse there)."""
+    from pathlib import Path
+    if os.geteuid() == 0:
+        pytest.skip("root binds a port below the unprivileged range; the refusal is a user's without the capability")
+    start = int(Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").read_text())
+    if start <= 1:
+        pytest.skip(f"every port is unprivileged here (ip_unprivileged_port_start = {start})")
+    res = run_daemon_once(short_tmp, "--db", str(short_tmp / "v.db"), "--socket", str(short_tmp / "c.sock"),
+                          "--metrics-port", str(start - 1))
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        f"spec-controller: metrics port {start - 1}: Permission denied (below {start}: only root or "
+        f"CAP_NET_BIND_SERVICE may bind it, and the unit's user has neither; choose a port from {start} up)"], res.stderr
+    assert not (short_tmp / "v.db").exists()

@@ -126,7 +126,7 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     from .launchcfg import LaunchError, off_path_note
     from .launchcheck import section_notes
     from .launchcmd import missing_path_notes, path_notes, secret_mode_note
-    from .preflight import build_engine, check_files_apart, check_given_paths
+    from .preflight import build_engine, check_files_apart, check_given_paths, privileged_port
     from .serviceaccess import service_account, service_cannot_read
     parsed: list[str] = []
     try:
@@ -145,7 +145,9 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
                if sglang else _empty_note(config_path))
     user, group = service_account()     # the installed unit's User= / Group= (an operator's drop-in included)
     readable = service_cannot_read(cfg["sglang"], user, config=cfg["_path"]) if sglang else []
-    _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"], group) + readable)
+    port = cfg["control"]["metrics_port"]     # (the check binds nothing: as root, run would bind any port; the unit not)
+    privileged = [f"[control] metrics_port = {port}: {why}"] if (why := privileged_port(port)) else []
+    _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"], group) + readable + privileged)
     click.echo(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg)}; policy {cfg['policy']['name']})")
 
 

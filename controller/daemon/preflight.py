@@ -72,8 +72,25 @@ def _given_parent_exists(what: str, given: str | None, default: Path, the_units:
 
 
 def port_taken(port: int, error: OSError) -> Fatal:
-    """The metrics port another process holds: refused at the check here, and at the bind once the engine is ready."""
+    """The metrics port refused, at the check here and at the bind once the engine is ready: another process holds it
+    (exit 1: it may let go), or a port below the unprivileged range that this user may not bind (exit 2: the unit's user
+    has no capability to bind it, so a restart would be refused again; root never meets it)."""
+    if isinstance(error, PermissionError) and (why := privileged_port(port)):
+        return Fatal(f"metrics port {port}: {error.strerror} ({why})", 2)
     return Fatal(f"metrics port {port}: {error.strerror}")
+
+
+PORT_START = Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")     # (Linux; 1024 where it cannot be read)
+
+
+def privileged_port(port: int) -> str | None:
+    """Why a user without CAP_NET_BIND_SERVICE (the unit's: no capabilities) may not bind `port`, or None."""
+    try:
+        start = int(PORT_START.read_text())
+    except (OSError, ValueError):
+        start = 1024
+    return (f"below {start}: only root or CAP_NET_BIND_SERVICE may bind it, and the unit's user has neither; choose a "
+            f"port from {start} up") if 0 < port < start else None
 
 
 def check_files_apart(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> None:
