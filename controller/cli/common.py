@@ -160,17 +160,23 @@ def offline_db(ctx: Ctx, write: bool = False) -> sqlite_utils.Database:
     from state.lock import DaemonLock
     try:
         if write:
-            holder = DaemonLock(ctx.db).holder()
-            if holder is not None:
-                from .holder import find_holder
-                found = find_holder(ctx.db, ctx.socket, holder)
-                if found.elsewhere:
-                    fail(f"{found.mismatch()}; nothing changed", EXIT_USAGE)
-                fail(f"a daemon holds {ctx.db} but does not answer on {ctx.socket}; nothing changed")
+            refuse_held(ctx, DaemonLock(ctx.db).holder())
             return open_store(ctx.db, busy_ms=OFFLINE_BUSY_MS)
         return open_store(ctx.db, readonly=True)
     except StoreError as e:
         fail(str(e))
+
+
+def refuse_held(ctx: Ctx, holder: str | None) -> None:
+    """An offline change refused where a daemon holds ctx.db (holder: its pid) but did not answer on ctx.socket: the
+    socket it serves named where it serves another (exit 2), else that it does not answer (starting, or hung)."""
+    if holder is None:
+        return
+    from .holder import find_holder
+    found = find_holder(ctx.db, ctx.socket, holder)
+    if found.elsewhere:
+        fail(f"{found.mismatch()}; nothing changed", EXIT_USAGE)
+    fail(f"a daemon holds {ctx.db} but does not answer on {ctx.socket}; nothing changed")
 
 
 UNREADABLE = "unreadable"

@@ -10,8 +10,8 @@ import click
 from ..contract import MAX_BATCH
 from ..paths import present
 from .client import DaemonError, DaemonUnreachable, request
-from .common import (Ctx, alias_note, call, emit, fail, full_params, given_db_exists, json_option, offline_read,
-                     save_offline, trial_note)
+from .common import (UNREADABLE, Ctx, alias_note, call, emit, fail, full_params, given_db_exists, json_option,
+                     lock_holder, offline_read, refuse_held, save_offline, trial_note)
 from .options import EXIT_USAGE, NEGATIVE_ARGS, Bounded
 
 
@@ -154,6 +154,10 @@ def _pin(ctx: Ctx, value: int | None) -> None:
         click.echo(f"threshold pinned at {res['threshold']}" if value is not None else
                    f"threshold unpinned (now {res['threshold']}{_trial_note(res)}, policy decides)")
     except DaemonUnreachable:
+        # A daemon holding the database (on another socket, or starting) is the one to judge: its refusal first, for
+        # any N (it was 'out of range (allowed 0 .. 65536)' above, 'daemon is not running' for one already saved).
+        if (holder := lock_holder(ctx.db)) != UNREADABLE:
+            refuse_held(ctx, holder)
         if value is not None:           # what an offline pin may save (a daemon judges it against its engine)
             PIN.check(value, ctx=click.get_current_context())
         if value is None:
