@@ -48,3 +48,26 @@ def test_a_pin_through_a_socket_the_holding_daemon_does_not_serve_names_that_dae
     assert (res.exit_code, res.output) == (new.exit_code, new.output)
     assert daemon.call("GET", "/policy") == before
 
+
+def test_a_given_path_below_a_directory_this_user_may_not_enter_is_no_traceback(short_tmp):
+    """`run --db /root/x/state.db` (or --socket) as a user not root: the check that its directory exists stat'ed it
+    and its PermissionError was a traceback; the later checks name the permission in one line."""
+    from controller.daemon.config import load_config
+    from controller.daemon.preflight import check_given_paths
+    from tests.test_group_access import NOBODY, acting_as
+    private = short_tmp / "private"
+    private.mkdir(mode=0o700)
+    cfg = load_config(None)
+    cfg["storage"]["db"], cfg["control"]["socket"] = str(private / "x" / "v.db"), str(private / "x" / "c.sock")
+    if os.geteuid() == 0:
+        outsider = acting_as(NOBODY, [])
+    else:
+        import contextlib
+        private.chmod(0)
+        outsider = contextlib.nullcontext()
+    try:
+        with outsider:
+            check_given_paths(cfg)          # (no PermissionError: nothing it can tell)
+    finally:
+        private.chmod(0o700)
+

@@ -62,13 +62,20 @@ def check_given_paths(cfg: dict) -> None:
 
 def _given_parent_exists(what: str, given: str | None, default: Path, the_units: Path) -> None:
     """A path the operator gave lives in a directory that exists (a typo must not start on a fresh, empty state)."""
-    parent = Path(given).absolute().parent if given else None
-    if parent is not None and not parent.is_dir():       # ('~/x.db' quoted: a folder named ~, which the line says)
-        tilde = f" ({why})" if (why := home_unexpanded(given)) else ""
-        state = "is not a directory" if parent.exists() else f"does not exist{tilde}"
-        where = str(default) if default == the_units else f"{default} here, {the_units} under the unit"
-        raise Fatal(f"{what} {given}: its directory {parent} {state} (create it, or leave the option out for "
-                    f"the default: {where})", 2)
+    if not given:
+        return
+    parent = Path(given).absolute().parent
+    try:
+        if parent.is_dir():
+            return
+        there = parent.exists()
+    except PermissionError:     # (below a directory this user may not enter: the file's own check names the permission)
+        return
+    tilde = f" ({why})" if (why := home_unexpanded(given)) else ""     # ('~/x.db' quoted: a folder named ~)
+    state = "is not a directory" if there else f"does not exist{tilde}"
+    where = str(default) if default == the_units else f"{default} here, {the_units} under the unit"
+    raise Fatal(f"{what} {given}: its directory {parent} {state} (create it, or leave the option out for "
+                f"the default: {where})", 2)
 
 
 def port_taken(port: int, error: OSError) -> Fatal:
