@@ -110,10 +110,10 @@ def _pin_file(path: Path, readonly: bool) -> os.stat_result:
         raise StoreError(f"database {path}: {e.strerror}") from None
     if stat.S_ISLNK(st.st_mode):
         raise StoreError(f"database {path} is a symbolic link; refusing to follow it (give the real path)")
-    if stat.S_ISREG(st.st_mode) and not _may(path, os.R_OK if readonly else os.R_OK | os.W_OK):
+    if stat.S_ISREG(st.st_mode) and not may(path, os.R_OK if readonly else os.R_OK | os.W_OK):
         if not readonly and os.statvfs(path).f_flag & os.ST_RDONLY:
             raise StoreError(f"database {path}: {os.strerror(errno.EROFS)}")
-        if not readonly and _may(path, os.R_OK):       # (a member of the service's group: reads, may not write)
+        if not readonly and may(path, os.R_OK):       # (a member of the service's group: reads, may not write)
             raise StoreError(f"database {path} cannot be opened for writing ({os.strerror(errno.EACCES)})")
         raise StoreError(f"database {path}: {os.strerror(errno.EACCES)}")
     if not stat.S_ISREG(st.st_mode):
@@ -125,9 +125,10 @@ def _pin_file(path: Path, readonly: bool) -> os.stat_result:
     return st
 
 
-def _may(path: Path, mode: int) -> bool:
+def may(path: Path, mode: int) -> bool:
     """access(2) as open(2) judges it, by the effective ids (os.access's default asks for the real ones: a process acting
-    as another user through its effective ids, as tests/test_group_access.py's do as root, was judged as root)."""
+    as another user through its effective ids, as tests/test_group_access.py's do as root, was judged as root). The
+    daemon's preflight asks it too (the control socket's directory, as bind(2) judges it)."""
     return os.access(path, mode, effective_ids=os.access in os.supports_effective_ids)
 
 

@@ -71,3 +71,15 @@ def test_a_given_path_below_a_directory_this_user_may_not_enter_is_no_traceback(
     finally:
         private.chmod(0o700)
 
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_the_socket_directorys_check_judges_by_the_effective_ids_as_the_database_does(short_tmp):
+    """_uncreatable asked os.access for the real ids (state.db's check asks for the effective ones, as bind judges):
+    root acting as nobody was told a 0755 root directory would take the socket."""
+    from controller.daemon.preflight import _uncreatable
+    from tests.test_group_access import NOBODY, acting_as
+    short_tmp.chmod(0o755)
+    with acting_as(NOBODY, []):
+        assert _uncreatable(short_tmp) == os.strerror(13)
+        assert _uncreatable(short_tmp / "new" / "deeper") == os.strerror(13)
+    assert _uncreatable(short_tmp) is None

@@ -141,7 +141,8 @@ def _uncreatable(directory: Path) -> str | None:
         return e.strerror
     if not existing.is_dir():
         return os.strerror(errno.ENOTDIR)
-    if not os.access(existing, os.W_OK | os.X_OK):      # (as root: a read-only mount only)
+    from state.db import may
+    if not may(existing, os.W_OK | os.X_OK):      # (as root: a read-only mount only)
         try:
             read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
         except OSError:
