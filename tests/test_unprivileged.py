@@ -62,7 +62,7 @@ def port_start(tmp_path, monkeypatch):
     """The kernel's lowest unprivileged port, 1024, whatever this host's sysctl says (a container may set 0)."""
     from controller.daemon import preflight
     (tmp_path / "start").write_text("1024\n")
-    monkeypatch.setattr(preflight, "PORT_START", tmp_path / "start", raising=False)
+    monkeypatch.setattr(preflight, "PORT_START", tmp_path / "start")
 
 
 def test_a_privileged_metrics_port_is_a_config_error_saying_why_and_a_taken_one_is_not(port_start):
