@@ -24,3 +24,9 @@ def int_text(text: str) -> int | None:
 def decimal_text(text: str) -> float | None:
     """The number `text` writes as an ASCII decimal (an exponent allowed: "1e-3"), or None."""
     return float(text) if DECIMAL.fullmatch(text) else None
+
+
+def echoed(text: str, width: int = 80) -> str:
+    """A value as a refusal echoes it: whole up to `width` characters, else cut short with "..." (a 4,300-digit
+    argument or a 64 KiB API field is not echoed whole)."""
+    return text if len(text) <= width else text[:width - 3] + "..."

@@ -5,15 +5,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from controller.numtext import decimal_text
+from controller.numtext import decimal_text, echoed
 
 from .types import PolicyError
 
 
 def shown(value: Any) -> str:
     """A name or value in a refusal: its repr, cut short (a 64 KiB one sent to the control API is not echoed whole)."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return echoed(repr(value))
 
 
 @dataclass(frozen=True)

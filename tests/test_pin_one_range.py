@@ -82,3 +82,12 @@ def test_with_no_daemon_and_no_database_it_is_still_a_usage_error(short_tmp):
                              prog_name="specctl")
     assert res.exit_code == 2 and res.output == f"specctl: threshold 100000 out of range (allowed 0 .. {MAX_BATCH})\n"
     assert not json.dumps(res.output).count("Traceback")
+
+
+@pytest.mark.parametrize("value, says", [("9" * 4000, "out of range (allowed 0 .. 65536)"), ("x" * 5000, "is not an integer")])
+def test_with_no_daemon_a_huge_value_is_echoed_cut_short_as_the_daemon_does(short_tmp, value, says):
+    res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "none.sock"), "threshold", "pin", value],
+                             prog_name="specctl")
+    line = res.output.rstrip("\n")
+    assert res.exit_code == 2 and "\n" not in line and len(line) < 200, res.output[:400]
+    assert line.startswith("specctl: threshold ") and value[:20] in line and "..." in line and line.endswith(says), line

@@ -11,7 +11,7 @@ from typing import Any, Callable, NoReturn
 import click
 
 from .. import __version__
-from ..numtext import decimal_text, int_text
+from ..numtext import decimal_text, echoed, int_text
 
 # Exit codes (README "specctl"): the same for every command.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -109,13 +109,13 @@ class Bounded(click.ParamType):
             number = (int_text if self.kind is int else decimal_text)(str(value).strip())
             if number is None:          # (int() / float() took "1_0", "+5", other scripts' digits, "nan")
                 article = "an integer" if self.kind is int else "a number"
-                raise click.UsageError(f"{self.what} {value!r} is not {article}", ctx) from None
+                raise click.UsageError(f"{self.what} {echoed(repr(value))} is not {article}", ctx) from None
         return number if self.later else self.check(number, value, ctx)
 
     def check(self, number: Any, typed: Any = None, ctx: click.Context | None = None) -> Any:
         """number, where it is in lo .. hi; else click.UsageError (typed: the value as given)."""
         if not self.lo <= number <= self.hi:
-            typed = str(typed).strip() if isinstance(typed, str) else self._show(number)
+            typed = echoed(str(typed).strip() if isinstance(typed, str) else self._show(number))
             raise click.UsageError(f"{self.what} {typed} out of range (allowed {self._show(self.lo)} .. "
                                    f"{self._show(self.hi)})", ctx)
         return number
