@@ -111,7 +111,7 @@ def _pin_file(path: Path, readonly: bool) -> os.stat_result:
     if stat.S_ISLNK(st.st_mode):
         raise StoreError(f"database {path} is a symbolic link; refusing to follow it (give the real path)")
     if stat.S_ISREG(st.st_mode) and not may(path, os.R_OK if readonly else os.R_OK | os.W_OK):
-        if not readonly and os.statvfs(path).f_flag & os.ST_RDONLY:
+        if not readonly and on_read_only_mount(path):
             raise StoreError(f"database {path}: {os.strerror(errno.EROFS)}")
         if not readonly and may(path, os.R_OK):       # (a member of the service's group: reads, may not write)
             raise StoreError(f"database {path} cannot be opened for writing ({os.strerror(errno.EACCES)})")
@@ -130,6 +130,15 @@ def may(path: Path, mode: int) -> bool:
     as another user through its effective ids, as tests/test_group_access.py's do as root, was judged as root). The
     daemon's preflight asks it too (the control socket's directory, as bind(2) judges it)."""
     return os.access(path, mode, effective_ids=os.access in os.supports_effective_ids)
+
+
+def on_read_only_mount(path: Path) -> bool:
+    """Whether path lies on a file system mounted read-only (what a write refused to root too means); False where it
+    cannot be told."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def _same_file(path: Path, before: os.stat_result) -> None:
@@ -174,7 +183,7 @@ def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = Tr
         if readonly:
             # On a read-only file system nothing can change it, and SQLite could not create the WAL
             # index a reader needs: it is opened as immutable.
-            frozen = "&immutable=1" if os.statvfs(path).f_flag & os.ST_RDONLY else ""
+            frozen = "&immutable=1" if on_read_only_mount(path) else ""
             conn = sqlite3.connect(f"file:{path}?mode=ro{frozen}", uri=True, timeout=busy_ms / 1000,
                                    check_same_thread=False)
         else:

@@ -158,15 +158,15 @@ def _pin(ctx: Ctx, value: int | None) -> None:
         # any N (it was 'out of range (allowed 0 .. 65536)' above, 'daemon is not running' for one already saved).
         if (holder := lock_holder(ctx.db)) != UNREADABLE:
             refuse_held(ctx, holder)
-        if value is not None:           # what an offline pin may save (a daemon judges it against its engine)
-            PIN.check(value, ctx=click.get_current_context())
         if value is None:
             if not present(ctx.db) or _saved_pin(ctx) is None:
                 click.echo(f"daemon is not running: the threshold was not pinned in {ctx.db}; nothing changed")
                 return
-        elif present(ctx.db) and _saved_pin(ctx) == value:       # (as the daemon says it: nothing written)
-            click.echo(f"daemon is not running: threshold already pinned at {value} in {ctx.db}; nothing changed")
-            return
+        else:
+            PIN.check(value, ctx=click.get_current_context())   # what an offline pin may save (no engine judges it)
+            if present(ctx.db) and _saved_pin(ctx) == value:       # (as the daemon says it: nothing written)
+                click.echo(f"daemon is not running: threshold already pinned at {value} in {ctx.db}; nothing changed")
+                return
         save_offline(ctx, "pinned", value)
         from state import queries
         top = offline_read(ctx, queries.started_max_batch) if value is not None else None

@@ -141,11 +141,7 @@ def _uncreatable(directory: Path) -> str | None:
         return e.strerror
     if not existing.is_dir():
         return os.strerror(errno.ENOTDIR)
-    from state.db import may
+    from state.db import may, on_read_only_mount
     if not may(existing, os.W_OK | os.X_OK):      # (as root: a read-only mount only)
-        try:
-            read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
-        except OSError:
-            read_only = False
-        return os.strerror(errno.EROFS if read_only else errno.EACCES)
+        return os.strerror(errno.EROFS if on_read_only_mount(existing) else errno.EACCES)
     return None
