@@ -306,6 +306,8 @@ fi
 [ ${#FOLLOWERS[@]} -gt 0 ] && { sleep 1; kill "${FOLLOWERS[@]}" 2>/dev/null; }    # (their last lines written)
 unset SPEC_TIMELINE
 if [ -s "$R" ]; then python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"; else say "no run measured: no tables"; fi
+# steady runs whose client wall ran past their engine's window (the HTTP front end stalled, not the engine's steps)
+[ -s "$R" ] && [ -s "$OUT/timeline.jsonl" ] && python3 bench/gpu/frontend.py "$R" "$OUT/timeline.jsonl" | tee -a "$SUM"
 # the systematic part, pair by pair (the decode interval; tok/s moves with the extends' launch speed run to run)
 [ -s "$OUT/timeline.jsonl" ] && python3 bench/gpu/timeline_summary.py "$OUT/timeline.jsonl" --pairs | tee -a "$SUM"
 # what a decode batch costs each engine: the launch CPU before the target's forward, the launch, the result processing
