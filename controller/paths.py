@@ -15,8 +15,10 @@ DEFAULT_CONFIG = Path("/etc/spec-controller/config.toml")
 
 
 def user_state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "spec-controller"
+    """$XDG_STATE_HOME/spec-controller, or ~/.local/state/spec-controller where it is unset, empty or relative (the XDG
+    spec: a relative path there is invalid, ignored; it put the database under whatever directory the daemon began in)."""
+    base = os.environ.get("XDG_STATE_HOME", "")
+    return (Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state") / "spec-controller"
 
 
 def state_dir() -> Path:
