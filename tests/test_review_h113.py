@@ -42,3 +42,16 @@ def test_specctl_status_with_a_relative_xdg_state_home_names_the_home_directory(
     (line,) = res.stderr.strip().splitlines()
     assert f"{tmp_path}/.local/state/spec-controller/control.sock" in line and " rel/" not in line, line
     assert not (tmp_path / "rel").exists()
+
+
+
+def test_a_config_saved_with_a_byte_order_mark_says_so(tmp_path):
+    """A config saved with a UTF-8 BOM (some Windows editors) read `not valid TOML (Invalid statement (at line 1,
+    column 1))`: line 1 looks right in every editor, so the line named nothing to fix."""
+    from controller.daemon.config import ConfigError, load_config
+    path = tmp_path / "config.toml"
+    path.write_bytes(b"\xef\xbb\xbf[sim]\nspeed = 10\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == (f"config file {path}: not valid TOML (it starts with a byte-order mark (BOM): save it "
+                              "as UTF-8 without one)"), str(err.value)

@@ -107,7 +107,10 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
     path = Path(path)
     if explicit or path.exists():          # (explicit first: a name too long to stat was a traceback)
         try:
-            file_data = tomllib.loads(read_text_file(path))
+            if (text := read_text_file(path)).startswith("\ufeff"):
+                raise ConfigError(f"config file {path}: not valid TOML (it starts with a byte-order mark (BOM): save "
+                                  "it as UTF-8 without one)")
+            file_data = tomllib.loads(text)
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
         except OSError as e:
