@@ -15,6 +15,10 @@ class FixedPolicy(Policy):
 
     def decide(self, snap: Snapshot) -> Decision:
         t = int(self.params["threshold"])
+        if t > self.max_batch_size:        # (the contract's bound is every engine's; said, so history shows what ran)
+            top = self.max_batch_size
+            return Decision(top, top, f"fixed threshold {t}, taken as {top}, the engine's largest batch (every batch "
+                                      "speculates)", command=True)
         return Decision(t, t, f"fixed threshold {t}", command=True)
 
 

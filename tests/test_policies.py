@@ -69,6 +69,15 @@ def test_fixed_always_never():
     assert make_policy("never").decide(snap).threshold == 0
 
 
+def test_a_fixed_threshold_above_the_largest_batch_runs_as_that_batch_and_says_so():
+    """`policy set fixed --param threshold=300` on an engine of 256: history and status named 300 while 256 ran."""
+    d = make_policy("fixed", {"threshold": 300}, max_batch_size=256).decide(Snapshot(0.0, 3, 256))
+    assert (d.threshold, d.exploit_threshold) == (256, 256) and d.command
+    assert d.reason == "fixed threshold 300, taken as 256, the engine's largest batch (every batch speculates)"
+    at_top = make_policy("fixed", {"threshold": 256}, max_batch_size=256).decide(Snapshot(0.0, 3, 256))
+    assert at_top == Decision(256, 256, "fixed threshold 256", command=True)
+
+
 @pytest.mark.parametrize("params,match", [
     ({"c": "-1"}, r"parameter c=.*out of range \(allowed 0 .. 100\)"),
     ({"c": "abc"}, r"parameter c='abc' is not a valid float"),
