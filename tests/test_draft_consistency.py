@@ -239,13 +239,16 @@ def succ(t: int) -> int:
 
 def engine(pp: Path, known=("speculative_disable_batch_threshold", "spec_controller_sync_draft",
                             "spec_controller_draft_kv", "spec_controller_lean_prefill"),
-           refuse_churn: bool = False) -> ThreadingHTTPServer:
+           refuse_churn: bool = False, hold: tuple = (("offon-fast-", 36), ("offon-kv-", 52))) -> ThreadingHTTPServer:
     """Greedy successor tokens; every batch speculates iff threshold >= 1; an on-step's first draft token is
     right iff the draft's KV LOOKBACK positions back was written; off steps write it only with sync_draft or
     draft_kv. Verify rows as the recorder writes them, in pp.<port>.jsonl; a stream chunk per step.
-    refuse_churn: requests with rid churn-* get HTTP 400 (as a server refuses what does not fit its pool)."""
+    refuse_churn: requests with rid churn-* get HTTP 400 (as a server refuses what does not fit its pool).
+    hold: (rid part, tokens): such an off stream waits there for the driver's switch (up to 30 s) instead of running
+    on: on a loaded machine the client read the stream late and its switch landed past the bounds asserted below."""
     state = {"speculative_disable_batch_threshold": 0}
-    lock = threading.Lock()
+    lock = threading.Condition()
+    changes = [0]          # set_internal_state calls so far
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):
@@ -266,6 +269,8 @@ def engine(pp: Path, known=("speculative_disable_batch_threshold", "spec_control
                     return self.reply({"updated": False, "message": f"unknown {sorted(set(values) - set(known))}"})
                 with lock:
                     state.update(values)
+                    changes[0] += 1
+                    lock.notify_all()
                 return self.reply([{"updated": True}])
             assert body["stream"] and body["sampling_params"]["temperature"] == 0
             if refuse_churn and body["rid"].startswith("churn-"):
@@ -277,6 +282,9 @@ def engine(pp: Path, known=("speculative_disable_batch_threshold", "spec_control
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
             prompt, n = body["input_ids"], body["sampling_params"]["max_new_tokens"]
+            held_at = next((tokens for part, tokens in hold if part in body["rid"]), None)
+            with lock:
+                began = changes[0]
             written = set(range(len(prompt)))            # the prefill wrote the prompt's draft KV
             out = [succ(prompt[-1])]
             f = open(pp / f"pp.{self.server.server_port}.jsonl", "a", buffering=1)
@@ -284,6 +292,8 @@ def engine(pp: Path, known=("speculative_disable_batch_threshold", "spec_control
             while len(out) < n:
                 p = len(prompt) + len(out) - 1          # seq_len: the bonus token out[-1] sits at p
                 with lock:
+                    if held_at is not None and len(out) >= held_at:
+                        lock.wait_for(lambda: changes[0] != began, timeout=30)
                     on = state["speculative_disable_batch_threshold"] >= 1
                     keep = bool(state.get("spec_controller_sync_draft") or state.get("spec_controller_draft_kv"))
                 if on:
