@@ -571,3 +571,11 @@ def test_stops_timeout_out_of_range_names_the_flag():
     """Every option's range error names it as typed (`--limit`, `--timeout` said `limit 0`, `timeout 0`; helper-98)."""
     res = CliRunner().invoke(cli, ["stop", "--timeout", "0"])
     assert res.exit_code == 2 and "--timeout 0 out of range (allowed 1 .. 3600)" in res.output, res.output
+
+
+def test_status_reads_threshold_zero_as_never_speculate():
+    """helper-113: 'speculate iff batch size <= 0' for a pin at 0, the one value that means never."""
+    from controller.cli.status import threshold_line
+    st = {"daemon": {"running": True}, "threshold": 0, "pinned": True}
+    assert threshold_line(st) == "threshold:   0 (pinned)   never speculate"
+    assert threshold_line({**st, "threshold": 1}) == "threshold:   1 (pinned)   speculate iff batch size <= 1"
