@@ -21,6 +21,7 @@ from .configdiff import restart_needed, shadowed
 from .engines.base import Engine, EngineError
 from .notify import extend_timeout_usec, sd_notify
 from .preflight import Fatal, check_given_paths, check_no_clash, configured_engine, port_taken
+from .ownfiles import OwnFiles
 from .ticker import Ticker
 
 log = logging.getLogger("spec_controller")
@@ -36,6 +37,7 @@ class Daemon:
         self.stop_reason = ""
         self.watch: dict[str, threading.Thread] = {}     # worker threads whose death ends the daemon
         self.stall_s = 60.0                               # no retune that worked for this long: exit
+        self.own_files = OwnFiles()                       # the database and the socket, removed under it: exit
 
     def request_stop(self, reason: str) -> dict:
         """Ask the daemon to drain and exit 0 (SIGTERM, SIGINT, `specctl stop`); the first reason wins."""
@@ -81,6 +83,8 @@ class Daemon:
         except OSError as e:       # (the preflight asked; its directory changed since: named, not a bare errno)
             raise Fatal(f"control socket {ctl['socket']}: {e.strerror or e}") from None
         server.start()
+        self.own_files.add("database", st["db"])
+        self.own_files.add("control socket", ctl["socket"])
         speed = cfg["sim"]["speed"] if cfg["engine"]["kind"] == "sim" else 1.0
         tick = max(cfg["policy"]["tick_s"] / speed, 0.02)
         retune = Ticker("retune", tick, service.retune).start()
@@ -211,7 +215,7 @@ class Daemon:
         quiet = time.monotonic() - service.last_retune_ok
         if quiet > self.stall_s:
             return f"control loop stalled: no retune has worked for {quiet:.0f} s ({service.job_failing.get('retune')})"
-        return None
+        return self.own_files.changed()
 
     def _reload(self, service) -> None:
         """Re-read the guard, retention and log level; a bad config (or any failure) keeps the running one."""

@@ -1,0 +1,33 @@
+"""The daemon's database and control socket as it opened them, watched while it runs.
+
+Removed or replaced under it (an operator's `rm -rf` of the state directory to start afresh, the daemon still up) the
+daemon ran on unseen: no specctl reached its socket, and what it wrote went into a database no one can open again.
+The daemon's main loop asks `changed()` and exits 1 naming the file (systemd restarts it on fresh files).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class OwnFiles:
+    def __init__(self) -> None:
+        self._files: dict[str, tuple[Path, tuple[int, int]]] = {}
+
+    def add(self, what: str, path: str | os.PathLike) -> None:
+        """Remember `path` as it is now (its device and inode), named `what` in the message."""
+        st = os.lstat(path)
+        self._files[what] = (Path(path), (st.st_dev, st.st_ino))
+
+    def changed(self) -> str | None:
+        """The first remembered file no longer at its path, or another file there; None while all are."""
+        for what, (path, ident) in self._files.items():
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                return f"{what} {path} was removed under the daemon"
+            except OSError:               # (not readable now, e.g. a directory's mode changed: not proof it is gone)
+                continue
+            if (st.st_dev, st.st_ino) != ident:
+                return f"{what} {path} was replaced under the daemon"
+        return None

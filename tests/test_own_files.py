@@ -1,0 +1,51 @@
+"""The daemon's database and control socket removed or replaced under it (`rm -rf` of its state directory while it
+ran, helper-113): it ran on unreachable, writing into a database no one could open again. Now it exits 1 naming the
+file, as for a dead engine, and systemd starts it on fresh files; untouched files keep it running."""
+import os
+import subprocess
+
+import pytest
+
+from controller.daemon.ownfiles import OwnFiles
+from tests.daemon_proc import DaemonProc
+
+
+def test_own_files_tell_removed_from_replaced_from_untouched(tmp_path):
+    db, sock = tmp_path / "state.db", tmp_path / "ctl.sock"
+    db.write_text("x")
+    sock.write_text("y")
+    files = OwnFiles()
+    files.add("database", db)
+    files.add("control socket", sock)
+    assert files.changed() is None
+    db.write_text("rewritten in place")                 # the same file: SQLite writes it in place
+    assert files.changed() is None
+    sock.unlink()
+    assert files.changed() == f"control socket {sock} was removed under the daemon"
+    sock.write_text("y")
+    (tmp_path / "other").write_text("z")
+    os.replace(tmp_path / "other", sock)
+    assert files.changed() == f"control socket {sock} was replaced under the daemon"
+
+
+@pytest.mark.parametrize("what", ["database", "control socket", "state directory"])
+def test_the_daemon_exits_1_when_its_files_are_removed_under_it(short_tmp, what):
+    state = short_tmp / "state"
+    state.mkdir()
+    d = DaemonProc(state, "--profile", "crossover-b", speed=20)
+    try:
+        d.wait_socket()
+        d.wait_for(lambda st: st["samples"]["written"] > 0, what="samples committed")
+        if what == "state directory":
+            subprocess.run(["rm", "-rf", str(state)], check=True)
+        else:
+            (d.db if what == "database" else d.socket).unlink()
+        code = d.proc.wait(30)
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+    log = d.log_text(20000) if what != "state directory" else ""
+    assert code == 1
+    if what != "state directory":      # (its log went with the directory)
+        gone = d.db if what == "database" else d.socket
+        assert f"{what} {gone} was removed under the daemon; exiting so that the service is restarted" in log, log
