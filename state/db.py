@@ -16,7 +16,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-from .migrations import MIGRATIONS, migrate
+from .migrations import MIGRATIONS, TABLES, migrate
 
 BUSY_TIMEOUT_MS = 5000
 SIDECARS = ("-wal", "-shm", "-journal")
@@ -156,9 +156,14 @@ def _check_schema(path: Path, conn: sqlite3.Connection, readonly: bool) -> None:
     if version > len(MIGRATIONS):        # (a reader went on to query columns this version expects: a traceback)
         raise StoreError(f"database {path}: database schema version {version} is newer than this spec-controller "
                          f"knows ({len(MIGRATIONS)})")
-    if version:
-        return
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    if version < 0:      # (migrate ran range(-1, n): _v1 twice, its tables added to the file before the second failed)
+        raise StoreError(f"{path} is not a spec-controller database (schema version {version}); refusing it")
+    if version:          # (another application's file at user_version 1: every query was a traceback, no such table)
+        if missing := [t for t in TABLES if t not in tables]:
+            raise StoreError(f"{path} is not a spec-controller database, or a damaged one: schema version {version} "
+                             f"without its table{'s' if len(missing) > 1 else ''} {', '.join(missing)}; refusing it")
+        return
     if tables:
         raise StoreError(f"{path} is not a spec-controller database: it belongs to another application "
                          f"(tables: {', '.join(tables[:5])}); refusing " + ("it" if readonly else "to add tables to it"))
