@@ -18,7 +18,7 @@ def _deadline_reader(deadline_in_s: float, sock_timeout_s: float = 100.0):
     import math
     import time
 
-    from controller.daemon.api import _DeadlineIO
+    from controller.daemon.clients import DeadlineIO as _DeadlineIO
     server, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     server.settimeout(sock_timeout_s)
     reads = _DeadlineIO(server, "rb")

@@ -1,5 +1,8 @@
 """helper-114's adversarial review of the boundaries: what it found, each test red before its fix."""
+import logging
+import socket
 import sqlite3
+import threading
 
 import pytest
 
@@ -59,3 +62,63 @@ def test_the_daemon_refuses_another_applications_file_in_one_line_and_leaves_it(
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 1 and len(lines) == 1, res.stderr
     assert lines[0].startswith(f"spec-controller: {db} is not a spec-controller database") and db.read_bytes() == before and not (short_tmp / "x.db.lock").exists()
+
+
+# --- the metrics port: bounded as the control API is ------------------------------------------------------------------
+class _Service:
+    def status(self) -> dict:
+        return {"threshold": 5, "pinned": False, "mean_accept_length": None, "tok_per_s": None, "spec_share": None,
+                "engine": {"ok": True}, "daemon": {"healthy": True, "problems": []}, "decisions": 0, "job_errors": {},
+                "samples": {"total": 0, "dropped": 0, "ingest_errors": 0, "write_errors": 0, "rejected": {}}}
+
+
+@pytest.fixture
+def metrics_server(monkeypatch):
+    """start_metrics on a port of the kernel's choosing, with room for two clients at once; (port, set the read
+    timeout)."""
+    from controller.daemon import metrics
+    monkeypatch.setattr(metrics, "METRICS_CLIENTS", 2, raising=False)
+    monkeypatch.setattr(metrics, "READ_TIMEOUT_S", 30.0, raising=False)
+    httpd, _ = metrics.start_metrics(_Service(), 0)
+    yield httpd.server_address[1], lambda s: monkeypatch.setattr(metrics, "READ_TIMEOUT_S", s, raising=False)
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _scrape(port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        return _until_closed(s)
+
+
+def _until_closed(s: socket.socket) -> bytes:
+    out = b""
+    while chunk := s.recv(65536):
+        out += chunk
+    return out
+
+
+def test_clients_beyond_the_metrics_cap_get_a_503_at_once_and_the_slots_come_back(metrics_server):
+    """prometheus_client's server started a thread per connection, without limit: a local user's thousands of idle
+    connections held as many threads and descriptors in the daemon (3000 held 3000 threads, 137 MB)."""
+    port, _ = metrics_server
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    assert _scrape(port).startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+    for s in idle:
+        s.close()
+    for _ in range(200):            # (the server's threads see the hang-ups in their own time)
+        if (got := _scrape(port)).split(b"\r\n", 1)[0].endswith(b" 200 OK"):
+            break
+        threading.Event().wait(0.05)
+    assert b"specctl_threshold_batch_size 5.0" in got
+
+
+def test_a_metrics_client_that_sends_nothing_is_dropped_without_a_traceback(metrics_server, capsys, caplog):
+    """It kept its thread for as long as it stayed connected (no timeout at all)."""
+    port, read_timeout = metrics_server
+    read_timeout(0.2)
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(b"GET /metr")
+        assert _until_closed(s) == b""              # (was: a TimeoutError here, the daemon still holding it)
+    assert "Traceback" not in capsys.readouterr().err
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

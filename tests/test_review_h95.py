@@ -303,7 +303,7 @@ def test_a_control_socket_this_user_may_not_connect_to_is_not_unlinked(short_tmp
     live.bind(str(path))
     live.listen()
     try:
-        monkeypatch.setattr(api.socket, "socket", _Refused)
+        monkeypatch.setattr(socket, "socket", _Refused)
         with pytest.raises(RuntimeError, match="a socket this user may not connect to .*refusing to remove it"):
             api.check_socket_free(path)
         assert path.is_socket()

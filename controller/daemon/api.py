@@ -2,17 +2,14 @@
 
 Sized for many operators and scripts at once (a listen backlog of 128, at most MAX_CLIENTS
 connections served together) and safe against a client that stalls or sends too much (a deadline
-on each whole request, a cap on the body)."""
+on each whole request, a cap on the body; clients.py, shared with the metrics server)."""
 from __future__ import annotations
 
 import io
 import json
 import logging
-import math
 import os
-import socket
 import socketserver
-import sys
 import threading
 import time
 from http import HTTPStatus
@@ -24,6 +21,7 @@ from policies import PolicyError, list_policies
 from state import queries
 
 from .apicheck import ApiError, Route, body_length, check, json_int, query_int, shown
+from .clients import BoundedClients, DeadlineIO
 from .service import CommandRefused
 from .sockprobe import check_socket_free
 
@@ -71,23 +69,6 @@ def make_routes(service, on_stop: Callable[[], dict] | None = None) -> dict[tupl
     }
 
 
-class _DeadlineIO(socket.SocketIO):
-    """The connection's reads, each waiting only until `deadline`: a timeout on each read alone let a client that sent
-    a byte every few seconds hold its slot for ever (64 such locked `specctl status` out)."""
-    deadline = math.inf
-
-    def readinto(self, b) -> int | None:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("request not received in time")
-        timeout = self._sock.gettimeout()
-        self._sock.settimeout(min(left, timeout or math.inf))
-        try:
-            return super().readinto(b)
-        finally:
-            self._sock.settimeout(timeout)          # (writes keep the whole timeout)
-
-
 class _Handler(BaseHTTPRequestHandler):
     routes: dict = {}
     protocol_version = "HTTP/1.1"
@@ -96,7 +77,7 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.rfile.close()                             # (its makefile's: it holds the socket open until closed)
-        self._reads = _DeadlineIO(self.connection, "rb")
+        self._reads = DeadlineIO(self.connection, "rb")
         self.rfile = io.BufferedReader(self._reads)
 
     def handle_one_request(self) -> None:
@@ -186,40 +167,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._handle("POST")
 
 
-class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+class _UnixHTTPServer(BoundedClients, socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     request_queue_size = BACKLOG
 
     def __init__(self, *args, **kwargs):
-        self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
+        self.max_clients = MAX_CLIENTS          # (read at each start: the tests set it lower)
         super().__init__(*args, **kwargs)
-
-    def process_request(self, request, client_address) -> None:
-        if not self._slots.acquire(blocking=False):
-            try:
-                request.sendall(b'HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n'
-                                b'Retry-After: 1\r\nConnection: close\r\nContent-Length: 37\r\n\r\n'
-                                b'{"error": "too many clients at once"}')
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def handle_error(self, request, client_address) -> None:
-        """A client that hung up mid-request (a reset while its request was read) is no fault of the daemon's: one
-        debug line, not socketserver's traceback on stderr. Anything else keeps its traceback."""
-        error = sys.exc_info()[1]
-        if isinstance(error, ConnectionError):
-            log.debug("api: a client's connection failed: %s", error)
-        else:
-            log.exception("api: a connection failed")
-
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
 
 
 class ControlServer:

@@ -1,10 +1,18 @@
 """Prometheus metrics (opt-in port), read from the service's status at scrape time."""
 from __future__ import annotations
 
+import io
+import socket
+import threading
+import time
+from socketserver import ThreadingMixIn
 from typing import Any, Iterator
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
+
+from .clients import BoundedClients, DeadlineIO, busy_answer
 
 
 class ServiceCollector(Collector):
@@ -58,14 +66,47 @@ class ServiceCollector(Collector):
 
 def check_port_free(port: int, addr: str = "127.0.0.1") -> None:
     """OSError if the metrics port cannot be bound (checked before the engine starts)."""
-    import socket
     with socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind((addr, port))
 
 
-def start_metrics(service: Any, port: int, addr: str = "127.0.0.1") -> Any:
-    from prometheus_client import start_http_server
+METRICS_CLIENTS = 16          # scrapes served at once (Prometheus sends one at a time); beyond it a 503 at once
+READ_TIMEOUT_S = 10.0         # a scrape's request not all received in this long: its connection closed
+
+
+class _MetricsHandler(WSGIRequestHandler):
+    """One scrape per connection, its request line and headers within READ_TIMEOUT_S in all (clients.DeadlineIO)."""
+
+    def setup(self) -> None:
+        self.timeout = READ_TIMEOUT_S
+        super().setup()
+        self.rfile.close()
+        reads = DeadlineIO(self.connection, "rb")
+        reads.deadline = time.monotonic() + READ_TIMEOUT_S
+        self.rfile = io.BufferedReader(reads)
+
+    def log_message(self, format, *args) -> None:      # (prometheus_client's handler logs nothing either)
+        pass
+
+
+class _MetricsServer(BoundedClients, ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    busy = busy_answer("text/plain; charset=utf-8", b"too many clients at once\n")
+
+    def __init__(self, *args, **kwargs):
+        self.max_clients = METRICS_CLIENTS
+        super().__init__(*args, **kwargs)
+
+
+def start_metrics(service: Any, port: int, addr: str = "127.0.0.1") -> tuple[WSGIServer, threading.Thread]:
+    """prometheus_client's start_http_server, bounded as the control API is (clients.py): its own server kept a thread
+    and a descriptor for each client that connected and sent nothing, as long as that client stayed."""
+    from prometheus_client import make_wsgi_app
     registry = CollectorRegistry()
     registry.register(ServiceCollector(service))
-    return start_http_server(port, addr=addr, registry=registry)
+    server = type("Server", (_MetricsServer,), {"address_family": socket.AF_INET6 if ":" in addr else socket.AF_INET})
+    httpd = make_server(addr, port, make_wsgi_app(registry), server, _MetricsHandler)
+    thread = threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True)
+    thread.start()
+    return httpd, thread
