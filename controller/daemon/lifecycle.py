@@ -153,7 +153,7 @@ class Daemon:
         of the socket and the lock; one log line."""
         server, sched, ingest, retune = parts
         sd_notify("STOPPING=1")
-        began = time.monotonic()
+        began, lost = time.monotonic(), service.writer.errors
         retune.stop()
         sched.shutdown(wait=True)
         engine.stop()
@@ -165,8 +165,14 @@ class Daemon:
         leave_wal(db)
         server.stop()
         lock.release()
-        log.info("spec-controller stopped (%s): drained and flushed in %.1f s; exit %d",
-                 self.stop_reason or "error", time.monotonic() - began, self.exit_code)
+        # (the writer's own error lines are held back for a minute: on a full disk the final checkpoint, what the
+        # policy learned since the last one, was lost under "drained and flushed")
+        lost = service.writer.errors - lost
+        unsaved = "the database writer did not finish" if service.writer.thread.is_alive() else \
+            f"{lost} final write{'s' if lost != 1 else ''} lost ({service.writer.problem or 'see above'})" if lost else ""
+        log.log(logging.ERROR if unsaved else logging.INFO, "spec-controller stopped (%s): drained and %s in %.1f s; "
+                "exit %d", self.stop_reason or "error", f"not flushed: {unsaved}" if unsaved else "flushed",
+                time.monotonic() - began, self.exit_code)
 
     def _start(self, engine: Engine, service, writer: Writer):
         """Start the engine and bring the daemon up around it; a started engine is never left
