@@ -120,8 +120,17 @@ def _pin_file(path: Path, readonly: bool) -> os.stat_result:
         raise StoreError(f"database {path} is not a regular file")
     for suffix in SIDECARS:
         side = Path(f"{path}{suffix}")
-        if side.is_symlink():
+        try:
+            mode = os.lstat(side).st_mode
+        except OSError:
+            continue
+        if stat.S_ISLNK(mode):
             raise StoreError(f"database journal {side} is a symbolic link; refusing to follow it")
+        # (a directory there read 'cannot be read by this user ... run as the service's user', to root; a FIFO, a
+        # daemon that started and failed every write with an I/O error)
+        if not stat.S_ISREG(mode):
+            raise StoreError(f"database journal {side} is not a regular file; remove it (SQLite keeps the database's "
+                             "journal there)")
     return st
 
 

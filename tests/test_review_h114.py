@@ -162,3 +162,56 @@ def test_a_stop_whose_final_checkpoint_the_full_disk_refused_does_not_say_flushe
 def test_a_stop_whose_writes_all_committed_says_flushed(short_tmp, caplog):
     line = _drain_with(short_tmp, caplog, None)
     assert line.startswith("INFO spec-controller stopped (specctl stop): drained and flushed in "), line
+
+
+# --- a journal path that holds no file ----------------------------------------------------------------------------------
+def _opened(db, side, readonly: bool):
+    """open_store's StoreError (None: it opened), from a thread: the old code's open() of a FIFO at -journal waited
+    for a writer for ever, which this releases before it fails the test."""
+    import os
+    got = {}
+
+    def run():
+        try:
+            open_store(db, readonly=readonly).conn.close()
+            got["error"] = None
+        except StoreError as e:
+            got["error"] = e
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(60)
+    if t.is_alive():
+        os.close(os.open(side, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(60)
+        pytest.fail(f"opening {db} waited on the FIFO {side}")
+    return got["error"]
+
+
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_journal_path_that_is_a_directory_or_a_fifo_is_refused_by_name(short_tmp, suffix, kind, readonly):
+    """A directory at -wal read 'cannot be read by this user (unable to open database file) ... run as the service's
+    user' to root; a FIFO at -wal let the daemon start, then every write failed (disk I/O error); a FIFO at -journal
+    held specctl status, and the daemon's start (SIGTERM too), for ever: SQLite's open() of it waits for a writer."""
+    import os
+    db = short_tmp / "d.db"
+    open_store(db).conn.close()
+    side = short_tmp / f"d.db{suffix}"
+    os.mkdir(side) if kind == "directory" else os.mkfifo(side)
+    before = db.read_bytes()
+    error = _opened(db, side, readonly)
+    assert f"database journal {side} is not a regular file; remove it" in str(error)
+    assert db.read_bytes() == before
+
+
+@pytest.mark.parametrize("suffix", ["-wal", "-journal"])
+def test_the_daemon_refuses_a_fifo_at_a_journal_path_in_one_line(short_tmp, suffix):
+    import os
+    db = short_tmp / "d.db"
+    open_store(db).conn.close()
+    os.mkfifo(short_tmp / f"d.db{suffix}")
+    res = run_daemon_once(short_tmp, "--concurrency", "4", "--db", str(db), "--socket", str(short_tmp / "s"))
+    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+        f"spec-controller: database journal {db}{suffix} is not a regular file; remove it (SQLite keeps the "
+        "database's journal there)"], res.stderr
