@@ -25,7 +25,10 @@ def setting_item(key: str, value: Any) -> tuple:
 
 
 def event_item(kind: str, detail: str = "") -> tuple:
-    return ("events", {"wall": time.time(), "kind": kind, "detail": detail})
+    """detail: any text; what UTF-8 cannot hold (a path's undecodable byte, as Python reads argv and the environment:
+    '\\udcff') written as its escape. It failed the write: a daemon started with --socket or --db naming such a path
+    lost its start event, an error logged and counted for it."""
+    return ("events", {"wall": time.time(), "kind": kind, "detail": detail.encode("utf-8", "backslashreplace").decode()})
 
 
 def decision_item(t: float, old: int, new: int, policy: str, reason: str, exploratory: bool) -> tuple:

@@ -215,3 +215,17 @@ def test_the_daemon_refuses_a_fifo_at_a_journal_path_in_one_line(short_tmp, suff
     assert res.returncode == 1 and res.stderr.strip().splitlines() == [
         f"spec-controller: database journal {db}{suffix} is not a regular file; remove it (SQLite keeps the "
         "database's journal there)"], res.stderr
+
+
+# --- an event whose text UTF-8 cannot hold --------------------------------------------------------------------------------
+def test_an_event_naming_a_path_with_an_undecodable_byte_is_written_not_lost(short_tmp):
+    """`spec-controller run --socket $'/tmp/u\\xff.sock'`: Python reads the byte as '\\udcff', which SQLite's UTF-8
+    refused: the start event was rolled back ('a events write failed'), a lost write in status."""
+    from state.writer import Writer
+    db = open_store(short_tmp / "e.db")
+    writer = Writer(db).start()
+    writer.event("start", "socket=/tmp/u\udcff.sock")
+    assert writer.flush(10)
+    writer.stop()
+    assert writer.errors == 0
+    assert db.execute("SELECT detail FROM events").fetchall() == [("socket=/tmp/u\\udcff.sock",)]
