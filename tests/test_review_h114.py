@@ -229,3 +229,38 @@ def test_an_event_naming_a_path_with_an_undecodable_byte_is_written_not_lost(sho
     writer.stop()
     assert writer.errors == 0
     assert db.execute("SELECT detail FROM events").fetchall() == [("socket=/tmp/u\\udcff.sock",)]
+
+
+# --- --set: each key once -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["run", "check"])
+@pytest.mark.parametrize("sets, said", [
+    (["policy.params=3", "policy.params.scale=2"], "--set 'policy.params.scale=2': policy.params.scale is set by "
+                                                   "--set 'policy.params=3' already"),
+    (["policy.params.scale=2", "policy.params={half_life_s=30}"], "--set 'policy.params={half_life_s=30}': "
+                                                                 "policy.params is set by --set 'policy.params.scale=2'"),
+    (["guard.min_threshold=3", "guard.min_threshold=4"], "guard.min_threshold is set by --set 'guard.min_threshold=3'")])
+def test_a_key_given_twice_by_set_is_one_line(short_tmp, command, sets, said):
+    """A table set whole and then by its key was a TypeError traceback out of `run` and `config check`; by its key and
+    then whole, the key was dropped without a word; a key given twice, the last won (specctl's --param and the API
+    refuse a key twice)."""
+    import subprocess
+    import sys
+
+    from tests.daemon_proc import ROOT
+    args = [a for s in sets for a in ("--set", s)]
+    where = ["--concurrency", "2", "--db", str(short_tmp / "x.db"), "--socket", str(short_tmp / "s")]
+    try:        # (a daemon that took it runs: stopped by the timeout)
+        res = run_daemon_once(short_tmp, *args, *where, timeout=30) if command == "run" else subprocess.run(
+            [sys.executable, "-m", "controller.daemon", "config", "check", *args], capture_output=True, text=True,
+            cwd=ROOT, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{command} took {sets}")
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and said in lines[0], res.stderr
+    assert not (short_tmp / "x.db").exists()
+
+
+def test_set_still_takes_keys_of_one_table_one_by_one():
+    from controller.daemon.config import parse_set
+    assert parse_set(["policy.params.scale=2", "policy.params.half_life_s=30", "policy.name=\"ucb\""]) == {
+        "policy": {"params": {"scale": 2, "half_life_s": 30}, "name": "ucb"}}

@@ -77,11 +77,18 @@ def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
     """--set SECTION.KEY=VALUE (KEY may be dotted once more: policy.params.c=1.5) into overrides.
     VALUE is read as TOML (1, 0.5, true, "x"); anything that is not TOML is taken as a string."""
     out: dict[str, dict] = {}
+    given: dict[tuple[str, ...], str] = {}
     for pair in pairs:
         path, sep, raw = pair.partition("=")
         keys = [k.strip() for k in path.split(".")]
         if not sep or len(keys) not in (2, 3) or not all(keys):
             raise ConfigError(f"--set {pair!r}: expected SECTION.KEY=VALUE (e.g. guard.explore_share=0.1)")
+        # each key once, a table whole or key by key (policy.params=3, then policy.params.c=1: a TypeError traceback;
+        # policy.params.c=1, then policy.params={scale=2}: c dropped without a word; a key twice: the last one won)
+        if clash := next((p for k, p in given.items() if tuple(keys[:len(k)]) == k or k[:len(keys)] == tuple(keys)), None):
+            raise ConfigError(f"--set {pair!r}: {'.'.join(keys)} is set by --set {clash!r} already; give each key once "
+                              "(a table whole or key by key)")
+        given[tuple(keys)] = pair
         try:
             value = tomllib.loads(f"v = {raw.strip()}")["v"]
         except tomllib.TOMLDecodeError:
