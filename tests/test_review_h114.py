@@ -264,3 +264,28 @@ def test_set_still_takes_keys_of_one_table_one_by_one():
     from controller.daemon.config import parse_set
     assert parse_set(["policy.params.scale=2", "policy.params.half_life_s=30", "policy.name=\"ucb\""]) == {
         "policy": {"params": {"scale": 2, "half_life_s": 30}, "name": "ucb"}}
+
+
+# --- a saved policy state nested too deeply to parse --------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["start", "switch"])
+def test_a_saved_policy_state_nested_too_deeply_is_not_restored_and_the_policy_starts_fresh(short_tmp, caplog, where):
+    """A policy_state row that is JSON nested past the parser's recursion limit: a row that is not JSON was 'not
+    restored' (a warning, the policy fresh), this one refused every start ('spec-controller: maximum recursion depth
+    exceeded while decoding a JSON array ...', exit 1: systemd restarted it for ever) and a switch to it was a 500."""
+    import time
+
+    from tests.fakes import make_service
+    db = open_store(short_tmp / "s.db")
+    db.conn.execute("INSERT INTO policy_state (wall, policy, params, state) VALUES (?, ?, '{}', ?)",
+                    (time.time(), "thompson" if where == "start" else "ucb", "[" * 100000 + "]" * 100000))
+    db.conn.close()
+    with caplog.at_level(logging.WARNING, "spec_controller"):
+        svc, writer = make_service(short_tmp)
+        try:
+            if where == "switch":
+                assert svc.set_policy("ucb", {})["learned"] == "new"
+            assert svc.loop.policy.name == ("thompson" if where == "start" else "ucb")
+        finally:
+            writer.stop()
+    name = "thompson" if where == "start" else "ucb"
+    assert any(f"saved state of {name} not restored: maximum recursion depth" in r.getMessage() for r in caplog.records)
