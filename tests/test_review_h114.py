@@ -289,3 +289,20 @@ def test_a_saved_policy_state_nested_too_deeply_is_not_restored_and_the_policy_s
             writer.stop()
     name = "thompson" if where == "start" else "ucb"
     assert any(f"saved state of {name} not restored: maximum recursion depth" in r.getMessage() for r in caplog.records)
+
+
+# --- a database name with a byte that is not UTF-8, in the plot's title -------------------------------------------------
+def test_specctl_plot_of_a_database_whose_name_is_not_utf8_draws_it(short_tmp):
+    """`specctl --db $'u\\xfe.db' plot out.png` (Python reads the byte as '\\udcfe'): matplotlib's font code refused the
+    title, a 97-line TypeError traceback, exit 1, no plot."""
+    import os
+    from click.testing import CliRunner
+
+    from controller.cli.main import cli
+    from tests.test_plots import PNG, _store
+    db = os.fsdecode(bytes(short_tmp) + b"/u\xfe.db")
+    _store(db).conn.close()
+    out = short_tmp / "p.png"
+    res = CliRunner().invoke(cli, ["--db", db, "--socket", str(short_tmp / "no.sock"), "plot", str(out)])
+    assert res.exit_code == 0 and res.output.startswith(f"wrote {out}: "), (res.output, res.exception)
+    assert out.read_bytes()[:4] == PNG
