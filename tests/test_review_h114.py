@@ -2,6 +2,7 @@
 import logging
 import socket
 import sqlite3
+import subprocess
 import threading
 
 import pytest
@@ -257,6 +258,23 @@ def test_a_key_given_twice_by_set_is_one_line(short_tmp, command, sets, said):
         pytest.fail(f"{command} took {sets}")
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1 and said in lines[0], res.stderr
+    assert not (short_tmp / "x.db").exists()
+
+
+@pytest.mark.parametrize("flag, value, option", [("--speed", "10", "sim.speed=5"), ("--policy", "ucb", 'policy.name="thompson"'),
+                                                 ("--db", "FILE", 'storage.db="/tmp/other.db"')])
+def test_a_run_flag_and_a_set_of_the_same_key_is_one_line(short_tmp, flag, value, option):
+    """`run --set sim.speed=5 --speed 10` ran at 10 without a word (the flag won), as a second --set of one key did."""
+    value = str(short_tmp / "x.db") if value == "FILE" else value
+    where = ["--concurrency", "2", "--socket", str(short_tmp / "s")] + ([] if flag == "--db" else
+                                                                         ["--db", str(short_tmp / "x.db")])
+    try:
+        res = run_daemon_once(short_tmp, "--set", option, flag, value, *where, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"run took {flag} {value} and --set {option}")
+    key = option.split("=")[0]
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        f"spec-controller: {flag} and --set {key}=... both set [{key.split('.')[0]}] {key.split('.')[1]}; give it once"]
     assert not (short_tmp / "x.db").exists()
 
 

@@ -52,6 +52,10 @@ def run(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
         overrides = parse_set(settings)
         for name, (section, key) in FLAGS.items():
             if flags[name] is not None:
+                if key in overrides.get(section, {}):     # (the flag won without a word, as a second --set did)
+                    option = next(p.opts[0] for p in run.params if p.name == name)
+                    fail_as("spec-controller", f"{option} and --set {section}.{key}=... both set [{section}] {key}; give "
+                            "it once", EXIT_USAGE)
                 overrides.setdefault(section, {})[key] = flags[name]
         cfg = load_config(config_path, overrides)
     except ConfigError as e:
