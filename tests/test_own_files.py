@@ -28,6 +28,25 @@ def test_own_files_tell_removed_from_replaced_from_untouched(tmp_path):
     assert files.changed() == f"control socket {sock} was replaced under the daemon"
 
 
+
+def test_a_state_directory_replaced_by_a_file_is_removed(tmp_path):
+    """lstat through a directory that is now a regular file raises NotADirectoryError, which the `unreadable` branch
+    took as no proof of anything: the daemon ran on with both its files gone (helper-115's mutation pass). Nothing is
+    at the path: removed, as for ENOENT."""
+    state = tmp_path / "state"
+    state.mkdir()
+    db, sock = state / "state.db", state / "ctl.sock"
+    db.write_text("x")
+    sock.write_text("y")
+    files = OwnFiles()
+    files.add("database", db)
+    files.add("control socket", sock)
+    db.unlink()
+    sock.unlink()
+    state.rmdir()
+    state.write_text("a file where the state directory was")
+    assert files.changed() == f"database {db} was removed under the daemon"
+
 @pytest.mark.parametrize("what", ["database", "control socket", "state directory"])
 def test_the_daemon_exits_1_when_its_files_are_removed_under_it(short_tmp, what):
     state = short_tmp / "state"

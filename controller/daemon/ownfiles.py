@@ -24,7 +24,7 @@ class OwnFiles:
         for what, (path, ident) in self._files.items():
             try:
                 st = os.lstat(path)
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):    # (its directory now a file: gone as surely)
                 return f"{what} {path} was removed under the daemon"
             except OSError:               # (not readable now, e.g. a directory's mode changed: not proof it is gone)
                 continue
