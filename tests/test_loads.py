@@ -130,7 +130,7 @@ def test_closed_loop_constrains_its_grammar_share_with_its_own_stream(tmp_path):
         seen: list = []
         server = engine(seen)
         try:
-            rows = run_loads("--shape", "closed", "--levels", "2", "--seconds", "0.4", "--warmup", "0.1",
+            rows = run_loads("--shape", "closed", "--levels", "2", "--seconds", "1.0", "--warmup", "0.1",
                              "--repeats", "1", "--port", str(server.server_port), "--label", "x", *extra,
                              out=tmp_path / f"g{len(extra)}{extra[-1] if extra else ''}.jsonl")
         finally:
