@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from controller import paths
 from controller.cli.main import cli
 from controller.daemon.config import load_config
-from controller.daemon.ownfiles import OwnFiles
 from state.db import open_store
+from tests.test_own_files import own_files as _own
 
 ROOT = Path(__file__).resolve().parents[1]
 FRONTEND = ROOT / "bench/gpu/frontend.py"
@@ -24,16 +24,6 @@ from frontend import flag, outside  # noqa: E402
 
 
 # --- daemon/ownfiles.py: what counts as removed, replaced or merely unreadable --------------------------------------
-def _own(tmp_path: Path) -> tuple[OwnFiles, Path, Path]:
-    state = tmp_path / "state"
-    state.mkdir()
-    db, sock = state / "state.db", state / "ctl.sock"
-    db.write_text("x")
-    sock.write_text("y")
-    files = OwnFiles()
-    files.add("database", db)
-    files.add("control socket", sock)
-    return files, db, sock
 
 
 def test_of2_a_database_replaced_by_a_link_to_itself_is_replaced(tmp_path):

@@ -3,6 +3,7 @@ ran, helper-113): it ran on unreachable, writing into a database no one could op
 file, as for a dead engine, and systemd starts it on fresh files; untouched files keep it running."""
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -10,13 +11,21 @@ from controller.daemon.ownfiles import OwnFiles
 from tests.daemon_proc import DaemonProc
 
 
-def test_own_files_tell_removed_from_replaced_from_untouched(tmp_path):
-    db, sock = tmp_path / "state.db", tmp_path / "ctl.sock"
+def own_files(tmp_path: Path) -> tuple[OwnFiles, Path, Path]:
+    """A state directory's database and socket (plain files here), remembered: (files, database, socket)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    db, sock = state / "state.db", state / "ctl.sock"
     db.write_text("x")
     sock.write_text("y")
     files = OwnFiles()
     files.add("database", db)
     files.add("control socket", sock)
+    return files, db, sock
+
+
+def test_own_files_tell_removed_from_replaced_from_untouched(tmp_path):
+    files, db, sock = own_files(tmp_path)
     assert files.changed() is None
     db.write_text("rewritten in place")                 # the same file: SQLite writes it in place
     assert files.changed() is None
@@ -28,23 +37,15 @@ def test_own_files_tell_removed_from_replaced_from_untouched(tmp_path):
     assert files.changed() == f"control socket {sock} was replaced under the daemon"
 
 
-
 def test_a_state_directory_replaced_by_a_file_is_removed(tmp_path):
     """lstat through a directory that is now a regular file raises NotADirectoryError, which the `unreadable` branch
     took as no proof of anything: the daemon ran on with both its files gone (helper-115's mutation pass). Nothing is
     at the path: removed, as for ENOENT."""
-    state = tmp_path / "state"
-    state.mkdir()
-    db, sock = state / "state.db", state / "ctl.sock"
-    db.write_text("x")
-    sock.write_text("y")
-    files = OwnFiles()
-    files.add("database", db)
-    files.add("control socket", sock)
+    files, db, sock = own_files(tmp_path)
     db.unlink()
     sock.unlink()
-    state.rmdir()
-    state.write_text("a file where the state directory was")
+    db.parent.rmdir()
+    db.parent.write_text("a file where the state directory was")
     assert files.changed() == f"database {db} was removed under the daemon"
 
 @pytest.mark.parametrize("what", ["database", "control socket", "state directory"])
