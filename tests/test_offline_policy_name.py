@@ -43,3 +43,16 @@ def test_offline_status_after_an_offline_switch_names_the_saved_policy(tmp_path)
     assert "policy:      model\n" in res.stdout, res.stdout
     assert CliRunner().invoke(cli, [*base, "policy", "set", "bandit"]).exit_code == 0
     assert "policy:      bandit (= thompson)\n" in CliRunner().invoke(cli, [*base, "status"]).stdout
+
+
+def test_offline_policy_show_without_a_saved_policy_says_so_not_none(tmp_path):
+    """helper-114: `policy show` on a database with no saved policy printed "None"."""
+    path = tmp_path / "e.db"
+    _store(path, setting_item("pinned", 3)).conn.close()
+    res = CliRunner().invoke(cli, ["--socket", str(tmp_path / "none.sock"), "--db", str(path), "policy", "show"])
+    assert res.exit_code == 0, res.output
+    assert res.output.strip() == (f"no policy saved in {path}: the daemon starts with its config's [policy] name "
+                                  "(bandit unless set)")
+    _store(path, setting_item("policy", {"name": "ucb", "params": {"c": 1.5}})).conn.close()
+    shown = CliRunner().invoke(cli, ["--socket", str(tmp_path / "none.sock"), "--db", str(path), "policy", "show"])
+    assert shown.output.splitlines()[0] == "ucb" and "c=1.5" in shown.output

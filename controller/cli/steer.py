@@ -81,7 +81,9 @@ def policy_show(ctx: Ctx, as_json: bool) -> None:
         saved = settings.get("policy") or {}
         info = {"name": saved.get("name"), "policy": known_name(saved.get("name")), "params": full_params(saved),
                 "pinned": settings.get("pinned"), "daemon_running": False}     # (pinned: as the daemon's, or null)
-    emit(info, as_json, lambda i: f"{i['name']}{alias_note(i)}" + "".join(f"\n    {k}={v}" for k, v in i["params"].items()))
+    emit(info, as_json, lambda i: f"{i['name']}{alias_note(i)}" + "".join(f"\n    {k}={v}" for k, v in i["params"].items())
+         if i["name"] is not None else f"no policy saved in {ctx.db}: the daemon starts with its config's [policy] name "
+                                      "(bandit unless set)")
 
 
 @policy.command("set")
