@@ -10,6 +10,7 @@ import errno
 import os
 import sqlite3
 import stat
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -253,3 +254,17 @@ def leave_wal(db: sqlite_utils.Database) -> None:
         db.execute("PRAGMA journal_mode=DELETE")
     except sqlite3.Error:
         pass
+
+
+
+def hold_open(db: sqlite_utils.Database) -> None:
+    """Never close `db`, a database removed or replaced under its writer: SQLite's close (and leave_wal) deletes the
+    -wal and -shm at the database's *path*, which may be another daemon's by then (a state directory removed and a
+    daemon started on fresh files there: it failed with 'disk I/O error' or ran on with its journal unlinked). A
+    daemon thread's frame holds it: the interpreter's exit never unwinds that frame, so no finaliser closes it."""
+    threading.Thread(target=_hold, args=(db,), name="lost-database", daemon=True).start()
+
+
+def _hold(db: sqlite_utils.Database) -> None:
+    threading.Event().wait()
+    del db                                                   # (never reached)

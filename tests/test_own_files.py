@@ -69,3 +69,29 @@ def test_the_daemon_exits_1_when_its_files_are_removed_under_it(short_tmp, what)
     if what != "state directory":      # (its log went with the directory)
         gone = d.db if what == "database" else d.socket
         assert f"{what} {gone} was removed under the daemon; exiting so that the service is restarted" in log, log
+
+
+def test_a_daemon_whose_database_was_replaced_leaves_the_new_ones_journal_alone(short_tmp):
+    """rm -rf of the state directory and a second daemon started on fresh files there (helper-116): the first one's
+    drain switched its own, now unlinked, database out of WAL and SQLite then deleted the -wal and -shm *by path*:
+    the second daemon's, which failed its start with 'disk I/O error' or ran on with its journal unlinked. The first
+    now leaves the database it lost unclosed, and the files at its paths untouched."""
+    state, old = short_tmp / "state", short_tmp / "state.old"
+    state.mkdir()
+    d = DaemonProc(state, "--profile", "crossover-b", speed=20)
+    try:
+        d.wait_socket()
+        d.wait_for(lambda st: st["samples"]["written"] > 0, what="samples committed")
+        state.rename(old)                      # (the daemon's log goes with it, still open)
+        state.mkdir()
+        others = [Path(f"{d.db}{suffix}") for suffix in ("", "-wal", "-shm")]   # a newer daemon's files, stand-ins
+        for path in others:
+            path.write_bytes(b"")
+        code = d.proc.wait(30)
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+    log = (old / "daemon.log").read_text()
+    assert code == 1, log
+    assert f"database {d.db} was replaced under the daemon" in log, log
+    assert [p.name for p in others if not p.exists()] == [], log

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from policies import PolicyError
 from state import queries
-from state.db import leave_wal, open_store
+from state.db import hold_open, leave_wal, open_store
 from state.lock import DaemonLock
 from state.writer import Writer
 
@@ -162,7 +162,10 @@ class Daemon:
         service.guarded("checkpoint", service.checkpoint)()
         service.writer.event("stop", f"{self.stop_reason or 'error'}: exit {self.exit_code}")
         service.writer.stop()
-        leave_wal(db)
+        if self.own_files.moved("database"):   # (its -wal and -shm paths: perhaps another daemon's now)
+            hold_open(db)
+        else:
+            leave_wal(db)
         server.stop()
         lock.release()
         # (the writer's own error lines are held back for a minute: on a full disk the final checkpoint, what the

@@ -21,13 +21,19 @@ class OwnFiles:
 
     def changed(self) -> str | None:
         """The first remembered file no longer at its path, or another file there; None while all are."""
-        for what, (path, ident) in self._files.items():
-            try:
-                st = os.lstat(path)
-            except (FileNotFoundError, NotADirectoryError):    # (its directory now a file: gone as surely)
-                return f"{what} {path} was removed under the daemon"
-            except OSError:               # (not readable now, e.g. a directory's mode changed: not proof it is gone)
-                continue
-            if (st.st_dev, st.st_ino) != ident:
-                return f"{what} {path} was replaced under the daemon"
+        return next((why for what in self._files if (why := self.moved(what))), None)
+
+    def moved(self, what: str) -> str | None:
+        """Why `what` is no longer the file remembered at its path (removed, replaced); None while it is, or unknown."""
+        if what not in self._files:
+            return None
+        path, ident = self._files[what]
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):    # (its directory now a file: gone as surely)
+            return f"{what} {path} was removed under the daemon"
+        except OSError:                   # (not readable now, e.g. a directory's mode changed: not proof it is gone)
+            return None
+        if (st.st_dev, st.st_ino) != ident:
+            return f"{what} {path} was replaced under the daemon"
         return None
