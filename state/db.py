@@ -256,7 +256,6 @@ def leave_wal(db: sqlite_utils.Database) -> None:
         pass
 
 
-
 def hold_open(db: sqlite_utils.Database) -> None:
     """Never close `db`, a database removed or replaced under its writer: SQLite's close (and leave_wal) deletes the
     -wal and -shm at the database's *path*, which may be another daemon's by then (a state directory removed and a
