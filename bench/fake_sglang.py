@@ -3,7 +3,8 @@ it answers /health, /health_generate and /set_internal_state as SGLang does, and
 $SPEC_CONTROLLER_TELEMETRY like the plugin's rank 0 — sound decode batches at --rate per second,
 and, with FAKE_SGLANG_HOSTILE=N, N hostile messages per second besides (malformed bytes, NaN and
 infinite fields, batch size 0, impossible token counts, 1e-300 step times, timestamps far ahead);
-FAKE_SGLANG_STALL_S=S makes every /set_internal_state after the first take S seconds. Run as `python -c ...` (the
+FAKE_SGLANG_STALL_S=S makes every /set_internal_state after the first take S seconds; FAKE_SGLANG_READY_S=S answers
+/health 503 for the first S seconds (an engine still loading). Run as `python -c ...` (the
 daemon asking what the interpreter has installed) it answers SGLang FAKE_VERSION with the plugin's entry point.
 
     [sglang] python = "<a script that runs: python bench/fake_sglang.py "$@">"
@@ -47,6 +48,7 @@ def hostile(rng: random.Random, now: float) -> bytes:
 class State:
     threshold = 0
     calls = 0
+    ready_at = 0.0          # time.monotonic() from which /health answers 200
 
 
 def handler(state: State):
@@ -61,7 +63,9 @@ def handler(state: State):
             self.wfile.write(body)
 
         def do_GET(self):
-            self._send(200 if self.path in ("/health", "/health_generate") else 404)
+            if self.path not in ("/health", "/health_generate"):
+                return self._send(404)
+            self._send(200 if time.monotonic() >= state.ready_at else 503)
 
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
@@ -113,6 +117,7 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=float(os.environ.get("FAKE_SGLANG_RATE", 500)))
     args, _ = ap.parse_known_args()
     state, stop = State(), threading.Event()
+    state.ready_at = time.monotonic() + float(os.environ.get("FAKE_SGLANG_READY_S", 0))
     server = ThreadingHTTPServer((args.host, args.port), handler(state))
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -83,7 +83,6 @@ class Daemon:
         except OSError as e:       # (the preflight asked; its directory changed since: named, not a bare errno)
             raise Fatal(f"control socket {ctl['socket']}: {e.strerror or e}") from None
         server.start()
-        self.own_files.add("database", st["db"])
         self.own_files.add("control socket", ctl["socket"])
         speed = cfg["sim"]["speed"] if cfg["engine"]["kind"] == "sim" else 1.0
         tick = max(cfg["policy"]["tick_s"] / speed, 0.02)
@@ -116,6 +115,8 @@ class Daemon:
         lock.acquire()
         try:
             db = open_store(st["db"])
+            # as opened, not after the engine's start (minutes on a GPU): removed meanwhile, the first check says so
+            self.own_files.add("database", st["db"])
         except BaseException:                # a refused database keeps no lock file of ours beside it
             lock.release(remove_if_created=True)
             raise
