@@ -53,6 +53,7 @@ class Writer:
         # once no write has failed for recover_s (else health and the log would flap with it).
         self.recover_s = 5.0
         self._last_failure = 0.0
+        self._stopping = False        # stop() called: a transaction then waits for nothing (none will run it)
         self._logs = RateLimitedLog(log, log_interval_s)
         self._thread = threading.Thread(target=self._run, name="state-writer", daemon=True)
 
@@ -99,6 +100,8 @@ class Writer:
         WriteFailed, with nothing written, when the commit fails or does not start within timeout
         (a writer stuck behind a locked database); once it has started, its outcome is awaited.
         """
+        if self._stopping:     # (a command during the daemon's last seconds: was 'busy' after its whole timeout)
+            raise WriteFailed("the daemon is stopping: its database writer has stopped")
         ticket = Ticket(list(items))
         self.q.put(("txn", ticket))
         if not ticket.done.wait(timeout) and ticket.cancel():
@@ -115,6 +118,7 @@ class Writer:
         return done.wait(timeout)
 
     def stop(self, timeout: float = 30.0) -> None:
+        self._stopping = True
         self.q.put(_STOP)
         self._thread.join(timeout)
 

@@ -109,3 +109,14 @@ def test_a_write_queued_by_another_thread_lands_too(tmp_path):
     t.join(10)
     assert w.flush(10) and [r["new"] for r in queries.recent_decisions(w.db, 5)] == [6]
     w.stop()
+
+
+def test_a_transaction_after_the_writer_stopped_is_refused_as_stopping_and_never_lands(tmp_path):
+    """A pin in the daemon's drain, after its writer stopped: was 'the database writer is busy (a slow write)' after the
+    whole command timeout, for a writer that would never run it (helper-116)."""
+    w = Writer(open_store(tmp_path / "s.db")).start()
+    w.stop()
+    with pytest.raises(WriteFailed) as err:
+        w.transaction([setting_item("pinned", 9)], timeout=30)
+    assert str(err.value) == "the daemon is stopping: its database writer has stopped" and not err.value.maybe_saved
+    assert queries.settings(w.db) == {} and w.q.empty()
