@@ -24,11 +24,16 @@ def setting_item(key: str, value: Any) -> tuple:
     return ("settings", setting_row(key, value))
 
 
+def utf8_escaped(text: str) -> str:
+    """`text` with what UTF-8 cannot hold (a path's undecodable byte, as Python reads argv and the environment:
+    '\\udcff') as its escape: SQLite refused such text (a write failed) and matplotlib's font code too."""
+    return text.encode("utf-8", "backslashreplace").decode()
+
+
 def event_item(kind: str, detail: str = "") -> tuple:
-    """detail: any text; what UTF-8 cannot hold (a path's undecodable byte, as Python reads argv and the environment:
-    '\\udcff') written as its escape. It failed the write: a daemon started with --socket or --db naming such a path
-    lost its start event, an error logged and counted for it."""
-    return ("events", {"wall": time.time(), "kind": kind, "detail": detail.encode("utf-8", "backslashreplace").decode()})
+    """detail: any text (utf8_escaped: a daemon started with --socket or --db naming such a path lost its start event,
+    an error logged and counted for it)."""
+    return ("events", {"wall": time.time(), "kind": kind, "detail": utf8_escaped(detail)})
 
 
 def decision_item(t: float, old: int, new: int, policy: str, reason: str, exploratory: bool) -> tuple:

@@ -25,12 +25,6 @@ def pyplot() -> Any:
     return plt
 
 
-def printable(text: str) -> str:
-    """Text for a figure: a file name's byte that is not UTF-8 (Python's '\\udcfe' for it) as its escape, which
-    matplotlib's font code refused with a 97-line TypeError traceback (`specctl --db $'u\\xfe.db' plot`)."""
-    return text.encode("utf-8", "backslashreplace").decode()
-
-
 def check_path(path: str | Path) -> Path:
     """Refuse a path the figure cannot be written to, before any work is done."""
     if why := directory_name(path):

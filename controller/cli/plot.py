@@ -8,7 +8,7 @@ import click
 
 from ..paths import present
 from .common import Ctx, fail, given_db_exists, offline_read
-from .figures import PlotError, draw_threshold, plot_path_param, printable, pyplot, save
+from .figures import PlotError, draw_threshold, plot_path_param, pyplot, save
 from .options import Bounded
 
 
@@ -72,7 +72,8 @@ def plot(ctx: Ctx, path: str, last_s: float, bin_s: float | None) -> None:
         fail(f"nothing recorded in {ctx.db} yet")
     t_end, span_s, rows, steps = got
     span = f"{span_s:.0f} engine seconds" + (" (all recorded)" if span_s < last_s else "")
-    title = f"{printable(ctx.db.name)}: the last {span} ({len(steps)} threshold steps)"
+    from state.items import utf8_escaped      # (a name's byte that is not UTF-8: matplotlib's traceback)
+    title = f"{utf8_escaped(ctx.db.name)}: the last {span} ({len(steps)} threshold steps)"
     try:
         save(draw(rows, steps, t_end, title), path)
     except PlotError as e:

@@ -64,9 +64,13 @@ class ServiceCollector(Collector):
             yield c
 
 
+def _family(addr: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+
 def check_port_free(port: int, addr: str = "127.0.0.1") -> None:
     """OSError if the metrics port cannot be bound (checked before the engine starts)."""
-    with socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET) as s:
+    with socket.socket(_family(addr)) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind((addr, port))
 
@@ -105,7 +109,7 @@ def start_metrics(service: Any, port: int, addr: str = "127.0.0.1") -> tuple[WSG
     from prometheus_client import make_wsgi_app
     registry = CollectorRegistry()
     registry.register(ServiceCollector(service))
-    server = type("Server", (_MetricsServer,), {"address_family": socket.AF_INET6 if ":" in addr else socket.AF_INET})
+    server = type("Server", (_MetricsServer,), {"address_family": _family(addr)})
     httpd = make_server(addr, port, make_wsgi_app(registry), server, _MetricsHandler)
     thread = threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True)
     thread.start()
