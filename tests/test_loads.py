@@ -516,3 +516,46 @@ def test_a_group_named_like_a_rows_own_figure_is_refused():
     with pytest.raises(ValueError, match="'preempted' is a name of the row's own figures"):
         parse_groups("nospec=12,preempted=13")
     assert parse_groups("nospec=12,daemon=13") == {"nospec": 12, "daemon": 13}
+
+
+def test_a_daemon_state_in_the_rotation_is_specctl_at_its_socket_before_each_of_its_runs(tmp_path):
+    """ROTATION=product (run_pair.sh): no-spec, always-on (the daemon pinned at its max) and the bandit (unpinned) of
+    one engine in one rotation; each '@' state reaches the real daemon before its label's run, in the rotation's order."""
+    import tempfile
+    from tests.daemon_proc import DaemonProc
+    d = Path(tempfile.mkdtemp(prefix="sc-loads-", dir="/tmp"))
+    proc = DaemonProc(d, "--concurrency", "4")
+    seen: list = []
+    a, b = engine(seen), engine(seen)
+    try:
+        proc.wait_socket()
+        rows = run_loads("--shape", "steady", "--levels", "2", "--steady-len", "3", "--repeats", "2",
+                         "--socket", str(proc.socket), "--engines",
+                         f"nospec={a.server_port};always={b.server_port}:@threshold pin 7;"
+                         f"bandit={b.server_port}:@threshold unpin", out=tmp_path / "r.jsonl")
+        history = proc.call("GET", "/history?limit=50")
+        status = proc.call("GET", "/status")
+    finally:
+        a.shutdown(), b.shutdown()
+        assert proc.stop() == 0
+    assert [r["label"] for r in rows] == ["nospec", "always", "bandit", "bandit", "always", "nospec"]
+    # the daemon was pinned for each always run and unpinned for each bandit run: twice each way, ending pinned
+    changes = [(h["new"], "unpinned" in h["reason"]) for h in sorted(history, key=lambda h: h["id"])
+               if "pinned" in h["reason"]]
+    assert [unpin for _, unpin in changes] == [False, True, False], [h["reason"] for h in history]
+    assert [new for new, unpin in changes if not unpin] == [7, 7]
+    assert status["pinned"] is True and status["threshold"] == 7
+    # no state was posted to either engine (the daemon took them), and the engines got the same prompts
+    assert not any("server_args" in body for _, body in seen)
+
+
+def test_a_daemon_state_without_a_socket_is_refused_before_any_request(tmp_path):
+    seen: list = []
+    a = engine(seen)
+    try:
+        res = subprocess.run([sys.executable, str(ROOT / "bench/gpu/loads.py"), "--shape", "steady", "--levels", "2",
+                              "--engines", f"nospec={a.server_port};always={a.server_port}:@threshold pin 7",
+                              "--out", str(tmp_path / "r.jsonl")], capture_output=True, text=True, timeout=60)
+    finally:
+        a.shutdown()
+    assert res.returncode != 0 and "give its --socket" in res.stderr and not seen

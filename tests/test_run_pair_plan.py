@@ -12,7 +12,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "run_pair.sh"
 HARNESS = r"""
 set -u
 say() { echo "SAY $*"; }
-DEADLINE=${DEADLINE_S:-560}; RUNS=$((2 * ${REPEATS:-2})); SIDE=1
+DEADLINE=${DEADLINE_S:-560}; RUNS=$((2 * ${REPEATS:-2})); SIDE=1; MAXBS=128
 eval "$(sed -n '/^KVG=/,/^LEANALLOC=/p;/^BOTH_YES=/,/^SIDE_YES=/p' "$SCRIPT")"
 eval "$(sed -n '/^ab_rotation()/,/^}/p' "$SCRIPT")"
 eval "$(sed -n '/^OPEN_S=/,/^fi$/p' "$SCRIPT")"
@@ -33,6 +33,8 @@ CLOSED = {"SHAPES": "closedab", "CLOSED_LEVELS": "48,128", "CLOSED_WARMUP": "5",
     ("defer", "2", "590", 282, True),       # its call 3
     ("pair", "3", "585", 282, True),        # two labels
     ("fast", "3", "430", 408, False),
+    ("product", "3", "585", 408, False),    # no-spec, always, bandit: three labels
+    ("product", "2", "585", 282, True),
 ])
 def test_the_first_phase_must_fit_after_the_engines_start(rotation, repeats, deadline, need, started):
     got = plan(ROTATION=rotation, REPEATS=repeats, DEADLINE_S=deadline, **CLOSED)
@@ -55,10 +57,12 @@ def test_with_fit_repeats_the_first_phase_need_fit_only_once():
 FIT = r"""
 set -u
 say() { echo "SAY $*"; }; fits() { [ "$(left)" -gt "$1" ] || { echo "SAY skip $2"; return 1; }; }
-left() { echo "$LEFT"; }; load_sum() { echo "load repeats ${REPEATS}"; }; internal_state() { :; }
+left() { echo "$LEFT"; }; load_sum() { echo "load repeats ${REPEATS}"; echo "load args $*"; }
+internal_state() { echo "internal_state $*"; }; specctl() { echo "specctl $*"; }; MAXBS=128; SC=/sc
 DEADLINE=600; SUM=/dev/null; R=/dev/null; AB=x; SIDE=1; RUNS=6
 eval "$(sed -n '/^KVG=/,/^LEANALLOC=/p;/^BOTH_YES=/,/^SIDE_YES=/p' "$SCRIPT")"
 eval "$(sed -n '/^ab_rotation()/,/^}/p' "$SCRIPT")"
+eval "$(sed -n '/^restore_ab()/,/^}/p' "$SCRIPT")"
 eval "$(sed -n '/^OPEN_S=/,/^}$/p' "$SCRIPT")"
 source "$PHASES_SH"
 run_phase closedab; echo "after: REPEATS=$REPEATS"
@@ -83,7 +87,7 @@ def test_fit_repeats_runs_the_repeats_that_fit_and_leaves_repeats_as_it_was(fit,
            "FIT_REPEATS": fit, "ROTATION": "pair", "SHAPES": "closedab", "CLOSED_LEVELS": "1,16,48,128",
            "CLOSED_WARMUP": "5", "CLOSED_S": "10"}
     got = subprocess.run(["bash", "-c", FIT], env=env, capture_output=True, text=True, timeout=30)
-    lines = [x for x in got.stdout.splitlines() if x.startswith(("SAY closedab:", "SAY skip", "load", "after"))]
+    lines = [x for x in got.stdout.splitlines() if x.startswith(("SAY closedab:", "SAY skip", "load rep", "after"))]
     assert lines == said + ["after: REPEATS=3"], got.stdout + got.stderr
 
 
@@ -97,7 +101,7 @@ def test_fit_repeats_serves_every_ab_phase(phase, left, said):
            "FIT_REPEATS": "1", "ROTATION": "pair", "SHAPES": phase, "OPEN_RATES": "2,12,24", "OPEN_S": "10", "TOK": "tok"}
     got = subprocess.run(["bash", "-c", FIT.replace("run_phase closedab", f"run_phase {phase}")], env=env,
                          capture_output=True, text=True, timeout=30)
-    lines = [x for x in got.stdout.splitlines() if x.startswith((f"SAY {phase}:", "SAY skip", "load", "after"))]
+    lines = [x for x in got.stdout.splitlines() if x.startswith((f"SAY {phase}:", "SAY skip", "load rep", "after"))]
     assert lines == said + ["after: REPEATS=3"], got.stdout + got.stderr
 
 
@@ -624,3 +628,23 @@ for phase in closed steady bogus; do run_phase "$phase"; done; echo after
     assert got.stdout.splitlines() == ["SAY skip closed", "load --shape steady", "SAY steady done",
                                        "SAY unknown phase bogus", "after"], got.stdout + got.stderr
     assert 'source bench/gpu/phases.sh' in SCRIPT.read_text() and 'run_phase "$phase"' in SCRIPT.read_text()
+
+
+@pytest.mark.parametrize("rotation, engines, restore", [
+    ("product", "nospec=30001;always=30000:@threshold pin 128;bandit=30000:@threshold unpin",
+     "specctl threshold pin 0"),
+    ("pair", "nospec=30001;off=30000:", "internal_state 30000 {"),
+])
+def test_the_product_rotation_tells_the_daemon_and_pins_it_back_at_0_after_the_phase(rotation, engines, restore):
+    """ROTATION=product: always-on and the bandit are specctl commands to the daemon (loads.py gets its socket), and
+    the phase ends with the daemon pinned at 0 again (the next phase's off engine); the set_internal_state rotations
+    as before."""
+    env = {"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "PHASES_SH": str(PHASES_SH), "LEFT": "900", "REPEATS": "2",
+           "FIT_REPEATS": "1", "ROTATION": rotation, "SHAPES": "closedab", "CLOSED_LEVELS": "1,16,48,128",
+           "CLOSED_WARMUP": "5", "CLOSED_S": "10"}
+    got = subprocess.run(["bash", "-c", FIT], env=env, capture_output=True, text=True, timeout=30)
+    lines = got.stdout.splitlines()
+    load = next(x for x in lines if x.startswith("load args"))
+    assert f"--engines {engines}" in load and "--socket /sc/ctl.sock" in load, got.stdout + got.stderr
+    after = lines[lines.index(load) + 1:]
+    assert after and after[0].startswith(restore), got.stdout + got.stderr

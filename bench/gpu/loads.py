@@ -147,8 +147,10 @@ def apply(args: argparse.Namespace, state: dict | str, port: int | None = None) 
     if isinstance(state, str):
         import subprocess
         for command in state.split("&&"):
-            subprocess.run([sys.executable, "-m", "controller.cli", "--socket", args.socket, *command.split()],
-                           check=True, capture_output=True)
+            done = subprocess.run([sys.executable, "-m", "controller.cli", "--socket", args.socket, *command.split()],
+                                  capture_output=True, text=True)
+            if done.returncode:
+                raise SystemExit(f"specctl {command.strip()} refused: {(done.stderr or done.stdout).strip()}")
         return
     answer = post(port or args.port, "/set_internal_state", {"server_args": state}, 30)
     if not updated(answer):
@@ -175,13 +177,16 @@ def parse_configs(text: str | None, label: str | None, port: int | None,
     (several engines resident on the machine, measured alternately with the same seeds); an engine entry
     'label=PORT:JSON' (entries then separated by ';') is that engine switched to the set_internal_state
     body JSON before each of its runs: two states of one engine and a third engine inside one rotation, so
-    that drift of the host between phases cannot decide which state looks faster."""
+    that drift of the host between phases cannot decide which state looks faster; 'label=PORT:@threshold pin 128'
+    is that engine's daemon told so (specctl at --socket) instead: always-on and the bandit beside no-spec."""
     if engines:
         out = []
         for entry in engines.split(";" if ";" in engines else ","):
             name, _, rest = entry.strip().partition("=")
             port, _, state = rest.partition(":")
-            out.append((name.strip(), json.loads(state) if state.strip() else None, int(port)))
+            state = state.strip()
+            out.append((name.strip(), None if not state else state[1:].strip() if state.startswith("@")
+                        else json.loads(state), int(port)))
         return out
     if not text:
         return [(label, None, port)]
@@ -330,6 +335,8 @@ def main() -> None:
         return show(args.show)
     levels = [float(x) for x in (args.rates if args.shape == "open" else args.levels).split(",")]
     configs = parse_configs(args.configs, args.label, args.port, args.engines)
+    if not args.socket and any(isinstance(state, str) for _, state, _ in configs):
+        sys.exit("loads.py: a state written '@...' is specctl commands to a daemon: give its --socket")
     try:
         args.cpu_groups = parse_groups(args.cpu_groups)
         pins = cpusets.parse_rotation(args.pin_rotate)

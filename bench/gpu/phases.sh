@@ -34,21 +34,21 @@ run_phase() {
       ab_rotation; fit_repeats closedab
       fits "$(phase_need closedab)" closedab || return 0
       load_sum --shape closed --levels "$CLOSED" --seconds "$CLOSED_S" --warmup "$CLOSED_WARMUP" \
-        --engines "$AB" --repeats "${REPEATS:-2}" --flush --out "$R"
-      internal_state 30000 "$AB_RESTORE" | tee -a "$SUM"
+        --engines "$AB" --socket $SC/ctl.sock --repeats "${REPEATS:-2}" --flush --out "$R"
+      restore_ab
       say "closedab done" ;;
     openab)      # the same rotation on the open loop (Poisson arrivals at OPEN_RATES)
       ab_rotation; fit_repeats openab
       fits "$(phase_need openab)" openab || return 0
       load_sum --shape open --rates "$RATES" --seconds "$OPEN_S" --tokenizer $TOK \
-        --engines "$AB" --repeats "${REPEATS:-2}" --flush --out "$R"
-      internal_state 30000 "$AB_RESTORE" | tee -a "$SUM"
+        --engines "$AB" --socket $SC/ctl.sock --repeats "${REPEATS:-2}" --flush --out "$R"
+      restore_ab
       say "openab done" ;;
     steadyab)    # closedab's rotation on steady decode: graphs / eager / no writes against no-spec, one engine switched
       ab_rotation; fit_repeats steadyab
       fits "$(phase_need steadyab)" steadyab || return 0
-      load_sum --shape steady --levels 1,16,48,128 --steady-len 192 --engines "$AB" --repeats "${REPEATS:-2}" --flush --out "$R"
-      internal_state 30000 "$AB_RESTORE" | tee -a "$SUM"
+      load_sum --shape steady --levels 1,16,48,128 --steady-len 192 --engines "$AB" --socket $SC/ctl.sock --repeats "${REPEATS:-2}" --flush --out "$R"
+      restore_ab
       say "steadyab done" ;;
     openfast)    # the same for the open loop and steady decode (item 3's trade-off on every load shape)
       load_as fast "$KV_OFF" "$KV_ON" $((RUNS * nrates * (OPEN_S + 8))) \

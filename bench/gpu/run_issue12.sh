@@ -13,7 +13,9 @@ case "${PART:-all}" in
   b) shapes=closedab ;;
   *) echo "run_issue12.sh: PART must be all, a or b, got '${PART}'" >&2; exit 2 ;;
 esac
-export SHAPES=$shapes ROTATION=pair PIN_CPUS=1 PREFILL_GRAPH=default OFF_PATH=kv
+# ROTATION=product: the same loads with always-on and the bandit beside no-spec (run_pair.sh), not the record's rows
+case "${ROTATION:=pair}" in pair|product) ;; *) echo "run_issue12.sh: ROTATION must be pair or product, got '${ROTATION}'" >&2; exit 2 ;; esac
+export SHAPES=$shapes ROTATION PIN_CPUS=1 PREFILL_GRAPH=default OFF_PATH=kv
 # (PART=b: 10 s windows, so that even a cold machine's start, ~250 s, leaves the phase its 334 s)
 export CLOSED_LEVELS=1,16,48,128 OPEN_RATES=2,12,24 CLOSED_WARMUP=5 OPEN_S=10 REPEATS=${REPEATS:-2}
 export CLOSED_S=${CLOSED_S:-$([ "${PART:-all}" = b ] && echo 10 || echo 12)}

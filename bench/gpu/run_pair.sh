@@ -96,6 +96,11 @@ SIDE_YES="{$KVG, $LEANALLOC, \"spec_controller_draft_kv_side\": true}"
 # bonus tokens of an off batch (resolve; spec_controller_lean_resolve, plugin/offresolve.py; status counts them).
 # ROTATION=leanall: the no-spec engine, the default state (off) and the same with both of the above on (leanall: the
 # lean resolve and the prompts' writes held; each measured alone within the spread in 12-04e/f).
+# ROTATION=product: the product beside the engine a user compares against: the no-spec engine, the daemon pinned at
+# MAXBS (label always: every batch speculates) and the daemon unpinned (label bandit: the bandit decides, learning
+# from every batch of the call, the always runs' too, as on a server); the daemon pinned at 0 again after each phase.
+# At the end of the call: the decisions ($OUT/history.json) and the daemon's database ($OUT/state.db.xz: which mode
+# each run's batches took, bench/gpu/spec_share.py).
 # ROTATION=pair: only the no-spec engine and the daemon's engine in its default state (kv graphs, lean step,
 # allocation loop; label off): twice the runs per mode in the same time, for longer windows (12-03f: 5 s windows of
 # 128 clients moved 12-39 % run to run). ROTATION=fast: the same plus that state without the kv writes (label fast).
@@ -111,6 +116,9 @@ ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTOR
     AB_RESTORE="{$KVG, $LEANALLOC, \"$2\": $3}"
   }
   if [ "${ROTATION:-}" = pair ]; then AB="nospec=30001;off=30000:$dflt"; NAB=2; AB_RESTORE=$dflt
+  elif [ "${ROTATION:-}" = product ]; then   # '@': specctl commands to the daemon (loads.py --socket)
+    AB="nospec=30001;always=30000:@threshold pin $MAXBS;bandit=30000:@threshold unpin"; NAB=3
+    AB_RESTORE="@threshold pin 0"
   elif [ "${ROTATION:-}" = defer ]; then   # the default state, the same with the prompts' draft-KV writes held (promptkv)
     one_key defer spec_controller_defer_prompt_kv false
   elif [ "${ROTATION:-}" = resolve ]; then   # the default state, the same with the bonus tokens gathered alone (offresolve)
@@ -136,6 +144,10 @@ ab_rotation() { # sets AB (loads.py --engines), NAB (states in it) and AB_RESTOR
     AB="nospec=30001;off=30000:$KV_GRAPH_ON;kveager=30000:$KV_GRAPH_OFF;fast=30000:$KV_OFF"; NAB=4; AB_RESTORE=$KV_GRAPH_ON
   else AB="nospec=30001;off=30000:$KV_ON;fast=30000:$KV_OFF"; NAB=3; AB_RESTORE=$KV_ON; fi
   AB=$(echo "$AB" | sed "s/\([a-z]*\)=3000/\1${SUFFIX:-}=3000/g")    # after phase gcfreeze: labels end in -gcf
+}
+restore_ab() { # the daemon's engine back to AB_RESTORE after an ab phase ('@...': a specctl command)
+  if [ "${AB_RESTORE:0:1}" = @ ]; then specctl ${AB_RESTORE#@} | tee -a "$SUM"
+  else internal_state 30000 "$AB_RESTORE" | tee -a "$SUM"; fi
 }
 engine_lines() { # pattern: lines matching it in both engines' logs so far
   cat "$LOGS/nospec.log" "$LOGS/$GROUP_B.log" | grep -c "$1"
@@ -293,6 +305,10 @@ if engines_up; then
   if [ "$B" = off ]; then specctl status 2>&1 | grep -E "off path|plugin cost|off launch|samples" | tee -a "$SUM"
     # the plain mode's engagement and anything that went wrong in the daemon's engine (in this call)
     call_log $GROUP_B | grep -E "non-speculative batches|plain off|Leak|Traceback|Error" | head -8 | cut -c1-300 | tee -a "$SUM"
+  fi
+  if [ "${ROTATION:-}" = product ] && [ "$B" = off ]; then   # the bandit's decisions and samples of the call
+    specctl history --limit 5000 --json >"$OUT/history.json" 2>/dev/null; save_db
+    python3 bench/gpu/spec_share.py "$R" "$SC/state.db" --warmup "$CLOSED_WARMUP" --seconds "$CLOSED_S" | tee -a "$SUM"
   fi
   if [ "$KEEP" = 1 ]; then    # left up for the next call, which may reuse them: every phase put back its state
     touch $KEEP_DIR/clean
