@@ -52,7 +52,7 @@ def main() -> None:
     for (label, shape, level), runs in sorted(by_level.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
         shares = [r["spec_share"] for r in runs]
         print(f"SHARES {shape} {level} {label}: speculated {statistics.median(shares):.0%} of decode batches "
-              f"(runs {min(shares):.0%}-{max(shares):.0%}), mean batch {statistics.median(r['mean_bs'] for r in runs)}, "
+              f"(runs {min(shares):.0%}-{max(shares):.0%}), mean batch {statistics.median(r['mean_bs'] for r in runs):.1f}, "
               f"changes in the windows {sum(r['changes'] for r in runs)}")
     if not by_level:
         print("SHARES none: no run of a daemon label had decode batches in the database")
