@@ -154,6 +154,7 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
     if why and cfg["engine"]["kind"] == "sim":     # SGLang's load is its clients': [sim] is not read
         raise ConfigError(f"config: {why}")
     cfg["_path"] = str(path) if (explicit or path.exists()) else ""
+    cfg["_file_empty"] = bool(cfg["_path"]) and not file_data     # (config check's note: read here, not again)
     # (the defaults' bandit is nobody's choice: restore warns of a config policy not used only where one was given)
     cfg["_policy_given"] = any(k in ("name", "params") for s in (file_data, overrides or {}) for k in s.get("policy") or {})
     return cfg

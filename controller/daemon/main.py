@@ -146,7 +146,7 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     where = config_path or f"{DEFAULT_CONFIG}{'' if DEFAULT_CONFIG.exists() else ' (absent: built-in defaults)'}"
     sglang = cfg["engine"]["kind"] == "sglang"
     _say_notes(path_notes(cfg["sglang"]) + missing_path_notes(cfg["sglang"]) + off_path_note(cfg["sglang"]) + parsed
-               if sglang else _empty_note(config_path))
+               if sglang else _empty_note(cfg))
     user, group = service_account()     # the installed unit's User= / Group= (an operator's drop-in included)
     readable = service_cannot_read(cfg["sglang"], user, config=cfg["_path"]) if sglang else []
     port = cfg["control"]["metrics_port"]     # (the check binds nothing: as root, run would bind any port; the unit not)
@@ -155,16 +155,10 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     click.echo(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg)}; policy {cfg['policy']['name']})")
 
 
-def _empty_note(config_path: str | None) -> list[str]:
+def _empty_note(cfg: dict) -> list[str]:
     """A config file that sets nothing (empty, comments only: a `from-launch > FILE` that failed) runs the simulator."""
-    import tomllib
-    path = Path(config_path) if config_path else DEFAULT_CONFIG
-    try:
-        empty = path.is_file() and tomllib.loads(read_text_file(path)) == {}
-    except (OSError, ValueError, RecursionError):
-        empty = False
-    return [f"{path} sets nothing: run takes every default, the simulator (engine sim), and starts no SGLang"] \
-        if empty else []
+    return [f"{cfg['_path']} sets nothing: run takes every default, the simulator (engine sim), and starts no SGLang"] \
+        if cfg["_file_empty"] else []
 
 
 def _say_notes(notes: list[str]) -> None:
