@@ -69,13 +69,20 @@ def test_cf7_shadowed_of_a_file_nested_too_deeply_is_nothing(tmp_path):
     assert shadowed(tmp_path / "c.toml", {"sim": {"speed": 2.0}}) == []
 
 
-def test_ma5_the_empty_config_note_of_a_file_nested_too_deeply_is_nothing(tmp_path):
-    """config check's _empty_note reads the file again: a file nested too deeply is no empty one, no traceback."""
+def test_ma5_the_empty_config_note_is_the_files_own_as_load_config_read_it(tmp_path):
+    """config check's _empty_note: only a file that sets nothing (comments only) gets it, from the one reading of the
+    file (load_config); a file nested too deeply never reaches it (refused there, no traceback)."""
+    from controller.daemon.config import ConfigError, load_config
     from controller.daemon.main import _empty_note
     (tmp_path / "c.toml").write_text(DEEP_TOML)
-    assert _empty_note(str(tmp_path / "c.toml")) == []
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_config(tmp_path / "c.toml")
     (tmp_path / "e.toml").write_text("# nothing\n")
-    assert len(_empty_note(str(tmp_path / "e.toml"))) == 1
+    assert _empty_note(load_config(tmp_path / "e.toml")) == [
+        f"{tmp_path / 'e.toml'} sets nothing: run takes every default, the simulator (engine sim), and starts no SGLang"]
+    (tmp_path / "s.toml").write_text("[sim]\nspeed = 2.0\n")
+    assert _empty_note(load_config(tmp_path / "s.toml")) == []
+    assert _empty_note(load_config(tmp_path / "e.toml", {"sim": {"speed": 2.0}})) != []   # the file's, not --set's
 
 
 # --- SE2: [sglang] env's booleans are checked as the plugin reads them ("1" / "0") -----------------------------------
