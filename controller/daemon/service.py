@@ -5,7 +5,8 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from policies import Policy, PolicyError, make_policy, resolve_name
 from policies.params import shown      # (a value in a refusal, cut short)
@@ -40,7 +41,8 @@ class Service:
     Locks: `lock` guards the loop's state and is held for microseconds, never across I/O, so that
     status answers whatever SGLang or SQLite is doing; `_actuation` keeps retunes (and the HTTP
     calls that apply them) in order; `_commands` runs one operator command at a time: its durable
-    write first, then its effect in memory.
+    write first, then its effect in memory. A command waits for its turn and its write's start
+    within command_timeout_s in all (_command).
     """
 
     def __init__(self, cfg: dict, engine: Engine, writer: Writer):
@@ -59,7 +61,7 @@ class Service:
         self.job_errors: dict[str, int] = {}
         self.job_failing: dict[str, str] = {}     # job -> its error, while its newest run failed
         self.last_retune_ok = time.monotonic()
-        self.command_timeout_s = 5.0       # a command whose write has not started by then is refused
+        self.command_timeout_s = 5.0       # a command whose write has not started by then is refused (its turn included)
         self._logs = RateLimitedLog(log)
         saved = self._read(queries.settings)
         name, params, policy = saved_policy(saved, cfg, self._build_policy)
@@ -110,16 +112,30 @@ class Service:
         return policy, False
 
     # --- commands -------------------------------------------------------------
-    def _durable(self, items: list[tuple]) -> None:
+    @contextmanager
+    def _command(self) -> Iterator[float]:
+        """The operator commands' one lane; its deadline. The wait for a turn counts toward command_timeout_s: behind a
+        stuck writer each command waited out the one before it first, so the Nth of N at once was answered after N x 5 s
+        (specctl gave up at 10 s without knowing whether its pin was applied; helper-119)."""
+        deadline = time.monotonic() + self.command_timeout_s
+        if not self._commands.acquire(timeout=self.command_timeout_s):
+            why = self.writer.problem or "another command is waiting for it"
+            raise CommandRefused(f"the database writer is busy ({why}); nothing changed")
         try:
-            self.writer.transaction(items, timeout=self.command_timeout_s)
+            yield deadline
+        finally:
+            self._commands.release()
+
+    def _durable(self, items: list[tuple], deadline: float) -> None:
+        try:
+            self.writer.transaction(items, timeout=max(0.0, deadline - time.monotonic()))
         except WriteFailed as e:
             raise CommandRefused(str(e) if e.maybe_saved else f"{e}; nothing changed") from None
 
     def set_policy(self, name: str, params: Mapping[str, Any]) -> dict:
         """Validate, save, switch; PolicyError or CommandRefused (nothing changed) on failure."""
         policy = self._build_policy(name, params)
-        with self._commands:
+        with self._command() as deadline:
             with self.lock:
                 old, old_state = self.loop.policy, self.loop.policy.state()
             same = resolve_name(name) == old.name
@@ -134,7 +150,7 @@ class Service:
                 items.insert(0, policy_state_item(old.name, dict(old.params), old_state))
             except ValueError:
                 log.error("policy %s: its state holds a non-finite number; not saved", old.name)
-            self._durable(items)
+            self._durable(items, deadline)
             with self.lock:
                 if same:     # the same policy with new params keeps what it learned up to this instant
                     try:
@@ -158,12 +174,12 @@ class Service:
         if threshold is not None and not 0 <= threshold <= self.engine.max_batch_size:
             raise ValueError(f"threshold {shown(threshold)} out of range (allowed 0 .. the engine's largest batch, "
                              f"{self.engine.max_batch_size})")
-        with self._commands:
+        with self._command() as deadline:
             with self.lock:
                 changed = self.loop.pinned != threshold      # a pin where it is pinned, an unpin of nothing: no-ops
             if changed:
                 self._durable([setting_item("pinned", threshold),
-                               event_item("pin" if threshold is not None else "unpin", str(threshold))])
+                               event_item("pin" if threshold is not None else "unpin", str(threshold))], deadline)
                 with self.lock:
                     self.loop.pin(threshold)
         if changed:
