@@ -90,8 +90,21 @@ class _MetricsHandler(WSGIRequestHandler):
         reads.deadline = time.monotonic() + READ_TIMEOUT_S
         self.rfile = io.BufferedReader(reads)
 
+    def get_environ(self) -> dict:
+        return {**super().get_environ(), "specctl.finishing": lambda: self.server.finishing(self.request)}
+
     def log_message(self, format, *args) -> None:      # (prometheus_client's handler logs nothing either)
         pass
+
+
+def _answer_then_done(app):
+    """app, its connection's slot freed once the scrape's answer is ready (before it is written: the scraper may connect
+    again as soon as it has read it, before its hang-up reaches the server; clients.BoundedClients.finishing)."""
+    def run(environ, start_response):
+        result = app(environ, start_response)
+        environ["specctl.finishing"]()
+        return result
+    return run
 
 
 class _MetricsServer(BoundedClients, ThreadingMixIn, WSGIServer):
@@ -110,7 +123,7 @@ def start_metrics(service: Any, port: int, addr: str = "127.0.0.1") -> tuple[WSG
     registry = CollectorRegistry()
     registry.register(ServiceCollector(service))
     server = type("Server", (_MetricsServer,), {"address_family": _family(addr)})
-    httpd = make_server(addr, port, make_wsgi_app(registry), server, _MetricsHandler)
+    httpd = make_server(addr, port, _answer_then_done(make_wsgi_app(registry)), server, _MetricsHandler)
     thread = threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True)
     thread.start()
     return httpd, thread
