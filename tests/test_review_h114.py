@@ -80,10 +80,9 @@ def metrics_server(monkeypatch):
     from controller.daemon import metrics
     monkeypatch.setattr(metrics, "METRICS_CLIENTS", 2, raising=False)
     monkeypatch.setattr(metrics, "READ_TIMEOUT_S", 30.0, raising=False)
-    httpd, _ = metrics.start_metrics(_Service(), 0)
+    httpd = metrics.start_metrics(_Service(), 0)
     yield httpd.server_address[1], lambda s: monkeypatch.setattr(metrics, "READ_TIMEOUT_S", s, raising=False)
-    httpd.shutdown()
-    httpd.server_close()
+    httpd.stop()
 
 
 def _scrape(port: int) -> bytes:

@@ -198,7 +198,7 @@ def test_a_scraper_that_closes_and_connects_again_at_once_at_the_metrics_cap_is_
     """Over TCP the scraper's hang-up may reach the server after its next connection: the slot is freed once the
     answer is ready (a scrape is one answer per connection)."""
     monkeypatch.setattr(metrics, "METRICS_CLIENTS", 4)
-    httpd, _ = metrics.start_metrics(_Service(), 0)
+    httpd = metrics.start_metrics(_Service(), 0)
     port = httpd.server_address[1]
     idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]    # requests not yet sent
     try:
@@ -210,5 +210,4 @@ def test_a_scraper_that_closes_and_connects_again_at_once_at_the_metrics_cap_is_
     finally:
         for s in idle:
             s.close()
-        httpd.shutdown()
-        httpd.server_close()
+        httpd.stop()

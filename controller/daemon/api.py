@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import socketserver
-import threading
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
@@ -170,6 +169,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _UnixHTTPServer(BoundedClients, socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     request_queue_size = BACKLOG
+    thread_name = "control-api"
 
     def __init__(self, *args, **kwargs):
         self.max_clients = MAX_CLIENTS          # (read at each start: the tests set it lower)
@@ -190,15 +190,13 @@ class ControlServer:
             os.umask(old)
         st = os.lstat(self.path)
         self._inode = (st.st_dev, st.st_ino)           # stop() removes this socket and nothing else
-        self.thread = threading.Thread(target=self.server.serve_forever, name="control-api", daemon=True)
+        self.thread = self.server.thread
 
     def start(self) -> None:
         self.thread.start()
 
     def stop(self) -> None:
-        if self.thread.is_alive():         # shutdown() waits for serve_forever, forever if it never ran
-            self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
         try:
             st = os.lstat(self.path)
             if (st.st_dev, st.st_ino) == self._inode:

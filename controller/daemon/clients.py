@@ -14,6 +14,7 @@ import time
 
 log = logging.getLogger("spec_controller.api")
 HUNG_UP = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)     # (RDHUP: Linux; a TCP peer's FIN)
+STOP_WAIT_S = 5.0           # how long a server's stop waits for the answers being written to finish
 
 
 class DeadlineIO(socket.SocketIO):
@@ -41,7 +42,8 @@ def busy_answer(content_type: str, body: bytes) -> bytes:
 
 class BoundedClients:
     """Mixed in before socketserver.ThreadingMixIn: at most `max_clients` connections served at once, each on its own
-    thread; one more is answered `busy` and closed on the accepting thread, which never waits for a client.
+    thread; one more is answered `busy` and closed on the accepting thread, which never waits for a client. It serves
+    on `thread` (thread.start()); stop() ends that thread and every client's, and lets go of the listening socket.
 
     A connection whose client has hung up, or whose one answer is on its way (`finishing`: the metrics'), no longer
     counts: its thread is only on its way out, and a client that closed and connected again at once found its old
@@ -49,13 +51,39 @@ class BoundedClients:
     toward a hard ceiling of twice the cap: clients that send a slow command and hang up cannot pile up threads."""
     max_clients = 64
     busy = busy_answer("application/json", b'{"error": "too many clients at once"}')
+    thread_name = "server"
 
     def __init__(self, *args, **kwargs):
-        self._served: dict[socket.socket, bool] = {}        # connection -> finishing
+        self._served: dict[socket.socket, bool] = {}                 # connection -> finishing
+        self._threads: dict[socket.socket, threading.Thread] = {}    # each served connection's thread (stop joins)
         self._served_lock = threading.Lock()
+        self.thread = threading.Thread(target=self.serve_forever, name=self.thread_name, daemon=True)
         super().__init__(*args, **kwargs)
 
+    def stop(self) -> None:
+        """serve_forever ended, the listening socket closed and each client's thread ended (socketserver joins no
+        daemon thread): a request still being read ends at once (a client that connected and sent nothing held its
+        thread until its read deadline), an answer being written is finished, within STOP_WAIT_S in all."""
+        if self.thread.is_alive():         # shutdown() waits for serve_forever, forever if it never ran
+            self.shutdown()
+        self.server_close()
+        with self._served_lock:
+            serving = dict(self._threads)
+        for request in serving:
+            try:
+                request.shutdown(socket.SHUT_RD)
+            except OSError:                # (closed meanwhile)
+                pass
+        deadline = time.monotonic() + STOP_WAIT_S
+        for thread in serving.values():
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if left := sum(thread.is_alive() for thread in serving.values()):
+            log.warning("%s: %d client%s still being answered at stop", self.thread_name, left, "s" * (left != 1))
+        if self.thread.ident is not None:
+            self.thread.join()
+
     def process_request(self, request, client_address) -> None:
+        """socketserver.ThreadingMixIn's, each thread kept until it ends (stop() joins them)."""
         with self._served_lock:
             admitted = self._room()
             if admitted:
@@ -68,8 +96,11 @@ class BoundedClients:
                 pass
             self.shutdown_request(request)
             return
+        thread = threading.Thread(target=self.process_request_thread, args=(request, client_address), daemon=True)
+        with self._served_lock:
+            self._threads[request] = thread
         try:
-            super().process_request(request, client_address)
+            thread.start()
         except BaseException:              # (no thread started: "can't start new thread")
             self._forget(request)
             raise
@@ -99,6 +130,7 @@ class BoundedClients:
     def _forget(self, request) -> None:
         with self._served_lock:
             self._served.pop(request, None)
+            self._threads.pop(request, None)
 
     def shutdown_request(self, request) -> None:
         self._forget(request)          # before its close: its descriptor's number may be another's at once

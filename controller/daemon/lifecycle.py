@@ -38,6 +38,7 @@ class Daemon:
         self.watch: dict[str, threading.Thread] = {}     # worker threads whose death ends the daemon
         self.stall_s = 60.0                               # no retune that worked for this long: exit
         self.own_files = OwnFiles()                       # the database and the socket, removed under it: exit
+        self.metrics = None                               # the metrics server ([control] metrics_port), once serving
 
     def request_stop(self, reason: str) -> dict:
         """Ask the daemon to drain and exit 0 (SIGTERM, SIGINT, `specctl stop`); the first reason wins."""
@@ -75,7 +76,7 @@ class Daemon:
         if ctl["metrics_port"]:      # before the control socket: once that answers, everything is up
             from .metrics import start_metrics
             try:
-                start_metrics(service, ctl["metrics_port"], ctl["metrics_addr"])
+                self.metrics = start_metrics(service, ctl["metrics_port"], ctl["metrics_addr"])
             except OSError as e:
                 raise port_taken(ctl["metrics_port"], e) from None
         try:
@@ -168,6 +169,7 @@ class Daemon:
         else:
             leave_wal(db)
         server.stop()
+        self._stop_metrics()
         lock.release()
         # (the writer's own error lines are held back for a minute: on a full disk the final checkpoint, what the
         # policy learned since the last one, was lost under "drained and flushed")
@@ -188,6 +190,7 @@ class Daemon:
             engine.start(service.ingest.on_sample)
             return self._bring_up(engine, service)
         except BaseException as e:
+            self._stop_metrics()           # (started before a control socket that failed)
             engine.stop()
             message = str(e) if isinstance(e, (Fatal, EngineError)) else f"start-up failed: {type(e).__name__}: {e}"
             writer.event("error", message)
@@ -195,6 +198,13 @@ class Daemon:
             if isinstance(e, Fatal) or not isinstance(e, Exception):
                 raise
             raise Fatal(message) from None
+
+    def _stop_metrics(self) -> None:
+        """The metrics port let go and its threads ended (it served on after the daemon stopped: ServiceCollector
+        read a drained service for as long as the process lived)."""
+        if self.metrics is not None:
+            self.metrics.stop()
+            self.metrics = None
 
     def _serve(self, engine: Engine, service, writer: Writer) -> None:
         """Until SIGTERM, or until the daemon cannot go on: the engine gone, a worker thread dead, or

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import io
 import socket
-import threading
 import time
 from socketserver import ThreadingMixIn
 from typing import Any, Iterator
@@ -110,20 +109,21 @@ def _answer_then_done(app):
 class _MetricsServer(BoundedClients, ThreadingMixIn, WSGIServer):
     daemon_threads = True
     busy = busy_answer("text/plain; charset=utf-8", b"too many clients at once\n")
+    thread_name = "metrics"
 
     def __init__(self, *args, **kwargs):
         self.max_clients = METRICS_CLIENTS
         super().__init__(*args, **kwargs)
 
 
-def start_metrics(service: Any, port: int, addr: str = "127.0.0.1") -> tuple[WSGIServer, threading.Thread]:
+def start_metrics(service: Any, port: int, addr: str = "127.0.0.1") -> _MetricsServer:
     """prometheus_client's start_http_server, bounded as the control API is (clients.py): its own server kept a thread
-    and a descriptor for each client that connected and sent nothing, as long as that client stayed."""
+    and a descriptor for each client that connected and sent nothing, as long as that client stayed. The server
+    returned serves until its stop() (the daemon's drain: the port let go, its threads ended)."""
     from prometheus_client import make_wsgi_app
     registry = CollectorRegistry()
     registry.register(ServiceCollector(service))
     server = type("Server", (_MetricsServer,), {"address_family": _family(addr)})
     httpd = make_server(addr, port, _answer_then_done(make_wsgi_app(registry)), server, _MetricsHandler)
-    thread = threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True)
-    thread.start()
-    return httpd, thread
+    httpd.thread.start()
+    return httpd
