@@ -12,7 +12,7 @@ import click
 
 from ..paths import db_path_problem, find_db, find_socket, present, socket_path_problem
 from .client import DaemonError, DaemonUnreachable, request
-from .options import EXIT_ERROR, EXIT_USAGE, fail_as
+from .options import EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE, fail_as
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -205,6 +205,25 @@ def full_params(saved: dict) -> dict:
         except PolicyError:
             pass
     return params
+
+
+def no_database(ctx: Ctx, why: str) -> NoReturn:
+    """A read's answer where no daemon answers (why: DaemonUnreachable's words) and there is no database to read
+    either, one line and code for status, threshold, history, plot and policy show (history and policy show exited 1
+    'database D does not exist', plot 1 'no database at D'): exit 3, the daemon is not running; 4 where a daemon
+    holds the database's lock and has not created it yet (starting)."""
+    holder = lock_holder(ctx.db)
+    if holder not in (None, UNREADABLE):
+        fail(f"daemon pid {holder} holds {ctx.db} but has not created it yet (starting)", EXIT_STARTING)
+    fail(f"daemon is not running ({why}) and there is no database at {ctx.db}", EXIT_NOT_RUNNING)
+
+
+def read_offline(ctx: Ctx, read: Callable[[Any], Any], unreachable: Exception) -> Any:
+    """A read command's answer from the database, where no daemon answered (unreachable: why); no_database's line
+    where there is none."""
+    if not present(ctx.db):
+        no_database(ctx, str(unreachable))
+    return offline_read(ctx, read)
 
 
 def offline_read(ctx: Ctx, read: Callable[[Any], Any]) -> Any:

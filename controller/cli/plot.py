@@ -7,7 +7,8 @@ from typing import Any
 import click
 
 from ..paths import present
-from .common import Ctx, fail, given_db_exists, offline_read
+from .client import DaemonUnreachable
+from .common import Ctx, call, fail, given_db_exists, no_database, offline_read
 from .figures import PlotError, draw_threshold, plot_path_param, pyplot, save
 from .options import Bounded
 
@@ -56,8 +57,13 @@ def plot(ctx: Ctx, path: str, last_s: float, bin_s: float | None) -> None:
     """Threshold, share speculated, accept length and tok/s over time, from the database."""
     from state import timeline
     given_db_exists(ctx)
-    if not present(ctx.db):
-        fail(f"no database at {ctx.db}")
+    if not present(ctx.db):         # (plot reads the file alone: the daemon is asked only why there is none)
+        try:
+            answer = call(ctx, "GET", "/status")
+        except DaemonUnreachable as e:
+            no_database(ctx, str(e))
+        served = (answer.get("daemon") or {}).get("db") if isinstance(answer, dict) else None
+        fail(f"no database at {ctx.db}: the daemon on {ctx.socket} keeps {served} (plot it with --db)")
 
     def read(db) -> tuple | None:       # one opening of the database for all three queries
         t_end = timeline.newest_t(db)

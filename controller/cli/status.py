@@ -11,7 +11,7 @@ from ..paths import present
 from ..status import build_status, summarise
 from .client import DaemonUnreachable
 from .common import (UNREADABLE, Ctx, ago, alias_note, call, emit, fail, full_params, json_option, lock_holder,
-                     offline_read, trial_note)
+                     no_database, offline_read, trial_note)
 from .holder import find_holder
 from .options import EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE
 
@@ -234,9 +234,7 @@ def current_status(ctx: Ctx, explain: bool) -> tuple[dict, int]:
         holder = lock_holder(ctx.db)
         holder = None if holder == UNREADABLE else holder
         if not present(ctx.db):
-            if holder:          # (the instant between a starting daemon's lock and its database)
-                fail(f"daemon pid {holder} holds {ctx.db} but has not created it yet (starting)", EXIT_STARTING)
-            fail(f"daemon is not running ({e}) and there is no database at {ctx.db}", EXIT_NOT_RUNNING)
+            no_database(ctx, str(e))
         found = find_holder(ctx.db, ctx.socket, holder) if holder else None
         if found and found.elsewhere:       # a healthy daemon, and a mistyped --socket: say so, nothing else
             fail(found.mismatch(), EXIT_USAGE)

@@ -11,7 +11,7 @@ from ..contract import MAX_BATCH
 from ..paths import present
 from .client import DaemonError, DaemonUnreachable, request
 from .common import (UNREADABLE, Ctx, alias_note, call, emit, fail, full_params, given_db_exists, json_option,
-                     lock_holder, offline_read, refuse_held, save_offline, trial_note)
+                     lock_holder, offline_read, read_offline, refuse_held, save_offline, trial_note)
 from .options import EXIT_USAGE, NEGATIVE_ARGS, Bounded
 
 
@@ -74,10 +74,10 @@ def policy_show(ctx: Ctx, as_json: bool) -> None:
     """The active policy and its parameters."""
     try:
         info = call(ctx, "GET", "/policy")
-    except DaemonUnreachable:
+    except DaemonUnreachable as e:
         from policies import known_name
         from state import queries
-        settings = offline_read(ctx, queries.settings)
+        settings = read_offline(ctx, queries.settings, e)
         saved = settings.get("policy") or {}
         info = {"name": saved.get("name"), "policy": known_name(saved.get("name")), "params": full_params(saved),
                 "pinned": settings.get("pinned"), "daemon_running": False}     # (pinned: as the daemon's, or null)
@@ -229,9 +229,9 @@ def history(ctx: Ctx, limit: int, as_json: bool) -> None:
     """Recent threshold decisions, newest first."""
     try:
         rows = call(ctx, "GET", f"/history?limit={limit}")
-    except DaemonUnreachable:
+    except DaemonUnreachable as e:
         from state import queries
-        rows = offline_read(ctx, lambda db: queries.recent_decisions(db, limit))
+        rows = read_offline(ctx, lambda db: queries.recent_decisions(db, limit), e)
 
     def render(rows):
         if not rows:
