@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from .contract import (ENV_DEFER_PROMPT_KV, ENV_DRAFT_KV_COALESCE, ENV_DRAFT_KV_GRAPH, ENV_DRAFT_KV_SIDE, ENV_LEAN_OFF,
                        ENV_LEAN_RESOLVE)
+from .numtext import int_text
 
 OFF_WORDS = frozenset({"0", "false", "no", "off"})
 ON_WORDS = frozenset({"1", "true", "yes", "on"})
@@ -31,11 +32,10 @@ def switch_on(env: Mapping[str, str], name: str, default: bool = True) -> bool:
 
 
 def env_int(raw: str) -> int | None:
-    """An environment value as an integer, or None: ASCII decimal digits only, at most 9 of them ('²' passes
-    isdigit() and not int(); int() of thousands of digits raises, which would stop the scheduler's start-up; '٣'
-    passes isdecimal() and reads 3, as no operator wrote it: the daemon's numbers are ASCII too, numtext)."""
-    text = raw.strip()
-    return int(text) if text.isascii() and text.isdecimal() and len(text) <= 9 else None
+    """An environment value as an integer, or None: numtext's rule, as every integer an operator writes ('08', ' 8'
+    and '+8' were read here and refused at specctl's arguments; '²' passes isdigit() and not int(); '٣' passes
+    isdecimal() and reads 3; int() of thousands of digits raised, which would stop the scheduler's start-up)."""
+    return int_text(raw)
 
 
 def operator_value_problem(name: str, value: str) -> str | None:

@@ -1,18 +1,24 @@
-"""Numbers written as text where they cross a boundary (specctl's arguments, policy parameters, the control API's
-queries): ASCII decimal only. int() and float() also take "1_0" (10), "+5", other scripts' digits ("٣" is 3) and, for
-float(), "nan" / "infinity": a typo or a hostile value would be read as a number. Standard library only (specctl's
-start-up path and the policies import it)."""
+"""Numbers written as text where they cross a boundary (specctl's and spec-controller's arguments, `--param` and
+`--set` values, policy parameters given as text in the config or the API, the control API's queries, the plugin's
+integer variable): one rule, written here. An integer is ASCII digits, a '-' before them at most, without leading
+zeros ("0" itself) and with nothing around them: the integer grammar of JSON, which the API's bodies take. A number
+writes its digits before the point the same way (0.5, .5, 5., 1e-3; not 05.5). int() and float() also took " 5" and
+"05", "+5", "1_0" (10), other scripts' digits ("٣" is 3) and, for float(), "nan" / "infinity": a typo or a hostile
+value was read as a number. Standard library only (specctl's start-up path, the policies and the SGLang plugin's
+envwords import it)."""
 from __future__ import annotations
 
 import re
 
-INTEGER = re.compile(r"-?[0-9]+")
-DECIMAL = re.compile(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
+DECIMAL = re.compile(r"-?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# What a refusal says of the rule (a number written otherwise: "threshold '05' is not an integer (ASCII digits ...)")
+WRITTEN = "ASCII digits, a '-' at most: no '+', spaces, '_' or leading zeros"
 
 
 def int_text(text: str) -> int | None:
-    """The integer `text` writes in ASCII digits with a minus at most, or None (None too past int()'s digit limit,
-    4300: its ValueError was a traceback out of run's --concurrency, simulate's levels and specctl's pin)."""
+    """The integer `text` writes by the rule above, or None (None too past int()'s digit limit, 4300: its ValueError
+    was a traceback out of run's --concurrency, simulate's levels and specctl's pin)."""
     if not INTEGER.fullmatch(text):
         return None
     try:
@@ -22,7 +28,7 @@ def int_text(text: str) -> int | None:
 
 
 def decimal_text(text: str) -> float | None:
-    """The number `text` writes as an ASCII decimal (an exponent allowed: "1e-3"), or None."""
+    """The number `text` writes by the rule above (an exponent allowed: "1e-3"), or None."""
     return float(text) if DECIMAL.fullmatch(text) else None
 
 

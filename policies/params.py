@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from numbers import Integral, Real
 from typing import Any, Mapping
 
-from controller.numtext import decimal_text, echoed
+from controller.numtext import WRITTEN, decimal_text, echoed, int_text
 
 from .types import PolicyError
 
@@ -25,19 +26,23 @@ class ParamSpec:
     help: str
 
     def coerce(self, policy: str, raw: Any) -> float | int:
-        try:
-            if isinstance(raw, bool):
-                raise ValueError
-            number = decimal_text(raw.strip()) if isinstance(raw, str) else float(raw)    # ("1_0": no, numtext.py)
-            if number is None or not math.isfinite(number):       # (nan and inf: no parameter's value, not "out of range")
-                raise ValueError
-            if self.kind is int and number != int(number):
-                raise ValueError
-            value = int(number) if self.kind is int else number
-        except (TypeError, ValueError, OverflowError):
+        """raw as this parameter's value: text by numtext's rule (an int parameter's as an integer: not "5.0" or
+        "1e1"), else a JSON / TOML number (an int parameter's an integer: not 5.0, as the API's bodies and the config's
+        other integers); PolicyError otherwise or out of range."""
+        if isinstance(raw, str):
+            value = (int_text if self.kind is int else decimal_text)(raw)
+        elif isinstance(raw, bool) or not isinstance(raw, Integral if self.kind is int else Real):
+            value = None
+        else:
+            try:
+                value = int(raw) if self.kind is int else float(raw)
+            except OverflowError:           # (an integer past a float's range)
+                value = None
+        if value is None or isinstance(value, float) and not math.isfinite(value):     # (nan, inf: not "out of range")
+            written = f"; {WRITTEN}" if isinstance(raw, str) and value is None else ""
             raise PolicyError(
                 f"policy {policy}: parameter {self.name}={shown(raw)} is not a valid {self.kind.__name__} "
-                f"(allowed {self.lo:g} .. {self.hi:g})") from None
+                f"(allowed {self.lo:g} .. {self.hi:g}{written})")
         if not (self.lo <= value <= self.hi):
             raise PolicyError(
                 f"policy {policy}: parameter {self.name}={shown(raw)} out of range "

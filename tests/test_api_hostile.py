@@ -182,7 +182,7 @@ def test_a_threshold_must_be_a_json_integer(api, threshold):
     assert service.calls == []                              # "1_0" pinned 10, "\u0663" pinned 3
 
 
-@pytest.mark.parametrize("limit", ["+5", "%205", "1_0", "", "%D9%A3", "5.0"])
+@pytest.mark.parametrize("limit", ["+5", "%205", "1_0", "", "%D9%A3", "5.0", "05", "5%20", "-05"])
 def test_a_query_limit_must_be_ascii_digits(api, limit):
     path, _ = api
     status, _, error = _answer(_exchange(path, f"GET /history?limit={limit} HTTP/1.1\r\n\r\n".encode()))

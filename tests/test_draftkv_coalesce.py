@@ -122,7 +122,7 @@ def test_the_buffer_holds_n_batches_of_the_largest_batch_within_its_limit():
 
 
 @pytest.mark.parametrize("raw, n", [("", None), ("8", 8), ("2", 2), ("64", 64), ("1", 1), ("0", 1),
-                                    ("65", None), ("x", None), (" 4 ", 4), ("\u00b2", None),
+                                    ("65", None), ("x", None), (" 4 ", None), ("04", None), ("\u00b2", None),
                                     ("9" * 5000, None)])   # (isdigit: "²")
 def test_the_environment_names_the_batches_per_write_or_leaves_the_default(raw, n, caplog):
     with caplog.at_level(logging.WARNING, logger="spec_controller.plugin"):

@@ -6,6 +6,7 @@ import logging
 import pytest
 
 from controller.daemon import apicheck
+from controller.numtext import WRITTEN
 from policies import PolicyError, make_policy
 from policies import params as policy_params
 from tests.test_api_hostile import _answer, _exchange, _post, _server, api  # noqa: F401  (fixtures)
@@ -23,7 +24,7 @@ def test_a_query_integer_with_a_plus_sign_is_refused(api):
     """'+' in a query is a space once decoded ('?limit=+5' is ' 5'); '%2B5' is a real plus, which int() takes."""
     path, _ = api
     status, _, error = _answer(_exchange(path, b"GET /history?limit=%2B5 HTTP/1.1\r\n\r\n"))
-    assert (status, error) == (400, "limit must be an integer, got '+5'")
+    assert (status, error) == (400, f"limit must be an integer, got '+5' ({WRITTEN})")
 
 
 def test_a_body_of_exactly_the_limit_is_read_and_one_byte_more_is_413(api):

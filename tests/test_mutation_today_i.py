@@ -25,11 +25,15 @@ def _passed_records(run):
 
 # --- OP2: specctl simulate's --arrival-rate list takes spaces after its commas ----------------------------------------
 def test_op2_a_rate_list_with_spaces_after_its_commas_is_read():
-    """decimal_text takes no space: each part is stripped first ('2, 12', as the concurrency list and run's flags)."""
+    """decimal_text takes no space: the spaces beside each comma are the list's ('2, 12', as the concurrency list);
+    around the list they are no number's (numtext's rule, as a single value's: ' 8' is refused)."""
+    import click
     from controller.cli.openloop import parse_rates
     from controller.cli.simulate import _levels
     assert parse_rates("2, 12 ,24", ()) == [2.0, 12.0, 24.0]
-    assert _levels(" 8, 16", ()) == [8, 16]
+    assert _levels("8 , 16", ()) == [8, 16]
+    with pytest.raises(click.BadParameter):
+        _levels(" 8, 16", ())
 
 
 # --- AP3: a left-over control socket that unlink refuses for any reason is one line ----------------------------------

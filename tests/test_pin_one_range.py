@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from controller.cli.main import cli
 from controller.contract import MAX_BATCH
+from controller.numtext import WRITTEN
 from tests.daemon_proc import DaemonProc
 
 
@@ -84,7 +85,8 @@ def test_with_no_daemon_and_no_database_it_is_still_a_usage_error(short_tmp):
     assert not json.dumps(res.output).count("Traceback")
 
 
-@pytest.mark.parametrize("value, says", [("9" * 4000, "out of range (allowed 0 .. 65536)"), ("x" * 5000, "is not an integer")])
+@pytest.mark.parametrize("value, says", [("9" * 4000, "out of range (allowed 0 .. 65536)"),
+                                         ("x" * 5000, f"is not an integer ({WRITTEN})")])
 def test_with_no_daemon_a_huge_value_is_echoed_cut_short_as_the_daemon_does(short_tmp, value, says):
     res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "none.sock"), "threshold", "pin", value],
                              prog_name="specctl")

@@ -11,6 +11,7 @@ import zmq
 
 from controller import contract
 from controller.contract import FAST_OFF_KEY, SIM_ACC_KEY, THRESHOLD_KEY, decode
+from controller.numtext import int_text
 from controller.plugin import draftkv, fastoff, telemetry
 from controller.plugin.instance import Plugin, state_output
 
@@ -903,7 +904,8 @@ def test_the_stats_say_whether_threshold_0_saves_prefills_the_draft_and_go_out_o
     assert plug.telemetry.stats_due
 
 
-@pytest.mark.parametrize("raw, threshold", [("7", 7), (" 12 ", 12), ("0", 0), (str(contract.MAX_BATCH), contract.MAX_BATCH),
+@pytest.mark.parametrize("raw, threshold", [("7", 7), (" 12 ", 0), ("012", 0), ("0", 0),
+                                            (str(contract.MAX_BATCH), contract.MAX_BATCH),
                                             ("-3", 0), ("x", 0), ("\u00b2", 0), (str(contract.MAX_BATCH + 1), 0),
                                             ("9" * 5000, 0)])     # (int() of 5,000 digits raises)
 def test_the_engine_starts_at_the_daemons_threshold_or_at_0_with_a_warning(raw, threshold, caplog):
@@ -913,14 +915,16 @@ def test_the_engine_starts_at_the_daemons_threshold_or_at_0_with_a_warning(raw, 
     warned = [r.getMessage() for r in caplog.records if contract.ENV_INITIAL_THRESHOLD in r.getMessage()]
     assert len(warned) == (0 if raw.strip() == str(threshold) else 1)
     if warned:          # it says why: not a number at all, or a number out of range
-        why = "out of range" if raw.strip().isdecimal() and len(raw) < 10 else ": not a non-negative integer;"
+        why = "out of range" if int_text(raw) is not None else ": not a non-negative integer;"     # (numtext's)
         assert why in warned[0] and "starting at 0" in warned[0] and len(warned[0]) < 300, warned
 
 
-def test_environment_integers_are_decimal_digits_nine_at_most_and_are_shown_cut():
+def test_environment_integers_follow_numtexts_rule_and_are_shown_cut():
+    """As every integer an operator writes (controller/numtext.py): ' 7 ' and '07' were read as 7 here only."""
     from controller.plugin.instance import env_int, shown
-    assert [env_int(x) for x in ("123456789", " 7 ", "1234567890", "\u00b2", "-1", "", "0", "\u0663", "\uff13")] == \
-        [123456789, 7, None, None, None, None, 0, None, None]       # (Arabic-Indic and full-width 3: not ASCII)
+    assert [env_int(x) for x in ("123456789", " 7 ", "07", "1234567890", "\u00b2", "-1", "", "0", "\u0663",
+                                 "\uff13")] == \
+        [123456789, None, None, 1234567890, None, -1, None, 0, None, None]   # (Arabic-Indic, full-width 3: not ASCII)
     assert shown("abc") == "'abc'" and shown("x" * 40) == repr("x" * 40)
     assert shown("x" * 41) == repr("x" * 40) + "... (41 characters)"
 

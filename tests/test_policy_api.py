@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from controller.numtext import WRITTEN
 from policies import Decision, PolicyError, Snapshot, list_policies, make_policy, parse_kv, resolve_name
 from policies.params import ParamSpec, resolve_params
 
@@ -20,7 +21,10 @@ def test_parameter_ranges_are_inclusive():
     assert resolve_params("p", SPECS, {"c": "0", "n": 64}) == {"c": 0.0, "n": 64}
     assert resolve_params("p", SPECS, {"c": 100, "n": "1"}) == {"c": 100.0, "n": 1}
     assert resolve_params("p", SPECS, None) == {"c": 1.0, "n": 2}
-    assert type(resolve_params("p", SPECS, {"n": "7.0"})["n"]) is int
+    assert type(resolve_params("p", SPECS, {"n": "7"})["n"]) is int
+    for written in ("7.0", 7.0):          # (an int parameter is an integer, as numtext and the API's bodies write one)
+        with pytest.raises(PolicyError, match="is not a valid int"):
+            resolve_params("p", SPECS, {"n": written})
     assert type(resolve_params("p", SPECS, {"c": 3})["c"]) is float
 
 
@@ -29,11 +33,11 @@ def test_parameter_ranges_are_inclusive():
     ({"c": 100.5}, "policy p: parameter c=100.5 out of range (allowed 0 .. 100)"),
     ({"n": 0}, "policy p: parameter n=0 out of range (allowed 1 .. 64)"),
     ({"n": 65}, "policy p: parameter n=65 out of range (allowed 1 .. 64)"),
-    ({"n": "2.5"}, "policy p: parameter n='2.5' is not a valid int (allowed 1 .. 64)"),
+    ({"n": "2.5"}, f"policy p: parameter n='2.5' is not a valid int (allowed 1 .. 64; {WRITTEN})"),
     ({"c": True}, "policy p: parameter c=True is not a valid float (allowed 0 .. 100)"),
     ({"c": None}, "policy p: parameter c=None is not a valid float (allowed 0 .. 100)"),
-    ({"n": "1e400"}, "policy p: parameter n='1e400' is not a valid int (allowed 1 .. 64)"),
-    ({"c": "nan"}, "policy p: parameter c='nan' is not a valid float (allowed 0 .. 100)"),
+    ({"n": "1e400"}, f"policy p: parameter n='1e400' is not a valid int (allowed 1 .. 64; {WRITTEN})"),
+    ({"c": "nan"}, f"policy p: parameter c='nan' is not a valid float (allowed 0 .. 100; {WRITTEN})"),
     ({"c": float("inf")}, "policy p: parameter c=inf is not a valid float (allowed 0 .. 100)"),
     ({"x": 1, "b": 2}, "policy p: unknown parameter 'b' (allowed: c, n)"),
 ])

@@ -11,7 +11,7 @@ from typing import Any, Callable, NoReturn
 import click
 
 from .. import __version__
-from ..numtext import decimal_text, echoed, int_text
+from ..numtext import WRITTEN, decimal_text, echoed, int_text
 
 # Exit codes (README "specctl"): the same for every command.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -106,10 +106,10 @@ class Bounded(click.ParamType):
         if isinstance(value, self.kind) and not isinstance(value, bool):
             number = value
         else:
-            number = (int_text if self.kind is int else decimal_text)(str(value).strip())
+            number = (int_text if self.kind is int else decimal_text)(str(value))    # (numtext's rule: " 5" no)
             if number is None:          # (int() / float() took "1_0", "+5", other scripts' digits, "nan")
                 article = "an integer" if self.kind is int else "a number"
-                raise click.UsageError(f"{self.what} {echoed(repr(value))} is not {article}", ctx) from None
+                raise click.UsageError(f"{self.what} {echoed(repr(value))} is not {article} ({WRITTEN})", ctx) from None
         return number if self.later else self.check(number, value, ctx)
 
     def check(self, number: Any, typed: Any = None, ctx: click.Context | None = None) -> Any:
@@ -130,11 +130,11 @@ NEGATIVE_ARGS = {"ignore_unknown_options": True}
 
 
 def number_list(text: str, parse: Callable[[str], Any], hint: str, kind: str) -> list:
-    """'1,4,16' read item by item with `parse` (numtext's: ASCII only; None where no number); an empty item ('1,,2')
-    or one that is no number is click.BadParameter naming the flag."""
-    values = [parse(x.strip()) for x in text.split(",")]
+    """'1,4,16' (or '1, 4, 16': spaces beside a comma are the list's) read item by item with `parse` (numtext's rule;
+    None where no number); an empty item ('1,,2') or one that is no number is click.BadParameter naming the flag."""
+    values = [parse(x) for x in re.split(r"\s*,\s*", text)]
     if None in values:
-        raise click.BadParameter(f"{text!r} is not a comma-separated list of {kind}", param_hint=hint)
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of {kind} ({WRITTEN})", param_hint=hint)
     return values
 
 

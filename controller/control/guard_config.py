@@ -65,9 +65,10 @@ class GuardConfig:
                 raise GuardConfigError(f"unknown guard setting {key!r} (known: {', '.join(known)})")
             kind = int if known[key].type in ("int", int) else float
             # a number, taken as it is: int() and float() turned true into 1, "5" into 5, 1.7 into 1, and raised
-            # OverflowError (a traceback, not a config error) for an integer setting of inf
+            # OverflowError (a traceback, not a config error) for an integer setting of inf; an integer setting's a
+            # TOML integer, as every other section's (5.0 was taken here and refused in [sim] and the API)
             try:
-                if isinstance(raw, bool) or not isinstance(raw, (int, float)) or (kind is int and raw != int(raw)):
+                if isinstance(raw, bool) or not isinstance(raw, int if kind is int else (int, float)):
                     raise ValueError
                 out[key] = kind(raw)
             except (ValueError, OverflowError):

@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from policies.params import shown       # (a value in an error line, cut short: the policies' refusals' rule)
 
-from ..numtext import int_text
+from ..numtext import WRITTEN, int_text
 
 MAX_BODY = 64 * 1024          # a command is a few hundred bytes
 
@@ -41,9 +41,9 @@ def json_int(value: Any, name: str) -> int:
 
 
 def query_int(text: str, name: str) -> int:
-    """A query's integer: ASCII digits, a minus at most (int() also took "+5", " 5", "1_0", other scripts' digits)."""
+    """A query's integer, by numtext's rule (int() also took "+5", " 5", "1_0", other scripts' digits)."""
     if len(text.lstrip("-")) > 18 or (value := int_text(text)) is None:     # (18 digits: no bignum to compare)
-        raise ApiError(400, f"{name} must be an integer, got {shown(text)}")
+        raise ApiError(400, f"{name} must be an integer, got {shown(text)} ({WRITTEN})")
     return value
 
 

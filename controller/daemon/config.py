@@ -12,6 +12,7 @@ from policies import PolicyError, make_policy
 
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
+from ..numtext import decimal_text, int_text
 from ..paths import (DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, is_db_own_path, names_a_file,
                      read_text_file, socket_path_problem)
 from .engines.child import SGLANG_PORT
@@ -75,7 +76,8 @@ KINDS = {int: "an integer", float: "a number", str: "text (a quoted string)", bo
 
 def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
     """--set SECTION.KEY=VALUE (KEY may be dotted once more: policy.params.c=1.5) into overrides.
-    VALUE is read as TOML (1, 0.5, true, "x"); anything that is not TOML is taken as a string."""
+    VALUE is read as TOML (1, 0.5, true, "x"); anything that is not TOML is taken as a string, and so is a number
+    that TOML reads and numtext's rule does not (+5, 1_0, 0x10, inf: refused where a number goes)."""
     out: dict[str, dict] = {}
     given: dict[tuple[str, ...], str] = {}
     for pair in pairs:
@@ -91,6 +93,9 @@ def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
         given[tuple(keys)] = pair
         try:
             value = tomllib.loads(f"v = {raw.strip()}")["v"]
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                    (int_text if isinstance(value, int) else decimal_text)(raw.strip()) is None:
+                value = raw.strip()       # (+5, 1_0, 0x10, inf: a number only as numtext writes one, as run's flags)
         except tomllib.TOMLDecodeError:
             value = raw.strip()
         except RecursionError:         # (tomllib recurses per level: a traceback out of run and config check)

@@ -45,7 +45,8 @@ def main() -> None:
 @click.option("--metrics-port", type=Bounded("--metrics-port", -INF, INF), help="serve Prometheus metrics on 127.0.0.1:PORT")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), help="as [control] log_level")
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
-              help="any config key, e.g. --set guard.explore_share=0.1 (repeatable; VALUE in TOML syntax)")
+              help="any config key, e.g. --set guard.explore_share=0.1 (repeatable; VALUE in TOML syntax, a number "
+                   "as the flags take one: not +5, 1_0 or 0x10)")
 def run(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
     """Run the daemon in the foreground (systemd's ExecStart)."""
     try:
