@@ -55,7 +55,7 @@ class BoundedClients:
 
     def __init__(self, *args, **kwargs):
         self._served: dict[socket.socket, bool] = {}                 # connection -> finishing
-        self._threads: dict[socket.socket, threading.Thread] = {}    # each served connection's thread (stop joins)
+        self._connection_threads: dict[socket.socket, threading.Thread] = {}    # (stop joins them)
         self._served_lock = threading.Lock()
         self.thread = threading.Thread(target=self.serve_forever, name=self.thread_name, daemon=True)
         super().__init__(*args, **kwargs)
@@ -68,7 +68,7 @@ class BoundedClients:
             self.shutdown()
         self.server_close()
         with self._served_lock:
-            serving = dict(self._threads)
+            serving = dict(self._connection_threads)
         for request in serving:
             try:
                 request.shutdown(socket.SHUT_RD)
@@ -98,7 +98,7 @@ class BoundedClients:
             return
         thread = threading.Thread(target=self.process_request_thread, args=(request, client_address), daemon=True)
         with self._served_lock:
-            self._threads[request] = thread
+            self._connection_threads[request] = thread
         try:
             thread.start()
         except BaseException:              # (no thread started: "can't start new thread")
@@ -130,7 +130,7 @@ class BoundedClients:
     def _forget(self, request) -> None:
         with self._served_lock:
             self._served.pop(request, None)
-            self._threads.pop(request, None)
+            self._connection_threads.pop(request, None)
 
     def shutdown_request(self, request) -> None:
         self._forget(request)          # before its close: its descriptor's number may be another's at once
