@@ -8,6 +8,7 @@ value was read as a number. Standard library only (specctl's start-up path, the 
 envwords import it)."""
 from __future__ import annotations
 
+import math
 import re
 
 INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
@@ -30,6 +31,17 @@ def int_text(text: str) -> int | None:
 def decimal_text(text: str) -> float | None:
     """The number `text` writes by the rule above (an exponent allowed: "1e-3"), or None."""
     return float(text) if DECIMAL.fullmatch(text) else None
+
+
+def misread(text: object) -> bool:
+    """Text that int() / float() read as a finite number and this rule does not ("+5", "05", "1_0", "٣"): a refusal of
+    it says the rule (WRITTEN), which a bare "must be an integer" did not (`--set sim.concurrency=+5`)."""
+    if not isinstance(text, str) or decimal_text(text.strip()) is not None:
+        return False
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def echoed(text: str, width: int = 80) -> str:

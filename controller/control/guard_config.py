@@ -3,11 +3,11 @@ in one place (GuardConfig.from_mapping: unknown keys, types, ranges)."""
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from ..contract import MAX_BATCH
+from ..numtext import WRITTEN, decimal_text, misread
 
 
 class GuardConfigError(ValueError):
@@ -15,12 +15,13 @@ class GuardConfigError(ValueError):
 
 
 def _unquoted(raw: Any, kind: type) -> str | None:
-    """A number of the setting's kind written as text (quoted in the file, taken before; or --set's VALUE in a form
-    TOML does not read, .5), as TOML writes it; None for anything else."""
-    if not isinstance(raw, str) or not re.fullmatch(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*", raw):
+    """A number of the setting's kind written as text by numtext's rule (quoted in the file, taken before; or --set's
+    VALUE in a form TOML does not read, .5), as TOML writes it; None for anything else (its own grammar here took
+    "+5" and "05": `--set guard.min_threshold=+5` was told to write unquoted what it had)."""
+    number = decimal_text(raw.strip()) if isinstance(raw, str) else None     # (a quoted " 2 ": the file's spaces)
+    if number is None or not math.isfinite(number) or (kind is int and not number.is_integer()):
         return None
-    number = float(raw)
-    return repr(kind(number)) if math.isfinite(number) and (kind is float or number.is_integer()) else None
+    return repr(kind(number))
 
 
 HOLD = -1       # fallback_threshold: keep the learned (exploit) threshold while no samples come
@@ -74,7 +75,7 @@ class GuardConfig:
             except (ValueError, OverflowError):
                 fix = _unquoted(raw, kind)
                 why = f"is text, not a number: write it unquoted ({key} = {fix})" if fix else \
-                    f"is not a valid {kind.__name__}"
+                    f"is not a valid {kind.__name__}" + (f" ({WRITTEN})" if misread(raw) else "")
                 raise GuardConfigError(f"guard setting {key}={raw!r} {why}") from None
         cfg = cls(**out)
         cfg.validate()

@@ -12,7 +12,7 @@ from policies import PolicyError, make_policy
 
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
-from ..numtext import decimal_text, int_text
+from ..numtext import WRITTEN, decimal_text, int_text, misread
 from ..paths import (DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, is_db_own_path, names_a_file,
                      read_text_file, socket_path_problem)
 from .engines.child import SGLANG_PORT
@@ -66,8 +66,9 @@ def _check(section: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) 
         ok = isinstance(value, want) or (want is float and isinstance(value, int))
         if isinstance(value, bool) and want is not bool:
             ok = False
-        if not ok:
-            raise ConfigError(f"config: [{section}] {key}={value!r} must be {KINDS.get(want, want.__name__)}")
+        if not ok:      # (text no number by numtext's rule, where a number goes: --set's +5, the rule said)
+            rule = f" ({WRITTEN})" if want in (int, float) and misread(value) else ""
+            raise ConfigError(f"config: [{section}] {key}={value!r} must be {KINDS.get(want, want.__name__)}{rule}")
 
 
 # a TOML value's kind as the operator writes it (not Python's type name: "a int")
