@@ -211,3 +211,31 @@ def test_a_scraper_that_closes_and_connects_again_at_once_at_the_metrics_cap_is_
         for s in idle:
             s.close()
         httpd.stop()
+
+
+def test_a_client_that_shut_its_writing_side_still_counts_against_the_cap_on_the_unix_socket(short_tmp, monkeypatch):
+    """A client that sends its request, shuts its writing side and waits for the answer is still served: it counts
+    (helper-121: with POLLRDHUP taken as a hang-up, four such clients were served at a cap of 2)."""
+    monkeypatch.setattr(api, "MAX_CLIENTS", 2)
+    service = _Service()
+    service.hold = threading.Event()
+    server = ControlServer(short_tmp / "c.sock", service, read_timeout_s=60)
+    server.start()
+    waiting = []
+    try:
+        for _ in range(2):                                    # each waits in /status for its answer
+            s = _unix(short_tmp / "c.sock")
+            s.sendall(STATUS)
+            s.shutdown(socket.SHUT_WR)
+            waiting.append(s)
+        time.sleep(0.2)
+        s = _unix(short_tmp / "c.sock")
+        assert _ask(s, STATUS) == 503                          # the cap is 2: both are still being served
+        s.close()
+        service.hold.set()
+        assert [_ask(s, b"") for s in waiting] == [200, 200]   # (their answers, nothing more sent)
+    finally:
+        service.hold.set()
+        for s in waiting:
+            s.close()
+        server.stop()

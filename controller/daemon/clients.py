@@ -13,7 +13,10 @@ import threading
 import time
 
 log = logging.getLogger("spec_controller.api")
-HUNG_UP = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)     # (RDHUP: Linux; a TCP peer's FIN)
+# A peer gone: a unix socket's close shows as POLLHUP; over TCP a peer's FIN only as POLLRDHUP (Linux), which on a
+# unix socket is a client that shut its writing side and still waits for its answer (helper-121): not gone there
+HUNG_UP = select.POLLHUP | select.POLLERR
+HUNG_UP_TCP = HUNG_UP | getattr(select, "POLLRDHUP", 0)
 STOP_WAIT_S = 5.0           # how long a server's stop waits for the answers being written to finish
 
 
@@ -67,13 +70,13 @@ class BoundedClients:
         if self.thread.is_alive():         # shutdown() waits for serve_forever, forever if it never ran
             self.shutdown()
         self.server_close()
-        with self._served_lock:
+        with self._served_lock:       # (held: no connection is closed, its descriptor reused, while cut)
             serving = dict(self._connection_threads)
-        for request in serving:
-            try:
-                request.shutdown(socket.SHUT_RD)
-            except OSError:                # (closed meanwhile)
-                pass
+            for request in serving:
+                try:
+                    request.shutdown(socket.SHUT_RD)
+                except OSError:                # (closed meanwhile)
+                    pass
         deadline = time.monotonic() + STOP_WAIT_S
         for thread in serving.values():
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -113,11 +116,11 @@ class BoundedClients:
         if len(served) >= 2 * self.max_clients:
             return False
         fds = [conn.fileno() for conn, finishing in served.items() if not finishing]    # (-1: closed already)
-        poller = select.poll()
+        poller, mask = select.poll(), HUNG_UP if self.address_family == socket.AF_UNIX else HUNG_UP_TCP
         for fd in fds:
             if fd >= 0:
-                poller.register(fd, HUNG_UP)
-        gone = fds.count(-1) + sum(1 for _, events in poller.poll(0) if events & HUNG_UP)
+                poller.register(fd, mask)
+        gone = fds.count(-1) + sum(1 for _, events in poller.poll(0) if events & mask)
         return len(fds) - gone < self.max_clients
 
     def finishing(self, request) -> None:
