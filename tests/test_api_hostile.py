@@ -103,6 +103,25 @@ def test_deeply_nested_json_is_refused_not_an_internal_error(api, nested, caplog
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
+@pytest.mark.parametrize("nested", ids=["array", "in-a-key", "objects"], argvalues=[
+    b"[" * 200 + b"]" * 200, b'{"threshold": ' + b"[" * 200 + b"]" * 200 + b"}", b'{"a": ' * 200 + b"1" + b"}" * 200])
+def test_nesting_any_parser_takes_is_refused_the_same_way(api, nested):
+    """200 levels parse on every Python: the refusal was 'body must be a JSON object' (or the key's) there, and 5,000
+    levels read the same on 3.13, whose parser takes them (3.11 and 3.12 raise RecursionError)."""
+    path, service = api
+    status, _, error = _answer(_exchange(path, _post("/threshold/pin", nested)))
+    assert (status, error) == (400, "body is nested too deeply")
+    assert service.calls == []
+
+
+def test_brackets_inside_a_string_are_no_nesting(api):
+    path, service = api
+    body = json.dumps({"threshold": 5, "x": "[{" * 100 + '\\"' + "]}" * 100}).encode()
+    status, _, error = _answer(_exchange(path, _post("/threshold/pin", body)))
+    assert (status, error) == (400, "unknown key 'x' in the body of POST /threshold/pin (known: threshold)")
+    assert service.calls == []
+
+
 @pytest.mark.parametrize("request_bytes,status,says", ids=["garbage", "http-0.9", "put", "lower-case", "http-2",
                                                            "headers", "long-line"], argvalues=[
     (b"GARBAGE\r\n\r\n", 400, "Bad request syntax"),                       # was an HTML page, no status line
