@@ -173,6 +173,31 @@ def test_the_open_loops_tpot_is_fitted_the_same_way(tmp_path):
     assert table(runs, metric="tpot_ms")[0].startswith("| shape | level | label / nospec | runs (label / nospec, calls) | tpot_ms at")
 
 
+def test_an_exact_fits_variance_rounded_below_zero_is_no_math_domain_error(tmp_path, monkeypatch):
+    """tok/s that did not move fits exactly: the covariate's variance is 0 but for rounding, which numpy 2.5 (what pip
+    installs on Python 3.12 and up) left at -4e-40 in the test above: math.sqrt raised ValueError there."""
+    import host_adjusted
+    real = host_adjusted._ols
+
+    def rounded_below_zero(x, y, groups=None):
+        beta, cov, free = real(x, y, groups)
+        cov = cov.copy()
+        cov[-1, -1] = -1e-40
+        return beta, cov, free
+
+    monkeypatch.setattr(host_adjusted, "_ols", rounded_below_zero)
+    paths = []
+    for call in range(3):
+        rows = [{"label": label, "shape": "open", "level": 24.0, "repeat": repeat, "tok_s": 5000.0,
+                 "kinds": {"extend": {"n": 100, "runner_cpu_ms": 9 / h}}}
+                for repeat, h in enumerate((1.0, 0.7, 1.0)) for label in ("nospec", "off")]
+        p = tmp_path / f"c{call}.jsonl"
+        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        paths.append(str(p))
+    got = fit(runs_of(paths), "off", "prefill")
+    assert got["elasticity_se"] == 0.0 and got["ratio"] == pytest.approx(1.0, abs=1e-9)
+
+
 def crossover_call(path: Path, b_first: bool, seed: int, effect: float = 0.97, slot: float = 0.90,
                    hosts: tuple[float, ...] = (1.0,), call_noise: float = 0.0) -> None:
     """A call whose second-started engine runs every CPU op `slot` times as fast (its prefills' runner CPU 1/slot,

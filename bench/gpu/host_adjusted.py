@@ -112,7 +112,7 @@ def fit(runs: list[dict], label: str, covariate: str | None, base: str | None = 
         beta, cov, _ = _ols(x, y, groups)
         k = len(columns) - 1                                # the covariate's column
         elasticity = beta[k]
-        out["elasticity"], out["elasticity_se"] = beta[k], math.sqrt(cov[k, k])
+        out["elasticity"], out["elasticity_se"] = beta[k], math.sqrt(max(cov[k, k], 0.0))  # (exact fit: rounding)
     by_call = len(calls) >= MIN_CLUSTERS
     shifts = [0.0, 0.0]     # each stage-two column's move per unit of elasticity error (by_call with a covariate)
     if by_call:     # the effect (and the start order) from the calls' own gaps: see call_gaps
