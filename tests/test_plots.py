@@ -75,6 +75,15 @@ def test_specctl_plot_says_the_span_it_drew(tmp_path, last, said):
     assert res.exit_code == 0 and said in res.output, res.output
 
 
+def test_specctl_plot_counts_one_point_and_one_step_in_the_singular(tmp_path):
+    """--bin over --last: 'wrote x.png: 1 points, 1 threshold steps over ...' was the line."""
+    _store(tmp_path / "s.db").conn.close()
+    res = CliRunner().invoke(cli, ["--db", str(tmp_path / "s.db"), "--socket", str(tmp_path / "no.sock"),
+                                   "plot", str(tmp_path / "x.png"), "--last", "30", "--bin", "60"])
+    assert res.exit_code == 0, res.output
+    assert ": 1 point, 1 threshold step over the last 30 engine seconds" in res.output, res.output
+
+
 @pytest.mark.parametrize("target,needle", [
     ("no/such/dir/x.png", "directory"),
     ("x.bmpx", "give a .png, .svg or .pdf"),

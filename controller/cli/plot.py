@@ -79,9 +79,14 @@ def plot(ctx: Ctx, path: str, last_s: float, bin_s: float | None) -> None:
     t_end, span_s, rows, steps = got
     span = f"{span_s:.0f} engine seconds" + (" (all recorded)" if span_s < last_s else "")
     from state.items import utf8_escaped      # (a name's byte that is not UTF-8: matplotlib's traceback)
-    title = f"{utf8_escaped(ctx.db.name)}: the last {span} ({len(steps)} threshold steps)"
+    title = f"{utf8_escaped(ctx.db.name)}: the last {span} ({_count(len(steps), 'threshold step')})"
     try:
         save(draw(rows, steps, t_end, title), path)
     except PlotError as e:
         fail(str(e))
-    click.echo(f"wrote {path}: {len(rows)} points, {len(steps)} threshold steps over the last {span}")
+    click.echo(f"wrote {path}: {_count(len(rows), 'point')}, {_count(len(steps), 'threshold step')} "
+               f"over the last {span}")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
