@@ -74,3 +74,28 @@ def test_the_daemons_stop_releases_the_metrics_port_and_ends_its_threads(running
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
     assert [t for t in _metrics_threads() if t not in before and t.is_alive()] == []
+
+
+def test_a_start_that_fails_after_the_metrics_server_started_lets_its_port_go(short_tmp, monkeypatch):
+    """The metrics server starts before the control socket: a control socket that cannot be made (its directory
+    changed since the preflight) fails the start, and the metrics port is let go with it (mutation LC2)."""
+    from controller.daemon import api
+    monkeypatch.setattr(Daemon, "_signals", lambda self: None)
+    port = unheld_port()
+
+    def refuse(self, *args, **kwargs):
+        assert not _bindable(port), "the metrics server was not serving when the control socket was made"
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(api.ControlServer, "__init__", refuse)
+    cfg = load_config(None, {"engine": {"kind": "sim"}, "sim": {"concurrency": 2, "speed": 20.0},
+                             "storage": {"db": str(short_tmp / "s.db")},
+                             "control": {"socket": str(short_tmp / "c.sock"), "metrics_port": port}})
+    daemon = Daemon(cfg)
+    try:
+        code = daemon.run()
+    except SystemExit as e:
+        code = e.code
+    except Exception as e:            # (Fatal: the start's one line)
+        code = str(e)
+    assert code not in (0, None) and daemon.metrics is None
+    assert _bindable(port), "the metrics port is still bound after the failed start"
