@@ -174,3 +174,23 @@ def unremovable_left_over(path, monkeypatch, code: int) -> None:
             raise (PermissionError if code in (errno.EPERM, errno.EACCES) else OSError)(code, os.strerror(code), str(self))
         return real_unlink(self, missing_ok=missing_ok)
     monkeypatch.setattr(pathlib.Path, "unlink", refuse)
+
+
+@pytest.fixture
+def offline(short_tmp):
+    """A database and no daemon: specctl saves what it is told there (offline steering). -> (its args, the db)."""
+    from state.db import open_store
+    db = short_tmp / "off.db"
+    open_store(db).conn.close()
+    return ["--socket", str(short_tmp / "none.sock"), "--db", str(db)], db
+
+
+def saved_settings(db) -> dict:
+    """The settings an offline specctl saved in db (read-only, the connection closed)."""
+    from state import queries
+    from state.db import open_store
+    store = open_store(db, readonly=True, check=False)
+    try:
+        return queries.settings(store)
+    finally:
+        store.conn.close()

@@ -12,8 +12,7 @@ from controller.contract import ENV_DRAFT_KV_COALESCE
 from controller.envwords import env_int, operator_value_problem
 from controller.numtext import decimal_text, int_text
 from policies import PolicyError, make_policy
-from state import queries
-from state.db import open_store
+from tests.conftest import saved_settings
 
 OTHERWISE = [" 5", "5 ", "05", "-05", "00", "+5", "5\n", "\t5"]
 
@@ -39,19 +38,6 @@ def test_a_number_written_plainly_is_read(text, value):
     assert decimal_text(text) == value
 
 
-@pytest.fixture
-def offline(short_tmp):
-    db = short_tmp / "off.db"
-    open_store(db).conn.close()
-    return ["--socket", str(short_tmp / "none.sock"), "--db", str(db)], db
-
-
-def _settings(db) -> dict:
-    store = open_store(db, readonly=True, check=False)
-    try:
-        return queries.settings(store)
-    finally:
-        store.conn.close()
 
 
 @pytest.mark.parametrize("text", OTHERWISE)
@@ -60,7 +46,7 @@ def test_a_pin_written_otherwise_is_one_usage_line_and_saves_nothing(offline, te
     res = CliRunner().invoke(cli, [*flags, "threshold", "pin", text], prog_name="specctl")
     assert res.exit_code == 2 and res.stdout == "" and res.stderr.count("\n") == 1, res.output
     assert res.stderr.startswith(f"specctl: threshold {text!r} is not an integer (ASCII digits"), res.stderr
-    assert "pinned" not in _settings(db)
+    assert "pinned" not in saved_settings(db)
 
 
 @pytest.mark.parametrize("argv", [["history", "--limit", "05"], ["history", "--limit", " 5"],
@@ -108,11 +94,11 @@ def test_a_number_parameter_written_otherwise_is_refused(raw):
 
 def test_param_on_the_command_line_follows_it_and_saves_nothing(offline):
     flags, db = offline
-    before = _settings(db)
+    before = saved_settings(db)
     res = CliRunner().invoke(cli, [*flags, "policy", "set", "fixed", "--param", "threshold=05"], prog_name="specctl")
-    assert res.exit_code == 2 and "is not a valid int" in res.stderr and _settings(db) == before, res.output
+    assert res.exit_code == 2 and "is not a valid int" in res.stderr and saved_settings(db) == before, res.output
     res = CliRunner().invoke(cli, [*flags, "policy", "set", "fixed", "--param", "threshold = 6"], prog_name="specctl")
-    assert res.exit_code == 0 and _settings(db)["policy"]["params"] == {"threshold": "6"}, res.output  # (the pair's spaces)
+    assert res.exit_code == 0 and saved_settings(db)["policy"]["params"] == {"threshold": "6"}, res.output  # (the pair's spaces)
 
 
 def test_the_apis_policy_params_follow_it(short_tmp):

@@ -7,8 +7,7 @@ from click.testing import CliRunner
 from controller.cli.main import cli
 from controller.numtext import WRITTEN, decimal_text, int_text
 from policies import PolicyError, make_policy
-from state import queries
-from state.db import open_store
+from tests.conftest import saved_settings
 
 NOT_NUMBERS = ["1_0", "\u0663", "\u0661\u0660", "+5", "5-", "0x10", "nan", "inf", "1e", ".", "-", ""]
 
@@ -25,25 +24,15 @@ def test_ascii_decimals_are_read(text, integer, decimal):
     assert int_text(text) == integer and decimal_text(text) == decimal
 
 
-@pytest.fixture
-def offline(short_tmp):
-    """A database and no daemon: specctl saves what it is told there (offline steering)."""
-    db = short_tmp / "off.db"
-    open_store(db).conn.close()
-    return ["--socket", str(short_tmp / "none.sock"), "--db", str(db)], db
-
-
-def _settings(db) -> dict:
-    return queries.settings(open_store(db, readonly=True, check=False))
 
 
 @pytest.mark.parametrize("text", ["1_0", "\u0663", "+5"])
 def test_a_pin_written_otherwise_is_a_usage_error_and_saves_nothing(offline, text):
     flags, db = offline
     res = CliRunner().invoke(cli, [*flags, "threshold", "pin", text])
-    assert res.exit_code == 2 and f"{text!r} is not an integer" in res.output and "pinned" not in _settings(db)
+    assert res.exit_code == 2 and f"{text!r} is not an integer" in res.output and "pinned" not in saved_settings(db)
     res = CliRunner().invoke(cli, [*flags, "threshold", "pin", "10"])
-    assert res.exit_code == 0 and _settings(db)["pinned"] == 10
+    assert res.exit_code == 0 and saved_settings(db)["pinned"] == 10
 
 
 @pytest.mark.parametrize("text", ["1_0", "\u0663", "\u0661\u0660", "nan"])
@@ -51,9 +40,9 @@ def test_a_policy_parameter_written_otherwise_is_refused(offline, text):
     with pytest.raises(PolicyError, match="is not a valid int"):
         make_policy("fixed", {"threshold": text})
     flags, db = offline
-    before = _settings(db)
+    before = saved_settings(db)
     res = CliRunner().invoke(cli, [*flags, "policy", "set", "fixed", "--param", f"threshold={text}"])
-    assert res.exit_code == 2 and "is not a valid int" in res.output and _settings(db) == before
+    assert res.exit_code == 2 and "is not a valid int" in res.output and saved_settings(db) == before
     assert make_policy("fixed", {"threshold": "10"}).params["threshold"] == 10       # (" 1e1 " was, numtext's rule no)
 
 
