@@ -419,3 +419,189 @@ def test_ld7_commands_joined_by_and_are_run_one_by_one(short_tmp):
     with pytest.raises(SystemExit) as e:
         _loads().apply(args, "threshold pin x1 && threshold pin x2")
     assert str(e.value).startswith("specctl threshold pin x1 refused: ") and "x2" not in str(e.value)
+
+
+# --- controller/daemon/clients.py: the mutants run after the pass (helper-122) ---------------------------------------
+def test_cl7_a_connection_whose_answer_is_on_its_way_leaves_its_slot_to_the_next(monkeypatch):
+    """A scrape marked finishing whose answer is not yet written (its thread held between the mark and the write,
+    its client still connected) no longer counts: at a cap of 1 the next scraper is served, not sent a 503."""
+    import socket
+    import threading
+
+    from controller.daemon import metrics
+    from tests.test_review_h119 import _Service
+    monkeypatch.setattr(metrics, "METRICS_CLIENTS", 1)
+    httpd = metrics.start_metrics(_Service(), 0)
+    port = httpd.server_address[1]
+    marked, hold = threading.Event(), threading.Event()
+    real, calls = httpd.finishing, []
+
+    def finishing(request):
+        real(request)
+        calls.append(request)
+        if len(calls) == 1:                    # the first scrape's answer held after its mark
+            marked.set()
+            hold.wait(30)
+    httpd.finishing = finishing
+    first = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        first.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert marked.wait(20)
+        assert _metrics_status(port) == 200
+        hold.set()
+        line = first.recv(65536).split(b"\r\n")[0]
+        assert line.startswith(b"HTTP/1.") and line.split()[1] == b"200", line
+    finally:
+        hold.set()
+        first.close()
+        httpd.stop()
+
+
+class _FirstHeld:
+    """The test_review_h119 service whose first /status waits (`entered` set) until `hold` is set; the rest at once."""
+
+    def __init__(self):
+        import threading
+
+        from tests.test_review_h119 import _Service
+        self.inner, self.entered, self.hold, self.calls = _Service(), threading.Event(), threading.Event(), 0
+        self.engine = self.inner.engine
+
+    def status(self):
+        import threading
+        self.calls += 1
+        if self.calls == 1:
+            self.thread = threading.current_thread()            # the connection's own thread
+            self.entered.set()
+            self.hold.wait(30)
+        return self.inner.status()
+
+
+def test_cl9_a_tcp_client_that_hung_up_while_its_scrape_is_made_leaves_its_slot(monkeypatch):
+    """Over TCP a peer's close shows only as POLLRDHUP (no POLLHUP): a scraper that hung up while its answer was being
+    made (not yet marked finishing) is gone at the cap of 1, and the next scraper is served, not sent a 503."""
+    import socket
+
+    from controller.daemon import metrics
+    monkeypatch.setattr(metrics, "METRICS_CLIENTS", 1)
+    service = _FirstHeld()
+    httpd = metrics.start_metrics(service, 0)
+    port = httpd.server_address[1]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as first:
+            first.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert service.entered.wait(20)
+        time.sleep(0.2)                             # (its hang-up reached the server; its thread still held)
+        assert _metrics_status(port) == 200
+    finally:
+        service.hold.set()
+        httpd.stop()
+
+
+_FD0 = """
+import os, socket, sys, time
+sys.path.insert(0, sys.argv[1])
+from controller.daemon import metrics
+from tests.test_mutation_today_n import _FirstHeld, _metrics_status
+metrics.METRICS_CLIENTS = 1
+service = _FirstHeld()
+httpd = metrics.start_metrics(service, 0)
+port = httpd.server_address[1]
+first = socket.socket()
+os.close(0)                                   # a daemon started with its stdin closed: 0 is the next descriptor
+first.connect(("127.0.0.1", port))
+first.sendall(b"GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+assert service.entered.wait(20)
+with httpd._served_lock:
+    print("fds", sorted(conn.fileno() for conn in httpd._served))
+first.close()
+time.sleep(0.2)
+print("status", _metrics_status(port))
+service.hold.set()
+httpd.stop()
+"""
+
+
+def test_cl11_a_connection_on_descriptor_0_that_hung_up_leaves_its_slot():
+    """A daemon whose stdin is closed accepts a connection on descriptor 0: that one's hang-up is seen too."""
+    res = subprocess.run([sys.executable, "-c", _FD0, str(ROOT)], capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n")[:2] == ["fds [0]", "status 200"], res.stdout + res.stderr
+
+
+def test_cl20_cl22_cl25_stop_lets_an_answer_being_made_be_written_and_its_thread_end(monkeypatch, caplog):
+    """stop() while a scrape's answer is being made: the answer still reaches its client whole (the connection's
+    reading side cut, not its writing one), stop returns once that thread has ended, and warns of none."""
+    import logging
+    import socket
+    import threading
+
+    from controller.daemon import metrics
+    service = _FirstHeld()
+    httpd = metrics.start_metrics(service, 0)
+    first = socket.create_connection(("127.0.0.1", httpd.server_address[1]), timeout=30)
+    try:
+        first.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert service.entered.wait(20)
+        httpd.shutdown()                           # (serve_forever ended first: its up to 0.5 s poll not in the wait)
+        threading.Timer(0.5, service.hold.set).start()          # the answer made once stop is under way
+        with caplog.at_level(logging.WARNING, logger="spec_controller.api"):
+            httpd.stop()
+        assert not service.thread.is_alive()
+        assert not [r for r in caplog.records if "still being answered" in r.getMessage()], caplog.text
+        assert _ask_read(first) == 200
+    finally:
+        service.hold.set()
+        first.close()
+
+
+def _ask_read(s) -> int:
+    from tests.test_review_h119 import _ask
+    return _ask(s, b"")
+
+
+def test_cl22_stop_warns_of_an_answer_not_made_within_its_wait(monkeypatch, caplog):
+    import logging
+    import socket
+
+    from controller.daemon import clients, metrics
+    monkeypatch.setattr(clients, "STOP_WAIT_S", 0.5)
+    service = _FirstHeld()
+    httpd = metrics.start_metrics(service, 0)
+    first = socket.create_connection(("127.0.0.1", httpd.server_address[1]), timeout=30)
+    try:
+        first.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert service.entered.wait(20)
+        with caplog.at_level(logging.WARNING, logger="spec_controller.api"):
+            httpd.stop()
+        assert [r.getMessage() for r in caplog.records if "still being answered" in r.getMessage()] == [
+            "metrics: 1 client still being answered at stop"], caplog.text
+    finally:
+        service.hold.set()
+        first.close()
+
+
+def test_cl18_stop_ends_a_connection_still_being_read_at_once(caplog):
+    """A scraper connected and silent (its read deadline READ_TIMEOUT_S away, past STOP_WAIT_S): stop cuts its
+    reading, its thread ends within stop's wait, with no warning."""
+    import logging
+    import socket
+
+    from controller.daemon import clients, metrics
+    assert metrics.READ_TIMEOUT_S > clients.STOP_WAIT_S
+    httpd = metrics.start_metrics(_FirstHeld(), 0)
+    silent = socket.create_connection(("127.0.0.1", httpd.server_address[1]), timeout=30)
+    try:
+        deadline = time.monotonic() + 20
+        while not httpd._connection_threads and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with httpd._served_lock:
+            threads = list(httpd._connection_threads.values())
+        assert len(threads) == 1
+        with caplog.at_level(logging.WARNING, logger="spec_controller.api"):
+            httpd.stop()
+        assert not threads[0].is_alive()
+        assert not [r for r in caplog.records if "still being answered" in r.getMessage()], caplog.text
+    finally:
+        silent.close()
