@@ -2,6 +2,8 @@
 for each surviving mutant, named by its id."""
 from __future__ import annotations
 
+import contextlib
+
 import json
 import time
 import subprocess
@@ -534,8 +536,28 @@ def test_cl20_cl22_cl25_stop_lets_an_answer_being_made_be_written_and_its_thread
     """stop() while a scrape's answer is being made: the answer still reaches its client whole (the connection's
     reading side cut, not its writing one), stop returns once that thread has ended, and warns of none."""
     import logging
-    import socket
     import threading
+
+    with _scrape_held() as (service, httpd, first):
+        httpd.shutdown()                           # (serve_forever ended first: its up to 0.5 s poll not in the wait)
+        threading.Timer(0.5, service.hold.set).start()          # the answer made once stop is under way
+        with caplog.at_level(logging.WARNING, logger="spec_controller.api"):
+            httpd.stop()
+        assert not service.thread.is_alive()
+        assert not [r for r in caplog.records if "still being answered" in r.getMessage()], caplog.text
+        assert _ask_read(first) == 200
+
+
+def _ask_read(s) -> int:
+    from tests.test_review_h119 import _ask
+    return _ask(s, b"")
+
+
+@contextlib.contextmanager
+def _scrape_held():
+    """The metrics server with one scrape inside its service's read, held there until the service's hold is set (at
+    the latest on the way out); -> (service, server, the scraper's connection)."""
+    import socket
 
     from controller.daemon import metrics
     service = _FirstHeld()
@@ -544,42 +566,22 @@ def test_cl20_cl22_cl25_stop_lets_an_answer_being_made_be_written_and_its_thread
     try:
         first.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         assert service.entered.wait(20)
-        httpd.shutdown()                           # (serve_forever ended first: its up to 0.5 s poll not in the wait)
-        threading.Timer(0.5, service.hold.set).start()          # the answer made once stop is under way
-        with caplog.at_level(logging.WARNING, logger="spec_controller.api"):
-            httpd.stop()
-        assert not service.thread.is_alive()
-        assert not [r for r in caplog.records if "still being answered" in r.getMessage()], caplog.text
-        assert _ask_read(first) == 200
+        yield service, httpd, first
     finally:
         service.hold.set()
         first.close()
-
-
-def _ask_read(s) -> int:
-    from tests.test_review_h119 import _ask
-    return _ask(s, b"")
 
 
 def test_cl22_stop_warns_of_an_answer_not_made_within_its_wait(monkeypatch, caplog):
     import logging
-    import socket
 
-    from controller.daemon import clients, metrics
+    from controller.daemon import clients
     monkeypatch.setattr(clients, "STOP_WAIT_S", 0.5)
-    service = _FirstHeld()
-    httpd = metrics.start_metrics(service, 0)
-    first = socket.create_connection(("127.0.0.1", httpd.server_address[1]), timeout=30)
-    try:
-        first.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert service.entered.wait(20)
+    with _scrape_held() as (_, httpd, _first):
         with caplog.at_level(logging.WARNING, logger="spec_controller.api"):
             httpd.stop()
         assert [r.getMessage() for r in caplog.records if "still being answered" in r.getMessage()] == [
             "metrics: 1 client still being answered at stop"], caplog.text
-    finally:
-        service.hold.set()
-        first.close()
 
 
 def test_cl18_stop_ends_a_connection_still_being_read_at_once(caplog):
