@@ -31,11 +31,10 @@ def switch_on(env: Mapping[str, str], name: str, default: bool = True) -> bool:
     return False if word in OFF_WORDS else True if word in ON_WORDS else default
 
 
-def env_int(raw: str) -> int | None:
-    """An environment value as an integer, or None: numtext's rule, as every integer an operator writes ('08', ' 8'
-    and '+8' were read here and refused at specctl's arguments; '²' passes isdigit() and not int(); '٣' passes
-    isdecimal() and reads 3; int() of thousands of digits raised, which would stop the scheduler's start-up)."""
-    return int_text(raw)
+# An environment value as an integer: numtext's rule, as every integer an operator writes ('08', ' 8' and '+8' were
+# read here and refused at specctl's arguments; '²' passes isdigit() and not int(); '٣' passes isdecimal() and reads
+# 3; int() of thousands of digits raised, which would stop the scheduler's start-up)
+env_int = int_text
 
 
 def operator_value_problem(name: str, value: str) -> str | None:

@@ -33,6 +33,11 @@ def decimal_text(text: str) -> float | None:
     return float(text) if DECIMAL.fullmatch(text) else None
 
 
+def number_text(text: str, kind: type) -> int | float | None:
+    """int_text for an integer setting (kind int), decimal_text for any other number."""
+    return (int_text if kind is int else decimal_text)(text)
+
+
 def misread(text: object) -> bool:
     """Text that int() / float() read as a finite number and this rule does not ("+5", "05", "1_0", "٣"): a refusal of
     it says the rule (WRITTEN), which a bare "must be an integer" did not (`--set sim.concurrency=+5`)."""

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, Mapping
 
-from controller.numtext import WRITTEN, decimal_text, echoed, int_text
+from controller.numtext import WRITTEN, echoed, number_text
 
 from .types import PolicyError
 
@@ -30,7 +30,7 @@ class ParamSpec:
         "1e1"), else a JSON / TOML number (an int parameter's an integer: not 5.0, as the API's bodies and the config's
         other integers); PolicyError otherwise or out of range."""
         if isinstance(raw, str):
-            value = (int_text if self.kind is int else decimal_text)(raw)
+            value = number_text(raw, self.kind)
         elif isinstance(raw, bool) or not isinstance(raw, Integral if self.kind is int else Real):
             value = None
         else:

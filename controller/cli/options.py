@@ -11,7 +11,7 @@ from typing import Any, Callable, NoReturn
 import click
 
 from .. import __version__
-from ..numtext import WRITTEN, decimal_text, echoed, int_text
+from ..numtext import WRITTEN, echoed, number_text
 
 # Exit codes (README "specctl"): the same for every command.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -106,7 +106,7 @@ class Bounded(click.ParamType):
         if isinstance(value, self.kind) and not isinstance(value, bool):
             number = value
         else:
-            number = (int_text if self.kind is int else decimal_text)(str(value))    # (numtext's rule: " 5" no)
+            number = number_text(str(value), self.kind)    # (numtext's rule: " 5" no)
             if number is None:          # (int() / float() took "1_0", "+5", other scripts' digits, "nan")
                 article = "an integer" if self.kind is int else "a number"
                 raise click.UsageError(f"{self.what} {echoed(repr(value))} is not {article} ({WRITTEN})", ctx) from None

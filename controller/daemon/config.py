@@ -12,7 +12,7 @@ from policies import PolicyError, make_policy
 
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
-from ..numtext import WRITTEN, decimal_text, int_text, misread
+from ..numtext import WRITTEN, misread, number_text
 from ..paths import (DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, is_db_own_path, names_a_file,
                      read_text_file, socket_path_problem)
 from .engines.child import SGLANG_PORT
@@ -95,7 +95,7 @@ def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
         try:
             value = tomllib.loads(f"v = {raw.strip()}")["v"]
             if isinstance(value, (int, float)) and not isinstance(value, bool) and \
-                    (int_text if isinstance(value, int) else decimal_text)(raw.strip()) is None:
+                    number_text(raw.strip(), type(value)) is None:
                 value = raw.strip()       # (+5, 1_0, 0x10, inf: a number only as numtext writes one, as run's flags)
         except tomllib.TOMLDecodeError:
             value = raw.strip()
