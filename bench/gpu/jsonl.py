@@ -1,4 +1,4 @@
-"""One result line, printed with its tag (for the run's log) and appended to a JSON-lines file."""
+"""One result line, printed with its tag (for the run's log) and appended to a JSON-lines file; and the rows read back."""
 from __future__ import annotations
 
 import json
@@ -9,3 +9,9 @@ def emit(tag: str, row: dict, path: str | None) -> None:
     if path:
         with open(path, "a") as f:
             f.write(json.dumps(row) + "\n")
+
+
+def rows(path: str) -> list[dict]:
+    """The rows of a results file (lines other than JSON objects skipped: a log's)."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.startswith("{")]

@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 import cpusets
 import traffic_table
 from greedy import post, updated
-from jsonl import emit
+from jsonl import emit, rows as read_rows
 from proccpu import parse_groups, snapshot, usage
 
 
@@ -202,7 +202,7 @@ def show(path: str) -> None:
     """The table per label (median of repeats, spread), then each label against `nospec` of the same file:
     the ratio of medians and each repeat's own pair (same seed, nearest in time), whose spread says how far
     one run's noise moves the verdict."""
-    rows = [json.loads(line) for line in open(path) if line.startswith("{")]
+    rows = read_rows(path)
     groups = traffic_table.grouped(rows)
     print("| shape | level | label | tok/s (median) | spread | repeats | TPOT ms | E2E ms |")
     print("|---|---|---|---|---|---|---|---|")

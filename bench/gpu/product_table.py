@@ -8,10 +8,11 @@ Open-loop rows add median TPOT and E2E (ms) of each label. Several files (calls 
 pair is the same file's same repeat."""
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from collections import defaultdict
+
+from jsonl import rows
 
 LABELS = ("nospec", "always", "bandit")
 
@@ -20,10 +21,7 @@ def load(paths: list[str]) -> dict:
     """(shape, level) -> label -> [(file index, repeat, row)]."""
     out: dict = defaultdict(lambda: defaultdict(list))
     for i, path in enumerate(paths):
-        for line in open(path):
-            if not line.startswith("{"):
-                continue
-            row = json.loads(line)
+        for row in rows(path):
             if row.get("label") in LABELS and row.get("tok_s"):
                 out[(row["shape"], float(row["level"]))][row["label"]].append((i, row["repeat"], row))
     return out

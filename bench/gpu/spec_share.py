@@ -14,6 +14,8 @@ import sqlite3
 import statistics
 from collections import defaultdict
 
+from jsonl import rows
+
 
 def window(row: dict, warmup: float, seconds: float) -> tuple[float, float]:
     if row["shape"].startswith("closed"):
@@ -39,10 +41,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=5.0, help="the closed loop's warm-up (s)")
     ap.add_argument("--seconds", type=float, default=10.0, help="the closed loop's window (s)")
     args = ap.parse_args()
-    rows = [json.loads(line) for line in open(args.results) if line.startswith("{")]
     conn = sqlite3.connect(f"file:{args.db}?mode=ro", uri=True)
     by_level = defaultdict(list)
-    for row in rows:
+    for row in rows(args.results):
         if row["label"] == "nospec" or "t_start" not in row:
             continue
         got = share(conn, *window(row, args.warmup, args.seconds))
