@@ -48,6 +48,29 @@ def test_a_state_directory_replaced_by_a_file_is_removed(tmp_path):
     db.parent.write_text("a file where the state directory was")
     assert files.changed() == f"database {db} was removed under the daemon"
 
+
+def test_a_state_directory_replaced_by_a_symlink_loop_is_removed(tmp_path):
+    """lstat through a symlink loop raises ELOOP, which the `unreadable` branch took as no proof: nothing can be
+    reached at the path again, as for a directory replaced by a file."""
+    files, db, sock = own_files(tmp_path)
+    db.unlink()
+    sock.unlink()
+    db.parent.rmdir()
+    db.parent.symlink_to(db.parent.name)       # state -> state: every lookup through it loops
+    assert files.changed() == f"database {db} was removed under the daemon"
+
+
+def test_an_unreadable_state_directory_is_no_proof_of_removal(tmp_path):
+    """A directory whose search permission went (EACCES) still holds the files: the daemon runs on."""
+    if os.geteuid() == 0:
+        pytest.skip("root searches any directory")
+    files, db, sock = own_files(tmp_path)
+    db.parent.chmod(0o600)
+    try:
+        assert files.changed() is None
+    finally:
+        db.parent.chmod(0o700)
+
 @pytest.mark.parametrize("what", ["database", "control socket", "state directory"])
 def test_the_daemon_exits_1_when_its_files_are_removed_under_it(short_tmp, what):
     state = short_tmp / "state"

@@ -6,6 +6,7 @@ The daemon's main loop asks `changed()` and exits 1 naming the file (systemd res
 """
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -32,7 +33,9 @@ class OwnFiles:
             st = os.lstat(path)
         except (FileNotFoundError, NotADirectoryError):    # (its directory now a file: gone as surely)
             return f"{what} {path} was removed under the daemon"
-        except OSError:                   # (not readable now, e.g. a directory's mode changed: not proof it is gone)
+        except OSError as e:              # (not readable now, e.g. a directory's mode changed: not proof it is gone)
+            if e.errno == errno.ELOOP:    # (a directory on the path now a symlink loop: nothing can be there)
+                return f"{what} {path} was removed under the daemon"
             return None
         if (st.st_dev, st.st_ino) != ident:
             return f"{what} {path} was replaced under the daemon"
