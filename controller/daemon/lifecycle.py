@@ -83,20 +83,27 @@ class Daemon:
             server = ControlServer(ctl["socket"], service, on_stop=lambda: self.request_stop("specctl stop"))
         except OSError as e:       # (the preflight asked; its directory changed since: named, not a bare errno)
             raise Fatal(f"control socket {ctl['socket']}: {e.strerror or e}") from None
-        server.start()
-        self.own_files.add("control socket", ctl["socket"])
-        speed = cfg["sim"]["speed"] if cfg["engine"]["kind"] == "sim" else 1.0
-        tick = max(cfg["policy"]["tick_s"] / speed, 0.02)
-        retune = Ticker("retune", tick, service.retune).start()
-        sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 5})
-        jobs = [("rollup", service.rollup, max(st["rollup_s"] / speed, 0.5)),
-                ("retention", service.retention, max(60.0 / speed, 5.0)),
-                ("checkpoint", service.checkpoint, max(st["checkpoint_s"] / speed, 1.0))]
-        if engine.probe_s > 0:
-            jobs.append(("engine-probe", engine.probe, engine.probe_s))
-        for name, fn, seconds in jobs:
-            sched.add_job(service.guarded(name, fn), "interval", seconds=seconds, id=name)
-        sched.start()
+        retune = None
+        try:        # a failure from here on (a thread refused, a job not scheduled) must not leave these serving
+            server.start()
+            self.own_files.add("control socket", ctl["socket"])
+            speed = cfg["sim"]["speed"] if cfg["engine"]["kind"] == "sim" else 1.0
+            tick = max(cfg["policy"]["tick_s"] / speed, 0.02)
+            retune = Ticker("retune", tick, service.retune).start()
+            sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 5})
+            jobs = [("rollup", service.rollup, max(st["rollup_s"] / speed, 0.5)),
+                    ("retention", service.retention, max(60.0 / speed, 5.0)),
+                    ("checkpoint", service.checkpoint, max(st["checkpoint_s"] / speed, 1.0))]
+            if engine.probe_s > 0:
+                jobs.append(("engine-probe", engine.probe, engine.probe_s))
+            for name, fn, seconds in jobs:
+                sched.add_job(service.guarded(name, fn), "interval", seconds=seconds, id=name)
+            sched.start()
+        except BaseException:
+            if retune is not None:
+                retune.stop()
+            server.stop()
+            raise
         self.stall_s = max(60.0, 20 * tick)
         self.watch = {"ingest": ingest, "state writer": service.writer.thread, "control API": server.thread,
                       "retune": retune.thread, "scheduler": getattr(sched, "_thread", None) or ingest}
@@ -192,6 +199,7 @@ class Daemon:
         except BaseException as e:
             self._stop_metrics()           # (started before a control socket that failed)
             engine.stop()
+            service.ingest.stop()          # (its thread, started once the engine was ready, ends at its next wake)
             message = str(e) if isinstance(e, (Fatal, EngineError)) else f"start-up failed: {type(e).__name__}: {e}"
             writer.event("error", message)
             writer.stop()
