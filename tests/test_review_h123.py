@@ -41,3 +41,24 @@ def test_a_start_that_fails_after_the_control_socket_served_stops_its_workers(sh
     with pytest.raises(OSError), socket.socket(socket.AF_UNIX) as s:
         s.settimeout(2)
         s.connect(str(short_tmp / "c.sock"))
+
+
+def test_a_metrics_server_whose_thread_cannot_start_lets_its_port_go(monkeypatch):
+    """start_metrics bound the port, then its serving thread was refused: the server it had made was dropped unclosed,
+    the port held for as long as the failure was kept (the daemon's start-up error keeps it as its context), and
+    Daemon._start's _stop_metrics had nothing to stop (self.metrics not yet set)."""
+    from controller.daemon import metrics
+    from tests.conftest import unheld_port
+    from tests.test_metrics_stop import _bindable
+    from tests.test_review_h119 import _Service
+    real = threading.Thread.start
+
+    def start(self):
+        if self.name == "metrics":
+            raise RuntimeError(NO_THREAD)
+        real(self)
+    monkeypatch.setattr(threading.Thread, "start", start)
+    port = unheld_port()
+    with pytest.raises(RuntimeError, match=NO_THREAD):
+        metrics.start_metrics(_Service(), port)
+    assert _bindable(port), "the port is still bound after the failed start"

@@ -125,5 +125,9 @@ def start_metrics(service: Any, port: int, addr: str = "127.0.0.1") -> _MetricsS
     registry.register(ServiceCollector(service))
     server = type("Server", (_MetricsServer,), {"address_family": _family(addr)})
     httpd = make_server(addr, port, _answer_then_done(make_wsgi_app(registry)), server, _MetricsHandler)
-    httpd.thread.start()
+    try:
+        httpd.thread.start()
+    except BaseException:          # (its thread refused: no caller holds the server to close it)
+        httpd.server_close()
+        raise
     return httpd
