@@ -39,6 +39,35 @@ def test_bad_config_one_line(tmp_path, text, match):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("text,line", [
+    ("[sim]\nsped = 2\n", "config: unknown key 'sped' in [sim] (did you mean 'speed'? known: profile, trace, "
+                           "concurrency, arrival_rate, speed, seed)"),
+    ("[contrl]\nx = 1\n", "config: unknown section [contrl] (did you mean [control]? known: engine, sim, sglang, "
+                           "policy, guard, storage, control)"),
+    ("[engine]\nspeed = 10\n", "config: unknown key 'speed' in [engine] (it belongs in [sim]; known: kind)"),
+    ("[control]\npolicy = 'ucb'\n", "config: unknown key 'policy' in [control] ([policy] is a section of its own; "
+                                     "known: socket, metrics_port, metrics_addr, ingest_queue, log_level)"),
+    ("[sim]\nzzz = 1\n", "config: unknown key 'zzz' in [sim] (known: profile, trace, concurrency, arrival_rate, "
+                          "speed, seed)"),
+])
+def test_mistyped_key_names_the_close_one(tmp_path, text, line):
+    """A mistyped key or section names the close one, as specctl's usage errors do (a newcomer's `sped`, `[contrl]`,
+    a key put in the wrong section); a name close to none keeps the bare list."""
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(f)
+    assert str(err.value) == line
+
+
+def test_mistyped_guard_setting_names_the_close_one(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("[guard]\nstabilization_s = 1.0\n")          # (the US spelling of stabilisation_s)
+    with pytest.raises(ConfigError, match=r"unknown guard setting 'stabilization_s' \(did you mean 'stabilisation_s'\? "
+                                          r"known: min_threshold, "):
+        load_config(f)
+
+
 def test_explicit_missing_config_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.toml")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import difflib
 import ipaddress
 import socket
 import tomllib
@@ -53,10 +54,21 @@ class ConfigError(ValueError):
     """A config that cannot be used; the message is one line."""
 
 
+def close_hint(name: str, known: Sequence[str]) -> str:
+    """'did you mean ...? ' for a mistyped name (`sped`, `stabilization_s`), as specctl's usage errors; else ''."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
 def _check(section: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
     for key, value in given.items():
         if key not in defaults:
-            raise ConfigError(f"config: unknown key {key!r} in [{section}] (known: {', '.join(defaults)})")
+            hint = close_hint(key, list(defaults))
+            if not hint and (home := next((s for s, keys in DEFAULTS.items() if s != section and key in keys), None)):
+                hint = f"it belongs in [{home}]; "      # ([engine] speed = 10: a key of [sim])
+            elif not hint and key in DEFAULTS:
+                hint = f"[{key}] is a section of its own; "     # ([control] policy = "ucb": [policy] name)
+            raise ConfigError(f"config: unknown key {key!r} in [{section}] ({hint}known: {', '.join(defaults)})")
         default = defaults[key]
         if isinstance(default, dict):
             if not isinstance(value, dict):
@@ -138,7 +150,9 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
     for source in (file_data, overrides or {}):
         for section, values in source.items():
             if section not in DEFAULTS:
-                raise ConfigError(f"config: unknown section [{section}] (known: {', '.join(DEFAULTS)})")
+                close = difflib.get_close_matches(section, list(DEFAULTS), n=1)
+                hint = f"did you mean [{close[0]}]? " if close else ""
+                raise ConfigError(f"config: unknown section [{section}] ({hint}known: {', '.join(DEFAULTS)})")
             if not isinstance(values, dict):
                 raise ConfigError(f"config: [{section}] must be a table")
             values = {RENAMED.get((section, k), k): v for k, v in values.items()}
