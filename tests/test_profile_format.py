@@ -120,7 +120,7 @@ def test_load_concurrency_levels_are_read_and_bounded():
     (lambda d: d.update(draft_kv="no"), "profile t.json: draft_kv='no' must be true or false"),
     (lambda d: d.update(prefill_s_draft=-0.001), "profile t.json: prefill_s_draft=-0.001 must be a number in 0 .. 10"),
     (lambda d: d["acceptance"].update(x=1), "profile t.json [acceptance]: unknown key 'x' (allowed: "
-     "mean_accept_length, spread)"),
+     "first_step_stub, mean_accept_length, spread)"),
     (lambda d: d.update(load={"x": 1}), "profile t.json [load]: unknown key 'x' (allowed: arrival_rate, concurrency, "
      "output_len_mean, output_len_range, output_len_sd, prompt_len_range)"),
     (lambda d: d.pop("acceptance"), "profile t.json: [acceptance] must be a table"),

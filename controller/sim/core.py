@@ -79,6 +79,7 @@ class CoreBase:
         # clock there (controller/plugin/telemetry.py flush), so no runner of the simulator may learn from that
         # step either. A closed loop never idles.
         self.measured = True
+        self._spoke: bool | None = None     # did the last decode step speculate (None: no step yet)
 
     def prefill_runs_draft(self, joining: int) -> bool:
         """Does a prefill of `joining` requests run the draft's pass over their prompts now?"""
@@ -126,7 +127,11 @@ class CoreBase:
 
     def _deliver(self, remaining: np.ndarray, speculate: bool) -> tuple[np.ndarray, int]:
         """Tokens each running request gets from one decode step (capped at what it still needs)."""
-        per_req = self._accepted(len(remaining)) if speculate else 1
+        # profile.first_step_stub: a speculative step right after an off one drafts from SGLang's zeroed stub (the
+        # off path keeps the draft's KV, not its next proposal): the bonus token only (H100 12-06g: 1.00 vs 2.00)
+        stub = speculate and self._spoke is False and self.profile.first_step_stub
+        self._spoke = speculate
+        per_req = self._accepted(len(remaining)) if speculate and not stub else 1
         delivered = np.minimum(per_req, remaining)
         return delivered, int(delivered.sum()) if speculate else len(remaining)
 

@@ -49,8 +49,8 @@ class Profile:
     arrival_rate: tuple[float, ...] = ()                # open-loop levels, requests/s
     prefill_s_draft: float = 0.0         # per extend batch while prefills also run the draft (threshold > 0)
     chained_extends: bool = False        # open loop: arrivals during an extend get their own before the decode
-    draft_kv: bool = True                # the engine's off path writes the draft's KV (kv): lean prefill also at
-                                         # thresholds above 0, for batches that will not speculate (contract)
+    draft_kv: bool = True                # off path kv writes the draft's KV: lean prefill above 0 too (contract)
+    first_step_stub: bool = False        # [acceptance]: the first speculative step after an off one accepts none
 
     @property
     def prefills_pay_draft(self) -> bool:
@@ -249,7 +249,7 @@ def parse_profile(data: dict, where: str, source: str = "") -> Profile:
         raise ProfileError(f"{where} [step_time]: batch_size must be strictly increasing")
     off, spec = (st.numbers(mode, MIN_STEP_S, 60.0, length=len(bs)) for mode in ("off", "spec"))
     acc = c.section("acceptance")
-    acc.unknown({"mean_accept_length", "spread"})
+    acc.unknown({"mean_accept_length", "spread", "first_step_stub"})
     load = c.section("load", required=False)
     load.unknown({"concurrency", "output_len_mean", "output_len_sd", "output_len_range", "prompt_len_range",
                   "arrival_rate"})
@@ -263,7 +263,7 @@ def parse_profile(data: dict, where: str, source: str = "") -> Profile:
         spec_steps=spec_steps,
         batch_sizes=bs, step_off=off, step_spec=spec,
         mean_accept_length=acc.number("mean_accept_length", 1.0, spec_steps + 1.0),
-        accept_spread=acc.number("spread", 0.0, 1.0, default=0.1),
+        accept_spread=acc.number("spread", 0.0, 1.0, default=0.1), first_step_stub=acc.flag("first_step_stub", False),
         noise=c.number("noise", 0.0, 1.0, default=0.03),
         prefill_s=c.number("prefill_s", 0.0, 10.0, default=0.005),
         prefill_s_per_request=c.number("prefill_s_per_request", 0.0, 10.0, default=0.001),
