@@ -43,6 +43,9 @@ class BucketLearner(Policy):
                   "intervals holding a prefill: 0 dropped, 1 rewards as measured, 2 minus the learned prefill cost"),
         ParamSpec("guess", float, 0.1, 0.0, 10.0,
                   "guess a bucket's unmeasured mode from the step-time trend where speculation wins (loses) by this (10: never)"),
+        ParamSpec("switch_stub", int, 1, 0, 1,
+                  "1: a switch step whose acceptance the engine's record shows short (a stub) stays out of the shared "
+                  "accept length, its bucket pays it; 0: folded in (as before 12-06g)"),
     ) + prefill_cost.PARAMS
 
     def __init__(self, params=None, *, seed: int = 0, max_batch_size: int = 256):
@@ -112,7 +115,7 @@ class BucketLearner(Policy):
         first_step_stub, shows none: there a switch step is the traffic's acceptance like any other)."""
         switch, in_run = self.step_accept
         switch.add(sample.t, sample.tokens / sample.batch_size, sample.batch_size)
-        return in_run.w >= STUB_EVIDENCE and switch.w >= STUB_EVIDENCE and switch.mean < STUB_SHORT * in_run.mean
+        return bool(self.params["switch_stub"]) and in_run.w >= STUB_EVIDENCE and switch.w >= STUB_EVIDENCE and switch.mean < STUB_SHORT * in_run.mean
 
     def reward(self, arm: int, b: int, sample: Sample) -> float | None:
         return reward.interval_reward(self, arm, b, sample)

@@ -141,3 +141,12 @@ def test_switch_steps_that_accept_as_runs_do_stay_the_traffics_acceptance():
         switching += [Sample(t, 24, 0, 24, 0.009, True), Sample(t + 0.012, 22, 3, round(22 * 1.7), 0.014, True)]
     feed(policy, switching)
     assert learner.accept.mean == pytest.approx(1.7, abs=0.05)
+
+
+def test_switch_stub_0_folds_switch_steps_in_as_before():
+    """The A/B switch of bench/gpu/run_switch_ab.sh: with switch_stub=0 the shared estimate takes the switch steps."""
+    policy = make_policy("bandit", {"switch_stub": 0}, seed=0, max_batch_size=128)
+    learner = learner_of(policy)
+    feed(policy, small_batches_speculating(0.0))
+    feed(policy, boundary_switching(1.3, 150))
+    assert learner.accept.mean < 1.1
