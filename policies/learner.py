@@ -17,7 +17,6 @@ from .types import Decision, Sample, Snapshot
 
 HOLD_Z = 1.0           # see BucketLearner._best_threshold
 ACCEPT_HIGH_HALF_LIVES = 10.0
-STUB_EVIDENCE, STUB_SHORT = 64.0, 0.8   # requests behind each accept length, switch / run ratio (see _switch_stub)
 SETTLES = 2.5    # the batches (weight at their last run) both modes of a bucket need before it settles another (dominated):
 # on the H200 (12-03) two speculative batches at batch 1, the first right after the switch, settled batch 24
 
@@ -43,9 +42,6 @@ class BucketLearner(Policy):
                   "intervals holding a prefill: 0 dropped, 1 rewards as measured, 2 minus the learned prefill cost"),
         ParamSpec("guess", float, 0.1, 0.0, 10.0,
                   "guess a bucket's unmeasured mode from the step-time trend where speculation wins (loses) by this (10: never)"),
-        ParamSpec("switch_stub", int, 1, 0, 1,
-                  "1: a switch step whose acceptance the engine's record shows short (a stub) stays out of the shared "
-                  "accept length, its bucket pays it; 0: folded in (as before 12-06g)"),
     ) + prefill_cost.PARAMS
 
     def __init__(self, params=None, *, seed: int = 0, max_batch_size: int = 256):
@@ -65,23 +61,12 @@ class BucketLearner(Policy):
         self.hold = staleness.TrialHold(n)  # uncertainty trials of a clear loss, spaced out (not saved: transient)
         self.lines: tuple[list, list] = ([None, None], [(0.0, 0.0), (0.0, 0.0)])   # trend.fit_lines, each decision
         self.prefill = prefill_cost.PrefillCost(hl, n)   # what thresholds above 0 cost at each prefill
-        self.last_arm: int | None = None  # the mode of the batch before (a switch step follows OFF; not saved)
-        self.step_accept = (Discounted(hl), Discounted(hl))   # accept lengths of switch steps, of steps in a run
 
     def observe(self, sample: Sample) -> None:
         if sample.step_s <= 0 or sample.batch_size <= 0:
             return
         b = self.buckets.of(sample.batch_size)
         arm = SPEC if sample.steps > 0 else OFF
-        # The first speculative step after an off one drafts from SGLang's zeroed stub (the off path keeps the
-        # draft's KV, not its next proposal): ~1 token a request whatever the traffic (H100 12-06g: 1.00 vs 2.00).
-        # Its shortfall is the switch's, paid where the threshold makes batches switch (this bucket), not the
-        # traffic's acceptance that every bucket shares: folded in, a threshold at the live batch size (every spec
-        # batch a switch) halved that estimate in seconds and flapped the threshold (20 <-> 23 at 8 a minute).
-        # Told from a traffic whose acceptance fell by the engine's own record (_switch_stub).
-        after_off, in_run = arm == SPEC and self.last_arm == OFF, arm == SPEC and self.last_arm == SPEC
-        self.last_arm = arm
-        switch = after_off and self._switch_stub(sample)
         if sample.t - max(self.tried[OFF][b], self.tried[SPEC][b]) >= self.params["half_life_s"]:
             self.arrived[b] = sample.t
             self.hold.start_over(b)
@@ -97,25 +82,13 @@ class BucketLearner(Policy):
         # is total requests over total time: a long interval does not count as one short one.
         q = self.q[arm][b]
         weight = min(max(q.mean / rate, 1.0 / reward.LONG), reward.LONG) if q.w else 1.0
-        if switch:      # (its tokens, at the shared accept length: what the step delivered)
-            rate *= sample.tokens / sample.batch_size / self.accept.mean
         q.add(sample.t, rate, weight)
-        if in_run:
-            self.step_accept[1].add(sample.t, sample.tokens / sample.batch_size, sample.batch_size)
-        if sample.steps > 0 and not switch:
+        if sample.steps > 0:
             self.accept.add(sample.t, sample.tokens / sample.batch_size, sample.batch_size)
             self.run.add(sample.batch_size, sample.tokens)
             self.accept_hi = (max(self.accept_high(sample.t), self.accept.mean), sample.t)
             if sample.steps > self.max_steps:
                 self.max_steps = sample.steps
-
-    def _switch_stub(self, sample: Sample) -> bool:
-        """Does this engine's switch step draft from a stub? Only where its switch steps have accepted clearly less
-        than its runs' steps (an engine that keeps the draft's proposal too, or the simulator without
-        first_step_stub, shows none: there a switch step is the traffic's acceptance like any other)."""
-        switch, in_run = self.step_accept
-        switch.add(sample.t, sample.tokens / sample.batch_size, sample.batch_size)
-        return bool(self.params["switch_stub"]) and in_run.w >= STUB_EVIDENCE and switch.w >= STUB_EVIDENCE and switch.mean < STUB_SHORT * in_run.mean
 
     def reward(self, arm: int, b: int, sample: Sample) -> float | None:
         return reward.interval_reward(self, arm, b, sample)
