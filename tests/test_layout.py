@@ -67,7 +67,7 @@ def test_nothing_else_imports_the_in_engine_package(name):
 
 
 @pytest.mark.parametrize("name", ["controller.contract", "controller.status", "controller.paths",
-                                  "controller.numtext", "controller.envwords"])
+                                  "controller.numtext", "controller.envwords", "controller.closename"])
 def test_shared_leaves_use_the_standard_library_only(name):
     for module in imports(name, ALL[name]):
         if module in ("controller", "controller.__version__") or (      # the version; envwords: the contract's names

@@ -2,11 +2,11 @@
 in one place (GuardConfig.from_mapping: unknown keys, types, ranges)."""
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
+from ..closename import close_hint
 from ..contract import MAX_BATCH
 from ..numtext import WRITTEN, decimal_text, misread
 
@@ -64,8 +64,7 @@ class GuardConfig:
         out = {}
         for key, raw in (values or {}).items():
             if key not in known:
-                close = difflib.get_close_matches(key, list(known), n=1)     # (stabilization_s: US spelling)
-                hint = f"did you mean {close[0]!r}? " if close else ""
+                hint = close_hint(key, known)     # (stabilization_s: US spelling)
                 raise GuardConfigError(f"unknown guard setting {key!r} ({hint}known: {', '.join(known)})")
             kind = int if known[key].type in ("int", int) else float
             # a number, taken as it is: int() and float() turned true into 1, "5" into 5, 1.7 into 1, and raised

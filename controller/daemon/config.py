@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import difflib
 import ipaddress
 import socket
 import tomllib
@@ -11,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from policies import PolicyError, make_policy
 
+from ..closename import close_hint
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
 from ..numtext import WRITTEN, misread, number_text
@@ -54,16 +54,10 @@ class ConfigError(ValueError):
     """A config that cannot be used; the message is one line."""
 
 
-def close_hint(name: str, known: Sequence[str]) -> str:
-    """'did you mean ...? ' for a mistyped name (`sped`, `stabilization_s`), as specctl's usage errors; else ''."""
-    close = difflib.get_close_matches(name, list(known), n=1)
-    return f"did you mean {close[0]!r}? " if close else ""
-
-
 def _check(section: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
     for key, value in given.items():
         if key not in defaults:
-            hint = close_hint(key, list(defaults))
+            hint = close_hint(key, defaults)
             if not hint and (home := next((s for s, keys in DEFAULTS.items() if s != section and key in keys), None)):
                 hint = f"it belongs in [{home}]; "      # ([engine] speed = 10: a key of [sim])
             elif not hint and key in DEFAULTS:
@@ -150,8 +144,7 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
     for source in (file_data, overrides or {}):
         for section, values in source.items():
             if section not in DEFAULTS:
-                close = difflib.get_close_matches(section, list(DEFAULTS), n=1)
-                hint = f"did you mean [{close[0]}]? " if close else ""
+                hint = close_hint(section, DEFAULTS, brackets=True)
                 raise ConfigError(f"config: unknown section [{section}] ({hint}known: {', '.join(DEFAULTS)})")
             if not isinstance(values, dict):
                 raise ConfigError(f"config: [{section}] must be a table")
