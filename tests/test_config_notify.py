@@ -68,6 +68,29 @@ def test_mistyped_guard_setting_names_the_close_one(tmp_path):
         load_config(f)
 
 
+POLICY_KEYS = "known: name, seed, tick_s, initial_threshold, params)"
+
+
+@pytest.mark.parametrize("text,line", [
+    # a key of another section close to one of this section's: where it belongs, not the close one ('seed')
+    ("[policy]\nspeed = 2\n", "config: unknown key 'speed' in [policy] (it belongs in [sim]; " + POLICY_KEYS),
+    # a [guard] setting is [guard]'s key (no 'initial_threshold'), and the other way round
+    ("[policy]\nmin_threshold = 2\n", "config: unknown key 'min_threshold' in [policy] (it belongs in [guard]; "
+                                       + POLICY_KEYS),
+    ("[guard]\ninitial_threshold = 2\n", "config: [guard] unknown guard setting 'initial_threshold' (it belongs in "
+                                          "[policy]; known: min_threshold, max_threshold, stabilisation_s, "),
+    # a key of two sections names both ([sim] alone was half the answer)
+    ("[storage]\nseed = 1\n", "config: unknown key 'seed' in [storage] (it belongs in one of [sim], [policy]; "
+                               "known: db, "),
+])
+def test_a_key_of_another_section_says_where_it_belongs(tmp_path, text, line):
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(f)
+    assert str(err.value).startswith(line), str(err.value)
+
+
 def test_explicit_missing_config_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.toml")

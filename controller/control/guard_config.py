@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..closename import close_hint
 from ..contract import MAX_BATCH
@@ -59,12 +59,14 @@ class GuardConfig:
         return min(self.trial_reserve, max(0.0, self.changes_burst - 2.0))
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any] | None) -> "GuardConfig":
+    def from_mapping(cls, values: Mapping[str, Any] | None,
+                     homes: Mapping[str, Iterable[str]] | None = None) -> "GuardConfig":
+        """homes: the other sections' keys (the daemon's config), for one of theirs given here."""
         known = {f.name: f for f in fields(cls)}
         out = {}
         for key, raw in (values or {}).items():
             if key not in known:
-                hint = close_hint(key, known)     # (stabilization_s: US spelling)
+                hint = close_hint(key, known, homes)     # (stabilization_s: US spelling)
                 raise GuardConfigError(f"unknown guard setting {key!r} ({hint}known: {', '.join(known)})")
             kind = int if known[key].type in ("int", int) else float
             # a number, taken as it is: int() and float() turned true into 1, "5" into 5, 1.7 into 1, and raised

@@ -5,6 +5,7 @@ import copy
 import ipaddress
 import socket
 import tomllib
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -54,13 +55,18 @@ class ConfigError(ValueError):
     """A config that cannot be used; the message is one line."""
 
 
+def _homes(section: str) -> dict[str, list[str]]:
+    """Every other section's keys, for a key given in the wrong one ([engine] speed = 10: [sim]'s); [guard]'s are
+    GuardConfig's settings."""
+    keys = {s: [f.name for f in fields(GuardConfig)] if s == "guard" else list(k) for s, k in DEFAULTS.items()}
+    return {s: k for s, k in keys.items() if s != section}
+
+
 def _check(section: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
     for key, value in given.items():
         if key not in defaults:
-            hint = close_hint(key, defaults)
-            if not hint and (home := next((s for s, keys in DEFAULTS.items() if s != section and key in keys), None)):
-                hint = f"it belongs in [{home}]; "      # ([engine] speed = 10: a key of [sim])
-            elif not hint and key in DEFAULTS:
+            hint = close_hint(key, defaults, _homes(section))
+            if not hint and key in DEFAULTS:
                 hint = f"[{key}] is a section of its own; "     # ([control] policy = "ucb": [policy] name)
             raise ConfigError(f"config: unknown key {key!r} in [{section}] ({hint}known: {', '.join(defaults)})")
         default = defaults[key]
@@ -246,7 +252,7 @@ def validate(cfg: dict) -> None:
     if ctl["socket"] and (problem := socket_path_problem(Path(ctl["socket"]))) is not None:
         raise ConfigError(f"config: [control] socket {ctl['socket']}: {problem}")   # (a socket there: at bind)
     try:
-        GuardConfig.from_mapping(cfg["guard"])
+        GuardConfig.from_mapping(cfg["guard"], _homes("guard"))      # ([guard] initial_threshold: [policy]'s)
     except GuardConfigError as e:
         raise ConfigError(f"config: [guard] {e}") from None
     try:
