@@ -1,10 +1,12 @@
 """'did you mean' for a name a config got wrong: the daemon's config ([section] and key: controller.daemon.config) and
 the guard's settings (controller.control.guard_config, which the simulator's evaluation reads too) give one hint, as
-specctl's usage errors do. Standard library only."""
+specctl's usage errors do ("did you mean one of 'x', 'y'?"). Standard library only."""
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
+
+CUTOFF = 0.6        # difflib.get_close_matches' default
 
 
 def close_hint(name: str, known: Iterable[str], homes: Mapping[str, Iterable[str]] | None = None,
@@ -12,11 +14,20 @@ def close_hint(name: str, known: Iterable[str], homes: Mapping[str, Iterable[str
     """The hint to put before a refusal's list of the known names ('' where none fits), ending '; ' or '? ':
     - `name` a key of other sections (homes: section -> its keys): "it belongs in [sim]; ", "in one of [sim], [policy]; "
       (first: `speed` in [policy] is [sim]'s key, not a typo of [policy]'s `seed`);
-    - else the closest of `known`: "did you mean 'speed'? ". brackets: names written as sections, [control]."""
+    - else the closest of `known`, every one as close as the closest: "did you mean 'speed'? ", "did you mean one of
+      'metrics_port', 'metrics_addr'? " (get_close_matches(n=1) named one of two equals: a guess, half the time wrong).
+    brackets: names written as sections, [control]."""
     if where := [section for section, keys in (homes or {}).items() if name in keys]:
         return f"it belongs in {_listed([f'[{s}]' for s in where])}; "
-    close = difflib.get_close_matches(name, list(known), n=1)
-    return f"did you mean {f'[{close[0]}]' if brackets else repr(close[0])}? " if close else ""
+    matcher, score = difflib.SequenceMatcher(), {}
+    matcher.set_seq2(name)              # (as get_close_matches scores)
+    for candidate in known:
+        matcher.set_seq1(candidate)
+        if (ratio := matcher.ratio()) >= CUTOFF:
+            score[candidate] = ratio
+    best = max(score.values(), default=None)
+    close = [f"[{n}]" if brackets else repr(n) for n, ratio in score.items() if ratio == best]
+    return f"did you mean {_listed(close)}? " if close else ""
 
 
 def _listed(names: list[str]) -> str:

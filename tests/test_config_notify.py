@@ -91,6 +91,22 @@ def test_a_key_of_another_section_says_where_it_belongs(tmp_path, text, line):
     assert str(err.value).startswith(line), str(err.value)
 
 
+@pytest.mark.parametrize("text,line", [
+    # as close to two: both named, not the one difflib's order picked (metrics_port; min_threshold; [sim])
+    ("[control]\nmetrics = 9100\n", "config: unknown key 'metrics' in [control] (did you mean one of "
+                                     "'metrics_port', 'metrics_addr'? known: "),
+    ("[guard]\nthreshold = 3\n", "config: [guard] unknown guard setting 'threshold' (did you mean one of "
+                                  "'min_threshold', 'max_threshold'? known: "),
+    ("[ensime]\nx = 1\n", "config: unknown section [ensime] (did you mean one of [engine], [sim]? known: "),
+])
+def test_a_name_as_close_to_two_names_both(tmp_path, text, line):
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(f)
+    assert str(err.value).startswith(line), str(err.value)
+
+
 def test_explicit_missing_config_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.toml")
