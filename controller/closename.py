@@ -10,21 +10,23 @@ CUTOFF = 0.6        # difflib.get_close_matches' default
 
 
 def close_hint(name: str, known: Iterable[str], homes: Mapping[str, Iterable[str]] | None = None,
-               brackets: bool = False) -> str:
+               renamed: Mapping[str, str] | None = None, brackets: bool = False) -> str:
     """The hint to put before a refusal's list of the known names ('' where none fits), ending '; ' or '? ':
-    - `name` a key of other sections (homes: section -> its keys): "it belongs in [sim]; ", "in one of [sim], [policy]; "
-      (first: `speed` in [policy] is [sim]'s key, not a typo of [policy]'s `seed`);
+    - `name` a key of other sections (homes: section -> its keys): "it belongs in [sim]; ", "it belongs in one of
+      [sim], [policy]; " (first: `speed` in [policy] is [sim]'s key, not a typo of [policy]'s `seed`);
     - else the closest of `known`, every one as close as the closest: "did you mean 'speed'? ", "did you mean one of
-      'metrics_port', 'metrics_addr'? " (get_close_matches(n=1) named one of two equals: a guess, half the time wrong).
+      'metrics_port', 'metrics_addr'? " (get_close_matches(n=1) named one of two equals: a guess, half the time wrong);
+      `renamed` (an old name -> its new one) is matched too, and named by its new name.
     brackets: names written as sections, [control]."""
     if where := [section for section, keys in (homes or {}).items() if name in keys]:
         return f"it belongs in {_listed([f'[{s}]' for s in where])}; "
     matcher, score = difflib.SequenceMatcher(), {}
     matcher.set_seq2(name)              # (as get_close_matches scores)
-    for candidate in known:
+    for candidate in [*known, *(renamed or {})]:
         matcher.set_seq1(candidate)
         if (ratio := matcher.ratio()) >= CUTOFF:
-            score[candidate] = ratio
+            new = (renamed or {}).get(candidate, candidate)
+            score[new] = max(score.get(new, 0.0), ratio)
     best = max(score.values(), default=None)
     close = [f"[{n}]" if brackets else repr(n) for n, ratio in score.items() if ratio == best]
     return f"did you mean {_listed(close)}? " if close else ""

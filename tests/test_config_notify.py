@@ -107,6 +107,21 @@ def test_a_name_as_close_to_two_names_both(tmp_path, text, line):
     assert str(err.value).startswith(line), str(err.value)
 
 
+@pytest.mark.parametrize("text,line", [
+    # retention_max_rows (RENAMED: the samples' cap) mistyped: its new name, not the events' cap it looks like
+    ("[storage]\nretention_max_row = 5000\n", "config: unknown key 'retention_max_row' in [storage] (did you mean "
+                                               "'retention_max_samples'? known: "),
+    ("[control]\nretention_max_rows = 5000\n", "config: unknown key 'retention_max_rows' in [control] (it belongs "
+                                                "in [storage]; known: "),
+])
+def test_a_renamed_key_is_named_by_its_new_name(tmp_path, text, line):
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(f)
+    assert str(err.value).startswith(line), str(err.value)
+
+
 def test_explicit_missing_config_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.toml")

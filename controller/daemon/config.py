@@ -57,15 +57,17 @@ class ConfigError(ValueError):
 
 def _homes(section: str) -> dict[str, list[str]]:
     """Every other section's keys, for a key given in the wrong one ([engine] speed = 10: [sim]'s); [guard]'s are
-    GuardConfig's settings."""
+    GuardConfig's settings, a renamed key's old name is still its section's."""
     keys = {s: [f.name for f in fields(GuardConfig)] if s == "guard" else list(k) for s, k in DEFAULTS.items()}
+    for s, old in RENAMED:
+        keys[s].append(old)
     return {s: k for s, k in keys.items() if s != section}
 
 
 def _check(section: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
     for key, value in given.items():
         if key not in defaults:
-            hint = close_hint(key, defaults, _homes(section))
+            hint = close_hint(key, defaults, _homes(section), {o: n for (s, o), n in RENAMED.items() if s == section})
             if not hint and key in DEFAULTS:
                 hint = f"[{key}] is a section of its own; "     # ([control] policy = "ucb": [policy] name)
             raise ConfigError(f"config: unknown key {key!r} in [{section}] ({hint}known: {', '.join(defaults)})")
