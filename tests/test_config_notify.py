@@ -82,39 +82,20 @@ POLICY_KEYS = "known: name, seed, tick_s, initial_threshold, params)"
     # a key of two sections names both ([sim] alone was half the answer)
     ("[storage]\nseed = 1\n", "config: unknown key 'seed' in [storage] (it belongs in one of [sim], [policy]; "
                                "known: db, "),
-])
-def test_a_key_of_another_section_says_where_it_belongs(tmp_path, text, line):
-    f = tmp_path / "c.toml"
-    f.write_text(text)
-    with pytest.raises(ConfigError) as err:
-        load_config(f)
-    assert str(err.value).startswith(line), str(err.value)
-
-
-@pytest.mark.parametrize("text,line", [
     # as close to two: both named, not the one difflib's order picked (metrics_port; min_threshold; [sim])
     ("[control]\nmetrics = 9100\n", "config: unknown key 'metrics' in [control] (did you mean one of "
                                      "'metrics_port', 'metrics_addr'? known: "),
     ("[guard]\nthreshold = 3\n", "config: [guard] unknown guard setting 'threshold' (did you mean one of "
                                   "'min_threshold', 'max_threshold'? known: "),
     ("[ensime]\nx = 1\n", "config: unknown section [ensime] (did you mean one of [engine], [sim]? known: "),
-])
-def test_a_name_as_close_to_two_names_both(tmp_path, text, line):
-    f = tmp_path / "c.toml"
-    f.write_text(text)
-    with pytest.raises(ConfigError) as err:
-        load_config(f)
-    assert str(err.value).startswith(line), str(err.value)
-
-
-@pytest.mark.parametrize("text,line", [
     # retention_max_rows (RENAMED: the samples' cap) mistyped: its new name, not the events' cap it looks like
     ("[storage]\nretention_max_row = 5000\n", "config: unknown key 'retention_max_row' in [storage] (did you mean "
                                                "'retention_max_samples'? known: "),
     ("[control]\nretention_max_rows = 5000\n", "config: unknown key 'retention_max_rows' in [control] (it belongs "
                                                 "in [storage]; known: "),
 ])
-def test_a_renamed_key_is_named_by_its_new_name(tmp_path, text, line):
+def test_a_mistyped_name_gets_the_hint_that_fits(tmp_path, text, line):
+    """Where a key belongs, every name as close as the closest, a renamed key by its new name."""
     f = tmp_path / "c.toml"
     f.write_text(text)
     with pytest.raises(ConfigError) as err:
