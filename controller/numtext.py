@@ -17,6 +17,11 @@ DECIMAL = re.compile(r"-?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?
 WRITTEN = "ASCII digits, a '-' at most: no '+', spaces, '_' or leading zeros"
 
 
+def a_kind(kind: type) -> str:
+    """How a refusal names what a value is not: "an integer" (as specctl's pin says it), "a number"."""
+    return "an integer" if kind is int else "a number"
+
+
 def int_text(text: str) -> int | None:
     """The integer `text` writes by the rule above, or None (None too past int()'s digit limit, 4300: its ValueError
     was a traceback out of run's --concurrency, simulate's levels and specctl's pin)."""

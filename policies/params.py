@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, Mapping
 
-from controller.numtext import WRITTEN, echoed, number_text
+from controller.numtext import WRITTEN, a_kind, echoed, number_text
 
 from .types import PolicyError
 
@@ -41,7 +41,7 @@ class ParamSpec:
         if value is None or isinstance(value, float) and not math.isfinite(value):     # (nan, inf: not "out of range")
             written = f"; {WRITTEN}" if isinstance(raw, str) and value is None else ""
             raise PolicyError(
-                f"policy {policy}: parameter {self.name}={shown(raw)} is not a valid {self.kind.__name__} "
+                f"policy {policy}: parameter {self.name}={shown(raw)} is not {a_kind(self.kind)} "
                 f"(allowed {self.lo:g} .. {self.hi:g}{written})")
         if not (self.lo <= value <= self.hi):
             raise PolicyError(

@@ -80,7 +80,7 @@ def test_a_fixed_threshold_above_the_largest_batch_runs_as_that_batch_and_says_s
 
 @pytest.mark.parametrize("params,match", [
     ({"c": "-1"}, r"parameter c=.*out of range \(allowed 0 .. 100\)"),
-    ({"c": "abc"}, r"parameter c='abc' is not a valid float"),
+    ({"c": "abc"}, r"parameter c='abc' is not a number"),
     ({"half_life_s": 0}, r"half_life_s=0 out of range \(allowed 0.5 .. 3600\)"),
     ({"nope": 1}, r"unknown parameter 'nope' \(allowed: "),
 ])
@@ -90,7 +90,7 @@ def test_bad_parameters_name_the_parameter_and_range(params, match):
 
 
 def test_integer_parameter_rejects_fraction():
-    with pytest.raises(PolicyError, match="threshold='2.5' is not a valid int"):
+    with pytest.raises(PolicyError, match="threshold='2.5' is not an integer"):
         make_policy("fixed", {"threshold": "2.5"})
 
 

@@ -23,7 +23,7 @@ def test_parameter_ranges_are_inclusive():
     assert resolve_params("p", SPECS, None) == {"c": 1.0, "n": 2}
     assert type(resolve_params("p", SPECS, {"n": "7"})["n"]) is int
     for written in ("7.0", 7.0):          # (an int parameter is an integer, as numtext and the API's bodies write one)
-        with pytest.raises(PolicyError, match="is not a valid int"):
+        with pytest.raises(PolicyError, match="is not an integer"):
             resolve_params("p", SPECS, {"n": written})
     assert type(resolve_params("p", SPECS, {"c": 3})["c"]) is float
 
@@ -33,12 +33,12 @@ def test_parameter_ranges_are_inclusive():
     ({"c": 100.5}, "policy p: parameter c=100.5 out of range (allowed 0 .. 100)"),
     ({"n": 0}, "policy p: parameter n=0 out of range (allowed 1 .. 64)"),
     ({"n": 65}, "policy p: parameter n=65 out of range (allowed 1 .. 64)"),
-    ({"n": "2.5"}, f"policy p: parameter n='2.5' is not a valid int (allowed 1 .. 64; {WRITTEN})"),
-    ({"c": True}, "policy p: parameter c=True is not a valid float (allowed 0 .. 100)"),
-    ({"c": None}, "policy p: parameter c=None is not a valid float (allowed 0 .. 100)"),
-    ({"n": "1e400"}, f"policy p: parameter n='1e400' is not a valid int (allowed 1 .. 64; {WRITTEN})"),
-    ({"c": "nan"}, f"policy p: parameter c='nan' is not a valid float (allowed 0 .. 100; {WRITTEN})"),
-    ({"c": float("inf")}, "policy p: parameter c=inf is not a valid float (allowed 0 .. 100)"),
+    ({"n": "2.5"}, f"policy p: parameter n='2.5' is not an integer (allowed 1 .. 64; {WRITTEN})"),
+    ({"c": True}, "policy p: parameter c=True is not a number (allowed 0 .. 100)"),
+    ({"c": None}, "policy p: parameter c=None is not a number (allowed 0 .. 100)"),
+    ({"n": "1e400"}, f"policy p: parameter n='1e400' is not an integer (allowed 1 .. 64; {WRITTEN})"),
+    ({"c": "nan"}, f"policy p: parameter c='nan' is not a number (allowed 0 .. 100; {WRITTEN})"),
+    ({"c": float("inf")}, "policy p: parameter c=inf is not a number (allowed 0 .. 100)"),
     ({"x": 1, "b": 2}, "policy p: unknown parameter 'b' (allowed: c, n)"),
 ])
 def test_parameter_errors_name_the_parameter_and_its_range(given, message):

@@ -121,5 +121,5 @@ def test_a_parameter_refused_is_echoed_cut_short_not_whole(params):
         make_policy("fixed", params)
     assert len(str(e.value)) < 300, str(e.value)[:300]
     assert str(e.value).startswith("policy fixed: ") and "..." in str(e.value)
-    with pytest.raises(PolicyError, match=r"^policy fixed: parameter threshold='x' is not a valid int \(allowed 0 "):
+    with pytest.raises(PolicyError, match=r"^policy fixed: parameter threshold='x' is not an integer \(allowed 0 "):
         make_policy("fixed", {"threshold": "x"})

@@ -256,7 +256,7 @@ def validate(cfg: dict) -> None:
     try:
         GuardConfig.from_mapping(cfg["guard"], _homes("guard"))      # ([guard] initial_threshold: [policy]'s)
     except GuardConfigError as e:
-        raise ConfigError(f"config: [guard] {e}") from None
+        raise ConfigError(f"config: [guard] {str(e).removeprefix('guard ')}") from None
     try:
         make_policy(cfg["policy"]["name"], cfg["policy"]["params"])
     except PolicyError as e:
