@@ -126,3 +126,22 @@ def test_sd_notify_without_socket_is_a_no_op(monkeypatch, short_tmp):
     assert sd_notify("READY=1") is False
     monkeypatch.setenv("NOTIFY_SOCKET", str(short_tmp / "gone"))
     assert sd_notify("READY=1") is False          # never raises
+
+
+@pytest.mark.parametrize("order", ["old first", "new first"])
+def test_a_renamed_key_given_under_both_names_is_refused(tmp_path, order):
+    """retention_max_rows and retention_max_samples both in [storage]: one was dropped silently (whichever came last
+    won), so the cap the operator meant may not be the one in force."""
+    lines = ["retention_max_rows = 5000", "retention_max_samples = 9000"]
+    f = tmp_path / "c.toml"
+    f.write_text("[storage]\n" + "\n".join(lines if order == "old first" else lines[::-1]) + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(f)
+    assert str(err.value) == ("config: [storage] gives both retention_max_rows and retention_max_samples, its new "
+                              "name: keep retention_max_samples")
+
+
+def test_a_renamed_key_alone_is_still_taken_by_its_new_name(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("[storage]\nretention_max_rows = 5000\n")
+    assert load_config(f)["storage"]["retention_max_samples"] == 5000

@@ -156,6 +156,9 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
                 raise ConfigError(f"config: unknown section [{section}] ({hint}known: {', '.join(DEFAULTS)})")
             if not isinstance(values, dict):
                 raise ConfigError(f"config: [{section}] must be a table")
+            for k in values:        # (both names in one table: the comprehension below kept whichever came last)
+                if (new := RENAMED.get((section, k))) in values:
+                    raise ConfigError(f"config: [{section}] gives both {k} and {new}, its new name: keep {new}")
             values = {RENAMED.get((section, k), k): v for k, v in values.items()}
             if (section,) not in FREE_FORM:
                 _check(section, values, DEFAULTS[section])
