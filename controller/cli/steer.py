@@ -36,9 +36,18 @@ def policy_list(ctx: Ctx, as_json: bool) -> None:
             alias = f" (alias: {', '.join(r['aliases'])})" if r["aliases"] else ""
             mark = "" if not r["active"] else " [active]" if active == r["name"] else f" [active as {active}]"
             out.append(f"{r['name']}{alias}{mark}: {r['summary']}")
-            out += [f"    {p['name']}={p['default']:g}  [{p['min']:g} .. {p['max']:g}] {p['help']}" for p in r["params"]]
+            out += [f"    {p['name']}={_number(p['default'])}  [{_number(p['min'])} .. {_number(p['max'])}] {p['help']}"
+                    for p in r["params"]]
         return "\n".join(out)
     emit(rows, as_json, render)
+
+
+def _number(value: object) -> str:
+    """A parameter as `list` and `show` both print it: 60, not 60.0 in one and 60 in the other; never rounded (:g alone
+    printed 1.23456789 as 1.23457)."""
+    if isinstance(value, float) and float(short := f"{value:g}") == value:
+        return short
+    return str(value)
 
 
 def _active_policy(ctx: Ctx) -> str | None:
@@ -81,7 +90,8 @@ def policy_show(ctx: Ctx, as_json: bool) -> None:
         saved = settings.get("policy") or {}
         info = {"name": saved.get("name"), "policy": known_name(saved.get("name")), "params": full_params(saved),
                 "pinned": settings.get("pinned"), "daemon_running": False}     # (pinned: as the daemon's, or null)
-    emit(info, as_json, lambda i: f"{i['name']}{alias_note(i)}" + "".join(f"\n    {k}={v}" for k, v in i["params"].items())
+    emit(info, as_json, lambda i: f"{i['name']}{alias_note(i)}" + "".join(f"\n    {k}={_number(v)}"
+                                                                          for k, v in i["params"].items())
          if i["name"] is not None else f"no policy saved in {ctx.db}: the daemon starts with its config's [policy] name "
                                       "(bandit unless set)")
 
