@@ -93,6 +93,8 @@ POLICY_KEYS = "known: name, seed, tick_s, initial_threshold, params)"
                                                "'retention_max_samples'? known: "),
     ("[control]\nretention_max_rows = 5000\n", "config: unknown key 'retention_max_rows' in [control] (it belongs "
                                                 "in [storage]; known: "),
+    # a section's name as a key: that section, before any close key ('trace'; helper-126's CF6)
+    ("[sim]\nstorage = 1\n", "config: unknown key 'storage' in [sim] ([storage] is a section of its own; known: "),
 ])
 def test_a_mistyped_name_gets_the_hint_that_fits(tmp_path, text, line):
     """Where a key belongs, every name as close as the closest, a renamed key by its new name."""

@@ -67,9 +67,11 @@ def _homes(section: str) -> dict[str, list[str]]:
 def _check(section: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
     for key, value in given.items():
         if key not in defaults:
-            hint = close_hint(key, defaults, _homes(section), {o: n for (s, o), n in RENAMED.items() if s == section})
-            if not hint and key in DEFAULTS:
-                hint = f"[{key}] is a section of its own; "     # ([control] policy = "ucb": [policy] name)
+            homes = _homes(section)
+            if key in DEFAULTS and not any(key in keys for keys in homes.values()):
+                hint = f"[{key}] is a section of its own; "     # ([control] policy = "ucb"; [sim] storage: not 'trace')
+            else:
+                hint = close_hint(key, defaults, homes, {o: n for (s, o), n in RENAMED.items() if s == section})
             raise ConfigError(f"config: unknown key {key!r} in [{section}] ({hint}known: {', '.join(defaults)})")
         default = defaults[key]
         if isinstance(default, dict):
