@@ -15,6 +15,7 @@ from controller.daemon.config import DEFAULTS, RENAMED, ConfigError, load_config
 from controller.daemon.lifecycle import Daemon
 from controller.daemon.ownfiles import OwnFiles
 from controller.sim.core import SimCore
+from tests.test_own_files import own_files
 from tests.test_switch_step import stub_profile
 
 NO_THREAD = "can't start new thread"        # (RuntimeError's text where a process may start no more threads)
@@ -90,14 +91,8 @@ def _changed_unprivileged(files: OwnFiles, parent) -> str | None:
 def test_an_unsearchable_state_directory_is_no_proof_of_removal_for_root_too(short_tmp):
     """OF3: only a symlink loop (ELOOP) among lstat's other errors is removal; a directory whose search permission went
     (EACCES) still holds the files. (test_own_files' test of it is skipped as root: here a child process as nobody.)"""
-    state = short_tmp / "state"
-    state.mkdir()
-    db, sock = state / "state.db", state / "ctl.sock"
-    db.write_text("x")
-    sock.write_text("y")
-    files = OwnFiles()
-    files.add("database", db)
-    files.add("control socket", sock)
+    files, db, _ = own_files(short_tmp)
+    state = db.parent
     state.chmod(0o600)
     try:
         assert _changed_unprivileged(files, short_tmp) is None
