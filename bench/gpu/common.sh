@@ -336,6 +336,11 @@ nospec_loads() { # names of loads.py argument arrays...: an engine started witho
   tail -c 200000 "$LOGS/nospec.log" >/tmp/nospec.log; rm -f "$LOGS/nospec.log"
 }
 
+show_and_total() { # the call's tables (loads.py --show over $R) and its wall time, at the end of a script
+  python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"
+  say "total $(($(date +%s) - T0)) s"
+}
+
 save_db() { # the daemon's database (after stop_daemon, or live: VACUUM INTO reads it), compacted and compressed: $OUT/state.db.xz
   rm -f /tmp/state-copy.db; python3 -c "import sqlite3; sqlite3.connect('$SC/state.db').execute(\"VACUUM INTO '/tmp/state-copy.db'\")"
   xz -6 -c /tmp/state-copy.db >"$OUT/state.db.xz"; ls -la "$OUT/state.db.xz" | tee -a "$SUM"

@@ -52,5 +52,4 @@ if [ "$(left)" -gt 110 ] && start_server nospec 30001 X=1 --; then
   stop_server
 fi
 save_caches
-python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"
-say "total $(($(date +%s) - T0)) s"
+show_and_total

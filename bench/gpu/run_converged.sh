@@ -36,5 +36,4 @@ if specctl status >/dev/null 2>&1; then
   stop_daemon
   save_db
 fi
-python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"
-say "total $(($(date +%s) - T0)) s"
+show_and_total

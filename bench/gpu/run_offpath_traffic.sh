@@ -40,5 +40,4 @@ if start_server spec 30000 SPEC_CONTROLLER_INITIAL_THRESHOLD=0 SPEC_CONTROLLER_S
   stop_server
 fi
 save_caches
-python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"
-say "total $(($(date +%s) - T0)) s"
+show_and_total

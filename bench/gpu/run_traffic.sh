@@ -39,5 +39,4 @@ if start_daemon; then
   stop_daemon
 fi
 save_caches
-python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"
-say "total $(($(date +%s) - T0)) s"
+show_and_total

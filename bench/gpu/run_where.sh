@@ -41,5 +41,4 @@ fi
 unset SPEC_TIMELINE
 [ "$(left)" -gt 40 ] && tar cf - -C /tmp tl | xz -1 >"$OUT/timelines.tar.xz"
 save_caches
-python3 bench/gpu/loads.py --show "$R" | tee -a "$SUM"
-say "total $(($(date +%s) - T0)) s"
+show_and_total
