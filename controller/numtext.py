@@ -15,6 +15,13 @@ INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
 DECIMAL = re.compile(r"-?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 # What a refusal says of the rule (a number written otherwise: "threshold '05' is not an integer (ASCII digits ...)")
 WRITTEN = "ASCII digits, a '-' at most: no '+', spaces, '_' or leading zeros"
+WRITTEN_NUMBER = "ASCII digits, a '.' and an exponent allowed (0.5, 1e-3), a '-' at most: no '+', spaces, '_' or " \
+                 "leading zeros"
+
+
+def written(kind: type) -> str:
+    """The rule as a refusal of a value of `kind` says it: an integer's (WRITTEN), or a number's with its point."""
+    return WRITTEN if kind is int else WRITTEN_NUMBER
 
 
 def a_kind(kind: type) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, Mapping
 
-from controller.numtext import WRITTEN, a_kind, echoed, number_text
+from controller.numtext import a_kind, echoed, number_text, written
 
 from .types import PolicyError
 
@@ -39,10 +39,10 @@ class ParamSpec:
             except OverflowError:           # (an integer past a float's range)
                 value = None
         if value is None or isinstance(value, float) and not math.isfinite(value):     # (nan, inf: not "out of range")
-            written = f"; {WRITTEN}" if isinstance(raw, str) and value is None else ""
+            rule = f"; {written(self.kind)}" if isinstance(raw, str) and value is None else ""
             raise PolicyError(
                 f"policy {policy}: parameter {self.name}={shown(raw)} is not {a_kind(self.kind)} "
-                f"(allowed {self.lo:g} .. {self.hi:g}{written})")
+                f"(allowed {self.lo:g} .. {self.hi:g}{rule})")
         if not (self.lo <= value <= self.hi):
             raise PolicyError(
                 f"policy {policy}: parameter {self.name}={shown(raw)} out of range "

@@ -63,7 +63,7 @@ def test_specctls_other_numbers_follow_the_same_rule(offline, argv):
 
 def test_a_list_keeps_its_spaces_after_commas(offline):
     from controller.cli.options import number_list
-    assert number_list("1, 4 ,16", int_text, "--concurrency", "integers") == [1, 4, 16]
+    assert number_list("1, 4 ,16", int, "--concurrency") == [1, 4, 16]
 
 
 @pytest.mark.parametrize("flag,value", [("--concurrency", "04"), ("--concurrency", " 4"), ("--metrics-port", "09100"),

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from controller.cli.main import cli
 from controller.contract import Sample
 from controller.daemon.main import main
-from controller.numtext import WRITTEN
+from controller.numtext import WRITTEN, written
 from tests.fakes import good, make_service
 
 
@@ -145,7 +145,8 @@ def test_op3_a_list_that_is_no_list_of_numbers_says_what_it_takes(tmp_path, flag
     res = CliRunner().invoke(cli, ["--socket", str(tmp_path / "none.sock"), "simulate", flag, "1,x"])
     assert res.exit_code == 2
     assert res.output == \
-        f"specctl: invalid value for {flag}: '1,x' is not a comma-separated list of {kind} ({WRITTEN})\n"
+        f"specctl: invalid value for {flag}: '1,x' is not a comma-separated list of {kind} " \
+        f"({written(int if kind == 'integers' else float)})\n"
 
 
 @pytest.mark.parametrize("args,said", [

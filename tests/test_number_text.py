@@ -70,3 +70,15 @@ def test_runs_concurrency_refuses_a_too_long_integer_in_one_line(monkeypatch):
     assert res.exit_code == 2 and not isinstance(res.exception, ValueError), repr(res.exception)
     assert res.output.startswith("spec-controller: --concurrency ") and \
         res.output.strip().endswith(f"is not an integer ({WRITTEN})")
+
+
+def test_a_number_refusal_says_the_point_and_exponent_are_allowed(offline):
+    """helper-127: `--param half_life_s=x` said "ASCII digits, a '-' at most" (an integer's rule) for a parameter that
+    takes 1.5; a number's refusal now names its point and exponent, an integer's stays as it was."""
+    args, db = offline
+    res = CliRunner().invoke(cli, [*args, "policy", "set", "bandit", "--param", "half_life_s=x"])
+    assert res.exit_code == 2
+    assert "is not a number (allowed 0.5 .. 3600; ASCII digits, a '.' and an exponent allowed (0.5, 1e-3)" in \
+        res.output, res.output
+    res = CliRunner().invoke(cli, [*args, "policy", "set", "fixed", "--param", "threshold=x"])
+    assert res.exit_code == 2 and f"is not an integer (allowed 0 .. 65536; {WRITTEN})" in res.output, res.output

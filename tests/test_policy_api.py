@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.numtext import WRITTEN
+from controller.numtext import WRITTEN, WRITTEN_NUMBER
 from policies import Decision, PolicyError, Snapshot, list_policies, make_policy, parse_kv, resolve_name
 from policies.params import ParamSpec, resolve_params
 
@@ -37,7 +37,7 @@ def test_parameter_ranges_are_inclusive():
     ({"c": True}, "policy p: parameter c=True is not a number (allowed 0 .. 100)"),
     ({"c": None}, "policy p: parameter c=None is not a number (allowed 0 .. 100)"),
     ({"n": "1e400"}, f"policy p: parameter n='1e400' is not an integer (allowed 1 .. 64; {WRITTEN})"),
-    ({"c": "nan"}, f"policy p: parameter c='nan' is not a number (allowed 0 .. 100; {WRITTEN})"),
+    ({"c": "nan"}, f"policy p: parameter c='nan' is not a number (allowed 0 .. 100; {WRITTEN_NUMBER})"),
     ({"c": float("inf")}, "policy p: parameter c=inf is not a number (allowed 0 .. 100)"),
     ({"x": 1, "b": 2}, "policy p: unknown parameter 'b' (allowed: c, n)"),
 ])

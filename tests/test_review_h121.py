@@ -14,7 +14,7 @@ from controller.daemon.main import main
 def test_a_number_set_refuses_says_the_rule_not_write_it_unquoted(setting):
     res = CliRunner().invoke(main, ["config", "check", "--set", "policy.name=fixed", "--set", setting])
     assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
-    assert "ASCII digits, a '-' at most" in res.output and "unquoted" not in res.output, res.output
+    assert "a '-' at most: no '+'" in res.output and "unquoted" not in res.output, res.output     # (numtext.written)
 
 
 @pytest.mark.parametrize("raw,fix", [("5", "min_threshold = 5"), ("5.0", "min_threshold = 5")])

@@ -6,7 +6,7 @@ from click.testing import CliRunner
 from controller.contract import MAX_BATCH
 from controller.control.guard_config import GuardConfig, GuardConfigError
 from controller.daemon.main import main
-from controller.numtext import WRITTEN
+from controller.numtext import written
 
 
 def _one_usage_line(result, prog: str = "spec-controller") -> str:
@@ -107,7 +107,8 @@ def test_runs_number_flags_take_ascii_decimals_only(flag, value, monkeypatch):
     monkeypatch.setattr(logs, "setup", lambda level: None)
     result = CliRunner().invoke(main, ["run", flag, value, "--db", "/nonexistent-h95/x.db"])
     kind = "an integer" if flag in ("--concurrency", "--metrics-port") else "a number"
-    assert _one_usage_line(result) == f"spec-controller: {flag} {value!r} is not {kind} ({WRITTEN})"
+    rule = written(int if kind == "an integer" else float)
+    assert _one_usage_line(result) == f"spec-controller: {flag} {value!r} is not {kind} ({rule})"
 
 
 def test_runs_number_flags_still_reach_the_configs_range_check():

@@ -5,7 +5,6 @@ from typing import Any
 
 import click
 
-from ..numtext import decimal_text
 from .common import fail
 from .figures import pyplot
 from .options import EXIT_USAGE, number_list
@@ -17,7 +16,7 @@ def parse_rates(text: str, default: tuple[float, ...]) -> list[float]:
     """'2,12,24' (requests/s), or 'default' for the profile's [load] arrival_rate levels."""
     if text.strip() == "default":
         return list(default)
-    rates = number_list(text, decimal_text, "--arrival-rate", "numbers")     # (float() took "1_0", "٣", "+5")
+    rates = number_list(text, float, "--arrival-rate")     # (float() took "1_0", "٣", "+5")
     if any(not 0.001 <= r <= 1e6 for r in rates):
         raise click.BadParameter("rates must be 0.001 .. 1e6 requests/s", param_hint="--arrival-rate")
     return rates

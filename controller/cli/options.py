@@ -11,7 +11,7 @@ from typing import Any, Callable, NoReturn
 import click
 
 from .. import __version__
-from ..numtext import WRITTEN, echoed, number_text
+from ..numtext import a_kind, echoed, number_text, written
 
 # Exit codes (README "specctl"): the same for every command.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -108,8 +108,8 @@ class Bounded(click.ParamType):
         else:
             number = number_text(str(value), self.kind)    # (numtext's rule: " 5" no)
             if number is None:          # (int() / float() took "1_0", "+5", other scripts' digits, "nan")
-                article = "an integer" if self.kind is int else "a number"
-                raise click.UsageError(f"{self.what} {echoed(repr(value))} is not {article} ({WRITTEN})", ctx) from None
+                raise click.UsageError(f"{self.what} {echoed(repr(value))} is not {a_kind(self.kind)} "
+                                       f"({written(self.kind)})", ctx) from None
         return number if self.later else self.check(number, value, ctx)
 
     def check(self, number: Any, typed: Any = None, ctx: click.Context | None = None) -> Any:
@@ -129,12 +129,13 @@ class Bounded(click.ParamType):
 NEGATIVE_ARGS = {"ignore_unknown_options": True}
 
 
-def number_list(text: str, parse: Callable[[str], Any], hint: str, kind: str) -> list:
-    """'1,4,16' (or '1, 4, 16': spaces beside a comma are the list's) read item by item with `parse` (numtext's rule;
-    None where no number); an empty item ('1,,2') or one that is no number is click.BadParameter naming the flag."""
-    values = [parse(x) for x in re.split(r"\s*,\s*", text)]
+def number_list(text: str, kind: type, hint: str) -> list:
+    """'1,4,16' (or '1, 4, 16': spaces beside a comma are the list's) read item by item as `kind` (int or float, by
+    numtext's rule); an empty item ('1,,2') or one that is no number is click.BadParameter naming the flag."""
+    values = [number_text(x, kind) for x in re.split(r"\s*,\s*", text)]
     if None in values:
-        raise click.BadParameter(f"{text!r} is not a comma-separated list of {kind} ({WRITTEN})", param_hint=hint)
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of {'integers' if kind is int else 'numbers'} "
+                                 f"({written(kind)})", param_hint=hint)
     return values
 
 

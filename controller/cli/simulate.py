@@ -6,7 +6,6 @@ import click
 from policies import PolicyError, parse_kv
 
 from ..contract import MAX_BATCH
-from ..numtext import int_text
 from ..sim.evaluate import DEFAULT_TICK_S, evaluate, sweep_segments
 from ..sim.profile import ProfileError, load_profile, load_trace
 from .common import fail
@@ -17,7 +16,7 @@ from .options import EXIT_USAGE, Bounded, number_list
 def _levels(text: str | None, default: tuple[int, ...]) -> list[int]:
     if not text:
         return list(default)
-    levels = number_list(text, int_text, "--concurrency", "integers")     # (int() took "1_0", "٣", "+5")
+    levels = number_list(text, int, "--concurrency")     # (int() took "1_0", "٣", "+5")
     if any(c < 1 or c > MAX_BATCH for c in levels):
         raise click.BadParameter(f"levels must be 1 .. {MAX_BATCH}", param_hint="--concurrency")
     return levels

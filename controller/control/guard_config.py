@@ -8,7 +8,7 @@ from typing import Any, Iterable, Mapping
 
 from ..closename import close_hint
 from ..contract import MAX_BATCH
-from ..numtext import WRITTEN, a_kind, decimal_text, misread
+from ..numtext import a_kind, decimal_text, misread, written
 
 
 class GuardConfigError(ValueError):
@@ -79,7 +79,7 @@ class GuardConfig:
             except (ValueError, OverflowError):
                 fix = _unquoted(raw, kind)
                 why = f"is text, not a number: write it unquoted ({key} = {fix})" if fix else \
-                    f"is not {a_kind(kind)}" + (f" ({WRITTEN})" if misread(raw) else "")
+                    f"is not {a_kind(kind)}" + (f" ({written(kind)})" if misread(raw) else "")
                 raise GuardConfigError(f"guard setting {key}={raw!r} {why}") from None
         cfg = cls(**out)
         cfg.validate()

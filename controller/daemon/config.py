@@ -14,7 +14,7 @@ from policies import PolicyError, make_policy
 from ..closename import close_hint
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
-from ..numtext import WRITTEN, misread, number_text
+from ..numtext import misread, number_text, written
 from ..paths import (DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, is_db_own_path, names_a_file,
                      read_text_file, socket_path_problem)
 from .engines.child import SGLANG_PORT
@@ -83,7 +83,7 @@ def _check(section: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) 
         if isinstance(value, bool) and want is not bool:
             ok = False
         if not ok:      # (text no number by numtext's rule, where a number goes: --set's +5, the rule said)
-            rule = f" ({WRITTEN})" if want in (int, float) and misread(value) else ""
+            rule = f" ({written(want)})" if want in (int, float) and misread(value) else ""
             raise ConfigError(f"config: [{section}] {key}={value!r} must be {KINDS.get(want, want.__name__)}{rule}")
 
 
