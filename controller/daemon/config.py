@@ -67,11 +67,8 @@ def _homes(section: str) -> dict[str, list[str]]:
 def _check(section: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
     for key, value in given.items():
         if key not in defaults:
-            homes = _homes(section)
-            if key in DEFAULTS and not any(key in keys for keys in homes.values()):
-                hint = f"[{key}] is a section of its own; "     # ([control] policy = "ucb"; [sim] storage: not 'trace')
-            else:
-                hint = close_hint(key, defaults, homes, {o: n for (s, o), n in RENAMED.items() if s == section})
+            hint = close_hint(key, defaults, _homes(section), {o: n for (s, o), n in RENAMED.items() if s == section},
+                              sections=DEFAULTS)        # ([control] policy = "ucb": [policy] is a section)
             raise ConfigError(f"config: unknown key {key!r} in [{section}] ({hint}known: {', '.join(defaults)})")
         default = defaults[key]
         if isinstance(default, dict):
