@@ -52,6 +52,7 @@ class Writer:
         # A nearly full disk still takes small commits between failures: the problem is over only
         # once no write has failed for recover_s (else health and the log would flap with it).
         self.recover_s = 5.0
+        self.finish_timeout_s = 120.0  # how long a begun command write is awaited before 'it may yet be saved'
         self._last_failure = 0.0
         self._stopping = False        # stop() called: a transaction then waits for nothing (none will run it)
         self._logs = RateLimitedLog(log, log_interval_s)
@@ -106,8 +107,9 @@ class Writer:
         self.q.put(("txn", ticket))
         if not ticket.done.wait(timeout) and ticket.cancel():
             raise WriteFailed(f"the database writer is busy ({self.problem or 'a slow write'})")
-        if not ticket.done.wait(120.0):
-            raise WriteFailed("the database write did not finish in 120 s; it may yet be saved", maybe_saved=True)
+        if not ticket.done.wait(self.finish_timeout_s):
+            raise WriteFailed(f"the database write did not finish in {self.finish_timeout_s:g} s; it may yet be saved",
+                              maybe_saved=True)
         if ticket.error:
             raise WriteFailed(f"the database write failed: {ticket.error}")
 

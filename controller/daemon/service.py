@@ -62,13 +62,13 @@ class Service:
         self.job_failing: dict[str, str] = {}     # job -> its error, while its newest run failed
         self.last_retune_ok = time.monotonic()
         self.command_timeout_s = 5.0       # a command whose write has not started by then is refused (its turn included)
+        self._unsettled = False     # a command's write may yet land (maybe_saved): the next pin is written even as a no-op
         self._logs = RateLimitedLog(log)
         saved = self._read(queries.settings)
         name, params, policy = saved_policy(saved, cfg, self._build_policy)
         policy, _ = self._restore(policy, name, params)
         self.loop, self.start_reason = start_loop(cfg, policy, saved, engine.max_batch_size)
-        running = {"policy": {"name": name, "params": params}} if "policy" in saved else {}
-        if unused := config_policy_unused(cfg, running):
+        if unused := config_policy_unused(cfg, {"policy": {"name": name, "params": params}} if "policy" in saved else {}):
             log.warning("%s", unused)
         self.policy_name = name
         self.clock = SteadyClock(engine.now)     # the loop's time base: the engine's clock, never going back
@@ -80,7 +80,6 @@ class Service:
         self.clock_speed = float(getattr(engine, "speed", 1.0) or 1.0)
         writer.setting("clock", {"speed": self.clock_speed})    # offline status: whose time the rates are in
 
-    # --- restore ------------------------------------------------------------
     def reader(self) -> sqlite_utils.Database:
         """A fresh read-only connection: the writer thread owns self.db's connection."""
         return open_store(self.cfg["storage"]["db"], readonly=True, check=False)
@@ -130,7 +129,9 @@ class Service:
         try:
             self.writer.transaction(items, timeout=max(0.0, deadline - time.monotonic()))
         except WriteFailed as e:
+            self._unsettled |= e.maybe_saved
             raise CommandRefused(str(e) if e.maybe_saved else f"{e}; nothing changed") from None
+        self._unsettled = False       # (the writer commits in queue order: whatever was under way has landed)
 
     def set_policy(self, name: str, params: Mapping[str, Any]) -> dict:
         """Validate, save, switch; PolicyError or CommandRefused (nothing changed) on failure."""
@@ -177,7 +178,7 @@ class Service:
         with self._command() as deadline:
             with self.lock:
                 changed = self.loop.pinned != threshold      # a pin where it is pinned, an unpin of nothing: no-ops
-            if changed:
+            if changed or self._unsettled:      # (else an unpin after a pin that may yet land left it on disk)
                 self._durable([setting_item("pinned", threshold),
                                event_item("pin" if threshold is not None else "unpin", str(threshold))], deadline)
                 with self.lock:
@@ -308,8 +309,7 @@ class Service:
                        "exploration_share": round(guard.explore_used, 4), "last_decision": self.last_decision,
                        "engine_errors": self.engine_errors, "decisions": self.decisions,
                        "job_errors": dict(self.job_errors)}
-        health = self.engine.health()
-        problems = self.problems(health)
+        problems = self.problems(health := self.engine.health())
         daemon = {"running": True, "pid": os.getpid(), "uptime_s": round(time.time() - self.started_wall, 1),
                   "db": self.cfg["storage"]["db"], "socket": self.cfg["control"]["socket"],
                   "healthy": not problems, "problems": problems}
