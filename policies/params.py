@@ -70,8 +70,9 @@ def parse_kv(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = (part.strip() for part in pair.partition("="))
         if not sep or not key:
-            raise PolicyError(f"bad parameter {pair!r}: expected NAME=VALUE")
-        if key in out:          # (the API refuses a key given twice too: no silent last-one-wins)
-            raise PolicyError(f"parameter {key} given twice ({out[key]} and {value})")
+            raise PolicyError(f"bad parameter {shown(pair)}: expected NAME=VALUE")
+        if key in out:          # (the API refuses a key given twice too: no silent last-one-wins; echoed as every
+            # other refusal of a parameter, one line and cut short: raw, a newline in a value made it two lines)
+            raise PolicyError(f"parameter {shown(key)} given twice ({shown(out[key])} and {shown(value)})")
         out[key] = value
     return out

@@ -66,7 +66,7 @@ def test_parse_kv():
     assert parse_kv([]) == {}
     for bad in ("c", "=1", " =1"):
         assert error(parse_kv, [bad]) == f"bad parameter {bad!r}: expected NAME=VALUE"
-    assert error(parse_kv, ["c=2", "n=1", " c =3"]) == "parameter c given twice (2 and 3)"
+    assert error(parse_kv, ["c=2", "n=1", " c =3"]) == "parameter 'c' given twice ('2' and '3')"
 
 
 @pytest.mark.parametrize("size,ok", [(0, False), (1, True), (65536, True), (65537, False)])
