@@ -51,7 +51,7 @@ def test_a_guard_setting_must_be_a_number_of_its_kind(key, value, kind):
 
 @pytest.mark.parametrize("key,value,fix", [
     ("min_threshold", "5", "min_threshold = 5"), ("explore_share", "0.1", "explore_share = 0.1"),
-    ("explore_share", ".5", "explore_share = 0.5"),            # (--set guard.explore_share=.5: not TOML, so text)
+    ("explore_share", ".5", "explore_share = 0.5"),            # (a quoted ".5"; --set takes .5 as a number)
     ("stabilisation_s", " 2 ", "stabilisation_s = 2.0"),
     ("fallback_threshold", "-1", "fallback_threshold = -1"),       # (a sign: mutation-today-2026-12-05g GC1)
 ])

@@ -1,10 +1,15 @@
 """helper-128's fuzz re-run (bench/results/fuzz-2026-12-06.md), the inputs tried by hand:
 - `--param` given twice echoed both values raw: a value or name holding a newline made the refusal two lines, and a
-  5,000-character one was echoed whole (policy set and simulate; every other refusal of a parameter is cut short)."""
+  5,000-character one was echoed whole (policy set and simulate; every other refusal of a parameter is cut short);
+- `--set sim.speed=.5` was refused as "'.5' must be a number" (and `--set guard.explore_share=.5` told to "write it
+  unquoted", as it was): .5 and 5. are numbers by numtext's rule, which `run --speed .5` takes, and --set's help says
+  it takes a number as the flags do; TOML alone does not read them."""
 import pytest
 from click.testing import CliRunner
 
 from controller.cli.main import cli
+from controller.daemon.config import ConfigError, load_config, parse_set
+from controller.daemon.main import main
 from policies import PolicyError, parse_kv
 
 
@@ -22,3 +27,20 @@ def test_specctl_says_a_parameter_given_twice_in_one_line(command, tmp_path):
                              env={"XDG_STATE_HOME": str(tmp_path), "SPECCTL_SOCKET": None, "SPECCTL_DB": None})
     assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
     assert res.output.startswith("specctl: parameter 'c' given twice"), res.output
+
+
+@pytest.mark.parametrize("raw,value", [(".5", 0.5), ("5.", 5.0), ("-.5", -0.5), ("2.e1", 20.0), (".5e1", 5.0)])
+def test_set_takes_a_number_as_the_flags_take_one(raw, value):
+    assert parse_set([f"sim.speed={raw}"]) == {"sim": {"speed": value}}
+
+
+@pytest.mark.parametrize("setting", ["sim.speed=.5", "sim.speed=5.", "guard.explore_share=.5", "policy.params.c=.5"])
+def test_config_check_takes_a_set_number_toml_does_not_read(setting):
+    res = CliRunner().invoke(main, ["config", "check", "--set", "policy.name=ucb", "--set", setting])
+    assert res.exit_code == 0, res.output
+
+
+def test_set_text_that_is_no_number_is_still_text():
+    assert parse_set(["sim.trace=.x", "sim.profile=5.5.5"]) == {"sim": {"trace": ".x", "profile": "5.5.5"}}
+    with pytest.raises(ConfigError, match=r"^config: \[sim\] concurrency=0.5 must be an integer$"):
+        load_config(None, parse_set(["sim.concurrency=.5"]))

@@ -16,8 +16,8 @@ class GuardConfigError(ValueError):
 
 
 def _unquoted(raw: Any, kind: type) -> str | None:
-    """A number of the setting's kind written as text by numtext's rule (quoted in the file, taken before; or --set's
-    VALUE in a form TOML does not read, .5), as TOML writes it; None for anything else (its own grammar here took
+    """A number of the setting's kind written as text by numtext's rule (quoted in the file, taken before; --set takes
+    .5, which TOML does not read, as a number), as TOML writes it; None for anything else (its own grammar here took
     "+5" and "05": `--set guard.min_threshold=+5` was told to write unquoted what it had)."""
     number = decimal_text(raw.strip()) if isinstance(raw, str) else None     # (a quoted " 2 ": the file's spaces)
     if number is None or not math.isfinite(number) or (kind is int and not number.is_integer()):

@@ -14,7 +14,7 @@ from policies import PolicyError, make_policy
 from ..closename import close_hint
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
-from ..numtext import misread, number_text, written
+from ..numtext import decimal_text, misread, number_text, written
 from ..paths import (DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, is_db_own_path, names_a_file,
                      read_text_file, socket_path_problem)
 from .engines.child import SGLANG_PORT
@@ -90,8 +90,10 @@ KINDS = {int: "an integer", float: "a number", str: "text (a quoted string)", bo
 
 def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
     """--set SECTION.KEY=VALUE (KEY may be dotted once more: policy.params.c=1.5) into overrides.
-    VALUE is read as TOML (1, 0.5, true, "x"); anything that is not TOML is taken as a string, and so is a number
-    that TOML reads and numtext's rule does not (+5, 1_0, 0x10, inf: refused where a number goes)."""
+    VALUE is read as TOML (1, 0.5, true, "x"); a number that TOML reads and numtext's rule does not is taken as a
+    string (+5, 1_0, 0x10, inf: refused where a number goes), one that numtext's rule reads and TOML does not as the
+    number (.5, 5.: as run's flags take it; it was text, refused as "'.5' must be a number"); anything else that is
+    not TOML as a string."""
     out: dict[str, dict] = {}
     given: dict[tuple[str, ...], str] = {}
     for pair in pairs:
@@ -111,7 +113,7 @@ def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
                     number_text(raw.strip(), type(value)) is None:
                 value = raw.strip()       # (+5, 1_0, 0x10, inf: a number only as numtext writes one, as run's flags)
         except tomllib.TOMLDecodeError:
-            value = raw.strip()
+            value = raw.strip() if (number := decimal_text(raw.strip())) is None else number
         except RecursionError:         # (tomllib recurses per level: a traceback out of run and config check)
             raise ConfigError(f"--set {path.strip()}=...: VALUE is nested too deeply") from None
         table = out.setdefault(keys[0], {})
