@@ -3,7 +3,9 @@
   5,000-character one was echoed whole (policy set and simulate; every other refusal of a parameter is cut short);
 - `--set sim.speed=.5` was refused as "'.5' must be a number" (and `--set guard.explore_share=.5` told to "write it
   unquoted", as it was): .5 and 5. are numbers by numtext's rule, which `run --speed .5` takes, and --set's help says
-  it takes a number as the flags do; TOML alone does not read them."""
+  it takes a number as the flags do; TOML alone does not read them;
+- a section's name given as a [guard] setting (`[guard] storage = 1`) got no hint, where every other section's
+  refusal says '[storage] is a section of its own'."""
 import pytest
 from click.testing import CliRunner
 
@@ -44,3 +46,10 @@ def test_set_text_that_is_no_number_is_still_text():
     assert parse_set(["sim.trace=.x", "sim.profile=5.5.5"]) == {"sim": {"trace": ".x", "profile": "5.5.5"}}
     with pytest.raises(ConfigError, match=r"^config: \[sim\] concurrency=0.5 must be an integer$"):
         load_config(None, parse_set(["sim.concurrency=.5"]))
+
+
+@pytest.mark.parametrize("name", ["storage", "sim", "policy", "control"])
+def test_a_section_given_as_a_guard_setting_says_it_is_a_section(name):
+    with pytest.raises(ConfigError, match=rf"^config: \[guard\] unknown guard setting '{name}' \(\[{name}\] is a "
+                                          "section of its own; known: "):
+        load_config(None, {"guard": {name: 1}})

@@ -66,7 +66,8 @@ class GuardConfig:
         out = {}
         for key, raw in (values or {}).items():
             if key not in known:
-                hint = close_hint(key, known, homes)     # (stabilization_s: US spelling)
+                hint = close_hint(key, known, homes, sections=homes or ())    # (stabilization_s: US spelling;
+                # [guard] storage = 1: '[storage] is a section of its own', as every other section's refusal says)
                 raise GuardConfigError(f"unknown guard setting {key!r} ({hint}known: {', '.join(known)})")
             kind = int if known[key].type in ("int", int) else float
             # a number, taken as it is: int() and float() turned true into 1, "5" into 5, 1.7 into 1, and raised
