@@ -171,7 +171,11 @@ def _pin(ctx: Ctx, value: int | None) -> None:
         if (holder := lock_holder(ctx.db)) != UNREADABLE:
             refuse_held(ctx, holder)
         if value is None:
-            if not present(ctx.db) or _saved_pin(ctx) is None:
+            if not present(ctx.db):     # (helper-128: it said 'not pinned in D' of a D that is not there)
+                click.echo(f"daemon is not running and there is no database at {ctx.db}: nothing is pinned; "
+                           "nothing changed")
+                return
+            if _saved_pin(ctx) is None:
                 click.echo(f"daemon is not running: the threshold was not pinned in {ctx.db}; nothing changed")
                 return
         else:
