@@ -4,7 +4,7 @@ integer variable): one rule, written here. An integer is ASCII digits, a '-' bef
 zeros ("0" itself) and with nothing around them: the integer grammar of JSON, which the API's bodies take. A number
 writes its digits before the point the same way (0.5, .5, 5., 1e-3; not 05.5). int() and float() also took " 5" and
 "05", "+5", "1_0" (10), other scripts' digits ("٣" is 3) and, for float(), "nan" / "infinity": a typo or a hostile
-value was read as a number. Standard library only (specctl's start-up path, the policies and the SGLang plugin's
+value was read as a number. Also how a refusal shows text (echoed, one_line). Standard library only (specctl's start-up path, the policies and the SGLang plugin's
 envwords import it)."""
 from __future__ import annotations
 
@@ -65,3 +65,14 @@ def echoed(text: str, width: int = 80) -> str:
     """A value as a refusal echoes it: whole up to `width` characters, else cut short with "..." (a 4,300-digit
     argument or a 64 KiB API field is not echoed whole)."""
     return text if len(text) <= width else text[:width - 3] + "..."
+
+
+# C0 controls, DEL and C1 controls as escapes (a path or key holding a newline made a refusal two lines; an ESC, a
+# terminal's control sequence)
+_CONTROLS = {c: repr(chr(c))[1:-1] for c in [*range(0x20), *range(0x7f, 0xa0)]}
+
+
+def one_line(text: str) -> str:
+    """A message as one line: its control characters written as escapes (\\n, \\x1b), the rest as it is."""
+    return text.translate(_CONTROLS)
+

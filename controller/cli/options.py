@@ -11,7 +11,7 @@ from typing import Any, Callable, NoReturn
 import click
 
 from .. import __version__
-from ..numtext import a_kind, echoed, number_text, written
+from ..numtext import a_kind, echoed, number_text, one_line, written
 
 # Exit codes (README "specctl"): the same for every command.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -22,7 +22,7 @@ EXIT_STARTING = 4         # a daemon holds the database but does not serve yet (
 
 
 def fail_as(prog: str, message: str, code: int = EXIT_ERROR) -> NoReturn:
-    click.echo(f"{prog}: {message}", err=True)
+    click.echo(f"{prog}: {one_line(message)}", err=True)       # (a path holding a newline: still one line)
     sys.exit(code)
 
 

@@ -15,6 +15,7 @@ from state.db import hold_open, leave_wal, open_store
 from state.lock import DaemonLock
 from state.writer import Writer
 
+from ..numtext import one_line
 from ..paths import DEFAULT_CONFIG, default_db, default_socket
 from .config import load_config
 from .configdiff import restart_needed, shadowed
@@ -252,8 +253,8 @@ class Daemon:
             fresh = load_config(self.cfg.get("_path") or None, self.cfg.get("_overrides"))
             guard = GuardConfig.from_mapping(fresh["guard"])
         except Exception as e:         # any failure: the daemon goes on (RecursionError stopped it)
-            log.error(f"reload refused, keeping the running config: {e}")   # (each its own line)
-            service.writer.event("reload", f"refused: {e}")
+            log.error(f"reload refused, keeping the running config: {one_line(str(e))}")   # (each its own line)
+            service.writer.event("reload", f"refused: {one_line(str(e))}")
             return
         with service.lock:
             service.loop.set_guard_config(guard)

@@ -9,6 +9,7 @@ from state.db import StoreError
 
 from ..cli.options import EXIT_USAGE, Bounded, OneLineGroup, fail_as, version_option
 from . import logs
+from ..numtext import one_line
 from ..paths import DEFAULT_CONFIG, read_text_file
 from .config import FLAGS, LOG_LEVELS, ConfigError, load_config, parse_set
 from .lifecycle import Daemon
@@ -164,7 +165,7 @@ def _empty_note(cfg: dict) -> list[str]:
 
 def _say_notes(notes: list[str]) -> None:
     for note in notes:
-        click.echo(f"spec-controller: note: {note}", err=True)
+        click.echo(f"spec-controller: note: {one_line(note)}", err=True)
 
 
 def _engine_words(cfg: dict) -> str:

@@ -1,0 +1,53 @@
+"""A refusal is one line whatever the operator's input holds: a path or a config name with a newline (or a terminal's
+escape character) printed its message over several lines, unescaped (helper-129's fuzz re-run: `specctl --db
+$'/tmp/a\\nb.db' status` 3 lines, `config check --config $'/tmp/a\\nb.toml'` and a SIGHUP reload's refusal alike).
+fail_as (both command lines), the daemon's notes and a reload's refusal write control characters as escapes."""
+import types
+
+import pytest
+from click.testing import CliRunner
+
+from controller.cli.main import cli
+from controller.daemon.config import load_config
+from controller.daemon.lifecycle import Daemon
+from controller.daemon.main import main
+from controller.numtext import one_line
+from tests.conftest import repeat_filtered
+
+
+def test_one_line_writes_control_characters_as_escapes_and_keeps_the_rest():
+    assert one_line("a\nb\r\tc\x1b[31md\x7f\x85e") == "a\\nb\\r\\tc\\x1b[31md\\x7f\\x85e"
+    assert one_line("é ü → ок 日本 'x' \"y\" \\") == "é ü → ок 日本 'x' \"y\" \\"
+
+
+@pytest.mark.parametrize("args", [["--db", "/tmp/sc-one\nline.db", "status"],
+                                  ["--socket", "/tmp/sc-one\nline/x.sock", "threshold", "pin", "3"],
+                                  ["--db", "/tmp/sc-one\x1b[2Jline.db", "history"]])
+def test_specctl_says_a_path_holding_control_characters_in_one_line(args, tmp_path):
+    res = CliRunner().invoke(cli, args, env={"XDG_STATE_HOME": str(tmp_path), "SPECCTL_SOCKET": None,
+                                             "SPECCTL_DB": None})
+    assert res.exit_code != 0 and res.output.count("\n") == 1, res.output
+    assert "sc-one\\n" in res.output or "sc-one\\x1b" in res.output, res.output
+    assert "\x1b" not in res.output
+
+
+@pytest.mark.parametrize("args", [["config", "check", "--config", "/tmp/sc-one\nline.toml"],
+                                  ["config", "check", "--set", "sim.trace=/tmp/sc-one\nline.toml"]])
+def test_the_daemons_command_line_says_it_in_one_line_too(args):
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code != 0 and res.output.count("\n") == 1, res.output
+    assert "sc-one\\nline" in res.output, res.output
+
+
+def test_a_refused_reload_is_one_log_line_and_one_event(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("[sim]\nconcurrency = 24\n")
+    daemon = types.SimpleNamespace(cfg={**load_config(config), "_overrides": None})
+    events = []
+    service = types.SimpleNamespace(writer=types.SimpleNamespace(event=lambda kind, text: events.append(text)))
+    config.write_text('["si\\nm"]\nconcurrency = 24\n')           # a section named "si<newline>m"
+    with repeat_filtered() as records:
+        Daemon._reload(daemon, service)
+    got = [r.getMessage() for r in records]
+    assert len(got) == 1 and "\n" not in got[0] and "si\\nm" in got[0], got
+    assert len(events) == 1 and "\n" not in events[0] and "si\\nm" in events[0], events
