@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 import click
 
-from ..paths import db_path_problem, find_db, find_socket, present, socket_path_problem
+from ..paths import (UNIT_DB, UNIT_SOCKET, db_path_problem, default_db, default_socket, find_db, find_socket, present,
+                     socket_path_problem)
 from .client import DaemonError, DaemonUnreachable, request
 from .options import EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE, fail_as
 
@@ -158,6 +159,7 @@ def offline_db(ctx: Ctx, write: bool = False) -> sqlite_utils.Database:
     """The database itself, for reads (and writes) while no daemon answers."""
     from state.db import StoreError, open_store
     from state.lock import DaemonLock
+    refuse_unpaired(ctx)
     try:
         if write:
             refuse_held(ctx, DaemonLock(ctx.db).holder())
@@ -165,6 +167,24 @@ def offline_db(ctx: Ctx, write: bool = False) -> sqlite_utils.Database:
         return open_store(ctx.db, readonly=True)
     except StoreError as e:
         fail(str(e))
+
+
+def refuse_unpaired(ctx: Ctx) -> None:
+    """--socket / SPECCTL_SOCKET without --db, and no daemon answers there: the default database stands in for that
+    daemon's only where it is the socket's default pair or its newest start served that socket. Else it is another
+    daemon's (or no daemon's), and a pin saved there, or its status, is not the one meant (helper-128: a pin for a
+    stopped daemon with its own --socket and --db went into the default daemon's database, exit 0)."""
+    if not ctx.socket_given or ctx.db_given:
+        return
+    from .holder import recorded_socket, same
+    if any(same(ctx.socket, sock) and same(ctx.db, db) for sock, db in ((UNIT_SOCKET, UNIT_DB),
+                                                                      (default_socket(), default_db()))):
+        return
+    served = recorded_socket(ctx.db, None) if present(ctx.db) else None
+    if served is None or not same(served, ctx.socket):
+        whose = f"is the state of the daemon that serves {served}" if served else "records no daemon on it"
+        fail(f"no daemon answers on {ctx.socket}, and {ctx.db} (the default database, with no --db) {whose}: give "
+             f"the --db of the daemon meant; nothing changed", EXIT_NOT_RUNNING)
 
 
 def refuse_held(ctx: Ctx, holder: str | None) -> None:

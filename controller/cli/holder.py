@@ -23,7 +23,7 @@ class Holder:
     @property
     def elsewhere(self) -> bool:
         """The daemon's socket is known and is not the one given."""
-        return self.socket is not None and not _same(self.socket, self.given)
+        return self.socket is not None and not same(self.socket, self.given)
 
     def mismatch(self) -> str:
         """One line for a daemon that serves (or will serve) another socket than the one given."""
@@ -33,13 +33,13 @@ class Holder:
                 f"give --socket {self.socket} (or SPECCTL_SOCKET)")
 
 
-def _same(a: Path, b: Path) -> bool:
+def same(a: Path, b: Path) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def recorded_socket(db: Path, pid: str) -> Path | None:
-    """The socket in the newest start event of the daemon pid (None: not recorded, not readable, or
-    the newest start is another process's, e.g. not yet flushed)."""
+def recorded_socket(db: Path, pid: str | None) -> Path | None:
+    """The socket in the newest start event of the daemon pid, or of any daemon where pid is None (None: not
+    recorded, not readable, or the newest start is another process's, e.g. not yet flushed)."""
     from state import queries
     from state.db import StoreError, open_store
     try:
@@ -52,7 +52,7 @@ def recorded_socket(db: Path, pid: str) -> Path | None:
         return None
     finally:
         store.conn.close()
-    return Path(start["socket"]) if "socket" in start and start.get("pid") == pid else None
+    return Path(start["socket"]) if "socket" in start and pid in (None, start.get("pid")) else None
 
 
 def find_holder(db: Path, given: Path, pid: str) -> Holder:
