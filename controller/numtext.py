@@ -72,7 +72,14 @@ def echoed(text: str, width: int = 80) -> str:
 _CONTROLS = {c: repr(chr(c))[1:-1] for c in [*range(0x20), *range(0x7f, 0xa0)]}
 
 
+LONGEST_LINE = 1000
+
+
 def one_line(text: str) -> str:
-    """A message as one line: its control characters written as escapes (\\n, \\x1b), the rest as it is."""
-    return text.translate(_CONTROLS)
+    """A message as one line: its control characters written as escapes (\\n, \\x1b), and one over LONGEST_LINE
+    characters cut in its middle, keeping where it is and the hint at its end (a config's 1 MB key was a 1 MB line,
+    at a SIGHUP reload a log line and an events row as long; helper-129)."""
+    text = text.translate(_CONTROLS)
+    cut = len(text) - LONGEST_LINE + 40
+    return text if cut <= 40 else f"{text[:600]}...({cut:,} characters left out)...{text[600 + cut:]}"
 

@@ -51,3 +51,34 @@ def test_a_refused_reload_is_one_log_line_and_one_event(tmp_path):
     got = [r.getMessage() for r in records]
     assert len(got) == 1 and "\n" not in got[0] and "si\\nm" in got[0], got
     assert len(events) == 1 and "\n" not in events[0] and "si\\nm" in events[0], events
+
+
+@pytest.mark.parametrize("text", ['["{big}"]\nx = 1\n', '[sim]\n"{big}" = 1\n', '[sim]\nprofile = "{big}"\n',
+                                  '[guard]\n"{big}" = 1\n'])
+def test_a_config_refusal_echoing_a_huge_name_or_value_is_cut_in_its_middle(tmp_path, text):
+    """helper-129: a 1 MB key was a 1 MB line (and at a reload a log line and an events row as long)."""
+    config = tmp_path / "c.toml"
+    config.write_text(text.format(big="k" * 1_000_000))
+    res = CliRunner().invoke(main, ["config", "check", "--config", str(config)])
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output[:300]
+    assert len(res.output) <= 1100 and "characters left out)..." in res.output, res.output
+    assert res.output.startswith("spec-controller: config: "), res.output[:200]
+
+
+def test_a_refused_reload_echoing_a_huge_key_is_a_bounded_log_line_and_event(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("[sim]\nconcurrency = 24\n")
+    daemon = types.SimpleNamespace(cfg={**load_config(config), "_overrides": None})
+    events = []
+    service = types.SimpleNamespace(writer=types.SimpleNamespace(event=lambda kind, text: events.append(text)))
+    config.write_text(f'[sim]\n"{"k" * 100_000}" = 1\n')
+    with repeat_filtered() as records:
+        Daemon._reload(daemon, service)
+    got = [r.getMessage() for r in records]
+    assert len(got) == 1 and len(got[0]) <= 1050 and got[0].endswith("speed, seed)"), got[0][-200:]
+    assert len(events) == 1 and len(events[0]) <= 1050, len(events[0])
+
+
+def test_one_line_keeps_a_line_up_to_its_bound_whole():
+    line = "x" * 1000
+    assert one_line(line) == line and len(one_line(line + "y" * 41)) <= 1000 and one_line(line + "y")[-1] == "y"
