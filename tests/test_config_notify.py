@@ -49,6 +49,11 @@ def test_bad_config_one_line(tmp_path, text, match):
                                      "known: socket, metrics_port, metrics_addr, ingest_queue, log_level)"),
     ("[sim]\nzzz = 1\n", "config: unknown key 'zzz' in [sim] (known: profile, trace, concurrency, arrival_rate, "
                           "speed, seed)"),
+    # a key above every header (helper-129: 'unknown section [speed]')
+    ("speed = 10\n[sim]\nconcurrency = 4\n", "config: key 'speed' is above every [section] header (put it under [sim])"),
+    ("seed = 1\n", "config: key 'seed' is above every [section] header (put it under [sim] or [policy])"),
+    ("zzz = 1\n", "config: key 'zzz' is above every [section] header (a key goes under one of [engine], [sim], "
+                   "[sglang], [policy], [guard], [storage], [control])"),
 ])
 def test_mistyped_key_names_the_close_one(tmp_path, text, line):
     """A mistyped key or section names the close one, as specctl's usage errors do (a newcomer's `sped`, `[contrl]`,

@@ -152,6 +152,11 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
                               f"{e.start})") from None
     for source in (file_data, overrides or {}):
         for section, values in source.items():
+            if section not in DEFAULTS and not isinstance(values, dict):      # (a key above every header: TOML's top)
+                homes = [f"[{s}]" for s, keys in _homes("").items() if section in keys]
+                raise ConfigError(f"config: key {section!r} is above every [section] header (" + (
+                    f"put it under {' or '.join(homes)})" if homes else
+                    f"a key goes under one of {', '.join(f'[{s}]' for s in DEFAULTS)})"))
             if section not in DEFAULTS:
                 hint = close_hint(section, DEFAULTS, brackets=True)
                 raise ConfigError(f"config: unknown section [{section}] ({hint}known: {', '.join(DEFAULTS)})")
