@@ -4,8 +4,8 @@ integer variable): one rule, written here. An integer is ASCII digits, a '-' bef
 zeros ("0" itself) and with nothing around them: the integer grammar of JSON, which the API's bodies take. A number
 writes its digits before the point the same way (0.5, .5, 5., 1e-3; not 05.5). int() and float() also took " 5" and
 "05", "+5", "1_0" (10), other scripts' digits ("٣" is 3) and, for float(), "nan" / "infinity": a typo or a hostile
-value was read as a number. Also how a refusal shows text (echoed, one_line). Standard library only (specctl's start-up path, the policies and the SGLang plugin's
-envwords import it)."""
+value was read as a number. Also how a refusal shows text (echoed, one_line). Standard library only (specctl's
+start-up path, the policies and the SGLang plugin's envwords import it)."""
 from __future__ import annotations
 
 import math
@@ -70,8 +70,6 @@ def echoed(text: str, width: int = 80) -> str:
 # C0 controls, DEL and C1 controls as escapes (a path or key holding a newline made a refusal two lines; an ESC, a
 # terminal's control sequence)
 _CONTROLS = {c: repr(chr(c))[1:-1] for c in [*range(0x20), *range(0x7f, 0xa0)]}
-
-
 LONGEST_LINE = 1000
 
 
@@ -82,4 +80,3 @@ def one_line(text: str) -> str:
     text = text.translate(_CONTROLS)
     cut = len(text) - LONGEST_LINE + 40
     return text if cut <= 40 else f"{text[:600]}...({cut:,} characters left out)...{text[600 + cut:]}"
-
