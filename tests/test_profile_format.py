@@ -270,3 +270,17 @@ def test_a_tie_between_the_modes_keeps_speculation_off():
                          "acceptance": {"mean_accept_length": 2.0}}, "tie")
     assert tie.tok_per_s(4, True) == tie.tok_per_s(4, False) and tie.better_mode(4) is False
     assert tie.better_mode(4, 2.01) is True
+
+
+@pytest.mark.parametrize("load", ["simulate", "config"])
+def test_a_trace_whose_acceptance_the_profile_cannot_reach_says_whose_bound_it_is(load):
+    """helper-128: "mean_accept_length=3.2 must be a number in 1 .. 3" did not say that 3 is profile seed's chain."""
+    from click.testing import CliRunner
+
+    from controller.cli.main import cli
+    from controller.daemon.main import main
+    res = CliRunner().invoke(cli, ["simulate", "--profile", "seed", "--trace", "mixed-shift"]) if load == "simulate" \
+        else CliRunner().invoke(main, ["config", "check", "--set", "sim.profile=seed", "--set", "sim.trace=mixed-shift"])
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert res.output.rstrip().endswith("segment 0: mean_accept_length=3.2 must be a number in 1 .. 3 (profile seed: "
+                                        "spec_steps 2 + 1)"), res.output

@@ -122,7 +122,7 @@ def _load(profile_name: str, trace_name: str | None, levels):
     if trace_name:
         trace = load_trace(trace_name)
         profile = load_profile(profile_name or trace.profile or "seed")
-        trace = load_trace(trace_name, profile.spec_steps + 1)
+        trace = load_trace(trace_name, profile)
         return profile, list(trace.segments), trace
     profile = load_profile(profile_name or "seed")
     return profile, levels(profile), None

@@ -40,7 +40,7 @@ def build_engine(cfg: dict, last_t: float = 0.0) -> Engine:
         trace = None if fixed else read("trace", load_trace, sim["trace"])
         profile = read("profile", load_profile, sim["profile"] or (trace and trace.profile) or "crossover-b")
         if trace is not None:          # its acceptance must fit the profile's chain
-            trace = read("trace", load_trace, sim["trace"], profile.spec_steps + 1)
+            trace = read("trace", load_trace, sim["trace"], profile)
         return SimEngine(profile, trace, sim["concurrency"], sim["speed"], sim["seed"], last_t, sim["arrival_rate"])
     from .engines.sglang import SGLangEngine
     return SGLangEngine(cfg["sglang"], cfg["policy"]["initial_threshold"])

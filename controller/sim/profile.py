@@ -120,8 +120,7 @@ class Segment:
     rate: float | None = None
 
     def __post_init__(self) -> None:
-        # the readers check their ranges with the field's name; this catches a segment built in code
-        # (a zero-length one divided by zero, deep inside the evaluation)
+        # (the readers check ranges by field name; this catches one built in code: 0 s divided by zero, deep inside)
         if not self.seconds > 0:
             raise ValueError(f"a segment lasts more than 0 s (got {self.seconds!r})")
         if self.rate is None and self.concurrency < 1:
@@ -198,7 +197,8 @@ class _Checker:
         if extra:
             raise ProfileError(f"{self.where}: unknown key {extra[0]!r} (allowed: {', '.join(sorted(allowed))})")
 
-    def number(self, key: str, lo: float, hi: float, default: float | None = None, integer: bool = False) -> float:
+    def number(self, key: str, lo: float, hi: float, default: float | None = None, integer: bool = False,
+               why: str = "") -> float:     # why: whose the bounds are ('in 1 .. 3' did not say; helper-128)
         value = self.data.get(key, default)
         if value is None:
             raise ProfileError(f"{self.where}: missing {key}")
@@ -207,7 +207,7 @@ class _Checker:
             ok = ok and float(value).is_integer()
         if not ok or not lo <= value <= hi:
             kind = "an integer" if integer else "a number"
-            raise ProfileError(f"{self.where}: {key}={value!r} must be {kind} in {lo:g} .. {hi:g}")
+            raise ProfileError(f"{self.where}: {key}={value!r} must be {kind} in {lo:g} .. {hi:g}{why}")
         return int(value) if integer else float(value)
 
     def numbers(self, key: str, lo: float, hi: float, integer: bool = False, length: int | None = None) -> tuple:
@@ -286,14 +286,15 @@ def load_profile(name_or_path: str) -> Profile:
     return parse_profile(_read(path, "profile"), f"profile {path.name}", str(path))
 
 
-def load_trace(name_or_path: str, max_accept_length: float = 17.0) -> Trace:
+def load_trace(name_or_path: str, runs_on: Profile | None = None) -> Trace:
     path = _locate(name_or_path, TRACE_DIR, "trace")
     c = _Checker(f"trace {path.name}", _read(path, "trace"))
     c.unknown({"name", "description", "profile", "segment"})
     raw = c.data.get("segment")
     if not isinstance(raw, list) or not raw:
         raise ProfileError(f"trace {path.name}: needs at least one [[segment]]")
-    segments = [_segment(f"trace {path.name} segment {i}", seg, max_accept_length) for i, seg in enumerate(raw)]
+    bound = (runs_on.spec_steps + 1.0, f" (profile {runs_on.name}: spec_steps {runs_on.spec_steps} + 1)") if runs_on else (17.0, "")
+    segments = [_segment(f"trace {path.name} segment {i}", seg, *bound) for i, seg in enumerate(raw)]
     if len({s.open_loop for s in segments}) > 1:
         raise ProfileError(f"trace {path.name}: segments must all give concurrency or all give rate, not a mix")
     profile = c.data.get("profile")
@@ -304,16 +305,15 @@ def load_trace(name_or_path: str, max_accept_length: float = 17.0) -> Trace:
     return Trace(c.text("name", path.stem), c.text("description"), profile, tuple(segments))
 
 
-def _segment(where: str, seg: object, max_accept_length: float) -> Segment:
+def _segment(where: str, seg: object, max_accept_length: float, why_max: str) -> Segment:
     if not isinstance(seg, dict):
         raise ProfileError(f"{where} must be a table")
     s = _Checker(where, seg)
     s.unknown({"seconds", "concurrency", "rate", "mean_accept_length", "label"})
-    if "concurrency" not in seg and "rate" not in seg:
-        raise ProfileError(f"{where}: missing concurrency (clients) or rate (requests/s)")
-    if "concurrency" in seg and "rate" in seg:
-        raise ProfileError(f"{where}: give concurrency or rate, not both")
-    accept = s.number("mean_accept_length", 1.0, max_accept_length) if "mean_accept_length" in seg else None
+    if ("concurrency" in seg) == ("rate" in seg):
+        raise ProfileError(f"{where}: " + ("give concurrency or rate, not both" if "rate" in seg else
+                                           "missing concurrency (clients) or rate (requests/s)"))
+    accept = s.number("mean_accept_length", 1.0, max_accept_length, why=why_max) if "mean_accept_length" in seg else None
     if "rate" in seg:
         return Segment(s.number("seconds", 0.1, 1e6), 0, accept, s.text("label"), s.number("rate", 0.001, 1e6))
     return Segment(s.number("seconds", 0.1, 1e6), s.number("concurrency", 1, MAX_BATCH, integer=True),
