@@ -228,7 +228,7 @@ def validate_threshold(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not value.is_integer()):
         return f"{THRESHOLD_KEY} must be an integer, got {value!r}"
     if not 0 <= value <= MAX_BATCH:
-        return f"{THRESHOLD_KEY}={int(value)} out of range (0 .. {MAX_BATCH})"
+        return f"{THRESHOLD_KEY}={int(value)} out of range (allowed 0 .. {MAX_BATCH})"
     return None
 
 

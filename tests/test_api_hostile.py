@@ -208,6 +208,14 @@ def test_a_query_limit_must_be_ascii_digits(api, limit):
     assert status == 400 and error.startswith("limit must be an integer, got "), error
 
 
+@pytest.mark.parametrize("limit", ["0", "10001"])
+def test_a_query_limit_out_of_range_says_what_is_allowed(api, limit):
+    """As every other refusal of a bound says it: 'out of range (allowed LO .. HI)'."""
+    path, _ = api
+    status, _, error = _answer(_exchange(path, f"GET /history?limit={limit} HTTP/1.1\r\n\r\n".encode()))
+    assert status == 400 and error == f"limit {limit} out of range (allowed 1 .. 10000)", error
+
+
 @pytest.mark.parametrize("length", ["+16", "1_6", "0x10", "16, 16"])
 def test_content_length_must_be_digits(api, length):
     path, service = api

@@ -490,7 +490,7 @@ def test_fast_path_can_be_switched_off_at_run_time(fast):
 
 
 @pytest.mark.parametrize("ours,needle", [
-    ({THRESHOLD_KEY: -1}, "out of range"),
+    ({THRESHOLD_KEY: -1}, "out of range (allowed 0 .. "),
     ({THRESHOLD_KEY: 4, FAST_OFF_KEY: "yes"}, "true or false"),
     ({FAST_OFF_KEY: 2}, "true or false"),
     ({SIM_ACC_KEY: 2.5}, "experiment knob"),

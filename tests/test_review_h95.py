@@ -113,7 +113,7 @@ def test_runs_number_flags_take_ascii_decimals_only(flag, value, monkeypatch):
 
 def test_runs_number_flags_still_reach_the_configs_range_check():
     result = CliRunner().invoke(main, ["run", "--concurrency", "-1"])
-    assert "[sim] concurrency=-1 out of range (0 .. 65536)" in _one_usage_line(result)
+    assert "[sim] concurrency=-1 out of range (allowed 0 .. 65536)" in _one_usage_line(result)
     result = CliRunner().invoke(main, ["run", "--concurrency", "10", "--trace", "mixed-shift"])
     assert "concurrency = 10 (--concurrency)" in _one_usage_line(result)        # (a conflict: the number read as written)
 

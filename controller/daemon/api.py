@@ -36,7 +36,7 @@ def make_routes(service, on_stop: Callable[[], dict] | None = None) -> dict[tupl
     def history(query, body):
         limit = query_int(query.get("limit", "20"), "limit")
         if not 1 <= limit <= 10000:
-            raise ApiError(400, f"limit {limit} out of range (1 .. 10000)")
+            raise ApiError(400, f"limit {limit} out of range (allowed 1 .. 10000)")
         service.writer.flush(5)
         db = service.reader()
         try:

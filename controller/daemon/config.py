@@ -241,7 +241,7 @@ def validate(cfg: dict) -> None:
     for section, key, lo, hi in RANGES:
         value = cfg[section][key]
         if not lo <= value <= hi:          # NaN fails too
-            raise ConfigError(f"config: [{section}] {key}={value!r} out of range ({lo:g} .. {hi:g})")
+            raise ConfigError(f"config: [{section}] {key}={value!r} out of range (allowed {lo:g} .. {hi:g})")
     ctl = cfg["control"]
     if str(ctl["log_level"]).upper() not in LOG_LEVELS:
         raise ConfigError(f"config: [control] log_level={ctl['log_level']!r} must be one of {', '.join(LOG_LEVELS)}")
