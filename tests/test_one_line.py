@@ -39,16 +39,21 @@ def test_the_daemons_command_line_says_it_in_one_line_too(args):
     assert "sc-one\\nline" in res.output, res.output
 
 
-def test_a_refused_reload_is_one_log_line_and_one_event(tmp_path):
+def _refused_reload(tmp_path, text: str) -> tuple[list[str], list[str]]:
+    """(the log lines, the events) of a SIGHUP reload that finds `text` in the config the daemon started with."""
     config = tmp_path / "c.toml"
     config.write_text("[sim]\nconcurrency = 24\n")
     daemon = types.SimpleNamespace(cfg={**load_config(config), "_overrides": None})
     events = []
     service = types.SimpleNamespace(writer=types.SimpleNamespace(event=lambda kind, text: events.append(text)))
-    config.write_text('["si\\nm"]\nconcurrency = 24\n')           # a section named "si<newline>m"
+    config.write_text(text)
     with repeat_filtered() as records:
         Daemon._reload(daemon, service)
-    got = [r.getMessage() for r in records]
+    return [r.getMessage() for r in records], events
+
+
+def test_a_refused_reload_is_one_log_line_and_one_event(tmp_path):
+    got, events = _refused_reload(tmp_path, '["si\\nm"]\nconcurrency = 24\n')     # a section named "si<newline>m"
     assert len(got) == 1 and "\n" not in got[0] and "si\\nm" in got[0], got
     assert len(events) == 1 and "\n" not in events[0] and "si\\nm" in events[0], events
 
@@ -66,15 +71,7 @@ def test_a_config_refusal_echoing_a_huge_name_or_value_is_cut_in_its_middle(tmp_
 
 
 def test_a_refused_reload_echoing_a_huge_key_is_a_bounded_log_line_and_event(tmp_path):
-    config = tmp_path / "c.toml"
-    config.write_text("[sim]\nconcurrency = 24\n")
-    daemon = types.SimpleNamespace(cfg={**load_config(config), "_overrides": None})
-    events = []
-    service = types.SimpleNamespace(writer=types.SimpleNamespace(event=lambda kind, text: events.append(text)))
-    config.write_text(f'[sim]\n"{"k" * 100_000}" = 1\n')
-    with repeat_filtered() as records:
-        Daemon._reload(daemon, service)
-    got = [r.getMessage() for r in records]
+    got, events = _refused_reload(tmp_path, f'[sim]\n"{"k" * 100_000}" = 1\n')
     assert len(got) == 1 and len(got[0]) <= 1050 and got[0].endswith("speed, seed)"), got[0][-200:]
     assert len(events) == 1 and len(events[0]) <= 1050, len(events[0])
 
