@@ -584,14 +584,16 @@ def test_status_reads_threshold_zero_as_never_speculate():
 def test_an_offline_unpin_where_there_is_no_database_says_so_and_creates_none(short_tmp, monkeypatch):
     """helper-128: it said 'the threshold was not pinned in D' of a database D that is not there (exit 0, nothing
     made): now that there is none."""
-    from controller.paths import find_db
+    from controller.paths import default_socket, find_db
     monkeypatch.setenv("XDG_STATE_HOME", str(short_tmp))
-    monkeypatch.delenv("SPECCTL_SOCKET", raising=False)
-    monkeypatch.delenv("SPECCTL_DB", raising=False)
+    for name in ("SPECCTL_SOCKET", "SPECCTL_DB", "RUNTIME_DIRECTORY"):
+        monkeypatch.delenv(name, raising=False)
     db = find_db()                                  # (the user's, or a service's where one is installed)
     if db.exists():
         pytest.skip(f"{db} is there")
-    res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "none.sock"), "threshold", "unpin"])
+    # the default database's own socket (under short_tmp: no daemon there); another socket is refused, its database not
+    # being this one (tests/test_mutation_today_p.py)
+    res = CliRunner().invoke(cli, ["--socket", str(default_socket()), "threshold", "unpin"])
     assert res.exit_code == 0 and res.output == (
         f"daemon is not running and there is no database at {db}: nothing is pinned; nothing changed\n"), res.output
     assert not db.exists() and not (short_tmp / "spec-controller").exists()

@@ -227,3 +227,16 @@ def test_a_parameter_given_twice_echoes_its_first_value_cut_short_too(pairs):
         parse_kv(pairs)
     message = str(err.value)
     assert "\n" not in message and len(message) < 300 and message.startswith("parameter 'c' given twice ("), message
+
+
+# --- findings of the pass, fixed ------------------------------------------------------------------------------------
+
+def test_an_offline_unpin_on_a_socket_no_daemon_answers_takes_no_word_from_an_absent_default_database(short_tmp):
+    """--socket B (its daemon stopped, its own --db) and no default database: the unpin said 'there is no database at
+    <the default>: nothing is pinned', exit 0, of B, whose own database may hold a pin restored at its next start. As
+    the pin, status and threshold: refuse_unpaired's line, exit 3, nothing made."""
+    res = _specctl(short_tmp, "--socket", str(short_tmp / "b.sock"), "threshold", "unpin")
+    assert res.exit_code == 3 and res.output.count("\n") == 1, res.output
+    assert res.output.startswith(f"specctl: no daemon answers on {short_tmp}/b.sock, and "), res.output
+    assert "(the default database, with no --db) records no daemon on it: give the --db" in res.output, res.output
+    assert not (short_tmp / "spec-controller").exists()

@@ -11,7 +11,7 @@ from ..contract import MAX_BATCH
 from ..paths import present
 from .client import DaemonError, DaemonUnreachable, request
 from .common import (UNREADABLE, Ctx, alias_note, call, emit, fail, full_params, given_db_exists, json_option,
-                     lock_holder, offline_read, read_offline, refuse_held, save_offline, trial_note)
+                     lock_holder, offline_read, read_offline, refuse_held, refuse_unpaired, save_offline, trial_note)
 from .options import EXIT_USAGE, NEGATIVE_ARGS, Bounded
 
 
@@ -172,6 +172,7 @@ def _pin(ctx: Ctx, value: int | None) -> None:
             refuse_held(ctx, holder)
         if value is None:
             if not present(ctx.db):     # (helper-128: it said 'not pinned in D' of a D that is not there)
+                refuse_unpaired(ctx)    # (--socket B, no --db: 'nothing is pinned' was said of B from D's absence)
                 click.echo(f"daemon is not running and there is no database at {ctx.db}: nothing is pinned; "
                            "nothing changed")
                 return
