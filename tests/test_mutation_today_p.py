@@ -240,3 +240,13 @@ def test_an_offline_unpin_on_a_socket_no_daemon_answers_takes_no_word_from_an_ab
     assert res.output.startswith(f"specctl: no daemon answers on {short_tmp}/b.sock, and "), res.output
     assert "(the default database, with no --db) records no daemon on it: give the --db" in res.output, res.output
     assert not (short_tmp / "spec-controller").exists()
+
+
+def test_config_checks_ok_line_is_one_line_whatever_the_path_holds(tmp_path):
+    """`config check` says 'one line, exit 0': a --config path holding a newline made its ok line two (its notes and
+    refusals were one line since b825830)."""
+    config = tmp_path / "c\nx.toml"
+    config.write_text("[sim]\nseed = 3\n")
+    res = CliRunner().invoke(main, ["config", "check", "--config", str(config)])
+    assert res.exit_code == 0 and res.stdout.count("\n") == 1, res.stdout
+    assert res.stdout.startswith(f"{tmp_path}/c\\nx.toml: ok (engine sim: "), res.stdout

@@ -154,7 +154,8 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     port = cfg["control"]["metrics_port"]     # (the check binds nothing: as root, run would bind any port; the unit not)
     privileged = [f"[control] metrics_port = {port}: {why}"] if (why := privileged_port(port)) else []
     _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"], group) + readable + privileged)
-    click.echo(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg)}; policy {cfg['policy']['name']})")
+    click.echo(one_line(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg)}; policy "
+                        f"{cfg['policy']['name']})"))          # (a path holding a newline: still one line)
 
 
 def _empty_note(cfg: dict) -> list[str]:
