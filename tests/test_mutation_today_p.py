@@ -17,11 +17,11 @@ from controller.daemon.service import CommandRefused
 from controller.numtext import one_line
 from controller import paths
 from policies import PolicyError, parse_kv
-from state import queries
 from state.db import open_store
 from state.items import setting_item
 from state.writer import Ticket, WriteFailed, Writer
 from tests.fakes import make_service
+from tests.test_pin_unsettled import _saved_pin
 
 
 # --- Service._unsettled --------------------------------------------------------------------------------------------
@@ -30,14 +30,6 @@ def _events(db):
     store = open_store(db, readonly=True, check=False)
     try:
         return [(r["kind"], r["detail"]) for r in store["events"].rows]
-    finally:
-        store.conn.close()
-
-
-def _saved_pin(db):
-    store = open_store(db, readonly=True, check=False)
-    try:
-        return queries.settings(store).get("pinned")
     finally:
         store.conn.close()
 
