@@ -11,9 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli.main import cli
-from state import queries
-from state.db import open_store
 from tests.daemon_proc import DaemonProc
+from tests.test_pin_unsettled import _saved_pin
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +34,6 @@ def _specctl(home: Path, *args: str, **env: str):
                                                    "SPECCTL_SOCKET": None, "RUNTIME_DIRECTORY": None, **env})
 
 
-def _pinned(db: Path):
-    store = open_store(db, readonly=True, check=False)
-    try:
-        return queries.settings(store).get("pinned")
-    finally:
-        store.conn.close()
-
-
 @pytest.mark.parametrize("args, env", [
     (["--socket", "{home}/b.sock", "threshold", "pin", "7"], {}),
     (["threshold", "pin", "7"], {"SPECCTL_SOCKET": "{home}/b.sock"}),
@@ -56,16 +47,16 @@ def test_a_socket_no_daemon_answers_does_not_take_another_daemons_database(stopp
     assert res.output.count("\n") == 1, res.output
     assert res.output.startswith(f"specctl: no daemon answers on {home}/b.sock, and {db} (the default database, "
                                  f"with no --db) is the state of the daemon that serves {home}/a.sock"), res.output
-    assert _pinned(db) is None                           # nothing saved into the other daemon's database
+    assert _saved_pin(db) is None                           # nothing saved into the other daemon's database
 
 
 def test_the_socket_its_newest_start_served_still_saves_offline(stopped_default):
     home, db = stopped_default
     res = _specctl(home, "--socket", str(home / "a.sock"), "threshold", "pin", "6")
     assert res.exit_code == 0 and f"saved to {db}" in res.output, res.output
-    assert _pinned(db) == 6
+    assert _saved_pin(db) == 6
     res = _specctl(home, "--socket", str(home / "a.sock"), "threshold", "unpin")
-    assert res.exit_code == 0 and _pinned(db) is None
+    assert res.exit_code == 0 and _saved_pin(db) is None
 
 
 def test_a_socket_no_daemon_answers_creates_no_default_database_for_its_pin(tmp_path):
@@ -78,4 +69,4 @@ def test_a_socket_no_daemon_answers_creates_no_default_database_for_its_pin(tmp_
 def test_the_default_pair_still_saves_offline_with_its_socket_given(tmp_path):
     sock = tmp_path / "spec-controller" / "control.sock"
     res = _specctl(tmp_path, "--socket", str(sock), "threshold", "pin", "7")
-    assert res.exit_code == 0 and _pinned(tmp_path / "spec-controller" / "spec-controller.db") == 7, res.output
+    assert res.exit_code == 0 and _saved_pin(tmp_path / "spec-controller" / "spec-controller.db") == 7, res.output
