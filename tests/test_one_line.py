@@ -79,3 +79,24 @@ def test_a_refused_reload_echoing_a_huge_key_is_a_bounded_log_line_and_event(tmp
 def test_one_line_keeps_a_line_up_to_its_bound_whole():
     line = "x" * 1000
     assert one_line(line) == line and len(one_line(line + "y" * 41)) <= 1000 and one_line(line + "y")[-1] == "y"
+
+
+@pytest.mark.parametrize("change", [["threshold", "pin", "3"], ["threshold", "unpin"], ["policy", "set", "bandit"]])
+def test_an_offline_change_saved_to_a_path_holding_a_newline_says_so_in_one_line(tmp_path, change):
+    """helper-130: `specctl --db $'/tmp/x/a\\nb.db' threshold pin 3` said 'saved to ...' over two lines, exit 0."""
+    from state.db import open_store
+    db = tmp_path / "a\nb.db"
+    open_store(db).conn.close()
+    if change[-1] == "unpin":
+        CliRunner().invoke(cli, ["--db", str(db), "--socket", str(tmp_path / "s.sock"), "threshold", "pin", "5"])
+    res = CliRunner().invoke(cli, ["--db", str(db), "--socket", str(tmp_path / "s.sock"), *change])
+    assert res.exit_code == 0 and res.output.count("\n") == 1, res.output
+    assert "saved to " in res.output and "a\\nb.db" in res.output, res.output
+
+
+def test_a_plot_written_to_a_path_holding_a_newline_is_named_in_one_line(tmp_path):
+    png = tmp_path / "a\nb.png"
+    res = CliRunner().invoke(cli, ["simulate", "--profile", "seed", "--concurrency", "1", "--seconds", "5",
+                                   "--plot", str(png)])
+    assert res.exit_code == 0 and png.exists(), res.output
+    assert res.stderr.splitlines() == [f"wrote {tmp_path}/a\\nb.png"], res.stderr

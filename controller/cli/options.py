@@ -21,6 +21,12 @@ EXIT_NOT_RUNNING = 3      # no daemon: the answer came from the database (or cou
 EXIT_STARTING = 4         # a daemon holds the database but does not serve yet (engine loading)
 
 
+def say(message: str, err: bool = False) -> None:
+    """A one-line answer that carries a path or name: still one line (helper-130: `--db $'a\\nb.db'`'s 'saved to'
+    line was two)."""
+    click.echo(one_line(message), err=err)
+
+
 def fail_as(prog: str, message: str, code: int = EXIT_ERROR) -> NoReturn:
     click.echo(f"{prog}: {one_line(message)}", err=True)       # (a path holding a newline: still one line)
     sys.exit(code)

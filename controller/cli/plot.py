@@ -10,7 +10,7 @@ from ..paths import present
 from .client import DaemonUnreachable
 from .common import Ctx, call, fail, given_db_exists, no_database, offline_read
 from .figures import PlotError, draw_threshold, plot_path_param, pyplot, save
-from .options import Bounded
+from .options import Bounded, say
 
 
 def _series(rows: list[dict], t_end: float) -> dict[str, list]:
@@ -84,7 +84,7 @@ def plot(ctx: Ctx, path: str, last_s: float, bin_s: float | None) -> None:
         save(draw(rows, steps, t_end, title), path)
     except PlotError as e:
         fail(str(e))
-    click.echo(f"wrote {path}: {_count(len(rows), 'point')}, {_count(len(steps), 'threshold step')} "
+    say(f"wrote {path}: {_count(len(rows), 'point')}, {_count(len(steps), 'threshold step')} "
                f"over the last {span}")
 
 

@@ -10,7 +10,7 @@ from ..sim.evaluate import DEFAULT_TICK_S, evaluate, sweep_segments
 from ..sim.profile import ProfileError, load_profile, load_trace
 from .common import fail
 from .figures import PlotError, plot_path_param, save
-from .options import EXIT_USAGE, Bounded, number_list
+from .options import EXIT_USAGE, Bounded, number_list, say
 
 
 def _levels(text: str | None, default: tuple[int, ...]) -> list[int]:
@@ -113,7 +113,7 @@ def _save(figure, path: str) -> None:
         save(figure(), path)
     except PlotError as e:
         fail(str(e))
-    click.echo(f"wrote {path}", err=True)
+    say(f"wrote {path}", err=True)
 
 
 def _load(profile_name: str, trace_name: str | None, levels):

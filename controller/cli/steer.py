@@ -12,7 +12,7 @@ from ..paths import present
 from .client import DaemonError, DaemonUnreachable, request
 from .common import (UNREADABLE, Ctx, alias_note, call, emit, fail, full_params, given_db_exists, json_option,
                      lock_holder, offline_read, read_offline, refuse_held, refuse_unpaired, save_offline, trial_note)
-from .options import EXIT_USAGE, NEGATIVE_ARGS, Bounded
+from .options import EXIT_USAGE, NEGATIVE_ARGS, Bounded, say
 
 
 # --- policy -------------------------------------------------------------------
@@ -115,7 +115,7 @@ def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
     except DaemonUnreachable:
         from state import queries
         save_offline(ctx, "policy", {"name": name, "params": kv})
-        click.echo(f"daemon is not running: policy {name}{_params_note(kv)} saved to {ctx.db}, used at next start")
+        say(f"daemon is not running: policy {name}{_params_note(kv)} saved to {ctx.db}, used at next start")
         pinned = offline_read(ctx, queries.settings).get("pinned")
     if pinned is not None:
         click.echo(f"specctl: note: the threshold is pinned at {pinned}; {name} "     # (fixed, always, never: no state)
@@ -173,23 +173,23 @@ def _pin(ctx: Ctx, value: int | None) -> None:
         if value is None:
             if not present(ctx.db):     # (helper-128: it said 'not pinned in D' of a D that is not there)
                 refuse_unpaired(ctx)    # (--socket B, no --db: 'nothing is pinned' was said of B from D's absence)
-                click.echo(f"daemon is not running and there is no database at {ctx.db}: nothing is pinned; "
+                say(f"daemon is not running and there is no database at {ctx.db}: nothing is pinned; "
                            "nothing changed")
                 return
             if _saved_pin(ctx) is None:
-                click.echo(f"daemon is not running: the threshold was not pinned in {ctx.db}; nothing changed")
+                say(f"daemon is not running: the threshold was not pinned in {ctx.db}; nothing changed")
                 return
         else:
             PIN.check(value, ctx=click.get_current_context())   # what an offline pin may save (no engine judges it)
             if present(ctx.db) and _saved_pin(ctx) == value:       # (as the daemon says it: nothing written)
-                click.echo(f"daemon is not running: threshold already pinned at {value} in {ctx.db}; nothing changed")
+                say(f"daemon is not running: threshold already pinned at {value} in {ctx.db}; nothing changed")
                 return
         save_offline(ctx, "pinned", value)
         from state import queries
         top = offline_read(ctx, queries.started_max_batch) if value is not None else None
         above = f" (above the engine's largest batch at its last start, {top}: taken as {top} if it is so then)" \
             if top is not None and value > top else ""
-        click.echo(f"daemon is not running: {'pin ' + str(value) if value is not None else 'unpin'} "
+        say(f"daemon is not running: {'pin ' + str(value) if value is not None else 'unpin'} "
                    f"saved to {ctx.db}, applied at next start{above}")
 
 
