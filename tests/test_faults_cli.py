@@ -203,3 +203,14 @@ def test_a_database_of_a_newer_schema_is_refused_in_one_line_and_left_alone(shor
     args = [a if a != "x.png" else str(short_tmp / "x.png") for a in command]
     _one_line(specctl(short_tmp, db, *args), f"schema version {len(MIGRATIONS) + 1} is newer than this spec-controller")
     assert db.read_bytes() == before and not (short_tmp / "x.png").exists()
+
+
+def test_status_of_a_database_no_start_served_says_no_threshold_is_saved(short_tmp):
+    """helper-128: a database made but never served (an engine that failed to load) read 'threshold: -   speculate
+    iff batch size <= -'."""
+    from state.db import open_store
+    open_store(short_tmp / "made.db").conn.close()
+    for command in (["status"], ["threshold"]):
+        res = specctl(short_tmp, short_tmp / "made.db", *command)
+        line = next(line for line in res.stdout.splitlines() if line.startswith("threshold:"))
+        assert res.exit_code == 3 and "none saved yet" in line and "<=" not in line, res.output
