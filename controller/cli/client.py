@@ -31,6 +31,11 @@ class DaemonError(Exception):
         self.status = status
 
 
+class DaemonDropped(DaemonError):
+    """The daemon closed the connection of a change without answering (status None): a daemon closing its socket at
+    the end of its drain drops the clients it has not served. `specctl stop` tells that drain from a fault."""
+
+
 class _Dropped(Exception):
     """The connection was closed or reset before a byte of the answer (the daemon is stopping, or it crashed)."""
 
@@ -104,7 +109,7 @@ def request(socket_path: str | Path, method: str, path: str, body: dict | None =
             # is gone (DaemonUnreachable: a read takes the database's word). One that drops every client is a fault.
             closed = f"the daemon at {socket_path} closed the connection without answering"
             if method != "GET":
-                raise DaemonError(f"{closed}: whether {method} {path} was applied, `specctl status` says") from None
+                raise DaemonDropped(f"{closed}: whether {method} {path} was applied, `specctl status` says") from None
             if time.monotonic() > dropped_until:
                 raise DaemonError(f"{closed}, every time for {DROPPED_RETRY_S:g} s") from None
             time.sleep(0.1)

@@ -12,7 +12,7 @@ import click
 
 from ..paths import (UNIT_DB, UNIT_SOCKET, db_path_problem, default_db, default_socket, find_db, find_socket, present,
                      socket_path_problem)
-from .client import DaemonError, DaemonUnreachable, request
+from .client import DaemonDropped, DaemonError, DaemonUnreachable, request
 from .options import EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE, fail_as
 
 if TYPE_CHECKING:
@@ -95,14 +95,17 @@ def emit(data: Any, as_json: bool, render: Callable[[Any], str]) -> None:
     click.echo(json.dumps(data, indent=2, default=str) if as_json else render(data))
 
 
-def call(ctx: Ctx, method: str, path: str, body: dict | None = None) -> Any:
-    """The daemon's answer; DaemonUnreachable propagates so commands can fall back."""
+def call(ctx: Ctx, method: str, path: str, body: dict | None = None, dropped: bool = False) -> Any:
+    """The daemon's answer; DaemonUnreachable propagates so commands can fall back, and DaemonDropped where
+    `dropped` (a change the daemon closed the connection on unanswered: `specctl stop` meeting a daemon that drains)."""
     try:
         status = _check_db(ctx, method)
         if status is not None and (method, path) == ("GET", "/status"):
             return status                   # (the check's own answer: asked once)
         return request(ctx.socket, method, path, body)
     except DaemonError as e:        # a request refused as given is a bad argument, as the options' own checks say
+        if dropped and isinstance(e, DaemonDropped):
+            raise
         fail(str(e), EXIT_USAGE if e.status == 400 else EXIT_ERROR)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..paths import present
-from .client import DaemonUnreachable
+from .client import DaemonDropped, DaemonUnreachable
 from .common import UNREADABLE, Ctx, call, fail, lock_holder
 from .holder import find_holder
 from .options import EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE, Bounded
@@ -46,6 +46,34 @@ def exited(pid: int) -> bool:
     return _no_such_process(pid)   # no /proc: ask the kernel
 
 
+def stopping(db: Path, socket: Path) -> str | None:
+    """The pid of the daemon that last started on db serving socket, where its stop event follows that start (written
+    as its drain flushes, before it closes its socket and lets go of the lock): a daemon draining or drained. None:
+    none on record, another socket's, or not stopping."""
+    import sqlite3
+
+    from state import queries
+    from state.db import StoreError, open_store
+
+    from .holder import same
+    try:
+        store = open_store(db, readonly=True, check=False)
+    except StoreError:
+        return None
+    try:
+        start = store.execute("SELECT max(id) FROM events WHERE kind = 'start'").fetchone()[0]
+        words = queries.newest_start(store)
+        if start is None or not words.get("pid", "").isdigit() or not words.get("socket") \
+                or not same(Path(words["socket"]), Path(socket)):
+            return None
+        stop = store.execute("SELECT 1 FROM events WHERE kind = 'stop' AND id > ? LIMIT 1", [start]).fetchone()
+        return words["pid"] if stop else None
+    except sqlite3.Error:
+        return None
+    finally:
+        store.conn.close()
+
+
 def wait_gone(db: Path, pid: int, timeout: float, poll_s: float = 0.1) -> bool:
     """Until the daemon has let go of the database and then exited (its last log line and the
     interpreter's exit follow the lock's release by ~0.1-0.2 s)."""
@@ -69,13 +97,27 @@ def wait_gone(db: Path, pid: int, timeout: float, poll_s: float = 0.1) -> bool:
 def stop(ctx: Ctx, timeout: float, no_wait: bool) -> None:
     """Ask the daemon to drain and exit, and wait until it has."""
     try:
-        res = call(ctx, "POST", "/stop")
+        res = call(ctx, "POST", "/stop", dropped=True)
+    except DaemonDropped as e:
+        # A daemon closing its socket at the end of its drain (an earlier `stop --no-wait`, systemctl stop, SIGTERM)
+        # drops the clients it has not served: wait for that drain as for our own (a second `specctl stop` was told
+        # "whether POST /stop was applied, `specctl status` says", exit 1). One that drops a request and has no stop
+        # on record is a fault, said as before.
+        holder = lock_holder(ctx.db) if present(ctx.db) else None
+        pid = stopping(ctx.db, ctx.socket) if present(ctx.db) and holder != UNREADABLE else None
+        if pid is not None and holder in (None, pid):
+            _wait(Path(ctx.db), int(pid), timeout, already=True)
+            return
+        fail(str(e))
     except DaemonUnreachable as e:
         holder = lock_holder(ctx.db) if present(ctx.db) else None
         if holder and holder != UNREADABLE:
             found = find_holder(ctx.db, ctx.socket, holder)
             if found.elsewhere:             # a mistyped --socket: never advise killing a healthy daemon
                 fail(found.mismatch(), EXIT_USAGE)
+            if stopping(ctx.db, ctx.socket) == holder:    # its socket closed, its lock not yet free: the end of a drain
+                _wait(Path(ctx.db), int(holder), timeout, already=True)
+                return
             if found.socket is not None:    # its own socket, as recorded: the engine is still starting
                 fail(f"daemon pid {holder} holds {ctx.db} but its control socket is not open yet (engine starting?); "
                      f"stop it with: kill -TERM {holder}", EXIT_STARTING)
@@ -86,8 +128,12 @@ def stop(ctx: Ctx, timeout: float, no_wait: bool) -> None:
     if no_wait:
         click.echo(f"daemon pid {pid} is draining")
         return
-    if not wait_gone(Path(res["db"]), pid, timeout):
-        if _gone(Path(res["db"]), pid):
+    _wait(Path(res["db"]), pid, timeout)
+
+
+def _wait(db: Path, pid: int, timeout: float, already: bool = False) -> None:
+    if not wait_gone(db, pid, timeout):
+        if _gone(db, pid):
             fail(f"daemon pid {pid} has drained and let go of its database but had not exited after {timeout:g} s")
         fail(f"daemon pid {pid} is still draining after {timeout:g} s")
-    click.echo(f"daemon pid {pid} stopped")
+    click.echo(f"daemon pid {pid} stopped" + (" (it was already stopping)" if already else ""))
