@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_proc import DaemonProc, notify_listener, wait_notify
+from tests.daemon_proc import ROOT, DaemonProc, notify_listener, wait_notify
 
 
 def test_full_lifecycle_survives_sigkill(short_tmp):
@@ -288,6 +288,9 @@ def test_prometheus_metrics_on_opt_in_port(short_tmp):
                 "specctl_throughput_tokens_per_second", "specctl_accept_length_tokens"} <= set(values)
         assert values["specctl_engine_up"] == 1.0 and values["specctl_database_write_errors_total"] == 0
         assert values["specctl_healthy"] == 1.0 and values['specctl_samples_rejected_total{reason="step_s"}'] == 0
+        served = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE specctl_")}
+        listed = set(re.findall(r"^\| `(specctl_\w+)", (ROOT / "docs" / "api.md").read_text(), re.M))
+        assert served == listed, (served ^ listed)          # (docs/api.md's table: every metric served, no other)
     finally:
         assert d.stop() == 0
 
