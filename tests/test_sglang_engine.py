@@ -260,6 +260,15 @@ def test_engine_refuses_bad_probe_settings(key, value):
         SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", key: value})
 
 
+@pytest.mark.parametrize("value", [0, 0.0])
+def test_a_ready_timeout_of_0_is_refused(value):
+    """0 is 'none' for probe_s and hang_after_s; here config check said ok and every start failed at once, exit 1."""
+    with pytest.raises(EngineError, match=r"\[sglang\] ready_timeout_s = 0 would end every start"):
+        SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "ready_timeout_s": value})
+    assert SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3", "hang_after_s": 0,
+                         "probe_s": 0}).hang_after_s == 0.0
+
+
 def test_a_ready_timeout_of_inf_is_no_limit():
     assert SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3",
                          "ready_timeout_s": float("inf")}).ready_timeout_s == float("inf")

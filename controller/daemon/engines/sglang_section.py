@@ -36,6 +36,9 @@ def seconds(args: dict, key: str, default: float, most: float = math.inf) -> flo
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= most:   # NaN too (inf: no limit)
         bound = f" and <= {most:g} (0: none)" if most < math.inf else ""
         raise EngineError(f"sglang engine: [sglang] {key} must be a number of seconds >= 0{bound}, got {value!r}")
+    if key == "ready_timeout_s" and value == 0:     # (probe_s and hang_after_s take 0 as none; here it ended every start)
+        raise EngineError("sglang engine: [sglang] ready_timeout_s = 0 would end every start before SGLang could answer: "
+                          "give seconds > 0, or inf for no limit")
     return float(value)
 
 
