@@ -21,7 +21,7 @@ from .config import load_config
 from .configdiff import restart_needed, shadowed
 from .engines.base import Engine, EngineError
 from .notify import extend_timeout_usec, sd_notify
-from .preflight import Fatal, check_given_paths, check_no_clash, configured_engine, port_taken
+from .preflight import Fatal, check_given_paths, check_installed, check_no_clash, configured_engine, port_taken
 from .ownfiles import OwnFiles
 from .ticker import Ticker
 
@@ -119,7 +119,9 @@ class Daemon:
         st["db"] = str(Path(st["db"]).absolute()) if st["db"] else str(default_db())
         ctl["socket"] = ctl["socket"] or str(default_socket())
         self._signals()
-        check_no_clash(self.cfg, configured_engine(self.cfg).own_files)   # its configuration refused before anything is written
+        configured = configured_engine(self.cfg)        # its configuration refused before anything is written
+        check_no_clash(self.cfg, configured.own_files)
+        check_installed(configured)
         lock = DaemonLock(st["db"])
         lock.acquire()
         try:

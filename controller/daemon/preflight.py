@@ -54,6 +54,15 @@ def configured_engine(cfg: dict, last_t: float = 0.0) -> Engine:
         raise Fatal(str(e), 2) from None
 
 
+def check_installed(engine: Engine) -> None:
+    """run's check, before the database is opened, of what config check refuses with exit 2: the interpreter that would
+    run SGLang lacks it or the plugin (was exit 1 after a start event, restarted by the unit every 5 s for ever)."""
+    try:
+        engine.check_installed()
+    except EngineError as e:
+        raise Fatal(str(e), 2) from None
+
+
 def check_given_paths(cfg: dict) -> None:
     """The database and socket paths the operator gave (Fatal, code 2, where not): run's first check, config check's."""
     _given_parent_exists("--db / [storage] db", cfg["storage"]["db"], default_db(), UNIT_DB)

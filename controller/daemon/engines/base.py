@@ -32,6 +32,9 @@ class Engine(ABC):
     def probe(self) -> None:
         """A periodic liveness check whose verdict health() reports (engines that need one)."""
 
+    def check_installed(self) -> None:
+        """Raise EngineError where what would run the engine is not installed (a restart would meet it again)."""
+
     @abstractmethod
     def start(self, on_sample: SampleSink) -> None:
         """Start serving; on_sample is called (from any thread, must not block) per decode batch."""
