@@ -6,11 +6,12 @@
 # the unit's Documentation= names, and specctl on PATH. Settings (environment):
 #   EXTRAS='[sglang]'  pip extras ('' for the simulator only)    PIP_FLAGS=''  extra pip arguments
 #   ROOT=/             install under another root (tests; no user, no systemctl there)
+#   PYTHON=python3     the interpreter the virtualenv is made from: 3.11 or newer (e.g. /usr/bin/python3.11)
 set -euo pipefail
 # Settings are environment variables, never arguments: `--help` used to start the install as root.
 if [ "$#" -gt 0 ]; then
   case "$1" in
-    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-service.sh: takes no arguments (got '$1'); settings are environment variables:" \
             "sudo PIP_FLAGS='torch==2.11.0' scripts/install-service.sh (--help lists them); nothing installed" >&2
        exit 2 ;;
@@ -20,8 +21,25 @@ cd "$(dirname "$0")/.."
 ROOT="${ROOT:-/}"; ROOT="${ROOT%/}"
 PREFIX=/opt/spec-controller
 EXTRAS="${EXTRAS-[sglang]}"
+PYTHON="${PYTHON:-python3}"
+# Python 3.11+ (pyproject): the python3 of Ubuntu 22.04 (3.10) or RHEL 9 (3.9) failed in pip, after the venv was made,
+# and every later run reused that venv. Refused before anything is made, and an existing venv on an older one named.
+too_old() { ! "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
+if [ -x "$ROOT$PREFIX/bin/pip" ]; then
+  if too_old "$ROOT$PREFIX/bin/python"; then
+    echo "install-service.sh: $ROOT$PREFIX was made from $("$ROOT$PREFIX/bin/python" -V 2>&1 || echo 'an interpreter that does not run');" \
+         "spec-controller needs Python 3.11 or newer: remove it (sudo rm -rf $ROOT$PREFIX) and run again with" \
+         "PYTHON=/usr/bin/python3.11 (or newer); nothing installed" >&2
+    exit 2
+  fi
+elif too_old "$PYTHON"; then
+  echo "install-service.sh: PYTHON=$PYTHON is $("$PYTHON" -V 2>&1 || echo 'not an interpreter that runs'); spec-controller" \
+       "needs Python 3.11 or newer: sudo PYTHON=/usr/bin/python3.11 scripts/install-service.sh; nothing installed" >&2
+  exit 2
+else
+  "$PYTHON" -m venv "$ROOT$PREFIX"
+fi
 # shellcheck disable=SC2086
-[ -x "$ROOT$PREFIX/bin/pip" ] || python3 -m venv "$ROOT$PREFIX"
 "$ROOT$PREFIX/bin/pip" install -q ${PIP_FLAGS:-} ".$EXTRAS"
 install -Dm644 systemd/spec-controller.service "$ROOT/etc/systemd/system/spec-controller.service"
 install -Dm644 systemd/spec-controller.sysusers "$ROOT/usr/lib/sysusers.d/spec-controller.conf"

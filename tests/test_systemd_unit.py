@@ -147,3 +147,29 @@ def test_the_install_script_takes_no_arguments_and_installs_nothing_for_them(tmp
         assert "PIP_FLAGS" in res.stdout and "EXTRAS" in res.stdout and "ROOT" in res.stdout
     else:
         assert len(res.stderr.strip().splitlines()) == 1 and "PIP_FLAGS=" in res.stderr and args[0] in res.stderr
+
+
+OLD_PYTHON = "#!/bin/sh\ncase \"$1\" in -V|--version) echo 'Python 3.10.12' ;; *) exit 1 ;; esac\n"
+
+
+@pytest.mark.parametrize("made", [False, True])
+def test_the_install_script_refuses_a_python_older_than_3_11_before_it_makes_anything(tmp_path, made):
+    """Ubuntu 22.04's python3 is 3.10, RHEL 9's 3.9: the venv was made from it, pip then refused the package (Python
+    >= 3.11) and every later run reused that venv; the script had no setting for another interpreter. PYTHON names
+    one, an older one is refused in one line before anything is made, and so is a venv left by such a run."""
+    old = tmp_path / "python3.10"
+    old.write_text(OLD_PYTHON)
+    old.chmod(0o755)
+    root = tmp_path / "root"
+    if made:                                     # (what the earlier run left: a venv whose pip refuses the package)
+        for name in ("pip", "python"):
+            (root / "opt/spec-controller/bin").mkdir(parents=True, exist_ok=True)
+            (root / "opt/spec-controller/bin" / name).write_text(OLD_PYTHON)
+            (root / "opt/spec-controller/bin" / name).chmod(0o755)
+    env = dict(os.environ, ROOT=str(root), EXTRAS="", PIP_FLAGS="--no-deps", PYTHON=str(old))
+    res = subprocess.run(["bash", str(INSTALL)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stdout + res.stderr
+    line, = res.stderr.strip().splitlines()
+    assert "Python 3.10.12" in line and "3.11 or newer" in line and "PYTHON=" in line and "nothing installed" in line
+    assert ("rm -rf" in line) == made
+    assert sorted(p.name for p in root.rglob("*") if p.is_file()) == (["pip", "python"] if made else [])
