@@ -157,8 +157,26 @@ def test_an_interpreter_that_is_slow_to_answer_is_one_short_line(short_tmp, monk
     python = short_tmp / "python"
     python.write_text("#!/bin/sh\nexec sleep 5\n")
     python.chmod(0o755)
-    reason = sglang_install.interpreter_reason(str(python))
-    assert reason == f"[sglang] python = {python}: cannot ask what it has installed (no answer within 0.5 s)"
+    with pytest.raises(sglang_install.NoAnswer) as e:       # (not a verdict: run exits 1, and the unit asks again)
+        sglang_install.interpreter_reason(str(python))
+    assert str(e.value) == f"[sglang] python = {python}: cannot ask what it has installed (no answer within 0.5 s)"
+
+
+@pytest.mark.parametrize("script, code", [("exec sleep 5", 1), ("exit 3", 2)])
+def test_run_refuses_an_interpreter_without_sglang_for_good_and_one_that_did_not_answer_for_now(short_tmp, monkeypatch,
+                                                                                              script, code):
+    """review-52: run's preflight made both exit 2, which the unit does not restart: a host slow at boot kept the
+    service down. Not installed: 2 (config check's verdict); no answer in time: 1 (restarted, asked again)."""
+    from controller.daemon.engines import sglang_install
+    from controller.daemon.engines.sglang import SGLangEngine
+    from controller.daemon.preflight import Fatal, check_installed
+    monkeypatch.setattr(sglang_install, "ASK_TIMEOUT_S", 0.5)
+    python = short_tmp / "python"
+    python.write_text(f"#!/bin/sh\n{script}\n")
+    python.chmod(0o755)
+    with pytest.raises(Fatal) as e:
+        check_installed(SGLangEngine({**BASE, "python": str(python)}))
+    assert e.value.code == code and "cannot ask what it has installed" in str(e.value), str(e.value)
 
 
 @pytest.mark.parametrize("answer", ['{"sglang": "0.5.17", "plugins": null, "platforms": []}',

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from ..paths import UNIT_DB, UNIT_SOCKET, default_db, default_socket, home_unexpanded, shared_path, socket_path_problem
 from ..sim.profile import ProfileError
-from .engines.base import Engine, EngineError
+from .engines.base import Engine, EngineError, EngineNotInstalled
 
 
 class Fatal(Exception):
@@ -56,11 +56,14 @@ def configured_engine(cfg: dict, last_t: float = 0.0) -> Engine:
 
 def check_installed(engine: Engine) -> None:
     """run's check, before the database is opened, of what config check refuses with exit 2: the interpreter that would
-    run SGLang lacks it or the plugin (was exit 1 after a start event, restarted by the unit every 5 s for ever)."""
+    run SGLang lacks it or the plugin (was exit 1 after a start event, restarted by the unit every 5 s for ever). One
+    that did not answer in time is exit 1: the unit's restart asks again (exit 2 would keep the service down)."""
     try:
         engine.check_installed()
-    except EngineError as e:
+    except EngineNotInstalled as e:
         raise Fatal(str(e), 2) from None
+    except EngineError as e:
+        raise Fatal(str(e), 1) from None
 
 
 def check_given_paths(cfg: dict) -> None:

@@ -15,6 +15,10 @@ class EngineError(RuntimeError):
     """The engine refused or failed; one line for the operator."""
 
 
+class EngineNotInstalled(EngineError):
+    """What would run the engine lacks it, or holds one this version does not support: a restart meets it again."""
+
+
 class Engine(ABC):
     name: str = ""
     max_batch_size: int = 256
@@ -33,7 +37,8 @@ class Engine(ABC):
         """A periodic liveness check whose verdict health() reports (engines that need one)."""
 
     def check_installed(self) -> None:
-        """Raise EngineError where what would run the engine is not installed (a restart would meet it again)."""
+        """Raise EngineNotInstalled where what would run the engine is not installed (a restart would meet it again),
+        EngineError where that could not be asked (a time-out: a restart may not)."""
 
     @abstractmethod
     def start(self, on_sample: SampleSink) -> None:

@@ -23,11 +23,11 @@ from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_L
                          SAME_AT_ZERO, THRESHOLD_KEY, decode, zero_saves_prefill_draft)
 from ...paths import socket_path_too_long, state_dir, write_private
 from ..sockprobe import NOBODY, who_listens
-from .base import Engine, EngineError, SampleSink
+from .base import Engine, EngineError, EngineNotInstalled, SampleSink
 from .child import NOT_STARTED, USAGE, bound_to_daemon, port_reason, telemetry_pull
 from .sglang_env import KILLPG_ENV, plugin_env, user_env
 from .sglang_flags import admin_headers, refused_hint, relay_masked, secrets_in, server_flags, shown
-from .sglang_install import interpreter_reason
+from .sglang_install import NoAnswer, interpreter_reason
 from .sglang_section import OWN_DEFAULTS, checked_section, count, seconds
 
 # what an HTTP exchange with SGLang may end in short of an answer (IncompleteRead, a bad status line: HTTPException)
@@ -99,8 +99,12 @@ class SGLangEngine(Engine):
         """Refuse before launching anything when the interpreter that would run SGLang ([sglang] python, else the
         daemon's) lacks SGLang or spec-controller's plugin, or its SGLang is unsupported (sglang_install)."""
         python = self.args.get("python") and str(self.args["python"])
-        if reason := interpreter_reason(python, {**os.environ, **self.user_env}):
-            raise EngineError(f"sglang engine: {reason}")
+        try:
+            reason = interpreter_reason(python, {**os.environ, **self.user_env})
+        except NoAnswer as e:
+            raise EngineError(f"sglang engine: {e}") from None
+        if reason:
+            raise EngineNotInstalled(f"sglang engine: {reason}")
 
     def start(self, on_sample: SampleSink) -> None:
         if reason := port_reason(self.host, self.port):

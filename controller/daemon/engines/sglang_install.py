@@ -27,6 +27,10 @@ print(json.dumps({"sglang": version("sglang"), "plugins": names(sys.argv[1]), "p
 """
 
 
+class NoAnswer(ValueError):
+    """The interpreter did not answer in time (a host under load, a slow mount at boot): not a verdict on it."""
+
+
 def installed(python: str, env: dict[str, str] | None = None) -> dict:
     """{"sglang": version or None, "plugins": [...], "platforms": [...]} of `python` run with `env` (that of the SGLang
     process: [sglang.env]'s PYTHONPATH counts); OSError / ValueError where it cannot say (not found, not Python 3.10+,
@@ -36,7 +40,7 @@ def installed(python: str, env: dict[str, str] | None = None) -> dict:
         done = subprocess.run([python, "-c", ASK, PLUGINS_GROUP, PLATFORM_PLUGINS_GROUP], capture_output=True,
                               text=True, timeout=ASK_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env, cwd="/")
     except subprocess.TimeoutExpired:
-        raise ValueError(f"no answer within {ASK_TIMEOUT_S:g} s") from None
+        raise NoAnswer(f"no answer within {ASK_TIMEOUT_S:g} s") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise ValueError(f"exited {done.returncode}: {last}")
@@ -97,13 +101,15 @@ def installed_reason(found: dict, where: str, pip: str) -> str | None:
 
 def interpreter_reason(python: str | None, env: dict[str, str] | None = None) -> str | None:
     """installed_reason for `python` ([sglang] python, asked in a child process with the SGLang process's `env`), or
-    with None the daemon's own."""
+    with None the daemon's own; NoAnswer where it did not answer in time."""
     if not python:
         return installed_reason(own_installed(), f"this interpreter ({sys.executable})", f"{sys.executable} -m pip")
     if "/" in python:           # (asked in /: a relative path as the launch, in the daemon's directory, reads it)
         python = os.path.abspath(python)
     try:
         found = installed(python, env)
+    except NoAnswer as e:       # (raised, not returned: the caller tells a verdict from a question that timed out)
+        raise NoAnswer(f"[sglang] python = {python}: cannot ask what it has installed ({e})") from None
     except (OSError, ValueError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
         return f"[sglang] python = {python}: cannot ask what it has installed ({why})"
