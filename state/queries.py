@@ -114,3 +114,11 @@ def started_max_batch(db: sqlite_utils.Database) -> int | None:
     """The engine's largest batch as the newest start recorded it (None: no start, or one from before 12-05)."""
     value = newest_start(db).get("max_batch", "")
     return int(value) if value.isdigit() else None
+
+
+def last_run_error(db: sqlite_utils.Database) -> dict | None:
+    """{wall, detail} of the newest error the newest start met (a start that failed, an exit 1), or None: what an
+    offline status says beside NOT RUNNING (it said nothing; the reason sat in the journal and the events table)."""
+    row = db.execute("SELECT wall, detail FROM events WHERE kind = 'error' AND id > "
+                     "(SELECT coalesce(max(id), 0) FROM events WHERE kind = 'start') ORDER BY id DESC LIMIT 1").fetchone()
+    return {"wall": row[0], "detail": row[1]} if row else None

@@ -1,5 +1,6 @@
 """specctl with the daemon down and its database in a bad way: one line and a non-zero exit, never a
 traceback, and nothing changed. Also the daemon on a read-only database refuses to start."""
+import json
 import os
 import sqlite3
 import subprocess
@@ -214,3 +215,24 @@ def test_status_of_a_database_no_start_served_says_no_threshold_is_saved(short_t
         res = specctl(short_tmp, short_tmp / "made.db", *command)
         line = next(line for line in res.stdout.splitlines() if line.startswith("threshold:"))
         assert res.exit_code == 3 and "none saved yet" in line and "<=" not in line, res.output
+
+
+def test_status_of_a_run_that_ended_on_an_error_says_why(short_tmp):
+    """review-52: after a failed start `specctl status` said NOT RUNNING and nothing else; the reason sat in the
+    journal and the events table. An error before the newest start is a run before it: not said."""
+    from state.db import open_store
+    from state.items import INSERTS, event_item
+    store = open_store(short_tmp / "x.db")
+    for kind, detail in [("start", "engine=sglang pid=1"), ("error", "SGLang exited 1 before it was ready\nlast line"),
+                         ("start", "engine=sglang pid=2"), ("error", "sglang engine: SGLang was not ready within 900 s")]:
+        store.conn.execute(INSERTS["events"], event_item(kind, detail)[1])
+    store.conn.commit()
+    res = specctl(short_tmp, short_tmp / "x.db", "status")
+    problems = [line for line in res.stdout.splitlines() if line.startswith("problem:")]
+    assert res.exit_code == 3 and len(problems) == 1, res.output
+    assert problems[0].endswith("ago: sglang engine: SGLang was not ready within 900 s"), problems
+    store.conn.execute(INSERTS["events"], event_item("start", "engine=sglang pid=3")[1])
+    store.conn.commit()
+    store.conn.close()
+    res = specctl(short_tmp, short_tmp / "x.db", "status", "--json")
+    assert res.exit_code == 3 and json.loads(res.stdout)["daemon"]["problems"] == [], res.output

@@ -7,6 +7,7 @@ import time
 import click
 
 from ..contract import FAST_PATHS, OFF_PATHS
+from ..numtext import one_line
 from ..paths import present
 from ..status import build_status, summarise
 from .client import DaemonUnreachable
@@ -62,7 +63,8 @@ def _head(st: dict) -> list[str]:
         if d.get("starting"):
             return [f"daemon:      STARTING, pid {d['pid']}: control socket not open yet (read from {d['db']})",
                     "engine:      - (loading)"]
-        return [f"daemon:      NOT RUNNING (read from {d['db']})", "engine:      - (daemon not running)"]
+        return [f"daemon:      NOT RUNNING (read from {d['db']})", *[f"problem:     {p}" for p in d["problems"]],
+                "engine:      - (daemon not running)"]
     load = [f"profile {eng['profile']}", f"load now {eng.get('load')}"] if eng.get("profile") else []
     if eng.get("speed") not in (None, 1, 1.0):
         load.append(f"clock x{eng['speed']:g}")
@@ -221,8 +223,11 @@ def _from_db(ctx: Ctx, db) -> dict:
                "policy": {"name": pol.get("name"), "policy": queries.latest_policy(db), "params": full_params(pol)},
                "last_decision": {**{k: last[0][k] for k in ("t", "wall", "old", "new", "reason")},    # (the live shape)
                                  "exploratory": bool(last[0]["exploratory"])} if last else None}
-    return build_status({"running": False, "db": str(ctx.db), "socket": str(ctx.socket)}, None, control, window,
-                        {"total": db["samples"].count})
+    error = queries.last_run_error(db)
+    problems = [f"the last run met an error {ago(time.time() - error['wall'])} ago: {one_line(error['detail'])}"] \
+        if error else []
+    return build_status({"running": False, "db": str(ctx.db), "socket": str(ctx.socket), "problems": problems}, None,
+                        control, window, {"total": db["samples"].count})
 
 
 def current_status(ctx: Ctx, explain: bool) -> tuple[dict, int]:
