@@ -51,6 +51,20 @@ def test_a_parser_that_cannot_run_there_is_a_note_not_a_refusal(tmp_path):
     assert "note: the [sglang] section's flags were not read by SGLang's parser: SGLang's parser in " in res.stderr
 
 
+def test_an_interpreter_whose_sglang_does_not_import_is_named_by_the_key_that_gave_it(tmp_path):
+    """review-52: config check's note said '--python PATH: the interpreter that runs SGLang', a flag of from-launch
+    that config check does not have; the interpreter came from [sglang] python."""
+    import importlib.util
+    import sys
+    if importlib.util.find_spec("sglang") is not None:
+        pytest.skip("sglang imports here: the parser would answer")
+    python = fake_sglang_python(tmp_path / "python", body=f'exec {sys.executable} "$@"')    # (says it has SGLang)
+    res = check(tmp_path, python)
+    assert res.exit_code == 0 and f"(in {python}; [sglang] python: the interpreter that runs SGLang)" in res.stderr, \
+        res.output
+    assert "--python" not in res.output, res.output
+
+
 @pytest.mark.parametrize("message,keys", [
     ("unrecognized arguments: --tp-size 2", " ([sglang] tp_size)"),
     ("unrecognized arguments: --tp-size-extra 2", ""),

@@ -59,8 +59,8 @@ class SGLangParser:
     """launchparse.py in `python`, asked over pipes (one SGLang import for every question). Its answers come on a
     descriptor of their own, its stdout and stderr go to a file (read for the last line when it stops)."""
 
-    def __init__(self, python: str, env: dict[str, str] | None = None):
-        self.python, self.log = python, tempfile.TemporaryFile("w+")
+    def __init__(self, python: str, env: dict[str, str] | None = None, named_by: str = "--python PATH"):
+        self.python, self.log, self.named_by = python, tempfile.TemporaryFile("w+"), named_by    # (config check's: [sglang] python)
         read, write = os.pipe()
         try:
             self.proc = subprocess.Popen([python, str(SCRIPT), str(write)], stdin=subprocess.PIPE, stdout=self.log,
@@ -94,7 +94,7 @@ class SGLangParser:
         if not _shaped(answer):
             raise self._stopped("stopped" if not line else "answered something else")
         if "version" not in answer:         # SGLang did not load there
-            raise NoSGLang(f"{answer['error']} (in {self.python}; --python PATH: the interpreter that runs SGLang)", 1)
+            raise NoSGLang(f"{answer['error']} (in {self.python}; {self.named_by}: the interpreter that runs SGLang)", 1)
         if "error" in answer:             # (argparse quotes the words it refuses: a key among them goes as ***)
             words = [str(w) for w in request.get("argv", []) + request.get("same_as", [])]
             raise LaunchError(f"SGLang {answer['version']} refuses {what}: {masked(str(answer['error']), words)}")

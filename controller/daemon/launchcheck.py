@@ -22,7 +22,7 @@ def section_notes(engine: SGLangEngine) -> list[str]:
     LaunchError (code 2) where SGLang refuses the flags, naming the keys they came from."""
     python = str(engine.args.get("python") or sys.executable)
     try:                       # (in the environment SGLang gets: [sglang] env's PYTHONPATH or SGLANG_PLUGINS count)
-        parser = SGLangParser(python, {**os.environ, **engine.user_env})
+        parser = SGLangParser(python, {**os.environ, **engine.user_env}, "[sglang] python")
     except LaunchError as e:
         return [f"{WHAT} were not read by SGLang's parser: {e}"]
     try:
