@@ -264,7 +264,7 @@ def current_status(ctx: Ctx, explain: bool) -> tuple[dict, int]:
 @json_option
 @click.pass_obj
 def status(ctx: Ctx, as_json: bool) -> None:
-    """Current threshold, policy, acceptance, throughput and health (exit 3: daemon not running)."""
+    """Current threshold, policy, acceptance, throughput and health (exit 3: daemon not running; 4: starting)."""
     st, code = current_status(ctx, explain=not as_json)
     emit(st, as_json, render_status)
     if code:

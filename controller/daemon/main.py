@@ -41,9 +41,10 @@ def main() -> None:
 @click.option("--arrival-rate", type=Bounded("--arrival-rate", -INF, INF, float), help="simulator: Poisson arrivals at this many requests/s instead of a trace")
 @click.option("--speed", type=Bounded("--speed", -INF, INF, float), help="simulator clock rate (virtual seconds per real second)")
 @click.option("--policy", help="policy at first start (later: specctl policy set)")
-@click.option("--db", help="SQLite database path")
-@click.option("--socket", "socket_path", help="control socket path")
-@click.option("--metrics-port", type=Bounded("--metrics-port", -INF, INF), help="serve Prometheus metrics on 127.0.0.1:PORT")
+@click.option("--db", metavar="PATH", help="SQLite database path")
+@click.option("--socket", "socket_path", metavar="PATH", help="control socket path")
+@click.option("--metrics-port", type=Bounded("--metrics-port", -INF, INF),
+              help="serve Prometheus metrics on PORT of [control] metrics_addr (127.0.0.1)")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), help="as [control] log_level")
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
               help="any config key, e.g. --set guard.explore_share=0.1 (repeatable; VALUE in TOML syntax, a number "
