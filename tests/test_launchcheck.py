@@ -109,3 +109,21 @@ def test_a_parser_that_answers_garbage_is_a_note_not_a_traceback(tmp_path, answe
     assert res.exit_code == 0 and res.exception is None, (res.output, res.exception)
     assert "flags were not read by SGLang's parser: SGLang's parser in " in res.stderr
     assert "answered something else" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("make, noted", [("dir", True), ("text", True), ("model", False), ("gguf", False)])
+def test_a_model_path_that_is_not_a_model_is_a_note(tmp_path, make, noted):
+    """review-52: a directory without config.json, or a text file, as model_path passed config check with no word;
+    SGLang then exited at every start."""
+    model = tmp_path / ("m.gguf" if make == "gguf" else "m")
+    if make in ("dir", "model"):
+        model.mkdir()
+        if make == "model":
+            (model / "config.json").write_text("{}")
+    else:
+        model.write_text("not a model\n")
+    (tmp_path / "c.toml").write_text(f'[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "{model}"\n'
+                                     f'speculative_algorithm = "EAGLE3"\npython = "{stub_sglang_python(tmp_path / "py")}"\n')
+    res = CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "c.toml")])
+    assert res.exit_code == 0, res.output
+    assert (f"model_path = {model} holds no config.json" in res.stderr) == noted, res.stderr

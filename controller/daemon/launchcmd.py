@@ -201,7 +201,15 @@ def missing_path_notes(values: dict) -> list[str]:
     return [f"{key} = {path} does not exist here: SGLang cannot start on it (the unit restarts it every 5 s until it "
             "does; fine for a mount made before the service starts)"
             for key, path in named_paths(values) if path.startswith("/") and not os.path.exists(path)
-            and not path.startswith(HIDDEN + PRIVATE_TMP)]       # (path_notes says what is wrong with those)
+            and not path.startswith(HIDDEN + PRIVATE_TMP)] + [      # (path_notes says what is wrong with those)
+        # review-52: a directory that is not a model, or a text file, passed with no word and SGLang exited at every start
+        f"{key} = {path} holds no config.json: not a model directory SGLang loads (it exits at start; the unit restarts "
+        "it every 5 s)" for key in MODEL_KEYS if isinstance(path := values.get(key), str) and path.startswith("/")
+        and (os.path.isdir(path) and not os.path.exists(os.path.join(path, "config.json"))
+             or os.path.isfile(path) and not path.endswith(".gguf"))]     # (a GGUF file is a model SGLang loads)
+
+
+MODEL_KEYS = ("model_path", "speculative_draft_model_path")     # (a Hugging Face hub name is no path: not looked at)
 
 
 def private_steps(config: str | Path, staged: bool = False, group: str = "spec-controller") -> str:
