@@ -151,6 +151,24 @@ def test_the_pin_reply_says_whether_the_threshold_in_force_is_a_trial(tmp_path):
         writer.stop()
 
 
+def test_a_pin_saved_before_anything_was_learned_is_not_taken_as_learned(tmp_path):
+    """newcomer-52: an offline pin on a database with nothing learned was taken as the learned threshold at the next
+    start: an unpin then went back to the pin ('the policy's best so far is 256'), and the pin was saved as learned."""
+    svc, writer = make_service(tmp_path)
+    writer.setting("pinned", 7)
+    writer.stop()
+    again, writer = make_service(tmp_path)
+    assert again.loop.threshold == 7 and again.loop.pinned == 7 and again.start_reason == "restored at start"
+    assert again.loop.guard.exploit == again.cfg["policy"]["initial_threshold"] == 0     # where a fresh start goes
+    again._record(7, 7, again.start_reason, False, 1.0)     # the start's row (apply_initial's): the learned one saved
+    assert writer.flush(10)
+    writer.stop()
+    from state import queries
+    store = open_store(tmp_path / "s.db")
+    assert queries.settings(store)["threshold"] == 0 and queries.settings(store)["pinned"] == 7
+    store.conn.close()
+
+
 @pytest.mark.parametrize("key", ["pinned", "threshold"])
 def test_a_saved_threshold_above_the_engines_largest_batch_is_taken_as_that_batch(tmp_path, key):
     """helper-81: `specctl threshold pin 1000` offline said "applied at next start"; the start then dropped it (not a
