@@ -27,13 +27,13 @@ PYTHON="${PYTHON:-python3}"
 too_old() { ! "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
 if [ -x "$ROOT$PREFIX/bin/pip" ]; then
   if too_old "$ROOT$PREFIX/bin/python"; then
-    echo "install-service.sh: $ROOT$PREFIX was made from $("$ROOT$PREFIX/bin/python" -V 2>&1 || echo 'an interpreter that does not run');" \
+    echo "install-service.sh: $ROOT$PREFIX was made from $({ "$ROOT$PREFIX/bin/python" -V 2>&1 || echo 'an interpreter that does not run'; } | tail -n 1);" \
          "spec-controller needs Python 3.11 or newer: remove it (sudo rm -rf $ROOT$PREFIX) and run again with" \
          "PYTHON=/usr/bin/python3.11 (or newer); nothing installed" >&2
     exit 2
   fi
 elif too_old "$PYTHON"; then
-  echo "install-service.sh: PYTHON=$PYTHON is $("$PYTHON" -V 2>&1 || echo 'not an interpreter that runs'); spec-controller" \
+  echo "install-service.sh: PYTHON=$PYTHON is $({ "$PYTHON" -V 2>&1 || echo 'not an interpreter that runs'; } | tail -n 1); spec-controller" \
        "needs Python 3.11 or newer: sudo PYTHON=/usr/bin/python3.11 scripts/install-service.sh; nothing installed" >&2
   exit 2
 else

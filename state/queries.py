@@ -119,6 +119,9 @@ def started_max_batch(db: sqlite_utils.Database) -> int | None:
 def last_run_error(db: sqlite_utils.Database) -> dict | None:
     """{wall, detail} of the newest error the newest start met (a start that failed, an exit 1), or None: what an
     offline status says beside NOT RUNNING (it said nothing; the reason sat in the journal and the events table)."""
-    row = db.execute("SELECT wall, detail FROM events WHERE kind = 'error' AND id > "
-                     "(SELECT coalesce(max(id), 0) FROM events WHERE kind = 'start') ORDER BY id DESC LIMIT 1").fetchone()
+    since = "id > (SELECT coalesce(max(id), 0) FROM events WHERE kind = 'start')"
+    stop = db.execute(f"SELECT detail FROM events WHERE kind = 'stop' AND {since} ORDER BY id DESC LIMIT 1").fetchone()
+    if stop and stop[0].endswith(": exit 0"):     # a run that went on and stopped cleanly (a set_threshold it retried)
+        return None
+    row = db.execute(f"SELECT wall, detail FROM events WHERE kind = 'error' AND {since} ORDER BY id DESC LIMIT 1").fetchone()
     return {"wall": row[0], "detail": row[1]} if row else None

@@ -233,6 +233,18 @@ def test_status_of_a_run_that_ended_on_an_error_says_why(short_tmp):
     assert problems[0].endswith("ago: sglang engine: SGLang was not ready within 900 s"), problems
     store.conn.execute(INSERTS["events"], event_item("start", "engine=sglang pid=3")[1])
     store.conn.commit()
-    store.conn.close()
     res = specctl(short_tmp, short_tmp / "x.db", "status", "--json")
     assert res.exit_code == 3 and json.loads(res.stdout)["daemon"]["problems"] == [], res.output
+    # mutation pass q: an error the run went on past (a set_threshold retried at the next tick), then a clean stop
+    for kind, detail in [("error", "set_threshold(4) failed: timed out"), ("stop", "SIGTERM: exit 0")]:
+        store.conn.execute(INSERTS["events"], event_item(kind, detail)[1])
+    store.conn.commit()
+    res = specctl(short_tmp, short_tmp / "x.db", "status", "--json")
+    assert res.exit_code == 3 and json.loads(res.stdout)["daemon"]["problems"] == [], res.output
+    store.conn.execute(INSERTS["events"], event_item("start", "engine=sglang pid=4")[1])
+    for kind, detail in [("error", "no retune worked for 60 s"), ("stop", "no retune worked for 60 s: exit 1")]:
+        store.conn.execute(INSERTS["events"], event_item(kind, detail)[1])
+    store.conn.commit()
+    store.conn.close()
+    res = specctl(short_tmp, short_tmp / "x.db", "status")
+    assert "ago: no retune worked for 60 s" in res.stdout, res.output

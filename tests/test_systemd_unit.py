@@ -173,3 +173,13 @@ def test_the_install_script_refuses_a_python_older_than_3_11_before_it_makes_any
     assert "Python 3.10.12" in line and "3.11 or newer" in line and "PYTHON=" in line and "nothing installed" in line
     assert ("rm -rf" in line) == made
     assert sorted(p.name for p in root.rglob("*") if p.is_file()) == (["pip", "python"] if made else [])
+
+
+def test_a_python_that_does_not_exist_is_refused_in_one_line(tmp_path):
+    """mutation pass q: `PYTHON=/nonexistent/python3.11` was refused over two lines (bash's own 'No such file'
+    line caught by the -V capture), exit 2."""
+    env = dict(os.environ, ROOT=str(tmp_path / "root"), EXTRAS="", PYTHON=str(tmp_path / "no" / "python3.11"))
+    res = subprocess.run(["bash", str(INSTALL)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "is not an interpreter that runs; spec-controller needs Python 3.11" in res.stderr, res.stderr
+    assert not (tmp_path / "root").exists()
