@@ -18,7 +18,7 @@ from controller.daemon.main import main
 from state.db import open_store
 from state.items import INSERTS, event_item
 from tests.conftest import stub_sglang_python
-from tests.test_stop_while_draining import _closing_daemon, _holder
+from tests.test_stop_while_draining import _closing_daemon, _holder, held
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -140,8 +140,7 @@ def test_a_dropped_stop_whose_record_is_not_this_drain_is_a_fault(short_tmp, rec
     db, sock = short_tmp / "state.db", short_tmp / "d.sock"
     if record == "earlier-run":
         _events(db, [("start", f"engine=sim pid=1 socket={sock}"), ("stop", "SIGTERM: exit 0")])
-    child = _holder(db, sock, stopping=record != "earlier-run")
-    try:
+    with held(db, sock, stopping=record != "earlier-run") as child:
         newest = {"other-pid": f"engine=sim pid=999999 socket={sock}", "other-socket":
                   f"engine=sim pid={child.pid} socket={short_tmp}/other.sock", "no-pid": f"engine=sim socket={sock}"}
         if record in newest:
@@ -151,24 +150,15 @@ def test_a_dropped_stop_whose_record_is_not_this_drain_is_a_fault(short_tmp, rec
         assert res.exit_code == 1 and res.output.strip() == (
             f"specctl: the daemon at {sock} closed the connection without answering: "
             "whether POST /stop was applied, `specctl status` says"), (res.output, res.exception)
-    finally:
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        child.wait(10)
 
 
 def test_a_drain_that_outlasts_the_timeout_is_said_still_draining(short_tmp):
     """Its lock still held at --timeout: 'still draining', not 'has drained and let go of its database'."""
     db, sock = short_tmp / "state.db", short_tmp / "gone.sock"
-    child = _holder(db, sock, stopping=True)
-    try:
+    with held(db, sock, stopping=True) as child:
         res = _cli(db, sock, "stop", "--timeout", "1")
         assert res.exit_code == 1 and res.output.strip() == f"specctl: daemon pid {child.pid} is still draining after 1 s", \
             res.output
-    finally:
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        child.wait(10)
 
 
 def test_a_refused_stop_is_one_line_not_a_traceback(short_tmp):

@@ -3,6 +3,7 @@ said "the daemon ... closed the connection without answering: whether POST /stop
 says", exit 1 (or, with its socket gone and its lock not yet free, "engine starting?", exit 4). It now waits for
 that drain as for its own and says the pid stopped, exit 0; a daemon that drops a request with no stop on record
 is still a fault."""
+import contextlib
 import json
 import socket
 import subprocess
@@ -45,6 +46,23 @@ def _holder(db, sock, stopping: bool) -> subprocess.Popen:
     return child
 
 
+@contextlib.contextmanager
+def held(db, sock, stopping: bool):
+    """_holder's process for the block, let go of (told, else killed) and reaped after it whatever the test did."""
+    child = _holder(db, sock, stopping)
+    try:
+        yield child
+    finally:
+        if child.poll() is None:
+            try:
+                child.stdin.write("go\n")
+                child.stdin.flush()
+                child.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                child.kill()
+                child.wait()
+
+
 def _closing_daemon(path, status: dict) -> tuple[socket.socket, list[str]]:
     """A socket that answers the first request (GET /status: `status`), then reads the next one (POST /stop), closes
     the connection without a word and goes away, as a daemon at the end of its drain does."""
@@ -84,8 +102,7 @@ def _stop(db, sock):
 
 def test_a_stop_dropped_by_a_draining_daemon_waits_for_it(short_tmp):
     db, sock = short_tmp / "state.db", short_tmp / "d.sock"
-    child = _holder(db, sock, stopping=True)
-    try:
+    with held(db, sock, stopping=True) as child:
         _, seen = _closing_daemon(sock, {"daemon": {"pid": child.pid, "db": str(db), "running": True}})
         timer = _release_soon(child)
         res = _stop(db, sock)
@@ -94,42 +111,28 @@ def test_a_stop_dropped_by_a_draining_daemon_waits_for_it(short_tmp):
         assert res.exit_code == 0, res.output
         assert res.output.strip() == f"daemon pid {child.pid} stopped (it was already stopping)"
         assert child.wait(10) == 0
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
 
 
 def test_a_daemon_whose_socket_is_gone_but_lock_held_while_draining_is_waited_for(short_tmp):
     """Between closing its socket and letting go of its lock: not "engine starting?" (exit 4)."""
     db, sock = short_tmp / "state.db", short_tmp / "gone.sock"
-    child = _holder(db, sock, stopping=True)
-    try:
+    with held(db, sock, stopping=True) as child:
         timer = _release_soon(child)
         res = _stop(db, sock)
         timer.join()
         assert res.exit_code == 0, res.output
         assert res.output.strip() == f"daemon pid {child.pid} stopped (it was already stopping)"
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
 
 
 def test_a_dropped_stop_with_no_stop_on_record_is_still_a_fault(short_tmp):
     db, sock = short_tmp / "state.db", short_tmp / "d.sock"
-    child = _holder(db, sock, stopping=False)
-    try:
+    with held(db, sock, stopping=False) as child:
         _, seen = _closing_daemon(sock, {"daemon": {"pid": child.pid, "db": str(db), "running": True}})
         res = _stop(db, sock)
         assert res.exit_code == 1, res.output
         assert res.output.strip() == (f"specctl: the daemon at {sock} closed the connection without answering: "
                                       "whether POST /stop was applied, `specctl status` says")
         assert child.poll() is None                     # never waited on
-    finally:
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        child.wait(10)
 
 
 def test_a_second_stop_after_stop_no_wait_is_not_an_error(short_tmp):
