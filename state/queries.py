@@ -116,12 +116,17 @@ def started_max_batch(db: sqlite_utils.Database) -> int | None:
     return int(value) if value.isdigit() else None
 
 
+def after_newest_start(db: sqlite_utils.Database, kind: str) -> dict | None:
+    """{wall, detail} of the newest `kind` event (stop, error) since the newest start, or None."""
+    row = db.execute("SELECT wall, detail FROM events WHERE kind = ? AND id > (SELECT coalesce(max(id), 0) FROM events "
+                     "WHERE kind = 'start') ORDER BY id DESC LIMIT 1", [kind]).fetchone()
+    return {"wall": row[0], "detail": row[1]} if row else None
+
+
 def last_run_error(db: sqlite_utils.Database) -> dict | None:
     """{wall, detail} of the newest error the newest start met (a start that failed, an exit 1), or None: what an
     offline status says beside NOT RUNNING (it said nothing; the reason sat in the journal and the events table)."""
-    since = "id > (SELECT coalesce(max(id), 0) FROM events WHERE kind = 'start')"
-    stop = db.execute(f"SELECT detail FROM events WHERE kind = 'stop' AND {since} ORDER BY id DESC LIMIT 1").fetchone()
-    if stop and stop[0].endswith(": exit 0"):     # a run that went on and stopped cleanly (a set_threshold it retried)
+    stop = after_newest_start(db, "stop")
+    if stop and stop["detail"].endswith(": exit 0"):     # a run that went on and stopped cleanly (a retried set_threshold)
         return None
-    row = db.execute(f"SELECT wall, detail FROM events WHERE kind = 'error' AND {since} ORDER BY id DESC LIMIT 1").fetchone()
-    return {"wall": row[0], "detail": row[1]} if row else None
+    return after_newest_start(db, "error")

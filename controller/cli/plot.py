@@ -84,8 +84,7 @@ def plot(ctx: Ctx, path: str, last_s: float, bin_s: float | None) -> None:
         save(draw(rows, steps, t_end, title), path)
     except PlotError as e:
         fail(str(e))
-    say(f"wrote {path}: {_count(len(rows), 'point')}, {_count(len(steps), 'threshold step')} "
-               f"over the last {span}")
+    say(f"wrote {path}: {_count(len(rows), 'point')}, {_count(len(steps), 'threshold step')} over the last {span}")
 
 
 def _count(n: int, noun: str) -> str:

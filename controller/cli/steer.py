@@ -173,8 +173,7 @@ def _pin(ctx: Ctx, value: int | None) -> None:
         if value is None:
             if not present(ctx.db):     # (helper-128: it said 'not pinned in D' of a D that is not there)
                 refuse_unpaired(ctx)    # (--socket B, no --db: 'nothing is pinned' was said of B from D's absence)
-                say(f"daemon is not running and there is no database at {ctx.db}: nothing is pinned; "
-                           "nothing changed")
+                say(f"daemon is not running and there is no database at {ctx.db}: nothing is pinned; nothing changed")
                 return
             if _saved_pin(ctx) is None:
                 say(f"daemon is not running: the threshold was not pinned in {ctx.db}; nothing changed")
@@ -190,7 +189,7 @@ def _pin(ctx: Ctx, value: int | None) -> None:
         above = f" (above the engine's largest batch at its last start, {top}: taken as {top} if it is so then)" \
             if top is not None and value > top else ""
         say(f"daemon is not running: {'pin ' + str(value) if value is not None else 'unpin'} "
-                   f"saved to {ctx.db}, applied at next start{above}")
+            f"saved to {ctx.db}, applied at next start{above}")
 
 
 def _refused_line(value: int | None, res: dict) -> str:

@@ -61,13 +61,10 @@ def stopping(db: Path, socket: Path) -> str | None:
     except StoreError:
         return None
     try:
-        start = store.execute("SELECT max(id) FROM events WHERE kind = 'start'").fetchone()[0]
         words = queries.newest_start(store)
-        if start is None or not words.get("pid", "").isdigit() or not words.get("socket") \
-                or not same(Path(words["socket"]), Path(socket)):
+        if not words.get("pid", "").isdigit() or not words.get("socket") or not same(Path(words["socket"]), Path(socket)):
             return None
-        stop = store.execute("SELECT 1 FROM events WHERE kind = 'stop' AND id > ? LIMIT 1", [start]).fetchone()
-        return words["pid"] if stop else None
+        return words["pid"] if queries.after_newest_start(store, "stop") else None
     except sqlite3.Error:
         return None
     finally:

@@ -109,7 +109,7 @@ class SGLangEngine(Engine):
     def start(self, on_sample: SampleSink) -> None:
         if reason := port_reason(self.host, self.port):
             raise EngineError(f"sglang engine: {reason}")
-        self.check_installed()
+        # (check_installed: run's preflight asked it moments ago, before the database; not asked twice per start)
         if too_long := socket_path_too_long(self.ipc_path):     # (was zmq's ZMQError out of the start, a traceback)
             raise EngineError(f"telemetry socket {self.ipc_path}: {too_long}; set RUNTIME_DIRECTORY to a shorter one")
         self.ipc_path.parent.mkdir(parents=True, exist_ok=True)
