@@ -8,8 +8,11 @@ import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, TypeVar
 
 from .client import DaemonError, DaemonUnreachable, request
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -37,21 +40,26 @@ def same(a: Path, b: Path) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def recorded_socket(db: Path, pid: str | None) -> Path | None:
-    """The socket in the newest start event of the daemon pid, or of any daemon where pid is None (None: not
-    recorded, not readable, or the newest start is another process's, e.g. not yet flushed)."""
-    from state import queries
+def read_quietly(db: Path, query: Callable[[Any], T]) -> T | None:
+    """query's answer on db opened read-only, or None where db cannot be opened or read (a hint, never a refusal)."""
     from state.db import StoreError, open_store
     try:
         store = open_store(db, readonly=True, check=False)
     except StoreError:
         return None
     try:
-        start = queries.newest_start(store)
+        return query(store)
     except sqlite3.Error:
         return None
     finally:
         store.conn.close()
+
+
+def recorded_socket(db: Path, pid: str | None) -> Path | None:
+    """The socket in the newest start event of the daemon pid, or of any daemon where pid is None (None: not
+    recorded, not readable, or the newest start is another process's, e.g. not yet flushed)."""
+    from state import queries
+    start = read_quietly(db, queries.newest_start) or {}
     return Path(start["socket"]) if "socket" in start and pid in (None, start.get("pid")) else None
 
 

@@ -50,25 +50,14 @@ def stopping(db: Path, socket: Path) -> str | None:
     """The pid of the daemon that last started on db serving socket, where its stop event follows that start (written
     as its drain flushes, before it closes its socket and lets go of the lock): a daemon draining or drained. None:
     none on record, another socket's, or not stopping."""
-    import sqlite3
-
     from state import queries
-    from state.db import StoreError, open_store
 
-    from .holder import same
-    try:
-        store = open_store(db, readonly=True, check=False)
-    except StoreError:
+    from .holder import read_quietly, same
+    newest = lambda store: (queries.newest_start(store), queries.after_newest_start(store, "stop"))
+    words, stop = read_quietly(db, newest) or ({}, None)
+    if not words.get("pid", "").isdigit() or not words.get("socket") or not same(Path(words["socket"]), Path(socket)):
         return None
-    try:
-        words = queries.newest_start(store)
-        if not words.get("pid", "").isdigit() or not words.get("socket") or not same(Path(words["socket"]), Path(socket)):
-            return None
-        return words["pid"] if queries.after_newest_start(store, "stop") else None
-    except sqlite3.Error:
-        return None
-    finally:
-        store.conn.close()
+    return words["pid"] if stop else None
 
 
 def wait_gone(db: Path, pid: int, timeout: float, poll_s: float = 0.1) -> bool:
