@@ -10,7 +10,7 @@ from state.db import StoreError
 from ..cli.options import EXIT_USAGE, Bounded, OneLineGroup, fail_as, version_option
 from . import logs
 from ..numtext import one_line
-from ..paths import DEFAULT_CONFIG, read_text_file
+from ..paths import DEFAULT_CONFIG, present, read_text_file
 from .config import FLAGS, LOG_LEVELS, ConfigError, load_config, parse_set
 from .lifecycle import Daemon
 from .preflight import Fatal
@@ -146,7 +146,7 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
             parsed = section_notes(engine)     # SGLang's parser, where it runs (seconds: its import)
     except (ConfigError, ProfileError, EngineError, LaunchError, Fatal) as e:
         fail_as("spec-controller", str(e), EXIT_USAGE)
-    where = config_path or f"{DEFAULT_CONFIG}{'' if DEFAULT_CONFIG.exists() else ' (absent: built-in defaults)'}"
+    where = config_path or f"{DEFAULT_CONFIG}{'' if present(DEFAULT_CONFIG) else ' (absent: built-in defaults)'}"
     sglang = cfg["engine"]["kind"] == "sglang"
     _say_notes(path_notes(cfg["sglang"]) + missing_path_notes(cfg["sglang"]) + off_path_note(cfg["sglang"]) + parsed
                if sglang else _empty_note(cfg))
