@@ -107,7 +107,7 @@ def case_lock(work: Path) -> list[Row]:
 
 def case_stall(work: Path) -> list[Row]:
     env_for(work)
-    d = DaemonProc(work, config_text=fake_sglang_config(work, stall_s=8.0))
+    d = DaemonProc(work, config_text=fake_sglang_config(work, stall_s=8.0), speed=None)
     try:
         d.wait_socket(120)
         with StatusProbe(d.socket) as probe:
@@ -127,7 +127,7 @@ def case_stall(work: Path) -> list[Row]:
 def case_flood(work: Path, seconds: float = 20.0) -> list[Row]:
     env_for(work)
     listener = notify_listener(str(work / "notify"))
-    d = DaemonProc(work, config_text=fake_sglang_config(work, hostile_per_s=5000), notify=str(work / "notify"))
+    d = DaemonProc(work, config_text=fake_sglang_config(work, hostile_per_s=5000), speed=None, notify=str(work / "notify"))
     try:
         d.wait_socket(120)
         pings, end = 0, time.monotonic() + seconds

@@ -78,8 +78,9 @@ def last_wall(db: sqlite_utils.Database) -> float | None:
 
 
 def recent_decisions(db: sqlite_utils.Database, limit: int = 20) -> list[dict]:
-    return list(db.query("SELECT id, t, wall, old, new, policy, reason, exploratory FROM decisions "
-                         "ORDER BY id DESC LIMIT ?", [limit]))
+    """The newest decisions first; exploratory a bool, as status's last_decision has it (newcomer-53: 0 / 1 here)."""
+    return [{**row, "exploratory": bool(row["exploratory"])} for row in db.query(
+        "SELECT id, t, wall, old, new, policy, reason, exploratory FROM decisions ORDER BY id DESC LIMIT ?", [limit])]
 
 
 def sample_sums(db: sqlite_utils.Database, since_t: float | None = None) -> dict:

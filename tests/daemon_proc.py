@@ -14,10 +14,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class DaemonProc:
-    def __init__(self, workdir: Path, *extra: str, notify: str | None = None, speed: float = 20.0,
+    def __init__(self, workdir: Path, *extra: str, notify: str | None = None, speed: float | None = 20.0,
                  config_text: str = "", env_extra: dict[str, str] | None = None, cwd: Path = ROOT,
                  paths_in_config: tuple[Path, Path] | None = None):
-        """paths_in_config: (database, socket) where config_text puts them, given by no flag."""
+        """paths_in_config: (database, socket) where config_text puts them, given by no flag. speed: the simulator's
+        --speed (None: given not, as to an SGLang engine, which refuses it)."""
         self.dir = workdir
         self.db, self.socket = paths_in_config or (workdir / "state.db", workdir / "ctl.sock")
         config = workdir / "config.toml"
@@ -31,7 +32,7 @@ class DaemonProc:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "controller.daemon", "run", "--config", str(config),
              *(() if paths_in_config else ("--db", str(self.db), "--socket", str(self.socket))),
-             "--speed", str(speed), *extra],
+             *(("--speed", str(speed)) if speed is not None else ()), *extra],
             stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=str(cwd))
 
     def call(self, method: str, path: str, body: dict | None = None):

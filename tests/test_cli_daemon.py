@@ -102,6 +102,9 @@ def test_pin_unpin_and_history(daemon):
     hist = json.loads(specctl(daemon, "history", "--limit", "50", "--json").stdout)
     assert any(r["new"] == 2 and "pinned" in r["reason"] for r in hist)
     assert "->" in specctl(daemon, "history").output
+    # one schema: exploratory a bool, live and from the database, as status's last_decision (newcomer-53: 0 / 1)
+    live_status = json.loads(specctl(daemon, "status", "--json").stdout)
+    assert type(live_status["last_decision"]["exploratory"]) is bool and {type(r["exploratory"]) for r in hist} == {bool}
 
 
 def _copy_db(daemon, dest):
@@ -137,6 +140,10 @@ def test_offline_status_has_the_live_schema(daemon, tmp_path):
     offline = json.loads(CliRunner().invoke(cli, ["--socket", str(tmp_path / "no.sock"), "--db", str(db),
                                                   "status", "--json"]).stdout)
     assert set(offline) == set(live)
+    history = json.loads(CliRunner().invoke(cli, ["--socket", str(tmp_path / "no.sock"), "--db", str(db),
+                                                  "history", "--json"]).stdout)
+    assert history and {type(r["exploratory"]) for r in history} == {bool}
+    assert type(offline["last_decision"]["exploratory"]) is bool
     for key in ("daemon", "policy", "samples"):
         assert set(offline[key]) == set(live[key]), key
 

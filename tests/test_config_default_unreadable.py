@@ -51,7 +51,8 @@ def test_run_and_check_without_config_say_it_in_one_line(monkeypatch, tmp_path, 
     res = CliRunner().invoke(daemon_main.main, args)
     assert res.exit_code == 2, res.output
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    assert res.output == f"spec-controller: config file {target}: cannot read (Permission denied)\n"
+    assert res.output == (f"spec-controller: config file {target}: cannot read (Permission denied): it is the default, "
+                          "read when --config is not given; give --config FILE for another\n")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root searches any directory")

@@ -130,7 +130,7 @@ def test_a_database_removed_while_the_engine_starts_is_named_at_the_first_check(
     from faultkit import fake_sglang_config
     work = short_tmp / "w"
     work.mkdir()
-    d = DaemonProc(work, config_text=fake_sglang_config(work, ready_s=4.0),
+    d = DaemonProc(work, config_text=fake_sglang_config(work, ready_s=4.0), speed=None,
                    env_extra={"STATE_DIRECTORY": str(work), "RUNTIME_DIRECTORY": str(work)})
     try:
         end = time.monotonic() + 30

@@ -532,7 +532,7 @@ def test_an_sglang_that_exits_at_start_ends_the_daemon_with_its_exit_code_named(
         short_tmp / "python", f"echo 'launch_server: error: unrecognized arguments: --modle-path /x' >&2; {sglang}")
     config = (f'[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\nspeculative_algorithm = "EAGLE3"\n'
               f'python = "{fake}"\nport = {port}\nmodle_path = "/x"\n')
-    daemon = DaemonProc(short_tmp, config_text=config,
+    daemon = DaemonProc(short_tmp, config_text=config, speed=None,
                         env_extra={"STATE_DIRECTORY": str(short_tmp / "state"), "RUNTIME_DIRECTORY": str(short_tmp)})
     assert daemon.proc.wait(timeout=60) == daemon_exit
     log = daemon.log_text()
@@ -581,7 +581,7 @@ def test_sglang_does_not_outlive_a_daemon_killed_outright(short_tmp):
     fake = fake_sglang_python(short_tmp / "python", f"echo $$ > {short_tmp}/sglang.pid; exec sleep 120")
     config = (f'[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\nspeculative_algorithm = "EAGLE3"\n'
               f'python = "{fake}"\nport = {port}\n')
-    daemon = DaemonProc(short_tmp, config_text=config,
+    daemon = DaemonProc(short_tmp, config_text=config, speed=None,
                         env_extra={"STATE_DIRECTORY": str(short_tmp / "state"), "RUNTIME_DIRECTORY": str(short_tmp)})
     pid_file = short_tmp / "sglang.pid"
     end = time.monotonic() + 30

@@ -221,8 +221,8 @@ def _from_db(ctx: Ctx, db) -> dict:
     control = {"threshold": saved["pinned"] if saved.get("pinned") is not None else saved.get("threshold"),
                "pinned": saved.get("pinned") is not None,
                "policy": {"name": pol.get("name"), "policy": queries.latest_policy(db), "params": full_params(pol)},
-               "last_decision": {**{k: last[0][k] for k in ("t", "wall", "old", "new", "reason")},    # (the live shape)
-                                 "exploratory": bool(last[0]["exploratory"])} if last else None}
+               "last_decision": {k: last[0][k] for k in ("t", "wall", "old", "new", "reason", "exploratory")}
+               if last else None}                                                                  # (the live shape)
     error = queries.last_run_error(db)
     problems = [f"the last run met an error {ago(time.time() - error['wall'])} ago: {one_line(error['detail'])}"] \
         if error else []

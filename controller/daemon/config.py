@@ -144,7 +144,8 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
         except OSError as e:
-            raise ConfigError(f"config file {path}: cannot read ({e.strerror})") from None
+            raise ConfigError(f"config file {path}: cannot read ({e.strerror})" + ("" if explicit else ": it is the "
+                              "default, read when --config is not given; give --config FILE for another")) from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"config file {path}: not valid TOML ({e})") from None
         except RecursionError:         # (a SIGHUP's reload of such a file stopped the daemon)

@@ -31,26 +31,40 @@ def main() -> None:
     """spec-controller: the daemon that retunes SGLang's speculation threshold."""
 
 
-@main.command()
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="TOML config (default /etc/spec-controller/config.toml; missing = built-in defaults)")
-@click.option("--engine", type=click.Choice(["sim", "sglang"]), help="engine to embed")
-@click.option("--profile", help="simulator profile: name or .toml/.json path (default: the trace's own)")
-@click.option("--trace", help="simulator load trace (looped): name or path")
-@click.option("--concurrency", type=Bounded("--concurrency", -INF, INF), help="simulator: fixed number of clients instead of a trace")
-@click.option("--arrival-rate", type=Bounded("--arrival-rate", -INF, INF, float), help="simulator: Poisson arrivals at this many requests/s instead of a trace")
-@click.option("--speed", type=Bounded("--speed", -INF, INF, float), help="simulator clock rate (virtual seconds per real second)")
-@click.option("--policy", help="policy at first start (later: specctl policy set)")
-@click.option("--db", metavar="PATH", help="SQLite database path")
-@click.option("--socket", "socket_path", metavar="PATH", help="control socket path")
-@click.option("--metrics-port", type=Bounded("--metrics-port", -INF, INF),
-              help="serve Prometheus metrics on PORT of [control] metrics_addr (127.0.0.1)")
-@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), help="as [control] log_level")
-@click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
-              help="any config key, e.g. --set guard.explore_share=0.1 (repeatable; VALUE in TOML syntax, a number "
-                   "as the flags take one: not +5, 1_0 or 0x10)")
-def run(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
-    """Run the daemon in the foreground (systemd's ExecStart)."""
+# run's options, which `config check` takes as well (newcomer-53: it took --config and --set only, so the command line
+# a daemon runs with could not be checked as one)
+CONFIG_OPTIONS = [
+    click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+                 help="TOML config (default /etc/spec-controller/config.toml; missing = built-in defaults)"),
+    click.option("--engine", type=click.Choice(["sim", "sglang"]), help="engine to embed"),
+    click.option("--profile", help="simulator profile: name or .toml/.json path (default: the trace's own)"),
+    click.option("--trace", help="simulator load trace (looped): name or path"),
+    click.option("--concurrency", type=Bounded("--concurrency", -INF, INF),
+                 help="simulator: fixed number of clients instead of a trace"),
+    click.option("--arrival-rate", type=Bounded("--arrival-rate", -INF, INF, float),
+                 help="simulator: Poisson arrivals at this many requests/s instead of a trace"),
+    click.option("--speed", type=Bounded("--speed", -INF, INF, float),
+                 help="simulator clock rate (virtual seconds per real second)"),
+    click.option("--policy", help="policy at first start (later: specctl policy set)"),
+    click.option("--db", metavar="PATH", help="SQLite database path"),
+    click.option("--socket", "socket_path", metavar="PATH", help="control socket path"),
+    click.option("--metrics-port", type=Bounded("--metrics-port", -INF, INF),
+                 help="serve Prometheus metrics on PORT of [control] metrics_addr (127.0.0.1)"),
+    click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), help="as [control] log_level"),
+    click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
+                 help="any config key, e.g. --set guard.explore_share=0.1 (repeatable; VALUE in TOML syntax, a number "
+                      "as the flags take one: not +5, 1_0 or 0x10)"),
+]
+
+
+def config_options(command):
+    for option in reversed(CONFIG_OPTIONS):
+        command = option(command)
+    return command
+
+
+def read_config(config_path: str | None, settings: tuple[str, ...], flags: dict) -> dict:
+    """The config run starts with, from the file, the flags and --set; a refusal is one line and exit 2."""
     try:
         overrides = parse_set(settings)
         for name, (section, key) in FLAGS.items():
@@ -63,7 +77,17 @@ def run(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
         cfg = load_config(config_path, overrides)
     except ConfigError as e:
         fail_as("spec-controller", str(e) + _from_command_line(str(e), flags, settings), EXIT_USAGE)
+    if (ignored := _sim_flags_ignored(cfg, flags, overrides)):
+        fail_as("spec-controller", ignored, EXIT_USAGE)
     cfg["_overrides"] = overrides
+    return cfg
+
+
+@main.command()
+@config_options
+def run(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
+    """Run the daemon in the foreground (systemd's ExecStart)."""
+    cfg = read_config(config_path, settings, flags)
     logs.setup(cfg["control"]["log_level"])
     try:
         code = Daemon(cfg).run()
@@ -122,12 +146,10 @@ def _own_options_mistyped(ctx: click.Context, output: str | None, command: tuple
 
 
 @config.command("check")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="TOML config (default /etc/spec-controller/config.toml, as run reads it)")
-@click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE", help="as run's --set")
-def check(config_path: str | None, settings: tuple[str, ...]) -> None:
-    """Check a config as `run` reads it, starting nothing: one line, exit 0 when run would accept it (before a
-    `systemctl restart`); notes on stderr."""
+@config_options
+def check(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
+    """Check a config as `run` reads it, with run's options, starting nothing: one line, exit 0 when run would accept
+    it (before a `systemctl restart`); notes on stderr."""
     from ..sim.profile import ProfileError
     from .engines.base import EngineError
     from .launchcfg import LaunchError, off_path_note
@@ -137,7 +159,7 @@ def check(config_path: str | None, settings: tuple[str, ...]) -> None:
     from .serviceaccess import service_account, service_cannot_read
     parsed: list[str] = []
     try:
-        cfg = load_config(config_path, parse_set(settings))
+        cfg = read_config(config_path, settings, flags)
         check_given_paths(cfg)
         engine = build_engine(cfg)
         check_files_apart(cfg, engine.own_files)
@@ -176,6 +198,19 @@ def _engine_words(cfg: dict) -> str:
         return f"model {cfg['sglang'].get('model_path')}"
     return (f"{sim['concurrency']} clients" if sim["concurrency"] else f"{sim['arrival_rate']:g} requests/s"
             if sim["arrival_rate"] else f"trace {sim['trace']}")
+
+
+def _sim_flags_ignored(cfg: dict, flags: dict, overrides: dict) -> str | None:
+    """Why run refuses simulator flags given for another engine, or None. (newcomer-53: the quick start's --speed 10 on
+    a host with the service's config, [engine] kind = "sglang", started SGLang and dropped --speed without a word.)"""
+    kind = cfg["engine"]["kind"]
+    given = [p.opts[0] for p in run.params if FLAGS.get(p.name, ("",))[0] == "sim" and flags.get(p.name) is not None]
+    if kind == "sim" or not given:
+        return None
+    source = "--engine" if flags["engine"] else "--set engine.kind" if "kind" in overrides.get("engine", {}) else \
+        f"[engine] kind in {cfg['_path']}"
+    return (f"{', '.join(given)}: the simulator's, but the engine is {kind} ({source}); add --engine sim to run the "
+            "simulator, or leave them out")
 
 
 def _from_command_line(message: str, flags: dict, settings: tuple[str, ...]) -> str:

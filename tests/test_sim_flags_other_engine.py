@@ -1,0 +1,55 @@
+"""Simulator flags (--speed, --trace, --profile, --concurrency, --arrival-rate) given to `run` while the engine is
+SGLang: refused in one line naming where the engine kind came from, before anything is made (newcomer-53: the quick
+start's `run --speed 10` on a host with the service's config started SGLang and dropped --speed without a word)."""
+import pytest
+from click.testing import CliRunner
+
+import controller.daemon.main as daemon_main
+
+
+class _Daemon:
+    """Stands in for the daemon: records the config run would start it with."""
+    started: list = []
+
+    def __init__(self, cfg):
+        self.started.append(cfg)
+
+    def run(self) -> int:
+        return 0
+
+
+def _run(tmp_path, monkeypatch, args, config_text=None):
+    monkeypatch.setattr("controller.daemon.logs.setup", lambda level: None)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(_Daemon, "started", [])
+    monkeypatch.setattr(daemon_main, "Daemon", _Daemon)
+    if config_text is not None:
+        (tmp_path / "c.toml").write_text(config_text)
+        args = ["--config", str(tmp_path / "c.toml"), *args]
+    return CliRunner().invoke(daemon_main.main, ["run", *args])
+
+
+def test_speed_with_the_configs_sglang_engine_is_refused(tmp_path, monkeypatch):
+    res = _run(tmp_path, monkeypatch, ["--speed", "10"], '[engine]\nkind = "sglang"\n')
+    assert res.exit_code == 2 and not _Daemon.started, res.output
+    assert res.output == (f"spec-controller: --speed: the simulator's, but the engine is sglang ([engine] kind in "
+                          f"{tmp_path / 'c.toml'}); add --engine sim to run the simulator, or leave them out\n")
+
+
+@pytest.mark.parametrize("args, source", [
+    (["--engine", "sglang", "--trace", "steady", "--concurrency", "8"], "--engine"),
+    (["--set", "engine.kind='sglang'", "--profile", "crossover-b"], "--set engine.kind"),
+])
+def test_every_simulator_flag_is_named_with_the_source(tmp_path, monkeypatch, args, source):
+    res = _run(tmp_path, monkeypatch, args)
+    assert res.exit_code == 2 and not _Daemon.started, res.output
+    flags = [a for a in args if a in ("--trace", "--concurrency", "--profile")]
+    assert res.output.startswith(f"spec-controller: {', '.join(flags)}: the simulator's, but the engine is sglang "
+                                 f"({source}); "), res.output
+
+
+def test_engine_sim_takes_them(tmp_path, monkeypatch):
+    """--engine sim over the config's sglang: the flags are the simulator's, the daemon starts with them."""
+    res = _run(tmp_path, monkeypatch, ["--engine", "sim", "--speed", "10"], '[engine]\nkind = "sglang"\n')
+    assert res.exit_code == 0, res.output
+    assert [(c["engine"]["kind"], c["sim"]["speed"]) for c in _Daemon.started] == [("sim", 10.0)]
