@@ -225,6 +225,7 @@ def load_conflict(trace: str | None, concurrency: float, arrival_rate: float) ->
     return f"{keys} each choose the simulated load: give one of them"
 
 
+MIN_ARRIVAL_RATE = 0.001      # the lowest rate a trace segment, a profile and `specctl simulate` take (0: no rate)
 RANGES = [("sim", "speed", 0.01, 10000), ("sim", "concurrency", 0, MAX_BATCH), ("sim", "arrival_rate", 0, 1e6),
           ("sim", "seed", 0, 2**63),
           ("policy", "tick_s", 0.05, 3600), ("policy", "initial_threshold", 0, MAX_BATCH), ("policy", "seed", 0, 2**63),
@@ -245,6 +246,9 @@ def validate(cfg: dict) -> None:
         value = cfg[section][key]
         if not lo <= value <= hi:          # NaN fails too
             raise ConfigError(f"config: [{section}] {key}={value!r} out of range (allowed {lo:g} .. {hi:g})")
+    if 0 < cfg["sim"]["arrival_rate"] < MIN_ARRIVAL_RATE:     # (1e-300 passed, and the start hung for good at 100 % CPU)
+        raise ConfigError(f"config: [sim] arrival_rate={cfg['sim']['arrival_rate']!r} out of range (allowed 0 for none, "
+                          f"or {MIN_ARRIVAL_RATE:g} .. 1e+06 requests/s, as a trace's rate and specctl simulate's)")
     ctl = cfg["control"]
     if str(ctl["log_level"]).upper() not in LOG_LEVELS:
         raise ConfigError(f"config: [control] log_level={ctl['log_level']!r} must be one of {', '.join(LOG_LEVELS)}")
