@@ -35,3 +35,25 @@ def test_config_check_refuses_a_tiny_rate_in_one_line(tmp_path):
                           env={"XDG_STATE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "arrival_rate=1e-300 out of range" in proc.stderr
+
+
+def test_telemetry_socket_is_the_daemons_users_alone(short_tmp):
+    """Under the unit's UMask=0007 the telemetry socket was 0770: every operator in the service's group could connect
+    and push forged samples, up to RCVHWM x 64 KiB held in the daemon's memory (1.9 GB in 3 s from a non-root member),
+    queued ahead of the engine's own. Only the SGLang the daemon starts, as its user, sends there."""
+    import os
+    import stat
+
+    from controller.daemon.engines.child import telemetry_pull
+
+    old = os.umask(0o007)
+    try:
+        pull = telemetry_pull(f"ipc://{short_tmp}/t.ipc")
+    finally:
+        os.umask(old)
+    try:
+        mode = os.stat(short_tmp / "t.ipc").st_mode
+        assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) & 0o077 == 0, oct(mode)
+        assert os.umask(old) == old          # the daemon's own umask is back
+    finally:
+        pull.close(linger=0)

@@ -66,11 +66,17 @@ MAX_TELEMETRY_MESSAGE = 64 * 1024    # the plugin sends at most 16 samples (448 
 
 def telemetry_pull(address: str, hwm: int = 100000):
     """The daemon's end of the plugin's telemetry: a zmq PULL bound at address. A message over
-    MAX_TELEMETRY_MESSAGE (only a forged one) drops its sender's connection before it is read: one member of the
-    socket's group could otherwise hand the daemon a gigabyte to decode."""
+    MAX_TELEMETRY_MESSAGE (only a forged one) drops its sender's connection before it is read. An ipc socket is the
+    daemon's user's alone (0600): only the SGLang it starts, as that user, sends on it. Made under the unit's UMask
+    (0007) it was 0770, and any operator in the service's group pushed 1.9 GB of forged samples into the daemon's
+    memory in 3 s (up to RCVHWM messages of MAX_TELEMETRY_MESSAGE each), ahead of the engine's own (helper-133)."""
     import zmq
     pull = zmq.Context.instance().socket(zmq.PULL)
     pull.setsockopt(zmq.RCVHWM, hwm)
     pull.setsockopt(zmq.MAXMSGSIZE, MAX_TELEMETRY_MESSAGE)
-    pull.bind(address)
+    old = os.umask(0o177)               # (the socket is made by the bind: never reachable by the group, even for a moment)
+    try:
+        pull.bind(address)
+    finally:
+        os.umask(old)
     return pull
