@@ -15,8 +15,13 @@ from tests.fakes import good, make_service
 
 
 def _check_socket(path) -> tuple[int, str]:
-    """`spec-controller config check` with [control] socket at `path`: (exit code, its output)."""
-    res = CliRunner().invoke(main, ["config", "check", "--set", f'control.socket="{path}"'])
+    """`spec-controller config check` of a config file with [control] socket at `path`: (exit code, its output)."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as where:
+        config = os.path.join(where, "c.toml")
+        with open(config, "w") as f:
+            f.write(f'[control]\nsocket = "{path}"\n')
+        res = CliRunner().invoke(main, ["config", "check", "--config", config])
     return res.exit_code, res.output
 
 
