@@ -65,6 +65,11 @@ def config_options(command):
 
 def read_config(config_path: str | None, settings: tuple[str, ...], flags: dict) -> dict:
     """The config run starts with, from the file, the flags and --set; a refusal is one line and exit 2."""
+    given = {"config_path": config_path, **flags}
+    if (empty := [p.opts[0] for p in run.params if isinstance(given.get(p.name), str) and not given[p.name].strip()]):
+        # (helper-133: --db '' ran on the default database, --config '' read "config file .", as from an unset "$DB")
+        fail_as("spec-controller", f"{', '.join(empty)}: empty; leave {'it' if len(empty) == 1 else 'them'} out for "
+                "the default", EXIT_USAGE)
     try:
         overrides = parse_set(settings)
         for name, (section, key) in FLAGS.items():

@@ -1,6 +1,7 @@
-"""Simulator flags (--speed, --trace, --profile, --concurrency, --arrival-rate) given to `run` while the engine is
-SGLang: refused in one line naming where the engine kind came from, before anything is made (newcomer-53: the quick
-start's `run --speed 10` on a host with the service's config started SGLang and dropped --speed without a word)."""
+"""run's flags (and config check's, the same bundle) refused where they cannot mean what they say, one line, exit 2,
+before anything is made. Simulator flags (--speed, --trace, --profile, --concurrency, --arrival-rate) while the engine
+is SGLang: named with where the engine kind came from (newcomer-53: the quick start's `run --speed 10` on a host with the
+service's config started SGLang and dropped --speed without a word). An empty path or name (helper-133)."""
 import pytest
 from click.testing import CliRunner
 
@@ -53,3 +54,17 @@ def test_engine_sim_takes_them(tmp_path, monkeypatch):
     res = _run(tmp_path, monkeypatch, ["--engine", "sim", "--speed", "10"], '[engine]\nkind = "sglang"\n')
     assert res.exit_code == 0, res.output
     assert [(c["engine"]["kind"], c["sim"]["speed"]) for c in _Daemon.started] == [("sim", 10.0)]
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--db", ""], "--db"), (["--socket", " "], "--socket"), (["--config", ""], "--config"),
+    (["--trace", "", "--profile", ""], "--profile, --trace"),
+])
+def test_an_empty_path_or_name_is_refused_not_taken_as_the_default(tmp_path, monkeypatch, args, named):
+    """(helper-133: `run --db ''` ran on the default database, as from an unset "$DB"; `--config ''` read '.')"""
+    res = _run(tmp_path, monkeypatch, args)
+    it = "them" if "," in named else "it"
+    assert (res.exit_code, res.output) == (2, f"spec-controller: {named}: empty; leave {it} out for the default\n")
+    assert not _Daemon.started
+    check = CliRunner().invoke(daemon_main.main, ["config", "check", *args])
+    assert (check.exit_code, check.output) == (2, res.output)
