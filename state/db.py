@@ -87,6 +87,8 @@ def open_nofollow(path: Path, flags: int, what: str, mode: int = 0o600) -> int:
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise StoreError(f"{what} {path} is a symbolic link; refusing to follow it (give the real path)") from None
+        if e.errno == errno.ENOENT and flags & os.O_CREAT:     # (its directory there: one that takes no new file,
+            raise StoreError(f"{what} {path} cannot be created there ({e.strerror})") from None   # /proc: helper-133)
         if e.errno == errno.ENOENT:
             raise StoreError(f"{what} {path} does not exist") from None
         raise StoreError(f"{what} {path}: {e.strerror}") from None

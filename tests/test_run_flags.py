@@ -68,3 +68,16 @@ def test_an_empty_path_or_name_is_refused_not_taken_as_the_default(tmp_path, mon
     assert not _Daemon.started
     check = CliRunner().invoke(daemon_main.main, ["config", "check", *args])
     assert (check.exit_code, check.output) == (2, res.output)
+
+
+def test_a_database_where_no_file_can_be_made_says_so(tmp_path):
+    """`run --db /proc/version` said 'lock file /proc/version.lock does not exist' (helper-133): the file is one run
+    makes, in a directory that takes none."""
+    import subprocess
+    import sys
+    (config := tmp_path / "empty.toml").write_text("")
+    proc = subprocess.run([sys.executable, "-m", "controller.daemon", "run", "--db", "/proc/version", "--config",
+                           str(config)], capture_output=True, text=True, timeout=60,
+                          env={"XDG_STATE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert (proc.returncode, proc.stderr) == (1, "spec-controller: lock file /proc/version.lock cannot be created "
+                                                 "there (No such file or directory)\n")
