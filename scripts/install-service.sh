@@ -41,13 +41,29 @@ else
 fi
 # shellcheck disable=SC2086
 "$ROOT$PREFIX/bin/pip" install -q ${PIP_FLAGS:-} ".$EXTRAS"
-install -Dm644 systemd/spec-controller.service "$ROOT/etc/systemd/system/spec-controller.service"
+# Run over an earlier install: the unit is replaced (ExecStart, User= and the sandbox move with the package), but one
+# that differs (an older version's, or an operator's edit of the file itself) is kept where it can be compared.
+UNIT_FILE="$ROOT/etc/systemd/system/spec-controller.service"
+if [ -e "$UNIT_FILE" ]; then
+  earlier=1
+  if ! cmp -s systemd/spec-controller.service "$UNIT_FILE"; then
+    install -Dm644 "$UNIT_FILE" "$ROOT/etc/spec-controller/spec-controller.service.old"
+    echo "replaced $UNIT_FILE, which differed: it is kept as $ROOT/etc/spec-controller/spec-controller.service.old" \
+         "(settings of your own go in a drop-in: systemctl edit spec-controller; CHANGELOG.md says what changed)"
+  fi
+fi
+install -Dm644 systemd/spec-controller.service "$UNIT_FILE"
 install -Dm644 systemd/spec-controller.sysusers "$ROOT/usr/lib/sysusers.d/spec-controller.conf"
 install -Dm644 README.md "$ROOT/usr/share/doc/spec-controller/README.md"
 install -Dm644 CHANGELOG.md "$ROOT/usr/share/doc/spec-controller/CHANGELOG.md"
 install -Dm644 systemd/config.example.toml "$ROOT/usr/share/doc/spec-controller/config.example.toml"   # (every key)
 install -d "$ROOT/usr/local/bin"
 ln -sf "$PREFIX/bin/specctl" "$ROOT/usr/local/bin/specctl"
+# an earlier install by pip (the README's before this script): its spec-controller stays on PATH, not what the unit runs
+if [ -e "$ROOT/usr/local/bin/spec-controller" ] && [ ! -L "$ROOT/usr/local/bin/spec-controller" ]; then
+  echo "note: $ROOT/usr/local/bin/spec-controller is an earlier install's (pip's), not $PREFIX/bin/spec-controller that" \
+       "the unit runs: remove it (sudo pip uninstall spec-controller, with the pip that installed it)"
+fi
 if [ -e "$ROOT/etc/spec-controller/config.toml" ]; then
   echo "kept $ROOT/etc/spec-controller/config.toml"
 else
@@ -55,6 +71,9 @@ else
   install -Dm640 systemd/config.example.toml "$ROOT/etc/spec-controller/config.toml"
   wrote_config=1
   echo "wrote $ROOT/etc/spec-controller/config.toml: edit the model paths"
+fi
+if [ -n "${earlier:-}" ]; then
+  echo "the service runs the version installed before until: sudo systemctl restart spec-controller"
 fi
 if [ -z "$ROOT" ]; then
   if command -v systemd-sysusers >/dev/null; then

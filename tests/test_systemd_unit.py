@@ -183,3 +183,49 @@ def test_a_python_that_does_not_exist_is_refused_in_one_line(tmp_path):
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
     assert "is not an interpreter that runs; spec-controller needs Python 3.11" in res.stderr, res.stderr
     assert not (tmp_path / "root").exists()
+
+
+def _earlier_install(root: Path, unit: str) -> dict:
+    """What an earlier install left under root: its unit, a config, a venv whose pip succeeds (no real install)."""
+    bin_dir = root / "opt/spec-controller/bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{shutil.which("python3")}" "$@"\n')
+    (bin_dir / "pip").write_text("#!/bin/sh\nexit 0\n")
+    for name in ("python", "pip"):
+        (bin_dir / name).chmod(0o755)
+    (root / "etc/systemd/system").mkdir(parents=True)
+    (root / "etc/systemd/system/spec-controller.service").write_text(unit)
+    (root / "etc/spec-controller").mkdir(parents=True)
+    (root / "etc/spec-controller/config.toml").write_text("[engine]\nkind = \"sim\"\n")
+    return dict(os.environ, ROOT=str(root), EXTRAS="", PIP_FLAGS="--no-deps")
+
+
+def test_a_rerun_over_an_earlier_install_keeps_the_unit_it_replaces_and_says_to_restart(tmp_path):
+    """Rerun over an earlier install (0.1.0's unit ran /usr/local/bin/spec-controller as root, ProtectHome=read-only;
+    or an operator edited the unit file itself), the script replaced the unit without a word, kept only the config,
+    and never said that the running daemon stays the old version until a restart, nor that 0.1.0's pip-installed
+    spec-controller was left on PATH. The unit it replaces, where it differed, is kept and named."""
+    edited = UNIT.read_text().replace("[Service]\n", "[Service]\nEnvironment=CUDA_VISIBLE_DEVICES=2,3\n")
+    root = tmp_path / "root"
+    env = _earlier_install(root, edited)
+    (root / "usr/local/bin").mkdir(parents=True)
+    (root / "usr/local/bin/spec-controller").write_text("#!/usr/bin/python3\n")     # (pip's console script)
+    res = subprocess.run(["bash", str(INSTALL)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    kept = root / "etc/spec-controller/spec-controller.service.old"
+    assert kept.read_text() == edited
+    assert (root / "etc/systemd/system/spec-controller.service").read_text() == UNIT.read_text()
+    assert f"kept as {kept}" in res.stdout and "systemctl edit spec-controller" in res.stdout
+    assert "sudo systemctl restart spec-controller" in res.stdout
+    assert f"{root}/usr/local/bin/spec-controller is an earlier install's" in res.stdout
+    assert (root / "etc/spec-controller/config.toml").read_text() == "[engine]\nkind = \"sim\"\n"
+
+
+def test_a_rerun_over_the_same_unit_keeps_no_copy(tmp_path):
+    root = tmp_path / "root"
+    env = _earlier_install(root, UNIT.read_text())
+    res = subprocess.run(["bash", str(INSTALL)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert not (root / "etc/spec-controller/spec-controller.service.old").exists()
+    assert "replaced" not in res.stdout and "earlier install's" not in res.stdout
+    assert "sudo systemctl restart spec-controller" in res.stdout
