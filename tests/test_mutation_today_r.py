@@ -10,26 +10,8 @@ from click.testing import CliRunner
 
 import controller.daemon.config as config
 import controller.daemon.main as daemon_main
+from tests.test_run_flags import _Daemon, _run
 from tests.test_systemd_unit import INSTALL, UNIT, _earlier_install
-
-
-class _Daemon:
-    """Stands in for the daemon: records the config run would start it with."""
-    started: list = []
-
-    def __init__(self, cfg):
-        self.started.append(cfg)
-
-    def run(self) -> int:
-        return 0
-
-
-def _run(tmp_path, monkeypatch, args):
-    monkeypatch.setattr("controller.daemon.logs.setup", lambda level: None)
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setattr(_Daemon, "started", [])
-    monkeypatch.setattr(daemon_main, "Daemon", _Daemon)
-    return CliRunner().invoke(daemon_main.main, ["run", *args])
 
 
 def _sglang_config(tmp_path):
