@@ -4,8 +4,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Iterator
 
 SYSTEM_STATE = Path("/var/lib/spec-controller")
 SYSTEM_RUNTIME = Path("/run/spec-controller")
@@ -223,3 +224,13 @@ def home_unexpanded(path: str) -> str | None:
     """Why a path written with ~ is refused (neither the daemon nor SGLang expands it: it would be a directory named ~),
     or None."""
     return "nothing expands ~ here: write the path out" if path.startswith("~") else None
+
+
+@contextmanager
+def umask(mask: int) -> Iterator[None]:
+    """The process's umask set to `mask` for a socket made by a bind (its mode from the first moment), then back."""
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from policies import PolicyError, list_policies
 from state import queries
 
+from ..paths import umask
 from .apicheck import ApiError, Route, body_length, check, json_int, query_int, shown
 from .clients import BoundedClients, DeadlineIO
 from .service import CommandRefused
@@ -183,11 +184,8 @@ class ControlServer:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         check_socket_free(self.path)
         handler = type("Handler", (_Handler,), {"routes": make_routes(service, on_stop), "timeout": read_timeout_s})
-        old = os.umask(0o117)                          # socket created 0660, never world-accessible
-        try:
+        with umask(0o117):                             # socket created 0660, never world-accessible
             self.server = _UnixHTTPServer(str(self.path), handler)
-        finally:
-            os.umask(old)
         st = os.lstat(self.path)
         self._inode = (st.st_dev, st.st_ino)           # stop() removes this socket and nothing else
         self.thread = self.server.thread

@@ -135,7 +135,7 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
     path = Path(path)
     # (explicit first: a name too long to stat was a traceback; present(): a default file in a directory this user may
     # not enter, /etc/spec-controller 0750, raised PermissionError from exists() as a traceback, now "cannot read")
-    if explicit or present(path):
+    if read := explicit or present(path):
         try:
             if (text := read_text_file(path)).startswith("\ufeff"):
                 raise ConfigError(f"config file {path}: not valid TOML (it starts with a byte-order mark (BOM): save "
@@ -186,7 +186,7 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
     why = load_conflict(sim["trace"] if "trace" in given else None, sim["concurrency"], sim["arrival_rate"])
     if why and cfg["engine"]["kind"] == "sim":     # SGLang's load is its clients': [sim] is not read
         raise ConfigError(f"config: {why}")
-    cfg["_path"] = str(path) if (explicit or present(path)) else ""
+    cfg["_path"] = str(path) if read else ""
     cfg["_file_empty"] = bool(cfg["_path"]) and not file_data     # (config check's note: read here, not again)
     # (the defaults' bandit is nobody's choice: restore warns of a config policy not used only where one was given)
     cfg["_policy_given"] = any(k in ("name", "params") for s in (file_data, overrides or {}) for k in s.get("policy") or {})

@@ -10,7 +10,7 @@ from state.db import StoreError
 from ..cli.options import EXIT_USAGE, Bounded, OneLineGroup, fail_as, version_option
 from . import logs
 from ..numtext import one_line
-from ..paths import DEFAULT_CONFIG, present, read_text_file
+from ..paths import DEFAULT_CONFIG, read_text_file
 from .config import FLAGS, LOG_LEVELS, ConfigError, load_config, parse_set
 from .lifecycle import Daemon
 from .preflight import Fatal
@@ -75,8 +75,7 @@ def read_config(config_path: str | None, settings: tuple[str, ...], flags: dict)
         for name, (section, key) in FLAGS.items():
             if flags[name] is not None:
                 if key in overrides.get(section, {}):     # (the flag won without a word, as a second --set did)
-                    option = next(p.opts[0] for p in run.params if p.name == name)
-                    fail_as("spec-controller", f"{option} and --set {section}.{key}=... both set [{section}] {key}; give "
+                    fail_as("spec-controller", f"{_option(name)} and --set {section}.{key}=... both set [{section}] {key}; give "
                             "it once", EXIT_USAGE)
                 overrides.setdefault(section, {})[key] = flags[name]
         cfg = load_config(config_path, overrides)
@@ -173,7 +172,7 @@ def check(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
             parsed = section_notes(engine)     # SGLang's parser, where it runs (seconds: its import)
     except (ConfigError, ProfileError, EngineError, LaunchError, Fatal) as e:
         fail_as("spec-controller", str(e), EXIT_USAGE)
-    where = config_path or f"{DEFAULT_CONFIG}{'' if present(DEFAULT_CONFIG) else ' (absent: built-in defaults)'}"
+    where = config_path or cfg["_path"] or f"{DEFAULT_CONFIG} (absent: built-in defaults)"   # (load_config looked)
     sglang = cfg["engine"]["kind"] == "sglang"
     _say_notes(path_notes(cfg["sglang"]) + missing_path_notes(cfg["sglang"]) + off_path_note(cfg["sglang"]) + parsed
                if sglang else _empty_note(cfg))
@@ -209,7 +208,7 @@ def _sim_flags_ignored(cfg: dict, flags: dict, overrides: dict) -> str | None:
     """Why run refuses simulator flags given for another engine, or None. (newcomer-53: the quick start's --speed 10 on
     a host with the service's config, [engine] kind = "sglang", started SGLang and dropped --speed without a word.)"""
     kind = cfg["engine"]["kind"]
-    given = [p.opts[0] for p in run.params if FLAGS.get(p.name, ("",))[0] == "sim" and flags.get(p.name) is not None]
+    given = [_option(name) for name, (section, _) in FLAGS.items() if section == "sim" and flags[name] is not None]
     if kind == "sim" or not given:
         return None
     source = "--engine" if flags["engine"] else "--set engine.kind" if "kind" in overrides.get("engine", {}) else \
@@ -218,11 +217,15 @@ def _sim_flags_ignored(cfg: dict, flags: dict, overrides: dict) -> str | None:
             "simulator, or leave them out")
 
 
+def _option(name: str) -> str:
+    """The option a parameter of run (and config check) is given by: --socket for socket_path."""
+    return next(p.opts[0] for p in run.params if p.name == name)
+
+
 def _from_command_line(message: str, flags: dict, settings: tuple[str, ...]) -> str:
     """' (given on the command line: --policy)' where the section a refusal names holds values from flags or --set:
     the message says 'config:', and an operator who gave no file would look for one."""
-    options = {p.name: p.opts[0] for p in run.params}
-    given = [options[name] for name, (section, _) in FLAGS.items() if flags[name] is not None and f"[{section}]" in message]
+    given = [_option(name) for name, (section, _) in FLAGS.items() if flags[name] is not None and f"[{section}]" in message]
     given += [f"--set {pair}" for pair in settings if f"[{pair.split('.', 1)[0].strip()}]" in message]
     return f" (given on the command line: {', '.join(given)})" if given else ""
 

@@ -8,6 +8,8 @@ import os
 import sys
 import threading
 
+from ...paths import umask
+
 # Run by the daemon's own interpreter (-I -S: no PYTHONPATH, user site or .pth code of SGLang's environment in its way)
 # between the fork and SGLang: PR_SET_PDEATHSIG (1) asks SIGKILL (9) once the daemon's thread that started it is gone,
 # kept across the exec (SIGKILL, not SIGTERM: SGLang drains a busy server on SIGTERM for as long as requests keep
@@ -74,9 +76,6 @@ def telemetry_pull(address: str, hwm: int = 100000):
     pull = zmq.Context.instance().socket(zmq.PULL)
     pull.setsockopt(zmq.RCVHWM, hwm)
     pull.setsockopt(zmq.MAXMSGSIZE, MAX_TELEMETRY_MESSAGE)
-    old = os.umask(0o177)               # (the socket is made by the bind: never reachable by the group, even for a moment)
-    try:
+    with umask(0o177):                  # (the socket is made by the bind: never reachable by the group, even for a moment)
         pull.bind(address)
-    finally:
-        os.umask(old)
     return pull
