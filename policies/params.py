@@ -38,7 +38,9 @@ class ParamSpec:
                 value = int(raw) if self.kind is int else float(raw)
             except OverflowError:           # (an integer past a float's range)
                 value = None
-        if value is None or isinstance(value, float) and not math.isfinite(value):     # (nan, inf: not "out of range")
+        # (a JSON nan / inf is not "out of range"; text of 400 digits is a number past a float's range, which is)
+        past_range = isinstance(raw, str) and isinstance(value, float) and math.isinf(value)
+        if not past_range and (value is None or isinstance(value, float) and not math.isfinite(value)):
             rule = f"; {written(self.kind)}" if isinstance(raw, str) and value is None else ""
             raise PolicyError(
                 f"policy {policy}: parameter {self.name}={shown(raw)} is not {a_kind(self.kind)} "

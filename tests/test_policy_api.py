@@ -39,6 +39,9 @@ def test_parameter_ranges_are_inclusive():
     ({"n": "1e400"}, f"policy p: parameter n='1e400' is not an integer (allowed 1 .. 64; {WRITTEN})"),
     ({"c": "nan"}, f"policy p: parameter c='nan' is not a number (allowed 0 .. 100; {WRITTEN_NUMBER})"),
     ({"c": float("inf")}, "policy p: parameter c=inf is not a number (allowed 0 .. 100)"),
+    ({"c": "1e400"}, "policy p: parameter c='1e400' out of range (allowed 0 .. 100)"),    # (a number, past a float's)
+    ({"c": "9" * 401}, f"policy p: parameter c='{'9' * 76}... out of range (allowed 0 .. 100)"),
+    ({"c": "-1e400"}, "policy p: parameter c='-1e400' out of range (allowed 0 .. 100)"),
     ({"x": 1, "b": 2}, "policy p: unknown parameter 'b' (allowed: c, n)"),
 ])
 def test_parameter_errors_name_the_parameter_and_its_range(given, message):
