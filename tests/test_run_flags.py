@@ -81,3 +81,16 @@ def test_a_database_where_no_file_can_be_made_says_so(tmp_path):
                           env={"XDG_STATE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert (proc.returncode, proc.stderr) == (1, "spec-controller: lock file /proc/version.lock cannot be created "
                                                  "there (No such file or directory)\n")
+
+
+def test_a_control_socket_where_no_file_can_be_made_says_so(tmp_path):
+    """`run --socket /proc/x.sock` said 'control socket /proc/x.sock: No such file or directory' (helper-133), where
+    the same directory given to --db says the file cannot be created there."""
+    import subprocess
+    import sys
+    (config := tmp_path / "empty.toml").write_text("")
+    proc = subprocess.run([sys.executable, "-m", "controller.daemon", "run", "--socket", "/proc/x.sock", "--config",
+                           str(config), "--speed", "10"], capture_output=True, text=True, timeout=60,
+                          env={"XDG_STATE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert (proc.returncode, proc.stderr) == (1, "spec-controller: control socket /proc/x.sock cannot be created "
+                                                 "there (No such file or directory)\n")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import errno
 import logging
 import os
 import signal
@@ -83,7 +84,8 @@ class Daemon:
         try:
             server = ControlServer(ctl["socket"], service, on_stop=lambda: self.request_stop("specctl stop"))
         except OSError as e:       # (the preflight asked; its directory changed since: named, not a bare errno)
-            raise Fatal(f"control socket {ctl['socket']}: {e.strerror or e}") from None
+            why = f" cannot be created there ({e.strerror})" if e.errno == errno.ENOENT else f": {e.strerror or e}"
+            raise Fatal(f"control socket {ctl['socket']}{why}") from None      # (ENOENT at bind: /proc, as --db's)
         retune = None
         try:        # a failure from here on (a thread refused, a job not scheduled) must not leave these serving
             server.start()
