@@ -159,7 +159,8 @@ def test_a_body_that_never_comes_is_a_408_once_the_read_times_out(api, caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-@pytest.mark.parametrize("request_bytes,says", ids=["stop", "policy", "pin", "unpin", "query", "twice", "params"],
+@pytest.mark.parametrize("request_bytes,says", ids=["stop", "policy", "pin", "unpin", "query", "twice", "params",
+                                                    "not-utf8"],
                          argvalues=[
     (_post("/stop", b'{"nme": 1}'), "unknown key 'nme' in the body of POST /stop (known: none)"),   # stopped it
     (_post("/policy", b'{"name": "ucb", "param": {"c": 2}}'),       # was: ucb with its defaults, the typo unnoticed
@@ -170,6 +171,8 @@ def test_a_body_that_never_comes_is_a_408_once_the_read_times_out(api, caplog):
     (b"GET /history?limt=5 HTTP/1.1\r\n\r\n", "unknown key 'limt' in the query of GET /history (known: limit)"),
     (b"GET /history?limit=5&limit=6 HTTP/1.1\r\n\r\n", "'limit' given twice in the query"),
     (b"GET /status;x HTTP/1.1\r\n\r\n", "no such endpoint: GET /status;x"),
+    (b"GET /history?%ff=1 HTTP/1.1\r\n\r\n",      # (was "unknown key '\\ufffd'": a key never sent)
+     "the query of GET /history is not UTF-8 once percent-decoded"),
 ])
 def test_unknown_keys_are_refused_and_nothing_is_done(api, request_bytes, says):
     path, service = api

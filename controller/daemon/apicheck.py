@@ -93,7 +93,11 @@ def check(method: str, target: str, data: bytes, routes: Mapping[tuple[str, str]
     if route is None:
         raise ApiError(404, f"no such endpoint: {method} {url.path[:200]}{'...' if len(url.path) > 200 else ''}")
     query: dict[str, str] = {}
-    for key, value in parse_qsl(url.query, keep_blank_values=True):
+    try:            # (strict: %ff was read as the key '\ufffd', which a refusal then named)
+        pairs = parse_qsl(url.query, keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        raise ApiError(400, f"the query of {method} {url.path} is not UTF-8 once percent-decoded") from None
+    for key, value in pairs:
         if key in query:
             raise ApiError(400, f"{shown(key)} given twice in the query")
         query[key] = value
