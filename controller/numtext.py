@@ -19,9 +19,11 @@ WRITTEN_NUMBER = "ASCII digits, a '.' and an exponent allowed (0.5, 1e-3), a '-'
                  "leading zeros"
 
 
-def written(kind: type) -> str:
-    """The rule as a refusal of a value of `kind` says it: an integer's (WRITTEN), or a number's with its point."""
-    return WRITTEN if kind is int else WRITTEN_NUMBER
+def written(kind: type, lo: float | None = None) -> str:
+    """The rule as a refusal of a value of `kind` says it: an integer's (WRITTEN), or a number's with its point;
+    without the '-' where the value's range starts at lo >= 0 (`pin abc` was told of a '-' no pin has)."""
+    rule = WRITTEN if kind is int else WRITTEN_NUMBER
+    return rule.replace(", a '-' at most", "") if lo is not None and lo >= 0 else rule
 
 
 def a_kind(kind: type) -> str:

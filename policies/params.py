@@ -41,7 +41,7 @@ class ParamSpec:
         # (a JSON nan / inf is not "out of range"; text of 400 digits is a number past a float's range, which is)
         past_range = isinstance(raw, str) and isinstance(value, float) and math.isinf(value)
         if not past_range and (value is None or isinstance(value, float) and not math.isfinite(value)):
-            rule = f"; {written(self.kind)}" if isinstance(raw, str) and value is None else ""
+            rule = f"; {written(self.kind, self.lo)}" if isinstance(raw, str) and value is None else ""
             raise PolicyError(
                 f"policy {policy}: parameter {self.name}={shown(raw)} is not {a_kind(self.kind)} "
                 f"(allowed {self.lo:g} .. {self.hi:g}{rule})")

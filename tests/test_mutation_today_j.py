@@ -170,7 +170,7 @@ def test_op8_a_number_argument_with_spaces_around_is_refused(tmp_path):
     open_store(tmp_path / "s.db").conn.close()
     flags = ["--socket", str(tmp_path / "none.sock"), "--db", str(tmp_path / "s.db")]
     res = CliRunner().invoke(cli, [*flags, "threshold", "pin", " 7 "])
-    assert res.exit_code == 2 and res.output == f"specctl: threshold ' 7 ' is not an integer ({WRITTEN})\n", res.output
+    assert res.exit_code == 2 and res.output == f"specctl: threshold ' 7 ' is not an integer ({written(int, 0)})\n", res.output
     db = open_store(tmp_path / "s.db", readonly=True)
     try:
         assert "pinned" not in queries.settings(db)

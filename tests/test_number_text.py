@@ -5,7 +5,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli.main import cli
-from controller.numtext import WRITTEN, decimal_text, int_text
+from controller.numtext import WRITTEN, decimal_text, int_text, written
 from policies import PolicyError, make_policy
 from tests.conftest import saved_settings
 
@@ -81,4 +81,4 @@ def test_a_number_refusal_says_the_point_and_exponent_are_allowed(offline):
     assert "is not a number (allowed 0.5 .. 3600; ASCII digits, a '.' and an exponent allowed (0.5, 1e-3)" in \
         res.output, res.output
     res = CliRunner().invoke(cli, [*args, "policy", "set", "fixed", "--param", "threshold=x"])
-    assert res.exit_code == 2 and f"is not an integer (allowed 0 .. 65536; {WRITTEN})" in res.output, res.output
+    assert res.exit_code == 2 and f"is not an integer (allowed 0 .. 65536; {written(int, 0)})" in res.output, res.output

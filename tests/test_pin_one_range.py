@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from controller.cli.main import cli
 from controller.contract import MAX_BATCH
-from controller.numtext import WRITTEN
+from controller.numtext import written
 from tests.daemon_proc import DaemonProc
 
 
@@ -86,7 +86,7 @@ def test_with_no_daemon_and_no_database_it_is_still_a_usage_error(short_tmp):
 
 
 @pytest.mark.parametrize("value, says", [("9" * 4000, "out of range (allowed 0 .. 65536)"),
-                                         ("x" * 5000, f"is not an integer ({WRITTEN})")])
+                                         ("x" * 5000, f"is not an integer ({written(int, 0)})")])
 def test_with_no_daemon_a_huge_value_is_echoed_cut_short_as_the_daemon_does(short_tmp, value, says):
     res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "none.sock"), "threshold", "pin", value],
                              prog_name="specctl")

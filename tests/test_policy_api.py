@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.numtext import WRITTEN, WRITTEN_NUMBER
+from controller.numtext import WRITTEN, WRITTEN_NUMBER, written
 from policies import Decision, PolicyError, Snapshot, list_policies, make_policy, parse_kv, resolve_name
 from policies.params import ParamSpec, resolve_params
 
@@ -33,11 +33,11 @@ def test_parameter_ranges_are_inclusive():
     ({"c": 100.5}, "policy p: parameter c=100.5 out of range (allowed 0 .. 100)"),
     ({"n": 0}, "policy p: parameter n=0 out of range (allowed 1 .. 64)"),
     ({"n": 65}, "policy p: parameter n=65 out of range (allowed 1 .. 64)"),
-    ({"n": "2.5"}, f"policy p: parameter n='2.5' is not an integer (allowed 1 .. 64; {WRITTEN})"),
+    ({"n": "2.5"}, f"policy p: parameter n='2.5' is not an integer (allowed 1 .. 64; {written(int, 1)})"),
     ({"c": True}, "policy p: parameter c=True is not a number (allowed 0 .. 100)"),
     ({"c": None}, "policy p: parameter c=None is not a number (allowed 0 .. 100)"),
-    ({"n": "1e400"}, f"policy p: parameter n='1e400' is not an integer (allowed 1 .. 64; {WRITTEN})"),
-    ({"c": "nan"}, f"policy p: parameter c='nan' is not a number (allowed 0 .. 100; {WRITTEN_NUMBER})"),
+    ({"n": "1e400"}, f"policy p: parameter n='1e400' is not an integer (allowed 1 .. 64; {written(int, 1)})"),
+    ({"c": "nan"}, f"policy p: parameter c='nan' is not a number (allowed 0 .. 100; {written(float, 0)})"),
     ({"c": float("inf")}, "policy p: parameter c=inf is not a number (allowed 0 .. 100)"),
     ({"c": "1e400"}, "policy p: parameter c='1e400' out of range (allowed 0 .. 100)"),    # (a number, past a float's)
     ({"c": "9" * 401}, f"policy p: parameter c='{'9' * 76}... out of range (allowed 0 .. 100)"),
@@ -146,3 +146,11 @@ def test_bucket_edges_and_lookups():
     assert [b.of(bs) for bs in (0, 1, 2, 16, 17, 18, 19, 24, 25, 1000)] == [0, 0, 1, 15, 16, 16, 17, 19, 19, 19]
     assert [b.index_of_threshold(t) for t in (0, 1, 17, 18, 24, 99)] == [0, 1, 16, 17, 20, 20]
     assert Buckets(5).edges == (1, 2, 3, 4, 5) and Buckets(1).edges == (1,)
+
+
+def test_the_written_rule_names_a_minus_only_where_the_range_has_negatives():
+    """newcomer-53: `specctl threshold pin abc` was told "a '-' at most" though no pin is negative."""
+    assert "'-'" not in error(make_policy, "bandit", {"half_life_s": "x"})
+    assert "a '-' at most" in error(make_policy, "sglang-ema", {"down_hysteresis": "x"})     # (-10 .. 10)
+    assert written(int, 0) == "ASCII digits: no '+', spaces, '_' or leading zeros" and written(int, -1) == WRITTEN
+    assert written(float) == WRITTEN_NUMBER

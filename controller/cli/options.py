@@ -115,7 +115,7 @@ class Bounded(click.ParamType):
             number = number_text(str(value), self.kind)    # (numtext's rule: " 5" no)
             if number is None:          # (int() / float() took "1_0", "+5", other scripts' digits, "nan")
                 raise click.UsageError(f"{self.what} {echoed(repr(value))} is not {a_kind(self.kind)} "
-                                       f"({written(self.kind)})", ctx) from None
+                                       f"({written(self.kind, self.lo)})", ctx) from None
         return number if self.later else self.check(number, value, ctx)
 
     def check(self, number: Any, typed: Any = None, ctx: click.Context | None = None) -> Any:
