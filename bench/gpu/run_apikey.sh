@@ -23,7 +23,7 @@ with=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/generate -H
 without=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/generate "${json[@]}")
 say "APIKEY /generate with the key: HTTP $with (200 expected), without: HTTP $without (401 expected)"
 # the plugin's telemetry reaches the daemon through its socket, the daemon's user's alone (0600 since 12-07)
-say "APIKEY telemetry socket: $(find "$SC" /tmp /run -name telemetry.ipc -printf '%m %u %p' 2>/dev/null | head -1) (600 expected)"
+say "APIKEY telemetry socket: $(find "$SC" /tmp /run "${XDG_STATE_HOME:-$HOME/.local/state}" -name telemetry.ipc -printf '%m %u %p' 2>/dev/null | head -1) (600 expected)"
 say "APIKEY $(specctl status | grep -E '^samples:') (> 0 this run expected)"
 stop_daemon
 say "APIKEY the key in the daemon's log: $(grep -c -- "$API_KEY" "$OUT/daemon.log") line(s) (0 expected); masked: $(grep -c -- "api_key='\*\*\*'" "$OUT/daemon.log") server_args line(s) (>= 1 expected)"
