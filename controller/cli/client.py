@@ -31,6 +31,10 @@ class DaemonError(Exception):
         self.status = status
 
 
+class DaemonDenied(DaemonError):
+    """The socket's permissions refuse this user (the service's, to someone outside its group)."""
+
+
 class DaemonDropped(DaemonError):
     """The daemon closed the connection of a change without answering (status None): a daemon closing its socket at
     the end of its drain drops the clients it has not served. `specctl stop` tells that drain from a fault."""
@@ -55,7 +59,7 @@ def _connect(path: str, timeout: float) -> socket.socket:
         if isinstance(e, FileNotFoundError):
             raise DaemonUnreachable(f"no daemon socket at {path}") from None
         if isinstance(e, PermissionError):
-            raise DaemonError(f"permission denied on {path} (run as root or a member of its group)") from None
+            raise DaemonDenied(f"permission denied on {path} (run as root or a member of its group)") from None
         if isinstance(e, ConnectionRefusedError):
             raise DaemonUnreachable(f"nothing listens on {path}") from None
         if isinstance(e, BlockingIOError):

@@ -12,7 +12,7 @@ import click
 
 from ..paths import (UNIT_DB, UNIT_SOCKET, db_path_problem, default_db, default_socket, find_db, find_socket, present,
                      socket_path_problem)
-from .client import DaemonDropped, DaemonError, DaemonUnreachable, request
+from .client import DaemonDenied, DaemonDropped, DaemonError, DaemonUnreachable, request
 from .options import EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE, fail_as
 
 if TYPE_CHECKING:
@@ -106,7 +106,19 @@ def call(ctx: Ctx, method: str, path: str, body: dict | None = None, dropped: bo
     except DaemonError as e:        # a request refused as given is a bad argument, as the options' own checks say
         if dropped and isinstance(e, DaemonDropped):
             raise
-        fail(str(e), EXIT_USAGE if e.status == 400 else EXIT_ERROR)
+        fail(str(e) + (own_daemon_hint(ctx) if isinstance(e, DaemonDenied) else ""),
+             EXIT_USAGE if e.status == 400 else EXIT_ERROR)
+
+
+def own_daemon_hint(ctx: Ctx) -> str:
+    """Where the service's socket (taken by default) refuses this user while the user's own daemon serves its default
+    socket (the README's simulator run on a host with the service, before a new login puts the user in its group):
+    how to reach that one (newcomer-54: `specctl status` and `specctl stop` said only "permission denied")."""
+    own = default_socket()
+    if ctx.socket_given or os.environ.get("SPECCTL_SOCKET") or ctx.socket != UNIT_SOCKET or own == UNIT_SOCKET \
+            or not present(own):
+        return ""
+    return f"; your own daemon's socket is {own}: specctl --socket {own} ... reaches it"
 
 
 def _check_db(ctx: Ctx, method: str) -> Any:

@@ -21,8 +21,23 @@ from .preflight import Fatal
 INF = float("inf")
 
 
+# specctl's commands, typed to the daemon's own command (newcomer-54: "no such command 'status' (commands: config,
+# run)" did not say where they are)
+SPECCTL_COMMANDS = ("status", "stop", "history", "policy", "threshold", "plot", "simulate")
+
+
 class DaemonGroup(OneLineGroup):
     prog = "spec-controller"
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name = args[0] if args else ""
+        if name in SPECCTL_COMMANDS:
+            raise click.UsageError(f"no such command '{name}': a running daemon is steered with specctl (specctl "
+                                   f"{name}; in a clone .venv/bin/specctl {name})", ctx)
+        if name == "start":
+            raise click.UsageError("no such command 'start' (did you mean 'spec-controller run'? it runs in the "
+                                   "foreground; the service: systemctl start spec-controller)", ctx)
+        return super().resolve_command(ctx, args)
 
 
 @click.group(cls=DaemonGroup)
