@@ -96,3 +96,12 @@ def test_spec_controller_start_points_to_run():
 def test_a_typo_of_its_own_commands_is_unchanged():
     res = CliRunner().invoke(daemon_main, ["rnu"], prog_name="spec-controller")
     assert res.exit_code == 2 and "did you mean 'spec-controller run'?" in res.output, res.output
+
+
+def test_the_commands_pointed_to_specctl_are_specctls_own():
+    """The daemon's list of specctl's commands cannot drift from specctl's (a new specctl command pointed to, a
+    removed one not)."""
+    import click
+
+    from controller.daemon.main import SPECCTL_COMMANDS
+    assert sorted(SPECCTL_COMMANDS) == sorted(set(cli.list_commands(click.Context(cli))) - set(daemon_main.commands))
