@@ -35,6 +35,22 @@ def _sglang_default_port_unheld(monkeypatch):
     monkeypatch.setattr("controller.daemon.engines.sglang_section.SGLANG_PORT", unheld_port())
 
 
+# The modules that look for the service's socket and database (paths' find_*, specctl's); the daemon's preflight only
+# names them in its refusals
+UNIT_PATH_READERS = ("controller.paths", "controller.cli.common")
+
+
+@pytest.fixture(autouse=True)
+def _service_paths_absent(monkeypatch, tmp_path):
+    # On a host where the service is installed (a GPU host: where the torch tests are meant to run) specctl takes the
+    # service's socket and database by default: fourteen tests failed there (newcomer-54). Tests about the service's
+    # paths set their own.
+    unit = tmp_path / "no-service"
+    for module in UNIT_PATH_READERS:
+        monkeypatch.setattr(f"{module}.UNIT_DB", unit / "spec-controller.db")
+        monkeypatch.setattr(f"{module}.UNIT_SOCKET", unit / "control.sock")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch, tmp_path):
     # Never touch the real user's or the service's state from a test.
