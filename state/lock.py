@@ -74,10 +74,14 @@ class DaemonLock:
         check that no daemon holds the database, and its write, are then one step. A daemon that started between them
         had read its settings before the write: it ran without the pin specctl called saved, and an unpin it was then
         given changed nothing, while the pin came back at the next start. Where no lock file is (no daemon ever ran
-        here) or it cannot be read, nothing is held: the check (holder()) says what it finds."""
+        here) it is made first, as the daemon's start makes it: with none, nothing was held, and a first start beside
+        an offline write (a pin on a fresh state folder) read its settings between specctl's check and its write (the
+        pin acknowledged 'applied at next start' not applied, an unpin then 'not pinned', the pin back at the next
+        start). Where it cannot be made or read, nothing is held: the check (holder()) says what it finds."""
         try:
-            fd = self._open(os.O_RDONLY)
-        except StoreError:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+            fd = self._open(os.O_RDONLY | os.O_CREAT)
+        except (StoreError, OSError):
             fd = None
         try:
             if fd is not None:

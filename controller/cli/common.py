@@ -281,6 +281,7 @@ def save_offline(ctx: Ctx, key: str, value: Any) -> None:
     from state.db import classify, durable, leave_wal
     from state.lock import DaemonLock
     from state.items import INSERTS
+    refuse_unpaired(ctx)      # (before held_off, which makes the state folder's lock file: a refusal makes nothing)
     with DaemonLock(ctx.db).held_off():     # a daemon starting now waits for the write, and reads it
         db = offline_db(ctx, write=True)
         try:

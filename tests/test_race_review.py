@@ -1,0 +1,80 @@
+"""Race review 2026-12-07 (bench/results/race-review-2026-12-07.md): an offline write on a fresh state folder racing a
+daemon's first start, and two daemons starting at once on one control socket. No wall-clock assertions: each race's
+window is held open by hand (a hook where the other party runs), never waited for."""
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+from click.testing import CliRunner
+
+import state.lock
+from controller.cli.main import cli
+from state.db import StoreError
+from state.lock import DaemonLock
+
+
+@pytest.fixture
+def no_grace(monkeypatch):
+    """A start refused at once where the lock is held at all (no wait for a look or an offline write to end)."""
+    monkeypatch.setattr(state.lock, "LOOK_GRACE_S", 0.0)
+    monkeypatch.setattr(state.lock, "HELD_OFF_S", 0.0)
+
+
+def test_held_off_on_a_fresh_folder_keeps_a_start_out(short_tmp, no_grace):
+    """No lock file yet (no daemon ever ran there): held_off held nothing, so a first start took the lock inside it."""
+    db = short_tmp / "state" / "s.db"
+    with DaemonLock(db).held_off():
+        with pytest.raises(StoreError, match="stayed locked by another process"):
+            DaemonLock(db).acquire()
+    lock = DaemonLock(db)          # once the write is over, the start goes ahead
+    lock.acquire()
+    lock.release()
+
+
+def test_an_offline_pin_on_a_fresh_folder_is_not_read_around_by_a_first_start(short_tmp, no_grace, monkeypatch):
+    """`specctl threshold pin 7` with no daemon ever run on the database (no lock file), and a daemon's first start between its check that no
+    daemon holds the database and its write: the start read its settings without the pin, ran unpinned, and the pin
+    said 'applied at next start' (exit 0) came back only at the restart after, undoing an unpin given meanwhile. Where
+    the start comes inside that window it must wait (here: be refused, graces at 0), and the pin then be there."""
+    import controller.cli.common as common
+    from state.db import open_store
+    db = short_tmp / "state" / "spec-controller.db"
+    db.parent.mkdir()
+    open_store(db).conn.close()       # a database and no lock file: only ever written offline (or copied there)
+    assert not DaemonLock(db).path.exists()
+    tried: list[str] = []
+    real = common.offline_db
+
+    def a_start_now(ctx, write=False):       # (the offline write's check has just found no daemon: its write is next)
+        db_open = real(ctx, write)
+        if write:
+            try:
+                lock = DaemonLock(db)
+                lock.acquire()
+                lock.release()
+                tried.append("started")
+            except StoreError as e:
+                tried.append(str(e))
+        return db_open
+    monkeypatch.setattr(common, "offline_db", a_start_now)
+    monkeypatch.setenv("SPECCTL_DB", str(db))
+    monkeypatch.setenv("SPECCTL_SOCKET", str(short_tmp / "none.sock"))
+    res = CliRunner().invoke(cli, ["threshold", "pin", "7"])
+    assert res.exit_code == 0 and "saved to" in res.output, res.output
+    assert len(tried) == 1 and "stayed locked by another process" in tried[0], tried
+
+
+def test_a_refused_offline_pin_still_makes_nothing(short_tmp, monkeypatch):
+    """held_off now makes the lock file (and its folder): the refusal of --socket without its --db comes first, so a
+    refused pin makes nothing."""
+    import controller.cli.common as common
+    import controller.paths as paths
+    for module in (paths, common):           # (no service's database on this host, whatever the host has)
+        monkeypatch.setattr(module, "UNIT_DB", short_tmp / "unit" / "spec-controller.db")
+        monkeypatch.setattr(module, "UNIT_SOCKET", short_tmp / "unit" / "control.sock")
+    monkeypatch.setenv("XDG_STATE_HOME", str(short_tmp / "xdg"))
+    res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "b.sock"), "threshold", "pin", "5"])
+    assert res.exit_code == 3 and "give the --db of the daemon meant; nothing changed" in res.output, res.output
+    assert not (short_tmp / "xdg").exists() and not (short_tmp / "unit").exists()
