@@ -78,3 +78,56 @@ def test_a_refused_offline_pin_still_makes_nothing(short_tmp, monkeypatch):
     res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "b.sock"), "threshold", "pin", "5"])
     assert res.exit_code == 3 and "give the --db of the daemon meant; nothing changed" in res.output, res.output
     assert not (short_tmp / "xdg").exists() and not (short_tmp / "unit").exists()
+
+
+def test_a_control_socket_is_at_its_path_only_once_it_listens(short_tmp, monkeypatch):
+    """Two daemons started at once on one --socket (each its own --db): the second's check_socket_free came between the
+    first's bind and its listen, found a socket nobody listens on (a crashed run's left-over, as far as it could tell)
+    and removed it. The first then exited 'control socket S: No such file or directory', or, had the second bound
+    again first, recorded the second's socket as its own and ran where no specctl reached it. The second's check is
+    run here at that instant, from the first's listen."""
+    from controller.daemon import api
+    from controller.daemon.sockprobe import check_socket_free
+    path = short_tmp / "c.sock"
+    real = api._UnixHTTPServer.server_activate
+    looked: list[bool] = []
+
+    def listen_beside_a_second_start(server):
+        looked.append(path.exists())
+        check_socket_free(path)              # (the other daemon's start, before this one listens)
+        real(server)
+    monkeypatch.setattr(api._UnixHTTPServer, "server_activate", listen_beside_a_second_start)
+    server = api.ControlServer(path, service=None)
+    try:
+        server.start()
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(str(path))        # this daemon's socket, reachable at its path
+        assert looked == [False], looked
+        assert [p.name for p in short_tmp.iterdir()] == ["c.sock"]     # (its own name for it gone)
+    finally:
+        server.stop()
+    assert not path.exists()                 # stop() removes what it made
+
+
+def test_a_socket_that_appears_while_starting_is_never_replaced(short_tmp, monkeypatch):
+    """The other way round: another daemon's socket appears at the path after this one's check: refused, that one
+    left serving (a guard on the publishing: bound at the path, EADDRINUSE refused it before; the hard link, which
+    never replaces, must keep it so, and leave no name of its own behind)."""
+    from controller.daemon import api
+    path = short_tmp / "c.sock"
+    other = socket.socket(socket.AF_UNIX)
+    real = api._UnixHTTPServer.server_activate
+
+    def another_daemon_binds_meanwhile(server):
+        other.bind(str(path))
+        other.listen(1)
+        real(server)
+    monkeypatch.setattr(api._UnixHTTPServer, "server_activate", another_daemon_binds_meanwhile)
+    try:
+        with pytest.raises((RuntimeError, OSError)):
+            api.ControlServer(path, service=None)
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(str(path))        # the other daemon's socket still there and listening
+        assert [p.name for p in short_tmp.iterdir()] == ["c.sock"]
+    finally:
+        other.close()

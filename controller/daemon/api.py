@@ -30,6 +30,7 @@ log = logging.getLogger("spec_controller.api")
 BACKLOG = 128
 READ_TIMEOUT_S = 10.0         # a request (line, headers, body) not all received in this long: its connection closed
 MAX_CLIENTS = 64              # connections served at once; beyond it a client gets 503 at once
+SUN_PATH_MAX = 107            # the longest path a unix socket binds to (Linux: 108 bytes with the NUL)
 
 
 def make_routes(service, on_stop: Callable[[], dict] | None = None) -> dict[tuple[str, str], Route]:
@@ -184,11 +185,32 @@ class ControlServer:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         check_socket_free(self.path)
         handler = type("Handler", (_Handler,), {"routes": make_routes(service, on_stop), "timeout": read_timeout_s})
+        # Bound under a name of its own and listening before it takes the operator's (a hard link, which never replaces):
+        # bound there at once, a daemon starting beside it on the same --socket found it between bind and listen, took it
+        # for a crashed run's left-over (nothing listens) and removed it: the first exited 'No such file or directory',
+        # or ran on, recording the second's socket as its own, where no specctl could reach it.
+        own = self.path.with_name(f".{self.path.name[:8]}.{os.getpid()}")
+        if max(len(os.fsencode(own)), len(os.fsencode(self.path))) > SUN_PATH_MAX:    # (bound at once, as before: one
+            own = self.path                            # too long for AF_UNIX is refused by the bind, not linked to)
         with umask(0o117):                             # socket created 0660, never world-accessible
-            self.server = _UnixHTTPServer(str(self.path), handler)
-        st = os.lstat(self.path)
+            self.server = _UnixHTTPServer(str(own), handler)
+        st = os.lstat(own)
         self._inode = (st.st_dev, st.st_ino)           # stop() removes this socket and nothing else
+        if own != self.path:
+            self._publish(own)
         self.thread = self.server.thread
+
+    def _publish(self, own: Path) -> None:
+        try:
+            os.link(own, self.path)
+        except FileExistsError:
+            self.server.server_close()
+            raise RuntimeError(f"control socket {self.path} appeared while this daemon was starting (another daemon on "
+                               f"it?); stop that one (specctl --socket {self.path} stop) or give another --socket") from None
+        except OSError:                     # (a file system without hard links: replaced whole, still only once listening)
+            os.rename(own, self.path)
+        finally:
+            own.unlink(missing_ok=True)
 
     def start(self) -> None:
         self.thread.start()
