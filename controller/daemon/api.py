@@ -19,7 +19,7 @@ from typing import Any, Callable
 from policies import PolicyError, list_policies
 from state import queries
 
-from ..paths import umask
+from ..paths import socket_path_too_long, umask
 from .apicheck import ApiError, Route, body_length, check, json_int, query_int, shown
 from .clients import BoundedClients, DeadlineIO
 from .service import CommandRefused
@@ -30,7 +30,6 @@ log = logging.getLogger("spec_controller.api")
 BACKLOG = 128
 READ_TIMEOUT_S = 10.0         # a request (line, headers, body) not all received in this long: its connection closed
 MAX_CLIENTS = 64              # connections served at once; beyond it a client gets 503 at once
-SUN_PATH_MAX = 107            # the longest path a unix socket binds to (Linux: 108 bytes with the NUL)
 
 
 def make_routes(service, on_stop: Callable[[], dict] | None = None) -> dict[tuple[str, str], Route]:
@@ -190,8 +189,8 @@ class ControlServer:
         # for a crashed run's left-over (nothing listens) and removed it: the first exited 'No such file or directory',
         # or ran on, recording the second's socket as its own, where no specctl could reach it.
         own = self.path.with_name(f".{self.path.name[:8]}.{os.getpid()}")
-        if max(len(os.fsencode(own)), len(os.fsencode(self.path))) > SUN_PATH_MAX:    # (bound at once, as before: one
-            own = self.path                            # too long for AF_UNIX is refused by the bind, not linked to)
+        if socket_path_too_long(own) or socket_path_too_long(self.path):     # (bound at once, as before: one too
+            own = self.path                            # long for AF_UNIX is refused by the bind, not linked to)
         with umask(0o117):                             # socket created 0660, never world-accessible
             self.server = _UnixHTTPServer(str(own), handler)
         st = os.lstat(own)
