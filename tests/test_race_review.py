@@ -114,6 +114,7 @@ def test_a_socket_that_appears_while_starting_is_never_replaced(short_tmp, monke
     left serving (a guard on the publishing: bound at the path, EADDRINUSE refused it before; the hard link, which
     never replaces, must keep it so, and leave no name of its own behind)."""
     from controller.daemon import api
+    from controller.daemon.sockprobe import SocketRefused
     path = short_tmp / "c.sock"
     other = socket.socket(socket.AF_UNIX)
     real = api._UnixHTTPServer.server_activate
@@ -124,10 +125,49 @@ def test_a_socket_that_appears_while_starting_is_never_replaced(short_tmp, monke
         real(server)
     monkeypatch.setattr(api._UnixHTTPServer, "server_activate", another_daemon_binds_meanwhile)
     try:
-        with pytest.raises((RuntimeError, OSError)):
+        with pytest.raises(SocketRefused, match=f"^control socket {path} appeared while this daemon was starting"):
             api.ControlServer(path, service=None)
         with socket.socket(socket.AF_UNIX) as client:
             client.connect(str(path))        # the other daemon's socket still there and listening
         assert [p.name for p in short_tmp.iterdir()] == ["c.sock"]
     finally:
         other.close()
+
+
+def test_a_socket_taken_while_the_engine_starts_is_refused_in_its_own_words(short_tmp):
+    """A daemon on the same --socket started while this one's engine was starting (minutes on a GPU): this one's check
+    at its bind refuses in the preflight's words, not 'start-up failed: RuntimeError: ...' (race review)."""
+    import sqlite3
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.daemon_proc import DaemonProc
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from faultkit import fake_sglang_config
+    work = short_tmp / "w"
+    work.mkdir()
+    d = DaemonProc(work, config_text=fake_sglang_config(work, ready_s=4.0), speed=None,
+                   env_extra={"STATE_DIRECTORY": str(work), "RUNTIME_DIRECTORY": str(work)})
+    other = socket.socket(socket.AF_UNIX)
+    try:
+        end = time.monotonic() + 30
+        started = 0
+        while not started and time.monotonic() < end and d.proc.poll() is None:
+            time.sleep(0.1)
+            try:
+                with sqlite3.connect(f"file:{d.db}?mode=ro", uri=True) as conn:
+                    started = conn.execute("SELECT count(*) FROM events WHERE kind = 'start'").fetchone()[0]
+            except sqlite3.Error:
+                pass
+        assert started and not d.socket.exists(), d.log_text()      # the engine not ready yet
+        other.bind(str(d.socket))
+        other.listen(1)                                              # another daemon's, live
+        code = d.proc.wait(60)
+    finally:
+        other.close()
+        if d.proc.poll() is None:
+            d.proc.kill()
+    assert code == 1
+    log = d.log_text()
+    assert f"control socket {d.socket} is in use by " in log and "start-up failed" not in log, log

@@ -23,7 +23,7 @@ from ..paths import socket_path_too_long, umask
 from .apicheck import ApiError, Route, body_length, check, json_int, query_int, shown
 from .clients import BoundedClients, DeadlineIO
 from .service import CommandRefused
-from .sockprobe import check_socket_free
+from .sockprobe import SocketRefused, check_socket_free
 
 log = logging.getLogger("spec_controller.api")
 
@@ -204,7 +204,7 @@ class ControlServer:
             os.link(own, self.path)
         except FileExistsError:
             self.server.server_close()
-            raise RuntimeError(f"control socket {self.path} appeared while this daemon was starting (another daemon on "
+            raise SocketRefused(f"control socket {self.path} appeared while this daemon was starting (another daemon on "
                                f"it?); stop that one (specctl --socket {self.path} stop) or give another --socket") from None
         except OSError:                     # (a file system without hard links: replaced whole, still only once listening)
             os.rename(own, self.path)

@@ -24,6 +24,7 @@ from .engines.base import Engine, EngineError
 from .notify import extend_timeout_usec, sd_notify
 from .preflight import Fatal, check_given_paths, check_installed, check_no_clash, configured_engine, port_taken
 from .ownfiles import OwnFiles
+from .sockprobe import SocketRefused
 from .ticker import Ticker
 
 log = logging.getLogger("spec_controller")
@@ -205,7 +206,8 @@ class Daemon:
             self._stop_metrics()           # (started before a control socket that failed)
             engine.stop()
             service.ingest.stop()          # (its thread, started once the engine was ready, ends at its next wake)
-            message = str(e) if isinstance(e, (Fatal, EngineError)) else f"start-up failed: {type(e).__name__}: {e}"
+            message = str(e) if isinstance(e, (Fatal, EngineError, SocketRefused)) else \
+                f"start-up failed: {type(e).__name__}: {e}"
             writer.event("error", message)
             writer.stop()
             if isinstance(e, Fatal) or not isinstance(e, Exception):

@@ -11,6 +11,10 @@ from pathlib import Path
 LIVE, FOREIGN, NOBODY = "live", "foreign", "nobody"
 
 
+class SocketRefused(RuntimeError):
+    """A control socket the start may not take: its message is the whole line (not "start-up failed: RuntimeError")."""
+
+
 def who_listens(path: str | os.PathLike, timeout_s: float = 2.0) -> tuple[str, int | None]:
     """(LIVE, pid or None): a process listens (its backlog full or slow to accept: a live, busy one); (FOREIGN, None):
     this user may not connect (another user's socket, live or not: never to be taken for a left-over and unlinked);
@@ -36,23 +40,23 @@ def check_socket_free(path: Path) -> None:
     except FileNotFoundError:
         return
     except OSError as e:
-        raise RuntimeError(f"control socket path {path}: {e.strerror}") from None
+        raise SocketRefused(f"control socket path {path}: {e.strerror}") from None
     if not stat.S_ISSOCK(st.st_mode):
         kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a socket"
-        raise RuntimeError(f"control socket path {path} exists and is {kind}; refusing to remove it")
+        raise SocketRefused(f"control socket path {path} exists and is {kind}; refusing to remove it")
     who, pid = who_listens(path)
     if who == FOREIGN:
-        raise RuntimeError(f"control socket {path} is a socket this user may not connect to (another user's "
+        raise SocketRefused(f"control socket {path} is a socket this user may not connect to (another user's "
                            "daemon?); refusing to remove it: give another --socket")
     if who == NOBODY:
         try:
             path.unlink()                             # nobody listening: a leftover of a crash
         except OSError as e:          # (another user's in a sticky /tmp: was a PermissionError traceback)
-            raise RuntimeError(f"control socket {path} is a left-over nobody listens on, which this user cannot "
+            raise SocketRefused(f"control socket {path} is a left-over nobody listens on, which this user cannot "
                                f"remove ({e.strerror}); remove it or give another --socket") from None
         return
     whom = f"another daemon (pid {pid})" if pid else "another daemon"
-    raise RuntimeError(f"control socket {path} is in use by {whom}; stop it (specctl --socket {path} stop) or give "
+    raise SocketRefused(f"control socket {path} is in use by {whom}; stop it (specctl --socket {path} stop) or give "
                        f"another --socket")
 
 
