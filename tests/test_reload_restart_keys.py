@@ -95,4 +95,8 @@ def test_no_note_of_an_unused_config_policy_where_the_config_names_none(tmp_path
     assert config_policy_unused(load_config(tmp_path / "c.toml"), saved) is None
     (tmp_path / "c.toml").write_text('[policy]\nname = "bandit"\n')
     assert "[policy] bandit {} in the config is not used" in config_policy_unused(load_config(tmp_path / "c.toml"), saved)
-    assert "[policy] always" in config_policy_unused(load_config(None, {"policy": {"name": "always"}}), saved)
+    assert config_policy_unused(load_config(None, {"policy": {"name": "always"}}), saved).startswith(
+        "policy always {} given on the command line is not used: the database's policy ucb {} is")   # (newcomer-54)
+    (tmp_path / "c.toml").write_text('[policy]\nname = "bandit"\n')    # (a flag over the file's: the flag's said)
+    assert config_policy_unused(load_config(tmp_path / "c.toml", {"policy": {"name": "always"}}), saved).startswith(
+        "policy always {} given on the command line")

@@ -189,7 +189,8 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
     cfg["_path"] = str(path) if read else ""
     cfg["_file_empty"] = bool(cfg["_path"]) and not file_data     # (config check's note: read here, not again)
     # (the defaults' bandit is nobody's choice: restore warns of a config policy not used only where one was given)
-    cfg["_policy_given"] = any(k in ("name", "params") for s in (file_data, overrides or {}) for k in s.get("policy") or {})
+    given = [any(k in ("name", "params") for k in s.get("policy") or {}) for s in (file_data, overrides or {})]
+    cfg["_policy_given"], cfg["_policy_flags"] = any(given), given[1]      # (flags: --policy / --set, said so)
     return cfg
 
 
