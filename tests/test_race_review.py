@@ -171,3 +171,32 @@ def test_a_socket_taken_while_the_engine_starts_is_refused_in_its_own_words(shor
     assert code == 1
     log = d.log_text()
     assert f"control socket {d.socket} is in use by " in log and "start-up failed" not in log, log
+
+
+def test_a_left_over_replaced_while_probed_is_not_removed(short_tmp, monkeypatch):
+    """A crashed run's socket at the path, and a daemon starting beside this one publishes its live socket there
+    between this one's probe (nobody listened) and its removal of the left-over: the live one is asked again, not
+    removed (the race review's narrower case)."""
+    from controller.daemon import sockprobe
+    path = short_tmp / "c.sock"
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(path))
+    stale.close()                                               # a left-over nobody listens on
+    live = socket.socket(socket.AF_UNIX)
+    real = sockprobe.who_listens
+
+    def probe_then_another_daemon_publishes(p, *args):
+        answer = real(p, *args)
+        if not live.getsockname():
+            live.bind(str(short_tmp / ".c.other"))
+            live.listen(1)
+            os.replace(short_tmp / ".c.other", path)            # (its publishing: the path now its live socket)
+        return answer
+    monkeypatch.setattr(sockprobe, "who_listens", probe_then_another_daemon_publishes)
+    try:
+        with pytest.raises(sockprobe.SocketRefused, match=f"^control socket {path} is in use by another daemon"):
+            sockprobe.check_socket_free(path)
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(str(path))                           # the other daemon's socket still there
+    finally:
+        live.close()
