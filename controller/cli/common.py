@@ -115,8 +115,7 @@ def own_daemon_hint(ctx: Ctx) -> str:
     socket (the README's simulator run on a host with the service, before a new login puts the user in its group):
     how to reach that one (newcomer-54: `specctl status` and `specctl stop` said only "permission denied")."""
     own = default_socket()
-    if ctx.socket_given or os.environ.get("SPECCTL_SOCKET") or ctx.socket != UNIT_SOCKET or own == UNIT_SOCKET \
-            or not present(own):
+    if ctx.socket_given or ctx.socket != UNIT_SOCKET or own == UNIT_SOCKET or not present(own):
         return ""
     return f"; your own daemon's socket is {own}: specctl --socket {own} ... reaches it"
 
