@@ -80,9 +80,13 @@ class DaemonLock:
         start). Where it cannot be made or read, nothing is held: the check (holder()) says what it finds."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+            made = not os.path.lexists(self.path)
             fd = self._open(os.O_RDONLY | os.O_CREAT)
         except (StoreError, OSError):
             fd = None
+        else:
+            if made:
+                self._owned_as_its_database(fd)
         try:
             if fd is not None:
                 with suppress(BlockingIOError):     # (a daemon holds it: the check refuses the write)
@@ -91,6 +95,20 @@ class DaemonLock:
         finally:
             if fd is not None:
                 os.close(fd)                               # (lets the shared flock go)
+
+    def _owned_as_its_database(self, fd: int) -> None:
+        """A lock file root made (held_off: an offline write as root) is given the owner of the database beside it, or
+        of its folder, as SQLite gives its journals: left root's, 0600, the service's user could not open it and the
+        service's next start was refused ('lock file ...: Permission denied'; a restored database, no lock file yet)."""
+        if os.geteuid() != 0:
+            return
+        with suppress(OSError):
+            try:
+                st = os.lstat(self.path.with_suffix(""))
+            except FileNotFoundError:
+                st = os.lstat(self.path.parent)
+            if (st.st_uid, st.st_gid) != (0, 0):
+                os.fchown(fd, st.st_uid, st.st_gid)
 
     def _open(self, flags: int) -> int:
         """The lock file, never a FIFO planted at its path (a read-only open waited for a writer: specctl's look, an
