@@ -218,3 +218,26 @@ def test_simulate_plot_to_a_directory_is_refused_before_simulating(tmp_path, kin
     (line,) = res.stderr.strip().splitlines()
     assert line.startswith(f"specctl: cannot write plot {arg}: "), line
     assert target.is_dir() if kind == "directory" else not target.exists()
+
+
+MATH = "$\\foo{$"       # matplotlib's mathtext: its parser raised ValueError at the drawing, a traceback
+
+
+def test_specctl_plot_of_a_database_whose_name_reads_as_mathtext(tmp_path):
+    db = tmp_path / f"a{MATH}.db"
+    _store(db).conn.close()
+    res = CliRunner().invoke(cli, ["--db", str(db), "--socket", str(tmp_path / "no.sock"), "plot",
+                                   str(tmp_path / "x.png"), "--last", "120"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "x.png").read_bytes()[:4] == PNG
+
+
+@pytest.mark.parametrize("where", ["name", "label"])
+def test_simulate_plot_of_a_trace_whose_names_read_as_mathtext(tmp_path, where):
+    trace = tmp_path / "t.toml"
+    text = TRACE.replace('name = "tiny"', f"name = '{MATH}'") if where == "name" else \
+        TRACE.replace('label = "chat C=2"', f"label = '{MATH}'")
+    trace.write_text(text)
+    res = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--plot", str(tmp_path / "x.png")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "x.png").read_bytes()[:4] == PNG

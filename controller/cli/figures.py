@@ -21,6 +21,9 @@ class PlotError(Exception):
 def pyplot() -> Any:
     import matplotlib
     matplotlib.use("Agg")
+    # every text drawn is a name given (a database's file name, a profile's, a trace's, a segment's label), never
+    # mathtext: '$\\foo{$' in one was matplotlib's ValueError, a traceback, with the work done
+    matplotlib.rcParams["text.parse_math"] = False
     import matplotlib.pyplot as plt
     return plt
 
