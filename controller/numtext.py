@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 
 INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
 DECIMAL = re.compile(r"-?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
@@ -82,3 +83,45 @@ def one_line(text: str) -> str:
     text = text.translate(_CONTROLS)
     cut = len(text) - LONGEST_LINE + 40
     return text if cut <= 40 else f"{text[:600]}...({cut:,} characters left out)...{text[600 + cut:]}"
+
+
+INT64 = (-(1 << 63), (1 << 63) - 1)     # TOML's integers (its spec: one it cannot hold "must" be an error)
+
+
+def data_text(text: str, json_text: bool = False) -> object:
+    """A config's, profile's or trace's TOML (json_text: JSON) as data; tomllib.TOMLDecodeError (json.JSONDecodeError)
+    for what is not, one line, also where the parser said nothing: an integer past int()'s 4300 digits (ValueError,
+    a traceback out of run, config check and simulate), past 64 bits (0x1000...0: a repr or float() of it raised where
+    it was checked), a JSON key given twice (json.loads kept the last). RecursionError as the parser's."""
+    import json
+    import tomllib
+    error = json.JSONDecodeError if json_text else tomllib.TOMLDecodeError
+
+    def refused(message: str) -> ValueError:      # (the parser's error class, its own arguments left out: a message)
+        e = error.__new__(error, message)
+        ValueError.__init__(e, message)
+        return e
+
+    def once(pairs: list) -> dict:
+        out: dict = {}
+        for key, value in pairs:
+            if key in out:
+                raise refused(f"key {echoed(key)!r} given twice")
+            out[key] = value
+        return out
+    try:
+        data = json.loads(text, object_pairs_hook=once) if json_text else tomllib.loads(text)
+    except ValueError as e:
+        if isinstance(e, error):
+            raise
+        raise refused(f"an integer of over {sys.get_int_max_str_digits()} digits") from None
+    todo: list = [("", data)]
+    while todo:
+        where, value = todo.pop()
+        if isinstance(value, (dict, list)):
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            todo += [(f"{where}.{k}" if isinstance(k, str) else f"{where}[{k}]", v) for k, v in items]
+        elif isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+            at = echoed(where.lstrip(".")) or "the value"
+            raise refused(f"{at}: an integer past 64 bits ({INT64[0]} .. {INT64[1]})")
+    return data

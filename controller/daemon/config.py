@@ -14,7 +14,7 @@ from policies import PolicyError, make_policy
 from ..closename import close_hint
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
-from ..numtext import decimal_text, misread, number_text, written
+from ..numtext import data_text, decimal_text, misread, number_text, written
 from ..paths import (DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, is_db_own_path, names_a_file, present,
                      read_text_file, socket_path_problem)
 from .engines.child import SGLANG_PORT
@@ -108,12 +108,14 @@ def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
                               "(a table whole or key by key)")
         given[tuple(keys)] = pair
         try:
-            value = tomllib.loads(f"v = {raw.strip()}")["v"]
+            value = data_text(f"v = {raw.strip()}")["v"]
             if isinstance(value, (int, float)) and not isinstance(value, bool) and \
                     number_text(raw.strip(), type(value)) is None:
                 value = raw.strip()       # (+5, 1_0, 0x10, inf: a number only as numtext writes one, as run's flags)
-        except tomllib.TOMLDecodeError:
-            value = raw.strip() if (number := decimal_text(raw.strip())) is None else number
+        except tomllib.TOMLDecodeError:     # (an integer past 64 bits too: still one, refused as out of range)
+            number = number_text(raw.strip(), int)
+            number = decimal_text(raw.strip()) if number is None else number
+            value = raw.strip() if number is None else number
         except RecursionError:         # (tomllib recurses per level: a traceback out of run and config check)
             raise ConfigError(f"--set {path.strip()}=...: VALUE is nested too deeply") from None
         table = out.setdefault(keys[0], {})
@@ -140,7 +142,7 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
             if (text := read_text_file(path)).startswith("\ufeff"):
                 raise ConfigError(f"config file {path}: not valid TOML (it starts with a byte-order mark (BOM): save "
                                   "it as UTF-8 without one)")
-            file_data = tomllib.loads(text)
+            file_data = data_text(text)
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
         except OSError as e:

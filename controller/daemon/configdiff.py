@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..numtext import data_text
 from ..paths import read_text_file
 from .config import ConfigError, anchored, names_file
 from .engines.sglang_flags import shown_value
@@ -57,7 +58,7 @@ def shadowed(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]]
     if not path or not overrides:
         return []
     try:
-        data = tomllib.loads(read_text_file(path))
+        data = data_text(read_text_file(path))
         data = {s: anchored(s, v, Path(path).parent) if isinstance(v, dict) else v for s, v in data.items()}
     except (OSError, tomllib.TOMLDecodeError, ConfigError, RecursionError):
         return []

@@ -4,15 +4,14 @@ Format: docs/profiles.md. Built-in files live in controller/profiles/.
 """
 from __future__ import annotations
 
-import json
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..contract import MAX_BATCH, zero_saves_prefill_draft
+from ..numtext import data_text
 from ..paths import beside, names_a_file, read_text_file
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "profiles"
@@ -150,8 +149,8 @@ def _read(path: Path, what: str) -> dict:
     except UnicodeDecodeError as e:         # (a binary file: was a traceback out of run and simulate)
         raise ProfileError(f"{what} {path}: not UTF-8 text ({e.reason} at offset {e.start})") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError, RecursionError) as e:     # (recursion: was a traceback)
+        data = data_text(text, json_text=path.suffix == ".json")
+    except (ValueError, RecursionError) as e:     # (the parser's error; recursion: was a traceback)
         raise ProfileError(f"{what} {path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'} "
                            f"({'nested too deeply' if isinstance(e, RecursionError) else e})") from None
     if not isinstance(data, dict):
