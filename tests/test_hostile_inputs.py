@@ -204,3 +204,13 @@ def test_from_launch_with_a_relative_value_too_long_to_be_a_path_is_written(tmp_
     assert done.returncode == 0, done
     assert "Traceback" not in done.stderr and done.stderr.splitlines()[-1] == f"spec-controller: wrote {out}"
     assert f'model_path = "{model}"' in out.read_text()
+
+
+def test_a_trace_s_profile_that_fails_is_blamed_on_the_trace_not_on_profile(tmp_path):
+    """A trace naming a bad profile (here itself) was refused as '[sim] profile (--profile): ...', a flag not given."""
+    trace = tmp_path / "t.toml"
+    trace.write_text('profile = "t.toml"\n[[segment]]\nseconds = 5\nconcurrency = 4\n')
+    (tmp_path / "c.toml").write_text("")
+    line = _one_usage_line(CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "c.toml"),
+                                                     "--trace", str(trace)]), "spec-controller")
+    assert line.startswith("spec-controller: config: [sim] trace (--trace): profile t.toml: unknown key 'profile'"), line

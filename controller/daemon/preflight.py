@@ -38,7 +38,9 @@ def build_engine(cfg: dict, last_t: float = 0.0) -> Engine:
                 raise ProfileError(f"config: [sim] {key} (--{key}): {e}") from None
         fixed = sim["concurrency"] or sim["arrival_rate"]
         trace = None if fixed else read("trace", load_trace, sim["trace"])
-        profile = read("profile", load_profile, sim["profile"] or (trace and trace.profile) or "crossover-b")
+        named_by_trace = not sim["profile"] and trace is not None and trace.profile     # (its refusal: the trace's)
+        profile = read("trace" if named_by_trace else "profile", load_profile,
+                       sim["profile"] or (trace and trace.profile) or "crossover-b")
         if trace is not None:          # its acceptance must fit the profile's chain
             trace = read("trace", load_trace, sim["trace"], profile)
         return SimEngine(profile, trace, sim["concurrency"], sim["speed"], sim["seed"], last_t, sim["arrival_rate"])
