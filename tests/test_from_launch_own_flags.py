@@ -45,3 +45,15 @@ def test_sglangs_arguments_alone_still_start_with_a_flag():
     """The arguments-alone form (`from-launch -- --model-path ...`) is no typo: it reaches the interpreter."""
     res = from_launch("--python", "/nonexistent/python", "--", "--model-path", "/m", "--tp", "2")
     assert res.exit_code == 1 and "cannot run /nonexistent/python" in res.output, res.output
+
+
+def test_the_wrote_line_of_a_file_name_holding_a_newline_is_one_line(tmp_path):
+    """-o $'x\\ny.toml' said 'spec-controller: wrote x', then 'y.toml' on a line of its own."""
+    from tests.conftest import stub_sglang_python
+    python = stub_sglang_python(tmp_path / "python")
+    out = tmp_path / "x\ny.toml"
+    res = from_launch("--python", str(python), "-o", str(out), "--", *LAUNCH)
+    assert res.exit_code == 0, res.output
+    assert out.read_text().startswith("# spec-controller config")
+    wrote = [line for line in res.stderr.splitlines() if not line.startswith("spec-controller: note: ")]
+    assert wrote == [f"spec-controller: wrote {tmp_path}/x\\ny.toml"], res.stderr

@@ -146,7 +146,7 @@ def from_launch(python: str | None, output: str | None, command: tuple[str, ...]
         write_whole(output, text, private=bool(secrets_in(result.sglang)))
     except OSError as e:
         fail_as("spec-controller", f"cannot write {output}: {e.strerror or e}; nothing written")
-    click.echo(f"spec-controller: wrote {output}", err=True)
+    click.echo(one_line(f"spec-controller: wrote {output}"), err=True)      # (a name holding a newline: one line)
 
 
 def _own_options_mistyped(ctx: click.Context, output: str | None, command: tuple[str, ...]) -> None:
