@@ -22,11 +22,17 @@ def user_state_dir() -> Path:
     return (Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state") / "spec-controller"
 
 
+def systemd_dir(env: str) -> Path | None:
+    """The first directory of systemd's $STATE_DIRECTORY / $RUNTIME_DIRECTORY (absolute paths, ':' between them), or
+    None where unset or not absolute: a relative one (systemd sets none) put the database and the socket under
+    whatever directory specctl or the daemon began in, as a relative $XDG_STATE_HOME did."""
+    first = os.environ.get(env, "").split(":")[0]
+    return Path(first) if os.path.isabs(first) else None
+
+
 def state_dir() -> Path:
     """systemd's StateDirectory when run as the service, else the per-user state directory."""
-    if os.environ.get("STATE_DIRECTORY"):
-        return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
-    return user_state_dir()
+    return systemd_dir("STATE_DIRECTORY") or user_state_dir()
 
 
 def default_db() -> Path:
@@ -34,9 +40,7 @@ def default_db() -> Path:
 
 
 def default_socket() -> Path:
-    if os.environ.get("RUNTIME_DIRECTORY"):
-        return Path(os.environ["RUNTIME_DIRECTORY"].split(":")[0]) / SOCKET_NAME
-    return state_dir() / SOCKET_NAME
+    return (systemd_dir("RUNTIME_DIRECTORY") or state_dir()) / SOCKET_NAME
 
 
 def present(path: Path) -> bool:
@@ -46,6 +50,10 @@ def present(path: Path) -> bool:
         return path.exists()
     except PermissionError:
         return True
+    except OSError as e:        # a name too long ($XDG_STATE_HOME's 5,000 characters: exists() raised, a traceback)
+        if e.errno != errno.ENAMETOOLONG:
+            raise
+        return False
 
 
 def _first_existing(env: str, candidates: tuple[Path, ...], default: Path) -> Path:

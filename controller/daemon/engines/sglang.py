@@ -17,11 +17,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, MAX_BATCH, PAYS_DRAFT,
                          SAME_AT_ZERO, THRESHOLD_KEY, decode, zero_saves_prefill_draft)
-from ...paths import socket_path_too_long, state_dir, write_private
+from ...paths import socket_path_too_long, state_dir, systemd_dir, write_private
 from ..sockprobe import NOBODY, who_listens
 from .base import Engine, EngineError, EngineNotInstalled, SampleSink
 from .child import NOT_STARTED, USAGE, bound_to_daemon, port_reason, telemetry_pull
@@ -73,7 +72,7 @@ class SGLangEngine(Engine):
         self._failing_since: float | None = None
         self._last_probe: tuple[float, str] = (0.0, "")       # (monotonic time, what the last probe got)
         self._probing_since: float | None = None                # the start of the probe waiting for its answer
-        run = Path(os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or state_dir())
+        run = systemd_dir("RUNTIME_DIRECTORY") or state_dir()
         self.ipc_path = run / "telemetry.ipc"
         self.adaptive_config = state_dir() / "adaptive.json"
         self.own_files = (("the engine's telemetry socket", self.ipc_path), ("SGLang's adaptive config", self.adaptive_config))
