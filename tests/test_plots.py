@@ -96,6 +96,19 @@ def test_specctl_plot_bad_path_is_one_line(tmp_path, target, needle):
     assert len(lines) == 1 and lines[0].startswith("specctl: cannot write plot") and needle in lines[0]
 
 
+@pytest.mark.parametrize("name,needle", [("", "cannot write plot '': give a file name"),
+                                         ("a" * 300 + ".png", "File name too long")])
+def test_simulate_plot_to_no_name_or_one_too_long_is_refused_before_simulating(tmp_path, monkeypatch, name, needle):
+    """'' was "cannot write plot .: give a .png ..." (Path('') is '.'); a name too long for the file system passed the
+    check, the simulation ran, and the rename refused it (exit 1)."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(cli, ["simulate", "--concurrency", "4", "--seconds", "2", "--plot", name])
+    assert res.exit_code == 2 and res.stdout == "", res.output
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith("specctl: cannot write plot ") and line.endswith(needle), line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_specctl_plot_of_an_empty_store_says_so(tmp_path):
     open_store(tmp_path / "e.db").conn.close()
     res = CliRunner().invoke(cli, ["--db", str(tmp_path / "e.db"), "plot", str(tmp_path / "x.png")])

@@ -3,6 +3,7 @@ matplotlib without a display, the threshold-over-time panel, and writing the fil
 one-line error. matplotlib is imported here only, when a plot is asked for."""
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -30,6 +31,8 @@ def pyplot() -> Any:
 
 def check_path(path: str | Path) -> Path:
     """Refuse a path the figure cannot be written to, before any work is done."""
+    if not str(path).strip():          # (Path('') is '.': "cannot write plot .: give a .png ..." was the line)
+        raise PlotError(f"cannot write plot {str(path)!r}: give a file name")
     if why := directory_name(path):
         raise PlotError(f"cannot write plot {path}: {why}")
     path = Path(path)
@@ -42,7 +45,9 @@ def check_path(path: str | Path) -> Path:
         raise PlotError(f"cannot write plot {path}: give a .png, .svg or .pdf file name")
     try:
         st = os.stat(path)             # (through a link: the file it names is replaced)
-    except OSError:
+    except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:      # (was found by the rename, after all the work: exit 1)
+            raise PlotError(f"cannot write plot {path}: {e.strerror}") from None
         return path                    # none yet (or nothing to stat: the write says why)
     if not stat.S_ISREG(st.st_mode):
         # a directory, a FIFO or a device: refused (or a FIFO "not seekable") only after all the work was done
