@@ -1,6 +1,7 @@
 """Plots: `specctl plot` from a real SQLite store, `specctl simulate --plot`, and their errors
 (one line, exit 1, the simulate table still printed)."""
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -10,6 +11,7 @@ from state import timeline
 from state.db import open_store
 
 PNG = b"\x89PNG"
+ROOT = Path(__file__).resolve().parent.parent
 TRACE = """name = "tiny"
 profile = "crossover-a"
 [[segment]]
@@ -253,4 +255,17 @@ def test_simulate_plot_of_a_trace_whose_names_read_as_mathtext(tmp_path, where):
     trace.write_text(text)
     res = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--plot", str(tmp_path / "x.png")])
     assert res.exit_code == 0, res.output
+    assert (tmp_path / "x.png").read_bytes()[:4] == PNG
+
+
+def test_a_matplotlibrc_in_the_working_directory_is_not_the_plots(tmp_path):
+    """matplotlib reads ./matplotlibrc at import: text.usetex there ran latex, a RuntimeError traceback where there is
+    none (PATH empty here), after the simulation; a bad value there was a warning line of matplotlib's own."""
+    import subprocess
+    import sys
+    (tmp_path / "matplotlibrc").write_text("text.usetex: True\nfont.size: abc\n")
+    done = subprocess.run([sys.executable, "-m", "controller.cli", "simulate", "--concurrency", "4", "--seconds", "2",
+                           "--plot", "x.png"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={"PATH": "", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)})
+    assert done.returncode == 0 and done.stderr == "wrote x.png\n", done.stderr[-2000:]
     assert (tmp_path / "x.png").read_bytes()[:4] == PNG

@@ -20,7 +20,12 @@ class PlotError(Exception):
 
 
 def pyplot() -> Any:
+    import logging
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)     # (its "Bad value in file 'matplotlibrc'": not ours)
     import matplotlib
+    # matplotlib's own style, not a matplotlibrc found in the working directory or $MPLCONFIGDIR: text.usetex there ran
+    # latex (RuntimeError where there is none, a traceback after the work was done)
+    matplotlib.rcdefaults()
     matplotlib.use("Agg")
     # every text drawn is a name given (a database's file name, a profile's, a trace's, a segment's label), never
     # mathtext: '$\\foo{$' in one was matplotlib's ValueError, a traceback, with the work done
