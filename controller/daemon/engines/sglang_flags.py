@@ -40,14 +40,21 @@ def server_flags(args: dict) -> list[str]:
     return flags + [str(x) for x in args.get("extra_args", [])]
 
 
-def nul_key(table: dict, within: str = "") -> str | None:
-    """The first key whose name or value (a string, or one in a list or a table) holds a NUL byte, or None: no command
-    line or environment carries one (Popen's ValueError at the engine's start, after `config check` said ok)."""
+ARG_MOST = 131071       # bytes in one word of a command line or one NAME=value of an environment (MAX_ARG_STRLEN)
+
+
+def unfit_key(table: dict, within: str = "") -> tuple[str, str] | None:
+    """(the first key whose name or value (a string, or one in a list or a table) no command line or environment
+    carries, why), or None: a NUL byte (Popen's ValueError at the engine's start, after `config check` said ok) or a
+    word longer than ARG_MOST (a 200 KB model_path: E2BIG, 'Argument list too long', the same way)."""
     for key, value in table.items():
         for item in (value if isinstance(value, list) else [value]):
             if "\0" in str(key) or (isinstance(item, str) and "\0" in item):
-                return f"{within}{key}"
-            if isinstance(item, dict) and (inner := nul_key(item, f"{within}{key}.")) is not None:
+                return f"{within}{key}", "holds a NUL byte, which no command line or environment carries"
+            if len(f"{key}={item if isinstance(item, str) else ''}".encode()) > ARG_MOST:
+                return f"{within}{key}", f"is longer than a command line's word or an environment's may be " \
+                                         f"({ARG_MOST:,} bytes)"
+            if isinstance(item, dict) and (inner := unfit_key(item, f"{within}{key}.")) is not None:
                 return inner
     return None
 

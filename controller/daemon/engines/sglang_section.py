@@ -13,7 +13,7 @@ from ...paths import home_unexpanded
 from .base import Engine, EngineError
 from .child import SGLANG_PORT
 from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH
-from .sglang_flags import config_file_reason, extra_args, named_paths, no_http_reason, nul_key
+from .sglang_flags import config_file_reason, extra_args, named_paths, no_http_reason, unfit_key
 
 # the defaults of the engine's own keys (sglang_flags.OWN_KEYS, which never reach SGLang's command line;
 # systemd/config.example.toml shows them; python: the daemon's interpreter)
@@ -47,9 +47,8 @@ def checked_section(args: dict) -> tuple[dict, int]:
     with the draft's shape, host and port the daemon decides where the section leaves them; and K, the draft's steps
     (the candidate the plugin switches on: 3 where the section gives none, null included)."""
     args = dict(args)
-    if (key := nul_key(args)) is not None:       # (the value not echoed: it may be a key)
-        raise EngineError(f"sglang engine: [sglang] {key} holds a NUL byte, which no command line or environment "
-                          "carries")
+    if (unfit := unfit_key(args)) is not None:       # (the value not echoed: it may be a key)
+        raise EngineError(f"sglang engine: [sglang] {unfit[0]} {unfit[1]}")
     if "model_path" not in args:
         raise EngineError("sglang engine: [sglang] model_path is required")
     for key, value in named_paths(args):    # (SGLang takes "" for a path and expands no ~: it fails at start)

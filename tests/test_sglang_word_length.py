@@ -1,0 +1,39 @@
+"""[sglang]: a value longer than one word of a command line (or one NAME=value of an environment) may be is refused
+where the engine is built (config check), not at the exec: `config check` said ok, and the start failed with E2BIG
+('Argument list too long'), exit 1, restarted by the unit for ever."""
+import subprocess
+import sys
+
+import pytest
+
+from controller.daemon.engines.base import EngineError
+from controller.daemon.engines.sglang import SGLangEngine
+
+ARG_MOST = 131071        # Linux's MAX_ARG_STRLEN, its NUL aside (engines/sglang_flags.ARG_MOST)
+SGLANG = {"model_path": "m", "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "d"}
+LONG = "v" * (ARG_MOST + 10)
+
+
+def test_a_word_that_long_is_what_the_exec_refuses():
+    with pytest.raises(OSError, match="Argument list too long"):
+        subprocess.run(["true", LONG])
+
+
+@pytest.mark.parametrize("extra,key", [({"model_path": "/" + LONG}, "model_path"), ({"env": {"X": LONG}}, "env.X"),
+                                       ({"extra_args": ["--x", LONG]}, "extra_args")])
+def test_a_value_too_long_for_a_command_line_is_refused_where_the_engine_is_built(extra, key):
+    with pytest.raises(EngineError) as err:
+        SGLangEngine({**SGLANG, **extra})
+    assert str(err.value) == (f"sglang engine: [sglang] {key} is longer than a command line's word or an "
+                              f"environment's may be ({ARG_MOST:,} bytes)")
+
+
+def test_config_check_refuses_it_in_one_line(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text(f'[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/{LONG}"\nspeculative_algorithm = "EAGLE3"\n'
+                    f'speculative_draft_model_path = "d"\npython = "{sys.executable}"\n')
+    done = subprocess.run([sys.executable, "-m", "controller.daemon", "config", "check", "--config", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr.splitlines() == ["spec-controller: sglang engine: [sglang] model_path is longer than a command "
+                                        f"line's word or an environment's may be ({ARG_MOST:,} bytes)"], done.stderr
