@@ -60,6 +60,24 @@ class DaemonProc:
             time.sleep(0.1)
         raise TimeoutError(f"{what} not reached; last status {last}")
 
+    def wait_start_recorded(self, timeout: float = 30.0) -> bool:
+        """Whether the daemon wrote its start event within timeout (its engine may not be ready yet: a slow fake
+        SGLang's start is the window between the two)."""
+        import sqlite3
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and self.proc.poll() is None:
+            time.sleep(0.1)
+            try:
+                conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)
+                try:
+                    if conn.execute("SELECT count(*) FROM events WHERE kind = 'start'").fetchone()[0]:
+                        return True
+                finally:
+                    conn.close()
+            except sqlite3.Error:
+                pass
+        return False
+
     def log_text(self, tail: int = 3000) -> str:
         if not self.log.closed:
             self.log.flush()

@@ -123,9 +123,7 @@ def test_a_daemon_whose_database_was_replaced_leaves_the_new_ones_journal_alone(
 def test_a_database_removed_while_the_engine_starts_is_named_at_the_first_check(short_tmp):
     """The database is remembered as opened, before the engine's start (minutes on a GPU), not after it: removed
     meanwhile, the daemon says so once the engine is up (it was 'start-up failed: FileNotFoundError ...')."""
-    import sqlite3
     import sys
-    import time
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     from faultkit import fake_sglang_config
     work = short_tmp / "w"
@@ -133,17 +131,7 @@ def test_a_database_removed_while_the_engine_starts_is_named_at_the_first_check(
     d = DaemonProc(work, config_text=fake_sglang_config(work, ready_s=4.0), speed=None,
                    env_extra={"STATE_DIRECTORY": str(work), "RUNTIME_DIRECTORY": str(work)})
     try:
-        end = time.monotonic() + 30
-        started = 0
-        while not started and time.monotonic() < end and d.proc.poll() is None:
-            time.sleep(0.1)
-            try:
-                conn = sqlite3.connect(f"file:{d.db}?mode=ro", uri=True)
-                started = conn.execute("SELECT count(*) FROM events WHERE kind = 'start'").fetchone()[0]
-                conn.close()
-            except sqlite3.Error:
-                pass
-        assert started and not d.socket.exists(), d.log_text()      # written, the engine not ready yet
+        assert d.wait_start_recorded() and not d.socket.exists(), d.log_text()      # written, the engine not ready yet
         d.db.unlink()
         code = d.proc.wait(60)
     finally:

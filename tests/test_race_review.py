@@ -137,9 +137,7 @@ def test_a_socket_that_appears_while_starting_is_never_replaced(short_tmp, monke
 def test_a_socket_taken_while_the_engine_starts_is_refused_in_its_own_words(short_tmp):
     """A daemon on the same --socket started while this one's engine was starting (minutes on a GPU): this one's check
     at its bind refuses in the preflight's words, not 'start-up failed: RuntimeError: ...' (race review)."""
-    import sqlite3
     import sys
-    import time
     from pathlib import Path
 
     from tests.daemon_proc import DaemonProc
@@ -151,16 +149,7 @@ def test_a_socket_taken_while_the_engine_starts_is_refused_in_its_own_words(shor
                    env_extra={"STATE_DIRECTORY": str(work), "RUNTIME_DIRECTORY": str(work)})
     other = socket.socket(socket.AF_UNIX)
     try:
-        end = time.monotonic() + 30
-        started = 0
-        while not started and time.monotonic() < end and d.proc.poll() is None:
-            time.sleep(0.1)
-            try:
-                with sqlite3.connect(f"file:{d.db}?mode=ro", uri=True) as conn:
-                    started = conn.execute("SELECT count(*) FROM events WHERE kind = 'start'").fetchone()[0]
-            except sqlite3.Error:
-                pass
-        assert started and not d.socket.exists(), d.log_text()      # the engine not ready yet
+        assert d.wait_start_recorded() and not d.socket.exists(), d.log_text()      # the engine not ready yet
         other.bind(str(d.socket))
         other.listen(1)                                              # another daemon's, live
         code = d.proc.wait(60)
