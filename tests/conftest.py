@@ -54,9 +54,13 @@ def _service_paths_absent(monkeypatch, tmp_path):
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch, tmp_path):
     # Never touch the real user's or the service's state from a test.
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    # (short: the default control socket under it must fit a unix socket's 107 bytes, which pytest's tmp_path may not)
+    state = tempfile.mkdtemp(prefix="xs-", dir="/tmp")
+    monkeypatch.setenv("XDG_STATE_HOME", state)
     for var in ("SPECCTL_SOCKET", "SPECCTL_DB", "STATE_DIRECTORY", "RUNTIME_DIRECTORY", "NOTIFY_SOCKET"):
         monkeypatch.delenv(var, raising=False)
+    yield
+    shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture

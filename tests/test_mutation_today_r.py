@@ -55,7 +55,6 @@ def test_check_where_not_config_check_says_whether_the_default_file_is_there(tmp
         target.parent.mkdir()
         target.write_text('[engine]\nkind = "sim"\n')
     _default_config(monkeypatch, target)
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     res = CliRunner().invoke(daemon_main.main, ["config", "check"])
     assert res.exit_code == 0, res.output
     line, = res.stdout.splitlines()

@@ -99,3 +99,22 @@ def test_a_control_socket_where_no_file_can_be_made_says_so(tmp_path):
         return
     assert (proc.returncode, proc.stderr) == (1, "spec-controller: control socket /proc/x.sock cannot be created "
                                                  "there (No such file or directory)\n")
+
+
+def test_config_check_refuses_a_default_socket_path_too_long_as_run_does(tmp_path):
+    """helper-141: under a long $XDG_STATE_HOME config check said ok of the default control socket's path, which run
+    then refused (too long for a unix socket)."""
+    import subprocess
+    import sys
+    long_state = tmp_path / ("x" * 100)
+    (config := tmp_path / "empty.toml").write_text("")
+    said = []
+    for command in (["config", "check"], ["run", "--speed", "10"]):
+        proc = subprocess.run([sys.executable, "-m", "controller.daemon", *command, "--config", str(config)],
+                              capture_output=True, text=True, timeout=60,
+                              env={"XDG_STATE_HOME": str(long_state), "PATH": "/usr/bin:/bin"})
+        said.append((proc.returncode, proc.stdout, proc.stderr))
+    sock = long_state / "spec-controller" / "control.sock"
+    line = f"spec-controller: control socket {sock}: too long for a unix socket ({len(str(sock))} bytes, at most 107)\n"
+    assert said == [(2, "", line), (2, "", line)], said
+    assert not long_state.exists()                  # (refused before anything is made)

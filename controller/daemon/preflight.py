@@ -115,8 +115,12 @@ def privileged_port(port: int) -> str | None:
 
 
 def check_files_apart(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> None:
-    """The control socket, the database and the engine's own files are different files (Fatal, code 2, where not)."""
+    """The control socket can be one (its path not too long, no file or directory there) and the socket, the database
+    and the engine's own files are different files (Fatal, code 2, where not): run's and config check's (which said
+    ok of a default socket path too long under a long $XDG_STATE_HOME, which run refused)."""
     sock = Path(cfg["control"]["socket"] or default_socket()).absolute()
+    if problem := socket_path_problem(sock):      # (a usage error, as specctl says it: exit 2)
+        raise Fatal(f"control socket {sock}: {problem}", 2)
     if problem := shared_path(sock, Path(cfg["storage"]["db"] or default_db()).absolute(), engine_files):
         raise Fatal(problem, 2)
 
@@ -129,8 +133,6 @@ def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> Non
     ctl = cfg["control"]
     check_files_apart(cfg, engine_files)
     sock = Path(ctl["socket"]).absolute()
-    if problem := socket_path_problem(sock):      # (a usage error, as specctl says it: exit 2)
-        raise Fatal(f"control socket {sock}: {problem}", 2)
     check_socket_free(Path(ctl["socket"]))
     if ctl["metrics_port"]:
         from .metrics import check_port_free
