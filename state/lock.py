@@ -42,11 +42,9 @@ class DaemonLock:
 
     def acquire(self) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-        except OSError as e:
+            fd, self.created = self._made(os.O_RDWR)
+        except OSError as e:        # (its folder: the file's own refusals are StoreError's)
             raise StoreError(f"cannot create {self.path.parent}: {e.strerror}") from None
-        self.created = not self.path.exists()
-        fd = self._open(os.O_RDWR | os.O_CREAT)
         deadline = time.monotonic() + LOOK_GRACE_S
         while True:
             try:
@@ -79,9 +77,7 @@ class DaemonLock:
         pin acknowledged 'applied at next start' not applied, an unpin then 'not pinned', the pin back at the next
         start). Where it cannot be made or read, nothing is held: the check (holder()) says what it finds."""
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-            made = not os.path.lexists(self.path)
-            fd = self._open(os.O_RDONLY | os.O_CREAT)
+            fd, made = self._made(os.O_RDONLY)
         except (StoreError, OSError):
             fd = None
         else:
@@ -109,6 +105,13 @@ class DaemonLock:
                 st = os.lstat(self.path.parent)
             if (st.st_uid, st.st_gid) != (0, 0):
                 os.fchown(fd, st.st_uid, st.st_gid)
+
+    def _made(self, flags: int) -> tuple[int, bool]:
+        """The lock file opened with flags, made (and its folder, 0750) where none is, as the daemon's start and an
+        offline write both need it; and whether this call made it. OSError for the folder, StoreError for the file."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        made = not os.path.lexists(self.path)
+        return self._open(flags | os.O_CREAT), made
 
     def _open(self, flags: int) -> int:
         """The lock file, never a FIFO planted at its path (a read-only open waited for a writer: specctl's look, an

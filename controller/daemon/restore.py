@@ -85,8 +85,8 @@ def config_policy_unused(cfg: dict, saved: Mapping[str, Any]) -> str | None:
     if not isinstance(mine, dict) or (policy(mine.get("name")), dict(mine.get("params") or {})) == \
             (policy(theirs["name"]), dict(theirs["params"])):
         return None
-    given = f"{theirs['name']} {dict(theirs['params'])}"     # (newcomer-54: a --policy was said to be the config's)
-    given = f"policy {given} given on the command line" if cfg.get("_policy_flags") else f"[policy] {given} in the config"
-    return (f"{given} is not used: the database's policy "
+    asked = f"{theirs['name']} {dict(theirs['params'])}"     # (newcomer-54: a --policy was said to be the config's)
+    asked = f"policy {asked} given on the command line" if cfg.get("_policy_flags") else f"[policy] {asked} in the config"
+    return (f"{asked} is not used: the database's policy "
             f"{mine.get('name')} {dict(mine.get('params') or {})} is (a config's policy is a first start's only; "
             f"`specctl policy set {theirs['name']}` switches)")

@@ -50,8 +50,9 @@ def check_socket_free(path: Path) -> None:
                            "daemon?); refusing to remove it: give another --socket")
     if who == NOBODY:
         try:
-            if _identity(os.lstat(path)) != _identity(st):  # (another daemon's start replaced the left-over meanwhile:
-                return check_socket_free(path)            # asked again, not removed as the left-over it replaced)
+            now = os.lstat(path)       # (another daemon's start replaced the left-over meanwhile: asked again, not
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):     # removed as the left-over it replaced)
+                return check_socket_free(path)
             path.unlink()                             # nobody listening: a leftover of a crash
         except FileNotFoundError:                     # (removed meanwhile: by a daemon starting beside this one)
             return None
@@ -62,10 +63,6 @@ def check_socket_free(path: Path) -> None:
     whom = f"another daemon (pid {pid})" if pid else "another daemon"
     raise SocketRefused(f"control socket {path} is in use by {whom}; stop it (specctl --socket {path} stop) or give "
                        f"another --socket")
-
-
-def _identity(st: os.stat_result) -> tuple[int, int]:
-    return st.st_dev, st.st_ino
 
 
 def listener_pid(conn: socket.socket) -> int | None:
