@@ -190,3 +190,34 @@ def test_a_left_over_replaced_while_probed_is_not_removed(short_tmp, monkeypatch
             client.connect(str(path))                           # the other daemon's socket still there
     finally:
         live.close()
+
+
+def test_a_name_left_by_a_daemon_killed_before_it_linked_its_socket_does_not_stop_a_start(short_tmp):
+    """A daemon killed between binding .NAME.PID and linking it to the operator's path leaves that name; a later daemon
+    with the same pid (a container's pids repeat) failed its bind 'Address already in use' (helper-138's note)."""
+    import os
+
+    from controller.daemon import api
+    path = short_tmp / "c.sock"
+    left = socket.socket(socket.AF_UNIX)
+    left.bind(str(short_tmp / f".c.sock.{os.getpid()}"))
+    left.close()                             # (the killed daemon's: a socket file nothing listens on)
+    server = api.ControlServer(path, service=None)
+    try:
+        server.start()
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(str(path))
+        assert [p.name for p in short_tmp.iterdir()] == ["c.sock"]
+    finally:
+        server.stop()
+
+
+def test_a_file_that_is_not_a_socket_under_the_daemons_own_name_is_not_removed(short_tmp):
+    import os
+
+    from controller.daemon import api
+    own = short_tmp / f".c.sock.{os.getpid()}"
+    own.write_text("an operator's file")
+    with pytest.raises(OSError):
+        api.ControlServer(short_tmp / "c.sock", service=None)
+    assert own.read_text() == "an operator's file"

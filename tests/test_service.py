@@ -181,3 +181,36 @@ def test_a_saved_threshold_above_the_engines_largest_batch_is_taken_as_that_batc
     assert again.loop.threshold == top and (again.loop.pinned == top) == (key == "pinned")
     assert again.start_reason == "restored at start"
     writer2.stop()
+
+
+def test_a_checkpoint_beside_a_policy_switch_never_leaves_the_older_state_newest(tmp_path):
+    """helper-138: checkpoint() took the state under the lock and queued it after letting go: a switch in between
+    (more learned, then its newer state saved) was followed by the checkpoint's older row, which a switch back
+    restored. Here the switch starts inside the checkpoint's queueing, in the gap that had no lock."""
+    import threading
+    svc, writer = make_service(tmp_path)
+    stream = Stream(crossover=8)
+    for _ in range(300):
+        svc.loop.observe(stream.sample(svc.loop.threshold))
+    newest = {}
+
+    def learn_more_then_switch():
+        with svc.lock:
+            for _ in range(200):
+                svc.loop.observe(stream.sample(svc.loop.threshold))
+            newest.update(svc.loop.policy.state())
+        svc.set_policy("thompson", {})
+    queue_it = writer.policy_state
+    switch = threading.Thread(target=learn_more_then_switch)
+
+    def checkpoint_put(*args):
+        switch.start()
+        switch.join(1.0)               # (with the fix it waits for the lock the checkpoint holds: the timeout passes)
+        return queue_it(*args)
+    writer.policy_state = checkpoint_put
+    svc.checkpoint()
+    switch.join(10)
+    assert writer.flush(10)            # (the checkpoint's row on disk before the switch back reads it)
+    assert svc.set_policy("ucb", {})["learned"] == "restored"
+    assert svc.loop.policy.state() == newest
+    writer.stop()

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import socketserver
+import stat
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
@@ -177,6 +178,16 @@ class _UnixHTTPServer(BoundedClients, socketserver.ThreadingMixIn, socketserver.
         super().__init__(*args, **kwargs)
 
 
+def _remove_dead_name(own: Path) -> None:
+    """A daemon with this pid killed between its bind and its link left this name (a container's pids repeat, and the
+    bind would fail 'Address already in use'): no live daemon has it, as the pid is ours."""
+    try:
+        if stat.S_ISSOCK(os.lstat(own).st_mode):
+            own.unlink()
+    except FileNotFoundError:
+        pass
+
+
 class ControlServer:
     def __init__(self, path: str | os.PathLike, service, on_stop: Callable[[], dict] | None = None,
                  read_timeout_s: float = READ_TIMEOUT_S):
@@ -191,6 +202,8 @@ class ControlServer:
         own = self.path.with_name(f".{self.path.name[:8]}.{os.getpid()}")
         if socket_path_too_long(own) or socket_path_too_long(self.path):     # (bound at once, as before: one too
             own = self.path                            # long for AF_UNIX is refused by the bind, not linked to)
+        if own != self.path:
+            _remove_dead_name(own)
         with umask(0o117):                             # socket created 0660, never world-accessible
             self.server = _UnixHTTPServer(str(own), handler)
         st = os.lstat(own)

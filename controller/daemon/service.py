@@ -267,13 +267,14 @@ class Service:
         return run
 
     def checkpoint(self) -> None:
+        # queued under the lock (a put, never blocking): a policy switch's snapshot, taken under it, then always lands
+        # after this one, so the switch's newer state stays the newest row (helper-138)
         with self.lock:
             p = self.loop.policy
-            name, params, state = p.name, dict(p.params), p.state()
-        try:
-            self.writer.policy_state(name, params, state)
-        except ValueError:
-            raise PolicyError(f"policy {name}: its state holds a non-finite number; not checkpointed") from None
+            try:
+                self.writer.policy_state(p.name, dict(p.params), p.state())
+            except ValueError:
+                raise PolicyError(f"policy {p.name}: its state holds a non-finite number; not checkpointed") from None
 
     def rollup(self) -> None:
         self.writer.call(self._rollups)
