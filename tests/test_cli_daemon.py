@@ -588,6 +588,15 @@ def test_status_reads_threshold_zero_as_never_speculate():
     assert threshold_line({**st, "threshold": 1}) == "threshold:   1 (pinned)   speculate iff batch size <= 1"
 
 
+def test_status_reads_a_threshold_at_the_engines_largest_batch_as_always():
+    """helper-139: `always` (and a pin at the engine's largest batch) read 'speculate iff batch size <= 256'."""
+    from controller.cli.status import threshold_line
+    st = {"daemon": {"running": True}, "threshold": 256, "pinned": True, "engine": {"max_batch_size": 256}}
+    assert threshold_line(st) == "threshold:   256 (pinned)   always speculate (every batch: the engine's largest is 256)"
+    assert threshold_line({**st, "threshold": 255}).endswith("speculate iff batch size <= 255")
+    assert threshold_line({**st, "engine": None}).endswith("speculate iff batch size <= 256")    # (offline: not known)
+
+
 def test_an_offline_unpin_where_there_is_no_database_says_so_and_creates_none(short_tmp, monkeypatch):
     """helper-128: it said 'the threshold was not pinned in D' of a database D that is not there (exit 0, nothing
     made): now that there is none."""

@@ -214,3 +214,9 @@ def test_a_checkpoint_beside_a_policy_switch_never_leaves_the_older_state_newest
     assert svc.set_policy("ucb", {})["learned"] == "restored"
     assert svc.loop.policy.state() == newest
     writer.stop()
+
+
+def test_status_names_the_engines_largest_batch(tmp_path):
+    svc, writer = make_service(tmp_path)
+    assert svc.status()["engine"]["max_batch_size"] == svc.engine.max_batch_size == 256
+    writer.stop()

@@ -84,7 +84,10 @@ def threshold_line(st: dict) -> str:
         # set while the daemon was down: the last change line below is what the engine last ran
         notes.append(f"at next start; last run at {_fmt(last['new'])}")
     note = f" ({', '.join(notes)})" if notes else ""
-    meaning = "never speculate" if t == 0 else f"speculate iff batch size <= {_fmt(t)}" if t is not None else \
+    largest = (st.get("engine") or {}).get("max_batch_size")
+    meaning = "never speculate" if t == 0 else \
+        f"always speculate (every batch: the engine's largest is {largest})" if largest and t is not None and t >= largest \
+        else f"speculate iff batch size <= {_fmt(t)}" if t is not None else \
         "none saved yet (a start runs the config's [policy] initial_threshold)"      # (a database no start served)
     return f"threshold:   {_fmt(t)}{note}   {meaning}"
 

@@ -267,8 +267,7 @@ class Service:
         return run
 
     def checkpoint(self) -> None:
-        # queued under the lock (a put, never blocking): a policy switch's snapshot, taken under it, then always lands
-        # after this one, so the switch's newer state stays the newest row (helper-138)
+        # queued under the lock (a put: never blocks) so that a policy switch's newer snapshot always lands after it
         with self.lock:
             p = self.loop.policy
             try:
@@ -310,7 +309,7 @@ class Service:
                        "exploration_share": round(guard.explore_used, 4), "last_decision": self.last_decision,
                        "engine_errors": self.engine_errors, "decisions": self.decisions,
                        "job_errors": dict(self.job_errors)}
-        problems = self.problems(health := self.engine.health())
+        problems = self.problems(health := {**self.engine.health(), "max_batch_size": self.engine.max_batch_size})
         daemon = {"running": True, "pid": os.getpid(), "uptime_s": round(time.time() - self.started_wall, 1),
                   "db": self.cfg["storage"]["db"], "socket": self.cfg["control"]["socket"],
                   "healthy": not problems, "problems": problems}
