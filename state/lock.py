@@ -108,10 +108,14 @@ class DaemonLock:
 
     def _made(self, flags: int) -> tuple[int, bool]:
         """The lock file opened with flags, made (and its folder, 0750) where none is, as the daemon's start and an
-        offline write both need it; and whether this call made it. OSError for the folder, StoreError for the file."""
+        offline write both need it; and whether this call made it. OSError for the folder, StoreError for the file.
+        Made is this open's own O_EXCL answer: asked before the open (lexists), a file put there in between (a hard
+        link to another file, by whoever may write the folder) was taken for one made here, and root gave it away."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-        made = not os.path.lexists(self.path)
-        return self._open(flags | os.O_CREAT), made
+        try:
+            return self._open(flags | os.O_CREAT | os.O_EXCL), True
+        except StoreError:          # (there already; or not to be made, which the open again says in its own words)
+            return self._open(flags | os.O_CREAT), False
 
     def _open(self, flags: int) -> int:
         """The lock file, never a FIFO planted at its path (a read-only open waited for a writer: specctl's look, an

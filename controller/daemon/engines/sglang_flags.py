@@ -48,15 +48,27 @@ def unfit_key(table: dict, within: str = "") -> tuple[str, str] | None:
     carries, why), or None: a NUL byte (Popen's ValueError at the engine's start, after `config check` said ok) or a
     word longer than ARG_MOST (a 200 KB model_path: E2BIG, 'Argument list too long', the same way)."""
     for key, value in table.items():
-        for item in (value if isinstance(value, list) else [value]):
-            if "\0" in str(key) or (isinstance(item, str) and "\0" in item):
-                return f"{within}{key}", "holds a NUL byte, which no command line or environment carries"
-            if len(f"{key}={item if isinstance(item, str) else ''}".encode()) > ARG_MOST:
-                return f"{within}{key}", f"is longer than a command line's word or an environment's may be " \
-                                         f"({ARG_MOST:,} bytes)"
+        items = value if isinstance(value, list) else [value]
+        if any("\0" in str(key) or (isinstance(item, str) and "\0" in item) for item in items):
+            return f"{within}{key}", "holds a NUL byte, which no command line or environment carries"
+        if any(len(word.encode()) > ARG_MOST for word in _words(key, value, within)):
+            return f"{within}{key}", f"is longer than a command line's word or an environment's may be " \
+                                     f"({ARG_MOST:,} bytes)"
+        for item in items:
             if isinstance(item, dict) and (inner := unfit_key(item, f"{within}{key}.")) is not None:
                 return inner
     return None
+
+
+def _words(key: str, value: object, within: str) -> list[str]:
+    """The words key = value is written as at the engine's start: a flag of SGLang's as server_flags writes it
+    (--key-name=value where the value starts with '-', a table as its text: one word each; measured as key=value, a
+    '-' value 2 bytes past the limit and a table of any size passed the check, and the exec refused them), else
+    NAME=value ([sglang.env]'s), the engine's own keys' words (extra_args') measured the same way."""
+    if within or key in OWN_KEYS:
+        items = value if isinstance(value, list) else [value]
+        return [f"{key}={item if isinstance(item, str) else ''}" for item in items]
+    return server_flags({key: value})
 
 
 def named_paths(args: dict) -> list[tuple[str, str]]:
