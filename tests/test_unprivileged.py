@@ -83,13 +83,49 @@ def test_a_privileged_metrics_port_is_a_config_error_saying_why_and_a_taken_one_
 
 @pytest.mark.parametrize("port,noted", [(80, True), (1023, True), (1024, False), (9464, False)])
 def test_config_check_notes_a_metrics_port_the_units_user_may_not_bind(port_start, port, noted):
-    """config check runs as root, for whom any port binds; the service's user then failed at every start."""
+    """config check runs as root, for whom any port binds; the service's user then failed at every start. (A user not
+    root who may not bind it is refused as run refuses it: the test below.)"""
     from click.testing import CliRunner
 
     from controller.daemon.main import main
     res = CliRunner().invoke(main, ["config", "check", "--set", f"control.metrics_port={port}"])
+    if os.geteuid() != 0 and port < _kernel_port_start():
+        assert res.exit_code == 2, res.output
+        return
     note = f"spec-controller: note: [control] metrics_port = {port}: below 1024: only root or CAP_NET_BIND_SERVICE"
     assert res.exit_code == 0 and (note in res.stderr) == noted, res.output
+
+
+def _kernel_port_start() -> int:
+    from pathlib import Path
+    return int(Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").read_text())
+
+
+def test_config_check_refuses_a_metrics_port_this_user_may_not_bind_as_run_does(short_tmp):
+    """helper-142: as a user not root, `config check --metrics-port 80` said ok (exit 0, a note about the unit's user)
+    and `run --metrics-port 80` then refused it (exit 2): the check is 'ok, or the refusal run would give'. As root,
+    acted out as nobody (whose effective capabilities are gone with its euid)."""
+    import contextlib
+
+    from click.testing import CliRunner
+
+    import controller.daemon.metrics  # noqa: F401  (the bind's imports cached before acting as nobody: this
+    from controller.daemon.main import main           # Python may live in /root)
+    from tests.test_group_access import NOBODY, acting_as
+    start = _kernel_port_start()
+    if start <= 1:
+        pytest.skip(f"every port is unprivileged here (ip_unprivileged_port_start = {start})")
+    short_tmp.chmod(0o777)
+    (short_tmp / "empty.toml").write_text("")
+    args = ["config", "check", "--config", str(short_tmp / "empty.toml"), "--db", str(short_tmp / "v.db"),
+            "--socket", str(short_tmp / "c.sock"), "--metrics-port", str(start - 1)]
+    assert CliRunner().invoke(main, args[:-2]).exit_code == 0          # (imports cached before acting as nobody)
+    with acting_as(NOBODY, []) if os.geteuid() == 0 else contextlib.nullcontext():
+        res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2 and res.stdout == "" and res.stderr.strip().splitlines() == [
+        f"spec-controller: metrics port {start - 1}: Permission denied (below {start}: only root or "
+        f"CAP_NET_BIND_SERVICE may bind it, and the unit's user has neither; choose a port from {start} up)"], res.output
+    assert not (short_tmp / "v.db").exists()
 
 
 def test_run_refuses_a_privileged_metrics_port_before_anything_starts(short_tmp):

@@ -174,7 +174,7 @@ def check(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
     from .launchcfg import LaunchError, off_path_note
     from .launchcheck import section_notes
     from .launchcmd import missing_path_notes, path_notes, secret_mode_note
-    from .preflight import build_engine, check_files_apart, check_given_paths, privileged_port
+    from .preflight import build_engine, check_files_apart, check_given_paths, check_privileged_port, privileged_port
     from .serviceaccess import service_account, service_cannot_read
     parsed: list[str] = []
     try:
@@ -182,6 +182,7 @@ def check(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
         check_given_paths(cfg)
         engine = build_engine(cfg)
         check_files_apart(cfg, engine.own_files)
+        check_privileged_port(cfg)
         if cfg["engine"]["kind"] == "sglang":
             engine.check_installed()
             parsed = section_notes(engine)     # SGLang's parser, where it runs (seconds: its import)

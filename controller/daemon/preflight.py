@@ -114,6 +114,23 @@ def privileged_port(port: int) -> str | None:
             f"port from {start} up") if 0 < port < start else None
 
 
+def check_privileged_port(cfg: dict) -> None:
+    """config check's part of run's metrics port check: a port below the unprivileged range that this user may not bind
+    is run's refusal (Fatal, code 2). Only that: a port another process holds is no refusal here (the running daemon's
+    own metrics server holds it during a check), and root binds any port (then the check's note speaks for the unit's
+    user). (helper-142: as a user not root, check said ok of --metrics-port 80, exit 0, and run refused it, exit 2.)"""
+    port, addr = cfg["control"]["metrics_port"], cfg["control"]["metrics_addr"]
+    if not port or not privileged_port(port):
+        return
+    from .metrics import check_port_free
+    try:
+        check_port_free(port, addr)
+    except PermissionError as e:
+        raise port_taken(port, e) from None
+    except OSError:
+        pass
+
+
 def check_files_apart(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> None:
     """The control socket can be one (its path not too long, no file or directory there) and the socket, the database
     and the engine's own files are different files (Fatal, code 2, where not): run's and config check's (which said
