@@ -60,8 +60,9 @@ class DaemonLock:
                 if shared:
                     raise StoreError(f"{self.path} stayed locked by another process (specctl writing offline?) for "
                                      f"{HELD_OFF_S:g} s") from None
-                raise StoreError(f"another spec-controller (pid {holder}) is running on "
-                                 f"{self.path.with_suffix('')}") from None
+                db = self.path.with_suffix("")          # (what to do, as the socket's refusal says it: helper-142)
+                raise StoreError(f"another spec-controller (pid {holder}) is running on {db}; stop it (specctl --db "
+                                 f"{db} stop) or give another --db") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._fd = fd

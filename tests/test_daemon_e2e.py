@@ -101,7 +101,13 @@ def test_second_daemon_on_same_database_is_refused(short_tmp):
         res = run_daemon_once(short_tmp, "--db", str(d.db), "--socket", str(short_tmp / "b.sock"))
         assert res.returncode == 1
         assert res.stderr.strip().splitlines() == [
-            f"spec-controller: another spec-controller (pid {d.proc.pid}) is running on {d.db}"]
+            f"spec-controller: another spec-controller (pid {d.proc.pid}) is running on {d.db}; stop it (specctl "
+            f"--db {d.db} stop) or give another --db"]
+        from click.testing import CliRunner         # what the line says to do stops that daemon (helper-142: the line
+        from controller.cli.main import cli         # said no remedy, where the control socket's refusal says one)
+        stop = CliRunner().invoke(cli, ["--db", str(d.db), "stop"])
+        assert stop.exit_code == 0 and stop.stdout == f"daemon pid {d.proc.pid} stopped\n", stop.output
+        assert d.proc.poll() == 0
     finally:
         assert d.stop() == 0
 

@@ -59,7 +59,8 @@ def test_lk3_a_start_beside_a_daemon_is_refused_at_once_not_after_the_offline_wr
     running.release()                                  # that daemon stops
     t.join(60)
     lock.release()
-    assert outcome == [f"another spec-controller (pid {os.getpid()}) is running on {db}"]
+    assert outcome == [f"another spec-controller (pid {os.getpid()}) is running on {db}; stop it (specctl --db {db} "
+                       "stop) or give another --db"]
 
 
 def test_lk5_a_lock_held_shared_past_the_wait_is_said_as_such(short_tmp, monkeypatch):
