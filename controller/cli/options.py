@@ -3,7 +3,9 @@ as one line, integer and number arguments that parse negatives and name their ra
 Standard library and click only: imported on every start of specctl."""
 from __future__ import annotations
 
+import contextlib
 import difflib
+import os
 import re
 import sys
 from typing import Any, Callable, NoReturn
@@ -50,6 +52,27 @@ class OneLineGroup(click.Group):
             fail_as(self.prog, e.format_message(), e.exit_code)
         except click.exceptions.Abort:
             fail_as(self.prog, "aborted", EXIT_ERROR)
+        except OSError as e:            # (click answers EPIPE itself: a closed pipe exits 1 without a word)
+            if not _stdout_refused(e):
+                raise
+            fail_as(self.prog, f"cannot write to standard output: {e.strerror}", EXIT_ERROR)
+
+
+def _stdout_refused(error: OSError) -> bool:
+    """Whether the answer could not be written: click's echo refused on stdout (a full disk, `> /dev/full`: its
+    traceback, helper-142). stdout then goes to /dev/null, or the flush at exit would say it again with a traceback of
+    its own. False where the OSError came from elsewhere (raised again as it was)."""
+    tb = error.__traceback__
+    while tb is not None and not (tb.tb_frame.f_code is click.echo.__code__ and
+                                  tb.tb_frame.f_locals.get("file") is sys.stdout):
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    with contextlib.suppress(OSError, ValueError):      # (io.UnsupportedOperation: no file descriptor under it)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return True
 
 
 def usage_line(e: click.UsageError) -> str:

@@ -1,0 +1,39 @@
+"""An answer that cannot be written (stdout on a full disk: `specctl history > /mnt/full/h.txt`) is one line on
+stderr and exit 1, as every other error (helper-142: click's echo raised OSError ENOSPC and both command lines printed
+a 30-line traceback). A closed pipe stays silent (click answers it: `specctl history | head -1`)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+
+COMMANDS = [
+    ("controller.cli", "specctl", ["--version"]),
+    ("controller.cli", "specctl", ["policy", "list"]),
+    ("controller.cli", "specctl", ["simulate", "--concurrency", "1", "--seconds", "1"]),
+    ("controller.daemon", "spec-controller", ["config", "check", "--config", "CONFIG"]),
+]
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+@pytest.mark.parametrize("module,prog,args", COMMANDS)
+def test_an_answer_stdout_refuses_is_one_line_and_exit_1(short_tmp, module, prog, args, unbuffered):
+    config = short_tmp / "c.toml"
+    config.write_text("[sim]\nspeed = 1.0\n")        # (an empty one: a note on stderr besides)
+    env = {**os.environ, "PYTHONUNBUFFERED": unbuffered}
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([sys.executable, "-m", module, *[str(config) if a == "CONFIG" else a for a in args]],
+                             stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    assert res.returncode == 1 and res.stderr.splitlines() == [
+        f"{prog}: cannot write to standard output: {os.strerror(28)}"], res.stderr
+
+
+def test_a_closed_pipe_is_still_silent():
+    """click's own answer to EPIPE (exit 1, nothing said) is left as it was: the new line is for a refused write."""
+    proc = subprocess.Popen([sys.executable, "-m", "controller.cli", "policy", "list", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    assert proc.wait(60) == 1 and proc.stderr.read() == ""
+    proc.stderr.close()
