@@ -79,6 +79,10 @@ def test_q1_the_newest_start_says_the_engines_largest_batch(short_tmp):
     res = CliRunner().invoke(cli, [*base, "threshold", "pin", "20"])
     assert res.exit_code == 0 and res.output.strip().endswith(
         "(above the engine's largest batch at its last start, 16: taken as 16 if it is so then)"), res.output
+    again = CliRunner().invoke(cli, [*base, "threshold", "pin", "20"])     # (helper-142: the repeat dropped the note)
+    assert again.exit_code == 0 and again.output.strip().endswith(
+        "already pinned at 20 in " + str(db) + " (above the engine's largest batch at its last start, 16: taken as 16 "
+        "if it is so then); nothing changed"), again.output
 
 
 def test_q2_a_start_without_max_batch_whose_socket_path_holds_the_word_says_nothing(short_tmp):

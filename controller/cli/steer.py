@@ -181,15 +181,21 @@ def _pin(ctx: Ctx, value: int | None) -> None:
         else:
             PIN.check(value, ctx=click.get_current_context())   # what an offline pin may save (no engine judges it)
             if present(ctx.db) and _saved_pin(ctx) == value:       # (as the daemon says it: nothing written)
-                say(f"daemon is not running: threshold already pinned at {value} in {ctx.db}; nothing changed")
+                say(f"daemon is not running: threshold already pinned at {value} in {ctx.db}{_above(ctx, value)}; "
+                    "nothing changed")
                 return
         save_offline(ctx, "pinned", value)
-        from state import queries
-        top = offline_read(ctx, queries.started_max_batch) if value is not None else None
-        above = f" (above the engine's largest batch at its last start, {top}: taken as {top} if it is so then)" \
-            if top is not None and value > top else ""
         say(f"daemon is not running: {'pin ' + str(value) if value is not None else 'unpin'} "
-            f"saved to {ctx.db}, applied at next start{above}")
+            f"saved to {ctx.db}, applied at next start{_above(ctx, value)}")
+
+
+def _above(ctx: Ctx, value: int | None) -> str:
+    """An offline pin above the largest batch of the engine's last start: what the start will make of it (said again
+    when the pin is repeated: helper-142)."""
+    from state import queries
+    top = offline_read(ctx, queries.started_max_batch) if value is not None else None
+    return f" (above the engine's largest batch at its last start, {top}: taken as {top} if it is so then)" \
+        if top is not None and value > top else ""
 
 
 def _refused_line(value: int | None, res: dict) -> str:
