@@ -70,6 +70,17 @@ def test_shell_completion_script_is_generated():
     assert res.exit_code == 0 and "_specctl_completion" in res.output and "complete " in res.output
 
 
+def test_shell_completion_offers_the_policy_names_after_policy_set():
+    """helper-142: `specctl policy set <TAB>` offered nothing; the completion bash runs (COMP_WORDS, COMP_CWORD)."""
+    env = {"_SPECCTL_COMPLETE": "bash_complete", "COMP_WORDS": "specctl policy set b", "COMP_CWORD": "3"}
+    res = CliRunner().invoke(cli, [], prog_name="specctl", env=env)
+    assert res.exit_code == 0 and res.output.split() == ["plain,bandit"], res.output
+    env.update(COMP_WORDS="specctl policy set ", COMP_CWORD="3")
+    offered = {w.split(",", 1)[1] for w in CliRunner().invoke(cli, [], prog_name="specctl", env=env).output.split()}
+    from policies import ALIASES, POLICIES
+    assert offered == {*POLICIES, *ALIASES}
+
+
 def test_status_text_falls_back_to_last_known_acceptance():
     from controller.cli.status import render_status
     st = {"daemon": {"running": True, "pid": 1, "uptime_s": 5, "healthy": True}, "engine": {"engine": "sim"},

@@ -96,8 +96,14 @@ def policy_show(ctx: Ctx, as_json: bool) -> None:
                                       "(bandit unless set)")
 
 
+def _policy_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of `policy set NAME`: the registered policies and their aliases (helper-142: none offered)."""
+    from policies import ALIASES, POLICIES
+    return sorted(n for n in [*POLICIES, *ALIASES] if n.startswith(incomplete))
+
+
 @policy.command("set")
-@click.argument("name")
+@click.argument("name", shell_complete=_policy_names)
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="policy parameter (repeatable)")
 @click.pass_obj
 def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
