@@ -38,6 +38,9 @@ def _sglang_default_port_unheld(monkeypatch):
 # The modules that look for the service's socket and database (paths' find_*, specctl's); the daemon's preflight only
 # names them in its refusals
 UNIT_PATH_READERS = ("controller.paths", "controller.cli.common")
+# preflight names the unit's paths in its refusals: imported here, it binds the real ones (first imported inside a test,
+# under the fixture below, it kept that test's stand-in for every later test: tests/test_config_paths.py alone failed)
+import controller.daemon.preflight  # noqa: E402,F401
 
 
 @pytest.fixture(autouse=True)

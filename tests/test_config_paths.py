@@ -245,3 +245,24 @@ def test_specctl_pairs_the_database_with_the_socket_it_finds(short_tmp, monkeypa
             assert paths.find_socket() == paths.UNIT_SOCKET and paths.find_db() == paths.UNIT_DB
         monkeypatch.setenv("SPECCTL_DB", str(paths.UNIT_DB))
         assert paths.find_db() == paths.UNIT_DB                # named: as named
+
+
+def test_config_check_of_the_units_config_notes_a_database_the_unit_may_not_write(layout, monkeypatch):
+    """note 53: a [storage] db outside the unit's writable directories passed config check, and the service's start
+    failed read-only (ProtectSystem=strict). The unit's config is named; any other config is a shell's, not noted."""
+    from click.testing import CliRunner
+
+    from controller.daemon import main
+    data = layout / "data"
+    data.mkdir()
+    config = write(layout, f'[storage]\ndb = "{data}/spec.db"\n')
+    monkeypatch.setattr(main, "DEFAULT_CONFIG", config)           # (this file stands for /etc/spec-controller's)
+    res = CliRunner().invoke(main.main, ["config", "check", "--config", str(config)])
+    notes = [line for line in res.output.splitlines() if "ProtectSystem" in line]
+    assert res.exit_code == 0 and notes == [
+        f"spec-controller: note: [storage] db = {data}/spec.db: the service (ProtectSystem=strict) may write only under "
+        f"/var/lib/spec-controller, /run/spec-controller, /var/cache/spec-controller; let it write {data} with "
+        f"`systemctl edit spec-controller`: [Service] ReadWritePaths={data}"], res.output
+    monkeypatch.setattr(main, "DEFAULT_CONFIG", layout / "etc" / "other.toml")
+    res = CliRunner().invoke(main.main, ["config", "check", "--config", str(config)])
+    assert res.exit_code == 0 and "ProtectSystem" not in res.output, res.output

@@ -175,7 +175,7 @@ def check(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
     from .launchcheck import section_notes
     from .launchcmd import missing_path_notes, path_notes, secret_mode_note
     from .preflight import build_engine, check_files_apart, check_given_paths, check_privileged_port, privileged_port
-    from .serviceaccess import service_account, service_cannot_read
+    from .serviceaccess import service_account, service_cannot_read, unit_cannot_write
     parsed: list[str] = []
     try:
         cfg = read_config(config_path, settings, flags)
@@ -196,7 +196,8 @@ def check(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
     readable = service_cannot_read(cfg["sglang"], user, config=cfg["_path"]) if sglang else []
     port = cfg["control"]["metrics_port"]     # (the check binds nothing: as root, run would bind any port; the unit not)
     privileged = [f"[control] metrics_port = {port}: {why}"] if (why := privileged_port(port)) else []
-    _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"], group) + readable + privileged)
+    _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"], group) + readable + privileged +
+               unit_cannot_write(cfg, DEFAULT_CONFIG))
     click.echo(one_line(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg)}; policy "
                         f"{cfg['policy']['name']})"))          # (a path holding a newline: still one line)
 

@@ -123,3 +123,23 @@ def _ask_as(account: pwd.struct_passwd, paths: list[str], timeout_s: float) -> s
     if status != 0:
         raise OSError(f"the check as {account.pw_name} failed (status {status})")
     return set(text.split("\0")) - {""}
+
+
+UNIT_WRITABLE = (Path("/var/lib/spec-controller"), Path("/run/spec-controller"), Path("/var/cache/spec-controller"))
+
+
+def unit_cannot_write(cfg: dict, unit_config: Path) -> list[str]:
+    """Notes for the unit's own config (unit_config, the unit's --config): a [storage] db or [control] socket outside
+    the directories the unit may write, which its ProtectSystem=strict leaves read-only (the start then failed in the
+    journal; /tmp is the unit's private one, where specctl does not look)."""
+    if not cfg["_path"] or os.path.realpath(cfg["_path"]) != os.path.realpath(unit_config):
+        return []
+    notes = []
+    for section, key in (("storage", "db"), ("control", "socket")):
+        value = cfg[section][key]
+        folder = Path(os.path.realpath(value)).parent if value else None
+        if folder is not None and not any(folder == d or d in folder.parents for d in UNIT_WRITABLE):
+            notes.append(f"[{section}] {key} = {value}: the service (ProtectSystem=strict) may write only under "
+                         f"{', '.join(map(str, UNIT_WRITABLE))}; let it write {folder} with `systemctl edit "
+                         f"{UNIT.removesuffix('.service')}`: [Service] ReadWritePaths={folder}")
+    return notes
