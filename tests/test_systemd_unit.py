@@ -229,3 +229,13 @@ def test_a_rerun_over_the_same_unit_keeps_no_copy(tmp_path):
     assert not (root / "etc/spec-controller/spec-controller.service.old").exists()
     assert "replaced" not in res.stdout and "earlier install's" not in res.stdout
     assert "sudo systemctl restart spec-controller" in res.stdout
+
+
+def test_config_checks_list_of_what_the_unit_may_write_is_the_units_own():
+    """config check's note on a database the service may not write names the unit's StateDirectory=, RuntimeDirectory=
+    and CacheDirectory= (ProtectSystem=strict leaves everything else read-only)."""
+    from controller.daemon.serviceaccess import UNIT_WRITABLE
+    s = _settings(UNIT.read_text())
+    assert s["ProtectSystem"] == ["strict"] and not s.get("ReadWritePaths")
+    assert UNIT_WRITABLE == (Path("/var/lib") / s["StateDirectory"][0], Path("/run") / s["RuntimeDirectory"][0],
+                             Path("/var/cache") / s["CacheDirectory"][0])

@@ -12,6 +12,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+from ..paths import SYSTEM_RUNTIME, SYSTEM_STATE
 from .engines.sglang_flags import named_paths
 
 SERVICE_USER = "spec-controller"        # systemd/spec-controller.sysusers and the packaged unit's User= / Group=
@@ -125,7 +126,8 @@ def _ask_as(account: pwd.struct_passwd, paths: list[str], timeout_s: float) -> s
     return set(text.split("\0")) - {""}
 
 
-UNIT_WRITABLE = (Path("/var/lib/spec-controller"), Path("/run/spec-controller"), Path("/var/cache/spec-controller"))
+# the unit's StateDirectory=, RuntimeDirectory= and CacheDirectory= (systemd/spec-controller.service)
+UNIT_WRITABLE = (SYSTEM_STATE, SYSTEM_RUNTIME, Path("/var/cache/spec-controller"))
 
 
 def unit_cannot_write(cfg: dict, unit_config: Path) -> list[str]:
