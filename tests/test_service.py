@@ -220,3 +220,32 @@ def test_status_names_the_engines_largest_batch(tmp_path):
     svc, writer = make_service(tmp_path)
     assert svc.status()["engine"]["max_batch_size"] == svc.engine.max_batch_size == 256
     writer.stop()
+
+
+def test_a_pin_during_the_drain_is_saved_for_the_next_start_and_said_so(short_tmp):
+    """helper-138: a pin while the daemon drained (retunes stopped, the engine going) was answered 'the engine has not
+    taken it ... the daemon tries again at every retune', and no retune was to come. Now saved, not applied, and
+    specctl says the next start applies it (through the real control socket)."""
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    from controller.cli.main import cli
+    from controller.daemon.api import ControlServer
+    from tests.fakes import FakeEngine, make_service as service_on_fake
+    engine = FakeEngine()
+    svc, writer = service_on_fake(short_tmp, engine=engine)
+    svc.stopping = True
+    server = ControlServer(short_tmp / "c.sock", svc)
+    server.start()
+    try:
+        res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "c.sock"), "threshold", "pin", "5"])
+    finally:
+        server.stop()
+    assert res.exit_code == 0 and res.output.strip() == \
+        "threshold pinned at 5 (saved); the daemon is stopping: its next start applies it", res.output
+    assert engine.applied == []
+    assert writer.flush(10)
+    saved = sqlite3.connect(short_tmp / "s.db").execute("SELECT value FROM settings WHERE key = 'pinned'").fetchone()
+    assert saved == ("5",)
+    writer.stop()

@@ -163,6 +163,10 @@ def _pin(ctx: Ctx, value: int | None) -> None:
     path = "/threshold/pin" if value is not None else "/threshold/unpin"
     try:
         res = call(ctx, "POST", path, {"threshold": value} if value is not None else {})
+        if res.get("stopping") and res.get("changed", True):     # (helper-138: it said 'tries again at every retune')
+            click.echo(f"{'threshold pinned at ' + str(value) if value is not None else 'threshold unpinned'} (saved); "
+                       "the daemon is stopping: its next start applies it")
+            return
         if res.get("refused"):      # saved, and held across restarts, but not what the engine runs
             fail(_refused_line(value, res))
         if not res.get("changed", True):       # the daemon found it so already and changed nothing

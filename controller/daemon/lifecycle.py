@@ -168,6 +168,7 @@ class Daemon:
         of the socket and the lock; one log line."""
         server, sched, ingest, retune = parts
         sd_notify("STOPPING=1")
+        service.stopping = True
         began, lost = time.monotonic(), service.writer.errors
         retune.stop()
         sched.shutdown(wait=True)

@@ -54,7 +54,7 @@ class Service:
         self._commands = threading.Lock()
         self.started_wall = time.time()
         self.stats = LiveStats()
-        self.engine_errors = 0
+        self.engine_errors, self.stopping = 0, False     # stopping: the drain began (a pin is saved, the engine going)
         self.refused: tuple[int, str] | None = None    # (threshold, why) while the engine refuses to take it
         self.decisions = 0
         self.last_decision: dict | None = None
@@ -183,7 +183,7 @@ class Service:
                                event_item("pin" if threshold is not None else "unpin", str(threshold))], deadline)
                 with self.lock:
                     self.loop.pin(threshold)
-        if changed:
+        if changed and not self.stopping:      # (draining: its next start applies the saved pin; no retune runs now)
             self.retune()
         # a pin's answer names only a refusal of the pin itself (a retune that failed before it actuated leaves an
         # older refusal of another threshold); an unpin's, the policy's
@@ -191,7 +191,7 @@ class Service:
         with self.lock:
             loop = self.loop
             return {"threshold": loop.threshold, "pinned": loop.pinned is not None, "exploit_threshold": loop.guard.exploit,
-                    "trial": loop.exploring, "changed": changed, "pinned_at": loop.pinned,
+                    "trial": loop.exploring, "changed": changed, "pinned_at": loop.pinned, "stopping": self.stopping,
                     "refused": refused[1] if refused else None, "refused_threshold": refused[0] if refused else None}
 
     # --- actuation --------------------------------------------------------------
