@@ -249,3 +249,29 @@ def test_a_pin_during_the_drain_is_saved_for_the_next_start_and_said_so(short_tm
     saved = sqlite3.connect(short_tmp / "s.db").execute("SELECT value FROM settings WHERE key = 'pinned'").fetchone()
     assert saved == ("5",)
     writer.stop()
+
+
+def test_a_checkpoint_between_the_switchs_snapshot_and_its_write_is_not_followed_by_that_older_snapshot(tmp_path):
+    """helper-145: the other order of the race above. set_policy took the old policy's state, looked for the new one's
+    (the loop learning on meanwhile), then queued that state: a checkpoint in between (newer) was followed by it, and a
+    switch back restored the older."""
+    svc, writer = make_service(tmp_path)
+    stream = Stream(crossover=8)
+    for _ in range(300):
+        svc.loop.observe(stream.sample(svc.loop.threshold))
+    restore, newest = svc._restore, {}
+
+    def restore_while_the_loop_learns_on(*args):
+        with svc.lock:
+            for _ in range(200):
+                svc.loop.observe(stream.sample(svc.loop.threshold))
+        svc.checkpoint()                             # the checkpoint job, in the switch's window
+        newest.update(svc.loop.policy.state())
+        return restore(*args)
+    svc._restore = restore_while_the_loop_learns_on
+    svc.set_policy("thompson", {})
+    del svc._restore
+    assert writer.flush(10)
+    assert svc.set_policy("ucb", {})["learned"] == "restored"
+    assert svc.loop.policy.state() == newest
+    writer.stop()

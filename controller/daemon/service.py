@@ -144,10 +144,9 @@ class Service:
             if not same:
                 policy, restored = self._restore(policy, name, params)
                 learned = "restored" if restored else "new"
-            # The current policy's state is saved with the switch, so a switch back resumes from it.
             items = [setting_item("policy", {"name": name, "params": dict(params)}), event_item("policy", f"{name} "
                      f"{dict(params)}")]
-            try:
+            try:        # the current policy's state, saved with the switch: a switch back resumes from it
                 items.insert(0, policy_state_item(old.name, dict(old.params), old_state))
             except ValueError:
                 log.error("policy %s: its state holds a non-finite number; not saved", old.name)
@@ -159,6 +158,8 @@ class Service:
                         learned = "kept"
                     except PolicyError as e:
                         log.warning(f"policy {name}: learned state not carried over: {e}")
+                else:       # its state now, queued after any checkpoint taken since old_state (helper-145: a switch
+                    self.guarded("checkpoint", self.checkpoint)()       # back restored old_state, the older of the two)
                 self.loop.set_policy(policy)
                 self.policy_name = name
                 if not policy.state():      # fixed, always, never: nothing learned to keep, restore or start on
@@ -266,8 +267,7 @@ class Service:
             return True
         return run
 
-    def checkpoint(self) -> None:
-        # queued under the lock (a put: never blocks) so that a policy switch's newer snapshot always lands after it
+    def checkpoint(self) -> None:       # queued under the lock (a put: never blocks): a switch's newer snapshot after it
         with self.lock:
             p = self.loop.policy
             try:
