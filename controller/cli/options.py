@@ -64,15 +64,28 @@ def _stdout_refused(error: OSError) -> bool:
     its own. False where the OSError came from elsewhere (raised again as it was)."""
     tb = error.__traceback__
     while tb is not None and not (tb.tb_frame.f_code is click.echo.__code__ and
-                                  tb.tb_frame.f_locals.get("file") is sys.stdout):
+                                  _is_stdout(tb.tb_frame.f_locals.get("file"))):
         tb = tb.tb_next
     if tb is None:
         return False
     with contextlib.suppress(OSError, ValueError):      # (io.UnsupportedOperation: no file descriptor under it)
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
     return True
+
+
+def _is_stdout(file: object) -> bool:
+    """sys.stdout, or another writer on its descriptor: click's text wrapper of it where stdout's encoding is ascii
+    (PYTHONIOENCODING=ascii, a C locale not coerced), which is not sys.stdout (the traceback came back: helper-145)."""
+    if file is None or file is sys.stdout:
+        return file is not None
+    try:
+        return file.fileno() == sys.stdout.fileno()      # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):        # (none under it, or stdout None: closed at start)
+        return False
 
 
 def usage_line(e: click.UsageError) -> str:
