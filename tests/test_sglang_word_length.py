@@ -37,3 +37,13 @@ def test_config_check_refuses_it_in_one_line(tmp_path):
     assert done.returncode == 2 and done.stdout == "", done
     assert done.stderr.splitlines() == ["spec-controller: sglang engine: [sglang] model_path is longer than a command "
                                         f"line's word or an environment's may be ({ARG_MOST:,} bytes)"], done.stderr
+
+
+def test_an_extra_args_word_is_measured_as_the_word_it_is():
+    """helper-145: extra_args' words were measured as extra_args=WORD, so one the exec takes (11 bytes short of the
+    limit and up) was refused; one byte past the limit is still refused."""
+    from controller.daemon.engines.sglang_flags import unfit_key
+    longest = "--x=" + "v" * (ARG_MOST - 4)
+    assert unfit_key({**SGLANG, "extra_args": ["--y", longest]}) is None
+    subprocess.run(["true", longest], check=True)          # (what the exec takes)
+    assert unfit_key({**SGLANG, "extra_args": [longest + "v"]})[0] == "extra_args"

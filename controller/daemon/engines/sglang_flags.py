@@ -63,9 +63,10 @@ def unfit_key(table: dict, within: str = "") -> tuple[str, str] | None:
 def _words(key: str, value: object, within: str) -> list[str]:
     """The words key = value is written as at the engine's start: a flag of SGLang's as server_flags writes it
     (--key-name=value where the value starts with '-', a table as its text: one word each; measured as key=value, a
-    '-' value 2 bytes past the limit and a table of any size passed the check, and the exec refused them), else
-    NAME=value ([sglang.env]'s), the engine's own keys' words (extra_args') measured the same way."""
-    if within or key in OWN_KEYS:
+    '-' value 2 bytes past the limit and a table of any size passed the check, and the exec refused them), extra_args'
+    as given (measured as extra_args=word, one 11 bytes short of the limit was refused: helper-145), else NAME=value
+    ([sglang.env]'s), the engine's other own keys' measured the same way."""
+    if within or key in OWN_KEYS - {"extra_args"}:
         items = value if isinstance(value, list) else [value]
         return [f"{key}={item if isinstance(item, str) else ''}" for item in items]
     return server_flags({key: value})
