@@ -252,10 +252,11 @@ def test_config_check_of_the_units_config_notes_a_database_the_unit_may_not_writ
     failed read-only (ProtectSystem=strict). The unit's config is named; any other config is a shell's, not noted."""
     from click.testing import CliRunner
 
-    from controller.daemon import main
+    from controller.daemon import main, serviceaccess
     data = layout / "data"
     data.mkdir()
     config = write(layout, f'[storage]\ndb = "{data}/spec.db"\n')
+    monkeypatch.setattr(serviceaccess, "UNIT_PRIVATE_TMP", ())      # (this folder, under /tmp, stands for /data's)
     monkeypatch.setattr(main, "DEFAULT_CONFIG", config)           # (this file stands for /etc/spec-controller's)
     res = CliRunner().invoke(main.main, ["config", "check", "--config", str(config)])
     notes = [line for line in res.output.splitlines() if "ProtectSystem" in line]
@@ -266,3 +267,26 @@ def test_config_check_of_the_units_config_notes_a_database_the_unit_may_not_writ
     monkeypatch.setattr(main, "DEFAULT_CONFIG", layout / "etc" / "other.toml")
     res = CliRunner().invoke(main.main, ["config", "check", "--config", str(config)])
     assert res.exit_code == 0 and "ProtectSystem" not in res.output, res.output
+
+
+def test_config_check_of_the_units_config_says_what_a_database_under_tmp_becomes(layout):
+    """helper-145: a database under /tmp was told 'let it write /tmp: ReadWritePaths=/tmp', which changes nothing: the
+    unit writes its own /tmp (PrivateTmp), empty at each start, where specctl does not look."""
+    from controller.daemon.serviceaccess import unit_cannot_write
+    config = write(layout, "")
+    cfg = {"_path": str(config), "storage": {"db": "/var/tmp/sc/spec.db"}, "control": {"socket": "/tmp/c.sock"}}
+    assert unit_cannot_write(cfg, config) == [
+        f"[{section}] {key} = {value}: the service has its own /tmp and /var/tmp (PrivateTmp), empty at its start, "
+        "where specctl does not look; move it (e.g. under /var/lib/spec-controller)"
+        for section, key, value in (("storage", "db", "/var/tmp/sc/spec.db"), ("control", "socket", "/tmp/c.sock"))]
+
+
+@pytest.mark.parametrize("folder,word", [("/data/my models", '"/data/my models"'), ("/data/50%", "/data/50%%"),
+                                         ('/data/a"b', '"/data/a\\"b"'), ("/data/m", "/data/m")])
+def test_the_read_write_path_a_note_gives_is_the_one_word_systemd_reads(layout, folder, word):
+    """helper-145: ReadWritePaths=/data/my models is two paths to systemd (/data/my, and models, ignored: 'path is not
+    absolute'); a '%' starts a specifier."""
+    from controller.daemon.serviceaccess import unit_cannot_write
+    config = write(layout, "")
+    cfg = {"_path": str(config), "storage": {"db": f"{folder}/s.db"}, "control": {"socket": None}}
+    assert [note.rpartition("ReadWritePaths=")[2] for note in unit_cannot_write(cfg, config)] == [word]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import re
 import select
 import shutil
 import signal
@@ -128,20 +129,34 @@ def _ask_as(account: pwd.struct_passwd, paths: list[str], timeout_s: float) -> s
 
 # the unit's StateDirectory=, RuntimeDirectory= and CacheDirectory= (systemd/spec-controller.service)
 UNIT_WRITABLE = (SYSTEM_STATE, SYSTEM_RUNTIME, Path("/var/cache/spec-controller"))
+UNIT_PRIVATE_TMP = (Path("/tmp"), Path("/var/tmp"))     # the unit's own (PrivateTmp): writable, empty at each start
 
 
 def unit_cannot_write(cfg: dict, unit_config: Path) -> list[str]:
     """Notes for the unit's own config (unit_config, the unit's --config): a [storage] db or [control] socket outside
     the directories the unit may write, which its ProtectSystem=strict leaves read-only (the start then failed in the
-    journal; /tmp is the unit's private one, where specctl does not look)."""
+    journal); one under /tmp, which the unit writes in a /tmp of its own that specctl never sees and the next start
+    finds empty (a ReadWritePaths=/tmp changes nothing there: helper-145)."""
     if not cfg["_path"] or os.path.realpath(cfg["_path"]) != os.path.realpath(unit_config):
         return []
     notes = []
     for section, key in (("storage", "db"), ("control", "socket")):
         value = cfg[section][key]
         folder = Path(os.path.realpath(value)).parent if value else None
-        if folder is not None and not any(folder == d or d in folder.parents for d in UNIT_WRITABLE):
-            notes.append(f"[{section}] {key} = {value}: the service (ProtectSystem=strict) may write only under "
-                         f"{', '.join(map(str, UNIT_WRITABLE))}; let it write {folder} with `systemctl edit "
-                         f"{UNIT.removesuffix('.service')}`: [Service] ReadWritePaths={folder}")
+        if folder is None or any(folder == d or d in folder.parents for d in UNIT_WRITABLE):
+            continue
+        if any(folder == d or d in folder.parents for d in UNIT_PRIVATE_TMP):
+            notes.append(f"[{section}] {key} = {value}: the service has its own /tmp and /var/tmp (PrivateTmp), empty at "
+                         f"its start, where specctl does not look; move it (e.g. under {UNIT_WRITABLE[0]})")
+            continue
+        notes.append(f"[{section}] {key} = {value}: the service (ProtectSystem=strict) may write only under "
+                     f"{', '.join(map(str, UNIT_WRITABLE))}; let it write {folder} with `systemctl edit "
+                     f"{UNIT.removesuffix('.service')}`: [Service] ReadWritePaths={unit_word(folder)}")
     return notes
+
+
+def unit_word(path: Path) -> str:
+    """path as one word of a unit file's list, as systemd reads it back: blanks split words and '%' starts a specifier
+    (ReadWritePaths=/data/my models was two paths, /data/my and models: helper-145)."""
+    text = str(path).replace("%", "%%")
+    return text if not re.search(r'[\s"\'\\]', text) else '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
