@@ -195,12 +195,10 @@ def test_a_left_over_replaced_while_probed_is_not_removed(short_tmp, monkeypatch
 def test_a_name_left_by_a_daemon_killed_before_it_linked_its_socket_does_not_stop_a_start(short_tmp):
     """A daemon killed between binding .NAME.PID and linking it to the operator's path leaves that name; a later daemon
     with the same pid (a container's pids repeat) failed its bind 'Address already in use' (helper-138's note)."""
-    import os
-
     from controller.daemon import api
     path = short_tmp / "c.sock"
     left = socket.socket(socket.AF_UNIX)
-    left.bind(str(short_tmp / f".c.sock.{os.getpid()}"))
+    left.bind(str(api.own_name(path)))
     left.close()                             # (the killed daemon's: a socket file nothing listens on)
     server = api.ControlServer(path, service=None)
     try:
@@ -213,11 +211,40 @@ def test_a_name_left_by_a_daemon_killed_before_it_linked_its_socket_does_not_sto
 
 
 def test_a_file_that_is_not_a_socket_under_the_daemons_own_name_is_not_removed(short_tmp):
-    import os
-
     from controller.daemon import api
-    own = short_tmp / f".c.sock.{os.getpid()}"
+    own = api.own_name(short_tmp / "c.sock")
     own.write_text("an operator's file")
     with pytest.raises(OSError):
         api.ControlServer(short_tmp / "c.sock", service=None)
     assert own.read_text() == "an operator's file"
+
+
+def test_a_daemon_of_another_pid_namespace_with_the_same_pid_keeps_its_own_name(short_tmp, monkeypatch):
+    """helper-145: two containers' daemons, pid 1 both, starting on sockets in one shared folder whose names begin
+    alike: the second took the first's bound own name (.spec-con.1) for a dead one, removed it and bound its own there;
+    the first's link then found none (its start failed), or linked the second's socket as its own, unreachable."""
+    from controller.daemon import api
+    first, second = short_tmp / "spec-controller-a.sock", short_tmp / "spec-controller-b.sock"
+    stat, publish, servers = os.stat, api.ControlServer._publish, []
+
+    def another_namespace(path, *args, **kwargs):         # (the second daemon's: another namespace, the same pid)
+        st = stat(path, *args, **kwargs)
+        return os.stat_result((st.st_mode, st.st_ino + 1, *st[2:])) if str(path) == "/proc/self/ns/pid" else st
+
+    def publish_after_the_second_started(self, own):
+        if self.path == first:                              # bound, not yet linked: the second starts now
+            with monkeypatch.context() as m:
+                m.setattr(os, "stat", another_namespace)
+                servers.append(api.ControlServer(second, service=None))
+        return publish(self, own)
+    monkeypatch.setattr(api.ControlServer, "_publish", publish_after_the_second_started)
+    servers.insert(0, api.ControlServer(first, service=None))
+    try:
+        for server, path in zip(servers, (first, second)):
+            server.start()
+            with socket.socket(socket.AF_UNIX) as client:
+                client.connect(str(path))
+            assert (os.stat(path).st_dev, os.stat(path).st_ino) == server._inode       # each its own socket
+    finally:
+        for server in servers:
+            server.stop()

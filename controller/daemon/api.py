@@ -178,9 +178,20 @@ class _UnixHTTPServer(BoundedClients, socketserver.ThreadingMixIn, socketserver.
         super().__init__(*args, **kwargs)
 
 
+def own_name(path: Path) -> Path:
+    """The name a daemon binds before it links path: its pid's, and its pid namespace's where /proc says it, as a pid
+    names one process only within one (two containers' daemons, pid 1 both, on sockets in one shared folder whose
+    names begin alike: the second removed the first's bound socket as dead and bound its own there; helper-145)."""
+    try:
+        ns = f"{os.stat('/proc/self/ns/pid').st_ino:x}."
+    except OSError:
+        ns = ""
+    return path.with_name(f".{path.name[:8]}.{ns}{os.getpid()}")
+
+
 def _remove_dead_name(own: Path) -> None:
-    """A daemon with this pid killed between its bind and its link left this name (a container's pids repeat, and the
-    bind would fail 'Address already in use'): no live daemon has it, as the pid is ours."""
+    """A daemon with this pid (in this pid namespace) killed between its bind and its link left this name (a
+    container's pids repeat, and the bind would fail 'Address already in use'): no live daemon has it, as it is ours."""
     try:
         if stat.S_ISSOCK(os.lstat(own).st_mode):
             own.unlink()
@@ -199,7 +210,7 @@ class ControlServer:
         # bound there at once, a daemon starting beside it on the same --socket found it between bind and listen, took it
         # for a crashed run's left-over (nothing listens) and removed it: the first exited 'No such file or directory',
         # or ran on, recording the second's socket as its own, where no specctl could reach it.
-        own = self.path.with_name(f".{self.path.name[:8]}.{os.getpid()}")
+        own = own_name(self.path)
         if socket_path_too_long(own) or socket_path_too_long(self.path):     # (bound at once, as before: one too
             own = self.path                            # long for AF_UNIX is refused by the bind, not linked to)
         if own != self.path:
