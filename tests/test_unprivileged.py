@@ -142,3 +142,24 @@ def test_run_refuses_a_privileged_metrics_port_before_anything_starts(short_tmp)
         f"spec-controller: metrics port {start - 1}: Permission denied (below {start}: only root or "
         f"CAP_NET_BIND_SERVICE may bind it, and the unit's user has neither; choose a port from {start} up)"], res.stderr
     assert not (short_tmp / "v.db").exists()
+
+
+def test_config_check_refuses_a_metrics_address_this_host_does_not_have_as_run_does(short_tmp):
+    """helper-145: `--metrics-addr` of another host: check said ok, run refused ('Cannot assign requested address'). A
+    port another process holds stays no refusal for the check (the running daemon's own metrics server)."""
+    import socket
+
+    from click.testing import CliRunner
+
+    from controller.daemon.main import main
+    (short_tmp / "empty.toml").write_text("")
+    base = ["config", "check", "--config", str(short_tmp / "empty.toml"), "--db", str(short_tmp / "v.db"),
+            "--socket", str(short_tmp / "c.sock")]
+    res = CliRunner().invoke(main, [*base, "--metrics-port", "9187", "--set", "control.metrics_addr=192.0.2.7"])
+    assert res.exit_code == 2 and res.stderr.strip().splitlines() == [
+        "spec-controller: metrics port 9187: Cannot assign requested address"], res.output
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        res = CliRunner().invoke(main, [*base, "--metrics-port", str(held.getsockname()[1])])
+    assert res.exit_code == 0 and ": ok (" in res.stdout, res.output

@@ -174,7 +174,7 @@ def check(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
     from .launchcfg import LaunchError, off_path_note
     from .launchcheck import section_notes
     from .launchcmd import missing_path_notes, path_notes, secret_mode_note
-    from .preflight import build_engine, check_files_apart, check_given_paths, check_privileged_port, privileged_port
+    from .preflight import build_engine, check_files_apart, check_given_paths, check_metrics_port, privileged_port
     from .serviceaccess import service_account, service_cannot_read, unit_cannot_write
     parsed: list[str] = []
     try:
@@ -182,7 +182,7 @@ def check(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
         check_given_paths(cfg)
         engine = build_engine(cfg)
         check_files_apart(cfg, engine.own_files)
-        check_privileged_port(cfg)
+        check_metrics_port(cfg, held_is_ok=True)
         if cfg["engine"]["kind"] == "sglang":
             engine.check_installed()
             parsed = section_notes(engine)     # SGLang's parser, where it runs (seconds: its import)
@@ -194,7 +194,7 @@ def check(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
                if sglang else _empty_note(cfg))
     user, group = service_account()     # the installed unit's User= / Group= (an operator's drop-in included)
     readable = service_cannot_read(cfg["sglang"], user, config=cfg["_path"]) if sglang else []
-    port = cfg["control"]["metrics_port"]     # (the check binds nothing: as root, run would bind any port; the unit not)
+    port = cfg["control"]["metrics_port"]     # (root binds any port at the check above; the unit's user not: noted)
     privileged = [f"[control] metrics_port = {port}: {why}"] if (why := privileged_port(port)) else []
     _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"], group) + readable + privileged +
                unit_cannot_write(cfg, DEFAULT_CONFIG))

@@ -114,21 +114,20 @@ def privileged_port(port: int) -> str | None:
             f"port from {start} up") if 0 < port < start else None
 
 
-def check_privileged_port(cfg: dict) -> None:
-    """config check's part of run's metrics port check: a port below the unprivileged range that this user may not bind
-    is run's refusal (Fatal, code 2). Only that: a port another process holds is no refusal here (the running daemon's
-    own metrics server holds it during a check), and root binds any port (then the check's note speaks for the unit's
-    user). (helper-142: as a user not root, check said ok of --metrics-port 80, exit 0, and run refused it, exit 2.)"""
+def check_metrics_port(cfg: dict, held_is_ok: bool = False) -> None:
+    """The metrics port can be bound here (Fatal where not: port_taken's line). held_is_ok: config check's, where a port
+    another process holds is no refusal (the running daemon's own metrics server holds it during a check); every other
+    refusal (a port below the unprivileged range for a user, an address this host does not have) is run's too
+    (helper-142, helper-145: check said ok of both, and run refused them)."""
     port, addr = cfg["control"]["metrics_port"], cfg["control"]["metrics_addr"]
-    if not port or not privileged_port(port):
+    if not port:
         return
     from .metrics import check_port_free
     try:
         check_port_free(port, addr)
-    except PermissionError as e:
-        raise port_taken(port, e) from None
-    except OSError:
-        pass
+    except OSError as e:
+        if not (held_is_ok and e.errno == errno.EADDRINUSE):
+            raise port_taken(port, e) from None
 
 
 def check_files_apart(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> None:
@@ -151,12 +150,7 @@ def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> Non
     check_files_apart(cfg, engine_files)
     sock = Path(ctl["socket"]).absolute()
     check_socket_free(Path(ctl["socket"]))
-    if ctl["metrics_port"]:
-        from .metrics import check_port_free
-        try:
-            check_port_free(ctl["metrics_port"], ctl["metrics_addr"])
-        except OSError as e:
-            raise port_taken(ctl["metrics_port"], e) from None
+    check_metrics_port(cfg)
     if problem := _uncreatable(sock.parent):
         what = "the control socket in" if sock.parent.is_dir() else "the control socket's directory"
         raise Fatal(f"cannot create {what} {sock.parent}: {problem}")
