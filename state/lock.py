@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shlex
 import stat
 import time
 from collections.abc import Iterator
@@ -62,7 +63,7 @@ class DaemonLock:
                                      f"{HELD_OFF_S:g} s") from None
                 db = self.path.with_suffix("")          # (what to do, as the socket's refusal says it: helper-142)
                 raise StoreError(f"another spec-controller (pid {holder}) is running on {db}; stop it (specctl --db "
-                                 f"{db} stop) or give another --db") from None
+                                 f"{shlex.quote(str(db))} stop) or give another --db") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._fd = fd

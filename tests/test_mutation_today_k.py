@@ -207,3 +207,23 @@ def test_sv1_the_config_policy_that_runs_is_not_said_unused(tmp_path, saved):
     assert (info["name"], info["params"]["c"]) == ("ucb", 1.0)
     assert [m for m in said if "in the config is not used" in m] == [] and len(said) == 1, said
     assert said[0].startswith(f"saved policy {saved['name']}"), said
+
+
+def test_the_held_databases_remedy_is_a_command_a_shell_takes_whole(short_tmp):
+    """helper-145: a database path with a blank was pasted into the remedy unquoted (specctl --db /srv/my db stop)."""
+    import shlex
+
+    from state.db import StoreError
+    from state.lock import DaemonLock
+    folder = short_tmp / "my state"
+    folder.mkdir()
+    db = folder / "s.db"
+    running = DaemonLock(db)
+    running.acquire()
+    try:
+        with pytest.raises(StoreError) as refused:
+            DaemonLock(db).acquire()
+    finally:
+        running.release()
+    remedy = str(refused.value).split("stop it (", 1)[1].split(")", 1)[0]
+    assert shlex.split(remedy) == ["specctl", "--db", str(db), "stop"], remedy

@@ -3,6 +3,7 @@ live daemon's or another user's never) and its engine's telemetry socket (zmq's 
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import stat
 import struct
@@ -61,7 +62,7 @@ def check_socket_free(path: Path) -> None:
                                f"remove ({e.strerror}); remove it or give another --socket") from None
         return
     whom = f"another daemon (pid {pid})" if pid else "another daemon"
-    raise SocketRefused(f"control socket {path} is in use by {whom}; stop it (specctl --socket {path} stop) or give "
+    raise SocketRefused(f"control socket {path} is in use by {whom}; stop it (specctl --socket {shlex.quote(str(path))} stop) or give "
                        f"another --socket")
 
 
