@@ -230,7 +230,8 @@ class ControlServer:
         except FileExistsError:
             self.server.server_close()
             raise SocketRefused(f"control socket {self.path} appeared while this daemon was starting (another daemon on "
-                               f"it?); stop that one (specctl --socket {shlex.quote(str(self.path))} stop) or give another --socket") from None
+                               f"it?); stop that one (specctl --socket {shlex.quote(str(self.path))} stop) or give "
+                               "another --socket") from None
         except OSError:                     # (a file system without hard links: replaced whole, still only once listening)
             os.rename(own, self.path)
         finally:

@@ -62,8 +62,8 @@ def check_socket_free(path: Path) -> None:
                                f"remove ({e.strerror}); remove it or give another --socket") from None
         return
     whom = f"another daemon (pid {pid})" if pid else "another daemon"
-    raise SocketRefused(f"control socket {path} is in use by {whom}; stop it (specctl --socket {shlex.quote(str(path))} stop) or give "
-                       f"another --socket")
+    raise SocketRefused(f"control socket {path} is in use by {whom}; stop it (specctl --socket "
+                        f"{shlex.quote(str(path))} stop) or give another --socket")
 
 
 def listener_pid(conn: socket.socket) -> int | None:
