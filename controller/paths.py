@@ -15,6 +15,15 @@ UNIT_DB, UNIT_SOCKET = SYSTEM_STATE / DB_NAME, SYSTEM_RUNTIME / SOCKET_NAME     
 DEFAULT_CONFIG = Path("/etc/spec-controller/config.toml")
 
 
+def pid_namespace() -> int | None:
+    """This process's pid namespace (its inode), where /proc says it: a pid names one process only within one (a
+    container's daemon, pid 1, is not the host's pid 1)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
 def user_state_dir() -> Path:
     """$XDG_STATE_HOME/spec-controller, or ~/.local/state/spec-controller where it is unset, empty or relative (the XDG
     spec: a relative path there is invalid, ignored; it put the database under whatever directory the daemon began in)."""

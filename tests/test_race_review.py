@@ -248,3 +248,25 @@ def test_a_daemon_of_another_pid_namespace_with_the_same_pid_keeps_its_own_name(
     finally:
         for server in servers:
             server.stop()
+
+
+def test_stop_of_a_daemon_in_another_pid_namespace_waits_for_its_lock_not_for_a_pid_here(short_tmp):
+    """helper-145: a container's daemon (pid 1 there) answered /stop with its pid; specctl waited for that pid here (the
+    host's init) to exit, then said 'had not exited after 150 s', exit 1, though the daemon had stopped in 0.5 s. Its
+    answer names its pid namespace; specctl's own differs: the database lock's release is the end (no lock held here).
+    A pid alive here (this test's) stands for the host's process of that number."""
+    import os
+
+    from click.testing import CliRunner
+
+    from controller.cli.main import cli
+    from controller.daemon import api
+    db = short_tmp / "s.db"
+    answer = {"stopping": True, "pid": os.getpid(), "db": str(db), "pid_namespace": 1}      # (no namespace's inode)
+    server = api.ControlServer(short_tmp / "c.sock", service=None, on_stop=lambda: answer)
+    server.start()
+    try:
+        res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "c.sock"), "stop", "--timeout", "3"])
+    finally:
+        server.stop()
+    assert res.exit_code == 0 and res.output.strip() == f"daemon pid {os.getpid()} stopped", res.output

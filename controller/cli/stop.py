@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..paths import present
+from ..paths import pid_namespace, present
 from .client import DaemonDropped, DaemonUnreachable
 from .common import UNREADABLE, Ctx, call, fail, lock_holder
 from .holder import find_holder
@@ -60,15 +60,16 @@ def stopping(db: Path, socket: Path) -> str | None:
     return words["pid"] if stop else None
 
 
-def wait_gone(db: Path, pid: int, timeout: float, poll_s: float = 0.1) -> bool:
+def wait_gone(db: Path, pid: int, timeout: float, poll_s: float = 0.1, seen: bool = True) -> bool:
     """Until the daemon has let go of the database and then exited (its last log line and the
-    interpreter's exit follow the lock's release by ~0.1-0.2 s)."""
+    interpreter's exit follow the lock's release by ~0.1-0.2 s). seen False: its pid is another pid namespace's (a
+    container's), which names another process here: the lock's release is all there is to wait for."""
     end = time.monotonic() + timeout
     while not _gone(db, pid):
         if time.monotonic() > end:
             return False
         time.sleep(poll_s)
-    while not exited(pid):
+    while seen and not exited(pid):
         if time.monotonic() > end:
             return False
         time.sleep(min(poll_s, 0.02))
@@ -114,11 +115,12 @@ def stop(ctx: Ctx, timeout: float, no_wait: bool) -> None:
     if no_wait:
         click.echo(f"daemon pid {pid} is draining")
         return
-    _wait(Path(res["db"]), pid, timeout)
+    # (helper-145: a pid-1 container daemon's stop waited 150 s for the host's pid 1, then said it had not exited)
+    _wait(Path(res["db"]), pid, timeout, seen=res.get("pid_namespace") in (None, pid_namespace()))
 
 
-def _wait(db: Path, pid: int, timeout: float, already: bool = False) -> None:
-    if not wait_gone(db, pid, timeout):
+def _wait(db: Path, pid: int, timeout: float, already: bool = False, seen: bool = True) -> None:
+    if not wait_gone(db, pid, timeout, seen=seen):
         if _gone(db, pid):
             fail(f"daemon pid {pid} has drained and let go of its database but had not exited after {timeout:g} s")
         fail(f"daemon pid {pid} is still draining after {timeout:g} s")

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from policies import PolicyError, list_policies
 from state import queries
 
-from ..paths import socket_path_too_long, umask
+from ..paths import pid_namespace, socket_path_too_long, umask
 from .apicheck import ApiError, Route, body_length, check, json_int, query_int, shown
 from .clients import BoundedClients, DeadlineIO
 from .service import CommandRefused
@@ -183,11 +183,8 @@ def own_name(path: Path) -> Path:
     """The name a daemon binds before it links path: its pid's, and its pid namespace's where /proc says it, as a pid
     names one process only within one (two containers' daemons, pid 1 both, on sockets in one shared folder whose
     names begin alike: the second removed the first's bound socket as dead and bound its own there; helper-145)."""
-    try:
-        ns = f"{os.stat('/proc/self/ns/pid').st_ino:x}."
-    except OSError:
-        ns = ""
-    return path.with_name(f".{path.name[:8]}.{ns}{os.getpid()}")
+    ns = pid_namespace()
+    return path.with_name(f".{path.name[:8]}.{'' if ns is None else f'{ns:x}.'}{os.getpid()}")
 
 
 def _remove_dead_name(own: Path) -> None:

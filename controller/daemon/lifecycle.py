@@ -17,7 +17,7 @@ from state.lock import DaemonLock
 from state.writer import Writer
 
 from ..numtext import one_line
-from ..paths import DEFAULT_CONFIG, default_db, default_socket
+from ..paths import DEFAULT_CONFIG, default_db, default_socket, pid_namespace
 from .config import load_config
 from .configdiff import restart_needed, shadowed
 from .engines.base import Engine, EngineError
@@ -47,7 +47,7 @@ class Daemon:
         """Ask the daemon to drain and exit 0 (SIGTERM, SIGINT, `specctl stop`); the first reason wins."""
         self.stop_reason = self.stop_reason or reason
         self.stop_flag.set()
-        return {"stopping": True, "pid": os.getpid(), "db": self.cfg["storage"]["db"]}
+        return {"stopping": True, "pid": os.getpid(), "db": self.cfg["storage"]["db"], "pid_namespace": pid_namespace()}
 
     def _signals(self) -> None:
         # Handlers only set flags; the main loop acts on them.
