@@ -9,7 +9,6 @@ import io
 import json
 import logging
 import os
-import shlex
 import socketserver
 import stat
 import time
@@ -25,7 +24,7 @@ from ..paths import pid_namespace, socket_path_too_long, umask
 from .apicheck import ApiError, Route, body_length, check, json_int, query_int, shown
 from .clients import BoundedClients, DeadlineIO
 from .service import CommandRefused
-from .sockprobe import SocketRefused, check_socket_free
+from .sockprobe import SocketRefused, check_socket_free, stop_command
 
 log = logging.getLogger("spec_controller.api")
 
@@ -227,8 +226,7 @@ class ControlServer:
         except FileExistsError:
             self.server.server_close()
             raise SocketRefused(f"control socket {self.path} appeared while this daemon was starting (another daemon on "
-                               f"it?); stop that one (specctl --socket {shlex.quote(str(self.path))} stop) or give "
-                               "another --socket") from None
+                               f"it?); stop that one ({stop_command(self.path)}) or give another --socket") from None
         except OSError:                     # (a file system without hard links: replaced whole, still only once listening)
             os.rename(own, self.path)
         finally:

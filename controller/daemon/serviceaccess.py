@@ -143,9 +143,9 @@ def unit_cannot_write(cfg: dict, unit_config: Path) -> list[str]:
     for section, key in (("storage", "db"), ("control", "socket")):
         value = cfg[section][key]
         folder = Path(os.path.realpath(value)).parent if value else None
-        if folder is None or any(folder == d or d in folder.parents for d in UNIT_WRITABLE):
+        if folder is None or any(folder.is_relative_to(d) for d in UNIT_WRITABLE):
             continue
-        if any(folder == d or d in folder.parents for d in UNIT_PRIVATE_TMP):
+        if any(folder.is_relative_to(d) for d in UNIT_PRIVATE_TMP):
             notes.append(f"[{section}] {key} = {value}: the service has its own /tmp and /var/tmp (PrivateTmp), empty at "
                          f"its start, where specctl does not look; move it (e.g. under {UNIT_WRITABLE[0]})")
             continue

@@ -62,8 +62,13 @@ def check_socket_free(path: Path) -> None:
                                f"remove ({e.strerror}); remove it or give another --socket") from None
         return
     whom = f"another daemon (pid {pid})" if pid else "another daemon"
-    raise SocketRefused(f"control socket {path} is in use by {whom}; stop it (specctl --socket "
-                        f"{shlex.quote(str(path))} stop) or give another --socket")
+    raise SocketRefused(f"control socket {path} is in use by {whom}; stop it ({stop_command(path)}) or give another "
+                        "--socket")
+
+
+def stop_command(socket: Path) -> str:
+    """The command that stops the daemon on socket, as a shell takes it whole (a path with a blank: helper-145)."""
+    return f"specctl --socket {shlex.quote(str(socket))} stop"
 
 
 def listener_pid(conn: socket.socket) -> int | None:
