@@ -96,7 +96,11 @@ make_model() { # dir [--crafted] ...: made once per machine for the same argumen
 TOK=$M/target
 
 BIGMODEL="--hidden 8192 --layers 48 --inter 22016 --heads 64 --kv-heads 8"   # ~34 B parameters
-MODEL7B="--hidden 4096 --layers 32 --inter 14336 --heads 32 --kv-heads 8"     # ~7.2 B (Llama-3-8B shapes, vocab 32k)
+# TARGET_LAYERS (32): the 7.2B target's depth. Fewer layers shorten its GPU step with the same CPU per batch: 26 on
+# an H100 gives about the H200's decode step of the 32-layer target (7.3-7.8 against ~9 ms at closed 128, 12-05b),
+# the regime where the off engine's extra CPU per batch is exposed (docs/sglang.md); the record uses 32.
+TARGET_LAYERS=${TARGET_LAYERS:-32}
+MODEL7B="--hidden 4096 --layers $TARGET_LAYERS --inter 14336 --heads 32 --kv-heads 8"     # ~7.2 B at 32 layers (Llama-3-8B shapes, vocab 32k)
 TP=${TP:-1}; MAXBS=${MAXBS:-128}   # tensor-parallel size; max running requests = largest CUDA-graph batch
 DUMMY=${DUMMY:-}                    # 1: weights made in place by SGLang (--load-format dummy; mkmodel --config-only)
 # Prefill CUDA graphs: every measurement so far ran them disabled (eager, launch-bound prefills); SGLang

@@ -11,7 +11,7 @@ KEEP_DIR=${KEEP_DIR:-/tmp/keep}
 keep_signature() { # how the engines start: the settings read at their start, the scripts that start them, the wheels,
   # the code they import
   { for v in B_FIRST PLAIN TWIN POOL_TOKENS PREFILL_GRAPH OFF_PATH KV_GRAPH SIDE COALESCE GRAMMAR_BACKEND MEMCHECK \
-      SLEEP_ON_IDLE TP MAXBS DUMMY ACC_LEN ACC_LEVELS EXPERIMENTS API_KEY PROBE_S HANG_AFTER_S PIN_CPUS; do
+      SLEEP_ON_IDLE TP MAXBS DUMMY ACC_LEN ACC_LEVELS EXPERIMENTS API_KEY PROBE_S HANG_AFTER_S PIN_CPUS TARGET_LAYERS; do
       echo "$v=${!v:-}"; done
     case "${ROTATION:-}" in resolve|leanall) echo "lean resolve hook" ;; esac
     env | grep -E '^(SPEC_|SGLANG_)' | sort
