@@ -13,6 +13,9 @@ case "${PART:-all}" in
   b) shapes=closedab ;;
   *) echo "run_issue12.sh: PART must be all, a or b, got '${PART}'" >&2; exit 2 ;;
 esac
+# WARM=1: run_pair's `warm` phase first (both engines WARM_S s at closed 128, unrecorded): a start-up cost of the
+# engine measured first (12-07d call 2) told from the host's draw; WARM_S=60 lets a cold PART=b keep one repeat
+case "${WARM:-0}" in 1) shapes=warm,$shapes ;; 0) ;; *) echo "run_issue12.sh: WARM must be 0 or 1, got '${WARM}'" >&2; exit 2 ;; esac
 # ROTATION=product: the same loads with always-on and the bandit beside no-spec (run_pair.sh), not the record's rows
 case "${ROTATION:=pair}" in pair|product) ;; *) echo "run_issue12.sh: ROTATION must be pair or product, got '${ROTATION}'" >&2; exit 2 ;; esac
 export SHAPES=$shapes ROTATION PIN_CPUS=1 PREFILL_GRAPH=default OFF_PATH=kv
