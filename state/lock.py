@@ -114,10 +114,16 @@ class DaemonLock:
         Made is this open's own O_EXCL answer: asked before the open (lexists), a file put there in between (a hard
         link to another file, by whoever may write the folder) was taken for one made here, and root gave it away."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-        try:
-            return self._open(flags | os.O_CREAT | os.O_EXCL), True
-        except StoreError:          # (there already; or not to be made, which the open again says in its own words)
-            return self._open(flags | os.O_CREAT), False
+        for _ in range(3):          # (one removed between the two opens is made again, and said made: helper-145)
+            try:
+                return self._open(flags | os.O_CREAT | os.O_EXCL), True
+            except StoreError:      # (there already: opened, not made; or gone again, or not to be made)
+                try:
+                    return self._open(flags), False
+                except StoreError:
+                    if os.path.lexists(self.path):
+                        raise                   # (there and refused: a FIFO, no permission; said as it is)
+        return self._open(flags | os.O_CREAT | os.O_EXCL), True    # (its refusal in its own words)
 
     def _open(self, flags: int) -> int:
         """The lock file, never a FIFO planted at its path (a read-only open waited for a writer: specctl's look, an

@@ -115,7 +115,8 @@ def test_a_lock_file_put_there_between_the_look_and_the_open_is_not_given_away(s
 def test_fix_second_no_creat_a_lock_file_removed_between_the_two_opens_is_made_again(short_tmp, monkeypatch):
     """(the fix's own mutant: the second open without O_CREAT) The lock file is there at the O_EXCL open, and a
     daemon's start refused beside this one removes the lock file it made before the second open: this start makes it
-    again and holds it, not 'lock file ... does not exist'."""
+    again and holds it, not 'lock file ... does not exist'; and says it made it (helper-145: the second open made it
+    and said not made, so a refused start left it behind and root's offline write did not give it away)."""
     from state import lock as lockmod
     db = short_tmp / "s.db"
     Path(f"{db}.lock").write_text("")
@@ -133,8 +134,18 @@ def test_fix_second_no_creat_a_lock_file_removed_between_the_two_opens_is_made_a
     lock.acquire()
     try:
         assert Path(f"{db}.lock").read_text() == str(os.getpid())
+        assert lock.created
     finally:
-        lock.release()
+        lock.release(remove_if_created=True)
+    assert not Path(f"{db}.lock").exists()
+
+
+def test_a_fifo_at_the_lock_files_path_is_still_refused_in_its_own_words(short_tmp):
+    """(the retry's own mutant: a lock file there and refused is not retried into 'File exists')"""
+    db = short_tmp / "s.db"
+    os.mkfifo(f"{db}.lock")
+    with pytest.raises(StoreError, match="is not a regular file"):
+        DaemonLock(db).acquire()
 
 
 # --- controller/daemon/sockprobe.py: a left-over removed while probed -------------------------------------------------
