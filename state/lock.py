@@ -24,9 +24,14 @@ def _shareable(fd: int) -> bool:
     return True
 
 
+def _words_in(fd: int) -> list[str]:
+    """What the lock holder wrote into the lock file: its pid, then its pid namespace where it knew it."""
+    return os.pread(fd, 64, 0).decode(errors="replace").split()
+
+
 def _pid_in(fd: int) -> str:
     """The pid the lock holder wrote into the lock file ("?" if unreadable)."""
-    return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+    return (_words_in(fd) or ["?"])[0]
 
 
 LOOK_GRACE_S = 0.5        # how long a start retries a lock specctl's holder() may be looking at
@@ -41,7 +46,8 @@ class DaemonLock:
         self._fd: int | None = None
         self.created = False
 
-    def acquire(self) -> None:
+    def acquire(self, namespace: int | None = None) -> None:
+        """namespace: the holder's pid namespace, written after its pid (a pid names a process only within it)."""
         try:
             fd, self.created = self._made(os.O_RDWR)
         except OSError as e:        # (its folder: the file's own refusals are StoreError's)
@@ -65,7 +71,7 @@ class DaemonLock:
                 raise StoreError(f"another spec-controller (pid {holder}) is running on {db}; stop it (specctl --db "
                                  f"{shlex.quote(str(db))} stop) or give another --db") from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        os.pwrite(fd, f"{os.getpid()}{'' if namespace is None else f' {namespace}'}".encode(), 0)
         self._fd = fd
 
     @contextmanager
@@ -152,6 +158,19 @@ class DaemonLock:
             return None if _shareable(fd) else _pid_in(fd)
         finally:
             os.close(fd)
+
+    def holder_namespace(self) -> int | None:
+        """The pid namespace the live holder wrote beside its pid; None where none holds the lock, it wrote none
+        (an older version) or the file cannot be read."""
+        try:
+            fd = self._open(os.O_RDONLY)
+        except StoreError:
+            return None
+        try:
+            words = [] if _shareable(fd) else _words_in(fd)
+        finally:
+            os.close(fd)
+        return int(words[1]) if len(words) > 1 and words[1].isdigit() else None
 
     def release(self, remove_if_created: bool = False) -> None:
         """remove_if_created: also delete the lock file if acquire() made it (a database refused at start)."""

@@ -35,6 +35,8 @@ def test_specctl_stop_drains_and_waits_for_the_exit(short_tmp):
         live = d.wait_for(lambda st: st["samples"]["total"] > 200 and st["samples"]["per_s"], what="samples")
         assert live["samples"]["per_s"] > 0
         assert specctl(d, "threshold", "pin", "5").exit_code == 0
+        from controller.paths import pid_namespace        # (the daemon's lock says where its pid names it)
+        assert DaemonLock(d.db).holder_namespace() == pid_namespace()
         res = specctl(d, "policy", "set", "ucb")
         assert res.exit_code == 0 and res.stdout.strip() == "policy ucb active (default parameters); learning from scratch"
         assert res.stderr.strip() == ("specctl: note: the threshold is pinned at 5; ucb learns from every batch "

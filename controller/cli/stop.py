@@ -33,6 +33,15 @@ def _gone(db: Path, pid: int) -> bool:
     return _no_such_process(pid)   # the lock file is not readable to this user: ask the kernel
 
 
+def held_here(db: Path) -> bool:
+    """The daemon holding db's lock runs in this pid namespace (or did not say where it runs): its pid names it here.
+    (helper-145: a container's daemon on a shared database, its pid another process here, was to be waited for and
+    told to be stopped with `kill -TERM PID` here)"""
+    from state.lock import DaemonLock
+    ns = DaemonLock(db).holder_namespace()
+    return ns is None or ns == pid_namespace()
+
+
 def exited(pid: int) -> bool:
     """The process has exited (gone, or a zombie its parent has not reaped yet)."""
     try:
@@ -93,7 +102,7 @@ def stop(ctx: Ctx, timeout: float, no_wait: bool) -> None:
         holder = lock_holder(ctx.db) if present(ctx.db) else None
         pid = stopping(ctx.db, ctx.socket) if present(ctx.db) and holder != UNREADABLE else None
         if pid is not None and holder in (None, pid):
-            _wait(Path(ctx.db), int(pid), timeout, already=True)
+            _wait(Path(ctx.db), int(pid), timeout, already=True, seen=held_here(ctx.db))
             return
         fail(str(e))
     except DaemonUnreachable as e:
@@ -102,14 +111,17 @@ def stop(ctx: Ctx, timeout: float, no_wait: bool) -> None:
             found = find_holder(ctx.db, ctx.socket, holder)
             if found.elsewhere:             # a mistyped --socket: never advise killing a healthy daemon
                 fail(found.mismatch(), EXIT_USAGE)
+            here = held_here(ctx.db)
             if stopping(ctx.db, ctx.socket) == holder:    # its socket closed, its lock not yet free: the end of a drain
-                _wait(Path(ctx.db), int(holder), timeout, already=True)
+                _wait(Path(ctx.db), int(holder), timeout, already=True, seen=here)
                 return
+            kill = f"kill -TERM {holder}" + ("" if here else " where it runs: its pid names another process here")
+            who = f"daemon pid {holder}" + ("" if here else " (of another pid namespace: a container's)")
             if found.socket is not None:    # its own socket, as recorded: the engine is still starting
-                fail(f"daemon pid {holder} holds {ctx.db} but its control socket is not open yet (engine starting?); "
-                     f"stop it with: kill -TERM {holder}", EXIT_STARTING)
-            fail(f"daemon pid {holder} holds {ctx.db} but does not answer on {ctx.socket}: if that is its socket, "
-                 f"its engine is still starting (kill -TERM {holder} stops it); if not, give its --socket", EXIT_STARTING)
+                fail(f"{who} holds {ctx.db} but its control socket is not open yet (engine starting?); "
+                     f"stop it with: {kill}", EXIT_STARTING)
+            fail(f"{who} holds {ctx.db} but does not answer on {ctx.socket}: if that is its socket, "
+                 f"its engine is still starting ({kill} stops it); if not, give its --socket", EXIT_STARTING)
         fail(f"daemon is not running ({e})", EXIT_NOT_RUNNING)
     pid = int(res["pid"])
     if no_wait:

@@ -126,7 +126,7 @@ class Daemon:
         check_no_clash(self.cfg, configured.own_files)
         check_installed(configured)
         lock = DaemonLock(st["db"])
-        lock.acquire()
+        lock.acquire(pid_namespace())
         try:
             db = open_store(st["db"])
             # as opened, not after the engine's start (minutes on a GPU): removed meanwhile, the first check says so
