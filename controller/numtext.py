@@ -85,6 +85,15 @@ def one_line(text: str) -> str:
     return text if cut <= 40 else f"{text[:600]}...({cut:,} characters left out)...{text[600 + cut:]}"
 
 
+_TERMINAL_CONTROLS = {c: e for c, e in _CONTROLS.items() if c not in (0x09, 0x0a)}
+
+
+def terminal_text(text: str) -> str:
+    """Lines for a terminal: control characters written as escapes but the tabs and newlines a rendering puts there
+    (a database's text, tampered with or not, printed an ESC's terminal sequences: a window title, a cleared screen)."""
+    return text.translate(_TERMINAL_CONTROLS)
+
+
 INT64 = (-(1 << 63), (1 << 63) - 1)     # TOML's integers (its spec: one it cannot hold "must" be an error)
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 import click
 
+from ..numtext import terminal_text
 from ..paths import (UNIT_DB, UNIT_SOCKET, db_path_problem, default_db, default_socket, find_db, find_socket, present,
                      socket_path_problem)
 from .client import DaemonDenied, DaemonDropped, DaemonError, DaemonUnreachable, request
@@ -92,7 +93,7 @@ def json_option(fn: Callable) -> Callable:
 
 
 def emit(data: Any, as_json: bool, render: Callable[[Any], str]) -> None:
-    click.echo(json.dumps(data, indent=2, default=str) if as_json else render(data))
+    click.echo(json.dumps(data, indent=2, default=str) if as_json else terminal_text(render(data)))
 
 
 def call(ctx: Ctx, method: str, path: str, body: dict | None = None, dropped: bool = False) -> Any:

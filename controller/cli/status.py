@@ -112,8 +112,8 @@ def _last_change(st: dict) -> list[str]:
         return []
     when = f"{ago(time.time() - last['wall'])} ago: " if last.get("wall") else ""
     if last["old"] == last["new"]:      # the start re-applies the restored threshold: no change
-        return [f"last applied: {when}{last['new']}, {last['reason']}"]
-    return [f"last change: {when}{last['old']} -> {last['new']}, {last['reason']}"]
+        return [f"last applied: {when}{last['new']}, {one_line(last['reason'])}"]
+    return [f"last change: {when}{last['old']} -> {last['new']}, {one_line(last['reason'])}"]
 
 
 def render_status(st: dict) -> str:

@@ -8,6 +8,7 @@ import time
 import click
 
 from ..contract import MAX_BATCH
+from ..numtext import one_line
 from ..paths import present
 from .client import DaemonError, DaemonUnreachable, request
 from .common import (UNREADABLE, Ctx, alias_note, call, emit, fail, full_params, given_db_exists, json_option,
@@ -267,5 +268,5 @@ def history(ctx: Ctx, limit: int, as_json: bool) -> None:
         if not rows:
             return "no decisions yet"
         return "\n".join(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r['wall']))}  "
-                         f"{r['old']:>5} -> {r['new']:<5} {r['policy']}: {r['reason']}" for r in rows)
+                         f"{r['old']:>5} -> {r['new']:<5} {one_line(r['policy'])}: {one_line(r['reason'])}" for r in rows)
     emit(rows, as_json, render)
