@@ -141,7 +141,7 @@ def _check_db(ctx: Ctx, method: str) -> Any:
     try:
         answer = request(ctx.socket, "GET", "/status")
     except DaemonUnreachable:
-        given_db_exists(ctx)
+        given_db_exists(ctx, change=method != "GET")
         raise
     daemon = answer.get("daemon") if isinstance(answer, dict) else None
     daemon = daemon if isinstance(daemon, dict) else {}
@@ -151,7 +151,7 @@ def _check_db(ctx: Ctx, method: str) -> Any:
         return answer
     if found is not None and found.elsewhere:
         fail(f"{found.mismatch()}; nothing changed", EXIT_USAGE)
-    given_db_exists(ctx, f"; the daemon on {ctx.socket} keeps {served}")
+    given_db_exists(ctx, f"; the daemon on {ctx.socket} keeps {served}", change=method != "GET")
     if method == "GET":                 # (status then says whether one holds it, starting)
         raise DaemonUnreachable(f"{'no daemon' if found is None else 'none that answers'} holds {ctx.db}: the one on "
                                 f"{ctx.socket} keeps {served}")
@@ -161,13 +161,14 @@ def _check_db(ctx: Ctx, method: str) -> Any:
          f"to steer the one on {ctx.socket}; nothing changed", EXIT_USAGE)
 
 
-def given_db_exists(ctx: Ctx, elsewhere: str = "") -> None:
+def given_db_exists(ctx: Ctx, elsewhere: str = "", change: bool = False) -> None:
     """A --db / SPECCTL_DB naming no database is a usage error, the same line for every command: a mistyped path, not
     a daemon that is not running (no daemon keeps a database it has not created). elsewhere: what the daemon that
-    answered keeps, said after."""
+    answered keeps, said after; change: the command asked for one ("nothing changed" said; a read's line ended so too)."""
     if ctx.db_given and not present(ctx.db) and lock_holder(ctx.db) is None:   # (held: a daemon about to create it)
         fail(f"no database at {ctx.db} (--db / SPECCTL_DB){elsewhere or ': no daemon keeps one there'}; check the path, "
-             f"or start the daemon with it first (spec-controller run --db {ctx.db}); nothing changed", EXIT_USAGE)
+             f"or start the daemon with it first (spec-controller run --db {ctx.db})"
+             f"{'; nothing changed' if change else ''}", EXIT_USAGE)
 
 
 def offline_db(ctx: Ctx, write: bool = False) -> sqlite_utils.Database:
