@@ -16,17 +16,22 @@ from controller.cli.main import cli
 from tests.daemon_proc import ROOT, DaemonProc
 
 # A process standing for the daemon: it holds the lock, has its start (and, if asked, its stop) on record, and
-# lets go of the lock and exits once told (a line on stdin).
+# lets go of the lock and exits once told (a line on stdin). written: "PID NAMESPACE" put into the lock file (and
+# PID on record) instead of its own: another pid namespace's daemon (test_stop_other_namespace.py).
 _HOLDER = """
 import os, sys
 from state.db import open_store
 from state.items import INSERTS, event_item
 from state.lock import DaemonLock
-db, sock, stopping = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+db, sock, stopping, written = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4]
 lock = DaemonLock(db)
 lock.acquire()
+if written:
+    os.ftruncate(lock._fd, 0)
+    os.pwrite(lock._fd, written.encode(), 0)
+pid = written.split()[0] if written else os.getpid()
 store = open_store(db)
-events = [event_item("start", f"engine=sim policy=bandit threshold=8 pinned=None pid={os.getpid()} socket={sock}")]
+events = [event_item("start", f"engine=sim policy=bandit threshold=8 pinned=None pid={pid} socket={sock}")]
 if stopping:
     events.append(event_item("stop", "specctl stop: exit 0"))
 for _, row in events:
@@ -39,17 +44,17 @@ lock.release()
 """
 
 
-def _holder(db, sock, stopping: bool) -> subprocess.Popen:
-    child = subprocess.Popen([sys.executable, "-c", _HOLDER, str(db), str(sock), "1" if stopping else "0"],
+def _holder(db, sock, stopping: bool, written: str = "") -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", _HOLDER, str(db), str(sock), "1" if stopping else "0", written],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=str(ROOT), text=True)
     assert child.stdout.readline().strip() == "locked"
     return child
 
 
 @contextlib.contextmanager
-def held(db, sock, stopping: bool):
+def held(db, sock, stopping: bool, written: str = ""):
     """_holder's process for the block, let go of (told, else killed) and reaped after it whatever the test did."""
-    child = _holder(db, sock, stopping)
+    child = _holder(db, sock, stopping, written)
     try:
         yield child
     finally:
