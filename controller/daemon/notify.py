@@ -34,14 +34,3 @@ def sd_notify(message: str) -> bool:
     except OSError:
         return False
 
-
-def watchdog_interval_s() -> float | None:
-    """Half of WatchdogSec when systemd asked for pings (WATCHDOG_USEC), for this PID."""
-    usec = os.environ.get("WATCHDOG_USEC")
-    pid = os.environ.get("WATCHDOG_PID")
-    if not usec or (pid and pid != str(os.getpid())):
-        return None
-    try:
-        return int(usec) / 2e6
-    except ValueError:
-        return None
