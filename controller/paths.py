@@ -28,7 +28,20 @@ def user_state_dir() -> Path:
     """$XDG_STATE_HOME/spec-controller, or ~/.local/state/spec-controller where it is unset, empty or relative (the XDG
     spec: a relative path there is invalid, ignored; it put the database under whatever directory the daemon began in)."""
     base = os.environ.get("XDG_STATE_HOME", "")
-    return (Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state") / "spec-controller"
+    return (Path(base) if os.path.isabs(base) else _home() / ".local" / "state") / "spec-controller"
+
+
+def _home() -> Path:
+    """$HOME where it is an absolute path, else the account's home from the password database (Path.home() took an
+    empty HOME for '/', the state under /.local, and a relative one from whatever directory the process began in)."""
+    home = os.environ.get("HOME", "")
+    if os.path.isabs(home):
+        return Path(home)
+    import pwd
+    try:
+        return Path(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:                    # (no entry for this uid: a container's arbitrary user)
+        return Path(home or "/").absolute()
 
 
 def systemd_dir(env: str) -> Path | None:

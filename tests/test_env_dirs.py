@@ -1,6 +1,7 @@
 """The state directories specctl and the daemon take from the environment ($XDG_STATE_HOME, systemd's
 $STATE_DIRECTORY and $RUNTIME_DIRECTORY): a relative one is not taken, a name too long is one line."""
 import os
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -41,3 +42,16 @@ def test_a_state_directory_name_too_long_is_one_line(user_state, monkeypatch, co
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
     assert res.exit_code == code and len(res.output.strip().splitlines()) == 1, res.output
     assert res.output.startswith("specctl: ")
+
+
+@pytest.mark.parametrize("home", ["", "rel/home"])
+def test_an_empty_or_relative_home_is_not_taken(user_state, monkeypatch, home):
+    """HOME='' (XDG_STATE_HOME unset) put the state under /.local (Path.home() read it as '/'); a relative HOME under
+    the directory the command ran in (helper-142's note). The account's home from the password database instead."""
+    import pwd
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", home)
+    account = pwd.getpwuid(os.getuid()).pw_dir
+    assert default_db() == Path(account, ".local", "state", "spec-controller", "spec-controller.db")
+    monkeypatch.setenv("HOME", str(user_state / "h"))          # (an absolute one: taken)
+    assert default_db() == user_state / "h" / ".local" / "state" / "spec-controller" / "spec-controller.db"
