@@ -47,3 +47,24 @@ def test_an_extra_args_word_is_measured_as_the_word_it_is():
     assert unfit_key({**SGLANG, "extra_args": ["--y", longest]}) is None
     subprocess.run(["true", longest], check=True)          # (what the exec takes)
     assert unfit_key({**SGLANG, "extra_args": [longest + "v"]})[0] == "extra_args"
+
+
+def test_a_launch_too_large_as_a_whole_is_refused_where_the_engine_is_built(tmp_path):
+    """helper-141's note: a million extra_args (each word short) ran config check's parser to its 300 s timeout, and
+    the exec would have refused the launch (E2BIG). Measured with the environment against the kernel's ARG_MAX now."""
+    from controller.daemon.engines.sglang_section import launch_size_reason
+    many = ["--x"] * 1_000_000
+    with pytest.raises(OSError, match="Argument list too long"):
+        subprocess.run(["true", *many])                     # (the exec itself refuses it)
+    assert "more than the kernel gives a new program" in launch_size_reason({**SGLANG, "extra_args": many})
+    fits = ["--x"] * 50_000
+    assert launch_size_reason({**SGLANG, "extra_args": fits}) is None
+    subprocess.run(["true", *fits], check=True)             # (and the exec takes that one)
+    path = tmp_path / "c.toml"
+    words = ", ".join(['"--x"'] * 1_000_000)
+    path.write_text(f'[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\nspeculative_algorithm = "EAGLE3"\n'
+                    f'speculative_draft_model_path = "d"\npython = "{sys.executable}"\nextra_args = [{words}]\n')
+    done = subprocess.run([sys.executable, "-m", "controller.daemon", "config", "check", "--config", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == "", done
+    assert len(done.stderr.splitlines()) == 1 and "ARG_MAX" in done.stderr, done.stderr

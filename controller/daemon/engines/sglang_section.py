@@ -7,13 +7,14 @@ engine's own settings. SGLangEngine builds itself from this; its launch command 
 from __future__ import annotations
 
 import math
+import os
 
 from ...contract import unsupported_reason
 from ...paths import home_unexpanded
 from .base import Engine, EngineError
 from .child import SGLANG_PORT
 from .sglang_env import DEFAULT_LEAN_PREFILL, DEFAULT_OFF_PATH
-from .sglang_flags import config_file_reason, extra_args, named_paths, no_http_reason, unfit_key
+from .sglang_flags import config_file_reason, extra_args, named_paths, no_http_reason, server_flags, unfit_key
 
 # the defaults of the engine's own keys (sglang_flags.OWN_KEYS, which never reach SGLang's command line;
 # systemd/config.example.toml shows them; python: the daemon's interpreter)
@@ -57,8 +58,8 @@ def checked_section(args: dict) -> tuple[dict, int]:
     if "python" in args and not (isinstance(args["python"], str) and args["python"].strip()):
         raise EngineError("sglang engine: [sglang] python must name an interpreter (leave it out for the daemon's)")
     args["extra_args"] = extra_args(args)
-    reason = (unsupported_reason({**args, "speculative_adaptive": True}) or config_file_reason(args)
-              or no_http_reason(args))
+    reason = (launch_size_reason(args) or unsupported_reason({**args, "speculative_adaptive": True})
+              or config_file_reason(args) or no_http_reason(args))
     if reason:
         raise EngineError(f"sglang engine: {reason}")
     k = count(args, "speculative_num_steps", 3, 1, 64)
@@ -68,3 +69,21 @@ def checked_section(args: dict) -> tuple[dict, int]:
     args.setdefault("host", "127.0.0.1")
     args["port"] = count(args, "port", SGLANG_PORT, 1, 65535)
     return args, k
+
+
+def launch_size_reason(args: dict) -> str | None:
+    """Why the engine's exec would refuse the launch as a whole (E2BIG, 'Argument list too long'), or None: its words,
+    [sglang.env]'s entries and the daemon's environment, each with its NUL and its pointer, past the kernel's ARG_MAX
+    (a million extra_args passed config check's parser only at its 300 s timeout: helper-141); the words around
+    them (the interpreter, -m sglang.launch_server, the plugin's variables): LAUNCH_SLACK."""
+    env = args.get("env") if isinstance(args.get("env"), dict) else {}
+    words = [*server_flags(args), *(f"{k}={v}" for k, v in {**os.environ, **env}.items())]
+    size = sum(len(word.encode(errors="replace")) + 1 + 8 for word in words) + LAUNCH_SLACK
+    most = os.sysconf("SC_ARG_MAX")
+    if size <= most:
+        return None
+    return (f"[sglang] the launch's words and environment come to {size:,} bytes, more than the kernel gives a new "
+            f"program ({most:,}, ARG_MAX): fewer or shorter extra_args, keys or [sglang.env] entries")
+
+
+LAUNCH_SLACK = 16384
