@@ -99,13 +99,14 @@ class Service:
         """(the policy with the newest committed state saved for it, True) if any and sound; else (the
         fresh policy, False)."""
         # (a row that is not JSON: a ValueError here, which the API would answer as a bad argument; one nested too
-        # deeply to parse, a RecursionError: every start refused, exit 1, restarted for ever)
+        # deeply to parse, a RecursionError, and one holding a number a float or the random generator cannot take, an
+        # OverflowError: every start refused with a traceback, exit 1, restarted for ever)
         try:
             saved = self._read(queries.latest_policy_state, resolve_name(name))
             if saved:
                 policy.load_state(saved["state"])
                 return policy, True
-        except (PolicyError, TypeError, ValueError, AttributeError, KeyError, RecursionError) as e:
+        except (PolicyError, TypeError, ValueError, AttributeError, KeyError, RecursionError, OverflowError) as e:
             log.warning(f"saved state of {name} not restored: {e}")   # (f: RepeatFilter keys on the text)
             return self._build_policy(name, params), False     # a half-loaded state is no state
         return policy, False
