@@ -68,3 +68,24 @@ def test_a_switch_to_a_policy_whose_saved_state_overflows_starts_it_fresh(short_
         finally:
             writer.stop()
     assert any("saved state of ucb not restored: int too large" in r.getMessage() for r in caplog.records)
+
+
+def test_a_sighup_while_the_daemon_winds_down_does_not_kill_it(short_tmp):
+    """SIGTERM, then SIGHUPs (reloads) until it exits: once run() had returned, the interpreter's shutdown put SIGHUP's
+    default action back and the daemon died of it (returncode -1) after logging 'drained and flushed; exit 0'."""
+    import signal
+    d = DaemonProc(short_tmp, "--concurrency", "4")
+    try:
+        d.wait_socket()
+        d.proc.send_signal(signal.SIGTERM)
+        end = time.monotonic() + 30
+        while d.proc.poll() is None and time.monotonic() < end:
+            try:
+                d.proc.send_signal(signal.SIGHUP)
+            except ProcessLookupError:
+                break
+            time.sleep(0.002)
+    finally:
+        code = d.stop()
+    assert code == 0, d.log_text()
+    assert "drained and flushed" in d.log_text()

@@ -1,6 +1,7 @@
 """`spec-controller run`: the service systemd starts (Type=notify)."""
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import click
@@ -112,6 +113,10 @@ def run(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
         code = Daemon(cfg).run()
     except (StoreError, Fatal, RuntimeError) as e:
         fail_as("spec-controller", str(e), getattr(e, "code", 1))
+    finally:
+        # The daemon is done: a SIGHUP (a reload) from here on arrived while the interpreter wound down, which puts back
+        # each handler's default action (for SIGHUP, termination): the process died of it after logging 'exit 0'
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     raise SystemExit(code)
 
 
