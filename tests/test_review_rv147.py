@@ -89,3 +89,16 @@ def test_a_sighup_while_the_daemon_winds_down_does_not_kill_it(short_tmp):
         code = d.stop()
     assert code == 0, d.log_text()
     assert "drained and flushed" in d.log_text()
+
+
+def test_a_min_threshold_above_the_engines_largest_batch_applies_that_batch(short_tmp):
+    """[guard] min_threshold = 300 on the simulator's 256: the daemon ran threshold 300 (a pin of 300 is refused as out
+    of range), saved it, and every later start warned 'saved threshold=300 is above the engine's largest batch'."""
+    d = DaemonProc(short_tmp, "--concurrency", "4", "--set", "guard.min_threshold=300")
+    try:
+        d.wait_socket()
+        st = d.call("GET", "/status")
+        assert st["threshold"] == st["engine"]["max_batch_size"] == 256
+    finally:
+        assert d.stop() == 0
+    assert "above the engine's largest batch" not in d.log_text()

@@ -53,7 +53,9 @@ class Guard:
         self._shift_trial: tuple[int, int, float] | None = None
 
     def clamp(self, t: int) -> int:
-        return max(self.cfg.min_threshold, min(self.hi, int(t)))
+        # (a min_threshold above the engine's largest batch is that batch: 300 on a 256 engine was applied as 300, out of
+        # the range a pin may take, and each start warned of the saved threshold 'above the engine's largest batch')
+        return max(min(self.cfg.min_threshold, self.hi), min(self.hi, int(t)))
 
     def account(self, now: float, batches: int, exploratory: bool = False, explored: int | None = None) -> None:
         """Count the batches run since the last decision and how many of them were exploratory:
