@@ -102,3 +102,25 @@ def test_a_min_threshold_above_the_engines_largest_batch_applies_that_batch(shor
     finally:
         assert d.stop() == 0
     assert "above the engine's largest batch" not in d.log_text()
+
+
+def test_a_clock_stepped_back_while_the_daemon_was_down_goes_on_from_the_databases_newest_time(tmp_path):
+    """rv147 #4: SteadyClock carried a step back within one run only. The engine's clock (SGLang's: the host's)
+    stepped back while the daemon was down, a restart began its time at the stepped-back clock, and the restored
+    policy state, stamped ahead, neither decayed nor rolled up until that clock caught up."""
+    from tests.fakes import FakeEngine, feed, good, make_service
+    before = FakeEngine()
+    before.t = 5000.2
+    first, writer = make_service(tmp_path, engine=before)
+    feed(first, [good(5000.0 + i * 0.01) for i in range(20)])
+    writer.stop()
+    from state import queries
+    assert queries.last_engine_time(open_store(tmp_path / "s.db", readonly=True)) >= 5000.19
+    engine = FakeEngine()                          # its clock at 100: stepped back by ~4,900 s while down
+    again, writer = make_service(tmp_path, engine=engine)
+    try:
+        assert again.clock.now() >= 5000.19
+        engine.t = 101.0                           # and its time goes on from there
+        assert 5001.1 <= again.clock.now() <= 5001.3
+    finally:
+        writer.stop()

@@ -56,12 +56,14 @@ class SteadyClock:
     it, the guard's stabilisation window and change budget, the policies' half-lives, for as long as the
     step was. A step back of more than BACK_S adds itself to an offset that now() and every admitted
     sample carry (SampleGate): the loop's time goes on from the newest it had. Shared by the engine's
-    thread (samples) and the retune thread (ticks)."""
+    thread (samples) and the retune thread (ticks). newest: the newest time the database holds, so that a step back
+    while the daemon was down (a host clock corrected, a VM snapshot restored) is carried too: else the restored
+    policies' state, stamped ahead, neither decayed nor rolled up until the clock caught up (helper-147)."""
 
-    def __init__(self, raw: Callable[[], float]):
+    def __init__(self, raw: Callable[[], float], newest: float | None = None):
         self.raw = raw
         self.offset = 0.0
-        self.newest: float | None = None
+        self.newest = newest
         self._lock = threading.Lock()
 
     def read(self) -> tuple[float, float]:

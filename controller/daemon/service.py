@@ -71,7 +71,7 @@ class Service:
         if unused := config_policy_unused(cfg, {"policy": {"name": name, "params": params}} if "policy" in saved else {}):
             log.warning("%s", unused)
         self.policy_name = name
-        self.clock = SteadyClock(engine.now)     # the loop's time base: the engine's clock, never going back
+        self.clock = SteadyClock(engine.now, self._read(queries.last_engine_time) or None)   # never going back
         gate = SampleGate(engine.max_batch_size, engine.spec_steps, self.clock)
         self.ingest = Ingest(self.lock, self.loop, self.stats, writer, gate, cfg["control"]["ingest_queue"])
         self._rollups = Rollups(cfg["storage"]["rollup_s"], policy.buckets.edges)
@@ -98,9 +98,8 @@ class Service:
     def _restore(self, policy: Policy, name: str, params: Mapping[str, Any]) -> tuple[Policy, bool]:
         """(the policy with the newest committed state saved for it, True) if any and sound; else (the
         fresh policy, False)."""
-        # (a row that is not JSON: a ValueError here, which the API would answer as a bad argument; one nested too
-        # deeply to parse, a RecursionError, and one holding a number a float or the random generator cannot take, an
-        # OverflowError: every start refused with a traceback, exit 1, restarted for ever)
+        # (not JSON: a ValueError, which the API would answer as a bad argument; nested too deeply, a RecursionError; a
+        # number a float or the random generator cannot take, OverflowError: each start a traceback, restarted for ever)
         try:
             saved = self._read(queries.latest_policy_state, resolve_name(name))
             if saved:
