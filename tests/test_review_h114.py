@@ -132,7 +132,7 @@ class _Stops:
     shutdown = release = stop
 
 
-def _drain_with(short_tmp, caplog, commit_error: Exception | None) -> str:
+def _drain_with(short_tmp, caplog, commit_error: Exception | None, exit_code: int = 0) -> str:
     from controller.daemon.lifecycle import Daemon
     from tests.fakes import make_service
     svc, writer = make_service(short_tmp)
@@ -142,11 +142,12 @@ def _drain_with(short_tmp, caplog, commit_error: Exception | None) -> str:
     ingest = threading.Thread(target=lambda: None)
     ingest.start()
     daemon = Daemon(svc.cfg)
-    daemon.stop_reason = "specctl stop"
+    daemon.stop_reason, daemon.exit_code = "specctl stop", exit_code
     with caplog.at_level(logging.INFO, "spec_controller"):
         daemon._drain(svc.engine, svc, (_Stops(), _Stops(), ingest, _Stops()), writer.db, _Stops())
     lines = [r for r in caplog.records if "spec-controller stopped" in r.getMessage()]
     assert len(lines) == 1
+    assert lines[0].getMessage().endswith(f"; exit {daemon.exit_code}")      # (the code it exits with)
     return f"{lines[0].levelname} {lines[0].getMessage()}"
 
 
@@ -157,11 +158,20 @@ def test_a_stop_whose_final_checkpoint_the_full_disk_refused_does_not_say_flushe
     line = _drain_with(short_tmp, caplog, sqlite3.OperationalError("database or disk is full"))
     assert line.startswith("ERROR spec-controller stopped (specctl stop): drained and not flushed: 2 final writes "
                            "lost (database disk full: database or disk is full)"), line
+    # (helper-147: it exited 0, which told the unit nothing; 1 would restart a daemon the operator stopped)
+    assert line.endswith("; exit 5"), line
+
+
+def test_a_failed_daemons_lost_final_writes_keep_its_exit_1(short_tmp, caplog):
+    """(a stalled loop or a gone engine exits 1 and is restarted: a loss on top changes nothing of that)"""
+    line = _drain_with(short_tmp, caplog, sqlite3.OperationalError("database or disk is full"), exit_code=1)
+    assert "not flushed" in line and line.endswith("; exit 1"), line
 
 
 def test_a_stop_whose_writes_all_committed_says_flushed(short_tmp, caplog):
     line = _drain_with(short_tmp, caplog, None)
     assert line.startswith("INFO spec-controller stopped (specctl stop): drained and flushed in "), line
+    assert line.endswith("; exit 0"), line
 
 
 # --- a journal path that holds no file ----------------------------------------------------------------------------------

@@ -116,6 +116,8 @@ def test_a_config_the_daemon_refuses_stops_the_unit_instead_of_restarting_it(tmp
     assert "bandti" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert str(res.returncode) in " ".join(s.get("RestartPreventExitStatus", [])).split()
     assert "1" not in " ".join(s.get("RestartPreventExitStatus", [])).split()
+    from controller.cli.options import EXIT_UNFLUSHED       # (a stop asked for and done, its final writes lost)
+    assert str(EXIT_UNFLUSHED) in " ".join(s.get("RestartPreventExitStatus", [])).split()
 
 
 def test_the_install_scripts_next_steps_name_commands_it_puts_on_path():

@@ -16,6 +16,7 @@ from state.db import hold_open, leave_wal, open_store
 from state.lock import DaemonLock
 from state.writer import Writer
 
+from ..cli.options import EXIT_UNFLUSHED
 from ..numtext import one_line
 from ..paths import DEFAULT_CONFIG, default_db, default_socket, pid_namespace
 from .config import load_config
@@ -190,6 +191,8 @@ class Daemon:
         lost = service.writer.errors - lost
         unsaved = "the database writer did not finish" if service.writer.thread.is_alive() else \
             f"{lost} final write{'s' if lost != 1 else ''} lost ({service.writer.problem or 'see above'})" if lost else ""
+        if unsaved and self.exit_code == 0:   # (helper-147: exit 0 said nothing to the unit; 1 would restart what was stopped)
+            self.exit_code = EXIT_UNFLUSHED
         log.log(logging.ERROR if unsaved else logging.INFO, "spec-controller stopped (%s): drained and %s in %.1f s; "
                 "exit %d", self.stop_reason or "error", f"not flushed: {unsaved}" if unsaved else "flushed",
                 time.monotonic() - began, self.exit_code)
