@@ -179,7 +179,8 @@ def check(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
     from .launchcfg import LaunchError, off_path_note
     from .launchcheck import section_notes
     from .launchcmd import missing_path_notes, path_notes, secret_mode_note
-    from .preflight import build_engine, check_files_apart, check_given_paths, check_metrics_port, privileged_port
+    from .preflight import (build_engine, check_files_apart, check_given_paths, check_metrics_port, check_store_opens,
+                            privileged_port)
     from .serviceaccess import service_account, service_cannot_read, unit_cannot_write
     parsed: list[str] = []
     try:
@@ -187,6 +188,7 @@ def check(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
         check_given_paths(cfg)
         engine = build_engine(cfg)
         check_files_apart(cfg, engine.own_files)
+        check_store_opens(cfg)
         check_metrics_port(cfg, held_is_ok=True)
         if cfg["engine"]["kind"] == "sglang":
             engine.check_installed()

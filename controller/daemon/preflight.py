@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 from typing import Any, Callable
 
@@ -154,6 +155,42 @@ def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> Non
     if problem := _uncreatable(sock.parent):
         what = "the control socket in" if sock.parent.is_dir() else "the control socket's directory"
         raise Fatal(f"cannot create {what} {sock.parent}: {problem}")
+
+
+def check_store_opens(cfg: dict) -> None:
+    """config check's look at what run's start opens and makes (Fatal, code 2, where run would refuse it; run itself
+    refuses each at its opening, exit 1): the database's folder and the control socket's, folders this user may make
+    files in (the lock file, SQLite's -wal / -shm, the socket), and an existing database file, one this user may read
+    and write that is SQLite or empty. Nothing is opened through SQLite or made: a file's first bytes are read only.
+    (newcomer-146: check said ok of a --db in a folder this user may not write, of a read-only database and of a file
+    that is no SQLite, each of which run then refused; so did a socket under a file or an unwritable folder.)"""
+    from state.db import SQLITE_MAGIC, may, on_read_only_mount
+    db = Path(cfg["storage"]["db"] or default_db()).absolute()
+    if problem := _uncreatable(db.parent):
+        raise Fatal(f"cannot create the database's files in {db.parent}: {problem}", 2)
+    try:
+        st = os.lstat(db)
+    except OSError:             # (none yet: run makes it in the folder checked above)
+        st = None
+    if st is not None and stat.S_ISREG(st.st_mode):
+        if not may(db, os.R_OK | os.W_OK):
+            why = errno.EROFS if on_read_only_mount(db) else errno.EACCES
+            raise Fatal(f"database {db} cannot be opened for writing ({os.strerror(why)})", 2)
+        if st.st_size:
+            try:
+                fd = os.open(db, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+                try:
+                    head = os.pread(fd, len(SQLITE_MAGIC), 0)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                raise Fatal(f"database {db}: {e.strerror}", 2) from None
+            if not head.startswith(SQLITE_MAGIC):
+                raise Fatal(f"{db} is not a spec-controller database (not an SQLite file); refusing it", 2)
+    sock = Path(cfg["control"]["socket"] or default_socket()).absolute()
+    if problem := _uncreatable(sock.parent):
+        what = "the control socket in" if sock.parent.is_dir() else "the control socket's directory"
+        raise Fatal(f"cannot create {what} {sock.parent}: {problem}", 2)
 
 
 def _uncreatable(directory: Path) -> str | None:
