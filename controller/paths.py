@@ -133,16 +133,59 @@ def directory_name(path: str | Path) -> str | None:
     return f"a directory's name (it ends in /{last}), not a file's" if last in (".", "..") else None
 
 
+def planted_link(path: str | Path) -> str | None:
+    """Why a symbolic link on the way to `path` must not be followed, or None: the kernel's fs.protected_symlinks rule,
+    which realpath (a resolution in user space) escapes: a link in a sticky, world-writable folder (/tmp) owned neither
+    by this user nor by the folder's owner. (newcomer-146: another user's /tmp/demo.png -> /etc/passwd, and root's
+    `specctl plot /tmp/demo.png` wrote the figure over /etc/passwd; a shell's `>` is refused there.)"""
+    euid, hops = os.geteuid(), 0
+    pending, here = list(Path(os.path.abspath(path)).parts[1:]), Path("/")
+    while pending:
+        name = pending.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            here = here.parent
+            continue
+        step = here / name
+        try:
+            st = os.lstat(step)
+        except OSError:
+            return None                 # (nothing there: nothing further to follow; the write says what it meets)
+        if not stat.S_ISLNK(st.st_mode):
+            here = step
+            continue
+        hops += 1
+        try:
+            folder = os.stat(here)
+            target = os.readlink(step)
+        except OSError:
+            return None
+        shared = folder.st_mode & stat.S_ISVTX and folder.st_mode & stat.S_IWOTH
+        if hops > 40:
+            return None                 # (the write meets ELOOP and says so)
+        if shared and st.st_uid not in (euid, folder.st_uid):
+            return (f"{step} is a symbolic link another user (uid {st.st_uid}) made in the shared folder {here}; "
+                    "refusing to follow it")
+        parts = Path(target).parts
+        if parts and parts[0] == "/":
+            here, parts = Path("/"), parts[1:]
+        pending = list(parts) + pending
+    return None
+
+
 def replace_whole(path: str | Path, write: Callable[[str], None], private: bool = False,
                   refused: str = "not a regular file, which would be replaced") -> None:
     """The file at `path` made by write(PARTIAL), a partial file beside it, and renamed over the path only once complete:
     a failed write (a full disk) leaves what was there. A file replaced keeps its mode (when `private`, an API key in
     it, less what others may do) and, where this user may set them, its owner and group (`chmod 640` for the service
     stays); a new one is made as the umask says (0600 when `private`). A symbolic link is followed (the file it names
-    is replaced, as a shell's `>` writes it); anything but a regular file there is OSError(EINVAL, refused): as root,
+    is replaced, as a shell's `>` writes it), but not one planted_link refuses (OSError(EACCES)); anything but a regular file there is OSError(EINVAL, refused): as root,
     `-o /dev/null` made /dev/null a regular file. What write() raises passes through."""
     if why := directory_name(path):
         raise OSError(errno.EISDIR, why)
+    if why := planted_link(path):
+        raise OSError(errno.EACCES, why)
     target = Path(os.path.realpath(path))
     partial = target.with_name(f".{target.name[:200]}.{os.getpid()}.partial")     # (a 250-character name fits)
     try:

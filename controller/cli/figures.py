@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..paths import directory_name, replace_whole
+from ..paths import directory_name, planted_link, replace_whole
 
 THRESHOLD = "tab:blue"
 LIVE = "0.45"
@@ -38,7 +38,7 @@ def check_path(path: str | Path) -> Path:
     """Refuse a path the figure cannot be written to, before any work is done."""
     if not str(path).strip():          # (Path('') is '.': "cannot write plot .: give a .png ..." was the line)
         raise PlotError(f"cannot write plot {str(path)!r}: give a file name")
-    if why := directory_name(path):
+    if why := directory_name(path) or planted_link(path):
         raise PlotError(f"cannot write plot {path}: {why}")
     path = Path(path)
     try:
