@@ -24,6 +24,11 @@ def pid_namespace() -> int | None:
         return None
 
 
+class NoHome(RuntimeError):
+    """No per-user state directory can be named: no absolute $XDG_STATE_HOME, no absolute $HOME and no home in the
+    password database (a container run as a uid it does not list); the message is one line for the operator."""
+
+
 def user_state_dir() -> Path:
     """$XDG_STATE_HOME/spec-controller, or ~/.local/state/spec-controller where it is unset, empty or relative (the XDG
     spec: a relative path there is invalid, ignored; it put the database under whatever directory the daemon began in)."""
@@ -40,8 +45,10 @@ def _home() -> Path:
     import pwd
     try:
         return Path(pwd.getpwuid(os.getuid()).pw_dir)
-    except KeyError:                    # (no entry for this uid: a container's arbitrary user)
-        return Path(home or "/").absolute()
+    except KeyError:        # (newcomer-146: Path.home()'s RuntimeError was a 40-line traceback from every command)
+        raise NoHome(f"no state directory: $HOME is {'not an absolute path' if home else 'unset'} and uid "
+                     f"{os.getuid()} has no home in the password database; set XDG_STATE_HOME (or HOME) to an "
+                     "absolute path") from None
 
 
 def systemd_dir(env: str) -> Path | None:

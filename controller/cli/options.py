@@ -13,6 +13,7 @@ from typing import Any, Callable, NoReturn
 import click
 
 from .. import __version__
+from ..paths import NoHome
 from ..numtext import a_kind, echoed, number_text, one_line, written
 
 # Exit codes (README "specctl"): the same for every command.
@@ -53,6 +54,8 @@ class OneLineGroup(click.Group):
             fail_as(self.prog, e.format_message(), e.exit_code)
         except click.exceptions.Abort:
             fail_as(self.prog, "aborted", EXIT_ERROR)
+        except NoHome as e:           # (the default paths, asked for by every command)
+            fail_as(self.prog, str(e), EXIT_ERROR)
         except OSError as e:            # (click answers EPIPE itself: a closed pipe exits 1 without a word)
             if not _stdout_refused(e):
                 raise
