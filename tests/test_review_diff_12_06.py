@@ -52,7 +52,7 @@ def test_an_unpin_refused_by_a_daemon_from_before_refused_threshold_prints_no_no
     from controller.cli.main import cli
     old = {"threshold": 3, "pinned": False, "exploit_threshold": 5, "trial": False, "changed": True, "pinned_at": None,
            "refused": "SGLang did not answer"}
-    monkeypatch.setattr(steer, "call", lambda ctx, method, path, body=None: dict(old))
+    monkeypatch.setattr(steer, "call", lambda ctx, method, path, body=None, dropped=False: dict(old))
     res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "c.sock"), "threshold", "unpin"])
     assert res.exit_code == 1 and "None" not in res.output, res.output
     assert res.output.startswith("specctl: threshold unpinned (saved), but the engine has not taken the policy's "

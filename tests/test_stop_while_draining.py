@@ -158,3 +158,28 @@ def test_a_second_stop_after_stop_no_wait_is_not_an_error(short_tmp):
     finally:
         if d.proc.poll() is None:
             d.proc.kill()
+
+
+def test_a_pin_dropped_by_a_draining_daemon_is_saved_for_its_next_start(short_tmp):
+    """newcomer-146: `stop --no-wait` then `threshold pin 71`: the draining daemon dropped the pin unanswered, specctl
+    said 'whether POST /threshold/pin was applied, `specctl status` says', exit 1, and it was not saved. Once the
+    drain is over it is saved as with no daemon running."""
+    from state.db import open_store
+    from state import queries
+    db, sock = short_tmp / "state.db", short_tmp / "d.sock"
+    with held(db, sock, stopping=True) as child:
+        _, seen = _closing_daemon(sock, {"daemon": {"pid": child.pid, "db": str(db), "running": True}})
+        timer = _release_soon(child)
+        res = CliRunner().invoke(cli, ["--socket", str(sock), "--db", str(db), "threshold", "pin", "71"])
+        timer.join()
+    assert seen == ["GET /status HTTP/1.1", "POST /threshold/pin HTTP/1.1"]
+    assert res.exit_code == 0 and "saved to" in res.output and "applied at next start" in res.output, res.output
+    assert queries.settings(open_store(db, readonly=True))["pinned"] == 71
+
+
+def test_a_policy_switch_dropped_with_no_drain_on_record_is_still_a_fault(short_tmp):
+    db, sock = short_tmp / "state.db", short_tmp / "d.sock"
+    with held(db, sock, stopping=False) as child:
+        _closing_daemon(sock, {"daemon": {"pid": child.pid, "db": str(db), "running": True}})
+        res = CliRunner().invoke(cli, ["--socket", str(sock), "--db", str(db), "policy", "set", "never"])
+    assert res.exit_code == 1 and "whether POST /policy was applied" in res.output, res.output

@@ -10,7 +10,7 @@ import click
 from ..contract import MAX_BATCH
 from ..numtext import one_line
 from ..paths import present
-from .client import DaemonError, DaemonUnreachable, request
+from .client import DaemonDropped, DaemonError, DaemonUnreachable, request
 from .common import (UNREADABLE, Ctx, alias_note, call, emit, fail, full_params, given_db_exists, json_option,
                      lock_holder, offline_read, read_offline, refuse_held, refuse_unpaired, save_offline, trial_note)
 from .options import EXIT_USAGE, NEGATIVE_ARGS, Bounded, say
@@ -116,7 +116,7 @@ def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
     except PolicyError as e:
         fail(str(e), EXIT_USAGE)
     try:
-        info = call(ctx, "POST", "/policy", {"name": name, "params": kv})
+        info = _change(ctx, "/policy", {"name": name, "params": kv})
         click.echo(f"policy {info['name']} active{_params_note(kv)}{LEARNED_NOTES.get(info.get('learned'), '')}")
         pinned = info.get("pinned")
     except DaemonUnreachable:
@@ -128,6 +128,16 @@ def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
         click.echo(f"specctl: note: the threshold is pinned at {pinned}; {name} "     # (fixed, always, never: no state)
                    f"{'learns from every batch but ' if learns else ''}decides nothing until `specctl threshold unpin`",
                    err=True)
+
+
+def _change(ctx: Ctx, path: str, body: dict) -> dict:
+    """POST path; a daemon that dropped it at the end of its drain counts, once stopped, as none running (the caller
+    then saves the change for its next start)."""
+    from .stop import stopped_meanwhile
+    try:
+        return call(ctx, "POST", path, body, dropped=True)
+    except DaemonDropped as e:
+        raise stopped_meanwhile(ctx, e) from None
 
 
 # the daemon's answer says what the policy now in force knows (absent from a daemon before 12-02d)
@@ -163,7 +173,7 @@ def _trial_note(res: dict) -> str:
 def _pin(ctx: Ctx, value: int | None) -> None:
     path = "/threshold/pin" if value is not None else "/threshold/unpin"
     try:
-        res = call(ctx, "POST", path, {"threshold": value} if value is not None else {})
+        res = _change(ctx, path, {"threshold": value} if value is not None else {})
         if res.get("stopping") and res.get("changed", True):     # (helper-138: it said 'tries again at every retune')
             click.echo(f"{'threshold pinned at ' + str(value) if value is not None else 'threshold unpinned'} (saved); "
                        "the daemon is stopping: its next start applies it")

@@ -69,6 +69,25 @@ def stopping(db: Path, socket: Path) -> str | None:
     return words["pid"] if stop else None
 
 
+def draining_pid(ctx: Ctx) -> str | None:
+    """The pid of the daemon on ctx's database and socket that is draining or drained (its stop on record after its
+    start, its lock free or its own), None where none is: a dropped request is then a fault, not the drain's end."""
+    holder = lock_holder(ctx.db) if present(ctx.db) else None
+    pid = stopping(ctx.db, ctx.socket) if present(ctx.db) and holder != UNREADABLE else None
+    return pid if pid is not None and holder in (None, pid) else None
+
+
+def stopped_meanwhile(ctx: Ctx, dropped: DaemonDropped, timeout: float = 150.0) -> DaemonUnreachable:
+    """A change the daemon dropped unanswered at the end of its drain (`stop --no-wait`, systemctl stop, SIGTERM just
+    before it): once the drain is over it is no daemon's to take, and the caller saves it as with none running
+    (newcomer-146: `threshold pin` said 'whether it was applied, status says', exit 1, and it was not saved). A drop
+    with no drain on record, or a drain not over within timeout, is the fault's line, exit 1."""
+    pid = draining_pid(ctx)
+    if pid is None or not wait_gone(Path(ctx.db), int(pid), timeout, seen=held_here(ctx.db)):
+        fail(str(dropped))
+    return DaemonUnreachable(f"daemon pid {pid} stopped while asked")
+
+
 def wait_gone(db: Path, pid: int, timeout: float, poll_s: float = 0.1, seen: bool = True) -> bool:
     """Until the daemon has let go of the database and then exited (its last log line and the
     interpreter's exit follow the lock's release by ~0.1-0.2 s). seen False: its pid is another pid namespace's (a
@@ -99,9 +118,7 @@ def stop(ctx: Ctx, timeout: float, no_wait: bool) -> None:
         # drops the clients it has not served: wait for that drain as for our own (a second `specctl stop` was told
         # "whether POST /stop was applied, `specctl status` says", exit 1). One that drops a request and has no stop
         # on record is a fault, said as before.
-        holder = lock_holder(ctx.db) if present(ctx.db) else None
-        pid = stopping(ctx.db, ctx.socket) if present(ctx.db) and holder != UNREADABLE else None
-        if pid is not None and holder in (None, pid):
+        if (pid := draining_pid(ctx)) is not None:
             _wait(Path(ctx.db), int(pid), timeout, already=True, seen=held_here(ctx.db))
             return
         fail(str(e))
