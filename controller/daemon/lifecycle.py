@@ -36,7 +36,7 @@ class Daemon:
         self.cfg = cfg
         self.started_cfg = copy.deepcopy(cfg)        # what a reload compares with (run() fills in paths)
         self.stop_flag = threading.Event()
-        self.reload_flag = threading.Event()
+        self.reload_asked = False    # (SIGHUP's: a plain flag, no lock, so that a flood of them cannot nest handlers)
         self.exit_code = 0
         self.stop_reason = ""
         self.watch: dict[str, threading.Thread] = {}     # worker threads whose death ends the daemon
@@ -54,7 +54,7 @@ class Daemon:
         # Handlers only set flags; the main loop acts on them.
         signal.signal(signal.SIGTERM, lambda *_: self.request_stop("SIGTERM"))
         signal.signal(signal.SIGINT, lambda *_: self.request_stop("SIGINT"))
-        signal.signal(signal.SIGHUP, lambda *_: self.reload_flag.set())
+        signal.signal(signal.SIGHUP, lambda *_: setattr(self, "reload_asked", True))
 
     def _bring_up(self, engine: Engine, service):
         """Engine ready -> ingest, metrics, control socket, jobs. Returns (server, scheduler, ingest
@@ -232,8 +232,8 @@ class Daemon:
         of that is wrong: a ping per retune starved it whenever tick_s came near WatchdogSec, and with
         stall_s equal to WatchdogSec its SIGABRT always beat this orderly exit 1."""
         while not self.stop_flag.wait(0.5):
-            if self.reload_flag.is_set():
-                self.reload_flag.clear()
+            if self.reload_asked:
+                self.reload_asked = False
                 self._reload(service)
             why = self._fatal_condition(engine, service)
             if why:
