@@ -159,18 +159,23 @@ class DaemonLock:
         finally:
             os.close(fd)
 
-    def holder_namespace(self) -> int | None:
+    def holder_namespace(self, pid: str | None = None) -> int | None:
         """The pid namespace the live holder wrote beside its pid; None where none holds the lock, it wrote none
-        (an older version) or the file cannot be read."""
+        (an older version) or no number (isdigit alone took a superscript two, which int() refused: a traceback out
+        of `specctl stop`), or the file cannot be read. pid: the namespace pid's daemon wrote there, whether it holds
+        the lock still or not (release leaves the file as written): a drain that let go of its lock between specctl's
+        look at the holder and this one was taken for one of this namespace (mutation-today-2026-12-07u)."""
         try:
             fd = self._open(os.O_RDONLY)
         except StoreError:
             return None
         try:
-            words = [] if _shareable(fd) else _words_in(fd)
+            words = _words_in(fd) if pid is not None or not _shareable(fd) else []
         finally:
             os.close(fd)
-        return int(words[1]) if len(words) > 1 and words[1].isdigit() else None
+        if pid is not None and words[:1] != [str(pid)]:
+            return None
+        return int(words[1]) if len(words) > 1 and words[1].isascii() and words[1].isdigit() else None
 
     def release(self, remove_if_created: bool = False) -> None:
         """remove_if_created: also delete the lock file if acquire() made it (a database refused at start)."""

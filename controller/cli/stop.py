@@ -33,12 +33,13 @@ def _gone(db: Path, pid: int) -> bool:
     return _no_such_process(pid)   # the lock file is not readable to this user: ask the kernel
 
 
-def held_here(db: Path) -> bool:
-    """The daemon holding db's lock runs in this pid namespace (or did not say where it runs): its pid names it here.
-    (helper-145: a container's daemon on a shared database, its pid another process here, was to be waited for and
-    told to be stopped with `kill -TERM PID` here)"""
+def held_here(db: Path, pid: int | str) -> bool:
+    """The daemon pid that holds db's lock (or held it last) runs in this pid namespace (or did not say where it
+    runs): its pid names it here. (helper-145: a container's daemon on a shared database, its pid another process
+    here, was to be waited for and told to be stopped with `kill -TERM PID` here; mutation-today-2026-12-07u: one
+    that let go of its lock as specctl looked was taken for one of this namespace)"""
     from state.lock import DaemonLock
-    ns = DaemonLock(db).holder_namespace()
+    ns = DaemonLock(db).holder_namespace(str(pid))
     return ns is None or ns == pid_namespace()
 
 
@@ -83,7 +84,7 @@ def stopped_meanwhile(ctx: Ctx, dropped: DaemonDropped, timeout: float = 150.0) 
     (newcomer-146: `threshold pin` said 'whether it was applied, status says', exit 1, and it was not saved). A drop
     with no drain on record, or a drain not over within timeout, is the fault's line, exit 1."""
     pid = draining_pid(ctx)
-    if pid is None or not wait_gone(Path(ctx.db), int(pid), timeout, seen=held_here(ctx.db)):
+    if pid is None or not wait_gone(Path(ctx.db), int(pid), timeout, seen=held_here(ctx.db, pid)):
         fail(str(dropped))
     return DaemonUnreachable(f"daemon pid {pid} stopped while asked")
 
@@ -119,7 +120,7 @@ def stop(ctx: Ctx, timeout: float, no_wait: bool) -> None:
         # "whether POST /stop was applied, `specctl status` says", exit 1). One that drops a request and has no stop
         # on record is a fault, said as before.
         if (pid := draining_pid(ctx)) is not None:
-            _wait(Path(ctx.db), int(pid), timeout, already=True, seen=held_here(ctx.db))
+            _wait(Path(ctx.db), int(pid), timeout, already=True, seen=held_here(ctx.db, pid))
             return
         fail(str(e))
     except DaemonUnreachable as e:
@@ -128,7 +129,7 @@ def stop(ctx: Ctx, timeout: float, no_wait: bool) -> None:
             found = find_holder(ctx.db, ctx.socket, holder)
             if found.elsewhere:             # a mistyped --socket: never advise killing a healthy daemon
                 fail(found.mismatch(), EXIT_USAGE)
-            here = held_here(ctx.db)
+            here = held_here(ctx.db, holder)
             if stopping(ctx.db, ctx.socket) == holder:    # its socket closed, its lock not yet free: the end of a drain
                 _wait(Path(ctx.db), int(holder), timeout, already=True, seen=here)
                 return
