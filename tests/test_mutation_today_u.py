@@ -4,9 +4,7 @@ wall-clock assertions: a race's window is held open by a hook."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import socket as socketlib
 import sqlite3
 import subprocess
 import sys
@@ -21,7 +19,7 @@ from controller.cli.options import EXIT_STARTING
 from state.db import StoreError
 from state.lock import DaemonLock
 from tests.daemon_proc import ROOT
-from tests.test_stop_while_draining import held
+from tests.test_stop_while_draining import _closing_daemon, held
 
 # another pid namespace's daemon, as test_stop_other_namespace.py has it: its pid is this test's (a process alive
 # here: the host's process of that number), its namespace 1 (no namespace's inode)
@@ -128,28 +126,9 @@ def _let_go(child: subprocess.Popen) -> None:
 
 
 def _dropping_daemon(path: Path, pid: int, db: Path, before_drop=lambda: None) -> threading.Thread:
-    """A daemon at the end of its drain on a socket: answers GET /status (pid, db), then reads POST /stop, runs
-    before_drop and closes the connection without a word, its socket gone."""
-    listener = socketlib.socket(socketlib.AF_UNIX)
-    listener.bind(str(path))
-    listener.listen(8)
-    seen: list[str] = []
-
-    def serve():
-        conn, _ = listener.accept()
-        seen.append(conn.recv(65536).split(b"\r\n")[0].decode())
-        body = json.dumps({"daemon": {"pid": pid, "db": str(db), "running": True}}).encode()
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                     % (len(body), body))
-        conn.close()
-        conn, _ = listener.accept()
-        seen.append(conn.recv(65536).split(b"\r\n")[0].decode())
-        before_drop()
-        listener.close()
-        path.unlink()
-        conn.close()
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
+    """A daemon at the end of its drain on a socket (test_stop_while_draining's): answers GET /status (pid, db), then
+    reads POST /stop, runs before_drop and closes the connection without a word, its socket gone."""
+    thread, seen = _closing_daemon(path, {"daemon": {"pid": pid, "db": str(db), "running": True}}, before_drop)
     thread.seen = seen
     return thread
 

@@ -68,9 +68,9 @@ def held(db, sock, stopping: bool, written: str = ""):
                 child.wait()
 
 
-def _closing_daemon(path, status: dict) -> tuple[socket.socket, list[str]]:
-    """A socket that answers the first request (GET /status: `status`), then reads the next one (POST /stop), closes
-    the connection without a word and goes away, as a daemon at the end of its drain does."""
+def _closing_daemon(path, status: dict, before_drop=lambda: None) -> tuple[threading.Thread, list[str]]:
+    """A socket that answers the first request (GET /status: `status`), then reads the next one (POST /stop), runs
+    before_drop, goes away and closes the connection without a word, as a daemon at the end of its drain does."""
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(path))
     listener.listen(8)
@@ -85,11 +85,13 @@ def _closing_daemon(path, status: dict) -> tuple[socket.socket, list[str]]:
         conn.close()
         conn, _ = listener.accept()
         seen.append(conn.recv(65536).split(b"\r\n")[0].decode())
-        conn.close()
+        before_drop()
         listener.close()
         path.unlink()
-    threading.Thread(target=serve, daemon=True).start()
-    return listener, seen
+        conn.close()
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread, seen
 
 
 def _release_soon(child: subprocess.Popen, after_s: float = 0.3) -> threading.Timer:
