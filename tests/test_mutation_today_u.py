@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import shutil
 import subprocess
 import sys
 import threading
@@ -21,6 +22,10 @@ from state.lock import DaemonLock
 from tests.daemon_proc import ROOT
 from tests.test_stop_while_draining import _closing_daemon, held
 
+# the exec by its own path: searched along PATH, an E2BIG there was reported as the EACCES of a folder on the way
+# (a user other than root, root's PATH kept by runuser)
+TRUE = shutil.which("true") or "/bin/true"
+
 # another pid namespace's daemon, as test_stop_other_namespace.py has it: its pid is this test's (a process alive
 # here: the host's process of that number), its namespace 1 (no namespace's inode)
 OTHER = f"{os.getpid()} 1"
@@ -29,6 +34,7 @@ OTHER = f"{os.getpid()} 1"
 # --- state/lock.py: what the lock file says ---------------------------------------------------------------------------
 _EMPTY_HOLDER = """
 import fcntl, os, sys
+
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
 fcntl.flock(fd, fcntl.LOCK_EX)
 print("locked", flush=True)
@@ -333,7 +339,7 @@ MOST = os.sysconf("SC_ARG_MAX")
 def _exec_refuses(words: list[str], env: dict | None = None) -> bool:
     """The kernel's own answer: the exec of `true` with these words and environment is refused (E2BIG)."""
     try:
-        subprocess.run(["true", *words], env=env, check=True)
+        subprocess.run([TRUE, *words], env=env, check=True)
     except OSError as e:
         assert "Argument list too long" in str(e), e
         return True

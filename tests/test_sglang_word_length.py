@@ -1,6 +1,7 @@
 """[sglang]: a value longer than one word of a command line (or one NAME=value of an environment) may be is refused
 where the engine is built (config check), not at the exec: `config check` said ok, and the start failed with E2BIG
 ('Argument list too long'), exit 1, restarted by the unit for ever."""
+import shutil
 import subprocess
 import sys
 
@@ -8,6 +9,10 @@ import pytest
 
 from controller.daemon.engines.base import EngineError
 from controller.daemon.engines.sglang import SGLangEngine
+
+# the exec by its own path: searched along PATH, an E2BIG there was reported as the EACCES of a folder on the way
+# (a user other than root, root's PATH kept by runuser)
+TRUE = shutil.which("true") or "/bin/true"
 
 ARG_MOST = 131071        # Linux's MAX_ARG_STRLEN, its NUL aside (engines/sglang_flags.ARG_MOST)
 SGLANG = {"model_path": "m", "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "d"}
@@ -45,7 +50,7 @@ def test_an_extra_args_word_is_measured_as_the_word_it_is():
     from controller.daemon.engines.sglang_flags import unfit_key
     longest = "--x=" + "v" * (ARG_MOST - 4)
     assert unfit_key({**SGLANG, "extra_args": ["--y", longest]}) is None
-    subprocess.run(["true", longest], check=True)          # (what the exec takes)
+    subprocess.run([TRUE, longest], check=True)          # (what the exec takes)
     assert unfit_key({**SGLANG, "extra_args": [longest + "v"]})[0] == "extra_args"
 
 
@@ -55,11 +60,11 @@ def test_a_launch_too_large_as_a_whole_is_refused_where_the_engine_is_built(tmp_
     from controller.daemon.engines.sglang_section import launch_size_reason
     many = ["--x"] * 1_000_000
     with pytest.raises(OSError, match="Argument list too long"):
-        subprocess.run(["true", *many])                     # (the exec itself refuses it)
+        subprocess.run([TRUE, *many])                     # (the exec itself refuses it)
     assert "more than the kernel gives a new program" in launch_size_reason({**SGLANG, "extra_args": many})
     fits = ["--x"] * 50_000
     assert launch_size_reason({**SGLANG, "extra_args": fits}) is None
-    subprocess.run(["true", *fits], check=True)             # (and the exec takes that one)
+    subprocess.run([TRUE, *fits], check=True)             # (and the exec takes that one)
     path = tmp_path / "c.toml"
     words = ", ".join(['"--x"'] * 1_000_000)
     path.write_text(f'[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/m"\nspeculative_algorithm = "EAGLE3"\n'
