@@ -146,7 +146,8 @@ def planted_link(path: str | Path) -> str | None:
     by this user nor by the folder's owner. (newcomer-146: another user's /tmp/demo.png -> /etc/passwd, and root's
     `specctl plot /tmp/demo.png` wrote the figure over /etc/passwd; a shell's `>` is refused there.)"""
     euid, hops = os.geteuid(), 0
-    pending, here = list(Path(os.path.abspath(path)).parts[1:]), Path("/")
+    # (not abspath: it folds 'link/..' by name, where the kernel and realpath go to the link's target's parent)
+    pending, here = list(Path(os.path.join(os.getcwd(), path)).parts[1:]), Path("/")
     while pending:
         name = pending.pop(0)
         if name in ("", "."):

@@ -67,3 +67,24 @@ def test_ones_own_link_in_a_sticky_folder_is_followed(shared):
     res = plot(tmp_path, link)
     assert res.exit_code == 0, res.output
     assert link.is_symlink() and real.read_bytes()[:4] == PNG
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a link another owner")
+def test_a_planted_link_reached_by_dot_dot_after_a_link_is_not_followed(shared):
+    """'..' after a symbolic link is its target's parent, as the kernel and realpath take it, not the name's (abspath
+    folded work/lnk/../demo.png into work/demo.png, which is not there: the planted link was followed)."""
+    tmp_path, folder, victim = shared
+    (folder / "sub").mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "lnk").symlink_to(folder / "sub")           # root's own link, in a folder of root's
+    planted = folder / "demo.png"
+    planted.symlink_to(victim)
+    os.lchown(planted, OTHER_UID, OTHER_UID)
+    out = f"{work}/lnk/../demo.png"
+    assert os.path.realpath(out) == str(victim)
+    from controller.paths import planted_link
+    assert planted_link(out) is not None
+    res = plot(tmp_path, out)
+    assert res.exit_code == 2 and "refusing to follow it" in res.output, res.output
+    assert victim.read_text() == "root's file\n"
