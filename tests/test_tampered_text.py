@@ -52,3 +52,17 @@ def test_every_rendered_text_reaches_the_terminal_without_its_control_characters
     from controller.cli.common import emit
     emit({}, False, lambda _: "a\x1b[2Jb\nc\td\x9b")
     assert capsys.readouterr().out == "a\\x1b[2Jb\nc\td\\x9b\n"
+
+
+def test_threshold_alone_shows_a_tampered_saved_threshold_as_escapes(short_tmp):
+    """`specctl threshold` prints status's threshold line itself (not through emit): a pin saved as text in a tampered
+    database reached the terminal raw (color=True: click strips ANSI only from output that is no terminal)."""
+    import json
+    db = short_tmp / "s.db"
+    store = open_store(db)
+    store.conn.execute("INSERT OR REPLACE INTO settings(key, value) VALUES ('pinned', ?)", (json.dumps("\x1b[2J"),))
+    store.conn.commit()
+    store.conn.close()
+    res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "none.sock"), "--db", str(db), "threshold"], color=True)
+    assert res.exit_code == 3, res.output
+    assert "\x1b" not in res.stdout and r"\x1b[2J" in res.stdout, repr(res.stdout)

@@ -8,7 +8,7 @@ import time
 import click
 
 from ..contract import MAX_BATCH
-from ..numtext import one_line
+from ..numtext import one_line, terminal_text
 from ..paths import present
 from .client import DaemonDropped, DaemonError, DaemonUnreachable, request
 from .common import (UNREADABLE, Ctx, alias_note, call, emit, fail, full_params, given_db_exists, json_option,
@@ -159,7 +159,7 @@ def threshold(click_ctx: click.Context) -> None:
     if click_ctx.invoked_subcommand is None:
         from .status import current_status, threshold_line
         st, code = current_status(click_ctx.obj, explain=True)
-        click.echo(threshold_line(st))
+        click.echo(terminal_text(threshold_line(st)))     # (its text read from the database: as emit prints it)
         if code:
             raise SystemExit(code)
 
