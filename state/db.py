@@ -121,6 +121,14 @@ def _pin_file(path: Path, readonly: bool) -> os.stat_result:
         raise StoreError(f"database {path}: {os.strerror(errno.EACCES)}")
     if not stat.S_ISREG(st.st_mode):
         raise StoreError(f"database {path} is not a regular file")
+    if problem := journals_problem(path):
+        raise StoreError(problem)
+    return st
+
+
+def journals_problem(path: Path) -> str | None:
+    """Why SQLite's journals beside the database at path (-wal, -shm, -journal) cannot be used, or None: a symbolic
+    link there, or anything but a regular file (seen with lstat alone: the open's check, and config check's)."""
     for suffix in SIDECARS:
         side = Path(f"{path}{suffix}")
         try:
@@ -128,13 +136,13 @@ def _pin_file(path: Path, readonly: bool) -> os.stat_result:
         except OSError:
             continue
         if stat.S_ISLNK(mode):
-            raise StoreError(f"database journal {side} is a symbolic link; refusing to follow it")
+            return f"database journal {side} is a symbolic link; refusing to follow it"
         # (a directory there read 'cannot be read by this user ... run as the service's user', to root; a FIFO, a
         # daemon that started and failed every write with an I/O error)
         if not stat.S_ISREG(mode):
-            raise StoreError(f"database journal {side} is not a regular file; remove it (SQLite keeps the database's "
-                             "journal there)")
-    return st
+            return (f"database journal {side} is not a regular file; remove it (SQLite keeps the database's journal "
+                    "there)")
+    return None
 
 
 def may(path: Path, mode: int) -> bool:

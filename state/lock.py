@@ -140,6 +140,13 @@ class DaemonLock:
             raise StoreError(f"lock file {self.path} is not a regular file; remove it (nothing else belongs there)")
         return fd
 
+    def check_file(self) -> None:
+        """StoreError, in acquire's words, where a lock file is there that a start could not open (anything but a
+        regular file, a symbolic link, one this user may not open for writing); nothing is made, locked or written
+        (config check's look)."""
+        if os.path.lexists(self.path):
+            os.close(self._open(os.O_RDWR))
+
     def held_by_other(self) -> bool:
         """True if a live daemon holds the lock (used by specctl for offline writes)."""
         return self.holder() is not None

@@ -73,3 +73,24 @@ def test_a_database_this_user_may_not_write_is_refused_by_check_as_run_refuses_i
     db.chmod(0o444)
     check = daemon(tmp, "config", "check", "--db", str(db), "--socket", str(tmp / "s"))
     assert check.returncode == 2 and "cannot be opened for writing" in check.stderr, check.stderr
+
+
+@pytest.mark.parametrize("plant", ["fifo lock", "linked wal", "folder shm"])
+def test_what_run_refuses_beside_the_database_is_refused_by_check(tmp, plant):
+    """The lock file and SQLite's journals beside the database, seen without opening them (lstat): a FIFO at the lock
+    file, a symbolic link at -wal, a folder at -shm. run refused each at its opening, exit 1, after check said ok."""
+    db = tmp / "x.db"
+    db.write_bytes(b"")
+    if plant == "fifo lock":
+        os.mkfifo(f"{db}.lock")
+    elif plant == "linked wal":
+        (tmp / "elsewhere").write_text("")
+        os.symlink(tmp / "elsewhere", f"{db}-wal")
+    else:
+        os.mkdir(f"{db}-shm")
+    args = ["--db", str(db), "--socket", str(tmp / "s")]
+    check = daemon(tmp, "config", "check", *args)
+    run = daemon(tmp, "run", "--concurrency", "2", *args)
+    said = run.stderr.strip().splitlines()
+    assert run.returncode == 1 and len(said) == 1, run.stderr
+    assert check.returncode == 2 and check.stdout == "" and check.stderr.strip().splitlines() == said, check.stderr

@@ -160,14 +160,23 @@ def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> Non
 def check_store_opens(cfg: dict) -> None:
     """config check's look at what run's start opens and makes (Fatal, code 2, where run would refuse it; run itself
     refuses each at its opening, exit 1): the database's folder and the control socket's, folders this user may make
-    files in (the lock file, SQLite's -wal / -shm, the socket), and an existing database file, one this user may read
-    and write that is SQLite or empty. Nothing is opened through SQLite or made: a file's first bytes are read only.
+    files in (the lock file, SQLite's -wal / -shm, the socket), an existing lock file a start could open and journals
+    that are regular files (no link, FIFO or folder there), and an existing database file, one this user may read
+    and write that is SQLite or empty. Nothing is opened through SQLite, locked or made: a file's first bytes are read
+    only.
     (newcomer-146: check said ok of a --db in a folder this user may not write, of a read-only database and of a file
     that is no SQLite, each of which run then refused; so did a socket under a file or an unwritable folder.)"""
-    from state.db import SQLITE_MAGIC, may, on_read_only_mount
+    from state.db import SQLITE_MAGIC, StoreError, journals_problem, may, on_read_only_mount
+    from state.lock import DaemonLock
     db = Path(cfg["storage"]["db"] or default_db()).absolute()
     if problem := _uncreatable(db.parent):
         raise Fatal(f"cannot create the database's files in {db.parent}: {problem}", 2)
+    try:                        # (what run's start opens first: the lock file, then the journals with the database)
+        DaemonLock(db).check_file()
+    except StoreError as e:
+        raise Fatal(str(e), 2) from None
+    if problem := journals_problem(db):
+        raise Fatal(problem, 2)
     try:
         st = os.lstat(db)
     except OSError:             # (none yet: run makes it in the folder checked above)
