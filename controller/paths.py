@@ -44,11 +44,14 @@ def _home() -> Path:
         return Path(home)
     import pwd
     try:
-        return Path(pwd.getpwuid(os.getuid()).pw_dir)
+        entry = pwd.getpwuid(os.getuid()).pw_dir
     except KeyError:        # (newcomer-146: Path.home()'s RuntimeError was a 40-line traceback from every command)
-        raise NoHome(f"no state directory: $HOME is {'not an absolute path' if home else 'unset'} and uid "
-                     f"{os.getuid()} has no home in the password database; set XDG_STATE_HOME (or HOME) to an "
-                     "absolute path") from None
+        entry = ""
+    if os.path.isabs(entry):    # (an empty or relative one is the working directory's, as an empty $HOME was)
+        return Path(entry)
+    raise NoHome(f"no state directory: $HOME is {'not an absolute path' if home else 'unset'} and uid "
+                 f"{os.getuid()} has no home in the password database; set XDG_STATE_HOME (or HOME) to an "
+                 "absolute path")
 
 
 def systemd_dir(env: str) -> Path | None:

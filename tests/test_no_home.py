@@ -39,3 +39,20 @@ def test_config_check_says_it_in_one_line(homeless, tmp_path):
     res = CliRunner().invoke(daemon_main.main, ["config", "check", "--config", str(tmp_path / "empty.toml")])
     assert res.exit_code == 1 and res.output.strip().startswith(f"spec-controller: {SAID}"), res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("entry", ["", "relative/home"])
+def test_a_password_database_home_that_is_not_absolute_is_no_home_either(monkeypatch, entry):
+    """The password database's home is taken only where it is an absolute path, as $HOME is: an empty one put the
+    state under the working directory ('.local/state/spec-controller'), the case the empty $HOME's fix was for."""
+    from controller.paths import NoHome, user_state_dir
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    monkeypatch.delenv("HOME", raising=False)
+    real = pwd.getpwuid
+
+    def entry_without_home(uid):
+        e = real(uid)
+        return pwd.struct_passwd((e.pw_name, e.pw_passwd, e.pw_uid, e.pw_gid, e.pw_gecos, entry, e.pw_shell))
+    monkeypatch.setattr(pwd, "getpwuid", entry_without_home)
+    with pytest.raises(NoHome):
+        user_state_dir()
