@@ -152,9 +152,7 @@ def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> Non
     sock = Path(ctl["socket"]).absolute()
     check_socket_free(Path(ctl["socket"]))
     check_metrics_port(cfg)
-    if problem := _uncreatable(sock.parent):
-        what = "the control socket in" if sock.parent.is_dir() else "the control socket's directory"
-        raise Fatal(f"cannot create {what} {sock.parent}: {problem}")
+    check_socket_folder(sock, 1)
 
 
 def check_store_opens(cfg: dict) -> None:
@@ -196,10 +194,14 @@ def check_store_opens(cfg: dict) -> None:
                 raise Fatal(f"database {db}: {e.strerror}", 2) from None
             if not head.startswith(SQLITE_MAGIC):
                 raise Fatal(f"{db} is not a spec-controller database (not an SQLite file); refusing it", 2)
-    sock = Path(cfg["control"]["socket"] or default_socket()).absolute()
+    check_socket_folder(Path(cfg["control"]["socket"] or default_socket()).absolute(), 2)
+
+
+def check_socket_folder(sock: Path, code: int) -> None:
+    """Fatal(code) where the control socket cannot be made in its folder (run's start: 1; config check: 2)."""
     if problem := _uncreatable(sock.parent):
         what = "the control socket in" if sock.parent.is_dir() else "the control socket's directory"
-        raise Fatal(f"cannot create {what} {sock.parent}: {problem}", 2)
+        raise Fatal(f"cannot create {what} {sock.parent}: {problem}", code)
 
 
 def _uncreatable(directory: Path) -> str | None:
