@@ -6,7 +6,7 @@ import time
 
 import click
 
-from ..contract import FAST_PATHS, OFF_PATHS
+from ..contract import FAST_PATHS, MAX_BATCH, OFF_PATHS
 from ..numtext import one_line
 from ..paths import present
 from ..status import build_status, summarise
@@ -221,7 +221,9 @@ def _from_db(ctx: Ctx, db) -> dict:
     last_write = queries.last_wall(db)      # the daemon's last checkpoint or decision
     window.update(window_s=60.0, figures_age_s=round(time.time() - last_write, 1) if last_write else None,
                   clock_speed=(saved.get("clock") or {}).get("speed"))     # (absent: a database from before 12-04f)
-    control = {"threshold": saved["pinned"] if saved.get("pinned") is not None else saved.get("threshold"),
+    rule = None if saved.get("pinned") is not None else _rule_sets(pol, queries.started_max_batch(db))
+    control = {"threshold": saved["pinned"] if saved.get("pinned") is not None else rule if rule is not None
+               else saved.get("threshold"),
                "pinned": saved.get("pinned") is not None,
                "policy": {"name": pol.get("name"), "policy": queries.latest_policy(db), "params": full_params(pol)},
                "last_decision": {k: last[0][k] for k in ("t", "wall", "old", "new", "reason", "exploratory")}
@@ -231,6 +233,23 @@ def _from_db(ctx: Ctx, db) -> dict:
         if error else []
     return build_status({"running": False, "db": str(ctx.db), "socket": str(ctx.socket), "problems": problems}, None,
                         control, window, {"total": db["samples"].count})
+
+
+def _rule_sets(pol: dict, largest: int | None) -> int | None:
+    """The threshold a saved rule (fixed, always, never: its decision a command, applied at once) sets at the daemon's
+    next start; None for a learner, or a rule that no longer builds. (newcomer-146: with `policy set fixed --param
+    threshold=17` saved offline, status showed the last run's 256, and the start ran 17.)"""
+    from policies import PolicyError, make_policy
+    from policies.fixed import FixedPolicy
+    from policies.types import Snapshot
+    top = largest or MAX_BATCH
+    try:
+        policy = make_policy(pol["name"], pol.get("params") or {}, max_batch_size=top)
+    except (PolicyError, KeyError, TypeError, ValueError):
+        return None
+    if not isinstance(policy, FixedPolicy):
+        return None
+    return policy.decide(Snapshot(now=0.0, exploit_threshold=0, max_batch_size=top)).threshold
 
 
 def current_status(ctx: Ctx, explain: bool) -> tuple[dict, int]:
