@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli.main import cli
-from controller.paths import replace_whole
+from controller.outfile import replace_whole
 from tests.test_plots import PNG, _store
 
 OTHER_UID = 54321       # (no such user needed: a link's owner is a number)
@@ -50,7 +50,7 @@ def test_a_planted_link_to_a_folder_on_the_way_is_not_followed_either(shared):
     hop = folder / "d"
     hop.symlink_to(tmp_path / "elsewhere")
     os.lchown(hop, OTHER_UID, OTHER_UID)
-    from controller.paths import planted_link
+    from controller.outfile import planted_link
     assert planted_link(hop / "x.png") is not None
     res = plot(tmp_path, hop / "x.png")
     assert res.exit_code == 2 and not (tmp_path / "elsewhere" / "x.png").exists(), res.output
@@ -62,7 +62,7 @@ def test_ones_own_link_in_a_sticky_folder_is_followed(shared):
     real.write_bytes(b"the earlier plot")
     link = folder / "mine.png"
     link.symlink_to(real)
-    from controller.paths import planted_link
+    from controller.outfile import planted_link
     assert planted_link(link) is None
     res = plot(tmp_path, link)
     assert res.exit_code == 0, res.output
@@ -83,8 +83,28 @@ def test_a_planted_link_reached_by_dot_dot_after_a_link_is_not_followed(shared):
     os.lchown(planted, OTHER_UID, OTHER_UID)
     out = f"{work}/lnk/../demo.png"
     assert os.path.realpath(out) == str(victim)
-    from controller.paths import planted_link
+    from controller.outfile import planted_link
     assert planted_link(out) is not None
     res = plot(tmp_path, out)
     assert res.exit_code == 2 and "refusing to follow it" in res.output, res.output
     assert victim.read_text() == "root's file\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a link another owner")
+def test_a_link_planted_after_the_check_is_not_followed_by_the_write(shared, monkeypatch):
+    """helper-149: replace_whole checked with planted_link, then resolved the path again with realpath: a link planted
+    between the two was followed. One walk now gives both the check and the path written; the hook plants the link
+    where a second resolution would be made, and the file written is the one checked."""
+    tmp_path, folder, victim = shared
+    out = folder / "late.png"
+    real = os.path.realpath
+
+    def plant_then_resolve(path, *args, **kwargs):
+        if str(path) == str(out) and not os.path.lexists(out):
+            out.symlink_to(victim)
+            os.lchown(out, OTHER_UID, OTHER_UID)
+        return real(path, *args, **kwargs)
+    monkeypatch.setattr(os.path, "realpath", plant_then_resolve)
+    replace_whole(out, lambda partial: open(partial, "w").write("figure"))
+    assert victim.read_text() == "root's file\n"
+    assert not out.is_symlink() and out.read_text() == "figure"

@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..paths import directory_name, planted_link, replace_whole
+from ..outfile import directory_name, planted_link, replace_whole
 
 THRESHOLD = "tab:blue"
 LIVE = "0.45"

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ..contract import unsupported_reason
-from ..paths import DEFAULT_CONFIG, open_regular, replace_whole
+from ..outfile import replace_whole
+from ..paths import DEFAULT_CONFIG, open_regular
 from .engines.base import EngineError
 from .engines.sglang import SGLangEngine
 from .engines.sglang_flags import masked, secrets_in, shown
@@ -293,7 +294,7 @@ def toml_text(result: Converted, command: list[str]) -> str:
 
 
 def write_whole(path: str, text: str, private: bool = False) -> None:
-    """`text` at `path` (-o), replacing what was there only once it is all written (paths.replace_whole)."""
+    """`text` at `path` (-o), replacing what was there only once it is all written (outfile.replace_whole)."""
     def write(partial: str) -> None:
         with open(partial, "w") as f:
             f.write(text)

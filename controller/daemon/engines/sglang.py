@@ -20,7 +20,8 @@ import urllib.request
 
 from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, MAX_BATCH, PAYS_DRAFT,
                          SAME_AT_ZERO, THRESHOLD_KEY, decode, zero_saves_prefill_draft)
-from ...paths import socket_path_too_long, state_dir, systemd_dir, write_private
+from ...outfile import write_private
+from ...paths import socket_path_too_long, state_dir, systemd_dir
 from ..sockprobe import NOBODY, who_listens
 from .base import Engine, EngineError, EngineNotInstalled, SampleSink
 from .child import NOT_STARTED, USAGE, bound_to_daemon, port_reason, telemetry_pull
