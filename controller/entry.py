@@ -1,0 +1,29 @@
+"""The console scripts (pyproject's [project.scripts]): each imports its command's modules only inside, so that a
+Ctrl-C while they still import (~0.3 s for spec-controller: click, SQLite, the daemon's modules) ends as a Ctrl-C
+later does, "aborted" and exit 1, not a traceback (newcomer-146). Standard library only."""
+from __future__ import annotations
+
+import sys
+
+
+def _aborted(prog: str) -> None:
+    sys.stderr.write(f"{prog}: aborted\n")
+    sys.exit(1)
+
+
+def daemon() -> None:
+    """spec-controller"""
+    try:
+        from .daemon.main import main
+    except KeyboardInterrupt:
+        _aborted("spec-controller")
+    main()
+
+
+def specctl() -> None:
+    """specctl"""
+    try:
+        from .cli.main import cli
+    except KeyboardInterrupt:
+        _aborted("specctl")
+    cli()
