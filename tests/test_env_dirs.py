@@ -55,3 +55,22 @@ def test_an_empty_or_relative_home_is_not_taken(user_state, monkeypatch, home):
     assert default_db() == Path(account, ".local", "state", "spec-controller", "spec-controller.db")
     monkeypatch.setenv("HOME", str(user_state / "h"))          # (an absolute one: taken)
     assert default_db() == user_state / "h" / ".local" / "state" / "spec-controller" / "spec-controller.db"
+
+
+def test_an_offline_write_notes_a_default_socket_the_daemon_would_refuse(tmp_path, monkeypatch):
+    """newcomer-146: with an XDG_STATE_HOME whose control.sock is past a unix socket's 107 bytes, an offline pin said
+    'applied at next start' (exit 0), while `run` in that environment refuses its socket (exit 2). Still saved, with
+    a note that says so; none where the socket fits or one is given."""
+    for name in ("SPECCTL_SOCKET", "SPECCTL_DB", "STATE_DIRECTORY", "RUNTIME_DIRECTORY"):
+        monkeypatch.delenv(name, raising=False)
+    deep = tmp_path / ("d" * (110 - len(str(tmp_path))))
+    monkeypatch.setenv("XDG_STATE_HOME", str(deep))
+    res = CliRunner().invoke(cli, ["threshold", "pin", "5"])
+    assert res.exit_code == 0 and "applied at next start" in res.stdout, res.output
+    assert res.stderr.startswith("specctl: note: a daemon started in this environment refuses its control socket ")
+    assert "too long for a unix socket" in res.stderr and len(res.stderr.splitlines()) == 1, res.stderr
+    res = CliRunner().invoke(cli, ["policy", "set", "never"])
+    assert res.exit_code == 0 and "too long for a unix socket" in res.stderr, res.output
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "x"))
+    res = CliRunner().invoke(cli, ["threshold", "pin", "5"])
+    assert res.exit_code == 0 and res.stderr == "", res.output

@@ -12,9 +12,9 @@ import click
 
 from ..numtext import terminal_text
 from ..paths import (UNIT_DB, UNIT_SOCKET, db_path_problem, default_db, default_socket, find_db, find_socket, present,
-                     socket_path_problem)
+                     socket_path_problem, socket_path_too_long)
 from .client import DaemonDenied, DaemonDropped, DaemonError, DaemonUnreachable, request
-from .options import EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE, fail_as
+from .options import EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE, fail_as, say
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -293,6 +293,9 @@ def save_offline(ctx: Ctx, key: str, value: Any) -> None:
         finally:   # (opened as the daemon opens it, in WAL: left in it, the service's group could not read it)
             leave_wal(db)
             db.conn.close()
+    if not ctx.socket_given and (why := socket_path_too_long(ctx.socket)):     # (newcomer-146: said 'applied at next
+        say(f"specctl: note: a daemon started in this environment refuses its control socket {ctx.socket}: {why}; "
+            "start it with --socket (or [control] socket)", err=True)               # start', and run refused)
 
 
 def trial_note(threshold: int | None, best: int | None, trial: bool | None) -> str | None:
