@@ -73,8 +73,10 @@ def stopping(db: Path, socket: Path) -> str | None:
 def draining_pid(ctx: Ctx) -> str | None:
     """The pid of the daemon on ctx's database and socket that is draining or drained (its stop on record after its
     start, its lock free or its own), None where none is: a dropped request is then a fault, not the drain's end."""
-    holder = lock_holder(ctx.db) if present(ctx.db) else None
-    pid = stopping(ctx.db, ctx.socket) if present(ctx.db) and holder != UNREADABLE else None
+    if not present(ctx.db):
+        return None
+    holder = lock_holder(ctx.db)
+    pid = stopping(ctx.db, ctx.socket) if holder != UNREADABLE else None
     return pid if pid is not None and holder in (None, pid) else None
 
 
