@@ -333,3 +333,26 @@ def test_specctl_plot_of_a_database_whose_name_is_not_utf8_draws_it(short_tmp):
     res = CliRunner().invoke(cli, ["--db", db, "--socket", str(short_tmp / "no.sock"), "plot", str(out)])
     assert res.exit_code == 0 and res.output.startswith(f"wrote {out}: "), (res.output, res.exception)
     assert out.read_bytes()[:4] == PNG
+
+
+def test_the_stop_event_names_the_exit_code_a_lost_checkpoint_makes(short_tmp, caplog):
+    """helper-149: the stop event was queued before the flush's outcome was known, so where the final checkpoint alone
+    was rolled back the database said 'exit 0' of a daemon that then exited 5."""
+    from controller.daemon.lifecycle import Daemon
+    from tests.fakes import make_service
+    svc, writer = make_service(short_tmp)
+    assert writer.flush(10)
+    commit = writer._commit
+    writer._commit = lambda items: sqlite3.OperationalError("disk I/O error") \
+        if any(kind == "policy_state" for kind, _ in items) else commit(items)     # the checkpoint alone is refused
+    ingest = threading.Thread(target=lambda: None)
+    ingest.start()
+    daemon = Daemon(svc.cfg)
+    daemon.stop_reason, daemon.exit_code = "specctl stop", 0
+    with caplog.at_level(logging.INFO, "spec_controller"):
+        daemon._drain(svc.engine, svc, (_Stops(), _Stops(), ingest, _Stops()), writer.db, _Stops())
+    assert daemon.exit_code == 5
+    conn = sqlite3.connect(short_tmp / "s.db")
+    stops = [d for (d,) in conn.execute("SELECT detail FROM events WHERE kind = 'stop'")]
+    conn.close()
+    assert stops == ["specctl stop: exit 5"], stops
