@@ -8,6 +8,25 @@ from typing import Any
 import sqlite_utils
 
 
+def number(column: str) -> str:
+    """SQL: `column` holds a number. SQLite keeps whatever a hand edit stores, whatever the column's declared type: a
+    text or a blob in a number's column sorts after every number (max(t) was that text) and Python's arithmetic on it
+    was a traceback out of specctl status, threshold, plot and history and the daemon's start (exit 1), and failed the
+    daemon's rollups for good (helper-151). Every read of the store takes numbers only where it computes with them: a
+    row without one is left out, as a damaged settings row is. (An index on the column still serves max and min.)"""
+    return f"typeof({column}) IN ('integer', 'real')"
+
+
+def text(column: str) -> str:
+    """SQL: `column` holds text (a blob there was bytes in Python: history's rendering and JSON failed on it)."""
+    return f"typeof({column}) = 'text'"
+
+
+# A sample row whose every column holds what the daemon writes (a text step count read as speculative: text > 0)
+SOUND_SAMPLE = " AND ".join([*map(number, ("t", "step_s")),
+                             *(f"typeof({c}) = 'integer'" for c in ("batch_size", "steps", "tokens", "decode_only"))])
+
+
 def setting_row(key: str, value: Any) -> dict:
     """A settings row (value as JSON): written by the daemon's writer and by specctl offline."""
     return {"key": key, "value": json.dumps(value), "wall": time.time()}
@@ -56,14 +75,14 @@ def latest_policy(db: sqlite_utils.Database) -> str | None:
     if isinstance(name, str):
         from policies import known_name   # here: specctl's start-up imports nothing heavy
         return known_name(name)           # (None: a name this version does not know, shown as saved, no alias)
-    row = db.execute("SELECT policy FROM policy_state ORDER BY id DESC LIMIT 1").fetchone()
+    row = db.execute(f"SELECT policy FROM policy_state WHERE {text('policy')} ORDER BY id DESC LIMIT 1").fetchone()
     return row[0] if row else None
 
 
 def last_engine_time(db: sqlite_utils.Database) -> float:
     """The newest engine-clock time recorded (samples or decisions); 0 for an empty store."""
-    row = db.execute("SELECT max(t) FROM (SELECT max(t) AS t FROM samples UNION ALL "
-                     "SELECT max(t) FROM decisions)").fetchone()
+    row = db.execute(f"SELECT max(t) FROM (SELECT max(t) AS t FROM samples WHERE {number('t')} UNION ALL "
+                     f"SELECT max(t) FROM decisions WHERE {number('t')})").fetchone()
     return float(row[0] or 0.0)
 
 
@@ -72,29 +91,31 @@ def last_wall(db: sqlite_utils.Database) -> float | None:
     the stored figures are as of. Not events: a daemon writes its start event before its engine's
     start (minutes on a GPU), and one that fails to start an error, and status then showed the
     previous run's figures, hours old, as current."""
-    row = db.execute("SELECT max(w) FROM (SELECT max(wall) AS w FROM policy_state UNION ALL "
-                     "SELECT max(wall) FROM decisions)").fetchone()
+    row = db.execute(f"SELECT max(w) FROM (SELECT max(wall) AS w FROM policy_state WHERE {number('wall')} UNION ALL "
+                     f"SELECT max(wall) FROM decisions WHERE {number('wall')})").fetchone()
     return row[0]
 
 
 def recent_decisions(db: sqlite_utils.Database, limit: int = 20) -> list[dict]:
     """The newest decisions first; exploratory a bool, as status's last_decision has it (newcomer-53: 0 / 1 here)."""
     return [{**row, "exploratory": bool(row["exploratory"])} for row in db.query(
-        "SELECT id, t, wall, old, new, policy, reason, exploratory FROM decisions ORDER BY id DESC LIMIT ?", [limit])]
+        "SELECT id, t, wall, old, new, policy, reason, exploratory FROM decisions WHERE "
+        f"{number('t')} AND {number('wall')} AND typeof(old) = 'integer' AND typeof(new) = 'integer' AND "
+        f"{text('policy')} AND {text('reason')} ORDER BY id DESC LIMIT ?", [limit])]
 
 
 def sample_sums(db: sqlite_utils.Database, since_t: float | None = None) -> dict:
     """The sums (controller.status.SUM_KEYS) over the raw samples since since_t (default: the newest
     60 s), the window's span and the newest sample's time; {"batches": 0} for an empty store."""
     if since_t is None:
-        last = db.execute("SELECT max(t) FROM samples").fetchone()[0]
+        last = db.execute(f"SELECT max(t) FROM samples WHERE {number('t')}").fetchone()[0]
         if last is None:
             return {"batches": 0}
         since_t = last - 60.0
     row = db.execute(
         "SELECT count(*), sum(tokens), sum(step_s), sum(steps > 0), "
         "sum(CASE WHEN steps > 0 THEN tokens END), sum(CASE WHEN steps > 0 THEN batch_size END), "
-        "max(steps), min(t), max(t) FROM samples WHERE t >= ?", [since_t]).fetchone()
+        f"max(steps), min(t), max(t) FROM samples WHERE t >= ? AND {SOUND_SAMPLE}", [since_t]).fetchone()
     keys = ("batches", "tokens", "busy_s", "spec_batches", "spec_tokens", "spec_requests", "max_steps")
     out = {k: v or 0 for k, v in zip(keys, row)}
     out["span_s"] = (row[8] - row[7]) if row[0] else 0.0
@@ -106,7 +127,7 @@ def newest_start(db: sqlite_utils.Database) -> dict[str, str]:
     """The newest start event's NAME=value words ({}: none): engine, policy, threshold, pinned, pid, max_batch (since
     12-05) and socket, the last, whole (a path may hold spaces)."""
     row = db.execute("SELECT detail FROM events WHERE kind = 'start' ORDER BY id DESC LIMIT 1").fetchone()
-    head, sep, sock = (row[0] or "").partition(" socket=") if row else ("", "", "")
+    head, sep, sock = row[0].partition(" socket=") if row and isinstance(row[0], str) else ("", "", "")
     words = dict(word.split("=", 1) for word in head.split() if "=" in word)
     return {**words, "socket": sock} if sep else words
 
@@ -114,13 +135,14 @@ def newest_start(db: sqlite_utils.Database) -> dict[str, str]:
 def started_max_batch(db: sqlite_utils.Database) -> int | None:
     """The engine's largest batch as the newest start recorded it (None: no start, or one from before 12-05)."""
     value = newest_start(db).get("max_batch", "")
-    return int(value) if value.isdigit() else None
+    return int(value) if value.isascii() and value.isdigit() else None     # (isdigit alone: '²', int() refused it)
 
 
 def after_newest_start(db: sqlite_utils.Database, kind: str) -> dict | None:
     """{wall, detail} of the newest `kind` event (stop, error) since the newest start, or None."""
-    row = db.execute("SELECT wall, detail FROM events WHERE kind = ? AND id > (SELECT coalesce(max(id), 0) FROM events "
-                     "WHERE kind = 'start') ORDER BY id DESC LIMIT 1", [kind]).fetchone()
+    row = db.execute(f"SELECT wall, detail FROM events WHERE kind = ? AND {number('wall')} AND {text('detail')} AND "
+                     "id > (SELECT coalesce(max(id), 0) FROM events WHERE kind = 'start') ORDER BY id DESC LIMIT 1",
+                     [kind]).fetchone()
     return {"wall": row[0], "detail": row[1]} if row else None
 
 

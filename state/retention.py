@@ -11,6 +11,8 @@ from typing import Any, Mapping, Sequence
 
 import sqlite_utils
 
+from .queries import SOUND_SAMPLE, number
+
 
 def rollup(db: sqlite_utils.Database, start: float, end: float, window_s: float, edges: Sequence[int]) -> int:
     """Aggregate the raw decode-only samples of every window in [start, end) per (bucket, mode)."""
@@ -20,7 +22,8 @@ def rollup(db: sqlite_utils.Database, start: float, end: float, window_s: float,
         "mean_batch_size) "
         f"SELECT CAST(t / :w AS INTEGER) * :w AS ws, :w, CASE {case} ELSE {int(edges[-1])} END AS bucket, "
         "CASE WHEN steps > 0 THEN 'spec' ELSE 'off' END AS mode, count(*), sum(tokens), sum(step_s), "
-        "avg(batch_size) FROM samples WHERE t >= :start AND t < :end AND decode_only = 1 GROUP BY ws, bucket, mode")
+        "avg(batch_size) FROM samples WHERE t >= :start AND t < :end AND decode_only = 1 AND "
+        f"{SOUND_SAMPLE} GROUP BY ws, bucket, mode")
     return db.execute(sql, {"w": float(window_s), "start": start, "end": end}).rowcount
 
 
@@ -33,14 +36,15 @@ class Rollups:
         self.until: float | None = None
 
     def _first(self, db: sqlite_utils.Database) -> float | None:
-        row = db.execute("SELECT max(window_start) FROM aggregates WHERE window_s = ?", [self.window_s]).fetchone()
+        row = db.execute(f"SELECT max(window_start) FROM aggregates WHERE window_s = ? AND {number('window_start')}",
+                         [self.window_s]).fetchone()
         if row[0] is not None:
             return row[0] + self.window_s      # a restart resumes after the newest aggregated window
-        row = db.execute("SELECT min(t) FROM samples").fetchone()
+        row = db.execute(f"SELECT min(t) FROM samples WHERE {number('t')}").fetchone()
         return None if row[0] is None else (row[0] // self.window_s) * self.window_s
 
     def __call__(self, db: sqlite_utils.Database) -> int:
-        newest = db.execute("SELECT max(t) FROM samples").fetchone()[0]
+        newest = db.execute(f"SELECT max(t) FROM samples WHERE {number('t')}").fetchone()[0]
         if newest is None:
             return 0
         start = self.until if self.until is not None else self._first(db)
