@@ -9,7 +9,7 @@ import math
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .base import OFF, SPEC
-from .stats import check_state
+from .stats import check_state, stat_row
 
 if TYPE_CHECKING:
     from .learner import BucketLearner
@@ -35,10 +35,14 @@ def _times(times: list[float]) -> list[float | None]:
     return [None if t == -math.inf else t for t in times]
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _times_back(row: Any, n: int) -> list[float] | None:
     """_times' list of n read back, or None where it is not one (a state from before it was saved)."""
     if not isinstance(row, list) or len(row) != n or \
-            not all(t is None or (isinstance(t, (int, float)) and not isinstance(t, bool)) for t in row):
+            not all(t is None or _number(t) for t in row):
         return None
     return [-math.inf if t is None else float(t) for t in row]
 
@@ -50,11 +54,13 @@ def load(learner: "BucketLearner", state: Mapping[str, Any]) -> None:
         for d, row in zip(learner.q[arm], state[key]):
             d.load(row)
     learner.accept.load(state["accept"])
-    learner.max_steps = int(state.get("max_steps", 1))
-    if isinstance(state.get("prefill_s"), list) and len(state["prefill_s"]) == 4:
+    # (the optional parts: numbers, not text float() reads: "nan" there was a NaN in every later state, never saved)
+    if type(steps := state.get("max_steps", 1)) is int and steps >= 1:
+        learner.max_steps = steps
+    if stat_row(state.get("prefill_s")):
         learner.prefill_s.load(state["prefill_s"])
-    if isinstance(state.get("accept_high"), list) and len(state["accept_high"]) == 2:
-        learner.accept_hi = (float(state["accept_high"][0]), float(state["accept_high"][1]))
+    if isinstance(high := state.get("accept_high"), list) and len(high) == 2 and all(map(_number, high)):
+        learner.accept_hi = (float(high[0]), float(high[1]))
     learner.prefill.load_state(state.get("prefill_cost"))
     n, tried = len(learner.buckets), state.get("tried")
     if isinstance(tried, list) and len(tried) == 2 and all(_times_back(a, n) is not None for a in tried):

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 from .base import OFF, SPEC
 from .learner import BucketLearner
-from .params import ParamSpec
+from .params import ParamSpec, shown
 from .types import PolicyError
 
 
@@ -42,6 +42,8 @@ class ThompsonPolicy(BucketLearner):
         if "rng" in state:
             try:
                 version, internal, gauss_next = state["rng"]
-                self.rng.setstate((version, tuple(internal), gauss_next))
+                if gauss_next is not None and (isinstance(gauss_next, bool) or not isinstance(gauss_next, float)):
+                    raise TypeError(f"its next draw is {shown(gauss_next)}, no number")   # (setstate took any: the
+                self.rng.setstate((version, tuple(internal), gauss_next))                  # first draw's TypeError)
             except (TypeError, ValueError) as e:
                 raise PolicyError(f"policy {self.name}: saved random state is unreadable ({e})") from None

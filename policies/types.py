@@ -74,11 +74,20 @@ class PolicyError(ValueError):
     """A bad policy name, parameter or state; the message is one line for the operator."""
 
 
+# No measurement a state keeps comes near it (a sum of squared tokens/s at the intake's extremes, weighted over the
+# longest half-life: < 1e30), and the learners' arithmetic on one far past it overflowed: a state restored with 1e200
+# in a bucket's row passed, then every retune raised ('min() arg is an empty sequence': inf - inf), the threshold
+# held where a trial had left it, and each checkpoint saved it again (helper-151).
+MAX_STATE_NUMBER = 1e50
+
+
 def check_finite(policy: str, state: Any, where: str = "state") -> None:
-    """PolicyError if a saved state holds a NaN or an infinity anywhere: restoring one would poison
-    every later decision (and every later checkpoint)."""
+    """PolicyError if a saved state holds a NaN, an infinity or a number past MAX_STATE_NUMBER anywhere: restoring one
+    would poison every later decision (and every later checkpoint)."""
     if isinstance(state, float) and not math.isfinite(state):
         raise PolicyError(f"policy {policy}: saved {where} holds a non-finite number ({state})")
+    if isinstance(state, (int, float)) and not isinstance(state, bool) and not abs(state) <= MAX_STATE_NUMBER:
+        raise PolicyError(f"policy {policy}: saved {where} holds a number past {MAX_STATE_NUMBER:g}: no measurement")
     if isinstance(state, dict):
         for key, value in state.items():
             check_finite(policy, value, f"{where}.{key}")
