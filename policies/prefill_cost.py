@@ -182,9 +182,11 @@ def decode_gain(learner: "BucketLearner", b: int) -> float | None:
     minus 1): what speculation itself adds, the prefills' part of each mode aside. The learner's estimates hold
     the prefill intervals and, after a light load, its idle gaps (-tl2 at 2 req/s: +612 % at batch 12)."""
     plain, spec = learner.prefill.steps[OFF][b], learner.prefill.steps[SPEC][b]
-    if not (plain.w and spec.w and learner.accept.w):
+    # (a step's mean is never 0 but in a state edited by hand, restored: every retune's ZeroDivisionError; helper-151)
+    if not (plain.w and spec.w and learner.accept.w) or not spec.mean > 0.0:
         return None
-    return learner.accept.mean * plain.mean / spec.mean - 1.0
+    gain = learner.accept.mean * plain.mean / spec.mean - 1.0
+    return gain if math.isfinite(gain) else None
 
 
 def verdict(learner: "BucketLearner", snap: Snapshot, exploit: int, bandit: Decision) -> Decision | None:

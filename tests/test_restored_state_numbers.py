@@ -77,3 +77,15 @@ def test_a_learned_state_still_restores():
         policy.load_state(state)
         assert policy.state() == state
         _runs(policy, 40.0)
+
+
+@pytest.mark.parametrize("name", ["thompson", "model"])
+@pytest.mark.parametrize("total", [0.0, 5e-324], ids=["0", "subnormal"])
+def test_a_restored_step_record_whose_mean_is_zero_fails_no_decision(name, total):
+    """(prefill_cost's decode-only steps: their mean divides speculation's gain; a step is never 0 s, but a row edited
+    to a positive weight with a sum of 0 was every retune's ZeroDivisionError)"""
+    state = _learned(name)
+    state["prefill_cost"]["steps"][1][0][1] = total
+    policy = make_policy(name, {})
+    policy.load_state(state)
+    _runs(policy, 40.0)
