@@ -75,5 +75,9 @@ class SGLangEMAPolicy(Policy):
         slots = state.get("slots")
         if not isinstance(slots, list) or len(slots) != len(SLOT_KEYS) or any(len(s) != 3 for s in slots):
             raise PolicyError(f"policy {self.name}: saved state has {len(slots or [])} slots, expected {len(SLOT_KEYS)}")
+        # numbers only (float() read "nan" as text: a NaN EMA, and every later checkpoint refused as non-finite)
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for s in slots for v in s) or \
+                type(live := state.get("live", 0)) is not int:
+            raise PolicyError(f"policy {self.name}: saved state holds a slot or live slot that is not numbers")
         self.slots = [[int(s[0]), float(s[1]), int(s[2])] for s in slots]
-        self.live = int(state.get("live", 0)) % len(SLOT_KEYS)
+        self.live = live % len(SLOT_KEYS)

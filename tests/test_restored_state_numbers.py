@@ -89,3 +89,15 @@ def test_a_restored_step_record_whose_mean_is_zero_fails_no_decision(name, total
     policy = make_policy(name, {})
     policy.load_state(state)
     _runs(policy, 40.0)
+
+
+@pytest.mark.parametrize("where, bad", [((0, 1), "nan"), ((2, 1), "1e999"), ((1, 0), "1"), (None, "2")])
+def test_sglang_emas_state_with_text_for_a_number_is_refused(where, bad):
+    """(float() read "nan" as text: a NaN EMA restored, and every later checkpoint refused as non-finite)"""
+    state = _learned("sglang-ema")
+    if where is None:
+        state["live"] = bad
+    else:
+        state["slots"][where[0]][where[1]] = bad
+    with pytest.raises(PolicyError, match="not numbers"):
+        make_policy("sglang-ema", {}).load_state(state)
