@@ -2,19 +2,28 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
 import sqlite_utils
 
 
+# Every number the store's reads compute with is a time or a duration in seconds (engine time, wall time, a step, a
+# window): none comes near 2**43 s (~280,000 years), and past it a float's step is over a millisecond, so an engine
+# clock resumed from such a time stood still (a hand-edited sample at 1e300: the simulator's time no longer moved).
+MAX_SECONDS = float(2 ** 43)
+
+
 def number(column: str) -> str:
-    """SQL: `column` holds a number. SQLite keeps whatever a hand edit stores, whatever the column's declared type: a
-    text or a blob in a number's column sorts after every number (max(t) was that text) and Python's arithmetic on it
-    was a traceback out of specctl status, threshold, plot and history and the daemon's start (exit 1), and failed the
-    daemon's rollups for good (helper-151). Every read of the store takes numbers only where it computes with them: a
-    row without one is left out, as a damaged settings row is. (An index on the column still serves max and min.)"""
-    return f"typeof({column}) IN ('integer', 'real')"
+    """SQL: `column` holds a number of seconds (MAX_SECONDS). SQLite keeps whatever a hand edit stores, whatever the
+    column's declared type: a text or a blob in a number's column sorts after every number (max(t) was that text) and
+    Python's arithmetic on it was a traceback out of specctl status, threshold, plot and history and the daemon's start
+    (exit 1), and failed the daemon's rollups for good; an infinite sample time (9e999) became the start's clock, and
+    every sample after it was rejected (helper-151). Every read of the store takes such numbers only where it computes
+    with them: a row without one is left out, as a damaged settings row is. (One range: text, blobs, NULL and the
+    infinities all fall outside it; an index on the column still serves it, max and min.)"""
+    return f"({column} BETWEEN {-MAX_SECONDS!r} AND {MAX_SECONDS!r})"
 
 
 def text(column: str) -> str:
@@ -42,14 +51,20 @@ def _policy_shaped(value: Any) -> bool:
 SHAPED = {"policy": _policy_shaped, "clock": lambda value: isinstance(value, dict)}     # (the readers' .get)
 
 
+def _finite(text: str) -> float | str:
+    value = float(text)
+    return value if math.isfinite(value) else text
+
+
 def settings(db: sqlite_utils.Database) -> dict[str, Any]:
     """The saved settings. A row that is not JSON, or a policy that is not {"name": str, "params": {...}} or a clock
     that is no object (a damaged row: the daemon's start, status and policy show ended in a traceback), is left out,
     as if never saved."""
     out = {}
     for row in db["settings"].rows:
-        try:
-            value = json.loads(row["value"])
+        try:       # (JSON has no NaN or infinity: NaN, Infinity or 1e999 there, by hand, is read as its text, no number,
+            # refused where a number goes; it was shown as 'inf' and written as Infinity into status --json, no JSON)
+            value = json.loads(row["value"], parse_constant=str, parse_float=_finite)
         except (TypeError, ValueError, RecursionError):
             continue
         if SHAPED.get(row["key"], lambda _: True)(value):
