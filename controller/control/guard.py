@@ -136,7 +136,11 @@ class Guard:
             quiet = "no samples yet" if last_sample_t is None else f"no samples for {now - last_sample_t:.1f} s"
             if self.cfg.fallback_threshold == HOLD:      # the learned threshold routes the next batches; no trial
                 return self.exploit, f"hold {self.exploit}: {quiet}", False
-            return self.clamp(self.cfg.fallback_threshold), f"fallback to {self.cfg.fallback_threshold}: {quiet}", False
+            # (one outside the bounds is applied clamped, and said so: the row read 'fallback to 2' beside a 4 applied)
+            fallback, given = self.clamp(self.cfg.fallback_threshold), self.cfg.fallback_threshold
+            said = f"{fallback}" if fallback == given else \
+                f"{fallback} (fallback_threshold {given}, within the bounds {self.clamp(0)} .. {self.hi})"
+            return fallback, f"fallback to {said}: {quiet}", False
         if decision.command:      # the operator's own threshold (fixed / always / never): as it is
             self.exploit = self.clamp(decision.threshold)
             return self.exploit, decision.reason, False
