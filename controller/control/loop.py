@@ -43,6 +43,10 @@ class ControlLoop:
         self.pinned: int | None = None
         self._was_pinned = False
         self.last_sample_t: float | None = None
+        # the newest sample the daemon has received, folded in or still queued (Ingest.on_sample, the engine's thread):
+        # the fallback's "no samples" is the engine's silence, not the ingest thread's 50 ms between folds (at --speed
+        # 1000 that is 50 engine s: every tick held "no samples for 20 s" and nothing was ever decided)
+        self.heard_t: float | None = None
         self._since_tick = 0
         self._explored = 0                       # batches since the last tick run in a non-exploit mode
         self._exploring = False
@@ -81,6 +85,11 @@ class ControlLoop:
         if sample.decode_only and sample.batch_size > 0:
             b = self.policy.buckets.of(sample.batch_size)
             self._live[b] = self._live.get(b, 0) + 1
+
+    def heard(self) -> float | None:
+        """When the engine last sent a sample: the newest folded in or received (read once: another thread sets it)."""
+        heard, folded = self.heard_t, self.last_sample_t
+        return folded if heard is None else heard if folded is None else max(heard, folded)
 
     def _take_live(self) -> int | None:
         if self._live:
@@ -134,7 +143,7 @@ class ControlLoop:
         unpinned, self._was_pinned = self._was_pinned, False
         was_trial, exploit_before = self._exploring, self.guard.exploit
         self.threshold, reason, self._exploring = self.guard.apply(
-            now, decision, self.last_sample_t, applied, self.recent_batch_sizes(now), self._exploring)
+            now, decision, self.heard(), applied, self.recent_batch_sizes(now), self._exploring)
         ended = was_trial and not self._exploring
         if ended:       # "back to": the guard's "N held" then reads as what it is, a return from the trial
             back = self.threshold != previous and self.threshold == exploit_before == self.guard.exploit

@@ -48,6 +48,7 @@ class Ingest:
         if why is not None:
             self._logs.warning(f"reject:{why}", "telemetry: sample rejected (%s): %r", why, sample)
             return
+        self.loop.heard_t = sample.t        # the engine is not quiet, whether this one is folded in soon or dropped
         if len(self._q) >= self.maxsize:
             self.dropped += 1
             return
