@@ -488,6 +488,11 @@ def test_status_says_which_time_its_figures_cover():
     lines = render_status(st).splitlines()
     assert "throughput:  3,542 tok/s, speculating 1% of batches, in the last 30 s" in lines
     assert "samples:     740.8/s, 7,702 this run, 0 dropped" in lines
+    # every count of the line is grouped as the total is (helper-150: '143,360 this run, 14443 dropped' at --speed 1000)
+    st["samples"].update(dropped=14443, rejected={"time": 12345, "steps": 0}, write_errors=1200, write_dropped=56789)
+    lines = render_status(st).splitlines()
+    assert "samples:     740.8/s, 7,702 this run, 14,443 dropped, 12,345 rejected (time 12,345)" in lines
+    assert any(line.startswith("database:    1,200 failed writes, 56,789 samples not written") for line in lines), lines
 
 
 def test_status_read_from_the_database_names_no_live_window(daemon, tmp_path):

@@ -33,7 +33,7 @@ def _rejected(samples: dict) -> str:
     kinds = {k: v for k, v in (samples.get("rejected") or {}).items() if v}
     if not kinds:
         return ""
-    return f", {sum(kinds.values())} rejected ({', '.join(f'{k} {v}' for k, v in kinds.items())})"
+    return f", {sum(kinds.values()):,} rejected ({', '.join(f'{k} {v:,}' for k, v in kinds.items())})"
 
 
 # each fast off path as [sglang] off_path names it (status says the operator's word)
@@ -97,7 +97,7 @@ def _samples(st: dict, simulated: bool) -> str:
     if not st["daemon"]["running"]:
         return f"samples:     {samples.get('total') or 0:,} stored"
     return (f"samples:     {_fmt(samples.get('per_s'), ',.1f')}/s{' real time' if simulated else ''}, "
-            f"{samples.get('total') or 0:,} this run, {samples.get('dropped') or 0} dropped{_rejected(samples)}")
+            f"{samples.get('total') or 0:,} this run, {samples.get('dropped') or 0:,} dropped{_rejected(samples)}")
 
 
 def _window(st: dict, simulated: bool) -> str:
@@ -132,7 +132,7 @@ def render_status(st: dict) -> str:
         _samples(st, simulated),
     ]
     if samples.get("write_errors") or samples.get("write_dropped"):
-        lines.append(f"database:    {samples.get('write_errors', 0)} failed writes, {samples.get('write_dropped', 0)} "
+        lines.append(f"database:    {samples.get('write_errors') or 0:,} failed writes, {samples.get('write_dropped') or 0:,} "
                      "samples not written (queue full): see the daemon's log")
     lines += _plugin_lines(eng.get("plugin") or {}) + _last_change(st)
     return "\n".join(lines)
