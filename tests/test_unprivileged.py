@@ -157,7 +157,8 @@ def test_config_check_refuses_a_metrics_address_this_host_does_not_have_as_run_d
             "--socket", str(short_tmp / "c.sock")]
     res = CliRunner().invoke(main, [*base, "--metrics-port", "9187", "--set", "control.metrics_addr=192.0.2.7"])
     assert res.exit_code == 2 and res.stderr.strip().splitlines() == [
-        "spec-controller: metrics port 9187: Cannot assign requested address"], res.output
+        "spec-controller: metrics address 192.0.2.7 ([control] metrics_addr), port 9187: Cannot assign requested "
+        "address (no interface of this host has it)"], res.output
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen(1)

@@ -82,7 +82,7 @@ class Daemon:
             try:
                 self.metrics = start_metrics(service, ctl["metrics_port"], ctl["metrics_addr"])
             except OSError as e:
-                raise port_taken(ctl["metrics_port"], e) from None
+                raise port_taken(ctl["metrics_port"], e, ctl["metrics_addr"]) from None
         try:
             server = ControlServer(ctl["socket"], service, on_stop=lambda: self.request_stop("specctl stop"))
         except OSError as e:       # (the preflight asked; its directory changed since: named, not a bare errno)

@@ -93,12 +93,16 @@ def _given_parent_exists(what: str, given: str | None, default: Path, the_units:
                 f"the default: {where})", 2)
 
 
-def port_taken(port: int, error: OSError) -> Fatal:
+def port_taken(port: int, error: OSError, addr: str | None = None) -> Fatal:
     """The metrics port refused, at the check here and at the bind once the engine is ready: another process holds it
     (exit 1: it may let go), or a port below the unprivileged range that this user may not bind (exit 2: the unit's user
-    has no capability to bind it, so a restart would be refused again; root never meets it)."""
+    has no capability to bind it, so a restart would be refused again; root never meets it). An address this host does
+    not have is the address's fault, named (helper-150: 'metrics port 9187: Cannot assign requested address')."""
     if isinstance(error, PermissionError) and (why := privileged_port(port)):
         return Fatal(f"metrics port {port}: {error.strerror} ({why})", 2)
+    if error.errno == errno.EADDRNOTAVAIL and addr:
+        return Fatal(f"metrics address {addr} ([control] metrics_addr), port {port}: {error.strerror} (no interface of "
+                     "this host has it)")
     return Fatal(f"metrics port {port}: {error.strerror}")
 
 
@@ -128,7 +132,7 @@ def check_metrics_port(cfg: dict, held_is_ok: bool = False) -> None:
         check_port_free(port, addr)
     except OSError as e:
         if not (held_is_ok and e.errno == errno.EADDRINUSE):
-            raise port_taken(port, e) from None
+            raise port_taken(port, e, addr) from None
 
 
 def check_files_apart(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> None:
