@@ -80,3 +80,25 @@ def test_a_given_path_in_a_directory_that_does_not_exist_is_refused_not_created(
     assert res.returncode == 2 and len(lines) == 1, res.stderr
     assert f"its directory {short_tmp / 'typo' / 'sub'} does not exist" in lines[0], lines[0]
     assert not (short_tmp / "typo").exists() and not (short_tmp / "x.db").exists()
+
+
+@pytest.mark.parametrize("profile", ["seed", "crossover-a"])
+def test_a_profile_the_default_trace_does_not_fit_is_told_to_take_a_load_of_its_own(tmp_path, profile):
+    """helper-150: `run --profile seed` (no --trace) was refused as '[sim] trace (--trace): trace mixed-shift.toml
+    segment 0: mean_accept_length=3.2 must be ...', a flag never given: the default load, which two of the four
+    shipped profiles cannot run. The line names the profile and what to give it; a trace named on purpose is still
+    the trace's refusal, and a load of its own runs."""
+    from click.testing import CliRunner
+
+    from controller.daemon.main import main
+    (tmp_path / "e.toml").write_text("")
+    base = ["config", "check", "--config", str(tmp_path / "e.toml"), "--db", str(tmp_path / "v.db")]
+    res = CliRunner().invoke(main, [*base, "--profile", profile])
+    line = res.stderr.strip().splitlines()[-1]
+    assert res.exit_code == 2 and line.startswith(
+        f"spec-controller: config: [sim] profile (--profile) {profile} does not fit the default load, [sim] trace "
+        "mixed-shift: trace mixed-shift.toml segment 0: mean_accept_length=3.2") and "--concurrency N" in line, res.output
+    res = CliRunner().invoke(main, [*base, "--profile", profile, "--trace", "mixed-shift"])
+    assert res.exit_code == 2 and "config: [sim] trace (--trace): trace mixed-shift.toml" in res.stderr, res.output
+    res = CliRunner().invoke(main, [*base, "--profile", profile, "--concurrency", "8"])
+    assert res.exit_code == 0 and "ok (engine sim: 8 clients" in res.stdout, res.output

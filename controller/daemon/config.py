@@ -188,6 +188,7 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
     why = load_conflict(sim["trace"] if "trace" in given else None, sim["concurrency"], sim["arrival_rate"])
     if why and cfg["engine"]["kind"] == "sim":     # SGLang's load is its clients': [sim] is not read
         raise ConfigError(f"config: {why}")
+    cfg["_trace_given"] = "trace" in given      # (a profile that the default trace does not fit is told so: preflight)
     cfg["_path"] = str(path) if read else ""
     cfg["_file_empty"] = bool(cfg["_path"]) and not file_data     # (config check's note: read here, not again)
     # (the defaults' bandit is nobody's choice: restore warns of a config policy not used only where one was given)

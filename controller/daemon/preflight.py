@@ -43,7 +43,17 @@ def build_engine(cfg: dict, last_t: float = 0.0) -> Engine:
         profile = read("trace" if named_by_trace else "profile", load_profile,
                        sim["profile"] or (trace and trace.profile) or "crossover-b")
         if trace is not None:          # its acceptance must fit the profile's chain
-            trace = read("trace", load_trace, sim["trace"], profile)
+            try:
+                trace = load_trace(sim["trace"], profile)
+            except ProfileError as e:
+                # (helper-150: `run --profile seed` was refused as '[sim] trace (--trace): trace mixed-shift.toml ...',
+                # a trace never named: the default load, which two of the four shipped profiles cannot run)
+                if not sim["profile"] or cfg.get("_trace_given", True):
+                    raise ProfileError(f"config: [sim] trace (--trace): {e}") from None
+                raise ProfileError(f"config: [sim] profile (--profile) {sim['profile']} does not fit the default load, "
+                                   f"[sim] trace {sim['trace']}: {e}; give it a load of its own ([sim] concurrency, "
+                                   "arrival_rate or a trace that fits: --concurrency N, --arrival-rate R, --trace T)"
+                                   ) from None
         return SimEngine(profile, trace, sim["concurrency"], sim["speed"], sim["seed"], last_t, sim["arrival_rate"])
     from .engines.sglang import SGLangEngine
     return SGLangEngine(cfg["sglang"], cfg["policy"]["initial_threshold"])
