@@ -96,8 +96,10 @@ def _samples(st: dict, simulated: bool) -> str:
     samples = st.get("samples") or {}
     if not st["daemon"]["running"]:
         return f"samples:     {samples.get('total') or 0:,} stored"
+    bad = (st.get("engine") or {}).get("bad_telemetry")      # (messages that are no samples at all: the engine's)
     return (f"samples:     {_fmt(samples.get('per_s'), ',.1f')}/s{' real time' if simulated else ''}, "
-            f"{samples.get('total') or 0:,} this run, {samples.get('dropped') or 0:,} dropped{_rejected(samples)}")
+            f"{samples.get('total') or 0:,} this run, {samples.get('dropped') or 0:,} dropped{_rejected(samples)}"
+            + (f", {bad:,} undecodable telemetry messages" if bad else ""))
 
 
 def _window(st: dict, simulated: bool) -> str:

@@ -3,13 +3,18 @@ neither a policy, nor the live figures, nor the database, nor a checkpoint. One 
 batch of size 0 or a timestamp far in the future used to stop the control loop for good."""
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from dataclasses import replace
 from typing import Callable
 
+from state.logs import RateLimitedLog
+
 from ..contract import Sample
+
+log = logging.getLogger("spec_controller")
 
 # A decode step (the interval between two decode results) outside this band is not a measurement:
 # no GPU step takes 10 us, and intervals longer than an hour held an idle server.
@@ -126,3 +131,35 @@ class SampleGate:
     @property
     def rejected_total(self) -> int:
         return sum(self.rejected.values())
+
+
+class Undecodable:
+    """Telemetry messages the contract's decode() refused (a plugin of another release whose sample layout differs,
+    anything else on the socket): counted, logged at most once a minute, and a problem once nothing else has come for
+    window_s while they keep coming. They never reach the gate, so SampleGate.stalled() never saw them: 14,000 such
+    messages in 70 s left status 'healthy' with '0 dropped', no log line, while nothing was learned (helper-153).
+    Written by the engine's receiver thread, read by status."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic):
+        self.count = 0
+        self.monotonic = monotonic
+        self.run: tuple[float, float] | None = None    # since the newest sample message: (the first's real time, newest's)
+        self._logs = RateLimitedLog(log)
+
+    def refused(self, msg: bytes, why: str) -> None:
+        self.count += 1
+        now = self.monotonic()
+        self.run = (self.run[0] if self.run else now, now)
+        self._logs.warning("undecodable", "telemetry: %s, first byte %s: not read (a plugin of another release?)", why,
+                           f"{msg[0]:#04x}" if msg else "none")
+
+    def samples_came(self) -> None:
+        self.run = None
+
+    def stalled(self, window_s: float = 60.0) -> str | None:
+        """As SampleGate.stalled, for messages that are not samples at all."""
+        now, run = self.monotonic(), self.run          # (read once: the receiver replaces it)
+        if run is None or now - run[0] < window_s or now - run[1] > window_s:
+            return None
+        return (f"telemetry: every message undecodable for {now - run[0]:.0f} s ({self.count} this run); nothing is "
+                "learned: is the engine's plugin ([sglang] python's spec-controller) of another release than the daemon?")

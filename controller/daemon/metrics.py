@@ -48,6 +48,8 @@ class ServiceCollector(Collector):
             ("specctl_samples_ingest_errors", "Samples whose processing failed", samples["ingest_errors"]),
             ("specctl_database_write_errors", "Writes to the SQLite store that failed and were lost",
              samples["write_errors"]),
+            ("specctl_telemetry_undecodable", "Telemetry messages that could not be decoded (the engine's)",
+             (st["engine"] or {}).get("bad_telemetry") or 0),
         ]
         for name, doc, value in counters:
             c = CounterMetricFamily(name, doc)

@@ -291,8 +291,7 @@ class Service:
         out += [f"{job}: {error}" for job, error in sorted(self.job_failing.items())]
         if self.ingest.failing:
             out.append(f"ingest: {self.ingest.failing}")
-        if stalled := self.ingest.gate.stalled():
-            out.append(stalled)
+        out += [stalled for stalled in (self.ingest.gate.stalled(), health.get("telemetry")) if stalled]
         if self.refused:        # (the loop decides on; the engine runs what it last took)
             out.append("actuation: the engine did not take threshold %d (%s); retried every retune" % self.refused)
         return out

@@ -22,6 +22,7 @@ from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_L
                          SAME_AT_ZERO, THRESHOLD_KEY, decode, zero_saves_prefill_draft)
 from ...outfile import write_private
 from ...paths import socket_path_too_long, state_dir, systemd_dir
+from ..intake import Undecodable
 from ..sockprobe import NOBODY, who_listens
 from .base import Engine, EngineError, EngineNotInstalled, SampleSink
 from .child import NOT_STARTED, USAGE, bound_to_daemon, port_reason, telemetry_pull
@@ -64,6 +65,7 @@ class SGLangEngine(Engine):
         self._log_relay: threading.Thread | None = None
         self.plugin_stats: dict = {}
         self.bad_messages = 0
+        self.undecodable = Undecodable()                     # (bad_messages, with when and what they were)
         # A live process whose scheduler stopped answering (e.g. ranks out of step) is as good as gone.
         self.plugin_env = plugin_env(self.args)
         self.user_env = user_env(self.args)
@@ -161,13 +163,18 @@ class SGLangEngine(Engine):
             if stopping and time.monotonic() > last_read_by:
                 break
             try:
-                msg = decode(pull.recv(zmq.NOBLOCK))
-            except (ValueError, zmq.Again):
+                raw = pull.recv(zmq.NOBLOCK)
+                msg = decode(raw)
+            except zmq.Again:
+                continue
+            except ValueError as e:
                 self.bad_messages += 1
+                self.undecodable.refused(raw, str(e))
                 continue
             if isinstance(msg, dict):
                 self.plugin_stats = msg
             else:
+                self.undecodable.samples_came()
                 for sample in msg:
                     on_sample(sample)
         pull.close(linger=0)
@@ -266,7 +273,7 @@ class SGLangEngine(Engine):
         if alive and self._rx is not None and not self._rx.is_alive():
             hung, detail = True, "the telemetry receiver thread died"
         return {"ok": alive and not hung, "engine": "sglang", "url": self.base_url, "detail": detail, "k": self.k,
-                "plugin": self.plugin_stats, "bad_telemetry": self.bad_messages,
+                "plugin": self.plugin_stats, "bad_telemetry": self.bad_messages, "telemetry": self.undecodable.stalled(),
                 "unanswered_s": round(unanswered, 1)}
 
     def stop(self, timeout: float = 60.0) -> None:
