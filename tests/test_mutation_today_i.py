@@ -128,7 +128,7 @@ def test_lf1_a_reload_that_fails_in_any_way_is_refused_and_logged(monkeypatch, e
     monkeypatch.setattr(lifecycle, "load_config", failing)
     events = []
     service = types.SimpleNamespace(writer=types.SimpleNamespace(event=lambda kind, text: events.append((kind, text))),
-                                    loop=None, lock=None)
+                                    loop=None, lock=None, job_errors={}, job_failing={})
     daemon = types.SimpleNamespace(cfg={"_path": "", "_overrides": None})
     got = _passed_records(lambda: lifecycle.Daemon._reload(daemon, service))
     assert got == [f"reload refused, keeping the running config: {error}"], got

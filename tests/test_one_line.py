@@ -45,7 +45,8 @@ def _refused_reload(tmp_path, text: str) -> tuple[list[str], list[str]]:
     config.write_text("[sim]\nconcurrency = 24\n")
     daemon = types.SimpleNamespace(cfg={**load_config(config), "_overrides": None})
     events = []
-    service = types.SimpleNamespace(writer=types.SimpleNamespace(event=lambda kind, text: events.append(text)))
+    service = types.SimpleNamespace(writer=types.SimpleNamespace(event=lambda kind, text: events.append(text)),
+                                    job_errors={}, job_failing={})
     config.write_text(text)
     with repeat_filtered() as records:
         Daemon._reload(daemon, service)

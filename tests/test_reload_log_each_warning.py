@@ -56,7 +56,7 @@ def test_each_distinct_refused_reload_within_a_minute_reaches_the_log(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text("[sim]\nconcurrency = 24\n")
     daemon = types.SimpleNamespace(cfg={**load_config(config), "_overrides": None})
-    service = types.SimpleNamespace(writer=_Writer())
+    service = types.SimpleNamespace(writer=_Writer(), job_errors={}, job_failing={})
     with repeat_filtered() as records:
         for text in ("[sim\n", "[guard]\nmin_threshold = -1\n"):
             config.write_text(text)

@@ -99,3 +99,40 @@ def test_specctl_status_says_how_many_telemetry_messages_were_undecodable():
     assert _samples(st, False).endswith("0 dropped, 14,000 undecodable telemetry messages")
     st["engine"]["bad_telemetry"] = 0
     assert _samples(st, False).endswith("0 dropped")
+
+
+def _reload(daemon_cfg, service):
+    from controller.daemon.lifecycle import Daemon
+    Daemon(daemon_cfg)._reload(service)
+
+
+def test_a_refused_reload_is_a_problem_status_names_until_a_reload_works(short_tmp):
+    """A SIGHUP meeting a bad config kept the running one and logged it, and status said 'healthy' with no word of it,
+    though a restart (systemd's after a crash) would meet the same refusal."""
+    from controller.daemon.config import load_config
+    config = short_tmp / "c.toml"
+    config.write_text("[guard]\nexplore_share = 0.05\n")
+    cfg = {**load_config(config), "_overrides": None}
+    svc, writer = make_service(short_tmp)
+    try:
+        assert svc.status()["daemon"]["healthy"]
+        config.write_text('[guard]\nstabilise_s = "x"\n')
+        _reload(cfg, svc)
+        st = svc.status()
+        said = [p for p in st["daemon"]["problems"] if p.startswith("reload: refused at ")]
+        assert len(said) == 1 and ", the running config kept: config: [guard] unknown guard setting 'stabilise_s' (did " \
+            "you mean 'stabilisation_s'?" in said[0], st["daemon"]["problems"]
+        assert not st["daemon"]["healthy"] and st["job_errors"]["reload"] == 1
+        config.unlink()
+        config.mkdir()                                                # a file replaced by a directory
+        _reload(cfg, svc)
+        said = [p for p in svc.status()["daemon"]["problems"] if p.startswith("reload:")]
+        assert len(said) == 1 and said[0].endswith(f"config file {config}: cannot read (Is a directory)"), said
+        config.rmdir()
+        config.write_text("[guard]\nexplore_share = 0.02\n")
+        _reload(cfg, svc)
+        st = svc.status()
+        assert st["daemon"]["healthy"] and st["job_errors"]["reload"] == 2, st["daemon"]["problems"]
+        assert svc.loop.guard_config.explore_share == 0.02
+    finally:
+        writer.stop()

@@ -276,7 +276,13 @@ class Daemon:
         except Exception as e:         # any failure: the daemon goes on (RecursionError stopped it)
             log.error(f"reload refused, keeping the running config: {one_line(str(e))}")   # (each its own line)
             service.writer.event("reload", f"refused: {one_line(str(e))}")
+            # ... and status says so until a reload works (it said 'healthy' and nothing of it: a restart, e.g. one
+            # systemd makes after a crash, would meet the same refusal; helper-153)
+            service.job_errors["reload"] = service.job_errors.get("reload", 0) + 1
+            service.job_failing["reload"] = (f"refused at {time.strftime('%H:%M:%S')}, the running config kept: "
+                                             f"{one_line(str(e))}")
             return
+        service.job_failing.pop("reload", None)
         with service.lock:
             service.loop.set_guard_config(guard)
             self.cfg["storage"].update({k: v for k, v in fresh["storage"].items() if k.startswith("retention_")})
