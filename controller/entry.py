@@ -13,6 +13,12 @@ def _aborted(prog: str) -> None:
 
 def daemon() -> None:
     """spec-controller"""
+    if sys.argv[1:2] == ["run"]:
+        # A SIGHUP (a reload) before the daemon's handler is in place, while it still imports (~0.3 s), killed it
+        # without a word, and systemd counts SIGHUP a clean exit: not restarted. Ignored until Daemon._signals (the
+        # config is read after it: nothing to reload yet; helper-153).
+        import signal
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         from .daemon.main import main
     except KeyboardInterrupt:

@@ -136,3 +136,24 @@ def test_a_refused_reload_is_a_problem_status_names_until_a_reload_works(short_t
         assert svc.loop.guard_config.explore_share == 0.02
     finally:
         writer.stop()
+
+
+def test_a_sighup_while_run_still_imports_is_ignored_until_the_daemons_handler(monkeypatch):
+    """`kill -HUP` within ~0.3 s of `spec-controller run` (its imports) ended the process by SIGHUP's default action:
+    no line, and systemd does not restart a unit that SIGHUP ended. The entry point ignores it for `run` until the
+    daemon installs its own handler (lifecycle.Daemon._signals); other commands keep the default."""
+    import signal
+    import sys
+
+    from controller import entry
+    from controller.daemon import main as daemon_main
+    seen = []
+    monkeypatch.setattr(daemon_main, "main", lambda: seen.append(signal.getsignal(signal.SIGHUP)))
+    before = signal.getsignal(signal.SIGHUP)
+    try:
+        for argv, want in ((["spec-controller", "config", "check"], before), (["spec-controller", "run"], signal.SIG_IGN)):
+            monkeypatch.setattr(sys, "argv", argv)
+            entry.daemon()
+            assert seen.pop() == want, argv
+    finally:
+        signal.signal(signal.SIGHUP, before)
