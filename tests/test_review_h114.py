@@ -156,7 +156,7 @@ def test_a_stop_whose_final_checkpoint_the_full_disk_refused_does_not_say_flushe
     policy learned since the last one) and the stop event were rolled back; the writer's own error line was held back
     (one a minute), so nothing in the log said so."""
     line = _drain_with(short_tmp, caplog, sqlite3.OperationalError("database or disk is full"))
-    assert line.startswith("ERROR spec-controller stopped (specctl stop): drained and not flushed: 2 final writes "
+    assert line.startswith("ERROR spec-controller stopped (specctl stop): drained and not flushed: 3 final writes "
                            "lost (database disk full: database or disk is full)"), line
     # (helper-147: it exited 0, which told the unit nothing; 1 would restart a daemon the operator stopped)
     assert line.endswith("; exit 5"), line
@@ -356,3 +356,26 @@ def test_the_stop_event_names_the_exit_code_a_lost_checkpoint_makes(short_tmp, c
     stops = [d for (d,) in conn.execute("SELECT detail FROM events WHERE kind = 'stop'")]
     conn.close()
     assert stops == ["specctl stop: exit 5"], stops
+
+
+def test_the_drain_checkpoints_before_it_waits_for_the_engine(short_tmp):
+    """helper-153: a stalled SGLang held the drain (retune thread, health probe, exit: up to minutes) before its only
+    checkpoint, so the unit's SIGKILL at TimeoutStopSec lost what the policy had learned since the last one."""
+    from controller.daemon.lifecycle import Daemon
+    from tests.fakes import make_service
+    svc, writer = make_service(short_tmp)
+    assert writer.flush(10)
+    saved_when_stopping = []
+
+    def stop(timeout: float = 30.0) -> None:       # the engine's exit: where a hung SGLang holds the drain
+        assert writer.flush(10)
+        conn = sqlite3.connect(short_tmp / "s.db")
+        saved_when_stopping.append(conn.execute("SELECT count(*) FROM policy_state").fetchone()[0])
+        conn.close()
+    svc.engine.stop = stop
+    ingest = threading.Thread(target=lambda: None)
+    ingest.start()
+    daemon = Daemon(svc.cfg)
+    daemon.stop_reason, daemon.exit_code = "SIGTERM", 0
+    daemon._drain(svc.engine, svc, (_Stops(), _Stops(), ingest, _Stops()), writer.db, _Stops())
+    assert saved_when_stopping == [1]

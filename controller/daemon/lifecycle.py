@@ -171,6 +171,9 @@ class Daemon:
         sd_notify("STOPPING=1")
         service.stopping = True
         began, lost = time.monotonic(), service.writer.errors
+        # what was learned, queued before anything that waits on SGLang (a retune in set_internal_state, its exit:
+        # minutes in all where it hangs, past the unit's TimeoutStopSec, whose SIGKILL lost it; helper-153)
+        service.guarded("checkpoint", service.checkpoint)()
         retune.stop()
         sched.shutdown(wait=True)
         engine.stop()
