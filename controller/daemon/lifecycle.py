@@ -34,6 +34,7 @@ log = logging.getLogger("spec_controller")
 class Daemon:
     def __init__(self, cfg: dict):
         self.cfg = cfg
+        self.hups_before: list = []      # SIGHUPs since the config was read, before _signals (main.run's)
         self.started_cfg = copy.deepcopy(cfg)        # what a reload compares with (run() fills in paths)
         self.stop_flag = threading.Event()
         self.reload_asked = False    # (SIGHUP's: a plain flag, no lock, so that a flood of them cannot nest handlers)
@@ -55,6 +56,7 @@ class Daemon:
         signal.signal(signal.SIGTERM, lambda *_: self.request_stop("SIGTERM"))
         signal.signal(signal.SIGINT, lambda *_: self.request_stop("SIGINT"))
         signal.signal(signal.SIGHUP, lambda *_: setattr(self, "reload_asked", True))
+        self.reload_asked = self.reload_asked or bool(self.hups_before)     # (after the handler: none falls between)
 
     def _bring_up(self, engine: Engine, service):
         """Engine ready -> ingest, metrics, control socket, jobs. Returns (server, scheduler, ingest

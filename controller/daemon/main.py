@@ -107,10 +107,16 @@ def read_config(config_path: str | None, settings: tuple[str, ...], flags: dict)
 @config_options
 def run(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
     """Run the daemon in the foreground (systemd's ExecStart)."""
+    # A SIGHUP from here on, before the daemon's handler (Daemon._signals: ~25 ms of imports and checks after the config
+    # is read), is a reload it then makes: ignored (the entry point's SIG_IGN), one after the read was lost
+    hups: list[int] = []
+    signal.signal(signal.SIGHUP, lambda *_: hups.append(1))
     cfg = read_config(config_path, settings, flags)
     logs.setup(cfg["control"]["log_level"])
     try:
-        code = Daemon(cfg).run()
+        daemon = Daemon(cfg)
+        daemon.hups_before = hups
+        code = daemon.run()
     except (StoreError, Fatal, RuntimeError) as e:
         fail_as("spec-controller", str(e), getattr(e, "code", 1))
     finally:
