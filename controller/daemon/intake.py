@@ -125,7 +125,7 @@ class SampleGate:
         now, rejects = self.monotonic(), self.rejects      # (read once: the engine's thread replaces and fills it)
         if rejects is None or now - rejects[0] < window_s or now - rejects[1] > window_s:
             return None
-        kinds = ", ".join(f"{k} {n}" for k, n in dict(rejects[2]).items())
+        kinds = ", ".join(f"{k} {n:,}" for k, n in dict(rejects[2]).items())   # (grouped as in status)
         return f"telemetry: every sample rejected for {now - rejects[0]:.0f} s ({kinds}); nothing is learned"
 
     @property
@@ -161,5 +161,5 @@ class Undecodable:
         now, run = self.monotonic(), self.run          # (read once: the receiver replaces it)
         if run is None or now - run[0] < window_s or now - run[1] > window_s:
             return None
-        return (f"telemetry: every message undecodable for {now - run[0]:.0f} s ({self.count} this run); nothing is "
+        return (f"telemetry: every message undecodable for {now - run[0]:.0f} s ({self.count:,} this run); nothing is "
                 "learned: is the engine's plugin ([sglang] python's spec-controller) of another release than the daemon?")
