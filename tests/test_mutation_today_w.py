@@ -148,7 +148,7 @@ def _undecodable(first: float, newest: float, now: float) -> Undecodable:
 def test_stalled_le_ge_a_minute_of_nothing_but_undecodable_messages_is_a_problem_at_the_minute():
     """u-stalled-le / u-stalled-ge: as SampleGate.stalled, the window is inclusive at both ends."""
     assert _undecodable(1000.0, 1000.0, 1060.0).stalled() == (
-        "telemetry: every message undecodable for 60 s (0 this run); nothing is learned: is the engine's plugin "
+        "telemetry: no sample decoded for 60 s, only undecodable messages (0 this run); nothing is learned: is the engine's plugin "
         "([sglang] python's spec-controller) of another release than the daemon?")
     assert _undecodable(1000.0, 1000.0, 1059.9).stalled() is None
     assert _undecodable(1000.0, 1000.0, 1060.1).stalled() is None

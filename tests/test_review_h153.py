@@ -52,7 +52,7 @@ def test_nothing_but_undecodable_telemetry_is_a_problem_status_names(short_tmp):
         _receive(short_tmp, eng, [_newer_layout(now)], 4)                          # ... and still coming
         problems = svc.status()["daemon"]["problems"]
         said = [p for p in problems if p.startswith("telemetry:")]
-        assert said == ["telemetry: every message undecodable for 61 s (4 this run); nothing is learned: is the engine's "
+        assert said == ["telemetry: no sample decoded for 61 s, only undecodable messages (4 this run); nothing is learned: is the engine's "
                         "plugin ([sglang] python's spec-controller) of another release than the daemon?"], problems
         eng.undecodable.samples_came()
         assert not [p for p in svc.status()["daemon"]["problems"] if p.startswith("telemetry:")]

@@ -161,5 +161,6 @@ class Undecodable:
         now, run = self.monotonic(), self.run          # (read once: the receiver replaces it)
         if run is None or now - run[0] < window_s or now - run[1] > window_s:
             return None
-        return (f"telemetry: every message undecodable for {now - run[0]:.0f} s ({self.count:,} this run); nothing is "
-                "learned: is the engine's plugin ([sglang] python's spec-controller) of another release than the daemon?")
+        return (f"telemetry: no sample decoded for {now - run[0]:.0f} s, only undecodable messages ({self.count:,} this "
+                "run); nothing is learned: is the engine's plugin ([sglang] python's spec-controller) of another release "
+                "than the daemon?")
