@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-import threading
 
 import pytest
 
@@ -196,19 +195,14 @@ def test_event_unflushed_stop_30_a_writer_not_flushed_in_time_gets_no_stop_event
     change) and the writer's stop waits 1 s, not another 30."""
     import sqlite3
 
-    from controller.daemon.lifecycle import Daemon
     from tests.fakes import make_service
-    from tests.test_review_h114 import _Stops
+    from tests.test_review_h114 import drained
     svc, writer = make_service(short_tmp)
     assert writer.flush(10)
     stops, stop = [], writer.stop
     writer.flush = lambda timeout=None: False                    # (as a writer stuck past the 30 s answers)
     writer.stop = lambda timeout=30.0: stops.append(timeout) or stop(timeout)
-    ingest = threading.Thread(target=lambda: None)
-    ingest.start()
-    daemon = Daemon(svc.cfg)
-    daemon.stop_reason, daemon.exit_code = "SIGTERM", 0
-    daemon._drain(svc.engine, svc, (_Stops(), _Stops(), ingest, _Stops()), writer.db, _Stops())
+    drained(svc)
     assert stops == [1]
     conn = sqlite3.connect(short_tmp / "s.db")
     kinds = [k for (k,) in conn.execute("SELECT kind FROM events")]

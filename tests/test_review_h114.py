@@ -132,19 +132,25 @@ class _Stops:
     shutdown = release = stop
 
 
-def _drain_with(short_tmp, caplog, commit_error: Exception | None, exit_code: int = 0) -> str:
+def drained(svc, stop_reason: str = "SIGTERM", exit_code: int = 0):
+    """The daemon's drain of svc, its other parts (server, scheduler, retune ticker, lock) stopping at once."""
     from controller.daemon.lifecycle import Daemon
+    ingest = threading.Thread(target=lambda: None)
+    ingest.start()
+    daemon = Daemon(svc.cfg)
+    daemon.stop_reason, daemon.exit_code = stop_reason, exit_code
+    daemon._drain(svc.engine, svc, (_Stops(), _Stops(), ingest, _Stops()), svc.writer.db, _Stops())
+    return daemon
+
+
+def _drain_with(short_tmp, caplog, commit_error: Exception | None, exit_code: int = 0) -> str:
     from tests.fakes import make_service
     svc, writer = make_service(short_tmp)
     assert writer.flush(10)                                 # (the start's settings written)
     if commit_error is not None:
         writer._commit = lambda items: commit_error          # every write from here on rolled back
-    ingest = threading.Thread(target=lambda: None)
-    ingest.start()
-    daemon = Daemon(svc.cfg)
-    daemon.stop_reason, daemon.exit_code = "specctl stop", exit_code
     with caplog.at_level(logging.INFO, "spec_controller"):
-        daemon._drain(svc.engine, svc, (_Stops(), _Stops(), ingest, _Stops()), writer.db, _Stops())
+        daemon = drained(svc, "specctl stop", exit_code)
     lines = [r for r in caplog.records if "spec-controller stopped" in r.getMessage()]
     assert len(lines) == 1
     assert lines[0].getMessage().endswith(f"; exit {daemon.exit_code}")      # (the code it exits with)
@@ -338,20 +344,14 @@ def test_specctl_plot_of_a_database_whose_name_is_not_utf8_draws_it(short_tmp):
 def test_the_stop_event_names_the_exit_code_a_lost_checkpoint_makes(short_tmp, caplog):
     """helper-149: the stop event was queued before the flush's outcome was known, so where the final checkpoint alone
     was rolled back the database said 'exit 0' of a daemon that then exited 5."""
-    from controller.daemon.lifecycle import Daemon
     from tests.fakes import make_service
     svc, writer = make_service(short_tmp)
     assert writer.flush(10)
     commit = writer._commit
     writer._commit = lambda items: sqlite3.OperationalError("disk I/O error") \
         if any(kind == "policy_state" for kind, _ in items) else commit(items)     # the checkpoint alone is refused
-    ingest = threading.Thread(target=lambda: None)
-    ingest.start()
-    daemon = Daemon(svc.cfg)
-    daemon.stop_reason, daemon.exit_code = "specctl stop", 0
     with caplog.at_level(logging.INFO, "spec_controller"):
-        daemon._drain(svc.engine, svc, (_Stops(), _Stops(), ingest, _Stops()), writer.db, _Stops())
-    assert daemon.exit_code == 5
+        assert drained(svc, "specctl stop").exit_code == 5
     conn = sqlite3.connect(short_tmp / "s.db")
     stops = [d for (d,) in conn.execute("SELECT detail FROM events WHERE kind = 'stop'")]
     conn.close()
@@ -361,7 +361,6 @@ def test_the_stop_event_names_the_exit_code_a_lost_checkpoint_makes(short_tmp, c
 def test_the_drain_checkpoints_before_it_waits_for_the_engine(short_tmp):
     """helper-153: a stalled SGLang held the drain (retune thread, health probe, exit: up to minutes) before its only
     checkpoint, so the unit's SIGKILL at TimeoutStopSec lost what the policy had learned since the last one."""
-    from controller.daemon.lifecycle import Daemon
     from tests.fakes import make_service
     svc, writer = make_service(short_tmp)
     assert writer.flush(10)
@@ -373,9 +372,5 @@ def test_the_drain_checkpoints_before_it_waits_for_the_engine(short_tmp):
         saved_when_stopping.append(conn.execute("SELECT count(*) FROM policy_state").fetchone()[0])
         conn.close()
     svc.engine.stop = stop
-    ingest = threading.Thread(target=lambda: None)
-    ingest.start()
-    daemon = Daemon(svc.cfg)
-    daemon.stop_reason, daemon.exit_code = "SIGTERM", 0
-    daemon._drain(svc.engine, svc, (_Stops(), _Stops(), ingest, _Stops()), writer.db, _Stops())
+    drained(svc)
     assert saved_when_stopping == [1]

@@ -14,6 +14,20 @@ def _quiet(monkeypatch):
     monkeypatch.setattr(daemon_main.logs, "setup", lambda level: None)
 
 
+def _run(short_tmp, sighup=None) -> None:
+    """`spec-controller run` through click, SIGHUP as given first, the signals' handlers put back after it."""
+    before = [signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)]
+    if sighup is not None:
+        signal.signal(signal.SIGHUP, sighup)
+    try:
+        res = CliRunner().invoke(daemon_main.main, ["run", "--db", str(short_tmp / "s.db"),
+                                                    "--socket", str(short_tmp / "c.sock")])
+    finally:
+        for s, handler in zip((signal.SIGHUP, signal.SIGTERM, signal.SIGINT), before):
+            signal.signal(s, handler)
+    assert res.exit_code == 0, (res.output, res.exception)
+
+
 def test_a_sighup_after_the_config_is_read_before_the_daemons_handler_is_a_reload(short_tmp, monkeypatch):
     """(the entry point ignores SIGHUP until the handler: one sent just after an edit, ~25 ms after the start read the
     config, was lost; the daemon ran the edit's predecessor and said nothing)"""
@@ -31,15 +45,7 @@ def test_a_sighup_after_the_config_is_read_before_the_daemons_handler_is_a_reloa
     monkeypatch.setattr(daemon_main, "read_config", read_then_hup)
     monkeypatch.setattr(lifecycle.Daemon, "run", run)
     _quiet(monkeypatch)
-    before = [signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)]
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)      # as controller.entry leaves it for `run`
-    try:
-        res = CliRunner().invoke(daemon_main.main, ["run", "--db", str(short_tmp / "s.db"),
-                                                    "--socket", str(short_tmp / "c.sock")])
-    finally:
-        for s, handler in zip((signal.SIGHUP, signal.SIGTERM, signal.SIGINT), before):
-            signal.signal(s, handler)
-    assert res.exit_code == 0, (res.output, res.exception)
+    _run(short_tmp, signal.SIG_IGN)      # as controller.entry leaves SIGHUP for `run`
     assert seen == [True]
 
 
@@ -52,12 +58,5 @@ def test_no_sighup_no_reload(short_tmp, monkeypatch):
         return 0
     monkeypatch.setattr(lifecycle.Daemon, "run", run)
     _quiet(monkeypatch)
-    before = [signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)]
-    try:
-        res = CliRunner().invoke(daemon_main.main, ["run", "--db", str(short_tmp / "s.db"),
-                                                    "--socket", str(short_tmp / "c.sock")])
-    finally:
-        for s, handler in zip((signal.SIGHUP, signal.SIGTERM, signal.SIGINT), before):
-            signal.signal(s, handler)
-    assert res.exit_code == 0, (res.output, res.exception)
+    _run(short_tmp)
     assert seen == [False]
