@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import socket
 import time
+from collections import Counter
 from socketserver import ThreadingMixIn
 from typing import Any, Iterator
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -12,6 +13,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from .clients import BoundedClients, DeadlineIO, busy_answer
+
+
+def problem_source(problem: str) -> str:
+    """What a problem is about, a low-cardinality label: its words before the first ':' ('engine', 'reload',
+    'telemetry', 'database disk full'), at most 40 characters."""
+    return problem.split(":", 1)[0].strip()[:40] or "unknown"
 
 
 class ServiceCollector(Collector):
@@ -37,9 +44,12 @@ class ServiceCollector(Collector):
             g = GaugeMetricFamily(name, doc)
             g.add_metric([], float("nan") if value is None else float(value))
             yield g
-        problem = GaugeMetricFamily("specctl_problem", "1 per reason the daemon is unhealthy", labels=["reason"])
-        for reason in daemon["problems"]:
-            problem.add_metric([reason[:200]], 1.0)
+        # per source, not per text: a problem's text carries counts, times and seconds ('for 61 s', 'refused at
+        # 12:01:07'), a new series at every scrape while it lasted (helper-156); the text is in specctl status
+        problem = GaugeMetricFamily("specctl_problem", "Problems the daemon is unhealthy for, per source (a problem's "
+                                    "words before its first ':')", labels=["source"])
+        for source, n in sorted(Counter(problem_source(p) for p in daemon["problems"]).items()):
+            problem.add_metric([source], float(n))
         yield problem
         counters = [
             ("specctl_decisions", "Threshold changes applied", st["decisions"]),
