@@ -185,8 +185,7 @@ class Daemon:
         # flushed first, so that the stop event names the exit code the process ends with (helper-149: it said
         # "exit 0" where a lost final checkpoint then made it exit 5); a writer stuck past 30 s gets no event
         flushed = service.writer.flush(30)
-        if self._unsaved(service.writer, lost, stopped=False) and self.exit_code == 0:
-            self.exit_code = EXIT_UNFLUSHED
+        self._note_unsaved(service.writer, lost, stopped=False)
         if flushed:
             service.writer.event("stop", f"{self.stop_reason or 'error'}: exit {self.exit_code}")
         service.writer.stop(30 if flushed else 1)
@@ -199,19 +198,21 @@ class Daemon:
         lock.release()
         # (the writer's own error lines are held back for a minute: on a full disk the final checkpoint, what the
         # policy learned since the last one, was lost under "drained and flushed")
-        if (unsaved := self._unsaved(service.writer, lost)) and self.exit_code == 0:   # (helper-147: exit 0 said
-            self.exit_code = EXIT_UNFLUSHED     # nothing to the unit; 1 would restart what was stopped)
+        unsaved = self._note_unsaved(service.writer, lost)
         log.log(logging.ERROR if unsaved else logging.INFO, "spec-controller stopped (%s): drained and %s in %.1f s; "
                 "exit %d", self.stop_reason or "error", f"not flushed: {unsaved}" if unsaved else "flushed",
                 time.monotonic() - began, self.exit_code)
 
-    @staticmethod
-    def _unsaved(writer: Writer, errors_before: int, stopped: bool = True) -> str:
+    def _note_unsaved(self, writer: Writer, errors_before: int, stopped: bool = True) -> str:
         """Why the drain's writes are not all on disk ('' when they are): the stopped writer still busy, or writes
-        lost."""
+        lost; then a clean stop exits EXIT_UNFLUSHED (helper-147: exit 0 said nothing to the unit; 1 would restart
+        what was stopped)."""
         lost = writer.errors - errors_before
-        return "the database writer did not finish" if stopped and writer.thread.is_alive() else \
+        unsaved = "the database writer did not finish" if stopped and writer.thread.is_alive() else \
             f"{lost} final write{'s' if lost != 1 else ''} lost ({writer.problem or 'see above'})" if lost else ""
+        if unsaved and self.exit_code == 0:
+            self.exit_code = EXIT_UNFLUSHED
+        return unsaved
 
     def _start(self, engine: Engine, service, writer: Writer):
         """Start the engine and bring the daemon up around it; a started engine is never left
