@@ -14,9 +14,9 @@ def _aborted(prog: str) -> None:
 def daemon() -> None:
     """spec-controller"""
     if sys.argv[1:2] == ["run"]:
-        # A SIGHUP (a reload) before the daemon's handler is in place, while it still imports (~0.3 s), killed it
-        # without a word, and systemd counts SIGHUP a clean exit: not restarted. Ignored until Daemon._signals (the
-        # config is read after it: nothing to reload yet; helper-153).
+        # A SIGHUP (a reload) while it still imports (~0.3 s) killed it without a word, and systemd counts SIGHUP a
+        # clean exit: not restarted. Ignored until main.run, which keeps any from just before it reads the config
+        # for Daemon._signals to reload (helper-153, helper-154).
         import signal
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:

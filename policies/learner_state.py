@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .base import OFF, SPEC
 from .stats import check_state, stat_row
+from .types import is_number
 
 if TYPE_CHECKING:
     from .learner import BucketLearner
@@ -35,14 +36,10 @@ def _times(times: list[float]) -> list[float | None]:
     return [None if t == -math.inf else t for t in times]
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _times_back(row: Any, n: int) -> list[float] | None:
     """_times' list of n read back, or None where it is not one (a state from before it was saved)."""
     if not isinstance(row, list) or len(row) != n or \
-            not all(t is None or _number(t) for t in row):
+            not all(t is None or is_number(t) for t in row):
         return None
     return [-math.inf if t is None else float(t) for t in row]
 
@@ -59,7 +56,7 @@ def load(learner: "BucketLearner", state: Mapping[str, Any]) -> None:
         learner.max_steps = steps
     if stat_row(state.get("prefill_s")):
         learner.prefill_s.load(state["prefill_s"])
-    if isinstance(high := state.get("accept_high"), list) and len(high) == 2 and all(map(_number, high)):
+    if isinstance(high := state.get("accept_high"), list) and len(high) == 2 and all(map(is_number, high)):
         learner.accept_hi = (float(high[0]), float(high[1]))
     learner.prefill.load_state(state.get("prefill_cost"))
     n, tried = len(learner.buckets), state.get("tried")

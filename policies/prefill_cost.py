@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .base import OFF, SPEC
 from .params import ParamSpec
 from .stats import Discounted, stat_row
-from .types import Decision, Sample, Snapshot
+from .types import Decision, Sample, Snapshot, is_number
 
 if TYPE_CHECKING:
     from .learner import BucketLearner
@@ -166,7 +166,7 @@ class PrefillCost:
         for key in ("cost", "rate"):
             if stat_row(state.get(key)):
                 getattr(self, key).load(state[key])
-        if isinstance(state.get("cost_rate"), (int, float)) and not isinstance(state["cost_rate"], bool):
+        if is_number(state.get("cost_rate")):
             self.cost_rate = float(state["cost_rate"])
         for key in ("decode", "steps"):
             rows, mine = state.get(key), getattr(self, key)

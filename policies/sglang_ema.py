@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from .base import Policy
 from .params import ParamSpec
 from .summary import monotone_threshold
-from .types import Decision, PolicyError, Sample, Snapshot, check_finite
+from .types import Decision, PolicyError, Sample, Snapshot, check_finite, is_number
 
 SLOT_KEYS = (1, 8, 32, 64)   # SGLang's default slot boundaries
 
@@ -76,7 +76,7 @@ class SGLangEMAPolicy(Policy):
         if not isinstance(slots, list) or len(slots) != len(SLOT_KEYS) or any(len(s) != 3 for s in slots):
             raise PolicyError(f"policy {self.name}: saved state has {len(slots or [])} slots, expected {len(SLOT_KEYS)}")
         # numbers only (float() read "nan" as text: a NaN EMA, and every later checkpoint refused as non-finite)
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for s in slots for v in s) or \
+        if not all(is_number(v) for s in slots for v in s) or \
                 type(live := state.get("live", 0)) is not int:
             raise PolicyError(f"policy {self.name}: saved state holds a slot or live slot that is not numbers")
         self.slots = [[int(s[0]), float(s[1]), int(s[2])] for s in slots]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from .types import PolicyError, check_finite
+from .types import PolicyError, check_finite, is_number
 
 
 class Discounted:
@@ -73,5 +73,4 @@ def check_state(policy: str, state: Mapping[str, Any], n_buckets: int) -> None:
 
 def stat_row(row: Any) -> bool:
     """A Discounted's [weight, sum, sum of squares, time]: numbers, the weight not negative."""
-    return (isinstance(row, list) and len(row) == 4 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                            for v in row) and row[0] >= 0)
+    return isinstance(row, list) and len(row) == 4 and all(map(is_number, row)) and row[0] >= 0

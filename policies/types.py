@@ -81,12 +81,17 @@ class PolicyError(ValueError):
 MAX_STATE_NUMBER = 1e50
 
 
+def is_number(value: Any) -> bool:
+    """A JSON number as a saved state holds one (True and False are no numbers there)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_finite(policy: str, state: Any, where: str = "state") -> None:
     """PolicyError if a saved state holds a NaN, an infinity or a number past MAX_STATE_NUMBER anywhere: restoring one
     would poison every later decision (and every later checkpoint)."""
     if isinstance(state, float) and not math.isfinite(state):
         raise PolicyError(f"policy {policy}: saved {where} holds a non-finite number ({state})")
-    if isinstance(state, (int, float)) and not isinstance(state, bool) and not abs(state) <= MAX_STATE_NUMBER:
+    if is_number(state) and not abs(state) <= MAX_STATE_NUMBER:
         raise PolicyError(f"policy {policy}: saved {where} holds a number past {MAX_STATE_NUMBER:g}: no measurement")
     if isinstance(state, dict):
         for key, value in state.items():

@@ -64,8 +64,7 @@ class SGLangEngine(Engine):
         self._rx: threading.Thread | None = None
         self._log_relay: threading.Thread | None = None
         self.plugin_stats: dict = {}
-        self.bad_messages = 0
-        self.undecodable = Undecodable()                     # (bad_messages, with when and what they were)
+        self.undecodable = Undecodable()        # telemetry messages decode() refused: counted, and when and what
         # A live process whose scheduler stopped answering (e.g. ranks out of step) is as good as gone.
         self.plugin_env = plugin_env(self.args)
         self.user_env = user_env(self.args)
@@ -168,7 +167,6 @@ class SGLangEngine(Engine):
             except zmq.Again:
                 continue
             except ValueError as e:
-                self.bad_messages += 1
                 self.undecodable.refused(raw, str(e))
                 continue
             if isinstance(msg, dict):
@@ -261,6 +259,11 @@ class SGLangEngine(Engine):
         first, since, now = self._failing_since, self._probing_since, time.monotonic() if now is None else now
         end = now if since is not None and now - since >= FAILING_AFTER_S else self._last_probe[0]
         return 0.0 if first is None else end - first        # (each read once: probe() runs in another thread)
+
+    @property
+    def bad_messages(self) -> int:
+        """Telemetry messages decode() refused, this run."""
+        return self.undecodable.count
 
     def health(self, now: float | None = None) -> dict:
         alive = self.proc is not None and self.proc.poll() is None
