@@ -34,6 +34,36 @@ def test_a_file_and_a_flag_that_clash_are_refused_too(tmp_path):
         load_config(tmp_path / "c.toml", {"sim": {"concurrency": 8}})
 
 
+@pytest.mark.parametrize("toml,flags,hint", [
+    ('[sim]\nconcurrency = 8\n', {"trace": "load-steps"},
+     "c.toml sets [sim] concurrency: add --set sim.concurrency=0 or remove it there to choose the load on the command line"),
+    ('[sim]\narrival_rate = 2.0\n', {"concurrency": 4},
+     "c.toml sets [sim] arrival_rate: add --set sim.arrival_rate=0 or remove it there"),
+    ('[sim]\ntrace = "load-steps"\n', {"concurrency": 8},
+     "c.toml sets [sim] trace, which no flag unsets: remove it there to choose the load on the command line"),
+])
+def test_a_clash_of_the_file_and_the_command_line_says_how_to_give_the_command_lines(tmp_path, toml, flags, hint):
+    """'Flags win over this file', but not the load's choice: the line said 'give one of them' to an operator who
+    gave one (helper-160)."""
+    (tmp_path / "c.toml").write_text(toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "c.toml", {"sim": flags})
+    assert hint in str(err.value) and "\n" not in str(err.value), err.value
+    if "trace" not in toml:         # the way it names works
+        key = next(k for k in ("concurrency", "arrival_rate") if k in toml)
+        load_config(tmp_path / "c.toml", {"sim": {**flags, key: 0}})
+
+
+def test_a_clash_on_one_side_only_gets_no_file_hint(tmp_path):
+    (tmp_path / "c.toml").write_text('[sim]\nconcurrency = 4\narrival_rate = 2.0\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "c.toml", {"sim": {"speed": 3.0}})
+    assert "sets [sim]" not in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {"sim": {"trace": "load-steps", "concurrency": 8}})
+    assert "sets [sim]" not in str(err.value)
+
+
 def test_the_rule_names_simulates_flags():
     assert load_conflict(None, 8, 0) is None and load_conflict("t", 0, 0) is None
     assert "arrival_rate = 2 (--arrival-rate)" in load_conflict(None, 4, 2.0) and "trace = 't' (--trace)" in load_conflict("t", 3, 0)

@@ -187,6 +187,12 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
     sim, given = cfg["sim"], {k for source in (file_data, overrides or {}) for k in (source.get("sim") or {})}
     why = load_conflict(sim["trace"] if "trace" in given else None, sim["concurrency"], sim["arrival_rate"])
     if why and cfg["engine"]["kind"] == "sim":     # SGLang's load is its clients': [sim] is not read
+        # the file's choice against a flag's ('give one of them' to one who gave one): how to give the flag's
+        mine, flags = file_data.get("sim") or {}, (overrides or {}).get("sim") or {}
+        on = {"trace": True, "concurrency": sim["concurrency"] > 0, "arrival_rate": sim["arrival_rate"] > 0}
+        if (ours := [k for k in on if on[k] and k in mine and k not in flags]) and any(on.get(k) for k in flags):
+            how = ", which no flag unsets:" if "trace" in ours else f": add {' '.join(f'--set sim.{k}=0' for k in ours)} or"
+            why += f"; {path} sets [sim] {' and '.join(ours)}{how} remove it there to choose the load on the command line"
         raise ConfigError(f"config: {why}")
     cfg["_trace_given"] = "trace" in given      # (a profile that the default trace does not fit is told so: preflight)
     cfg["_path"] = str(path) if read else ""
