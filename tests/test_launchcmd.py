@@ -7,6 +7,7 @@ import json
 import math
 import os
 import random
+import shlex
 import sys
 import tomllib
 
@@ -14,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.daemon import launchcfg, launchparse
+from controller.daemon.engines.sglang_install import with_sglang
 from controller.daemon.launchcfg import Converted, LaunchError, SGLangParser, toml_text, toml_value, write_whole
 from controller.daemon.launchcmd import CommandError, path_notes, split_command
 from controller.daemon.main import main
@@ -124,6 +126,16 @@ def test_an_interpreter_without_sglang_says_so_and_how_to_name_another():
     one_line(from_launch("--", "--model-path", "m", *SPEC),
              f"SGLang's parser did not load: ModuleNotFoundError: No module named 'sglang' (in {sys.executable}; "
              "--python PATH", 1)
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("sglang") is not None, reason="this interpreter has SGLang")
+def test_the_daemons_own_interpreter_without_sglang_is_told_how_to_install_it_there():
+    """The quick start's venv has no SGLang: the line named --python only; config check named the pip command
+    (helper-160). Another interpreter given with --python is not told to install into the daemon's."""
+    one_line(from_launch("--", "--model-path", "m", *SPEC),
+             f"or install SGLang in this one: {sys.executable} -m pip install {shlex.quote(with_sglang())})", 1)
+    res = from_launch("--python", sys.executable, "--", "--model-path", "m", *SPEC)
+    assert res.exit_code == 1 and "install SGLang in this one" not in res.output, res.output
 
 
 # --- paths and TOML -------------------------------------------------------------------------------------------------

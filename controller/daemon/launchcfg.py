@@ -27,6 +27,7 @@ from ..outfile import replace_whole
 from ..paths import DEFAULT_CONFIG, open_regular
 from .engines.base import EngineError
 from .engines.sglang import SGLangEngine
+from .engines.sglang_install import own_installed, with_sglang
 from .engines.sglang_flags import masked, secrets_in, shown
 from .launchcmd import CommandError, path_notes, private_steps, split_command, words
 from .serviceaccess import service_account
@@ -151,6 +152,15 @@ def interpreter(python: str) -> str:
     return str(Path(found).absolute())
 
 
+def _with_install_hint(e: NoSGLang) -> NoSGLang:
+    """The daemon's own interpreter has no SGLang: beside --python, how to install it there (as `config check` says).
+    One whose SGLang is installed but does not load keeps its own error."""
+    if own_installed()["sglang"] is not None:
+        return e
+    return NoSGLang(f"{str(e).removesuffix(')')}, or install SGLang in this one: {sys.executable} -m pip install "
+                    f"{shlex.quote(with_sglang())})", 1)
+
+
 def convert(command: list[str], python: str | None = None, config_path: str | Path = DEFAULT_CONFIG) -> Converted:
     """The [sglang] table for `command` (to be written at `config_path`); LaunchError (one line) where it cannot be
     one."""
@@ -163,9 +173,9 @@ def convert(command: list[str], python: str | None = None, config_path: str | Pa
     try:
         try:
             answer = parser.ask({"argv": argv})
-        except NoSGLang:
+        except NoSGLang as e:
             if python or not named or "/" not in named:      # (a bare `python`: PATH here need not be the server's)
-                raise
+                raise e if python else _with_install_hint(e)
             parser.close()          # the interpreter the command names by its path, where the daemon's has no SGLang
             python = interpreter(named_interpreter(named))
             parser = SGLangParser(python, {**os.environ, **env})

@@ -83,6 +83,13 @@ def install_source() -> str:
     return "spec-controller"
 
 
+def with_sglang(source: str | None = None) -> str:
+    """What pip installs for spec-controller with SGLang: this one's source (install_source()) with the extra."""
+    source = source or install_source()
+    # pip reads an extra after a name or a directory, never after a URL ('NAME[extra] @ URL' there)
+    return f"spec-controller[sglang] @ {source}" if "://" in source else f"{source}[sglang]"
+
+
 def installed_reason(found: dict, where: str, pip: str) -> str | None:
     """Why the SGLang of `found` (installed()'s answer for the interpreter `where` names, installed into with `pip`)
     cannot run the plugin, or None: SGLang missing or outside the supported range, spec-controller not installed there
@@ -90,9 +97,7 @@ def installed_reason(found: dict, where: str, pip: str) -> str | None:
     (0.5.23+)."""
     source = install_source()
     if found["sglang"] is None:
-        # pip reads an extra after a name or a directory, never after a URL ('NAME[extra] @ URL' there)
-        with_sglang = f"spec-controller[sglang] @ {source}" if "://" in source else f"{source}[sglang]"
-        return f"{where} has no sglang installed ({pip} install {shlex.quote(with_sglang)})"
+        return f"{where} has no sglang installed ({pip} install {shlex.quote(with_sglang(source))})"
     if OWN_PLUGIN not in found["plugins"]:
         return (f"{where} has sglang {found['sglang']} but not spec-controller: SGLang would run without the plugin "
                 f"({pip} install {shlex.quote(source)})")
