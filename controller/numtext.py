@@ -43,9 +43,29 @@ def int_text(text: str) -> int | None:
         return None
 
 
+class Unheld(ValueError):
+    """Number text that a float does not hold as it is written: non-zero, yet smaller in size than the smallest normal
+    float ("1e-400" is read as 0.0, "1e-320" as 9.99989e-321). The message is the refusal's end: '1e-400 is ...'."""
+
+
+SMALLEST = sys.float_info.min       # 2.2250738585072014e-308; below it a float is 0 or loses digits (subnormal)
+
+
+def held_float(text: str) -> float:
+    """float(text) where the float holds the number `text` writes, else Unheld (`policy set ucb --param c=1e-400` was
+    echoed as given and ran as c=0; `--arrival-rate 1e-400` ran the trace). Past a float's range is inf, which every
+    range check refuses as out of range. Also TOML's and JSON's float text (underscores, inf, nan: as float() reads
+    them)."""
+    value = float(text)
+    if abs(value) < SMALLEST and re.search(r"[1-9]", re.split(r"[eE]", text)[0]):
+        raise Unheld(f"{echoed(text)} is closer to 0 than a number here can be (a float's least is {SMALLEST:.1e}: it "
+                     f"would be read as {value:g})")
+    return value
+
+
 def decimal_text(text: str) -> float | None:
-    """The number `text` writes by the rule above (an exponent allowed: "1e-3"), or None."""
-    return float(text) if DECIMAL.fullmatch(text) else None
+    """The number `text` writes by the rule above (an exponent allowed: "1e-3"), or None; Unheld (held_float)."""
+    return held_float(text) if DECIMAL.fullmatch(text) else None
 
 
 def number_text(text: str, kind: type) -> int | float | None:
@@ -56,7 +76,10 @@ def number_text(text: str, kind: type) -> int | float | None:
 def misread(text: object) -> bool:
     """Text that int() / float() read as a finite number and this rule does not ("+5", "05", "1_0", "٣"): a refusal of
     it says the rule (WRITTEN), which a bare "must be an integer" did not (`--set sim.concurrency=+5`)."""
-    if not isinstance(text, str) or decimal_text(text.strip()) is not None:
+    try:
+        if not isinstance(text, str) or decimal_text(text.strip()) is not None:
+            return False
+    except Unheld:      # (written by the rule: refused for its size, not for how it is written)
         return False
     try:
         return math.isfinite(float(text))
@@ -101,7 +124,8 @@ def data_text(text: str, json_text: bool = False) -> object:
     """A config's, profile's or trace's TOML (json_text: JSON) as data; tomllib.TOMLDecodeError (json.JSONDecodeError)
     for what is not, one line, also where the parser said nothing: an integer past int()'s 4300 digits (ValueError,
     a traceback out of run, config check and simulate), past 64 bits (0x1000...0: a repr or float() of it raised where
-    it was checked), a JSON key given twice (json.loads kept the last). RecursionError as the parser's."""
+    it was checked), a JSON key given twice (json.loads kept the last), a float it does not hold (held_float: 1e-400
+    was 0). RecursionError as the parser's."""
     import json
     import tomllib
     error = json.JSONDecodeError if json_text else tomllib.TOMLDecodeError
@@ -118,8 +142,14 @@ def data_text(text: str, json_text: bool = False) -> object:
                 raise refused(f"key {echoed(key)!r} given twice")
             out[key] = value
         return out
+    def held(number: str) -> object:        # (Unheld as the value: the walk below names where it is)
+        try:
+            return held_float(number)
+        except Unheld as e:
+            return e
     try:
-        data = json.loads(text, object_pairs_hook=once) if json_text else tomllib.loads(text)
+        data = json.loads(text, object_pairs_hook=once, parse_float=held) if json_text else \
+            tomllib.loads(text, parse_float=held)
     except ValueError as e:
         if isinstance(e, error):
             raise
@@ -130,7 +160,8 @@ def data_text(text: str, json_text: bool = False) -> object:
         if isinstance(value, (dict, list)):
             items = value.items() if isinstance(value, dict) else enumerate(value)
             todo += [(f"{where}.{k}" if isinstance(k, str) else f"{where}[{k}]", v) for k, v in items]
-        elif isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+        elif isinstance(value, Unheld) or isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
             at = echoed(where.lstrip(".")) or "the value"
-            raise refused(f"{at}: an integer past 64 bits ({INT64[0]} .. {INT64[1]})")
+            raise refused(f"{at}: {value}" if isinstance(value, Unheld) else
+                          f"{at}: an integer past 64 bits ({INT64[0]} .. {INT64[1]})")
     return data

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, Mapping
 
-from controller.numtext import a_kind, echoed, number_text, written
+from controller.numtext import Unheld, a_kind, echoed, number_text, written
 
 from .types import PolicyError
 
@@ -30,7 +30,10 @@ class ParamSpec:
         "1e1"), else a JSON / TOML number (an int parameter's an integer: not 5.0, as the API's bodies and the config's
         other integers); PolicyError otherwise or out of range."""
         if isinstance(raw, str):
-            value = number_text(raw, self.kind)
+            try:
+                value = number_text(raw, self.kind)
+            except Unheld as e:      # ("1e-400": echoed as given, it ran as 0)
+                raise PolicyError(f"policy {policy}: parameter {self.name}={e}") from None
         elif isinstance(raw, bool) or not isinstance(raw, Integral if self.kind is int else Real):
             value = None
         else:

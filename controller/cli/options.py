@@ -14,7 +14,7 @@ import click
 
 from .. import __version__
 from ..paths import NoHome
-from ..numtext import a_kind, echoed, number_text, one_line, written
+from ..numtext import Unheld, a_kind, echoed, number_text, one_line, written
 
 # Exit codes (README "specctl"): the same for every command.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -152,7 +152,10 @@ class Bounded(click.ParamType):
         if isinstance(value, self.kind) and not isinstance(value, bool):
             number = value
         else:
-            number = number_text(str(value), self.kind)    # (numtext's rule: " 5" no)
+            try:
+                number = number_text(str(value), self.kind)    # (numtext's rule: " 5" no)
+            except Unheld as e:         # (1e-400: 0, --arrival-rate's "no rate")
+                raise click.UsageError(f"{self.what} {e}", ctx) from None
             if number is None:          # (int() / float() took "1_0", "+5", other scripts' digits, "nan")
                 raise click.UsageError(f"{self.what} {echoed(repr(value))} is not {a_kind(self.kind)} "
                                        f"({written(self.kind, self.lo)})", ctx) from None
@@ -178,7 +181,10 @@ NEGATIVE_ARGS = {"ignore_unknown_options": True}
 def number_list(text: str, kind: type, hint: str) -> list:
     """'1,4,16' (or '1, 4, 16': spaces beside a comma are the list's) read item by item as `kind` (int or float, by
     numtext's rule); an empty item ('1,,2') or one that is no number is click.BadParameter naming the flag."""
-    values = [number_text(x, kind) for x in re.split(r"\s*,\s*", text)]
+    try:
+        values = [number_text(x, kind) for x in re.split(r"\s*,\s*", text)]
+    except Unheld as e:
+        raise click.BadParameter(str(e), param_hint=hint) from None
     if None in values:
         raise click.BadParameter(f"{text!r} is not a comma-separated list of {'integers' if kind is int else 'numbers'} "
                                  f"({written(kind)})", param_hint=hint)

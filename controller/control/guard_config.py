@@ -8,7 +8,7 @@ from typing import Any, Iterable, Mapping
 
 from ..closename import close_hint
 from ..contract import MAX_BATCH
-from ..numtext import a_kind, decimal_text, misread, written
+from ..numtext import Unheld, a_kind, decimal_text, misread, written
 
 
 class GuardConfigError(ValueError):
@@ -19,7 +19,10 @@ def _unquoted(raw: Any, kind: type) -> str | None:
     """A number of the setting's kind written as text by numtext's rule (quoted in the file, taken before; --set takes
     .5, which TOML does not read, as a number), as TOML writes it; None for anything else (its own grammar here took
     "+5" and "05": `--set guard.min_threshold=+5` was told to write unquoted what it had)."""
-    number = decimal_text(raw.strip()) if isinstance(raw, str) else None     # (a quoted " 2 ": the file's spaces)
+    try:
+        number = decimal_text(raw.strip()) if isinstance(raw, str) else None     # (a quoted " 2 ": the file's spaces)
+    except Unheld:          # (no number to write unquoted)
+        return None
     if number is None or not math.isfinite(number) or (kind is int and not number.is_integer()):
         return None
     return repr(kind(number))

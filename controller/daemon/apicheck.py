@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from policies.params import shown       # (a value in an error line, cut short: the policies' refusals' rule)
 
-from ..numtext import WRITTEN, int_text
+from ..numtext import WRITTEN, Unheld, held_float, int_text
 
 MAX_BODY = 64 * 1024          # a command is a few hundred bytes
 MAX_DEPTH = 64                # no body nests deeper than 2; refused before parsing, on every Python alike (3.13's
@@ -107,7 +107,9 @@ def check(method: str, target: str, data: bytes, routes: Mapping[tuple[str, str]
         if _too_deep(data):
             raise ApiError(400, "body is nested too deeply")
         try:
-            body = json.loads(data, object_pairs_hook=_unique)
+            body = json.loads(data, object_pairs_hook=_unique, parse_float=held_float)
+        except Unheld as e:             # ({"params": {"c": 1e-400}} ran ucb at c=0)
+            raise ApiError(400, f"body: {e}") from None
         except RecursionError:
             raise ApiError(400, "body is nested too deeply") from None
         except ValueError:             # (not JSON, not UTF-8, an integer of over 4300 digits)

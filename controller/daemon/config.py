@@ -14,7 +14,7 @@ from policies import PolicyError, make_policy
 from ..closename import close_hint
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
-from ..numtext import data_text, decimal_text, misread, number_text, written
+from ..numtext import Unheld, data_text, decimal_text, misread, number_text, written
 from ..paths import (DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, is_db_own_path, names_a_file, present,
                      read_text_file, socket_path_problem)
 from .engines.child import SGLANG_PORT
@@ -113,8 +113,11 @@ def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
                     number_text(raw.strip(), type(value)) is None:
                 value = raw.strip()       # (+5, 1_0, 0x10, inf: a number only as numtext writes one, as run's flags)
         except tomllib.TOMLDecodeError:     # (an integer past 64 bits too: still one, refused as out of range)
-            number = number_text(raw.strip(), int)
-            number = decimal_text(raw.strip()) if number is None else number
+            try:
+                number = number_text(raw.strip(), int)
+                number = decimal_text(raw.strip()) if number is None else number
+            except Unheld as e:         # (1e-400: TOML's and numtext's 0.0)
+                raise ConfigError(f"--set {path.strip()}={e}") from None
             value = raw.strip() if number is None else number
         except RecursionError:         # (tomllib recurses per level: a traceback out of run and config check)
             raise ConfigError(f"--set {path.strip()}=...: VALUE is nested too deeply") from None

@@ -1,0 +1,61 @@
+"""helper-158: values an operator types or writes (numbers, policy parameters, simulator flags, the config check's
+answer), each refused or said at the one boundary that reads it."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from controller.cli.main import cli
+from controller.daemon.api import make_routes
+from controller.daemon.apicheck import ApiError, check
+from controller.daemon.config import ConfigError, load_config, parse_set
+from controller.daemon.main import main as daemon_cli
+from controller import numtext
+from policies import PolicyError, make_policy
+from tests.conftest import saved_settings
+
+
+# --- 1. a number a float does not hold (1e-400 was read as 0) ---------------------------------------------------------
+@pytest.mark.parametrize("text", ["1e-400", "-1e-400", "1e-320", "0.00001e-305"])
+def test_number_text_closer_to_0_than_a_float_holds_is_refused(text):
+    with pytest.raises(ValueError, match="closer to 0 than a number here can be"):
+        numtext.decimal_text(text)
+
+
+@pytest.mark.parametrize("text,value", [("0e-400", 0.0), ("0.0", 0.0), ("2.3e-308", 2.3e-308), ("1e400", float("inf"))])
+def test_zero_and_what_a_float_holds_are_read(text, value):
+    assert numtext.decimal_text(text) == value        # (past a float's range: inf, which every range refuses)
+
+
+def test_policy_set_refuses_a_parameter_that_would_run_as_0_and_saves_nothing(offline):
+    with pytest.raises(PolicyError, match=r"^policy ucb: parameter c=1e-400 is closer to 0"):
+        make_policy("ucb", {"c": "1e-400"})
+    flags, db = offline
+    res = CliRunner().invoke(cli, [*flags, "policy", "set", "ucb", "--param", "c=1e-400"])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+    assert "c=1e-400 is closer to 0" in res.output and "policy" not in saved_settings(db)
+
+
+def test_a_config_float_a_float_does_not_hold_is_refused_where_it_is(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[policy]\nname = "ucb"\n[policy.params]\nc = 1e-400\n')
+    with pytest.raises(ConfigError, match=r"policy\.params\.c: 1e-400 is closer to 0"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"^--set policy\.params\.c=1e-400 is closer to 0"):
+        parse_set(["policy.params.c=1e-400"])
+    with pytest.raises(ValueError, match=r"rate: 1e-400 is closer to 0"):
+        numtext.data_text('{"rate": 1e-400}', json_text=True)        # (a profile's or trace's JSON)
+
+
+def test_run_and_config_check_refuse_an_arrival_rate_that_would_be_none(tmp_path):
+    (tmp_path / "empty.toml").write_text("")
+    res = CliRunner().invoke(daemon_cli, ["config", "check", "--config", str(tmp_path / "empty.toml"),
+                                          "--arrival-rate", "1e-400"])
+    assert res.exit_code == 2 and "--arrival-rate 1e-400 is closer to 0" in res.output, res.output
+
+
+def test_the_api_refuses_a_json_number_it_would_read_as_0():
+    body = json.dumps({"name": "ucb", "params": {"c": 1}}).replace('"c": 1', '"c": 1e-400').encode()
+    with pytest.raises(ApiError, match="c") as e:
+        check("POST", "/policy", body, make_routes(object()))
+    assert e.value.status == 400 and "1e-400 is closer to 0" in str(e.value)
