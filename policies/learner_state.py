@@ -9,8 +9,9 @@ import math
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .base import OFF, SPEC
+from .params import shown
 from .stats import check_state, stat_row
-from .types import is_number
+from .types import MAX_SPEC_STEPS, PolicyError, is_number
 
 if TYPE_CHECKING:
     from .learner import BucketLearner
@@ -47,13 +48,16 @@ def _times_back(row: Any, n: int) -> list[float] | None:
 def load(learner: "BucketLearner", state: Mapping[str, Any]) -> None:
     """PolicyError (nothing loaded) unless the state holds the learner's buckets and an acceptance record."""
     check_state(learner.name, state, len(learner.buckets))
+    # (checked before anything loads: 10**40 loaded and made every speculative reward ~0; 1e40 was dropped unheard)
+    if not (type(steps := state.get("max_steps", 1)) is int and 1 <= steps <= MAX_SPEC_STEPS):
+        raise PolicyError(f"policy {learner.name}: saved state's max_steps={shown(steps)} is not an integer in 1 .. "
+                          f"{MAX_SPEC_STEPS} (the most speculative steps an engine runs)")
+    learner.max_steps = steps
     for arm, key in ((OFF, "q_off"), (SPEC, "q_spec")):
         for d, row in zip(learner.q[arm], state[key]):
             d.load(row)
     learner.accept.load(state["accept"])
     # (the optional parts: numbers, not text float() reads: "nan" there was a NaN in every later state, never saved)
-    if type(steps := state.get("max_steps", 1)) is int and steps >= 1:
-        learner.max_steps = steps
     if stat_row(state.get("prefill_s")):
         learner.prefill_s.load(state["prefill_s"])
     if isinstance(high := state.get("accept_high"), list) and len(high) == 2 and all(map(is_number, high)):

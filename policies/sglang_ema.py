@@ -11,6 +11,8 @@ from __future__ import annotations
 import bisect
 from typing import Any, Mapping
 
+from controller.numtext import INT64
+
 from .base import Policy
 from .params import ParamSpec
 from .summary import monotone_threshold
@@ -75,9 +77,11 @@ class SGLangEMAPolicy(Policy):
         slots = state.get("slots")
         if not isinstance(slots, list) or len(slots) != len(SLOT_KEYS) or any(len(s) != 3 for s in slots):
             raise PolicyError(f"policy {self.name}: saved state has {len(slots or [])} slots, expected {len(SLOT_KEYS)}")
-        # numbers only (float() read "nan" as text: a NaN EMA, and every later checkpoint refused as non-finite)
-        if not all(is_number(v) for s in slots for v in s) or \
-                type(live := state.get("live", 0)) is not int:
-            raise PolicyError(f"policy {self.name}: saved state holds a slot or live slot that is not numbers")
-        self.slots = [[int(s[0]), float(s[1]), int(s[2])] for s in slots]
+        # numbers only (float() read "nan" as text: a NaN EMA, and every later checkpoint refused as non-finite); the
+        # switch 0 or 1 and the count integers in range (int() took 1e40 and 2.7 for both)
+        if not all(is_number(s[1]) and type(s[0]) is int and s[0] in (0, 1) and type(s[2]) is int and
+                   0 <= s[2] <= INT64[1] for s in slots) or type(live := state.get("live", 0)) is not int:
+            raise PolicyError(f"policy {self.name}: saved state holds a slot or live slot that is not numbers (a slot: "
+                              f"[0 or 1, a number, a count 0 .. {INT64[1]}])")
+        self.slots = [[s[0], float(s[1]), s[2]] for s in slots]
         self.live = live % len(SLOT_KEYS)

@@ -79,6 +79,9 @@ class PolicyError(ValueError):
 # in a bucket's row passed, then every retune raised ('min() arg is an empty sequence': inf - inf), the threshold
 # held where a trial had left it, and each checkpoint saved it again (helper-151).
 MAX_STATE_NUMBER = 1e50
+# The most speculative steps (K) an engine here runs (the daemon's bound of [sglang] speculative_num_steps; a simulator
+# profile's spec_steps stays under it): a saved state's step count past it is no measurement.
+MAX_SPEC_STEPS = 64
 
 
 def is_number(value: Any) -> bool:

@@ -59,3 +59,36 @@ def test_the_api_refuses_a_json_number_it_would_read_as_0():
     with pytest.raises(ApiError, match="c") as e:
         check("POST", "/policy", body, make_routes(object()))
     assert e.value.status == 400 and "1e-400 is closer to 0" in str(e.value)
+
+
+# --- 2. a saved state's integers: integers in range, or the state is refused (nothing loaded) -------------------------
+@pytest.mark.parametrize("steps", [10**40, 1e40, 4.0, 0, 65, True, "4"])
+def test_a_learners_saved_max_steps_past_any_engine_is_refused_whole(steps):
+    state = make_policy("thompson").state()
+    state["max_steps"] = steps
+    fresh = make_policy("thompson")
+    with pytest.raises(PolicyError, match=r"saved state's max_steps=.* is not an integer in 1 \.\. 64"):
+        fresh.load_state(state)
+    assert fresh.max_steps == 1
+
+
+@pytest.mark.parametrize("steps,loaded", [(4, 4), (64, 64), (None, 1)])
+def test_a_learners_saved_max_steps_in_range_loads(steps, loaded):
+    state = make_policy("ucb").state()
+    state.pop("max_steps") if steps is None else state.update(max_steps=steps)    # (None: a state without it)
+    policy = make_policy("ucb")
+    policy.load_state(state)
+    assert policy.max_steps == loaded
+
+
+@pytest.mark.parametrize("slot,live", [([1e40, 1.0, 3], 0), ([1, 1.0, 1e40], 0), ([1, 1.0, 10**40], 0),
+                                       ([2, 1.0, 3], 0), ([1.0, 1.0, 3], 0), ([1, 1.0, -1], 0), ([1, 1.0, 3], 2.0)])
+def test_sglang_emas_saved_switch_and_count_are_integers_in_range(slot, live):
+    state = make_policy("sglang-ema").state()
+    state["slots"][0], state["live"] = slot, live
+    with pytest.raises(PolicyError, match="saved state holds a slot or live slot"):
+        make_policy("sglang-ema").load_state(state)
+    state["slots"][0], state["live"] = [0, 0.5, 12], 2
+    policy = make_policy("sglang-ema")
+    policy.load_state(state)
+    assert policy.slots[0] == [0, 0.5, 12] and policy.live == 2

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import os
 
+from policies.types import MAX_SPEC_STEPS
+
 from ...contract import unsupported_reason
 from ...paths import home_unexpanded
 from .base import Engine, EngineError
@@ -62,7 +64,7 @@ def checked_section(args: dict) -> tuple[dict, int]:
               or config_file_reason(args) or no_http_reason(args))
     if reason:
         raise EngineError(f"sglang engine: {reason}")
-    k = count(args, "speculative_num_steps", 3, 1, 64)
+    k = count(args, "speculative_num_steps", 3, 1, MAX_SPEC_STEPS)
     args.setdefault("speculative_num_steps", k)
     args.setdefault("speculative_num_draft_tokens", k + 1)   # start at the largest candidate
     args.setdefault("speculative_eagle_topk", 1)
