@@ -1,6 +1,10 @@
 """helper-158: values an operator types or writes (numbers, policy parameters, simulator flags, the config check's
 answer), each refused or said at the one boundary that reads it."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -13,6 +17,8 @@ from controller.daemon.main import main as daemon_cli
 from controller import numtext
 from policies import PolicyError, make_policy
 from tests.conftest import saved_settings
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 # --- 1. a number a float does not hold (1e-400 was read as 0) ---------------------------------------------------------
@@ -92,3 +98,25 @@ def test_sglang_emas_saved_switch_and_count_are_integers_in_range(slot, live):
     policy = make_policy("sglang-ema")
     policy.load_state(state)
     assert policy.slots[0] == [0, 0.5, 12] and policy.live == 2
+
+
+# --- 4. run's and config check's --concurrency 0 / --arrival-rate 0: the config's "none", typed as a choice ----------
+@pytest.mark.parametrize("flag,said", [("--concurrency", "give 1 .. 65536 clients"),
+                                       ("--arrival-rate", "give 0.001 .. 1e+06 requests/s")])
+def test_config_check_refuses_a_load_flag_of_0(tmp_path, flag, said):
+    (tmp_path / "empty.toml").write_text("")
+    res = CliRunner().invoke(daemon_cli, ["config", "check", "--config", str(tmp_path / "empty.toml"), flag, "0"])
+    assert res.exit_code == 2 and res.output.strip().splitlines() == [
+        f"spec-controller: {flag} 0 chooses no load: {said}, or leave {flag} out for the trace"], res.output
+
+
+def test_run_refuses_concurrency_0_before_it_starts(short_tmp):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(short_tmp / "state")}
+    env.pop("INVOCATION_ID", None)
+    (short_tmp / "empty.toml").write_text("")
+    try:        # (it ran the trace: a daemon that would not end)
+        res = subprocess.run([sys.executable, "-m", "controller.daemon", "run", "--config", str(short_tmp / "empty.toml"),
+                              "--concurrency", "0"], capture_output=True, text=True, env=env, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("run --concurrency 0 started")
+    assert res.returncode == 2 and "--concurrency 0 chooses no load" in res.stderr and not (short_tmp / "state").exists()

@@ -12,7 +12,7 @@ from ..cli.options import EXIT_USAGE, Bounded, OneLineGroup, fail_as, version_op
 from . import logs
 from ..numtext import one_line
 from ..paths import DEFAULT_CONFIG, read_text_file
-from .config import FLAGS, LOG_LEVELS, ConfigError, load_config, parse_set
+from .config import FLAGS, LOG_LEVELS, MIN_ARRIVAL_RATE, RANGES, ConfigError, load_config, parse_set
 from .lifecycle import Daemon
 from .preflight import Fatal
 
@@ -99,6 +99,11 @@ def read_config(config_path: str | None, settings: tuple[str, ...], flags: dict)
         fail_as("spec-controller", str(e) + _from_command_line(str(e), flags, settings), EXIT_USAGE)
     if (ignored := _sim_flags_ignored(cfg, flags, overrides)):
         fail_as("spec-controller", ignored, EXIT_USAGE)
+    for name, least, unit in (("concurrency", 1, "clients"), ("arrival_rate", MIN_ARRIVAL_RATE, "requests/s")):
+        if flags[name] == 0:    # (the config's 0 is "none": typed as a flag it chose nothing, and the trace ran)
+            most = next(hi for section, key, _, hi in RANGES if (section, key) == ("sim", name))
+            fail_as("spec-controller", f"{_option(name)} 0 chooses no load: give {least:g} .. {most:g} "
+                    f"{unit}, or leave {_option(name)} out for the trace", EXIT_USAGE)
     cfg["_overrides"] = overrides
     return cfg
 
