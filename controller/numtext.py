@@ -8,6 +8,7 @@ value was read as a number. Also how a refusal shows text (echoed, one_line). St
 start-up path, the policies and the SGLang plugin's envwords import it)."""
 from __future__ import annotations
 
+import datetime
 import math
 import re
 import sys
@@ -117,6 +118,28 @@ def terminal_text(text: str) -> str:
     return text.translate(_TERMINAL_CONTROLS)
 
 
+class _Date(datetime.date):
+    """A TOML date as its refusals show it: as TOML writes it (1979-05-27), not datetime.date(1979, 5, 27)."""
+
+    def __repr__(self) -> str:
+        return self.isoformat()
+
+
+class _DateTime(datetime.datetime):
+    def __repr__(self) -> str:
+        return self.isoformat()
+
+
+class _Time(datetime.time):
+    def __repr__(self) -> str:
+        return self.isoformat()
+
+
+# a TOML date, date-time or time -> the same value, shown (repr) as TOML writes it: every `{value!r}` of a refusal
+_AS_WRITTEN = {datetime.date: lambda v: _Date(v.year, v.month, v.day),
+               datetime.datetime: lambda v: _DateTime(v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond,
+                                                      v.tzinfo),
+               datetime.time: lambda v: _Time(v.hour, v.minute, v.second, v.microsecond, v.tzinfo)}
 INT64 = (-(1 << 63), (1 << 63) - 1)     # TOML's integers (its spec: one it cannot hold "must" be an error)
 
 
@@ -125,7 +148,7 @@ def data_text(text: str, json_text: bool = False) -> object:
     for what is not, one line, also where the parser said nothing: an integer past int()'s 4300 digits (ValueError,
     a traceback out of run, config check and simulate), past 64 bits (0x1000...0: a repr or float() of it raised where
     it was checked), a JSON key given twice (json.loads kept the last), a float it does not hold (held_float: 1e-400
-    was 0). RecursionError as the parser's."""
+    was 0). A date or time is shown as TOML writes it. RecursionError as the parser's."""
     import json
     import tomllib
     error = json.JSONDecodeError if json_text else tomllib.TOMLDecodeError
@@ -142,6 +165,7 @@ def data_text(text: str, json_text: bool = False) -> object:
                 raise refused(f"key {echoed(key)!r} given twice")
             out[key] = value
         return out
+
     def held(number: str) -> object:        # (Unheld as the value: the walk below names where it is)
         try:
             return held_float(number)
@@ -158,7 +182,10 @@ def data_text(text: str, json_text: bool = False) -> object:
     while todo:
         where, value = todo.pop()
         if isinstance(value, (dict, list)):
-            items = value.items() if isinstance(value, dict) else enumerate(value)
+            items = list(value.items() if isinstance(value, dict) else enumerate(value))
+            for k, v in items:
+                if type(v) in _AS_WRITTEN:
+                    value[k] = _AS_WRITTEN[type(v)](v)
             todo += [(f"{where}.{k}" if isinstance(k, str) else f"{where}[{k}]", v) for k, v in items]
         elif isinstance(value, Unheld) or isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
             at = echoed(where.lstrip(".")) or "the value"

@@ -120,3 +120,30 @@ def test_run_refuses_concurrency_0_before_it_starts(short_tmp):
     except subprocess.TimeoutExpired:
         pytest.fail("run --concurrency 0 started")
     assert res.returncode == 2 and "--concurrency 0 chooses no load" in res.stderr and not (short_tmp / "state").exists()
+
+
+# --- 6. a TOML date or time in a refusal: as TOML writes it, not datetime.date(1979, 5, 27) --------------------------
+@pytest.mark.parametrize("written,shown", [("1979-05-27", "1979-05-27"), ("1979-05-27T07:32:00", "1979-05-27T07:32:00"),
+                                           ("07:32:00", "07:32:00"), ("[1979-05-27]", "[1979-05-27]"),
+                                           ("1979-05-27T07:32:00+01:00", "1979-05-27T07:32:00+01:00")])
+@pytest.mark.parametrize("section,key,said", [("sim", "speed", "[sim] speed={} must be a number"),
+                                              ("policy.params", "scale", "parameter scale={} is not a number"),
+                                              ("guard", "min_threshold", "[guard] setting min_threshold={} is not")])
+def test_a_toml_date_is_refused_as_it_is_written(tmp_path, written, shown, section, key, said):
+    path = tmp_path / "c.toml"
+    path.write_text(f"[{section}]\n{key} = {written}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert said.format(shown) in str(e.value) and "datetime" not in str(e.value), str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_config(None, parse_set([f"{section}.{key}={written}"]))
+    assert said.format(shown) in str(e.value) and "datetime" not in str(e.value), str(e.value)
+
+
+def test_a_date_in_a_profile_is_refused_as_it_is_written(tmp_path):
+    from controller.sim.profile import ProfileError, load_profile
+    text = (ROOT / "controller/profiles/seed.toml").read_text()
+    path = tmp_path / "p.toml"
+    path.write_text(text.replace("\nnoise = 0.03\n", "\nnoise = 1979-05-27\n", 1))
+    with pytest.raises(ProfileError, match=r"noise=1979-05-27 must be a number"):
+        load_profile(str(path))
