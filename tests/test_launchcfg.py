@@ -162,7 +162,7 @@ def test_check_says_ok_in_one_line_for_a_config_run_would_take(tmp_path):
     one_line(res, f"config file {tmp_path / 'none.toml'} does not exist", 2)
     (tmp_path / "c.toml").write_text('[sim]\nconcurrency = 5\n[policy]\nname = "ucb"\n')
     res = CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "c.toml")])
-    assert res.exit_code == 0 and res.output == f"{tmp_path / 'c.toml'}: ok (engine sim: 5 clients; policy ucb)\n"
+    assert res.exit_code == 0 and res.output == f"{tmp_path / 'c.toml'}: ok (engine sim: 5 clients, profile crossover-b; policy ucb)\n"
 
 
 @pytest.mark.parametrize("text,needle", [

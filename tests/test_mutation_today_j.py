@@ -40,7 +40,7 @@ def test_pa12_a_socket_path_of_107_bytes_is_taken_and_108_refused(short_tmp):
     base = f"{short_tmp}/"
     at_most = base + "s" * (107 - len(base))
     code, out = _check_socket(at_most)
-    assert code == 0 and out.rstrip().endswith("ok (engine sim: trace mixed-shift; policy bandit)"), out
+    assert code == 0 and out.rstrip().endswith("ok (engine sim: trace mixed-shift, profile crossover-b; policy bandit)"), out
     with socket.socket(socket.AF_UNIX) as s:      # (and a socket is bound there: 107 is no figure of speech)
         s.bind(at_most)
     code, out = _check_socket(at_most + "t")
@@ -66,7 +66,7 @@ def test_pa15_a_symlink_to_a_socket_is_taken_as_the_socket(short_tmp):
         s.bind(str(real))
         os.symlink(real, link)
         code, out = _check_socket(link)
-    assert code == 0 and out.rstrip().endswith("ok (engine sim: trace mixed-shift; policy bandit)"), out
+    assert code == 0 and out.rstrip().endswith("ok (engine sim: trace mixed-shift, profile crossover-b; policy bandit)"), out
     code, out = _check_socket(short_tmp)            # (what is no socket is still refused)
     assert code == 2 and out.rstrip().endswith(f"[control] socket {short_tmp}: a directory, not a socket"), out
 

@@ -134,7 +134,7 @@ def test_check_of_an_sglang_config_run_by_this_interpreter_needs_sglang_here(tmp
 def test_check_names_an_open_loop_load(tmp_path):
     (tmp_path / "c.toml").write_text('[sim]\narrival_rate = 2.5\n')
     res = CliRunner().invoke(main, ["config", "check", "--config", str(tmp_path / "c.toml")])
-    assert res.exit_code == 0 and "(engine sim: 2.5 requests/s; policy" in res.stdout, res.output   # D07
+    assert res.exit_code == 0 and "(engine sim: 2.5 requests/s, profile crossover-b; policy" in res.stdout, res.output   # D07
 
 
 # --- usage hints, status ---------------------------------------------------------------------------------------------

@@ -147,3 +147,14 @@ def test_a_date_in_a_profile_is_refused_as_it_is_written(tmp_path):
     path.write_text(text.replace("\nnoise = 0.03\n", "\nnoise = 1979-05-27\n", 1))
     with pytest.raises(ProfileError, match=r"noise=1979-05-27 must be a number"):
         load_profile(str(path))
+
+
+# --- 7. config check names the simulator's profile it checked -------------------------------------------------------
+@pytest.mark.parametrize("args,said", [(["--profile", "seed", "--concurrency", "16"], "16 clients, profile seed"),
+                                       ([], "trace mixed-shift, profile crossover-b"),
+                                       (["--profile", "crossover-a", "--arrival-rate", "2"], "2 requests/s, profile crossover-a")])
+def test_config_check_names_the_profile_it_checked(short_tmp, args, said):
+    (short_tmp / "empty.toml").write_text("")
+    res = CliRunner().invoke(daemon_cli, ["config", "check", "--config", str(short_tmp / "empty.toml"),
+                                          "--db", str(short_tmp / "s.db"), *args])
+    assert res.exit_code == 0 and f": ok (engine sim: {said}; policy bandit)" in res.stdout, res.output

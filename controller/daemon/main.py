@@ -216,7 +216,7 @@ def check(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
     privileged = [f"[control] metrics_port = {port}: {why}"] if (why := privileged_port(port)) else []
     _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"], group) + readable + privileged +
                unit_cannot_write(cfg, DEFAULT_CONFIG))
-    click.echo(one_line(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg)}; policy "
+    click.echo(one_line(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg, engine)}; policy "
                         f"{cfg['policy']['name']})"))          # (a path holding a newline: still one line)
 
 
@@ -231,12 +231,15 @@ def _say_notes(notes: list[str]) -> None:
         click.echo(f"spec-controller: note: {one_line(note)}", err=True)
 
 
-def _engine_words(cfg: dict) -> str:
+def _engine_words(cfg: dict, engine) -> str:
+    """The engine `run` would start: SGLang's model, or the simulator's load and the profile it runs (the engine's, as
+    built: the one given, else the trace's own; `--profile seed --concurrency 16` said '16 clients' alone)."""
     sim = cfg["sim"]
     if cfg["engine"]["kind"] == "sglang":
         return f"model {cfg['sglang'].get('model_path')}"
-    return (f"{sim['concurrency']} clients" if sim["concurrency"] else f"{sim['arrival_rate']:g} requests/s"
+    load = (f"{sim['concurrency']} clients" if sim["concurrency"] else f"{sim['arrival_rate']:g} requests/s"
             if sim["arrival_rate"] else f"trace {sim['trace']}")
+    return f"{load}, profile {engine.profile.name}"
 
 
 def _sim_flags_ignored(cfg: dict, flags: dict, overrides: dict) -> str | None:
