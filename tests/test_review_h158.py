@@ -158,3 +158,54 @@ def test_config_check_names_the_profile_it_checked(short_tmp, args, said):
     res = CliRunner().invoke(daemon_cli, ["config", "check", "--config", str(short_tmp / "empty.toml"),
                                           "--db", str(short_tmp / "s.db"), *args])
     assert res.exit_code == 0 and f": ok (engine sim: {said}; policy bandit)" in res.stdout, res.output
+
+
+# --- 8. config check names the policy run resumes from the database where it is not the config's -------------------
+def _check(tmp, *args: str):
+    (tmp / "empty.toml").write_text("")
+    return CliRunner().invoke(daemon_cli, ["config", "check", "--config", str(tmp / "empty.toml"), "--db",
+                                           str(tmp / "s.db"), "--socket", str(tmp / "c.sock"), "--concurrency", "4",
+                                           *args])
+
+
+def test_config_check_names_the_saved_policy_run_resumes(short_tmp):
+    from state.db import open_store
+    from state.lock import DaemonLock
+    db = short_tmp / "s.db"
+    open_store(db).conn.close()
+    set_ucb = CliRunner().invoke(cli, ["--db", str(db), "--socket", str(short_tmp / "c.sock"), "policy", "set", "ucb",
+                                       "--param", "c=2"])
+    assert set_ucb.exit_code == 0, set_ucb.output
+    lock = DaemonLock(db)
+    lock.acquire()          # (as a running daemon holds it: the check reads past it, takes nothing)
+    try:
+        before = {p.name: p.read_bytes() for p in short_tmp.iterdir() if p.is_file()}
+        res = _check(short_tmp)
+        assert res.exit_code == 0 and res.stdout.strip().endswith(
+            f"policy ucb (c=2) saved in {db}, which run resumes (the config's bandit is a first start's only: "
+            "`specctl policy set` switches))"), res.output
+        assert {p.name: p.read_bytes() for p in short_tmp.iterdir() if p.is_file() and p.name in before} == before
+        same = _check(short_tmp, "--policy", "ucb", "--set", "policy.params.c=2.0")     # (saved as the text "2")
+        assert same.exit_code == 0 and same.stdout.strip().endswith("; policy ucb)"), same.output
+    finally:
+        lock.release()
+
+
+def test_config_check_notes_a_saved_parameter_run_would_drop(short_tmp):
+    from state import queries
+    from state.db import open_store
+    db = short_tmp / "s.db"
+    store = open_store(db)
+    store.conn.execute("INSERT INTO settings (key, value, wall) VALUES (:key, :value, :wall)", queries.setting_row(
+        "policy", {"name": "ucb", "params": {"c": 2, "gone": 1}}))
+    store.conn.close()
+    res = _check(short_tmp)
+    assert res.exit_code == 0 and "policy ucb (c=2) saved in" in res.stdout, res.output
+    assert "spec-controller: note: saved policy ucb: unknown parameter 'gone'" in res.stderr, res.stderr
+
+
+def test_the_starts_warning_takes_a_saved_parameters_text_for_its_number():
+    from controller.daemon.restore import config_policy_unused
+    cfg = load_config(None, {"policy": {"name": "ucb", "params": {"c": 2}}})
+    assert config_policy_unused(cfg, {"policy": {"name": "ucb", "params": {"c": "2"}}}) is None
+    assert config_policy_unused(cfg, {"policy": {"name": "ucb", "params": {"c": "3"}}}) is not None

@@ -214,10 +214,34 @@ def check(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
     readable = service_cannot_read(cfg["sglang"], user, config=cfg["_path"]) if sglang else []
     port = cfg["control"]["metrics_port"]     # (root binds any port at the check above; the unit's user not: noted)
     privileged = [f"[control] metrics_port = {port}: {why}"] if (why := privileged_port(port)) else []
+    policy, resumed = _policy_run_starts(cfg, engine)
     _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"], group) + readable + privileged +
-               unit_cannot_write(cfg, DEFAULT_CONFIG))
+               unit_cannot_write(cfg, DEFAULT_CONFIG) + resumed)
     click.echo(one_line(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg, engine)}; policy "
-                        f"{cfg['policy']['name']})"))          # (a path holding a newline: still one line)
+                        f"{policy})"))          # (a path holding a newline: still one line)
+
+
+def _policy_run_starts(cfg: dict, engine) -> tuple[str, list[str]]:
+    """restore.resumed_policy of the database `run` would open, read as specctl reads it offline: read-only, no lock of
+    the daemon's taken (one may be running on it), nothing made where there is none."""
+    from policies import make_policy
+    from state import queries
+    from state.db import open_store
+
+    from ..paths import default_db, present
+    from .restore import resumed_policy
+    db, saved = Path(cfg["storage"]["db"] or default_db()), {}
+    if present(db):
+        try:
+            store = open_store(db, readonly=True, check=False)
+            try:
+                saved = queries.settings(store)
+            finally:
+                store.conn.close()
+        except StoreError as e:
+            return cfg["policy"]["name"], [f"the policy saved in {db}, which run would resume, could not be read: {e}"]
+    return resumed_policy(cfg, saved, lambda name, params: make_policy(
+        name, params, seed=cfg["policy"]["seed"], max_batch_size=engine.max_batch_size), str(db))
 
 
 def _empty_note(cfg: dict) -> list[str]:

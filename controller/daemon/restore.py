@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Mapping
 
-from policies import Policy, PolicyError, known_name, runnable_params
+from policies import Policy, PolicyError, make_policy, runnable_params
 
 from ..control.guard_config import GuardConfig
 from ..control.loop import ControlLoop
@@ -27,13 +27,13 @@ def saved_batch_size(saved: Mapping[str, Any], key: str, top: int) -> int | None
     return None
 
 
-def saved_policy(saved: Mapping[str, Any], cfg: dict, build: Callable[[str, Mapping[str, Any]], Policy]
-                 ) -> tuple[str, dict, Policy]:
+def saved_policy(saved: Mapping[str, Any], cfg: dict, build: Callable[[str, Mapping[str, Any]], Policy],
+                 warn: Callable[[str], Any] = log.warning) -> tuple[str, dict, Policy]:
     """(name, params, the policy built) that a start runs: the database's policy, else the config's. A saved one that
     no longer builds (a parameter renamed or out of today's range, a policy no longer known: saved by an older
     version) refused the start, exit 2, and the service stayed down until the database was edited: now each such
     parameter runs at its default, or the config's policy runs, and one warning names what was dropped. The database
-    keeps what it saved (`specctl policy set` replaces it)."""
+    keeps what it saved (`specctl policy set` replaces it). warn: where that warning goes (config check: a note)."""
     configured = cfg["policy"]["name"], dict(cfg["policy"]["params"])
     if saved.get("policy") is None:                # (the config's: refused as the config check refuses it)
         return *configured, build(*configured)
@@ -45,14 +45,14 @@ def saved_policy(saved: Mapping[str, Any], cfg: dict, build: Callable[[str, Mapp
     try:
         kept, dropped = runnable_params(name, params)
     except PolicyError:                                # (a policy this version does not know)
-        log.warning(f"saved policy {name} {params} not run ({whole}); the config's {configured[0]} {configured[1]} "
+        warn(f"saved policy {name} {params} not run ({whole}); the config's {configured[0]} {configured[1]} "
                     "runs instead (the database keeps it; `specctl policy set` replaces it)")
         return *configured, build(*configured)
     try:
         policy = build(name, kept)
     except PolicyError as e:                           # (the engine's largest batch, which runnable_params takes as 256)
         kept, dropped, policy = {}, {"": str(e)}, build(name, {})
-    log.warning(f"saved policy {name}: {'; '.join(dropped.values())}: dropped, running at its default (the database "
+    warn(f"saved policy {name}: {'; '.join(dropped.values())}: dropped, running at its default (the database "
                 f"keeps it; `specctl policy set {name}` replaces it)")
     return name, kept, policy
 
@@ -76,17 +76,42 @@ def start_loop(cfg: dict, policy: Policy, saved: Mapping[str, Any], top: int) ->
     return loop, reason
 
 
+def same_policy(one: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
+    """Two {"name", "params"} that run the same policy: bandit is thompson, a parameter's text and its number (a
+    `policy set --param c=2` saves "2") and a default given or not are the same; what does not build, as it is."""
+    def runs(p: Mapping[str, Any]) -> tuple:
+        try:
+            built = make_policy(p.get("name"), p.get("params") or {})
+            return built.name, built.params
+        except (PolicyError, TypeError):
+            return str(p.get("name")), dict(p.get("params") or {})
+    return runs(one) == runs(other)
+
+
 def config_policy_unused(cfg: dict, saved: Mapping[str, Any]) -> str | None:
     """Why the config's [policy] name / params are not the ones that run (the database's are), or None."""
     mine, theirs = saved.get("policy"), cfg["policy"]
     if not cfg.get("_policy_given", True):
         return None
-    policy = lambda name: known_name(name) or str(name)      # (bandit is thompson; an unknown name as it is)
-    if not isinstance(mine, dict) or (policy(mine.get("name")), dict(mine.get("params") or {})) == \
-            (policy(theirs["name"]), dict(theirs["params"])):
+    if not isinstance(mine, dict) or same_policy(mine, theirs):
         return None
     asked = f"{theirs['name']} {dict(theirs['params'])}"     # (newcomer-54: a --policy was said to be the config's)
     asked = f"policy {asked} given on the command line" if cfg.get("_policy_flags") else f"[policy] {asked} in the config"
     return (f"{asked} is not used: the database's policy "
             f"{mine.get('name')} {dict(mine.get('params') or {})} is (a config's policy is a first start's only; "
             f"`specctl policy set {theirs['name']}` switches)")
+
+
+def resumed_policy(cfg: dict, saved: Mapping[str, Any], build: Callable[[str, Mapping[str, Any]], Policy],
+                   where: str) -> tuple[str, list[str]]:
+    """config check's words for the policy a start runs, and the warnings the start would log of it: the config's,
+    or the database's (where), which a start resumes and the check named as the config's (newcomer: `ok (...; policy
+    bandit)` of a database that runs ucb)."""
+    notes: list[str] = []
+    name, params, _ = saved_policy(saved, cfg, build, warn=notes.append)
+    if "policy" not in saved or same_policy({"name": name, "params": params}, cfg["policy"]):
+        return cfg["policy"]["name"], notes
+    words = lambda name, params: f"{name}" + (f" ({', '.join(f'{k}={v}' for k, v in params.items())})" if params else "")
+    configured = words(cfg["policy"]["name"], cfg["policy"]["params"])
+    return (f"{words(name, params)} saved in {where}, which run resumes (the config's {configured} is a first start's "
+            "only: `specctl policy set` switches)"), notes
