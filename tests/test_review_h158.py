@@ -209,3 +209,59 @@ def test_the_starts_warning_takes_a_saved_parameters_text_for_its_number():
     cfg = load_config(None, {"policy": {"name": "ucb", "params": {"c": 2}}})
     assert config_policy_unused(cfg, {"policy": {"name": "ucb", "params": {"c": "2"}}}) is None
     assert config_policy_unused(cfg, {"policy": {"name": "ucb", "params": {"c": "3"}}}) is not None
+
+
+# --- 5. a fixed threshold above the engine's largest batch: refused by a running daemon, as a pin is -----------------
+@pytest.fixture(scope="module")
+def daemon():
+    import shutil
+    import tempfile
+
+    from tests.daemon_proc import DaemonProc
+    d = Path(tempfile.mkdtemp(prefix="sc-h158-", dir="/tmp"))
+    proc = DaemonProc(d, "--concurrency", "4", "--profile", "crossover-b")      # (its engine's largest batch: 256)
+    proc.wait_socket()
+    yield proc
+    assert proc.stop() == 0
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_running_daemon_refuses_a_fixed_threshold_above_its_engines_largest_batch(daemon):
+    before = daemon.call("GET", "/policy")
+    res = CliRunner().invoke(cli, ["--socket", str(daemon.socket), "--db", str(daemon.db), "policy", "set", "fixed",
+                                   "--param", "threshold=300"])
+    assert res.exit_code == 2 and res.output == ("specctl: policy fixed: parameter threshold=300 out of range (allowed "
+                                                 "0 .. the engine's largest batch, 256)\n"), res.output
+    assert daemon.call("GET", "/policy") == before
+    top = CliRunner().invoke(cli, ["--socket", str(daemon.socket), "--db", str(daemon.db), "policy", "set", "fixed",
+                                   "--param", "threshold=256"])
+    assert top.exit_code == 0 and daemon.call("GET", "/policy")["params"] == {"threshold": 256}, top.output
+
+
+def test_a_fixed_threshold_saved_offline_above_the_last_starts_engine_says_what_the_start_makes_of_it(short_tmp):
+    from state.db import open_store
+    db = short_tmp / "s.db"
+    store = open_store(db)
+    store["events"].insert({"wall": 1000.0, "kind": "start", "detail": "engine=sim policy=bandit threshold=4 "
+                            "pinned=None pid=1 max_batch=16 socket=/tmp/a.sock"})
+    store.conn.close()
+    flags = ["--db", str(db), "--socket", str(short_tmp / "none.sock")]
+    res = CliRunner().invoke(cli, [*flags, "policy", "set", "fixed", "--param", "threshold=20"])
+    assert res.exit_code == 0 and res.output.strip().endswith(
+        "used at next start (above the engine's largest batch at its last start, 16: taken as 16 if it is so then)"), \
+        res.output
+    assert saved_settings(db)["policy"] == {"name": "fixed", "params": {"threshold": "20"}}
+    within = CliRunner().invoke(cli, [*flags, "policy", "set", "fixed", "--param", "threshold=16"])
+    assert within.exit_code == 0 and within.output.strip().endswith("used at next start"), within.output
+
+
+def test_the_guard_says_a_fixed_threshold_it_applies_within_its_bounds():
+    from controller.control.guard import Guard
+    from controller.control.guard_config import GuardConfig
+    from policies import Decision
+    from policies.buckets import Buckets
+    g = Guard(GuardConfig(max_threshold=128), Buckets(256), initial=8)
+    thr, reason, _ = g.apply(1.0, Decision(200, 200, "fixed threshold 200", command=True), 1.0)
+    assert (thr, reason) == (128, "fixed threshold 200; guard: 128, within the bounds 0 .. 128")
+    thr, reason, _ = g.apply(2.0, Decision(20, 20, "fixed threshold 20", command=True), 2.0)
+    assert (thr, reason) == (20, "fixed threshold 20")

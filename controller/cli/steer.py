@@ -112,7 +112,8 @@ def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
     from policies import PolicyError, make_policy, parse_kv
     try:
         kv = parse_kv(params)
-        learns = bool(make_policy(name, kv).state())    # validate here first: a bad one never reaches the daemon
+        built = make_policy(name, kv)       # validate here first: a bad one never reaches the daemon
+        learns = bool(built.state())
     except PolicyError as e:
         fail(str(e), EXIT_USAGE)
     try:
@@ -122,7 +123,9 @@ def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
     except DaemonUnreachable:
         from state import queries
         save_offline(ctx, "policy", {"name": name, "params": kv})
-        say(f"daemon is not running: policy {name}{_params_note(kv)} saved to {ctx.db}, used at next start")
+        # (fixed's threshold, which a running daemon judges by its engine: as an offline pin, said against the last start)
+        say(f"daemon is not running: policy {name}{_params_note(kv)} saved to {ctx.db}, used at next start"
+            f"{_above(ctx, built.params.get('threshold'))}")
         pinned = offline_read(ctx, queries.settings).get("pinned")
     if pinned is not None:
         click.echo(f"specctl: note: the threshold is pinned at {pinned}; {name} "     # (fixed, always, never: no state)

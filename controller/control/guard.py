@@ -141,9 +141,11 @@ class Guard:
             said = f"{fallback}" if fallback == given else \
                 f"{fallback} (fallback_threshold {given}, within the bounds {self.clamp(0)} .. {self.hi})"
             return fallback, f"fallback to {said}: {quiet}", False
-        if decision.command:      # the operator's own threshold (fixed / always / never): as it is
-            self.exploit = self.clamp(decision.threshold)
-            return self.exploit, decision.reason, False
+        if decision.command:      # the operator's own threshold (fixed / always / never): as it is, within the bounds
+            self.exploit = self.clamp(decision.threshold)   # (said: `fixed threshold 200` read beside the 128 applied)
+            within = "" if self.exploit == decision.threshold else \
+                f"; guard: {self.exploit}, within the bounds {self.clamp(0)} .. {self.hi}"
+            return self.exploit, decision.reason + within, False
         threshold, reason, exploratory = self._guarded(now, decision)
         if exploring and not exploratory and applied is not None and threshold != applied \
                 and self._shift_trial_pays(now, decision, applied, live):

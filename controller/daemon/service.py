@@ -136,6 +136,7 @@ class Service:
     def set_policy(self, name: str, params: Mapping[str, Any]) -> dict:
         """Validate, save, switch; PolicyError or CommandRefused (nothing changed) on failure."""
         policy = self._build_policy(name, params)
+        policy.check_engine()       # (a threshold judged by the engine that runs it, as a pin is)
         with self._command() as deadline:
             with self.lock:
                 old, old_state = self.loop.policy, self.loop.policy.state()
