@@ -7,6 +7,7 @@ import socket
 import pytest
 from click.testing import CliRunner
 
+from controller.cli.common import START_HINT
 from controller.cli.main import cli
 from controller.daemon import launchcfg, launchparse
 from controller.daemon.launchcmd import path_notes
@@ -89,7 +90,7 @@ def test_status_of_a_missing_database_whose_lock_is_unreadable_says_not_running(
     res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "none.sock"), "--db", str(db), "status"])
     assert res.exit_code == 3, res.output
     assert res.stderr.startswith("specctl: daemon is not running (") and \
-        res.stderr.endswith(f"and there is no database at {db}\n"), res.stderr
+        res.stderr.endswith(f"and there is no database at {db}{START_HINT}\n"), res.stderr
 
 
 # --- check_socket_free: the listener's pid ------------------------------------------------------------------------

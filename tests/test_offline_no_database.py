@@ -5,6 +5,7 @@ list prints the policies' catalogue (unmarked) and exits 0: the catalogue is no 
 import pytest
 from click.testing import CliRunner
 
+from controller.cli.common import START_HINT
 from controller.cli.main import cli
 
 
@@ -26,7 +27,7 @@ def test_every_read_with_no_daemon_and_no_database_says_the_same_line_and_exits_
     argv = [str(sock.parent / "p.png") if word == "PLOT" else word for word in argv]
     res = CliRunner().invoke(cli, ["--socket", str(sock), *argv], prog_name="specctl")
     assert (res.exit_code, res.stderr) == (
-        3, f"specctl: daemon is not running (no daemon socket at {sock}) and there is no database at {db}\n"), \
+        3, f"specctl: daemon is not running (no daemon socket at {sock}) and there is no database at {db}{START_HINT}\n"), \
         (res.exit_code, res.output)
     assert res.stdout == "" and not db.exists() and not (sock.parent / "p.png").exists()
 
@@ -49,3 +50,11 @@ def test_plot_with_no_database_beside_a_daemon_that_keeps_another_names_it(nothi
         assert d.stop() == 0
     assert (res.exit_code, res.stderr) == (
         1, f"specctl: no database at {db}: the daemon on {d.socket} keeps {d.db} (plot it with --db)\n"), res.output
+
+
+def test_the_line_says_what_to_do(nothing):
+    """helper-160: the line named no next step (the daemon to start, or the database of one running elsewhere)."""
+    sock, db = nothing
+    res = CliRunner().invoke(cli, ["--socket", str(sock), "status"], prog_name="specctl")
+    assert "start the daemon (spec-controller run, or systemctl start spec-controller)" in res.stderr, res.stderr
+    assert "(--db / SPECCTL_DB)" in res.stderr and res.stderr.count("\n") == 1, res.stderr

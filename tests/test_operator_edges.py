@@ -142,7 +142,11 @@ def test_check_names_an_open_loop_load(tmp_path):
     (["status", "--jsn"], "specctl: no such option '--jsn' (did you mean '--json'?)"),                 # O01
     (["policy", "set", "fixed", "foo"], "specctl: got unexpected extra argument (foo) (usage: specctl policy set "
                                         "[OPTIONS] NAME)"),                                            # O02
-    (["policy", "show", "a=1"], "specctl: got unexpected extra argument (a=1) (usage: specctl policy show [OPTIONS])"),  # O03
+    (["policy", "show", "a=1"], "specctl: got unexpected extra argument (a=1) (policy show takes no name: it shows "
+                                "the active policy; 'specctl policy list' shows every policy and its parameters)"),  # O03
+    (["policy", "show", "ucb"], "specctl: got unexpected extra argument (ucb) (policy show takes no name: it shows "
+                                "the active policy; 'specctl policy list' shows every policy and its parameters)"),
+    (["history", "ucb"], "specctl: got unexpected extra argument (ucb) (usage: specctl history [OPTIONS])"),
     (["policy", "set", "fixed", "threshold=12", "x=1"], "specctl: got unexpected extra arguments (threshold=12 x=1) "
                                                         "(did you mean '--param threshold=12 --param x=1'?)"),     # O04
 ])

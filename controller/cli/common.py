@@ -243,6 +243,11 @@ def full_params(saved: dict) -> dict:
     return params
 
 
+# what an operator can do about no_database's line (helper-160: it named no next step)
+START_HINT = ("; start the daemon (spec-controller run, or systemctl start spec-controller), or name the database a "
+              "running one keeps (--db / SPECCTL_DB)")
+
+
 def no_database(ctx: Ctx, why: str) -> NoReturn:
     """A read's answer where no daemon answers (why: DaemonUnreachable's words) and there is no database to read
     either, one line and code for status, threshold, history, plot and policy show (history and policy show exited 1
@@ -251,7 +256,7 @@ def no_database(ctx: Ctx, why: str) -> NoReturn:
     holder = lock_holder(ctx.db)
     if holder not in (None, UNREADABLE):
         fail(f"daemon pid {holder} holds {ctx.db} but has not created it yet (starting)", EXIT_STARTING)
-    fail(f"daemon is not running ({why}) and there is no database at {ctx.db}", EXIT_NOT_RUNNING)
+    fail(f"daemon is not running ({why}) and there is no database at {ctx.db}{START_HINT}", EXIT_NOT_RUNNING)
 
 
 def read_offline(ctx: Ctx, read: Callable[[Any], Any], unreachable: Exception) -> Any:

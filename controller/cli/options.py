@@ -125,6 +125,9 @@ def usage_hint(e: click.UsageError) -> str:
     if extra and "=" in extra.group(1) and any("--param" in p.opts for p in ctx.command.params):
         pairs = [word for word in extra.group(1).split() if "=" in word]          # `policy set fixed threshold=12`
         return f" (did you mean '{' '.join(f'--param {pair}' for pair in pairs)}'?)"
+    if extra and ctx.command_path.endswith(" policy show"):     # (`policy show ucb`: helper-160 met the bare line)
+        return f" (policy show takes no name: it shows the active policy; '{ctx.parent.command_path} list' shows " \
+               "every policy and its parameters)"
     if message.startswith(("Missing ", "No such option", "Got unexpected extra")):
         return f" (usage: {ctx.command_path} {' '.join(ctx.command.collect_usage_pieces(ctx))})"
     unknown = re.match(r"No such command '(.+)'\.", message)
