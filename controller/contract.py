@@ -1,12 +1,10 @@
-"""The contract between the two processes: the SGLang plugin (inside every scheduler process) and
-the daemon. Both import this module and nothing of each other's; it imports only the standard
-library, because SGLang loads it in every scheduler process.
+"""The contract between the two processes: the SGLang plugin (inside every scheduler process) and the daemon. Both
+import this module and nothing of each other's; it imports only the standard library (SGLang loads it in each).
 
 - the routing predicate (which batches speculate) and the lean-prefill rule built on it,
 - the per-batch sample and its wire codec (plugin rank 0 -> daemon, over zmq),
 - the set_internal_state keys the daemon sends and the plugin accepts,
-- the SGLang versions and engine configurations the plugin supports (the daemon refuses the
-  same ones before it starts an engine).
+- the SGLang versions and engine configurations the plugin supports (the daemon refuses them before any start).
 """
 from __future__ import annotations
 
@@ -104,6 +102,9 @@ STATS = struct.Struct("<B" + "Q" * len(STATS_FIELDS) + "BB3H")
 STATS_TAIL = 1 + 8                      # the kind byte, then after the counters: path, reason, version
 MAX_STATS_FIELDS = 64                   # a longer message is not a stats message
 KIND_SAMPLE, KIND_STATS = 1, 2
+SAMPLES_PER_MESSAGE = 16                # the plugin's samples per send (one GIL release per 16 batches: plugin/telemetry)
+# The daemon's cap on a message (zmq's MAXMSGSIZE; RCVHWM may wait in memory): twice the largest made here (448 / 521 B)
+MAX_TELEMETRY_MESSAGE = 2 * max(SAMPLES_PER_MESSAGE * SAMPLE.size, STATS_TAIL + 8 * MAX_STATS_FIELDS)
 OFF_PATHS = ("steps-0", "fast (draft not written while off)", "steps-0 (fast path switched off)",
              "fast, draft synced", "fast, draft KV written")
 FAST_PATHS = (1, 3, 4)                  # the OFF_PATHS entries that are the fast off path
@@ -168,8 +169,7 @@ def _decode_stats(values: tuple, n: int) -> dict:
 
 
 def decode(msg: bytes) -> list[Sample] | dict:
-    """A list of Samples (the plugin sends several per message), or a dict of plugin counters;
-    ValueError on anything else."""
+    """A list of Samples (the plugin sends several per message), or a dict of plugin counters; else ValueError."""
     if msg and msg[0] == KIND_SAMPLE and len(msg) % SAMPLE.size == 0:
         samples = []
         for kind, t, bs, steps, tokens, step_s, decode_only in SAMPLE.iter_unpack(msg):

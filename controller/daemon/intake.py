@@ -146,12 +146,13 @@ class Undecodable:
         self.run: tuple[float, float] | None = None    # since the newest sample message: (the first's real time, newest's)
         self._logs = RateLimitedLog(log)
 
-    def refused(self, msg: bytes, why: str) -> None:
+    def refused(self, msg: bytes | None, why: str) -> None:
+        """msg: the message refused; None where zmq dropped it unread (over the contract's size cap)."""
         self.count += 1
         now = self.monotonic()
         self.run = (self.run[0] if self.run else now, now)
-        self._logs.warning("undecodable", "telemetry: %s, first byte %s: not read (a plugin of another release?)", why,
-                           f"{msg[0]:#04x}" if msg else "none")
+        self._logs.warning("undecodable", "telemetry: %s%s: not read (a plugin of another release?)", why,
+                           "" if msg is None else f", first byte {msg[0]:#04x}" if msg else ", first byte none")
 
     def samples_came(self) -> None:
         self.run = None

@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from ..contract import encode_stats, pack_sample
+from ..contract import SAMPLES_PER_MESSAGE, encode_stats, pack_sample
 from .failures import Failures
 
 # One zmq send (one GIL release, where a scheduler thread can lose the GIL for a switch
-# interval) per 16 decode batches instead of per batch.
-BATCH = 16
+# interval) per 16 decode batches instead of per batch; the daemon's cap on a message follows it (contract).
+BATCH = SAMPLES_PER_MESSAGE
 FLUSH_S = 0.05
 STATS_EVERY = 256          # the plugin's counters ride along every this many samples
 MAX_STEP_S = 5.0           # a longer interval between results held an idle period: no reward (a backstop: an idle

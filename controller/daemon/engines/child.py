@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 
+from ...contract import MAX_TELEMETRY_MESSAGE
 from ...paths import umask
 
 # Run by the daemon's own interpreter (-I -S: no PYTHONPATH, user site or .pth code of SGLang's environment in its way)
@@ -63,15 +64,12 @@ def port_reason(host: str, port: int) -> str | None:
     return None
 
 
-MAX_TELEMETRY_MESSAGE = 64 * 1024    # the plugin sends at most 16 samples (448 bytes) or its stats (~300) at once
-
-
 def telemetry_pull(address: str, hwm: int = 100000):
     """The daemon's end of the plugin's telemetry: a zmq PULL bound at address. A message over
-    MAX_TELEMETRY_MESSAGE (only a forged one) drops its sender's connection before it is read. An ipc socket is the
-    daemon's user's alone (0600): only the SGLang it starts, as that user, sends on it. Made under the unit's UMask
-    (0007) it was 0770, and any operator in the service's group pushed 1.9 GB of forged samples into the daemon's
-    memory in 3 s (up to RCVHWM messages of MAX_TELEMETRY_MESSAGE each), ahead of the engine's own (helper-133)."""
+    contract.MAX_TELEMETRY_MESSAGE (1 KiB: RCVHWM of them, ~100 MB, at most in memory; it was 64 KiB, ~6 GiB) drops its
+    sender's connection before it is read (DropWatch counts it). An ipc socket is the daemon's user's alone (0600): only
+    the SGLang it starts, as that user, sends on it. Made under the unit's UMask (0007) it was 0770, and any operator in
+    the service's group pushed 1.9 GB of forged samples into the daemon's memory in 3 s (helper-133)."""
     import zmq
     pull = zmq.Context.instance().socket(zmq.PULL)
     pull.setsockopt(zmq.RCVHWM, hwm)
@@ -79,3 +77,32 @@ def telemetry_pull(address: str, hwm: int = 100000):
     with umask(0o177):                  # (the socket is made by the bind: never reachable by the group, even for a moment)
         pull.bind(address)
     return pull
+
+
+class DropWatch:
+    """The connections zmq dropped unread under `pull` (a message over MAX_TELEMETRY_MESSAGE, or bytes not of zmq's
+    protocol): they were lost without a word, a plugin whose messages outgrew the cap sending nothing that arrived. zmq
+    says only 'disconnected', as for a sender that exits: a disconnect counts once its sender, alive, connects again
+    (zmq reconnects a dropped PUSH at once), so that an engine's exit or stop is never taken for one."""
+
+    def __init__(self, pull):
+        import zmq
+        self.monitor = pull.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_ACCEPTED)
+        self._pull, self._gone = pull, 0
+
+    def dropped(self) -> int:
+        """The drops its events prove (read without waiting: call when the monitor is readable)."""
+        import zmq
+        from zmq.utils.monitor import recv_monitor_message
+        drops = 0
+        while self.monitor.poll(0):
+            event = recv_monitor_message(self.monitor, zmq.NOBLOCK)["event"]
+            if event == zmq.EVENT_DISCONNECTED:
+                self._gone += 1
+            elif self._gone:
+                self._gone, drops = self._gone - 1, drops + 1
+        return drops
+
+    def close(self) -> None:
+        self._pull.disable_monitor()
+        self.monitor.close(linger=0)

@@ -18,14 +18,15 @@ import time
 import urllib.error
 import urllib.request
 
-from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, MAX_BATCH, PAYS_DRAFT,
-                         SAME_AT_ZERO, THRESHOLD_KEY, decode, zero_saves_prefill_draft)
+from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, MAX_BATCH,
+                         MAX_TELEMETRY_MESSAGE, PAYS_DRAFT, SAME_AT_ZERO, THRESHOLD_KEY, decode,
+                         zero_saves_prefill_draft)
 from ...outfile import write_private
 from ...paths import socket_path_too_long, state_dir, systemd_dir
 from ..intake import Undecodable
 from ..sockprobe import NOBODY, who_listens
 from .base import Engine, EngineError, EngineNotInstalled, SampleSink
-from .child import NOT_STARTED, USAGE, bound_to_daemon, port_reason, telemetry_pull
+from .child import NOT_STARTED, USAGE, DropWatch, bound_to_daemon, port_reason, telemetry_pull
 from .sglang_env import KILLPG_ENV, plugin_env, user_env
 from .sglang_flags import admin_headers, refused_hint, relay_masked, secrets_in, server_flags, shown
 from .sglang_install import NoAnswer, interpreter_reason
@@ -148,19 +149,24 @@ class SGLangEngine(Engine):
 
     def _receive(self, pull, on_sample: SampleSink) -> None:
         import zmq
-        last_read_by = None
+        last_read_by, drops = None, DropWatch(pull)
+        poller = zmq.Poller()
+        poller.register(pull, zmq.POLLIN)
+        poller.register(drops.monitor, zmq.POLLIN)
         while True:
             # once stopping: read until the socket has been quiet for STOP_QUIET_S (what the engine sent just before
             # it exited may still be in zmq's I/O thread, not yet in the queue), STOP_READ_S at most
             stopping = self._stop.is_set()
             if stopping and last_read_by is None:
                 last_read_by = time.monotonic() + STOP_READ_S
-            if not pull.poll(int(STOP_QUIET_S * 1000) if stopping else 200):
-                if stopping:
-                    break
-                continue
-            if stopping and time.monotonic() > last_read_by:
+            ready = dict(poller.poll(int(STOP_QUIET_S * 1000) if stopping else 200))
+            for _ in range(drops.dropped() if drops.monitor in ready else 0):
+                self.undecodable.refused(None, f"a message over {MAX_TELEMETRY_MESSAGE} bytes (or not zmq's) dropped "
+                                              "its sender's connection")
+            if stopping and (not ready or time.monotonic() > last_read_by):
                 break
+            if pull not in ready:
+                continue
             try:
                 raw = pull.recv(zmq.NOBLOCK)
                 msg = decode(raw)
@@ -175,6 +181,7 @@ class SGLangEngine(Engine):
                 self.undecodable.samples_came()
                 for sample in msg:
                     on_sample(sample)
+        drops.close()
         pull.close(linger=0)
 
     def _get(self, path: str, timeout: float = 5.0):
