@@ -1,6 +1,7 @@
 """Fault injection at the control socket: many clients at once, a huge body, a stalled client, a
 busy socket seen by specctl. Real unix sockets throughout."""
 import json
+import math
 import socket
 import threading
 
@@ -8,7 +9,7 @@ import pytest
 
 from controller.cli import client
 from controller.cli.client import DaemonError, DaemonUnreachable, request
-from controller.daemon import api
+from controller.daemon import api, clients
 from controller.daemon.api import ControlServer
 from tests.conftest import scripted_socket
 
@@ -118,6 +119,7 @@ def test_a_client_that_trickles_its_request_is_dropped_and_frees_its_slot(short_
 
 def test_clients_beyond_the_limit_are_told_to_retry_and_specctl_does(short_tmp, monkeypatch):
     monkeypatch.setattr(api, "MAX_CLIENTS", 1)
+    monkeypatch.setattr(clients, "CUT_AFTER_S", math.inf)     # (the holder's half request keeps its slot)
     monkeypatch.setattr(client, "BUSY_RETRY_S", 0.3)
     server = _serve(short_tmp, read_timeout_s=30)
     holder = _connect(short_tmp / "c.sock", blocking=True)         # holds the only slot

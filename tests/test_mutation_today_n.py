@@ -305,9 +305,10 @@ def test_mt4_the_metrics_server_holds_its_own_cap(monkeypatch):
     """METRICS_CLIENTS, not the control API's 64: with that many scrapers connected and silent, one more is a 503."""
     import socket
 
-    from controller.daemon import metrics
+    from controller.daemon import clients, metrics
     from tests.test_review_h119 import _Service
     monkeypatch.setattr(metrics, "METRICS_CLIENTS", 3)
+    monkeypatch.setattr(clients, "CUT_AFTER_S", float("inf"))     # (the silent ones keep their slots however slow)
     httpd = metrics.start_metrics(_Service(), 0)
     port = httpd.server_address[1]
     idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]

@@ -1,6 +1,7 @@
 """helper-119: behind a stuck database writer, commands from several clients at once are each answered within the
 command timeout, not one timeout after another; at the control socket's client cap, a client that closed its
 connection never counts against the cap for its next one."""
+import math
 import socket
 import sqlite3
 import threading
@@ -9,7 +10,7 @@ import time
 import pytest
 
 from controller.cli.client import DaemonError, request
-from controller.daemon import api, metrics
+from controller.daemon import api, clients, metrics
 from controller.daemon.api import ControlServer
 from controller.daemon.service import CommandRefused
 from tests.daemon_proc import DaemonProc
@@ -140,6 +141,7 @@ def test_a_client_that_closes_and_connects_again_at_once_at_the_cap_is_never_ref
     others at the cap, half of such reconnects were answered 503 (1300 of 2000 at 63 + 1 of 64). (A cap of 16: its
     ceiling of 32 leaves room for the threads of hung-up connections that a loaded test machine has not run yet.)"""
     monkeypatch.setattr(api, "MAX_CLIENTS", 16)
+    monkeypatch.setattr(clients, "CUT_AFTER_S", math.inf)     # (idle kept-alive ones keep their slots however slow)
     server = ControlServer(short_tmp / "c.sock", _Service(), read_timeout_s=60)
     server.start()
     others = [_unix(short_tmp / "c.sock") for _ in range(15)]

@@ -1,6 +1,7 @@
 """helper-157: the control socket against clients that hold their slots (silent, trickling, half a body), telemetry's
 cap on a message (what a real message can be, counted when exceeded), and a drain within systemd's TimeoutStopSec."""
 import logging
+import socket
 import struct
 import threading
 import time
@@ -93,3 +94,165 @@ def test_a_sender_that_exits_is_no_dropped_message(short_tmp):
     got = _run_receiver(short_tmp, eng, lambda push: push.send(contract.pack_sample(time.time(), 4, 0, 4, 0.01, True)),
                         lambda got: got)
     assert len(got) == 1 and eng.bad_messages == 0
+
+
+# --- the control socket: clients that hold their slots ----------------------------------------------------------------
+class _Service:
+    """What the routes need, each command recorded; /status waits while `hold` is set (clear() to let it go)."""
+
+    def __init__(self):
+        self.calls, self.hold = [], threading.Event()
+        self.hold.set()
+
+    class engine:
+        @staticmethod
+        def health():
+            return {"ok": True}
+
+    def status(self):
+        self.hold.wait(30)
+        return {"daemon": {"running": True}}
+
+    def pin(self, threshold):
+        self.calls.append(("pin", threshold))
+        return {"pinned": threshold}
+
+
+def _unix(path) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.connect(str(path))
+    return s
+
+
+def _stop_recorder(stops: list):
+    return lambda: stops.append("stop") or {"stopping": True}
+
+
+def test_64_silent_clients_do_not_lock_specctl_out_of_the_control_socket(short_tmp, monkeypatch):
+    """helper-157: 64 clients that connected and sent nothing held every slot until their read deadline (10 s, here
+    60): `specctl status` and `stop` were answered 'busy' after 3 s of retries, every round of them. Now, at the cap,
+    a request still arriving after a second gives its slot to the next client. (The defaults; specctl's retries given
+    30 s so that a slow machine cannot make it fail.)"""
+    from controller.cli import client
+    from controller.daemon.api import ControlServer
+    monkeypatch.setattr(client, "BUSY_RETRY_S", 30.0)
+    stops = []
+    server = ControlServer(short_tmp / "c.sock", _Service(), on_stop=_stop_recorder(stops), read_timeout_s=60)
+    server.start()
+    silent = [_unix(short_tmp / "c.sock") for _ in range(64)]
+    try:
+        assert client.request(short_tmp / "c.sock", "GET", "/status") == {"daemon": {"running": True}}
+        assert client.request(short_tmp / "c.sock", "POST", "/stop") == {"stopping": True} and stops == ["stop"]
+    finally:
+        for s in silent:
+            s.close()
+        server.stop()
+
+
+PIN = b'POST /threshold/pin HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 16\r\n\r\n'
+HOLDERS = {
+    "silent": b"",
+    "request line only": b"GET /status HTTP/1.1\r\n",
+    "headers without their end": b"POST /threshold/pin HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 30000,
+    "half a body": PIN + b'{"thresh',
+    "kept alive, idle": b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("sent", HOLDERS.values(), ids=HOLDERS.keys())
+def test_at_the_cap_a_request_still_arriving_gives_its_slot_to_the_next_client_and_is_not_applied(short_tmp,
+                                                                                                  monkeypatch, sent):
+    """Each kind of client that holds a slot without a whole request: the next client is served (the cut one's reads
+    end as at its deadline: closed, or 408 in its body; nothing it sent half is applied)."""
+    from controller.cli.client import request
+    from controller.daemon import api, clients
+    from controller.daemon.api import ControlServer
+    monkeypatch.setattr(api, "MAX_CLIENTS", 4)
+    monkeypatch.setattr(clients, "CUT_AFTER_S", 0.0)
+    service, stops = _Service(), []
+    server = ControlServer(short_tmp / "c.sock", service, on_stop=_stop_recorder(stops), read_timeout_s=60)
+    server.start()
+    holders = [_unix(short_tmp / "c.sock") for _ in range(4)]
+    try:
+        for s in holders:
+            s.sendall(sent)
+        if sent.endswith(b"\r\n\r\n"):                  # (their answers read: they wait for their next request)
+            assert all(s.recv(65536).startswith(b"HTTP/1.1 200 ") for s in holders)
+        assert request(short_tmp / "c.sock", "POST", "/stop") == {"stopping": True} and stops == ["stop"]
+        assert request(short_tmp / "c.sock", "GET", "/status") == {"daemon": {"running": True}}
+        for s in holders:                                # (the rest of a half sent pin, too late)
+            try:
+                s.sendall(b'old": 5}')
+            except OSError:
+                pass
+        assert service.calls == []
+    finally:
+        for s in holders:
+            s.close()
+        server.stop()
+
+
+def test_a_command_being_answered_keeps_its_slot_at_the_cap(short_tmp, monkeypatch):
+    """Only a request still arriving gives its slot up: one whose command runs (a pin waiting on SGLang) is never cut,
+    and the cap holds against such clients (503, Retry-After)."""
+    from controller.daemon import api, clients
+    from controller.daemon.api import ControlServer
+    monkeypatch.setattr(api, "MAX_CLIENTS", 1)
+    monkeypatch.setattr(clients, "CUT_AFTER_S", 0.0)
+    service = _Service()
+    service.hold.clear()
+    server = ControlServer(short_tmp / "c.sock", service, read_timeout_s=60)
+    server.start()
+    busy = _unix(short_tmp / "c.sock")
+    try:
+        busy.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:               # (until its thread has read it whole)
+            with server.server._served_lock:
+                if [slot.since for slot in server.server._served.values()] == [None]:
+                    break
+            time.sleep(0.01)
+        other = _unix(short_tmp / "c.sock")                # (answered at once, before it sends anything)
+        assert other.recv(65536).startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+        other.close()
+        service.hold.set()
+        assert busy.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
+    finally:
+        service.hold.set()
+        busy.close()
+        server.stop()
+
+
+def test_specctl_status_and_stop_get_through_64_silent_clients_of_a_running_daemon(short_tmp, monkeypatch):
+    """End to end: the daemon (a subprocess, the simulator) with every slot of its control socket taken by a client that
+    sent nothing; `specctl status` answers and `specctl stop` stops it (both were 'busy' for as long as they held)."""
+    from click.testing import CliRunner
+
+    from controller.cli import client
+    from controller.cli.main import cli
+    from tests.daemon_proc import DaemonProc
+    # specctl's retries of a busy daemon: 8 s, a slow machine's margin over the second it now takes, and short of the
+    # 10 s that the silent clients held their slots for
+    monkeypatch.setattr(client, "BUSY_RETRY_S", 8.0)
+    d = DaemonProc(short_tmp, "--concurrency", "4")
+    silent = []
+
+    def specctl(*args):
+        for s in silent:
+            s.close()
+        silent[:] = [_unix(d.socket) for _ in range(64)]       # (a new round of them before each command)
+        return CliRunner().invoke(cli, ["--socket", str(d.socket), "--db", str(d.db), *args])
+    try:
+        d.wait_socket()
+        res = specctl("status")
+        assert res.exit_code == 0 and res.output.startswith("daemon:      running"), res.output
+        res = specctl("stop")
+        assert res.exit_code == 0 and res.output.strip() == f"daemon pid {d.proc.pid} stopped", res.output
+        assert d.proc.wait(30) == 0
+    finally:
+        for s in silent:
+            s.close()
+        if d.proc.poll() is None:
+            d.proc.kill()
+        d.log.close()

@@ -2,7 +2,8 @@
 
 Sized for many operators and scripts at once (a listen backlog of 128, at most MAX_CLIENTS
 connections served together) and safe against a client that stalls or sends too much (a deadline
-on each whole request, a cap on the body; clients.py, shared with the metrics server)."""
+on each whole request, at the cap a slot given up by a request still arriving after a second, a cap on the body;
+clients.py, shared with the metrics server)."""
 from __future__ import annotations
 
 import io
@@ -11,7 +12,6 @@ import logging
 import os
 import socketserver
 import stat
-import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -22,6 +22,7 @@ from state import queries
 
 from ..paths import pid_namespace, socket_path_too_long, umask
 from .apicheck import ApiError, Route, body_length, check, json_int, query_int, shown
+from . import clients
 from .clients import BoundedClients, DeadlineIO
 from .service import CommandRefused
 from .sockprobe import SocketRefused, check_socket_free, stop_command
@@ -74,16 +75,18 @@ class _Handler(BaseHTTPRequestHandler):
     routes: dict = {}
     protocol_version = "HTTP/1.1"
     timeout = READ_TIMEOUT_S           # the time a whole request may take to arrive, and each write
+    _reads: DeadlineIO | None = None   # (setup's: the connection's reads)
 
     def setup(self) -> None:
         super().setup()
         self.rfile.close()                             # (its makefile's: it holds the socket open until closed)
-        self._reads = DeadlineIO(self.connection, "rb")
+        self._reads = DeadlineIO(self.connection, "rb", self.server.slot(self.request))
         self.rfile = io.BufferedReader(self._reads)
 
     def handle_one_request(self) -> None:
-        # (the wait for a kept-alive connection's next request counts: an idle one is closed as before)
-        self._reads.deadline = time.monotonic() + self.timeout
+        # (the wait for a kept-alive connection's next request counts: an idle one is closed as before, and at the cap
+        # gives its slot up as one that has sent nothing yet)
+        self._reads.begin(self.timeout)
         super().handle_one_request()
 
     def address_string(self) -> str:
@@ -134,11 +137,15 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             data = self.rfile.read(length) if length else b""
         except TimeoutError:
-            raise ApiError(408, f"request body not received within {self.timeout:g} s") from None
+            within = (f"within {clients.CUT_AFTER_S:g} s while the daemon served its most clients at once (its "
+                      "slot went to another)") if self._reads and self._reads.slot.cut else f"within {self.timeout:g} s"
+            raise ApiError(408, f"request body not received {within}") from None
         except OSError as e:
             raise ApiError(400, f"request body not received: {e.strerror or e}") from None
         if len(data) < length:             # (a client that ended its side early: a prefix that parsed was applied)
             raise ApiError(400, f"request body of {len(data)} bytes, shorter than its Content-Length {length}")
+        if self._reads is not None:        # arrived: answered now, however long that takes, never cut
+            self._reads.slot.since = None
         return check(method, self.path, data, self.routes)
 
     def _answer(self, method: str) -> tuple[int, Any]:

@@ -1,7 +1,9 @@
 """What the daemon's two servers (the control API on its unix socket, the metrics on their TCP port) give a client,
 in one place: a deadline on each whole request and a cap on the connections served at once. Without them the metrics
 server (prometheus_client's, a thread per connection and no timeout) kept a thread and a descriptor for every client
-that connected and sent nothing, for ever: any local user could pile up thousands (helper-114)."""
+that connected and sent nothing, for ever: any local user could pile up thousands (helper-114). At the cap, a request
+still arriving after CUT_AFTER_S gives its slot to the next client: 64 clients that connected and sent nothing (or
+half a request) held every slot until their deadline, 10 s, and `specctl status` or `stop` was refused (helper-157)."""
 from __future__ import annotations
 
 import logging
@@ -18,23 +20,49 @@ log = logging.getLogger("spec_controller.api")
 HUNG_UP = select.POLLHUP | select.POLLERR
 HUNG_UP_TCP = HUNG_UP | getattr(select, "POLLRDHUP", 0)
 STOP_WAIT_S = 5.0           # how long a server's stop waits for the answers being written to finish
+CUT_AFTER_S = 1.0           # at the cap, a request still arriving this long gives its slot up (a client's request comes
+#                             in one write: specctl's retries of a 503, 3 s, get in behind clients that hold slots)
+
+
+class Slot:
+    """A served connection's standing: since when its current request has been arriving (None while it is answered),
+    whether its answer is its last (finishing: the slot is the next client's), whether the slot was given to another
+    client (cut: its reads end, as at the deadline)."""
+    __slots__ = ("since", "finishing", "cut")
+
+    def __init__(self) -> None:
+        self.since: float | None = time.monotonic()
+        self.finishing = self.cut = False
 
 
 class DeadlineIO(socket.SocketIO):
     """The connection's reads, each waiting only until `deadline`: a timeout on each read alone let a client that sent
-    a byte every few seconds hold its slot for ever (64 such locked `specctl status` out)."""
+    a byte every few seconds hold its slot for ever (64 such locked `specctl status` out). Once its slot is cut a read
+    ends as one past the deadline (the server shut the reading side: a read waiting then returns at once)."""
     deadline = math.inf
+
+    def __init__(self, sock: socket.socket, mode: str, slot: Slot | None = None):
+        super().__init__(sock, mode)
+        self.slot = slot or Slot()
+
+    def begin(self, timeout: float) -> None:
+        """A request begins to arrive: it has `timeout` to, and holds its slot meanwhile only while none is wanted."""
+        self.slot.since = now = time.monotonic()
+        self.deadline = now + timeout
 
     def readinto(self, b) -> int | None:
         left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("request not received in time")
+        if left <= 0 or self.slot.cut:
+            raise TimeoutError("request not received in time" + " (its slot given to another client)" * self.slot.cut)
         timeout = self._sock.gettimeout()
         self._sock.settimeout(min(left, timeout or math.inf))
         try:
-            return super().readinto(b)
+            got = super().readinto(b)
         finally:
             self._sock.settimeout(timeout)          # (writes keep the whole timeout)
+        if self.slot.cut:               # (what a cut read returned, the end or a part, is not taken for a request)
+            raise TimeoutError("request not received in time (its slot given to another client)")
+        return got
 
 
 def busy_answer(content_type: str, body: bytes) -> bytes:
@@ -57,7 +85,7 @@ class BoundedClients:
     thread_name = "server"
 
     def __init__(self, *args, **kwargs):
-        self._served: dict[socket.socket, bool] = {}                 # connection -> finishing
+        self._served: dict[socket.socket, Slot] = {}
         self._connection_threads: dict[socket.socket, threading.Thread] = {}    # (stop joins them)
         self._served_lock = threading.Lock()
         self.thread = threading.Thread(target=self.serve_forever, name=self.thread_name, daemon=True)
@@ -90,7 +118,7 @@ class BoundedClients:
         with self._served_lock:
             admitted = self._room()
             if admitted:
-                self._served[request] = False
+                self._served[request] = Slot()
         if not admitted:
             try:
                 request.setblocking(False)          # (a full send buffer: the answer is lost, the server goes on)
@@ -109,26 +137,45 @@ class BoundedClients:
             raise
 
     def _room(self) -> bool:
-        """Under _served_lock: may one more connection be served? Only at the cap are the others looked at."""
+        """Under _served_lock: may one more connection be served? Only at the cap are the others looked at: those whose
+        client hung up do not count, and else the request that has been arriving longest, CUT_AFTER_S or more, gives
+        its slot up."""
         served = self._served
         if len(served) < self.max_clients:
             return True
         if len(served) >= 2 * self.max_clients:
             return False
-        fds = [conn.fileno() for conn, finishing in served.items() if not finishing]    # (-1: closed already)
+        counted = {conn: slot for conn, slot in served.items() if not (slot.finishing or slot.cut)}
+        fds = [conn.fileno() for conn in counted]       # (-1: closed already)
         poller, mask = select.poll(), HUNG_UP if self.address_family == socket.AF_UNIX else HUNG_UP_TCP
         for fd in fds:
             if fd >= 0:
                 poller.register(fd, mask)
         gone = fds.count(-1) + sum(1 for _, events in poller.poll(0) if events & mask)
-        return len(fds) - gone < self.max_clients
+        if len(fds) - gone < self.max_clients:
+            return True
+        arriving = [(slot.since, conn) for conn, slot in counted.items() if slot.since is not None]
+        since, conn = min(arriving, key=lambda pair: pair[0], default=(math.inf, None))
+        if time.monotonic() - since < CUT_AFTER_S:
+            return False
+        counted[conn].cut = True
+        try:
+            conn.shutdown(socket.SHUT_RD)             # (its thread's read returns at once; answers may still be written)
+        except OSError:
+            pass
+        return True
+
+    def slot(self, request) -> Slot:
+        """`request`'s standing, for its handler's reads (DeadlineIO)."""
+        with self._served_lock:
+            return self._served.get(request) or Slot()
 
     def finishing(self, request) -> None:
         """What `request`'s thread writes next is its connection's last: its slot is the next client's (a TCP client's
         hang-up may reach the server after its next connection does)."""
         with self._served_lock:
             if request in self._served:
-                self._served[request] = True
+                self._served[request].finishing = True
 
     def _forget(self, request) -> None:
         with self._served_lock:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import io
 import socket
-import time
 from collections import Counter
 from socketserver import ThreadingMixIn
 from typing import Any, Iterator
@@ -97,11 +96,12 @@ class _MetricsHandler(WSGIRequestHandler):
         self.timeout = READ_TIMEOUT_S
         super().setup()
         self.rfile.close()
-        reads = DeadlineIO(self.connection, "rb")
-        reads.deadline = time.monotonic() + READ_TIMEOUT_S
-        self.rfile = io.BufferedReader(reads)
+        self._reads = DeadlineIO(self.connection, "rb", self.server.slot(self.request))
+        self._reads.begin(READ_TIMEOUT_S)
+        self.rfile = io.BufferedReader(self._reads)
 
     def get_environ(self) -> dict:
+        self._reads.slot.since = None          # (its request line and headers are read: a scrape's all, never cut)
         return {**super().get_environ(), "specctl.finishing": lambda: self.server.finishing(self.request)}
 
     def log_message(self, format, *args) -> None:      # (prometheus_client's handler logs nothing either)
