@@ -256,3 +256,111 @@ def test_specctl_status_and_stop_get_through_64_silent_clients_of_a_running_daem
         if d.proc.poll() is None:
             d.proc.kill()
         d.log.close()
+
+
+# --- the drain on stop: one budget, inside systemd's TimeoutStopSec ---------------------------------------------------
+class _Clock:
+    """The drain's clock, moved by the waits below as a hung SGLang would make them last."""
+
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class _HungRetune:
+    """A retune stuck in SGLang's set_internal_state (up to 30 s): its stop waits all it is given (Ticker's default)."""
+
+    def __init__(self, clock):
+        self.clock, self.given = clock, []
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.given.append(timeout)
+        self.clock.t += timeout
+
+
+class _ProbeHeld:
+    """The scheduler with a health probe waiting on a hung SGLang (/health_generate, up to 60 s): shutdown(wait=True)
+    returns once released, or after the probe's 60 s (a drain that waited for it in line)."""
+
+    def __init__(self, clock):
+        self.clock, self.released = clock, threading.Event()
+
+    def shutdown(self, wait: bool = True) -> None:
+        if wait and not self.released.wait(30):
+            self.clock.t += 60.0
+
+
+def test_a_hung_sglang_cannot_hold_the_drain_past_its_budget_and_the_stop_is_still_recorded(short_tmp):
+    """helper-157: the drain's waits on SGLang (a retune in set_internal_state 30 s, a health probe 60 s, its exit 60 s)
+    came to 150 s, past the unit's TimeoutStopSec of 120, whose SIGKILL lost the final flush and the stop event. Now
+    they share one budget, what the final writes need kept from them: the stop is recorded within it."""
+    import sqlite3
+
+    from controller.daemon.drain import STOP_BUDGET_S
+    from controller.daemon.lifecycle import Daemon
+    from tests.fakes import make_service
+    from tests.test_review_h114 import _Stops
+    svc, writer = make_service(short_tmp)
+    assert writer.flush(10)
+    clock = _Clock()
+    retune, sched, exits = _HungRetune(clock), _ProbeHeld(clock), []
+
+    def engine_stop(timeout: float = 60.0) -> None:        # SGLang's exit, never coming: killed when its time is up
+        exits.append(timeout)
+        clock.t += timeout
+    svc.engine.stop = engine_stop
+    ingest = threading.Thread(target=lambda: None)
+    ingest.start()
+    daemon = Daemon(svc.cfg)
+    daemon.stop_reason, daemon.monotonic = "SIGTERM", clock
+    try:
+        daemon._drain(svc.engine, svc, (_Stops(), sched, ingest, retune), svc.writer.db, _Stops())
+    finally:
+        sched.released.set()
+    assert clock.t - 1000.0 <= STOP_BUDGET_S, (retune.given, exits)
+    conn = sqlite3.connect(short_tmp / "s.db")
+    stops = [d for (d,) in conn.execute("SELECT detail FROM events WHERE kind = 'stop'")]
+    conn.close()
+    assert stops == ["SIGTERM: exit 0"] and daemon.exit_code == 0
+
+
+def test_the_drains_budget_fits_inside_the_units_timeout_stop_sec():
+    """One budget in the code, the unit's TimeoutStopSec in systemd/spec-controller.service: held apart by a margin
+    for the interpreter's exit, so that neither drifts past the other."""
+    from controller.daemon.drain import FOLD_S, STOP_BUDGET_S, STOP_MARGIN_S
+    from tests.test_systemd_unit import UNIT, _settings
+    timeout_stop = _settings(UNIT.read_text())["TimeoutStopSec"]
+    assert len(timeout_stop) == 1 and timeout_stop[0].isdigit(), timeout_stop      # (seconds, as written there)
+    assert STOP_BUDGET_S + STOP_MARGIN_S <= int(timeout_stop[0])
+    assert STOP_BUDGET_S - FOLD_S >= 30.0              # (SGLang's drain still gets half a minute)
+
+
+def test_the_sglang_engines_stop_keeps_within_the_time_it_is_given(short_tmp):
+    """Its waits after SGLang's exit (the telemetry receiver, the log relay: STOP_READ_S + 1 each) came on top of the
+    timeout it was given; now within it. An SGLang that ignores SIGTERM is killed in that time."""
+    import subprocess
+    import sys
+
+    class Thread:
+        def __init__(self):
+            self.given = []
+
+        def join(self, timeout=None):
+            self.given.append(timeout)
+    eng = SGLangEngine(BASE)
+    eng._rx, eng._log_relay = Thread(), Thread()
+    eng.proc = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\nsignal.signal(signal.SIGTERM, "
+                                 "signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(600)"], stdout=subprocess.PIPE)
+    try:
+        assert eng.proc.stdout.readline() == b"ready\n"
+        eng.stop(timeout=2.0)
+        assert eng.proc.returncode == -9
+        assert all(given <= 2.0 for thread in (eng._rx, eng._log_relay) for given in thread.given), \
+            (eng._rx.given, eng._log_relay.given)
+    finally:
+        if eng.proc.poll() is None:
+            eng.proc.kill()
+        eng.proc.stdout.close()
+        eng.proc.wait()

@@ -12,15 +12,15 @@ from pathlib import Path
 
 from policies import PolicyError
 from state import queries
-from state.db import hold_open, leave_wal, open_store
+from state.db import open_store
 from state.lock import DaemonLock
 from state.writer import Writer
 
-from ..cli.options import EXIT_UNFLUSHED
 from ..numtext import one_line
 from ..paths import DEFAULT_CONFIG, default_db, default_socket, pid_namespace
 from .config import load_config
 from .configdiff import restart_needed, shadowed
+from .drain import drain
 from .engines.base import Engine, EngineError
 from .notify import extend_timeout_usec, sd_notify
 from .preflight import Fatal, check_given_paths, check_installed, check_no_clash, configured_engine, port_taken
@@ -44,6 +44,7 @@ class Daemon:
         self.stall_s = 60.0                               # no retune that worked for this long: exit
         self.own_files = OwnFiles()                       # the database and the socket, removed under it: exit
         self.metrics = None                               # the metrics server ([control] metrics_port), once serving
+        self.monotonic = time.monotonic                   # the drain's clock (a test's own)
 
     def request_stop(self, reason: str) -> dict:
         """Ask the daemon to drain and exit 0 (SIGTERM, SIGINT, `specctl stop`); the first reason wins."""
@@ -167,52 +168,9 @@ class Daemon:
         return self.exit_code
 
     def _drain(self, engine: Engine, service, parts: tuple, db, lock: DaemonLock) -> None:
-        """Stop deciding, drain the engine, fold in what it still sent, checkpoint, flush, let go
-        of the socket and the lock; one log line."""
-        server, sched, ingest, retune = parts
-        sd_notify("STOPPING=1")
-        service.stopping = True
-        began, lost = time.monotonic(), service.writer.errors
-        # what was learned, queued before anything that waits on SGLang (a retune in set_internal_state, its exit:
-        # minutes in all where it hangs, past the unit's TimeoutStopSec, whose SIGKILL lost it; helper-153)
-        service.guarded("checkpoint", service.checkpoint)()
-        retune.stop()
-        sched.shutdown(wait=True)
-        engine.stop()
-        service.ingest.stop()
-        ingest.join(30)
-        service.guarded("checkpoint", service.checkpoint)()
-        # flushed first, so that the stop event names the exit code the process ends with (helper-149: it said
-        # "exit 0" where a lost final checkpoint then made it exit 5); a writer stuck past 30 s gets no event
-        flushed = service.writer.flush(30)
-        self._note_unsaved(service.writer, lost, stopped=False)
-        if flushed:
-            service.writer.event("stop", f"{self.stop_reason or 'error'}: exit {self.exit_code}")
-        service.writer.stop(30 if flushed else 1)
-        if self.own_files.moved("database"):   # (its -wal and -shm paths: perhaps another daemon's now)
-            hold_open(db)
-        else:
-            leave_wal(db)
-        server.stop()
-        self._stop_metrics()
-        lock.release()
-        # (the writer's own error lines are held back for a minute: on a full disk the final checkpoint, what the
-        # policy learned since the last one, was lost under "drained and flushed")
-        unsaved = self._note_unsaved(service.writer, lost)
-        log.log(logging.ERROR if unsaved else logging.INFO, "spec-controller stopped (%s): drained and %s in %.1f s; "
-                "exit %d", self.stop_reason or "error", f"not flushed: {unsaved}" if unsaved else "flushed",
-                time.monotonic() - began, self.exit_code)
-
-    def _note_unsaved(self, writer: Writer, errors_before: int, stopped: bool = True) -> str:
-        """Why the drain's writes are not all on disk ('' when they are): the stopped writer still busy, or writes
-        lost; then a clean stop exits EXIT_UNFLUSHED (helper-147: exit 0 said nothing to the unit; 1 would restart
-        what was stopped)."""
-        lost = writer.errors - errors_before
-        unsaved = "the database writer did not finish" if stopped and writer.thread.is_alive() else \
-            f"{lost} final write{'s' if lost != 1 else ''} lost ({writer.problem or 'see above'})" if lost else ""
-        if unsaved and self.exit_code == 0:
-            self.exit_code = EXIT_UNFLUSHED
-        return unsaved
+        """Stop deciding, drain the engine, fold in what it still sent, checkpoint, flush, let go of the socket and
+        the lock, within drain.STOP_BUDGET_S; one log line."""
+        drain(self, engine, service, parts, db, lock)
 
     def _start(self, engine: Engine, service, writer: Writer):
         """Start the engine and bring the daemon up around it; a started engine is never left

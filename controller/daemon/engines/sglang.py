@@ -287,15 +287,20 @@ class SGLangEngine(Engine):
                 "unanswered_s": round(unanswered, 1)}
 
     def stop(self, timeout: float = 60.0) -> None:
+        """SGLang's drain and exit, then its last telemetry, within `timeout` in all (what is left of the daemon's)."""
+        end = time.monotonic() + timeout
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout)
+                self.proc.wait(max(0.0, timeout - STOP_READ_S - 1))     # (what comes after keeps its time)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
+                try:
+                    self.proc.wait(max(1.0, end - time.monotonic()))
+                except subprocess.TimeoutExpired:   # (stuck in the kernel: not waited for)
+                    log.error("SGLang (pid %d) did not exit when killed", self.proc.pid)
         # Telemetry is received until SGLang is gone: its schedulers report the batches of its drain.
         self._stop.set()
         for thread in (self._rx, self._log_relay):
-            if thread is not None:
-                thread.join(STOP_READ_S + 1)     # (the relay: SGLang's last lines, written by now)
+            if thread is not None:           # (the relay: SGLang's last lines, written by now)
+                thread.join(min(STOP_READ_S + 1, max(0.0, end - time.monotonic())))
