@@ -128,12 +128,15 @@ class _Handler(BaseHTTPRequestHandler):
         status = {HTTPStatus.NOT_IMPLEMENTED: HTTPStatus.METHOD_NOT_ALLOWED,
                   HTTPStatus.HTTP_VERSION_NOT_SUPPORTED: HTTPStatus.BAD_REQUEST}.get(code, code)
         self.log_error("code %d, message %s", code, message)
-        self._reply(status, {"error": message or HTTPStatus(code).phrase},
+        said = message or HTTPStatus(code).phrase         # (431's explain says which limit: a line, the count, the size)
+        self._reply(status, {"error": f"{said}: {explain}" if explain else said},
                     (("Allow", "GET, POST"),) if status == HTTPStatus.METHOD_NOT_ALLOWED else ())
 
     def _request(self, method: str) -> tuple[Route, dict[str, str], dict]:
         """The body read whole first (so that a refusal leaves the connection in step), then apicheck's one check."""
         length = body_length(self.headers)
+        if self._reads is not None:
+            self._reads.body()
         try:
             data = self.rfile.read(length) if length else b""
         except TimeoutError:

@@ -6,6 +6,7 @@ still arriving after CUT_AFTER_S gives its slot to the next client: 64 clients t
 half a request) held every slot until their deadline, 10 s, and `specctl status` or `stop` was refused (helper-157)."""
 from __future__ import annotations
 
+import http.client
 import logging
 import math
 import select
@@ -22,6 +23,13 @@ HUNG_UP_TCP = HUNG_UP | getattr(select, "POLLRDHUP", 0)
 STOP_WAIT_S = 5.0           # how long a server's stop waits for the answers being written to finish
 CUT_AFTER_S = 1.0           # at the cap, a request still arriving this long gives its slot up (a client's request comes
 #                             in one write: specctl's retries of a 503, 3 s, get in behind clients that hold slots)
+# A request's line and headers: http.server's own limits took 100 header lines of 64 KiB each, ~6.5 MB a connection held
+# (64 such clients: 450 MB in the daemon). Above its request line's own limit (64 KiB, a 414) and a read's buffer.
+MAX_HEAD = 128 * 1024
+
+
+class HeadTooLarge(http.client.HTTPException):
+    """Raised by a read past MAX_HEAD: http.server's parse_request answers it 431, as for too many headers."""
 
 
 class Slot:
@@ -40,6 +48,7 @@ class DeadlineIO(socket.SocketIO):
     a byte every few seconds hold its slot for ever (64 such locked `specctl status` out). Once its slot is cut a read
     ends as one past the deadline (the server shut the reading side: a read waiting then returns at once)."""
     deadline = math.inf
+    head_left = float(MAX_HEAD)         # (bytes the current request's line and headers may still take)
 
     def __init__(self, sock: socket.socket, mode: str, slot: Slot | None = None):
         super().__init__(sock, mode)
@@ -48,12 +57,18 @@ class DeadlineIO(socket.SocketIO):
     def begin(self, timeout: float) -> None:
         """A request begins to arrive: it has `timeout` to, and holds its slot meanwhile only while none is wanted."""
         self.slot.since = now = time.monotonic()
-        self.deadline = now + timeout
+        self.deadline, self.head_left = now + timeout, float(MAX_HEAD)
+
+    def body(self) -> None:
+        """The request's line and headers are read: its body (capped by its Content-Length's check) may follow."""
+        self.head_left = math.inf
 
     def readinto(self, b) -> int | None:
         left = self.deadline - time.monotonic()
         if left <= 0 or self.slot.cut:
             raise TimeoutError("request not received in time" + " (its slot given to another client)" * self.slot.cut)
+        if self.head_left < 0:
+            raise HeadTooLarge(f"request line and headers over {MAX_HEAD // 1024} KiB")
         timeout = self._sock.gettimeout()
         self._sock.settimeout(min(left, timeout or math.inf))
         try:
@@ -62,6 +77,7 @@ class DeadlineIO(socket.SocketIO):
             self._sock.settimeout(timeout)          # (writes keep the whole timeout)
         if self.slot.cut:               # (what a cut read returned, the end or a part, is not taken for a request)
             raise TimeoutError("request not received in time (its slot given to another client)")
+        self.head_left -= got or 0
         return got
 
 
