@@ -146,7 +146,7 @@ def test_an_unknown_command_is_still_one_line():
     (["status", "--bogus"], "(usage: specctl status [OPTIONS])"),
     (["threshold", "pin", "-5"], "threshold -5 out of range (allowed 0 .. 65536)"),
     (["policy", "set", "fixed", "threshold=12"], "(did you mean '--param threshold=12'?)"),
-    (["policy", "show", "nosuch"], "(usage: specctl policy show [OPTIONS]"),
+    (["policy", "show", "nosuch"], "(policy show takes no name: it shows the active policy; 'specctl policy list'"),
 ])
 def test_a_usage_error_says_what_to_type_in_its_one_line(args, hint):
     """A newcomer met "specctl: No such command 'pin'." and "Missing argument 'NAME'." bare."""

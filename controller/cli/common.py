@@ -243,9 +243,8 @@ def full_params(saved: dict) -> dict:
     return params
 
 
-# what an operator can do about no_database's line (helper-160: it named no next step)
 START_HINT = ("; start the daemon (spec-controller run, or systemctl start spec-controller), or name the database a "
-              "running one keeps (--db / SPECCTL_DB)")
+              "running one keeps (--db / SPECCTL_DB)")    # (no_database's line named no next step: helper-160)
 
 
 def no_database(ctx: Ctx, why: str) -> NoReturn:
