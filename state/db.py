@@ -27,6 +27,11 @@ class StoreError(RuntimeError):
     """The database cannot be used; the message is one line for the operator."""
 
 
+class NoData(StoreError):
+    """A database a reader opened that holds no spec-controller data yet (an empty file): nothing saved in it, which a
+    writer's open makes the database (config check: a start resumes nothing from it)."""
+
+
 def classify(err: Exception) -> str:
     """What kind of fault a failed write met: locked, disk full, read-only, I/O error, corrupt, error."""
     name = getattr(err, "sqlite_errorname", "") or ""
@@ -188,7 +193,7 @@ def _check_schema(path: Path, conn: sqlite3.Connection, readonly: bool) -> None:
         raise StoreError(f"{path} is not a spec-controller database: it belongs to another application "
                          f"(tables: {', '.join(tables[:5])}); refusing " + ("it" if readonly else "to add tables to it"))
     if readonly:
-        raise StoreError(f"database {path} holds no spec-controller data (an empty file)")
+        raise NoData(f"database {path} holds no spec-controller data (an empty file)")
 
 
 def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = True,

@@ -112,7 +112,9 @@ def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
             if isinstance(value, (int, float)) and not isinstance(value, bool) and \
                     number_text(raw.strip(), type(value)) is None:
                 value = raw.strip()       # (+5, 1_0, 0x10, inf: a number only as numtext writes one, as run's flags)
-        except tomllib.TOMLDecodeError:     # (an integer past 64 bits too: still one, refused as out of range)
+        except tomllib.TOMLDecodeError as e:     # (an integer past 64 bits too: still one, refused as out of range)
+            if (why := str(e))[:2] in ("v.", "v["):      # (a value in a table or list: named, not "must be a table")
+                raise ConfigError(f"--set {path.strip()}{why[1:]}") from None
             try:
                 number = number_text(raw.strip(), int)
                 number = decimal_text(raw.strip()) if number is None else number
@@ -122,9 +124,7 @@ def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
         except RecursionError:         # (tomllib recurses per level: a traceback out of run and config check)
             raise ConfigError(f"--set {path.strip()}=...: VALUE is nested too deeply") from None
         table = out.setdefault(keys[0], {})
-        if len(keys) == 3:
-            table = table.setdefault(keys[1], {})
-        table[keys[-1]] = value
+        (table.setdefault(keys[1], {}) if len(keys) == 3 else table)[keys[-1]] = value
     return out
 
 

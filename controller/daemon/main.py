@@ -226,7 +226,7 @@ def _policy_run_starts(cfg: dict, engine) -> tuple[str, list[str]]:
     the daemon's taken (one may be running on it), nothing made where there is none."""
     from policies import make_policy
     from state import queries
-    from state.db import open_store
+    from state.db import NoData, open_store
 
     from ..paths import default_db, present
     from .restore import resumed_policy
@@ -238,6 +238,8 @@ def _policy_run_starts(cfg: dict, engine) -> tuple[str, list[str]]:
                 saved = queries.settings(store)
             finally:
                 store.conn.close()
+        except NoData:          # (an empty file: run's open makes it the database, nothing saved to resume)
+            pass
         except StoreError as e:
             return cfg["policy"]["name"], [f"the policy saved in {db}, which run would resume, could not be read: {e}"]
     return resumed_policy(cfg, saved, lambda name, params: make_policy(
