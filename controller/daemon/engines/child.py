@@ -80,15 +80,24 @@ def telemetry_pull(address: str, hwm: int = 100000):
 
 
 class DropWatch:
-    """The connections zmq dropped unread under `pull` (a message over MAX_TELEMETRY_MESSAGE, or bytes not of zmq's
-    protocol): they were lost without a word, a plugin whose messages outgrew the cap sending nothing that arrived. zmq
-    says only 'disconnected', as for a sender that exits: a disconnect counts once its sender, alive, connects again
-    (zmq reconnects a dropped PUSH at once), so that an engine's exit or stop is never taken for one."""
+    """The connections zmq dropped unread under `pull` (a message over MAX_TELEMETRY_MESSAGE, or a sender's frames not
+    of zmq's protocol): they were lost without a word, a plugin whose messages outgrew the cap sending nothing that
+    arrived. zmq says only 'disconnected', as for a sender that exits: a sender's disconnect (its connection had passed
+    zmq's handshake) counts once a sender passes the handshake again (zmq reconnects a dropped PUSH at once), so that
+    an engine's exit is never taken for one. A connection that never passed it (another daemon's start probing the
+    socket, sockprobe) is no sender: two such probes were counted as one drop (helper-162)."""
+    OUTCOMES = ("EVENT_HANDSHAKE_SUCCEEDED", "EVENT_HANDSHAKE_FAILED_NO_DETAIL", "EVENT_HANDSHAKE_FAILED_PROTOCOL",
+                "EVENT_HANDSHAKE_FAILED_AUTH")
 
     def __init__(self, pull):
         import zmq
-        self.monitor = pull.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_ACCEPTED)
+        events = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
+        for name in self.OUTCOMES:
+            events |= getattr(zmq, name)
+        self.monitor = pull.get_monitor_socket(events)
         self._pull, self._gone = pull, 0
+        self._greeting: list[int] = []      # accepted connections (their descriptors) whose handshake is under way
+        self._senders: set[int] = set()     # ... and those that passed it
 
     def dropped(self) -> int:
         """The drops its events prove (read without waiting: call when the monitor is readable)."""
@@ -96,11 +105,22 @@ class DropWatch:
         from zmq.utils.monitor import recv_monitor_message
         drops = 0
         while self.monitor.poll(0):
-            event = recv_monitor_message(self.monitor, zmq.NOBLOCK)["event"]
-            if event == zmq.EVENT_DISCONNECTED:
-                self._gone += 1
-            elif self._gone:
-                self._gone, drops = self._gone - 1, drops + 1
+            message = recv_monitor_message(self.monitor, zmq.NOBLOCK)
+            event, fd = message["event"], message["value"]
+            if event == zmq.EVENT_ACCEPTED:
+                self._greeting.append(fd)
+            elif event == zmq.EVENT_DISCONNECTED:
+                if fd in self._senders:
+                    self._senders.discard(fd)
+                    self._gone += 1
+                elif fd in self._greeting:
+                    self._greeting.remove(fd)
+            elif self._greeting:            # a handshake's outcome (its value is no descriptor): the oldest under way
+                fd = self._greeting.pop(0)
+                if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    self._senders.add(fd)
+                    if self._gone:
+                        self._gone, drops = self._gone - 1, drops + 1
         return drops
 
     def close(self) -> None:
