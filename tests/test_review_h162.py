@@ -2,6 +2,8 @@
 slow writer, the 431 of a request's head over its size cap."""
 import time
 
+import pytest
+
 from controller import contract
 from controller.daemon.engines.sglang import SGLangEngine
 from controller.daemon.sockprobe import LIVE, who_listens
@@ -41,3 +43,49 @@ def test_a_message_over_the_cap_after_probes_is_counted_once(short_tmp):
     got = _run_receiver(short_tmp, eng, send, lambda got: len(got) == 2)
     assert [s.batch_size for s in got] == [4, 5]
     assert eng.bad_messages == 1
+
+
+# --- the drain: one budget, and no wait longer than before it ------------------------------------------------------
+class _Waits:
+    """Each wait of the drain that is given a timeout (a thread's join, the writer's flush): takes it all, on the
+    drain's clock (a writer stuck on a locked database, an ingest thread blocked on its queue), recorded by name."""
+
+    def __init__(self, clock):
+        self.clock, self.given = clock, {}
+
+    def wait(self, name: str, result=None):
+        def waited(timeout=None, *args, **kwargs):
+            self.given.setdefault(name, []).append(timeout)
+            self.clock.t += timeout
+            return result
+        return waited
+
+
+@pytest.mark.parametrize("stuck", ["retune", "ingest", "flush"])
+def test_a_stuck_part_holds_the_drain_no_longer_than_before_its_budget(short_tmp, stuck):
+    """helper-157's budget let each wait take what was left of 100 s: where SGLang exits at once and the writer is
+    stuck (a database locked by another process), the final flush was given ~90 s (30 s before) and `systemctl stop` of
+    such a daemon took ~90 s to exit 5 where it took ~30; the ingest thread's join ~70 s, the retune's 60 s (30 s each
+    before). Each wait keeps its earlier ceiling inside the budget."""
+    from controller.daemon.lifecycle import Daemon
+    from tests.fakes import make_service
+    from tests.test_review_h114 import _Stops
+    from tests.test_review_h157 import _Clock
+    svc, writer = make_service(short_tmp)
+    clock = _Clock()
+    waits = _Waits(clock)
+    at_once = lambda *args, **kwargs: None
+    ingest = type("Ingest", (), {"join": staticmethod(waits.wait("ingest") if stuck == "ingest" else at_once)})()
+    retune = type("Retune", (), {"stop": staticmethod(waits.wait("retune") if stuck == "retune" else at_once)})()
+    svc.engine.stop = lambda timeout=60.0: None            # SGLang gone at once
+    flush = svc.writer.flush
+    if stuck == "flush":
+        svc.writer.flush = waits.wait("flush", result=False)
+    daemon = Daemon(svc.cfg)
+    daemon.stop_reason, daemon.monotonic = "SIGTERM", clock
+    try:
+        daemon._drain(svc.engine, svc, (_Stops(), _Stops(), ingest, retune), svc.writer.db, _Stops())
+    finally:
+        svc.writer.flush = flush
+        writer.stop()
+    assert len(waits.given[stuck]) == 1 and waits.given[stuck][0] <= 30.0, waits.given

@@ -4,10 +4,12 @@ drain, fold in what it still sent, checkpoint, flush, record the stop, let go of
 All of it within STOP_BUDGET_S, each wait taking what is left of it: the waits on the engine alone (a retune in SGLang's
 set_internal_state, 30 s; a health probe, 60 s; SGLang's exit, 60 s) could outlast the unit's TimeoutStopSec (120 s),
 whose SIGKILL then lost the final flush and the stop event (helper-157). What the last steps need is kept from the
-engine's waits, so that they happen whatever SGLang does."""
+engine's waits, so that they happen whatever SGLang does; and no wait takes longer than it did before the budget
+(STEP_S: a stuck writer's flush was given ~90 s, so a stop on a locked database took ~90 s to exit 5, not ~30)."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import TYPE_CHECKING, Callable
@@ -35,6 +37,7 @@ STOP_MARGIN_S = 15.0
 SOCKETS_S = 2 * STOP_WAIT_S     # kept for the last: the control socket's and the metrics port's stops
 WRITES_S = 20.0 + SOCKETS_S     # ... and before them, the final flush and the writer's stop
 FOLD_S = 10.0 + WRITES_S        # ... and before those, the ingest thread's fold of the engine's last samples
+STEP_S = 30.0                   # the most any one wait but SGLang's exit takes (each one's ceiling before the budget)
 
 
 class Budget:
@@ -45,9 +48,9 @@ class Budget:
         self.began = clock()
         self.end = self.began + seconds
 
-    def left(self, keep: float = 0.0) -> float:
-        """The seconds left, less `keep` (what a later step is promised), never below 0."""
-        return max(0.0, self.end - keep - self.clock())
+    def left(self, keep: float = 0.0, most: float = math.inf) -> float:
+        """The seconds left, less `keep` (what a later step is promised), never below 0 nor above `most`."""
+        return min(most, max(0.0, self.end - keep - self.clock()))
 
 
 def drain(daemon: Daemon, engine: Engine, service: Service, parts: tuple, db, lock: DaemonLock) -> None:
@@ -65,19 +68,19 @@ def drain(daemon: Daemon, engine: Engine, service: Service, parts: tuple, db, lo
     # for after the engine's exit, which ends their waits on it (APScheduler's shutdown has no timeout of its own)
     jobs = threading.Thread(target=sched.shutdown, kwargs={"wait": True}, name="drain-scheduler", daemon=True)
     jobs.start()
-    retune.stop(budget.left(FOLD_S))
+    retune.stop(budget.left(FOLD_S, STEP_S))
     engine.stop(budget.left(FOLD_S))
     jobs.join(budget.left(FOLD_S))
     service.ingest.stop()
-    ingest.join(budget.left(WRITES_S))
+    ingest.join(budget.left(WRITES_S, STEP_S))
     service.guarded("checkpoint", service.checkpoint)()
     # flushed first, so that the stop event names the exit code the process ends with (helper-149: it said
     # "exit 0" where a lost final checkpoint then made it exit 5); a writer stuck past its time gets no event
-    flushed = service.writer.flush(budget.left(SOCKETS_S))
+    flushed = service.writer.flush(budget.left(SOCKETS_S, STEP_S))
     note_unsaved(daemon, service.writer, lost, stopped=False)
     if flushed:
         service.writer.event("stop", f"{daemon.stop_reason or 'error'}: exit {daemon.exit_code}")
-    service.writer.stop(budget.left(SOCKETS_S) if flushed else min(1.0, budget.left(SOCKETS_S)))
+    service.writer.stop(budget.left(SOCKETS_S, STEP_S) if flushed else min(1.0, budget.left(SOCKETS_S)))
     if daemon.own_files.moved("database"):   # (its -wal and -shm paths: perhaps another daemon's now)
         hold_open(db)
     else:
