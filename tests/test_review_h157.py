@@ -407,7 +407,7 @@ def test_a_request_whose_headers_run_past_128_kib_is_refused_there(short_tmp):
         answer = _answer_to(_unix(short_tmp / "c.sock"), _head_just_over_the_cap(b"/status"))
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 431 "), head
-        assert json.loads(body) == {"error": "Too many headers: request line and headers over 128 KiB"}
+        assert json.loads(body) == {"error": "Request Header Fields Too Large: request line and headers over 128 KiB"}
         ordinary = b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + b"X-Pad: aaaa\r\n" * 90 + b"\r\n"
         assert _answer_to(_unix(short_tmp / "c.sock"), ordinary).startswith(b"HTTP/1.1 200 OK\r\n")
     finally:

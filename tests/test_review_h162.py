@@ -89,3 +89,26 @@ def test_a_stuck_part_holds_the_drain_no_longer_than_before_its_budget(short_tmp
         svc.writer.flush = flush
         writer.stop()
     assert len(waits.given[stuck]) == 1 and waits.given[stuck][0] <= 30.0, waits.given
+
+
+# --- a request's head over its size cap: said as such --------------------------------------------------------------
+def test_a_request_head_over_the_size_cap_is_not_called_too_many_headers(short_tmp):
+    """http.server answers any HTTPException of its header parse 'Too many headers': a request of three header lines
+    over 128 KiB was told 'Too many headers: request line and headers over 128 KiB'. The 431's own words now; the
+    count's refusal keeps its."""
+    import json
+
+    from controller.daemon.api import ControlServer
+    from tests.test_review_h157 import _Service, _answer_to, _head_just_over_the_cap, _unix
+    server = ControlServer(short_tmp / "c.sock", _Service(), read_timeout_s=5)
+    server.start()
+    try:
+        answer = _answer_to(_unix(short_tmp / "c.sock"), _head_just_over_the_cap(b"/status"))
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 431 "), head
+        assert json.loads(body) == {"error": "Request Header Fields Too Large: request line and headers over 128 KiB"}
+        many = b"GET /status HTTP/1.1\r\n" + b"X: y\r\n" * 150 + b"\r\n"
+        head, _, body = _answer_to(_unix(short_tmp / "c.sock"), many).partition(b"\r\n\r\n")
+        assert json.loads(body) == {"error": "Too many headers: got more than 100 headers"}
+    finally:
+        server.stop()

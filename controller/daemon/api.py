@@ -129,6 +129,8 @@ class _Handler(BaseHTTPRequestHandler):
                   HTTPStatus.HTTP_VERSION_NOT_SUPPORTED: HTTPStatus.BAD_REQUEST}.get(code, code)
         self.log_error("code %d, message %s", code, message)
         said = message or HTTPStatus(code).phrase         # (431's explain says which limit: a line, the count, the size)
+        if code == HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE and self._reads is not None and self._reads.head_left < 0:
+            said = HTTPStatus(code).phrase      # (the size cap's: http.server calls any parse error 'Too many headers')
         self._reply(status, {"error": f"{said}: {explain}" if explain else said},
                     (("Allow", "GET, POST"),) if status == HTTPStatus.METHOD_NOT_ALLOWED else ())
 
