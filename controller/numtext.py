@@ -118,21 +118,24 @@ def terminal_text(text: str) -> str:
     return text.translate(_TERMINAL_CONTROLS)
 
 
-class _Date(datetime.date):
-    """A TOML date as its refusals show it: as TOML writes it (1979-05-27), not datetime.date(1979, 5, 27)."""
+class _AsWritten:
+    """A TOML date, date-time or time as its refusals show it: as TOML writes it (1979-05-27), not
+    datetime.date(1979, 5, 27)."""
 
     def __repr__(self) -> str:
         return self.isoformat()
 
 
-class _DateTime(datetime.datetime):
-    def __repr__(self) -> str:
-        return self.isoformat()
+class _Date(_AsWritten, datetime.date):
+    pass
 
 
-class _Time(datetime.time):
-    def __repr__(self) -> str:
-        return self.isoformat()
+class _DateTime(_AsWritten, datetime.datetime):
+    pass
+
+
+class _Time(_AsWritten, datetime.time):
+    pass
 
 
 # a TOML date, date-time or time -> the same value, shown (repr) as TOML writes it: every `{value!r}` of a refusal

@@ -149,8 +149,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(400, f"request body not received: {e.strerror or e}") from None
         if len(data) < length:             # (a client that ended its side early: a prefix that parsed was applied)
             raise ApiError(400, f"request body of {len(data)} bytes, shorter than its Content-Length {length}")
-        if self._reads is not None:        # arrived: answered now, however long that takes, never cut
-            self._reads.slot.since = None
+        if self._reads is not None:
+            self._reads.arrived()
         return check(method, self.path, data, self.routes)
 
     def _answer(self, method: str) -> tuple[int, Any]:

@@ -63,6 +63,10 @@ class DeadlineIO(socket.SocketIO):
         """The request's line and headers are read: its body (capped by its Content-Length's check) may follow."""
         self.head_left = math.inf
 
+    def arrived(self) -> None:
+        """The request is read whole: answered now, however long that takes, its slot never cut."""
+        self.slot.since = None
+
     def readinto(self, b) -> int | None:
         left = self.deadline - time.monotonic()
         if left <= 0 or self.slot.cut:

@@ -101,7 +101,7 @@ class _MetricsHandler(WSGIRequestHandler):
         self.rfile = io.BufferedReader(self._reads)
 
     def get_environ(self) -> dict:
-        self._reads.slot.since = None          # (its request line and headers are read: a scrape's all, never cut)
+        self._reads.arrived()          # (its request line and headers are read: a scrape's all)
         return {**super().get_environ(), "specctl.finishing": lambda: self.server.finishing(self.request)}
 
     def log_message(self, format, *args) -> None:      # (prometheus_client's handler logs nothing either)
