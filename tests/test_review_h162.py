@@ -10,6 +10,13 @@ from controller.daemon.sockprobe import LIVE, who_listens
 from tests.test_review_h157 import BASE, _run_receiver
 
 
+def _sample_then_probes(push, where, now: float, probes: int) -> None:
+    """A sample of batch 4, then `probes` connections that hang up before zmq's handshake (a start's who_listens)."""
+    push.send(contract.pack_sample(now, 4, 0, 4, 0.01, True))
+    for _ in range(probes):
+        assert who_listens(where / "t.ipc")[0] == LIVE
+
+
 def test_another_daemons_probes_of_the_telemetry_socket_are_no_dropped_messages(short_tmp):
     """A start that finds the telemetry socket (sglang.start's who_listens: a second daemon on the same runtime
     directory) connects and hangs up before zmq's handshake: DropWatch took each such disconnect for a sender's, and
@@ -18,9 +25,7 @@ def test_another_daemons_probes_of_the_telemetry_socket_are_no_dropped_messages(
     now = time.time()
 
     def send(push):
-        push.send(contract.pack_sample(now, 4, 0, 4, 0.01, True))
-        for _ in range(3):
-            assert who_listens(short_tmp / "t.ipc")[0] == LIVE
+        _sample_then_probes(push, short_tmp, now, 3)
         push.send(contract.pack_sample(now, 5, 0, 5, 0.01, True))
     got = _run_receiver(short_tmp, eng, send, lambda got: len(got) == 2)
     assert [s.batch_size for s in got] == [4, 5]
@@ -32,9 +37,7 @@ def test_a_message_over_the_cap_after_probes_is_counted_once(short_tmp):
     now = time.time()
 
     def send(push):
-        push.send(contract.pack_sample(now, 4, 0, 4, 0.01, True))
-        for _ in range(2):
-            assert who_listens(short_tmp / "t.ipc")[0] == LIVE
+        _sample_then_probes(push, short_tmp, now, 2)
         push.send(b"\x01" * (contract.MAX_TELEMETRY_MESSAGE + 1))
         deadline = time.monotonic() + 30              # (counted once zmq has connected the dropped sender again)
         while not eng.bad_messages and time.monotonic() < deadline:
@@ -92,23 +95,4 @@ def test_a_stuck_part_holds_the_drain_no_longer_than_before_its_budget(short_tmp
 
 
 # --- a request's head over its size cap: said as such --------------------------------------------------------------
-def test_a_request_head_over_the_size_cap_is_not_called_too_many_headers(short_tmp):
-    """http.server answers any HTTPException of its header parse 'Too many headers': a request of three header lines
-    over 128 KiB was told 'Too many headers: request line and headers over 128 KiB'. The 431's own words now; the
-    count's refusal keeps its."""
-    import json
 
-    from controller.daemon.api import ControlServer
-    from tests.test_review_h157 import _Service, _answer_to, _head_just_over_the_cap, _unix
-    server = ControlServer(short_tmp / "c.sock", _Service(), read_timeout_s=5)
-    server.start()
-    try:
-        answer = _answer_to(_unix(short_tmp / "c.sock"), _head_just_over_the_cap(b"/status"))
-        head, _, body = answer.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 431 "), head
-        assert json.loads(body) == {"error": "Request Header Fields Too Large: request line and headers over 128 KiB"}
-        many = b"GET /status HTTP/1.1\r\n" + b"X: y\r\n" * 150 + b"\r\n"
-        head, _, body = _answer_to(_unix(short_tmp / "c.sock"), many).partition(b"\r\n\r\n")
-        assert json.loads(body) == {"error": "Too many headers: got more than 100 headers"}
-    finally:
-        server.stop()
