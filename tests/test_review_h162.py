@@ -1,5 +1,5 @@
 """helper-162's review of today's changes: DropWatch against probes of the telemetry socket, the drain's waits on a
-slow writer, the 431 of a request's head over its size cap."""
+slow writer (the 431 of a request's head over its size cap: test_review_h157)."""
 import time
 
 import pytest
@@ -92,7 +92,3 @@ def test_a_stuck_part_holds_the_drain_no_longer_than_before_its_budget(short_tmp
         svc.writer.flush = flush
         writer.stop()
     assert len(waits.given[stuck]) == 1 and waits.given[stuck][0] <= 30.0, waits.given
-
-
-# --- a request's head over its size cap: said as such --------------------------------------------------------------
-
