@@ -28,12 +28,15 @@ def rollup(db: sqlite_utils.Database, start: float, end: float, window_s: float,
 
 
 class Rollups:
-    """The rollup job's memory: windows before `until` are done. Called on the writer thread."""
+    """The rollup job's memory: windows before `until` are done, committed. Called on the writer thread, which calls
+    committed() once the run's transaction has committed (Writer.call): a run rolled back (a full disk, a failed
+    write in its batch) left `until` ahead of the aggregates, and its windows were never rolled up."""
 
     def __init__(self, window_s: float, edges: Sequence[int]):
         self.window_s = float(window_s)
         self.edges = tuple(edges)
         self.until: float | None = None
+        self._pending: float | None = None      # the newest run's end, until its transaction commits
 
     def _first(self, db: sqlite_utils.Database) -> float | None:
         row = db.execute(f"SELECT max(window_start) FROM aggregates WHERE window_s = ? AND {number('window_start')}",
@@ -44,6 +47,7 @@ class Rollups:
         return None if row[0] is None else (row[0] // self.window_s) * self.window_s
 
     def __call__(self, db: sqlite_utils.Database) -> int:
+        self._pending = None
         newest = db.execute(f"SELECT max(t) FROM samples WHERE {number('t')}").fetchone()[0]
         if newest is None:
             return 0
@@ -53,8 +57,12 @@ class Rollups:
         if start is None or end <= start:
             return 0
         n = rollup(db, start, end, self.window_s, self.edges)
-        self.until = end
+        self._pending = end
         return n
+
+    def committed(self) -> None:
+        if self._pending is not None:
+            self.until, self._pending = self._pending, None
 
 
 @dataclass(frozen=True)

@@ -91,9 +91,11 @@ class Writer:
     def event(self, kind: str, detail: str = "") -> bool:
         return self._put(event_item(kind, detail))
 
-    def call(self, fn: Callable[[sqlite_utils.Database], None]) -> bool:
-        """Run fn(db) on the writer thread, in its batch's transaction (rollups, retention)."""
-        return self._put(("call", fn))
+    def call(self, fn: Callable[[sqlite_utils.Database], Any],
+             committed: Callable[[], None] | None = None) -> bool:
+        """Run fn(db) on the writer thread, in its batch's transaction (rollups, retention); committed(), if given, once
+        that transaction has committed (never for one rolled back: fn's memory of what it wrote must not run ahead)."""
+        return self._put(("call", (fn, committed)))
 
     def transaction(self, items: Sequence[tuple], timeout: float = 5.0) -> None:
         """Commit items (setting_item, event_item, ...) in a transaction of their own and wait for it.
@@ -221,7 +223,7 @@ class Writer:
                 if kind == "samples":
                     conn.executemany(INSERTS[kind], payload)
                 elif kind == "call":
-                    payload(self.db)
+                    payload[0](self.db)
                 else:
                     conn.execute(INSERTS[kind], payload)
             conn.execute("COMMIT")
@@ -233,6 +235,8 @@ class Writer:
             return e
         self.commits += 1
         self.written_samples += sum(len(p) for k, p in items if k == "samples")
+        for committed in [p[1] for k, p in items if k == "call" and p[1] is not None]:
+            committed()
         if self.problem is not None and time.monotonic() - self._last_failure >= self.recover_s:
             log.warning("state writer: the database takes writes again (%d writes lost so far)", self.errors)
             self.problem = None

@@ -277,7 +277,7 @@ class Service:
                 raise PolicyError(f"policy {p.name}: its state holds a non-finite number; not checkpointed") from None
 
     def rollup(self) -> None:
-        self.writer.call(self._rollups)
+        self.writer.call(self._rollups, self._rollups.committed)
 
     def retention(self) -> None:
         keep, now = Retention.from_storage(self.cfg["storage"]), self.clock.now()
