@@ -44,7 +44,7 @@ class Writer:
         self.q: queue.Queue = queue.Queue()
         self.maxsize = maxsize
         self.batch = batch
-        self.dropped = 0              # sample rows not queued (queue full)
+        self.dropped = 0              # sample rows not stored: the queue full, a write that failed
         self.written_samples = 0
         self.errors = 0               # writes that failed and were lost
         self.commits = 0
@@ -182,25 +182,29 @@ class Writer:
             # Another process holds the write lock (each attempt waited the busy timeout): keep the batch.
             self._note_problem(error)
         else:
-            self._failed(error, len(work))
+            self._failed(error, work)
             return
         if classify(error) in SYSTEMIC:
-            self._failed(error, len(work))
+            self._failed(error, work)
             return
         # One bad write must not take the rest of its batch with it: retry one by one.
         for item in work:
             error = self._commit([item])
             if error is not None:
-                self._failed(error, 1, item[0])
+                self._failed(error, [item], item[0])
 
     def _note_problem(self, error: Exception) -> None:
         kind = classify(error)
         self.problem = f"database {kind}: {error}"
         self._last_failure = time.monotonic()
-        self._logs.error(kind, "state writer: %s (writes are retried; commands are refused meanwhile)", self.problem)
+        # (a locked database's writes are retried; any other failure's are lost: 'retried' said so of a full disk too)
+        fate = "writes are retried" if kind == "locked" else "failed writes are lost, counted"
+        self._logs.error(kind, "state writer: %s (%s; commands are refused meanwhile)", self.problem, fate)
 
-    def _failed(self, error: Exception, n: int, what: str = "") -> None:
-        self.errors += n
+    def _failed(self, error: Exception, items: list, what: str = "") -> None:
+        """items rolled back for good: counted as writes lost, their samples as rows not stored."""
+        self.errors += len(items)
+        self.dropped += sum(len(payload) for kind, payload in items if kind == "samples")
         if classify(error) in SYSTEMIC or classify(error) == "locked":
             self._note_problem(error)
         else:

@@ -1,4 +1,6 @@
-"""A write that fails (a full disk, helper-159): a maintenance job rolled back with its batch is not taken for done."""
+"""A write that fails (a full disk, helper-159): a maintenance job rolled back with its batch is not taken for done,
+and every sample it loses is counted."""
+import logging
 import threading
 
 from state.items import INSERTS
@@ -51,3 +53,23 @@ def test_a_rollups_memory_moves_only_with_a_commit(tmp_path):
     job(db)                                          # nothing new: a later commit keeps what was committed
     job.committed()
     assert job.until == 40.0
+
+
+def test_samples_lost_with_a_failed_write_are_counted_as_rows_not_stored(short_tmp, caplog):
+    svc, writer = make_service(short_tmp)
+    assert writer.flush(10)
+    writer.db.execute(f"PRAGMA max_page_count = {writer.db.execute('PRAGMA page_count').fetchone()[0] + 4}")
+    _fill_to_the_brim(short_tmp / "s.db")
+    caplog.set_level(logging.ERROR, logger="spec_controller.state")
+    release = _held(writer)
+    for t0 in (100.0, 200.0, 300.0):
+        writer.samples(_rows(t0, 100))             # three groups, one batch: one failed write of 300 rows
+    release.set()
+    assert writer.flush(10)
+    assert writer.errors == 3 and writer.dropped == 300 and writer.written_samples == 0     # dropped was 0
+    assert svc.status()["samples"]["write_dropped"] == 300
+    # a full disk's writes are lost, not retried (the line said 'writes are retried' of every fault)
+    assert [r.getMessage() for r in caplog.records if r.name == "spec_controller.state"] == [
+        "state writer: database disk full: database or disk is full (failed writes are lost, counted; commands are "
+        "refused meanwhile)"]
+    writer.stop()
