@@ -88,8 +88,13 @@ class Retention:
                       if k.startswith("retention_") and k[len("retention_"):] in names})
 
 
-def apply_retention(db: sqlite_utils.Database, now_t: float, keep: Retention, wall: float | None = None) -> int:
-    """Delete what `keep` no longer covers; returns the number of rows deleted."""
+TRIM_SHARE = 0.1     # the oldest samples' share a run deletes while the disk turns new ones away (state/room.py)
+
+
+def apply_retention(db: sqlite_utils.Database, now_t: float, keep: Retention, wall: float | None = None,
+                    trim: bool = False) -> int:
+    """Delete what `keep` no longer covers, and with trim the oldest TRIM_SHARE of the samples (by row: rowids grow
+    with time), whose pages new samples then reuse; returns the number of rows deleted."""
     wall = time.time() if wall is None else wall
     steps = [
         ("DELETE FROM samples WHERE t < ?", [now_t - keep.samples_s]),
@@ -104,4 +109,7 @@ def apply_retention(db: sqlite_utils.Database, now_t: float, keep: Retention, wa
          "AND (wall < ? OR id NOT IN (SELECT max(id) FROM policy_state GROUP BY policy, CAST(wall / 3600 AS INTEGER)))",
          [keep.states_keep, wall - keep.states_hourly_s]),
     ]
+    if trim:
+        steps.append(("DELETE FROM samples WHERE rowid < (SELECT min(rowid) + (max(rowid) - min(rowid) + 1) * ? "
+                      "FROM samples)", [TRIM_SHARE]))
     return sum(db.execute(sql, args).rowcount for sql, args in steps)

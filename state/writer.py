@@ -13,6 +13,7 @@ import sqlite_utils
 from .db import classify, durable
 from .items import INSERTS, Ticket, decision_item, event_item, policy_state_item, setting_item
 from .logs import RateLimitedLog
+from .room import ROW_BYTES, Room, freed_bytes
 
 log = logging.getLogger("spec_controller.state")
 
@@ -39,12 +40,16 @@ class Writer:
     """
 
     def __init__(self, db: sqlite_utils.Database, maxsize: int = 10000, batch: int = 512,
-                 log_interval_s: float = 60.0):
+                 log_interval_s: float = 60.0, room: Room | None = None):
         self.db = db
         self.q: queue.Queue = queue.Queue()
         self.maxsize = maxsize
         self.batch = batch
-        self.dropped = 0              # sample rows not stored: the queue full, a write that failed
+        self.dropped = 0              # sample rows not stored: the queue full, a write that failed, no room on disk
+        self.turned_away = 0          # ... of them, those the disk had no room for (room.py: retention then trims)
+        self.room = room or Room()    # the free space kept on the database's disk (none without one: tests, tools)
+        self._short = False           # samples were turned away for room, and no batch has found room since
+        self._trimmed_at = 0          # turned_away at the last trim_due()
         self.written_samples = 0
         self.errors = 0               # writes that failed and were lost
         self.commits = 0
@@ -96,6 +101,11 @@ class Writer:
         """Run fn(db) on the writer thread, in its batch's transaction (rollups, retention); committed(), if given, once
         that transaction has committed (never for one rolled back: fn's memory of what it wrote must not run ahead)."""
         return self._put(("call", (fn, committed)))
+
+    def trim_due(self) -> bool:
+        """Whether samples were turned away for room since the last call: retention then frees the oldest's pages."""
+        due, self._trimmed_at = self.turned_away > self._trimmed_at, self.turned_away
+        return due
 
     def transaction(self, items: Sequence[tuple], timeout: float = 5.0) -> None:
         """Commit items (setting_item, event_item, ...) in a transaction of their own and wait for it.
@@ -171,6 +181,7 @@ class Writer:
         ticket.finish(None if error is None else f"{classify(error)} ({error})")
 
     def _write_batch(self, work: list) -> None:
+        work = self._room_for(work)
         if not work:
             return
         for attempt in range(LOCKED_RETRIES):
@@ -192,6 +203,37 @@ class Writer:
             error = self._commit([item])
             if error is not None:
                 self._failed(error, [item], item[0])
+
+    def _room_for(self, work: list) -> list:
+        """work less the sample groups the disk has no room for: under room's floor, only as many as the database's
+        own free pages hold (room.py); the others are counted, not written."""
+        if not any(kind == "samples" for kind, _ in work):
+            return work
+        if self.room.short() is None:
+            if self._short:
+                self._short = False
+                self._logs.reset("room")
+                log.warning("state writer: room on disk again: samples are stored again (%d turned away)",
+                            self.turned_away)
+            return work
+        try:
+            budget = freed_bytes(self.db)
+        except sqlite3.Error:
+            budget = 0
+        kept, turned = [], 0
+        for kind, payload in work:
+            if kind == "samples" and len(payload) * ROW_BYTES > budget:
+                turned += len(payload)
+                continue
+            budget -= len(payload) * ROW_BYTES if kind == "samples" else 0
+            kept.append((kind, payload))
+        if turned:
+            self.turned_away += turned
+            self.dropped += turned
+            self._short = True
+            self._logs.error("room", "state writer: %s (%d samples turned away so far)",
+                             self.room.problem() or "database disk nearly full", self.turned_away)
+        return kept
 
     def _note_problem(self, error: Exception) -> None:
         kind = classify(error)

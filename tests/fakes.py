@@ -10,6 +10,7 @@ from controller.daemon.config import load_config
 from controller.daemon.engines.base import Engine, EngineError
 from controller.daemon.service import Service
 from state.db import open_store
+from state.room import Room
 from state.writer import Writer
 
 
@@ -56,7 +57,8 @@ class FakeEngine(Engine):
 
 def make_service(tmp: Path, policy: str = "thompson", engine: Engine | None = None, **storage):
     cfg = load_config(None, {"storage": {"db": str(tmp / "s.db"), **storage}, "policy": {"name": policy}})
-    writer = Writer(open_store(cfg["storage"]["db"])).start()
+    st = cfg["storage"]
+    writer = Writer(open_store(st["db"]), room=Room(st["db"], st["min_free_mb"])).start()      # (as the daemon's)
     return Service(cfg, engine or FakeEngine(), writer), writer
 
 

@@ -135,7 +135,7 @@ def render_status(st: dict) -> str:
     ]
     if samples.get("write_errors") or samples.get("write_dropped"):
         lines.append(f"database:    {samples.get('write_errors') or 0:,} failed writes, {samples.get('write_dropped') or 0:,} "
-                     "samples not written (queue full or a failed write): see the daemon's log")
+                     "samples not written (queue full, a failed write or no room on disk): see the daemon's log")
     lines += _plugin_lines(eng.get("plugin") or {}) + _last_change(st)
     return "\n".join(lines)
 

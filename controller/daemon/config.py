@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from policies import PolicyError, make_policy
+from state.room import DEFAULT_MIN_FREE_MB, LEAST_MIN_FREE_MB
 
 from ..closename import close_hint
 from ..control.guard_config import GuardConfig, GuardConfigError
@@ -31,7 +32,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                 "retention_aggregates_s": 7 * 86400.0, "retention_decisions_s": 30 * 86400.0,
                 "retention_max_decisions": 200_000, "retention_events_s": 30 * 86400.0, "retention_max_events": 20_000,
                 "retention_states_keep": 48, "retention_states_hourly_s": 7 * 86400.0,
-                "rollup_s": 10.0, "checkpoint_s": 30.0},
+                "rollup_s": 10.0, "checkpoint_s": 30.0, "min_free_mb": DEFAULT_MIN_FREE_MB},
     "control": {"socket": "", "metrics_port": 0, "metrics_addr": "127.0.0.1", "ingest_queue": 65536,
                 "log_level": "INFO"},
 }
@@ -247,8 +248,8 @@ RANGES = [("sim", "speed", 0.01, 10000), ("sim", "concurrency", 0, MAX_BATCH), (
           ("storage", "retention_max_decisions", 100, 1e10), ("storage", "retention_events_s", 1, 1e10),
           ("storage", "retention_max_events", 100, 1e10), ("storage", "retention_states_keep", 1, 1e6),
           ("storage", "retention_states_hourly_s", 0, 1e10), ("storage", "rollup_s", 1, 86400),
-          ("storage", "checkpoint_s", 1, 86400), ("control", "metrics_port", 0, 65535),
-          ("control", "ingest_queue", 16, 10_000_000)]
+          ("storage", "checkpoint_s", 1, 86400), ("storage", "min_free_mb", 0, 1e9),
+          ("control", "metrics_port", 0, 65535), ("control", "ingest_queue", 16, 10_000_000)]
 
 
 def validate(cfg: dict) -> None:
@@ -262,6 +263,9 @@ def validate(cfg: dict) -> None:
     if 0 < cfg["sim"]["arrival_rate"] < MIN_ARRIVAL_RATE:     # (1e-300 passed, and the start hung for good at 100 % CPU)
         raise ConfigError(f"config: [sim] arrival_rate={cfg['sim']['arrival_rate']!r} out of range (allowed 0 for none, "
                           f"or {MIN_ARRIVAL_RATE:g} .. 1e+06 requests/s, as a trace's rate and specctl simulate's)")
+    if 0 < (floor := cfg["storage"]["min_free_mb"]) < LEAST_MIN_FREE_MB:    # (a checkpoint could then fill the disk)
+        raise ConfigError(f"config: [storage] min_free_mb={floor!r} out of range (allowed 0 for none, or "
+                          f"{LEAST_MIN_FREE_MB:g} .. 1e+09: a checkpoint of the WAL needs that room)")
     ctl = cfg["control"]
     if str(ctl["log_level"]).upper() not in LOG_LEVELS:
         raise ConfigError(f"config: [control] log_level={ctl['log_level']!r} must be one of {', '.join(LOG_LEVELS)}")

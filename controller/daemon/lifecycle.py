@@ -14,6 +14,7 @@ from policies import PolicyError
 from state import queries
 from state.db import open_store
 from state.lock import DaemonLock
+from state.room import Room
 from state.writer import Writer
 
 from ..numtext import one_line
@@ -139,7 +140,7 @@ class Daemon:
             lock.release(remove_if_created=True)
             raise
         engine = configured_engine(self.cfg, queries.last_engine_time(db))
-        writer = Writer(db).start()
+        writer = Writer(db, room=Room(st["db"], st["min_free_mb"])).start()
         try:
             service = Service(self.cfg, engine, writer)
         except PolicyError as e:

@@ -280,15 +280,14 @@ class Service:
         self.writer.call(self._rollups, self._rollups.committed)
 
     def retention(self) -> None:
-        keep, now = Retention.from_storage(self.cfg["storage"]), self.clock.now()
-        self.writer.call(lambda db: apply_retention(db, now, keep))
+        keep, now, trim = Retention.from_storage(self.cfg["storage"]), self.clock.now(), self.writer.trim_due()
+        self.writer.call(lambda db: apply_retention(db, now, keep, trim=trim))
 
     # --- status -------------------------------------------------------------------
     def problems(self, health: Mapping[str, Any]) -> list[str]:
         """Why the daemon is not healthy (empty when it is)."""
         out = [] if health.get("ok") else [f"engine: {health.get('detail')}"]
-        if self.writer.problem:
-            out.append(self.writer.problem)
+        out += [p for p in (self.writer.problem, self.writer.room.problem()) if p]   # (room: the disk nearly full)
         out += [f"{job}: {error}" for job, error in sorted(self.job_failing.items())]
         if self.ingest.failing:
             out.append(f"ingest: {self.ingest.failing}")
