@@ -289,6 +289,11 @@ def test_gc_freezes_while_its_flag_file_exists(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(gc, "unfreeze", lambda: calls.append("unfreeze"))
     monkeypatch.setitem(sys.modules, "torch", fake_torch())
     import timeline
+    # the timeline's clock, moved by hand: 'less than a second since the last look' held only while the lines below
+    # ran within a second of the flush (a loaded host's stalled file system call failed it; helper-159)
+    now = [10**12]
+    monkeypatch.setattr(timeline, "time", types.SimpleNamespace(perf_counter_ns=lambda: now[0],
+                                                                 thread_time_ns=lambda: 0))
     flag = tmp_path / "gcflag"
     monkeypatch.setenv("SPEC_GC_FREEZE", str(flag))
     tl = timeline.Timeline(str(tmp_path / "tl"))
@@ -304,8 +309,10 @@ def test_gc_freezes_while_its_flag_file_exists(tmp_path, monkeypatch, capsys):
     flag.touch()                              # an idle scheduler with nothing to write still looks, once a second
     idle = tl.span("N")
     idle(lambda sched: types.SimpleNamespace(batch_to_run=None), None)
+    now[0] += 999_000_000
+    idle(lambda sched: types.SimpleNamespace(batch_to_run=None), None)
     assert calls == ["freeze", "unfreeze"]    # the flush above looked less than a second ago
-    tl.flags_checked -= 2_000_000_000
+    now[0] += 2_000_000_000
     idle(lambda sched: types.SimpleNamespace(batch_to_run=None), None)
     idle(lambda sched: types.SimpleNamespace(batch_to_run=None), None)
     assert calls == ["freeze", "unfreeze", "freeze"] and tl.pending == []
