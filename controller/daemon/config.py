@@ -41,12 +41,10 @@ FILE_PATHS = {"storage": ("db",), "control": ("socket",), "sim": ("profile", "tr
 # `spec-controller run` flags with a name of their own (flag parameter -> section, key); every
 # other key is reached with --set SECTION.KEY=VALUE (systemd/config.example.toml says so).
 FLAGS: dict[str, tuple[str, str]] = {
-    "engine": ("engine", "kind"), "profile": ("sim", "profile"), "trace": ("sim", "trace"),
-    "concurrency": ("sim", "concurrency"), "arrival_rate": ("sim", "arrival_rate"), "speed": ("sim", "speed"),
-    "policy": ("policy", "name"),
+    "engine": ("engine", "kind"), "profile": ("sim", "profile"), "trace": ("sim", "trace"), "speed": ("sim", "speed"),
+    "concurrency": ("sim", "concurrency"), "arrival_rate": ("sim", "arrival_rate"), "policy": ("policy", "name"),
     "db": ("storage", "db"), "socket_path": ("control", "socket"), "metrics_port": ("control", "metrics_port"),
-    "log_level": ("control", "log_level"),
-}
+    "log_level": ("control", "log_level")}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # retention_max_rows was the samples' row cap before every table had one
 RENAMED = {("storage", "retention_max_rows"): "retention_max_samples"}
@@ -77,9 +75,8 @@ def _check(section: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) 
                 raise ConfigError(f"config: [{section}] {key} must be a table")
             continue
         want = float if isinstance(default, float) else type(default)
-        ok = isinstance(value, want) or (want is float and isinstance(value, int))
-        if isinstance(value, bool) and want is not bool:
-            ok = False
+        ok = (isinstance(value, want) or (want is float and isinstance(value, int))) and not (
+            isinstance(value, bool) and want is not bool)
         if not ok:      # (text no number by numtext's rule, where a number goes: --set's +5, the rule said)
             rule = f" ({written(want)})" if want in (int, float) and misread(value) else ""
             raise ConfigError(f"config: [{section}] {key}={value!r} must be {KINDS.get(want, want.__name__)}{rule}")
@@ -133,12 +130,8 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, An
     """Defaults < file < overrides. A missing *default* file means built-in defaults."""
     cfg = copy.deepcopy(DEFAULTS)
     file_data: dict = {}
-    if path is None:
-        path = DEFAULT_CONFIG
-        explicit = False
-    else:
-        explicit = True
-    path = Path(path)
+    explicit = path is not None
+    path = Path(DEFAULT_CONFIG if path is None else path)
     # (explicit first: a name too long to stat was a traceback; present(): a default file in a directory this user may
     # not enter, /etc/spec-controller 0750, raised PermissionError from exists() as a traceback, now "cannot read")
     if read := explicit or present(path):
@@ -250,6 +243,9 @@ RANGES = [("sim", "speed", 0.01, 10000), ("sim", "concurrency", 0, MAX_BATCH), (
           ("storage", "retention_states_hourly_s", 0, 1e10), ("storage", "rollup_s", 1, 86400),
           ("storage", "checkpoint_s", 1, 86400), ("storage", "min_free_mb", 0, 1e9),
           ("control", "metrics_port", 0, 65535), ("control", "ingest_queue", 16, 10_000_000)]
+# 0 (none) or at least: an arrival rate of 1e-300 hung the start at 100 % CPU; a disk floor under a WAL checkpoint's room
+ZERO_OR_AT_LEAST = [("sim", "arrival_rate", MIN_ARRIVAL_RATE, "1e+06 requests/s, as a trace's rate and specctl simulate's"),
+                    ("storage", "min_free_mb", LEAST_MIN_FREE_MB, "1e+09: a checkpoint of the WAL needs that room")]
 
 
 def validate(cfg: dict) -> None:
@@ -260,12 +256,10 @@ def validate(cfg: dict) -> None:
         value = cfg[section][key]
         if not lo <= value <= hi:          # NaN fails too
             raise ConfigError(f"config: [{section}] {key}={value!r} out of range (allowed {lo:g} .. {hi:g})")
-    if 0 < cfg["sim"]["arrival_rate"] < MIN_ARRIVAL_RATE:     # (1e-300 passed, and the start hung for good at 100 % CPU)
-        raise ConfigError(f"config: [sim] arrival_rate={cfg['sim']['arrival_rate']!r} out of range (allowed 0 for none, "
-                          f"or {MIN_ARRIVAL_RATE:g} .. 1e+06 requests/s, as a trace's rate and specctl simulate's)")
-    if 0 < (floor := cfg["storage"]["min_free_mb"]) < LEAST_MIN_FREE_MB:    # (a checkpoint could then fill the disk)
-        raise ConfigError(f"config: [storage] min_free_mb={floor!r} out of range (allowed 0 for none, or "
-                          f"{LEAST_MIN_FREE_MB:g} .. 1e+09: a checkpoint of the WAL needs that room)")
+    for section, key, least, upto in ZERO_OR_AT_LEAST:
+        if 0 < (value := cfg[section][key]) < least:
+            raise ConfigError(f"config: [{section}] {key}={value!r} out of range (allowed 0 for none, or {least:g} .. "
+                              f"{upto})")
     ctl = cfg["control"]
     if str(ctl["log_level"]).upper() not in LOG_LEVELS:
         raise ConfigError(f"config: [control] log_level={ctl['log_level']!r} must be one of {', '.join(LOG_LEVELS)}")
