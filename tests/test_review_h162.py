@@ -92,3 +92,22 @@ def test_a_stuck_part_holds_the_drain_no_longer_than_before_its_budget(short_tmp
         svc.writer.flush = flush
         writer.stop()
     assert len(waits.given[stuck]) == 1 and waits.given[stuck][0] <= 30.0, waits.given
+
+
+def test_each_message_over_the_cap_is_one_drop(short_tmp):
+    """The handshakes' outcomes name no connection and come out of the connections' order (a probe's failure before
+    the sender's success: the oldest-connection match counted none, 4 runs in 6): two over-cap messages, two drops."""
+    eng = SGLangEngine(BASE)
+    now = time.time()
+
+    def send(push):
+        _sample_then_probes(push, short_tmp, now, 1)
+        for n in (1, 2):
+            push.send(b"\x01" * (contract.MAX_TELEMETRY_MESSAGE + 1))
+            deadline = time.monotonic() + 30
+            while eng.bad_messages < n and time.monotonic() < deadline:
+                time.sleep(0.02)
+        push.send(contract.pack_sample(now, 5, 0, 5, 0.01, True))
+    got = _run_receiver(short_tmp, eng, send, lambda got: len(got) == 2)
+    assert [s.batch_size for s in got] == [4, 5]
+    assert eng.bad_messages == 2

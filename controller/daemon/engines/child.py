@@ -82,46 +82,39 @@ def telemetry_pull(address: str, hwm: int = 100000):
 class DropWatch:
     """The connections zmq dropped unread under `pull` (a message over MAX_TELEMETRY_MESSAGE, or a sender's frames not
     of zmq's protocol): they were lost without a word, a plugin whose messages outgrew the cap sending nothing that
-    arrived. zmq says only 'disconnected', as for a sender that exits: a sender's disconnect (its connection had passed
-    zmq's handshake) counts once a sender passes the handshake again (zmq reconnects a dropped PUSH at once), so that
-    an engine's exit is never taken for one. A connection that never passed it (another daemon's start probing the
-    socket, sockprobe) is no sender: two such probes were counted as one drop (helper-162)."""
+    arrived. zmq says only 'disconnected', as for a sender that exits, and names no connection in a handshake's outcome
+    (whose order is not the connections': a probe's failure came before the sender's success). So it counts: an engine
+    has one sender (the plugin's rank 0), which zmq reconnects at once when the daemon's side drops it; every handshake
+    passed after the first is such a reconnect, where a connection that had passed one has gone (disconnects less
+    failed handshakes: another daemon's start probing the socket, sockprobe, fails its handshake and is no sender,
+    helper-162; an engine's exit is a disconnect no handshake follows)."""
     OUTCOMES = ("EVENT_HANDSHAKE_SUCCEEDED", "EVENT_HANDSHAKE_FAILED_NO_DETAIL", "EVENT_HANDSHAKE_FAILED_PROTOCOL",
                 "EVENT_HANDSHAKE_FAILED_AUTH")
 
     def __init__(self, pull):
         import zmq
-        events = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
+        events = zmq.EVENT_DISCONNECTED
         for name in self.OUTCOMES:
             events |= getattr(zmq, name)
         self.monitor = pull.get_monitor_socket(events)
-        self._pull, self._gone = pull, 0
-        self._greeting: list[int] = []      # accepted connections (their descriptors) whose handshake is under way
-        self._senders: set[int] = set()     # ... and those that passed it
+        self._pull = pull
+        self.passed = self.failed = self.gone = self.counted = 0
 
     def dropped(self) -> int:
-        """The drops its events prove (read without waiting: call when the monitor is readable)."""
+        """The drops its events prove since the last call (read without waiting: call when the monitor is readable)."""
         import zmq
         from zmq.utils.monitor import recv_monitor_message
-        drops = 0
         while self.monitor.poll(0):
-            message = recv_monitor_message(self.monitor, zmq.NOBLOCK)
-            event, fd = message["event"], message["value"]
-            if event == zmq.EVENT_ACCEPTED:
-                self._greeting.append(fd)
-            elif event == zmq.EVENT_DISCONNECTED:
-                if fd in self._senders:
-                    self._senders.discard(fd)
-                    self._gone += 1
-                elif fd in self._greeting:
-                    self._greeting.remove(fd)
-            elif self._greeting:            # a handshake's outcome (its value is no descriptor): the oldest under way
-                fd = self._greeting.pop(0)
-                if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                    self._senders.add(fd)
-                    if self._gone:
-                        self._gone, drops = self._gone - 1, drops + 1
-        return drops
+            event = recv_monitor_message(self.monitor, zmq.NOBLOCK)["event"]
+            if event == zmq.EVENT_DISCONNECTED:
+                self.gone += 1
+            elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.passed += 1
+            else:
+                self.failed += 1
+        proven = max(0, min(self.passed - 1, self.gone - self.failed))
+        new, self.counted = max(0, proven - self.counted), max(self.counted, proven)
+        return new
 
     def close(self) -> None:
         self._pull.disable_monitor()
