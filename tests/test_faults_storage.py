@@ -40,8 +40,11 @@ def test_a_command_is_refused_and_nothing_changes_while_its_write_cannot_happen(
     writer.stop()
 
 
-def _fill_to_the_brim(path) -> None:
-    """No room left for one more row in any table (SQLite's page cap stands for a full disk)."""
+def _fill_to_the_brim(path, writer=None) -> None:
+    """No room left for one more row in any table (SQLite's page cap stands for a full disk); writer: its connection
+    capped too, first."""
+    if writer is not None:
+        writer.db.execute(f"PRAGMA max_page_count = {writer.db.execute('PRAGMA page_count').fetchone()[0] + 4}")
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute(f"PRAGMA max_page_count = {conn.execute('PRAGMA page_count').fetchone()[0] + 4}")
     for size in (4000, 400, 40, 1):
@@ -60,8 +63,7 @@ def _fill_to_the_brim(path) -> None:
 def test_disk_full_one_log_line_healthy_false_commands_refused_then_recovery(short_tmp, caplog):
     svc, writer = make_service(short_tmp)
     assert writer.flush(10)
-    writer.db.execute(f"PRAGMA max_page_count = {writer.db.execute('PRAGMA page_count').fetchone()[0] + 4}")
-    _fill_to_the_brim(short_tmp / "s.db")
+    _fill_to_the_brim(short_tmp / "s.db", writer)
     caplog.set_level(logging.WARNING, logger="spec_controller.state")
     for i in range(2000):                          # a busy daemon's writes on a full disk
         writer.decision(100.0 + i, 0, 1, "x", "r" * 100, False)

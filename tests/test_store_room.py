@@ -40,8 +40,7 @@ def test_a_rollup_rolled_back_with_its_batch_is_rolled_up_again(short_tmp):
     svc, writer = make_service(short_tmp, rollup_s=10.0)
     writer.samples(_rows(100.0, 200))                      # windows 100 .. 190
     assert writer.flush(10)
-    writer.db.execute(f"PRAGMA max_page_count = {writer.db.execute('PRAGMA page_count').fetchone()[0] + 4}")
-    _fill_to_the_brim(short_tmp / "s.db")
+    _fill_to_the_brim(short_tmp / "s.db", writer)
     release = _held(writer)
     svc.rollup()                  # rolls up 100 .. 180, then the samples of its batch meet the full disk: all rolled back
     writer.samples(_rows(200.0, 400))
@@ -73,8 +72,7 @@ def test_a_rollups_memory_moves_only_with_a_commit(tmp_path):
 def test_samples_lost_with_a_failed_write_are_counted_as_rows_not_stored(short_tmp, caplog):
     svc, writer = make_service(short_tmp)
     assert writer.flush(10)
-    writer.db.execute(f"PRAGMA max_page_count = {writer.db.execute('PRAGMA page_count').fetchone()[0] + 4}")
-    _fill_to_the_brim(short_tmp / "s.db")
+    _fill_to_the_brim(short_tmp / "s.db", writer)
     caplog.set_level(logging.ERROR, logger="spec_controller.state")
     release = _held(writer)
     for t0 in (100.0, 200.0, 300.0):
