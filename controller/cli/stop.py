@@ -12,7 +12,7 @@ from ..paths import pid_namespace, present
 from .client import DaemonDropped, DaemonUnreachable
 from .common import UNREADABLE, Ctx, call, fail, lock_holder
 from .holder import find_holder
-from .options import EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE, Bounded
+from .options import EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_UNFLUSHED, EXIT_USAGE, Bounded
 
 
 def _no_such_process(pid: int) -> bool:
@@ -156,4 +156,29 @@ def _wait(db: Path, pid: int, timeout: float, already: bool = False, seen: bool 
         if _gone(db, pid):
             fail(f"daemon pid {pid} has drained and let go of its database but had not exited after {timeout:g} s")
         fail(f"daemon pid {pid} is still draining after {timeout:g} s")
+    if why := unflushed(db, pid):
+        fail(f"daemon pid {pid} stopped, but {why} (its log says which; it exited {EXIT_UNFLUSHED})", EXIT_UNFLUSHED)
     click.echo(f"daemon pid {pid} stopped" + (" (it was already stopping)" if already else ""))
+
+
+def unflushed(db: Path, pid: int) -> str | None:
+    """Why the daemon that stopped left writes unstored, from its database (helper-159: specctl said 'stopped', exit 0,
+    where the daemon exited EXIT_UNFLUSHED): its stop event's exit code, or no stop event after its own start (the
+    writer did not finish). None where all is stored, or where the database cannot tell (unreadable, another start)."""
+    import sqlite3
+
+    from state import queries
+    from state.db import StoreError, open_store
+    try:
+        store = open_store(db, readonly=True)
+        try:
+            if queries.newest_start(store).get("pid") != str(pid):
+                return None
+            stop = queries.after_newest_start(store, "stop")
+        finally:
+            store.conn.close()
+    except (StoreError, OSError, sqlite3.Error):
+        return None
+    if stop is None:
+        return "its stop was not recorded: the database writer did not finish"
+    return "its final writes were not all stored" if stop["detail"].endswith(f": exit {EXIT_UNFLUSHED}") else None
