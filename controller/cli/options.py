@@ -22,7 +22,7 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 NO_ARGS_IS_HELP = click.exceptions.NoArgsIsHelpError
 EXIT_NOT_RUNNING = 3      # no daemon: the answer came from the database (or could not come at all)
 EXIT_STARTING = 4         # a daemon holds the database but does not serve yet (engine loading)
-EXIT_UNFLUSHED = 5        # the daemon's: stopped as asked, its final writes lost (the unit does not restart it)
+EXIT_UNFLUSHED = 5        # the daemon's (and `specctl stop`'s): stopped as asked, its final writes lost (no restart)
 
 
 def say(message: str, err: bool = False) -> None:
