@@ -165,10 +165,16 @@ def after_newest_start(db: sqlite_utils.Database, kind: str) -> dict | None:
     return {"wall": row[0], "detail": row[1]} if row else None
 
 
+def exit_of(stop: dict | None) -> int | None:
+    """The exit code a stop event (after_newest_start's) names, as the drain writes it ('SIGTERM: exit 5'), or None."""
+    words = stop["detail"].rsplit(": exit ", 1) if stop else []
+    return int(words[1]) if len(words) == 2 and words[1].isascii() and words[1].isdigit() else None
+
+
 def last_run_error(db: sqlite_utils.Database) -> dict | None:
     """{wall, detail} of the newest error the newest start met (a start that failed, an exit 1), or None: what an
     offline status says beside NOT RUNNING (it said nothing; the reason sat in the journal and the events table)."""
     stop = after_newest_start(db, "stop")
-    if stop and stop["detail"].endswith(": exit 0"):     # a run that went on and stopped cleanly (a retried set_threshold)
+    if exit_of(stop) == 0:      # a run that went on and stopped cleanly (a retried set_threshold)
         return None
     return after_newest_start(db, "error")

@@ -181,4 +181,4 @@ def unflushed(db: Path, pid: int) -> str | None:
         return None
     if stop is None:
         return "its stop was not recorded: the database writer did not finish"
-    return "its final writes were not all stored" if stop["detail"].endswith(f": exit {EXIT_UNFLUSHED}") else None
+    return "its final writes were not all stored" if queries.exit_of(stop) == EXIT_UNFLUSHED else None
