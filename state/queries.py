@@ -171,6 +171,16 @@ def exit_of(stop: dict | None) -> int | None:
     return int(words[1]) if len(words) == 2 and words[1].isascii() and words[1].isdigit() else None
 
 
+def unstopped_run(db: sqlite_utils.Database) -> str | None:
+    """The pid (as recorded, '?' where not) of the newest start that neither a stop nor an error event follows: SIGKILL,
+    the OOM killer or a crash left no word. None otherwise. Only where no daemon holds the database: a daemon still
+    starting has no stop yet."""
+    started = db.execute("SELECT 1 FROM events WHERE kind = 'start' LIMIT 1").fetchone() is not None
+    if not started or after_newest_start(db, "stop") or after_newest_start(db, "error"):
+        return None
+    return newest_start(db).get("pid") or "?"
+
+
 def last_run_error(db: sqlite_utils.Database) -> dict | None:
     """{wall, detail} of the newest error the newest start met (a start that failed, an exit 1), or None: what an
     offline status says beside NOT RUNNING (it said nothing; the reason sat in the journal and the events table)."""

@@ -234,7 +234,9 @@ def test_status_of_a_run_that_ended_on_an_error_says_why(short_tmp):
     store.conn.execute(INSERTS["events"], event_item("start", "engine=sglang pid=3")[1])
     store.conn.commit()
     res = specctl(short_tmp, short_tmp / "x.db", "status", "--json")
-    assert res.exit_code == 3 and json.loads(res.stdout)["daemon"]["problems"] == [], res.output
+    problems = json.loads(res.stdout)["daemon"]["problems"]     # (helper-164: its own end, no stop on record, is)
+    assert res.exit_code == 3 and len(problems) == 1 and "not ready" not in problems[0], res.output
+    assert problems[0].startswith("the last run (pid 3) ended without a stop on record"), problems
     # mutation pass q: an error the run went on past (a set_threshold retried at the next tick), then a clean stop
     for kind, detail in [("error", "set_threshold(4) failed: timed out"), ("stop", "SIGTERM: exit 0")]:
         store.conn.execute(INSERTS["events"], event_item(kind, detail)[1])

@@ -208,12 +208,12 @@ def _fallback_split(plugin: dict) -> str:
     return f" ({share:.0f}% of off batches: {logprob} logprobs, {grammar} grammar, {n - logprob - grammar} other)"
 
 
-def offline_status(ctx: Ctx) -> dict:
-    """The status document from the database alone (the daemon is down or not serving yet)."""
-    return offline_read(ctx, lambda db: _from_db(ctx, db))
+def offline_status(ctx: Ctx, down: bool = False) -> dict:
+    """The status document from the database alone (the daemon is down, down=True, or not serving yet)."""
+    return offline_read(ctx, lambda db: _from_db(ctx, db, down))
 
 
-def _from_db(ctx: Ctx, db) -> dict:
+def _from_db(ctx: Ctx, db, down: bool) -> dict:
     from state import queries
     saved = queries.settings(db)
     sums = queries.sample_sums(db)
@@ -231,8 +231,11 @@ def _from_db(ctx: Ctx, db) -> dict:
                "last_decision": {k: last[0][k] for k in ("t", "wall", "old", "new", "reason", "exploratory")}
                if last else None}                                                                  # (the live shape)
     error = queries.last_run_error(db)
+    gone = queries.unstopped_run(db) if down and not error else None   # (a SIGKILL or the OOM killer leaves no word)
     problems = [f"the last run met an error {ago(time.time() - error['wall'])} ago: {one_line(error['detail'])}"] \
-        if error else []
+        if error else [f"the last run (pid {gone}) ended without a stop on record: killed (SIGKILL, the OOM "
+                       "killer), crashed or its final writes lost; a start resumes from its last checkpoint"] \
+        if gone else []
     return build_status({"running": False, "db": str(ctx.db), "socket": str(ctx.socket), "problems": problems}, None,
                         control, window, {"total": db["samples"].count})
 
@@ -268,7 +271,7 @@ def current_status(ctx: Ctx, explain: bool) -> tuple[dict, int]:
         found = find_holder(ctx.db, ctx.socket, holder) if holder else None
         if found and found.elsewhere:       # a healthy daemon, and a mistyped --socket: say so, nothing else
             fail(found.mismatch(), EXIT_USAGE)
-        st = offline_status(ctx)
+        st = offline_status(ctx, down=not holder)
         if holder:      # alive but not serving: the engine is still loading (or the daemon is wedged)
             st["daemon"].update(starting=True, pid=int(holder) if holder.isdigit() else holder)
         if explain:
