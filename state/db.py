@@ -17,7 +17,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-from .migrations import MIGRATIONS, TABLES, migrate
+from .migrations import MIGRATIONS, TABLES, V1_COLUMNS, migrate
 
 BUSY_TIMEOUT_MS = 5000
 SIDECARS = ("-wal", "-shm", "-journal")
@@ -188,6 +188,11 @@ def _check_schema(path: Path, conn: sqlite3.Connection, readonly: bool) -> None:
         if missing := [t for t in TABLES if t not in tables]:
             raise StoreError(f"{path} is not a spec-controller database, or a damaged one: schema version {version} "
                              f"without its table{'s' if len(missing) > 1 else ''} {', '.join(missing)}; refusing it")
+        for table in TABLES:     # (a table of ours without its columns: every read and the start were a traceback)
+            have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+            if lacks := [c for c in V1_COLUMNS[table] if c not in have]:
+                raise StoreError(f"{path} is not a spec-controller database, or a damaged one: its table {table} "
+                                 f"lacks the column{'s' if len(lacks) > 1 else ''} {', '.join(lacks[:5])}; refusing it")
         return
     if tables:
         raise StoreError(f"{path} is not a spec-controller database: it belongs to another application "

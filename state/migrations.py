@@ -4,24 +4,32 @@ from __future__ import annotations
 import sqlite_utils
 
 
+# version 1's tables and their columns (the migration makes them; _check_schema asks a file for them)
+V1_COLUMNS: dict[str, dict[str, type]] = {
+    "samples": {"t": float, "batch_size": int, "steps": int, "tokens": int, "step_s": float, "decode_only": int},
+    "aggregates": {"window_start": float, "window_s": float, "bucket": int, "mode": str, "batches": int, "tokens": int,
+                   "busy_s": float, "mean_batch_size": float},
+    "decisions": {"id": int, "t": float, "wall": float, "old": int, "new": int, "policy": str, "reason": str,
+                  "exploratory": int},
+    "policy_state": {"id": int, "wall": float, "policy": str, "params": str, "state": str},
+    "settings": {"key": str, "value": str, "wall": float},
+    "events": {"id": int, "wall": float, "kind": str, "detail": str},
+}
+V1_KEYS = {"aggregates": ("window_start", "bucket", "mode"), "decisions": "id", "policy_state": "id",
+           "settings": "key", "events": "id"}
+
+
 def _v1(db: sqlite_utils.Database) -> None:
-    db["samples"].create({"t": float, "batch_size": int, "steps": int, "tokens": int, "step_s": float,
-                          "decode_only": int})
+    for table, columns in V1_COLUMNS.items():
+        db[table].create(columns, pk=V1_KEYS.get(table))
     db["samples"].create_index(["t"])
-    db["aggregates"].create({"window_start": float, "window_s": float, "bucket": int, "mode": str,
-                             "batches": int, "tokens": int, "busy_s": float, "mean_batch_size": float},
-                            pk=("window_start", "bucket", "mode"))
-    db["decisions"].create({"id": int, "t": float, "wall": float, "old": int, "new": int, "policy": str,
-                            "reason": str, "exploratory": int}, pk="id")
-    db["policy_state"].create({"id": int, "wall": float, "policy": str, "params": str, "state": str}, pk="id")
-    db["settings"].create({"key": str, "value": str, "wall": float}, pk="key")
-    db["events"].create({"id": int, "wall": float, "kind": str, "detail": str}, pk="id")
 
 
 MIGRATIONS = [_v1]
-# the tables every schema version from 1 on holds (a later step may add tables, never drop these): a file whose
-# user_version says spec-controller's schema but that lacks one is refused at its opening (db._check_schema)
-TABLES = ("samples", "aggregates", "decisions", "policy_state", "settings", "events")
+# the tables every schema version from 1 on holds, each with version 1's columns at least (a later step may add tables
+# and columns, never drop these): a file whose user_version says spec-controller's schema but that lacks one is
+# refused at its opening (db._check_schema)
+TABLES = tuple(V1_COLUMNS)
 
 
 def migrate(db: sqlite_utils.Database) -> int:

@@ -1,0 +1,50 @@
+"""helper-166's hostile-input pass over the boundaries: what it found, each test red before its fix."""
+import sqlite3
+
+import pytest
+
+from state.db import StoreError, open_store
+from tests.test_daemon_e2e import run_daemon_once
+from tests.test_faults_cli import _one_line, specctl
+
+
+# --- the database: a table of ours without its columns ----------------------------------------------------------------
+def _table_without_its_columns(db, table: str = "decisions") -> bytes:
+    """A database of ours whose table was made again by hand with other columns (user_version 1, every table there)."""
+    open_store(db).conn.close()
+    conn = sqlite3.connect(db)
+    conn.execute(f"DROP TABLE {table}")
+    conn.execute(f"CREATE TABLE {table} (x)")
+    conn.commit()
+    conn.close()
+    return db.read_bytes()
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_table_of_ours_without_its_columns_is_refused_at_the_opening(short_tmp, readonly):
+    db = short_tmp / "d.db"
+    before = _table_without_its_columns(db)
+    with pytest.raises(StoreError, match="its table decisions lacks the columns id, t, wall, old, new; refusing it"):
+        open_store(db, readonly=readonly)
+    assert db.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", [["status"], ["history"], ["threshold"], ["plot", "x.png"],
+                                     ["threshold", "pin", "3"]])
+def test_specctl_on_a_table_without_its_columns_is_one_line(short_tmp, command):
+    """status, history, threshold and plot were a traceback (no such column: t)."""
+    db = short_tmp / "d.db"
+    before = _table_without_its_columns(db)
+    _one_line(specctl(short_tmp, db, *command), "is not a spec-controller database, or a damaged one: its table "
+                                                "decisions lacks the columns")
+    assert db.read_bytes() == before
+
+
+def test_the_daemon_refuses_a_table_without_its_columns_in_one_line(short_tmp):
+    """The start was a traceback of 37 lines (exit 1)."""
+    db = short_tmp / "d.db"
+    before = _table_without_its_columns(db, "samples")
+    res = run_daemon_once(short_tmp, "--concurrency", "4", "--db", str(db), "--socket", str(short_tmp / "s"))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    assert "its table samples lacks the columns t, batch_size" in lines[0] and db.read_bytes() == before
