@@ -178,10 +178,10 @@ def test_specctl_retries_a_full_socket_until_it_is_served(short_tmp, monkeypatch
         listener.accept()[0].close()
     conn, _ = listener.accept()                     # specctl's connection
     conn.recv(65536)
-    body = json.dumps({"ok": True}).encode()
+    body = json.dumps({"daemon": {"running": True}}).encode()
     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     t.join(10)
-    assert got["answer"] == {"ok": True}
+    assert got["answer"] == {"daemon": {"running": True}}
     conn.close()
     listener.close()
 

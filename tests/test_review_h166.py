@@ -1,8 +1,12 @@
 """helper-166's hostile-input pass over the boundaries: what it found, each test red before its fix."""
+import socket
 import sqlite3
+import threading
 
 import pytest
+from click.testing import CliRunner
 
+from controller.cli.main import cli
 from state.db import StoreError, open_store
 from tests.test_daemon_e2e import run_daemon_once
 from tests.test_faults_cli import _one_line, specctl
@@ -48,3 +52,43 @@ def test_the_daemon_refuses_a_table_without_its_columns_in_one_line(short_tmp):
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 1 and len(lines) == 1, res.stderr
     assert "its table samples lacks the columns t, batch_size" in lines[0] and db.read_bytes() == before
+
+
+# --- specctl: a --socket on which another program answers HTTP ---------------------------------------------------------
+def _foreign_http(path, status: str, body: bytes) -> None:
+    """Another program's HTTP server on a unix socket (docker.sock's kind): every request answered with `body`."""
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen(8)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data and (chunk := conn.recv(65536)):
+                    data += chunk
+                conn.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                             % (status.encode(), len(body), body))
+    threading.Thread(target=serve, daemon=True).start()
+    return listener
+
+
+@pytest.mark.parametrize("status, body", [("404 Not Found", b'{"message": "page not found"}'),
+                                          ("200 OK", b'{"status": "ok"}'), ("200 OK", b"[1, 2]"), ("200 OK", b"null")])
+@pytest.mark.parametrize("command", [["status"], ["threshold"], ["history"], ["policy", "show"],
+                                     ["threshold", "pin", "3"], ["policy", "set", "ucb"], ["stop", "--no-wait"]])
+def test_specctl_on_another_programs_http_socket_is_one_line(short_tmp, monkeypatch, status, body, command):
+    """A JSON 404 printed 'specctl: None'; a JSON answer of another shape was a traceback (KeyError: 'daemon')."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(short_tmp))
+    monkeypatch.delenv("SPECCTL_DB", raising=False)
+    sock = short_tmp / "other.sock"
+    listener = _foreign_http(sock, status, body)
+    try:
+        res = CliRunner().invoke(cli, ["--socket", str(sock), *command])
+    finally:
+        listener.close()
+    _one_line(res, f"specctl: the program on {sock} is not a spec-controller daemon")

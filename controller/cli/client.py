@@ -16,6 +16,14 @@ MAX_ANSWER = 64 * 1024 * 1024
 BUSY_RETRY_S = 3.0      # how long a full connection queue (EAGAIN) is retried before giving up
 DROPPED_RETRY_S = 1.0   # how long a read that the daemon drops unanswered is asked again (a stopping daemon: gone by then)
 ANSWER_TIMEOUT_S = 10.0  # a pin waits on SGLang's set_internal_state (up to 30 s): the command may land after this
+# What each endpoint answers (docs/api.md): its JSON kind and a key it always holds (a dotted one within an object; a
+# list's keys are its items'). An answer without them is not a spec-controller daemon's: a --socket naming another
+# program's HTTP socket printed "specctl: None" for its JSON 404, and a traceback (KeyError) for its JSON answer.
+ANSWERS: dict[str, tuple[type, tuple[str, ...]]] = {
+    "/status": (dict, ("daemon.running",)), "/health": (dict, ("ok",)), "/policy": (dict, ("name", "params")),
+    "/policies": (list, ("name", "params")), "/threshold/pin": (dict, ("pinned",)),
+    "/threshold/unpin": (dict, ("pinned",)), "/history": (list, ("wall", "old", "new", "policy", "reason")),
+    "/stop": (dict, ("stopping",))}
 
 
 class DaemonUnreachable(Exception):
@@ -146,11 +154,35 @@ def _request_once(socket_path: str, method: str, path: str, body: dict | None, t
                                       "SGLang), `specctl status` says" if method != "GET" else "")) from None
         except (OSError, ValueError, IndexError) as e:      # JSONDecodeError is a ValueError
             raise DaemonError(f"daemon at {socket_path} gave no usable answer ({e})") from None
-        error = payload.get("error") if isinstance(payload, dict) else f"HTTP {status}"
+        error = payload.get("error") if isinstance(payload, dict) else None
+        if status != 200 and not isinstance(error, str):
+            raise DaemonError(f"{_foreign(socket_path)}: it answered {method} {path} with HTTP {status} and no error "
+                              "line of the daemon's")
         if status == 503 and headers.get("retry-after"):
             raise _Busy(error)
         if status != 200:
             raise DaemonError(error, status)
+        if why := _not_the_answer(path, payload):
+            raise DaemonError(f"{_foreign(socket_path)}: its answer to {method} {path} {why}")
         return payload
     finally:
         sock.close()
+
+
+def _foreign(socket_path: str) -> str:
+    return f"the program on {socket_path} is not a spec-controller daemon (or one of another release)"
+
+
+def _not_the_answer(path: str, payload: Any) -> str | None:
+    """Why a 200 answer is not what the endpoint gives (ANSWERS), or None."""
+    kind, keys = ANSWERS.get(path.partition("?")[0], (object, ()))
+    if not isinstance(payload, kind):
+        return f"is not a JSON {'object' if kind is dict else 'list'}"
+    for item in payload if kind is list else [payload]:
+        for key in keys:
+            value = item
+            for part in key.split("."):
+                if not isinstance(value, dict) or part not in value:
+                    return f"lacks {key!r}"
+                value = value[part]
+    return None
