@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from controller.cli.main import cli
 from state.db import StoreError, open_store
+from tests.conftest import unheld_port
 from tests.test_daemon_e2e import run_daemon_once
 from tests.test_faults_cli import _one_line, specctl
 
@@ -92,3 +93,16 @@ def test_specctl_on_another_programs_http_socket_is_one_line(short_tmp, monkeypa
     finally:
         listener.close()
     _one_line(res, f"specctl: the program on {sock} is not a spec-controller daemon")
+
+
+# --- the config: a metrics address ipaddress takes and no bind does ---------------------------------------------------
+def test_a_metrics_address_no_bind_takes_is_a_config_error_exit_2(short_tmp):
+    """'::1%lo' is an IP address to ipaddress; its bind fails 'Name or service not known'. run exited 1 ('metrics port
+    N: Name or service not known', naming the port), which the unit restarts every 5 s, where config check said 2."""
+    res = run_daemon_once(short_tmp, "--concurrency", "4", "--db", str(short_tmp / "d.db"), "--socket",
+                          str(short_tmp / "s"), "--metrics-port", str(unheld_port()),
+                          "--set", 'control.metrics_addr="::1%lo"')
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert lines[0].startswith("spec-controller: metrics address ::1%lo ([control] metrics_addr) cannot be bound: ")
+    assert not (short_tmp / "d.db").exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
 import stat
 from pathlib import Path
 from typing import Any, Callable
@@ -113,6 +114,11 @@ def port_taken(port: int, error: OSError, addr: str | None = None) -> Fatal:
     if error.errno == errno.EADDRNOTAVAIL and addr:
         return Fatal(f"metrics address {addr} ([control] metrics_addr), port {port}: {error.strerror} (no interface of "
                      "this host has it)")
+    if (isinstance(error, socket.gaierror) or error.errno == errno.EINVAL) and addr:
+        # (an IP address to ipaddress that no bind takes as written, '::1%lo': exit 1, "metrics port N: Name or service
+        # not known", restarted every 5 s; a restart cannot help, as for the config's other refusals)
+        scope = " (the metrics server binds an address without a '%' scope)" if "%" in addr else ""
+        return Fatal(f"metrics address {addr} ([control] metrics_addr) cannot be bound: {error.strerror}{scope}", 2)
     return Fatal(f"metrics port {port}: {error.strerror}")
 
 
