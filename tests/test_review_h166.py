@@ -106,3 +106,46 @@ def test_a_metrics_address_no_bind_takes_is_a_config_error_exit_2(short_tmp):
     assert res.returncode == 2 and len(lines) == 1, res.stderr
     assert lines[0].startswith("spec-controller: metrics address ::1%lo ([control] metrics_addr) cannot be bound: ")
     assert not (short_tmp / "d.db").exists()
+
+
+# --- the control socket: clients that do not read their answers -------------------------------------------------------
+class _BigAnswers:
+    """/status answers 4 MB (a long /history's size), more than the socket's buffers hold for a client that reads none."""
+
+    class engine:
+        @staticmethod
+        def health():
+            return {"ok": True}
+
+    @staticmethod
+    def status():
+        return {"daemon": {"running": True}, "pad": "x" * (4 << 20)}
+
+
+def test_at_the_cap_an_answer_its_client_does_not_read_gives_its_slot_to_the_next_client(short_tmp, monkeypatch):
+    """64 clients that asked for `GET /history?limit=10000` on a daemon with that many decisions and read nothing held
+    every slot for the answer's 10 s write: `specctl status` said 'busy ... try again', exit 1, every round of them (a
+    request still arriving gave its slot up since helper-157, an answer being written did not)."""
+    from controller.cli.client import request
+    from controller.daemon import api, clients
+    from controller.daemon.api import ControlServer
+    monkeypatch.setattr(api, "MAX_CLIENTS", 4)
+    monkeypatch.setattr(clients, "CUT_AFTER_S", 0.0)
+    server = ControlServer(short_tmp / "c.sock", _BigAnswers(), read_timeout_s=60)
+    server.start()
+    holders = []
+    try:
+        for _ in range(4):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(str(short_tmp / "c.sock"))
+            s.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+            holders.append(s)
+        for s in holders:                           # (each answer is being written: its first bytes are there)
+            s.settimeout(30)
+            assert s.recv(1, socket.MSG_PEEK) == b"H"
+        assert request(short_tmp / "c.sock", "GET", "/health", timeout=30) == {"ok": True}
+    finally:
+        for s in holders:
+            s.close()
+        server.stop()

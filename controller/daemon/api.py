@@ -12,6 +12,7 @@ import logging
 import os
 import socketserver
 import stat
+import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -97,6 +98,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _reply(self, status: int, payload, headers: tuple[tuple[str, str], ...] = ()) -> None:
         data = json.dumps(payload).encode()
+        slot = self._reads.slot if self._reads is not None else clients.Slot()
+        slot.writing = time.monotonic()         # (at the cap, an answer its client does not read gives its slot up)
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -110,6 +113,8 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError as e:           # the client hung up before its answer: nothing to tell it, nothing to log
             self.close_connection = True
             log.debug("api: answer to a client that has gone: %s", e)
+        finally:
+            slot.writing = None
 
     def parse_request(self) -> bool:
         if not super().parse_request():

@@ -34,12 +34,14 @@ class HeadTooLarge(http.client.HTTPException):
 
 class Slot:
     """A served connection's standing: since when its current request has been arriving (None while it is answered),
-    whether its answer is its last (finishing: the slot is the next client's), whether the slot was given to another
-    client (cut: its reads end, as at the deadline)."""
-    __slots__ = ("since", "finishing", "cut")
+    since when its answer has been being written (writing; None while it is not), whether its answer is its last
+    (finishing: the slot is the next client's), whether the slot was given to another client (cut: its reads end, as
+    at the deadline, and so does the write of its answer)."""
+    __slots__ = ("since", "writing", "finishing", "cut")
 
     def __init__(self) -> None:
         self.since: float | None = time.monotonic()
+        self.writing: float | None = None
         self.finishing = self.cut = False
 
 
@@ -174,13 +176,16 @@ class BoundedClients:
         gone = fds.count(-1) + sum(1 for _, events in poller.poll(0) if events & mask)
         if len(fds) - gone < self.max_clients:
             return True
-        arriving = [(slot.since, conn) for conn, slot in counted.items() if slot.since is not None]
-        since, conn = min(arriving, key=lambda pair: pair[0], default=(math.inf, None))
+        # (an answer still being written after CUT_AFTER_S waits on a client that does not read it: 64 clients that
+        # asked for a long history and read nothing held every slot for the write's 10 s, every round of them)
+        waiting = [(since, conn) for conn, slot in counted.items() for since in (slot.since, slot.writing)
+                   if since is not None]
+        since, conn = min(waiting, key=lambda pair: pair[0], default=(math.inf, None))
         if time.monotonic() - since < CUT_AFTER_S:
             return False
         counted[conn].cut = True
-        try:
-            conn.shutdown(socket.SHUT_RD)             # (its thread's read returns at once; answers may still be written)
+        try:        # (its thread's read returns at once, a reply to a request cut may still be written; a write ends)
+            conn.shutdown(socket.SHUT_RD if counted[conn].writing is None else socket.SHUT_RDWR)
         except OSError:
             pass
         return True
