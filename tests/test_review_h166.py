@@ -149,3 +149,31 @@ def test_at_the_cap_an_answer_its_client_does_not_read_gives_its_slot_to_the_nex
         for s in holders:
             s.close()
         server.stop()
+
+
+def test_specctl_on_a_socket_that_streams_without_end_stops_reading(short_tmp, monkeypatch):
+    """A program on the socket that sends without end (no answer's head) was read into specctl's memory for as long as
+    it sent: here 64 MiB, then the test's stop; now one line once 64 KiB hold no end of the headers."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(short_tmp))
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(short_tmp / "stream.sock"))
+    listener.listen(1)
+    sent = []
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            try:
+                while sum(sent) < 64 << 20:
+                    sent.append(conn.send(b"x" * 65536))
+            except OSError:
+                pass
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "stream.sock"), "status"])
+    finally:
+        thread.join(30)
+        listener.close()
+    _one_line(res, "gave no usable answer (no end of the answer's headers in 64 KiB)")
+    assert sum(sent) < 64 << 20

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_ANSWER = 64 * 1024 * 1024
+MAX_HEAD = 64 * 1024         # the daemon's status line and headers: ~150 bytes
 BUSY_RETRY_S = 3.0      # how long a full connection queue (EAGAIN) is retried before giving up
 DROPPED_RETRY_S = 1.0   # how long a read that the daemon drops unanswered is asked again (a stopping daemon: gone by then)
 ANSWER_TIMEOUT_S = 10.0  # a pin waits on SGLang's set_internal_state (up to 30 s): the command may land after this
@@ -82,6 +83,8 @@ def _read_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
     """(status, headers, body) of one HTTP/1.1 answer with a Content-Length (the daemon always sends one)."""
     buf = b""
     while b"\r\n\r\n" not in buf:
+        if len(buf) > MAX_HEAD:     # (a program streaming on the socket was read into memory for as long as it sent)
+            raise ValueError(f"no end of the answer's headers in {MAX_HEAD // 1024} KiB")
         chunk = sock.recv(65536)
         if not chunk:
             if not buf:
