@@ -9,6 +9,7 @@ start-up path, the policies and the SGLang plugin's envwords import it)."""
 from __future__ import annotations
 
 import datetime
+import decimal
 import math
 import re
 import sys
@@ -59,9 +60,21 @@ def held_float(text: str) -> float:
     them)."""
     value = float(text)
     if abs(value) < SMALLEST and re.search(r"[1-9]", re.split(r"[eE]", text)[0]):
-        raise Unheld(f"{echoed(text)} is closer to 0 than a number here can be (a float's least is {SMALLEST:.1e}: it "
-                     f"would be read as {value:g})")
+        raise Unheld(f"{echoed(text)} is closer to 0 than a number here can be (a float's least is {SMALLEST:.1e}"
+                     f"{_read_as(text, value)})")
     return value
+
+
+def _read_as(text: str, value: float) -> str:
+    """How held_float's refusal ends: what the float reads, where that differs from the text ("1e-308" was told it
+    would be read as 1e-308)."""
+    if value == 0:
+        return ": it would be read as 0"
+    try:
+        same = decimal.Decimal(f"{value:g}") == decimal.Decimal(text)
+    except decimal.InvalidOperation:    # (float() takes some text Decimal does not: said as before)
+        same = False
+    return "; under it a float keeps fewer digits" + ("" if same else f": it would be read as {value:g}")
 
 
 def decimal_text(text: str) -> float | None:
