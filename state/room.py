@@ -29,9 +29,13 @@ class Room:
 
     def __init__(self, path: str | os.PathLike = "", min_free_mb: float = 0.0, every_s: float = 1.0):
         self.dir = os.path.dirname(os.path.abspath(path)) if path else ""
-        self.floor = int(min_free_mb * MIB)
+        self.set_floor(min_free_mb)
         self.every_s = every_s
         self._seen: tuple[float, int | None] | None = None     # (when, free bytes): one tuple, swapped whole
+
+    def set_floor(self, min_free_mb: float) -> None:
+        """The floor, at the start and at a reload (SIGHUP); one int swapped whole: the writer thread reads it."""
+        self.floor = int(min_free_mb * MIB)
 
     def free(self) -> int | None:
         """Free bytes, or None where it cannot be told (no file, statvfs failing)."""

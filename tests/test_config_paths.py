@@ -148,7 +148,7 @@ def test_the_daemon_started_elsewhere_keeps_its_files_beside_its_config_and_a_re
         d.wait_socket()
         assert d.call("GET", "/status")["daemon"]["db"] == str(short_tmp / "state" / "x.db")
         assert sorted(p.name for p in (short_tmp / "cwd").iterdir()) == []
-        assert _hup_and_wait(d, 1) == ["guard, retention and log level re-read"], d.log_text()
+        assert _hup_and_wait(d, 1) == ["guard, retention, min_free_mb and log level re-read"], d.log_text()
     finally:
         assert d.stop() == 0
 

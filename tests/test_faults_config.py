@@ -136,6 +136,6 @@ def test_a_bad_config_on_sighup_is_refused_and_the_daemon_keeps_the_old_one(shor
         assert len(got) == 1 and got[0].startswith("refused: config: [control] log_level='LOUD'")
         assert d.call("GET", "/status")["daemon"]["running"]
         (short_tmp / "config.toml").write_text("[guard]\nexplore_share = 0.02\n")
-        assert _hup_and_wait(d, 2)[1] == "guard, retention and log level re-read"
+        assert _hup_and_wait(d, 2)[1] == "guard, retention, min_free_mb and log level re-read"
     finally:
         assert d.stop() == 0

@@ -1,4 +1,4 @@
-"""SIGHUP re-reads the guard, retention and log level; a changed key it cannot apply is named in
+"""SIGHUP re-reads the guard, retention, min_free_mb and log level; a changed key it cannot apply is named in
 a warning (and an event), not ignored silently (it said only "configuration reloaded")."""
 import pytest
 
@@ -43,7 +43,7 @@ def test_sighup_warns_of_each_key_that_needs_a_restart(short_tmp):
                                                "[guard]\nexplore_share = 0.1\n")
         got = _hup_and_wait(d, 3)
         assert d.proc.poll() is None, d.log_text()
-        assert got[0] == "guard, retention and log level re-read", got
+        assert got[0] == "guard, retention, min_free_mb and log level re-read", got
         assert "changed, not applied until a restart: [policy] tick_s 0.5 -> 1.0; [sim] seed 0 -> 5" in got, got
         assert ("in the config file but overridden by the command line, not applied: "
                 "[sim] speed 3 (overridden by the command line: 20.0)") in got, got

@@ -14,3 +14,22 @@ def test_held_floats_refusal_says_what_it_would_be_read_as_only_where_that_diffe
         numtext.held_float(text)
     assert str(e.value) == f"{text} is closer to 0 than a number here can be {end}"
 
+
+def test_sighup_applies_a_changed_min_free_mb(short_tmp):
+    """[storage] min_free_mb was read at the start only: a reload named it 'not applied until a restart'. A floor
+    above any disk's free space (1e9 MiB) must make status say the disk is nearly full right after the reload."""
+    from tests.daemon_proc import DaemonProc
+    from tests.test_faults_config import _hup_and_wait
+    d = DaemonProc(short_tmp, "--concurrency", "2", config_text="[storage]\nmin_free_mb = 0\n")
+    try:
+        d.wait_socket()
+        assert not any("nearly full" in p for p in d.call("GET", "/status")["daemon"]["problems"])
+        (short_tmp / "config.toml").write_text("[storage]\nmin_free_mb = 1e9\n")
+        got = _hup_and_wait(d, 1)
+        assert got == ["guard, retention, min_free_mb and log level re-read"], got      # nothing left for a restart
+        problems = d.call("GET", "/status")["daemon"]["problems"]
+        assert any(p.startswith("database disk nearly full: ") and "under the 1e+09 MiB kept free" in p
+                   for p in problems), problems
+    finally:
+        assert d.stop() == 0
+

@@ -15,9 +15,13 @@ from .config import ConfigError, anchored, names_file
 from .engines.sglang_flags import shown_value
 
 
+# what a reload's event and log line say it did (reloadable's keys)
+RELOADED = "guard, retention, min_free_mb and log level re-read"
+
+
 def reloadable(section: str, key: str) -> bool:
-    """What SIGHUP re-reads (the rest takes a restart): the guard, retention, the log level."""
-    return section == "guard" or (section, key) == ("control", "log_level") or \
+    """What SIGHUP re-reads (the rest takes a restart): the guard, retention, the free space kept, the log level."""
+    return section == "guard" or (section, key) in (("control", "log_level"), ("storage", "min_free_mb")) or \
         (section == "storage" and key.startswith("retention_"))
 
 

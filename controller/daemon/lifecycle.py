@@ -20,7 +20,7 @@ from state.writer import Writer
 from ..numtext import one_line
 from ..paths import DEFAULT_CONFIG, default_db, default_socket, pid_namespace
 from .config import load_config
-from .configdiff import restart_needed, shadowed
+from .configdiff import RELOADED, reloadable, restart_needed, shadowed
 from .drain import drain
 from .engines.base import Engine, EngineError
 from .notify import extend_timeout_usec, sd_notify
@@ -233,7 +233,7 @@ class Daemon:
         return self.own_files.changed()
 
     def _reload(self, service) -> None:
-        """Re-read the guard, retention and log level; a bad config (or any failure) keeps the running one."""
+        """Re-read the guard, retention, min_free_mb and log level; a bad config (or any failure) keeps the running one."""
         from ..control.guard_config import GuardConfig
         try:
             fresh = load_config(self.cfg.get("_path") or None, self.cfg.get("_overrides"))
@@ -250,10 +250,11 @@ class Daemon:
         service.job_failing.pop("reload", None)
         with service.lock:
             service.loop.set_guard_config(guard)
-            self.cfg["storage"].update({k: v for k, v in fresh["storage"].items() if k.startswith("retention_")})
+            self.cfg["storage"].update({k: v for k, v in fresh["storage"].items() if reloadable("storage", k)})
+        service.writer.room.set_floor(fresh["storage"]["min_free_mb"])     # (it was read at the start only)
         logging.getLogger().setLevel(fresh["control"]["log_level"])
-        service.writer.event("reload", "guard, retention and log level re-read")
-        log.info("configuration reloaded (SIGHUP): guard, retention and log level re-read from %s",
+        service.writer.event("reload", RELOADED)
+        log.info("configuration reloaded (SIGHUP): %s from %s", RELOADED,
                  self.cfg.get("_path") or "built-in defaults")
         self._reload_warnings(service, fresh)
 
