@@ -85,6 +85,12 @@ def test_the_command_line_takes_the_log_levels_the_config_takes():
     (["--policy", "bandti"], "(given on the command line: --policy)"),
     (["--set", 'policy.name="bandti"'], """(given on the command line: --set policy.name="bandti")"""),
     (["--speed", "0", "--policy", "bandit"], "(given on the command line: --speed)"),   # only the refused section's
+    # ... and of it only the values the refusal is of (helper-163: every flag and --set of the section was listed)
+    (["--speed", "0", "--set", "sim.seed=2"], "(given on the command line: --speed)"),
+    (["--speed", "3", "--concurrency", "2", "--arrival-rate", "1"], "(given on the command line: --concurrency, "
+                                                                   "--arrival-rate)"),
+    (["--set", "sim.bogus=1", "--speed", "3"], "(given on the command line: --set sim.bogus=1)"),
+    (["--config", "FILE", "--set", "policy.seed=3"], None),
     (["--config", "FILE"], None)])                                                    # the file's: no such note
 def test_a_refused_value_given_on_the_command_line_says_so(short_tmp, args, said):
     """A newcomer's `run --policy bandti` read 'config: [policy] unknown policy' with no config file given."""

@@ -4,6 +4,7 @@ that the command line overrides (shadowed). The reload's warnings (lifecycle) na
 shown as the log and the events table get them, [sglang]'s secrets masked."""
 from __future__ import annotations
 
+import copy
 import os
 import tomllib
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any, Mapping
 
 from ..numtext import data_text
 from ..paths import read_text_file
-from .config import ConfigError, anchored, names_file
+from .config import ConfigError, anchored, load_config, names_file
 from .engines.sglang_flags import shown_value
 
 
@@ -76,3 +77,21 @@ def _shown(at: tuple[str, str], value: Any) -> Any:
     """A config value as the log and the events table get it: [sglang]'s secrets as *** (engines/sglang_flags)."""
     return shown_value(at[1], value) if at[0] == "sglang" else value
 
+
+def given_causes(message: str, path: str | None, overrides: dict, given: list[tuple[str, tuple[str, ...]]]) -> list[str]:
+    """The words of `given` ((a flag or `--set PAIR`, the (section, key[, key]) it sets)) that a refusal of the config
+    (`message`, of the file at `path` under `overrides`) is about: of the section it names, those without which it
+    goes or changes (`--speed 0 --set sim.seed=2` listed both, every one of the section)."""
+    def refusal(without: tuple[str, ...]) -> str | None:
+        less = copy.deepcopy(overrides)
+        table = less
+        for key in without[:-1]:
+            table = table.get(key) if isinstance(table, dict) else None
+        if isinstance(table, dict):
+            table.pop(without[-1], None)
+        try:
+            load_config(path, less)
+        except ConfigError as e:
+            return str(e)
+        return None
+    return [word for word, at in given if f"[{at[0]}]" in message and refusal(at) != message]

@@ -13,6 +13,7 @@ from . import logs
 from ..numtext import one_line
 from ..paths import DEFAULT_CONFIG, read_text_file
 from .config import FLAGS, LOG_LEVELS, MIN_ARRIVAL_RATE, RANGES, ConfigError, load_config, parse_set
+from .configdiff import given_causes
 from .lifecycle import Daemon
 from .preflight import Fatal
 
@@ -86,6 +87,7 @@ def read_config(config_path: str | None, settings: tuple[str, ...], flags: dict)
         # (helper-133: --db '' ran on the default database, --config '' read "config file .", as from an unset "$DB")
         fail_as("spec-controller", f"{', '.join(empty)}: empty; leave {'it' if len(empty) == 1 else 'them'} out for "
                 "the default", EXIT_USAGE)
+    overrides: dict | None = None      # (None: --set itself refused)
     try:
         overrides = parse_set(settings)
         for name, (section, key) in FLAGS.items():
@@ -96,7 +98,8 @@ def read_config(config_path: str | None, settings: tuple[str, ...], flags: dict)
                 overrides.setdefault(section, {})[key] = flags[name]
         cfg = load_config(config_path, overrides)
     except ConfigError as e:
-        fail_as("spec-controller", str(e) + _from_command_line(str(e), flags, settings), EXIT_USAGE)
+        fail_as("spec-controller", str(e) + _from_command_line(str(e), config_path, overrides, flags, settings),
+                EXIT_USAGE)
     if (ignored := _sim_flags_ignored(cfg, flags, overrides)):
         fail_as("spec-controller", ignored, EXIT_USAGE)
     for name, least, unit in (("concurrency", 1, "clients"), ("arrival_rate", MIN_ARRIVAL_RATE, "requests/s")):
@@ -286,12 +289,16 @@ def _option(name: str) -> str:
     return next(p.opts[0] for p in run.params if p.name == name)
 
 
-def _from_command_line(message: str, flags: dict, settings: tuple[str, ...]) -> str:
-    """' (given on the command line: --policy)' where the section a refusal names holds values from flags or --set:
-    the message says 'config:', and an operator who gave no file would look for one."""
-    given = [_option(name) for name, (section, _) in FLAGS.items() if flags[name] is not None and f"[{section}]" in message]
-    given += [f"--set {pair}" for pair in settings if f"[{pair.split('.', 1)[0].strip()}]" in message]
-    return f" (given on the command line: {', '.join(given)})" if given else ""
+def _from_command_line(message: str, config_path: str | None, overrides: dict | None, flags: dict,
+                       settings: tuple[str, ...]) -> str:
+    """' (given on the command line: --policy)' where values from flags or --set are why the config is refused: the
+    message says 'config:', and an operator who gave no file would look for one (configdiff.given_causes)."""
+    if overrides is None:       # (--set itself refused)
+        return ""
+    given = [(_option(name), (section, key)) for name, (section, key) in FLAGS.items() if flags[name] is not None]
+    given += [(f"--set {pair}", tuple(k.strip() for k in pair.partition("=")[0].split("."))) for pair in settings]
+    causes = given_causes(message, config_path, overrides, given)
+    return f" (given on the command line: {', '.join(causes)})" if causes else ""
 
 
 if __name__ == "__main__":
