@@ -86,6 +86,21 @@ def test_specctl_plot_counts_one_point_and_one_step_in_the_singular(tmp_path):
     assert ": 1 point, 1 threshold step over the last 30 engine seconds" in res.output, res.output
 
 
+@pytest.mark.parametrize("args,said", [
+    (["--last", "30", "--bin", "60"], "over the last 30 engine seconds; --bin 60 is wider than that span: a shorter one "
+                                      "draws more points\n"),
+    (["--bin", "500"], "over the last 120 engine seconds (all recorded); --bin 500 is wider than that span: a shorter "
+                       "one draws more points\n"),      # (the span recorded: under --last's 600)
+    (["--last", "30", "--bin", "30"], "over the last 30 engine seconds\n"),
+    ([], "over the last 120 engine seconds (all recorded)\n")])
+def test_specctl_plot_says_where_its_bin_is_wider_than_the_span(tmp_path, args, said):
+    """helper-163: `plot --bin 1000` over 600 s drew a single point and said only '1 point'."""
+    _store(tmp_path / "s.db").conn.close()
+    res = CliRunner().invoke(cli, ["--db", str(tmp_path / "s.db"), "--socket", str(tmp_path / "no.sock"),
+                                   "plot", str(tmp_path / "x.png"), *args])
+    assert res.exit_code == 0 and res.output.endswith(said) and len(res.output.splitlines()) == 1, res.output
+
+
 @pytest.mark.parametrize("target,needle", [
     ("no/such/dir/x.png", "directory"),
     ("x.bmpx", "give a .png, .svg or .pdf"),

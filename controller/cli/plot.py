@@ -84,7 +84,10 @@ def plot(ctx: Ctx, path: str, last_s: float, bin_s: float | None) -> None:
         save(draw(rows, steps, t_end, title), path)
     except PlotError as e:
         fail(str(e))
-    say(f"wrote {path}: {_count(len(rows), 'point')}, {_count(len(steps), 'threshold step')} over the last {span}")
+    # (a --bin wider than the span drew one point, said as any other plot: helper-163)
+    wide = f"; --bin {bin_s:g} is wider than that span: a shorter one draws more points" if (bin_s or 0) > span_s else ""
+    say(f"wrote {path}: {_count(len(rows), 'point')}, {_count(len(steps), 'threshold step')} over the last {span}"
+        f"{wide}")
 
 
 def _count(n: int, noun: str) -> str:
