@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from .contract import (ENV_DEFER_PROMPT_KV, ENV_DRAFT_KV_COALESCE, ENV_DRAFT_KV_GRAPH, ENV_DRAFT_KV_SIDE, ENV_LEAN_OFF,
                        ENV_LEAN_RESOLVE)
-from .numtext import int_text
+from .numtext import ASCII_SPACE, int_text
 
 OFF_WORDS = frozenset({"0", "false", "no", "off"})
 ON_WORDS = frozenset({"1", "true", "yes", "on"})
@@ -27,7 +27,7 @@ def switch_on(env: Mapping[str, str], name: str, default: bool = True) -> bool:
     """A SPEC_CONTROLLER_* switch as an operator writes it in a unit file or a shell: 0 / false / no / off and
     1 / true / yes / on (any case, spaces around); anything else, or unset, is the default. Was off for exactly "0"
     (so SPEC_CONTROLLER_PLUGIN=false left the plugin steering every adaptive engine) and on for exactly "1"."""
-    word = env.get(name, "").strip().lower()
+    word = env.get(name, "").strip(ASCII_SPACE).lower()     # (not U+00A0's: the daemon's [sglang] env refuses it)
     return False if word in OFF_WORDS else True if word in ON_WORDS else default
 
 
@@ -41,13 +41,13 @@ def operator_value_problem(name: str, value: str) -> str | None:
     """Why the plugin would not read [sglang] env's NAME = VALUE as written (None: it would), for a SPEC_CONTROLLER_*
     name; the daemon's own variables are refused before this (sglang_env.DAEMON_ENV)."""
     if name == PLUGIN_ENV:      # (on, its default, changes nothing)
-        return None if value.strip().lower() in ON_WORDS else \
+        return None if value.strip(ASCII_SPACE).lower() in ON_WORDS else \
             "the daemon's engine runs the plugin (without it nothing steers the threshold): remove it from env"
     if name == ENV_DRAFT_KV_COALESCE:
         lo, hi = COALESCE_RANGE
         n = env_int(value)
         return None if n is not None and lo <= n <= hi else f"must be an integer {lo} .. {hi}"
     if name in OPERATOR_SWITCHES:
-        return None if value.strip().lower() in OFF_WORDS | ON_WORDS else \
+        return None if value.strip(ASCII_SPACE).lower() in OFF_WORDS | ON_WORDS else \
             "must be one of 0 / false / no / off or 1 / true / yes / on (else the plugin takes its default)"
     return f"not a variable the plugin reads (here: {', '.join(sorted(OPERATOR_SWITCHES | {ENV_DRAFT_KV_COALESCE}))})"

@@ -13,6 +13,7 @@ import decimal
 import math
 import re
 import sys
+import unicodedata
 
 INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
 DECIMAL = re.compile(r"-?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
@@ -99,6 +100,25 @@ def misread(text: object) -> bool:
         return math.isfinite(float(text))
     except ValueError:
         return False
+
+
+# What a boundary trims around a name or value (`--param`, `--set`, a SPEC_CONTROLLER_* word). str.strip() also took
+# U+00A0, U+2003 and every other Unicode space: text pasted from a web page was read as something it did not show.
+ASCII_SPACE = " \t\n\r\v\f"
+
+
+class OddSpace(ValueError):
+    """Text with a space other than ASCII's at an end; the message names it: 'U+00A0 (NO-BREAK SPACE) around ...'."""
+
+
+def trimmed(text: str) -> str:
+    """text less the ASCII spaces around it; OddSpace where another space is left at an end."""
+    out = text.strip(ASCII_SPACE)
+    for ch in (out[:1], out[-1:]):
+        if ch.isspace():
+            raise OddSpace(f"U+{ord(ch):04X} ({unicodedata.name(ch, 'a space')}) around a name or value: type a plain "
+                           "space, or none")
+    return out
 
 
 def echoed(text: str, width: int = 80) -> str:

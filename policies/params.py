@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, Mapping
 
-from controller.numtext import Unheld, a_kind, echoed, number_text, written
+from controller.numtext import OddSpace, Unheld, a_kind, echoed, number_text, trimmed, written
 
 from .types import PolicyError
 
@@ -73,7 +73,10 @@ def parse_kv(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     """'k=v' strings from the command line into a dict (values stay strings)."""
     out: dict[str, str] = {}
     for pair in pairs:
-        key, sep, value = (part.strip() for part in pair.partition("="))
+        try:
+            key, sep, value = (trimmed(part) for part in pair.partition("="))
+        except OddSpace as e:       # ('c = 1.5' pasted with U+00A0s: read as c=1.5, unsaid)
+            raise PolicyError(f"bad parameter {shown(pair)}: {e}") from None
         if not sep or not key:
             raise PolicyError(f"bad parameter {shown(pair)}: expected NAME=VALUE")
         if key in out:          # (the API refuses a key given twice too: no silent last-one-wins; echoed as every

@@ -33,3 +33,41 @@ def test_sighup_applies_a_changed_min_free_mb(short_tmp):
     finally:
         assert d.stop() == 0
 
+# --- spaces other than ASCII's around a name or value -----------------------------------------------------------
+@pytest.mark.parametrize("pair, named", [("c\u00a0=1.5", "U+00A0 (NO-BREAK SPACE)"),
+                                         ("c=\u20031.5", "U+2003 (EM SPACE)"), ("c=1.5\u3000", "U+3000 (IDEOGRAPHIC SPACE)")])
+def test_specctl_refuses_a_param_pasted_with_another_space_and_names_it(offline, pair, named):
+    """parse_kv's strip() took them off: 'c\u00a0=\u00a01.5' pasted from a page was c=1.5, unsaid."""
+    from click.testing import CliRunner
+
+    from controller.cli.main import cli
+    from tests.conftest import saved_settings
+    args, db = offline
+    before = saved_settings(db)
+    res = CliRunner().invoke(cli, [*args, "policy", "set", "ucb", "--param", pair])
+    assert res.exit_code == 2 and res.stdout == "", res.output
+    assert res.stderr == f"specctl: bad parameter {pair!r}: {named} around a name or value: type a plain space, or none\n"
+    assert saved_settings(db) == before
+
+
+def test_ascii_spaces_around_a_param_are_still_the_pairs():
+    from policies import parse_kv
+    assert parse_kv([" c = 1.5 ", "\tn=2\n"]) == {"c": "1.5", "n": "2"}
+
+
+@pytest.mark.parametrize("pair", ["sim.speed=\u00a03", "sim.\u2003speed=3"])
+def test_spec_controller_refuses_a_set_pasted_with_another_space(pair):
+    from click.testing import CliRunner
+
+    from controller.daemon.main import main
+    res = CliRunner().invoke(main, ["config", "check", "--set", pair])
+    assert res.exit_code == 2 and res.stdout == "", res.output
+    assert res.stderr.startswith(f"spec-controller: --set {pair!r}: U+") and len(res.stderr.splitlines()) == 1
+
+
+def test_a_switch_word_with_another_space_is_not_read_and_the_daemon_refuses_it():
+    from controller.envwords import EXPERIMENTS_ENV, operator_value_problem, switch_on
+    assert switch_on({EXPERIMENTS_ENV: " 0\t"}, EXPERIMENTS_ENV) is False
+    assert switch_on({EXPERIMENTS_ENV: "0\u00a0"}, EXPERIMENTS_ENV) is True          # not a switch word: the default
+    assert operator_value_problem(EXPERIMENTS_ENV, "0\u00a0").startswith("must be one of 0 / false")
+

@@ -15,7 +15,7 @@ from state.room import DEFAULT_MIN_FREE_MB, LEAST_MIN_FREE_MB
 from ..closename import close_hint
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
-from ..numtext import Unheld, data_text, decimal_text, misread, number_text, written
+from ..numtext import OddSpace, Unheld, data_text, decimal_text, misread, number_text, trimmed, written
 from ..paths import (DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, is_db_own_path, names_a_file, present,
                      read_text_file, socket_path_problem)
 from .engines.child import SGLANG_PORT
@@ -96,7 +96,10 @@ def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
     given: dict[tuple[str, ...], str] = {}
     for pair in pairs:
         path, sep, raw = pair.partition("=")
-        keys = [k.strip() for k in path.split(".")]
+        try:
+            keys, raw = [trimmed(k) for k in path.split(".")], trimmed(raw)
+        except OddSpace as e:       # (a value pasted with U+00A0 around it: read without it, unsaid)
+            raise ConfigError(f"--set {pair!r}: {e}") from None
         if not sep or len(keys) not in (2, 3) or not all(keys):
             raise ConfigError(f"--set {pair!r}: expected SECTION.KEY=VALUE (e.g. guard.explore_share=0.1)")
         # each key once, a table whole or key by key (policy.params=3, then policy.params.c=1: a TypeError traceback;
@@ -106,19 +109,18 @@ def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
                               "(a table whole or key by key)")
         given[tuple(keys)] = pair
         try:
-            value = data_text(f"v = {raw.strip()}")["v"]
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and \
-                    number_text(raw.strip(), type(value)) is None:
-                value = raw.strip()       # (+5, 1_0, 0x10, inf: a number only as numtext writes one, as run's flags)
+            value = data_text(f"v = {raw}")["v"]
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and number_text(raw, type(value)) is None:
+                value = raw       # (+5, 1_0, 0x10, inf: a number only as numtext writes one, as run's flags)
         except tomllib.TOMLDecodeError as e:     # (an integer past 64 bits too: still one, refused as out of range)
             if (why := str(e))[:2] in ("v.", "v["):      # (a value in a table or list: named, not "must be a table")
                 raise ConfigError(f"--set {path.strip()}{why[1:]}") from None
             try:
-                number = number_text(raw.strip(), int)
-                number = decimal_text(raw.strip()) if number is None else number
+                number = number_text(raw, int)
+                number = decimal_text(raw) if number is None else number
             except Unheld as e:         # (1e-400: TOML's and numtext's 0.0)
                 raise ConfigError(f"--set {path.strip()}={e}") from None
-            value = raw.strip() if number is None else number
+            value = raw if number is None else number
         except RecursionError:         # (tomllib recurses per level: a traceback out of run and config check)
             raise ConfigError(f"--set {path.strip()}=...: VALUE is nested too deeply") from None
         table = out.setdefault(keys[0], {})
