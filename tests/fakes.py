@@ -9,6 +9,7 @@ from controller.contract import Sample
 from controller.daemon.config import load_config
 from controller.daemon.engines.base import Engine, EngineError
 from controller.daemon.service import Service
+from state import queries
 from state.db import open_store
 from state.room import Room
 from state.writer import Writer
@@ -58,8 +59,10 @@ class FakeEngine(Engine):
 def make_service(tmp: Path, policy: str = "thompson", engine: Engine | None = None, **storage):
     cfg = load_config(None, {"storage": {"db": str(tmp / "s.db"), **storage}, "policy": {"name": policy}})
     st = cfg["storage"]
-    writer = Writer(open_store(st["db"]), room=Room(st["db"], st["min_free_mb"])).start()      # (as the daemon's)
-    return Service(cfg, engine or FakeEngine(), writer), writer
+    db = open_store(st["db"])
+    newest_t = queries.last_engine_time(db)
+    writer = Writer(db, room=Room(st["db"], st["min_free_mb"])).start()      # (as the daemon's)
+    return Service(cfg, engine or FakeEngine(), writer, newest_t), writer
 
 
 def good(t: float, bs: int = 4, spec: bool = True) -> Sample:

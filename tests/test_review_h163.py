@@ -71,3 +71,24 @@ def test_a_switch_word_with_another_space_is_not_read_and_the_daemon_refuses_it(
     assert switch_on({EXPERIMENTS_ENV: "0\u00a0"}, EXPERIMENTS_ENV) is True          # not a switch word: the default
     assert operator_value_problem(EXPERIMENTS_ENV, "0\u00a0").startswith("must be one of 0 / false")
 
+def test_the_service_takes_the_newest_engine_time_the_start_read_and_reads_it_no_more(tmp_path, monkeypatch):
+    """The daemon's start read queries.last_engine_time twice: for the engine (the simulator resumes there) and again
+    in Service, for its clock's floor. It is read once (lifecycle) and handed to both."""
+    from controller.daemon.config import load_config
+    from controller.daemon.service import Service
+    from state import queries
+    from state.db import open_store
+    from state.writer import Writer
+    from tests.fakes import FakeEngine
+    reads = []
+    real = queries.last_engine_time
+    monkeypatch.setattr(queries, "last_engine_time", lambda db: reads.append(1) or real(db))
+    cfg = load_config(None, {"storage": {"db": str(tmp_path / "s.db")}})
+    writer = Writer(open_store(cfg["storage"]["db"])).start()
+    try:
+        engine = FakeEngine()
+        engine.t = 100.0                 # its clock stepped back while the daemon was down
+        service = Service(cfg, engine, writer, 5000.0)
+        assert reads == [] and service.clock.now() >= 5000.0
+    finally:
+        writer.stop()

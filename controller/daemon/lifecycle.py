@@ -139,10 +139,11 @@ class Daemon:
         except BaseException:                # a refused database keeps no lock file of ours beside it
             lock.release(remove_if_created=True)
             raise
-        engine = configured_engine(self.cfg, queries.last_engine_time(db))
+        newest_t = queries.last_engine_time(db)      # (read once: the simulator resumes there, the loop's clock too)
+        engine = configured_engine(self.cfg, newest_t)
         writer = Writer(db, room=Room(st["db"], st["min_free_mb"])).start()
         try:
-            service = Service(self.cfg, engine, writer)
+            service = Service(self.cfg, engine, writer, newest_t)
         except PolicyError as e:
             writer.stop()
             raise Fatal(f"policy: {e}", 2) from None

@@ -45,7 +45,8 @@ class Service:
     within command_timeout_s in all (_command).
     """
 
-    def __init__(self, cfg: dict, engine: Engine, writer: Writer):
+    def __init__(self, cfg: dict, engine: Engine, writer: Writer, newest_t: float = 0.0):
+        """newest_t: the database's newest engine time, read once by the start: the clock never goes back past it."""
         self.cfg = cfg
         self.engine = engine
         self.writer = writer
@@ -71,7 +72,7 @@ class Service:
         if unused := config_policy_unused(cfg, {"policy": {"name": name, "params": params}} if "policy" in saved else {}):
             log.warning("%s", unused)
         self.policy_name = name
-        self.clock = SteadyClock(engine.now, self._read(queries.last_engine_time) or None)   # never going back
+        self.clock = SteadyClock(engine.now, newest_t or None)   # never going back
         gate = SampleGate(engine.max_batch_size, engine.spec_steps, self.clock)
         self.ingest = Ingest(self.lock, self.loop, self.stats, writer, gate, cfg["control"]["ingest_queue"])
         self._rollups = Rollups(cfg["storage"]["rollup_s"], policy.buckets.edges)
