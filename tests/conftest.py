@@ -1,9 +1,12 @@
 import contextlib
 import logging
+import os
 import shutil
 import socket
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,40 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+LEFT_GRACE_S = 10.0        # what a thread or a child on its way out at the session's end is given before it counts
+
+
+def left_running() -> list[str]:
+    """This process's non-daemon threads but the main one, and its child processes that have not exited (a zombie
+    is reaped by its Popen's next poll: not running)."""
+    left = [f"thread {t.name!r}" for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
+    for task in os.listdir("/proc/self/task"):
+        try:
+            children = Path(f"/proc/self/task/{task}/children").read_text().split()
+        except OSError:         # (a thread gone meanwhile)
+            continue
+        for pid in children:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if stat[stat.rindex(")") + 2] != "Z":
+                left.append(f"child pid {pid} ({command.strip()[:120]})")
+    return left
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_left_running():
+    """The session (each xdist worker's) fails, as an error at its last test's teardown, where its tests left a
+    non-daemon thread or a child process running: a daemon a test never stopped outlived the run (helper-163)."""
+    yield
+    deadline = time.monotonic() + LEFT_GRACE_S
+    while (left := left_running()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"the tests left running: {'; '.join(left)}"
 
 
 @pytest.fixture
@@ -143,12 +180,15 @@ def scripted_socket(path, answer: bytes | None = None, read: bool = True, drops:
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(path))
     listener.listen(8)
+    listener.settimeout(0.1)        # (the caller's close() does not wake an accept() blocked in this thread: it looks)
     served: list[int] = []
 
     def serve():
         while drops is None or len(served) < drops:
             try:
                 conn, _ = listener.accept()
+            except socket.timeout:
+                continue
             except OSError:
                 return
             if read:

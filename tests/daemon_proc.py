@@ -83,6 +83,14 @@ class DaemonProc:
             self.log.flush()
         return (self.dir / "daemon.log").read_text(errors="replace")[-tail:]
 
+    def close(self) -> None:
+        """Whatever the test did: killed if it still runs, reaped, its log closed (a test's `finally`; stop() is the
+        orderly end)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
     def stop(self, sig=None, timeout: float = 30.0) -> int:
         import signal
         if self.proc.poll() is None:

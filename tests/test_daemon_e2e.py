@@ -44,8 +44,7 @@ def test_full_lifecycle_survives_sigkill(short_tmp):
         d.call("GET", "/history?limit=1")    # commits everything queued before it (the pin, the policy setting)
         assert d.stop(signal.SIGKILL) == -signal.SIGKILL
     finally:
-        if d.proc.poll() is None:
-            d.proc.kill()
+        d.close()
 
     conn = sqlite3.connect(d.db)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -71,8 +70,7 @@ def test_full_lifecycle_survives_sigkill(short_tmp):
         d2.call("POST", "/threshold/unpin", {})
         assert d2.stop() == 0                    # SIGTERM: graceful, exit 0
     finally:
-        if d2.proc.poll() is None:
-            d2.proc.kill()
+        d2.close()
     conn = sqlite3.connect(d2.db)
     kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
     assert kinds.count("start") == 2 and kinds[-1] == "stop"
@@ -209,10 +207,10 @@ def _daemon_on_a_free_metrics_port(workdir: Path, *extra: str, tries: int = 3) -
         try:
             d.wait_socket()
             return d, port
-        except RuntimeError:
+        except RuntimeError:        # (it has exited: reaped, its log closed, whichever way it goes on)
+            d.close()
             if f"metrics port {port}:" not in d.log_text():
                 raise
-            d.stop()
     raise RuntimeError(f"no free metrics port in {tries} tries")
 
 

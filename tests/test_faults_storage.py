@@ -110,9 +110,7 @@ def test_an_acknowledged_pin_survives_a_sigkill_at_once(short_tmp):
         d.proc.send_signal(signal.SIGKILL)
         d.proc.wait(10)
     finally:
-        if d.proc.poll() is None:
-            d.proc.kill()
-        d.log.close()
+        d.close()
     conn = sqlite3.connect(d.db)
     assert conn.execute("SELECT value FROM settings WHERE key = 'pinned'").fetchone() == ("11",)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

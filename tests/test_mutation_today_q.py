@@ -103,11 +103,14 @@ def _serve(path, status: dict, post_answer: bytes | None) -> socket.socket:
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(path))
     listener.listen(8)
+    listener.settimeout(0.1)        # (the caller's close() does not wake an accept() blocked in this thread: it looks)
 
     def serve():
         while True:
             try:
                 conn, _ = listener.accept()
+            except socket.timeout:
+                continue
             except OSError:
                 return
             first = conn.recv(65536).split(b"\r\n")[0]

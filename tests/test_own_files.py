@@ -85,8 +85,7 @@ def test_the_daemon_exits_1_when_its_files_are_removed_under_it(short_tmp, what)
             (d.db if what == "database" else d.socket).unlink()
         code = d.proc.wait(30)
     finally:
-        if d.proc.poll() is None:
-            d.proc.kill()
+        d.close()
     log = d.log_text(20000) if what != "state directory" else ""
     assert code == 1
     if what != "state directory":      # (its log went with the directory)
@@ -112,8 +111,7 @@ def test_a_daemon_whose_database_was_replaced_leaves_the_new_ones_journal_alone(
             path.write_bytes(b"")
         code = d.proc.wait(30)
     finally:
-        if d.proc.poll() is None:
-            d.proc.kill()
+        d.close()
     log = (old / "daemon.log").read_text()
     assert code == 1, log
     assert f"database {d.db} was replaced under the daemon" in log, log
@@ -135,8 +133,7 @@ def test_a_database_removed_while_the_engine_starts_is_named_at_the_first_check(
         d.db.unlink()
         code = d.proc.wait(60)
     finally:
-        if d.proc.poll() is None:
-            d.proc.kill()
+        d.close()
     assert code == 1
     assert f"database {d.db} was removed under the daemon; exiting so that the service is restarted" in d.log_text(), \
         d.log_text()

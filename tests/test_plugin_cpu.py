@@ -39,8 +39,17 @@ def pull_address(short_tmp):
     pull.close(linger=0)
 
 
-def reporting(addr: str, **options) -> Plugin:
-    return active(Plugin({contract.ENV_ADDRESS: addr}, **options))
+@pytest.fixture
+def reporting():
+    """Plugin(ENV_ADDRESS: addr) made active; their telemetry sockets closed after the test."""
+    made: list[Plugin] = []
+
+    def make(addr: str, **options) -> Plugin:
+        made.append(active(Plugin({contract.ENV_ADDRESS: addr}, **options)))
+        return made[-1]
+    yield make
+    for plug in made:
+        plug.telemetry.close()
 
 
 class Controller:
@@ -152,7 +161,7 @@ def test_state_output_fits_both_generations():
     assert state_output(Old, False) == Old(False, {})
 
 
-def test_telemetry_reaches_a_real_pull_socket(pull_address, monkeypatch):
+def test_telemetry_reaches_a_real_pull_socket(pull_address, reporting, monkeypatch):
     pull, addr = pull_address
     clock = iter([100.0, 100.02, 100.05])           # the intervals between decode results
     monkeypatch.setattr(telemetry, "time", SimpleNamespace(perf_counter=lambda: next(clock),
@@ -178,7 +187,7 @@ def test_telemetry_reaches_a_real_pull_socket(pull_address, monkeypatch):
     assert not pull.poll(100)
 
 
-def test_an_interval_that_held_an_idle_pass_is_not_a_sample(pull_address, monkeypatch):
+def test_an_interval_that_held_an_idle_pass_is_not_a_sample(pull_address, reporting, monkeypatch):
     """SGLang runs on_idle only with nothing running or in flight: the next result's interval held idle time (on the
     H200 a 4.9 s 'step' at batch 1 was rewarded and settled speculation as a loss everywhere above it)."""
     pull, addr = pull_address
@@ -200,7 +209,7 @@ def test_an_interval_that_held_an_idle_pass_is_not_a_sample(pull_address, monkey
     assert not tel.failures.places          # the clock restarted: the result after the pass is no failure
 
 
-def test_telemetry_sends_full_messages_and_counters_without_idle(pull_address):
+def test_telemetry_sends_full_messages_and_counters_without_idle(pull_address, reporting):
     pull, addr = pull_address
     tel = reporting(addr, flush_s=60.0).telemetry
     batch = SimpleNamespace(reqs=[object()] * 3)
@@ -268,7 +277,7 @@ def test_telemetry_failure_never_raises(plug, monkeypatch):
     assert "telemetry" in plug.failures.places
 
 
-def test_telemetry_leaves_after_the_flush_interval_without_a_full_message(pull_address):
+def test_telemetry_leaves_after_the_flush_interval_without_a_full_message(pull_address, reporting):
     pull, addr = pull_address
     tel = reporting(addr, flush_s=0.0).telemetry              # every sample is past the interval
     batch = SimpleNamespace(reqs=[object()] * 2)
@@ -280,7 +289,7 @@ def test_telemetry_leaves_after_the_flush_interval_without_a_full_message(pull_a
     assert tel.sent == 2 and not tel.pending
 
 
-def test_only_rank_0_reports(pull_address):
+def test_only_rank_0_reports(pull_address, reporting):
     pull, addr = pull_address
     tel = reporting(addr, rank=lambda: 1).telemetry
     batch = SimpleNamespace(reqs=[object()] * 4)
@@ -291,7 +300,7 @@ def test_only_rank_0_reports(pull_address):
     assert not pull.poll(200)
 
 
-def test_a_run_time_switch_reaches_status_at_the_next_idle_pass_without_a_batch(pull_address):
+def test_a_run_time_switch_reaches_status_at_the_next_idle_pass_without_a_batch(pull_address, reporting):
     """An idle engine sends no samples, so the counters that ride along with them never go out: a switch
     of the off path must still reach the daemon (the operator's `specctl status`) at once."""
     pull, addr = pull_address

@@ -155,9 +155,7 @@ def test_a_socket_taken_while_the_engine_starts_is_refused_in_its_own_words(shor
         code = d.proc.wait(60)
     finally:
         other.close()
-        if d.proc.poll() is None:
-            d.proc.kill()
-        d.stop()                                                     # (its log file closed)
+        d.close()
     assert code == 1
     log = d.log_text()
     assert f"control socket {d.socket} is in use by " in log and "start-up failed" not in log, log

@@ -33,6 +33,7 @@ def test_the_watchdog_is_fed_between_retunes_slower_than_watchdogsec(short_tmp, 
         serving.join(10)
     assert daemon.exit_code == 0
     writer.stop()
+    listener.close()
 
 
 def test_a_stalled_loop_is_not_fed_to_the_watchdog(short_tmp, monkeypatch):
@@ -56,6 +57,7 @@ def test_a_stalled_loop_is_not_fed_to_the_watchdog(short_tmp, monkeypatch):
             break
     assert b"WATCHDOG=1" not in sent
     writer.stop()
+    listener.close()
 
 
 def _previous_run(db, wall):
@@ -140,6 +142,9 @@ def test_a_ready_timeout_of_inf_starts_and_extends_systemds_start_timeout(short_
     engine = Stopped()
     svc, writer = make_service(short_tmp, engine=engine)
     engine.ready_timeout_s = float("inf")
-    assert Daemon(svc.cfg)._start(engine, svc, writer) == (None, None, None, None)
+    try:
+        assert Daemon(svc.cfg)._start(engine, svc, writer) == (None, None, None, None)
+    finally:
+        writer.stop()
     assert sent == [f"EXTEND_TIMEOUT_USEC={int(notify.MAX_EXTEND_S * 1e6)}"]
     assert notify.extend_timeout_usec(900.0) == 1020000000 and notify.extend_timeout_usec(float("nan")) is None

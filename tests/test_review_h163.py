@@ -33,6 +33,73 @@ def test_sighup_applies_a_changed_min_free_mb(short_tmp):
     finally:
         assert d.stop() == 0
 
+
+# --- what the tests left open or running --------------------------------------------------------------------------
+def test_a_parser_whose_interpreter_cannot_run_closes_its_log(tmp_path):
+    """SGLangParser made its log file, then Popen refused the interpreter: the LaunchError left the file open (a
+    ResourceWarning in `config from-launch --python /nonexistent/python`'s tests)."""
+    import gc
+    import warnings
+
+    from controller.daemon.launchcfg import LaunchError, SGLangParser
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", ResourceWarning)
+        with pytest.raises(LaunchError, match="cannot run"):
+            SGLangParser(str(tmp_path / "no-python"))
+        gc.collect()
+    assert [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)] == []
+
+
+def test_the_telemetry_sender_closes_its_socket_and_makes_it_again_on_the_next_use(short_tmp):
+    """TelemetrySender had no close: a process that made plugins and went on kept their zmq sockets open."""
+    import zmq
+
+    from controller.plugin.failures import Failures
+    from controller.plugin.telemetry import TelemetrySender
+    pull = zmq.Context.instance().socket(zmq.PULL)
+    pull.bind(f"ipc://{short_tmp}/t.ipc")
+    sender = TelemetrySender(f"ipc://{short_tmp}/t.ipc", Failures(), lambda: ({}, {}), rank=lambda: 0)
+    try:
+        first = sender._socket()
+        sender.close()
+        assert first.closed and sender.sock is None
+        again = sender._socket()
+        assert again and not again.closed and again is not first
+    finally:
+        sender.close()
+        pull.close(linger=0)
+
+
+LEAVES = """
+import pathlib, subprocess, sys, threading, time
+def test_leaves_a_child_and_a_thread():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    pathlib.Path("child.pid").write_text(str(child.pid))
+    threading.Thread(target=time.sleep, args=(3,), name="not-a-daemon").start()
+"""
+
+
+def test_the_session_fails_where_its_tests_left_a_child_process_or_a_non_daemon_thread(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    (tmp_path / "conftest.py").write_text("import tests.conftest as ours\nfrom tests.conftest import "
+                                          "_nothing_left_running  # noqa: F401\nours.LEFT_GRACE_S = 0.5\n")
+    (tmp_path / "test_leaves.py").write_text(LEAVES)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "test_leaves.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert run.returncode == 1, run.stdout + run.stderr
+        assert "1 passed, 1 error" in run.stdout, run.stdout
+        assert "the tests left running: thread 'not-a-daemon'; child pid " in run.stdout, run.stdout
+    finally:
+        os.kill(int((tmp_path / "child.pid").read_text()), signal.SIGKILL)
+
+
 # --- spaces other than ASCII's around a name or value -----------------------------------------------------------
 @pytest.mark.parametrize("pair, named", [("c\u00a0=1.5", "U+00A0 (NO-BREAK SPACE)"),
                                          ("c=\u20031.5", "U+2003 (EM SPACE)"), ("c=1.5\u3000", "U+3000 (IDEOGRAPHIC SPACE)")])
@@ -70,6 +137,7 @@ def test_a_switch_word_with_another_space_is_not_read_and_the_daemon_refuses_it(
     assert switch_on({EXPERIMENTS_ENV: " 0\t"}, EXPERIMENTS_ENV) is False
     assert switch_on({EXPERIMENTS_ENV: "0\u00a0"}, EXPERIMENTS_ENV) is True          # not a switch word: the default
     assert operator_value_problem(EXPERIMENTS_ENV, "0\u00a0").startswith("must be one of 0 / false")
+
 
 def test_the_service_takes_the_newest_engine_time_the_start_read_and_reads_it_no_more(tmp_path, monkeypatch):
     """The daemon's start read queries.last_engine_time twice: for the engine (the simulator resumes there) and again

@@ -426,13 +426,16 @@ def test_a_sender_that_never_goes_quiet_cannot_hold_the_stop_past_stop_read_s(sh
         while not done.is_set():
             push.send(contract.pack_sample(1.0, 2, 0, 2, 0.01, True))
             time.sleep(0.02)
-    threading.Thread(target=flood, daemon=True).start()
+    sender = threading.Thread(target=flood, daemon=True)
+    sender.start()
     rx = threading.Thread(target=eng._receive, args=(pull, lambda s: None), daemon=True)
     rx.start()
     eng._stop.set()
     rx.join(3)
     alive = rx.is_alive()
     done.set()
+    sender.join()
+    push.close(linger=0)
     assert not alive
 
 

@@ -56,8 +56,7 @@ def test_specctl_stop_drains_and_waits_for_the_exit(short_tmp):
         assert DaemonLock(d.db).holder() is None and not d.socket.exists()
         assert d.proc.wait(10) == 0
     finally:
-        if d.proc.poll() is None:
-            d.proc.kill()
+        d.close()
     log = d.log_text(tail=10**6)
     assert log.count("spec-controller ready") == 1
     assert log.count("spec-controller stopped (specctl stop)") == 1

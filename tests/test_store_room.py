@@ -179,11 +179,7 @@ def test_a_daemon_on_a_disk_it_fills_keeps_room_for_commands_and_retention(short
         assert not any("disk full" in p for p in st["daemon"]["problems"]), st["daemon"]["problems"]
         assert d.stop() == 0, d.log_text()
     finally:
-        if d.proc.poll() is None:
-            d.proc.kill()
-            d.proc.wait(10)
-        if not d.log.closed:
-            d.log.close()
+        d.close()
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     assert conn.execute("SELECT value FROM settings WHERE key = 'pinned'").fetchone() == ("7",)
     conn.close()

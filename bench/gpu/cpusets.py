@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 SYSFS = "/sys/devices/system/cpu"
 
@@ -43,7 +44,7 @@ def physical_cores(root: str = SYSFS, allowed: set[int] | None = None) -> list[l
     cores = {}
     for cpu in online:
         path = os.path.join(root, f"cpu{cpu}", "topology", "thread_siblings_list")
-        siblings = parse_list(open(path).read()) if os.path.exists(path) else [cpu]
+        siblings = parse_list(Path(path).read_text()) if os.path.exists(path) else [cpu]
         cores[tuple(c for c in siblings if c in online)] = None
     return sorted((list(c) for c in cores), key=lambda c: c[0])
 

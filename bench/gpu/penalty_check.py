@@ -157,7 +157,8 @@ def main() -> int:
     batch = prompts(args.prompts, args.input_len, args.vocab, args.seed)
     found = []
     if args.chain:
-        found = cycles(json.load(open(args.chain)))
+        with open(args.chain) as f:
+            found = cycles(json.load(f))
         batch = cycle_prompts(batch, found, args.output_len)
     rows = []
     for temperature in (float(t) for t in args.temperatures.split(",")):

@@ -42,7 +42,8 @@ PGRP, MINFLT, UTIME, STIME, PROCESSOR = 2, 7, 11, 12, 36
 def stat_fields(path: str) -> tuple[str, list[str]] | None:
     """(comm, the fields after it) of a /proc/.../stat file (a process's or a thread's); None once it is gone."""
     try:
-        raw = open(path).read()
+        with open(path) as f:          # (closed here: a sampler reads thousands of these)
+            raw = f.read()
     except OSError:
         return None
     return raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()

@@ -18,7 +18,7 @@ OFF_MODES = ("synced", "lean", "leanalloc", "fast", "off", "side", "inline", "of
 
 
 def rows_of(path: str) -> list[dict]:
-    return [json.loads(line) for line in open(path) if line.startswith("{") and "tok_s" in line]
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.startswith("{") and "tok_s" in line]
 
 
 def grouped(rows: list[dict]) -> dict[tuple, list[dict]]:

@@ -69,6 +69,7 @@ class SGLangParser:
                                          stderr=self.log, text=True, pass_fds=(write,), env=env)
         except OSError as e:
             os.close(read)
+            self.log.close()        # (close() is never called on a parser that did not start)
             raise LaunchError(f"cannot run {python}: {e.strerror or e}", 1) from None
         finally:
             os.close(write)

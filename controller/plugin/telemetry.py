@@ -74,6 +74,14 @@ class TelemetrySender:
                     self.failures.record("telemetry socket", e)
         return self.sock
 
+    def close(self) -> None:
+        """Let go of the socket (made again on the next use). The scheduler's exit closes it too; a process that
+        makes plugins and goes on (a test, a tool) had no way to, and zmq's sockets stayed open until garbage
+        collection."""
+        sock, self.sock = self.sock, None
+        if sock:
+            sock.close(linger=0)
+
     # --- hooks ---------------------------------------------------------------------------------
     def before_prefill_result(self, *args, **kwargs) -> None:
         """BEFORE process_batch_result_prefill: the next interval held a prefill."""
