@@ -9,11 +9,9 @@ start-up path, the policies and the SGLang plugin's envwords import it)."""
 from __future__ import annotations
 
 import datetime
-import decimal
 import math
 import re
 import sys
-import unicodedata
 
 INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
 DECIMAL = re.compile(r"-?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
@@ -69,6 +67,7 @@ def held_float(text: str) -> float:
 def _read_as(text: str, value: float) -> str:
     """How held_float's refusal ends: what the float reads, where that differs from the text ("1e-308" was told it
     would be read as 1e-308)."""
+    import decimal      # (here: specctl's start-up imports this module, a refusal is rare)
     if value == 0:
         return ": it would be read as 0"
     try:
@@ -116,6 +115,7 @@ def trimmed(text: str) -> str:
     out = text.strip(ASCII_SPACE)
     for ch in (out[:1], out[-1:]):
         if ch.isspace():
+            import unicodedata      # (here: as decimal above)
             raise OddSpace(f"U+{ord(ch):04X} ({unicodedata.name(ch, 'a space')}) around a name or value: type a plain "
                            "space, or none")
     return out
