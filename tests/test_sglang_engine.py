@@ -1,6 +1,8 @@
 """The daemon's SGLang engine adapter on CPU: start-time refusals, server flags, the telemetry
 receiver on a real PULL socket, liveness probing against a local HTTP server, and the drain."""
+import os
 import re
+import signal
 import threading
 import time
 from types import SimpleNamespace
@@ -308,6 +310,58 @@ def test_stopping_the_engine_keeps_the_telemetry_of_its_drain(short_tmp):
     eng.stop(timeout=30)
     assert eng.proc.returncode == 0 and not eng._rx.is_alive()
     assert [s.t for s in got] == [9.0]
+
+
+LAUNCHER_AND_SCHEDULER = """
+import os, signal, subprocess, sys, time
+if sys.argv[2] == "scheduler":        # SGLang's rank-0 scheduler: the process that sends, a child of the launcher
+    import zmq
+    from controller.contract import pack_sample
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.connect(sys.argv[1])
+    push.send(pack_sample(1.0, 3, 0, 3, 0.01, True))
+    sys.stdin.read()                   # the launcher's end: the drain goes on a second after it
+    time.sleep(1.0)
+    push.send(pack_sample(9.0, 3, 0, 3, 0.01, True))
+    push.close(linger=2000)
+    sys.exit(0)
+child = subprocess.Popen([sys.executable, "-c", sys.argv[3], sys.argv[1], "scheduler", ""], stdin=subprocess.PIPE)
+print(child.pid, flush=True)
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))      # (its pipe to the scheduler closes with it)
+for _ in range(600):
+    time.sleep(0.1)
+"""
+
+
+def test_stopping_keeps_telemetry_the_scheduler_sends_after_the_launcher_exits(short_tmp):
+    """The sender is SGLang's scheduler, a child of the launch process the daemon stops: its drain's last message
+    may come after the launcher's exit and after STOP_QUIET_S of quiet. Read until the sender's connection is gone
+    (it was lost after 0.5 s of quiet: the helper-165 flake's cause on a loaded host, made certain here)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3"})
+    pull = zmq.Context.instance().socket(zmq.PULL)
+    pull.bind(f"ipc://{short_tmp}/d.ipc")
+    got = []
+    eng._rx = threading.Thread(target=eng._receive, args=(pull, got.append), daemon=True)
+    eng._rx.start()
+    eng.proc = subprocess.Popen([sys.executable, "-c", LAUNCHER_AND_SCHEDULER, f"ipc://{short_tmp}/d.ipc", "launcher",
+                                 LAUNCHER_AND_SCHEDULER], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    scheduler = int(eng.proc.stdout.readline())
+    try:
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:      # (its first message: connected, handshake passed)
+            time.sleep(0.05)
+        eng.stop(timeout=30)
+        assert eng.proc.returncode == 0 and not eng._rx.is_alive()
+        assert [s.t for s in got] == [1.0, 9.0]
+    finally:
+        try:
+            os.kill(scheduler, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def test_the_off_path_choice_reaches_the_plugins_environment():

@@ -116,6 +116,11 @@ class DropWatch:
         new, self.counted = max(0, proven - self.counted), max(self.counted, proven)
         return new
 
+    def connected(self) -> int:
+        """Senders whose connection is up, as far as the events read so far say (handshakes passed, less the
+        disconnects of connections that had passed one)."""
+        return max(0, self.passed - max(0, self.gone - self.failed))
+
     def close(self) -> None:
         self._pull.disable_monitor()
         self.monitor.close(linger=0)

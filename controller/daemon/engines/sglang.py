@@ -154,8 +154,9 @@ class SGLangEngine(Engine):
         poller.register(pull, zmq.POLLIN)
         poller.register(drops.monitor, zmq.POLLIN)
         while True:
-            # once stopping: read until the socket has been quiet for STOP_QUIET_S (what the engine sent just before
-            # it exited may still be in zmq's I/O thread, not yet in the queue), STOP_READ_S at most
+            # once stopping: read until the sender's connection is gone (its last message comes before its end of
+            # stream) and the socket has been quiet for STOP_QUIET_S, STOP_READ_S at most (quiet alone lost the
+            # drain's message on a loaded host: zmq's I/O thread had not yet read it)
             stopping = self._stop.is_set()
             if stopping and last_read_by is None:
                 last_read_by = time.monotonic() + STOP_READ_S
@@ -163,7 +164,7 @@ class SGLangEngine(Engine):
             for _ in range(drops.dropped() if drops.monitor in ready else 0):
                 self.undecodable.refused(None, f"a message over {MAX_TELEMETRY_MESSAGE} bytes (or not zmq's) dropped "
                                               "its sender's connection")
-            if stopping and (not ready or time.monotonic() > last_read_by):
+            if stopping and (time.monotonic() > last_read_by or not ready and not drops.connected()):
                 break
             if pull not in ready:
                 continue
