@@ -10,6 +10,7 @@ from controller.cli.main import cli
 from state.db import StoreError, open_store
 from tests.conftest import unheld_port
 from tests.test_daemon_e2e import run_daemon_once
+from tests.test_faults_api import _Service
 from tests.test_faults_cli import _one_line, specctl
 
 
@@ -109,13 +110,8 @@ def test_a_metrics_address_no_bind_takes_is_a_config_error_exit_2(short_tmp):
 
 
 # --- the control socket: clients that do not read their answers -------------------------------------------------------
-class _BigAnswers:
+class _BigAnswers(_Service):
     """/status answers 4 MB (a long /history's size), more than the socket's buffers hold for a client that reads none."""
-
-    class engine:
-        @staticmethod
-        def health():
-            return {"ok": True}
 
     @staticmethod
     def status():

@@ -293,7 +293,8 @@ for _ in range(600):      # short sleeps: the kernel may hand SIGTERM to a zmq t
 """
 
 
-def test_stopping_the_engine_keeps_the_telemetry_of_its_drain(short_tmp):
+def _receiving_engine(short_tmp, script: str, *args: str) -> tuple[SGLangEngine, list]:
+    """An SGLangEngine whose receiver reads a real zmq socket, and as its engine process `script` (sending to it)."""
     import subprocess
     import sys
 
@@ -304,8 +305,13 @@ def test_stopping_the_engine_keeps_the_telemetry_of_its_drain(short_tmp):
     got = []
     eng._rx = threading.Thread(target=eng._receive, args=(pull, got.append), daemon=True)
     eng._rx.start()
-    eng.proc = subprocess.Popen([sys.executable, "-c", DRAINING_ENGINE, f"ipc://{short_tmp}/d.ipc"],
+    eng.proc = subprocess.Popen([sys.executable, "-c", script, f"ipc://{short_tmp}/d.ipc", *args],
                                 stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    return eng, got
+
+
+def test_stopping_the_engine_keeps_the_telemetry_of_its_drain(short_tmp):
+    eng, got = _receiving_engine(short_tmp, DRAINING_ENGINE)
     assert eng.proc.stdout.readline().strip() == "ready"
     eng.stop(timeout=30)
     assert eng.proc.returncode == 0 and not eng._rx.is_alive()
@@ -337,18 +343,7 @@ def test_stopping_keeps_telemetry_the_scheduler_sends_after_the_launcher_exits(s
     """The sender is SGLang's scheduler, a child of the launch process the daemon stops: its drain's last message
     may come after the launcher's exit and after STOP_QUIET_S of quiet. Read until the sender's connection is gone
     (it was lost after 0.5 s of quiet: the helper-165 flake's cause on a loaded host, made certain here)."""
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-    eng = SGLangEngine({"model_path": "/m", "speculative_algorithm": "EAGLE3"})
-    pull = zmq.Context.instance().socket(zmq.PULL)
-    pull.bind(f"ipc://{short_tmp}/d.ipc")
-    got = []
-    eng._rx = threading.Thread(target=eng._receive, args=(pull, got.append), daemon=True)
-    eng._rx.start()
-    eng.proc = subprocess.Popen([sys.executable, "-c", LAUNCHER_AND_SCHEDULER, f"ipc://{short_tmp}/d.ipc", "launcher",
-                                 LAUNCHER_AND_SCHEDULER], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    eng, got = _receiving_engine(short_tmp, LAUNCHER_AND_SCHEDULER, "launcher", LAUNCHER_AND_SCHEDULER)
     scheduler = int(eng.proc.stdout.readline())
     try:
         deadline = time.monotonic() + 30
