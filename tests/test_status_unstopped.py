@@ -73,3 +73,38 @@ def test_a_daemon_still_starting_is_not_said_to_have_ended(tmp_path):
     finally:
         lock.release()
     assert code == 4 and not any(KILLED in p for p in problems), problems
+
+
+
+def test_a_daemon_still_starting_whose_lock_this_user_cannot_read_is_not_said_to_have_ended(short_tmp):
+    """An operator of the service's group reads the database (0640) but not the lock file (0600, the service user's):
+    who holds it cannot be told, so a start still loading its engine is not said to have ended (the unreadable lock
+    was taken for no daemon: 'the last run (pid N) ended without a stop on record' while N loaded its engine)."""
+    import os
+
+    from state.lock import DaemonLock
+    from tests.test_denied_step import NOBODY
+    os.chmod(short_tmp, 0o755)
+    db = short_tmp / "x.db"
+    _events(db, [("start", "engine=sim pid=8")])
+    for p in short_tmp.iterdir():
+        os.chmod(p, 0o644)
+    lock = DaemonLock(str(db))
+    lock.acquire(None)      # (a daemon loading its engine: its start event written, its socket not open yet)
+    _problems(db, short_tmp / "none.sock")      # (imports cached before acting as another user)
+    root = os.geteuid() == 0
+    try:
+        os.chmod(lock.path, 0o600 if root else 0)       # (root reads any file: this user is then nobody)
+        if root:
+            os.setegid(NOBODY)
+            os.seteuid(NOBODY)
+        try:
+            code, problems = _problems(db, short_tmp / "none.sock")
+        finally:
+            if root:
+                os.seteuid(0)
+                os.setegid(0)
+    finally:
+        os.chmod(lock.path, 0o600)
+        lock.release()
+    assert not any(KILLED in p for p in problems), problems

@@ -265,13 +265,16 @@ def current_status(ctx: Ctx, explain: bool) -> tuple[dict, int]:
         return call(ctx, "GET", "/status"), 0
     except DaemonUnreachable as e:
         holder = lock_holder(ctx.db)
+        # (an unreadable lock, the service user's 0600 to its group's operators, cannot say that no daemon holds it:
+        # a start still loading its engine was said to have ended without a stop)
+        down = holder is None
         holder = None if holder == UNREADABLE else holder
         if not present(ctx.db):
             no_database(ctx, str(e))
         found = find_holder(ctx.db, ctx.socket, holder) if holder else None
         if found and found.elsewhere:       # a healthy daemon, and a mistyped --socket: say so, nothing else
             fail(found.mismatch(), EXIT_USAGE)
-        st = offline_status(ctx, down=not holder)
+        st = offline_status(ctx, down=down)
         if holder:      # alive but not serving: the engine is still loading (or the daemon is wedged)
             st["daemon"].update(starting=True, pid=int(holder) if holder.isdigit() else holder)
         if explain:
