@@ -188,11 +188,13 @@ def _check_schema(path: Path, conn: sqlite3.Connection, readonly: bool) -> None:
         if missing := [t for t in TABLES if t not in tables]:
             raise StoreError(f"{path} is not a spec-controller database, or a damaged one: schema version {version} "
                              f"without its table{'s' if len(missing) > 1 else ''} {', '.join(missing)}; refusing it")
-        for table in TABLES:     # (a table of ours without its columns: every read and the start were a traceback)
+        # (a table of ours without its columns: every read and the start were a traceback; each column named, 8 at most:
+        # five of them named read as the whole want, and a table mended by those five was refused again)
+        for table in TABLES:
             have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
             if lacks := [c for c in V1_COLUMNS[table] if c not in have]:
                 raise StoreError(f"{path} is not a spec-controller database, or a damaged one: its table {table} "
-                                 f"lacks the column{'s' if len(lacks) > 1 else ''} {', '.join(lacks[:5])}; refusing it")
+                                 f"lacks the column{'s' if len(lacks) > 1 else ''} {', '.join(lacks)}; refusing it")
         return
     if tables:
         raise StoreError(f"{path} is not a spec-controller database: it belongs to another application "

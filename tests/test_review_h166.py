@@ -30,7 +30,7 @@ def _table_without_its_columns(db, table: str = "decisions") -> bytes:
 def test_a_table_of_ours_without_its_columns_is_refused_at_the_opening(short_tmp, readonly):
     db = short_tmp / "d.db"
     before = _table_without_its_columns(db)
-    with pytest.raises(StoreError, match="its table decisions lacks the columns id, t, wall, old, new; refusing it"):
+    with pytest.raises(StoreError, match="its table decisions lacks the columns id, t, wall, old, new, policy, reason, exploratory; refusing it"):
         open_store(db, readonly=readonly)
     assert db.read_bytes() == before
 
