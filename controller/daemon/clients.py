@@ -3,7 +3,8 @@ in one place: a deadline on each whole request and a cap on the connections serv
 server (prometheus_client's, a thread per connection and no timeout) kept a thread and a descriptor for every client
 that connected and sent nothing, for ever: any local user could pile up thousands (helper-114). At the cap, a request
 still arriving after CUT_AFTER_S gives its slot to the next client: 64 clients that connected and sent nothing (or
-half a request) held every slot until their deadline, 10 s, and `specctl status` or `stop` was refused (helper-157)."""
+half a request) held every slot until their deadline, 10 s, and `specctl status` or `stop` was refused (helper-157);
+so does an answer still being written after as long, to a client that does not read it (helper-166)."""
 from __future__ import annotations
 
 import http.client
@@ -160,8 +161,8 @@ class BoundedClients:
 
     def _room(self) -> bool:
         """Under _served_lock: may one more connection be served? Only at the cap are the others looked at: those whose
-        client hung up do not count, and else the request that has been arriving longest, CUT_AFTER_S or more, gives
-        its slot up."""
+        client hung up do not count, and else the request that has been arriving longest, or the answer that has been
+        being written longest (Slot.writing), CUT_AFTER_S or more, gives its slot up."""
         served = self._served
         if len(served) < self.max_clients:
             return True
