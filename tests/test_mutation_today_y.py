@@ -456,3 +456,17 @@ def test_steps_bound_63_none_sglangs_steps_run_up_to_max_spec_steps_the_saved_st
     with pytest.raises(EngineError, match=r"^sglang engine: \[sglang\] speculative_num_steps must be an integer in "
                                           r"1 .. 64, got 65$"):
         SGLangEngine({**BASE, "speculative_num_steps": MAX_SPEC_STEPS + 1})
+
+
+def test_a_slot_picked_for_its_request_keeps_its_write_where_its_handler_began_one_since(cap2):
+    """helper-169: the shutdown was chosen by reading Slot.writing again after the pick, so a request picked as the one
+    arriving longest whose handler began writing its answer in between had the write cut too (a command applied, its
+    acknowledgement lost). The slot below is that moment's state: picked by its request's age, writing just begun."""
+    picked = cap2.serve(time.monotonic() - HOUR)
+    picked.writing = time.monotonic()
+    cap2.serve(time.monotonic())
+    assert cap2._room() is True and picked.cut
+    conn = next(c for c, s in cap2._served.items() if s is picked)
+    peer = cap2._peers[cap2._peers.index(conn) + 1]
+    conn.sendall(b"acknowledged")           # (SHUT_RDWR: BrokenPipeError)
+    assert peer.recv(64) == b"acknowledged"

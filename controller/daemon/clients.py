@@ -179,14 +179,16 @@ class BoundedClients:
             return True
         # (an answer still being written after CUT_AFTER_S waits on a client that does not read it: 64 clients that
         # asked for a long history and read nothing held every slot for the write's 10 s, every round of them)
-        waiting = [(since, conn) for conn, slot in counted.items() for since in (slot.since, slot.writing)
-                   if since is not None]
-        since, conn = min(waiting, key=lambda pair: pair[0], default=(math.inf, None))
+        waiting = [(since, conn, how) for conn, slot in counted.items()
+                   for since, how in ((slot.since, socket.SHUT_RD), (slot.writing, socket.SHUT_RDWR)) if since is not None]
+        since, conn, how = min(waiting, key=lambda seen: seen[0], default=(math.inf, None, None))
         if time.monotonic() - since < CUT_AFTER_S:
             return False
         counted[conn].cut = True
-        try:        # (its thread's read returns at once, a reply to a request cut may still be written; a write ends)
-            conn.shutdown(socket.SHUT_RD if counted[conn].writing is None else socket.SHUT_RDWR)
+        # (its thread's read returns at once; the answer to a request cut while arriving may still be written, also
+        # where its handler began writing since it was picked: only an answer picked as such has its write ended)
+        try:
+            conn.shutdown(how)
         except OSError:
             pass
         return True
