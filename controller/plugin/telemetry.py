@@ -77,7 +77,8 @@ class TelemetrySender:
     def close(self) -> None:
         """Let go of the socket (made again on the next use). The scheduler's exit closes it too; a process that
         makes plugins and goes on (a test, a tool) had no way to, and zmq's sockets stayed open until garbage
-        collection."""
+        collection. Messages zmq has not yet sent are dropped (linger 0, as at the scheduler's exit: SGLang's exit
+        never waits on the daemon); call it from the thread that sends (zmq sockets are not thread-safe)."""
         sock, self.sock = self.sock, None
         if sock:
             sock.close(linger=0)
