@@ -88,6 +88,46 @@ def present(path: Path) -> bool:
         return False
 
 
+
+def denied_step(path: str | Path) -> str | None:
+    """What this user can do about a refusal (EACCES) on path, where what refuses is its own: the first part of the path
+    it cannot pass (a folder without x), else path itself (a folder without w and x, a file or socket without w; the
+    folder a path not there would be made in), named
+    with the chmod (a state folder at mode 000 said only 'Permission denied'). None where nothing refuses, what refuses
+    is another user's (the caller's own advice then: the service's group, another --socket), or its mode grants what is
+    refused (a read-only mount, an ACL: no chmod helps)."""
+    target = Path(path).absolute()
+
+    def passes(p: Path, mode: int) -> bool:     # (as open and connect judge it: the effective ids)
+        return os.access(p, mode, effective_ids=os.access in os.supports_effective_ids)
+
+    blocker = next((p for p in reversed(target.parents) if not passes(p, os.X_OK)), None)
+    if blocker is None and not os.path.lexists(target):
+        target = target.parent          # (a file to be made there: its folder refuses it)
+    try:
+        st = os.stat(blocker or target)
+    except OSError:
+        return None
+    folder = stat.S_ISDIR(st.st_mode)
+    if blocker is None:
+        if passes(target, os.W_OK | (os.X_OK if folder else 0)):
+            return None
+        blocker, need = target, (stat.S_IWUSR | stat.S_IXUSR if folder else stat.S_IWUSR)
+    else:
+        need = stat.S_IXUSR
+    if st.st_uid != os.geteuid() or st.st_mode & need == need:
+        return None
+    kind = "folder" if folder else "socket" if stat.S_ISSOCK(st.st_mode) else "file"
+    bits = "rwx" if folder else "rw"
+    return f"the {kind} {blocker} is yours but its mode {st.st_mode & 0o777:o} refuses you: chmod u+{bits} {blocker}"
+
+
+def denied_note(path: str | Path, error: BaseException | None = None) -> str:
+    """' (denied_step's words)' to end a refusal's line with, or '' (none, or an error that is not a refusal)."""
+    if error is not None and not isinstance(error, PermissionError):
+        return ""
+    return f" ({step})" if (step := denied_step(path)) else ""
+
 def _first_existing(env: str, candidates: tuple[Path, ...], default: Path) -> Path:
     if os.environ.get(env):
         return Path(os.environ[env])

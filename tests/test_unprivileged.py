@@ -16,8 +16,8 @@ def unwritable(short_tmp):
     d.mkdir()
     if os.geteuid() != 0:
         d.chmod(0o555)
-        try:
-            yield d, os.strerror(13)                    # EACCES
+        try:      # EACCES, and the step a folder of the user's own asks (helper-168)
+            yield d, f"{os.strerror(13)} (the folder {d} is yours but its mode 555 refuses you: chmod u+rwx {d})"
         finally:
             d.chmod(0o755)                              # (so that short_tmp can be removed)
         return

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..paths import denied_step
+
 MAX_ANSWER = 64 * 1024 * 1024
 MAX_HEAD = 64 * 1024         # the daemon's status line and headers: ~150 bytes
 BUSY_RETRY_S = 3.0      # how long a full connection queue (EAGAIN) is retried before giving up
@@ -26,6 +28,7 @@ ANSWERS: dict[str, tuple[type, tuple[str, ...]]] = {
     "/policies": (list, ("name", "params")), "/threshold/pin": (dict, ("pinned",)),
     "/threshold/unpin": (dict, ("pinned",)), "/history": (list, ("wall", "old", "new", "policy", "reason")),
     "/stop": (dict, ("stopping",))}
+GROUP_STEP = "run as root or a member of its group"     # (a socket or folder of another user: the service's)
 
 
 class DaemonUnreachable(Exception):
@@ -69,7 +72,7 @@ def _connect(path: str, timeout: float) -> socket.socket:
         if isinstance(e, FileNotFoundError):
             raise DaemonUnreachable(f"no daemon socket at {path}") from None
         if isinstance(e, PermissionError):
-            raise DaemonDenied(f"permission denied on {path} ({_denied_step(path)})") from None
+            raise DaemonDenied(f"permission denied on {path} ({denied_step(path) or GROUP_STEP})") from None
         if isinstance(e, ConnectionRefusedError):
             raise DaemonUnreachable(f"nothing listens on {path}") from None
         if isinstance(e, BlockingIOError):
@@ -78,27 +81,6 @@ def _connect(path: str, timeout: float) -> socket.socket:
             raise DaemonUnreachable(f"cannot reach {path}: {e.strerror or e}") from None
         raise
     return sock
-
-
-def _denied_step(path: str) -> str:
-    """What to do about a refused connect: the first part of the path this user cannot pass (a folder without x, the
-    socket without w); the group advice is wrong where that part is the user's own (a state folder at mode 000)."""
-    target = Path(path)
-
-    def passes(p: Path, mode: int) -> bool:     # (as connect sees it: the effective ids)
-        return os.access(p, mode, effective_ids=os.access in os.supports_effective_ids)
-
-    blocker = next((p for p in reversed(target.parents) if not passes(p, os.X_OK)), None)
-    if blocker is None and not passes(target, os.W_OK):
-        blocker = target
-    try:
-        st = os.stat(blocker) if blocker is not None else None
-    except OSError:
-        st = None
-    if st is None or st.st_uid != os.geteuid():
-        return "run as root or a member of its group"
-    kind, bits = ("socket", "rw") if blocker == target else ("folder", "rwx")
-    return f"the {kind} {blocker} is yours but its mode {st.st_mode & 0o777:o} refuses you: chmod u+{bits} {blocker}"
 
 
 def _read_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:

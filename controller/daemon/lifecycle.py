@@ -18,7 +18,7 @@ from state.room import Room
 from state.writer import Writer
 
 from ..numtext import one_line
-from ..paths import DEFAULT_CONFIG, default_db, default_socket, pid_namespace
+from ..paths import DEFAULT_CONFIG, default_db, default_socket, denied_note, pid_namespace
 from .config import load_config
 from .configdiff import RELOADED, reloadable, restart_needed, shadowed
 from .drain import drain
@@ -90,7 +90,8 @@ class Daemon:
         try:
             server = ControlServer(ctl["socket"], service, on_stop=lambda: self.request_stop("specctl stop"))
         except OSError as e:       # (the preflight asked; its directory changed since: named, not a bare errno)
-            why = f" cannot be created there ({e.strerror})" if e.errno == errno.ENOENT else f": {e.strerror or e}"
+            why = f" cannot be created there ({e.strerror})" if e.errno == errno.ENOENT else \
+                f": {e.strerror or e}{denied_note(ctl['socket'], e)}"
             raise Fatal(f"control socket {ctl['socket']}{why}") from None      # (ENOENT at bind: /proc, as --db's)
         retune = None
         try:        # a failure from here on (a thread refused, a job not scheduled) must not leave these serving

@@ -12,7 +12,8 @@ import stat
 from pathlib import Path
 from typing import Any, Callable
 
-from ..paths import UNIT_DB, UNIT_SOCKET, default_db, default_socket, home_unexpanded, shared_path, socket_path_problem
+from ..paths import (UNIT_DB, UNIT_SOCKET, default_db, default_socket, denied_note, home_unexpanded, shared_path,
+                     socket_path_problem)
 from ..sim.profile import ProfileError
 from .engines.base import Engine, EngineError, EngineNotInstalled
 
@@ -232,11 +233,13 @@ def _uncreatable(directory: Path) -> str | None:
     try:
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent
-    except OSError as e:
-        return e.strerror
+    except OSError as e:            # (a folder above without x: Path.exists raises)
+        return e.strerror + denied_note(directory, e)
     if not existing.is_dir():
         return os.strerror(errno.ENOTDIR)
     from state.db import may, on_read_only_mount
     if not may(existing, os.W_OK | os.X_OK):      # (as root: a read-only mount only)
-        return os.strerror(errno.EROFS if on_read_only_mount(existing) else errno.EACCES)
+        if on_read_only_mount(existing):
+            return os.strerror(errno.EROFS)
+        return os.strerror(errno.EACCES) + denied_note(existing)
     return None

@@ -9,6 +9,8 @@ import stat
 import struct
 from pathlib import Path
 
+from ..paths import denied_note
+
 LIVE, FOREIGN, NOBODY = "live", "foreign", "nobody"
 
 
@@ -40,8 +42,8 @@ def check_socket_free(path: Path) -> None:
         st = os.lstat(path)
     except FileNotFoundError:
         return
-    except OSError as e:
-        raise SocketRefused(f"control socket path {path}: {e.strerror}") from None
+    except OSError as e:        # (its own state folder at mode 000: what refuses and the chmod, as specctl says it)
+        raise SocketRefused(f"control socket path {path}: {e.strerror}{denied_note(path, e)}") from None
     if not stat.S_ISSOCK(st.st_mode):
         kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a socket"
         raise SocketRefused(f"control socket path {path} exists and is {kind}; refusing to remove it")
