@@ -94,6 +94,9 @@ def open_nofollow(path: Path, flags: int, what: str, mode: int = 0o600) -> int:
             raise StoreError(f"{what} {path} is a symbolic link; refusing to follow it (give the real path)") from None
         if e.errno == errno.ENOENT and flags & os.O_CREAT:     # (its directory there: one that takes no new file,
             raise StoreError(f"{what} {path} cannot be created there ({e.strerror})") from None   # /proc: helper-133)
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and flags & os.O_CREAT and not os.path.lexists(path):
+            # (the folder refuses a new file: 'database D: Permission denied' named a file that is not there)
+            raise StoreError(f"{what} {path} cannot be created in {path.parent} ({e.strerror})") from None
         if e.errno == errno.ENOENT:
             raise StoreError(f"{what} {path} does not exist") from None
         raise StoreError(f"{what} {path}: {e.strerror}") from None

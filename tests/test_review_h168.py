@@ -44,3 +44,28 @@ def test_config_check_on_its_own_state_folder_at_500_names_the_chmod(state):
     assert res.exit_code == 2, res.output
     assert res.output.strip() == (f"spec-controller: cannot create the database's files in {state}: Permission denied "
                                   f"(the folder {state} is yours but its mode 500 refuses you: chmod u+rwx {state})")
+
+
+# --- an offline write where the database cannot be made: the folder is named, not a database that is not there -------
+def test_an_offline_policy_set_in_a_state_folder_that_takes_no_new_file_names_the_folder(state, monkeypatch):
+    from controller.cli.main import cli
+    from tests.conftest import UNIT_PATH_READERS
+    for module in UNIT_PATH_READERS:       # (the conftest's stand-in lies in pytest's folder, which nobody cannot enter)
+        monkeypatch.setattr(f"{module}.UNIT_DB", state.parent / "no-service" / "spec-controller.db")
+        monkeypatch.setattr(f"{module}.UNIT_SOCKET", state.parent / "no-service" / "control.sock")
+    folder = state.parent / "spec-controller"       # (the default database's, under XDG_STATE_HOME: no --db given)
+    folder.mkdir()
+    env = {"XDG_STATE_HOME": str(state.parent), "SPECCTL_DB": None, "SPECCTL_SOCKET": None, "STATE_DIRECTORY": None,
+           "RUNTIME_DIRECTORY": None}
+    CliRunner().invoke(cli, ["--socket", str(state / "none.sock"), "--db", str(state / "spare.db"), "policy", "set",
+                             "ucb"])            # (imports, as root: this Python may live in /root)
+    with _as_owner(folder):
+        os.chmod(folder, 0o500)
+        try:
+            res = CliRunner(env=env).invoke(cli, ["policy", "set", "ucb"])
+        finally:
+            os.chmod(folder, 0o700)
+    db = folder / "spec-controller.db"
+    assert res.exit_code == 1, res.output
+    assert res.output.strip() == f"specctl: database {db} cannot be created in {folder} (Permission denied)"
+    assert not db.exists()
