@@ -117,7 +117,7 @@ def test_unknown_warn_log_a_saved_policy_this_version_does_not_know_is_noted_and
     res = _check(short_tmp)
     assert res.exit_code == 0 and res.stdout.strip().endswith("; policy bandit)"), res.output
     assert "spec-controller: note: saved policy gone {'k': 1} not run (unknown policy 'gone'" in res.stderr and \
-        "the config's bandit {} runs instead" in res.stderr, res.stderr
+        "the default policy bandit {} runs instead" in res.stderr, res.stderr
 
 
 def test_notes_lost_same_a_dropped_parameter_is_noted_where_the_rest_is_the_configs_policy(short_tmp):
@@ -136,7 +136,8 @@ def test_configured_no_params_the_configs_policy_is_named_with_its_parameters(sh
     _saved(db, {"name": "thompson", "params": {}})
     res = _check(short_tmp, "--policy", "ucb", "--set", "policy.params.c=1.5")
     assert res.exit_code == 0 and res.stdout.strip().endswith(
-        f"policy thompson saved in {db}, which run resumes (the config's ucb (c=1.5) is a first start's only: "
+        f"policy thompson saved in {db}, which run resumes (policy ucb (c=1.5) given on the command line is a first "
+        "start's only: "
         "`specctl policy set` switches))"), res.output
 
 

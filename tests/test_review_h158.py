@@ -182,7 +182,7 @@ def test_config_check_names_the_saved_policy_run_resumes(short_tmp):
         before = {p.name: p.read_bytes() for p in short_tmp.iterdir() if p.is_file()}
         res = _check(short_tmp)
         assert res.exit_code == 0 and res.stdout.strip().endswith(
-            f"policy ucb (c=2) saved in {db}, which run resumes (the config's bandit is a first start's only: "
+            f"policy ucb (c=2) saved in {db}, which run resumes (the default policy bandit is a first start's only: "
             "`specctl policy set` switches))"), res.output
         assert {p.name: p.read_bytes() for p in short_tmp.iterdir() if p.is_file() and p.name in before} == before
         same = _check(short_tmp, "--policy", "ucb", "--set", "policy.params.c=2.0")     # (saved as the text "2")

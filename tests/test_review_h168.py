@@ -69,3 +69,26 @@ def test_an_offline_policy_set_in_a_state_folder_that_takes_no_new_file_names_th
     assert res.exit_code == 1, res.output
     assert res.output.strip() == f"specctl: database {db} cannot be created in {folder} (Permission denied)"
     assert not db.exists()
+
+
+# --- config check names a policy given on the command line as the flag's, not the config's ----------------------------
+@pytest.mark.parametrize("args,named", [
+    (["--policy", "thompson"], "policy thompson given on the command line"),
+    (["--set", "policy.name=thompson"], "policy thompson given on the command line"),
+    (["--config", "FILE"], "[policy] thompson in the config"),
+    ([], "the default policy bandit")])
+def test_config_check_names_where_the_policy_a_first_start_runs_was_given(short_tmp, args, named):
+    from controller.cli.main import cli
+    from state.db import open_store
+    db = short_tmp / "s.db"
+    open_store(db).conn.close()
+    saved = CliRunner().invoke(cli, ["--db", str(db), "--socket", str(short_tmp / "c.sock"), "policy", "set",
+                                     "ucb", "--param", "c=3"])
+    assert saved.exit_code == 0, saved.output
+    (config := short_tmp / "c.toml").write_text('[policy]\nname = "thompson"\n' if "FILE" in args else "")
+    args = [a if a != "FILE" else str(config) for a in args] + ([] if "FILE" in args else ["--config", str(config)])
+    res = CliRunner().invoke(daemon_main.main, ["config", "check", "--db", str(db), "--socket",
+                                                str(short_tmp / "c.sock"), *args])
+    assert res.exit_code == 0 and res.stdout.strip().endswith(
+        f"policy ucb (c=3) saved in {db}, which run resumes ({named} is a first start's only: `specctl policy set` "
+        "switches))"), res.output

@@ -45,8 +45,8 @@ def saved_policy(saved: Mapping[str, Any], cfg: dict, build: Callable[[str, Mapp
     try:
         kept, dropped = runnable_params(name, params)
     except PolicyError:                                # (a policy this version does not know)
-        warn(f"saved policy {name} {params} not run ({whole}); the config's {configured[0]} {configured[1]} "
-                    "runs instead (the database keeps it; `specctl policy set` replaces it)")
+        warn(f"saved policy {name} {params} not run ({whole}); {as_given(cfg, f'{configured[0]} {configured[1]}')} "
+             "runs instead (the database keeps it; `specctl policy set` replaces it)")
         return *configured, build(*configured)
     try:
         policy = build(name, kept)
@@ -95,8 +95,7 @@ def config_policy_unused(cfg: dict, saved: Mapping[str, Any]) -> str | None:
         return None
     if not isinstance(mine, dict) or same_policy(mine, theirs):
         return None
-    asked = f"{theirs['name']} {dict(theirs['params'])}"     # (newcomer-54: a --policy was said to be the config's)
-    asked = f"policy {asked} given on the command line" if cfg.get("_policy_flags") else f"[policy] {asked} in the config"
+    asked = as_given(cfg, f"{theirs['name']} {dict(theirs['params'])}")
     return (f"{asked} is not used: the database's policy "
             f"{mine.get('name')} {dict(mine.get('params') or {})} is (a config's policy is a first start's only; "
             f"`specctl policy set {theirs['name']}` switches)")
@@ -113,5 +112,14 @@ def resumed_policy(cfg: dict, saved: Mapping[str, Any], build: Callable[[str, Ma
         return cfg["policy"]["name"], notes
     words = lambda name, params: f"{name}" + (f" ({', '.join(f'{k}={v}' for k, v in params.items())})" if params else "")
     configured = words(cfg["policy"]["name"], cfg["policy"]["params"])
-    return (f"{words(name, params)} saved in {where}, which run resumes (the config's {configured} is a first start's "
-            "only: `specctl policy set` switches)"), notes
+    return (f"{words(name, params)} saved in {where}, which run resumes ({as_given(cfg, configured)} is a first "
+            "start's only: `specctl policy set` switches)"), notes
+
+
+def as_given(cfg: dict, words: str) -> str:
+    """The policy a first start runs (words: its name and parameters), named where it was given: a flag's (--policy,
+    --set policy.*) said to be the config's misled (newcomer-54; helper-168: `config check --policy ucb` said 'the
+    config's ucb')."""
+    if cfg.get("_policy_flags"):
+        return f"policy {words} given on the command line"
+    return f"[policy] {words} in the config" if cfg.get("_policy_given", True) else f"the default policy {words}"
