@@ -108,9 +108,9 @@ def test_min_threshold_and_fallback_threshold_limits():
     assert GuardConfig.from_mapping({"min_threshold": 0}).min_threshold == 0
     assert GuardConfig.from_mapping({"min_threshold": 9, "max_threshold": 9}).min_threshold == 9
     assert GuardConfig.from_mapping({"fallback_threshold": 0}).fallback_threshold == 0
-    for values, message in [({"min_threshold": -1}, "min_threshold=-1 out of range (allowed 0 .. max_threshold)"),
+    for values, message in [({"min_threshold": -1}, "min_threshold=-1 out of range (allowed 0 .. max_threshold, 65536)"),
                             ({"min_threshold": 10, "max_threshold": 9},
-                             "min_threshold=10 out of range (allowed 0 .. max_threshold)"),
+                             "min_threshold=10 out of range (allowed 0 .. max_threshold, 9)"),
                             ({"fallback_threshold": -2},
                              "fallback_threshold=-2 out of range (allowed -1 (hold the learned threshold) or 0 .. 65536)")]:
         with pytest.raises(GuardConfigError) as err:

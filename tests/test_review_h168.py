@@ -92,3 +92,13 @@ def test_config_check_names_where_the_policy_a_first_start_runs_was_given(short_
     assert res.exit_code == 0 and res.stdout.strip().endswith(
         f"policy ucb (c=3) saved in {db}, which run resumes ({named} is a first start's only: `specctl policy set` "
         "switches))"), res.output
+
+
+# --- a range bounded by another setting names that setting's value ---------------------------------------------------
+def test_min_threshold_above_max_threshold_names_max_thresholds_value(short_tmp):
+    (config := short_tmp / "c.toml").write_text("[guard]\nmax_threshold = 10\n")
+    res = CliRunner().invoke(daemon_main.main, ["config", "check", "--config", str(config), "--set",
+                                                "guard.min_threshold=50"])
+    assert res.exit_code == 2 and res.stderr.strip() == (
+        "spec-controller: config: [guard] setting min_threshold=50 out of range (allowed 0 .. max_threshold, 10) "
+        "(given on the command line: --set guard.min_threshold=50)"), res.output

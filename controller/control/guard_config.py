@@ -94,7 +94,8 @@ class GuardConfig:
             # (thresholds: at most MAX_BATCH, what every other boundary and the plugin take; a min_threshold of 1e20
             # was applied, its history rows failed to write, and SGLang's plugin refused every threshold)
             ("max_threshold", 0 <= self.max_threshold <= MAX_BATCH, f"0 .. {MAX_BATCH}"),
-            ("min_threshold", 0 <= self.min_threshold <= self.max_threshold, "0 .. max_threshold"),
+            ("min_threshold", 0 <= self.min_threshold <= self.max_threshold,      # (its value: 'max_threshold' alone
+             f"0 .. max_threshold, {self.max_threshold}"),                       # did not say what it was set to)
             ("stabilisation_s", 0 <= self.stabilisation_s <= 3600, "0 .. 3600"),
             ("max_step_buckets", 1 <= self.max_step_buckets <= 1000, "1 .. 1000"),
             ("explore_share", 0 <= self.explore_share <= 1, "0 .. 1"),
