@@ -101,6 +101,31 @@ def misread(text: object) -> bool:
         return False
 
 
+def not_a_number(key: str, raw: object, kind: type) -> str | None:
+    """Why a config's TOML value is no number of `kind` (int: a TOML integer; float: any TOML number; never true /
+    false), as every config section's refusal words it after 'key=value' (`[sim]` said "must be a number" and `[guard]`
+    "is not a number"): "must be a number", how to write it where it is text; None where it is one."""
+    if not isinstance(raw, bool) and isinstance(raw, int if kind is int else (int, float)):
+        return None
+    why = f"must be {a_kind(kind)}"
+    if fix := _unquoted(raw, kind):     # ("5": quoted in the file)
+        return f"{why}, not text: write it unquoted ({key} = {fix})"
+    return why + (f" ({written(kind)})" if misread(raw) else "")
+
+
+def _unquoted(raw: object, kind: type) -> str | None:
+    """A number of the setting's kind written as text by the rule (quoted in the file; --set takes .5, which TOML does
+    not read, as a number), as TOML writes it; None for anything else (its own grammar took "+5" and "05": `--set
+    guard.min_threshold=+5` was told to write unquoted what it had)."""
+    try:
+        number = decimal_text(raw.strip()) if isinstance(raw, str) else None     # (a quoted " 2 ": the file's spaces)
+    except Unheld:          # (no number to write unquoted)
+        return None
+    if number is None or not math.isfinite(number) or (kind is int and not number.is_integer()):
+        return None
+    return repr(kind(number))
+
+
 # What a boundary trims around a name or value (`--param`, `--set`, a SPEC_CONTROLLER_* word). str.strip() also took
 # U+00A0, U+2003 and every other Unicode space: text pasted from a web page was read as something it did not show.
 ASCII_SPACE = " \t\n\r\v\f"

@@ -67,7 +67,7 @@ def test_pin_overrides_policy_and_unpin_returns_it():
 @pytest.mark.parametrize("values,match", [
     ({"explore_share": 2}, "explore_share=2.0 out of range"),
     ({"bogus": 1}, "unknown guard setting 'bogus'"),
-    ({"max_step_buckets": "x"}, "is not an integer"),
+    ({"max_step_buckets": "x"}, "must be an integer"),
 ])
 def test_bad_guard_config(values, match):
     with pytest.raises(GuardConfigError, match=match):

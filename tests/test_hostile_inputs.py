@@ -44,33 +44,33 @@ def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path, data, byte):
 def test_a_guard_setting_must_be_a_number_of_its_kind(key, value, kind):
     with pytest.raises(GuardConfigError) as err:
         GuardConfig.from_mapping({key: value})
-    assert str(err.value) == f"guard setting {key}={value!r} is not {'an integer' if kind == 'int' else 'a number'}"
+    assert str(err.value) == f"guard setting {key}={value!r} must be {'an integer' if kind == 'int' else 'a number'}"
     with pytest.raises(ConfigError, match=r"^config: \[guard\] setting "):
         load_config(None, {"guard": {key: value}})
 
 
-@pytest.mark.parametrize("key,value,fix", [
-    ("min_threshold", "5", "min_threshold = 5"), ("explore_share", "0.1", "explore_share = 0.1"),
-    ("explore_share", ".5", "explore_share = 0.5"),            # (a quoted ".5"; --set takes .5 as a number)
-    ("stabilisation_s", " 2 ", "stabilisation_s = 2.0"),
-    ("fallback_threshold", "-1", "fallback_threshold = -1"),       # (a sign: mutation-today-2026-12-05g GC1)
+@pytest.mark.parametrize("key,value,fix,kind", [
+    ("min_threshold", "5", "min_threshold = 5", "an integer"), ("explore_share", "0.1", "explore_share = 0.1", "a number"),
+    ("explore_share", ".5", "explore_share = 0.5", "a number"),  # (a quoted ".5"; --set takes .5 as a number)
+    ("stabilisation_s", " 2 ", "stabilisation_s = 2.0", "a number"),
+    ("fallback_threshold", "-1", "fallback_threshold = -1", "an integer"),    # (a sign: mutation-today-2026-12-05g GC1)
 ])
-def test_a_guard_number_written_as_text_says_how_to_write_it(key, value, fix):
+def test_a_guard_number_written_as_text_says_how_to_write_it(key, value, fix, kind):
     """A quoted number was taken before (int("5"), float("0.1")) and is refused now, leaving a service that restarts
     on that config failed (exit 2): the line says the value is text and how to write it, not only that '5' is not
     an integer."""
     with pytest.raises(GuardConfigError) as err:
         GuardConfig.from_mapping({key: value})
-    assert str(err.value).endswith(f"is text, not a number: write it unquoted ({fix})"), str(err.value)
+    assert str(err.value).endswith(f"must be {kind}, not text: write it unquoted ({fix})"), str(err.value)
 
 
 def test_text_that_is_no_number_gets_no_such_hint():
     with pytest.raises(GuardConfigError) as err:
         GuardConfig.from_mapping({"max_step_buckets": "2.5"})       # (a number, but not of the setting's kind)
-    assert str(err.value) == "guard setting max_step_buckets='2.5' is not an integer"
+    assert str(err.value) == "guard setting max_step_buckets='2.5' must be an integer"
     with pytest.raises(GuardConfigError) as err:
         GuardConfig.from_mapping({"explore_share": "lots"})
-    assert str(err.value) == "guard setting explore_share='lots' is not a number"
+    assert str(err.value) == "guard setting explore_share='lots' must be a number"
 
 
 def test_ints_are_guard_numbers_and_a_whole_float_only_where_a_float_goes():
@@ -78,7 +78,7 @@ def test_ints_are_guard_numbers_and_a_whole_float_only_where_a_float_goes():
     assert (cfg.max_step_buckets, cfg.explore_share, cfg.min_threshold) == (4, 0.0, 3)
     assert type(cfg.max_step_buckets) is int and type(cfg.explore_share) is float
     # (an integer setting is a TOML integer, as in every other section and the API: 4.0 was taken as 4 here only)
-    with pytest.raises(GuardConfigError, match=r"^guard setting max_step_buckets=4.0 is not an integer$"):
+    with pytest.raises(GuardConfigError, match=r"^guard setting max_step_buckets=4.0 must be an integer$"):
         GuardConfig.from_mapping({"max_step_buckets": 4.0})
 
 
@@ -86,7 +86,7 @@ def test_an_infinite_integer_guard_setting_is_one_line_from_config_check(tmp_pat
     path = tmp_path / "c.toml"
     path.write_text("[guard]\nmin_threshold = inf\n")
     line = _one_usage_line(CliRunner().invoke(main, ["config", "check", "--config", str(path)]), "spec-controller")
-    assert line == "spec-controller: config: [guard] setting min_threshold=inf is not an integer"
+    assert line == "spec-controller: config: [guard] setting min_threshold=inf must be an integer"
 
 
 @pytest.mark.parametrize("length,why", [(300, "file name too long"), (252, "file name too long (with .lock added)")])

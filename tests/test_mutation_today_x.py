@@ -33,7 +33,7 @@ def test_lt_le_the_least_normal_float_is_read_one_ulp_under_it_is_not():
 
 @pytest.mark.parametrize("toml,said", [('[sim]\nspeed = "1e-400"\n', "config: [sim] speed='1e-400' must be a number"),
                                        ('[guard]\nmin_threshold = "1e-400"\n',
-                                        "[guard] setting min_threshold='1e-400' is not an integer")])
+                                        "[guard] setting min_threshold='1e-400' must be an integer")])
 def test_misread_unheld_uncaught_quoted_text_a_float_does_not_hold_is_refused_as_text(tmp_path, toml, said):
     """nt-misread-unheld-uncaught, gc-unquoted-unheld-uncaught: a quoted "1e-400" where a number goes is text, refused as
     such in one line; with misread's (or the guard's _unquoted) Unheld let through, load_config raised Unheld, no

@@ -128,7 +128,7 @@ def test_run_refuses_concurrency_0_before_it_starts(short_tmp):
                                            ("1979-05-27T07:32:00+01:00", "1979-05-27T07:32:00+01:00")])
 @pytest.mark.parametrize("section,key,said", [("sim", "speed", "[sim] speed={} must be a number"),
                                               ("policy.params", "scale", "parameter scale={} is not a number"),
-                                              ("guard", "min_threshold", "[guard] setting min_threshold={} is not")])
+                                              ("guard", "min_threshold", "[guard] setting min_threshold={} must be")])
 def test_a_toml_date_is_refused_as_it_is_written(tmp_path, written, shown, section, key, said):
     path = tmp_path / "c.toml"
     path.write_text(f"[{section}]\n{key} = {written}\n")

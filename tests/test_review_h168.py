@@ -102,3 +102,19 @@ def test_min_threshold_above_max_threshold_names_max_thresholds_value(short_tmp)
     assert res.exit_code == 2 and res.stderr.strip() == (
         "spec-controller: config: [guard] setting min_threshold=50 out of range (allowed 0 .. max_threshold, 10) "
         "(given on the command line: --set guard.min_threshold=50)"), res.output
+
+
+# --- a config's number refused in one wording, whichever section ---------------------------------------------------
+@pytest.mark.parametrize("toml,said", [
+    ('[sim]\nspeed = "fast"\n', "[sim] speed='fast' must be a number"),
+    ('[guard]\nmin_gain = "fast"\n', "[guard] setting min_gain='fast' must be a number"),
+    ('[sim]\nconcurrency = "4"\n', "[sim] concurrency='4' must be an integer, not text: write it unquoted "
+                                   "(concurrency = 4)"),
+    ('[guard]\nmin_threshold = "4"\n', "[guard] setting min_threshold='4' must be an integer, not text: write it "
+                                       "unquoted (min_threshold = 4)")])
+def test_a_number_the_config_refuses_is_worded_alike_in_every_section(short_tmp, toml, said):
+    """[sim] said "must be a number" and [guard] "is not a number", two checks of one thing; a quoted number got the
+    hint how to write it in [guard] only."""
+    (config := short_tmp / "c.toml").write_text(toml)
+    res = CliRunner().invoke(daemon_main.main, ["config", "check", "--config", str(config)])
+    assert res.exit_code == 2 and res.stderr.strip() == f"spec-controller: config: {said}", res.output

@@ -2,30 +2,16 @@
 in one place (GuardConfig.from_mapping: unknown keys, types, ranges)."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping
 
 from ..closename import close_hint
 from ..contract import MAX_BATCH
-from ..numtext import Unheld, a_kind, decimal_text, misread, written
+from ..numtext import a_kind, not_a_number
 
 
 class GuardConfigError(ValueError):
     pass
-
-
-def _unquoted(raw: Any, kind: type) -> str | None:
-    """A number of the setting's kind written as text by numtext's rule (quoted in the file, taken before; --set takes
-    .5, which TOML does not read, as a number), as TOML writes it; None for anything else (its own grammar here took
-    "+5" and "05": `--set guard.min_threshold=+5` was told to write unquoted what it had)."""
-    try:
-        number = decimal_text(raw.strip()) if isinstance(raw, str) else None     # (a quoted " 2 ": the file's spaces)
-    except Unheld:          # (no number to write unquoted)
-        return None
-    if number is None or not math.isfinite(number) or (kind is int and not number.is_integer()):
-        return None
-    return repr(kind(number))
 
 
 HOLD = -1       # fallback_threshold: keep the learned (exploit) threshold while no samples come
@@ -77,13 +63,11 @@ class GuardConfig:
             # OverflowError (a traceback, not a config error) for an integer setting of inf; an integer setting's a
             # TOML integer, as every other section's (5.0 was taken here and refused in [sim] and the API)
             try:
-                if isinstance(raw, bool) or not isinstance(raw, int if kind is int else (int, float)):
-                    raise ValueError
+                if why := not_a_number(key, raw, kind):     # (the config's one number check, every section's words)
+                    raise ValueError(why)
                 out[key] = kind(raw)
-            except (ValueError, OverflowError):
-                fix = _unquoted(raw, kind)
-                why = f"is text, not a number: write it unquoted ({key} = {fix})" if fix else \
-                    f"is not {a_kind(kind)}" + (f" ({written(kind)})" if misread(raw) else "")
+            except (ValueError, OverflowError) as e:
+                why = str(e) if isinstance(e, ValueError) else f"must be {a_kind(kind)}"
                 raise GuardConfigError(f"guard setting {key}={raw!r} {why}") from None
         cfg = cls(**out)
         cfg.validate()

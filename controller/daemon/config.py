@@ -15,7 +15,7 @@ from state.room import DEFAULT_MIN_FREE_MB, LEAST_MIN_FREE_MB
 from ..closename import close_hint
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
-from ..numtext import OddSpace, Unheld, data_text, decimal_text, misread, number_text, trimmed, written
+from ..numtext import OddSpace, Unheld, data_text, decimal_text, not_a_number, number_text, trimmed
 from ..paths import (DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, is_db_own_path, names_a_file, present,
                      read_text_file, socket_path_problem)
 from .engines.child import SGLANG_PORT
@@ -75,15 +75,16 @@ def _check(section: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) 
                 raise ConfigError(f"config: [{section}] {key} must be a table")
             continue
         want = float if isinstance(default, float) else type(default)
-        ok = (isinstance(value, want) or (want is float and isinstance(value, int))) and not (
-            isinstance(value, bool) and want is not bool)
-        if not ok:      # (text no number by numtext's rule, where a number goes: --set's +5, the rule said)
-            rule = f" ({written(want)})" if want in (int, float) and misread(value) else ""
-            raise ConfigError(f"config: [{section}] {key}={value!r} must be {KINDS.get(want, want.__name__)}{rule}")
+        if want in (int, float):        # (numtext's, as [guard]'s: one wording of a number refused)
+            why = not_a_number(key, value, want)
+        else:
+            why = None if isinstance(value, want) else f"must be {KINDS.get(want, want.__name__)}"
+        if why:
+            raise ConfigError(f"config: [{section}] {key}={value!r} {why}")
 
 
-# a TOML value's kind as the operator writes it (not Python's type name: "a int")
-KINDS = {int: "an integer", float: "a number", str: "text (a quoted string)", bool: "true or false", list: "a list"}
+# a TOML value's kind as the operator writes it (not Python's type name: "a str"); numbers: numtext.not_a_number
+KINDS = {str: "text (a quoted string)", bool: "true or false", list: "a list"}
 
 
 def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
