@@ -4,8 +4,9 @@ integer variable): one rule, written here. An integer is ASCII digits, a '-' bef
 zeros ("0" itself) and with nothing around them: the integer grammar of JSON, which the API's bodies take. A number
 writes its digits before the point the same way (0.5, .5, 5., 1e-3; not 05.5). int() and float() also took " 5" and
 "05", "+5", "1_0" (10), other scripts' digits ("٣" is 3) and, for float(), "nan" / "infinity": a typo or a hostile
-value was read as a number. Also how a refusal shows text (echoed, one_line). Standard library only (specctl's
-start-up path, the policies and the SGLang plugin's envwords import it)."""
+value was read as a number. Also how a refusal shows text and values (echoed, one_line, shown) and a config's number
+check (not_a_number). Standard library only (specctl's start-up path, the policies and the SGLang plugin's envwords
+import it)."""
 from __future__ import annotations
 
 import datetime
@@ -151,6 +152,25 @@ def echoed(text: str, width: int = 80) -> str:
     argument or a 64 KiB API field is not echoed whole)."""
     return text if len(text) <= width else text[:width - 3] + "..."
 
+
+
+def shown(value: object) -> str:
+    """A value as a refusal echoes it, cut short (echoed): as Python writes it ('5' is text, 5 a number; a TOML date as
+    TOML writes it), but null and true / false as JSON writes them, inside a list or table too, the spelling of the
+    API's bodies and of TOML's true / false: `c=None` and `c=True` were no spelling the user wrote ({"c": null})."""
+    return echoed(_spelled(value, 8))
+
+
+def _spelled(value: object, depth: int) -> str:
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else "true" if value else "false"
+    if depth and isinstance(value, (list, dict)):     # (depth: a body nests 64 deep at most, cut short anyway)
+        if isinstance(value, list):
+            return f"[{', '.join(_spelled(v, depth - 1) for v in value[:20])}{', ...' if len(value) > 20 else ''}]"
+        items = list(value.items())
+        return "{" + ", ".join(f"{k!r}: {_spelled(v, depth - 1)}" for k, v in items[:20]) + (
+            ", ..." if len(items) > 20 else "") + "}"
+    return repr(value)
 
 # C0 controls, DEL and C1 controls as escapes (a path or key holding a newline made a refusal two lines; an ESC, a
 # terminal's control sequence)

@@ -6,14 +6,9 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, Mapping
 
-from controller.numtext import OddSpace, Unheld, a_kind, echoed, number_text, trimmed, written
+from controller.numtext import OddSpace, Unheld, a_kind, number_text, shown, trimmed, written
 
 from .types import PolicyError
-
-
-def shown(value: Any) -> str:
-    """A name or value in a refusal: its repr, cut short (a 64 KiB one sent to the control API is not echoed whole)."""
-    return echoed(repr(value))
 
 
 @dataclass(frozen=True)

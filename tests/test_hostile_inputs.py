@@ -7,6 +7,7 @@ from controller.cli.main import cli
 from controller.control.guard_config import GuardConfig, GuardConfigError
 from controller.daemon.config import ConfigError, load_config
 from controller.daemon.main import main
+from controller.numtext import shown
 from controller.sim.profile import ProfileError, load_profile, load_trace
 
 
@@ -44,7 +45,7 @@ def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path, data, byte):
 def test_a_guard_setting_must_be_a_number_of_its_kind(key, value, kind):
     with pytest.raises(GuardConfigError) as err:
         GuardConfig.from_mapping({key: value})
-    assert str(err.value) == f"guard setting {key}={value!r} must be {'an integer' if kind == 'int' else 'a number'}"
+    assert str(err.value) == f"guard setting {key}={shown(value)} must be {'an integer' if kind == 'int' else 'a number'}"
     with pytest.raises(ConfigError, match=r"^config: \[guard\] setting "):
         load_config(None, {"guard": {key: value}})
 

@@ -68,9 +68,9 @@ def test_a_parameter_out_of_range_is_echoed_cut_short_not_whole():
 
 
 @pytest.mark.parametrize("text,says", [
-    ("[sim]\nconcurrency = true\n", "config: [sim] concurrency=True must be an integer"),
-    ("[sim]\nspeed = false\n", "config: [sim] speed=False must be a number"),
-    ("[control]\nmetrics_port = true\n", "config: [control] metrics_port=True must be an integer"),
+    ("[sim]\nconcurrency = true\n", "config: [sim] concurrency=true must be an integer"),
+    ("[sim]\nspeed = false\n", "config: [sim] speed=false must be a number"),
+    ("[control]\nmetrics_port = true\n", "config: [control] metrics_port=true must be an integer"),
 ])
 def test_true_or_false_is_no_number_in_the_config(tmp_path, text, says):
     """TOML's true is Python's True, an int: taken, it ran 1 client (or port 1)."""

@@ -118,3 +118,52 @@ def test_a_number_the_config_refuses_is_worded_alike_in_every_section(short_tmp,
     (config := short_tmp / "c.toml").write_text(toml)
     res = CliRunner().invoke(daemon_main.main, ["config", "check", "--config", str(config)])
     assert res.exit_code == 2 and res.stderr.strip() == f"spec-controller: config: {said}", res.output
+
+
+# --- a policy parameter refused shows its value as the user wrote it (JSON's null / true), not Python's -------------
+@pytest.fixture
+def api(short_tmp):
+    """A real service (fake engine) behind a real control socket: (post(path, raw body) -> (status, error line))."""
+    import json
+    import socket
+
+    from controller.daemon.api import ControlServer
+    from tests.fakes import make_service
+    svc, writer = make_service(short_tmp)
+    server = ControlServer(short_tmp / "c.sock", svc)
+    server.start()
+
+    def post(path: str, body: bytes) -> tuple[int, str]:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(30)
+            s.connect(str(short_tmp / "c.sock"))
+            s.sendall(f"POST {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                      + body)
+            raw = b""
+            while chunk := s.recv(65536):
+                raw += chunk
+        head, _, data = raw.partition(b"\r\n\r\n")
+        return int(head.split()[1]), json.loads(data).get("error", "")
+    yield post
+    server.stop()
+    writer.stop()
+
+
+@pytest.mark.parametrize("value,said", [("null", "null"), ("true", "true"), ("[1]", "[1]"), ('{"a": null}', "{'a': null}"),
+                                        ('"x"', "'x'")])      # (text as every refusal quotes it)
+def test_a_policy_parameter_from_the_api_is_echoed_in_jsons_spelling(api, value, said):
+    """It said c=None, c=True, {'a': None}: Python's spelling of what came as JSON."""
+    status, error = api("/policy", b'{"name": "ucb", "params": {"c": %s}}' % value.encode())
+    assert status == 400 and error.startswith(f"policy ucb: parameter c={said} is not a number (allowed 0 .. 100"), error
+
+
+def test_a_config_value_is_echoed_as_toml_writes_it(short_tmp):
+    (config := short_tmp / "c.toml").write_text('[policy]\nname = "ucb"\n[policy.params]\nc = true\n'
+                                                '[guard]\nmin_gain = false\n')
+    res = CliRunner().invoke(daemon_main.main, ["config", "check", "--config", str(config)])
+    assert res.exit_code == 2 and res.stderr.strip() == (
+        "spec-controller: config: [guard] setting min_gain=false must be a number"), res.output
+    config.write_text('[policy]\nname = "ucb"\n[policy.params]\nc = true\n')
+    res = CliRunner().invoke(daemon_main.main, ["config", "check", "--config", str(config)])
+    assert res.exit_code == 2 and res.stderr.strip() == (
+        "spec-controller: config: [policy] policy ucb: parameter c=true is not a number (allowed 0 .. 100)"), res.output

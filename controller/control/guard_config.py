@@ -7,7 +7,7 @@ from typing import Any, Iterable, Mapping
 
 from ..closename import close_hint
 from ..contract import MAX_BATCH
-from ..numtext import a_kind, not_a_number
+from ..numtext import a_kind, not_a_number, shown
 
 
 class GuardConfigError(ValueError):
@@ -62,13 +62,14 @@ class GuardConfig:
             # a number, taken as it is: int() and float() turned true into 1, "5" into 5, 1.7 into 1, and raised
             # OverflowError (a traceback, not a config error) for an integer setting of inf; an integer setting's a
             # TOML integer, as every other section's (5.0 was taken here and refused in [sim] and the API)
-            try:
-                if why := not_a_number(key, raw, kind):     # (the config's one number check, every section's words)
-                    raise ValueError(why)
-                out[key] = kind(raw)
-            except (ValueError, OverflowError) as e:
-                why = str(e) if isinstance(e, ValueError) else f"must be {a_kind(kind)}"
-                raise GuardConfigError(f"guard setting {key}={raw!r} {why}") from None
+            why = not_a_number(key, raw, kind)      # (the config's one number check: every section's words)
+            if why is None:
+                try:
+                    out[key] = kind(raw)
+                except OverflowError:               # (an integer past a float's range)
+                    why = f"must be {a_kind(kind)}"
+            if why:
+                raise GuardConfigError(f"guard setting {key}={shown(raw)} {why}")
         cfg = cls(**out)
         cfg.validate()
         return cfg

@@ -15,7 +15,7 @@ from state.room import DEFAULT_MIN_FREE_MB, LEAST_MIN_FREE_MB
 from ..closename import close_hint
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
-from ..numtext import OddSpace, Unheld, data_text, decimal_text, not_a_number, number_text, trimmed
+from ..numtext import OddSpace, Unheld, data_text, decimal_text, not_a_number, number_text, shown, trimmed
 from ..paths import (DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, is_db_own_path, names_a_file, present,
                      read_text_file, socket_path_problem)
 from .engines.child import SGLANG_PORT
@@ -80,7 +80,7 @@ def _check(section: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) 
         else:
             why = None if isinstance(value, want) else f"must be {KINDS.get(want, want.__name__)}"
         if why:
-            raise ConfigError(f"config: [{section}] {key}={value!r} {why}")
+            raise ConfigError(f"config: [{section}] {key}={shown(value)} {why}")
 
 
 # a TOML value's kind as the operator writes it (not Python's type name: "a str"); numbers: numtext.not_a_number
