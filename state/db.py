@@ -27,6 +27,12 @@ class StoreError(RuntimeError):
     """The database cannot be used; the message is one line for the operator."""
 
 
+class NotOurs(StoreError):
+    """A file that is no spec-controller database, or a damaged one without its schema (not SQLite, another
+    application's tables, a schema version not ours): no retry changes it; the daemon's start refuses it as a config
+    error (another --db), config check as well."""
+
+
 class NoData(StoreError):
     """A database a reader opened that holds no spec-controller data yet (an empty file): nothing saved in it, which a
     writer's open makes the database (config check: a start resumes nothing from it)."""
@@ -49,7 +55,7 @@ def classify(err: Exception) -> str:
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def _damaged(path: Path, detail: object) -> str:
+def _damaged(path: Path, detail: object) -> StoreError:
     """A file SQLite cannot read: a damaged spec-controller database (move it aside), or a file that
     never was one (not SQLite, or SQLite without spec-controller's schema version): refused as such,
     with no advice to move someone else's file."""
@@ -62,24 +68,25 @@ def _damaged(path: Path, detail: object) -> str:
     except (StoreError, OSError):
         head = b""           # unreadable now: judge by SQLite's word alone
     if head and not head.startswith(SQLITE_MAGIC):
-        return f"{path} is not a spec-controller database (not an SQLite file); refusing it"
+        return NotOurs(f"{path} is not a spec-controller database (not an SQLite file); refusing it")
     if len(head) >= 64 and int.from_bytes(head[60:64], "big") == 0:    # PRAGMA user_version: never migrated
-        return f"{path} is not a spec-controller database (an SQLite file without its schema); refusing it"
-    return f"database {path} is corrupt ({detail}); move it aside to start afresh"
+        return NotOurs(f"{path} is not a spec-controller database (an SQLite file without its schema); refusing it")
+    return StoreError(f"database {path} is corrupt ({detail}); move it aside to start afresh")
 
 
-def _describe(path: Path, err: sqlite3.Error, readonly: bool = False) -> str:
+def _describe(path: Path, err: sqlite3.Error, readonly: bool = False) -> StoreError:
     kind = classify(err)
-    if kind == "locked":
-        return f"database {path} is locked by another process ({err})"
     if kind == "corrupt":
         return _damaged(path, err)
+    if kind == "locked":
+        return StoreError(f"database {path} is locked by another process ({err})")
     if kind == "read-only" and readonly:      # (a read of a WAL database needs its -shm file, which it may create)
-        return (f"database {path} cannot be read by this user ({err}): it is in WAL mode (a daemon holds it or did "
-                f"not stop cleanly) and its -shm file cannot be made in {path.parent}; run as the service's user")
+        return StoreError(f"database {path} cannot be read by this user ({err}): it is in WAL mode (a daemon holds it "
+                          f"or did not stop cleanly) and its -shm file cannot be made in {path.parent}; run as the "
+                          "service's user")
     if kind == "read-only":
-        return f"database {path} cannot be opened for writing ({err})"
-    return f"database {path}: {err}"
+        return StoreError(f"database {path} cannot be opened for writing ({err})")
+    return StoreError(f"database {path}: {err}")
 
 
 DB_MODE = 0o640        # owner writes, the service's group reads (specctl status offline), nobody else
@@ -186,22 +193,22 @@ def _check_schema(path: Path, conn: sqlite3.Connection, readonly: bool) -> None:
                          f"knows ({len(MIGRATIONS)})")
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     if version < 0:      # (migrate ran range(-1, n): _v1 twice, its tables added to the file before the second failed)
-        raise StoreError(f"{path} is not a spec-controller database (schema version {version}); refusing it")
+        raise NotOurs(f"{path} is not a spec-controller database (schema version {version}); refusing it")
     if version:          # (another application's file at user_version 1: every query was a traceback, no such table)
         if missing := [t for t in TABLES if t not in tables]:
-            raise StoreError(f"{path} is not a spec-controller database, or a damaged one: schema version {version} "
-                             f"without its table{'s' if len(missing) > 1 else ''} {', '.join(missing)}; refusing it")
+            raise NotOurs(f"{path} is not a spec-controller database, or a damaged one: schema version {version} "
+                          f"without its table{'s' if len(missing) > 1 else ''} {', '.join(missing)}; refusing it")
         # (a table of ours without its columns: every read and the start were a traceback; each column named, 8 at most:
         # five of them named read as the whole want, and a table mended by those five was refused again)
         for table in TABLES:
             have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
             if lacks := [c for c in V1_COLUMNS[table] if c not in have]:
-                raise StoreError(f"{path} is not a spec-controller database, or a damaged one: its table {table} "
-                                 f"lacks the column{'s' if len(lacks) > 1 else ''} {', '.join(lacks)}; refusing it")
+                raise NotOurs(f"{path} is not a spec-controller database, or a damaged one: its table {table} "
+                              f"lacks the column{'s' if len(lacks) > 1 else ''} {', '.join(lacks)}; refusing it")
         return
     if tables:
-        raise StoreError(f"{path} is not a spec-controller database: it belongs to another application "
-                         f"(tables: {', '.join(tables[:5])}); refusing " + ("it" if readonly else "to add tables to it"))
+        raise NotOurs(f"{path} is not a spec-controller database: it belongs to another application "
+                      f"(tables: {', '.join(tables[:5])}); refusing " + ("it" if readonly else "to add tables to it"))
     if readonly:
         raise NoData(f"database {path} holds no spec-controller data (an empty file)")
 
@@ -234,7 +241,7 @@ def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = Tr
         if check:
             row = conn.execute("PRAGMA quick_check").fetchone()
             if not row or row[0] != "ok":
-                raise StoreError(_damaged(path, f"quick_check: {row[0] if row else 'no answer'}"))
+                raise _damaged(path, f"quick_check: {row[0] if row else 'no answer'}")
         _check_schema(path, conn, readonly)
         if readonly:
             return sqlite_utils.Database(conn)
@@ -250,7 +257,7 @@ def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = Tr
         if isinstance(e, StoreError):
             raise
         if isinstance(e, sqlite3.Error):
-            raise StoreError(_describe(path, e, readonly)) from None
+            raise _describe(path, e, readonly) from None
         raise StoreError(f"database {path}: {e}") from None     # a schema newer than this version knows
 
 

@@ -170,7 +170,7 @@ def test_a_file_that_is_not_a_database_is_refused_and_untouched(short_tmp):
     db = short_tmp / "bad.db"
     db.write_bytes(b"garbage" * 1000)
     res = run_daemon_once(short_tmp, "--db", str(db), "--socket", str(short_tmp / "s"))
-    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [     # (a config error, as config check's)
         f"spec-controller: {db} is not a spec-controller database (not an SQLite file); refusing it"], res.stderr
     assert db.read_bytes() == b"garbage" * 1000
 

@@ -40,7 +40,7 @@ def test_a_start_refused_for_its_database_creates_no_state_directory(short_tmp):
     behind, empty (2d89b7f's 'a refused start creates no directory' held for the metrics port only)."""
     (short_tmp / "bad.db").write_text("not a database, some text in it\n")
     res, left = _refused_start(short_tmp, "--db", str(short_tmp / "bad.db"))
-    assert res.returncode == 1 and "is not a spec-controller database" in res.stderr, res.stderr
+    assert res.returncode == 2 and "is not a spec-controller database" in res.stderr, res.stderr   # (helper-168)
     assert left == [] and sorted(os.listdir(short_tmp)) == ["bad.db", "xdg"]
 
 

@@ -59,11 +59,13 @@ def test_specctl_on_another_applications_file_at_user_version_1_is_one_line(shor
 
 @pytest.mark.parametrize("version", [-1, 1])
 def test_the_daemon_refuses_another_applications_file_in_one_line_and_leaves_it(short_tmp, version):
+    """Exit 2, a config error (helper-168; exit 1 before): no restart changes the file, and the unit restarted exit 1
+    every 5 s for good, while config check said ok; the unit does not restart on 2 (RestartPreventExitStatus)."""
     db = short_tmp / "x.db"
     before = _sqlite_file(db, version)
     res = run_daemon_once(short_tmp, "--concurrency", "4", "--db", str(db), "--socket", str(short_tmp / "s"))
     lines = res.stderr.strip().splitlines()
-    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
     assert lines[0].startswith(f"spec-controller: {db} is not a spec-controller database") and db.read_bytes() == before and not (short_tmp / "x.db.lock").exists()
 
 

@@ -167,3 +167,18 @@ def test_a_config_value_is_echoed_as_toml_writes_it(short_tmp):
     res = CliRunner().invoke(daemon_main.main, ["config", "check", "--config", str(config)])
     assert res.exit_code == 2 and res.stderr.strip() == (
         "spec-controller: config: [policy] policy ucb: parameter c=true is not a number (allowed 0 .. 100)"), res.output
+
+
+# --- another application's database: a config error for run and config check alike --------------------------------
+@pytest.mark.parametrize("version", [0, 1])
+def test_config_check_refuses_another_applications_database_as_run_does(short_tmp, version):
+    """config check said ok (with a note that the saved policy could not be read), and run then refused it, exit 1,
+    restarted by the unit every 5 s. tests/test_review_h114.py: run's exit 2."""
+    from tests.test_review_h114 import _sqlite_file
+    db = short_tmp / "x.db"
+    before = _sqlite_file(db, version)
+    res = CliRunner().invoke(daemon_main.main, ["config", "check", "--db", str(db), "--socket", str(short_tmp / "s")])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith(f"spec-controller: {db} is not a spec-controller database") and \
+        len(res.stderr.strip().splitlines()) == 1, res.output
+    assert db.read_bytes() == before and not (short_tmp / "x.db.lock").exists()

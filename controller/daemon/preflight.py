@@ -178,14 +178,15 @@ def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> Non
 
 def check_store_opens(cfg: dict) -> None:
     """config check's look at what run's start opens and makes (Fatal, code 2, where run would refuse it; run itself
-    refuses each at its opening, exit 1): the database's folder and the control socket's, folders this user may make
-    files in (the lock file, SQLite's -wal / -shm, the socket), an existing lock file a start could open and journals
-    that are regular files (no link, FIFO or folder there), and an existing database file, one this user may read
-    and write that is SQLite or empty. Nothing is opened through SQLite, locked or made: a file's first bytes are read
-    only.
+    refuses each at its opening, exit 1; a file that is no spec-controller database, exit 2): the database's folder
+    and the control socket's, folders this user may make files in (the lock file, SQLite's -wal / -shm, the socket),
+    an existing lock file a start could open and journals that are regular files (no link, FIFO or folder there), and
+    an existing database file, one this user may read and write that is spec-controller's or empty. The database is
+    opened read-only, as specctl reads it; nothing is locked or made.
     (newcomer-146: check said ok of a --db in a folder this user may not write, of a read-only database and of a file
-    that is no SQLite, each of which run then refused; so did a socket under a file or an unwritable folder.)"""
-    from state.db import SQLITE_MAGIC, StoreError, journals_problem, may, on_read_only_mount
+    that is no SQLite, each of which run then refused; so did a socket under a file or an unwritable folder; helper-168:
+    and of another application's SQLite file.)"""
+    from state.db import NotOurs, StoreError, journals_problem, may, on_read_only_mount, open_store
     from state.lock import DaemonLock
     db = Path(cfg["storage"]["db"] or default_db()).absolute()
     if problem := _uncreatable(db.parent):
@@ -204,17 +205,13 @@ def check_store_opens(cfg: dict) -> None:
         if not may(db, os.R_OK | os.W_OK):
             why = errno.EROFS if on_read_only_mount(db) else errno.EACCES
             raise Fatal(f"database {db} cannot be opened for writing ({os.strerror(why)})", 2)
-        if st.st_size:
+        if st.st_size:          # (read as specctl reads it: a daemon may hold it; run's open refuses it so, exit 2)
             try:
-                fd = os.open(db, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-                try:
-                    head = os.pread(fd, len(SQLITE_MAGIC), 0)
-                finally:
-                    os.close(fd)
-            except OSError as e:
-                raise Fatal(f"database {db}: {e.strerror}", 2) from None
-            if not head.startswith(SQLITE_MAGIC):
-                raise Fatal(f"{db} is not a spec-controller database (not an SQLite file); refusing it", 2)
+                open_store(db, readonly=True, check=False).conn.close()
+            except NotOurs as e:        # (another application's SQLite file was 'ok', with a note)
+                raise Fatal(str(e), 2) from None
+            except StoreError:          # (locked, damaged: what a start resumes from it is noted after)
+                pass
     check_socket_folder(Path(cfg["control"]["socket"] or default_socket()).absolute(), 2)
 
 
