@@ -144,6 +144,7 @@ def api(short_tmp):
                 raw += chunk
         head, _, data = raw.partition(b"\r\n\r\n")
         return int(head.split()[1]), json.loads(data).get("error", "")
+    post.service = svc
     yield post
     server.stop()
     writer.stop()
@@ -182,3 +183,19 @@ def test_config_check_refuses_another_applications_database_as_run_does(short_tm
     assert res.stderr.startswith(f"spec-controller: {db} is not a spec-controller database") and \
         len(res.stderr.strip().splitlines()) == 1, res.output
     assert db.read_bytes() == before and not (short_tmp / "x.db.lock").exists()
+
+
+# --- the control API's bodies are UTF-8 ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32", "utf-16-le", "utf-32-be"])
+def test_a_body_that_is_not_utf8_is_refused_and_changes_nothing(api, encoding):
+    """json.loads detects UTF-16 and UTF-32 in bytes: such a pin was applied. RFC 8259 8.1: JSON exchanged between
+    systems is UTF-8. (Without a byte order mark, UTF-16 / UTF-32 text in ASCII is UTF-8 with NULs: no JSON.)"""
+    status, error = api("/threshold/pin", '{"threshold": 5}'.encode(encoding))
+    assert status == 400 and error in ("body is not UTF-8 (a JSON body is UTF-8, RFC 8259)", "body is not valid JSON")
+    assert api.service.loop.pinned is None
+
+
+def test_a_utf8_body_with_a_byte_order_mark_is_still_taken(api):
+    """(RFC 8259: a parser may ignore it; json.loads did)"""
+    status, _ = api("/threshold/pin", '\ufeff{"threshold": 5}'.encode())
+    assert status == 200 and api.service.loop.pinned == 5

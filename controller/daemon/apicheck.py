@@ -106,13 +106,17 @@ def check(method: str, target: str, data: bytes, routes: Mapping[tuple[str, str]
     if data:
         if _too_deep(data):
             raise ApiError(400, "body is nested too deeply")
+        try:        # (json.loads took UTF-16 and UTF-32 bytes too: JSON between systems is UTF-8, RFC 8259 8.1;
+            text = data.decode("utf-8-sig")       # a UTF-8 byte order mark it may ignore, and json.loads did)
+        except UnicodeDecodeError:
+            raise ApiError(400, "body is not UTF-8 (a JSON body is UTF-8, RFC 8259)") from None
         try:
-            body = json.loads(data, object_pairs_hook=_unique, parse_float=held_float)
+            body = json.loads(text, object_pairs_hook=_unique, parse_float=held_float)
         except Unheld as e:             # ({"params": {"c": 1e-400}} ran ucb at c=0)
             raise ApiError(400, f"body: {e}") from None
         except RecursionError:
             raise ApiError(400, "body is nested too deeply") from None
-        except ValueError:             # (not JSON, not UTF-8, an integer of over 4300 digits)
+        except ValueError:             # (not JSON, an integer of over 4300 digits)
             raise ApiError(400, "body is not valid JSON") from None
         if not isinstance(body, dict):
             raise ApiError(400, "body must be a JSON object")
