@@ -75,10 +75,8 @@ def _check(section: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) 
                 raise ConfigError(f"config: [{section}] {key} must be a table")
             continue
         want = float if isinstance(default, float) else type(default)
-        if want in (int, float):        # (numtext's, as [guard]'s: one wording of a number refused)
-            why = not_a_number(key, value, want)
-        else:
-            why = None if isinstance(value, want) else f"must be {KINDS.get(want, want.__name__)}"
+        why = not_a_number(key, value, want) if want in (int, float) else (   # (numtext's: [guard]'s wording too)
+            None if isinstance(value, want) else f"must be {KINDS.get(want, want.__name__)}")
         if why:
             raise ConfigError(f"config: [{section}] {key}={shown(value)} {why}")
 
