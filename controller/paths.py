@@ -88,14 +88,12 @@ def present(path: Path) -> bool:
         return False
 
 
-
 def denied_step(path: str | Path) -> str | None:
     """What this user can do about a refusal (EACCES) on path, where what refuses is its own: the first part of the path
     it cannot pass (a folder without x), else path itself (a folder without w and x, a file or socket without w; the
-    folder a path not there would be made in), named
-    with the chmod (a state folder at mode 000 said only 'Permission denied'). None where nothing refuses, what refuses
-    is another user's (the caller's own advice then: the service's group, another --socket), or its mode grants what is
-    refused (a read-only mount, an ACL: no chmod helps)."""
+    folder a path not there would be made in), named with the chmod (a state folder at mode 000 said only 'Permission
+    denied'). None where nothing refuses, what refuses is another user's (the caller's own advice then: the service's
+    group, another --socket), or its mode grants what is refused (a read-only mount, an ACL: no chmod helps)."""
     target = Path(path).absolute()
 
     def passes(p: Path, mode: int) -> bool:     # (as open and connect judge it: the effective ids)
