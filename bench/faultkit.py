@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -35,12 +36,12 @@ def small_tmpfs(path: Path, size: str = "4m"):
             subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
-def fill(path: Path) -> int:
-    """Write a file at path until the file system is full; the bytes written."""
+def fill(path: Path, leave: int = 0) -> int:
+    """Write a file at path until the file system is full (or has only `leave` bytes free); the bytes written."""
     n = 0
     with open(path, "wb") as f:
         try:
-            while True:
+            while not leave or shutil.disk_usage(path.parent).free > leave:
                 f.write(b"\0" * 65536)
                 f.flush()
                 n += 65536

@@ -1,6 +1,6 @@
 """Fault campaign on the real daemon process (a benchmark, not a test; root for the tmpfs case):
 
-    python bench/faults.py [--kills 50] [--cases kills,full,lock,stall,flood,clients] [--seed 0]
+    python bench/faults.py [--kills 50] [--cases kills,full,floor,lock,stall,flood,clients] [--seed 0]
 
 Writes bench/results/faults.md: case, expected, observed, verdict. About 6-8 minutes on 2 cores.
 """
@@ -29,10 +29,13 @@ def _unhealthy(d: DaemonProc) -> dict | None:
 
 
 def case_full(work: Path) -> list[Row]:
+    # The floor off: a 4 MB disk is under any floor ([storage] min_free_mb, 64 by default, 16 at least) from the
+    # start, so with it on this case would measure the floor, not a full disk (case_floor does that).
     with small_tmpfs(work / "full", "4m") as mounted:
         if not mounted:
             return [("disk full", "-", "not run: mounting a tmpfs is not permitted here", False)]
-        d = DaemonProc(work, "--db", str(work / "full" / "state.db"), "--concurrency", "8", speed=20)
+        d = DaemonProc(work, "--db", str(work / "full" / "state.db"), "--concurrency", "8",
+                       "--set", "storage.min_free_mb=0", speed=20)
         try:
             d.wait_socket(90)
             wait_until(lambda: d.call("GET", "/status")["samples"]["written"] > 100, 30)
@@ -62,13 +65,59 @@ def case_full(work: Path) -> list[Row]:
     problems = "; ".join(st["daemon"]["problems"]) if st else "never unhealthy"
     ok = (st is not None and "disk full" in problems and refusal.startswith("refused") and unchanged and lines <= 3
           and pinned and code == 0 and chk["integrity"] == "ok" and chk["settings"].get("pinned") == 9)
-    return [("disk full (4 MB tmpfs filled up while the daemon writes)",
+    return [("disk full (4 MB tmpfs filled up while the daemon writes; [storage] min_free_mb = 0: no floor)",
              "healthy false with the reason; a pin refused with one line, nothing changed; a few log lines, "
              "not one per write; recovery when space returns",
              f"filled {filled // 1024} KB; unhealthy after {detect:.1f} s ({problems[:90]}); pin {refusal[:160]}; "
              f"state unchanged: {unchanged}; writer log lines in 10+ s full: {lines}; healthy again {recover:.1f} s "
              f"after space returned; pin then acknowledged: {pinned}; SIGTERM exit {code}; integrity {chk['integrity']}",
              ok)]
+
+
+def case_floor(work: Path, size_mb: int = 96, leave_mb: int = 32) -> list[Row]:
+    """The default floor (64 MiB kept free): another process leaves `leave_mb` free, under it but not full."""
+    with small_tmpfs(work / "floor", f"{size_mb}m") as mounted:
+        if not mounted:
+            return [("disk under the floor", "-", "not run: mounting a tmpfs is not permitted here", False)]
+        d = DaemonProc(work, "--db", str(work / "floor" / "state.db"), "--concurrency", "8", speed=20)
+        try:
+            d.wait_socket(90)
+            healthy0 = wait_until(lambda: d.call("GET", "/status")["samples"]["written"] > 100, 30) and \
+                d.call("GET", "/status")["daemon"]["healthy"]
+            offset = (work / "daemon.log").stat().st_size
+            fill(work / "floor" / "filler", leave=leave_mb << 20)
+            t0 = time.monotonic()
+            st = wait_until(lambda: _unhealthy(d), 30)
+            detect = time.monotonic() - t0
+            dropped0 = d.call("GET", "/status")["samples"]["write_dropped"]
+            try:
+                pinned, pin = bool(d.call("POST", "/threshold/pin", {"threshold": 9})["pinned"]), "acknowledged"
+            except DaemonError as e:
+                pinned, pin = False, f"refused ({e})"
+            time.sleep(10)
+            dropped = d.call("GET", "/status")["samples"]["write_dropped"] - dropped0
+            lines = log_lines(work / "daemon.log", "state writer", offset)
+            (work / "floor" / "filler").unlink()
+            t1 = time.monotonic()
+            back = wait_until(lambda: d.call("GET", "/status")["daemon"]["healthy"], 60)
+            recover = time.monotonic() - t1
+            code = d.stop()
+        finally:
+            if d.proc.poll() is None:
+                d.proc.kill()
+        chk = db_checks(work / "floor" / "state.db")
+    problems = "; ".join(st["daemon"]["problems"]) if st else "never unhealthy"
+    ok = (bool(healthy0) and st is not None and "disk nearly full" in problems and pinned and dropped > 0
+          and lines <= 3 and bool(back) and code == 0 and chk["integrity"] == "ok"
+          and chk["settings"].get("pinned") == 9)
+    return [(f"disk under the floor ({size_mb} MB tmpfs, another file leaves {leave_mb} MiB free; "
+             "[storage] min_free_mb = 64, the default)",
+             "healthy at the start; then healthy false with the reason; a pin acknowledged (the floor keeps room for "
+             "commands); samples turned away and counted; a few log lines; healthy again when space returns",
+             f"healthy at the start: {bool(healthy0)}; unhealthy after {detect:.1f} s ({problems[:110]}); pin "
+             f"{pin[:120]}; samples turned away in 10 s: {dropped}; writer log lines: {lines}; healthy "
+             f"again {recover:.1f} s after space returned: {bool(back)}; SIGTERM exit {code}; integrity "
+             f"{chk['integrity']}; pinned on disk {chk['settings'].get('pinned')}", ok)]
 
 
 def case_lock(work: Path) -> list[Row]:
@@ -194,7 +243,7 @@ def case_clients(work: Path, clients: int = 200, each: int = 10) -> list[Row]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kills", type=int, default=50)
-    ap.add_argument("--cases", default="kills,full,lock,stall,flood,clients")
+    ap.add_argument("--cases", default="kills,full,floor,lock,stall,flood,clients")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "faults.md"))
     args = ap.parse_args()
@@ -203,6 +252,7 @@ def main() -> None:
         work = Path(tempfile.mkdtemp(prefix=f"f{name}-", dir="/tmp"))
         try:
             run = {"kills": lambda: case_kills(work, args.kills, rng), "full": lambda: case_full(work),
+                   "floor": lambda: case_floor(work),
                    "lock": lambda: case_lock(work), "stall": lambda: case_stall(work),
                    "flood": lambda: case_flood(work), "clients": lambda: case_clients(work)}[name]
             rows += run()
