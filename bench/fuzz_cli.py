@@ -3,8 +3,8 @@
 Seeded argument lists: every command and group, misspelt ones, options with odd values (empty, negative, nan, inf,
 1e999, 1_0, Arabic-Indic digits, 5000 characters, paths that are directories, devices, missing), options given twice
 or without their value, stray `--`. Invariants: no exception but SystemExit, no traceback, an exit code specctl
-documents (0 .. 4); a usage error (2) is one line `specctl: ...`, or a group's help where it was given no command.
-NUL bytes are left out: no shell can pass one in an argument."""
+documents (0 .. 5, controller/cli/options.py); a usage error (2) is one line `specctl: ...`, or a group's help where it
+was given no command. NUL bytes are left out: no shell can pass one in an argument."""
 from __future__ import annotations
 
 import os
@@ -70,7 +70,7 @@ def problem(result) -> str | None:
         return f"{type(result.exception).__name__}: {result.exception}"
     if "Traceback" in text:
         return "traceback in the output"
-    if result.exit_code not in (0, 1, 2, 3, 4):
+    if result.exit_code not in (0, 1, 2, 3, 4, 5):     # (5: `stop`, the daemon's final writes lost)
         return f"exit {result.exit_code}"
     if result.exit_code == 2 and not text.startswith("Usage:"):
         lines = text.strip().splitlines()
