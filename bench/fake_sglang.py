@@ -3,6 +3,7 @@ it answers /health, /health_generate and /set_internal_state as SGLang does, and
 $SPEC_CONTROLLER_TELEMETRY like the plugin's rank 0 — sound decode batches at --rate per second,
 and, with FAKE_SGLANG_HOSTILE=N, N hostile messages per second besides (malformed bytes, NaN and
 infinite fields, batch size 0, impossible token counts, 1e-300 step times, timestamps far ahead);
+FAKE_SGLANG_OVERSIZE=N sends N messages per second one byte over the daemon's cap (each drops the connection);
 FAKE_SGLANG_STALL_S=S makes every /set_internal_state after the first take S seconds; FAKE_SGLANG_READY_S=S answers
 /health 503 for the first S seconds (an engine still loading). Run as `python -c ...` (the
 daemon asking what the interpreter has installed) it answers SGLang FAKE_VERSION with the plugin's entry point.
@@ -25,7 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from controller.contract import ENV_ADDRESS, SAMPLE, THRESHOLD_KEY, encode_stats, pack_sample  # noqa: E402
+from controller.contract import (ENV_ADDRESS, MAX_TELEMETRY_MESSAGE, SAMPLE, THRESHOLD_KEY, encode_stats,  # noqa: E402
+                                 pack_sample)
 
 NAN, INF = float("nan"), float("inf")
 FAKE_VERSION = "0.5.17"             # what it answers the daemon's `python -c` look at what is installed
@@ -79,7 +81,7 @@ def handler(state: State):
     return H
 
 
-def telemetry(state: State, rate: float, hostile_rate: float, stop: threading.Event) -> None:
+def telemetry(state: State, rate: float, hostile_rate: float, stop: threading.Event, oversize_rate: float = 0.0) -> None:
     import zmq
     sock = zmq.Context.instance().socket(zmq.PUSH)
     sock.setsockopt(zmq.SNDHWM, 10000)
@@ -96,6 +98,8 @@ def telemetry(state: State, rate: float, hostile_rate: float, stop: threading.Ev
         msgs = [pack_sample(time.time(), bs, 3 if spec else 0, bs * (rng.randint(1, 4) if spec else 1), step, True)]
         for _ in range(int(hostile_rate / rate) + (rng.random() < (hostile_rate / rate) % 1)):
             msgs.append(hostile(rng, time.time()))
+        if oversize_rate and (i * oversize_rate) // rate > ((i - 1) * oversize_rate) // rate:
+            msgs.append(b"\x01" + bytes(MAX_TELEMETRY_MESSAGE))        # (a separate stream: the hostile draws stay)
         for m in msgs:
             try:
                 sock.send(m, zmq.NOBLOCK)
@@ -122,7 +126,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     threading.Thread(target=server.serve_forever, daemon=True).start()
     sender = threading.Thread(target=telemetry, args=(state, args.rate, float(os.environ.get("FAKE_SGLANG_HOSTILE", 0)),
-                                                      stop), daemon=True)
+                                                      stop, float(os.environ.get("FAKE_SGLANG_OVERSIZE", 0))),
+                              daemon=True)
     sender.start()
     stop.wait()
     server.shutdown()

@@ -56,7 +56,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def fake_sglang_config(work: Path, hostile_per_s: int = 0, stall_s: float = 0.0, ready_s: float = 0.0) -> str:
+def fake_sglang_config(work: Path, hostile_per_s: int = 0, stall_s: float = 0.0, ready_s: float = 0.0,
+                       oversize_per_s: float = 0.0) -> str:
     """[engine] sglang with bench/fake_sglang.py standing in for SGLang and its plugin."""
     wrapper = work / "fake-python"
     wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT}/bench/fake_sglang.py "$@"\n')
@@ -64,7 +65,8 @@ def fake_sglang_config(work: Path, hostile_per_s: int = 0, stall_s: float = 0.0,
     return (f'[engine]\nkind = "sglang"\n[sglang]\nmodel_path = "/fake"\nspeculative_algorithm = "EAGLE3"\n'
             f'max_running_requests = 64\npython = "{wrapper}"\nport = {free_port()}\nprobe_s = 2\n'
             f'ready_timeout_s = 60\n[sglang.env]\nFAKE_SGLANG_HOSTILE = "{hostile_per_s}"\n'
-            f'FAKE_SGLANG_STALL_S = "{stall_s}"\nFAKE_SGLANG_READY_S = "{ready_s}"\n')
+            f'FAKE_SGLANG_STALL_S = "{stall_s}"\nFAKE_SGLANG_READY_S = "{ready_s}"\n'
+            f'FAKE_SGLANG_OVERSIZE = "{oversize_per_s}"\n')
 
 
 class StatusProbe:

@@ -173,10 +173,11 @@ def case_stall(work: Path) -> list[Row]:
              bool(fast and res["threshold"] == 7 and code == 0))]
 
 
-def case_flood(work: Path, seconds: float = 20.0) -> list[Row]:
+def case_flood(work: Path, seconds: float = 20.0, hostile: int = 5000, oversize: float = 0.0) -> list[Row]:
     env_for(work)
     listener = notify_listener(str(work / "notify"))
-    d = DaemonProc(work, config_text=fake_sglang_config(work, hostile_per_s=5000), speed=None, notify=str(work / "notify"))
+    config = fake_sglang_config(work, hostile_per_s=hostile, oversize_per_s=oversize)
+    d = DaemonProc(work, config_text=config, speed=None, notify=str(work / "notify"))
     try:
         d.wait_socket(120)
         pings, end = 0, time.monotonic() + seconds
@@ -187,20 +188,26 @@ def case_flood(work: Path, seconds: float = 20.0) -> list[Row]:
                 pass
         st = d.call("GET", "/status")
         d.call("POST", "/policy", {"name": "bandit", "params": {}})      # a checkpoint of what it learned
+        t0 = time.monotonic()
         code = d.stop()
+        took = time.monotonic() - t0
     finally:
         if d.proc.poll() is None:
             d.proc.kill()
         listener.close()
     chk = db_checks(d.db)
     rejected = {k: v for k, v in st["samples"]["rejected"].items() if v}
-    ok = (pings > seconds and sum(rejected.values()) > 1000 and chk["bad_rows"] == 0 and chk["finite"]
-          and st["samples"]["total"] > 1000 and code == 0 and chk["integrity"] == "ok")
-    return [(f"telemetry flood: 500 sound + 5000 hostile messages/s for {seconds:.0f} s (fake SGLang, real zmq)",
-             "the loop goes on (watchdog pings); rejects counted by kind; no bad row stored; checkpoints finite",
+    bad = st["engine"].get("bad_telemetry") or 0
+    ok = (pings > seconds and (sum(rejected.values()) > 1000 or not hostile) and (bad > 0 or not oversize)
+          and chk["bad_rows"] == 0 and chk["finite"] and st["samples"]["total"] > 1000 and code == 0
+          and chk["integrity"] == "ok")
+    what = " + ".join(([f"{hostile} hostile"] if hostile else []) + ([f"{oversize:g} oversized"] if oversize else []))
+    return [(f"telemetry flood: 500 sound + {what} messages/s for {seconds:.0f} s (fake SGLang, real zmq)",
+             "the loop goes on (watchdog pings); rejects counted by kind (an oversized message: its dropped "
+             "connection); no bad row stored; checkpoints finite",
              f"{pings} WATCHDOG pings; {st['samples']['total']} samples taken; rejected {rejected}; malformed "
-             f"messages {st['engine'].get('bad_telemetry')}; bad rows stored {chk['bad_rows']}; checkpoints finite "
-             f"{chk['finite']} ({chk['states']}); healthy {st['daemon']['healthy']}; exit {code}", bool(ok))]
+             f"messages {bad}; bad rows stored {chk['bad_rows']}; checkpoints finite {chk['finite']} "
+             f"({chk['states']}); healthy {st['daemon']['healthy']}; stop {took:.1f} s, exit {code}", bool(ok))]
 
 
 def case_clients(work: Path, clients: int = 200, each: int = 10) -> list[Row]:
@@ -254,7 +261,8 @@ def main() -> None:
             run = {"kills": lambda: case_kills(work, args.kills, rng), "full": lambda: case_full(work),
                    "floor": lambda: case_floor(work),
                    "lock": lambda: case_lock(work), "stall": lambda: case_stall(work),
-                   "flood": lambda: case_flood(work), "clients": lambda: case_clients(work)}[name]
+                   "flood": lambda: case_flood(work), "oversize": lambda: case_flood(work, hostile=0, oversize=5),
+                   "clients": lambda: case_clients(work)}[name]
             rows += run()
         finally:
             shutil.rmtree(work, ignore_errors=True)
