@@ -183,3 +183,17 @@ def test_a_daemon_on_a_disk_it_fills_keeps_room_for_commands_and_retention(short
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     assert conn.execute("SELECT value FROM settings WHERE key = 'pinned'").fetchone() == ("7",)
     conn.close()
+
+
+def test_config_check_notes_a_database_disk_already_under_the_floor(short_tmp):
+    """helper-170: on a disk with less free than [storage] min_free_mb the daemon stores no sample from its start, and
+    config check said only `ok`. It notes it (exit 0: the daemon runs, commands are stored)."""
+    from click.testing import CliRunner
+
+    from controller.daemon import main as daemon_main
+    args = ["config", "check", "--db", str(short_tmp / "a.db"), "--socket", str(short_tmp / "c.sock")]
+    short = CliRunner().invoke(daemon_main.main, [*args, "--set", f"storage.min_free_mb={NO_ROOM_MB:.0f}"])
+    assert short.exit_code == 0, short.output
+    assert "database disk nearly full: " in short.stderr and f"in {short_tmp}, under the" in short.stderr, short.output
+    roomy = CliRunner().invoke(daemon_main.main, [*args, "--set", "storage.min_free_mb=0"])
+    assert roomy.exit_code == 0 and "nearly full" not in roomy.stderr, roomy.output

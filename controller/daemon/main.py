@@ -7,11 +7,12 @@ from pathlib import Path
 import click
 
 from state.db import StoreError
+from state.room import Room
 
 from ..cli.options import EXIT_USAGE, Bounded, OneLineGroup, fail_as, version_option
 from . import logs
 from ..numtext import one_line
-from ..paths import DEFAULT_CONFIG, read_text_file
+from ..paths import DEFAULT_CONFIG, default_db, read_text_file
 from .config import FLAGS, LOG_LEVELS, MIN_ARRIVAL_RATE, RANGES, ConfigError, load_config, parse_set
 from .configdiff import given_causes
 from .lifecycle import Daemon
@@ -218,8 +219,9 @@ def check(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
     port = cfg["control"]["metrics_port"]     # (root binds any port at the check above; the unit's user not: noted)
     privileged = [f"[control] metrics_port = {port}: {why}"] if (why := privileged_port(port)) else []
     policy, resumed = _policy_run_starts(cfg, engine)
+    room = Room(cfg["storage"]["db"] or default_db(), cfg["storage"]["min_free_mb"]).problem()  # (a disk under it)
     _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"], group) + readable + privileged +
-               unit_cannot_write(cfg, DEFAULT_CONFIG) + resumed)
+               unit_cannot_write(cfg, DEFAULT_CONFIG) + resumed + ([room] if room else []))
     click.echo(one_line(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg, engine)}; policy "
                         f"{policy})"))          # (a path holding a newline: still one line)
 
@@ -231,7 +233,7 @@ def _policy_run_starts(cfg: dict, engine) -> tuple[str, list[str]]:
     from state import queries
     from state.db import NoData, open_store
 
-    from ..paths import default_db, present
+    from ..paths import present
     from .restore import resumed_policy
     db, saved = Path(cfg["storage"]["db"] or default_db()), {}
     if present(db):
