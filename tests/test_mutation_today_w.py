@@ -274,3 +274,32 @@ def test_the_telemetry_problems_group_their_counts_as_the_samples_line_does():
     real[0] = 1060.0
     gate.admit(Sample(100.0, 0, 0, 0, 0.01, True))
     assert gate.stalled() == "telemetry: every sample rejected for 60 s (batch_size 12,346); nothing is learned"
+
+
+def test_refused_messages_outnumbering_the_decoded_over_a_window_are_a_problem():
+    """helper-170: oversized messages at 2,000/s (each dropping the sender's connection) let a few sample messages
+    through, which reset the 'only undecodable' run: status said healthy while most samples were lost."""
+    from controller.daemon.intake import LOSSY_LEAST, LOSSY_WINDOW_S
+    clock = [0.0]
+    u = Undecodable(monotonic=lambda: clock[0])
+    for i in range(3 * LOSSY_LEAST):               # a window: 30 refused, 5 decoded, interleaved
+        clock[0] = i
+        u.refused(None, "over the cap")
+        if i % 6 == 0:
+            u.samples_came()
+    assert u.stalled() is None                      # (the window not yet whole: no verdict)
+    clock[0] = LOSSY_WINDOW_S + 1                   # whole, nothing after it
+    assert u.stalled() == (f"telemetry: {3 * LOSSY_LEAST} messages refused (over the size cap or undecodable) against 5 "
+                           f"decoded in the last {LOSSY_WINDOW_S:g} s: most samples are lost; is the engine's plugin "
+                           "([sglang] python's spec-controller) of another release than the daemon?")
+    u.samples_came()                                # a new window begins: the last whole one still speaks
+    assert "30 messages refused" in u.stalled()
+    clock[0] = 3 * LOSSY_WINDOW_S + 2               # two windows later, nothing came: no current figure
+    assert u.stalled() is None
+    fine = Undecodable(monotonic=lambda: clock[0])
+    for _ in range(LOSSY_LEAST):                    # refused, but fewer than the decoded: no problem
+        fine.refused(None, "over the cap")
+        fine.samples_came()
+        fine.samples_came()
+    clock[0] += LOSSY_WINDOW_S
+    assert fine.stalled() is None

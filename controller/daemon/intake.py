@@ -133,6 +133,10 @@ class SampleGate:
         return sum(self.rejected.values())
 
 
+LOSSY_WINDOW_S = 60.0     # Undecodable.lossy's window ...
+LOSSY_LEAST = 10         # ... and the fewest refused messages in it that make a problem
+
+
 class Undecodable:
     """Telemetry messages the contract's decode() refused (a plugin of another release whose sample layout differs,
     anything else on the socket): counted, logged at most once a minute, and a problem once nothing else has come for
@@ -144,24 +148,50 @@ class Undecodable:
         self.count = 0
         self.monotonic = monotonic
         self.run: tuple[float, float] | None = None    # since the newest sample message: (the first's real time, newest's)
+        # (refused, decoded) messages per LOSSY_WINDOW_S: the current window (its start first) and the last whole one.
+        # Samples still coming reset `run`: 2,000 oversized messages a second, each dropping the sender's connection,
+        # let 142 sample messages through in 20 s, and status said healthy (helper-170)
+        self._window: tuple[float, int, int] = (monotonic(), 0, 0)
+        self._last: tuple[int, int] | None = None
         self._logs = RateLimitedLog(log)
+
+    def _tick(self, now: float, refused: int = 0, decoded: int = 0) -> None:
+        start, r, d = self._window
+        if now - start >= LOSSY_WINDOW_S:        # (a window with no message after it is no current figure)
+            self._last = (r, d) if now - start < 2 * LOSSY_WINDOW_S else None
+            start, r, d = now, 0, 0
+        self._window = (start, r + refused, d + decoded)
 
     def refused(self, msg: bytes | None, why: str) -> None:
         """msg: the message refused; None where zmq dropped it unread (over the contract's size cap)."""
         self.count += 1
         now = self.monotonic()
+        self._tick(now, refused=1)
         self.run = (self.run[0] if self.run else now, now)
         self._logs.warning("undecodable", "telemetry: %s%s: not read (a plugin of another release?)", why,
                            "" if msg is None else f", first byte {msg[0]:#04x}" if msg else ", first byte none")
 
     def samples_came(self) -> None:
         self.run = None
+        self._tick(self.monotonic(), decoded=1)
+
+    def lossy(self) -> str | None:
+        """A problem where, over the last whole LOSSY_WINDOW_S, refused messages (at least LOSSY_LEAST) outnumbered the
+        sample messages decoded: learning goes on from the few that pass."""
+        now, (start, r, d), last = self.monotonic(), self._window, self._last     # (each read once: swapped whole)
+        age = now - start           # (the current window once whole; the last one while it is not; none if stale)
+        counts = last if age < LOSSY_WINDOW_S else (r, d) if age < 2 * LOSSY_WINDOW_S else None
+        if counts is None or counts[0] < LOSSY_LEAST or counts[0] <= counts[1]:
+            return None
+        return (f"telemetry: {counts[0]:,} messages refused (over the size cap or undecodable) against {counts[1]:,} "
+                f"decoded in the last {LOSSY_WINDOW_S:g} s: most samples are lost; is the engine's plugin ([sglang] "
+                "python's spec-controller) of another release than the daemon?")
 
     def stalled(self, window_s: float = 60.0) -> str | None:
-        """As SampleGate.stalled, for messages that are not samples at all."""
+        """As SampleGate.stalled, for messages that are not samples at all; else lossy()."""
         now, run = self.monotonic(), self.run          # (read once: the receiver replaces it)
         if run is None or now - run[0] < window_s or now - run[1] > window_s:
-            return None
+            return self.lossy()
         return (f"telemetry: no sample decoded for {now - run[0]:.0f} s, only undecodable messages ({self.count:,} this "
                 "run); nothing is learned: is the engine's plugin ([sglang] python's spec-controller) of another release "
                 "than the daemon?")
