@@ -37,7 +37,7 @@ class Slot:
     """A served connection's standing: since when its current request has been arriving (None while it is answered),
     since when its answer has been being written (writing; None while it is not), whether its answer is its last
     (finishing: the slot is the next client's), whether the slot was given to another client (cut: its reads end, as
-    at the deadline, and so does the write of its answer)."""
+    at the deadline, and so does its answer's write where that answer was what took too long)."""
     __slots__ = ("since", "writing", "finishing", "cut")
 
     def __init__(self) -> None:
