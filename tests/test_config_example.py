@@ -7,7 +7,8 @@ import tomllib
 from pathlib import Path
 
 from controller.control.guard_config import GuardConfig
-from controller.daemon.config import DEFAULTS, FLAGS, FREE_FORM, parse_set
+from controller.daemon.config import DEFAULTS, FLAGS, FREE_FORM
+from controller.daemon.setpairs import parse_set
 from controller.daemon.main import run
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "systemd" / "config.example.toml"

@@ -125,7 +125,8 @@ def test_set_on_the_command_line_follows_it(setting):
 @pytest.mark.parametrize("setting", ["guard.min_threshold=5", "guard.min_threshold = 5", "sim.speed=2.5",
                                      "sim.speed=1e1", "guard.min_threshold=0"])
 def test_set_written_plainly_is_taken(setting):
-    from controller.daemon.config import load_config, parse_set
+    from controller.daemon.config import load_config
+    from controller.daemon.setpairs import parse_set
     key = setting.split("=")[0].strip().split(".")
     value = load_config(None, parse_set([setting]))[key[0]][key[1]]
     assert value == float(setting.split("=")[1]) and not isinstance(value, str)

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from controller.cli import common
 from controller.cli.main import cli
-from controller.daemon.config import ConfigError, DEFAULTS, load_config, parse_set
+from controller.daemon.config import ConfigError, DEFAULTS, load_config
+from controller.daemon.setpairs import parse_set
 from controller.daemon.main import main
 from controller.daemon.service import CommandRefused
 from controller.numtext import one_line

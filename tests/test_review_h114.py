@@ -299,7 +299,7 @@ def test_a_run_flag_and_a_set_of_the_same_key_is_one_line(short_tmp, flag, value
 
 
 def test_set_still_takes_keys_of_one_table_one_by_one():
-    from controller.daemon.config import parse_set
+    from controller.daemon.setpairs import parse_set
     assert parse_set(["policy.params.scale=2", "policy.params.half_life_s=30", "policy.name=\"ucb\""]) == {
         "policy": {"params": {"scale": 2, "half_life_s": 30}, "name": "ucb"}}
 

@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli.main import cli
-from controller.daemon.config import ConfigError, load_config, parse_set
+from controller.daemon.config import ConfigError, load_config
+from controller.daemon.setpairs import parse_set
 from controller.daemon.main import main
 from policies import PolicyError, parse_kv
 

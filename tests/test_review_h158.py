@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from controller.cli.main import cli
 from controller.daemon.api import make_routes
 from controller.daemon.apicheck import ApiError, check
-from controller.daemon.config import ConfigError, load_config, parse_set
+from controller.daemon.config import ConfigError, load_config
+from controller.daemon.setpairs import parse_set
 from controller.daemon.main import main as daemon_cli
 from controller import numtext
 from policies import PolicyError, make_policy

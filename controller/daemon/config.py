@@ -7,7 +7,7 @@ import socket
 import tomllib
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from policies import PolicyError, make_policy
 from state.room import DEFAULT_MIN_FREE_MB, LEAST_MIN_FREE_MB
@@ -15,7 +15,7 @@ from state.room import DEFAULT_MIN_FREE_MB, LEAST_MIN_FREE_MB
 from ..closename import close_hint
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
-from ..numtext import OddSpace, Unheld, data_text, decimal_text, not_a_number, number_text, shown, trimmed
+from ..numtext import data_text, not_a_number, shown
 from ..paths import (DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, is_db_own_path, names_a_file, present,
                      read_text_file, socket_path_problem)
 from .engines.child import SGLANG_PORT
@@ -83,48 +83,6 @@ def _check(section: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) 
 
 # a TOML value's kind as the operator writes it (not Python's type name: "a str"); numbers: numtext.not_a_number
 KINDS = {str: "text (a quoted string)", bool: "true or false", list: "a list"}
-
-
-def parse_set(pairs: Sequence[str]) -> dict[str, dict]:
-    """--set SECTION.KEY=VALUE (KEY may be dotted once more: policy.params.c=1.5) into overrides.
-    VALUE is read as TOML (1, 0.5, true, "x"); a number that TOML reads and numtext's rule does not is taken as a
-    string (+5, 1_0, 0x10, inf: refused where a number goes), one that numtext's rule reads and TOML does not as the
-    number (.5, 5.: as run's flags take it; it was text, refused as "'.5' must be a number"); anything else that is
-    not TOML as a string."""
-    out: dict[str, dict] = {}
-    given: dict[tuple[str, ...], str] = {}
-    for pair in pairs:
-        path, sep, raw = pair.partition("=")
-        try:
-            keys, raw = [trimmed(k) for k in path.split(".")], trimmed(raw)
-        except OddSpace as e:       # (a value pasted with U+00A0 around it: read without it, unsaid)
-            raise ConfigError(f"--set {pair!r}: {e}") from None
-        if not sep or len(keys) not in (2, 3) or not all(keys):
-            raise ConfigError(f"--set {pair!r}: expected SECTION.KEY=VALUE (e.g. guard.explore_share=0.1)")
-        # each key once, a table whole or key by key (policy.params=3, then policy.params.c=1: a TypeError traceback;
-        # policy.params.c=1, then policy.params={scale=2}: c dropped without a word; a key twice: the last one won)
-        if clash := next((p for k, p in given.items() if tuple(keys[:len(k)]) == k or k[:len(keys)] == tuple(keys)), None):
-            raise ConfigError(f"--set {pair!r}: {'.'.join(keys)} is set by --set {clash!r} already; give each key once "
-                              "(a table whole or key by key)")
-        given[tuple(keys)] = pair
-        try:
-            value = data_text(f"v = {raw}")["v"]
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and number_text(raw, type(value)) is None:
-                value = raw       # (+5, 1_0, 0x10, inf: a number only as numtext writes one, as run's flags)
-        except tomllib.TOMLDecodeError as e:     # (an integer past 64 bits too: still one, refused as out of range)
-            if (why := str(e))[:2] in ("v.", "v["):      # (a value in a table or list: named, not "must be a table")
-                raise ConfigError(f"--set {path.strip()}{why[1:]}") from None
-            try:
-                number = number_text(raw, int)
-                number = decimal_text(raw) if number is None else number
-            except Unheld as e:         # (1e-400: TOML's and numtext's 0.0)
-                raise ConfigError(f"--set {path.strip()}={e}") from None
-            value = raw if number is None else number
-        except RecursionError:         # (tomllib recurses per level: a traceback out of run and config check)
-            raise ConfigError(f"--set {path.strip()}=...: VALUE is nested too deeply") from None
-        table = out.setdefault(keys[0], {})
-        (table.setdefault(keys[1], {}) if len(keys) == 3 else table)[keys[-1]] = value
-    return out
 
 
 def load_config(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> dict:

@@ -12,11 +12,12 @@ from state.room import Room
 from ..cli.options import EXIT_USAGE, Bounded, OneLineGroup, fail_as, version_option
 from . import logs
 from ..numtext import one_line
-from ..paths import DEFAULT_CONFIG, default_db, read_text_file
-from .config import FLAGS, LOG_LEVELS, MIN_ARRIVAL_RATE, RANGES, ConfigError, load_config, parse_set
+from ..paths import DEFAULT_CONFIG, default_db
+from .config import FLAGS, LOG_LEVELS, MIN_ARRIVAL_RATE, RANGES, ConfigError, load_config
 from .configdiff import given_causes
 from .lifecycle import Daemon
 from .preflight import Fatal
+from .setpairs import parse_set, set_keys
 
 
 # run's number flags: ASCII decimal only (click's int() and float() took "1_0" as 10, "٣" as 3, "+5", " 5"); their
@@ -298,7 +299,7 @@ def _from_command_line(message: str, config_path: str | None, overrides: dict | 
     if overrides is None:       # (--set itself refused)
         return ""
     given = [(_option(name), (section, key)) for name, (section, key) in FLAGS.items() if flags[name] is not None]
-    given += [(f"--set {pair}", tuple(k.strip() for k in pair.partition("=")[0].split("."))) for pair in settings]
+    given += [(f"--set {pair}", set_keys(pair)) for pair in settings]     # (each read by parse_set already)
     causes = given_causes(message, config_path, overrides, given)
     return f" (given on the command line: {', '.join(causes)})" if causes else ""
 
