@@ -153,7 +153,6 @@ def echoed(text: str, width: int = 80) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-
 def shown(value: object) -> str:
     """A value as a refusal echoes it, cut short (echoed): as Python writes it ('5' is text, 5 a number; a TOML date as
     TOML writes it), but null and true / false as JSON writes them, inside a list or table too, the spelling of the
@@ -171,6 +170,7 @@ def _spelled(value: object, depth: int) -> str:
         return "{" + ", ".join(f"{k!r}: {_spelled(v, depth - 1)}" for k, v in items[:20]) + (
             ", ..." if len(items) > 20 else "") + "}"
     return repr(value)
+
 
 # C0 controls, DEL and C1 controls as escapes (a path or key holding a newline made a refusal two lines; an ESC, a
 # terminal's control sequence)

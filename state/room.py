@@ -5,8 +5,8 @@ checkpoint that would let the WAL start over must first grow the database file. 
 byte, however old the rows (helper-159: a 16 MB file system stayed full while an hour of samples was due for
 deletion), until the operator frees space. So the writer keeps `floor` bytes free: under it, new samples go only
 into pages the database has freed itself (retention's), and retention deletes the oldest samples to free such
-pages while samples are being turned away (retention.TRIM_SHARE). Commands, decisions, events and policy state are always written: they
-are small, and that room is what the floor keeps for them."""
+pages while samples are being turned away (retention.TRIM_SHARE). Commands, decisions, events and policy state are
+always written: they are small, and that room is what the floor keeps for them."""
 from __future__ import annotations
 
 import os

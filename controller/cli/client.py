@@ -7,7 +7,6 @@ before anything is said about it."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 from pathlib import Path
