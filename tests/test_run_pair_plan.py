@@ -1,6 +1,7 @@
 """bench/gpu/run_pair.sh's plan: a call whose first phase cannot fit after the engines' start is refused before any
 engine starts (12-04e's call 2 spent 220 s of device time on "skip closedab"), by the same phase_need that each phase's
 own check uses. Runs the script's own functions in bash, sed-extracted (its head installs wheels and needs a GPU)."""
+import json
 import os
 import signal
 import subprocess
@@ -179,6 +180,31 @@ def test_leanall_rotates_off_against_both_lean_switches_on_and_leaves_them_off()
     for key in ("spec_controller_lean_resolve", "spec_controller_defer_prompt_kv"):
         assert f'"{key}": true' in labels["leanall"] and f'"{key}": false' in labels["off"]
         assert f'"{key}": false' in restore
+
+
+def test_writes_rotates_each_write_switch_alone_and_names_every_switch_in_every_label():
+    """ROTATION=writes (12-07h's question): off is the default state, fast drops the writes, inline takes them off the
+    side stream, perbatch stops coalescing, one switch each; every label names both the side and the coalesce switch
+    (a switch a label leaves out keeps the previous label's value: perbatch's coalesce off would carry into the next
+    repeat's off), the engine is left in the default state, and five labels count five in the budget."""
+    assert plan(ROTATION="writes", REPEATS="2", DEADLINE_S="585", **CLOSED).returncode == 2     # 450 s: no fit
+    assert plan(ROTATION="writes", REPEATS="1", DEADLINE_S="585", **CLOSED).stdout.strip() == "went on: closedab needs 240"
+    shown = HARNESS.replace('echo "went on', 'ab_rotation; echo "AB=$AB|$AB_RESTORE|$NAB"; echo "went on')
+    out = subprocess.run(["bash", "-c", shown], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "ROTATION": "writes",
+                                                     "REPEATS": "1", "DEADLINE_S": "585", **CLOSED},
+                         capture_output=True, text=True, timeout=30).stdout
+    ab, restore, nab = out.split("AB=", 1)[1].splitlines()[0].split("|")
+    labels = {name: value.partition(":")[2] for name, value in (part.split("=", 1) for part in ab.split(";"))}
+    assert list(labels) == ["nospec", "off", "fast", "inline", "perbatch"] and nab == "5"
+    states = {name: json.loads(value) for name, value in labels.items() if value}
+    default = {"spec_controller_draft_kv": True, "spec_controller_draft_kv_side": True,
+               "spec_controller_draft_kv_coalesce": True}
+    undone = {"off": None, "fast": "spec_controller_draft_kv", "inline": "spec_controller_draft_kv_side",
+              "perbatch": "spec_controller_draft_kv_coalesce"}
+    for name, key in undone.items():
+        want = {k: (v if k != key else False) for k, v in default.items()}
+        assert {k: states[name][k] for k in want} == want, name
+    assert {k: json.loads(restore)[k] for k in default} == default
 
 
 @pytest.mark.parametrize("doses, started, says", [
