@@ -113,7 +113,9 @@ class SideStream:
             graph.replay()
         finally:
             self.cuda.set_stream(forward)
-        self.done.record(self.stream)
+            # failure or not: wait() then covers what was issued here (a dedupe's copy into `loc` before a failed
+            # launch), not an older replay's event, or none
+            self.done.record(self.stream)
 
 
 @dataclass
