@@ -164,6 +164,19 @@ def test_the_no_speculation_acceptance_line_names_no_window():
         in render_status(st).splitlines()                                                             # S03
 
 
+def test_an_acceptance_nothing_measured_says_so_instead_of_dashes():
+    """helper-171: a restart pinned below the load speculated nothing, and status read 'mean accept length -, rate -,
+    in the last 30 simulated s': it says why there is no figure, live and read from the database."""
+    from controller.cli.status import render_status
+    st = {"daemon": {"running": True, "pid": 1, "uptime_s": 5, "healthy": True}, "engine": {"engine": "sim"},
+          "threshold": 20, "window_s": 30.0, "mean_accept_length": None, "acceptance_rate": None,
+          "last_accept_length": None, "tok_per_s": 3550.0, "spec_share": 0.0, "samples": {"per_s": 1.0, "total": 9}}
+    assert "acceptance:  no speculative batch yet this run: nothing to measure acceptance by" \
+        in render_status(st).splitlines()
+    st["daemon"] = {"running": False, "db": "/x.db", "problems": []}
+    assert "acceptance:  no speculative batch among the last stored samples" in render_status(st).splitlines()
+
+
 def test_what_the_daemon_passes_itself_is_left_out_and_what_it_chooses_is_written(tmp_path, monkeypatch):
     from controller.daemon.engines import child     # (conftest moves the section's default: back to the product's own,
     monkeypatch.setattr("controller.daemon.engines.sglang_section.SGLANG_PORT", child.SGLANG_PORT)   # SGLang's 30000)

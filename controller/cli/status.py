@@ -25,6 +25,9 @@ def _acceptance(st: dict, window: str) -> str:
     if st.get("mean_accept_length") is None and st.get("last_accept_length") is not None:
         return (f"no speculative batch in the live window; the last one's accept length "
                 f"{st['last_accept_length']:.2f}, {ago(st.get('last_accept_age_s') or 0)} ago")
+    if st.get("mean_accept_length") is None:    # (it read "mean accept length -, rate -", which said not why)
+        return ("no speculative batch yet this run: nothing to measure acceptance by" if st["daemon"]["running"]
+                else "no speculative batch among the last stored samples")
     return (f"mean accept length {_fmt(st.get('mean_accept_length'), '.2f')}, "
             f"rate {_fmt(st.get('acceptance_rate'), '.1%')}{window}")
 
