@@ -128,6 +128,21 @@ def test_sd_notify_over_a_real_datagram_socket(short_tmp, monkeypatch):
     srv.close()
 
 
+def test_the_status_systemd_shows_is_in_words_without_none():
+    """helper-171: `systemctl status` showed 'accept None, tok/s 3663.4' until a batch speculated (Python's None)."""
+    from controller.contract import Sample
+    from controller.daemon.livestats import LiveStats
+    from controller.daemon.notify import status_text
+    stats = LiveStats()
+    assert status_text(0, False, "bandit", stats.snapshot()) == "threshold 0, policy bandit; last 30 s: no samples"
+    stats.add(Sample(t=1.0, batch_size=32, steps=0, tokens=32, step_s=0.01))
+    assert status_text(20, True, "ucb", stats.snapshot()) == \
+        "threshold 20 (pinned), policy ucb; last 30 s: no speculative batch, 3,200 tok/s"
+    stats.add(Sample(t=2.0, batch_size=8, steps=4, tokens=24, step_s=0.01))
+    assert status_text(29, False, "bandit", stats.snapshot()) == \
+        "threshold 29, policy bandit; last 30 s: accept length 3.00, 2,800 tok/s"
+
+
 def test_sd_notify_without_socket_is_a_no_op(monkeypatch, short_tmp):
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
     assert sd_notify("READY=1") is False

@@ -22,7 +22,7 @@ from .engines.base import Engine, EngineError
 from .ingest import Ingest
 from .intake import SampleGate, SteadyClock
 from .livestats import LiveStats
-from .notify import sd_notify
+from .notify import sd_notify, status_text
 from .restore import config_policy_unused, saved_policy, start_loop
 
 if TYPE_CHECKING:
@@ -250,9 +250,8 @@ class Service:
         if not self.guarded("retune", self._retune)():
             return
         self.last_retune_ok = time.monotonic()
-        snap = self.stats.snapshot()
-        sd_notify(f"STATUS=threshold {self.loop.threshold}{' (pinned)' if self.loop.pinned is not None else ''}"
-                  f", policy {self.policy_name}, accept {snap['mean_accept_length']}, tok/s {snap['tok_per_s']}")
+        sd_notify("STATUS=" + status_text(self.loop.threshold, self.loop.pinned is not None, self.policy_name,
+                                          self.stats.snapshot()))
 
     # --- jobs -------------------------------------------------------------------
     def guarded(self, name: str, fn: Callable[[], None]) -> Callable[[], bool]:
