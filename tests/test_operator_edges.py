@@ -177,6 +177,23 @@ def test_an_acceptance_nothing_measured_says_so_instead_of_dashes():
     assert "acceptance:  no speculative batch among the last stored samples" in render_status(st).splitlines()
 
 
+def test_status_before_any_sample_or_policy_says_so_instead_of_dashes():
+    """helper-171: a pin saved before the first start (a real database, no sample, no policy in it) read 'policy:
+    -' and 'throughput:  - tok/s, speculating - of batches'; a daemon before its first batch read the same line."""
+    from controller.cli.status import render_status
+    runner = CliRunner()
+    assert runner.invoke(cli, ["threshold", "pin", "5"]).exit_code == 0
+    res = runner.invoke(cli, ["status"])
+    assert res.exit_code == 3, res.output
+    lines = res.stdout.splitlines()
+    assert "policy:      - (none saved: a start runs the config's [policy] name, bandit unless set)" in lines, lines
+    assert "throughput:  no sample stored" in lines, lines
+    st = {"daemon": {"running": True, "pid": 1, "uptime_s": 1, "healthy": True}, "engine": {"engine": "sglang"},
+          "threshold": 0, "policy": {"name": "bandit", "policy": "thompson"}, "window_s": 30.0, "tok_per_s": None,
+          "spec_share": None, "samples": {"per_s": None, "total": 0}}
+    assert "throughput:  no decode batch yet this run" in render_status(st).splitlines()
+
+
 def test_what_the_daemon_passes_itself_is_left_out_and_what_it_chooses_is_written(tmp_path, monkeypatch):
     from controller.daemon.engines import child     # (conftest moves the section's default: back to the product's own,
     monkeypatch.setattr("controller.daemon.engines.sglang_section.SGLANG_PORT", child.SGLANG_PORT)   # SGLang's 30000)

@@ -32,6 +32,15 @@ def _acceptance(st: dict, window: str) -> str:
             f"rate {_fmt(st.get('acceptance_rate'), '.1%')}{window}")
 
 
+NO_POLICY = "- (none saved: a start runs the config's [policy] name, bandit unless set)"     # (it read '-')
+
+
+def _throughput(st: dict, per: str, window: str) -> str:
+    if st.get("tok_per_s") is None:     # (it read '- tok/s, speculating - of batches')
+        return "no decode batch yet this run" if st["daemon"]["running"] else "no sample stored"
+    return f"{st['tok_per_s']:,.0f} tok/s{per}, speculating {_fmt(st.get('spec_share'), '.0%')} of batches{window}"
+
+
 def _rejected(samples: dict) -> str:
     kinds = {k: v for k, v in (samples.get("rejected") or {}).items() if v}
     if not kinds:
@@ -130,10 +139,9 @@ def render_status(st: dict) -> str:
     samples = st.get("samples") or {}
     lines = _head(st) + [
         threshold_line(st),
-        f"policy:      {pol.get('name') or '-'}{alias_note(pol)}",
+        f"policy:      {pol.get('name') or NO_POLICY}{alias_note(pol)}",
         f"acceptance:  {_acceptance(st, _window(st, simulated))}{_aged(st)}",
-        f"throughput:  {_fmt(st.get('tok_per_s'), ',.0f')} tok/s{per}, speculating {_fmt(st.get('spec_share'), '.0%')}"
-        f" of batches{_window(st, simulated)}{_aged(st)}",
+        f"throughput:  {_throughput(st, per, _window(st, simulated))}{_aged(st)}",
         _samples(st, simulated),
     ]
     if samples.get("write_errors") or samples.get("write_dropped"):
