@@ -17,39 +17,11 @@ from pathlib import Path
 
 import sqlite_utils
 
+from .faults import Lasting, NoData, NotOurs, StoreError, classify, refused
 from .migrations import MIGRATIONS, TABLES, V1_COLUMNS, migrate
 
 BUSY_TIMEOUT_MS = 5000
 SIDECARS = ("-wal", "-shm", "-journal")
-
-
-class StoreError(RuntimeError):
-    """The database cannot be used; the message is one line for the operator."""
-
-
-class NotOurs(StoreError):
-    """A file that is no spec-controller database, or a damaged one without its schema (not SQLite, another
-    application's tables, a schema version not ours): no retry changes it; the daemon's start refuses it as a config
-    error (another --db), config check as well."""
-
-
-class NoData(StoreError):
-    """A database a reader opened that holds no spec-controller data yet (an empty file): nothing saved in it, which a
-    writer's open makes the database (config check: a start resumes nothing from it)."""
-
-
-def classify(err: Exception) -> str:
-    """What kind of fault a failed write met: locked, disk full, read-only, I/O error, corrupt, error."""
-    name = getattr(err, "sqlite_errorname", "") or ""
-    text = str(err)
-    for kind, names, words in (("locked", ("SQLITE_BUSY", "SQLITE_LOCKED"), ("locked", "busy")),
-                               ("disk full", ("SQLITE_FULL",), ("disk is full",)),
-                               ("read-only", ("SQLITE_READONLY", "SQLITE_CANTOPEN"), ("readonly", "unable to open")),
-                               ("I/O error", ("SQLITE_IOERR",), ("I/O error",)),
-                               ("corrupt", ("SQLITE_CORRUPT", "SQLITE_NOTADB"), ("malformed", "not a database"))):
-        if name.startswith(names) or any(w in text for w in words):
-            return kind
-    return "error"
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -71,10 +43,11 @@ def _damaged(path: Path, detail: object) -> StoreError:
         return NotOurs(f"{path} is not a spec-controller database (not an SQLite file); refusing it")
     if len(head) >= 64 and int.from_bytes(head[60:64], "big") == 0:    # PRAGMA user_version: never migrated
         return NotOurs(f"{path} is not a spec-controller database (an SQLite file without its schema); refusing it")
-    return StoreError(f"database {path} is corrupt ({detail}); move it aside to start afresh")
+    return Lasting(f"database {path} is corrupt ({detail}); move it aside to start afresh")
 
 
-def _describe(path: Path, err: sqlite3.Error, readonly: bool = False) -> StoreError:
+def describe(path: Path, err: sqlite3.Error, readonly: bool = False) -> StoreError:
+    """An SQLite error met at path, in one line and classified (faults.Lasting where no retry passes)."""
     kind = classify(err)
     if kind == "corrupt":
         return _damaged(path, err)
@@ -84,6 +57,9 @@ def _describe(path: Path, err: sqlite3.Error, readonly: bool = False) -> StoreEr
         return StoreError(f"database {path} cannot be read by this user ({err}): it is in WAL mode (a daemon holds it "
                           f"or did not stop cleanly) and its -shm file cannot be made in {path.parent}; run as the "
                           "service's user")
+    if kind == "read-only" and not may(path.parent, os.W_OK | os.X_OK):     # (its journals cannot be made there)
+        return Lasting(f"database {path} cannot be opened for writing ({err}): its folder {path.parent} takes no new "
+                       "file (SQLite's journals)", errno.EACCES)
     if kind == "read-only":
         return StoreError(f"database {path} cannot be opened for writing ({err})")
     return StoreError(f"database {path}: {err}")
@@ -98,22 +74,23 @@ def open_nofollow(path: Path, flags: int, what: str, mode: int = 0o600) -> int:
         return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise StoreError(f"{what} {path} is a symbolic link; refusing to follow it (give the real path)") from None
+            raise Lasting(f"{what} {path} is a symbolic link; refusing to follow it (give the real path)") from None
         if e.errno == errno.ENOENT and flags & os.O_CREAT:     # (its directory there: one that takes no new file,
-            raise StoreError(f"{what} {path} cannot be created there ({e.strerror})") from None   # /proc: helper-133)
+            raise Lasting(f"{what} {path} cannot be created there ({e.strerror})") from None   # /proc: helper-133)
         if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and flags & os.O_CREAT and not os.path.lexists(path):
             # (the folder refuses a new file: 'database D: Permission denied' named a file that is not there)
-            raise StoreError(f"{what} {path} cannot be created in {path.parent} ({e.strerror})") from None
+            raise Lasting(f"{what} {path} cannot be created in {path.parent} ({e.strerror})", e.errno) from None
         if e.errno == errno.ENOENT:
             raise StoreError(f"{what} {path} does not exist") from None
-        raise StoreError(f"{what} {path}: {e.strerror}") from None
+        raise refused(f"{what} {path}: {e.strerror}", e.errno) from None
 
 
-def _pin_file(path: Path, readonly: bool) -> os.stat_result:
+def pin_file(path: Path, readonly: bool) -> os.stat_result:
     """The database file itself, not followed if a link (created 0640: the service's group reads it offline,
     docs/systemd.md; SQLite gives its journals the same mode); its identity. An existing file is
     never opened here: closing any descriptor of a file drops every POSIX lock this process holds on it,
-    those of SQLite's open connections too (the daemon's, while an API read opens another)."""
+    those of SQLite's open connections too (the daemon's, while an API read opens another). config check asks it of an
+    existing file, as run's open would (nothing is made there)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -125,19 +102,19 @@ def _pin_file(path: Path, readonly: bool) -> os.stat_result:
         finally:
             os.close(fd)
     except OSError as e:
-        raise StoreError(f"database {path}: {e.strerror}") from None
+        raise refused(f"database {path}: {e.strerror}", e.errno) from None
     if stat.S_ISLNK(st.st_mode):
-        raise StoreError(f"database {path} is a symbolic link; refusing to follow it (give the real path)")
+        raise Lasting(f"database {path} is a symbolic link; refusing to follow it (give the real path)")
     if stat.S_ISREG(st.st_mode) and not may(path, os.R_OK if readonly else os.R_OK | os.W_OK):
         if not readonly and on_read_only_mount(path):
-            raise StoreError(f"database {path}: {os.strerror(errno.EROFS)}")
+            raise Lasting(f"database {path}: {os.strerror(errno.EROFS)}", errno.EROFS)
         if not readonly and may(path, os.R_OK):       # (a member of the service's group: reads, may not write)
-            raise StoreError(f"database {path} cannot be opened for writing ({os.strerror(errno.EACCES)})")
-        raise StoreError(f"database {path}: {os.strerror(errno.EACCES)}")
+            raise Lasting(f"database {path} cannot be opened for writing ({os.strerror(errno.EACCES)})", errno.EACCES)
+        raise Lasting(f"database {path}: {os.strerror(errno.EACCES)}", errno.EACCES)
     if not stat.S_ISREG(st.st_mode):
-        raise StoreError(f"database {path} is not a regular file")
+        raise Lasting(f"database {path} is not a regular file; give the database's own path")
     if problem := journals_problem(path):
-        raise StoreError(problem)
+        raise Lasting(problem)
     return st
 
 
@@ -189,8 +166,9 @@ def _same_file(path: Path, before: os.stat_result) -> None:
 def _check_schema(path: Path, conn: sqlite3.Connection, readonly: bool) -> None:
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version > len(MIGRATIONS):        # (a reader went on to query columns this version expects: a traceback)
-        raise StoreError(f"database {path}: database schema version {version} is newer than this spec-controller "
-                         f"knows ({len(MIGRATIONS)})")
+        raise Lasting(f"database {path}: database schema version {version} is newer than this spec-controller "
+                      f"knows ({len(MIGRATIONS)}): a newer version wrote it; upgrade spec-controller, or give another "
+                      "--db")
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     if version < 0:      # (migrate ran range(-1, n): _v1 twice, its tables added to the file before the second failed)
         raise NotOurs(f"{path} is not a spec-controller database (schema version {version}); refusing it")
@@ -208,7 +186,7 @@ def _check_schema(path: Path, conn: sqlite3.Connection, readonly: bool) -> None:
         return
     if tables:
         raise NotOurs(f"{path} is not a spec-controller database: it belongs to another application "
-                      f"(tables: {', '.join(tables[:5])}); refusing " + ("it" if readonly else "to add tables to it"))
+                      f"(tables: {', '.join(tables[:5])}); refusing it")     # (run and config check alike)
     if readonly:
         raise NoData(f"database {path} holds no spec-controller data (an empty file)")
 
@@ -223,8 +201,8 @@ def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = Tr
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         except OSError as e:
-            raise StoreError(f"cannot create {path.parent}: {e.strerror}") from None
-    pinned = _pin_file(path, readonly)
+            raise refused(f"cannot create {path.parent}: {e.strerror}", e.errno) from None
+    pinned = pin_file(path, readonly)
     conn = None
     try:
         if readonly:
@@ -257,7 +235,7 @@ def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = Tr
         if isinstance(e, StoreError):
             raise
         if isinstance(e, sqlite3.Error):
-            raise _describe(path, e, readonly) from None
+            raise describe(path, e, readonly) from None
         raise StoreError(f"database {path}: {e}") from None     # a schema newer than this version knows
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from .db import StoreError, open_nofollow
+from .db import Lasting, StoreError, open_nofollow, refused
 
 
 def _shareable(fd: int) -> bool:
@@ -51,7 +51,7 @@ class DaemonLock:
         try:
             fd, self.created = self._made(os.O_RDWR)
         except OSError as e:        # (its folder: the file's own refusals are StoreError's)
-            raise StoreError(f"cannot create {self.path.parent}: {e.strerror}") from None
+            raise refused(f"cannot create {self.path.parent}: {e.strerror}", e.errno) from None
         deadline = time.monotonic() + LOOK_GRACE_S
         while True:
             try:
@@ -137,7 +137,7 @@ class DaemonLock:
         fd = open_nofollow(self.path, flags | os.O_NONBLOCK, "lock file")
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise StoreError(f"lock file {self.path} is not a regular file; remove it (nothing else belongs there)")
+            raise Lasting(f"lock file {self.path} is not a regular file; remove it (nothing else belongs there)")
         return fd
 
     def check_file(self) -> None:

@@ -158,11 +158,12 @@ def test_daemon_bad_input_one_line(short_tmp, args, needle, code):
 
 
 def test_corrupt_database_refused_and_untouched(short_tmp):
+    """helper-172: exit 2, which the unit does not restart (exit 1 was restarted every 5 s; no restart mends the file)."""
     from tests.test_state import damaged_store
     db = damaged_store(short_tmp / "bad.db")
     before = db.read_bytes()
     res = run_daemon_once(short_tmp, "--db", str(db), "--socket", str(short_tmp / "s"))
-    assert res.returncode == 1 and "corrupt" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert res.returncode == 2 and "corrupt" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert "move it aside" in res.stderr and db.read_bytes() == before
 
 

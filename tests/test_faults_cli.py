@@ -76,8 +76,8 @@ def test_an_unusable_lock_file_or_runtime_dir(short_tmp):
     (short_tmp / "u.db.lock").unlink()
     (short_tmp / "u.db.lock").mkdir()               # the daemon cannot open it for writing
     res = run_daemon_once(short_tmp, "--db", str(db), "--socket", str(short_tmp / "s"))
-    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
-        f"spec-controller: lock file {db}.lock: Is a directory"], res.stderr
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [       # (helper-172: was 1, restarted for good)
+        f"spec-controller: lock file {db}.lock: Is a directory; remove it (nothing else belongs there)"], res.stderr
     (short_tmp / "file").write_text("")             # a socket "directory" that is a file: a configuration error
     res = run_daemon_once(short_tmp, "--db", str(short_tmp / "v.db"), "--socket", str(short_tmp / "file" / "s"))
     lines = res.stderr.strip().splitlines()
@@ -111,7 +111,9 @@ def test_an_offline_pin_on_a_read_only_database(short_tmp, readonly_db):
 def test_the_daemon_refuses_a_read_only_database(short_tmp, readonly_db):
     res = run_daemon_once(short_tmp, "--db", str(readonly_db), "--socket", str(short_tmp / "s"))
     lines = res.stderr.strip().splitlines()
-    assert res.returncode == 1 and len(lines) == 1 and "Read-only file system" in lines[0], res.stderr
+    assert res.returncode == 2 and len(lines) == 1 and "Read-only file system" in lines[0], res.stderr    # (h172: 1)
+    assert lines[0].endswith("; give a --db on a writable file system (under the unit: leave [storage] db empty, for its "
+                             "state directory)"), res.stderr
 
 
 def test_the_daemon_refuses_a_database_it_may_not_write(short_tmp):
@@ -121,7 +123,7 @@ def test_the_daemon_refuses_a_database_it_may_not_write(short_tmp):
     open_store(db).conn.close()
     db.chmod(0o444)
     res = run_daemon_once(short_tmp, "--db", str(db), "--socket", str(short_tmp / "s"))
-    assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr      # (helper-172: was 1)
 
 
 @pytest.mark.parametrize("args,heading", [([], "Commands:"), (["policy"], "Commands:")])   # (threshold alone: its line)

@@ -115,7 +115,7 @@ def test_pf18_a_missing_socket_directory_under_an_unwritable_one_is_named_as_the
     res = subprocess.run([sys.executable, "-m", "controller.daemon", "run", "--config", str(short_tmp / "c.toml"),
                           "--db", str(short_tmp / "v.db")], capture_output=True, text=True, timeout=60,
                          env=dict(env, PYTHONPATH=str(ROOT), XDG_STATE_HOME=str(d)))
-    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [       # (helper-172: 1, restarted for good)
         f"spec-controller: cannot create the control socket's directory {d / 'spec-controller'}: {why}"], res.stderr
     assert not (short_tmp / "v.db").exists()
 

@@ -142,16 +142,16 @@ def test_configured_no_params_the_configs_policy_is_named_with_its_parameters(sh
         "`specctl policy set` switches))"), res.output
 
 
-def test_storeerror_no_note_a_database_the_check_cannot_read_is_noted(short_tmp):
-    """mn-storeerror-no-note: a database file check_store_opens passes (SQLite's header) that SQLite cannot read: the
-    check says ok, names the config's policy and notes that the saved one could not be read."""
+def test_storeerror_no_note_a_database_the_check_cannot_read_is_refused_as_run_refuses_it(short_tmp):
+    """mn-storeerror-no-note: a database file with SQLite's header that SQLite cannot read was 'ok' with a note that the
+    saved policy could not be read. helper-172: run refuses it, exit 2 (no restart mends it), and so does the check;
+    tests/test_review_h172.py: a lock a retry passes is still the note."""
     from state.db import SQLITE_MAGIC
     db = short_tmp / "s.db"
     db.write_bytes(SQLITE_MAGIC + b"\x10\x00" + b"\xff" * 4000)
     res = _check(short_tmp)
-    assert res.exit_code == 0 and res.stdout.strip().endswith("; policy bandit)"), res.output
-    assert f"spec-controller: note: the policy saved in {db}, which run would resume, could not be read: database " \
-        f"{db} is corrupt" in res.stderr, res.stderr
+    assert res.exit_code == 2 and res.stderr.strip().splitlines() == [
+        f"spec-controller: database {db} is corrupt (file is not a database); move it aside to start afresh"], res.output
 
 
 # --- policies: sglang-ema's counts -----------------------------------------------------------------------------------

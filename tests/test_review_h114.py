@@ -233,7 +233,7 @@ def test_the_daemon_refuses_a_fifo_at_a_journal_path_in_one_line(short_tmp, suff
     open_store(db).conn.close()
     os.mkfifo(short_tmp / f"d.db{suffix}")
     res = run_daemon_once(short_tmp, "--concurrency", "4", "--db", str(db), "--socket", str(short_tmp / "s"))
-    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [       # (helper-172: 1, restarted for good)
         f"spec-controller: database journal {db}{suffix} is not a regular file; remove it (SQLite keeps the "
         "database's journal there)"], res.stderr
 

@@ -72,14 +72,14 @@ def test_an_empty_path_or_name_is_refused_not_taken_as_the_default(tmp_path, mon
 
 def test_a_database_where_no_file_can_be_made_says_so(tmp_path):
     """`run --db /proc/version` said 'lock file /proc/version.lock does not exist' (helper-133): the file is one run
-    makes, in a directory that takes none."""
+    makes, in a directory that takes none. helper-172: exit 2 (no restart makes a file there; 1 was restarted for good)."""
     import subprocess
     import sys
     (config := tmp_path / "empty.toml").write_text("")
     proc = subprocess.run([sys.executable, "-m", "controller.daemon", "run", "--db", "/proc/version", "--config",
                            str(config)], capture_output=True, text=True, timeout=60,
                           env={"XDG_STATE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
-    assert (proc.returncode, proc.stderr) == (1, "spec-controller: lock file /proc/version.lock cannot be created "
+    assert (proc.returncode, proc.stderr) == (2, "spec-controller: lock file /proc/version.lock cannot be created "
                                                  "there (No such file or directory)\n")
 
 

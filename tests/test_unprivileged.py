@@ -35,7 +35,7 @@ def test_a_socket_in_a_directory_this_user_may_not_write_is_refused_before_anyth
     GPUs) and the bind then failed with 'start-up failed: PermissionError: [Errno 13] Permission denied'."""
     d, why = unwritable
     res = run_daemon_once(short_tmp, "--db", str(short_tmp / "v.db"), "--socket", str(d / "c.sock"))
-    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [       # (helper-172: 1, restarted for good)
         f"spec-controller: cannot create the control socket in {d}: {why}"], res.stderr
     assert not (short_tmp / "v.db").exists()            # refused before the database, and so before the engine
 

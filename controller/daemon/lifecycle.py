@@ -12,7 +12,7 @@ from pathlib import Path
 
 from policies import PolicyError
 from state import queries
-from state.db import NotOurs, open_store
+from state.db import open_store
 from state.lock import DaemonLock
 from state.room import Room
 from state.writer import Writer
@@ -137,11 +137,9 @@ class Daemon:
             db = open_store(st["db"])
             # as opened, not after the engine's start (minutes on a GPU): removed meanwhile, the first check says so
             self.own_files.add("database", st["db"])
-        except BaseException as e:           # a refused database keeps no lock file of ours beside it
+        except BaseException:                # a refused database keeps no lock file of ours beside it
             lock.release(remove_if_created=True)
-            if isinstance(e, NotOurs):       # (no retry changes the file: the config's error, exit 2, as config check
-                raise Fatal(str(e), 2) from None    # says it; exit 1 was restarted by the unit every 5 s for good)
-            raise
+            raise                            # (main: exit 2 where no restart changes it, preflight.store_refusal)
         newest_t = queries.last_engine_time(db)      # (read once: the simulator resumes there, the loop's clock too)
         engine = configured_engine(self.cfg, newest_t)
         writer = Writer(db, room=Room(st["db"], st["min_free_mb"])).start()

@@ -16,7 +16,7 @@ from ..paths import DEFAULT_CONFIG, default_db
 from .config import FLAGS, LOG_LEVELS, MIN_ARRIVAL_RATE, RANGES, ConfigError, load_config
 from .configdiff import given_causes
 from .lifecycle import Daemon
-from .preflight import Fatal
+from .preflight import Fatal, store_refusal
 from .setpairs import parse_set, set_keys
 
 
@@ -127,7 +127,10 @@ def run(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
         daemon = Daemon(cfg)
         daemon.hups_before = hups
         code = daemon.run()
-    except (StoreError, Fatal, RuntimeError) as e:
+    except StoreError as e:         # (the database, its lock file, journals or folder: 2 where no restart changes it)
+        refusal = store_refusal(e)
+        fail_as("spec-controller", str(refusal), refusal.code)
+    except (Fatal, RuntimeError) as e:
         fail_as("spec-controller", str(e), getattr(e, "code", 1))
     finally:
         # The daemon is done: a SIGHUP (a reload) from here on arrived while the interpreter wound down, which puts back
@@ -204,7 +207,7 @@ def check(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
         check_given_paths(cfg)
         engine = build_engine(cfg)
         check_files_apart(cfg, engine.own_files)
-        check_store_opens(cfg)
+        saved, unread = check_store_opens(cfg)     # (what a start resumes, read once)
         check_metrics_port(cfg, held_is_ok=True)
         if cfg["engine"]["kind"] == "sglang":
             engine.check_installed()
@@ -219,35 +222,20 @@ def check(config_path: str | None, settings: tuple[str, ...], **flags) -> None:
     readable = service_cannot_read(cfg["sglang"], user, config=cfg["_path"]) if sglang else []
     port = cfg["control"]["metrics_port"]     # (root binds any port at the check above; the unit's user not: noted)
     privileged = [f"[control] metrics_port = {port}: {why}"] if (why := privileged_port(port)) else []
-    policy, resumed = _policy_run_starts(cfg, engine)
+    policy, resumed = _policy_run_starts(cfg, engine, saved)
     room = Room(cfg["storage"]["db"] or default_db(), cfg["storage"]["min_free_mb"]).problem()  # (a disk under it)
     _say_notes(secret_mode_note(cfg["_path"], cfg["sglang"], group) + readable + privileged +
-               unit_cannot_write(cfg, DEFAULT_CONFIG) + resumed + ([room] if room else []))
+               unit_cannot_write(cfg, DEFAULT_CONFIG) + unread + resumed + ([room] if room else []))
     click.echo(one_line(f"{where}: ok (engine {cfg['engine']['kind']}: {_engine_words(cfg, engine)}; policy "
                         f"{policy})"))          # (a path holding a newline: still one line)
 
 
-def _policy_run_starts(cfg: dict, engine) -> tuple[str, list[str]]:
-    """restore.resumed_policy of the database `run` would open, read as specctl reads it offline: read-only, no lock of
-    the daemon's taken (one may be running on it), nothing made where there is none."""
+def _policy_run_starts(cfg: dict, engine, saved: dict) -> tuple[str, list[str]]:
+    """restore.resumed_policy of the database `run` would open, from its settings as check_store_opens read them."""
     from policies import make_policy
-    from state import queries
-    from state.db import NoData, open_store
 
-    from ..paths import present
     from .restore import resumed_policy
-    db, saved = Path(cfg["storage"]["db"] or default_db()), {}
-    if present(db):
-        try:
-            store = open_store(db, readonly=True, check=False)
-            try:
-                saved = queries.settings(store)
-            finally:
-                store.conn.close()
-        except NoData:          # (an empty file: run's open makes it the database, nothing saved to resume)
-            pass
-        except StoreError as e:
-            return cfg["policy"]["name"], [f"the policy saved in {db}, which run would resume, could not be read: {e}"]
+    db = Path(cfg["storage"]["db"] or default_db())
     return resumed_policy(cfg, saved, lambda name, params: make_policy(
         name, params, seed=cfg["policy"]["seed"], max_batch_size=engine.max_batch_size), str(db))
 

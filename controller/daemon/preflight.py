@@ -8,7 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
-import stat
+import sqlite3
 from pathlib import Path
 from typing import Any, Callable
 
@@ -173,53 +173,75 @@ def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> Non
     sock = Path(ctl["socket"]).absolute()
     check_socket_free(Path(ctl["socket"]))
     check_metrics_port(cfg)
-    check_socket_folder(sock, 1)
+    check_socket_folder(sock)
 
 
-def check_store_opens(cfg: dict) -> None:
-    """config check's look at what run's start opens and makes (Fatal, code 2, where run would refuse it; run itself
-    refuses each at its opening, exit 1; a file that is no spec-controller database, exit 2): the database's folder
-    and the control socket's, folders this user may make files in (the lock file, SQLite's -wal / -shm, the socket),
-    an existing lock file a start could open and journals that are regular files (no link, FIFO or folder there), and
-    an existing database file, one this user may read and write that is spec-controller's or empty. The database is
-    opened read-only, as specctl reads it; nothing is locked or made.
-    (newcomer-146: check said ok of a --db in a folder this user may not write, of a read-only database and of a file
-    that is no SQLite, each of which run then refused; so did a socket under a file or an unwritable folder; helper-168:
-    and of another application's SQLite file.)"""
-    from state.db import NotOurs, StoreError, journals_problem, may, on_read_only_mount, open_store
+# what to do about a refusal of a database path that stays (faults.Lasting's errno): run's and config check's words
+_WRITE = "; let this user write there (its owner, its mode), or give another --db"
+_REMOVE = "; remove it (nothing else belongs there)"
+_REMEDIES = {errno.EACCES: _WRITE, errno.EPERM: _WRITE, errno.EISDIR: _REMOVE, errno.ENXIO: _REMOVE,
+             errno.EROFS: "; give a --db on a writable file system (under the unit: leave [storage] db empty, for its "
+                          "state directory)", errno.ENOTDIR: "; give another --db"}
+
+
+def store_refusal(e: Exception) -> Fatal:
+    """run's and config check's one word on a database, its lock file, journals or folder that cannot be used: exit 2
+    with what to do where no restart changes it (faults.Lasting: corrupt, a newer schema, another application's file,
+    a mode or a mount refusing this user, a file in the way), which the unit keeps down; else exit 1, which the unit
+    retries every 5 s (a lock another process holds, a full disk, an I/O error). (helper-172: corrupt, a newer schema,
+    a mode and a file planted at the lock's or a journal's path exited 1, restarted every 5 s for good.)"""
+    from state.faults import Lasting
+    if not isinstance(e, Lasting):
+        return Fatal(str(e), 1)
+    return Fatal(str(e) + _REMEDIES.get(e.errno, ""), 2)
+
+
+def check_store_opens(cfg: dict) -> tuple[dict, list[str]]:
+    """config check's look at what run's start opens and makes, refused (Fatal) as run's start refuses it
+    (store_refusal's exit 2); what a retry may pass (a lock, a full disk) is a note. The database's folder and the
+    control socket's, folders this user may make files in (the lock file, SQLite's -wal / -shm, the socket), an
+    existing lock file a start could open, journals that are regular files (no link, FIFO or folder there), and an
+    existing database file as run's open looks at it (db.pin_file) and reads it (quick_check, schema) but read-only,
+    as specctl reads it: nothing is locked or made. Returns the settings saved there (what a start resumes) and the
+    notes. (newcomer-146, helper-168: check said ok of a --db run then refused; helper-172: of a corrupt database, one
+    of a newer schema, and it opened the database twice.)"""
+    from state import queries
+    from state.db import NoData, StoreError, describe, journals_problem, open_store, pin_file
+    from state.faults import Lasting
     from state.lock import DaemonLock
     db = Path(cfg["storage"]["db"] or default_db()).absolute()
     if problem := _uncreatable(db.parent):
         raise Fatal(f"cannot create the database's files in {db.parent}: {problem}", 2)
+    saved: dict = {}
+    notes: list[str] = []
     try:                        # (what run's start opens first: the lock file, then the journals with the database)
         DaemonLock(db).check_file()
-    except StoreError as e:
-        raise Fatal(str(e), 2) from None
-    if problem := journals_problem(db):
-        raise Fatal(problem, 2)
-    try:
-        st = os.lstat(db)
-    except OSError:             # (none yet: run makes it in the folder checked above)
-        st = None
-    if st is not None and stat.S_ISREG(st.st_mode):
-        if not may(db, os.R_OK | os.W_OK):
-            why = errno.EROFS if on_read_only_mount(db) else errno.EACCES
-            raise Fatal(f"database {db} cannot be opened for writing ({os.strerror(why)})", 2)
-        if st.st_size:          # (read as specctl reads it: a daemon may hold it; run's open refuses it so, exit 2)
+        if problem := journals_problem(db):
+            raise Lasting(problem)
+        if os.path.lexists(db) and pin_file(db, readonly=False).st_size:    # (none or empty: run makes it ours)
+            store = open_store(db, readonly=True)
             try:
-                open_store(db, readonly=True, check=False).conn.close()
-            except NotOurs as e:        # (another application's SQLite file was 'ok', with a note)
-                raise Fatal(str(e), 2) from None
-            except StoreError:          # (locked, damaged: what a start resumes from it is noted after)
-                pass
-    check_socket_folder(Path(cfg["control"]["socket"] or default_socket()).absolute(), 2)
+                saved = queries.settings(store)
+            except sqlite3.Error as e:          # (a page quick_check passed: a traceback out of config check)
+                raise describe(db, e, readonly=True) from None
+            finally:
+                store.conn.close()
+    except NoData:              # (no tables yet: a start makes them, and resumes nothing)
+        pass
+    except StoreError as e:
+        if (refusal := store_refusal(e)).code == 2:
+            raise refusal from None
+        notes.append(f"the policy saved in {db}, which run would resume, could not be read: {e}")
+    check_socket_folder(Path(cfg["control"]["socket"] or default_socket()).absolute())
+    return saved, notes
 
 
-def check_socket_folder(sock: Path, code: int) -> None:
-    """Fatal(code) where the control socket cannot be made in its folder (run's start: 1; config check: 2)."""
+def check_socket_folder(sock: Path) -> None:
+    """Fatal, exit 2, where the control socket cannot be made in its folder (a mode, a mount, a file in the way: each
+    stays until the operator acts; run's start exited 1 on it, restarted every 5 s for good: helper-172)."""
     if problem := _uncreatable(sock.parent):
         what = "the control socket in" if sock.parent.is_dir() else "the control socket's directory"
-        raise Fatal(f"cannot create {what} {sock.parent}: {problem}", code)
+        raise Fatal(f"cannot create {what} {sock.parent}: {problem}", 2)
 
 
 def _uncreatable(directory: Path) -> str | None:
