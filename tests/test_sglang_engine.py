@@ -502,6 +502,22 @@ def test_stop_waits_for_a_quiet_window_longer_than_a_second(short_tmp, monkeypat
     push.close(linger=0)
 
 
+def test_the_receiver_ends_within_stop_read_s_whatever_the_quiet_window(short_tmp, monkeypatch):
+    """A sender still connected holds the stop's reading to STOP_READ_S, which stop() joins for (+1 s): a quiet window
+    longer than what is left of it (a poll of STOP_QUIET_S after the last) ran the receiver past the join (the suite's
+    flake of the test above under load: 1.5 s polls ending at 6.0 s against a 6 s join)."""
+    monkeypatch.setattr(engine_module, "STOP_QUIET_S", 4.0)
+    monkeypatch.setattr(engine_module, "STOP_READ_S", 2.0)
+    eng, pull, push = receiver_pair(short_tmp, "bounded")
+    eng._rx = threading.Thread(target=eng._receive, args=(pull, lambda s: None), daemon=True)
+    eng._rx.start()
+    eng.stop()                            # joins for STOP_READ_S + 1 = 3 s; one 4 s poll outlasted it
+    alive = eng._rx.is_alive()
+    push.close(linger=0)
+    eng._rx.join(10)
+    assert not alive
+
+
 def test_the_install_hint_names_the_clone_this_was_installed_from():
     """spec-controller is not on PyPI: `pip install spec-controller` would fail. Installed from a clone (the README's
     way; CI's editable install of its checkout), the hint names that clone's directory."""

@@ -160,7 +160,8 @@ class SGLangEngine(Engine):
             stopping = self._stop.is_set()
             if stopping and last_read_by is None:
                 last_read_by = time.monotonic() + STOP_READ_S
-            ready = dict(poller.poll(int(STOP_QUIET_S * 1000) if stopping else 200))
+            wait_ms = 200 if not stopping else min(STOP_QUIET_S, max(0.0, last_read_by - time.monotonic())) * 1000
+            ready = dict(poller.poll(int(wait_ms) + 1))    # (stopping: never past STOP_READ_S, what stop() joins for)
             for _ in range(drops.dropped() if drops.monitor in ready else 0):
                 self.undecodable.refused(None, f"a message over {MAX_TELEMETRY_MESSAGE} bytes (or not zmq's) dropped "
                                               "its sender's connection")
