@@ -163,7 +163,9 @@ def shown(value: object) -> str:
 def _spelled(value: object, depth: int) -> str:
     if value is None or isinstance(value, bool):
         return "null" if value is None else "true" if value else "false"
-    if depth and isinstance(value, (list, dict)):     # (depth: a body nests 64 deep at most, cut short anyway)
+    if isinstance(value, (list, dict)):
+        if not depth:       # (8 levels shown, then "...": repr() spelled what lies deeper as Python does, None, True)
+            return "[...]" if isinstance(value, list) else "{...}"
         if isinstance(value, list):
             return f"[{', '.join(_spelled(v, depth - 1) for v in value[:20])}{', ...' if len(value) > 20 else ''}]"
         items = list(value.items())
