@@ -236,7 +236,8 @@ def validate(cfg: dict) -> None:
     if cfg["storage"]["db"] and (problem := db_path_problem(Path(cfg["storage"]["db"]))) is not None:
         raise ConfigError(f"config: [storage] db {cfg['storage']['db']}: {problem}")    # (was OSError at its lock)
     if ctl["socket"] and cfg["storage"]["db"] and is_db_own_path(Path(ctl["socket"]), Path(cfg["storage"]["db"])):
-        raise ConfigError(f"config: [control] socket {ctl['socket']} is the database's own path; give another")
+        raise ConfigError(f"config: [control] socket {ctl['socket']} is the database's own path ([storage] db); give "
+                          "another")        # (both sections named: a --db alone is why, given_causes names it)
     if ctl["socket"] and (problem := socket_path_problem(Path(ctl["socket"]))) is not None:
         raise ConfigError(f"config: [control] socket {ctl['socket']}: {problem}")   # (a socket there: at bind)
     try:
