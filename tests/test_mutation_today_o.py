@@ -1,7 +1,6 @@
 """helper-126's mutation pass over the changes of 2026-12-06 since 0e6f09d (bench/results/mutation-today-2026-12-06o.md):
 a test for each mutant that survived the existing tests and is not equivalent. Each was checked green on the code and
 red with its mutant."""
-import ast
 import difflib
 import os
 import threading
@@ -15,6 +14,7 @@ from controller.daemon.config import DEFAULTS, RENAMED, ConfigError, load_config
 from controller.daemon.lifecycle import Daemon
 from controller.daemon.ownfiles import OwnFiles
 from controller.sim.core import SimCore
+from tests.conftest import as_nobody
 from tests.test_own_files import own_files
 from tests.test_switch_step import stub_profile
 
@@ -71,21 +71,7 @@ def _changed_unprivileged(files: OwnFiles, parent) -> str | None:
     if os.geteuid() != 0:
         return files.changed()
     parent.chmod(0o711)                        # (nobody may pass through the test's folder, not into state/)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:                               # (the child: no pytest from here on, os._exit whatever happens)
-        try:
-            os.close(r)
-            os.setgid(65534)
-            os.setuid(65534)
-            os.write(w, repr(files.changed()).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        answer = f.read()
-    os.waitpid(pid, 0)
-    return ast.literal_eval(answer)         # (a repr of None or a str)
+    return as_nobody(files.changed)           # (None or a str)
 
 
 def test_an_unsearchable_state_directory_is_no_proof_of_removal_for_root_too(short_tmp):

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from controller.daemon import main as daemon_main
 from state.db import open_store
+from tests.conftest import as_nobody
 from tests.daemon_proc import ROOT
 
 NOBODY = 65534
@@ -45,24 +46,10 @@ def _as_nobody(tmp, *words: str) -> tuple[int, str]:
         (["--concurrency", "2"] if words[0] == "run" else [])
     CliRunner().invoke(daemon_main.main, ["config", "check", "--config", str(tmp / "e.toml"), "--db",
                                           str(tmp / "warm.db"), "--socket", str(tmp / "c.sock")])
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:                               # (the child: no pytest from here on, os._exit whatever happens)
-        try:
-            os.close(r)
-            if os.geteuid() == 0:
-                os.setgid(NOBODY)
-                os.setuid(NOBODY)
-            res = CliRunner(env={"XDG_STATE_HOME": str(tmp / "state")}).invoke(daemon_main.main, args)
-            os.write(w, repr((res.exit_code, res.stderr)).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        answer = f.read()
-    os.waitpid(pid, 0)
-    import ast
-    return ast.literal_eval(answer)
+    def answer():
+        res = CliRunner(env={"XDG_STATE_HOME": str(tmp / "state")}).invoke(daemon_main.main, args)
+        return (res.exit_code, res.stderr)
+    return as_nobody(answer)
 
 
 def _newer(db):

@@ -165,17 +165,22 @@ echo "$total $DEADLINE" """)
                                              "all": {"steadyab", "openab", "closedab"}}[part]
 
 
+def rotation(name: str) -> tuple[dict[str, str], str, str]:
+    """ab_rotation's labels for ROTATION=name ({label: 'port[:state]'}), the state it leaves and its label count."""
+    shown = HARNESS.replace('echo "went on', 'ab_rotation; echo "AB=$AB|$AB_RESTORE|$NAB"; echo "went on')
+    out = subprocess.run(["bash", "-c", shown], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "ROTATION": name,
+                                                     "REPEATS": "1", "DEADLINE_S": "590", **CLOSED},
+                         capture_output=True, text=True, timeout=30).stdout
+    ab, restore, nab = out.split("AB=", 1)[1].splitlines()[0].split("|")
+    return dict(part.split("=", 1) for part in ab.split(";")), restore, nab
+
+
 def test_leanall_rotates_off_against_both_lean_switches_on_and_leaves_them_off():
     """ROTATION=leanall: the label leanall has the lean resolve and the held prompts on, off has both off, and so does
     the state the engine is left in; three labels, so its budget counts three."""
     assert plan(ROTATION="leanall", REPEATS="3", DEADLINE_S="585", **CLOSED).returncode == 2    # 408 s: no fit
     assert plan(ROTATION="leanall", REPEATS="2", DEADLINE_S="590", **CLOSED).stdout.strip() == "went on: closedab needs 282"
-    shown = HARNESS.replace('echo "went on', 'ab_rotation; echo "AB=$AB|$AB_RESTORE|$NAB"; echo "went on')
-    out = subprocess.run(["bash", "-c", shown], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "ROTATION": "leanall",
-                                                     "REPEATS": "2", "DEADLINE_S": "590", **CLOSED},
-                         capture_output=True, text=True, timeout=30).stdout
-    ab, restore, nab = out.split("AB=", 1)[1].splitlines()[0].split("|")
-    labels = dict(part.split("=", 1) for part in ab.split(";"))
+    labels, restore, nab = rotation("leanall")
     assert set(labels) == {"nospec", "off", "leanall"} and nab == "3"
     for key in ("spec_controller_lean_resolve", "spec_controller_defer_prompt_kv"):
         assert f'"{key}": true' in labels["leanall"] and f'"{key}": false' in labels["off"]
@@ -189,12 +194,8 @@ def test_writes_rotates_each_write_switch_alone_and_names_every_switch_in_every_
     repeat's off), the engine is left in the default state, and five labels count five in the budget."""
     assert plan(ROTATION="writes", REPEATS="2", DEADLINE_S="585", **CLOSED).returncode == 2     # 450 s: no fit
     assert plan(ROTATION="writes", REPEATS="1", DEADLINE_S="585", **CLOSED).stdout.strip() == "went on: closedab needs 240"
-    shown = HARNESS.replace('echo "went on', 'ab_rotation; echo "AB=$AB|$AB_RESTORE|$NAB"; echo "went on')
-    out = subprocess.run(["bash", "-c", shown], env={"PATH": "/usr/bin:/bin", "SCRIPT": str(SCRIPT), "ROTATION": "writes",
-                                                     "REPEATS": "1", "DEADLINE_S": "585", **CLOSED},
-                         capture_output=True, text=True, timeout=30).stdout
-    ab, restore, nab = out.split("AB=", 1)[1].splitlines()[0].split("|")
-    labels = {name: value.partition(":")[2] for name, value in (part.split("=", 1) for part in ab.split(";"))}
+    ports, restore, nab = rotation("writes")
+    labels = {name: value.partition(":")[2] for name, value in ports.items()}
     assert list(labels) == ["nospec", "off", "fast", "inline", "perbatch"] and nab == "5"
     states = {name: json.loads(value) for name, value in labels.items() if value}
     default = {"spec_controller_draft_kv": True, "spec_controller_draft_kv_side": True,
