@@ -140,9 +140,9 @@ def _check_db(ctx: Ctx, method: str) -> Any:
             return None
     try:
         answer = request(ctx.socket, "GET", "/status")
-    except DaemonUnreachable:
+    except DaemonUnreachable as e:      # (no --socket: the default one, asked in case its daemon keeps ctx.db)
         given_db_exists(ctx, change=method != "GET")
-        raise
+        raise e if holder is not None or ctx.socket_given else DaemonUnreachable(f"no daemon holds {ctx.db}")
     daemon = answer.get("daemon") if isinstance(answer, dict) else None
     daemon = daemon if isinstance(daemon, dict) else {}
     served = daemon.get("db")
