@@ -27,3 +27,20 @@ def test_status_with_socket_and_db_still_names_the_socket_given(short_tmp):
     db, sock = _store(short_tmp / "other.db"), short_tmp / "x.sock"
     res = CliRunner().invoke(cli, ["--socket", str(sock), "--db", str(db), "status"], prog_name="specctl")
     assert res.exit_code == 3 and f"(no daemon socket at {sock})" in res.stderr, res.output
+
+
+def _live(**over) -> dict:
+    """A live status document (the daemon's shape) before the engine's first decode batch."""
+    st = {"daemon": {"running": True, "pid": 1, "uptime_s": 1, "healthy": True}, "engine": {"engine": "sim"},
+          "threshold": 0, "policy": {"name": "bandit", "policy": "thompson"}, "window_s": 30.0, "tok_per_s": None,
+          "spec_share": None, "clock_speed": 10.0, "samples": {"per_s": None, "total": 0, "dropped": 0}}
+    return {**st, **over}
+
+
+def test_live_samples_line_before_the_first_batch_says_so_in_words():
+    """A live status before the daemon's first batch read `samples:     -/s real time, 0 this run, 0 dropped`."""
+    from controller.cli.status import render_status
+    lines = render_status(_live()).splitlines()
+    assert "samples:     no decode batch yet this run, 0 dropped" in lines, lines
+    after = render_status(_live(samples={"per_s": 0.0, "total": 1, "dropped": 2})).splitlines()
+    assert "samples:     0.0/s real time, 1 this run, 2 dropped" in after, after

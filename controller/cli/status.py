@@ -109,8 +109,10 @@ def _samples(st: dict, simulated: bool) -> str:
     if not st["daemon"]["running"]:
         return f"samples:     {samples.get('total') or 0:,} stored"
     bad = (st.get("engine") or {}).get("bad_telemetry")      # (messages that are no samples at all: the engine's)
-    return (f"samples:     {_fmt(samples.get('per_s'), ',.1f')}/s{' real time' if simulated else ''}, "
-            f"{samples.get('total') or 0:,} this run, {samples.get('dropped') or 0:,} dropped{_rejected(samples)}"
+    # per_s is None until the first batch (it read '-/s real time, 0 this run')
+    rate = "no decode batch yet this run" if samples.get("per_s") is None else \
+        f"{samples['per_s']:,.1f}/s{' real time' if simulated else ''}, {samples.get('total') or 0:,} this run"
+    return (f"samples:     {rate}, {samples.get('dropped') or 0:,} dropped{_rejected(samples)}"
             + (f", {bad:,} undecodable telemetry messages" if bad else ""))
 
 
