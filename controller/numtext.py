@@ -29,6 +29,16 @@ def written(kind: type, lo: float | None = None) -> str:
     return rule.replace(", a '-' at most", "") if lo is not None and lo >= 0 else rule
 
 
+def plain(number: float) -> str:
+    """A limit (a range's bound, a parameter's default) as text: an integral one in full (1000000000 and 16777216, not
+    %g's 1e+09 and 1.67772e+07), another as short as it reads back exactly (0.001, 1e-05; not %g's 1.23457 for
+    1.23456789). The one wording of every 'allowed LO .. HI'."""
+    if isinstance(number, int) or float(number).is_integer() and abs(number) < 1e16:
+        return str(int(number))
+    short = f"{number:g}"
+    return short if float(short) == number else repr(float(number))
+
+
 def a_kind(kind: type) -> str:
     """How a refusal names what a value is not: "an integer" (as specctl's pin says it), "a number"."""
     return "an integer" if kind is int else "a number"

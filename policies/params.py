@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, Mapping
 
-from controller.numtext import OddSpace, Unheld, a_kind, number_text, shown, trimmed, written
+from controller.numtext import OddSpace, Unheld, a_kind, number_text, plain, shown, trimmed, written
 
 from .types import PolicyError
 
@@ -42,11 +42,11 @@ class ParamSpec:
             rule = f"; {written(self.kind, self.lo)}" if isinstance(raw, str) and value is None else ""
             raise PolicyError(
                 f"policy {policy}: parameter {self.name}={shown(raw)} is not {a_kind(self.kind)} "
-                f"(allowed {self.lo:g} .. {self.hi:g}{rule})")
+                f"(allowed {plain(self.lo)} .. {plain(self.hi)}{rule})")
         if not (self.lo <= value <= self.hi):
             raise PolicyError(
                 f"policy {policy}: parameter {self.name}={shown(raw)} out of range "
-                f"(allowed {self.lo:g} .. {self.hi:g})")
+                f"(allowed {plain(self.lo)} .. {plain(self.hi)})")
         return value
 
 

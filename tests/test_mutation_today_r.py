@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 import controller.daemon.config as config
 import controller.daemon.main as daemon_main
+from controller.numtext import plain
 from tests.test_run_flags import _Daemon, _run
 from tests.test_systemd_unit import INSTALL, UNIT, _earlier_install
 
@@ -75,7 +76,7 @@ def test_min_rate_msg_upper_the_refusal_names_the_range_the_config_takes(tmp_pat
     if rate is not None:
         with pytest.raises(config.ConfigError) as err:
             config.load_config(path, {"sim": {"arrival_rate": rate}})
-        assert f"or {config.MIN_ARRIVAL_RATE:g} .. {top:g} requests/s" in str(err.value), str(err.value)
+        assert f"or {plain(config.MIN_ARRIVAL_RATE)} .. {plain(top)} requests/s" in str(err.value), str(err.value)
 
 
 # --- controller/daemon/engines/child.py: telemetry_pull's umask --------------------------------------------------------

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from controller.numtext import plain
 from controller.sim.profile import BUILTIN_DIR, TRACE_DIR, ProfileError, builtin_names, load_profile, load_trace, \
     parse_profile
 
@@ -69,7 +70,7 @@ def test_numbers_accept_both_bounds_and_refuse_just_outside(section, key, lo, hi
     step = 1 if integer else 0.5
     kind = "an integer" if integer else "a number"
     for bad in (lo - step, hi + step):
-        assert refused(with_value(section, key, bad)) == f"{where}: {key}={bad!r} must be {kind} in {lo:g} .. {hi:g}"
+        assert refused(with_value(section, key, bad)) == f"{where}: {key}={bad!r} must be {kind} in {plain(lo)} .. {plain(hi)}"
 
 
 def test_accept_length_is_bounded_by_k_plus_one():
@@ -90,7 +91,7 @@ def test_step_table_bounds(key, lo, hi, integer):
     for bad in (lo - (1 if integer else lo / 2), hi + 0.5):
         data = copy.deepcopy(GOOD)
         data["step_time"] = {"batch_size": [1], "off": [0.01], "spec": [0.02], key: [bad]}
-        assert refused(data) == f"profile t.json [step_time]: {key}[0]={bad!r} must be {kind} in {lo:g} .. {hi:g}"
+        assert refused(data) == f"profile t.json [step_time]: {key}[0]={bad!r} must be {kind} in {plain(lo)} .. {plain(hi)}"
 
 
 def test_load_concurrency_levels_are_read_and_bounded():
@@ -191,9 +192,9 @@ def test_trace_is_read_with_its_defaults(tmp_path):
     ("x = 1\n", "trace t.toml: unknown key 'x' (allowed: description, name, profile, segment)"),
     ("[[segment]]\nseconds = 1\nconcurrency = 1\nx = 1\n",
      "trace t.toml segment 0: unknown key 'x' (allowed: concurrency, label, mean_accept_length, rate, seconds)"),
-    ("[[segment]]\nseconds = 0.05\nconcurrency = 1\n", "trace t.toml segment 0: seconds=0.05 must be a number in 0.1 .. 1e+06"),
+    ("[[segment]]\nseconds = 0.05\nconcurrency = 1\n", "trace t.toml segment 0: seconds=0.05 must be a number in 0.1 .. 1000000"),
     ("[[segment]]\nseconds = 1000000.5\nconcurrency = 1\n",
-     "trace t.toml segment 0: seconds=1000000.5 must be a number in 0.1 .. 1e+06"),
+     "trace t.toml segment 0: seconds=1000000.5 must be a number in 0.1 .. 1000000"),
     ("[[segment]]\nseconds = 1\nconcurrency = 0\n", "trace t.toml segment 0: concurrency=0 must be an integer in 1 .. 65536"),
     ("[[segment]]\nseconds = 1\nconcurrency = 65537\n",
      "trace t.toml segment 0: concurrency=65537 must be an integer in 1 .. 65536"),
@@ -203,12 +204,12 @@ def test_trace_is_read_with_its_defaults(tmp_path):
      "trace t.toml segment 0: mean_accept_length=0.5 must be a number in 1 .. 17"),
     ("[[segment]]\nseconds = 1\n", "trace t.toml segment 0: missing concurrency (clients) or rate (requests/s)"),
     ("[[segment]]\nseconds = 1\nrate = 1\nconcurrency = 1\n", "trace t.toml segment 0: give concurrency or rate, not both"),
-    ("[[segment]]\nseconds = 1\nrate = 0.0009\n", "trace t.toml segment 0: rate=0.0009 must be a number in 0.001 .. 1e+06"),
+    ("[[segment]]\nseconds = 1\nrate = 0.0009\n", "trace t.toml segment 0: rate=0.0009 must be a number in 0.001 .. 1000000"),
     ("[[segment]]\nseconds = 1\nrate = 1000000.5\n",
-     "trace t.toml segment 0: rate=1000000.5 must be a number in 0.001 .. 1e+06"),
-    ("[[segment]]\nseconds = 0.05\nrate = 1\n", "trace t.toml segment 0: seconds=0.05 must be a number in 0.1 .. 1e+06"),
+     "trace t.toml segment 0: rate=1000000.5 must be a number in 0.001 .. 1000000"),
+    ("[[segment]]\nseconds = 0.05\nrate = 1\n", "trace t.toml segment 0: seconds=0.05 must be a number in 0.1 .. 1000000"),
     ("[[segment]]\nseconds = 1000000.5\nrate = 1\n",
-     "trace t.toml segment 0: seconds=1000000.5 must be a number in 0.1 .. 1e+06"),
+     "trace t.toml segment 0: seconds=1000000.5 must be a number in 0.1 .. 1000000"),
     ("[[segment]]\nseconds = 1\nrate = 1\nmean_accept_length = 0.5\n",
      "trace t.toml segment 0: mean_accept_length=0.5 must be a number in 1 .. 17"),
     ("[[segment]]\nseconds = 1\nrate = 1\n[[segment]]\nseconds = 1\nconcurrency = 1\n",

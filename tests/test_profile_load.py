@@ -7,6 +7,7 @@ import copy
 
 import pytest
 
+from controller.numtext import plain
 from tests.test_profile_format import GOOD, parse, refused, with_value
 
 
@@ -25,7 +26,7 @@ def test_open_loop_numbers_accept_both_bounds_and_refuse_just_outside(section, k
     step = 1 if integer else 0.5
     kind = "an integer" if integer else "a number"
     for bad in (lo - step, hi + step):
-        assert refused(with_value(section, key, bad)) == f"profile t.json: {key}={bad!r} must be {kind} in {lo:g} .. {hi:g}"
+        assert refused(with_value(section, key, bad)) == f"profile t.json: {key}={bad!r} must be {kind} in {plain(lo)} .. {plain(hi)}"
 
 
 @pytest.mark.parametrize("key", ["output_len_range", "prompt_len_range"])
@@ -34,9 +35,9 @@ def test_length_ranges(key):
     assert getattr(parse(with_value("load", key, [7, 7])), key) == (7, 7)
     where = "profile t.json [load]"
     assert refused(with_value("load", key, [9, 8])) == f"{where}: {key} must be [low, high] with low <= high"
-    assert refused(with_value("load", key, [0, 8])) == f"{where}: {key}[0]=0 must be an integer in 1 .. 1e+07"
-    assert refused(with_value("load", key, [1, 10000001])) == f"{where}: {key}[1]=10000001 must be an integer in 1 .. 1e+07"
-    assert refused(with_value("load", key, [1.5, 8])) == f"{where}: {key}[0]=1.5 must be an integer in 1 .. 1e+07"
+    assert refused(with_value("load", key, [0, 8])) == f"{where}: {key}[0]=0 must be an integer in 1 .. 10000000"
+    assert refused(with_value("load", key, [1, 10000001])) == f"{where}: {key}[1]=10000001 must be an integer in 1 .. 10000000"
+    assert refused(with_value("load", key, [1.5, 8])) == f"{where}: {key}[0]=1.5 must be an integer in 1 .. 10000000"
     assert refused(with_value("load", key, [1, 2, 3])) == f"{where}: {key} must be a list of 2 numbers"
 
 
@@ -44,9 +45,9 @@ def test_arrival_rates():
     assert parse(with_value("load", "arrival_rate", [0.001, 1e6])).arrival_rate == (0.001, 1e6)
     where = "profile t.json [load]"
     assert refused(with_value("load", "arrival_rate", [0.0009])) == \
-        f"{where}: arrival_rate[0]=0.0009 must be a number in 0.001 .. 1e+06"
+        f"{where}: arrival_rate[0]=0.0009 must be a number in 0.001 .. 1000000"
     assert refused(with_value("load", "arrival_rate", [1, 1000000.5])) == \
-        f"{where}: arrival_rate[1]=1000000.5 must be a number in 0.001 .. 1e+06"
+        f"{where}: arrival_rate[1]=1000000.5 must be a number in 0.001 .. 1000000"
     assert refused(with_value("load", "arrival_rate", [])) == f"{where}: arrival_rate must be a list of numbers"
 
 

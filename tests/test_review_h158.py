@@ -103,7 +103,7 @@ def test_sglang_emas_saved_switch_and_count_are_integers_in_range(slot, live):
 
 # --- 4. run's and config check's --concurrency 0 / --arrival-rate 0: the config's "none", typed as a choice ----------
 @pytest.mark.parametrize("flag,said", [("--concurrency", "give 1 .. 65536 clients"),
-                                       ("--arrival-rate", "give 0.001 .. 1e+06 requests/s")])
+                                       ("--arrival-rate", "give 0.001 .. 1000000 requests/s")])
 def test_config_check_refuses_a_load_flag_of_0(tmp_path, flag, said):
     (tmp_path / "empty.toml").write_text("")
     res = CliRunner().invoke(daemon_cli, ["config", "check", "--config", str(tmp_path / "empty.toml"), flag, "0"])

@@ -44,3 +44,26 @@ def test_live_samples_line_before_the_first_batch_says_so_in_words():
     assert "samples:     no decode batch yet this run, 0 dropped" in lines, lines
     after = render_status(_live(samples={"per_s": 0.0, "total": 1, "dropped": 2})).splitlines()
     assert "samples:     0.0/s real time, 1 this run, 2 dropped" in after, after
+
+
+def test_a_range_writes_an_integral_bound_as_an_integer(short_tmp):
+    """`specctl plot F --last 5` said `out of range (allowed 10 .. 1e+09)` (%g: Python's float format for a limit); the
+    config's ranges likewise (`[sim] seed` up to 9.22337e+18, not even the bound) and a profile's (1.67772e+07)."""
+    res = CliRunner().invoke(cli, ["plot", str(short_tmp / "p.png"), "--last", "5"], prog_name="specctl")
+    assert (res.exit_code, res.stderr.splitlines()[-1]) == (
+        2, "specctl: --last 5 out of range (allowed 10 .. 1000000000)"), res.output
+    from controller.daemon.config import ConfigError, load_config
+    for key, allowed in (("sim.seed", "0 .. 9223372036854775808"), ("storage.min_free_mb", "0 .. 1000000000")):
+        section, name = key.split(".")
+        try:
+            load_config(None, {section: {name: -1}})
+        except ConfigError as e:
+            assert str(e).endswith(f"out of range (allowed {allowed})"), str(e)
+        else:
+            raise AssertionError(f"{key}=-1 was taken")
+
+
+def test_plain_keeps_what_is_not_integral_exact():
+    from controller.numtext import plain
+    assert [plain(x) for x in (1e9, 1 << 24, 2**63, 10.0, 0.001, 1e-05, 1.23456789, -10.0, 0.5)] == \
+        ["1000000000", "16777216", "9223372036854775808", "10", "0.001", "1e-05", "1.23456789", "-10", "0.5"]

@@ -14,7 +14,7 @@ import click
 
 from .. import __version__
 from ..paths import NoHome
-from ..numtext import Unheld, a_kind, echoed, number_text, one_line, written
+from ..numtext import Unheld, a_kind, echoed, number_text, one_line, plain, written
 
 # Exit codes (README "specctl"): the same for every command.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -167,14 +167,10 @@ class Bounded(click.ParamType):
     def check(self, number: Any, typed: Any = None, ctx: click.Context | None = None) -> Any:
         """number, where it is in lo .. hi; else click.UsageError (typed: the value as given)."""
         if not self.lo <= number <= self.hi:
-            typed = echoed(str(typed).strip() if isinstance(typed, str) else self._show(number))
-            raise click.UsageError(f"{self.what} {typed} out of range (allowed {self._show(self.lo)} .. "
-                                   f"{self._show(self.hi)})", ctx)
+            typed = echoed(str(typed).strip() if isinstance(typed, str) else plain(number))
+            raise click.UsageError(f"{self.what} {typed} out of range (allowed {plain(self.lo)} .. "
+                                   f"{plain(self.hi)})", ctx)
         return number
-
-    def _show(self, number: float) -> str:
-        """An integer argument's bounds in full (4294967295, not 4.29497e+09); a number's as %g."""
-        return str(int(number)) if self.kind is int else f"{number:g}"
 
 
 # A command whose arguments may be negative numbers: '-1' is then a value, not an unknown option.

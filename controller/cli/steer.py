@@ -8,7 +8,7 @@ import time
 import click
 
 from ..contract import MAX_BATCH
-from ..numtext import one_line, terminal_text
+from ..numtext import one_line, plain, terminal_text
 from ..paths import present
 from .client import DaemonDropped, DaemonError, DaemonUnreachable, request
 from .common import (UNREADABLE, Ctx, alias_note, call, emit, fail, full_params, given_db_exists, json_option,
@@ -44,11 +44,9 @@ def policy_list(ctx: Ctx, as_json: bool) -> None:
 
 
 def _number(value: object) -> str:
-    """A parameter as `list` and `show` both print it: 60, not 60.0 in one and 60 in the other; never rounded (:g alone
-    printed 1.23456789 as 1.23457)."""
-    if isinstance(value, float) and float(short := f"{value:g}") == value:
-        return short
-    return str(value)
+    """A parameter as `list` and `show` both print it, and its range: numtext.plain's wording (60, not 60.0 in one and 60
+    in the other; never rounded); a value that is no number (saved by another version) as it is."""
+    return plain(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
 def _active_policy(ctx: Ctx) -> str | None:

@@ -15,7 +15,7 @@ from state.room import DEFAULT_MIN_FREE_MB, LEAST_MIN_FREE_MB
 from ..closename import close_hint
 from ..control.guard_config import GuardConfig, GuardConfigError
 from ..contract import MAX_BATCH
-from ..numtext import data_text, not_a_number, shown
+from ..numtext import data_text, not_a_number, plain, shown
 from ..paths import (DEFAULT_CONFIG, beside, db_path_problem, home_unexpanded, is_db_own_path, names_a_file, present,
                      read_text_file, socket_path_problem)
 from .engines.child import SGLANG_PORT
@@ -203,8 +203,8 @@ RANGES = [("sim", "speed", 0.01, 10000), ("sim", "concurrency", 0, MAX_BATCH), (
           ("storage", "checkpoint_s", 1, 86400), ("storage", "min_free_mb", 0, 1e9),
           ("control", "metrics_port", 0, 65535), ("control", "ingest_queue", 16, 10_000_000)]
 # 0 (none) or at least: an arrival rate of 1e-300 hung the start at 100 % CPU; a disk floor under a WAL checkpoint's room
-ZERO_OR_AT_LEAST = [("sim", "arrival_rate", MIN_ARRIVAL_RATE, "1e+06 requests/s, as a trace's rate and specctl simulate's"),
-                    ("storage", "min_free_mb", LEAST_MIN_FREE_MB, "1e+09: a checkpoint of the WAL needs that room")]
+ZERO_OR_AT_LEAST = [("sim", "arrival_rate", MIN_ARRIVAL_RATE, f"{plain(1e6)} requests/s, as a trace's rate and specctl simulate's"),
+                    ("storage", "min_free_mb", LEAST_MIN_FREE_MB, f"{plain(1e9)}: a checkpoint of the WAL needs that room")]
 
 
 def validate(cfg: dict) -> None:
@@ -214,10 +214,10 @@ def validate(cfg: dict) -> None:
     for section, key, lo, hi in RANGES:
         value = cfg[section][key]
         if not lo <= value <= hi:          # NaN fails too
-            raise ConfigError(f"config: [{section}] {key}={value!r} out of range (allowed {lo:g} .. {hi:g})")
+            raise ConfigError(f"config: [{section}] {key}={value!r} out of range (allowed {plain(lo)} .. {plain(hi)})")
     for section, key, least, upto in ZERO_OR_AT_LEAST:
         if 0 < (value := cfg[section][key]) < least:
-            raise ConfigError(f"config: [{section}] {key}={value!r} out of range (allowed 0 for none, or {least:g} .. "
+            raise ConfigError(f"config: [{section}] {key}={value!r} out of range (allowed 0 for none, or {plain(least)} .. "
                               f"{upto})")
     ctl = cfg["control"]
     if str(ctl["log_level"]).upper() not in LOG_LEVELS:

@@ -11,7 +11,7 @@ from state.room import Room
 
 from ..cli.options import EXIT_USAGE, Bounded, OneLineGroup, fail_as, version_option
 from . import logs
-from ..numtext import one_line
+from ..numtext import one_line, plain
 from ..paths import DEFAULT_CONFIG, default_db
 from .config import FLAGS, LOG_LEVELS, MIN_ARRIVAL_RATE, RANGES, ConfigError, load_config
 from .configdiff import given_causes
@@ -107,7 +107,7 @@ def read_config(config_path: str | None, settings: tuple[str, ...], flags: dict)
     for name, least, unit in (("concurrency", 1, "clients"), ("arrival_rate", MIN_ARRIVAL_RATE, "requests/s")):
         if flags[name] == 0:    # (the config's 0 is "none": typed as a flag it chose nothing, and the trace ran)
             most = next(hi for section, key, _, hi in RANGES if (section, key) == ("sim", name))
-            fail_as("spec-controller", f"{_option(name)} 0 chooses no load: give {least:g} .. {most:g} "
+            fail_as("spec-controller", f"{_option(name)} 0 chooses no load: give {plain(least)} .. {plain(most)} "
                     f"{unit}, or leave {_option(name)} out for the trace", EXIT_USAGE)
     cfg["_overrides"] = overrides
     return cfg

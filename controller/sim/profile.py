@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..contract import MAX_BATCH, zero_saves_prefill_draft
-from ..numtext import data_text
+from ..numtext import data_text, plain
 from ..paths import beside, names_a_file, read_text_file
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "profiles"
@@ -206,7 +206,7 @@ class _Checker:
             ok = ok and float(value).is_integer()
         if not ok or not lo <= value <= hi:
             kind = "an integer" if integer else "a number"
-            raise ProfileError(f"{self.where}: {key}={value!r} must be {kind} in {lo:g} .. {hi:g}{why}")
+            raise ProfileError(f"{self.where}: {key}={value!r} must be {kind} in {plain(lo)} .. {plain(hi)}{why}")
         return int(value) if integer else float(value)
 
     def numbers(self, key: str, lo: float, hi: float, integer: bool = False, length: int | None = None) -> tuple:

@@ -12,6 +12,7 @@ import os
 from policies.types import MAX_SPEC_STEPS
 
 from ...contract import unsupported_reason
+from ...numtext import plain
 from ...paths import home_unexpanded
 from .base import Engine, EngineError
 from .child import SGLANG_PORT
@@ -37,7 +38,7 @@ def seconds(args: dict, key: str, default: float, most: float = math.inf) -> flo
     """[sglang] key as a number of seconds in 0 .. most (default where it is not set)."""
     value = args.get(key, default)      # (an interval, probe_s, has a most: APScheduler's timedelta takes no inf)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= most:   # NaN too (inf: no limit)
-        bound = f" and <= {most:g} (0: none)" if most < math.inf else ""
+        bound = f" and <= {plain(most)} (0: none)" if most < math.inf else ""
         raise EngineError(f"sglang engine: [sglang] {key} must be a number of seconds >= 0{bound}, got {value!r}")
     if key == "ready_timeout_s" and value == 0:     # (probe_s and hang_after_s take 0 as none; here it ended every start)
         raise EngineError("sglang engine: [sglang] ready_timeout_s = 0 would end every start before SGLang could answer: "
