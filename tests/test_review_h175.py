@@ -67,3 +67,14 @@ def test_plain_keeps_what_is_not_integral_exact():
     from controller.numtext import plain
     assert [plain(x) for x in (1e9, 1 << 24, 2**63, 10.0, 0.001, 1e-05, 1.23456789, -10.0, 0.5)] == \
         ["1000000000", "16777216", "9223372036854775808", "10", "0.001", "1e-05", "1.23456789", "-10", "0.5"]
+
+
+def test_policy_set_of_a_policy_without_parameters_says_it_has_none(offline):
+    """`specctl policy set always` said `(default parameters)` of a policy that has none (live and saved offline: one
+    note); a policy with parameters still says its defaults are back."""
+    args, db = offline
+    for name, note in (("always", "(it has no parameters)"), ("never", "(it has no parameters)"),
+                       ("ucb", "(default parameters)")):
+        res = CliRunner().invoke(cli, [*args, "policy", "set", name], prog_name="specctl")
+        assert res.exit_code == 0, res.output
+        assert res.output.startswith(f"daemon is not running: policy {name} {note} saved to {db}"), res.output

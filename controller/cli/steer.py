@@ -116,13 +116,13 @@ def policy_set(ctx: Ctx, name: str, params: tuple[str, ...]) -> None:
         fail(str(e), EXIT_USAGE)
     try:
         info = _change(ctx, "/policy", {"name": name, "params": kv})
-        click.echo(f"policy {info['name']} active{_params_note(kv)}{LEARNED_NOTES.get(info.get('learned'), '')}")
+        click.echo(f"policy {info['name']} active{_params_note(kv, built.params)}{LEARNED_NOTES.get(info.get('learned'), '')}")
         pinned = info.get("pinned")
     except DaemonUnreachable:
         from state import queries
         save_offline(ctx, "policy", {"name": name, "params": kv})
         # (fixed's threshold, which a running daemon judges by its engine: as an offline pin, said against the last start)
-        say(f"daemon is not running: policy {name}{_params_note(kv)} saved to {ctx.db}, used at next start"
+        say(f"daemon is not running: policy {name}{_params_note(kv, built.params)} saved to {ctx.db}, used at next start"
             f"{_above(ctx, built.params.get('threshold'))}")
         pinned = offline_read(ctx, queries.settings).get("pinned")
     if pinned is not None:
@@ -147,9 +147,11 @@ LEARNED_NOTES = {"kept": "; what it learned is kept", "restored": "; its saved s
                  "new": "; learning from scratch", "none": "; a fixed rule, it learns nothing"}
 
 
-def _params_note(kv: dict) -> str:
-    """`policy set` replaces the parameters: without --param they are the policy's defaults again."""
-    return f" ({', '.join(f'{k}={v}' for k, v in kv.items())})" if kv else " (default parameters)"
+def _params_note(kv: dict, params: dict) -> str:
+    """`policy set` replaces the parameters: without --param they are the policy's defaults again; a policy without
+    any (params: the built policy's, always and never) says so (it read '(default parameters)')."""
+    return f" ({', '.join(f'{k}={v}' for k, v in kv.items())})" if kv else \
+        " (default parameters)" if params else " (it has no parameters)"
 
 
 # --- threshold ----------------------------------------------------------------
