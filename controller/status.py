@@ -35,7 +35,8 @@ def build_status(daemon: Mapping[str, Any], engine: Mapping[str, Any] | None, co
     """The document, every key present (None where a figure is unknown, e.g. with the daemon down).
 
     control: threshold, pinned, exploit_threshold, trial (is the threshold a policy's trial? None: not known, the
-    daemon down), policy {name, policy, params}, exploration_share,
+    daemon down), policy {name, policy, params, last_run (the daemon down: the policy its last run ran, where not
+    name's, which its next start runs)}, exploration_share,
     last_decision, engine_errors, decisions, job_errors. window: WINDOW_KEYS. samples: SAMPLE_KEYS.
     """
     policy = control.get("policy") or {}
@@ -48,7 +49,8 @@ def build_status(daemon: Mapping[str, Any], engine: Mapping[str, Any] | None, co
         "pinned": bool(control.get("pinned")),
         "exploit_threshold": control.get("exploit_threshold"),
         "trial": control.get("trial"),
-        "policy": {"name": policy.get("name"), "policy": policy.get("policy"), "params": dict(policy.get("params") or {})},
+        "policy": {"name": policy.get("name"), "policy": policy.get("policy"), "params": dict(policy.get("params") or {}),
+                   "last_run": policy.get("last_run")},
         **{k: window.get(k) for k in WINDOW_KEYS},
         "samples": {k: samples.get(k) for k in SAMPLE_KEYS},
         "exploration_share": control.get("exploration_share"),

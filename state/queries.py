@@ -151,6 +151,16 @@ def newest_start(db: sqlite_utils.Database) -> dict[str, str]:
     return {**words, "socket": sock} if sep else words
 
 
+def last_run_policy(db: sqlite_utils.Database) -> str | None:
+    """The policy (its name as set) the newest run ran last: a live switch's since its start (a `policy` event, 'NAME
+    {params}'), else the start event's; None where no start is recorded. (An offline `policy set` writes no event.)"""
+    row = db.execute(f"SELECT kind, detail FROM events WHERE kind IN ('start', 'policy') AND {text('detail')} "
+                     "ORDER BY id DESC LIMIT 1").fetchone()
+    if row is None:
+        return None
+    return (row[1].split(" ", 1)[0] if row[0] == "policy" else newest_start(db).get("policy")) or None
+
+
 def started_max_batch(db: sqlite_utils.Database) -> int | None:
     """The engine's largest batch as the newest start recorded it (None: no start, or one from before 12-05)."""
     value = newest_start(db).get("max_batch", "")

@@ -78,3 +78,46 @@ def test_policy_set_of_a_policy_without_parameters_says_it_has_none(offline):
         res = CliRunner().invoke(cli, [*args, "policy", "set", name], prog_name="specctl")
         assert res.exit_code == 0, res.output
         assert res.output.startswith(f"daemon is not running: policy {name} {note} saved to {db}"), res.output
+
+
+def _policy_line(flags: list[str]) -> tuple[str, dict]:
+    import json
+    res = CliRunner().invoke(cli, [*flags, "status"], prog_name="specctl")
+    assert res.exit_code == 3, res.output
+    doc = json.loads(CliRunner().invoke(cli, [*flags, "status", "--json"], prog_name="specctl").stdout)
+    return next(line for line in res.stdout.splitlines() if line.startswith("policy:")), doc["policy"]
+
+
+def test_a_policy_set_while_the_daemon_is_down_says_it_runs_from_the_next_start(short_tmp):
+    """With the daemon down, `policy set ucb` then `status` read `policy:      ucb` as if it ran; the threshold line says
+    `at next start; last run at N` in that case, and so does the policy's now (the last run's policy: its start event,
+    or a live switch after it). A real daemon, switched live, then stopped: no note; then one set offline: the note."""
+    from tests.daemon_proc import DaemonProc
+    d = DaemonProc(short_tmp, "--concurrency", "2")
+    flags = ["--socket", str(d.socket), "--db", str(d.db)]
+    try:
+        d.wait_socket()
+        res = CliRunner().invoke(cli, [*flags, "policy", "set", "ucb"], prog_name="specctl")
+        assert res.exit_code == 0 and res.stdout.startswith("policy ucb active"), res.output
+    finally:
+        assert d.stop() == 0
+    line, doc = _policy_line(flags)
+    assert (line, doc["last_run"]) == ("policy:      ucb", None), (line, doc)       # (what the last run ran)
+    assert CliRunner().invoke(cli, [*flags, "policy", "set", "bandit"], prog_name="specctl").exit_code == 0
+    line, doc = _policy_line(flags)
+    assert line == "policy:      bandit (= thompson) (at next start; last run ran ucb)", line
+    assert (doc["name"], doc["last_run"]) == ("bandit", "ucb"), doc
+
+
+def test_the_last_runs_policy_is_its_start_events_without_a_switch(short_tmp):
+    from state.db import open_store
+    from state.items import event_item, setting_item
+    db = short_tmp / "s.db"
+    store = open_store(db)
+    for table, row in (event_item("start", "engine=sim policy=bandit threshold=5 pinned=None pid=1 max_batch=256 "
+                                  "socket=/x y.sock"), event_item("stop", "SIGTERM: exit 0"),
+                       setting_item("policy", {"name": "never", "params": {}})):
+        store[table].insert(row, replace=table == "settings", pk="key" if table == "settings" else None)
+    store.conn.close()
+    line, doc = _policy_line(["--socket", str(short_tmp / "none.sock"), "--db", str(db)])
+    assert line == "policy:      never (at next start; last run ran bandit)" and doc["last_run"] == "bandit", line

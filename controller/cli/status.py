@@ -141,7 +141,8 @@ def render_status(st: dict) -> str:
     samples = st.get("samples") or {}
     lines = _head(st) + [
         threshold_line(st),
-        f"policy:      {pol.get('name') or NO_POLICY}{alias_note(pol)}",
+        f"policy:      {pol.get('name') or NO_POLICY}{alias_note(pol)}"     # (set while the daemon was down: as threshold's)
+        + (f" (at next start; last run ran {pol['last_run']})" if pol.get("last_run") else ""),
         f"acceptance:  {_acceptance(st, _window(st, simulated))}{_aged(st)}",
         f"throughput:  {_throughput(st, per, _window(st, simulated))}{_aged(st)}",
         _samples(st, simulated),
@@ -237,10 +238,12 @@ def _from_db(ctx: Ctx, db, down: bool) -> dict:
     window.update(window_s=60.0, figures_age_s=round(time.time() - last_write, 1) if last_write else None,
                   clock_speed=(saved.get("clock") or {}).get("speed"))     # (absent: a database from before 12-04f)
     rule = None if saved.get("pinned") is not None else _rule_sets(pol, queries.started_max_batch(db))
+    ran = queries.last_run_policy(db) if down else None     # (a start under way has recorded its own)
     control = {"threshold": saved["pinned"] if saved.get("pinned") is not None else rule if rule is not None
                else saved.get("threshold"),
                "pinned": saved.get("pinned") is not None,
-               "policy": {"name": pol.get("name"), "policy": queries.latest_policy(db), "params": full_params(pol)},
+               "policy": {"name": pol.get("name"), "policy": queries.latest_policy(db), "params": full_params(pol),
+                          "last_run": ran if ran != pol.get("name") else None},
                "last_decision": {k: last[0][k] for k in ("t", "wall", "old", "new", "reason", "exploratory")}
                if last else None}                                                                  # (the live shape)
     error = queries.last_run_error(db)
