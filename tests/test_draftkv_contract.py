@@ -1,11 +1,14 @@
 """The SGLang names the draft-KV writer (controller/plugin/draftkv.py) relies on, against every wheel
 the fast off path supports: parameters in order, attributes set, and the source facts that make its k, v
 the ones SGLang's own draft forward would store."""
+import ast
+
 import pytest
 
 from controller.contract import parse_version
 from controller.plugin import draftkv, internals
 from tests.sglang_wheels import VERSIONS, name_problems, source
+from tests.test_offpath_cpu import eagle3_draft
 
 FAST = [v for v in VERSIONS if internals.for_version(parse_version(v))]
 
@@ -30,3 +33,50 @@ def test_the_check_can_fail():
     finally:
         draftkv.CALLABLES, draftkv.FACTS = saved
     assert len(found) == 2
+
+
+# SGLang's check of --enable-unified-memory: ServerArgs' method up to 0.5.18, an arg_groups hook from 0.5.19
+UNIFIED_CHECKS = ("sglang.srt.server_args.ServerArgs._handle_unified_memory_pool",
+                  "sglang.srt.arg_groups.kv_cache_hook.handle_unified_memory_pool")
+CONFIGURATOR = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
+
+
+def unified_memory_algorithms(src) -> set | None:
+    """The speculative algorithms a wheel lets --enable-unified-memory run with (its assert on
+    speculative_algorithm), or None where it has no such check."""
+    for dotted in UNIFIED_CHECKS:
+        try:
+            fn = src.function(dotted)
+        except AssertionError:
+            continue
+        for node in ast.walk(fn):
+            test = node.test if isinstance(node, ast.Assert) else None
+            if isinstance(test, ast.Compare) and ast.unparse(test.left).endswith(".speculative_algorithm"):
+                return {None} if isinstance(test.ops[0], ast.Is) else set(ast.literal_eval(test.comparators[0]))
+    return None
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_unified_memory_never_gives_the_writer_a_draft_pool_that_compaction_moves(version):
+    """Lazy compaction moves KV pages between batches, gated on an event after the forward that neither a held
+    (coalesced) row nor a side-stream replay is behind. Up to 0.5.21 SGLang refuses the option with EAGLE(3); from
+    0.5.22 an EAGLE draft must fuse into the target's pages, bound by pools that take physical ids only, and the
+    writer refuses each of them by that attribute (they subclass the plain pool), saying why."""
+    src = source(version)
+    algorithms = unified_memory_algorithms(src)
+    files = [n for n in src.names if n.startswith("sglang/srt/") and ("server_args" in n or "arg_groups/" in n)]
+    assert (algorithms is None) == (not any(b"enable_unified_memory:" in src.zip.read(n) for n in files)), version
+    if algorithms is None or not algorithms & {"EAGLE", "EAGLE3"}:
+        return
+    for factory in ("_fused_draft_for_swa_factory", "_fused_draft_for_mamba_factory"):
+        assert "needs the draft's KV fused into the target's pages" in src.text(f"{CONFIGURATOR}.{factory}"), version
+    tree, _ = src.locate("sglang.srt.mem_cache.unified_draft_pool")
+    pools = [c for c in tree.body if isinstance(c, ast.ClassDef)
+             and any(ast.unparse(b).endswith("KVPool") for b in c.bases)]
+    assert pools, version
+    for cls in pools:
+        assert "requires_physical_write_loc = True" in ast.unparse(cls), (version, cls.name)
+        runner = eagle3_draft()
+        runner.token_to_kv_pool = type(cls.name, (), {"requires_physical_write_loc": True})()
+        assert "takes physical slot ids only" in draftkv.unsupported_reason(runner), (version, cls.name)
+

@@ -46,6 +46,12 @@ def test_each_unsupported_draft_gets_its_own_reason():
     quantised = eagle3_draft()
     quantised.token_to_kv_pool.is_quantized_kv_cache = True
     assert reason(quantised) == "the draft's KV cache is quantised"
+    unified = eagle3_draft()        # the plain pool's name, as a subclass may have: the attribute refuses it
+    unified.token_to_kv_pool.requires_physical_write_loc = True
+    assert reason(unified) == ("the draft's KV pool (MHATokenToKVPool) takes physical slot ids only: SGLang's unified "
+                               "memory pool, whose compaction moves the draft's KV between batches")
+    unified.token_to_kv_pool.requires_physical_write_loc = False      # the plain pool's own value (0.5.22+)
+    assert reason(unified) is None
     assert reason(eagle3_draft(dcp=2)) == "decode context parallelism shards the KV cache"
     for dcp_unset in (eagle3_draft(dcp=None), eagle3_draft(dcp=0), eagle3_draft(drop=("dcp_size",))):
         assert reason(dcp_unset) is None          # no decode context parallelism: one shard

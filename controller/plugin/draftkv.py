@@ -15,7 +15,7 @@ draft's next proposal (topk and recurrent hidden state) for the first step after
 that step drafts from SGLang's zeroed stub, every later one from a complete KV.
 
 Only for a one-layer EAGLE3 draft on a plain MHA pool (a deeper draft's later layers need the first
-layer's attention output; sliding-window, context-parallel and quantised pools store differently):
+layer's attention output; sliding-window, context-parallel, quantised and unified-memory pools store differently):
 unsupported_reason() says why not, and the engine then keeps SGLang's own draft extend ("synced") or
 the fast path without the draft.
 """
@@ -281,6 +281,9 @@ def unsupported_reason(draft_runner: Any) -> str | None:
     if getattr(inner, "is_mrope_enabled", False):
         return "the draft uses multimodal RoPE"
     pool = getattr(draft_runner, "token_to_kv_pool", None)
+    if getattr(pool, "requires_physical_write_loc", False):    # 0.5.22+: UnifiedDraftKVPool subclasses the plain pool
+        return (f"the draft's KV pool ({type(pool).__name__}) takes physical slot ids only: SGLang's unified memory "
+                "pool, whose compaction moves the draft's KV between batches")
     if type(pool).__name__ != PLAIN_POOL:
         return f"the draft's KV pool is {type(pool).__name__}, not {PLAIN_POOL}"
     if getattr(pool, "is_quantized_kv_cache", False):
