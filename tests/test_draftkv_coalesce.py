@@ -299,6 +299,7 @@ def test_the_rows_are_copied_when_written_not_kept_as_views():
 @pytest.mark.parametrize("args, tp, why", [
     ({}, 1, None), ({"enable_hierarchical_cache": True}, 1, "hierarchical cache"),
     ({"disaggregation_mode": "decode"}, 1, "disaggregation"), ({"disaggregation_mode": "null"}, 1, None),
+    ({"enable_unified_cache_external_linker": True}, 1, "external cache linker"),
     ({}, 2, "TP > 1")])
 def test_engines_whose_draft_pool_moves_outside_the_flushes_keep_per_batch_writes(args, tp, why):
     from types import SimpleNamespace

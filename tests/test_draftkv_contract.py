@@ -80,3 +80,33 @@ def test_unified_memory_never_gives_the_writer_a_draft_pool_that_compaction_move
         runner.token_to_kv_pool = type(cls.name, (), {"requires_physical_write_loc": True})()
         assert "takes physical slot ids only" in draftkv.unsupported_reason(runner), (version, cls.name)
 
+
+DRAFT_PLAN = "sglang.srt.speculative.base_spec_worker.BaseSpecWorker._build_hicache_draft_plan"   # 0.5.18+
+# A value that turns each setting on, and what SGLang requires beside it (host-pool retraction: a PD decode server)
+TURNED_ON = {"disaggregation_decode_retraction_backup": {"disaggregation_decode_retraction_backup": "host_pool",
+                                                         "disaggregation_mode": "decode"}}
+
+
+def draft_plan_settings(src) -> set[str]:
+    """The server args under which a wheel gives the draft's device pool a host / external tier (the settings its
+    _build_hicache_draft_plan returns no plan without), or none before it had one."""
+    try:
+        fn = src.function(DRAFT_PLAN)
+    except AssertionError:
+        return set()
+    gate = next(n for n in ast.walk(fn) if isinstance(n, ast.If) and isinstance(n.test, ast.UnaryOp))
+    return {n.attr for n in ast.walk(gate.test) if isinstance(n, ast.Attribute)}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_setting_that_copies_the_drafts_kv_elsewhere_keeps_its_writes_per_batch(version):
+    """SGLang backs the draft's pool up and loads it back, on streams of its own, under each setting its draft plan
+    is gated on (the hierarchical cache; 0.5.20+ the external cache linker, which 0.5.23 gives an EAGLE3 draft's
+    pool as a sidecar; PD decode's host-pool retraction): held rows and side-stream replays are behind none of it."""
+    from types import SimpleNamespace
+    from controller.plugin import draftkv_coalesce
+    settings = draft_plan_settings(source(version))
+    assert settings or parse_version(version) < (0, 5, 18), version
+    for name in settings:
+        args = SimpleNamespace(**TURNED_ON.get(name, {name: True}))
+        assert draftkv_coalesce.unsupported_reason(args, 1), (version, name)

@@ -290,6 +290,7 @@ def test_a_replay_that_fails_to_launch_is_still_waited_for():
 
 
 @pytest.mark.parametrize("args, why", [(dict(enable_hierarchical_cache=True), "hierarchical cache"),
+                                       (dict(enable_unified_cache_external_linker=True), "external cache linker"),
                                        (dict(disaggregation_mode="decode"), "disaggregation")])
 def test_engines_whose_draft_pool_has_outside_readers_replay_in_line(monkeypatch, args, why):
     from types import SimpleNamespace

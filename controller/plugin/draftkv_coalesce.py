@@ -13,8 +13,8 @@ states, the tokens, positions and slots) into a buffer, and one write covers up 
 
 The draft's KV must hold every buffered position before anything else reads or writes the draft's pool: the
 plugin flushes before every batch this writer does not take (speculative, extend with its prefill's draft
-KV, steps-0, another writer; offpath.py). Not with the hierarchical cache, disaggregation or TP > 1
-(unsupported_reason). Within one flush a slot can appear twice (a request
+KV, steps-0, another writer; offpath.py). Not with the hierarchical cache, the external cache linker,
+disaggregation or TP > 1 (unsupported_reason). Within one flush a slot can appear twice (a request
 finished and its slot went to another request's next token): the later row wins, the earlier ones are
 pointed at the pool's padding slot, where SGLang's padded graph rows write too.
 """
@@ -102,10 +102,14 @@ def unsupported_reason(server_args: Any, tp_size: int) -> str | None:
     """Why this engine's draft-KV writes must stay per batch, or None. Other readers and writers of the
     draft's pool that do not pass the plugin's flushes: the hierarchical cache backs it up to host memory
     while result processing inserts into the radix tree, and loads it back on its own stream;
-    disaggregation sends a prompt's KV from the prefill engine and writes it into the decode engine's slots.
-    At TP > 1 every rank would have to buffer and flush alike (the draft's embedding is a collective)."""
+    disaggregation sends a prompt's KV from the prefill engine and writes it into the decode engine's slots;
+    SGLang 0.5.23's external cache linker offloads and loads an EAGLE3 draft's pool as a sidecar of the target's
+    pages, gated on the forward stream alone. At TP > 1 every rank would have to buffer and flush alike (the draft's
+    embedding is a collective)."""
     if getattr(server_args, "enable_hierarchical_cache", False):
         return "the hierarchical cache copies the draft's KV outside the plugin's flushes"
+    if getattr(server_args, "enable_unified_cache_external_linker", False):
+        return "the external cache linker copies the draft's KV outside the plugin's flushes"
     if (getattr(server_args, "disaggregation_mode", None) or "null") != "null":
         return "disaggregation moves the draft's KV outside the plugin's flushes"
     if tp_size > 1:

@@ -23,8 +23,8 @@ in line) a replay runs on a stream of its own (SideStream), beside the next targ
 the write is a dozen small, mostly latency-bound kernels (~0.07 ms of each decode step at batch 16 in line, 12-03h)
 whose only reader is a later speculative step. The forward stream waits for it before anything else touches the
 draft's pool (OffPath._flush_kv) and before the next write refills the static inputs (here). Not where the
-hierarchical cache or disaggregation touch the draft's pool outside those waits (side_why: in line there). On the
-H200 the off decode step lost 0.02-0.06 ms at batch 16 / 48 / 128 against in line, and proposals after off -> on
+hierarchical cache, the external cache linker or disaggregation use the draft's pool outside those waits (side_why).
+On the H200 the off decode step lost 0.02-0.06 ms at batch 16 / 48 / 128 against in line, and proposals after off -> on
 still match always-on's exactly in the batch-1 look-back check (bench/results/h200-2026-12-03i).
 
 The rows of DEFAULT_COALESCE writes share one replay (the default since 2026-12-04b; SPEC_CONTROLLER_DRAFT_KV_COALESCE=N
@@ -263,8 +263,8 @@ class GraphedKVWriter:
 def for_engine(eager: Any, decode_graphs: Any, tp_size: int, worker: Any, enter: Callable[[], Any],
                side: bool, coalesce: int | None = None) -> GraphedKVWriter | None:
     """The engine's graphed writer (captured for the fast path's decode graph sizes), or None without decode graphs
-    or at TP > 1 (logged: the writes run eagerly); capture errors propagate. The hierarchical cache and
-    disaggregation read and write the draft's pool outside the plugin's waits: there the replays stay in line and
+    or at TP > 1 (logged: the writes run eagerly); capture errors propagate. The hierarchical cache, the external
+    cache linker and disaggregation touch the draft's pool outside the plugin's waits: there replays stay in line and
     each write is its own replay (coalesce: writes per replay asked for; None: DEFAULT_COALESCE, and no warning)."""
     if decode_graphs is None or tp_size > 1:
         log.info("spec-controller: draft KV graphs need decode CUDA graphs and TP 1; writing eagerly")  # no warning

@@ -14,7 +14,7 @@ prefills often come back to back under arrivals, and with one held the second ex
 launch (12-04e: the held write took only ~0.25 of the write's ~0.6 ms off each extend). A prompt that would pass
 either cap stages those held first. prompt_rows_of(keep) copies the device tensors, since the target's prefill
 output may sit in a buffer that a later forward reuses.
-Not where other readers copy the draft's pool outside the plugin's flushes (hierarchical cache, disaggregation) or
+Not where others copy the draft's pool outside the plugin's flushes (hierarchical cache, linker, disaggregation) or
 at TP > 1: why_not, as for coalescing. Counted: the staging's CPU as the prompt writes' (draft_kv_prefill_ns) and,
 staged inside an off decode, in that batch's launch CPU too (fast_off_cpu_ns); a failed staging loses those rows'
 draft KV (recorded; the writer is dropped, so later prompts run the draft's pass above threshold 0 and go without
