@@ -68,6 +68,18 @@ def describe(path: Path, err: sqlite3.Error, readonly: bool = False) -> StoreErr
 DB_MODE = 0o640        # owner writes, the service's group reads (specctl status offline), nobody else
 
 
+def uncreatable(what: str, path: Path, errno_: int) -> Lasting:
+    """A file of ours (the lock file, the database) that its folder refuses to take: run's words, config check's."""
+    return Lasting(f"{what} {path} cannot be created in {path.parent} ({os.strerror(errno_)})", errno_, path)
+
+
+def folder_refused(folder: Path, err: OSError) -> StoreError:
+    """The database's folder that cannot be made (mkdir -p): run's words, config check's; faults.refused's split. A file
+    at its path (mkdir's EEXIST) is ENOTDIR, as one above it is: no retry changes it ('File exists' was exit 1)."""
+    code = errno.ENOTDIR if err.errno == errno.EEXIST else err.errno
+    return refused(f"cannot create {folder}: {os.strerror(code) if code != err.errno else err.strerror}", code)
+
+
 def open_nofollow(path: Path, flags: int, what: str, mode: int = 0o600) -> int:
     """os.open without following a symbolic link at path; StoreError (one line) on any failure."""
     try:
@@ -75,11 +87,14 @@ def open_nofollow(path: Path, flags: int, what: str, mode: int = 0o600) -> int:
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise Lasting(f"{what} {path} is a symbolic link; refusing to follow it (give the real path)") from None
+        if e.errno == errno.ENOENT and flags & os.O_CREAT and not path.parent.is_dir():
+            # (its folder gone since the start made it: removed meanwhile, which a restart makes again)
+            raise StoreError(f"{what} {path} cannot be created: its folder {path.parent} vanished") from None
         if e.errno == errno.ENOENT and flags & os.O_CREAT:     # (its directory there: one that takes no new file,
-            raise Lasting(f"{what} {path} cannot be created there ({e.strerror})") from None   # /proc: helper-133)
+            raise Lasting(f"{what} {path} cannot be created there ({e.strerror})", e.errno) from None   # /proc)
         if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and flags & os.O_CREAT and not os.path.lexists(path):
             # (the folder refuses a new file: 'database D: Permission denied' named a file that is not there)
-            raise Lasting(f"{what} {path} cannot be created in {path.parent} ({e.strerror})", e.errno) from None
+            raise uncreatable(what, path, e.errno) from None
         if e.errno == errno.ENOENT:
             raise StoreError(f"{what} {path} does not exist") from None
         raise refused(f"{what} {path}: {e.strerror}", e.errno) from None
@@ -113,14 +128,16 @@ def pin_file(path: Path, readonly: bool) -> os.stat_result:
         raise Lasting(f"database {path}: {os.strerror(errno.EACCES)}", errno.EACCES)
     if not stat.S_ISREG(st.st_mode):
         raise Lasting(f"database {path} is not a regular file; give the database's own path")
-    if problem := journals_problem(path):
-        raise Lasting(problem)
+    if problem := journals_problem(path, writing=not readonly):
+        raise problem
     return st
 
 
-def journals_problem(path: Path) -> str | None:
+def journals_problem(path: Path, writing: bool = True) -> Lasting | None:
     """Why SQLite's journals beside the database at path (-wal, -shm, -journal) cannot be used, or None: a symbolic
-    link there, or anything but a regular file (seen with lstat alone: the open's check, and config check's)."""
+    link there, anything but a regular file (seen with lstat alone: the open's check, and config check's), or, for a
+    writer, one this user may not read and write (root's, restored with the database: SQLite's 'unable to open
+    database file', exit 1, restarted every 5 s for good, while config check said ok)."""
     for suffix in SIDECARS:
         side = Path(f"{path}{suffix}")
         try:
@@ -128,12 +145,14 @@ def journals_problem(path: Path) -> str | None:
         except OSError:
             continue
         if stat.S_ISLNK(mode):
-            return f"database journal {side} is a symbolic link; refusing to follow it"
+            return Lasting(f"database journal {side} is a symbolic link; refusing to follow it")
         # (a directory there read 'cannot be read by this user ... run as the service's user', to root; a FIFO, a
         # daemon that started and failed every write with an I/O error)
         if not stat.S_ISREG(mode):
-            return (f"database journal {side} is not a regular file; remove it (SQLite keeps the database's journal "
-                    "there)")
+            return Lasting(f"database journal {side} is not a regular file; remove it (SQLite keeps the database's "
+                           "journal there)")
+        if writing and not may(side, os.R_OK | os.W_OK) and os.path.lexists(side):     # (not one gone meanwhile)
+            return Lasting(f"database journal {side}: {os.strerror(errno.EACCES)}", errno.EACCES)
     return None
 
 
@@ -201,7 +220,7 @@ def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = Tr
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         except OSError as e:
-            raise refused(f"cannot create {path.parent}: {e.strerror}", e.errno) from None
+            raise folder_refused(path.parent, e) from None
     pinned = pin_file(path, readonly)
     conn = None
     try:

@@ -12,11 +12,13 @@ class StoreError(RuntimeError):
 
 class Lasting(StoreError):
     """What no restart changes, only the operator (corrupt, a newer schema, a mode, a mount or a file planted at its
-    path): the daemon's start exits 2 on it, which the unit does not retry. errno: the refusal's, where one said it."""
+    path): the daemon's start exits 2 on it, which the unit does not retry. errno: the refusal's, where one said it;
+    path: the file its folder refused to take (where the folder is this user's own, a chmod is what to do)."""
 
-    def __init__(self, message: str, errno_: int | None = None):
+    def __init__(self, message: str, errno_: int | None = None, path: object = None):
         super().__init__(message)
         self.errno = errno_
+        self.path = path
 
 
 # refusals of a path that stay until the operator acts (a mode, a read-only mount, a file or folder in the way); any

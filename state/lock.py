@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from .db import Lasting, StoreError, open_nofollow, refused
+from .db import Lasting, StoreError, folder_refused, open_nofollow
 
 
 def _shareable(fd: int) -> bool:
@@ -51,7 +51,7 @@ class DaemonLock:
         try:
             fd, self.created = self._made(os.O_RDWR)
         except OSError as e:        # (its folder: the file's own refusals are StoreError's)
-            raise refused(f"cannot create {self.path.parent}: {e.strerror}", e.errno) from None
+            raise folder_refused(self.path.parent, e) from None
         deadline = time.monotonic() + LOOK_GRACE_S
         while True:
             try:

@@ -42,8 +42,9 @@ def test_config_check_on_its_own_state_folder_at_500_names_the_chmod(state):
         finally:
             os.chmod(state, 0o700)
     assert res.exit_code == 2, res.output
-    assert res.output.strip() == (f"spec-controller: cannot create the database's files in {state}: Permission denied "
-                                  f"(the folder {state} is yours but its mode 500 refuses you: chmod u+rwx {state})")
+    assert res.output.strip() == (f"spec-controller: lock file {state}/x.db.lock cannot be created in {state} (Permission "
+                                  f"denied) (the folder {state} is yours but its mode 500 refuses you: chmod u+rwx "
+                                  f"{state})")      # (run's line: helper-176)
 
 
 # --- an offline write where the database cannot be made: the folder is named, not a database that is not there -------

@@ -80,7 +80,8 @@ def test_a_database_where_no_file_can_be_made_says_so(tmp_path):
                            str(config)], capture_output=True, text=True, timeout=60,
                           env={"XDG_STATE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert (proc.returncode, proc.stderr) == (2, "spec-controller: lock file /proc/version.lock cannot be created "
-                                                 "there (No such file or directory)\n")
+                                                 "there (No such file or directory); give a --db on a file "
+                                                 "system that takes new files\n")
 
 
 def test_a_control_socket_where_no_file_can_be_made_says_so(tmp_path):

@@ -12,8 +12,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Callable
 
-from ..paths import (UNIT_DB, UNIT_SOCKET, default_db, default_socket, denied_note, home_unexpanded, shared_path,
-                     socket_path_problem)
+from ..paths import (UNIT_DB, UNIT_SOCKET, default_db, default_socket, denied_note, denied_step, home_unexpanded,
+                     shared_path, socket_path_problem)
 from ..sim.profile import ProfileError
 from .engines.base import Engine, EngineError, EngineNotInstalled
 
@@ -181,7 +181,8 @@ _WRITE = "; let this user write there (its owner, its mode), or give another --d
 _REMOVE = "; remove it (nothing else belongs there)"
 _REMEDIES = {errno.EACCES: _WRITE, errno.EPERM: _WRITE, errno.EISDIR: _REMOVE, errno.ENXIO: _REMOVE,
              errno.EROFS: "; give a --db on a writable file system (under the unit: leave [storage] db empty, for its "
-                          "state directory)", errno.ENOTDIR: "; give another --db"}
+                          "state directory)", errno.ENOTDIR: "; give another --db",
+             errno.ENOENT: "; give a --db on a file system that takes new files"}
 
 
 def store_refusal(e: Exception) -> Fatal:
@@ -193,6 +194,8 @@ def store_refusal(e: Exception) -> Fatal:
     from state.faults import Lasting
     if not isinstance(e, Lasting):
         return Fatal(str(e), 1)
+    if e.errno in (errno.EACCES, errno.EPERM) and e.path and (step := denied_step(e.path)):
+        return Fatal(f"{e} ({step})", 2)          # (a folder of this user's own: the chmod, as the socket's says it)
     return Fatal(str(e) + _REMEDIES.get(e.errno, ""), 2)
 
 
@@ -206,18 +209,20 @@ def check_store_opens(cfg: dict) -> tuple[dict, list[str]]:
     notes. (newcomer-146, helper-168: check said ok of a --db run then refused; helper-172: of a corrupt database, one
     of a newer schema, and it opened the database twice.)"""
     from state import queries
-    from state.db import NoData, StoreError, describe, journals_problem, open_store, pin_file
-    from state.faults import Lasting
+    from state.db import (NoData, StoreError, describe, folder_refused, journals_problem, open_store, pin_file,
+                          uncreatable)
     from state.lock import DaemonLock
     db = Path(cfg["storage"]["db"] or default_db()).absolute()
-    if problem := _uncreatable(db.parent):
-        raise Fatal(f"cannot create the database's files in {db.parent}: {problem}", 2)
     saved: dict = {}
     notes: list[str] = []
     try:                        # (what run's start opens first: the lock file, then the journals with the database)
+        if refusal := _refusing(db.parent):      # (in run's words: its folder made, then the lock file made in it)
+            folder, err = refusal
+            there = folder == db.parent and err.errno != errno.ENOTDIR
+            raise uncreatable("lock file", DaemonLock(db).path, err.errno) if there else folder_refused(db.parent, err)
         DaemonLock(db).check_file()
         if problem := journals_problem(db):
-            raise Lasting(problem)
+            raise problem
         if os.path.lexists(db) and pin_file(db, readonly=False).st_size:    # (none or empty: run makes it ours)
             store = open_store(db, readonly=True)
             try:
@@ -245,20 +250,28 @@ def check_socket_folder(sock: Path) -> None:
 
 
 def _uncreatable(directory: Path) -> str | None:
-    """Why `mkdir -p directory` and then a socket in it would fail (its nearest existing ancestor no directory, or one
-    this user may not write in: the directory itself where it exists, e.g. /run for a user not root), or None; asked
-    without making anything."""
+    """_refusing's error in words, with the chmod where the folder refusing is this user's own; or None."""
+    if (refusal := _refusing(directory)) is None:
+        return None
+    folder, err = refusal
+    return err.strerror + denied_note(folder or directory, err)
+
+
+def _refusing(directory: Path) -> tuple[Path | None, OSError] | None:
+    """Why `mkdir -p directory` and then a file in it would fail: the folder that refuses (its nearest existing
+    ancestor no directory, or one this user may not write in: the directory itself where it exists, e.g. /run for a
+    user not root; None where one above cannot be searched) and the error a start would meet, or None; asked without
+    making anything."""
     existing = directory
     try:
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent
     except OSError as e:            # (a folder above without x: Path.exists raises)
-        return e.strerror + denied_note(directory, e)
+        return None, e
     if not existing.is_dir():
-        return os.strerror(errno.ENOTDIR)
+        return existing, OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
     from state.db import may, on_read_only_mount
     if not may(existing, os.W_OK | os.X_OK):      # (as root: a read-only mount only)
-        if on_read_only_mount(existing):
-            return os.strerror(errno.EROFS)
-        return os.strerror(errno.EACCES) + denied_note(existing)
+        code = errno.EROFS if on_read_only_mount(existing) else errno.EACCES
+        return existing, (PermissionError if code == errno.EACCES else OSError)(code, os.strerror(code))
     return None
