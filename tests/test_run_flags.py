@@ -95,7 +95,7 @@ def test_a_control_socket_where_no_file_can_be_made_says_so(tmp_path):
                           env={"XDG_STATE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     import os
     if os.geteuid() != 0:           # (a user may not write /proc at all: the start's own check says so first)
-        assert (proc.returncode, proc.stderr) == (1, "spec-controller: cannot create the control socket in /proc: "
+        assert (proc.returncode, proc.stderr) == (2, "spec-controller: cannot create the control socket in /proc: "
                                                      "Permission denied\n")
         return
     assert (proc.returncode, proc.stderr) == (1, "spec-controller: control socket /proc/x.sock cannot be created "
