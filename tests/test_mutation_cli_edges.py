@@ -7,7 +7,7 @@ import socket
 import pytest
 from click.testing import CliRunner
 
-from controller.cli.common import START_HINT
+from controller.cli.offline import START_HINT
 from controller.cli.main import cli
 from controller.daemon import launchcfg, launchparse
 from controller.daemon.launchcmd import path_notes

@@ -174,7 +174,7 @@ def test_ac1_a_query_integer_past_18_digits_is_no_integer_and_not_echoed_whole(t
     assert query_int("9" * 18, "limit") == 10 ** 18 - 1
 
 
-# --- controller/cli/common.py: read_offline ----------------------------------------------------------------------------
+# --- controller/cli/offline.py: read_offline ---------------------------------------------------------------------------
 @pytest.mark.parametrize("argv", [["history"], ["policy", "show"]], ids=" ".join)
 def test_cm4_a_database_in_a_directory_this_user_may_not_enter_is_not_called_missing(short_tmp, monkeypatch, argv):
     """The service's state directory (0750) as an operator outside its group sees it: exists() raises EACCES there, and

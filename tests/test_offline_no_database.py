@@ -5,7 +5,7 @@ list prints the policies' catalogue (unmarked) and exits 0: the catalogue is no 
 import pytest
 from click.testing import CliRunner
 
-from controller.cli.common import START_HINT
+from controller.cli.offline import START_HINT
 from controller.cli.main import cli
 
 

@@ -38,14 +38,14 @@ def test_an_offline_pin_on_a_fresh_folder_is_not_read_around_by_a_first_start(sh
     daemon holds the database and its write: the start read its settings without the pin, ran unpinned, and the pin
     said 'applied at next start' (exit 0) came back only at the restart after, undoing an unpin given meanwhile. Where
     the start comes inside that window it must wait (here: be refused, graces at 0), and the pin then be there."""
-    import controller.cli.common as common
+    import controller.cli.offline as offline
     from state.db import open_store
     db = short_tmp / "state" / "spec-controller.db"
     db.parent.mkdir()
     open_store(db).conn.close()       # a database and no lock file: only ever written offline (or copied there)
     assert not DaemonLock(db).path.exists()
     tried: list[str] = []
-    real = common.offline_db
+    real = offline.offline_db
 
     def a_start_now(ctx, write=False):       # (the offline write's check has just found no daemon: its write is next)
         db_open = real(ctx, write)
@@ -58,7 +58,7 @@ def test_an_offline_pin_on_a_fresh_folder_is_not_read_around_by_a_first_start(sh
             except StoreError as e:
                 tried.append(str(e))
         return db_open
-    monkeypatch.setattr(common, "offline_db", a_start_now)
+    monkeypatch.setattr(offline, "offline_db", a_start_now)
     monkeypatch.setenv("SPECCTL_DB", str(db))
     monkeypatch.setenv("SPECCTL_SOCKET", str(short_tmp / "none.sock"))
     res = CliRunner().invoke(cli, ["threshold", "pin", "7"])

@@ -8,8 +8,9 @@ import click
 
 from ..paths import present
 from .client import DaemonUnreachable
-from .common import Ctx, call, fail, given_db_exists, no_database, offline_read
+from .common import Ctx, call, fail, given_db_exists
 from .figures import PlotError, draw_threshold, plot_path_param, pyplot, save
+from .offline import no_database, offline_read
 from .options import Bounded, say
 
 

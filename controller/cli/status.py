@@ -12,8 +12,9 @@ from ..paths import present
 from ..status import build_status, summarise
 from .client import DaemonUnreachable
 from .common import (UNREADABLE, Ctx, ago, alias_note, call, emit, fail, full_params, json_option, lock_holder,
-                     no_database, offline_read, trial_note)
+                     trial_note)
 from .holder import find_holder
+from .offline import no_database, offline_read
 from .options import EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE
 
 

@@ -12,7 +12,8 @@ from ..numtext import one_line, plain, terminal_text
 from ..paths import present
 from .client import DaemonDropped, DaemonError, DaemonUnreachable, request
 from .common import (UNREADABLE, Ctx, alias_note, call, emit, fail, full_params, given_db_exists, json_option,
-                     lock_holder, offline_read, read_offline, refuse_held, refuse_unpaired, save_offline, trial_note)
+                     lock_holder, refuse_unpaired, trial_note)
+from .offline import offline_read, read_offline, refuse_held, save_offline
 from .options import EXIT_USAGE, NEGATIVE_ARGS, Bounded, say
 
 
