@@ -79,7 +79,8 @@ def test_shared_leaves_use_the_standard_library_only(name):
 
 
 @pytest.mark.parametrize("name", ["controller.cli.main", "controller.cli.common", "controller.cli.client",
-                                  "controller.cli.status", "controller.cli.steer", "controller.cli.offline"])
+                                  "controller.cli.status", "controller.cli.steer", "controller.cli.offline",
+                                  "controller.cli.pluginlines"])
 def test_specctl_start_up_path_imports_nothing_heavy(name):
     heavy = {m for m in imports(name, ALL[name], top_level_only=True) if m.split(".")[0] in HEAVY}
     assert not heavy, f"{name} imports {heavy} at module level"

@@ -462,19 +462,19 @@ def test_off_batches_needing_verify_extras_fall_back_to_steps_0(fast, extra, cou
 
 
 def test_status_shows_why_off_batches_took_steps_0_and_their_share():
-    from controller.cli.status import _plugin_lines
+    from controller.cli.pluginlines import plugin_lines
     plugin = {"off_path": "fast (draft not written while off)", "fast_off_batches": 300, "fast_off_graph_batches": 300,
               "off_fallbacks": 100, "off_fallbacks_logprob": 60, "off_fallbacks_grammar": 30, "decisions": 0,
               "decision_ns": 0, "telemetry_ns": 0, "telemetry_calls": 0, "fast_off_cpu_ns": 0, "sglang": "0.5.17",
               "off_reason": "", "off_path_evidence": "measured on a GPU"}
-    line = next(x for x in _plugin_lines(plugin) if x.startswith("off path:"))
+    line = next(x for x in plugin_lines(plugin) if x.startswith("off path:"))
     assert "100 on steps-0 (25% of off batches: 60 logprobs, 30 grammar, 10 other)" in line
-    quiet = next(x for x in _plugin_lines({**plugin, "off_fallbacks": 0}) if x.startswith("off path:"))
+    quiet = next(x for x in plugin_lines({**plugin, "off_fallbacks": 0}) if x.startswith("off path:"))
     assert "on steps-0 (" not in quiet and "0 on steps-0" in quiet
     assert "(300 on CUDA graphs)" in line                  # no lean step taken: not mentioned
-    lean = next(x for x in _plugin_lines({**plugin, "fast_off_lean_batches": 280}) if x.startswith("off path:"))
+    lean = next(x for x in plugin_lines({**plugin, "fast_off_lean_batches": 280}) if x.startswith("off path:"))
     assert "(300 on CUDA graphs, 280 lean)" in lean
-    cost = lambda extra: next(x for x in _plugin_lines({**plugin, **extra}) if x.startswith("plugin cost:"))
+    cost = lambda extra: next(x for x in plugin_lines({**plugin, **extra}) if x.startswith("plugin cost:"))
     assert "allocations" not in cost({}) and "; 900 decode allocations by SGLang 0.5.19's loop" in cost(
         {"alloc_loop_batches": 900})
 
