@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from controller.daemon.service import CommandRefused
+from controller.daemon.commands import CommandRefused
 from state import queries
 from state.retention import Retention, Rollups, apply_retention
 from tests.daemon_proc import DaemonProc

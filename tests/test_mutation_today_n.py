@@ -222,7 +222,7 @@ def test_sv1_sv4_a_command_whose_turn_does_not_come_is_refused_within_the_timeou
     import threading
     import time
 
-    from controller.daemon.service import CommandRefused
+    from controller.daemon.commands import CommandRefused
     from tests.fakes import make_service
     svc, writer = make_service(short_tmp)
     svc.command_timeout_s = 0.5
@@ -262,7 +262,7 @@ def test_sv2_a_command_that_waited_for_its_turn_gets_only_the_rest_of_its_timeou
     import threading
     import time
 
-    from controller.daemon.service import CommandRefused
+    from controller.daemon.commands import CommandRefused
     from tests.fakes import make_service
     svc, writer = make_service(short_tmp)
     svc.command_timeout_s = 2.0
@@ -351,7 +351,7 @@ def test_sv8_one_command_at_a_time_the_second_waits_for_the_firsts_turn_to_end(s
     waiting for its turn, not run beside the first."""
     import threading
 
-    from controller.daemon.service import CommandRefused
+    from controller.daemon.commands import CommandRefused
     from tests.fakes import make_service
     svc, writer = make_service(short_tmp)
     svc.command_timeout_s = 0.5

@@ -14,7 +14,7 @@ from controller.cli.main import cli
 from controller.daemon.config import ConfigError, DEFAULTS, load_config
 from controller.daemon.setpairs import parse_set
 from controller.daemon.main import main
-from controller.daemon.service import CommandRefused
+from controller.daemon.commands import CommandRefused
 from controller.numtext import one_line
 from controller import paths
 from policies import PolicyError, parse_kv

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from controller.daemon.service import CommandRefused
+from controller.daemon.commands import CommandRefused
 from state import queries
 from state.db import open_store
 from tests.fakes import make_service

@@ -12,7 +12,7 @@ import pytest
 from controller.cli.client import DaemonError, request
 from controller.daemon import api, clients, metrics
 from controller.daemon.api import ControlServer
-from controller.daemon.service import CommandRefused
+from controller.daemon.commands import CommandRefused
 from tests.daemon_proc import DaemonProc
 from tests.fakes import make_service
 

@@ -25,7 +25,7 @@ from ..paths import pid_namespace, socket_path_too_long, umask
 from .apicheck import ApiError, Route, body_length, check, json_int, query_int, shown
 from . import clients
 from .clients import BoundedClients, DeadlineIO
-from .service import CommandRefused
+from .commands import CommandRefused
 from .sockprobe import SocketRefused, check_socket_free, stop_command
 
 log = logging.getLogger("spec_controller.api")
