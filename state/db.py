@@ -57,10 +57,10 @@ def describe(path: Path, err: sqlite3.Error, readonly: bool = False) -> StoreErr
         return StoreError(f"database {path} cannot be read by this user ({err}): it is in WAL mode (a daemon holds it "
                           f"or did not stop cleanly) and its -shm file cannot be made in {path.parent}; run as the "
                           "service's user")
-    if kind == "read-only" and not may(path.parent, os.W_OK | os.X_OK):     # (its journals cannot be made there)
-        return Lasting(f"database {path} cannot be opened for writing ({err}): its folder {path.parent} takes no new "
-                       "file (SQLite's journals)", errno.EACCES)
     if kind == "read-only":
+        if not may(path.parent, os.W_OK | os.X_OK):     # (its journals cannot be made there: no retry changes that)
+            return Lasting(f"database {path} cannot be opened for writing ({err}): its folder {path.parent} takes no "
+                           "new file (SQLite's journals)", errno.EACCES)
         return StoreError(f"database {path} cannot be opened for writing ({err})")
     return StoreError(f"database {path}: {err}")
 
@@ -255,7 +255,8 @@ def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = Tr
             raise
         if isinstance(e, sqlite3.Error):
             raise describe(path, e, readonly) from None
-        raise StoreError(f"database {path}: {e}") from None     # a schema newer than this version knows
+        # (migrate's newer schema: one written between _check_schema and migrate, by a newer version starting beside)
+        raise StoreError(f"database {path}: {e}") from None
 
 
 @contextmanager
