@@ -18,7 +18,7 @@ from pathlib import Path
 import sqlite_utils
 
 from .faults import Lasting, NoData, NotOurs, StoreError, classify, refused
-from .migrations import MIGRATIONS, TABLES, V1_COLUMNS, migrate
+from .migrations import MIGRATIONS, TABLES, V1_COLUMNS, NewerSchema, migrate
 
 BUSY_TIMEOUT_MS = 5000
 SIDECARS = ("-wal", "-shm", "-journal")
@@ -182,12 +182,16 @@ def _same_file(path: Path, before: os.stat_result) -> None:
         raise StoreError(f"database {path} was replaced while opening; refusing it")
 
 
+def _newer_schema(path: Path, err: NewerSchema) -> Lasting:
+    """A newer schema, found before the migration or by it (written in between by a newer version starting beside):
+    one line, and Lasting, since no restart of this version changes it (the unit keeps it down, exit 2)."""
+    return Lasting(f"database {path}: {err}: a newer version wrote it; upgrade spec-controller, or give another --db")
+
+
 def _check_schema(path: Path, conn: sqlite3.Connection, readonly: bool) -> None:
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version > len(MIGRATIONS):        # (a reader went on to query columns this version expects: a traceback)
-        raise Lasting(f"database {path}: database schema version {version} is newer than this spec-controller "
-                      f"knows ({len(MIGRATIONS)}): a newer version wrote it; upgrade spec-controller, or give another "
-                      "--db")
+        raise _newer_schema(path, NewerSchema(version))
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     if version < 0:      # (migrate ran range(-1, n): _v1 twice, its tables added to the file before the second failed)
         raise NotOurs(f"{path} is not a spec-controller database (schema version {version}); refusing it")
@@ -255,7 +259,10 @@ def open_store(path: str | os.PathLike, readonly: bool = False, check: bool = Tr
             raise
         if isinstance(e, sqlite3.Error):
             raise describe(path, e, readonly) from None
-        # (migrate's newer schema: one written between _check_schema and migrate, by a newer version starting beside)
+        # (migrate's newer schema: one written between _check_schema and migrate, by a newer version starting beside;
+        # it was a StoreError, exit 1, restarted every 5 s, where the same schema found a moment earlier was exit 2)
+        if isinstance(e, NewerSchema):
+            raise _newer_schema(path, e) from None
         raise StoreError(f"database {path}: {e}") from None
 
 

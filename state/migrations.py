@@ -32,12 +32,20 @@ MIGRATIONS = [_v1]
 TABLES = tuple(V1_COLUMNS)
 
 
+class NewerSchema(RuntimeError):
+    """A schema version this spec-controller does not know: a newer version wrote it (db._newer_schema words it)."""
+
+    def __init__(self, version: int):
+        super().__init__(f"database schema version {version} is newer than this spec-controller knows "
+                         f"({len(MIGRATIONS)})")
+        self.version = version
+
+
 def migrate(db: sqlite_utils.Database) -> int:
-    """Bring the schema to the newest version; returns that version."""
+    """Bring the schema to the newest version; returns that version. NewerSchema where the file's is newer."""
     version = db.execute("PRAGMA user_version").fetchone()[0]
     if version > len(MIGRATIONS):
-        raise RuntimeError(f"database schema version {version} is newer than this spec-controller knows "
-                           f"({len(MIGRATIONS)})")
+        raise NewerSchema(version)
     for i in range(version, len(MIGRATIONS)):
         db.conn.execute("BEGIN IMMEDIATE")
         try:

@@ -1,0 +1,67 @@
+"""helper-179: operator-facing leftovers of the start-up refusals and specctl's wording. A newer schema written between
+the schema check and the migration is the early check's exit 2 and line."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from controller.daemon.preflight import store_refusal
+from state import db as state_db
+from state.db import open_store
+from state.faults import Lasting
+from tests.daemon_proc import ROOT
+
+# `run` in its own process, with a newer version's write landing between _check_schema and migrate
+_RACED_RUN = """
+import sys
+from state import db
+real = db.migrate
+def raced(store):
+    store.execute("PRAGMA user_version=7")      # (a newer spec-controller starting beside, in between)
+    return real(store)
+db.migrate = raced
+from controller.daemon.main import main
+main(sys.argv[1:])
+"""
+
+
+def _newer_line(db) -> str:
+    return (f"spec-controller: database {db}: database schema version 7 is newer than this spec-controller knows "
+            "(1): a newer version wrote it; upgrade spec-controller, or give another --db")
+
+
+def test_a_newer_schema_met_by_the_migration_is_lasting_in_the_early_checks_words(short_tmp, monkeypatch):
+    """migrate's RuntimeError was wrapped as a StoreError: exit 1, restarted every 5 s for good."""
+    db, raced_db = short_tmp / "x.db", short_tmp / "y.db"
+    for path in (db, raced_db):
+        open_store(path).conn.close()
+    newer = open_store(db)
+    newer.execute("PRAGMA user_version=7")      # (x.db: found newer by the early check)
+    newer.conn.close()
+    with pytest.raises(Lasting) as found_early:
+        open_store(db)
+    early_refusal = store_refusal(found_early.value)
+    real = state_db.migrate
+
+    def raced(store):
+        store.execute("PRAGMA user_version=7")
+        return real(store)
+    monkeypatch.setattr(state_db, "migrate", raced)
+    with pytest.raises(Lasting) as found_late:
+        open_store(raced_db)
+    late_refusal = store_refusal(found_late.value)
+    assert (late_refusal.code, early_refusal.code) == (2, 2)
+    assert str(late_refusal) == str(early_refusal).replace(str(db), str(raced_db))
+
+
+def test_run_refuses_a_newer_schema_written_during_its_open_with_exit_2_and_one_line(short_tmp):
+    (short_tmp / "e.toml").write_text("")
+    db = short_tmp / "x.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(short_tmp / "state")}
+    env.pop("INVOCATION_ID", None)
+    res = subprocess.run([sys.executable, "-c", _RACED_RUN, "run", "--config", str(short_tmp / "e.toml"), "--db",
+                          str(db), "--socket", str(short_tmp / "c.sock"), "--concurrency", "2"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert (res.returncode, res.stderr.strip().splitlines()) == (2, [_newer_line(db)]), res.stderr
+    assert not (short_tmp / "x.db.lock").exists()
