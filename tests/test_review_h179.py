@@ -65,3 +65,35 @@ def test_run_refuses_a_newer_schema_written_during_its_open_with_exit_2_and_one_
                          capture_output=True, text=True, env=env, timeout=120)
     assert (res.returncode, res.stderr.strip().splitlines()) == (2, [_newer_line(db)]), res.stderr
     assert not (short_tmp / "x.db.lock").exists()
+
+
+def _check_as_nobody(tmp, *args: str) -> tuple[int, str, str]:
+    """`config check` acting as nobody where the tests run as root (as themselves otherwise), in-process (the
+    interpreter may live where nobody cannot read: its modules imported first, by a check as this user)."""
+    from click.testing import CliRunner
+
+    from controller.daemon import main as daemon_main
+    from tests.conftest import as_nobody
+    (tmp / "e.toml").write_text("")
+    os.chmod(tmp, 0o755)
+    (own := tmp / "own").mkdir(mode=0o777)          # (the database's folder: nobody may write it)
+    os.chmod(own, 0o777)
+    words = ["config", "check", "--config", str(tmp / "e.toml"), "--db", str(own / "x.db"), *args]
+    CliRunner().invoke(daemon_main.main, [*words[:4], "--db", str(tmp / "warm.db"), "--socket", str(tmp / "w.sock")])
+
+    def answer():
+        res = CliRunner(env={"XDG_STATE_HOME": str(own / "state")}).invoke(daemon_main.main, words)
+        return res.exit_code, res.stderr, type(res.exception).__name__
+    return as_nobody(answer)
+
+
+def test_config_check_refuses_a_socket_below_a_folder_it_cannot_search_in_one_line_not_a_traceback(short_tmp):
+    """check_socket_folder asked sock.parent.is_dir(), which raises under a folder without x: a PermissionError
+    traceback, exit 1, out of `config check` (run refused it before, at its socket probe)."""
+    (locked := short_tmp / "locked").mkdir()
+    locked.chmod(0o000)
+    code, said, raised = _check_as_nobody(short_tmp, "--socket", str(locked / "sub" / "c.sock"))
+    assert (code, raised) == (2, "SystemExit"), said
+    assert said.startswith(f"spec-controller: cannot create the control socket's directory {locked}/sub: Permission "
+                           "denied"), said
+    assert len(said.splitlines()) == 1, said

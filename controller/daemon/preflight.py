@@ -244,15 +244,20 @@ def check_store_opens(cfg: dict) -> tuple[dict, list[str]]:
 def check_socket_folder(sock: Path) -> None:
     """Fatal, exit 2, where the control socket cannot be made in its folder (a mode, a mount, a file in the way: each
     stays until the operator acts; run's start exited 1 on it, restarted every 5 s for good: helper-172)."""
-    if problem := _uncreatable(sock.parent):
-        what = "the control socket in" if sock.parent.is_dir() else "the control socket's directory"
-        raise Fatal(f"cannot create {what} {sock.parent}: {problem}", 2)
+    if (refusal := _refusing(sock.parent)) is not None:
+        folder, err = refusal       # (its own folder refusing, or one on the way: is_dir() raised under a folder without x)
+        what = "the control socket in" if folder == sock.parent and err.errno != errno.ENOTDIR else \
+            "the control socket's directory"
+        raise Fatal(f"cannot create {what} {sock.parent}: {_said(sock.parent, refusal)}", 2)
 
 
 def _uncreatable(directory: Path) -> str | None:
     """_refusing's error in words, with the chmod where the folder refusing is this user's own; or None."""
-    if (refusal := _refusing(directory)) is None:
-        return None
+    refusal = _refusing(directory)
+    return None if refusal is None else _said(directory, refusal)
+
+
+def _said(directory: Path, refusal: tuple[Path | None, OSError]) -> str:
     folder, err = refusal
     return err.strerror + denied_note(folder or directory, err)
 
