@@ -1,5 +1,6 @@
 """helper-179: operator-facing leftovers of the start-up refusals and specctl's wording. A newer schema written between
 the schema check and the migration is the early check's exit 2 and line."""
+import errno
 import os
 import subprocess
 import sys
@@ -97,3 +98,36 @@ def test_config_check_refuses_a_socket_below_a_folder_it_cannot_search_in_one_li
     assert said.startswith(f"spec-controller: cannot create the control socket's directory {locked}/sub: Permission "
                            "denied"), said
     assert len(said.splitlines()) == 1, said
+
+
+@pytest.mark.parametrize("code,exit_code", [(errno.EIO, 1), (errno.EAGAIN, 1), (errno.EACCES, 2)])
+def test_the_socket_folders_check_splits_an_error_met_asking_as_faults_refused_does(short_tmp, monkeypatch, code,
+                                                                                    exit_code):
+    """An I/O error met while asking about the folder was exit 2, which the unit does not restart: only what no restart
+    changes is (faults.refused); the rest is exit 1, retried, as for the database's folder."""
+    import pathlib
+
+    from controller.daemon.preflight import Fatal, check_socket_folder
+    sock = short_tmp / "s" / "c.sock"
+    sock.parent.mkdir()
+    (short_tmp / "d").mkdir()
+    real = pathlib.Path.exists
+
+    def exists(self, *args, **kwargs):
+        if self == sock.parent:
+            raise OSError(code, os.strerror(code))
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(pathlib.Path, "exists", exists)
+    with pytest.raises(Fatal) as refusal:
+        check_socket_folder(sock)
+    line = f"cannot create the control socket's directory {sock.parent}: {os.strerror(code)}"
+    assert (refusal.value.code, str(refusal.value)) == (exit_code, line)
+    # config check: refused where run's start is (exit 2), a note where run's exit 1 is retried (as the database's)
+    from click.testing import CliRunner
+
+    from controller.daemon import main as daemon_main
+    (short_tmp / "e.toml").write_text("")
+    res = CliRunner().invoke(daemon_main.main, ["config", "check", "--config", str(short_tmp / "e.toml"), "--db",
+                                                str(short_tmp / "d" / "x.db"), "--socket", str(sock)])
+    said = f"spec-controller: {'note: ' if exit_code == 1 else ''}{line}"
+    assert (res.exit_code, said in res.stderr.splitlines()) == (0 if exit_code == 1 else 2, True), res.output

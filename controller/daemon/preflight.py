@@ -237,18 +237,27 @@ def check_store_opens(cfg: dict) -> tuple[dict, list[str]]:
         if (refusal := store_refusal(e)).code == 2:
             raise refusal from None
         notes.append(f"the policy saved in {db}, which run would resume, could not be read: {e}")
-    check_socket_folder(Path(cfg["control"]["socket"] or default_socket()).absolute())
+    try:
+        check_socket_folder(Path(cfg["control"]["socket"] or default_socket()).absolute())
+    except Fatal as e:          # (what a retry may pass is a note, as the database's: run exits 1, which the unit retries)
+        if e.code == 2:
+            raise
+        notes.append(str(e))
     return saved, notes
 
 
 def check_socket_folder(sock: Path) -> None:
-    """Fatal, exit 2, where the control socket cannot be made in its folder (a mode, a mount, a file in the way: each
-    stays until the operator acts; run's start exited 1 on it, restarted every 5 s for good: helper-172)."""
+    """Fatal where the control socket cannot be made in its folder: exit 2 where that stays until the operator acts (a
+    mode, a mount, a file in the way: run's start exited 1 on it, restarted every 5 s for good: helper-172); exit 1,
+    which the unit retries, for an error met while asking that a retry may pass (an I/O error: faults.refused's split,
+    as the database folder's)."""
     if (refusal := _refusing(sock.parent)) is not None:
+        from state.faults import Lasting, refused
         folder, err = refusal       # (its own folder refusing, or one on the way: is_dir() raised under a folder without x)
         what = "the control socket in" if folder == sock.parent and err.errno != errno.ENOTDIR else \
             "the control socket's directory"
-        raise Fatal(f"cannot create {what} {sock.parent}: {_said(sock.parent, refusal)}", 2)
+        message = f"cannot create {what} {sock.parent}: {_said(sock.parent, refusal)}"
+        raise Fatal(message, 2 if isinstance(refused(message, err.errno), Lasting) else 1)
 
 
 def _uncreatable(directory: Path) -> str | None:
@@ -265,8 +274,8 @@ def _said(directory: Path, refusal: tuple[Path | None, OSError]) -> str:
 def _refusing(directory: Path) -> tuple[Path | None, OSError] | None:
     """Why `mkdir -p directory` and then a file in it would fail: the folder that refuses (its nearest existing
     ancestor no directory, or one this user may not write in: the directory itself where it exists, e.g. /run for a
-    user not root; None where one above cannot be searched) and the error a start would meet, or None; asked without
-    making anything."""
+    user not root; None where the error was met while asking: one above that cannot be searched, an I/O error) and
+    the error a start would meet, or None; asked without making anything."""
     existing = directory
     try:
         while not existing.exists() and existing != existing.parent:
