@@ -19,6 +19,7 @@ import sqlite_utils
 
 from .faults import Lasting, NoData, NotOurs, StoreError, classify, refused
 from .migrations import MIGRATIONS, TABLES, V1_COLUMNS, NewerSchema, migrate
+from .mounts import on_read_only_mount
 
 BUSY_TIMEOUT_MS = 5000
 SIDECARS = ("-wal", "-shm", "-journal")
@@ -161,15 +162,6 @@ def may(path: Path, mode: int) -> bool:
     as another user through its effective ids, as tests/test_group_access.py's do as root, was judged as root). The
     daemon's preflight asks it too (the control socket's directory, as bind(2) judges it)."""
     return os.access(path, mode, effective_ids=os.access in os.supports_effective_ids)
-
-
-def on_read_only_mount(path: Path) -> bool:
-    """Whether path lies on a file system mounted read-only (what a write refused to root too means); False where it
-    cannot be told."""
-    try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
 
 
 def _same_file(path: Path, before: os.stat_result) -> None:

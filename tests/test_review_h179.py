@@ -4,6 +4,7 @@ import errno
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,43 @@ def test_the_socket_folders_check_splits_an_error_met_asking_as_faults_refused_d
                                                 str(short_tmp / "d" / "x.db"), "--socket", str(sock)])
     said = f"spec-controller: {'note: ' if exit_code == 1 else ''}{line}"
     assert (res.exit_code, said in res.stderr.splitlines()) == (0 if exit_code == 1 else 2, True), res.output
+
+
+def _daemon(tmp, *words: str) -> subprocess.CompletedProcess:
+    (tmp / "e.toml").write_text("")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp / "state")}
+    env.pop("INVOCATION_ID", None)
+    extra = ["--concurrency", "2"] if words[0] == "run" else []
+    return subprocess.run([sys.executable, "-m", "controller.daemon", *words, "--config", str(tmp / "e.toml"), *extra],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_a_socket_folder_on_proc_is_refused_by_config_check_and_run_alike_before_any_engine(short_tmp):
+    """As root, access(2) said /proc may be written: config check said ok, and run started the engine (minutes on a
+    GPU), then failed the bind with exit 1 ('cannot be created there (No such file or directory)'), restarted every 5 s
+    for good. Now one check in the preflight refuses it for both, exit 2 (a user not root met EACCES there already)."""
+    args = ["--db", str(short_tmp / "x.db"), "--socket", "/proc/h179.sock"]
+    said = {words[0]: (res.returncode, res.stderr.strip().splitlines())
+            for words in (["run"], ["config", "check"]) for res in [_daemon(short_tmp, *words, *args)]}
+    assert said["run"] == said["config"] and said["run"][0] == 2 and len(said["run"][1]) == 1, said
+    assert said["run"][1][0].startswith("spec-controller: cannot create the control socket in /proc: "), said
+    if os.geteuid() == 0:
+        assert said["run"][1][0].endswith(": nothing can be made in it (proc: the kernel's own file system)"), said
+    assert not (short_tmp / "x.db").exists()          # (refused before the database is opened)
+
+
+def test_the_kernel_file_system_under_a_path_is_read_from_its_mount(short_tmp):
+    from state.mounts import kernel_file_system
+    if not os.path.exists("/proc/self/mountinfo"):
+        pytest.skip("no /proc/self/mountinfo here")
+    assert (kernel_file_system(Path("/proc")), kernel_file_system(Path("/proc/self")), kernel_file_system(short_tmp)) \
+        == ("proc", "proc", None)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a user not root is refused /proc by its mode already")
+def test_config_check_refuses_a_database_on_proc_as_run_does(short_tmp):
+    """config check said ok of --db /proc/x.db as root, which run refuses (exit 2: nothing can be made there)."""
+    args = ["--db", "/proc/h179.db", "--socket", str(short_tmp / "c.sock")]
+    run, check = _daemon(short_tmp, "run", *args), _daemon(short_tmp, "config", "check", *args)
+    assert (run.returncode, check.returncode) == (2, 2), (run.stderr, check.stderr)
+    assert check.stderr.startswith("spec-controller: lock file /proc/h179.db.lock cannot be created in /proc "), check.stderr

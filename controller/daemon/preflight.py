@@ -284,8 +284,11 @@ def _refusing(directory: Path) -> tuple[Path | None, OSError] | None:
         return None, e
     if not existing.is_dir():
         return existing, OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
-    from state.db import may, on_read_only_mount
+    from state.db import may
+    from state.mounts import kernel_file_system, on_read_only_mount
     if not may(existing, os.W_OK | os.X_OK):      # (as root: a read-only mount only)
         code = errno.EROFS if on_read_only_mount(existing) else errno.EACCES
         return existing, (PermissionError if code == errno.EACCES else OSError)(code, os.strerror(code))
+    if kind := kernel_file_system(existing):      # (access(2) passes root there, whose bind then failed: exit 1, late)
+        return existing, OSError(errno.EROFS, f"nothing can be made in it ({kind}: the kernel's own file system)")
     return None
