@@ -62,8 +62,9 @@ class Room:
         free = self.short()
         if free is None:
             return None
+        from controller.numtext import plain     # (a leaf: standard library only)
         return (f"database disk nearly full: {free / MIB:.1f} MiB free in {self.dir}, under the "
-                f"{self.floor / MIB:g} MiB kept free ([storage] min_free_mb): new samples are stored only where "
+                f"{plain(self.floor / MIB)} MiB kept free ([storage] min_free_mb): new samples are stored only where "
                 "retention freed room")
 
 

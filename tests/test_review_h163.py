@@ -28,7 +28,7 @@ def test_sighup_applies_a_changed_min_free_mb(short_tmp):
         got = _hup_and_wait(d, 1)
         assert got == ["guard, retention, min_free_mb and log level re-read"], got      # nothing left for a restart
         problems = d.call("GET", "/status")["daemon"]["problems"]
-        assert any(p.startswith("database disk nearly full: ") and "under the 1e+09 MiB kept free" in p
+        assert any(p.startswith("database disk nearly full: ") and "under the 1000000000 MiB kept free" in p
                    for p in problems), problems
     finally:
         assert d.stop() == 0

@@ -172,3 +172,36 @@ def test_config_check_refuses_a_database_on_proc_as_run_does(short_tmp):
     run, check = _daemon(short_tmp, "run", *args), _daemon(short_tmp, "config", "check", *args)
     assert (run.returncode, check.returncode) == (2, 2), (run.stderr, check.stderr)
     assert check.stderr.startswith("spec-controller: lock file /proc/h179.db.lock cannot be created in /proc "), check.stderr
+
+
+# --- numbers an operator gave, in full (numtext.plain), not %g's 1e+09 or 1.23457 ---------------------------------------
+def test_the_disk_floor_is_said_in_full(short_tmp):
+    """[storage] min_free_mb = 1e9 (its largest) read '1e+09 MiB kept free' in status and config check."""
+    from state.room import Room
+    problem = Room(short_tmp / "x.db", 1e9).problem()       # (no disk has a petabyte free: under the floor)
+    assert problem is not None and "under the 1000000000 MiB kept free ([storage] min_free_mb)" in problem, problem
+
+
+def test_the_simulators_rate_is_said_in_full():
+    """run --arrival-rate 1000000 (its largest): status's load 'rate=1e+06/s', config check's '1e+06 requests/s', and
+    a rate beside a trace 'arrival_rate = 1e+06'; 1234.5678 read 1234.57."""
+    from controller.daemon.config import load_conflict
+    from controller.daemon.engines.sim import SimEngine
+    from controller.sim.openeval import rate_segments
+    from controller.sim.profile import load_profile
+    engine = SimEngine(load_profile("crossover-b"), arrival_rate=1e6)
+    assert engine._load_at(0.0)[2] == "rate=1000000/s"
+    assert engine.not_ready_reason(1234.5678) == "engine did not become ready within 1234.5678 s"
+    assert rate_segments([1e6], 10.0)[0].label == "rate=1000000"
+    assert "[sim] arrival_rate = 1000000 (--arrival-rate)" in load_conflict("mixed-shift", 0, 1e6)
+
+
+def test_config_checks_ok_line_says_the_rate_in_full(short_tmp):
+    from click.testing import CliRunner
+
+    from controller.daemon import main as daemon_main
+    (short_tmp / "e.toml").write_text("")
+    res = CliRunner().invoke(daemon_main.main, ["config", "check", "--config", str(short_tmp / "e.toml"), "--db",
+                                                str(short_tmp / "x.db"), "--socket", str(short_tmp / "c.sock"),
+                                                "--arrival-rate", "1000000"])
+    assert res.exit_code == 0 and "1000000 requests/s" in res.stdout, res.output

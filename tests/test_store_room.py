@@ -141,7 +141,7 @@ def test_room_is_the_free_space_of_the_databases_file_system(tmp_path):
     roomy = Room(tmp_path / "x.db", 1 / MIB)                                         # (a floor of one byte)
     cramped = Room(tmp_path / "x.db", NO_ROOM_MB, every_s=3600)     # (one reading: compared twice)
     assert roomy.free() > 0 and roomy.short() is None and roomy.problem() is None
-    assert cramped.short() == cramped.free() and f"free in {tmp_path}, under the 1e+09 MiB" in cramped.problem()
+    assert cramped.short() == cramped.free() and f"free in {tmp_path}, under the 1000000000 MiB" in cramped.problem()
     assert Room("", NO_ROOM_MB).short() is None and Room(tmp_path / "x.db", 0).short() is None
 
 

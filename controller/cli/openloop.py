@@ -5,6 +5,7 @@ from typing import Any
 
 import click
 
+from ..numtext import plain
 from .common import fail
 from .figures import pyplot
 from .options import EXIT_USAGE, number_list
@@ -33,7 +34,7 @@ def render_open_table(result: dict) -> str:
     rows = []
     for r in result["rows"]:
         for name, m in [(result["policy"], r)] + [(n, r[n]) for n in MODES]:
-            rows.append([f"{r['rate']:g}" if name == result["policy"] else "", name, _cell(m["tok_s"], ",.1f"),
+            rows.append([plain(r['rate']) if name == result["policy"] else "", name, _cell(m["tok_s"], ",.1f"),
                          _cell(m["tpot_ms_mean"], ".2f"), _cell(m["tpot_ms_median"], ".2f"),
                          _cell(m["e2e_ms_median"], ",.0f"), _cell(m["mean_batch_size"], ".1f"),
                          f"{m['spec_share']:.0%}"])
@@ -41,7 +42,7 @@ def render_open_table(result: dict) -> str:
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
     lines = [head, fmt.format(*cols), fmt.format(*("-" * w for w in widths))] + [fmt.format(*r) for r in rows]
     for r in result["rows"]:
-        lines.append(f"rate {r['rate']:g}: {result['policy']} / better of never, always: tok/s "
+        lines.append(f"rate {plain(r['rate'])}: {result['policy']} / better of never, always: tok/s "
                      f"{_cell(r['tok_s_vs_best_fixed'], '.3f')}, median TPOT {_cell(r['tpot_vs_best_fixed'], '.3f')} "
                      f"(lower is better); threshold {r['final_threshold']}")
     return "\n".join(lines)
@@ -97,7 +98,7 @@ def simulate_finite(profile_name: str | None, policy_name: str, params: tuple[st
         profile = load_profile(profile_name or "seed")
         rates = parse_rates(arrival_rate, profile.open_loop_rates())
         if any(rate * seconds < 1 for rate in rates):
-            fail(f"--finite: rate x --seconds must give at least one request (rate {min(rates):g} x {seconds:g} s)",
+            fail(f"--finite: rate x --seconds must give at least one request (rate {plain(min(rates))} x {plain(seconds)} s)",
                  EXIT_USAGE)
         if max(rates) * seconds > MAX_FINITE_REQUESTS:
             fail(f"--finite: rate x --seconds asks for {max(rates) * seconds:,.0f} requests in one run (at most "
@@ -114,12 +115,12 @@ def simulate_finite(profile_name: str | None, policy_name: str, params: tuple[st
 
 def render_finite_table(result: dict) -> str:
     cols = ["rate", "requests", "mode", "tok/s", "TPOT median ms", "E2E median ms", "duration s"]
-    rows = [[f"{r['rate']:g}", str(r["requests"]), name if name != "policy" else result["policy"],
+    rows = [[plain(r['rate']), str(r["requests"]), name if name != "policy" else result["policy"],
              _cell(m["tok_s"], ",.1f"), _cell(m["tpot_ms_median"], ".2f"), _cell(m["e2e_ms_median"], ",.0f"),
              _cell(m["duration_s"], ".2f")] for r in result["rows"] for name, m in r["modes"].items()]
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
     head = (f"policy {result['policy']} on profile {result['profile']}, finite runs as sglang.bench_serving "
-            f"({result['seconds']:g} s of arrivals, drained), seeds {result['seeds'][0]}..{result['seeds'][-1]} "
+            f"({plain(result['seconds'])} s of arrivals, drained), seeds {result['seeds'][0]}..{result['seeds'][-1]} "
             "(medians over seeds)")
     return "\n".join([head, fmt.format(*cols), fmt.format(*("-" * w for w in widths))] + [fmt.format(*r) for r in rows])

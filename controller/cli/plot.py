@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ..numtext import plain
 from ..paths import present
 from .client import DaemonUnreachable
 from .common import Ctx, call, fail, given_db_exists
@@ -86,7 +87,7 @@ def plot(ctx: Ctx, path: str, last_s: float, bin_s: float | None) -> None:
     except PlotError as e:
         fail(str(e))
     # (a --bin wider than the span drew one point, said as any other plot: helper-163)
-    wide = f"; --bin {bin_s:g} is wider than that span: a shorter one draws more points" if (bin_s or 0) > span_s else ""
+    wide = f"; --bin {plain(bin_s)} is wider than that span: a shorter one draws more points" if (bin_s or 0) > span_s else ""
     say(f"wrote {path}: {_count(len(rows), 'point')}, {_count(len(steps), 'threshold step')} over the last {span}"
         f"{wide}")
 

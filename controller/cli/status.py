@@ -7,7 +7,7 @@ import time
 import click
 
 from ..contract import MAX_BATCH
-from ..numtext import one_line
+from ..numtext import one_line, plain
 from ..paths import present
 from ..status import build_status, summarise
 from .client import DaemonUnreachable
@@ -66,7 +66,7 @@ def _head(st: dict) -> list[str]:
                 "engine:      - (daemon not running)"]
     load = [f"profile {eng['profile']}", f"load now {eng.get('load')}"] if eng.get("profile") else []
     if eng.get("speed") not in (None, 1, 1.0):
-        load.append(f"clock x{eng['speed']:g}")
+        load.append(f"clock x{plain(eng['speed'])}")
     return [f"daemon:      running, pid {d['pid']}, up {ago(d['uptime_s'] or 0)}, "
             f"{'healthy' if d['healthy'] else 'UNHEALTHY'}",
             *[f"problem:     {p}" for p in d.get("problems") or []],

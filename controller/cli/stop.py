@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..numtext import plain
 from ..paths import pid_namespace, present
 from .client import DaemonDropped, DaemonUnreachable
 from .common import UNREADABLE, Ctx, call, fail, lock_holder
@@ -154,8 +155,8 @@ def stop(ctx: Ctx, timeout: float, no_wait: bool) -> None:
 def _wait(db: Path, pid: int, timeout: float, already: bool = False, seen: bool = True) -> None:
     if not wait_gone(db, pid, timeout, seen=seen):
         if _gone(db, pid):
-            fail(f"daemon pid {pid} has drained and let go of its database but had not exited after {timeout:g} s")
-        fail(f"daemon pid {pid} is still draining after {timeout:g} s")
+            fail(f"daemon pid {pid} has drained and let go of its database but had not exited after {plain(timeout)} s")
+        fail(f"daemon pid {pid} is still draining after {plain(timeout)} s")
     if why := unflushed(db, pid):
         fail(f"daemon pid {pid} stopped, but {why} (its log says which; it exited {EXIT_UNFLUSHED})", EXIT_UNFLUSHED)
     click.echo(f"daemon pid {pid} stopped" + (" (it was already stopping)" if already else ""))

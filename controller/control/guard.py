@@ -11,6 +11,7 @@ from typing import Collection
 from policies.buckets import Buckets
 from policies.types import Decision, PolicyError
 
+from ..numtext import plain
 from .changes import ChangeBudget
 from .guard_config import HOLD, GuardConfig
 from .shift import LoadLevel
@@ -277,4 +278,4 @@ class Guard:
             return self.exploit, f"{decision.reason}; {held}", False
         # The threshold stays (or goes back) where it was: say so first, the policy's wish second.
         return self.exploit, (f"guard: {self.exploit} held, {wanted} not yet proposed for "
-                              f"{self.cfg.stabilisation_s:g} s; the policy: {decision.reason}"), False
+                              f"{plain(self.cfg.stabilisation_s)} s; the policy: {decision.reason}"), False

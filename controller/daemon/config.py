@@ -186,7 +186,7 @@ def load_conflict(trace: str | None, concurrency: float, arrival_rate: float) ->
                                     ("--arrival-rate", arrival_rate > 0)) if on]
     if len(chosen) < 2:
         return None
-    values = {"--trace": repr(trace), "--concurrency": f"{concurrency:g}", "--arrival-rate": f"{arrival_rate:g}"}
+    values = {"--trace": repr(trace), "--concurrency": plain(concurrency), "--arrival-rate": plain(arrival_rate)}
     keys = " and ".join(f"[sim] {n[2:].replace('-', '_')} = {values[n]} ({n})" for n in chosen)   # (file or flag)
     return f"{keys} each choose the simulated load: give one of them"
 

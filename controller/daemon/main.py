@@ -257,7 +257,7 @@ def _engine_words(cfg: dict, engine) -> str:
     sim = cfg["sim"]
     if cfg["engine"]["kind"] == "sglang":
         return f"model {cfg['sglang'].get('model_path')}"
-    load = (f"{sim['concurrency']} clients" if sim["concurrency"] else f"{sim['arrival_rate']:g} requests/s"
+    load = (f"{sim['concurrency']} clients" if sim["concurrency"] else f"{plain(sim['arrival_rate'])} requests/s"
             if sim["arrival_rate"] else f"trace {sim['trace']}")
     return f"{load}, profile {engine.profile.name}"
 

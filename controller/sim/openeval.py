@@ -11,6 +11,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from ..control.guard_config import GuardConfig
+from ..numtext import plain
 from .evaluate import (
     DEFAULT_TICK_S,
     OracleRunner,
@@ -26,7 +27,7 @@ BASELINES = ("never", "always", "oracle")
 
 
 def rate_segments(rates: Sequence[float], seconds: float) -> list[Segment]:
-    return [Segment(seconds, 0, None, f"rate={r:g}", float(r)) for r in rates]
+    return [Segment(seconds, 0, None, f"rate={plain(r)}", float(r)) for r in rates]
 
 
 def latency_figures(latencies: Sequence[Latency]) -> dict:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...contract import Sample
+from ...numtext import plain
 
 SampleSink = Callable[[Sample], None]
 
@@ -50,7 +51,7 @@ class Engine(ABC):
 
     def not_ready_reason(self, timeout: float) -> str:
         """Why wait_ready(timeout) gave False, in one line for the operator."""
-        return f"engine did not become ready within {timeout:g} s"
+        return f"engine did not become ready within {plain(timeout)} s"
 
     def not_ready_code(self) -> int:
         """The daemon's exit status for that: 2 where the engine refused its configuration (the unit does not restart

@@ -21,6 +21,7 @@ import urllib.request
 from ...contract import (ENV_ADDRESS, ENV_DRAFT_KV, ENV_INITIAL_THRESHOLD, ENV_LEAN_PREFILL, MAX_BATCH,
                          MAX_TELEMETRY_MESSAGE, PAYS_DRAFT, SAME_AT_ZERO, THRESHOLD_KEY, decode,
                          zero_saves_prefill_draft)
+from ...numtext import plain
 from ...outfile import write_private
 from ...paths import socket_path_too_long, state_dir, systemd_dir
 from ..intake import Undecodable
@@ -207,7 +208,7 @@ class SGLangEngine(Engine):
     def not_ready_reason(self, timeout: float) -> str:
         code = self.proc.poll() if self.proc else None
         if code is None:
-            return f"SGLang was not ready within {timeout:g} s ([sglang] ready_timeout_s)"
+            return f"SGLang was not ready within {plain(timeout)} s ([sglang] ready_timeout_s)"
         if code in NOT_STARTED:
             return f"SGLang could not be started (code {code}; the line above says why)"
         if code == USAGE:

@@ -5,6 +5,7 @@ import threading
 import time
 
 from ...contract import speculates
+from ...numtext import plain
 from ...sim.core import SimCore
 from ...sim.openloop import OpenLoopCore, RateSchedule
 from ...sim.profile import Profile, Segment, Trace
@@ -35,7 +36,7 @@ class SimEngine(Engine):
         # decisions and rollup windows of the previous run are continued, never overwritten.
         start_t = max(0.0, float(start_t))
         if trace is None and concurrency <= 0:
-            self.trace = trace = Trace("rate", "", None, (Segment(3600.0, 0, None, f"rate={arrival_rate:g}/s",
+            self.trace = trace = Trace("rate", "", None, (Segment(3600.0, 0, None, f"rate={plain(arrival_rate)}/s",
                                                                   arrival_rate),))
         self.core: SimCore | OpenLoopCore
         if trace is not None and concurrency <= 0 and trace.segments[0].open_loop:
@@ -68,7 +69,7 @@ class SimEngine(Engine):
                 seg = s
                 break
             x -= s.seconds
-        label = seg.label or (f"rate={seg.rate:g}/s" if seg.open_loop else f"C={seg.concurrency}")
+        label = seg.label or (f"rate={plain(seg.rate)}/s" if seg.open_loop else f"C={seg.concurrency}")
         return seg.concurrency, seg.mean_accept_length, label
 
     def _run(self, on_sample: SampleSink) -> None:
