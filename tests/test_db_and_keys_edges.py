@@ -49,7 +49,9 @@ def test_an_unreadable_lock_reads_as_no_daemon_holding_it(daemon, short_tmp, mon
     open_store(other).conn.close()
     monkeypatch.setattr(common, "lock_holder", lambda db: common.UNREADABLE)
     res = CliRunner().invoke(cli, ["--socket", str(daemon.socket), "--db", str(other), "status"])
-    assert res.exit_code == 3 and f"daemon is not running (no daemon holds {other}" in res.stderr, res.output
+    # (helper-179: it said 'daemon is not running', which an unreadable lock cannot tell; it says so, and why)
+    assert res.exit_code == 3 and f"specctl: no daemon answers (no daemon holds {other}" in res.stderr, res.output
+    assert f"whether a daemon holds {other} (one still starting" in res.stderr, res.output
 
 
 # the lock's pid answers for a daemon whose reported db cannot be compared

@@ -84,12 +84,13 @@ def test_oldest_t_counts_a_decision_older_than_any_sample(tmp_path):
 
 # --- the lock beside the database -------------------------------------------------------------------------------
 def test_status_of_a_missing_database_whose_lock_is_unreadable_says_not_running(short_tmp):
-    """Who holds an unreadable lock cannot be told: not a 'daemon pid unreadable' starting (exit 4)."""
+    """Who holds an unreadable lock cannot be told: not a 'daemon pid unreadable' starting (exit 4); nor 'not running'
+    (helper-179): the line says it cannot be told, and why."""
     db = short_tmp / "x.db"
     (short_tmp / "x.db.lock").symlink_to(short_tmp / "nowhere")
     res = CliRunner().invoke(cli, ["--socket", str(short_tmp / "none.sock"), "--db", str(db), "status"])
     assert res.exit_code == 3, res.output
-    assert res.stderr.startswith("specctl: daemon is not running (") and \
+    assert res.stderr.startswith("specctl: no daemon answers (") and "cannot be told: lock file " in res.stderr and \
         res.stderr.endswith(f"and there is no database at {db}{START_HINT}\n"), res.stderr
 
 

@@ -205,3 +205,57 @@ def test_config_checks_ok_line_says_the_rate_in_full(short_tmp):
                                                 str(short_tmp / "x.db"), "--socket", str(short_tmp / "c.sock"),
                                                 "--arrival-rate", "1000000"])
     assert res.exit_code == 0 and "1000000 requests/s" in res.stdout, res.output
+
+
+# --- specctl where the lock file cannot be read: who holds the database cannot be told, and it says so ---------------------
+def _specctl(env: dict, *args: str):
+    from click.testing import CliRunner
+
+    from controller.cli.main import cli
+    return CliRunner(env=env).invoke(cli, list(args))
+
+
+@pytest.mark.parametrize("command", [["status"], ["threshold"], ["stop"]], ids=" ".join)
+def test_a_lock_that_cannot_be_read_is_said_not_the_default_socket_nor_not_running(short_tmp, command):
+    """--db alone, its lock file a link (refused: not read): status, threshold and stop said 'daemon is not running (no
+    daemon socket at <the default socket>)', a socket never meant; who holds the database cannot be told."""
+    db = short_tmp / "x.db"
+    open_store(db).conn.close()
+    (lock := short_tmp / "x.db.lock").unlink(missing_ok=True)
+    lock.symlink_to(short_tmp / "nowhere")
+    env = {"XDG_STATE_HOME": str(short_tmp / "elsewhere"), "SPECCTL_SOCKET": None, "SPECCTL_DB": None}
+    res = _specctl(env, "--db", str(db), *command)
+    first = res.stderr.splitlines()[0]
+    assert res.exit_code == 3, res.output
+    assert first.startswith(f"specctl: no daemon answers, and whether a daemon holds {db} (one still starting, its "
+                            f"socket not open yet) cannot be told: lock file {lock} is a symbolic link"), first
+    assert "elsewhere" not in res.stderr and "not running" not in first, res.stderr
+
+
+def test_a_lock_this_user_may_not_read_is_named_with_its_path(short_tmp):
+    """The service's lock (0600) to an operator in its group, here mode 000: 'daemon is not running'; the lock named."""
+    from tests.conftest import as_nobody
+    os.chmod(short_tmp, 0o755)
+    (folder := short_tmp / "state" / "spec-controller").mkdir(parents=True)
+    os.chmod(short_tmp / "state", 0o755)
+    db = folder / "spec-controller.db"
+    store = open_store(db)
+    store.execute("PRAGMA journal_mode=DELETE")         # (read by another user without a -shm of its own)
+    store.conn.close()
+    os.chmod(folder, 0o755)
+    os.chmod(db, 0o644)
+    (lock := folder / "spec-controller.db.lock").write_text("")
+    lock.chmod(0o000)
+    env = {"XDG_STATE_HOME": str(short_tmp / "state"), "SPECCTL_SOCKET": None, "SPECCTL_DB": None}
+    _specctl(env, "status")             # (its modules imported, as this user: the child may not read them)
+    import importlib.metadata  # noqa: F401
+    from sqlite_utils.plugins import ensure_plugins_loaded
+    ensure_plugins_loaded()
+
+    def answer():       # (the paths given: pytest's stand-in for the service's socket is where nobody cannot look)
+        res = _specctl(env, "--socket", str(folder / "control.sock"), "--db", str(db), "stop")
+        return res.exit_code, res.stderr
+    code, said = as_nobody(answer)
+    assert (code, said) == (3, f"specctl: no daemon answers (no daemon socket at {folder}/control.sock), and whether "
+                               f"a daemon holds {db} (one still starting, its socket not open yet) cannot be told: "
+                               f"lock file {lock}: Permission denied\n"), said

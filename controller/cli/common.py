@@ -137,7 +137,10 @@ def _check_db(ctx: Ctx, method: str) -> Any:
         answer = request(ctx.socket, "GET", "/status")
     except DaemonUnreachable as e:      # (no --socket: the default one, asked in case its daemon keeps ctx.db)
         given_db_exists(ctx, change=method != "GET")
-        raise e if holder is not None or ctx.socket_given else DaemonUnreachable(f"no daemon holds {ctx.db}")
+        if ctx.socket_given or holder not in (None, UNREADABLE):
+            raise
+        # (not the default socket's words: it was asked only in case its daemon keeps ctx.db)
+        raise DaemonUnreachable(f"no daemon holds {ctx.db}" if holder is None else lock_unread(ctx.db)) from None
     daemon = answer.get("daemon") if isinstance(answer, dict) else None
     daemon = daemon if isinstance(daemon, dict) else {}
     served = daemon.get("db")
@@ -189,13 +192,37 @@ UNREADABLE = "unreadable"
 
 def lock_holder(db: Path) -> str | None:
     """The pid of the daemon holding db's lock, None when none does, UNREADABLE when this user
-    may not read the lock file (then who holds it cannot be told)."""
+    may not read the lock file (then who holds it cannot be told: lock_unread says why)."""
+    return _holder_or_why(db)[0]
+
+
+def lock_unread(db: Path) -> str:
+    """Why who holds db cannot be told, naming its lock file (lock_holder's UNREADABLE)."""
+    why = _holder_or_why(db)[1]         # ('': readable after all, a moment later)
+    return f"whether a daemon holds {db} (one still starting, its socket not open yet) cannot be told" + \
+        (f": {why}" if why else "")
+
+
+def _holder_or_why(db: Path) -> tuple[str | None, str]:
     from state.db import StoreError
     from state.lock import DaemonLock
+    lock = DaemonLock(db)
     try:
-        return DaemonLock(db).holder()
-    except (OSError, StoreError):        # StoreError: not readable, or not a plain file (a planted link)
-        return UNREADABLE
+        return lock.holder(), ""
+    except StoreError as e:             # not readable, or not a plain file (a planted link): its words name the file
+        return UNREADABLE, str(e)
+    except OSError as e:
+        return UNREADABLE, f"lock file {lock.path}: {e.strerror or e}"
+
+
+def not_running(ctx: Ctx, why: object) -> str:
+    """Where no daemon answered (why: DaemonUnreachable's words): 'daemon is not running (...)'; where the lock file
+    cannot be read (the service's, 0600, to an operator in its group), that whether one holds the database cannot be
+    told, and why (it said 'not running', naming the socket asked: with --db alone, the default one)."""
+    if lock_holder(ctx.db) != UNREADABLE:
+        return f"daemon is not running ({why})"
+    asked = f" ({why})" if ctx.socket_given or not ctx.db_given else ""    # (with --db alone: _check_db's words)
+    return f"no daemon answers{asked}, and {lock_unread(ctx.db)}"
 
 
 def full_params(saved: dict) -> dict:

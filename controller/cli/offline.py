@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from ..paths import present, socket_path_too_long
-from .common import UNREADABLE, Ctx, fail, lock_holder, refuse_unpaired
+from .common import UNREADABLE, Ctx, fail, lock_holder, not_running, refuse_unpaired
 from .options import EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE, say
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def no_database(ctx: Ctx, why: str) -> NoReturn:
     holder = lock_holder(ctx.db)
     if holder not in (None, UNREADABLE):
         fail(f"daemon pid {holder} holds {ctx.db} but has not created it yet (starting)", EXIT_STARTING)
-    fail(f"daemon is not running ({why}) and there is no database at {ctx.db}{START_HINT}", EXIT_NOT_RUNNING)
+    fail(f"{not_running(ctx, why)} and there is no database at {ctx.db}{START_HINT}", EXIT_NOT_RUNNING)
 
 
 def read_offline(ctx: Ctx, read: Callable[[Any], Any], unreachable: Exception) -> Any:

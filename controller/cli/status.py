@@ -12,7 +12,7 @@ from ..paths import present
 from ..status import build_status, summarise
 from .client import DaemonUnreachable
 from .common import (UNREADABLE, Ctx, ago, alias_note, call, emit, fail, full_params, json_option, lock_holder,
-                     trial_note)
+                     not_running, trial_note)
 from .holder import find_holder
 from .offline import no_database, offline_read
 from .options import EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE
@@ -214,7 +214,7 @@ def current_status(ctx: Ctx, explain: bool) -> tuple[dict, int]:
             st["daemon"].update(starting=True, pid=int(holder) if holder.isdigit() else holder)
         if explain:
             if not holder:
-                why = f"daemon is not running ({e})"
+                why = not_running(ctx, e)
             elif found.socket is not None:      # its own socket, as recorded: not open yet
                 why = (f"daemon pid {holder} holds the database but its control socket is not open (engine starting, or "
                        "the daemon stopping?)")

@@ -11,7 +11,7 @@ import click
 from ..numtext import plain
 from ..paths import pid_namespace, present
 from .client import DaemonDropped, DaemonUnreachable
-from .common import UNREADABLE, Ctx, call, fail, lock_holder
+from .common import UNREADABLE, Ctx, call, fail, lock_holder, not_running
 from .holder import find_holder
 from .options import EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_UNFLUSHED, EXIT_USAGE, Bounded
 
@@ -143,7 +143,7 @@ def stop(ctx: Ctx, timeout: float, no_wait: bool) -> None:
                      f"stop it with: {kill}", EXIT_STARTING)
             fail(f"{who} holds {ctx.db} but does not answer on {ctx.socket}: if that is its socket, "
                  f"its engine is still starting ({kill} stops it); if not, give its --socket", EXIT_STARTING)
-        fail(f"daemon is not running ({e})", EXIT_NOT_RUNNING)
+        fail(not_running(ctx, e), EXIT_NOT_RUNNING)
     pid = int(res["pid"])
     if no_wait:
         click.echo(f"daemon pid {pid} is draining")
