@@ -470,7 +470,7 @@ def test_policy_show_names_what_an_alias_stands_for_running_and_offline(daemon):
     assert specctl(daemon, "policy", "set", "bandit").exit_code == 0
     assert specctl(daemon, "policy", "show").output.splitlines()[0] == "bandit (= thompson)"
     base = ["--socket", str(daemon.socket) + ".none", "--db", str(daemon.db)]
-    assert CliRunner().invoke(cli, [*base, "policy", "show"]).output.splitlines()[0] == "bandit (= thompson)"
+    assert CliRunner().invoke(cli, [*base, "policy", "show"]).stdout.splitlines()[0] == "bandit (= thompson)"
     assert specctl(daemon, "policy", "set", "ucb").exit_code == 0
     assert specctl(daemon, "policy", "show").output.splitlines()[0] == "ucb"
 

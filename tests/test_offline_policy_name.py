@@ -51,8 +51,8 @@ def test_offline_policy_show_without_a_saved_policy_says_so_not_none(tmp_path):
     _store(path, setting_item("pinned", 3)).conn.close()
     res = CliRunner().invoke(cli, ["--socket", str(tmp_path / "none.sock"), "--db", str(path), "policy", "show"])
     assert res.exit_code == 0, res.output
-    assert res.output.strip() == (f"no policy saved in {path}: the daemon starts with its config's [policy] name "
+    assert res.stdout.strip() == (f"no policy saved in {path}: the daemon starts with its config's [policy] name "
                                   "(bandit unless set)")
     _store(path, setting_item("policy", {"name": "ucb", "params": {"c": 1.5}})).conn.close()
     shown = CliRunner().invoke(cli, ["--socket", str(tmp_path / "none.sock"), "--db", str(path), "policy", "show"])
-    assert shown.output.splitlines()[0] == "ucb" and "c=1.5" in shown.output
+    assert shown.stdout.splitlines()[0] == "ucb" and "c=1.5" in shown.stdout

@@ -1,5 +1,7 @@
-"""helper-179: operator-facing leftovers of the start-up refusals and specctl's wording. A newer schema written between
-the schema check and the migration is the early check's exit 2 and line."""
+"""helper-179: operator-facing leftovers of the start-up refusals and specctl's wording: a newer schema written between
+the schema check and the migration (exit 2, the early check's line); the control socket's folder (below a folder that
+cannot be searched, an error a retry may pass, a kernel file system such as /proc) judged by one check for run and
+config check; numbers in full; specctl where the lock file cannot be read, and `policy show` with the daemon down."""
 import errno
 import os
 import subprocess
@@ -259,3 +261,19 @@ def test_a_lock_this_user_may_not_read_is_named_with_its_path(short_tmp):
     assert (code, said) == (3, f"specctl: no daemon answers (no daemon socket at {folder}/control.sock), and whether "
                                f"a daemon holds {db} (one still starting, its socket not open yet) cannot be told: "
                                f"lock file {lock}: Permission denied\n"), said
+
+
+# --- specctl policy show with the daemon down ------------------------------------------------------------------------------
+def test_policy_show_with_the_daemon_down_says_so_as_status_does(short_tmp):
+    """It printed the saved policy exactly as a running daemon's, exit 0, not a word that none runs (status says so on
+    stderr); a policy set since the last run read as the one running. --json keeps its daemon_running: false."""
+    db = short_tmp / "x.db"
+    open_store(db).conn.close()
+    args = ["--socket", str(short_tmp / "none.sock"), "--db", str(db)]
+    assert _specctl({}, *args, "policy", "set", "ucb", "--param", "c=1.5").exit_code == 0
+    res = _specctl({}, *args, "policy", "show")
+    assert res.exit_code == 0 and res.stdout.splitlines()[0] == "ucb" and "    c=1.5" in res.stdout, res.output
+    assert res.stderr == (f"specctl: daemon is not running (no daemon socket at {short_tmp}/none.sock); the policy "
+                          "saved for its next start, from the database:\n"), res.stderr
+    shown = _specctl({}, *args, "policy", "show", "--json")
+    assert shown.stderr == "" and '"daemon_running": false' in shown.stdout, shown.output
