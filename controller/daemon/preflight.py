@@ -166,14 +166,15 @@ def check_files_apart(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> 
 def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> None:
     """What can clash with another process is checked before an engine takes minutes to start. It makes nothing:
     the control socket's directory is made at the socket's bind (api.ControlServer), so a start refused before it
-    (here, or for the database or its lock) leaves no new, empty directory behind."""
+    (here, or for the database or its lock) leaves no new, empty directory behind. The socket's folder is asked before
+    the socket itself: below a folder this user cannot search, the probe's lstat said 'Permission denied', exit 1
+    (retried every 5 s for good), where config check says the folder's line, exit 2."""
     from .sockprobe import check_socket_free
     ctl = cfg["control"]
     check_files_apart(cfg, engine_files)
-    sock = Path(ctl["socket"]).absolute()
+    check_socket_folder(Path(ctl["socket"]).absolute())
     check_socket_free(Path(ctl["socket"]))
     check_metrics_port(cfg)
-    check_socket_folder(sock)
 
 
 # what to do about a refusal of a database path that stays (faults.Lasting's errno): run's and config check's words
