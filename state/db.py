@@ -60,8 +60,7 @@ def describe(path: Path, err: sqlite3.Error, readonly: bool = False) -> StoreErr
                           "service's user")
     if kind == "read-only":
         if not may(path.parent, os.W_OK | os.X_OK):     # (its journals cannot be made there: no retry changes that)
-            return Lasting(f"database {path} cannot be opened for writing ({err}): its folder {path.parent} takes no "
-                           "new file (SQLite's journals)", errno.EACCES)
+            return journals_refused(path, errno.EACCES)
         return StoreError(f"database {path} cannot be opened for writing ({err})")
     return StoreError(f"database {path}: {err}")
 
@@ -69,9 +68,18 @@ def describe(path: Path, err: sqlite3.Error, readonly: bool = False) -> StoreErr
 DB_MODE = 0o640        # owner writes, the service's group reads (specctl status offline), nobody else
 
 
-def uncreatable(what: str, path: Path, errno_: int) -> Lasting:
-    """A file of ours (the lock file, the database) that its folder refuses to take: run's words, config check's."""
-    return Lasting(f"{what} {path} cannot be created in {path.parent} ({os.strerror(errno_)})", errno_, path)
+def uncreatable(what: str, path: Path, errno_: int, why: str | None = None) -> Lasting:
+    """A file of ours (the lock file, the database) that its folder refuses to take: run's words, config check's. why:
+    the refusal's own words where errno's are not the whole story (a kernel file system: mounts)."""
+    return Lasting(f"{what} {path} cannot be created in {path.parent} ({why or os.strerror(errno_)})", errno_, path)
+
+
+def journals_refused(path: Path, errno_: int) -> Lasting:
+    """A database (and its lock file) there, whose folder takes no new file: SQLite's journals cannot be made beside it.
+    run's open and the preflight's look (run's, config check's) in one line (SQLite's own words, 'unable to open
+    database file', said nothing)."""
+    return Lasting(f"database {path} cannot be opened for writing: its folder {path.parent} takes no new file "
+                   "(SQLite's journals)", errno_)
 
 
 def folder_refused(folder: Path, err: OSError) -> StoreError:

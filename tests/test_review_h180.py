@@ -1,6 +1,7 @@
 """helper-180: a review of helper-179's start-up refusals. run and config check refuse a path with one check, one line
 and one exit code: the control socket below a folder this user cannot search (run's socket probe said it first, exit 1),
-a database folder on a kernel file system (run said the bind's ENOENT, config check the preflight's words)."""
+a database folder on a kernel file system (run said the open's ENOENT, config check the preflight's words; a user was
+told to get write access to /proc)."""
 import os
 
 import pytest
@@ -9,15 +10,15 @@ from click.testing import CliRunner
 from controller.daemon import main as daemon_main
 
 
-def _as_nobody_both(tmp, *args: str) -> dict:
+def _as_nobody_both(tmp, *args: str, db: str | None = None) -> dict:
     """run's and config check's (exit code, stderr), each acting as nobody where the tests run as root (as themselves
     otherwise), in-process: the modules imported first, as this user (nobody may not read the interpreter's folder)."""
     from tests.conftest import as_nobody
     (tmp / "e.toml").write_text("")
     os.chmod(tmp, 0o755)
-    (own := tmp / "own").mkdir(mode=0o777)          # (the database's folder: nobody may write it)
+    (own := tmp / "own").mkdir(mode=0o777, exist_ok=True)     # (the database's folder: nobody may write it)
     os.chmod(own, 0o777)
-    base = ["--config", str(tmp / "e.toml"), "--db", str(own / "x.db"), "--concurrency", "2"]
+    base = ["--config", str(tmp / "e.toml"), "--db", db or str(own / "x.db"), "--concurrency", "2"]
     CliRunner().invoke(daemon_main.main, ["config", "check", *base[:2], "--db", str(tmp / "w.db"), "--socket",
                                           str(tmp / "w.sock")])
     import controller.daemon.lifecycle  # noqa: F401  (run's modules, imported as this user)
@@ -47,3 +48,63 @@ def test_run_refuses_a_socket_below_a_folder_it_cannot_search_as_config_check_do
     assert line.startswith(f"spec-controller: cannot create {what}: Permission denied"), said
     assert not own or line.endswith(f"(the folder {locked} is yours but its mode 0 refuses you: chmod u+rwx {locked})\n")
     assert not (short_tmp / "own" / "x.db").exists()
+
+
+
+def _daemon(tmp, words: list[str], *args: str, state: str) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    from tests.daemon_proc import ROOT
+    (tmp / "e.toml").write_text("")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": state}
+    env.pop("INVOCATION_ID", None)
+    extra = ["--concurrency", "2"] if words == ["run"] else []
+    res = subprocess.run([sys.executable, "-m", "controller.daemon", *words, "--config", str(tmp / "e.toml"), *args,
+                          *extra], capture_output=True, text=True, env=env, timeout=120)
+    return res.returncode, res.stderr
+
+
+_KERNEL = "nothing can be made in it (proc: the kernel's own file system)"
+_ELSEWHERE = "; give a --db on a writable file system (under the unit: leave [storage] db empty, for its state directory)"
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["--db", "default-state-folder"])
+def test_a_database_folder_on_proc_is_one_line_from_run_and_config_check(short_tmp, given):
+    """As root, config check said 'lock file ... cannot be created in /proc (Read-only file system) ...' and run, whose
+    preflight did not ask, 'lock file ... cannot be created there (No such file or directory) ...' at its open; with the
+    state folder on /proc run named the control socket's folder, config check the database's. One check now."""
+    args = ["--db", "/proc/h180.db", "--socket", str(short_tmp / "c.sock")] if given else []
+    state = str(short_tmp / "state") if given else "/proc"
+    run, check = (_daemon(short_tmp, words, *args, state=state) for words in (["run"], ["config", "check"]))
+    first = f"lock file /proc/h180.db.lock cannot be created in /proc ({_KERNEL})" if given else \
+        f"cannot create /proc/spec-controller: {_KERNEL}"
+    assert run == check == (2, f"spec-controller: {first}{_ELSEWHERE}\n"), (run, check)
+
+
+def test_a_user_is_told_the_kernels_file_system_not_to_get_write_access_to_it(short_tmp):
+    """A user (nobody, where the tests run as root) met /proc's mode first: 'Permission denied; let this user write
+    there (its owner, its mode)', of /proc, for the database and the socket alike."""
+    said = _as_nobody_both(short_tmp, "--socket", str(short_tmp / "own" / "c.sock"), db="/proc/h180.db")
+    assert said["run"] == said["config"] == (2, f"spec-controller: lock file /proc/h180.db.lock cannot be created in "
+                                                f"/proc ({_KERNEL}){_ELSEWHERE}\n"), said
+    said = _as_nobody_both(short_tmp, "--socket", "/proc/h180.sock")
+    assert said["run"] == said["config"] == (2, f"spec-controller: cannot create the control socket in /proc: {_KERNEL}"
+                                                "\n"), said
+
+
+def test_a_folder_that_takes_no_file_beside_a_lock_file_names_the_database_as_run_does(short_tmp):
+    """The lock file there (the database not), the folder closed to this user: config check said the lock file could not
+    be created; run, whose open met the database's file, named that. One check, run's words."""
+    (folder := short_tmp / "f").mkdir()
+    (folder / "x.db.lock").write_text("")
+    (folder / "x.db.lock").chmod(0o666)         # (one this user may open: what refuses is the folder)
+    folder.chmod(0o555)
+    try:
+        said = _as_nobody_both(short_tmp, "--socket", str(short_tmp / "own" / "c.sock"), db=str(folder / "x.db"))
+    finally:
+        folder.chmod(0o755)
+    assert said["run"] == said["config"] and said["run"][0] == 2, said
+    assert said["run"][1].startswith(f"spec-controller: database {folder}/x.db cannot be created in {folder} "
+                                     "(Permission denied)"), said
+    assert os.listdir(folder) == ["x.db.lock"]

@@ -164,16 +164,16 @@ def check_files_apart(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> 
 
 
 def check_no_clash(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> None:
-    """What can clash with another process is checked before an engine takes minutes to start. It makes nothing:
-    the control socket's directory is made at the socket's bind (api.ControlServer), so a start refused before it
-    (here, or for the database or its lock) leaves no new, empty directory behind. The socket's folder is asked before
-    the socket itself: below a folder this user cannot search, the probe's lstat said 'Permission denied', exit 1
-    (retried every 5 s for good), where config check says the folder's line, exit 2."""
+    """Before an engine takes minutes to start: the folders its files go in, by config check's checks and in its order
+    (run's socket probe, asked first, said 'Permission denied', exit 1, below a folder it could not search; its lock
+    file's open, 'cannot be created there' in /proc), then what can clash with another process. It makes nothing: the
+    socket's folder is made at its bind (api.ControlServer), so a start refused before it leaves no empty folder. The
+    database folder's StoreError is main's to word (store_refusal), as the open's."""
     from .sockprobe import check_socket_free
-    ctl = cfg["control"]
     check_files_apart(cfg, engine_files)
-    check_socket_folder(Path(ctl["socket"]).absolute())
-    check_socket_free(Path(ctl["socket"]))
+    check_db_folder(Path(cfg["storage"]["db"] or default_db()).absolute())
+    check_socket_folder(Path(cfg["control"]["socket"]).absolute())
+    check_socket_free(Path(cfg["control"]["socket"]))
     check_metrics_port(cfg)
 
 
@@ -210,17 +210,13 @@ def check_store_opens(cfg: dict) -> tuple[dict, list[str]]:
     notes. (newcomer-146, helper-168: check said ok of a --db run then refused; helper-172: of a corrupt database, one
     of a newer schema, and it opened the database twice.)"""
     from state import queries
-    from state.db import (NoData, StoreError, describe, folder_refused, journals_problem, open_store, pin_file,
-                          uncreatable)
+    from state.db import NoData, StoreError, describe, journals_problem, open_store, pin_file
     from state.lock import DaemonLock
     db = Path(cfg["storage"]["db"] or default_db()).absolute()
     saved: dict = {}
     notes: list[str] = []
     try:                        # (what run's start opens first: the lock file, then the journals with the database)
-        if refusal := _refusing(db.parent):      # (in run's words: its folder made, then the lock file made in it)
-            folder, err = refusal
-            there = folder == db.parent and err.errno != errno.ENOTDIR
-            raise uncreatable("lock file", DaemonLock(db).path, err.errno) if there else folder_refused(db.parent, err)
+        check_db_folder(db)
         DaemonLock(db).check_file()
         if problem := journals_problem(db):
             raise problem
@@ -245,6 +241,22 @@ def check_store_opens(cfg: dict) -> tuple[dict, list[str]]:
             raise
         notes.append(str(e))
     return saved, notes
+
+
+def check_db_folder(db: Path) -> None:
+    """StoreError (faults.refused's split) where the database's folder cannot be made, or take the first file a start
+    makes there (the lock file, the database, SQLite's journals): run's preflight and config check's one check, in one
+    wording (a lock file there was said not to be creatable, by config check)."""
+    from state.db import folder_refused, journals_refused, uncreatable
+    from state.lock import DaemonLock
+    if refusal := _refusing(db.parent):
+        folder, err = refusal
+        if folder != db.parent or err.errno == errno.ENOTDIR:
+            raise folder_refused(db.parent, err)
+        for what, path in (("lock file", DaemonLock(db).path), ("database", db)):
+            if not os.path.lexists(path):
+                raise uncreatable(what, path, err.errno, err.strerror)
+        raise journals_refused(db, err.errno)
 
 
 def check_socket_folder(sock: Path) -> None:
@@ -287,9 +299,10 @@ def _refusing(directory: Path) -> tuple[Path | None, OSError] | None:
         return existing, OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
     from state.db import may
     from state.mounts import kernel_file_system, on_read_only_mount
+    # (first: access(2) passes root there, whose bind then failed, exit 1, late; a user was told to get write access)
+    if kind := kernel_file_system(existing):
+        return existing, OSError(errno.EROFS, f"nothing can be made in it ({kind}: the kernel's own file system)")
     if not may(existing, os.W_OK | os.X_OK):      # (as root: a read-only mount only)
         code = errno.EROFS if on_read_only_mount(existing) else errno.EACCES
         return existing, (PermissionError if code == errno.EACCES else OSError)(code, os.strerror(code))
-    if kind := kernel_file_system(existing):      # (access(2) passes root there, whose bind then failed: exit 1, late)
-        return existing, OSError(errno.EROFS, f"nothing can be made in it ({kind}: the kernel's own file system)")
     return None
