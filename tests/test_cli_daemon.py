@@ -457,22 +457,45 @@ def test_socket_and_db_after_the_command_reach_the_daemon_as_before_it(daemon, t
         assert json.loads(after.stdout)["daemon"]["pid"] == daemon.proc.pid
 
 
-def test_policy_show_with_the_daemon_down_lists_the_parameters_as_the_daemon_does(daemon):
+def _down(daemon, tmp_path) -> list[str]:
+    """specctl's options for the daemon's database with the daemon down: a copy (SQLite's backup, its WAL in it) that no
+    daemon holds. (A --socket where it does not answer is a mistyped one, refused as status refuses it: helper-180.)"""
+    import sqlite3
+    copy = tmp_path / "down.db"
+    src, dst = sqlite3.connect(daemon.db), sqlite3.connect(copy)
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+    return ["--socket", str(tmp_path / "none.sock"), "--db", str(copy)]
+
+
+def test_policy_show_with_the_daemon_down_lists_the_parameters_as_the_daemon_does(daemon, tmp_path):
     # the module's daemon is shared: set the policy this test reads (another test may have left ucb running)
     assert specctl(daemon, "policy", "set", "thompson", "--param", "scale=2").exit_code == 0
     running = json.loads(specctl(daemon, "policy", "show", "--json").stdout)
-    base = ["--socket", str(daemon.socket) + ".none", "--db", str(daemon.db)]
+    base = _down(daemon, tmp_path)
     offline = json.loads(CliRunner().invoke(cli, [*base, "policy", "show", "--json"]).stdout)
     assert offline["params"] == running["params"] and offline["params"]["scale"] == 2
 
 
-def test_policy_show_names_what_an_alias_stands_for_running_and_offline(daemon):
+def test_policy_show_names_what_an_alias_stands_for_running_and_offline(daemon, tmp_path):
     assert specctl(daemon, "policy", "set", "bandit").exit_code == 0
     assert specctl(daemon, "policy", "show").output.splitlines()[0] == "bandit (= thompson)"
-    base = ["--socket", str(daemon.socket) + ".none", "--db", str(daemon.db)]
+    base = _down(daemon, tmp_path)
     assert CliRunner().invoke(cli, [*base, "policy", "show"]).stdout.splitlines()[0] == "bandit (= thompson)"
     assert specctl(daemon, "policy", "set", "ucb").exit_code == 0
     assert specctl(daemon, "policy", "show").output.splitlines()[0] == "ucb"
+
+
+def test_policy_show_on_a_socket_the_daemon_holding_the_database_does_not_serve_is_refused_as_status_is(daemon):
+    """helper-179's policy show said 'daemon is not running (no daemon socket at S.none)' of the daemon serving that
+    database on S, and listed the saved policy, exit 0; status refuses the mistyped --socket, naming S (exit 2)."""
+    base = ["--socket", str(daemon.socket) + ".none", "--db", str(daemon.db)]
+    shown, status = (CliRunner().invoke(cli, [*base, *words]) for words in (["policy", "show"], ["status"]))
+    assert (shown.exit_code, shown.stdout, shown.stderr) == (2, "", status.stderr), shown.output
+    assert f"serves its control socket at {daemon.socket}, not at {daemon.socket}.none" in status.stderr, status.stderr
 
 
 def test_status_says_which_time_its_figures_cover():

@@ -108,3 +108,28 @@ def test_a_folder_that_takes_no_file_beside_a_lock_file_names_the_database_as_ru
     assert said["run"][1].startswith(f"spec-controller: database {folder}/x.db cannot be created in {folder} "
                                      "(Permission denied)"), said
     assert os.listdir(folder) == ["x.db.lock"]
+
+
+# --- specctl policy show while a daemon holds the database, its engine still loading -------------------------------------
+def test_policy_show_of_a_daemon_still_starting_says_what_status_says_not_that_none_runs(short_tmp):
+    """helper-179's line said 'daemon is not running (...); the policy saved for its next start' while a daemon held the
+    database (status: STARTING, exit 4): the start it spoke of was under way. status's reading, one place, says it."""
+    from controller.cli.main import cli
+    from state.db import open_store
+    from state.lock import DaemonLock
+    db, sock = short_tmp / "x.db", short_tmp / "none.sock"
+    open_store(db).conn.close()
+    args = ["--socket", str(sock), "--db", str(db)]
+    assert CliRunner().invoke(cli, [*args, "policy", "set", "ucb"]).exit_code == 0
+    lock = DaemonLock(db)
+    lock.acquire()          # (a daemon's start: the lock held, its socket not open yet)
+    try:
+        shown = CliRunner().invoke(cli, [*args, "policy", "show"])
+        status = CliRunner().invoke(cli, [*args, "status"])
+    finally:
+        lock.release()
+    why = (f"daemon pid {os.getpid()} holds the database but does not answer on {sock} (engine starting, the daemon "
+           "stopping, or is its socket another one? see --socket)")
+    assert status.exit_code == 4 and status.stderr == f"specctl: {why}; last state from the database:\n", status.output
+    assert shown.exit_code == 0 and shown.stdout.splitlines()[0] == "ucb", shown.output
+    assert shown.stderr == f"specctl: {why}; the policy saved in the database:\n", shown.stderr

@@ -199,30 +199,37 @@ def current_status(ctx: Ctx, explain: bool) -> tuple[dict, int]:
     try:
         return call(ctx, "GET", "/status"), 0
     except DaemonUnreachable as e:
-        holder = lock_holder(ctx.db)
-        # (an unreadable lock, the service user's 0600 to its group's operators, cannot say that no daemon holds it:
-        # a start still loading its engine was said to have ended without a stop)
-        down = holder is None
-        holder = None if holder == UNREADABLE else holder
-        if not present(ctx.db):
-            no_database(ctx, str(e))
-        found = find_holder(ctx.db, ctx.socket, holder) if holder else None
-        if found and found.elsewhere:       # a healthy daemon, and a mistyped --socket: say so, nothing else
-            fail(found.mismatch(), EXIT_USAGE)
+        holder, down, why = unanswered(ctx, e)
         st = offline_status(ctx, down=down)
         if holder:      # alive but not serving: the engine is still loading (or the daemon is wedged)
             st["daemon"].update(starting=True, pid=int(holder) if holder.isdigit() else holder)
         if explain:
-            if not holder:
-                why = not_running(ctx, e)
-            elif found.socket is not None:      # its own socket, as recorded: not open yet
-                why = (f"daemon pid {holder} holds the database but its control socket is not open (engine starting, or "
-                       "the daemon stopping?)")
-            else:
-                why = (f"daemon pid {holder} holds the database but does not answer on {ctx.socket} "
-                       "(engine starting, the daemon stopping, or is its socket another one? see --socket)")
             click.echo(f"specctl: {why}; last state from the database:", err=True)
         return st, EXIT_STARTING if holder else EXIT_NOT_RUNNING
+
+
+def unanswered(ctx: Ctx, e: DaemonUnreachable) -> tuple[str | None, bool, str]:
+    """Where no daemon answered (e): the pid holding the database (None: none, or the lock unreadable), whether none
+    holds it, and why the database is read, in words; no_database's line where there is none, and a daemon serving
+    another socket than the one given is a usage error (its mismatch). status's and `policy show`'s one reading (policy
+    show said 'daemon is not running' of a daemon holding the database, its engine loading)."""
+    holder = lock_holder(ctx.db)
+    # (an unreadable lock, the service user's 0600 to its group's operators, cannot say that no daemon holds it:
+    # a start still loading its engine was said to have ended without a stop)
+    down = holder is None
+    holder = None if holder == UNREADABLE else holder
+    if not present(ctx.db):
+        no_database(ctx, str(e))
+    found = find_holder(ctx.db, ctx.socket, holder) if holder else None
+    if found and found.elsewhere:       # a healthy daemon, and a mistyped --socket: say so, nothing else
+        fail(found.mismatch(), EXIT_USAGE)
+    if found is None:
+        return holder, down, not_running(ctx, e)
+    if found.socket is not None:        # its own socket, as recorded: not open yet
+        return holder, down, (f"daemon pid {holder} holds the database but its control socket is not open (engine "
+                               "starting, or the daemon stopping?)")
+    return holder, down, (f"daemon pid {holder} holds the database but does not answer on {ctx.socket} (engine "
+                          "starting, the daemon stopping, or is its socket another one? see --socket)")
 
 
 @click.command()

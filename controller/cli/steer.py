@@ -12,7 +12,7 @@ from ..numtext import one_line, plain, terminal_text
 from ..paths import present
 from .client import DaemonDropped, DaemonError, DaemonUnreachable, request
 from .common import (UNREADABLE, Ctx, alias_note, call, emit, fail, full_params, given_db_exists, json_option,
-                     lock_holder, not_running, refuse_unpaired, trial_note)
+                     lock_holder, refuse_unpaired, trial_note)
 from .offline import offline_read, read_offline, refuse_held, save_offline
 from .options import EXIT_USAGE, NEGATIVE_ARGS, Bounded, say
 
@@ -86,13 +86,16 @@ def policy_show(ctx: Ctx, as_json: bool) -> None:
     except DaemonUnreachable as e:
         from policies import known_name
         from state import queries
-        settings = read_offline(ctx, queries.settings, e)
+
+        from .status import unanswered
+        holder, _, why = unanswered(ctx, e)         # (status's words: a daemon starting is not 'not running')
+        settings = offline_read(ctx, queries.settings)
         saved = settings.get("policy") or {}
         info = {"name": saved.get("name"), "policy": known_name(saved.get("name")), "params": full_params(saved),
                 "pinned": settings.get("pinned"), "daemon_running": False}     # (pinned: as the daemon's, or null)
         if not as_json:         # (as status says it: the lines below read as the running daemon's policy otherwise)
-            click.echo(f"specctl: {not_running(ctx, e)}; the policy saved for its next start, from the database:",
-                       err=True)
+            saved_for = "in" if holder else "for its next start, from"
+            click.echo(f"specctl: {why}; the policy saved {saved_for} the database:", err=True)
     emit(info, as_json, lambda i: f"{i['name']}{alias_note(i)}" + "".join(f"\n    {k}={_number(v)}"
                                                                           for k, v in i["params"].items())
          if i["name"] is not None else f"no policy saved in {ctx.db}: the daemon starts with its config's [policy] name "
