@@ -133,3 +133,37 @@ def test_policy_show_of_a_daemon_still_starting_says_what_status_says_not_that_n
     assert status.exit_code == 4 and status.stderr == f"specctl: {why}; last state from the database:\n", status.output
     assert shown.exit_code == 0 and shown.stdout.splitlines()[0] == "ucb", shown.output
     assert shown.stderr == f"specctl: {why}; the policy saved in the database:\n", shown.stderr
+
+
+# --- helper-179's numbers in full (numtext.plain): the call sites its tests left out ----------------------------------
+def test_the_numbers_an_operator_gave_are_said_in_full_where_helper_179_changed_them(tmp_path, monkeypatch):
+    """%g said 1234.57 of 1234.5678: the guard's stabilisation window, status's clock, stop's timeout, simulate's tables
+    (helper-179 changed these without a test that sees it)."""
+    import click
+
+    from controller.cli import openloop, stop
+    from controller.cli.status import render_status
+    from controller.control.guard import Guard
+    from controller.control.guard_config import GuardConfig
+    from policies import Decision
+    from policies.buckets import Buckets
+    held = Guard(GuardConfig(stabilisation_s=1234.5678, max_step_buckets=100), Buckets(256), initial=8)
+    assert held.apply(0.0, Decision(12, 12, "a"), 0.0)[1] == "a"
+    assert held.apply(0.5, Decision(4, 4, "b"), 0.5)[1] == "guard: 12 held, 4 not yet proposed for 1234.5678 s; the " \
+                                                          "policy: b"
+    st = {"daemon": {"running": True, "pid": 1, "uptime_s": 30, "healthy": True},
+          "engine": {"engine": "sim", "profile": "crossover-b", "load": "C=32", "state": "running", "speed": 1234.5678}}
+    assert "clock x1234.5678" in render_status(st), render_status(st)
+    monkeypatch.setattr(stop, "wait_gone", lambda *a, **k: False)
+    monkeypatch.setattr(stop, "_gone", lambda *a: False)
+    res = CliRunner().invoke(click.command()(lambda: stop._wait(tmp_path / "x.db", 7, 1234.5678)))
+    assert res.output == "specctl: daemon pid 7 is still draining after 1234.5678 s\n", res.output
+    mode = {"tok_s": 1.0, "tpot_ms_mean": 1.0, "tpot_ms_median": 1.0, "e2e_ms_median": 1.0, "mean_batch_size": 1.0,
+            "spec_share": 0.5, "duration_s": 1.0}
+    row = {"rate": 1234.5678, **mode, **{m: mode for m in openloop.MODES}, "tok_s_vs_best_fixed": 1.0,
+           "tpot_vs_best_fixed": 1.0, "final_threshold": 8}
+    table = openloop.render_open_table({"policy": "ucb", "profile": "seed", "seed": 0, "rows": [row]})
+    assert "rate 1234.5678: ucb" in table and "\n1234.5678  " in table, table
+    finite = openloop.render_finite_table({"policy": "ucb", "profile": "seed", "seconds": 1234.5678, "seeds": [0, 1],
+                                           "rows": [{"rate": 1e6, "requests": 3, "modes": {"policy": mode}}]})
+    assert "(1234.5678 s of arrivals" in finite and "1000000" in finite, finite
