@@ -208,8 +208,8 @@ def test_query_utf8_404_a_query_not_utf8_is_a_bad_request_not_a_missing_endpoint
 # (The preflight refuses /proc and /sys since helper-179, so this test, on /sys as run sees it, always skipped.)
 _BLIND_RUN = """
 import sys
-from controller.daemon import preflight
-preflight._refusing = lambda directory: None
+from state import mounts
+mounts.refusing = lambda directory: None
 from controller.daemon.main import main
 main(sys.argv[1:])
 """

@@ -249,7 +249,8 @@ def check_db_folder(db: Path) -> None:
     wording (a lock file there was said not to be creatable, by config check)."""
     from state.db import folder_refused, journals_refused, uncreatable
     from state.lock import DaemonLock
-    if refusal := _refusing(db.parent):
+    from state.mounts import refusing
+    if refusal := refusing(db.parent):
         folder, err = refusal
         if folder != db.parent or err.errno == errno.ENOTDIR:
             raise folder_refused(db.parent, err)
@@ -264,8 +265,9 @@ def check_socket_folder(sock: Path) -> None:
     mode, a mount, a file in the way: run's start exited 1 on it, restarted every 5 s for good: helper-172); exit 1,
     which the unit retries, for an error met while asking that a retry may pass (an I/O error: faults.refused's split,
     as the database folder's)."""
-    if (refusal := _refusing(sock.parent)) is not None:
-        from state.faults import Lasting, refused
+    from state.faults import Lasting, refused
+    from state.mounts import refusing
+    if (refusal := refusing(sock.parent)) is not None:
         folder, err = refusal       # (its own folder refusing, or one on the way: is_dir() raised under a folder without x)
         what = "the control socket in" if folder == sock.parent and err.errno != errno.ENOTDIR else \
             "the control socket's directory"
@@ -274,35 +276,12 @@ def check_socket_folder(sock: Path) -> None:
 
 
 def _uncreatable(directory: Path) -> str | None:
-    """_refusing's error in words, with the chmod where the folder refusing is this user's own; or None."""
-    refusal = _refusing(directory)
+    """mounts.refusing's error in words, with the chmod where the folder refusing is this user's own; or None."""
+    from state.mounts import refusing
+    refusal = refusing(directory)
     return None if refusal is None else _said(directory, refusal)
 
 
 def _said(directory: Path, refusal: tuple[Path | None, OSError]) -> str:
     folder, err = refusal
     return err.strerror + denied_note(folder or directory, err)
-
-
-def _refusing(directory: Path) -> tuple[Path | None, OSError] | None:
-    """Why `mkdir -p directory` and then a file in it would fail: the folder that refuses (its nearest existing
-    ancestor no directory, or one this user may not write in: the directory itself where it exists, e.g. /run for a
-    user not root; None where the error was met while asking: one above that cannot be searched, an I/O error) and
-    the error a start would meet, or None; asked without making anything."""
-    existing = directory
-    try:
-        while not existing.exists() and existing != existing.parent:
-            existing = existing.parent
-    except OSError as e:            # (a folder above without x: Path.exists raises)
-        return None, e
-    if not existing.is_dir():
-        return existing, OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
-    from state.db import may
-    from state.mounts import kernel_file_system, on_read_only_mount
-    # (first: access(2) passes root there, whose bind then failed, exit 1, late; a user was told to get write access)
-    if kind := kernel_file_system(existing):
-        return existing, OSError(errno.EROFS, f"nothing can be made in it ({kind}: the kernel's own file system)")
-    if not may(existing, os.W_OK | os.X_OK):      # (as root: a read-only mount only)
-        code = errno.EROFS if on_read_only_mount(existing) else errno.EACCES
-        return existing, (PermissionError if code == errno.EACCES else OSError)(code, os.strerror(code))
-    return None
