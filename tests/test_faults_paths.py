@@ -81,7 +81,7 @@ def test_check_socket_free_never_removes_a_link_or_a_directory(short_tmp):
     (short_tmp / "link").symlink_to(target)
     (short_tmp / "dir").mkdir()
     for name in ("link", "dir"):
-        with pytest.raises(RuntimeError, match="refusing to remove it"):
+        with pytest.raises(RuntimeError, match="refusing to remove it|neither follows nor removes"):    # (helper-180)
             check_socket_free(short_tmp / name)
     assert (short_tmp / "link").is_symlink() and target.read_text() == "x" and (short_tmp / "dir").is_dir()
 

@@ -61,12 +61,20 @@ def test_pa13_a_socket_path_is_measured_in_bytes_not_characters(short_tmp):
 
 # --- PA15: a symbolic link to a socket is a socket to connect to -----------------------------------------------------
 def test_pa15_a_symlink_to_a_socket_is_taken_as_the_socket(short_tmp):
+    """specctl connects through a link to a socket (no daemon listens behind this one: not running, no usage error).
+    The daemon's start never takes one for its own socket (it binds there itself): config check refuses it as run
+    does (helper-180: it said ok of what run refused), so this mutant is seen through specctl."""
+    from state.db import open_store
     real, link = short_tmp / "real.sock", short_tmp / "link.sock"
+    open_store(short_tmp / "x.db").conn.close()
     with socket.socket(socket.AF_UNIX) as s:
         s.bind(str(real))
         os.symlink(real, link)
+        res = CliRunner().invoke(cli, ["--socket", str(link), "--db", str(short_tmp / "x.db"), "status"])
         code, out = _check_socket(link)
-    assert code == 0 and out.rstrip().endswith("ok (engine sim: trace mixed-shift, profile crossover-b; policy bandit)"), out
+    assert res.exit_code == 3 and "not a socket" not in res.output, res.output
+    assert code == 2 and out.rstrip().endswith(f"control socket path {link} is a symbolic link, which a start neither "
+                                               "follows nor removes; remove it, or give another --socket"), out
     code, out = _check_socket(short_tmp)            # (what is no socket is still refused)
     assert code == 2 and out.rstrip().endswith(f"[control] socket {short_tmp}: a directory, not a socket"), out
 

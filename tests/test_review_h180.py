@@ -167,3 +167,21 @@ def test_the_numbers_an_operator_gave_are_said_in_full_where_helper_179_changed_
     finite = openloop.render_finite_table({"policy": "ucb", "profile": "seed", "seconds": 1234.5678, "seeds": [0, 1],
                                            "rows": [{"rate": 1e6, "requests": 3, "modes": {"policy": mode}}]})
     assert "(1234.5678 s of arrivals" in finite and "1000000" in finite, finite
+
+
+# --- a symbolic link at the control socket's path ------------------------------------------------------------------------
+@pytest.mark.parametrize("to", ["nowhere", "a socket"])
+def test_a_link_at_the_control_sockets_path_is_refused_by_run_and_config_check_alike(short_tmp, to):
+    """run's probe refused it, 'exists and is a symbolic link; refusing to remove it', exit 1 (retried every 5 s, for
+    good: only the operator removes it); config check said ok (it follows links, as specctl's connect does)."""
+    import socket
+    link = short_tmp / "c.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(short_tmp / "real.sock"))
+        link.symlink_to(short_tmp / ("real.sock" if to == "a socket" else "nowhere"))
+        args = ["--db", str(short_tmp / "x.db"), "--socket", str(link)]
+        run, check = (_daemon(short_tmp, words, *args, state=str(short_tmp / "state")) for words in
+                      (["run"], ["config", "check"]))
+    assert run == check == (2, f"spec-controller: control socket path {link} is a symbolic link, which a start neither "
+                               "follows nor removes; remove it, or give another --socket\n"), (run, check)
+    assert link.is_symlink() and not (short_tmp / "x.db").exists()

@@ -159,6 +159,9 @@ def check_files_apart(cfg: dict, engine_files: tuple[tuple[str, Path], ...]) -> 
     sock = Path(cfg["control"]["socket"] or default_socket()).absolute()
     if problem := socket_path_problem(sock):      # (a usage error, as specctl says it: exit 2)
         raise Fatal(f"control socket {sock}: {problem}", 2)
+    if os.path.islink(sock):        # (specctl connects through one; run's probe refused it, exit 1, and check said ok)
+        from .sockprobe import link_refused
+        raise Fatal(link_refused(sock), 2)
     if problem := shared_path(sock, Path(cfg["storage"]["db"] or default_db()).absolute(), engine_files):
         raise Fatal(problem, 2)
 

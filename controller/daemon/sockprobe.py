@@ -44,9 +44,10 @@ def check_socket_free(path: Path) -> None:
         return
     except OSError as e:        # (its own state folder at mode 000: what refuses and the chmod, as specctl says it)
         raise SocketRefused(f"control socket path {path}: {e.strerror}{denied_note(path, e)}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise SocketRefused(link_refused(path))
     if not stat.S_ISSOCK(st.st_mode):
-        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a socket"
-        raise SocketRefused(f"control socket path {path} exists and is {kind}; refusing to remove it")
+        raise SocketRefused(f"control socket path {path} exists and is not a socket; refusing to remove it")
     who, pid = who_listens(path)
     if who == FOREIGN:
         raise SocketRefused(f"control socket {path} is a socket this user may not connect to (another user's "
@@ -66,6 +67,13 @@ def check_socket_free(path: Path) -> None:
     whom = f"another daemon (pid {pid})" if pid else "another daemon"
     raise SocketRefused(f"control socket {path} is in use by {whom}; stop it ({stop_command(path)}) or give another "
                         "--socket")
+
+
+def link_refused(path: Path) -> str:
+    """A symbolic link at the control socket's path, in words: never followed nor removed (not the daemon's: it binds
+    its socket there itself), whatever it points to; the preflight's (run's, config check's: exit 2) and the probe's."""
+    return f"control socket path {path} is a symbolic link, which a start neither follows nor removes; remove it, or " \
+        "give another --socket"
 
 
 def stop_command(socket: Path) -> str:
