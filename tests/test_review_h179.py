@@ -168,8 +168,8 @@ def test_the_kernel_file_system_under_a_path_is_read_from_its_mount(short_tmp):
 
 
 def test_config_check_refuses_a_database_on_proc_as_run_does(short_tmp):
-    """config check said ok of --db /proc/x.db as root, which run refuses (exit 2: nothing can be made there). helper-180:
-    in one line (run's said the open's ENOENT), for a user too (told to get write access to /proc)."""
+    """config check said ok of --db /proc/x.db as root, which run refuses (exit 2: nothing can be made there).
+    helper-180: in one line (run's said the open's ENOENT), for a user too (told to get write access to /proc)."""
     args = ["--db", "/proc/h179.db", "--socket", str(short_tmp / "c.sock")]
     run, check = _daemon(short_tmp, "run", *args), _daemon(short_tmp, "config", "check", *args)
     assert (run.returncode, run.stderr) == (check.returncode, check.stderr) and run.returncode == 2, (run, check)
