@@ -46,7 +46,8 @@ def test_run_refuses_a_socket_below_a_folder_it_cannot_search_as_config_check_do
     assert code == 2 and len(line.splitlines()) == 1, said
     what = f"the control socket's directory {locked}/sub" if below else f"the control socket in {locked}"
     assert line.startswith(f"spec-controller: cannot create {what}: Permission denied"), said
-    assert not own or line.endswith(f"(the folder {locked} is yours but its mode 0 refuses you: chmod u+rwx {locked})\n")
+    assert not own or line.endswith(f"(the folder {locked} is yours but its mode 0 refuses you: chmod u+rwx "
+                                    f"{locked})\n")
     assert not (short_tmp / "own" / "x.db").exists()
 
 
@@ -66,7 +67,8 @@ def _daemon(tmp, words: list[str], *args: str, state: str) -> tuple[int, str]:
 
 
 _KERNEL = "nothing can be made in it (proc: the kernel's own file system)"
-_ELSEWHERE = "; give a --db on a writable file system (under the unit: leave [storage] db empty, for its state directory)"
+_ELSEWHERE = ("; give a --db on a writable file system (under the unit: leave [storage] db empty, for its state "
+             "directory)")
 
 
 @pytest.mark.parametrize("given", [True, False], ids=["--db", "default-state-folder"])
@@ -110,7 +112,7 @@ def test_a_folder_that_takes_no_file_beside_a_lock_file_names_the_database_as_ru
     assert os.listdir(folder) == ["x.db.lock"]
 
 
-# --- specctl policy show while a daemon holds the database, its engine still loading -------------------------------------
+# --- specctl policy show while a daemon holds the database, its engine still loading ------------------------------
 def test_policy_show_of_a_daemon_still_starting_says_what_status_says_not_that_none_runs(short_tmp):
     """helper-179's line said 'daemon is not running (...); the policy saved for its next start' while a daemon held the
     database (status: STARTING, exit 4): the start it spoke of was under way. status's reading, one place, says it."""
@@ -169,7 +171,7 @@ def test_the_numbers_an_operator_gave_are_said_in_full_where_helper_179_changed_
     assert "(1234.5678 s of arrivals" in finite and "1000000" in finite, finite
 
 
-# --- a symbolic link at the control socket's path ------------------------------------------------------------------------
+# --- a symbolic link at the control socket's path -----------------------------------------------------------------
 @pytest.mark.parametrize("to", ["nowhere", "a socket"])
 def test_a_link_at_the_control_sockets_path_is_refused_by_run_and_config_check_alike(short_tmp, to):
     """run's probe refused it, 'exists and is a symbolic link; refusing to remove it', exit 1 (retried every 5 s, for
@@ -185,3 +187,11 @@ def test_a_link_at_the_control_sockets_path_is_refused_by_run_and_config_check_a
     assert run == check == (2, f"spec-controller: control socket path {link} is a symbolic link, which a start neither "
                                "follows nor removes; remove it, or give another --socket\n"), (run, check)
     assert link.is_symlink() and not (short_tmp / "x.db").exists()
+
+
+def test_simulates_rate_limits_are_said_as_every_allowed_range_says_them():
+    """'rates must be 0.001 .. 1e6 requests/s', where run's --arrival-rate says 'allowed 0 .. 1000000'."""
+    from controller.cli.main import cli
+    res = CliRunner().invoke(cli, ["simulate", "--arrival-rate", "2000000"])
+    assert (res.exit_code, res.stderr) == (2, "specctl: invalid value for --arrival-rate: rates must be 0.001 .. "
+                                              "1000000 requests/s\n"), res.output

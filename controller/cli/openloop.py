@@ -18,8 +18,9 @@ def parse_rates(text: str, default: tuple[float, ...]) -> list[float]:
     if text.strip() == "default":
         return list(default)
     rates = number_list(text, float, "--arrival-rate")     # (float() took "1_0", "٣", "+5")
-    if any(not 0.001 <= r <= 1e6 for r in rates):
-        raise click.BadParameter("rates must be 0.001 .. 1e6 requests/s", param_hint="--arrival-rate")
+    if any(not 0.001 <= r <= 1e6 for r in rates):      # (its limits as every 'allowed LO .. HI' says them: plain)
+        raise click.BadParameter(f"rates must be {plain(0.001)} .. {plain(1e6)} requests/s",
+                                 param_hint="--arrival-rate")
     return rates
 
 
