@@ -460,15 +460,7 @@ def test_socket_and_db_after_the_command_reach_the_daemon_as_before_it(daemon, t
 def _down(daemon, tmp_path) -> list[str]:
     """specctl's options for the daemon's database with the daemon down: a copy (SQLite's backup, its WAL in it) that no
     daemon holds. (A --socket where it does not answer is a mistyped one, refused as status refuses it: helper-180.)"""
-    import sqlite3
-    copy = tmp_path / "down.db"
-    src, dst = sqlite3.connect(daemon.db), sqlite3.connect(copy)
-    try:
-        src.backup(dst)
-    finally:
-        src.close()
-        dst.close()
-    return ["--socket", str(tmp_path / "none.sock"), "--db", str(copy)]
+    return ["--socket", str(tmp_path / "none.sock"), "--db", str(_copy_db(daemon, tmp_path / "down.db"))]
 
 
 def test_policy_show_with_the_daemon_down_lists_the_parameters_as_the_daemon_does(daemon, tmp_path):

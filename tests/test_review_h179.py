@@ -15,6 +15,7 @@ from state import db as state_db
 from state.db import open_store
 from state.faults import Lasting
 from tests.daemon_proc import ROOT
+from tests.test_review_h172 import _daemon
 
 # `run` in its own process, with a newer version's write landing between _check_schema and migrate
 _RACED_RUN = """
@@ -134,15 +135,6 @@ def test_the_socket_folders_check_splits_an_error_met_asking_as_faults_refused_d
                                                 str(short_tmp / "d" / "x.db"), "--socket", str(sock)])
     said = f"spec-controller: {'note: ' if exit_code == 1 else ''}{line}"
     assert (res.exit_code, said in res.stderr.splitlines()) == (0 if exit_code == 1 else 2, True), res.output
-
-
-def _daemon(tmp, *words: str) -> subprocess.CompletedProcess:
-    (tmp / "e.toml").write_text("")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp / "state")}
-    env.pop("INVOCATION_ID", None)
-    extra = ["--concurrency", "2"] if words[0] == "run" else []
-    return subprocess.run([sys.executable, "-m", "controller.daemon", *words, "--config", str(tmp / "e.toml"), *extra],
-                          capture_output=True, text=True, env=env, timeout=120)
 
 
 def test_a_socket_folder_on_proc_is_refused_by_config_check_and_run_alike_before_any_engine(short_tmp):
