@@ -50,3 +50,12 @@ def test_the_license_is_an_spdx_string_and_the_backend_takes_it():
     backend = next(r for r in meta["build-system"]["requires"] if r.startswith("setuptools"))
     floor = re.search(r">=\s*(\d+)", backend)
     assert floor and int(floor.group(1)) >= 77, backend      # setuptools 77: project.license as SPDX
+
+
+def test_every_link_to_a_section_of_the_readme_names_one():
+    """`](#anchor)` as GitHub makes a heading's anchor (lower case, punctuation dropped, each space a '-'): a renamed
+    section left a reference to one that no longer exists ('"Config" under Robustness', helper-182)."""
+    anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+               for h in re.findall(r"^#+ (.+)$", README, flags=re.M)}
+    linked = set(re.findall(r"\]\(#([^)]+)\)", README))
+    assert linked and not linked - anchors, linked - anchors
