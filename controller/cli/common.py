@@ -182,9 +182,23 @@ def refuse_unpaired(ctx: Ctx) -> None:
         return
     served = recorded_socket(ctx.db, None) if present(ctx.db) else None
     if served is None or not same(served, ctx.socket):
+        # (a daemon holding it on its own socket: the --socket is the typo, as status and a pin say; history, plot and
+        # policy set told the operator to give another --db, exit 3, of a daemon that runs)
+        refuse_elsewhere(ctx, lock_holder(ctx.db))
         whose = f"is the state of the daemon that serves {served}" if served else "records no daemon on it"
         fail(f"no daemon answers on {ctx.socket}, and {ctx.db} (the default database, with no --db) {whose}: give "
              f"the --db of the daemon meant; nothing changed", EXIT_NOT_RUNNING)
+
+
+def refuse_elsewhere(ctx: Ctx, holder: str | None) -> None:
+    """Where the daemon pid holder, holding ctx.db, serves (or will serve) another socket than ctx.socket: its
+    mismatch, exit 2 (a mistyped --socket / SPECCTL_SOCKET), nothing read or changed. None / UNREADABLE: nothing."""
+    if holder in (None, UNREADABLE):
+        return
+    from .holder import find_holder
+    found = find_holder(ctx.db, ctx.socket, holder)
+    if found.elsewhere:
+        fail(f"{found.mismatch()}; nothing changed", EXIT_USAGE)
 
 
 UNREADABLE = "unreadable"

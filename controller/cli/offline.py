@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from ..paths import present, socket_path_too_long
-from .common import UNREADABLE, Ctx, fail, lock_holder, not_running, refuse_unpaired
-from .options import EXIT_NOT_RUNNING, EXIT_STARTING, EXIT_USAGE, say
+from .common import UNREADABLE, Ctx, fail, lock_holder, not_running, refuse_elsewhere, refuse_unpaired
+from .options import EXIT_NOT_RUNNING, EXIT_STARTING, say
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -35,10 +35,7 @@ def refuse_held(ctx: Ctx, holder: str | None) -> None:
     socket it serves named where it serves another (exit 2), else that it does not answer (starting, or hung)."""
     if holder is None:
         return
-    from .holder import find_holder
-    found = find_holder(ctx.db, ctx.socket, holder)
-    if found.elsewhere:
-        fail(f"{found.mismatch()}; nothing changed", EXIT_USAGE)
+    refuse_elsewhere(ctx, holder)
     fail(f"a daemon holds {ctx.db} but does not answer on {ctx.socket}; nothing changed")
 
 
