@@ -22,6 +22,13 @@ ROOT="${ROOT:-/}"; ROOT="${ROOT%/}"
 PREFIX=/opt/spec-controller
 EXTRAS="${EXTRAS-[sglang]}"
 PYTHON="${PYTHON:-python3}"
+# The real install writes /opt, /etc and /usr and adds a user: run without sudo it stopped part way (venv's
+# "Error: [Errno 13] Permission denied: '/opt/spec-controller'", or, where /opt let it, a venv and no unit).
+if [ -z "$ROOT" ] && [ "$(id -u)" -ne 0 ]; then
+  echo "install-service.sh: run it as root (sudo scripts/install-service.sh, its settings after sudo: sudo PIP_FLAGS=..." \
+       "scripts/install-service.sh): it installs into /opt, /etc and /usr and adds the spec-controller user; nothing installed" >&2
+  exit 2
+fi
 # Python 3.11+ (pyproject): the python3 of Ubuntu 22.04 (3.10) or RHEL 9 (3.9) failed in pip, after the venv was made,
 # and every later run reused that venv. Refused before anything is made, and an existing venv on an older one named.
 too_old() { ! "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }

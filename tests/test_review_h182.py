@@ -30,3 +30,33 @@ def test_a_wrong_socket_alone_beside_the_default_daemon_names_its_socket_for_eve
         assert d.call("GET", "/policy")["name"] == before and not (tmp_path / "p.png").exists()
     finally:
         assert d.stop() == 0
+
+
+def test_the_install_script_run_without_sudo_refuses_before_it_makes_anything():
+    """The README's install is `sudo scripts/install-service.sh`; run without sudo it stopped part way, with venv's
+    'Error: [Errno 13] Permission denied: '/opt/spec-controller'', exit 1 (or, where /opt let the user write, a venv
+    and no unit). Now one line naming sudo, exit 2, and nothing asked of the interpreter (no venv made)."""
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    tmp = Path(tempfile.mkdtemp(prefix="h182-", dir="/tmp"))
+    try:
+        tmp.chmod(0o777)                     # (the user below logs what it is asked here)
+        python = tmp / "python-x"
+        # (a 3.11 to the script's version check, -c; anything else asked of it, a venv, logged and failed)
+        python.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then exit 0; fi\necho "$@" >> {tmp}/asked\nexit 3\n')
+        python.chmod(0o755)
+        env = {k: v for k, v in os.environ.items() if k != "ROOT"}
+        env.update(PYTHON=str(python), EXTRAS="", PIP_FLAGS="--no-deps")
+        as_user = (lambda: (os.setgid(65534), os.setuid(65534))) if os.geteuid() == 0 else None
+        res = subprocess.run(["bash", str(root / "scripts" / "install-service.sh")], cwd="/", env=env,
+                             capture_output=True, text=True, timeout=60, preexec_fn=as_user)
+        assert res.returncode == 2, res.stdout + res.stderr
+        line, = res.stderr.strip().splitlines()
+        assert line.startswith("install-service.sh: run it as root (sudo scripts/install-service.sh") and \
+            line.endswith("; nothing installed"), line
+        assert not (tmp / "asked").exists() and res.stdout == ""
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
