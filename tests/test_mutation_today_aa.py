@@ -232,6 +232,25 @@ def test_notrun_asked_socket_only_with_no_db_nor_socket_given_the_socket_asked_i
         f"still starting, its socket not open yet) cannot be told: lock file {lock} is a symbolic link"), res.stderr
 
 
+@pytest.mark.parametrize("socket_given", [False, True], ids=["--db", "--db-and---socket"])
+def test_unreadable_holder_policy_show_with_an_unreadable_lock_does_not_say_a_next_start(short_tmp, socket_given):
+    # mutant ps-unreadable-holder; the defect it showed: with a lock it cannot read, `policy show` said in one line that
+    # whether a daemon holds the database (one still starting) cannot be told, and then 'the policy saved for its next
+    # start': a start that may be under way. status's 'last state from the database' says no more than it knows.
+    db = short_tmp / "x.db"
+    sock = ["--socket", str(short_tmp / "none.sock")] if socket_given else []
+    open_store(db).conn.close()
+    assert _specctl(*sock, "--db", str(db), "policy", "set", "ucb").exit_code == 0      # (saved offline)
+    lock = _unreadable_lock(db)
+    res = _specctl(*sock, "--db", str(db), "policy", "show")
+    asked = f" (no daemon socket at {short_tmp}/none.sock)" if socket_given else ""
+    assert res.exit_code == 0 and res.stdout.splitlines()[0] == "ucb", res.output
+    assert res.stderr.startswith(f"specctl: no daemon answers{asked}, and whether a daemon holds {db} (one still "
+                                 f"starting, its socket not open yet) cannot be told: lock file {lock} is a symbolic "
+                                 "link"), res.stderr
+    assert res.stderr.endswith("; the policy saved in the database:\n"), res.stderr
+
+
 # --- sockprobe.link_refused --------------------------------------------------------------------------------------
 def test_link_unsaid_the_probe_says_a_link_in_the_preflights_words(short_tmp):
     # mutant sp-link-unsaid: the probe (the bind's, minutes after the preflight: a link planted during the engine's

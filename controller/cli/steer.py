@@ -88,13 +88,14 @@ def policy_show(ctx: Ctx, as_json: bool) -> None:
         from state import queries
 
         from .status import unanswered
-        holder, _, why = unanswered(ctx, e)         # (status's words: a daemon starting is not 'not running')
+        _, down, why = unanswered(ctx, e)           # (status's words: a daemon starting is not 'not running')
         settings = offline_read(ctx, queries.settings)
         saved = settings.get("policy") or {}
         info = {"name": saved.get("name"), "policy": known_name(saved.get("name")), "params": full_params(saved),
                 "pinned": settings.get("pinned"), "daemon_running": False}     # (pinned: as the daemon's, or null)
         if not as_json:         # (as status says it: the lines below read as the running daemon's policy otherwise)
-            saved_for = "in" if holder else "for its next start, from"
+            # (a next start only where none holds it: an unreadable lock cannot tell, and says so first)
+            saved_for = "for its next start, from" if down else "in"
             click.echo(f"specctl: {why}; the policy saved {saved_for} the database:", err=True)
     emit(info, as_json, lambda i: f"{i['name']}{alias_note(i)}" + "".join(f"\n    {k}={_number(v)}"
                                                                           for k, v in i["params"].items())
