@@ -86,7 +86,8 @@ def folder_refused(folder: Path, err: OSError) -> StoreError:
     """The database's folder that cannot be made (mkdir -p): run's words, config check's; faults.refused's split. A file
     at its path (mkdir's EEXIST) is ENOTDIR, as one above it is: no retry changes it ('File exists' was exit 1)."""
     code = errno.ENOTDIR if err.errno == errno.EEXIST else err.errno
-    return refused(f"cannot create {folder}: {os.strerror(code) if code != err.errno else err.strerror}", code)
+    # (folder: below one of the user's own without x or w, store_refusal names that one and the chmod, as the socket's)
+    return refused(f"cannot create {folder}: {os.strerror(code) if code != err.errno else err.strerror}", code, folder)
 
 
 def open_nofollow(path: Path, flags: int, what: str, mode: int = 0o600) -> int:

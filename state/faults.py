@@ -27,9 +27,10 @@ LASTING_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDI
                             errno.ENXIO})
 
 
-def refused(message: str, errno_: int | None) -> StoreError:
-    """The one split of an OSError's refusal: Lasting where its errno stays, StoreError where a retry may pass."""
-    return Lasting(message, errno_) if errno_ in LASTING_ERRNOS else StoreError(message)
+def refused(message: str, errno_: int | None, path: object = None) -> StoreError:
+    """The one split of an OSError's refusal: Lasting where its errno stays, StoreError where a retry may pass. path:
+    what was refused, where a chmod of the user's own may be what to do (Lasting's)."""
+    return Lasting(message, errno_, path) if errno_ in LASTING_ERRNOS else StoreError(message)
 
 
 class NotOurs(Lasting):

@@ -306,3 +306,23 @@ def test_plot_bin_a_bin_wider_than_the_span_is_said_in_full(tmp_path):
     assert res.exit_code == 0 and res.output.endswith(
         "over the last 30 engine seconds; --bin 1234.5678 is wider than that span: a shorter one draws more "
         "points\n"), res.output
+
+
+# --- found beside the pass: the database's folder below a folder of the user's own -----------------------------------
+def test_a_database_folder_below_a_folder_of_ones_own_names_the_chmod_as_the_sockets_does(short_tmp):
+    """`--db own/sub/x.db`, own the user's at 000: run and config check said `cannot create own/sub: Permission denied;
+    let this user write there (its owner, its mode)`, where the control socket's line names the folder and the chmod
+    (folder_refused's Lasting carried no path for store_refusal's denied_step). At 500 (the default state folder's
+    spec-controller/ not made yet in it; a --db there is refused first, its directory not existing): the same."""
+    from tests.test_review_h180 import _as_nobody_both
+    (own := short_tmp / "locked").mkdir()
+    os.chown(own, NOBODY, NOBODY) if os.geteuid() == 0 else None
+    own.chmod(0o000)
+    said = _as_nobody_both(short_tmp, "--socket", str(short_tmp / "own" / "c.sock"), db=str(own / "sub" / "x.db"))
+    assert said["run"] == said["config"] == (
+        2, f"spec-controller: cannot create {own}/sub: Permission denied (the folder {own} is yours but its mode 0 "
+           f"refuses you: chmod u+rwx {own})\n"), said
+    own.chmod(0o500)
+    assert as_nobody(lambda: _refused(lambda: check_db_folder(own / "spec-controller" / "spec-controller.db"))) == (
+        2, f"cannot create {own}/spec-controller: Permission denied (the folder {own} is yours but its mode 500 "
+           f"refuses you: chmod u+rwx {own})")
