@@ -16,6 +16,7 @@ from state.db import open_store
 from state.faults import StoreError
 from state.mounts import kernel_file_system
 from tests.conftest import as_nobody
+from tests.test_review_h176 import root_only
 
 NOBODY = 65534
 
@@ -89,6 +90,7 @@ def test_kfs_source_not_type_the_file_systems_type_is_read_not_its_source(short_
     assert kernel_file_system(short_tmp) == "bpf"
 
 
+@root_only   # (as its owner the folder's other bits do not apply: nobody is the other user)
 def test_ref_w_only_a_folder_this_user_may_write_but_not_search_takes_no_socket(short_tmp):
     # mutant mo-ref-w-only: `may(existing, W_OK)` alone passed a folder without x (mutation-today-l's pf12 covers it
     # only where the tests do not run as root: skipped there). As nobody, a folder of root's at 0702.
@@ -100,6 +102,7 @@ def test_ref_w_only_a_folder_this_user_may_write_but_not_search_takes_no_socket(
 
 
 # --- preflight.check_db_folder ------------------------------------------------------------------------------------
+@root_only   # (as its owner the folder's other bits do not apply: nobody is the other user)
 def test_dbf_lexists_follows_a_link_at_the_lock_files_path_is_a_file_there_not_one_to_be_made(short_tmp):
     # mutant pf-dbf-lexists-follows: os.path.exists follows a dangling link at x.db.lock, so the lock file was said
     # not to be creatable where a file is; the first file a start would make there is the database
