@@ -38,7 +38,6 @@ class NewerSchema(RuntimeError):
     def __init__(self, version: int):
         super().__init__(f"database schema version {version} is newer than this spec-controller knows "
                          f"({len(MIGRATIONS)})")
-        self.version = version
 
 
 def migrate(db: sqlite_utils.Database) -> int:

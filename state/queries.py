@@ -146,7 +146,12 @@ def newest_start(db: sqlite_utils.Database) -> dict[str, str]:
     """The newest start event's NAME=value words ({}: none): engine, policy, threshold, pinned, pid, max_batch (since
     12-05) and socket, the last, whole (a path may hold spaces)."""
     row = db.execute("SELECT detail FROM events WHERE kind = 'start' ORDER BY id DESC LIMIT 1").fetchone()
-    head, sep, sock = row[0].partition(" socket=") if row and isinstance(row[0], str) else ("", "", "")
+    return start_words(row[0] if row else None)
+
+
+def start_words(detail: object) -> dict[str, str]:
+    """A start event's detail as its NAME=value words (newest_start's), the socket whole; {} for no text."""
+    head, sep, sock = detail.partition(" socket=") if isinstance(detail, str) else ("", "", "")
     words = dict(word.split("=", 1) for word in head.split() if "=" in word)
     return {**words, "socket": sock} if sep else words
 
@@ -158,7 +163,7 @@ def last_run_policy(db: sqlite_utils.Database) -> str | None:
                      "ORDER BY id DESC LIMIT 1").fetchone()
     if row is None:
         return None
-    return (row[1].split(" ", 1)[0] if row[0] == "policy" else newest_start(db).get("policy")) or None
+    return (row[1].split(" ", 1)[0] if row[0] == "policy" else start_words(row[1]).get("policy")) or None
 
 
 def started_max_batch(db: sqlite_utils.Database) -> int | None:
