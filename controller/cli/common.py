@@ -174,20 +174,29 @@ def refuse_unpaired(ctx: Ctx) -> None:
     daemon's only where it is the socket's default pair or its newest start served that socket. Else it is another
     daemon's (or no daemon's), and a pin saved there, or its status, is not the one meant (helper-128: a pin for a
     stopped daemon with its own --socket and --db went into the default daemon's database, exit 0)."""
+    if (why := unpaired(ctx)) is not None:
+        fail(f"{why}; nothing changed", EXIT_NOT_RUNNING)
+
+
+def unpaired(ctx: Ctx) -> str | None:
+    """refuse_unpaired's judgement, for a command that goes on without the database (policy list, unmarked): why the
+    default database is not the state of the daemon meant at ctx.socket, or None where it is (or no --socket alone was
+    given). A daemon holding it on another socket is refuse_elsewhere's usage error, exit 2."""
     if not ctx.socket_given or ctx.db_given:
-        return
+        return None
     from .holder import recorded_socket, same
     if any(same(ctx.socket, sock) and same(ctx.db, db) for sock, db in ((UNIT_SOCKET, UNIT_DB),
                                                                       (default_socket(), default_db()))):
-        return
+        return None
     served = recorded_socket(ctx.db, None) if present(ctx.db) else None
-    if served is None or not same(served, ctx.socket):
-        # (a daemon holding it on its own socket: the --socket is the typo, as status and a pin say; history, plot and
-        # policy set told the operator to give another --db, exit 3, of a daemon that runs)
-        refuse_elsewhere(ctx, lock_holder(ctx.db))
-        whose = f"is the state of the daemon that serves {served}" if served else "records no daemon on it"
-        fail(f"no daemon answers on {ctx.socket}, and {ctx.db} (the default database, with no --db) {whose}: give "
-             f"the --db of the daemon meant; nothing changed", EXIT_NOT_RUNNING)
+    if served is not None and same(served, ctx.socket):
+        return None
+    # (a daemon holding it on its own socket: the --socket is the typo, as status and a pin say; history, plot and
+    # policy set told the operator to give another --db, exit 3, of a daemon that runs)
+    refuse_elsewhere(ctx, lock_holder(ctx.db))
+    whose = f"is the state of the daemon that serves {served}" if served else "records no daemon on it"
+    return (f"no daemon answers on {ctx.socket}, and {ctx.db} (the default database, with no --db) {whose}: give "
+            f"the --db of the daemon meant")
 
 
 def refuse_elsewhere(ctx: Ctx, holder: str | None) -> None:

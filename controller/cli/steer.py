@@ -12,7 +12,7 @@ from ..numtext import one_line, plain, terminal_text
 from ..paths import present
 from .client import DaemonDropped, DaemonError, DaemonUnreachable, request
 from .common import (UNREADABLE, Ctx, alias_note, call, emit, fail, full_params, given_db_exists, json_option,
-                     lock_holder, refuse_unpaired, trial_note)
+                     lock_holder, refuse_unpaired, trial_note, unpaired)
 from .offline import offline_read, read_offline, refuse_held, save_offline
 from .options import EXIT_USAGE, NEGATIVE_ARGS, Bounded, say
 
@@ -52,15 +52,21 @@ def _number(value: object) -> str:
 
 def _active_policy(ctx: Ctx) -> str | None:
     """The active policy's name as saved in the database (the daemon saves it at its first start and before it
-    acknowledges a switch), or, with --socket alone, as the daemon there says; None where neither tells (no
-    database yet, one this user may not read, a daemon that does not answer): the list is printed unmarked, a
-    reason on stderr. A --db naming no database stays a usage error."""
+    acknowledges a switch), or, with --socket alone, as the daemon there says (none answering: the database only where
+    it is that socket's, common.unpaired); None where neither tells (no database yet, one this user may not read, one
+    of another daemon's): the list is printed unmarked, a reason on stderr. A --db naming no database stays a usage
+    error, as does a daemon holding the database on another socket than the --socket given."""
     given_db_exists(ctx)
     if ctx.socket_given and not ctx.db_given:
         try:
             return request(ctx.socket, "GET", "/policy").get("name")
-        except (DaemonUnreachable, DaemonError, AttributeError):
+        except (DaemonError, AttributeError):
             pass                            # (its database then)
+        except DaemonUnreachable:           # (the default database only where it is that socket's: else it marked the
+            why = unpaired(ctx)             # default daemon's policy as the one at a mistyped socket; none: quiet)
+            if why is not None and present(ctx.db):
+                say(f"specctl: the active policy is not marked: {why}", err=True)
+                return None
     if not present(ctx.db):
         return None
     from state import queries

@@ -1,0 +1,43 @@
+"""helper-183: operator-facing leftovers in specctl and the daemon's lines, each red before its fix."""
+import os
+
+from click.testing import CliRunner
+
+from controller.cli.main import cli
+from tests.daemon_proc import DaemonProc
+
+
+def _default_daemon(tmp_path) -> tuple[DaemonProc, str, str]:
+    """The README's own daemon: the default database and socket (under the test's XDG_STATE_HOME)."""
+    state = os.path.join(os.environ["XDG_STATE_HOME"], "spec-controller")
+    os.makedirs(state, mode=0o700)
+    db, sock = os.path.join(state, "spec-controller.db"), os.path.join(state, "control.sock")
+    d = DaemonProc(tmp_path, "--concurrency", "4", config_text=f'[storage]\ndb = "{db}"\n[control]\nsocket = "{sock}"\n',
+                   paths_in_config=(db, sock))
+    return d, db, sock
+
+
+def test_policy_list_at_a_wrong_socket_does_not_mark_the_default_daemons_policy(tmp_path):
+    """`specctl --socket TYPO policy list` beside the default daemon marked that daemon's policy [active], exit 0, as if
+    it were the one at TYPO; the other commands name the socket it serves, exit 2. Now so does list; with that daemon
+    stopped (its database records another socket) the list is printed unmarked, and stderr says why."""
+    d, db, sock = _default_daemon(tmp_path)
+    wrong = tmp_path / "typo.sock"
+    try:
+        d.wait_socket()
+        d.wait_start_recorded()
+        res = CliRunner().invoke(cli, ["--socket", str(wrong), "policy", "list"])
+        assert res.exit_code == 2, res.output
+        assert res.stdout == "" and "[active" not in res.output
+        assert res.stderr.startswith(f"specctl: daemon pid {d.proc.pid} holding {db} serves its control socket at "
+                                     f"{sock}, not at {wrong}; give --socket {sock}"), res.stderr
+    finally:
+        assert d.stop() == 0
+    res = CliRunner().invoke(cli, ["--socket", str(wrong), "policy", "list"])
+    assert res.exit_code == 0, res.output
+    assert "thompson" in res.stdout and "[active" not in res.stdout
+    assert res.stderr == (f"specctl: the active policy is not marked: no daemon answers on {wrong}, and {db} (the default "
+                          f"database, with no --db) is the state of the daemon that serves {sock}: give the --db of the "
+                          "daemon meant\n")
+    res = CliRunner().invoke(cli, ["--socket", sock, "policy", "list"])      # its own socket: its database speaks
+    assert res.exit_code == 0 and "[active as bandit]" in res.stdout, res.output
