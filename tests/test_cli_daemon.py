@@ -448,10 +448,11 @@ def test_status_says_a_threshold_is_a_trial_and_names_the_policys_best_unless_pi
 
 @pytest.mark.parametrize("command", [["status", "--json"], ["history", "--json"], ["policy", "show"],
                                      ["threshold", "unpin"]])
-def test_socket_and_db_after_the_command_reach_the_daemon_as_before_it(daemon, tmp_path, command):
-    # a newcomer's `specctl status --socket PATH` was refused ("No such option"); it overrides specctl's own
-    after = CliRunner().invoke(cli, ["--socket", str(tmp_path / "wrong.sock"), *command,
-                                     "--socket", str(daemon.socket), "--db", str(daemon.db)])
+def test_socket_and_db_after_the_command_reach_the_daemon_as_before_it(daemon, tmp_path, command, monkeypatch):
+    # a newcomer's `specctl status --socket PATH` was refused ("No such option"); it overrides SPECCTL_SOCKET (one
+    # typed before the command too must agree with it: helper-183)
+    monkeypatch.setenv("SPECCTL_SOCKET", str(tmp_path / "wrong.sock"))
+    after = CliRunner().invoke(cli, [*command, "--socket", str(daemon.socket), "--db", str(daemon.db)])
     assert after.exit_code == 0, after.output
     if command[0] == "status":
         assert json.loads(after.stdout)["daemon"]["pid"] == daemon.proc.pid

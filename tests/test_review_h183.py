@@ -41,3 +41,31 @@ def test_policy_list_at_a_wrong_socket_does_not_mark_the_default_daemons_policy(
                           "daemon meant\n")
     res = CliRunner().invoke(cli, ["--socket", sock, "policy", "list"])      # its own socket: its database speaks
     assert res.exit_code == 0 and "[active as bandit]" in res.stdout, res.output
+
+
+def test_a_socket_or_db_given_before_and_after_the_command_must_agree(short_tmp, monkeypatch):
+    """`specctl --db A threshold pin 5 --db B` pinned in B, A dropped unsaid (the last one won). Now two differing values
+    are one line, exit 2, and neither database changes; the same path twice (spelled two ways) is one path, and a
+    variable's (SPECCTL_DB) is replaced by the flag as before."""
+    from state.db import open_store
+
+    from tests.conftest import saved_settings
+    a, b = short_tmp / "a.db", short_tmp / "b.db"
+    for db in (a, b):
+        open_store(db).conn.close()
+    none = str(short_tmp / "none.sock")
+    for args in (["--socket", none, "--db", str(a), "threshold", "pin", "5", "--db", str(b)],
+                 ["--socket", none, "--db", str(a), "threshold", "--db", str(b), "pin", "5"],
+                 ["--db", str(a), "--socket", none, "threshold", "--socket", str(short_tmp / "other.sock"), "pin", "5"]):
+        res = CliRunner().invoke(cli, args)
+        assert res.exit_code == 2, (args, res.output)
+        assert res.stdout == "" and len(res.stderr.splitlines()) == 1, (args, res.output)
+        flag, first, second = ("--db", a, b) if "--db" in args[3:] else ("--socket", none, short_tmp / "other.sock")
+        assert res.stderr == f"specctl: {flag} given twice, as {first} and as {second}: give it once; nothing changed\n"
+        assert "pinned" not in saved_settings(a) and "pinned" not in saved_settings(b)
+    monkeypatch.chdir(short_tmp)
+    res = CliRunner().invoke(cli, ["--socket", none, "--db", str(a), "threshold", "pin", "5", "--db", "a.db"])
+    assert res.exit_code == 0 and saved_settings(a)["pinned"] == 5, res.output
+    monkeypatch.setenv("SPECCTL_DB", str(a))
+    res = CliRunner().invoke(cli, ["--socket", none, "threshold", "pin", "6", "--db", str(b)])
+    assert res.exit_code == 0 and saved_settings(b)["pinned"] == 6 and saved_settings(a)["pinned"] == 5, res.output

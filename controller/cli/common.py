@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, Iterable, NoReturn
 
 import click
 
@@ -19,7 +19,9 @@ from .options import EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_USAGE, fail_as
 
 
 class Ctx:
-    def __init__(self, socket: str | None, db: str | None):
+    def __init__(self, socket: str | None, db: str | None, typed: Iterable[str] = ()):
+        """typed: which of socket / db were typed on the command line (not taken from SPECCTL_SOCKET / SPECCTL_DB),
+        for named_again."""
         self._socket = find_socket()          # the default is not checked: commands that reach no daemon use none
         self.socket_given = self.db_given = self.db_checked = False
         not_empty("--socket", socket)
@@ -29,6 +31,17 @@ class Ctx:
         self._db = find_db()
         if db:
             self.db = Path(db)
+        self._typed = {name: Path(value) for name, value in (("socket", socket), ("db", db)) if name in typed and value}
+
+    def named_again(self, name: str, value: str) -> None:
+        """--socket / --db (name) given after a command name: it replaces the variable's, and must agree with one
+        typed before (or after a group's name): `specctl --db A status --db B` read B, A dropped unsaid."""
+        from .holder import same
+        path = Path(value)
+        setattr(self, name, path)           # (its own check first: a path no daemon can use is refused as such)
+        typed = self._typed.setdefault(name, path)
+        if not same(typed, path):
+            raise click.UsageError(f"--{name} given twice, as {typed} and as {path}: give it once; nothing changed")
 
     @property
     def db(self) -> Path:

@@ -5,9 +5,9 @@ Commands live in their own modules and are imported when invoked (LazyGroup), so
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from .common import Ctx, not_empty
 from .options import OneLineGroup, version_option
@@ -28,11 +28,12 @@ def _set_path(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     not_empty(f"--{param.name}", value)
     obj = ctx.find_object(Ctx)
     if value and obj is not None:
-        setattr(obj, param.name, Path(value))
+        obj.named_again(param.name, value)
 
 
 def with_path_options(cmd: click.Command) -> click.Command:
-    """--socket / --db after the command too (`specctl status --socket PATH`), overriding specctl's own."""
+    """--socket / --db after the command too (`specctl status --socket PATH`), overriding SPECCTL_SOCKET / SPECCTL_DB;
+    one typed before it too must name the same path (Ctx.named_again)."""
     for sub in getattr(cmd, "commands", {}).values():
         with_path_options(sub)
     names = {p.name for p in cmd.params}
@@ -65,7 +66,8 @@ class LazyGroup(OneLineGroup):
 @click.pass_context
 def cli(click_ctx: click.Context, socket: str | None, db: str | None) -> None:
     """Steer spec-controller: status, stop, policy, threshold pins, history, plots, simulation."""
-    click_ctx.obj = Ctx(socket, db)
+    click_ctx.obj = Ctx(socket, db, [name for name in ("socket", "db")
+                                     if click_ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE])
 
 
 if __name__ == "__main__":
