@@ -29,7 +29,7 @@ def test_file_then_flags(tmp_path):
     ("[sim]\nconcurrency = 5.0\n", r"\[sim\] concurrency=5.0 must be an integer"),
     ("[engine]\nkind = 'gpu'\n", "must be 'sim' or 'sglang'"),
     ("[policy]\ntick_s = 0\n", r"tick_s=0 out of range"),
-    ("[guard]\nexplore_share = 5\n", "explore_share=5.0 out of range"),
+    ("[guard]\nexplore_share = 5\n", "explore_share=5 out of range"),
 ])
 def test_bad_config_one_line(tmp_path, text, match):
     f = tmp_path / "c.toml"

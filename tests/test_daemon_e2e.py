@@ -148,7 +148,7 @@ def test_clashes_are_refused_before_the_engine_starts(short_tmp):
     (["--policy", "nope"], "unknown policy 'nope'", 2),
     (["--profile", "nope"], "config: [sim] profile (--profile): unknown profile 'nope'", 2),
     (["--trace", "nope"], "config: [sim] trace (--trace): unknown trace 'nope'", 2),
-    (["--speed", "0"], "speed=0.0 out of range", 2),
+    (["--speed", "0"], "speed=0 out of range", 2),
 ])
 def test_daemon_bad_input_one_line(short_tmp, args, needle, code):
     res = run_daemon_once(short_tmp, "--db", str(short_tmp / "x.db"), "--socket", str(short_tmp / "s"), *args)

@@ -1,6 +1,8 @@
 """helper-183: operator-facing leftovers in specctl and the daemon's lines, each red before its fix."""
 import os
 
+import pytest
+
 from click.testing import CliRunner
 
 from controller.cli.main import cli
@@ -69,3 +71,23 @@ def test_a_socket_or_db_given_before_and_after_the_command_must_agree(short_tmp,
     monkeypatch.setenv("SPECCTL_DB", str(a))
     res = CliRunner().invoke(cli, ["--socket", none, "threshold", "pin", "6", "--db", str(b)])
     assert res.exit_code == 0 and saved_settings(b)["pinned"] == 6 and saved_settings(a)["pinned"] == 5, res.output
+
+
+@pytest.mark.parametrize("args,line", [
+    (["--speed", "0"], "[sim] speed=0 out of range (allowed 0.01 .. 10000) (given on the command line: --speed)"),
+    (["--speed", "1e5"], "[sim] speed=100000 out of range (allowed 0.01 .. 10000) (given on the command line: --speed)"),
+    (["--set", "storage.min_free_mb=2e9"], "[storage] min_free_mb=2000000000 out of range (allowed 0 .. 1000000000) "
+                                           "(given on the command line: --set storage.min_free_mb=2e9)"),
+    (["--set", "guard.explore_share=5"], "[guard] setting explore_share=5 out of range (allowed 0 .. 1) (given on "
+                                         "the command line: --set guard.explore_share=5)"),
+])
+@pytest.mark.parametrize("command", [["run"], ["config", "check"]])
+def test_a_number_refused_by_its_range_is_echoed_as_the_operator_wrote_it(short_tmp, monkeypatch, command, args, line):
+    """`spec-controller run --speed 0` said `[sim] speed=0.0 out of range` (a float flag's repr), `[guard] explore_share
+    = 5` said `explore_share=5.0`: numtext.plain, as the range beside it is written."""
+    from controller.daemon import logs
+    from controller.daemon.main import main
+    monkeypatch.setattr(logs, "setup", lambda level: None)
+    res = CliRunner().invoke(main, [*command, "--db", str(short_tmp / "x.db"), "--socket", str(short_tmp / "s"), *args])
+    assert res.exit_code == 2 and res.output == f"spec-controller: config: {line}\n", res.output
+    assert not (short_tmp / "x.db").exists()

@@ -7,7 +7,7 @@ from typing import Any, Iterable, Mapping
 
 from ..closename import close_hint
 from ..contract import MAX_BATCH
-from ..numtext import a_kind, not_a_number, shown
+from ..numtext import a_kind, not_a_number, plain, shown
 
 
 class GuardConfigError(ValueError):
@@ -102,4 +102,4 @@ class GuardConfig:
         ]
         for name, ok, allowed in checks:
             if not ok:
-                raise GuardConfigError(f"guard setting {name}={getattr(self, name)!r} out of range (allowed {allowed})")
+                raise GuardConfigError(f"guard setting {name}={plain(getattr(self, name))} out of range (allowed {allowed})")

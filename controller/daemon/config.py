@@ -214,10 +214,11 @@ def validate(cfg: dict) -> None:
     for section, key, lo, hi in RANGES:
         value = cfg[section][key]
         if not lo <= value <= hi:          # NaN fails too
-            raise ConfigError(f"config: [{section}] {key}={value!r} out of range (allowed {plain(lo)} .. {plain(hi)})")
+            # (plain: --speed 0, a float flag, read `speed=0.0`; the value as the operator writes it, as its range)
+            raise ConfigError(f"config: [{section}] {key}={plain(value)} out of range (allowed {plain(lo)} .. {plain(hi)})")
     for section, key, least, upto in ZERO_OR_AT_LEAST:
         if 0 < (value := cfg[section][key]) < least:
-            raise ConfigError(f"config: [{section}] {key}={value!r} out of range (allowed 0 for none, or {plain(least)} .. "
+            raise ConfigError(f"config: [{section}] {key}={plain(value)} out of range (allowed 0 for none, or {plain(least)} .. "
                               f"{upto})")
     ctl = cfg["control"]
     if str(ctl["log_level"]).upper() not in LOG_LEVELS:
