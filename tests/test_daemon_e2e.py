@@ -64,7 +64,7 @@ def test_full_lifecycle_survives_sigkill(short_tmp):
         assert st["policy"]["name"] == "ucb" and st["policy"]["params"]["c"] == 1.2
         assert st["threshold"] == 7 and st["pinned"] is True
         hist = d2.call("GET", "/history?limit=5")
-        assert hist[0]["new"] == 7 and hist[0]["reason"] == "restored at start", (hist, d2.log_text())
+        assert hist[0]["new"] == 7 and hist[0]["reason"] == "restored at start: pinned at 7 by an operator", (hist, d2.log_text())
         # the simulator's clock resumes where the first run left off: no window is rewritten
         assert hist[0]["t"] >= hist[1]["t"], hist
         d2.call("POST", "/threshold/unpin", {})

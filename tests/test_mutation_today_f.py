@@ -21,8 +21,8 @@ def test_r1_r2_a_saved_threshold_at_the_largest_batch_is_kept_and_true_is_no_bat
     cfg = load_config(None)
     loop, reason = start_loop(cfg, make_policy("thompson", max_batch_size=256), saved, 256)
     assert (loop.pinned, loop.threshold) == (pinned, threshold)
-    assert reason == ("restored at start" if threshold else
-                      "initial threshold ([policy] initial_threshold): the saved one is not a batch size")
+    assert reason == (f"restored at start: pinned at {pinned} by an operator" if pinned else "restored at start"
+                      if threshold else "initial threshold ([policy] initial_threshold): the saved one is not a batch size")
 
 
 def test_l4_a_restart_with_a_saved_pin_is_no_trial():

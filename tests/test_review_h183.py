@@ -91,3 +91,27 @@ def test_a_number_refused_by_its_range_is_echoed_as_the_operator_wrote_it(short_
     res = CliRunner().invoke(main, [*command, "--db", str(short_tmp / "x.db"), "--socket", str(short_tmp / "s"), *args])
     assert res.exit_code == 2 and res.output == f"spec-controller: config: {line}\n", res.output
     assert not (short_tmp / "x.db").exists()
+
+
+def test_history_says_a_pin_restored_at_start_is_a_pin(short_tmp):
+    """A restart with a pinned threshold wrote `7 -> 7  bandit: restored at start`, the words of a learned threshold
+    restored: nothing said the start's threshold was the operator's pin. Its row now says so as the pin's own row does."""
+    sock, db = short_tmp / "ctl.sock", short_tmp / "state.db"
+    paths = ["--socket", str(sock), "--db", str(db)]
+    for run in range(2):
+        d = DaemonProc(short_tmp, "--concurrency", "4")
+        try:
+            d.wait_socket()
+            if run == 0:
+                assert CliRunner().invoke(cli, [*paths, "threshold", "pin", "7"]).exit_code == 0
+                d.wait_for(lambda st: st["threshold"] == 7, what="the pin applied")
+            else:
+                res = CliRunner().invoke(cli, [*paths, "history", "--limit", "5"])
+                assert res.exit_code == 0, res.output
+                newest, pin = res.stdout.splitlines()[:2]       # (newest first)
+                assert newest.endswith("    7 -> 7     bandit: restored at start: pinned at 7 by an operator"), res.stdout
+                assert pin.endswith(" -> 7     bandit: pinned at 7 by an operator"), res.stdout
+        finally:
+            stopped = CliRunner().invoke(cli, [*paths, "stop"]).exit_code
+            d.close()
+        assert stopped == 0

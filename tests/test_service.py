@@ -158,7 +158,8 @@ def test_a_pin_saved_before_anything_was_learned_is_not_taken_as_learned(tmp_pat
     writer.setting("pinned", 7)
     writer.stop()
     again, writer = make_service(tmp_path)
-    assert again.loop.threshold == 7 and again.loop.pinned == 7 and again.start_reason == "restored at start"
+    assert again.loop.threshold == 7 and again.loop.pinned == 7
+    assert again.start_reason == "restored at start: pinned at 7 by an operator"
     assert again.loop.guard.exploit == again.cfg["policy"]["initial_threshold"] == 0     # where a fresh start goes
     again._record(7, 7, again.start_reason, False, 1.0)     # the start's row (apply_initial's): the learned one saved
     assert writer.flush(10)
@@ -179,7 +180,8 @@ def test_a_saved_threshold_above_the_engines_largest_batch_is_taken_as_that_batc
     writer.stop()
     again, writer2 = make_service(tmp_path)
     assert again.loop.threshold == top and (again.loop.pinned == top) == (key == "pinned")
-    assert again.start_reason == "restored at start"
+    assert again.start_reason == ("restored at start" if key == "threshold" else
+                                  f"restored at start: pinned at {top} by an operator")
     writer2.stop()
 
 

@@ -27,6 +27,11 @@ class Tick:
         return self.threshold != self.previous
 
 
+def pinned_reason(threshold: int) -> str:
+    """A pin's history row, as the tick that applies it writes it and a start that restores it says it."""
+    return f"pinned at {threshold} by an operator"
+
+
 class ControlLoop:
     """Feeds samples to the policy; on each tick asks it, guards it, and returns the threshold.
 
@@ -132,7 +137,7 @@ class ControlLoop:
         self._since_tick = self._explored = 0
         previous, self._in_force = self.threshold, (self._exploring, self._trial_shown)
         if self.pinned is not None:
-            self.threshold, reason, self._exploring = self.pinned, f"pinned at {self.pinned} by an operator", False
+            self.threshold, reason, self._exploring = self.pinned, pinned_reason(self.pinned), False
             self._was_pinned, self._trial_shown = True, False
             return Tick(now, self.threshold, previous, reason, False)
         # The policy breaks ties toward the exploit threshold, never toward an exploratory one.

@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping
 from policies import Policy, PolicyError, make_policy, runnable_params
 
 from ..control.guard_config import GuardConfig
-from ..control.loop import ControlLoop
+from ..control.loop import ControlLoop, pinned_reason
 
 log = logging.getLogger("spec_controller")
 
@@ -73,6 +73,7 @@ def start_loop(cfg: dict, policy: Policy, saved: Mapping[str, Any], top: int) ->
     if pinned is not None:  # the engine starts with the pin; an unpin goes back to what was learned
         loop.pin(pinned)
         loop.revert(pinned)
+        reason = f"restored at start: {pinned_reason(pinned)}"     # (it read as the policy's: no word of the pin)
     return loop, reason
 
 
