@@ -39,6 +39,12 @@ def plain(number: float) -> str:
     return short if float(short) == number else repr(float(number))
 
 
+def value_text(value: object) -> str:
+    """A setting's value in a line (a policy parameter, its range): a number as plain writes it (60, not 60.0 in one
+    line and 60 in another; never rounded), anything else (text, saved by another version) as it is."""
+    return plain(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
 def a_kind(kind: type) -> str:
     """How a refusal names what a value is not: "an integer" (as specctl's pin says it), "a number"."""
     return "an integer" if kind is int else "a number"

@@ -32,7 +32,7 @@ def test_l4_a_restart_with_a_saved_pin_is_no_trial():
 
 def test_r8_r9_the_same_policy_with_other_params_is_named_and_a_broken_saved_one_is_not():
     cfg = load_config(None, {"policy": {"name": "ucb"}})
-    assert "the database's policy ucb {'c': 2.0}" in config_policy_unused(cfg, {"policy": {"name": "ucb",
+    assert "the database's policy ucb (c=2) is" in config_policy_unused(cfg, {"policy": {"name": "ucb",
                                                                                           "params": {"c": 2.0}}})
     assert config_policy_unused(cfg, {"policy": ""}) is None and config_policy_unused(cfg, {"policy": []}) is None
 

@@ -117,8 +117,8 @@ def test_unknown_warn_log_a_saved_policy_this_version_does_not_know_is_noted_and
     _saved(short_tmp / "s.db", {"name": "gone", "params": {"k": 1}})
     res = _check(short_tmp)
     assert res.exit_code == 0 and res.stdout.strip().endswith("; policy bandit)"), res.output
-    assert "spec-controller: note: saved policy gone {'k': 1} not run (unknown policy 'gone'" in res.stderr and \
-        "the default policy bandit {} runs instead" in res.stderr, res.stderr
+    assert "spec-controller: note: saved policy gone (k=1) not run (unknown policy 'gone'" in res.stderr and \
+        "the default policy bandit runs instead" in res.stderr, res.stderr
 
 
 def test_notes_lost_same_a_dropped_parameter_is_noted_where_the_rest_is_the_configs_policy(short_tmp):

@@ -26,7 +26,7 @@ def test_the_pin_and_the_learned_threshold_each_say_they_were_clipped():
     ({"name": "ucb", "params": {"c": 500, "half_life_s": 30, "old_knob": 2}}, ("ucb", {"c": 1.0, "half_life_s": 30.0}),
      "saved policy ucb: parameter c=500 out of range (allowed 0 .. 100); unknown parameter 'old_knob' (allowed: "),
     ({"name": "retired", "params": {"k": 1}}, ("bandit", {"half_life_s": 60.0}),
-     "saved policy retired {'k': 1} not run (unknown policy 'retired' (known: "),
+     "saved policy retired (k=1) not run (unknown policy 'retired' (known: "),
     ({"name": "bandit", "params": {"c": 2}}, ("bandit", {"half_life_s": 60.0}),     # (not 'policy bandit (thompson):')
      "saved policy bandit: unknown parameter 'c' (allowed: ")])
 def test_a_saved_policy_that_no_longer_builds_starts_at_its_defaults_with_one_warning(short_tmp, saved, runs, warned):

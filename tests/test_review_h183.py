@@ -115,3 +115,24 @@ def test_history_says_a_pin_restored_at_start_is_a_pin(short_tmp):
             stopped = CliRunner().invoke(cli, [*paths, "stop"]).exit_code
             d.close()
         assert stopped == 0
+
+
+def test_the_start_names_an_unused_policy_and_its_parameters_as_key_value_words(short_tmp):
+    """`run --policy model` on a database that runs bandit logged `policy model {} given on the command line is not
+    used: the database's policy bandit {} is ...`: a Python dict's text. Now `model`, `ucb (c=2)` (c=2.0 too)."""
+    sock, db = short_tmp / "ctl.sock", short_tmp / "state.db"
+    paths = ["--socket", str(sock), "--db", str(db)]
+    for extra in ([], ["--policy", "model"], ["--set", "policy.name=ucb", "--set", "policy.params.c=2.0"]):
+        d = DaemonProc(short_tmp, "--concurrency", "4", *extra)
+        try:
+            d.wait_socket()
+        finally:
+            stopped = CliRunner().invoke(cli, [*paths, "stop"]).exit_code
+            d.close()
+        assert stopped == 0
+    warnings = [line.split(" spec_controller: ", 1)[1] for line in d.log_text(20000).splitlines() if " WARNING " in line]
+    assert warnings == [
+        "policy model given on the command line is not used: the database's policy bandit is (a config's policy is a "
+        "first start's only; `specctl policy set model` switches)",
+        "policy ucb (c=2) given on the command line is not used: the database's policy bandit is (a config's policy is "
+        "a first start's only; `specctl policy set ucb` switches)"], warnings

@@ -8,7 +8,7 @@ import time
 import click
 
 from ..contract import MAX_BATCH
-from ..numtext import one_line, plain, terminal_text
+from ..numtext import one_line, terminal_text, value_text
 from ..paths import present
 from .client import DaemonDropped, DaemonError, DaemonUnreachable, request
 from .common import (UNREADABLE, Ctx, alias_note, call, emit, fail, full_params, given_db_exists, json_option,
@@ -38,16 +38,10 @@ def policy_list(ctx: Ctx, as_json: bool) -> None:
             alias = f" (alias: {', '.join(r['aliases'])})" if r["aliases"] else ""
             mark = "" if not r["active"] else " [active]" if active == r["name"] else f" [active as {active}]"
             out.append(f"{r['name']}{alias}{mark}: {r['summary']}")
-            out += [f"    {p['name']}={_number(p['default'])}  [{_number(p['min'])} .. {_number(p['max'])}] {p['help']}"
+            out += [f"    {p['name']}={value_text(p['default'])}  [{value_text(p['min'])} .. {value_text(p['max'])}] {p['help']}"
                     for p in r["params"]]
         return "\n".join(out)
     emit(rows, as_json, render)
-
-
-def _number(value: object) -> str:
-    """A parameter as `list` and `show` both print it, and its range: numtext.plain's wording (60, not 60.0 in one and 60
-    in the other; never rounded); a value that is no number (saved by another version) as it is."""
-    return plain(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
 def _active_policy(ctx: Ctx) -> str | None:
@@ -103,7 +97,7 @@ def policy_show(ctx: Ctx, as_json: bool) -> None:
             # (a next start only where none holds it: an unreadable lock cannot tell, and says so first)
             saved_for = "for its next start, from" if down else "in"
             click.echo(f"specctl: {why}; the policy saved {saved_for} the database:", err=True)
-    emit(info, as_json, lambda i: f"{i['name']}{alias_note(i)}" + "".join(f"\n    {k}={_number(v)}"
+    emit(info, as_json, lambda i: f"{i['name']}{alias_note(i)}" + "".join(f"\n    {k}={value_text(v)}"
                                                                           for k, v in i["params"].items())
          if i["name"] is not None else f"no policy saved in {ctx.db}: the daemon starts with its config's [policy] name "
                                       "(bandit unless set)")

@@ -10,6 +10,7 @@ from policies import Policy, PolicyError, make_policy, runnable_params
 
 from ..control.guard_config import GuardConfig
 from ..control.loop import ControlLoop, pinned_reason
+from ..numtext import one_line, value_text
 
 log = logging.getLogger("spec_controller")
 
@@ -45,7 +46,7 @@ def saved_policy(saved: Mapping[str, Any], cfg: dict, build: Callable[[str, Mapp
     try:
         kept, dropped = runnable_params(name, params)
     except PolicyError:                                # (a policy this version does not know)
-        warn(f"saved policy {name} {params} not run ({whole}); {as_given(cfg, f'{configured[0]} {configured[1]}')} "
+        warn(f"saved policy {policy_words(name, params)} not run ({whole}); {as_given(cfg, policy_words(*configured))} "
              "runs instead (the database keeps it; `specctl policy set` replaces it)")
         return *configured, build(*configured)
     try:
@@ -96,9 +97,9 @@ def config_policy_unused(cfg: dict, saved: Mapping[str, Any]) -> str | None:
         return None
     if not isinstance(mine, dict) or same_policy(mine, theirs):
         return None
-    asked = as_given(cfg, f"{theirs['name']} {dict(theirs['params'])}")
+    asked = as_given(cfg, policy_words(theirs["name"], theirs["params"]))
     return (f"{asked} is not used: the database's policy "
-            f"{mine.get('name')} {dict(mine.get('params') or {})} is (a config's policy is a first start's only; "
+            f"{policy_words(mine.get('name'), mine.get('params') or {})} is (a config's policy is a first start's only; "
             f"`specctl policy set {theirs['name']}` switches)")
 
 
@@ -111,10 +112,17 @@ def resumed_policy(cfg: dict, saved: Mapping[str, Any], build: Callable[[str, Ma
     name, params, _ = saved_policy(saved, cfg, build, warn=notes.append)
     if "policy" not in saved or same_policy({"name": name, "params": params}, cfg["policy"]):
         return cfg["policy"]["name"], notes
-    words = lambda name, params: f"{name}" + (f" ({', '.join(f'{k}={v}' for k, v in params.items())})" if params else "")
-    configured = words(cfg["policy"]["name"], cfg["policy"]["params"])
-    return (f"{words(name, params)} saved in {where}, which run resumes ({as_given(cfg, configured)} is a first "
+    configured = policy_words(cfg["policy"]["name"], cfg["policy"]["params"])
+    return (f"{policy_words(name, params)} saved in {where}, which run resumes ({as_given(cfg, configured)} is a first "
             "start's only: `specctl policy set` switches)"), notes
+
+
+def policy_words(name: object, params: Mapping[str, Any]) -> str:
+    """A policy and its parameters as the start's lines and config check's say them: `ucb (c=2)` (a number as
+    numtext.value_text writes it, 2 for 2.0 too), `bandit` (none given: its defaults); the log read `policy model {}`,
+    a Python dict's text."""
+    given = ", ".join(f"{k}={value_text(v)}" for k, v in params.items()) if isinstance(params, Mapping) else str(params)
+    return one_line(f"{name} ({given})" if given else f"{name}")     # (a saved text's newline: still one log line)
 
 
 def as_given(cfg: dict, words: str) -> str:
