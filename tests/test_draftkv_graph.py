@@ -379,6 +379,26 @@ def test_coalesced_writes_replay_once_per_n_batches_in_write_order_padded_to_the
     assert seen[-1] == ([15], [6]) and w.launches == 2
 
 
+def rows_of(n, first_slot):
+    return (t(np.ones((n, 3)), np.float32), t(np.arange(n)), t(np.arange(n)), t(np.arange(first_slot, first_slot + n)))
+
+
+@pytest.mark.parametrize("batch, writes_per_replay", [(16, 8), (1, 8), (48, 2), (64, 2), (65, 1), (100, 1), (128, 1)])
+def test_writes_coalesce_up_to_the_row_cap_so_a_large_batch_replays_each_write_alone(batch, writes_per_replay):
+    """8 writes a replay where the write is bound by reading the draft's weights (small batches); a write that would
+    take the replay past COALESCE_ROWS replays what is buffered with it, so at batch 128 each write is its own replay
+    (no dedupe): the 8 x 128-row replays gained nothing at closed 128 (bench/results/h100-2026-12-08)."""
+    assert draftkv_graph.COALESCE_ROWS == 128
+    w, log, seen = coalescing(batches=8, sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256))
+    w.dedupe = lambda loc: (log.append("dedupe"), later_wins(loc))[1]
+    for k in range(16):
+        w.write(*rows_of(batch, 1000 * k))
+    assert w.launches == 16 // writes_per_replay and w.rows == 0 and w.held == 0
+    assert log.count("dedupe") == (w.launches if writes_per_replay > 1 else 0)
+    # every replay holds whole writes, in order: its first slot is a write's first
+    assert [s[0][0] for s in seen] == [1000 * k for k in range(0, 16, writes_per_replay)]
+
+
 def test_a_slot_buffered_twice_is_written_with_its_later_row_only():
     w, log, seen = coalescing(batches=3)
     w.write(*one_row(1, 40))       # a request's last token; it finished and its slot went to another request

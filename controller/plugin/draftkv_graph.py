@@ -28,10 +28,10 @@ On the H200 the off decode step lost 0.02-0.06 ms at batch 16 / 48 / 128 against
 still match always-on's exactly in the batch-1 look-back check (bench/results/h200-2026-12-03i).
 
 The rows of DEFAULT_COALESCE writes share one replay (the default since 2026-12-04b; SPEC_CONTROLLER_DRAFT_KV_COALESCE=N
-at start, 1: each write its own; run-time switch `spec_controller_draft_kv_coalesce`): on the H200 the off decode
-step at batch 16 lost the write's 0.04 ms (span per step within 2 us of the engine without writes), the coalesced
-engine beat per-batch replays in 6 of 6 steady 1 / 16 rotations, and the look-back check still matches 480 / 480
-(bench/results/h200-2026-12-04b).
+at start, 1: each write its own; run-time switch `spec_controller_draft_kv_coalesce`), up to COALESCE_ROWS rows (since
+2026-12-08): on the H200 the off decode step at batch 16 lost the write's 0.04 ms (span per step within 2 us of the
+engine without writes), the coalesced engine beat per-batch replays in 6 of 6 steady 1 / 16 rotations, and the
+look-back check still matches 480 / 480 (bench/results/h200-2026-12-04b); at batch 128 it gained nothing (12-08).
 """
 from __future__ import annotations
 
@@ -60,6 +60,11 @@ FACTS = (("sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner.EAGLEDraf
 # rows past n cost a few GEMM rows; larger extends, e.g. whole chunks, replay the largest chunk by chunk).
 PROMPT_SIZES = (256, 512, 1024, 2048)
 DEFAULT_COALESCE = 8     # writes per replay unless the engine is started otherwise (12-04b)
+# ... and rows per replay: a write that would take the buffered rows past it replays them. Coalescing pays where the
+# write is bound by reading the draft's weights (batch 16: 8 writes, 128 rows a replay, 12-04b); at closed 128 one
+# replay per write read 1.008 [0.997-1.020] of the 8-write replays (1,024 rows, a dedupe) over 16 pairs on the H100
+# (bench/results/h100-2026-12-08), so above this many rows each write replays alone.
+COALESCE_ROWS = 128
 
 
 def sizes_to_capture(decode_sizes: Sequence[int]) -> tuple[int, ...]:
@@ -234,10 +239,11 @@ class GraphedKVWriter:
         return self.rows
 
     def _added(self, n: int) -> None:
-        """n rows of one write are in: replayed once the writes per replay are reached or the largest graph is full."""
+        """n rows of one write are in: replayed once the writes per replay are reached, the largest graph is full, or
+        another write of this size would take the replay past COALESCE_ROWS (a batch of 128: each write alone)."""
         self.rows, self.held = self.rows + n, self.held + 1
         self.replays += 1
-        if self.held >= self.batches or self.rows == self.sizes[-1]:
+        if self.held >= self.batches or self.rows == self.sizes[-1] or self.rows + n > COALESCE_ROWS:
             self._launch()
 
     def _launch(self) -> None:
