@@ -399,6 +399,21 @@ def test_writes_coalesce_up_to_the_row_cap_so_a_large_batch_replays_each_write_a
     assert [s[0][0] for s in seen] == [1000 * k for k in range(0, 16, writes_per_replay)]
 
 
+@pytest.mark.parametrize("held, larger", [(60, 70), (64, 65), (16, 120), (1, 128)])
+def test_a_larger_write_behind_held_rows_replays_them_first_so_no_two_writes_pass_the_row_cap(held, larger):
+    """_added foresees a next write of its own size; a larger one behind the held rows (batch 60, then 70 as requests
+    arrive) went in beside them, one replay of 130 rows in the 256-row graph: the held rows are replayed first, as
+    the cap's words say, and the larger write alone."""
+    w, log, seen = coalescing(batches=8, sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256))
+    w.write(*rows_of(held, 1000))
+    assert seen == [] and w.rows == held                       # held: another write of its size would fit
+    w.write(*rows_of(larger, 2000))
+    assert [s[0][:n] for s, n in zip(seen, (held, larger))] == [list(range(1000, 1000 + held)),
+                                                               list(range(2000, 2000 + larger))]
+    assert all(slot == PAD_SLOT for s, n in zip(seen, (held, larger)) for slot in s[0][n:])
+    assert (w.launches, w.replays, w.rows, w.held) == (2, 2, 0, 0)
+
+
 def test_a_slot_buffered_twice_is_written_with_its_later_row_only():
     w, log, seen = coalescing(batches=3)
     w.write(*one_row(1, 40))       # a request's last token; it finished and its slot went to another request

@@ -213,3 +213,51 @@ def test_the_default_engine_waits_for_a_side_replay_after_a_prefills_target_forw
         return off.draft_extend_for_prefill(None, "draft worker", batch, "hidden", [7])
     assert off.forward_batch_generation(prefill, worker, prefill_batch)
     assert squeezed(log)[:3] == ["target forward", ("forward", "waits", "done"), "inputs"]
+
+
+def test_replays_around_the_row_cap_leave_the_pool_as_per_batch_writes_do_and_hold_one_write_above_it_on_torch():
+    # an engine's sizes (decode graphs to 160, the prompt graphs above): batches around COALESCE_ROWS rising and
+    # falling, small ones, prompts joining the held rows (some above every graph: chunked), slots reused, the switch
+    # flipped: the pool equals one write each, and a replay above COALESCE_ROWS rows holds one write alone
+    import random
+    torch = pytest.importorskip("torch")
+    from controller.plugin import draftkv, draftkv_coalesce
+    from tests.test_draftkv_coalesce import TorchPool
+    rnd, slots = random.Random(5), 6000
+    sizes = draftkv_graph.sizes_to_capture([1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160])
+    top = sizes[-1]
+    direct, pool = TorchPool(torch, slots), TorchPool(torch, slots)
+    w = draftkv_graph.GraphedKVWriter(pool, sizes, torch.zeros(top, 2), torch.zeros(top, dtype=torch.int64),
+                                      torch.zeros(2 * top, dtype=torch.int64), torch.zeros(top, dtype=torch.int64))
+    writes, replayed = [], []          # rows of each write (a chunk each above the largest graph); writes per replay
+
+    def replay(s):
+        replayed.append(w.replays)      # (the writes whose rows are in: _take launches before counting its own)
+        pool.write(w.aux[:s], w.tokens[:s], w.positions[:s], w.loc[:s])
+    w.graphs = {s: SimpleNamespace(replay=lambda s=s: replay(s)) for s in sizes}
+    w.dedupe, w.coalesce_batches = draftkv_coalesce.last_write_wins, 8
+    w.use_coalesce(True)
+    for step in range(400):
+        if rnd.random() < 0.02:
+            w.use_coalesce(rnd.random() < 0.5)
+        if rnd.random() < 0.1:             # a prompt: 1-3 requests, up to 2,100 tokens
+            lens = [rnd.randint(1, 700) for _ in range(rnd.randint(1, 3))]
+            n = sum(lens)
+            rows = draftkv.PromptRows(torch.randint(0, 1000, (n,)), lens, [rnd.choice([0, 40]) for _ in lens],
+                                      torch.randint(0, 1000, (len(lens),)), torch.rand(n, 2),
+                                      torch.tensor(rnd.sample(range(1, slots), n)))
+            for writer in (direct, w):
+                draftkv.stage_prefill(writer, rows)
+            writes += [min(top, n - s) for s in range(0, n, top)]
+            continue
+        n = rnd.choice([rnd.randint(1, 20), rnd.randint(40, 70), rnd.randint(100, 140), 128])
+        args = (torch.rand(n, 2), torch.randint(0, 1000, (n,)), torch.randint(0, 1000, (n,)),
+                torch.tensor(rnd.sample(range(1, 300), n)))          # slots reused within a replay's writes
+        direct.write(*args)
+        w.write(*args)
+        writes.append(n)
+    w.wait()
+    assert torch.equal(direct.kv[1:], pool.kv[1:]) and w.replays == len(writes)
+    held = [writes[a:b] for a, b in zip([0, *replayed], replayed)]
+    assert sum(map(len, held)) == len(writes) and max(map(len, held)) > 1          # coalesced below the cap
+    assert [h for h in held if sum(h) > draftkv_graph.COALESCE_ROWS and len(h) > 1] == []

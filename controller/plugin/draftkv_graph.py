@@ -231,8 +231,9 @@ class GraphedKVWriter:
 
     def _take(self, n: int) -> int:
         """The row n more rows start at in the static inputs: the buffered ones replayed first where they would not
-        fit beside them, and the last replay done reading before the inputs are refilled."""
-        if self.rows + n > self.sizes[-1]:
+        fit beside them or would take the replay past COALESCE_ROWS (a larger write than the last: _added foresaw one
+        of the same size), and the last replay done reading before the inputs are refilled."""
+        if self.rows + n > min(self.sizes[-1], COALESCE_ROWS):     # (none held: _launch does nothing)
             self._launch()
         if self.rows == 0 and self.side is not None:
             self.side.wait()
