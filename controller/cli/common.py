@@ -188,13 +188,14 @@ def refuse_unpaired(ctx: Ctx) -> None:
     daemon's (or no daemon's), and a pin saved there, or its status, is not the one meant (helper-128: a pin for a
     stopped daemon with its own --socket and --db went into the default daemon's database, exit 0)."""
     if (why := unpaired(ctx)) is not None:
-        fail(f"{why}; nothing changed", EXIT_NOT_RUNNING)
+        fail(f"no daemon answers on {ctx.socket}, and {why}; nothing changed", EXIT_NOT_RUNNING)
 
 
 def unpaired(ctx: Ctx) -> str | None:
     """refuse_unpaired's judgement, for a command that goes on without the database (policy list, unmarked): why the
-    default database is not the state of the daemon meant at ctx.socket, or None where it is (or no --socket alone was
-    given). A daemon holding it on another socket is refuse_elsewhere's usage error, exit 2."""
+    default database is not the state of the daemon meant at ctx.socket (its words, after what the socket said), or
+    None where it is (or no --socket alone was given). A daemon holding it on another socket is refuse_elsewhere's
+    usage error, exit 2."""
     if not ctx.socket_given or ctx.db_given:
         return None
     from .holder import recorded_socket, same
@@ -208,8 +209,7 @@ def unpaired(ctx: Ctx) -> str | None:
     # policy set told the operator to give another --db, exit 3, of a daemon that runs)
     refuse_elsewhere(ctx, lock_holder(ctx.db))
     whose = f"is the state of the daemon that serves {served}" if served else "records no daemon on it"
-    return (f"no daemon answers on {ctx.socket}, and {ctx.db} (the default database, with no --db) {whose}: give "
-            f"the --db of the daemon meant")
+    return f"{ctx.db} (the default database, with no --db) {whose}: give the --db of the daemon meant"
 
 
 def refuse_elsewhere(ctx: Ctx, holder: str | None) -> None:

@@ -54,12 +54,11 @@ def _active_policy(ctx: Ctx) -> str | None:
     if ctx.socket_given and not ctx.db_given:
         try:
             return request(ctx.socket, "GET", "/policy").get("name")
-        except (DaemonError, AttributeError):
-            pass                            # (its database then)
-        except DaemonUnreachable:           # (the default database only where it is that socket's: else it marked the
-            why = unpaired(ctx)             # default daemon's policy as the one at a mistyped socket; none: quiet)
-            if why is not None and present(ctx.db):
-                say(f"specctl: the active policy is not marked: {why}", err=True)
+        except (DaemonUnreachable, DaemonError) as e:   # (its database then, only where it is that socket's: else it
+            why = unpaired(ctx)             # marked the default daemon's policy as the one at a mistyped socket, or at
+            if why is not None and present(ctx.db):     # another program that answered there; none: quiet)
+                asked = f"no daemon answers on {ctx.socket}" if isinstance(e, DaemonUnreachable) else str(e)
+                say(f"specctl: the active policy is not marked: {asked}, and {why}", err=True)
                 return None
     if not present(ctx.db):
         return None
