@@ -67,3 +67,41 @@ def test_daemonerror_paired_the_default_pairs_database_still_marks_where_its_soc
     finally:
         listener.close()
     assert res.exit_code == 0 and "\nucb [active]: " in "\n" + res.stdout and res.stderr == "", res.output
+
+
+# --- beside the pass: --socket / --db typed twice on one side of the command's name -----------------------------------
+
+@pytest.mark.parametrize("args", [
+    ["--socket", "{none}", "--db", "{a}", "--db", "{b}", "threshold", "pin", "5"],
+    ["--socket", "{none}", "threshold", "pin", "5", "--db", "{a}", "--db", "{b}"],
+    ["--socket", "{none}", "--db", "{a}", "threshold", "pin", "5", "--db", "{a}", "--db", "{b}"],
+])
+def test_a_db_typed_twice_before_the_command_or_twice_after_it_must_agree_too(short_tmp, args):
+    """`specctl --db A --db B threshold pin 5` pinned in B, A dropped unsaid (click keeps the last of a flag given
+    twice): helper-183's named_again saw a --db before the command against one after it, not two on one side. Now any
+    two that differ are one line, exit 2, neither database changed."""
+    a, b = short_tmp / "a.db", short_tmp / "b.db"
+    for db in (a, b):
+        open_store(db).conn.close()
+    res = _specctl(short_tmp, *[x.format(a=a, b=b, none=short_tmp / "none.sock") for x in args])
+    assert res.exit_code == 2 and res.stdout == "", res.output
+    assert res.stderr == f"specctl: --db given twice, as {a} and as {b}: give it once; nothing changed\n", res.stderr
+    assert "pinned" not in saved_settings(a) and "pinned" not in saved_settings(b)
+
+
+def test_a_socket_typed_twice_before_the_command_must_agree_and_the_same_path_twice_is_taken(short_tmp, monkeypatch):
+    """The same for --socket; one path typed twice (spelled two ways) is that path; a variable's value is one path, its
+    spaces kept (a flag that may be typed twice must not read SPECCTL_DB as a list)."""
+    a = short_tmp / "a.db"
+    open_store(a).conn.close()
+    x, y = short_tmp / "x.sock", short_tmp / "y.sock"
+    res = _specctl(short_tmp, "--socket", x, "--socket", y, "--db", a, "threshold", "pin", "5")
+    assert res.exit_code == 2 and res.stderr == (f"specctl: --socket given twice, as {x} and as {y}: give it once; "
+                                                 "nothing changed\n"), res.output
+    monkeypatch.chdir(short_tmp)
+    res = _specctl(short_tmp, "--socket", x, "--db", a, "--db", "a.db", "threshold", "pin", "5")
+    assert res.exit_code == 0 and saved_settings(a)["pinned"] == 5, res.output
+    spaced = short_tmp / "a b.db"
+    open_store(spaced).conn.close()
+    res = _specctl(short_tmp, "--socket", x, "threshold", "pin", "6", SPECCTL_DB=str(spaced))
+    assert res.exit_code == 0 and saved_settings(spaced)["pinned"] == 6, res.output

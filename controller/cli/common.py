@@ -34,8 +34,8 @@ class Ctx:
         self._typed = {name: Path(value) for name, value in (("socket", socket), ("db", db)) if name in typed and value}
 
     def named_again(self, name: str, value: str) -> None:
-        """--socket / --db (name) given after a command name: it replaces the variable's, and must agree with one
-        typed before (or after a group's name): `specctl --db A status --db B` read B, A dropped unsaid."""
+        """--socket / --db (name) given after a command name, or a second time before it: it replaces the variable's,
+        and must agree with the one typed first: `specctl --db A status --db B` read B, A dropped unsaid."""
         from .holder import same
         path = Path(value)
         setattr(self, name, path)           # (its own check first: a path no daemon can use is refused as such)

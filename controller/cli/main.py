@@ -24,11 +24,29 @@ COMMANDS = {
 }
 
 
-def _set_path(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    not_empty(f"--{param.name}", value)
-    obj = ctx.find_object(Ctx)
-    if value and obj is not None:
-        obj.named_again(param.name, value)
+class PathOption(click.Option):
+    """--socket / --db as often as typed (click kept the last of `--db A --db B`, A dropped unsaid): each after the
+    first passes Ctx.named_again; a variable's value whole (a list's would be split at its spaces)."""
+
+    def __init__(self, *args: object, **kwargs: object):
+        super().__init__(*args, multiple=True, **kwargs)
+
+    def value_from_envvar(self, ctx: click.Context) -> tuple[str, ...] | None:
+        value = self.resolve_envvar_value(ctx)
+        return None if value is None else (value,)
+
+
+def _named(obj: Ctx | None, name: str, values: tuple[str, ...]) -> None:
+    """--socket / --db (name) as typed after the first one before the command (a second there, any after it): each
+    replaces the variable's and must name the path typed first (Ctx.named_again)."""
+    for value in values:
+        not_empty(f"--{name}", value)
+        if value and obj is not None:
+            obj.named_again(name, value)
+
+
+def _set_path(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
+    _named(ctx.find_object(Ctx), param.name, value)
 
 
 def with_path_options(cmd: click.Command) -> click.Command:
@@ -39,8 +57,8 @@ def with_path_options(cmd: click.Command) -> click.Command:
     names = {p.name for p in cmd.params}
     for name, what in (("socket", "daemon control socket"), ("db", "the daemon's database")):
         if name not in names:
-            cmd.params.append(click.Option([f"--{name}"], metavar="PATH", expose_value=False, callback=_set_path,
-                                           help=f"{what} (as specctl --{name})"))
+            cmd.params.append(PathOption([f"--{name}"], metavar="PATH", expose_value=False, callback=_set_path,
+                                         help=f"{what} (as specctl --{name})"))
     return cmd
 
 
@@ -60,14 +78,18 @@ class LazyGroup(OneLineGroup):
 
 @click.group(cls=LazyGroup)
 @version_option("specctl")
-@click.option("--socket", metavar="PATH", envvar="SPECCTL_SOCKET", help="daemon control socket [env SPECCTL_SOCKET]")
-@click.option("--db", metavar="PATH", envvar="SPECCTL_DB",
+@click.option("--socket", cls=PathOption, metavar="PATH", envvar="SPECCTL_SOCKET",
+              help="daemon control socket [env SPECCTL_SOCKET]")
+@click.option("--db", cls=PathOption, metavar="PATH", envvar="SPECCTL_DB",
               help="the daemon's database: the daemon asked must keep it; read offline where none does [env SPECCTL_DB]")
 @click.pass_context
-def cli(click_ctx: click.Context, socket: str | None, db: str | None) -> None:
+def cli(click_ctx: click.Context, socket: tuple[str, ...], db: tuple[str, ...]) -> None:
     """Steer spec-controller: status, stop, policy, threshold pins, history, plots, simulation."""
-    click_ctx.obj = Ctx(socket, db, [name for name in ("socket", "db")
-                                     if click_ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE])
+    click_ctx.obj = Ctx(socket[0] if socket else None, db[0] if db else None,
+                        [name for name in ("socket", "db")
+                         if click_ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE])
+    _named(click_ctx.obj, "socket", socket[1:])
+    _named(click_ctx.obj, "db", db[1:])
 
 
 if __name__ == "__main__":
