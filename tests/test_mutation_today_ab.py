@@ -8,11 +8,11 @@ import pytest
 from click.testing import CliRunner
 
 from controller import paths
-from controller.cli import common
 from controller.cli.main import cli
 from state.db import open_store
 from state.writer import Writer
 from tests.conftest import saved_settings
+from tests.test_mutation_today_p import unit  # noqa: F401 (a fixture: the service's database, created)
 from tests.test_mutation_today_x import _saved
 from tests.test_review_h166 import _foreign_http
 
@@ -33,17 +33,11 @@ def _with_start(db, socket) -> None:
 
 # --- common.unpaired ---------------------------------------------------------------------------------------------------
 
-def test_pair_socket_only_the_users_socket_does_not_take_the_services_database(short_tmp, monkeypatch):
+def test_pair_socket_only_the_users_socket_does_not_take_the_services_database(unit):
     """un-pair-socket-only: the default pair is the default socket AND the default database. With the service's database
     present and the user's daemon down, the database found is the service's; `--socket` naming the user's own default
     socket is not that database's pair (it records no daemon on it): refused, exit 3, nothing saved there."""
-    unit = short_tmp / "unit"
-    unit.mkdir()
-    for module in (paths, common):
-        monkeypatch.setattr(module, "UNIT_DB", unit / "spec-controller.db")
-        monkeypatch.setattr(module, "UNIT_SOCKET", unit / "control.sock")
-    open_store(paths.UNIT_DB).conn.close()
-    home = short_tmp / "home"
+    home = unit[0]
     res = _specctl(home, "--socket", home / "spec-controller" / "control.sock", "threshold", "pin", "7")
     assert res.exit_code == 3 and res.stdout == "", res.output
     assert res.stderr == (f"specctl: no daemon answers on {home}/spec-controller/control.sock, and {paths.UNIT_DB} (the "
