@@ -66,10 +66,9 @@ def start_loop(cfg: dict, policy: Policy, saved: Mapping[str, Any], top: int) ->
     reason = "restored at start"
     if learned is None:     # nothing learned: an unpin goes where a fresh start would (a pin is not learned: it was
         learned = cfg["policy"]["initial_threshold"]     # taken as one, and an unpin then said 'best so far' of it)
-        if pinned is None:  # a fresh database: nothing was restored
-            saved_any = saved.get("threshold") is not None or saved.get("pinned") is not None
-            reason = ("initial threshold ([policy] initial_threshold): " +
-                      ("the saved one is not a batch size" if saved_any else "nothing saved yet"))
+        saved_any = saved.get("threshold") is not None or saved.get("pinned") is not None
+        reason = ("initial threshold ([policy] initial_threshold): " +      # (a pin restored says so instead, below)
+                  ("the saved one is not a batch size" if saved_any else "nothing saved yet"))
     loop = ControlLoop(policy, GuardConfig.from_mapping(cfg["guard"]), learned)
     if pinned is not None:  # the engine starts with the pin; an unpin goes back to what was learned
         loop.pin(pinned)
